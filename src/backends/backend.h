@@ -1,0 +1,95 @@
+// The Backend interface: what the runtime needs from anything that executes a model.
+//
+// Three objects, three lifetimes:
+//   Backend          one per kind ("identity" plugin, "onnx"), shared by every model of
+//                    that kind; found by name in a BackendRegistry.
+//   BackendModel     one per loaded model version: LoadModel reads the version's files.
+//   BackendInstance  one per instance of a model version: CreateInstance allocates what
+//                    one concurrent execution needs (threads, scratch, weights copies).
+// Release is destruction: the runtime destroys instances before their model, and a
+// model before its backend.
+//
+// Threading contract (the runtime guarantees it; backends may rely on it):
+//   - LoadModel runs on the loading thread; several models may load concurrently.
+//   - CreateInstance, warmup and every Execute of an instance run on that instance's
+//     own thread, pinned to its cores when the config names cores.
+//   - Execute is never called concurrently for one instance; it may be for two
+//     instances of the same model, so shared model state must be read-only or locked.
+//   - When Execute returns an error, the runtime answers every request of the batch
+//     with that error (as INTERNAL unless the code says otherwise) and keeps serving.
+//     A backend must not throw; exceptions are caught at the boundary and become
+//     INTERNAL errors.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace shoal::backends {
+
+// A tensor in a model's signature. `dims` excludes the batch dimension when the model
+// batches (max_batch_size > 0); -1 marks a variable dimension.
+struct TensorSpec {
+  std::string name;
+  DataType dtype = DataType::kInvalid;
+  Shape dims;
+  bool optional = false;
+};
+
+// What a backend is told about the model version it loads.
+struct ModelInfo {
+  std::string name;
+  int64_t version = 0;
+  std::string model_dir;    // <repo>/<model>
+  std::string version_dir;  // <repo>/<model>/<version>
+  int max_batch_size = 0;   // 0: the model does not batch; inputs carry no batch dim
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::map<std::string, std::string> parameters;  // config `parameters`, string values
+};
+
+struct InstanceInfo {
+  std::string name;       // "<model>_<index>"
+  int index = 0;          // 0-based across the model's instances
+  std::vector<int> cpu_cores;  // empty: not pinned
+};
+
+// One execution. When the model batches, every input's first dimension is
+// `batch_size`, and every output's first dimension must be too.
+struct ExecuteRequest {
+  int64_t batch_size = 1;
+  std::vector<NamedTensor> inputs;
+  // Outputs to produce; empty means all of the model's outputs. A backend may produce
+  // more; the runtime drops what was not asked for.
+  std::vector<std::string> requested_outputs;
+};
+
+class BackendInstance {
+ public:
+  virtual ~BackendInstance() = default;
+  // Runs one batch and appends the outputs. See the threading contract above.
+  virtual Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) = 0;
+};
+
+class BackendModel {
+ public:
+  virtual ~BackendModel() = default;
+  // Called on the new instance's own thread.
+  virtual StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) = 0;
+  // The model's signature as the backend knows it (for completing a partial config).
+  // The default returns what it was loaded with.
+  virtual ModelInfo info() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual StatusOr<std::unique_ptr<BackendModel>> LoadModel(const ModelInfo& info) = 0;
+};
+
+}  // namespace shoal::backends
