@@ -1,0 +1,37 @@
+// CostModel: an online estimate of how long an instance takes for a batch of n items,
+// t(n) = a + b·n, fitted by exponentially weighted least squares over observed runs.
+//
+// Used by the instance pool to send a batch to the instance expected to finish it
+// first. Before any observation it predicts from the prior (a, b) it was given; with
+// observations at one batch size only, it keeps the prior's split between a and b but
+// scales both to match. a and b never go negative.
+//
+// Thread safety: none; the instance pool guards it.
+#pragma once
+
+#include <cstdint>
+
+namespace shoal::runtime {
+
+class CostModel {
+ public:
+  // `decay` in (0, 1]: weight kept by old observations at each new one.
+  explicit CostModel(double prior_a_ns = 100'000, double prior_b_ns = 10'000, double decay = 0.95);
+
+  void Observe(int64_t batch_size, int64_t elapsed_ns);
+  int64_t PredictNs(int64_t batch_size) const;
+  double a_ns() const { return a_; }
+  double b_ns() const { return b_; }
+  int64_t observations() const { return count_; }
+
+ private:
+  void Refit();
+  double decay_;
+  double prior_a_, prior_b_;
+  double a_, b_;
+  // Weighted sums: w, n, n², t, n·t.
+  double sw_ = 0, sn_ = 0, snn_ = 0, st_ = 0, snt_ = 0;
+  int64_t count_ = 0;
+};
+
+}  // namespace shoal::runtime

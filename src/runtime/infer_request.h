@@ -1,0 +1,59 @@
+// InferRequest / InferResponse: what a front end hands the runtime and gets back.
+//
+// A front end builds an InferRequest (tensors owned, or views into the body it
+// received), calls Server::Infer with a callback, and gets exactly one InferResponse
+// through that callback: success, error, timeout, rejection, cancellation or shutdown.
+// The callback runs on a runtime thread (the caller's own thread when the request is
+// answered before it is queued); it must be quick and must not call back into the
+// same model synchronously in a way that waits for an answer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace shoal::runtime {
+
+using ParameterValue = std::variant<bool, int64_t, double, std::string>;
+using Parameters = std::map<std::string, ParameterValue>;
+
+struct InferRequest {
+  std::string model_name;
+  int64_t model_version = -1;  // -1: the latest ready version
+  std::string id;              // echoed in the response
+  std::vector<NamedTensor> inputs;
+  std::vector<std::string> requested_outputs;  // empty: all outputs
+  uint32_t priority = 0;        // 0: the model's default level; 1 is the highest
+  uint64_t timeout_us = 0;      // queue timeout override, 0 = the model's default
+  int64_t deadline_ns = 0;      // absolute, on the server's clock; 0 = none
+  // Request parameters other than priority/timeout; they enter the cache key.
+  Parameters parameters;
+};
+
+struct InferResponse {
+  std::string model_name;
+  int64_t model_version = 0;
+  std::string id;
+  Status status;
+  std::vector<NamedTensor> outputs;
+  bool cache_hit = false;
+};
+
+using InferCallback = std::function<void(InferResponse)>;
+
+// Lets the caller cancel a request it submitted (a client that disconnected). Safe to
+// call from any thread, any number of times, before or after the answer.
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  virtual void Cancel() = 0;
+};
+
+}  // namespace shoal::runtime

@@ -1,0 +1,109 @@
+// InstancePool: the instances of one model version, each on its own thread.
+//
+// Each instance owns a thread, optionally pinned to its cores, on which its
+// BackendInstance is created, warmed up, used for every Execute and destroyed, so the
+// backend contract (never concurrent per instance; init on the instance's thread)
+// holds by construction.
+//
+// Dispatch: an instance holds at most one running job and one pending job. The
+// scheduler forms a batch only when some instance is idle (so batches grow while all
+// instances are busy), then calls Choose(n), which returns the instance with the
+// earliest expected finish for n items: now + t_i(n) for an idle instance,
+// busy_until_i + t_i(n) for a busy one with a free pending slot, where t_i is the
+// instance's online CostModel. Equal estimates go to the lowest index.
+//
+// Threading: Choose/Submit/HasIdle are called by the scheduler thread; jobs run on
+// instance threads; `on_idle` is called on an instance thread after each job, without
+// any pool lock held. Lock order: the pool's mu_ only; never held while running a job.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "runtime/cost_model.h"
+
+namespace shoal::runtime {
+
+struct PoolJob {
+  int64_t batch_size = 1;
+  // Runs on the instance thread. Its duration feeds the instance's cost model.
+  std::function<void(backends::BackendInstance& instance, int instance_index)> run;
+};
+
+struct InstanceStats {
+  std::string name;
+  int64_t executions = 0;
+  int64_t busy_ns = 0;       // time spent running jobs
+  int64_t created_ns = 0;    // when the instance became ready (clock time)
+  double cost_a_ns = 0, cost_b_ns = 0;
+};
+
+class InstancePool {
+ public:
+  struct Options {
+    backends::BackendModel* model = nullptr;  // outlives the pool
+    std::vector<backends::InstanceInfo> instances;
+    std::shared_ptr<Clock> clock;
+    // Run on each instance thread after CreateInstance (warmup); an error fails Create.
+    std::function<Status(backends::BackendInstance&, const backends::InstanceInfo&)> on_ready;
+    // Called on an instance thread whenever an instance finishes a job.
+    std::function<void()> on_idle;
+    // Cost model prior per instance.
+    double prior_a_ns = 100'000, prior_b_ns = 10'000;
+  };
+
+  // Starts every instance thread and waits until all are created and warmed up.
+  // If any fails, the others are stopped and the first error is returned.
+  static StatusOr<std::unique_ptr<InstancePool>> Create(Options options);
+  // Stops after running every submitted job; joins the threads.
+  ~InstancePool();
+
+  int size() const { return static_cast<int>(instances_.size()); }
+  bool HasIdle() const;
+  // The instance that would finish n items first, or -1 when none can take a job.
+  int Choose(int64_t batch_size) const;
+  // Queues a job on instance `index` (which must have come from Choose).
+  void Submit(int index, PoolJob job);
+  // The lowest predicted time for n items over all instances.
+  int64_t PredictNs(int64_t batch_size) const;
+  std::vector<InstanceStats> Stats() const;
+  // Jobs running or pending across instances.
+  int busy_count() const;
+
+ private:
+  struct Instance {
+    backends::InstanceInfo info;
+    std::thread thread;
+    std::optional<PoolJob> running;  // GUARDED_BY(mu_)
+    std::optional<PoolJob> pending;  // GUARDED_BY(mu_)
+    int64_t started_ns = 0;          // GUARDED_BY(mu_) when `running` began
+    CostModel cost;                  // GUARDED_BY(mu_)
+    InstanceStats stats;             // GUARDED_BY(mu_)
+    std::condition_variable cv;
+    Status init_status;
+    bool init_done = false;  // GUARDED_BY(mu_)
+    explicit Instance(const Options& o) : cost(o.prior_a_ns, o.prior_b_ns) {}
+  };
+
+  explicit InstancePool(Options options);
+  void Run(Instance* inst);
+  void StopAll();
+
+  Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable init_cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Instance>> instances_;
+};
+
+}  // namespace shoal::runtime

@@ -1,0 +1,68 @@
+#include "runtime/model_stats.h"
+
+#include "core/clock.h"
+
+namespace shoal::runtime {
+
+void ModelStats::RecordSuccess(int64_t e2e_ns, int64_t queue_ns, int64_t input_ns, int64_t infer_ns,
+                               int64_t output_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.success.Add(e2e_ns);
+  s_.queue.Add(queue_ns);
+  s_.compute_input.Add(input_ns);
+  s_.compute_infer.Add(infer_ns);
+  s_.compute_output.Add(output_ns);
+  s_.last_inference_ms = WallTimeMs();
+}
+
+void ModelStats::RecordCacheHit(int64_t e2e_ns, int64_t lookup_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.success.Add(e2e_ns);
+  s_.cache_hit.Add(lookup_ns);
+  s_.last_inference_ms = WallTimeMs();
+}
+
+void ModelStats::RecordCacheMiss(int64_t lookup_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.cache_miss.Add(lookup_ns);
+}
+
+void ModelStats::RecordFailure(int64_t e2e_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.fail.Add(e2e_ns);
+}
+
+void ModelStats::RecordExecution(int64_t batch_size, int64_t input_ns, int64_t infer_ns,
+                                 int64_t output_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.inference_count += static_cast<uint64_t>(batch_size);
+  s_.execution_count += 1;
+  BatchSizeStats& b = s_.batch_stats[batch_size];
+  b.compute_input.Add(input_ns);
+  b.compute_infer.Add(infer_ns);
+  b.compute_output.Add(output_ns);
+}
+
+void ModelStats::RecordRejectedQueueFull() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++s_.rejected_queue_full;
+}
+void ModelStats::RecordRejectedInvalid() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++s_.rejected_invalid;
+}
+void ModelStats::RecordTimedOut() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++s_.timed_out;
+}
+void ModelStats::RecordCancelled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++s_.cancelled;
+}
+
+ModelStatsSnapshot ModelStats::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s_;
+}
+
+}  // namespace shoal::runtime

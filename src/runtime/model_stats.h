@@ -1,0 +1,67 @@
+// ModelStats: the counters of one model version, with every field of Triton's
+// statistics extension (what GET /v2/models/{m}/stats and the ModelStatistics RPC
+// return), plus what the metrics exporter needs for its gauges.
+//
+// Semantics (as Triton's):
+//   success/fail  count and total end-to-end ns of answered requests; success includes
+//                 cache hits.
+//   queue         ns between enqueue and the start of the batch's execution.
+//   compute_*     ns of merging inputs, running the backend, scattering outputs; a
+//                 request is charged its batch's full time.
+//   cache_hit/miss count and ns spent looking up the cache.
+//   inference_count  batch items executed (cache hits excluded);
+//   execution_count  backend executions.
+//   batch_stats   per batch size: executions and compute times.
+// Thread safety: all methods are safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace shoal::runtime {
+
+struct Duration {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+  void Add(int64_t d) {
+    ++count;
+    ns += static_cast<uint64_t>(d < 0 ? 0 : d);
+  }
+};
+
+struct BatchSizeStats {
+  Duration compute_input, compute_infer, compute_output;
+};
+
+struct ModelStatsSnapshot {
+  int64_t last_inference_ms = 0;  // wall clock, 0 if none
+  uint64_t inference_count = 0;
+  uint64_t execution_count = 0;
+  Duration success, fail, queue, compute_input, compute_infer, compute_output, cache_hit, cache_miss;
+  std::map<int64_t, BatchSizeStats> batch_stats;
+  // Outcomes beyond Triton's fields, for metrics.
+  uint64_t rejected_queue_full = 0, rejected_invalid = 0, timed_out = 0, cancelled = 0;
+};
+
+class ModelStats {
+ public:
+  // A request answered OK after running. Times in ns.
+  void RecordSuccess(int64_t e2e_ns, int64_t queue_ns, int64_t input_ns, int64_t infer_ns,
+                     int64_t output_ns);
+  void RecordCacheHit(int64_t e2e_ns, int64_t lookup_ns);
+  void RecordCacheMiss(int64_t lookup_ns);
+  void RecordFailure(int64_t e2e_ns);
+  void RecordExecution(int64_t batch_size, int64_t input_ns, int64_t infer_ns, int64_t output_ns);
+  void RecordRejectedQueueFull();
+  void RecordRejectedInvalid();
+  void RecordTimedOut();
+  void RecordCancelled();
+  ModelStatsSnapshot Snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  ModelStatsSnapshot s_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace shoal::runtime

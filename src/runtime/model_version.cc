@@ -1,0 +1,398 @@
+#include "runtime/model_version.h"
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+
+#include "core/thread_util.h"
+
+namespace shoal::runtime {
+
+CacheKey MakeCacheKey(const std::string& model, int64_t version, const InferRequest& request) {
+  CacheKeyBuilder b;
+  b.Add(model).Add(version);
+  std::vector<const NamedTensor*> inputs;
+  for (const auto& in : request.inputs) inputs.push_back(&in);
+  std::sort(inputs.begin(), inputs.end(), [](auto* a, auto* c) { return a->name < c->name; });
+  for (const NamedTensor* in : inputs) {
+    b.Add(in->name).Add(static_cast<int64_t>(in->tensor.dtype()));
+    b.Add(static_cast<int64_t>(in->tensor.shape().size()));
+    for (int64_t d : in->tensor.shape()) b.Add(d);
+    b.Add(in->tensor.bytes());
+  }
+  std::vector<std::string> outputs = request.requested_outputs;
+  std::sort(outputs.begin(), outputs.end());
+  b.Add(static_cast<int64_t>(outputs.size()));
+  for (const auto& o : outputs) b.Add(o);
+  for (const auto& [key, value] : request.parameters) {
+    b.Add(key).Add(static_cast<int64_t>(value.index()));
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::string>) {
+            b.Add(v);
+          } else if constexpr (std::is_same_v<V, double>) {
+            b.Add(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)));
+          } else {
+            b.Add(static_cast<int64_t>(v));
+          }
+        },
+        value);
+  }
+  return b.Finish();
+}
+
+ModelVersion::ModelVersion(ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model,
+                           std::unique_ptr<Batcher<RequestTask>> batcher)
+    : options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : Clock::Real()),
+      model_(std::move(model)),
+      batcher_(std::move(batcher)) {}
+
+StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(ModelVersionOptions options,
+                                                             std::unique_ptr<backends::BackendModel> model) {
+  if (model == nullptr) return InvalidArgument("model version '" + options.name + "' has no backend model");
+  if (options.instances.empty()) {
+    return InvalidArgument("model version '" + options.name + "' needs at least one instance");
+  }
+  ASSIGN_OR_RETURN(auto batcher, Batcher<RequestTask>::Create(options.batching));
+  std::shared_ptr<ModelVersion> mv(new ModelVersion(std::move(options), std::move(model), std::move(batcher)));
+
+  InstancePool::Options pool;
+  pool.model = mv->model_.get();
+  pool.instances = mv->options_.instances;
+  pool.clock = mv->clock_;
+  ModelVersion* raw = mv.get();  // the pool is destroyed before *raw
+  pool.on_ready = [raw](backends::BackendInstance& inst, const backends::InstanceInfo& info) {
+    return raw->RunWarmup(inst, info);
+  };
+  pool.on_idle = [raw] { raw->Poke(); };
+  ASSIGN_OR_RETURN(mv->pool_, InstancePool::Create(std::move(pool)));
+
+  if (mv->clock_->is_fake()) mv->clock_subscription_ = mv->clock_->Subscribe([raw] { raw->Poke(); });
+  mv->scheduler_ = std::thread([raw] { raw->SchedulerLoop(); });
+  return mv;
+}
+
+ModelVersion::~ModelVersion() { Shutdown(); }
+
+Status ModelVersion::RunWarmup(backends::BackendInstance& instance, const backends::InstanceInfo& info) {
+  for (const WarmupSample& sample : options_.warmup) {
+    backends::ExecuteRequest req;
+    req.batch_size = sample.batch_size;
+    req.inputs = sample.inputs;
+    for (int i = 0; i < std::max(sample.count, 1); ++i) {
+      std::vector<NamedTensor> outputs;
+      Status s;
+      try {
+        s = instance.Execute(req, &outputs);
+      } catch (const std::exception& e) {
+        s = Internal(std::string("exception: ") + e.what());
+      }
+      if (!s.ok()) return s.WithPrefix("warmup '" + sample.name + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+void ModelVersion::Poke() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    poked_ = true;
+  }
+  cv_.notify_one();
+}
+
+std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCallback callback) {
+  const int64_t now = clock_->NowNs();
+  std::weak_ptr<ModelVersion> weak = weak_from_this();
+  auto control = std::make_shared<RequestControl>([weak] {
+    if (auto self = weak.lock()) {
+      {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        self->cancel_pending_ = true;
+        self->poked_ = true;
+      }
+      self->cv_.notify_one();
+    }
+  });
+
+  auto validated = ValidateRequest(options_.signature, request, options_.limits);
+  if (!validated.ok()) {
+    control->Finish();
+    stats_.RecordRejectedInvalid();
+    stats_.RecordFailure(clock_->NowNs() - now);
+    AnswerDirect(request, callback, validated.status(), {}, false);
+    return control;
+  }
+
+  auto task = std::make_unique<RequestTask>();
+  task->items = validated->batch_size;
+  task->key = validated->shape_key;
+  task->received_ns = now;
+  task->control = control;
+
+  if (options_.cache) {
+    const CacheKey key = MakeCacheKey(options_.name, options_.version, request);
+    auto shared_cb = std::make_shared<InferCallback>(std::move(callback));
+    ResponseCache::Waiter waiter = [this, shared_cb, control, now, id = request.id](
+                                       const Status& status, const std::vector<NamedTensor>& outputs) {
+      if (!control->Finish()) return;
+      const int64_t e2e = clock_->NowNs() - now;
+      if (status.ok()) {
+        stats_.RecordCacheHit(e2e, 0);
+      } else {
+        stats_.RecordFailure(e2e);
+      }
+      InferResponse response;
+      response.model_name = options_.name;
+      response.model_version = options_.version;
+      response.id = id;
+      response.status = status;
+      if (status.ok()) response.outputs = outputs;
+      response.cache_hit = status.ok();
+      (*shared_cb)(std::move(response));
+    };
+    std::vector<NamedTensor> hit;
+    const auto outcome = options_.cache->Lookup(key, waiter, &hit);
+    const int64_t lookup_ns = clock_->NowNs() - now;
+    if (outcome == ResponseCache::Outcome::kJoined) return control;
+    callback = std::move(*shared_cb);
+    if (outcome == ResponseCache::Outcome::kHit) {
+      control->Finish();
+      stats_.RecordCacheHit(clock_->NowNs() - now, lookup_ns);
+      AnswerDirect(request, callback, Status::Ok(), std::move(hit), true);
+      return control;
+    }
+    stats_.RecordCacheMiss(lookup_ns);
+    task->cache_leader = true;
+    task->cache_key = key;
+  }
+
+  task->request = std::move(request);
+  task->callback = std::move(callback);
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_;
+    if (!accepting_) {
+      status = Unavailable("model '" + options_.name + "' is shutting down");
+    } else {
+      control->Transition(RequestState::kReceived, RequestState::kQueued);
+      task->enqueued_ns = now;
+      status = batcher_->Enqueue(task, now);
+      if (status.ok()) poked_ = true;
+    }
+  }
+  if (status.ok()) {
+    cv_.notify_one();
+    return control;
+  }
+  if (status.code() == StatusCode::kResourceExhausted) stats_.RecordRejectedQueueFull();
+  Answer(std::move(task), status.WithPrefix("model '" + options_.name + "'"), {}, 0, 0, 0, 0);
+  return control;
+}
+
+void ModelVersion::AnswerDirect(const InferRequest& request, InferCallback& callback, const Status& status,
+                                std::vector<NamedTensor> outputs, bool cache_hit) {
+  InferResponse response;
+  response.model_name = options_.name;
+  response.model_version = options_.version;
+  response.id = request.id;
+  response.status = status;
+  response.outputs = std::move(outputs);
+  response.cache_hit = cache_hit;
+  callback(std::move(response));
+}
+
+void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
+                          int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns) {
+  if (task->control->Finish()) {
+    const int64_t e2e = clock_->NowNs() - task->received_ns;
+    if (status.ok()) {
+      stats_.RecordSuccess(e2e, queue_ns, input_ns, infer_ns, output_ns);
+    } else {
+      stats_.RecordFailure(e2e);
+    }
+    if (task->cache_leader) {
+      auto waiters = options_.cache->Complete(task->cache_key, status, outputs);
+      for (auto& w : waiters) w(status, outputs);
+    }
+    InferResponse response;
+    response.model_name = options_.name;
+    response.model_version = options_.version;
+    response.id = task->request.id;
+    response.status = status;
+    response.outputs = std::move(outputs);
+    task->callback(std::move(response));
+  }
+  task.reset();  // release input tensors before reporting the request gone
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+  }
+  idle_cv_.notify_all();
+}
+
+void ModelVersion::SchedulerLoop() {
+  NameCurrentThread("sched:" + options_.name);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    poked_ = false;
+    const int64_t now = clock_->NowNs();
+    std::vector<TaskPtr> expired = batcher_->TakeExpired(now);
+    std::vector<TaskPtr> cancelled;
+    if (cancel_pending_) {
+      cancel_pending_ = false;
+      cancelled = batcher_->RemoveIf([](const RequestTask& t) { return t.control->cancel_requested(); });
+    }
+    int64_t wake_at = std::numeric_limits<int64_t>::max();
+    while (!batcher_->empty() && pool_->HasIdle()) {
+      const int64_t estimate = pool_->PredictNs(std::max<int64_t>(options_.batching.max_batch_size, 1));
+      auto decision = batcher_->FormBatch(now, estimate, /*force=*/!accepting_);
+      if (decision.batch.empty()) {
+        wake_at = decision.wake_at_ns;
+        break;
+      }
+      Dispatch(std::move(decision.batch));
+    }
+    wake_at = std::min(wake_at, batcher_->next_expiry_ns());
+    if (stop_scheduler_ && batcher_->empty()) break;
+
+    if (!expired.empty() || !cancelled.empty()) {
+      lock.unlock();
+      for (auto& t : expired) {
+        stats_.RecordTimedOut();
+        const int64_t waited_us = (now - t->enqueued_ns) / 1000;
+        Answer(std::move(t),
+               DeadlineExceeded("request timed out after " + std::to_string(waited_us) +
+                                " us in the queue of model '" + options_.name + "'"),
+               {}, now - t->enqueued_ns, 0, 0, 0);
+      }
+      for (auto& t : cancelled) {
+        stats_.RecordCancelled();
+        Answer(std::move(t), Cancelled("request cancelled by the client"), {}, 0, 0, 0, 0);
+      }
+      lock.lock();
+      continue;
+    }
+    if (poked_) continue;
+    if (wake_at == std::numeric_limits<int64_t>::max() || clock_->is_fake()) {
+      cv_.wait(lock, [&] { return poked_; });
+    } else {
+      const int64_t wait_ns = wake_at - clock_->NowNs();
+      if (wait_ns > 0) cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return poked_; });
+    }
+  }
+}
+
+void ModelVersion::Dispatch(Batch batch) {
+  const uint64_t seq = next_batch_seq_++;
+  int64_t items = 0;
+  for (const auto& t : batch) {
+    items += t->items;
+    t->control->Transition(RequestState::kQueued, RequestState::kExecuting);
+  }
+  const int index = pool_->Choose(items);
+  auto shared = std::make_shared<Batch>(std::move(batch));
+  pool_->Submit(index, PoolJob{items, [this, shared, seq](backends::BackendInstance& inst, int) {
+                                 ExecuteBatch(*shared, inst, seq);
+                               }});
+}
+
+void ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq) {
+  const int64_t t0 = clock_->NowNs();
+  std::vector<const InferRequest*> requests;
+  std::vector<int64_t> sizes;
+  int64_t items = 0;
+  for (const auto& t : batch) {
+    requests.push_back(&t->request);
+    sizes.push_back(t->items);
+    items += t->items;
+  }
+  auto merged = MergeInputs(options_.signature, requests, sizes);
+  const int64_t t1 = clock_->NowNs();
+  std::vector<NamedTensor> outputs;
+  Status status = merged.status();
+  if (status.ok()) {
+    try {
+      status = instance.Execute(*merged, &outputs);
+    } catch (const std::exception& e) {
+      status = Internal(std::string("backend threw: ") + e.what());
+    } catch (...) {
+      status = Internal("backend threw a non-standard exception");
+    }
+  }
+  const int64_t t2 = clock_->NowNs();
+  std::vector<std::vector<NamedTensor>> per_request;
+  if (status.ok()) {
+    auto scattered = ScatterOutputs(options_.signature, std::move(outputs), requests, sizes);
+    if (scattered.ok()) {
+      per_request = std::move(scattered).value();
+    } else {
+      status = scattered.status();
+    }
+  }
+  if (!status.ok()) {
+    status = status.WithPrefix("model '" + options_.name + "' version " + std::to_string(options_.version));
+  }
+  const int64_t t3 = clock_->NowNs();
+  if (status.ok()) stats_.RecordExecution(items, t1 - t0, t2 - t1, t3 - t2);
+  merged = Status(Internal("released"));  // drop merged inputs before answering
+
+  std::vector<std::function<void()>> answers;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    std::vector<NamedTensor> outs = status.ok() ? std::move(per_request[i]) : std::vector<NamedTensor>{};
+    const int64_t queue_ns = t0 - batch[i]->enqueued_ns;
+    answers.push_back([this, task = std::make_shared<TaskPtr>(std::move(batch[i])), status,
+                       outs = std::move(outs), queue_ns, t0, t1, t2, t3]() mutable {
+      Answer(std::move(*task), status, std::move(outs), queue_ns, t1 - t0, t2 - t1, t3 - t2);
+    });
+  }
+  if (options_.preserve_ordering) {
+    Release(seq, std::move(answers));
+  } else {
+    for (auto& a : answers) a();
+  }
+}
+
+void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answers) {
+  std::lock_guard<std::mutex> lock(order_mu_);
+  held_[seq] = std::move(answers);
+  while (!held_.empty() && held_.begin()->first == next_release_seq_) {
+    auto ready = std::move(held_.begin()->second);
+    held_.erase(held_.begin());
+    ++next_release_seq_;
+    for (auto& a : ready) a();
+  }
+}
+
+void ModelVersion::Shutdown() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!scheduler_.joinable()) return;  // never started, or already shut down
+    accepting_ = false;
+    poked_ = true;
+    cv_.notify_one();
+    idle_cv_.wait(lock, [&] { return in_flight_ == 0; });
+    stop_scheduler_ = true;
+    poked_ = true;
+  }
+  cv_.notify_one();
+  scheduler_.join();
+  pool_.reset();
+  if (clock_subscription_ >= 0) clock_->Unsubscribe(clock_subscription_);
+  clock_subscription_ = -1;
+}
+
+size_t ModelVersion::queue_depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batcher_->size();
+}
+
+int64_t ModelVersion::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+}  // namespace shoal::runtime

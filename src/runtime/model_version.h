@@ -1,0 +1,140 @@
+// ModelVersion: one loaded version of a model, serving requests.
+//
+// It joins the pieces of the request path for one version (design.md):
+//   Infer ─▶ validate (batch_io) ─▶ ResponseCache (hit / join / lead)
+//         ─▶ Batcher (priority queues, timeouts, shape buckets), driven by this
+//            version's scheduler thread
+//         ─▶ InstancePool (earliest expected finish) ─▶ instance thread:
+//            MergeInputs ─▶ BackendInstance::Execute ─▶ ScatterOutputs ─▶ answers
+//
+// Threads: callers of Infer (any thread); one scheduler thread; one thread per
+// instance. Callbacks run on the instance thread that executed the batch, on the
+// scheduler thread (timeouts, cancellations), or on the caller's thread (anything
+// answered before queueing).
+// Lock order: mu_ → the pool's lock. mu_ is never held while running a backend or a
+// callback.
+//
+// Create blocks until every instance is created and warmed up: a ModelVersion that
+// exists is ready. Shutdown stops accepting (new requests get UNAVAILABLE), runs
+// everything queued, waits for every request to be answered, and stops the instances;
+// the destructor does the same if Shutdown was not called.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "runtime/batch_io.h"
+#include "runtime/batcher.h"
+#include "runtime/infer_request.h"
+#include "runtime/instance_pool.h"
+#include "runtime/model_stats.h"
+#include "runtime/request_task.h"
+#include "runtime/response_cache.h"
+
+namespace shoal::runtime {
+
+// One warmup run: inputs with their full (batched) shapes, run `count` times.
+struct WarmupSample {
+  std::string name;
+  int64_t batch_size = 1;
+  int count = 1;
+  std::vector<NamedTensor> inputs;
+};
+
+struct ModelVersionOptions {
+  std::string name;
+  int64_t version = 1;
+  ModelSignature signature;
+  // max_batch_size 0 here means no dynamic batching (each request runs alone).
+  BatcherOptions batching;
+  bool preserve_ordering = false;
+  std::vector<backends::InstanceInfo> instances;  // at least one
+  std::vector<WarmupSample> warmup;               // run on every instance before ready
+  RequestLimits limits;
+  // Non-null enables the response cache for this version (the cache may be shared).
+  std::shared_ptr<ResponseCache> cache;
+  std::shared_ptr<Clock> clock;  // default: the real clock
+};
+
+class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
+ public:
+  static StatusOr<std::shared_ptr<ModelVersion>> Create(ModelVersionOptions options,
+                                                        std::unique_ptr<backends::BackendModel> model);
+  ~ModelVersion();
+  ModelVersion(const ModelVersion&) = delete;
+  ModelVersion& operator=(const ModelVersion&) = delete;
+
+  // Answers through `callback` exactly once. Never blocks on inference.
+  std::shared_ptr<RequestHandle> Infer(InferRequest request, InferCallback callback);
+
+  // See the class comment. Idempotent; safe from any thread but a callback's.
+  void Shutdown();
+
+  const std::string& name() const { return options_.name; }
+  int64_t version() const { return options_.version; }
+  const ModelSignature& signature() const { return options_.signature; }
+  const ModelVersionOptions& options() const { return options_; }
+  ModelStatsSnapshot stats() const { return stats_.Snapshot(); }
+  std::vector<InstanceStats> instance_stats() const { return pool_->Stats(); }
+  // Requests waiting in the batcher.
+  size_t queue_depth() const;
+  // Requests accepted and not yet answered (queued or executing).
+  int64_t in_flight() const;
+
+ private:
+  using TaskPtr = std::unique_ptr<RequestTask>;
+  using Batch = std::vector<TaskPtr>;
+
+  ModelVersion(ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model,
+               std::unique_ptr<Batcher<RequestTask>> batcher);
+  void SchedulerLoop();
+  void Poke();
+  void Dispatch(Batch batch);  // requires mu_
+  void ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
+  // Answers one task; `result` outputs are per request. Handles cache and stats.
+  void Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
+              int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns);
+  // Answers a request that never became a task (invalid, hit, rejected).
+  void AnswerDirect(const InferRequest& request, InferCallback& callback, const Status& status,
+                    std::vector<NamedTensor> outputs, bool cache_hit);
+  void Release(uint64_t seq, std::vector<std::function<void()>> answers);
+  Status RunWarmup(backends::BackendInstance& instance, const backends::InstanceInfo& info);
+
+  const ModelVersionOptions options_;
+  std::shared_ptr<Clock> clock_;
+  std::unique_ptr<backends::BackendModel> model_;
+  std::unique_ptr<InstancePool> pool_;
+  ModelStats stats_;
+  int clock_subscription_ = -1;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // scheduler wakeups
+  std::condition_variable idle_cv_;  // in_flight_ reached 0
+  std::unique_ptr<Batcher<RequestTask>> batcher_;  // GUARDED_BY(mu_)
+  bool poked_ = false;               // GUARDED_BY(mu_)
+  bool cancel_pending_ = false;      // GUARDED_BY(mu_)
+  bool accepting_ = true;            // GUARDED_BY(mu_)
+  bool stop_scheduler_ = false;      // GUARDED_BY(mu_)
+  int64_t in_flight_ = 0;            // GUARDED_BY(mu_)
+  uint64_t next_batch_seq_ = 0;      // GUARDED_BY(mu_)
+  std::thread scheduler_;
+
+  // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.
+  std::mutex order_mu_;
+  uint64_t next_release_seq_ = 0;  // GUARDED_BY(order_mu_)
+  std::map<uint64_t, std::vector<std::function<void()>>> held_;  // GUARDED_BY(order_mu_)
+};
+
+// The cache key of a request for a model version.
+CacheKey MakeCacheKey(const std::string& model, int64_t version, const InferRequest& request);
+
+}  // namespace shoal::runtime

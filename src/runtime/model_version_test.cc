@@ -1,0 +1,438 @@
+#include "runtime/model_version.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <thread>
+
+#include "runtime/testing/fake_backend.h"
+
+namespace shoal::runtime {
+namespace {
+
+using testing::FakeBackendModel;
+using testing::FakeBackendState;
+
+// Collects answers by request id; fails the test if an id is answered twice.
+class Answers {
+ public:
+  InferCallback For(const std::string& id) {
+    return [this, id](InferResponse r) {
+      std::lock_guard<std::mutex> lock(mu_);
+      EXPECT_EQ(r.id, id);
+      EXPECT_EQ(got_.count(id), 0u) << "request " << id << " answered twice";
+      got_.emplace(id, std::move(r));
+      cv_.notify_all();
+    };
+  }
+  bool WaitFor(const std::string& id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return got_.count(id) > 0; });
+  }
+  bool Has(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_.count(id) > 0;
+  }
+  InferResponse Get(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_.at(id);
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, InferResponse> got_;
+};
+
+ModelSignature Sig(int64_t max_batch) {
+  ModelSignature sig;
+  sig.max_batch_size = max_batch;
+  sig.inputs.push_back({"INPUT0", DataType::kFp32, {-1}, false});
+  sig.outputs.push_back({"OUTPUT0", DataType::kFp32, {-1}, false});
+  return sig;
+}
+
+InferRequest Req(const std::string& id, std::vector<float> row, uint32_t priority = 0) {
+  InferRequest r;
+  r.model_name = "fake";
+  r.id = id;
+  r.priority = priority;
+  const int64_t n = static_cast<int64_t>(row.size());
+  r.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, n}, row)});
+  return r;
+}
+
+class ModelVersionTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<ModelVersion> Make(ModelVersionOptions o, int instances = 1) {
+    o.name = "fake";
+    if (o.signature.inputs.empty()) o.signature = Sig(8);
+    for (int i = 0; i < instances; ++i) o.instances.push_back({"fake_" + std::to_string(i), i, {}});
+    o.clock = clock_;
+    auto mv = ModelVersion::Create(std::move(o), std::make_unique<FakeBackendModel>(state_));
+    EXPECT_TRUE(mv.ok()) << mv.status().ToString();
+    return mv.ok() ? *mv : nullptr;
+  }
+  static ModelVersionOptions Batching(int64_t max_batch, uint64_t delay_us = 0) {
+    ModelVersionOptions o;
+    o.signature = Sig(max_batch);
+    o.batching.max_batch_size = max_batch;
+    o.batching.max_queue_delay_us = delay_us;
+    return o;
+  }
+
+  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
+  std::shared_ptr<FakeBackendState> state_ = std::make_shared<FakeBackendState>();
+  Answers answers_;
+};
+
+TEST_F(ModelVersionTest, AnswersOneRequestWithTheBackendsOutput) {
+  auto mv = Make(Batching(8));
+  mv->Infer(Req("a", {1.5f, 2}), answers_.For("a"));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  InferResponse r = answers_.Get("a");
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(r.outputs[0].name, "OUTPUT0");
+  EXPECT_EQ(r.outputs[0].tensor.shape(), (Shape{1, 2}));
+  EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 3.0f);
+  EXPECT_EQ(r.outputs[0].tensor.values<float>()[1], 4.0f);
+  mv->Shutdown();
+  auto s = mv->stats();
+  EXPECT_EQ(s.success.count, 1u);
+  EXPECT_EQ(s.execution_count, 1u);
+  EXPECT_EQ(s.inference_count, 1u);
+}
+
+TEST_F(ModelVersionTest, RequestsArrivingWhileBusyRunAsOneBatchAndGetTheirOwnRows) {
+  auto mv = Make(Batching(8));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  for (int i = 1; i <= 3; ++i) mv->Infer(Req("r" + std::to_string(i), {float(i)}), answers_.For("r" + std::to_string(i)));
+  EXPECT_EQ(mv->queue_depth(), 3u);
+  state_->Unblock(100);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(answers_.WaitFor("r" + std::to_string(i)));
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{1, 2, 3}));
+  for (int i = 1; i <= 3; ++i) {
+    auto r = answers_.Get("r" + std::to_string(i));
+    ASSERT_TRUE(r.status.ok());
+    EXPECT_EQ(r.outputs[0].tensor.shape(), (Shape{1, 1}));
+    EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 2.0f * i);
+  }
+  mv->Shutdown();
+  auto s = mv->stats();
+  EXPECT_EQ(s.batch_stats.at(3).compute_infer.count, 1u);
+  EXPECT_EQ(s.batch_stats.at(1).compute_infer.count, 1u);
+}
+
+TEST_F(ModelVersionTest, QueueDelayHoldsABatchUntilTheClockPassesIt) {
+  auto mv = Make(Batching(8, /*delay_us=*/1000));
+  mv->Infer(Req("a", {1}), answers_.For("a"));
+  mv->Infer(Req("b", {2}), answers_.For("b"));
+  clock_->AdvanceUs(999);
+  EXPECT_FALSE(answers_.Has("a"));
+  EXPECT_TRUE(state_->executions().empty());
+  clock_->AdvanceUs(1);
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  ASSERT_TRUE(answers_.WaitFor("b"));
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0].row_keys, (std::vector<float>{1, 2}));
+}
+
+TEST_F(ModelVersionTest, DifferentShapesAreNeverBatchedTogether) {
+  auto mv = Make(Batching(8));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("two_a", {1, 1}), answers_.For("two_a"));
+  mv->Infer(Req("three", {2, 2, 2}), answers_.For("three"));
+  mv->Infer(Req("two_b", {3, 3}), answers_.For("two_b"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("three"));
+  ASSERT_TRUE(answers_.WaitFor("two_b"));
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{1, 3}));
+  EXPECT_EQ(ex[2].row_keys, (std::vector<float>{2}));
+  EXPECT_EQ(answers_.Get("three").outputs[0].tensor.shape(), (Shape{1, 3}));
+}
+
+TEST_F(ModelVersionTest, HigherPriorityRunsFirst) {
+  auto o = Batching(1);
+  o.batching.priority_levels = 2;
+  o.batching.default_priority_level = 2;
+  auto mv = Make(std::move(o));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("low1", {1}, 2), answers_.For("low1"));
+  mv->Infer(Req("low2", {2}, 0), answers_.For("low2"));
+  mv->Infer(Req("high", {3}, 1), answers_.For("high"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("low2"));
+  ASSERT_TRUE(answers_.WaitFor("low1"));
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 4u);
+  EXPECT_EQ(ex[1].row_keys[0], 3);
+  EXPECT_EQ(ex[2].row_keys[0], 1);
+  EXPECT_EQ(ex[3].row_keys[0], 2);
+}
+
+TEST_F(ModelVersionTest, QueueTimeoutIsAnsweredWhileTheInstanceIsStillBusy) {
+  auto o = Batching(8);
+  o.batching.default_queue_policy.default_timeout_us = 100;
+  auto mv = Make(std::move(o));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("late", {1}), answers_.For("late"));
+  clock_->AdvanceUs(100);
+  ASSERT_TRUE(answers_.WaitFor("late"));
+  EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(answers_.Has("first")) << "the running batch is still blocked";
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("first"));
+  EXPECT_TRUE(answers_.Get("first").status.ok());
+  mv->Shutdown();
+  EXPECT_EQ(mv->stats().timed_out, 1u);
+  EXPECT_EQ(state_->executions().size(), 1u);
+}
+
+TEST_F(ModelVersionTest, DelayedRequestIsNotAnsweredAtTimeoutButRunsAfterOthers) {
+  auto o = Batching(1);
+  o.batching.default_queue_policy.timeout_action = TimeoutAction::kDelay;
+  o.batching.default_queue_policy.default_timeout_us = 100;
+  auto mv = Make(std::move(o));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("old", {1}), answers_.For("old"));
+  clock_->AdvanceUs(150);
+  mv->Infer(Req("new", {2}), answers_.For("new"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("old"));
+  EXPECT_TRUE(answers_.Get("old").status.ok());
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(ex[1].row_keys[0], 2) << "the delayed request goes behind the newer one";
+  EXPECT_EQ(ex[2].row_keys[0], 1);
+}
+
+TEST_F(ModelVersionTest, FullQueueRejectsAtOnceWithRetryableStatus) {
+  auto o = Batching(8);
+  o.batching.default_queue_policy.max_queue_size = 1;
+  auto mv = Make(std::move(o));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("queued", {1}), answers_.For("queued"));
+  mv->Infer(Req("overflow", {2}), answers_.For("overflow"));
+  ASSERT_TRUE(answers_.Has("overflow")) << "rejection must be immediate";
+  EXPECT_EQ(answers_.Get("overflow").status.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(answers_.Get("overflow").status.retryable());
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("queued"));
+  EXPECT_TRUE(answers_.Get("queued").status.ok());
+  mv->Shutdown();
+  EXPECT_EQ(mv->stats().rejected_queue_full, 1u);
+}
+
+TEST_F(ModelVersionTest, CancelledQueuedRequestIsAnsweredAndNeverRuns) {
+  auto mv = Make(Batching(8));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  auto handle = mv->Infer(Req("gone", {7}), answers_.For("gone"));
+  mv->Infer(Req("stays", {8}), answers_.For("stays"));
+  handle->Cancel();
+  ASSERT_TRUE(answers_.WaitFor("gone"));
+  EXPECT_EQ(answers_.Get("gone").status.code(), StatusCode::kCancelled);
+  handle->Cancel();  // twice is harmless
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("stays"));
+  for (const auto& e : state_->executions()) {
+    for (float k : e.row_keys) EXPECT_NE(k, 7) << "a cancelled request ran";
+  }
+}
+
+TEST_F(ModelVersionTest, InvalidRequestsGetInvalidArgumentNamingTheInput) {
+  auto mv = Make(Batching(2));
+  InferRequest wrong_type = Req("t", {1});
+  wrong_type.inputs[0].tensor = Tensor::FromVector<int32_t>(DataType::kInt32, {1, 1}, {1});
+  mv->Infer(std::move(wrong_type), answers_.For("t"));
+  InferRequest too_big = Req("b", {1});
+  too_big.inputs[0].tensor = Tensor::Allocate(DataType::kFp32, {3, 1});
+  mv->Infer(std::move(too_big), answers_.For("b"));
+  InferRequest missing = Req("m", {1});
+  missing.inputs.clear();
+  mv->Infer(std::move(missing), answers_.For("m"));
+  InferRequest short_data = Req("s", {1, 2});
+  short_data.inputs[0].tensor = Tensor(DataType::kFp32, {1, 2}, short_data.inputs[0].tensor.buffer(), 0, 4);
+  mv->Infer(std::move(short_data), answers_.For("s"));
+  for (const char* id : {"t", "b", "m", "s"}) {
+    ASSERT_TRUE(answers_.Has(id)) << id;
+    EXPECT_EQ(answers_.Get(id).status.code(), StatusCode::kInvalidArgument) << id;
+    EXPECT_NE(answers_.Get(id).status.message().find("INPUT0"), std::string::npos)
+        << answers_.Get(id).status.message();
+  }
+  EXPECT_TRUE(state_->executions().empty());
+}
+
+TEST_F(ModelVersionTest, BackendErrorFailsItsBatchAndServingContinues) {
+  auto mv = Make(Batching(8));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("bad", {-1}), answers_.For("bad"));
+  mv->Infer(Req("neighbour", {5}), answers_.For("neighbour"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("neighbour"));
+  ASSERT_TRUE(answers_.WaitFor("bad"));
+  EXPECT_EQ(answers_.Get("bad").status.code(), StatusCode::kInternal);
+  EXPECT_NE(answers_.Get("bad").status.message().find("asked to fail"), std::string::npos);
+  EXPECT_EQ(answers_.Get("neighbour").status.code(), StatusCode::kInternal) << "same batch";
+  mv->Infer(Req("after", {6}), answers_.For("after"));
+  ASSERT_TRUE(answers_.WaitFor("after"));
+  EXPECT_TRUE(answers_.Get("after").status.ok());
+}
+
+TEST_F(ModelVersionTest, CacheHitAndInFlightJoinRunTheModelOnce) {
+  auto o = Batching(8);
+  o.cache = std::make_shared<ResponseCache>(1 << 20);
+  auto mv = Make(std::move(o));
+  state_->Block(100);
+  mv->Infer(Req("leader", {100}), answers_.For("leader"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("joiner", {100}), answers_.For("joiner"));
+  EXPECT_FALSE(answers_.Has("joiner"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("leader"));
+  ASSERT_TRUE(answers_.WaitFor("joiner"));
+  EXPECT_EQ(answers_.Get("joiner").outputs[0].tensor.values<float>()[0], 200.0f);
+  mv->Infer(Req("hit", {100}), answers_.For("hit"));
+  ASSERT_TRUE(answers_.Has("hit")) << "a hit is answered on the caller's thread";
+  EXPECT_TRUE(answers_.Get("hit").cache_hit);
+  EXPECT_EQ(answers_.Get("hit").outputs[0].tensor.values<float>()[0], 200.0f);
+  mv->Infer(Req("other", {3}), answers_.For("other"));
+  ASSERT_TRUE(answers_.WaitFor("other"));
+  EXPECT_FALSE(answers_.Get("other").cache_hit);
+  EXPECT_EQ(state_->executions().size(), 2u);
+  auto cs = mv->options().cache->stats();
+  EXPECT_EQ(cs.hits, 1);
+  EXPECT_EQ(cs.joins, 1);
+  EXPECT_EQ(cs.misses, 2);
+  mv->Shutdown();
+  EXPECT_EQ(mv->stats().cache_hit.count, 2u);  // the hit and the joiner
+  EXPECT_EQ(mv->stats().cache_miss.count, 2u);
+}
+
+TEST_F(ModelVersionTest, PreserveOrderingHoldsLaterBatchesUntilEarlierAnswered) {
+  auto o = Batching(1);
+  o.preserve_ordering = true;
+  auto mv = Make(std::move(o), /*instances=*/2);
+  state_->Block(100);
+  mv->Infer(Req("slow", {100}), answers_.For("slow"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("fast", {1}), answers_.For("fast"));
+  ASSERT_TRUE(state_->WaitForExecutions(2));
+  // "fast" has run on the other instance but must wait for "slow".
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(answers_.Has("fast"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("fast"));
+  EXPECT_TRUE(answers_.Has("slow"));
+}
+
+TEST_F(ModelVersionTest, ShutdownDrainsQueuedWorkAndThenRejects) {
+  auto mv = Make(Batching(2, /*delay_us=*/1'000'000));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  clock_->AdvanceUs(1'000'000);
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  for (int i = 0; i < 5; ++i) mv->Infer(Req("q" + std::to_string(i), {float(i)}), answers_.For("q" + std::to_string(i)));
+  std::thread stopper([&] { mv->Shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  state_->Unblock(100);
+  stopper.join();
+  EXPECT_EQ(answers_.size(), 6u);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(answers_.Get("q" + std::to_string(i)).status.ok());
+  mv->Infer(Req("late", {1}), answers_.For("late"));
+  ASSERT_TRUE(answers_.Has("late"));
+  EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kUnavailable);
+}
+
+TEST_F(ModelVersionTest, DestroyingWithWorkQueuedAnswersEverything) {
+  {
+    auto mv = Make(Batching(4, /*delay_us=*/5'000'000));
+    for (int i = 0; i < 10; ++i) mv->Infer(Req("d" + std::to_string(i), {float(i)}), answers_.For("d" + std::to_string(i)));
+  }
+  EXPECT_EQ(answers_.size(), 10u);
+}
+
+TEST_F(ModelVersionTest, WarmupRunsOnEveryInstanceBeforeReady) {
+  auto o = Batching(4);
+  WarmupSample w;
+  w.name = "zeros";
+  w.batch_size = 4;
+  w.count = 2;
+  w.inputs.push_back({"INPUT0", Tensor::Allocate(DataType::kFp32, {4, 3})});
+  o.warmup.push_back(w);
+  auto mv = Make(std::move(o), /*instances=*/2);
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 4u);
+  int per_instance[2] = {0, 0};
+  for (const auto& e : ex) {
+    EXPECT_EQ(e.batch_size, 4);
+    per_instance[e.instance]++;
+  }
+  EXPECT_EQ(per_instance[0], 2);
+  EXPECT_EQ(per_instance[1], 2);
+}
+
+TEST_F(ModelVersionTest, FailingWarmupFailsCreateWithItsName) {
+  auto o = Batching(4);
+  o.name = "fake";
+  o.signature = Sig(4);
+  o.instances.push_back({"fake_0", 0, {}});
+  o.clock = clock_;
+  WarmupSample w;
+  w.name = "poison";
+  w.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 1}, {-5})});
+  o.warmup.push_back(w);
+  auto mv = ModelVersion::Create(std::move(o), std::make_unique<FakeBackendModel>(state_));
+  ASSERT_FALSE(mv.ok());
+  EXPECT_NE(mv.status().message().find("warmup 'poison'"), std::string::npos) << mv.status().ToString();
+}
+
+TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {
+  auto mv = Make(Batching(8), /*instances=*/2);
+  constexpr int kThreads = 4, kPerThread = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string id = std::to_string(t) + "_" + std::to_string(i);
+        mv->Infer(Req(id, {float(i)}), answers_.For(id));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  mv->Shutdown();
+  EXPECT_EQ(answers_.size(), static_cast<size_t>(kThreads * kPerThread));
+  auto s = mv->stats();
+  EXPECT_EQ(s.success.count, static_cast<uint64_t>(kThreads * kPerThread));
+  EXPECT_EQ(s.inference_count, static_cast<uint64_t>(kThreads * kPerThread));
+}
+
+}  // namespace
+}  // namespace shoal::runtime
