@@ -1,0 +1,495 @@
+#include "repository/model_config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace shoal::repository {
+
+static_assert(static_cast<int>(inference::TYPE_FP32) == static_cast<int>(DataType::kFp32));
+static_assert(static_cast<int>(inference::TYPE_STRING) == static_cast<int>(DataType::kBytes));
+static_assert(static_cast<int>(inference::TYPE_BF16) == static_cast<int>(DataType::kBf16));
+
+namespace {
+
+// Messages beyond this many are summarised, so a pathological config cannot produce an
+// unbounded error text.
+constexpr size_t kMaxProblems = 32;
+
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+std::string Quote(std::string_view s) { return Cat('"', s, '"'); }
+
+template <typename Container>
+std::string ListText(const Container& values) {
+  std::ostringstream out;
+  out << '[';
+  bool first = true;
+  for (const auto& v : values) {
+    out << (first ? "" : ", ") << v;
+    first = false;
+  }
+  out << ']';
+  return out.str();
+}
+
+// Collects one line per broken rule, each starting with the config's path.
+class Problems {
+ public:
+  explicit Problems(const std::string& path) : path_(path) {}
+
+  template <typename... Args>
+  void Add(const Args&... args) {
+    ++count_;
+    if (lines_.size() < kMaxProblems) lines_.push_back(Cat(path_, ": ", args...));
+  }
+
+  Status ToStatus() const {
+    if (lines_.empty()) return Status::Ok();
+    std::string message;
+    for (const std::string& line : lines_) {
+      if (!message.empty()) message += '\n';
+      message += line;
+    }
+    if (count_ > lines_.size()) {
+      message += Cat('\n', path_, ": ... and ", count_ - lines_.size(), " more problems");
+    }
+    return InvalidArgument(std::move(message));
+  }
+
+ private:
+  const std::string& path_;
+  std::vector<std::string> lines_;
+  size_t count_ = 0;
+};
+
+// The tokenizer's column: tabs advance to the next multiple of 8.
+constexpr int kTabWidth = 8;
+
+// Collects protobuf's parse errors as "line:column: description", 1-based.
+class ParseErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit ParseErrors(std::string_view text) : text_(text) {}
+
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (lines_.size() >= kMaxProblems) return;
+    column = PointAtName(line, column, message);
+    lines_.push_back(Cat(line + 1, ':', column + 1, ": ", message));
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+
+  Status ToStatus(const std::string& path) const {
+    if (lines_.empty()) return InvalidArgument(Cat(path, ": cannot parse config"));
+    std::string message;
+    for (const std::string& line : lines_) {
+      if (!message.empty()) message += '\n';
+      message += Cat(path, ':', line);
+    }
+    return InvalidArgument(std::move(message));
+  }
+
+ private:
+  // protobuf reports an unknown field or enum value at the token after it; move the
+  // column back to the start of the name when it is on the same line.
+  int PointAtName(int line, int column, const std::string& message) const {
+    std::string name;
+    for (std::string_view marker : {"has no field named \"", "Unknown enumeration value of \""}) {
+      const size_t at = message.find(marker);
+      if (at == std::string::npos) continue;
+      const size_t begin = at + marker.size();
+      const size_t end = message.find('"', begin);
+      if (end != std::string::npos) name = message.substr(begin, end - begin);
+      break;
+    }
+    if (name.empty()) return column;
+    size_t line_start = 0;
+    for (int i = 0; i < line; ++i) {
+      line_start = text_.find('\n', line_start);
+      if (line_start == std::string_view::npos) return column;
+      ++line_start;
+    }
+    std::string_view text = text_.substr(line_start);
+    text = text.substr(0, text.find('\n'));
+    // Byte offset of each tokenizer column on this line, up to the reported one.
+    std::vector<int> columns;
+    int col = 0;
+    size_t limit = 0;
+    for (; limit < text.size() && col < column; ++limit) {
+      columns.push_back(col);
+      col = text[limit] == '\t' ? col + kTabWidth - col % kTabWidth : col + 1;
+    }
+    const size_t found = text.substr(0, limit).rfind(name);
+    if (found == std::string_view::npos) return column;
+    return columns[found];
+  }
+
+  std::string_view text_;
+  std::vector<std::string> lines_;
+};
+
+bool IsValidDim(int64_t dim) { return dim >= 1 || dim == -1; }
+
+// Product of the dims; nullopt when one is variable (-1) or invalid, or on overflow.
+template <typename Dims>
+std::optional<int64_t> ElementCount(const Dims& dims) {
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 1 || count > INT64_MAX / d) return std::nullopt;
+    count *= d;
+  }
+  return count;
+}
+
+std::string TensorLabel(std::string_view kind, int index, const std::string& name) {
+  return name.empty() ? Cat(kind, '[', index, ']') : Cat(kind, ' ', Quote(name));
+}
+
+template <typename Tensor>
+void CheckTensors(const google::protobuf::RepeatedPtrField<Tensor>& tensors, std::string_view kind,
+                  Problems& problems) {
+  std::set<std::string> seen;
+  for (int i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const std::string where = TensorLabel(kind, i, t.name());
+    if (t.name().empty()) {
+      problems.Add(where, ": name must not be empty");
+    } else if (!seen.insert(t.name()).second) {
+      problems.Add(where, ": name must be unique among the ", kind, "s; was used twice");
+    }
+    if (t.data_type() == inference::TYPE_INVALID) {
+      problems.Add(where, ": data_type must be set; was TYPE_INVALID");
+    } else if (!inference::DataType_IsValid(t.data_type())) {
+      problems.Add(where, ": data_type must be a known type; was ", t.data_type());
+    }
+    if (t.dims_size() == 0 && !t.has_reshape()) {
+      problems.Add(where, ": dims must not be empty (a scalar is dims: [ 1 ] with reshape: ",
+                   "{ shape: [ ] }); was []");
+    }
+    for (int j = 0; j < t.dims_size(); ++j) {
+      if (!IsValidDim(t.dims(j))) {
+        problems.Add(where, ": dims[", j, "] must be >= 1 or -1; was ", t.dims(j));
+      }
+    }
+    if (!t.has_reshape()) continue;
+    const auto& shape = t.reshape().shape();
+    for (int j = 0; j < shape.size(); ++j) {
+      if (!IsValidDim(shape[j])) {
+        problems.Add(where, ": reshape.shape[", j, "] must be >= 1 or -1; was ", shape[j]);
+      }
+    }
+    const auto from = ElementCount(t.dims());
+    const auto to = ElementCount(shape);
+    if (from && to && *from != *to) {
+      problems.Add(where, ": reshape.shape ", ListText(shape), " must hold as many elements (", *to,
+                   ") as dims ", ListText(t.dims()), " (", *from, ")");
+    }
+  }
+}
+
+void CheckDynamicBatching(const inference::ModelConfig& config, Problems& problems) {
+  if (!config.has_dynamic_batching()) return;
+  const auto& db = config.dynamic_batching();
+  const int32_t max_batch = config.max_batch_size();
+  if (max_batch <= 0) {
+    problems.Add("dynamic_batching requires max_batch_size > 0; was ", max_batch);
+  }
+  for (int i = 0; i < db.preferred_batch_size_size(); ++i) {
+    const int32_t size = db.preferred_batch_size(i);
+    if (size <= 0) {
+      problems.Add("dynamic_batching.preferred_batch_size[", i, "] must be > 0; was ", size);
+    } else if (max_batch > 0 && size > max_batch) {
+      problems.Add("dynamic_batching.preferred_batch_size[", i, "] must be <= max_batch_size (",
+                   max_batch, "); was ", size);
+    }
+  }
+  const uint64_t levels = db.priority_levels();
+  const uint64_t default_level = db.default_priority_level();
+  if (levels == 0 && default_level != 0) {
+    problems.Add("dynamic_batching.default_priority_level must be 0 when priority_levels is 0; ",
+                 "was ", default_level);
+  } else if (levels > 0 && (default_level < 1 || default_level > levels)) {
+    problems.Add("dynamic_batching.default_priority_level must be in 1..priority_levels (", levels,
+                 "); was ", default_level);
+  }
+  std::set<uint64_t> keys;
+  for (const auto& [level, policy] : db.priority_queue_policy()) keys.insert(level);
+  for (uint64_t level : keys) {
+    if (level < 1 || level > levels) {
+      problems.Add("dynamic_batching.priority_queue_policy key must be in 1..priority_levels (",
+                   levels, "); was ", level);
+    }
+  }
+}
+
+void CheckInstanceGroups(const inference::ModelConfig& config, Problems& problems) {
+  for (int i = 0; i < config.instance_group_size(); ++i) {
+    const auto& group = config.instance_group(i);
+    const std::string where = Cat("instance_group[", i, ']');
+    if (group.count() < 0) problems.Add(where, ".count must be >= 0; was ", group.count());
+    if (group.threads() < 0) problems.Add(where, ".threads must be >= 0; was ", group.threads());
+    std::set<int> seen;
+    for (int j = 0; j < group.cpu_cores_size(); ++j) {
+      const int core = group.cpu_cores(j);
+      if (core < 0) {
+        problems.Add(where, ".cpu_cores[", j, "] must be >= 0; was ", core);
+      } else if (!seen.insert(core).second) {
+        problems.Add(where, ".cpu_cores must not list a core twice; was ", core, " again at [", j,
+                     ']');
+      }
+    }
+    const int instances = InstanceCount(group);
+    if (group.count() >= 0 && group.cpu_cores_size() % instances != 0) {
+      problems.Add(where, ".cpu_cores must split evenly among count (", instances,
+                   ") instances: one core each, or a multiple of ", instances, " cores; was ",
+                   ListText(group.cpu_cores()));
+    }
+  }
+}
+
+void CheckVersionPolicy(const inference::ModelConfig& config, Problems& problems) {
+  const auto& policy = config.version_policy();
+  if (policy.has_latest() && policy.latest().num_versions() == 0) {
+    problems.Add("version_policy.latest.num_versions must be >= 1; was 0");
+  }
+  if (policy.has_specific()) {
+    const auto& versions = policy.specific().versions();
+    if (versions.empty()) problems.Add("version_policy.specific.versions must not be empty");
+    for (int i = 0; i < versions.size(); ++i) {
+      if (versions[i] <= 0) {
+        problems.Add("version_policy.specific.versions[", i, "] must be > 0; was ", versions[i]);
+      }
+    }
+  }
+}
+
+void CheckWarmup(const inference::ModelConfig& config, Problems& problems) {
+  std::map<std::string, inference::DataType> declared;
+  for (const auto& input : config.input()) declared.emplace(input.name(), input.data_type());
+  const int64_t max_batch = std::max<int64_t>(config.max_batch_size(), 1);
+  for (int i = 0; i < config.model_warmup_size(); ++i) {
+    const auto& warmup = config.model_warmup(i);
+    const std::string where = TensorLabel("model_warmup", i, warmup.name());
+    if (warmup.name().empty()) problems.Add(where, ": name must not be empty");
+    if (warmup.batch_size() < 1 || warmup.batch_size() > max_batch) {
+      problems.Add(where, ": batch_size must be in 1..", max_batch,
+                   " (max_batch_size, or 1 without batching); was ", warmup.batch_size());
+    }
+    const std::map<std::string, inference::ModelWarmup::Input> inputs(warmup.inputs().begin(),
+                                                                      warmup.inputs().end());
+    for (const auto& [name, input] : inputs) {
+      const std::string at = Cat(where, " input ", Quote(name));
+      if (input.data_type() == inference::TYPE_INVALID ||
+          !inference::DataType_IsValid(input.data_type())) {
+        problems.Add(at, ": data_type must be a known type; was ",
+                     inference::DataType_Name(input.data_type()));
+      }
+      for (int j = 0; j < input.dims_size(); ++j) {
+        if (input.dims(j) < 1) {
+          problems.Add(at, ": dims[", j, "] must be >= 1; was ", input.dims(j));
+        }
+      }
+      if (input.input_data_type_case() == inference::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET) {
+        problems.Add(at, ": one of zero_data, random_data or input_data_file must be set");
+      }
+      if (!declared.empty()) {
+        auto it = declared.find(name);
+        if (it == declared.end()) {
+          problems.Add(at, ": the model declares no input named ", Quote(name));
+        } else if (it->second != input.data_type()) {
+          problems.Add(at, ": data_type must match the input's ",
+                       inference::DataType_Name(it->second), "; was ",
+                       inference::DataType_Name(input.data_type()));
+        }
+      }
+    }
+  }
+}
+
+std::string StepLabel(const inference::ModelEnsembling& ensemble, int index) {
+  return Cat("ensemble_scheduling.step[", index, "] (model ",
+             Quote(ensemble.step(index).model_name()), ')');
+}
+
+void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
+  const auto& ensemble = config.ensemble_scheduling();
+  const int steps = ensemble.step_size();
+  std::set<std::string> ensemble_inputs;
+  for (const auto& input : config.input()) ensemble_inputs.insert(input.name());
+
+  // Tensor name -> steps producing it / steps consuming it (sorted maps: stable messages).
+  std::map<std::string, std::vector<int>> producers;
+  std::map<std::string, std::vector<int>> consumers;
+  for (int i = 0; i < steps; ++i) {
+    const auto& step = ensemble.step(i);
+    const std::string where = StepLabel(ensemble, i);
+    if (step.model_name().empty()) {
+      problems.Add("ensemble_scheduling.step[", i, "].model_name must not be empty");
+    } else if (step.model_name() == config.name()) {
+      problems.Add(where, " must not run the ensemble itself");
+    }
+    if (step.model_version() < -1) {
+      problems.Add(where, ".model_version must be >= -1 (-1 = latest); was ", step.model_version());
+    }
+    const std::map<std::string, std::string> inputs(step.input_map().begin(),
+                                                    step.input_map().end());
+    const std::map<std::string, std::string> outputs(step.output_map().begin(),
+                                                     step.output_map().end());
+    for (const auto& [model_tensor, tensor] : inputs) {
+      if (tensor.empty()) {
+        problems.Add(where, ".input_map[", Quote(model_tensor), "] must name a tensor; was \"\"");
+      } else {
+        consumers[tensor].push_back(i);
+      }
+    }
+    for (const auto& [model_tensor, tensor] : outputs) {
+      if (tensor.empty()) {
+        problems.Add(where, ".output_map[", Quote(model_tensor), "] must name a tensor; was \"\"");
+      } else {
+        producers[tensor].push_back(i);
+      }
+    }
+  }
+
+  for (const auto& [tensor, by] : producers) {
+    if (ensemble_inputs.count(tensor) != 0) {
+      problems.Add("ensemble tensor ", Quote(tensor), " is an ensemble input but ",
+                   StepLabel(ensemble, by[0]), " also produces it");
+    } else if (by.size() > 1) {
+      std::vector<std::string> labels;
+      for (int step : by) labels.push_back(StepLabel(ensemble, step));
+      problems.Add("ensemble tensor ", Quote(tensor), " must be produced by one step; was by ",
+                   ListText(labels));
+    }
+  }
+  for (const auto& output : config.output()) {
+    if (!output.name().empty() && producers.count(output.name()) == 0) {
+      problems.Add("ensemble output ", Quote(output.name()),
+                   " must be produced by a step's output_map; no step produces it");
+    }
+  }
+  for (const std::string& input : ensemble_inputs) {
+    if (!input.empty() && consumers.count(input) == 0) {
+      problems.Add("ensemble input ", Quote(input),
+                   " must be consumed by a step's input_map; no step reads it");
+    }
+  }
+  for (const auto& [tensor, by] : consumers) {
+    if (ensemble_inputs.count(tensor) == 0 && producers.count(tensor) == 0) {
+      problems.Add(StepLabel(ensemble, by[0]), " reads tensor ", Quote(tensor),
+                   ", which is neither an ensemble input nor produced by any step");
+    }
+  }
+
+  // Kahn's algorithm on step -> step edges (producer feeds consumer); steps left over are
+  // on a cycle or behind one.
+  std::vector<std::set<int>> next(steps);
+  std::vector<int> pending_inputs(steps, 0);
+  for (const auto& [tensor, by] : consumers) {
+    auto produced = producers.find(tensor);
+    if (produced == producers.end() || ensemble_inputs.count(tensor) != 0) continue;
+    for (int from : produced->second) {
+      for (int to : by) {
+        if (next[from].insert(to).second) ++pending_inputs[to];
+      }
+    }
+  }
+  std::vector<int> ready;
+  for (int i = 0; i < steps; ++i) {
+    if (pending_inputs[i] == 0) ready.push_back(i);
+  }
+  int ordered = 0;
+  while (!ready.empty()) {
+    const int step = ready.back();
+    ready.pop_back();
+    ++ordered;
+    for (int to : next[step]) {
+      if (--pending_inputs[to] == 0) ready.push_back(to);
+    }
+  }
+  if (ordered < steps) {
+    std::vector<std::string> labels;
+    for (int i = 0; i < steps; ++i) {
+      if (pending_inputs[i] > 0) labels.push_back(StepLabel(ensemble, i));
+    }
+    problems.Add("ensemble_scheduling steps must form an acyclic graph; these steps are on or ",
+                 "behind a cycle: ", ListText(labels));
+  }
+}
+
+}  // namespace
+
+StatusOr<inference::ModelConfig> ParseModelConfig(std::string_view text, const std::string& path) {
+  if (text.size() > static_cast<size_t>(INT_MAX)) {
+    return InvalidArgument(Cat(path, ": config is ", text.size(), " bytes; too large to parse"));
+  }
+  google::protobuf::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  ParseErrors errors(text);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  inference::ModelConfig config;
+  if (!parser.Parse(&input, &config)) return errors.ToStatus(path);
+  return config;
+}
+
+Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& path) {
+  Problems problems(path);
+  if (config.name().empty()) problems.Add("name must not be empty");
+  if (config.max_batch_size() < 0) {
+    problems.Add("max_batch_size must be >= 0; was ", config.max_batch_size());
+  }
+  CheckTensors(config.input(), "input", problems);
+  CheckTensors(config.output(), "output", problems);
+  CheckDynamicBatching(config, problems);
+  CheckInstanceGroups(config, problems);
+  CheckVersionPolicy(config, problems);
+  CheckWarmup(config, problems);
+
+  const bool is_ensemble = config.platform() == kEnsemblePlatform;
+  if (is_ensemble) {
+    if (!config.has_ensemble_scheduling() || config.ensemble_scheduling().step_size() == 0) {
+      problems.Add("platform \"ensemble\" requires ensemble_scheduling with at least one step; ",
+                   "was ", config.has_ensemble_scheduling() ? "0 steps" : "unset");
+    } else {
+      CheckEnsemble(config, problems);
+    }
+  } else if (config.has_ensemble_scheduling()) {
+    problems.Add("ensemble_scheduling requires platform \"ensemble\"; was ",
+                 Quote(config.platform()));
+  } else if (config.platform().empty() && config.backend().empty()) {
+    problems.Add("platform or backend must be set (e.g. platform: \"", kOnnxPlatform,
+                 "\"); was neither");
+  }
+  return problems.ToStatus();
+}
+
+int InstanceCount(const inference::ModelInstanceGroup& group) {
+  return group.count() > 0 ? group.count() : 1;
+}
+
+std::vector<int> InstanceCores(const inference::ModelInstanceGroup& group, int instance_index) {
+  const int instances = InstanceCount(group);
+  const int cores = group.cpu_cores_size();
+  if (cores == 0 || instance_index < 0 || instance_index >= instances) return {};
+  const int per_instance = cores / instances;
+  if (per_instance == 0) return {};  // unvalidated group with fewer cores than instances
+  const auto begin =
+      group.cpu_cores().begin() + static_cast<ptrdiff_t>(instance_index) * per_instance;
+  return std::vector<int>(begin, begin + per_instance);
+}
+
+}  // namespace shoal::repository

@@ -1,0 +1,75 @@
+// Parsing and validating a model's config.pbtxt (Triton text format of
+// inference.ModelConfig, see model_config.proto).
+//
+// Use ParseModelConfig + ValidateModelConfig when you hold the text of one config; use
+// ScanRepository / ScanModel (repository.h) to read a whole model folder, which also
+// fills in what the folder implies (the model name, a platform inferred from model.onnx)
+// before validating.
+//
+// All functions are pure and thread-compatible: no shared state, safe to call from any
+// thread. Every error is kInvalidArgument and its message starts with the `path` the
+// caller passed (only used for messages; nothing is read from it), then names the field
+// and the offending value, e.g.
+//   models/x/config.pbtxt:3:5: Message type "inference.ModelConfig" has no field named "max_batch"
+//   models/x/config.pbtxt: max_batch_size must be >= 0; was -3
+// When a config breaks several rules, the message lists each on its own line.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/data_type.h"
+#include "core/status.h"
+#include "repository/model_config.pb.h"
+
+namespace shoal::repository {
+
+// The platform given to models whose folder holds model.onnx but names none.
+inline constexpr std::string_view kOnnxPlatform = "onnxruntime_onnx";
+// The platform of pipelines of models (ensemble_scheduling).
+inline constexpr std::string_view kEnsemblePlatform = "ensemble";
+
+// Parses config.pbtxt text. Syntax errors, unknown fields (including Triton features
+// shoal does not implement, such as sequence_batching) and unknown enum values give
+// kInvalidArgument "path:line:column: <protobuf's description>" (1-based line and
+// column). Does not validate; call ValidateModelConfig next.
+StatusOr<inference::ModelConfig> ParseModelConfig(std::string_view text, const std::string& path);
+
+// Checks the rules protobuf cannot express (full list in model_config.cc):
+//   * name non-empty; max_batch_size >= 0;
+//   * each input/output: non-empty unique name, data_type set, non-empty dims unless it
+//     has a reshape, every dim >= 1 or -1, reshape consistent with dims;
+//   * dynamic_batching needs max_batch_size > 0; preferred_batch_size in 1..max_batch_size;
+//     default_priority_level in 1..priority_levels (0 when priority_levels is 0);
+//     priority_queue_policy keys in 1..priority_levels;
+//   * instance_group: count >= 0, threads >= 0, cpu_cores >= 0, unique and splittable
+//     among the instances (see InstanceCores);
+//   * version_policy: latest.num_versions >= 1, specific versions >= 1 and not empty;
+//   * model_warmup: named, batch_size in 1..max(max_batch_size, 1), inputs with data_type,
+//     dims >= 1 and a data source, naming declared inputs when inputs are declared;
+//   * platform "ensemble": ensemble_scheduling with >= 1 step, each with model_name;
+//     every ensemble input consumed, every ensemble output produced by exactly one step,
+//     no tensor produced twice, every step input available, steps acyclic;
+//     ensemble_scheduling on a non-ensemble platform is rejected;
+//   * any other config names a platform or a backend.
+// Returns OK or kInvalidArgument listing every broken rule.
+Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& path);
+
+// Instances the group creates: count, or 1 when count is 0.
+int InstanceCount(const inference::ModelInstanceGroup& group);
+
+// The CPU cores instance `instance_index` (0-based, within the group) is pinned to,
+// following the split rule documented on ModelInstanceGroup.cpu_cores: empty when the
+// group lists no cores; one core each when the list has InstanceCount() entries;
+// otherwise the instance's contiguous slice of cpu_cores.size() / InstanceCount() cores.
+// Meant for validated groups; for an index outside [0, InstanceCount()) returns empty.
+std::vector<int> InstanceCores(const inference::ModelInstanceGroup& group, int instance_index);
+
+// inference::DataType and shoal::DataType share their numbers.
+inline DataType FromConfigDataType(inference::DataType type) { return static_cast<DataType>(type); }
+inline inference::DataType ToConfigDataType(DataType type) {
+  return static_cast<inference::DataType>(type);
+}
+
+}  // namespace shoal::repository
