@@ -1,0 +1,29 @@
+/* A plugin built for another backend API version: the loader must refuse it, naming both
+ * version numbers. Written in C, so that the build also checks that shoal/backend_api.h is
+ * valid C. */
+#include "shoal/backend_api.h"
+
+SHOAL_BACKEND_EXPORT uint32_t shoal_backend_api_version(void) {
+  return SHOAL_BACKEND_API_VERSION + 1000u;
+}
+
+SHOAL_BACKEND_EXPORT int shoal_model_load(const ShoalModelInfo* info, void** model_state,
+                                          ShoalError* error) {
+  *model_state = NULL;
+  return 0;
+}
+
+SHOAL_BACKEND_EXPORT void shoal_model_unload(void* model_state) {}
+
+SHOAL_BACKEND_EXPORT int shoal_instance_create(void* model_state, const ShoalInstanceInfo* info,
+                                               void** instance_state, ShoalError* error) {
+  *instance_state = NULL;
+  return 0;
+}
+
+SHOAL_BACKEND_EXPORT void shoal_instance_destroy(void* instance_state) {}
+
+SHOAL_BACKEND_EXPORT int shoal_instance_execute(void* instance_state, const ShoalExecuteArgs* args,
+                                                ShoalError* error) {
+  return ShoalSetError(error, SHOAL_STATUS_INTERNAL, "must never be called");
+}
