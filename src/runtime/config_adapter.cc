@@ -1,0 +1,236 @@
+#include "runtime/config_adapter.h"
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "repository/model_config.h"
+
+namespace shoal::runtime {
+namespace {
+
+backends::TensorSpec SpecFrom(const std::string& name, inference::DataType type,
+                              const google::protobuf::RepeatedField<int64_t>& dims, bool optional) {
+  backends::TensorSpec spec;
+  spec.name = name;
+  spec.dtype = repository::FromConfigDataType(type);
+  spec.dims.assign(dims.begin(), dims.end());
+  spec.optional = optional;
+  return spec;
+}
+
+QueuePolicy PolicyFrom(const inference::ModelQueuePolicy& p) {
+  QueuePolicy q;
+  q.timeout_action = p.timeout_action() == inference::ModelQueuePolicy::DELAY ? TimeoutAction::kDelay
+                                                                              : TimeoutAction::kReject;
+  q.default_timeout_us = p.default_timeout_microseconds();
+  q.allow_timeout_override = p.allow_timeout_override();
+  q.max_queue_size = p.max_queue_size();
+  return q;
+}
+
+// A tensor of `shape` filled as a warmup input asks.
+StatusOr<Tensor> WarmupTensor(DataType dtype, const Shape& shape, const inference::ModelWarmup::Input& in,
+                              const std::string& model_dir, int64_t batch_size) {
+  ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape, int64_t{1} << 28));
+  if (dtype == DataType::kBytes) {
+    // Empty strings for zero data; short decimal strings for random data.
+    std::vector<std::string> values(static_cast<size_t>(elements));
+    if (in.random_data()) {
+      for (int64_t i = 0; i < elements; ++i) values[i] = std::to_string(i % 97);
+    }
+    if (in.input_data_type_case() == inference::ModelWarmup::Input::kInputDataFile) {
+      return InvalidArgument("input_data_file is not supported for BYTES warmup inputs");
+    }
+    return Tensor::FromStrings(shape, values);
+  }
+  const size_t bytes = static_cast<size_t>(elements) * DataTypeSize(dtype);
+  Tensor t = Tensor::Allocate(dtype, shape, bytes);
+  if (in.random_data()) {
+    std::mt19937 rng(42);
+    auto* p = static_cast<unsigned char*>(t.mutable_data());
+    if (dtype == DataType::kFp32) {
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (auto& v : t.mutable_values<float>()) v = u(rng);
+    } else if (dtype == DataType::kFp64) {
+      std::uniform_real_distribution<double> u(0.0, 1.0);
+      for (auto& v : t.mutable_values<double>()) v = u(rng);
+    } else {
+      // Small non-negative integers of any width (valid for bool too: 0 or 1).
+      const size_t size = DataTypeSize(dtype);
+      for (int64_t i = 0; i < elements; ++i) p[i * size] = static_cast<unsigned char>(rng() % 2);
+    }
+  } else if (in.input_data_type_case() == inference::ModelWarmup::Input::kInputDataFile) {
+    const std::string path = model_dir + "/warmup/" + in.input_data_file();
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return InvalidArgument("warmup data file '" + path + "' cannot be read");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string data = ss.str();
+    // The file holds one sample; it is repeated for each batch item.
+    const size_t per_item = bytes / static_cast<size_t>(std::max<int64_t>(batch_size, 1));
+    if (data.size() != per_item) {
+      return InvalidArgument("warmup data file '" + path + "' has " + std::to_string(data.size()) +
+                             " bytes; one sample of shape " + ShapeToString(shape) + " needs " +
+                             std::to_string(per_item));
+    }
+    for (int64_t i = 0; i < std::max<int64_t>(batch_size, 1); ++i) {
+      std::memcpy(static_cast<char*>(t.mutable_data()) + i * per_item, data.data(), per_item);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+backends::ModelInfo ModelInfoFromConfig(const inference::ModelConfig& config, const std::string& model_dir,
+                                        int64_t version) {
+  backends::ModelInfo info;
+  info.name = config.name();
+  info.version = version;
+  info.model_dir = model_dir;
+  info.version_dir = model_dir + "/" + std::to_string(version);
+  info.max_batch_size = config.max_batch_size();
+  for (const auto& in : config.input()) info.inputs.push_back(SpecFrom(in.name(), in.data_type(), in.dims(), in.optional()));
+  for (const auto& out : config.output()) info.outputs.push_back(SpecFrom(out.name(), out.data_type(), out.dims(), false));
+  for (const auto& [key, value] : config.parameters()) info.parameters[key] = value.string_value();
+  return info;
+}
+
+void CompleteConfig(const backends::ModelInfo& from_backend, inference::ModelConfig* config) {
+  if (config->max_batch_size() == 0 && from_backend.max_batch_size > 0) {
+    config->set_max_batch_size(from_backend.max_batch_size);
+  }
+  if (config->input_size() == 0) {
+    for (const auto& spec : from_backend.inputs) {
+      auto* in = config->add_input();
+      in->set_name(spec.name);
+      in->set_data_type(repository::ToConfigDataType(spec.dtype));
+      for (int64_t d : spec.dims) in->add_dims(d);
+      in->set_optional(spec.optional);
+    }
+  }
+  if (config->output_size() == 0) {
+    for (const auto& spec : from_backend.outputs) {
+      auto* out = config->add_output();
+      out->set_name(spec.name);
+      out->set_data_type(repository::ToConfigDataType(spec.dtype));
+      for (int64_t d : spec.dims) out->add_dims(d);
+    }
+  }
+}
+
+StatusOr<std::string> BackendNameForConfig(const inference::ModelConfig& config) {
+  if (!config.backend().empty()) return config.backend();
+  if (config.platform() == repository::kOnnxPlatform) return std::string("onnx");
+  if (config.platform() == repository::kEnsemblePlatform) {
+    return Unimplemented("model '" + config.name() +
+                         "' is an ensemble; ensembles are validated but not yet executed by this version of shoal");
+  }
+  if (config.platform().empty()) {
+    return InvalidArgument("model '" + config.name() + "' names neither a backend nor a platform");
+  }
+  return InvalidArgument("model '" + config.name() + "' has platform '" + config.platform() +
+                         "', which shoal does not support (use backend: \"onnx\" or a plugin backend)");
+}
+
+StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelConfig& config,
+                                                       const std::string& model_dir, int64_t version,
+                                                       std::shared_ptr<ResponseCache> cache,
+                                                       std::shared_ptr<Clock> clock,
+                                                       const RequestLimits& limits) {
+  ModelVersionOptions o;
+  o.name = config.name();
+  o.version = version;
+  o.clock = std::move(clock);
+  o.limits = limits;
+  o.signature.max_batch_size = config.max_batch_size();
+  for (const auto& in : config.input()) {
+    o.signature.inputs.push_back(SpecFrom(in.name(), in.data_type(), in.dims(), in.optional()));
+    if (in.has_reshape()) {
+      o.signature.input_reshape[in.name()] = Shape(in.reshape().shape().begin(), in.reshape().shape().end());
+    }
+  }
+  for (const auto& out : config.output()) {
+    o.signature.outputs.push_back(SpecFrom(out.name(), out.data_type(), out.dims(), false));
+  }
+
+  if (config.has_dynamic_batching()) {
+    const auto& db = config.dynamic_batching();
+    o.batching.max_batch_size = config.max_batch_size();
+    o.batching.preferred_batch_sizes.assign(db.preferred_batch_size().begin(), db.preferred_batch_size().end());
+    o.batching.max_queue_delay_us = db.max_queue_delay_microseconds();
+    o.batching.priority_levels = static_cast<uint32_t>(db.priority_levels());
+    o.batching.default_priority_level = static_cast<uint32_t>(db.default_priority_level());
+    o.batching.default_queue_policy = PolicyFrom(db.default_queue_policy());
+    for (const auto& [level, policy] : db.priority_queue_policy()) {
+      o.batching.priority_queue_policy.emplace_back(static_cast<uint32_t>(level), PolicyFrom(policy));
+    }
+    o.preserve_ordering = db.preserve_ordering();
+  }
+
+  int index = 0;
+  for (const auto& group : config.instance_group()) {
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
+      return InvalidArgument("model '" + config.name() + "' asks for KIND_GPU instances; shoal runs on CPUs");
+    }
+    const int count = repository::InstanceCount(group);
+    for (int i = 0; i < count; ++i, ++index) {
+      backends::InstanceInfo info;
+      info.name = config.name() + "_" + std::to_string(index);
+      info.index = index;
+      info.cpu_cores = repository::InstanceCores(group, i);
+      o.instances.push_back(std::move(info));
+    }
+  }
+  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}});
+
+  if (config.response_cache().enable() && cache != nullptr) o.cache = std::move(cache);
+
+  // Warmup: the configured samples, or one run per preferred/maximum batch size.
+  const int64_t max_batch = config.max_batch_size();
+  for (const auto& w : config.model_warmup()) {
+    WarmupSample sample;
+    sample.name = w.name();
+    sample.batch_size = std::max<int64_t>(w.batch_size(), 1);
+    sample.count = static_cast<int>(std::max<uint32_t>(w.count(), 1));
+    for (const auto& [name, in] : w.inputs()) {
+      Shape shape(in.dims().begin(), in.dims().end());
+      if (max_batch > 0) shape.insert(shape.begin(), sample.batch_size);
+      auto t = WarmupTensor(repository::FromConfigDataType(in.data_type()), shape, in, model_dir, sample.batch_size);
+      if (!t.ok()) return t.status().WithPrefix("model '" + config.name() + "' warmup '" + w.name() + "'");
+      sample.inputs.push_back({name, std::move(t).value()});
+    }
+    o.warmup.push_back(std::move(sample));
+  }
+  if (config.model_warmup_size() == 0) {
+    std::set<int64_t> sizes(o.batching.preferred_batch_sizes.begin(), o.batching.preferred_batch_sizes.end());
+    sizes.insert(max_batch > 0 ? max_batch : 1);
+    for (int64_t n : sizes) {
+      WarmupSample sample;
+      sample.name = "default_batch_" + std::to_string(n);
+      sample.batch_size = n;
+      bool ok = true;
+      for (const auto& spec : o.signature.inputs) {
+        Shape shape = spec.dims;
+        if (auto r = o.signature.input_reshape.find(spec.name); r != o.signature.input_reshape.end()) shape = r->second;
+        for (auto& d : shape) d = d < 0 ? 1 : d;  // variable dimensions warm up at 1
+        if (max_batch > 0) shape.insert(shape.begin(), n);
+        inference::ModelWarmup::Input zero;
+        zero.set_zero_data(true);
+        auto t = WarmupTensor(spec.dtype, shape, zero, model_dir, n);
+        if (!t.ok()) {
+          ok = false;
+          break;
+        }
+        sample.inputs.push_back({spec.name, std::move(t).value()});
+      }
+      if (ok && !sample.inputs.empty()) o.warmup.push_back(std::move(sample));
+    }
+  }
+  return o;
+}
+
+}  // namespace shoal::runtime

@@ -1,0 +1,293 @@
+#include "runtime/server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "repository/repository.h"
+#include "runtime/config_adapter.h"
+
+namespace shoal::runtime {
+
+std::string_view ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kUnavailable: return "UNAVAILABLE";
+    case ModelState::kUnloading: return "UNLOADING";
+  }
+  return "UNAVAILABLE";
+}
+
+Server::Server(ServerOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : Clock::Real()),
+      registry_(options_.registry ? options_.registry : std::make_shared<backends::BackendRegistry>()) {
+  for (const auto& dir : options_.backend_directories) registry_->AddPluginDirectory(dir);
+  if (options_.cache_size_bytes > 0) cache_ = std::make_shared<ResponseCache>(options_.cache_size_bytes);
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  std::unique_ptr<Server> server(new Server(std::move(options)));
+  ASSIGN_OR_RETURN(auto entries, repository::ScanRepository(server->options_.model_repository));
+  std::vector<std::string> to_load;
+  if (server->options_.control_mode == ModelControlMode::kExplicit) {
+    const auto& wanted = server->options_.startup_models;
+    const bool all = std::find(wanted.begin(), wanted.end(), "*") != wanted.end();
+    for (const auto& e : entries) {
+      if (all || std::find(wanted.begin(), wanted.end(), e.name) != wanted.end()) to_load.push_back(e.name);
+    }
+    for (const auto& w : wanted) {
+      if (w != "*" && std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.name == w; })) {
+        return NotFound("--load-model names '" + w + "', which is not in the repository '" +
+                        server->options_.model_repository + "'");
+      }
+    }
+  } else {
+    for (const auto& e : entries) to_load.push_back(e.name);
+  }
+  std::lock_guard<std::mutex> load_lock(server->load_mu_);
+  for (const auto& name : to_load) {
+    // A failed model is recorded UNAVAILABLE and logged; the others still load.
+    (void)server->LoadModelLocked(name);
+  }
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+Status Server::LoadModel(const std::string& name) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return Unavailable("the server is shutting down");
+  }
+  return LoadModelLocked(name);
+}
+
+Status Server::LoadModelLocked(const std::string& name) {
+  auto scanned = repository::ScanModel(options_.model_repository, name);
+  if (!scanned.ok()) {
+    spdlog::error("model '{}' failed to load: {}", name, scanned.status().message());
+    return scanned.status();
+  }
+  repository::ModelEntry entry = std::move(scanned).value();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Record& r = models_[name];
+    r.fingerprint = entry.fingerprint;
+    if (r.versions.empty()) r.state = ModelState::kLoading;
+  }
+  auto fail = [&](const Status& s) {
+    spdlog::error("model '{}' failed to load: {}", name, s.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    Record& r = models_[name];
+    // A model that was serving keeps serving its old versions.
+    r.state = r.versions.empty() ? ModelState::kUnavailable : ModelState::kReady;
+    r.reason = s.message();
+    return s;
+  };
+  if (!entry.status.ok()) return fail(entry.status);
+
+  inference::ModelConfig config = entry.config;
+  auto backend_name_or = BackendNameForConfig(config);
+  if (!backend_name_or.ok()) return fail(backend_name_or.status());
+  const std::string backend_name = *backend_name_or;
+  auto backend = registry_->Find(backend_name, entry.dir.string());
+  if (!backend.ok()) return fail(backend.status().WithPrefix("model '" + name + "'"));
+
+  std::map<int64_t, std::shared_ptr<ModelVersion>> loaded;
+  for (int64_t version : entry.versions) {
+    const int64_t start_ns = clock_->NowNs();
+    auto info = ModelInfoFromConfig(config, entry.dir.string(), version);
+    auto model = (*backend)->LoadModel(info);
+    if (!model.ok()) {
+      return fail(model.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
+    }
+    inference::ModelConfig completed = config;
+    CompleteConfig((*model)->info(), &completed);
+    auto options = VersionOptionsFromConfig(completed, entry.dir.string(), version, cache_, clock_, options_.limits);
+    if (!options.ok()) return fail(options.status());
+    auto mv = ModelVersion::Create(std::move(options).value(), std::move(model).value());
+    if (!mv.ok()) return fail(mv.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
+    config = completed;
+    loaded[version] = std::move(mv).value();
+    spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)", name, version,
+                 backend_name, loaded[version]->options().instances.size(),
+                 static_cast<double>(clock_->NowNs() - start_ns) / 1e6);
+  }
+
+  std::map<int64_t, std::shared_ptr<ModelVersion>> replaced;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Record& r = models_[name];
+    replaced = std::move(r.versions);
+    r.versions = std::move(loaded);
+    r.config = config;
+    r.state = ModelState::kReady;
+    r.reason.clear();
+  }
+  for (auto& [version, mv] : replaced) {
+    mv->Shutdown();
+    spdlog::info("unloaded model '{}' version {} (replaced by a reload)", name, version);
+  }
+  return Status::Ok();
+}
+
+Status Server::UnloadModel(const std::string& name) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  return UnloadModelLocked(name);
+}
+
+Status Server::UnloadModelLocked(const std::string& name) {
+  std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.versions.empty()) {
+      if (it != models_.end()) models_.erase(it);
+      return NotFound("model '" + name + "' is not loaded");
+    }
+    versions = std::move(it->second.versions);
+    it->second.state = ModelState::kUnloading;
+  }
+  for (auto& [version, mv] : versions) {
+    mv->Shutdown();
+    spdlog::info("unloaded model '{}' version {}", name, version);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) {
+    it->second.state = ModelState::kUnavailable;
+    it->second.reason = "unloaded";
+  }
+  return Status::Ok();
+}
+
+Status Server::PollRepository() {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  ASSIGN_OR_RETURN(auto entries, repository::ScanRepository(options_.model_repository));
+  std::vector<std::string> changed, removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return Unavailable("the server is shutting down");
+    for (const auto& e : entries) {
+      auto it = models_.find(e.name);
+      if (it == models_.end() || it->second.fingerprint != e.fingerprint) changed.push_back(e.name);
+    }
+    for (const auto& [name, record] : models_) {
+      if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.name == name; })) {
+        removed.push_back(name);
+      }
+    }
+  }
+  for (const auto& name : changed) (void)LoadModelLocked(name);
+  for (const auto& name : removed) {
+    (void)UnloadModelLocked(name);
+    std::lock_guard<std::mutex> lock(mu_);
+    models_.erase(name);
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback callback) {
+  auto mv = GetModel(request.model_name, request.model_version);
+  if (!mv.ok()) {
+    InferResponse response;
+    response.model_name = request.model_name;
+    response.model_version = request.model_version;
+    response.id = request.id;
+    response.status = mv.status();
+    callback(std::move(response));
+    struct Noop : RequestHandle {
+      void Cancel() override {}
+    };
+    return std::make_shared<Noop>();
+  }
+  return (*mv)->Infer(std::move(request), std::move(callback));
+}
+
+StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name, int64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return Unavailable("the server is shutting down");
+  auto it = models_.find(name);
+  if (it == models_.end()) return NotFound("unknown model '" + name + "'");
+  const Record& r = it->second;
+  if (r.versions.empty()) {
+    return Unavailable("model '" + name + "' is not ready" + (r.reason.empty() ? "" : ": " + r.reason));
+  }
+  if (version < 0) return r.versions.rbegin()->second;
+  auto v = r.versions.find(version);
+  if (v == r.versions.end()) {
+    return NotFound("model '" + name + "' has no loaded version " + std::to_string(version));
+  }
+  return v->second;
+}
+
+StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name, int64_t version) const {
+  RETURN_IF_ERROR(GetModel(name, version).status());
+  std::lock_guard<std::mutex> lock(mu_);
+  return models_.at(name).config;
+}
+
+std::vector<ModelStatus> Server::RepositoryIndex() const {
+  std::vector<ModelStatus> out;
+  std::vector<std::string> names;
+  if (auto entries = repository::ScanRepository(options_.model_repository); entries.ok()) {
+    for (const auto& e : *entries) names.push_back(e.name);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, r] : models_) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  for (const auto& name : names) {
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      out.push_back({name, 0, ModelState::kUnavailable, "not loaded"});
+      continue;
+    }
+    const Record& r = it->second;
+    if (r.versions.empty()) {
+      out.push_back({name, 0, r.state, r.reason});
+    } else {
+      for (const auto& [v, mv] : r.versions) out.push_back({name, v, r.state, r.reason});
+    }
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<ModelVersion>> out;
+  for (const auto& [name, r] : models_) {
+    for (const auto& [v, mv] : r.versions) out.push_back(mv);
+  }
+  return out;
+}
+
+bool Server::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return false;
+  for (const auto& [name, r] : models_) {
+    if (r.state != ModelState::kReady) return false;
+  }
+  return true;
+}
+
+void Server::Shutdown() {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  std::map<std::string, Record> models;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_ && models_.empty()) return;
+    shutting_down_ = true;
+    models = std::move(models_);
+    models_.clear();
+  }
+  for (auto& [name, r] : models) {
+    for (auto& [v, mv] : r.versions) mv->Shutdown();
+  }
+}
+
+}  // namespace shoal::runtime

@@ -1,0 +1,124 @@
+// Server: the in-process API of shoal. It owns the loaded models of one repository and
+// routes requests to them. The front ends (HTTP, gRPC), `shoal run` and the benchmarks
+// use this class and nothing below it.
+//
+// Model lifecycle: a model is LOADING while its versions are created and warmed up,
+// READY when every selected version loaded, UNAVAILABLE (with a reason) when its
+// config or a version failed, UNLOADING while draining. A reload of a READY model
+// builds the new versions first and swaps them in only when all loaded, so a broken
+// edit never takes a working model down; the replaced versions drain in the background
+// of the call (the call returns after they are drained).
+//
+// Control modes (Triton's): kNone loads everything at start and never changes;
+// kExplicit loads `startup_models` (or nothing) and then only on LoadModel/UnloadModel;
+// kPoll loads everything and PollRepository() applies changes on disk.
+//
+// Thread safety: every method may be called from any thread. Infer never blocks on
+// inference. Load/Unload/Poll are serialised among themselves.
+// Lock order: load_mu_ → mu_; mu_ is never held while a model loads or drains.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/backend_registry.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "repository/model_config.pb.h"
+#include "runtime/infer_request.h"
+#include "runtime/model_version.h"
+#include "runtime/response_cache.h"
+
+namespace shoal::runtime {
+
+enum class ModelControlMode { kNone, kPoll, kExplicit };
+
+struct ServerOptions {
+  std::string model_repository;
+  ModelControlMode control_mode = ModelControlMode::kNone;
+  // kExplicit: models to load at start ("*" = all).
+  std::vector<std::string> startup_models;
+  // Folders searched for plugin backends (libshoal_<name>.so), after the model's own.
+  std::vector<std::string> backend_directories;
+  // Shared response cache, in bytes; used by models whose config enables
+  // response_cache. 0 disables caching for every model. Default 64 MiB.
+  int64_t cache_size_bytes = int64_t{64} << 20;
+  RequestLimits limits;
+  std::shared_ptr<Clock> clock;  // default: the real clock
+  // Default: a registry with only the plugin directories above.
+  std::shared_ptr<backends::BackendRegistry> registry;
+};
+
+enum class ModelState { kLoading, kReady, kUnavailable, kUnloading };
+std::string_view ModelStateName(ModelState state);  // "READY", ...
+
+struct ModelStatus {
+  std::string name;
+  int64_t version = 0;  // 0 when the model has no loaded version
+  ModelState state = ModelState::kUnavailable;
+  std::string reason;
+};
+
+class Server {
+ public:
+  // Scans the repository and loads models as the control mode says. Fails only when
+  // the repository itself cannot be read; a broken model is recorded UNAVAILABLE.
+  static StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
+  ~Server();
+
+  std::shared_ptr<RequestHandle> Infer(InferRequest request, InferCallback callback);
+
+  // Loads (or reloads) one model from the repository. NOT_FOUND when the repository
+  // has no such folder; otherwise the reason of a failed load.
+  Status LoadModel(const std::string& name);
+  // Drains and removes a model. NOT_FOUND if it is not loaded.
+  Status UnloadModel(const std::string& name);
+  // Reloads models whose files changed, loads new ones, unloads removed ones.
+  Status PollRepository();
+
+  // The ready version (`version` -1: the highest ready), else NOT_FOUND/UNAVAILABLE.
+  StatusOr<std::shared_ptr<ModelVersion>> GetModel(const std::string& name, int64_t version = -1) const;
+  // The completed config of a loaded model.
+  StatusOr<inference::ModelConfig> GetModelConfig(const std::string& name, int64_t version = -1) const;
+  // Every model known to the repository or loaded, with state and reason.
+  std::vector<ModelStatus> RepositoryIndex() const;
+  std::vector<std::shared_ptr<ModelVersion>> ReadyVersions() const;
+
+  bool live() const { return true; }
+  // Not shutting down, and every model that should be loaded is READY.
+  bool ready() const;
+
+  // Stops accepting (requests get UNAVAILABLE), answers everything queued, unloads
+  // every model. Idempotent.
+  void Shutdown();
+  const ServerOptions& options() const { return options_; }
+  std::shared_ptr<ResponseCache> cache() const { return cache_; }
+
+ private:
+  struct Record {
+    ModelState state = ModelState::kUnavailable;
+    std::string reason;
+    std::string fingerprint;
+    inference::ModelConfig config;
+    std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
+  };
+  explicit Server(ServerOptions options);
+  Status LoadModelLocked(const std::string& name);  // requires load_mu_
+  Status UnloadModelLocked(const std::string& name);
+
+  const ServerOptions options_;
+  std::shared_ptr<Clock> clock_;
+  std::shared_ptr<backends::BackendRegistry> registry_;
+  std::shared_ptr<ResponseCache> cache_;
+
+  std::mutex load_mu_;  // serialises Load/Unload/Poll/Shutdown
+  mutable std::mutex mu_;
+  std::map<std::string, Record> models_;  // GUARDED_BY(mu_)
+  bool shutting_down_ = false;            // GUARDED_BY(mu_)
+};
+
+}  // namespace shoal::runtime

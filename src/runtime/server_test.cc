@@ -1,0 +1,253 @@
+// Server over a real repository on disk with the real example plugins.
+#include "runtime/server.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+
+namespace shoal::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempRepo {
+ public:
+  TempRepo() {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("shoal_server_test_" + std::to_string(rd()));
+    fs::create_directories(dir_);
+  }
+  ~TempRepo() { fs::remove_all(dir_); }
+  void AddModel(const std::string& name, const std::string& config, std::vector<int> versions = {1}) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "config.pbtxt") << config;
+    for (int v : versions) fs::create_directories(dir_ / name / std::to_string(v));
+  }
+  void Remove(const std::string& name) { fs::remove_all(dir_ / name); }
+  std::string path() const { return dir_.string(); }
+
+ private:
+  fs::path dir_;
+};
+
+std::string PluginDir() {
+  const char* b = std::getenv("SHOAL_BINARY_DIR");
+  return std::string(b ? b : ".") + "/backends";
+}
+
+const char* kIdentity = R"(
+name: "identity"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)";
+
+const char* kAddSub = R"(
+name: "add_sub"
+backend: "add_sub"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
+         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+)";
+
+InferResponse InferSync(Server& server, InferRequest request) {
+  std::promise<InferResponse> p;
+  auto f = p.get_future();
+  server.Infer(std::move(request), [&p](InferResponse r) { p.set_value(std::move(r)); });
+  EXPECT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  return f.get();
+}
+
+InferRequest FloatRequest(const std::string& model, std::vector<float> values) {
+  InferRequest r;
+  r.model_name = model;
+  r.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, (int64_t)values.size()}, values)});
+  return r;
+}
+
+ServerOptions Options(const TempRepo& repo) {
+  ServerOptions o;
+  o.model_repository = repo.path();
+  o.backend_directories = {PluginDir()};
+  return o;
+}
+
+TEST(ServerTest, LoadsRepositoryAndServesPlugins) {
+  TempRepo repo;
+  repo.AddModel("identity", kIdentity);
+  repo.AddModel("add_sub", kAddSub);
+  auto server = Server::Create(Options(repo));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE((*server)->ready());
+
+  auto r = InferSync(**server, FloatRequest("identity", {1, 2, 3}));
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.model_version, 1);
+  EXPECT_EQ(std::vector<float>(r.outputs[0].tensor.values<float>().begin(), r.outputs[0].tensor.values<float>().end()),
+            (std::vector<float>{1, 2, 3}));
+
+  InferRequest as;
+  as.model_name = "add_sub";
+  as.inputs.push_back({"INPUT0", Tensor::FromVector<int32_t>(DataType::kInt32, {4}, {1, 2, 3, 4})});
+  as.inputs.push_back({"INPUT1", Tensor::FromVector<int32_t>(DataType::kInt32, {4}, {10, 20, 30, 40})});
+  as.requested_outputs = {"OUTPUT1"};
+  auto r2 = InferSync(**server, std::move(as));
+  ASSERT_TRUE(r2.status.ok()) << r2.status.ToString();
+  ASSERT_EQ(r2.outputs.size(), 1u);
+  EXPECT_EQ(r2.outputs[0].name, "OUTPUT1");
+  EXPECT_EQ(r2.outputs[0].tensor.values<int32_t>()[3], -36);
+}
+
+TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
+  TempRepo repo;
+  repo.AddModel("identity", kIdentity);
+  repo.AddModel("broken", "name: \"broken\"\nbackend: \"identity\"\nmax_batch_size: -3\n");
+  repo.AddModel("nobackend", "name: \"nobackend\"\nbackend: \"no_such_plugin\"\nmax_batch_size: 1\n"
+                             "input [ { name: \"I\" data_type: TYPE_FP32 dims: [1] } ]\n"
+                             "output [ { name: \"O\" data_type: TYPE_FP32 dims: [1] } ]\n");
+  auto server = Server::Create(Options(repo));
+  ASSERT_TRUE(server.ok());
+  EXPECT_FALSE((*server)->ready());
+  auto index = (*server)->RepositoryIndex();
+  ASSERT_EQ(index.size(), 3u);
+  EXPECT_EQ(index[0].name, "broken");
+  EXPECT_EQ(index[0].state, ModelState::kUnavailable);
+  EXPECT_NE(index[0].reason.find("max_batch_size"), std::string::npos) << index[0].reason;
+  EXPECT_NE(index[0].reason.find("-3"), std::string::npos) << index[0].reason;
+  EXPECT_EQ(index[1].state, ModelState::kReady);
+  EXPECT_EQ(index[2].state, ModelState::kUnavailable);
+  EXPECT_NE(index[2].reason.find("no_such_plugin"), std::string::npos) << index[2].reason;
+
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
+  EXPECT_EQ(InferSync(**server, FloatRequest("broken", {1})).status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(InferSync(**server, FloatRequest("nope", {1})).status.code(), StatusCode::kNotFound);
+}
+
+TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
+  TempRepo repo;
+  repo.AddModel("identity", kIdentity);
+  auto o = Options(repo);
+  o.control_mode = ModelControlMode::kExplicit;
+  auto server = Server::Create(o);
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(InferSync(**server, FloatRequest("identity", {1})).status.code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*server)->LoadModel("identity").ok());
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
+  ASSERT_TRUE((*server)->UnloadModel("identity").ok());
+  EXPECT_FALSE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
+  EXPECT_EQ((*server)->UnloadModel("identity").code(), StatusCode::kNotFound);
+  EXPECT_EQ((*server)->LoadModel("missing").code(), StatusCode::kNotFound);
+}
+
+TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {
+  TempRepo repo;
+  std::string config = kIdentity;
+  config += "version_policy: { all { } }\n";
+  repo.AddModel("identity", config, {1, 3});
+  auto server = Server::Create(Options(repo));
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(InferSync(**server, FloatRequest("identity", {1})).model_version, 3);
+  auto req = FloatRequest("identity", {1});
+  req.model_version = 1;
+  EXPECT_EQ(InferSync(**server, req).model_version, 1);
+  req.model_version = 2;
+  EXPECT_EQ(InferSync(**server, req).status.code(), StatusCode::kNotFound);
+}
+
+TEST(ServerTest, PollPicksUpNewChangedAndRemovedModels) {
+  TempRepo repo;
+  repo.AddModel("identity", kIdentity);
+  auto o = Options(repo);
+  o.control_mode = ModelControlMode::kPoll;
+  auto server = Server::Create(o);
+  ASSERT_TRUE(server.ok());
+  repo.AddModel("add_sub", kAddSub);
+  ASSERT_TRUE((*server)->PollRepository().ok());
+  EXPECT_TRUE((*server)->GetModel("add_sub").ok());
+  // A broken edit keeps the working version serving.
+  repo.AddModel("identity", "this is not a config");
+  ASSERT_TRUE((*server)->PollRepository().ok());
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
+  repo.Remove("add_sub");
+  ASSERT_TRUE((*server)->PollRepository().ok());
+  EXPECT_EQ((*server)->GetModel("add_sub").status().code(), StatusCode::kNotFound);
+}
+
+TEST(ServerTest, CompletedConfigIsReturnedAndCostModelBatches) {
+  TempRepo repo;
+  repo.AddModel("cost", R"(
+name: "cost"
+backend: "cost_model"
+max_batch_size: 16
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters { key: "a_us" value { string_value: "1000" } }
+parameters { key: "b_us" value { string_value: "10" } }
+)");
+  auto server = Server::Create(Options(repo));
+  ASSERT_TRUE(server.ok());
+  auto config = (*server)->GetModelConfig("cost");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->max_batch_size(), 16);
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  for (int i = 0; i < 64; ++i) {
+    (*server)->Infer(FloatRequest("cost", {float(i)}), [&](InferResponse r) {
+      EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return done == 64; }));
+  auto mv = (*server)->GetModel("cost");
+  auto stats = (*mv)->stats();
+  EXPECT_EQ(stats.inference_count, 64u + 0u) << "warmup is not counted";
+  EXPECT_LT(stats.execution_count, 64u) << "requests sent together must be batched";
+  auto inst = (*mv)->instance_stats();
+  ASSERT_EQ(inst.size(), 2u);
+}
+
+TEST(ServerTest, ShutdownAnswersQueuedRequestsThenRejects) {
+  TempRepo repo;
+  repo.AddModel("cost", R"(
+name: "cost"
+backend: "cost_model"
+max_batch_size: 2
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { }
+parameters { key: "a_us" value { string_value: "2000" } }
+)");
+  auto server = Server::Create(Options(repo));
+  ASSERT_TRUE(server.ok());
+  std::atomic<int> ok{0}, answered{0};
+  for (int i = 0; i < 20; ++i) {
+    (*server)->Infer(FloatRequest("cost", {float(i)}), [&](InferResponse r) {
+      ok += r.status.ok();
+      ++answered;
+    });
+  }
+  (*server)->Shutdown();
+  EXPECT_EQ(answered.load(), 20);
+  EXPECT_EQ(ok.load(), 20);
+  EXPECT_FALSE((*server)->ready());
+  EXPECT_EQ(InferSync(**server, FloatRequest("cost", {1})).status.code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace shoal::runtime
