@@ -4,9 +4,20 @@
 
 namespace shoal::runtime {
 
+std::vector<double> Histogram::LatencyBoundsUs() {
+  return {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+          2500000, 5000000, 10000000};
+}
+
+std::vector<double> Histogram::BatchSizeBounds() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+}
+
 void ModelStats::RecordSuccess(int64_t e2e_ns, int64_t queue_ns, int64_t input_ns, int64_t infer_ns,
                                int64_t output_ns) {
   std::lock_guard<std::mutex> lock(mu_);
+  s_.request_latency_us.Observe(static_cast<double>(e2e_ns) / 1000.0);
+  s_.queue_latency_us.Observe(static_cast<double>(queue_ns) / 1000.0);
   s_.success.Add(e2e_ns);
   s_.queue.Add(queue_ns);
   s_.compute_input.Add(input_ns);
@@ -17,6 +28,7 @@ void ModelStats::RecordSuccess(int64_t e2e_ns, int64_t queue_ns, int64_t input_n
 
 void ModelStats::RecordCacheHit(int64_t e2e_ns, int64_t lookup_ns) {
   std::lock_guard<std::mutex> lock(mu_);
+  s_.request_latency_us.Observe(static_cast<double>(e2e_ns) / 1000.0);
   s_.success.Add(e2e_ns);
   s_.cache_hit.Add(lookup_ns);
   s_.last_inference_ms = WallTimeMs();
@@ -36,6 +48,8 @@ void ModelStats::RecordExecution(int64_t batch_size, int64_t input_ns, int64_t i
                                  int64_t output_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   s_.inference_count += static_cast<uint64_t>(batch_size);
+  s_.compute_latency_us.Observe(static_cast<double>(infer_ns) / 1000.0);
+  s_.batch_size.Observe(static_cast<double>(batch_size));
   s_.execution_count += 1;
   BatchSizeStats& b = s_.batch_stats[batch_size];
   b.compute_input.Add(input_ns);

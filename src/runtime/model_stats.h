@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace shoal::runtime {
 
@@ -28,6 +29,36 @@ struct Duration {
     ++count;
     ns += static_cast<uint64_t>(d < 0 ? 0 : d);
   }
+};
+
+// A Prometheus-style histogram: cumulative counts for fixed upper bounds, plus sum and
+// count. Bounds are fixed at construction; values above the last bound count in +Inf.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
+  void Observe(double value) {
+    size_t i = 0;
+    while (i < bounds_.size() && value > bounds_[i]) ++i;
+    ++counts_[i];
+    sum_ += value;
+    ++count_;
+  }
+  const std::vector<double>& bounds() const { return bounds_; }
+  // Non-cumulative count per bucket; the last one is +Inf.
+  const std::vector<uint64_t>& bucket_counts() const { return counts_; }
+  double sum() const { return sum_; }
+  uint64_t count() const { return count_; }
+
+  // Latency buckets in microseconds, 50 us .. 10 s.
+  static std::vector<double> LatencyBoundsUs();
+  // Batch size buckets: 1, 2, 4, ... 1024.
+  static std::vector<double> BatchSizeBounds();
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
 };
 
 struct BatchSizeStats {
@@ -42,6 +73,11 @@ struct ModelStatsSnapshot {
   std::map<int64_t, BatchSizeStats> batch_stats;
   // Outcomes beyond Triton's fields, for metrics.
   uint64_t rejected_queue_full = 0, rejected_invalid = 0, timed_out = 0, cancelled = 0;
+  // Histograms for the metrics exporter (microseconds; batch size in items).
+  Histogram request_latency_us{Histogram::LatencyBoundsUs()};  // end to end, successes
+  Histogram queue_latency_us{Histogram::LatencyBoundsUs()};
+  Histogram compute_latency_us{Histogram::LatencyBoundsUs()};  // per execution, infer only
+  Histogram batch_size{Histogram::BatchSizeBounds()};
 };
 
 class ModelStats {

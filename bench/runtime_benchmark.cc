@@ -1,0 +1,229 @@
+// Runtime benchmark: what the serving core costs and what batching buys, in process.
+//
+// 1. Overhead per request: the `identity` plugin at concurrency 1, through
+//    runtime::Server::Infer and back through the callback (p50, p99 in us).
+//    Target (design.md): p50 <= 50 us, p99 <= 200 us.
+// 2. The `cost_model` plugin (a = 2 ms, b = 0.1 ms per item, max batch 32) under a
+//    closed loop of 64 concurrent callers: one request at a time vs dynamic batching vs
+//    dynamic batching with 2 instances; throughput, mean batch size, and throughput as a
+//    fraction of what the cost model allows for that configuration.
+//    Target: batching >= 0.9 of the bound.
+//
+// Usage: runtime_benchmark [--seconds S] [--requests N]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/server.h"
+
+namespace fs = std::filesystem;
+using namespace shoal;
+
+namespace {
+
+std::string PluginDir() {
+  return (fs::read_symlink("/proc/self/exe").parent_path() / ".." / "backends").lexically_normal().string();
+}
+
+struct Repo {
+  fs::path dir;
+  Repo() {
+    dir = fs::temp_directory_path() / ("shoal_bench_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir);
+  }
+  ~Repo() { fs::remove_all(dir); }
+  void Add(const std::string& name, const std::string& config) {
+    fs::create_directories(dir / name / "1");
+    std::ofstream(dir / name / "config.pbtxt") << config;
+  }
+};
+
+std::unique_ptr<runtime::Server> StartServer(const Repo& repo) {
+  runtime::ServerOptions o;
+  o.model_repository = repo.dir.string();
+  o.backend_directories = {PluginDir()};
+  auto s = runtime::Server::Create(o);
+  if (!s.ok() || !(*s)->ready()) {
+    std::fprintf(stderr, "server failed: %s\n", s.ok() ? "a model failed to load" : s.status().ToString().c_str());
+    for (const auto& m : (*s)->RepositoryIndex()) std::fprintf(stderr, "  %s: %s\n", m.name.c_str(), m.reason.c_str());
+    std::exit(1);
+  }
+  return std::move(s).value();
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * (v.size() - 1))];
+}
+
+runtime::InferRequest FloatRequest(const std::string& model, int64_t cols) {
+  runtime::InferRequest r;
+  r.model_name = model;
+  r.inputs.push_back({"INPUT0", Tensor::Allocate(DataType::kFp32, {1, cols})});
+  return r;
+}
+
+void Overhead(int requests) {
+  Repo repo;
+  repo.Add("identity", R"(name: "identity" backend: "identity" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { })");
+  auto server = StartServer(repo);
+  std::vector<double> us;
+  us.reserve(requests);
+  std::mutex mu;
+  std::condition_variable cv;
+  for (int i = 0; i < requests + 1000; ++i) {
+    bool done = false;
+    auto req = FloatRequest("identity", 16);
+    const auto t0 = std::chrono::steady_clock::now();
+    server->Infer(std::move(req), [&](runtime::InferResponse r) {
+      if (!r.status.ok()) std::abort();
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      cv.notify_one();
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i >= 1000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::printf("## In-process overhead per request (identity, 16 floats, concurrency 1, %d requests)\n\n", requests);
+  std::printf("| p50 us | p90 us | p99 us | target |\n|---|---|---|---|\n");
+  std::printf("| %.1f | %.1f | %.1f | p50 <= 50, p99 <= 200 |\n\n", Percentile(us, 0.5), Percentile(us, 0.9),
+              Percentile(us, 0.99));
+}
+
+struct LoopResult {
+  double throughput = 0;
+  double mean_batch = 0;
+  double backend_ms_per_batch = 0;  // mean time inside the backend per execution
+  double p50_ms = 0, p99_ms = 0;
+};
+
+// `callers` virtual clients, each sending its next request from the previous one's
+// callback; measured for `seconds` after a warm-up of a quarter of that.
+LoopResult ClosedLoop(runtime::Server& server, const std::string& model, int callers, double seconds) {
+  std::atomic<bool> measuring{false}, stopping{false};
+  std::atomic<int64_t> completed{0};
+  std::atomic<int> outstanding{0};
+  std::mutex lat_mu;
+  std::vector<double> latencies;
+  std::function<void()> send = [&] {
+    if (stopping) return;
+    ++outstanding;
+    const auto t0 = std::chrono::steady_clock::now();
+    server.Infer(FloatRequest(model, 1), [&, t0](runtime::InferResponse r) {
+      if (!r.status.ok()) {
+        std::fprintf(stderr, "request failed: %s\n", r.status.ToString().c_str());
+        std::abort();
+      }
+      if (measuring) {
+        ++completed;
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(lat_mu);
+        latencies.push_back(ms);
+      }
+      --outstanding;
+      send();
+    });
+  };
+  for (int i = 0; i < callers; ++i) send();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds / 4));
+  auto mv = *server.GetModel(model);
+  const auto before = mv->stats();
+  measuring = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  measuring = false;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto after = mv->stats();
+  stopping = true;
+  while (outstanding > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  LoopResult r;
+  r.throughput = static_cast<double>(completed) / elapsed;
+  const double execs = static_cast<double>(after.execution_count - before.execution_count);
+  r.mean_batch = execs > 0 ? static_cast<double>(after.inference_count - before.inference_count) / execs : 0;
+  r.backend_ms_per_batch =
+      execs > 0 ? static_cast<double>(after.compute_infer.ns - before.compute_infer.ns) / 1e6 /
+                      static_cast<double>(after.compute_infer.count - before.compute_infer.count)
+                : 0;
+  std::lock_guard<std::mutex> lock(lat_mu);
+  r.p50_ms = Percentile(latencies, 0.5);
+  r.p99_ms = Percentile(latencies, 0.99);
+  return r;
+}
+
+void Batching(double seconds) {
+  const double a_ms = 2.0, b_ms = 0.1;
+  const int max_batch = 32, callers = 64;
+  struct Config {
+    const char* label;
+    const char* name;
+    std::string config;
+    double bound;  // requests/s the cost model allows
+  };
+  auto cfg = [&](const char* name, bool batching, int instances) {
+    std::string c = std::string("name: \"") + name + "\" backend: \"cost_model\" max_batch_size: 32\n" +
+                    "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+                    "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+                    "parameters { key: \"a_us\" value { string_value: \"2000\" } }\n"
+                    "parameters { key: \"b_us\" value { string_value: \"100\" } }\n"
+                    "instance_group [ { count: " + std::to_string(instances) + " } ]\n";
+    if (batching) c += "dynamic_batching { }\n";
+    return c;
+  };
+  const double one = 1000.0 / (a_ms + b_ms);
+  const double full = max_batch * 1000.0 / (a_ms + b_ms * max_batch);
+  std::vector<Config> configs = {
+      {"one request at a time", "one_at_a_time", cfg("one_at_a_time", false, 1), one},
+      {"dynamic batching, 1 instance", "batching", cfg("batching", true, 1), full},
+      {"dynamic batching, 2 instances", "batching_2", cfg("batching_2", true, 2), 2 * full},
+  };
+  Repo repo;
+  for (const auto& c : configs) repo.Add(c.name, c.config);
+  auto server = StartServer(repo);
+  std::printf("## cost_model (a = 2 ms, b = 0.1 ms/item, max batch 32), closed loop, %d callers, %.0f s each\n\n",
+              callers, seconds);
+  std::printf("| strategy | req/s | vs one-at-a-time | mean batch | backend ms/batch (model says) | p50 ms | p99 ms | bound req/s | of bound |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  double base = 0;
+  for (const auto& c : configs) {
+    const LoopResult r = ClosedLoop(*server, c.name, callers, seconds);
+    if (base == 0) base = r.throughput;
+    std::printf("| %s | %.0f | %.2fx | %.1f | %.2f (%.2f) | %.2f | %.2f | %.0f | %.2f |\n", c.label, r.throughput,
+                r.throughput / base, r.mean_batch, r.backend_ms_per_batch, a_ms + b_ms * r.mean_batch, r.p50_ms,
+                r.p99_ms, c.bound, r.throughput / c.bound);
+    std::fflush(stdout);
+  }
+  std::printf("\nTarget: batching >= 0.90 of the bound. The bound assumes every batch is full (32) and\n"
+              "instances never idle; with 64 callers and 2 instances, batches average 32 only if\n"
+              "each instance always finds a full batch waiting.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 3;
+  int requests = 20000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (a == "--requests") requests = std::atoi(argv[i + 1]);
+  }
+  std::printf("# shoal runtime benchmark (%u CPUs)\n\n", std::thread::hardware_concurrency());
+  Overhead(requests);
+  Batching(seconds);
+  return 0;
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds shoal into a build folder.
+#   scripts/build.sh [BUILD_DIR] [extra cmake args...]    (default BUILD_DIR: build)
+# Environment: SHOAL_JOBS (parallel jobs, default: number of CPUs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${1:-build}"
+shift || true
+LAUNCHER=()
+if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" "$@" >"$BUILD_DIR.configure.log" 2>&1 || {
+  cat "$BUILD_DIR.configure.log" >&2
+  exit 1
+}
+rm -f "$BUILD_DIR.configure.log"
+cmake --build "$BUILD_DIR" -j "${SHOAL_JOBS:-$(nproc)}"

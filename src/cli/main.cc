@@ -1,0 +1,36 @@
+// The `shoal` command. Subcommands: serve (serve.cc), inspect (an ONNX model's summary).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "cli/serve.h"
+#ifdef SHOAL_HAVE_ENGINE
+#include "engine/inspect.h"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal: a model server for ONNX models and plugin backends, speaking the Open Inference "
+               "Protocol (KServe v2) over HTTP and gRPC"};
+  app.set_version_flag("--version", std::string("shoal ") + SHOAL_VERSION);
+  app.set_config("--config", "", "Read options from a TOML or INI file whose keys are the long flag names");
+  app.require_subcommand(1);
+  shoal::cli::AddServeCommand(app);
+
+#ifdef SHOAL_HAVE_ENGINE
+  std::string model_path;
+  CLI::App* inspect = app.add_subcommand("inspect", "Summarise an ONNX model: inputs, outputs, operators, FLOPs");
+  inspect->add_option("model", model_path, "Path to a .onnx file")->required()->check(CLI::ExistingFile);
+  inspect->callback([&] {
+    auto text = shoal::engine::InspectModel(model_path);
+    if (!text.ok()) {
+      std::cerr << "shoal inspect: " << text.status().message() << "\n";
+      std::exit(1);
+    }
+    std::cout << *text;
+    std::exit(0);
+  });
+#endif
+
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

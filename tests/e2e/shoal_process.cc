@@ -1,0 +1,151 @@
+#include "shoal_process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace shoal::e2e {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string BinaryDir() {
+  const char* d = std::getenv("SHOAL_BINARY_DIR");
+  return d ? d : ".";
+}
+
+std::string SourceDir() {
+  const char* d = std::getenv("SHOAL_SOURCE_DIR");
+  return d ? d : ".";
+}
+
+TempDir::TempDir() {
+  std::random_device rd;
+  path_ = (std::filesystem::temp_directory_path() / ("shoal_e2e_" + std::to_string(rd()) + std::to_string(getpid())))
+              .string();
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void TempDir::WriteFile(const std::string& relative, const std::string& contents) const {
+  const auto p = std::filesystem::path(path_) / relative;
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << contents;
+}
+
+std::unique_ptr<ShoalProcess> ShoalProcess::Start(const std::vector<std::string>& args) {
+  auto p = std::unique_ptr<ShoalProcess>(new ShoalProcess());
+  static int counter = 0;
+  p->log_path_ = (std::filesystem::temp_directory_path() /
+                  ("shoal_e2e_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log"))
+                     .string();
+  const std::string binary = BinaryDir() + "/src/cli/shoal";
+  std::vector<std::string> argv_s = {binary};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(p->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  p->pid_ = pid;
+  return p;
+}
+
+ShoalProcess::~ShoalProcess() {
+  if (pid_ > 0 && !exited_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::remove(log_path_.c_str());
+}
+
+bool ShoalProcess::running() {
+  if (exited_) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    exited_ = true;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return false;
+  }
+  return true;
+}
+
+bool ShoalProcess::WaitForPort(int port, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!running()) return false;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (ok) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+void ShoalProcess::Signal(int sig) {
+  if (!exited_) kill(pid_, sig);
+}
+
+int ShoalProcess::Wait(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!running()) return exit_code_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  exited_ = true;
+  return -1000;
+}
+
+int ShoalProcess::Terminate(int timeout_ms) {
+  Signal(SIGTERM);
+  return Wait(timeout_ms);
+}
+
+std::string ShoalProcess::log() const {
+  std::ifstream f(log_path_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace shoal::e2e
