@@ -1,8 +1,10 @@
-// The `shoal` command. Subcommands: serve (serve.cc), inspect (an ONNX model's summary).
+// The `shoal` command. Subcommands: serve (serve.cc), run (run.cc), inspect (an ONNX
+// model's summary).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
+#include "cli/run.h"
 #include "cli/serve.h"
 #ifdef SHOAL_HAVE_ENGINE
 #include "engine/inspect.h"
@@ -15,6 +17,7 @@ int main(int argc, char** argv) {
   app.set_config("--config", "", "Read options from a TOML or INI file whose keys are the long flag names");
   app.require_subcommand(1);
   shoal::cli::AddServeCommand(app);
+  shoal::cli::AddRunCommand(app);
 
 #ifdef SHOAL_HAVE_ENGINE
   std::string model_path;

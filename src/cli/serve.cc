@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cli/common.h"
 #include "runtime/server.h"
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
@@ -48,25 +49,6 @@ struct ServeFlags {
   int64_t max_tensor_elements = int64_t{1} << 28;
   int64_t max_inputs = 64;
 };
-
-// Plugin folders to search when none are given: $SHOAL_BACKEND_DIR, then the build
-// tree's <build>/backends (the binary is <build>/src/cli/shoal), then an installed
-// <prefix>/lib/shoal/backends.
-std::vector<std::string> DefaultBackendDirectories() {
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("SHOAL_BACKEND_DIR")) dirs.push_back(env);
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto bin = exe.parent_path();
-    for (const auto& candidate : {bin / "../../backends", bin / "../lib/shoal/backends"}) {
-      if (std::filesystem::is_directory(candidate, ec)) {
-        dirs.push_back(std::filesystem::weakly_canonical(candidate, ec).string());
-      }
-    }
-  }
-  return dirs;
-}
 
 int RunServe(const ServeFlags& f) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");

@@ -1,0 +1,595 @@
+#include "cli/offline_job.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "cli/npy.h"
+
+namespace shoal::cli {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool IsPlainNumeric(DataType t) {
+  return t != DataType::kBytes && t != DataType::kFp16 && t != DataType::kBf16 && t != DataType::kInvalid;
+}
+
+double LoadAsDouble(DataType t, const void* p, int64_t i) {
+  switch (t) {
+    case DataType::kBool: return static_cast<const uint8_t*>(p)[i] != 0;
+    case DataType::kUint8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::kUint16: return static_cast<const uint16_t*>(p)[i];
+    case DataType::kUint32: return static_cast<const uint32_t*>(p)[i];
+    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
+    case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(p)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::kFp32: return static_cast<const float*>(p)[i];
+    case DataType::kFp64: return static_cast<const double*>(p)[i];
+    default: return 0;
+  }
+}
+
+void StoreDouble(DataType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DataType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; break;
+    case DataType::kUint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kUint16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
+    case DataType::kUint32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v); break;
+    case DataType::kUint64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::kFp32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::kFp64: static_cast<double*>(p)[i] = v; break;
+    default: break;
+  }
+}
+
+// Converts numeric tensors between types (numpy's float64 default into an FP32 input).
+StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name) {
+  if (t.dtype() == to) return t;
+  if (!IsPlainNumeric(t.dtype()) || !IsPlainNumeric(to)) {
+    return InvalidArgument("input '" + name + "' is " + std::string(DataTypeName(t.dtype())) + " but the model expects " +
+                           std::string(DataTypeName(to)));
+  }
+  const int64_t n = t.element_count();
+  Tensor out = Tensor::Allocate(to, t.shape());
+  for (int64_t i = 0; i < n; ++i) StoreDouble(to, out.mutable_data(), i, LoadAsDouble(t.dtype(), t.data(), i));
+  return out;
+}
+
+// Shapes a row tensor ([1, ...]) for the model: drops the leading 1 when it does not batch.
+Tensor ForModel(Tensor t, const runtime::ModelSignature& sig) {
+  if (sig.max_batch_size > 0 || t.shape().empty()) return t;
+  Shape s(t.shape().begin() + 1, t.shape().end());
+  const size_t offset = static_cast<size_t>(static_cast<const char*>(t.data()) - static_cast<const char*>(t.buffer()->data()));
+  return Tensor(t.dtype(), std::move(s), t.buffer(), offset, t.byte_size());
+}
+
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  virtual int64_t rows() const = 0;
+  virtual StatusOr<std::vector<NamedTensor>> Row(int64_t i) = 0;
+};
+
+class ArraySource : public RowSource {
+ public:
+  ArraySource(runtime::ModelSignature sig, std::map<std::string, NpyArray> arrays)
+      : sig_(std::move(sig)), arrays_(std::move(arrays)) {}
+  int64_t rows() const override { return arrays_.empty() ? 0 : arrays_.begin()->second.rows(); }
+  StatusOr<std::vector<NamedTensor>> Row(int64_t i) override {
+    std::vector<NamedTensor> out;
+    for (const auto& [name, a] : arrays_) {
+      const backends::TensorSpec* spec = nullptr;
+      for (const auto& s : sig_.inputs) {
+        if (s.name == name) spec = &s;
+      }
+      ASSIGN_OR_RETURN(Tensor t, ConvertTo(a.Row(i), spec->dtype, name));
+      out.push_back({name, ForModel(std::move(t), sig_)});
+    }
+    return out;
+  }
+
+ private:
+  runtime::ModelSignature sig_;
+  std::map<std::string, NpyArray> arrays_;
+};
+
+// Flattens a JSON value into shape + leaves.
+Status Flatten(simdjson::dom::element e, size_t depth, Shape* shape, std::vector<simdjson::dom::element>* leaves) {
+  if (e.is_array()) {
+    simdjson::dom::array arr = e.get_array().value_unsafe();
+    const int64_t n = static_cast<int64_t>(arr.size());
+    if (shape->size() == depth) {
+      shape->push_back(n);
+    } else if (depth >= shape->size() || (*shape)[depth] != n) {
+      return InvalidArgument("nested arrays are not rectangular");
+    }
+    for (auto child : arr) RETURN_IF_ERROR(Flatten(child, depth + 1, shape, leaves));
+    return Status::Ok();
+  }
+  if (depth < shape->size()) return InvalidArgument("nested arrays are not rectangular");
+  leaves->push_back(e);
+  return Status::Ok();
+}
+
+class JsonlSource : public RowSource {
+ public:
+  static StatusOr<std::unique_ptr<JsonlSource>> Open(const std::string& path, runtime::ModelSignature sig) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return NotFound("cannot open '" + path + "'");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto src = std::unique_ptr<JsonlSource>(new JsonlSource());
+    src->sig_ = std::move(sig);
+    src->text_ = ss.str();
+    size_t start = 0;
+    while (start < src->text_.size()) {
+      size_t end = src->text_.find('\n', start);
+      if (end == std::string::npos) end = src->text_.size();
+      if (src->text_.find_first_not_of(" \t\r", start) < end) src->lines_.emplace_back(start, end - start);
+      start = end + 1;
+    }
+    return src;
+  }
+  int64_t rows() const override { return static_cast<int64_t>(lines_.size()); }
+  StatusOr<std::vector<NamedTensor>> Row(int64_t i) override {
+    const auto [offset, length] = lines_[static_cast<size_t>(i)];
+    simdjson::dom::element doc;
+    if (auto err = parser_.parse(text_.data() + offset, length).get(doc); err) {
+      return InvalidArgument(std::string("invalid JSON: ") + simdjson::error_message(err));
+    }
+    simdjson::dom::object obj;
+    if (doc.get_object().get(obj)) return InvalidArgument("the line is not a JSON object of input names");
+    std::vector<NamedTensor> out;
+    for (auto field : obj) {
+      const std::string name(field.key);
+      const backends::TensorSpec* spec = nullptr;
+      for (const auto& s : sig_.inputs) {
+        if (s.name == name) spec = &s;
+      }
+      if (spec == nullptr) return InvalidArgument("unknown input '" + name + "'");
+      Shape shape;
+      std::vector<simdjson::dom::element> leaves;
+      if (Status s = Flatten(field.value, 0, &shape, &leaves); !s.ok()) return s.WithPrefix("input '" + name + "'");
+      // One row: add the batch dimension unless the value already has it.
+      if (shape.size() == spec->dims.size()) shape.insert(shape.begin(), 1);
+      Tensor t;
+      if (spec->dtype == DataType::kBytes) {
+        std::vector<std::string> values;
+        for (auto leaf : leaves) {
+          std::string_view sv;
+          if (leaf.get_string().get(sv)) return InvalidArgument("input '" + name + "' must hold strings");
+          values.emplace_back(sv);
+        }
+        t = Tensor::FromStrings(shape, values);
+      } else if (IsPlainNumeric(spec->dtype)) {
+        auto count = ElementCount(shape, int64_t{1} << 28);
+        if (!count.ok()) return count.status().WithPrefix("input '" + name + "'");
+        t = Tensor::Allocate(spec->dtype, shape);
+        for (size_t k = 0; k < leaves.size(); ++k) {
+          double v;
+          bool b;
+          if (!leaves[k].get_double().get(v)) {
+          } else if (!leaves[k].get_bool().get(b)) {
+            v = b;
+          } else {
+            return InvalidArgument("input '" + name + "' element " + std::to_string(k) + " is not a number");
+          }
+          StoreDouble(spec->dtype, t.mutable_data(), static_cast<int64_t>(k), v);
+        }
+      } else {
+        return InvalidArgument("input '" + name + "' has type " + std::string(DataTypeName(spec->dtype)) +
+                               ", which JSON lines cannot carry; use .npy/.npz");
+      }
+      out.push_back({name, ForModel(std::move(t), sig_)});
+    }
+    return out;
+  }
+
+ private:
+  JsonlSource() = default;
+  runtime::ModelSignature sig_;
+  std::string text_;
+  std::vector<std::pair<size_t, size_t>> lines_;
+  simdjson::dom::parser parser_;
+};
+
+StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path, const runtime::ModelSignature& sig) {
+  if (EndsWith(path, ".jsonl") || EndsWith(path, ".json")) {
+    ASSIGN_OR_RETURN(auto src, JsonlSource::Open(path, sig));
+    return std::unique_ptr<RowSource>(std::move(src));
+  }
+  std::map<std::string, NpyArray> arrays;
+  if (EndsWith(path, ".npy")) {
+    if (sig.inputs.size() != 1) {
+      return InvalidArgument("the model has " + std::to_string(sig.inputs.size()) +
+                             " inputs; give them as an .npz with one array per input name, or as .jsonl");
+    }
+    ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path));
+    arrays.emplace(sig.inputs[0].name, std::move(a));
+  } else if (EndsWith(path, ".npz")) {
+    ASSIGN_OR_RETURN(auto all, ReadNpz(path));
+    std::string names;
+    for (const auto& [n, a] : all) names += (names.empty() ? "" : ", ") + n;
+    for (const auto& spec : sig.inputs) {
+      auto it = all.find(spec.name);
+      if (it == all.end()) {
+        if (spec.optional) continue;
+        return InvalidArgument("'" + path + "' has no array named '" + spec.name + "' (it has: " + names + ")");
+      }
+      arrays.emplace(spec.name, std::move(it->second));
+    }
+  } else {
+    return InvalidArgument("input '" + path + "' must end in .npy, .npz or .jsonl");
+  }
+  int64_t rows = -1;
+  for (const auto& [name, a] : arrays) {
+    if (a.shape.empty()) return InvalidArgument("array '" + name + "' is a scalar; rows go along the first dimension");
+    if (rows >= 0 && a.rows() != rows) {
+      return InvalidArgument("arrays have different row counts (" + std::to_string(rows) + " and " +
+                             std::to_string(a.rows()) + " for '" + name + "')");
+    }
+    rows = a.rows();
+  }
+  return std::unique_ptr<RowSource>(new ArraySource(sig, std::move(arrays)));
+}
+
+// The finished-rows log: "<output>.done", a header line naming the input, then one index
+// per line. Appended as rows finish, so it survives an interruption.
+class DoneLog {
+ public:
+  static StatusOr<std::unique_ptr<DoneLog>> Open(const std::string& output, const std::string& input, bool resume,
+                                                 bool output_exists) {
+    auto log = std::unique_ptr<DoneLog>(new DoneLog());
+    log->path_ = output + ".done";
+    struct stat st {};
+    stat(input.c_str(), &st);
+    const std::string header = "# shoal run input=" + input + " bytes=" + std::to_string(st.st_size) +
+                               " mtime=" + std::to_string(st.st_mtime);
+    if (resume && output_exists) {
+      std::ifstream f(log->path_);
+      std::string line;
+      if (f && std::getline(f, line)) {
+        if (line != header) {
+          return FailedPrecondition("'" + output + "' was written from a different or changed input (" + line.substr(12) +
+                                    "); delete it or pass --no-resume to start over");
+        }
+        while (std::getline(f, line)) {
+          if (!line.empty()) log->done_.insert(std::stoll(line));
+        }
+      }
+    }
+    const bool append = resume && output_exists && !log->done_.empty();
+    log->file_ = std::fopen(log->path_.c_str(), append ? "a" : "w");
+    if (log->file_ == nullptr) return Internal("cannot write '" + log->path_ + "'");
+    if (!append) std::fprintf(log->file_, "%s\n", header.c_str());
+    std::fflush(log->file_);
+    return log;
+  }
+  ~DoneLog() {
+    if (file_) std::fclose(file_);
+  }
+  const std::set<int64_t>& done() const { return done_; }
+  void Append(int64_t i) {
+    std::fprintf(file_, "%lld\n", static_cast<long long>(i));
+    std::fflush(file_);
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::set<int64_t> done_;
+};
+
+void AppendJsonValue(std::string* out, const Tensor& t) {
+  fmt::format_to(std::back_inserter(*out), "{{\"shape\":[{}],\"datatype\":\"{}\",\"data\":[",
+                 fmt::join(t.shape(), ","), DataTypeName(t.dtype()));
+  if (t.dtype() == DataType::kBytes) {
+    auto elems = t.BytesElements();
+    if (elems.ok()) {
+      for (size_t i = 0; i < elems->size(); ++i) {
+        if (i) out->push_back(',');
+        out->push_back('"');
+        for (char c : (*elems)[i]) {
+          if (c == '"' || c == '\\') {
+            out->push_back('\\');
+            out->push_back(c);
+          } else if (static_cast<unsigned char>(c) < 0x20) {
+            fmt::format_to(std::back_inserter(*out), "\\u{:04x}", static_cast<unsigned char>(c));
+          } else {
+            out->push_back(c);
+          }
+        }
+        out->push_back('"');
+      }
+    }
+  } else if (IsPlainNumeric(t.dtype())) {
+    const int64_t n = t.element_count();
+    for (int64_t i = 0; i < n; ++i) {
+      if (i) out->push_back(',');
+      const double v = LoadAsDouble(t.dtype(), t.data(), i);
+      if (t.dtype() == DataType::kFp32) {
+        fmt::format_to(std::back_inserter(*out), "{}", static_cast<float>(v));
+      } else if (t.dtype() == DataType::kBool) {
+        out->append(v != 0 ? "true" : "false");
+      } else {
+        fmt::format_to(std::back_inserter(*out), "{}", v);
+      }
+    }
+  }
+  out->append("]}");
+}
+
+std::string EscapeJson(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+class RowSink {
+ public:
+  virtual ~RowSink() = default;
+  virtual Status Write(int64_t i, const std::vector<NamedTensor>& outputs) = 0;
+  virtual Status WriteError(int64_t i, const Status& status) = 0;
+};
+
+class JsonlSink : public RowSink {
+ public:
+  static StatusOr<std::unique_ptr<JsonlSink>> Open(const std::string& path, bool append) {
+    auto sink = std::unique_ptr<JsonlSink>(new JsonlSink());
+    sink->file_ = std::fopen(path.c_str(), append ? "a" : "w");
+    if (sink->file_ == nullptr) return Internal("cannot write '" + path + "'");
+    return sink;
+  }
+  ~JsonlSink() override {
+    if (file_) std::fclose(file_);
+  }
+  Status Write(int64_t i, const std::vector<NamedTensor>& outputs) override {
+    std::string line = fmt::format("{{\"index\":{},\"outputs\":{{", i);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (k) line.push_back(',');
+      line += "\"" + EscapeJson(outputs[k].name) + "\":";
+      AppendJsonValue(&line, outputs[k].tensor);
+    }
+    line += "}}\n";
+    return Put(line);
+  }
+  Status WriteError(int64_t i, const Status& status) override {
+    return Put(fmt::format("{{\"index\":{},\"error\":\"{}\"}}\n", i, EscapeJson(status.message())));
+  }
+
+ private:
+  Status Put(const std::string& line) {
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+      return Internal("cannot write the output file");
+    }
+    return Status::Ok();
+  }
+  JsonlSink() = default;
+  std::FILE* file_ = nullptr;
+};
+
+class NpySink : public RowSink {
+ public:
+  NpySink(std::string path, runtime::ModelSignature sig, int64_t rows, bool resume)
+      : path_(std::move(path)), sig_(std::move(sig)), rows_(rows), resume_(resume) {}
+  Status Write(int64_t i, const std::vector<NamedTensor>& outputs) override {
+    for (const auto& o : outputs) {
+      auto it = writers_.find(o.name);
+      if (it == writers_.end()) {
+        Shape shape = o.tensor.shape();
+        if (sig_.max_batch_size > 0 && !shape.empty()) shape.erase(shape.begin());
+        shape.insert(shape.begin(), rows_);
+        ASSIGN_OR_RETURN(auto w, NpyWriter::Open(PathFor(o.name), o.tensor.dtype(), shape, resume_));
+        it = writers_.emplace(o.name, std::move(w)).first;
+      }
+      RETURN_IF_ERROR(it->second->WriteRow(i, o.tensor.data(), o.tensor.byte_size())
+                          .WithPrefix("output '" + o.name + "'"));
+    }
+    return Status::Ok();
+  }
+  Status WriteError(int64_t i, const Status& status) override {
+    if (errors_ == nullptr) errors_ = std::fopen((path_ + ".errors.jsonl").c_str(), "a");
+    if (errors_ == nullptr) return Internal("cannot write '" + path_ + ".errors.jsonl'");
+    std::fprintf(errors_, "{\"index\":%lld,\"error\":\"%s\"}\n", static_cast<long long>(i),
+                 EscapeJson(status.message()).c_str());
+    std::fflush(errors_);
+    return Status::Ok();
+  }
+  ~NpySink() override {
+    if (errors_) std::fclose(errors_);
+  }
+  std::string PathFor(const std::string& output) const {
+    if (sig_.outputs.size() <= 1) return path_;
+    return path_.substr(0, path_.size() - 4) + "." + output + ".npy";
+  }
+
+ private:
+  std::string path_;
+  runtime::ModelSignature sig_;
+  int64_t rows_;
+  bool resume_;
+  std::map<std::string, std::unique_ptr<NpyWriter>> writers_;
+  std::FILE* errors_ = nullptr;
+};
+
+}  // namespace
+
+std::string FormatProgress(const OfflineJobProgress& p, int width) {
+  const double fraction = p.total_rows > 0 ? static_cast<double>(p.done_rows) / static_cast<double>(p.total_rows) : 1;
+  const int filled = static_cast<int>(fraction * width);
+  const double rate = p.elapsed_s > 0 ? static_cast<double>(p.done_rows - p.resumed_rows) / p.elapsed_s : 0;
+  std::string eta = "--:--";
+  if (rate > 0) {
+    const int64_t s = static_cast<int64_t>(static_cast<double>(p.total_rows - p.done_rows) / rate);
+    eta = fmt::format("{}:{:02}", s / 60, s % 60);
+  }
+  std::string out = fmt::format("[{}{}] {:3.0f}%  {}/{} rows  {:.0f} rows/s  ETA {}", std::string(filled, '#'),
+                                std::string(width - filled, '.'), fraction * 100, p.done_rows, p.total_rows, rate, eta);
+  if (p.failed_rows > 0) out += fmt::format("  {} skipped", p.failed_rows);
+  return out;
+}
+
+OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions& options,
+                               const std::atomic<bool>* interrupted,
+                               const std::function<void(const OfflineJobProgress&)>& on_progress) {
+  OfflineJobResult result;
+  auto mv = server.GetModel(options.model, options.model_version);
+  if (!mv.ok()) {
+    result.status = mv.status();
+    return result;
+  }
+  const runtime::ModelSignature sig = (*mv)->signature();
+  auto source = OpenSource(options.input_path, sig);
+  if (!source.ok()) {
+    result.status = source.status();
+    return result;
+  }
+  const int64_t rows = (*source)->rows();
+  const bool jsonl_out = EndsWith(options.output_path, ".jsonl");
+  if (!jsonl_out && !EndsWith(options.output_path, ".npy")) {
+    result.status = InvalidArgument("output '" + options.output_path + "' must end in .jsonl or .npy");
+    return result;
+  }
+  if (!jsonl_out) {
+    for (const auto& o : sig.outputs) {
+      if (o.dtype == DataType::kBytes) {
+        result.status = InvalidArgument("output '" + o.name + "' is BYTES, which .npy cannot hold; write .jsonl");
+        return result;
+      }
+    }
+  }
+  const bool output_exists = std::filesystem::exists(options.output_path);
+  auto done = DoneLog::Open(options.output_path, options.input_path, options.resume, output_exists);
+  if (!done.ok()) {
+    result.status = done.status();
+    return result;
+  }
+  const bool resuming = !(*done)->done().empty();
+  std::unique_ptr<RowSink> sink;
+  if (jsonl_out) {
+    auto s = JsonlSink::Open(options.output_path, resuming);
+    if (!s.ok()) {
+      result.status = s.status();
+      return result;
+    }
+    sink = std::move(s).value();
+  } else {
+    sink = std::make_unique<NpySink>(options.output_path, sig, rows, resuming);
+  }
+
+  OfflineJobProgress& progress = result.progress;
+  progress.total_rows = rows;
+  progress.resumed_rows = static_cast<int64_t>((*done)->done().size());
+  progress.done_rows = progress.resumed_rows;
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;
+  Status first_error;
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto last_report = start;
+
+  // Requires mu.
+  auto record_failure = [&](int64_t i, const Status& s) {
+    const Status row_error = s.WithPrefix("row " + std::to_string(i));
+    if (options.on_error == OfflineJobOptions::OnError::kSkip) {
+      ++progress.failed_rows;
+      ++progress.done_rows;
+      if (Status w = sink->WriteError(i, row_error); !w.ok() && first_error.ok()) first_error = w;
+      (*done)->Append(i);
+    } else if (first_error.ok()) {
+      first_error = row_error;
+    }
+  };
+
+  int64_t submitted = 0;
+  bool limited = false;
+  for (int64_t i = 0; i < rows; ++i) {
+    if ((*done)->done().count(i)) continue;
+    if (options.limit_rows > 0 && submitted >= options.limit_rows) {
+      limited = true;
+      break;
+    }
+    ++submitted;
+    std::unique_lock<std::mutex> lock(mu);
+    while (in_flight >= options.concurrency) {
+      cv.wait_for(lock, std::chrono::milliseconds(200));
+      if (on_progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(200)) {
+        progress.elapsed_s = elapsed();
+        on_progress(progress);
+        last_report = std::chrono::steady_clock::now();
+      }
+    }
+    if (!first_error.ok() || (interrupted && interrupted->load())) break;
+    lock.unlock();
+    auto inputs = (*source)->Row(i);
+    lock.lock();
+    if (!inputs.ok()) {
+      record_failure(i, inputs.status());
+      continue;
+    }
+    ++in_flight;
+    lock.unlock();
+    runtime::InferRequest request;
+    request.model_name = options.model;
+    request.model_version = options.model_version;
+    request.id = std::to_string(i);
+    request.inputs = std::move(inputs).value();
+    server.Infer(std::move(request), [&, i](runtime::InferResponse response) {
+      std::lock_guard<std::mutex> guard(mu);
+      if (response.status.ok()) {
+        if (Status w = sink->Write(i, response.outputs); !w.ok()) {
+          if (first_error.ok()) first_error = w;
+        } else {
+          (*done)->Append(i);
+          ++progress.done_rows;
+        }
+      } else {
+        record_failure(i, response.status);
+      }
+      --in_flight;
+      cv.notify_all();
+    });
+    if (on_progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(200)) {
+      std::lock_guard<std::mutex> guard(mu);
+      progress.elapsed_s = elapsed();
+      on_progress(progress);
+      last_report = std::chrono::steady_clock::now();
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return in_flight == 0; });
+  progress.elapsed_s = elapsed();
+  result.status = first_error;
+  result.interrupted = ((interrupted && interrupted->load()) || limited) && progress.done_rows < rows;
+  if (on_progress) on_progress(progress);
+  return result;
+}
+
+}  // namespace shoal::cli

@@ -1,0 +1,194 @@
+// The offline job through a real Server with the identity and add_sub plugins.
+#include "cli/offline_job.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "cli/npy.h"
+
+namespace shoal::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+class OfflineJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("shoal_run_test_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir_ / "repo" / "identity" / "1");
+    std::ofstream(dir_ / "repo" / "identity" / "config.pbtxt") << R"(
+name: "identity" backend: "identity" max_batch_size: 16
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+dynamic_batching { })";
+    fs::create_directories(dir_ / "repo" / "add_sub" / "1");
+    std::ofstream(dir_ / "repo" / "add_sub" / "config.pbtxt") << R"(
+name: "add_sub" backend: "add_sub" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { })";
+    runtime::ServerOptions o;
+    o.model_repository = (dir_ / "repo").string();
+    const char* bin = std::getenv("SHOAL_BINARY_DIR");
+    o.backend_directories = {std::string(bin ? bin : ".") + "/backends"};
+    auto s = runtime::Server::Create(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    ASSERT_TRUE(server_->ready());
+  }
+  void TearDown() override {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string WriteNpy(const std::string& name, int rows) {
+    const std::string p = Path(name);
+    auto w = NpyWriter::Open(p, DataType::kFp32, {rows, 2}, false);
+    for (int i = 0; i < rows; ++i) {
+      const float row[2] = {float(i), float(-i)};
+      EXPECT_TRUE((*w)->WriteRow(i, row, sizeof(row)).ok());
+    }
+    return p;
+  }
+  std::vector<std::string> Lines(const std::string& p) {
+    std::ifstream f(p);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(f, l);) out.push_back(l);
+    return out;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<runtime::Server> server_;
+};
+
+TEST_F(OfflineJobTest, NpyInToNpyOutKeepsEveryRowInPlace) {
+  OfflineJobOptions o;
+  o.model = "identity";
+  o.input_path = WriteNpy("in.npy", 100);
+  o.output_path = Path("out.npy");
+  auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.progress.done_rows, 100);
+  auto out = ReadNpy(o.output_path);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->shape, (Shape{100, 2}));
+  for (int i : {0, 37, 99}) {
+    EXPECT_EQ(out->Row(i).values<float>()[0], float(i));
+    EXPECT_EQ(out->Row(i).values<float>()[1], float(-i));
+  }
+  auto stats = (*server_->GetModel("identity"))->stats();
+  EXPECT_EQ(stats.inference_count, 100u);
+}
+
+TEST_F(OfflineJobTest, NpzRowsThatDoNotFitTheModelFailNamingRowAndInput) {
+  OfflineJobOptions o;
+  o.model = "add_sub";
+  const char* src = std::getenv("SHOAL_SOURCE_DIR");
+  o.input_path = std::string(src ? src : ".") + "/src/cli/testdata/two_arrays.npz";
+  o.output_path = Path("out.npy");
+  auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  // two_arrays.npz has INPUT1 as int64 [3,2]: the shape does not fit add_sub's [4].
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(r.status.message().find("row 0"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("INPUT1"), std::string::npos) << r.status.message();
+}
+
+TEST_F(OfflineJobTest, NpzWithTwoInputsWritesOneNpyPerOutputConvertingFloat64) {
+  OfflineJobOptions o;
+  o.model = "add_sub";
+  const char* src = std::getenv("SHOAL_SOURCE_DIR");
+  o.input_path = std::string(src ? src : ".") + "/src/cli/testdata/add_sub_inputs.npz";
+  o.output_path = Path("out.npy");
+  auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  auto sum = ReadNpy(Path("out.OUTPUT0.npy"));
+  auto diff = ReadNpy(Path("out.OUTPUT1.npy"));
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  ASSERT_TRUE(diff.ok()) << diff.status().ToString();
+  EXPECT_EQ(sum->shape, (Shape{3, 4}));
+  EXPECT_EQ(sum->Row(2).values<float>()[3], 12.0f);   // 11 + 1
+  EXPECT_EQ(diff->Row(1).values<float>()[0], 3.0f);   // 4 - 1
+}
+
+TEST_F(OfflineJobTest, JsonlSkipsMalformedRowsAndReportsTheirIndex) {
+  const std::string in = Path("in.jsonl");
+  std::ofstream(in) << "{\"INPUT0\": [1, 2]}\n"
+                       "{\"INPUT0\": [3, 4, 5]}\n"       // wrong shape
+                       "not json\n"
+                       "{\"INPUT0\": [[6, 7]]}\n"       // with its batch dimension
+                       "{\"OTHER\": [1, 2]}\n";
+  OfflineJobOptions o;
+  o.model = "identity";
+  o.input_path = in;
+  o.output_path = Path("out.jsonl");
+  o.on_error = OfflineJobOptions::OnError::kSkip;
+  auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.progress.failed_rows, 3);
+  auto lines = Lines(o.output_path);
+  ASSERT_EQ(lines.size(), 5u);
+  std::map<int, std::string> by_index;
+  for (const auto& l : lines) by_index[std::stoi(l.substr(9))] = l;
+  EXPECT_NE(by_index[0].find("\"data\":[1,2]"), std::string::npos) << by_index[0];
+  EXPECT_NE(by_index[3].find("\"data\":[6,7]"), std::string::npos) << by_index[3];
+  EXPECT_NE(by_index[1].find("\"error\":\"row 1"), std::string::npos) << by_index[1];
+  EXPECT_NE(by_index[2].find("invalid JSON"), std::string::npos) << by_index[2];
+  EXPECT_NE(by_index[4].find("unknown input 'OTHER'"), std::string::npos) << by_index[4];
+
+  o.on_error = OfflineJobOptions::OnError::kFail;
+  o.output_path = Path("out2.jsonl");
+  auto failed = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_FALSE(failed.status.ok());
+  EXPECT_NE(failed.status.message().find("row 1"), std::string::npos) << failed.status.message();
+}
+
+TEST_F(OfflineJobTest, InterruptedJobResumesWithoutRedoingFinishedRows) {
+  OfflineJobOptions o;
+  o.model = "identity";
+  o.input_path = WriteNpy("in.npy", 500);
+  o.output_path = Path("out.jsonl");
+  o.concurrency = 4;
+  o.limit_rows = 120;
+  auto first = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(first.status.ok());
+  ASSERT_TRUE(first.interrupted);
+  o.limit_rows = 0;
+  const int64_t done_first = first.progress.done_rows;
+  EXPECT_EQ(done_first, 120);
+  auto second = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(second.status.ok()) << second.status.ToString();
+  EXPECT_EQ(second.progress.resumed_rows, done_first);
+  EXPECT_EQ(second.progress.done_rows, 500);
+  auto lines = Lines(o.output_path);
+  EXPECT_EQ(lines.size(), 500u);
+  std::set<int> seen;
+  for (const auto& l : lines) seen.insert(std::stoi(l.substr(9)));
+  EXPECT_EQ(seen.size(), 500u) << "every row exactly once";
+
+  // A changed input is not silently mixed into the old output.
+  WriteNpy("in.npy", 501);
+  auto third = RunOfflineJob(*server_, o, nullptr, nullptr);
+  EXPECT_EQ(third.status.code(), StatusCode::kFailedPrecondition) << third.status.ToString();
+}
+
+TEST(FormatProgressTest, ShowsBarRateAndEta) {
+  OfflineJobProgress p;
+  p.total_rows = 1000;
+  p.done_rows = 500;
+  p.elapsed_s = 5;
+  p.failed_rows = 2;
+  const std::string s = FormatProgress(p, 10);
+  EXPECT_NE(s.find("[#####.....]"), std::string::npos) << s;
+  EXPECT_NE(s.find("500/1000 rows"), std::string::npos) << s;
+  EXPECT_NE(s.find("100 rows/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("ETA 0:05"), std::string::npos) << s;
+  EXPECT_NE(s.find("2 skipped"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace shoal::cli
