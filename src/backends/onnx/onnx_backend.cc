@@ -1,0 +1,167 @@
+#include "backends/onnx/onnx_backend.h"
+
+#include <exception>
+#include <filesystem>
+
+#include "backends/backend_registry.h"
+#include "engine/model.h"
+
+namespace shoal::backends {
+namespace {
+
+namespace fs = std::filesystem;
+
+Shape DimsOf(const engine::TensorInfo& t, bool batching) {
+  Shape dims;
+  for (size_t d = batching ? 1 : 0; d < t.shape.size(); ++d)
+    dims.push_back(t.shape[d].known() ? t.shape[d].value : -1);
+  return dims;
+}
+
+// Completes `specs` (from the config) with the model's tensors `model`.
+Status Complete(const char* kind, const std::vector<engine::TensorInfo>& model, bool batching,
+                std::vector<TensorSpec>* specs) {
+  for (const TensorSpec& s : *specs) {
+    bool found = false;
+    for (const auto& t : model) found |= t.name == s.name;
+    if (!found)
+      return InvalidArgument(std::string("config ") + kind + " '" + s.name + "' is not an " + kind +
+                             " of the model");
+  }
+  std::vector<TensorSpec> out;
+  for (const auto& t : model) {
+    TensorSpec spec;
+    for (const TensorSpec& s : *specs) {
+      if (s.name == t.name) spec = s;
+    }
+    spec.name = t.name;
+    if (spec.dtype == DataType::kInvalid) {
+      spec.dtype = t.dtype;
+    } else if (spec.dtype != t.dtype) {
+      return InvalidArgument(std::string("config ") + kind + " '" + t.name + "' has data type " +
+                             std::string(DataTypeName(spec.dtype)) + "; the model's is " +
+                             std::string(DataTypeName(t.dtype)));
+    }
+    if (t.rank_known) {
+      const Shape dims = DimsOf(t, batching);
+      if (spec.dims.empty()) {
+        spec.dims = dims;
+      } else {
+        bool ok = spec.dims.size() == dims.size();
+        for (size_t d = 0; ok && d < dims.size(); ++d) ok = dims[d] < 0 || spec.dims[d] == dims[d];
+        if (!ok) {
+          return InvalidArgument(std::string("config ") + kind + " '" + t.name + "' has dims " +
+                                 ShapeToString(spec.dims) + "; the model's are " +
+                                 ShapeToString(dims) +
+                                 (batching ? " (batch dimension excluded)" : ""));
+        }
+      }
+    }
+    out.push_back(std::move(spec));
+  }
+  *specs = std::move(out);
+  return Status::Ok();
+}
+
+class OnnxInstance : public BackendInstance {
+ public:
+  explicit OnnxInstance(std::unique_ptr<engine::Session> session) : session_(std::move(session)) {}
+
+  Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) override {
+    try {
+      std::vector<NamedTensor> results;
+      RETURN_IF_ERROR(session_->Run(request.inputs, &results));
+      for (auto& r : results) outputs->push_back(std::move(r));
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Internal(std::string("onnx backend: ") + e.what());
+    }
+  }
+
+ private:
+  std::unique_ptr<engine::Session> session_;
+};
+
+class OnnxModel : public BackendModel {
+ public:
+  OnnxModel(std::unique_ptr<engine::Model> model, ModelInfo info, int threads)
+      : model_(std::move(model)), info_(std::move(info)), threads_(threads) {}
+
+  StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
+    engine::SessionOptions options;
+    options.threads = threads_;
+    options.cpu_cores = info.cpu_cores;
+    ASSIGN_OR_RETURN(auto session, engine::Session::Create(*model_, options));
+    return std::unique_ptr<BackendInstance>(new OnnxInstance(std::move(session)));
+  }
+
+  ModelInfo info() const override { return info_; }
+
+ private:
+  std::unique_ptr<engine::Model> model_;
+  ModelInfo info_;
+  int threads_;
+};
+
+class OnnxBackend : public Backend {
+ public:
+  std::string name() const override { return "onnx"; }
+
+  StatusOr<std::unique_ptr<BackendModel>> LoadModel(const ModelInfo& info) override {
+    try {
+      return LoadModelImpl(info);
+    } catch (const std::exception& e) {
+      return Internal(std::string("onnx backend: ") + e.what());
+    }
+  }
+
+ private:
+  StatusOr<std::unique_ptr<BackendModel>> LoadModelImpl(const ModelInfo& info) {
+    std::string file = "model.onnx";
+    if (auto it = info.parameters.find("default_model_filename"); it != info.parameters.end())
+      file = it->second;
+    if (file.empty() || fs::path(file).is_absolute() || file.find("..") != std::string::npos) {
+      return InvalidArgument("default_model_filename '" + file + "' must be a plain file name");
+    }
+    int threads = 0;
+    if (auto it = info.parameters.find("intra_op_thread_count"); it != info.parameters.end()) {
+      try {
+        threads = std::stoi(it->second);
+      } catch (const std::exception&) {
+        threads = -1;
+      }
+      if (threads < 0)
+        return InvalidArgument("intra_op_thread_count must be a number >= 0; was '" + it->second +
+                               "'");
+    }
+    const std::string path = (fs::path(info.version_dir) / file).string();
+    ASSIGN_OR_RETURN(auto model, engine::Model::Load(path));
+
+    ModelInfo done = info;
+    const bool config_lists_tensors = !info.inputs.empty() || !info.outputs.empty();
+    if (done.max_batch_size == 0 && !config_lists_tensors && model->batch_dim_symbolic()) {
+      done.max_batch_size = kDefaultMaxBatchSize;
+    }
+    const bool batching = done.max_batch_size > 0;
+    if (batching && !model->batch_dim_symbolic()) {
+      return InvalidArgument(
+          "max_batch_size is " + std::to_string(done.max_batch_size) +
+          " but the model's first dimension is not a batch dimension (not symbolic in every "
+          "input and output)");
+    }
+    RETURN_IF_ERROR(Complete("input", model->inputs(), batching, &done.inputs));
+    RETURN_IF_ERROR(Complete("output", model->outputs(), batching, &done.outputs));
+    return std::unique_ptr<BackendModel>(new OnnxModel(std::move(model), std::move(done), threads));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> MakeOnnxBackend() { return std::make_shared<OnnxBackend>(); }
+
+void RegisterOnnxBackend(BackendRegistry* registry) {
+  registry->Register(MakeOnnxBackend());
+  registry->RegisterAlias("onnxruntime_onnx", "onnx");
+}
+
+}  // namespace shoal::backends

@@ -1,0 +1,43 @@
+// The "onnx" backend: runs ONNX models on shoal's own engine (src/engine).
+//
+// Registered under "onnx" with the alias "onnxruntime_onnx", so both `backend: "onnx"`
+// and Triton's `platform: "onnxruntime_onnx"` configs load with it.
+//
+// LoadModel reads <version_dir>/model.onnx (or the file named by the config parameter
+// `default_model_filename`) and completes the ModelInfo from the model, which info()
+// then returns (the model config endpoint serves it):
+//   - every model input/output missing from the config is added with its dtype and dims;
+//     listed ones get a missing dtype or dims filled; a listed dtype or dim that
+//     contradicts the model, or a name the model lacks, is INVALID_ARGUMENT;
+//   - when the config lists neither inputs nor outputs and says max_batch_size 0, and
+//     every input's and output's first dimension is symbolic, batching is enabled with
+//     max_batch_size kDefaultMaxBatchSize (as Triton's auto-complete does); dims then
+//     exclude the batch dimension. Symbolic dims are reported as -1.
+// The engine::Model is shared by all instances (read-only); each instance owns an
+// engine::Session (its threads, pinned to the instance's cores, and its plan cache).
+//
+// Config parameters (strings): `intra_op_thread_count` (threads per instance; default:
+// the number of the instance's cores, or all CPUs when it is not pinned),
+// `default_model_filename`.
+//
+// Errors: NOT_FOUND when the model file is missing; INVALID_ARGUMENT for a model the
+// engine cannot load (message names the node, operator and what is missing) or a config
+// that contradicts the model; Execute returns the engine's error (INVALID_ARGUMENT for
+// inputs that do not match the model).
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+
+namespace shoal::backends {
+
+class BackendRegistry;
+
+inline constexpr int kDefaultMaxBatchSize = 4;
+
+std::shared_ptr<Backend> MakeOnnxBackend();
+// Registers MakeOnnxBackend() as "onnx" and the alias "onnxruntime_onnx".
+void RegisterOnnxBackend(BackendRegistry* registry);
+
+}  // namespace shoal::backends

@@ -1,0 +1,193 @@
+#include "engine/inspect.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/internal/op_util.h"
+#include "engine/model.h"
+
+namespace shoal::engine {
+namespace {
+
+using internal::Product;
+
+// FLOPs of one node given the plan's shapes; 0 for data movement.
+int64_t NodeFlops(const Graph& g, const Node& node, const std::vector<Shape>& shapes) {
+  auto shape = [&](int v) -> const Shape& { return shapes[v]; };
+  if (node.outputs.empty() || node.outputs[0] < 0) return 0;
+  const Shape& out = shape(node.outputs[0]);
+  const std::string& op = node.op_type;
+  if (op == "Conv" && node.has_input(1)) {
+    const Shape& w = shape(node.inputs[1]);
+    return 2 * Product(out) * Product(w, 1);
+  }
+  if (op == "ConvTranspose" && node.has_input(1)) {
+    const Shape& w = shape(node.inputs[1]);
+    return 2 * Product(shape(node.inputs[0])) * Product(w, 1);
+  }
+  if ((op == "MatMul" || op == "Gemm") && node.has_input(0)) {
+    const Shape& a = shape(node.inputs[0]);
+    if (a.empty()) return 0;
+    int64_t k = a.back();
+    if (op == "Gemm" && node.GetInt("transA", 0) && a.size() == 2) k = a[0];
+    return 2 * Product(out) * k;
+  }
+  static const std::set<std::string> kElementwise = {"Add",
+                                                     "Sub",
+                                                     "Mul",
+                                                     "Div",
+                                                     "Pow",
+                                                     "Sqrt",
+                                                     "Exp",
+                                                     "Log",
+                                                     "Erf",
+                                                     "Neg",
+                                                     "Abs",
+                                                     "Reciprocal",
+                                                     "Relu",
+                                                     "LeakyRelu",
+                                                     "PRelu",
+                                                     "Sigmoid",
+                                                     "Tanh",
+                                                     "Clip",
+                                                     "HardSigmoid",
+                                                     "HardSwish",
+                                                     "Gelu",
+                                                     "Softmax",
+                                                     "LogSoftmax",
+                                                     "BatchNormalization",
+                                                     "LayerNormalization",
+                                                     "MaxPool",
+                                                     "AveragePool",
+                                                     "GlobalAveragePool",
+                                                     "GlobalMaxPool",
+                                                     "ReduceMean",
+                                                     "ReduceSum",
+                                                     "ReduceMax",
+                                                     "Min",
+                                                     "Max",
+                                                     "Where",
+                                                     "Resize"};
+  if (kElementwise.count(op)) {
+    // Pools and reductions read every input element once.
+    const bool reads_input = op.find("Pool") != std::string::npos || op.rfind("Reduce", 0) == 0;
+    return reads_input && node.has_input(0) ? Product(shape(node.inputs[0])) : Product(out);
+  }
+  return 0;
+}
+
+std::string Human(double flops) {
+  const char* units[] = {"", "K", "M", "G", "T"};
+  int u = 0;
+  while (flops >= 1000 && u < 4) {
+    flops /= 1000;
+    ++u;
+  }
+  std::ostringstream s;
+  s.precision(3);
+  s << flops << " " << units[u] << "FLOP";
+  return s.str();
+}
+
+void PrintTensors(std::ostringstream& out, const char* title, const std::vector<TensorInfo>& list) {
+  out << title << ":\n";
+  for (const auto& t : list) {
+    out << "  " << t.name << "  " << DataTypeName(t.dtype) << "  "
+        << (t.rank_known ? SymbolicShapeToString(t.shape) : std::string("(rank unknown)")) << "\n";
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> InspectModel(const std::string& path) {
+  ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));
+  std::ostringstream out;
+  out << "model: " << path << "\n";
+  out << "opset: " << graph.opset << "\n";
+  out << "nodes: " << graph.nodes.size() << "\n";
+
+  std::map<std::string, int> histogram;
+  std::map<std::string, std::pair<int, std::string>> unsupported;  // op -> count, first reason
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    const std::string op = (node.domain.empty() ? "" : node.domain + ".") + node.op_type;
+    ++histogram[op];
+    Status s = CheckNode(graph, static_cast<int>(n));
+    if (!s.ok()) {
+      auto& u = unsupported[op];
+      if (u.first++ == 0) u.second = s.message();
+    }
+  }
+
+  auto model = unsupported.empty() ? Model::FromGraph(graph)
+                                   : StatusOr<std::unique_ptr<Model>>(Internal("skipped"));
+  std::vector<TensorInfo> inputs, outputs;
+  if (model.ok()) {
+    inputs = (*model)->inputs();
+    outputs = (*model)->outputs();
+  } else {
+    auto declared = [&](int v) {
+      TensorInfo t{
+          graph.values[v].name, graph.values[v].dtype, {}, graph.values[v].shape.has_value()};
+      if (t.rank_known) t.shape = *graph.values[v].shape;
+      return t;
+    };
+    for (int v : graph.inputs) inputs.push_back(declared(v));
+    for (int v : graph.outputs) outputs.push_back(declared(v));
+  }
+  PrintTensors(out, "inputs", inputs);
+  PrintTensors(out, "outputs", outputs);
+  if (model.ok())
+    out << "batching: "
+        << ((*model)->batch_dim_symbolic() ? "yes (first dimension symbolic)" : "no") << "\n";
+
+  std::vector<std::pair<int, std::string>> sorted;
+  for (const auto& [op, count] : histogram) sorted.push_back({-count, op});
+  std::sort(sorted.begin(), sorted.end());
+  out << "operators:\n";
+  for (const auto& [neg, op] : sorted) out << "  " << op << "  " << -neg << "\n";
+
+  out << "unsupported operators:";
+  if (unsupported.empty())
+    out << " none\n";
+  else
+    out << "\n";
+  for (const auto& [op, u] : unsupported)
+    out << "  " << op << "  " << u.first << "  (" << u.second << ")\n";
+  if (!unsupported.empty() || !model.ok()) {
+    if (!model.ok() && unsupported.empty())
+      out << "load error: " << model.status().message() << "\n";
+    out << "estimated FLOPs per sample: unknown (the model does not load)\n";
+    return out.str();
+  }
+
+  // FLOPs from a plan at batch 1 (every symbolic dimension set to 1).
+  std::vector<Shape> shapes;
+  for (const auto& in : inputs) {
+    Shape s;
+    for (const Dim& d : in.shape) s.push_back(d.known() ? d.value : 1);
+    shapes.push_back(s);
+  }
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  const Model& m = **model;
+  StatusOr<std::unique_ptr<Plan>> plan = Internal("unset");
+  try {
+    plan = Plan::Prepare(m.graph(), shapes, eng, stream, m.weight_cache(), m.options().plan,
+                         m.options().limits);
+  } catch (const std::exception& e) {
+    plan = Internal(e.what());
+  }
+  if (!plan.ok()) {
+    out << "estimated FLOPs per sample: unknown (" << plan.status().message() << ")\n";
+    return out.str();
+  }
+  int64_t flops = 0;
+  for (const Node& node : m.graph().nodes) flops += NodeFlops(m.graph(), node, (*plan)->shapes());
+  out << "estimated FLOPs per sample: " << Human(static_cast<double>(flops)) << " (" << flops
+      << ")\n";
+  return out.str();
+}
+
+}  // namespace shoal::engine

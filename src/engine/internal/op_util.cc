@@ -1,0 +1,279 @@
+#include "engine/internal/op_util.h"
+
+#include <cstring>
+#include <limits>
+
+namespace shoal::engine {
+namespace internal {
+
+StatusOr<int64_t> NormalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1) ||
+      (rank == 0 && axis != 0 && axis != -1)) {
+    return InvalidArgument("axis " + std::to_string(axis) + " is out of range for rank " +
+                           std::to_string(rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da == db || db == 1) {
+      out[i] = da;
+    } else if (da == 1) {
+      out[i] = db;
+    } else {
+      return InvalidArgument("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
+                             " do not broadcast");
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> BroadcastStrides(const Shape& shape, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    const size_t i = shape.size() - 1 - k;
+    const size_t o = out.size() - 1 - k;
+    strides[o] = shape[i] == 1 ? 0 : stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+int64_t Product(const Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < std::min(end, shape.size()); ++i) p *= shape[i];
+  return p;
+}
+
+StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t) {
+  std::vector<int64_t> out;
+  if (t.dtype() == DataType::kInt64) {
+    auto v = t.values<int64_t>();
+    out.assign(v.begin(), v.end());
+  } else if (t.dtype() == DataType::kInt32) {
+    auto v = t.values<int32_t>();
+    out.assign(v.begin(), v.end());
+  } else {
+    return InvalidArgument("expected an int32 or int64 tensor, got " +
+                           std::string(DataTypeName(t.dtype())));
+  }
+  return out;
+}
+
+StatusOr<double> ReadScalar(const Tensor& t) {
+  if (t.element_count() != 1)
+    return InvalidArgument("expected one value, got shape " + ShapeToString(t.shape()));
+  double v = 0;
+  Status s =
+      DispatchNumeric(t.dtype(), [&]<typename T>() { v = static_cast<double>(t.values<T>()[0]); });
+  if (!s.ok()) return s;
+  return v;
+}
+
+bool IsFloat(DataType t) { return t == DataType::kFp32 || t == DataType::kFp64; }
+bool IsInteger(DataType t) {
+  switch (t) {
+    case DataType::kInt8:
+    case DataType::kInt16:
+    case DataType::kInt32:
+    case DataType::kInt64:
+    case DataType::kUint8:
+    case DataType::kUint16:
+    case DataType::kUint32:
+    case DataType::kUint64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ForEachBroadcast(const Shape& out, const std::vector<int64_t>& sa,
+                      const std::vector<int64_t>& sb,
+                      const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  const int64_t n = Product(out);
+  if (n == 0) return;
+  const size_t rank = out.size();
+  std::vector<int64_t> idx(rank, 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t o = 0; o < n; ++o) {
+    fn(o, oa, ob);
+    for (size_t k = rank; k-- > 0;) {
+      if (++idx[k] < out[k]) {
+        oa += sa[k];
+        ob += sb[k];
+        break;
+      }
+      oa -= sa[k] * (out[k] - 1);
+      ob -= sb[k] * (out[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+
+dnnl::memory::data_type DnnlType(DataType t) {
+  using dt = dnnl::memory::data_type;
+  switch (t) {
+    case DataType::kFp32:
+      return dt::f32;
+    case DataType::kBf16:
+      return dt::bf16;
+    case DataType::kFp16:
+      return dt::f16;
+    case DataType::kInt32:
+      return dt::s32;
+    case DataType::kInt8:
+      return dt::s8;
+    case DataType::kUint8:
+      return dt::u8;
+    default:
+      return dt::undef;
+  }
+}
+
+dnnl::memory::dims ToDims(const Shape& shape) {
+  if (shape.empty()) return {1};
+  return dnnl::memory::dims(shape.begin(), shape.end());
+}
+
+dnnl::memory::desc PlainDesc(const Shape& shape, DataType t) {
+  dnnl::memory::dims dims = ToDims(shape);
+  dnnl::memory::dims strides(dims.size(), 1);
+  for (size_t k = dims.size(); k-- > 1;)
+    strides[k - 1] = strides[k] * std::max<int64_t>(dims[k], 1);
+  return dnnl::memory::desc(dims, DnnlType(t), strides);
+}
+
+void DnnlKernel::BindInput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng,
+                           int input) {
+  dnnl::memory mem(md, eng, DNNL_MEMORY_NONE);
+  bound_.push_back({mem, input, -1});
+  args_[arg] = mem;
+}
+
+void DnnlKernel::BindOutput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng,
+                            int output) {
+  dnnl::memory mem(md, eng, DNNL_MEMORY_NONE);
+  bound_.push_back({mem, -1, output});
+  args_[arg] = mem;
+}
+
+void DnnlKernel::BindFixed(int arg, const dnnl::memory& mem,
+                           std::shared_ptr<const void> keep_alive) {
+  args_[arg] = mem;
+  if (keep_alive) keep_alive_.push_back(std::move(keep_alive));
+}
+
+Status DnnlKernel::Run(const RunContext& ctx) {
+  for (const Arg& a : bound_) {
+    if (a.input >= 0) {
+      a.mem.set_data_handle(const_cast<void*>(ctx.inputs[a.input]->data()));
+    } else {
+      a.mem.set_data_handle(ctx.outputs[a.output]->mutable_data());
+    }
+  }
+  primitive.execute(*ctx.stream, args_);
+  return Status::Ok();
+}
+
+Status BindWeights(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
+                   const dnnl::memory::desc& plain, const dnnl::memory::desc& preferred) {
+  const Tensor* data = ctx.in_data[input];
+  if (data == nullptr || ctx.weights == nullptr) {
+    if (!(plain == preferred)) {
+      return ctx.Error("weights that are not constant must be usable in the plain layout");
+    }
+    kernel->BindInput(arg, plain, *ctx.dnnl_engine, input);
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buf, ctx.weights->Get(ctx.in_values[input], *data, plain,
+                                                                 preferred, *ctx.dnnl_engine));
+  kernel->BindFixed(arg, dnnl::memory(preferred, *ctx.dnnl_engine, buf->data()), buf);
+  return Status::Ok();
+}
+
+}  // namespace internal
+
+StatusOr<std::shared_ptr<Buffer>> WeightCache::Get(int value_id, const Tensor& weights,
+                                                   const dnnl::memory::desc& from,
+                                                   const dnnl::memory::desc& to,
+                                                   const dnnl::engine& engine) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Entry& e : entries_) {
+    if (e.value_id == value_id && e.desc == to) return e.buffer;
+  }
+  if (from.get_size() != weights.byte_size()) {
+    return Internal("weight size mismatch: " + std::to_string(weights.byte_size()) +
+                    " bytes, layout needs " + std::to_string(from.get_size()));
+  }
+  auto buf = Buffer::Allocate(to.get_size());
+  dnnl::memory src(from, engine, const_cast<void*>(weights.data()));
+  dnnl::memory dst(to, engine, buf->data());
+  dnnl::stream stream(engine);
+  dnnl::reorder(src, dst).execute(stream, src, dst);
+  stream.wait();
+  entries_.push_back({value_id, to, buf});
+  return buf;
+}
+
+size_t WeightCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+namespace {
+const std::vector<OpDef>& Registry() {
+  static const std::vector<OpDef> ops = [] {
+    std::vector<OpDef> v;
+    internal::RegisterElementwiseOps(&v);
+    internal::RegisterConvOps(&v);
+    internal::RegisterMatMulOps(&v);
+    internal::RegisterNormOps(&v);
+    internal::RegisterShapeOps(&v);
+    internal::RegisterIndexingOps(&v);
+    internal::RegisterReduceOps(&v);
+    return v;
+  }();
+  return ops;
+}
+}  // namespace
+
+const OpDef* FindOp(std::string_view domain, std::string_view op_type) {
+  for (const OpDef& def : Registry()) {
+    if (def.domain == domain && def.op_type == op_type) return &def;
+  }
+  return nullptr;
+}
+
+std::vector<const OpDef*> AllOps() {
+  std::vector<const OpDef*> out;
+  for (const OpDef& def : Registry()) out.push_back(&def);
+  return out;
+}
+
+Status CheckNode(const Graph& graph, int node_index) {
+  const Node& node = graph.nodes[node_index];
+  const OpDef* def = FindOp(node.domain, node.op_type);
+  if (def == nullptr) {
+    return InvalidArgument(graph.Describe(node_index) + ": operator '" +
+                           (node.domain.empty() ? "" : node.domain + ".") + node.op_type +
+                           "' is not supported");
+  }
+  for (const auto& [name, attr] : node.attributes) {
+    bool known = false;
+    for (std::string_view a : def->attributes) known |= (a == name);
+    if (!known) {
+      return InvalidArgument(graph.Describe(node_index) + ": attribute '" + name +
+                             "' is not supported");
+    }
+  }
+  if (def->check) RETURN_IF_ERROR(def->check(node, graph));
+  return Status::Ok();
+}
+
+}  // namespace shoal::engine

@@ -1,0 +1,155 @@
+// Helpers shared by the operator implementations: axis handling, broadcasting, reading
+// small index tensors, oneDNN descriptors and a generic oneDNN-primitive kernel.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/kernel.h"
+#include "engine/weight_cache.h"
+
+namespace shoal::engine::internal {
+
+// Maps a possibly negative axis into [0, rank); error when out of range.
+StatusOr<int64_t> NormalizeAxis(int64_t axis, int64_t rank);
+// Numpy broadcast of two shapes; error when incompatible.
+StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b);
+// Row-major strides (in elements) of `shape`, as seen from `out_rank` dimensions
+// aligned to the right, with stride 0 where `shape` broadcasts (dim 1 or missing).
+std::vector<int64_t> BroadcastStrides(const Shape& shape, const Shape& out);
+int64_t Product(const Shape& shape, size_t begin = 0, size_t end = SIZE_MAX);
+// Reads an integer (int32/int64) tensor into int64 values.
+StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t);
+// Reads a scalar or one-element tensor of any numeric type as double.
+StatusOr<double> ReadScalar(const Tensor& t);
+bool IsFloat(DataType t);
+bool IsInteger(DataType t);  // signed and unsigned integers (not bool)
+
+// Calls `fn(offset_out, offset_a, offset_b)` for every element of `out` where a and b
+// broadcast into it (strides from BroadcastStrides).
+void ForEachBroadcast(const Shape& out, const std::vector<int64_t>& sa,
+                      const std::vector<int64_t>& sb,
+                      const std::function<void(int64_t, int64_t, int64_t)>& fn);
+
+// ---- oneDNN ----
+dnnl::memory::data_type DnnlType(DataType t);  // undef when oneDNN has none
+// A plain row-major descriptor (rank 0 is treated as [1]).
+dnnl::memory::desc PlainDesc(const Shape& shape, DataType t);
+dnnl::memory::dims ToDims(const Shape& shape);
+
+}  // namespace shoal::engine::internal
+
+namespace shoal::engine::internal {
+
+// A kernel that runs one oneDNN primitive. Arguments are bound either to a node input,
+// a node output, or a fixed memory (reordered weights, constants) owned by the kernel.
+class DnnlKernel : public Kernel {
+ public:
+  dnnl::primitive primitive;
+  void BindInput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng, int input);
+  void BindOutput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng, int output);
+  void BindFixed(int arg, const dnnl::memory& mem, std::shared_ptr<const void> keep_alive);
+  Status Run(const RunContext& ctx) override;
+
+ private:
+  struct Arg {
+    dnnl::memory mem;
+    int input = -1;
+    int output = -1;
+  };
+  std::vector<Arg> bound_;
+  std::unordered_map<int, dnnl::memory> args_;
+  std::vector<std::shared_ptr<const void>> keep_alive_;
+};
+
+// Binds a weight input of `kernel`: when the input is a constant, reorders it once into
+// `preferred` through the model's WeightCache; otherwise binds it per run in `plain`.
+Status BindWeights(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
+                   const dnnl::memory::desc& plain, const dnnl::memory::desc& preferred);
+
+// A kernel from a lambda (engine-side implementations of small operators).
+class FnKernel : public Kernel {
+ public:
+  explicit FnKernel(std::function<Status(const RunContext&)> fn, int alias = -1)
+      : fn_(std::move(fn)), alias_(alias) {}
+  Status Run(const RunContext& ctx) override { return fn_(ctx); }
+  int alias_input() const override { return alias_; }
+
+ private:
+  std::function<Status(const RunContext&)> fn_;
+  int alias_;
+};
+
+inline StatusOr<std::unique_ptr<Kernel>> MakeFn(std::function<Status(const RunContext&)> fn) {
+  return std::unique_ptr<Kernel>(new FnKernel(std::move(fn)));
+}
+inline StatusOr<std::unique_ptr<Kernel>> MakeAlias(int input) {
+  return std::unique_ptr<Kernel>(
+      new FnKernel([](const RunContext&) { return Status::Ok(); }, input));
+}
+
+// Dispatches `fn.template operator()<T>()` on a numeric dtype; error for others.
+template <typename Fn>
+Status DispatchNumeric(DataType t, Fn&& fn) {
+  switch (t) {
+    case DataType::kFp32:
+      fn.template operator()<float>();
+      return Status::Ok();
+    case DataType::kFp64:
+      fn.template operator()<double>();
+      return Status::Ok();
+    case DataType::kInt64:
+      fn.template operator()<int64_t>();
+      return Status::Ok();
+    case DataType::kInt32:
+      fn.template operator()<int32_t>();
+      return Status::Ok();
+    case DataType::kInt8:
+      fn.template operator()<int8_t>();
+      return Status::Ok();
+    case DataType::kUint8:
+      fn.template operator()<uint8_t>();
+      return Status::Ok();
+    default:
+      return InvalidArgument("unsupported data type " + std::string(DataTypeName(t)));
+  }
+}
+
+// Dispatches on element size for type-agnostic data movement (1, 2, 4, 8 bytes).
+template <typename Fn>
+Status DispatchBySize(DataType t, Fn&& fn) {
+  switch (DataTypeSize(t)) {
+    case 1:
+      fn.template operator()<uint8_t>();
+      return Status::Ok();
+    case 2:
+      fn.template operator()<uint16_t>();
+      return Status::Ok();
+    case 4:
+      fn.template operator()<uint32_t>();
+      return Status::Ok();
+    case 8:
+      fn.template operator()<uint64_t>();
+      return Status::Ok();
+    default:
+      return InvalidArgument("unsupported data type " + std::string(DataTypeName(t)));
+  }
+}
+
+// Op registration, one function per ops/*.cc file.
+void RegisterElementwiseOps(std::vector<OpDef>* ops);
+void RegisterConvOps(std::vector<OpDef>* ops);
+void RegisterMatMulOps(std::vector<OpDef>* ops);
+void RegisterNormOps(std::vector<OpDef>* ops);
+void RegisterShapeOps(std::vector<OpDef>* ops);
+void RegisterIndexingOps(std::vector<OpDef>* ops);
+void RegisterReduceOps(std::vector<OpDef>* ops);
+
+}  // namespace shoal::engine::internal

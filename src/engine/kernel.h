@@ -1,0 +1,104 @@
+// The operator interface between the executor (plan.h) and the operator implementations
+// (ops/*.cc). Internal to the engine.
+//
+// For every node, when a plan is prepared for concrete input shapes, the executor calls
+// the operator's `prepare` with the node, the input dtypes and shapes and, where known
+// at plan time, the input data (constants, and values computed only from shapes, such
+// as Shape -> Gather -> Concat -> Reshape chains). `prepare` checks what it needs,
+// fills the output dtypes and shapes, and returns a Kernel holding everything that can
+// be built once per plan (oneDNN primitives, reordered weights, index tables).
+// `Kernel::Run` then runs once per inference on the plan's single thread of control.
+//
+// Errors from `prepare` name the node through PrepareContext::Error. Kernels never
+// throw: oneDNN errors are caught by the executor and returned as Status.
+//
+// Where part 2 fits: a fused operator is one more OpDef in the "shoal" domain; a
+// precision variant is chosen inside `prepare` from PlanOptions.
+#pragma once
+
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/graph.h"
+
+namespace shoal::engine {
+
+class WeightCache;
+
+// Part 2 adds precision tiers and fusion switches here.
+struct PlanOptions {};
+
+struct PrepareContext {
+  const Graph* graph = nullptr;
+  int node_index = 0;
+  const PlanOptions* options = nullptr;
+  // One entry per node input; an omitted optional input has dtype kInvalid.
+  std::vector<DataType> in_dtypes;
+  std::vector<Shape> in_shapes;
+  std::vector<const Tensor*> in_data;  // data known at plan time, else null
+  std::vector<int> in_values;          // value index per input (-1 when omitted)
+  // Filled by `prepare`, one entry per node output (omitted outputs included).
+  std::vector<DataType> out_dtypes;
+  std::vector<Shape> out_shapes;
+  // Optional: outputs `prepare` could compute already (Shape, Size). When every present
+  // output is set here, the node never runs and `prepare` may return a null kernel.
+  std::vector<Tensor> out_data;
+  const dnnl::engine* dnnl_engine = nullptr;
+  WeightCache* weights = nullptr;
+
+  const Node& node() const { return graph->nodes[node_index]; }
+  int64_t opset() const { return graph->opset; }
+  size_t num_inputs() const { return in_dtypes.size(); }
+  bool has_input(size_t i) const {
+    return i < in_dtypes.size() && in_dtypes[i] != DataType::kInvalid;
+  }
+  // INVALID_ARGUMENT "node 'x' (Op): message".
+  Status Error(std::string_view message) const {
+    return InvalidArgument(graph->Describe(node_index) + ": " + std::string(message));
+  }
+  void SetOutputs(size_t n) {
+    out_dtypes.assign(n, DataType::kInvalid);
+    out_shapes.assign(n, Shape{});
+    out_data.assign(n, Tensor());
+  }
+};
+
+struct RunContext {
+  std::vector<const Tensor*> inputs;  // null for omitted optional inputs
+  std::vector<Tensor*> outputs;       // allocated by the executor with the prepared shapes
+  dnnl::stream* stream = nullptr;
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual Status Run(const RunContext& ctx) = 0;
+  // When >= 0, output 0 is a view of that input's bytes with the output's shape
+  // (Reshape, Flatten, Squeeze, Identity...): the executor binds it and never calls Run.
+  virtual int alias_input() const { return -1; }
+};
+
+struct OpDef {
+  std::string_view domain;  // "" for ONNX
+  std::string_view op_type;
+  // Attribute names the implementation understands; any other attribute on a node is
+  // a load error ("attribute 'x' is not supported").
+  std::vector<std::string_view> attributes;
+  // Load-time checks of attribute values (modes, counts); may be null.
+  Status (*check)(const Node& node, const Graph& graph) = nullptr;
+  StatusOr<std::unique_ptr<Kernel>> (*prepare)(PrepareContext& ctx) = nullptr;
+};
+
+// The operator for (domain, op_type), or null.
+const OpDef* FindOp(std::string_view domain, std::string_view op_type);
+// All registered operators (for `inspect` and tests).
+std::vector<const OpDef*> AllOps();
+// Load-time check of one node: known operator, known attributes, OpDef::check.
+Status CheckNode(const Graph& graph, int node_index);
+
+}  // namespace shoal::engine

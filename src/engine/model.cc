@@ -1,0 +1,250 @@
+#include "engine/model.h"
+
+#include <omp.h>
+
+#include <map>
+
+#include "core/thread_util.h"
+#include "engine/internal/op_util.h"
+
+namespace shoal::engine {
+namespace {
+
+// Key of a symbolic dimension: its name, or its position when anonymous.
+std::string DimKey(const Dim& d, size_t pos) {
+  return d.symbol.empty() ? "#" + std::to_string(pos) : d.symbol;
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& options) {
+  ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path, options.import));
+  auto model = FromGraph(std::move(graph), options);
+  if (!model.ok()) return model.status().WithPrefix("'" + path + "'");
+  return model;
+}
+
+StatusOr<std::unique_ptr<Model>> Model::FromGraph(Graph graph, const LoadOptions& options) {
+  RETURN_IF_ERROR(graph.Validate());
+  for (size_t n = 0; n < graph.nodes.size(); ++n)
+    RETURN_IF_ERROR(CheckNode(graph, static_cast<int>(n)));
+  std::unique_ptr<Model> model(new Model());
+  model->graph_ = std::move(graph);
+  model->options_ = options;
+  model->weights_ = std::make_unique<WeightCache>();
+  RETURN_IF_ERROR(model->Infer());
+  return model;
+}
+
+bool Model::batch_dim_symbolic() const {
+  auto first_symbolic = [](const TensorInfo& t) {
+    return t.rank_known && !t.shape.empty() && !t.shape[0].known();
+  };
+  if (inputs_.empty()) return false;
+  for (const auto& t : inputs_)
+    if (!first_symbolic(t)) return false;
+  for (const auto& t : outputs_)
+    if (!first_symbolic(t)) return false;
+  return true;
+}
+
+Status Model::Infer() {
+  const Graph& g = graph_;
+  for (int v : g.inputs) {
+    TensorInfo info{g.values[v].name, g.values[v].dtype, {}, g.values[v].shape.has_value()};
+    if (info.rank_known) info.shape = *g.values[v].shape;
+    inputs_.push_back(std::move(info));
+  }
+  bool probe = true;
+  for (const auto& in : inputs_) probe &= in.rank_known;
+  if (!probe) {  // nothing to infer from; report what the file declares
+    for (int v : g.outputs) {
+      TensorInfo info{g.values[v].name, g.values[v].dtype, {}, g.values[v].shape.has_value()};
+      if (info.rank_known) info.shape = *g.values[v].shape;
+      outputs_.push_back(std::move(info));
+    }
+    return Status::Ok();
+  }
+  // Two preparations with different values for each symbolic dimension: output dims that
+  // differ are symbolic. They also validate every node and reorder the weights.
+  std::map<std::string, int64_t> key_index;
+  for (const auto& in : inputs_) {
+    for (size_t d = 0; d < in.shape.size(); ++d) {
+      if (!in.shape[d].known()) key_index.emplace(DimKey(in.shape[d], d), key_index.size());
+    }
+  }
+  auto probe_value = [&](const std::string& key, int p) {
+    return p == 0 ? key_index[key] + 1 : 2 * (key_index[key] + 1) + 1;
+  };
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  std::vector<Shape> out_shapes[2];
+  for (int p = 0; p < 2; ++p) {
+    std::vector<Shape> shapes;
+    for (const auto& in : inputs_) {
+      Shape s;
+      for (size_t d = 0; d < in.shape.size(); ++d) {
+        s.push_back(in.shape[d].known() ? in.shape[d].value
+                                        : probe_value(DimKey(in.shape[d], d), p));
+      }
+      shapes.push_back(std::move(s));
+    }
+    StatusOr<std::unique_ptr<Plan>> plan = Internal("unset");
+    try {
+      plan =
+          Plan::Prepare(g, shapes, engine, stream, weights_.get(), options_.plan, options_.limits);
+    } catch (const dnnl::error& e) {
+      return InvalidArgument(std::string("oneDNN error while preparing the model: ") + e.what());
+    }
+    if (!plan.ok()) return plan.status();
+    for (int v : g.outputs) {
+      out_shapes[p].push_back((*plan)->shapes()[v]);
+      if (p == 0) {
+        outputs_.push_back(TensorInfo{g.values[v].name, (*plan)->dtypes()[v], {}, true});
+      }
+    }
+  }
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    const Shape& a = out_shapes[0][o];
+    const Shape& b = out_shapes[1][o];
+    const auto& declared = g.values[g.outputs[o]].shape;
+    for (size_t d = 0; d < a.size(); ++d) {
+      if (a[d] == b[d]) {
+        outputs_[o].shape.push_back(Dim{a[d], ""});
+        continue;
+      }
+      Dim dim{-1, ""};
+      for (const auto& [key, idx] : key_index) {
+        if (a[d] == probe_value(key, 0) && b[d] == probe_value(key, 1) && key[0] != '#')
+          dim.symbol = key;
+      }
+      if (dim.symbol.empty() && declared && d < declared->size())
+        dim.symbol = (*declared)[d].symbol;
+      outputs_[o].shape.push_back(dim);
+    }
+  }
+  return Status::Ok();
+}
+
+Session::Session(const Model& model, const SessionOptions& options)
+    : model_(model), options_(options), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+Session::~Session() = default;
+
+StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
+                                                   const SessionOptions& options) {
+  if (options.threads < 0)
+    return InvalidArgument("threads must be >= 0; was " + std::to_string(options.threads));
+  if (options.max_cached_plans < 1) {
+    return InvalidArgument("max_cached_plans must be >= 1; was " +
+                           std::to_string(options.max_cached_plans));
+  }
+  const int cpus = AvailableCpuCount();
+  for (int c : options.cpu_cores) {
+    if (c < 0) return InvalidArgument("cpu core " + std::to_string(c) + " does not exist");
+  }
+  std::unique_ptr<Session> session;
+  try {
+    session.reset(new Session(model, options));
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("could not create a oneDNN engine: ") + e.what());
+  }
+  session->threads_ = options.threads > 0          ? options.threads
+                      : !options.cpu_cores.empty() ? static_cast<int>(options.cpu_cores.size())
+                                                   : std::max(1, cpus);
+  RETURN_IF_ERROR(session->SetUpThreads());
+  return session;
+}
+
+Status Session::SetUpThreads() {
+  owner_ = std::this_thread::get_id();
+  omp_set_num_threads(threads_);
+  if (options_.cpu_cores.empty()) return Status::Ok();
+  // libgomp keeps one worker team per calling thread and reuses it for every parallel
+  // region of that thread, so pinning the team once pins oneDNN's workers too.
+  std::vector<Status> results(static_cast<size_t>(threads_));
+  const auto& cores = options_.cpu_cores;
+#pragma omp parallel num_threads(threads_)
+  {
+    const int t = omp_get_thread_num();
+    results[static_cast<size_t>(t)] =
+        PinCurrentThread({cores[static_cast<size_t>(t) % cores.size()]});
+  }
+  for (const Status& s : results) RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
+StatusOr<Plan*> Session::PlanFor(const std::vector<Shape>& shapes) {
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (it->first == shapes) {
+      plans_.splice(plans_.begin(), plans_, it);
+      return plans_.front().second.get();
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                   Plan::Prepare(model_.graph(), shapes, engine_, stream_, model_.weight_cache(),
+                                 model_.options().plan, model_.options().limits));
+  plans_.emplace_front(shapes, std::move(plan));
+  while (static_cast<int>(plans_.size()) > options_.max_cached_plans) plans_.pop_back();
+  return plans_.front().second.get();
+}
+
+Status Session::Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
+  if (std::this_thread::get_id() != owner_) {
+    RETURN_IF_ERROR(SetUpThreads());
+  } else {
+    omp_set_num_threads(threads_);
+  }
+  const Graph& g = model_.graph();
+  std::vector<const Tensor*> ordered(g.inputs.size(), nullptr);
+  std::vector<Shape> shapes(g.inputs.size());
+  for (const NamedTensor& in : inputs) {
+    size_t i = 0;
+    while (i < g.inputs.size() && g.values[g.inputs[i]].name != in.name) ++i;
+    if (i == g.inputs.size())
+      return InvalidArgument("the model has no input named '" + in.name + "'");
+    if (ordered[i]) return InvalidArgument("input '" + in.name + "' is given twice");
+    const TensorInfo& info = model_.inputs()[i];
+    if (in.tensor.dtype() != info.dtype) {
+      return InvalidArgument("input '" + in.name + "' must be " +
+                             std::string(DataTypeName(info.dtype)) + ", got " +
+                             std::string(DataTypeName(in.tensor.dtype())));
+    }
+    const Shape& s = in.tensor.shape();
+    if (info.rank_known) {
+      bool match = s.size() == info.shape.size();
+      for (size_t d = 0; match && d < s.size(); ++d)
+        match = !info.shape[d].known() || info.shape[d].value == s[d];
+      if (!match) {
+        return InvalidArgument("input '" + in.name + "' has shape " + ShapeToString(s) +
+                               "; the model expects " + SymbolicShapeToString(info.shape));
+      }
+    }
+    auto count = ElementCount(s, model_.options().limits.max_tensor_bytes);
+    if (!count.ok()) return InvalidArgument("input '" + in.name + "': " + count.status().message());
+    if (static_cast<size_t>(*count) * DataTypeSize(in.tensor.dtype()) != in.tensor.byte_size()) {
+      return InvalidArgument(
+          "input '" + in.name + "' has " + std::to_string(in.tensor.byte_size()) +
+          " bytes; shape " + ShapeToString(s) + " needs " +
+          std::to_string(*count * static_cast<int64_t>(DataTypeSize(in.tensor.dtype()))));
+    }
+    ordered[i] = &in.tensor;
+    shapes[i] = s;
+  }
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    if (!ordered[i])
+      return InvalidArgument("input '" + g.values[g.inputs[i]].name + "' is missing");
+  }
+  ASSIGN_OR_RETURN(Plan * plan, PlanFor(shapes));
+  std::vector<Tensor> results;
+  RETURN_IF_ERROR(plan->Run(ordered, stream_, &results));
+  outputs->clear();
+  for (size_t o = 0; o < results.size(); ++o) {
+    outputs->push_back(NamedTensor{g.values[g.outputs[o]].name, std::move(results[o])});
+  }
+  return Status::Ok();
+}
+
+}  // namespace shoal::engine

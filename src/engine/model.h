@@ -1,0 +1,120 @@
+// The engine's public API: load an ONNX model once, run it from any number of sessions.
+//
+//   ASSIGN_OR_RETURN(auto model, Model::Load("resnet.onnx"));
+//   ASSIGN_OR_RETURN(auto session, Session::Create(*model, {.threads = 2, .cpu_cores = {2, 3}}));
+//   std::vector<NamedTensor> outputs;
+//   RETURN_IF_ERROR(session->Run({{"input", tensor}}, &outputs));
+//
+// Model: immutable after Load (graph, weights, and a cache of weights reordered into
+// oneDNN's layouts that every session shares). Load imports the file (onnx_importer.h),
+// checks every node against the operator registry (unsupported operator, attribute or
+// datatype: INVALID_ARGUMENT naming the node, the operator and what is missing), and
+// infers shapes with the symbolic dimensions left symbolic: it prepares the graph for
+// two different values of every symbolic input dimension, which also reorders the
+// weights once. Share one Model between sessions by reference; it must outlive them.
+//
+// Session: what one model instance owns. Its own oneDNN engine and stream, its thread
+// count and cores, and a cache of plans keyed by the concrete input shapes (the first
+// Run with new shapes prepares a plan; later runs reuse its primitives). One thread at a
+// time: Create and Run must be called from the same thread (the instance's), which Run
+// pins with its OpenMP workers to `cpu_cores`. Two sessions on two threads are
+// independent. Errors from Run: INVALID_ARGUMENT for inputs that do not match the model
+// (name, dtype, rank, fixed dims), otherwise what a kernel returned.
+#pragma once
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/graph.h"
+#include "engine/onnx_importer.h"
+#include "engine/plan.h"
+#include "engine/weight_cache.h"
+
+namespace shoal::engine {
+
+struct LoadOptions {
+  ImportOptions import;
+  PlanLimits limits;
+  PlanOptions plan;
+};
+
+// A model input or output as the model declares it, after shape inference.
+struct TensorInfo {
+  std::string name;
+  DataType dtype = DataType::kInvalid;
+  SymbolicShape shape;  // symbolic dims have value -1
+  bool rank_known = true;
+};
+
+class Model {
+ public:
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                               const LoadOptions& options = {});
+  // Takes a graph built by hand or by a pass; runs the same checks as Load.
+  static StatusOr<std::unique_ptr<Model>> FromGraph(Graph graph, const LoadOptions& options = {});
+  ~Model();
+
+  const Graph& graph() const { return graph_; }
+  const std::vector<TensorInfo>& inputs() const { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const { return outputs_; }
+  // True when every input's and output's first dimension is symbolic (a batch axis).
+  bool batch_dim_symbolic() const;
+  const LoadOptions& options() const { return options_; }
+  WeightCache* weight_cache() const { return weights_.get(); }
+
+ private:
+  Model() = default;
+  Status Infer();
+
+  Graph graph_;
+  LoadOptions options_;
+  std::vector<TensorInfo> inputs_;
+  std::vector<TensorInfo> outputs_;
+  std::unique_ptr<WeightCache> weights_;
+};
+
+struct SessionOptions {
+  // OpenMP threads used by this session's kernels. 0 (default): one per entry of
+  // `cpu_cores`, or all available CPUs when `cpu_cores` is empty. Must be >= 0.
+  int threads = 0;
+  // Logical CPUs to pin to; worker i is pinned to cpu_cores[i % size]. Empty: no pinning.
+  std::vector<int> cpu_cores;
+  // Plans kept, least recently used evicted first. Default 16; must be >= 1.
+  int max_cached_plans = 16;
+};
+
+class Session {
+ public:
+  static StatusOr<std::unique_ptr<Session>> Create(const Model& model,
+                                                   const SessionOptions& options = {});
+  ~Session();
+
+  // Inputs are matched by name; all graph inputs are required. Outputs follow the
+  // model's output order and own their memory.
+  Status Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs);
+
+  int cached_plans() const { return static_cast<int>(plans_.size()); }
+  int threads() const { return threads_; }
+
+ private:
+  Session(const Model& model, const SessionOptions& options);
+  Status SetUpThreads();
+  StatusOr<Plan*> PlanFor(const std::vector<Shape>& shapes);
+
+  const Model& model_;
+  SessionOptions options_;
+  int threads_ = 1;
+  std::thread::id owner_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  // LRU: most recently used at the front.
+  std::list<std::pair<std::vector<Shape>, std::unique_ptr<Plan>>> plans_;
+};
+
+}  // namespace shoal::engine

@@ -1,0 +1,329 @@
+// Convolution, transposed convolution and pooling, on oneDNN primitives. Activations
+// stay in the plain NCHW layout ONNX defines; constant weights are reordered once into
+// the primitive's preferred layout through the model's WeightCache.
+#include "engine/internal/op_util.h"
+
+namespace shoal::engine::internal {
+namespace {
+
+using dnnl::memory;
+
+// Window geometry of one spatial axis.
+struct Window {
+  int64_t in = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0, out = 0;
+  int64_t extent() const { return (kernel - 1) * dilation + 1; }
+};
+
+Status CheckAutoPad(const Node& node, const Graph& graph) {
+  const std::string p = node.GetString("auto_pad", "NOTSET");
+  if (p != "NOTSET" && p != "VALID" && p != "SAME_UPPER" && p != "SAME_LOWER") {
+    return InvalidArgument(graph.Describe(&node - graph.nodes.data()) + ": auto_pad '" + p +
+                           "' is not supported");
+  }
+  return Status::Ok();
+}
+
+// Reads kernel_shape/strides/dilations/pads/auto_pad for `spatial` axes of input
+// `in_shape` (N, C, spatial...). Computes forward (conv/pool) output sizes.
+StatusOr<std::vector<Window>> ForwardWindows(PrepareContext& ctx, const Shape& in_shape,
+                                             const Shape& kernel, bool ceil_mode) {
+  const Node& node = ctx.node();
+  const size_t k = kernel.size();
+  auto strides = node.GetInts("strides", std::vector<int64_t>(k, 1));
+  auto dilations = node.GetInts("dilations", std::vector<int64_t>(k, 1));
+  auto pads = node.GetInts("pads", std::vector<int64_t>(2 * k, 0));
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (strides.size() != k || dilations.size() != k || pads.size() != 2 * k) {
+    return ctx.Error("strides, dilations and pads must have one entry per spatial axis (pads two)");
+  }
+  std::vector<Window> w(k);
+  for (size_t i = 0; i < k; ++i) {
+    Window& a = w[i];
+    a.in = in_shape[2 + i];
+    a.kernel = kernel[i];
+    a.stride = strides[i];
+    a.dilation = dilations[i];
+    if (a.kernel < 1 || a.stride < 1 || a.dilation < 1)
+      return ctx.Error("kernel, strides and dilations must be >= 1");
+    if (auto_pad == "VALID") {
+      a.pad_begin = a.pad_end = 0;
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t out = (a.in + a.stride - 1) / a.stride;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * a.stride + a.extent() - a.in);
+      a.pad_begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      a.pad_end = total - a.pad_begin;
+    } else {
+      a.pad_begin = pads[i];
+      a.pad_end = pads[i + k];
+    }
+    if (a.pad_begin < 0 || a.pad_end < 0) return ctx.Error("negative pads are not supported");
+    const int64_t span = a.in + a.pad_begin + a.pad_end - a.extent();
+    if (span < 0) return ctx.Error("the window is larger than the padded input");
+    a.out = (ceil_mode ? (span + a.stride - 1) / a.stride : span / a.stride) + 1;
+    // As PyTorch and ONNX Runtime: the last window must start inside the input or the
+    // left padding.
+    if (ceil_mode && (a.out - 1) * a.stride >= a.in + a.pad_begin) --a.out;
+  }
+  return w;
+}
+
+memory::dims Dims(const std::vector<Window>& w, int64_t Window::*field) {
+  memory::dims d;
+  for (const Window& a : w) d.push_back(a.*field);
+  return d;
+}
+
+memory::dims Dilates(const std::vector<Window>& w) {
+  memory::dims d;
+  for (const Window& a : w) d.push_back(a.dilation - 1);  // oneDNN counts from 0
+  return d;
+}
+
+// oneDNN's right padding that yields exactly `out` outputs.
+memory::dims PadRight(const std::vector<Window>& w) {
+  memory::dims d;
+  for (const Window& a : w) d.push_back((a.out - 1) * a.stride + a.extent() - a.in - a.pad_begin);
+  return d;
+}
+
+StatusOr<std::unique_ptr<Kernel>> Noop() {
+  return MakeFn([](const RunContext&) { return Status::Ok(); });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs X and W");
+  const Shape& x = ctx.in_shapes[0];
+  const Shape& wt = ctx.in_shapes[1];
+  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
+    return ctx.Error("only FP32 is supported");
+  }
+  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size()) {
+    return ctx.Error("X must be 3-D to 5-D and W of the same rank; got " + ShapeToString(x) +
+                     " and " + ShapeToString(wt));
+  }
+  const int64_t group = ctx.node().GetInt("group", 1);
+  const int64_t c = x[1], m = wt[0];
+  if (group < 1 || c % group != 0 || m % group != 0 || wt[1] != c / group) {
+    return ctx.Error("channels do not match: X " + ShapeToString(x) + ", W " + ShapeToString(wt) +
+                     ", group " + std::to_string(group));
+  }
+  Shape kernel(wt.begin() + 2, wt.end());
+  auto ks = ctx.node().GetInts("kernel_shape", kernel);
+  if (ks != kernel) return ctx.Error("kernel_shape does not match W");
+  ASSIGN_OR_RETURN(auto w, ForwardWindows(ctx, x, kernel, false));
+  const bool has_bias = ctx.has_input(2);
+  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
+  Shape y{x[0], m};
+  for (const Window& a : w) y.push_back(a.out);
+  ctx.out_shapes[0] = y;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(y) == 0) return Noop();
+
+  const auto& eng = *ctx.dnnl_engine;
+  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
+  Shape wdims = wt;
+  if (group > 1) {
+    wdims = {group, m / group};
+    wdims.insert(wdims.end(), wt.begin() + 1, wt.end());
+  }
+  const auto w_plain = PlainDesc(wdims, DataType::kFp32);
+  const memory::desc w_any(ToDims(wdims), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
+  dnnl::convolution_forward::desc d(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
+      dst_md, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), PadRight(w));
+  dnnl::convolution_forward::primitive_desc pd(d, eng);
+  auto k = std::make_unique<DnnlKernel>();
+  k->primitive = dnnl::convolution_forward(pd);
+  k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
+  RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd.weights_desc()));
+  if (has_bias) k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
+  k->BindOutput(DNNL_ARG_DST, dst_md, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs X and W");
+  const Node& node = ctx.node();
+  const Shape& x = ctx.in_shapes[0];
+  const Shape& wt = ctx.in_shapes[1];
+  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
+    return ctx.Error("only FP32 is supported");
+  }
+  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size())
+    return ctx.Error("X must be 3-D to 5-D and W of the same rank");
+  const int64_t group = node.GetInt("group", 1);
+  const int64_t c = x[1];
+  if (group < 1 || wt[0] != c || c % group != 0)
+    return ctx.Error("W's first dimension must equal X's channels");
+  const int64_t m = wt[1] * group;
+  const size_t k = x.size() - 2;
+  Shape kernel(wt.begin() + 2, wt.end());
+  if (node.GetInts("kernel_shape", kernel) != kernel)
+    return ctx.Error("kernel_shape does not match W");
+  auto strides = node.GetInts("strides", std::vector<int64_t>(k, 1));
+  auto dilations = node.GetInts("dilations", std::vector<int64_t>(k, 1));
+  auto pads = node.GetInts("pads", std::vector<int64_t>(2 * k, 0));
+  auto out_pad = node.GetInts("output_padding", std::vector<int64_t>(k, 0));
+  auto out_shape = node.GetInts("output_shape", {});
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (strides.size() != k || dilations.size() != k || pads.size() != 2 * k || out_pad.size() != k ||
+      (!out_shape.empty() && out_shape.size() != k)) {
+    return ctx.Error(
+        "strides, dilations, pads, output_padding and output_shape must match the spatial rank");
+  }
+  std::vector<Window> w(k);
+  memory::dims pad_r;
+  for (size_t i = 0; i < k; ++i) {
+    Window& a = w[i];
+    a.in = x[2 + i];
+    a.kernel = kernel[i];
+    a.stride = strides[i];
+    a.dilation = dilations[i];
+    if (a.stride < 1 || a.dilation < 1) return ctx.Error("strides and dilations must be >= 1");
+    const int64_t full = a.stride * (a.in - 1) + out_pad[i] + a.extent();
+    if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      a.out = out_shape.empty() ? a.in * a.stride : out_shape[i];
+      const int64_t total = std::max<int64_t>(0, full - a.out);
+      const bool upper = auto_pad != "SAME_LOWER";
+      a.pad_begin = upper ? total / 2 : total - total / 2;
+      a.pad_end = total - a.pad_begin;
+    } else {
+      if (auto_pad != "VALID") {
+        a.pad_begin = pads[i];
+        a.pad_end = pads[i + k];
+      }
+      a.out = full - a.pad_begin - a.pad_end;
+    }
+    if (a.pad_begin < 0 || a.pad_end < 0 || a.out < 1)
+      return ctx.Error("pads and output_shape give no output");
+    // oneDNN has no output_padding: it is negative right padding.
+    pad_r.push_back(a.pad_end - out_pad[i]);
+  }
+  const bool has_bias = ctx.has_input(2);
+  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
+  Shape y{x[0], m};
+  for (const Window& a : w) y.push_back(a.out);
+  ctx.out_shapes[0] = y;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(y) == 0) return Noop();
+
+  // oneDNN's logical weights are [G,] O, I, spatial; ONNX stores [G*I/G], O/G, spatial.
+  const int64_t og = m / group, ig = c / group;
+  memory::dims wdims, wstrides;
+  const int64_t sp = Product(kernel);
+  if (group > 1) {
+    wdims = {group, og, ig};
+    wstrides = {ig * og * sp, sp, og * sp};
+  } else {
+    wdims = {og, ig};
+    wstrides = {sp, og * sp};
+  }
+  for (size_t i = 0; i < k; ++i) {
+    wdims.push_back(kernel[i]);
+    wstrides.push_back(Product(kernel, i + 1));
+  }
+  const auto& eng = *ctx.dnnl_engine;
+  const memory::desc w_plain(wdims, memory::data_type::f32, wstrides);
+  const memory::desc w_any(wdims, memory::data_type::f32, memory::format_tag::any);
+  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
+  const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
+  dnnl::deconvolution_forward::desc d(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_md, w_any,
+      b_md, dst_md, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), pad_r);
+  dnnl::deconvolution_forward::primitive_desc pd(d, eng);
+  auto kern = std::make_unique<DnnlKernel>();
+  kern->primitive = dnnl::deconvolution_forward(pd);
+  kern->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
+  RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd.weights_desc()));
+  if (has_bias) kern->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
+  kern->BindOutput(DNNL_ARG_DST, dst_md, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(kern));
+}
+
+StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
+  const Node& node = ctx.node();
+  const std::string& op = node.op_type;
+  if (ctx.num_inputs() != 1 || ctx.in_dtypes[0] != DataType::kFp32)
+    return ctx.Error("needs one FP32 input");
+  const Shape& x = ctx.in_shapes[0];
+  if (x.size() < 3 || x.size() > 5)
+    return ctx.Error("input must be 3-D to 5-D; got " + ShapeToString(x));
+  const bool global = op == "GlobalAveragePool" || op == "GlobalMaxPool";
+  const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
+  std::vector<Window> w;
+  if (global) {
+    for (size_t i = 2; i < x.size(); ++i) w.push_back(Window{x[i], x[i], 1, 1, 0, 0, 1});
+  } else {
+    auto kernel = node.GetInts("kernel_shape", {});
+    if (kernel.size() != x.size() - 2)
+      return ctx.Error("kernel_shape must have one entry per spatial axis");
+    ASSIGN_OR_RETURN(w, ForwardWindows(ctx, x, kernel, node.GetInt("ceil_mode", 0) != 0));
+  }
+  Shape y{x[0], x[1]};
+  for (const Window& a : w) y.push_back(a.out);
+  ctx.out_shapes[0] = y;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(y) == 0 || Product(x) == 0) return Noop();
+  const auto a = is_max ? dnnl::algorithm::pooling_max
+                 : node.GetInt("count_include_pad", 0)
+                     ? dnnl::algorithm::pooling_avg_include_padding
+                     : dnnl::algorithm::pooling_avg_exclude_padding;
+  const auto& eng = *ctx.dnnl_engine;
+  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
+  dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src_md, dst_md,
+                                   Dims(w, &Window::stride), Dims(w, &Window::kernel), Dilates(w),
+                                   Dims(w, &Window::pad_begin), PadRight(w));
+  dnnl::pooling_v2_forward::primitive_desc pd(d, eng);
+  auto k = std::make_unique<DnnlKernel>();
+  k->primitive = dnnl::pooling_v2_forward(pd);
+  k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
+  k->BindOutput(DNNL_ARG_DST, dst_md, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+Status CheckMaxPool(const Node& node, const Graph& graph) {
+  RETURN_IF_ERROR(CheckAutoPad(node, graph));
+  if (node.has_output(1)) {
+    return InvalidArgument(graph.Describe(&node - graph.nodes.data()) +
+                           ": output 'Indices' is not supported");
+  }
+  if (node.GetInt("storage_order", 0) != 0) {
+    return InvalidArgument(graph.Describe(&node - graph.nodes.data()) +
+                           ": storage_order 1 is not supported");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterConvOps(std::vector<OpDef>* ops) {
+  ops->push_back({"",
+                  "Conv",
+                  {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
+                  CheckAutoPad,
+                  PrepareConv});
+  ops->push_back({"",
+                  "ConvTranspose",
+                  {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                   "output_shape", "pads", "strides"},
+                  CheckAutoPad,
+                  PrepareConvTranspose});
+  ops->push_back(
+      {"",
+       "MaxPool",
+       {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"},
+       CheckMaxPool,
+       PreparePool});
+  ops->push_back({"",
+                  "AveragePool",
+                  {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"},
+                  CheckAutoPad,
+                  PreparePool});
+  ops->push_back({"", "GlobalAveragePool", {}, nullptr, PreparePool});
+  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool});
+}
+
+}  // namespace shoal::engine::internal

@@ -1,0 +1,386 @@
+// Indexing operators, computed by the engine: Slice, Gather, Pad, Resize (nearest and
+// linear). Index tables are built once per plan; a run only moves bytes.
+#include <cmath>
+#include <cstring>
+
+#include "engine/internal/broadcast.h"
+#include "engine/internal/op_util.h"
+
+namespace shoal::engine::internal {
+namespace {
+
+std::vector<int64_t> RowMajorStrides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+StatusOr<std::vector<int64_t>> KnownInts(PrepareContext& ctx, size_t i, const char* what) {
+  if (!ctx.in_data[i])
+    return ctx.Error(std::string(what) + " must be a constant or computed from shapes");
+  auto v = ReadInts(*ctx.in_data[i]);
+  if (!v.ok()) return ctx.Error(std::string(what) + ": " + v.status().message());
+  return *v;
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareSlice(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 3 || !ctx.has_input(0)) return ctx.Error("needs data, starts and ends");
+  const Shape& x = ctx.in_shapes[0];
+  const int64_t r = static_cast<int64_t>(x.size());
+  ASSIGN_OR_RETURN(auto starts, KnownInts(ctx, 1, "starts"));
+  ASSIGN_OR_RETURN(auto ends, KnownInts(ctx, 2, "ends"));
+  std::vector<int64_t> axes, steps;
+  if (ctx.has_input(3)) {
+    ASSIGN_OR_RETURN(axes, KnownInts(ctx, 3, "axes"));
+  } else
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (ctx.has_input(4)) {
+    ASSIGN_OR_RETURN(steps, KnownInts(ctx, 4, "steps"));
+  } else
+    steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
+    return ctx.Error("starts, ends, axes and steps must have the same length");
+  }
+  Shape out = x;
+  std::vector<int64_t> begin(x.size(), 0), step(x.size(), 1);
+  std::vector<char> seen(x.size(), 0);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    auto ax = NormalizeAxis(axes[i], r);
+    if (!ax.ok() || r == 0)
+      return ctx.Error("axis " + std::to_string(axes[i]) + " is out of range");
+    if (seen[*ax]++) return ctx.Error("an axis appears twice");
+    const int64_t d = x[*ax], s = steps[i];
+    if (s == 0) return ctx.Error("steps must be non-zero");
+    int64_t b = starts[i], e = ends[i];
+    if (b < 0) b += d;
+    if (e < 0) e += d;
+    if (s > 0) {
+      b = std::clamp<int64_t>(b, 0, d);
+      e = std::clamp<int64_t>(e, 0, d);
+      out[*ax] = e > b ? (e - b + s - 1) / s : 0;
+    } else {
+      b = std::clamp<int64_t>(b, 0, d - 1);
+      e = std::clamp<int64_t>(e, -1, d - 1);
+      out[*ax] = b > e ? (b - e + (-s) - 1) / (-s) : 0;
+    }
+    begin[*ax] = b;
+    step[*ax] = s;
+  }
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  const auto strides = RowMajorStrides(x);
+  int64_t base = 0;
+  std::vector<int64_t> in_strides(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (out[i] > 0) base += begin[i] * strides[i];
+    in_strides[i] = strides[i] * step[i];
+  }
+  const DataType t = ctx.in_dtypes[0];
+  return MakeFn([t, base, in_strides](const RunContext& rc) {
+    return DispatchBySize(t, [&]<typename T>() {
+      const T* in = rc.inputs[0]->values<T>().data() + base;
+      T* o = rc.outputs[0]->mutable_values<T>().data();
+      std::array<std::vector<int64_t>, 1> st{in_strides};
+      BroadcastLoop<1>(rc.outputs[0]->shape(), st,
+                       [&](int64_t i, const std::array<int64_t, 1>& off) { o[i] = in[off[0]]; });
+    });
+  });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareGather(PrepareContext& ctx) {
+  if (ctx.num_inputs() != 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs data and indices");
+  if (ctx.in_dtypes[1] != DataType::kInt64 && ctx.in_dtypes[1] != DataType::kInt32) {
+    return ctx.Error("indices must be INT32 or INT64");
+  }
+  const Shape& x = ctx.in_shapes[0];
+  const Shape& idx = ctx.in_shapes[1];
+  auto axis = NormalizeAxis(ctx.node().GetInt("axis", 0), static_cast<int64_t>(x.size()));
+  if (!axis.ok() || x.empty()) return ctx.Error("axis is out of range for " + ShapeToString(x));
+  Shape out(x.begin(), x.begin() + *axis);
+  out.insert(out.end(), idx.begin(), idx.end());
+  out.insert(out.end(), x.begin() + *axis + 1, x.end());
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  const int64_t outer = Product(x, 0, *axis), dim = x[*axis];
+  const size_t inner_bytes =
+      static_cast<size_t>(Product(x, *axis + 1)) * DataTypeSize(ctx.in_dtypes[0]);
+  const std::string who = ctx.graph->Describe(ctx.node_index);
+  return MakeFn([outer, dim, inner_bytes, who](const RunContext& rc) -> Status {
+    auto indices = ReadInts(*rc.inputs[1]);
+    if (!indices.ok()) return indices.status();
+    for (int64_t& i : *indices) {
+      if (i < -dim || i >= dim) {
+        return InvalidArgument(who + ": index " + std::to_string(i) +
+                               " is out of range for a dimension of " + std::to_string(dim));
+      }
+      if (i < 0) i += dim;
+    }
+    const char* src = static_cast<const char*>(rc.inputs[0]->data());
+    char* o = static_cast<char*>(rc.outputs[0]->mutable_data());
+    const size_t n = indices->size();
+    for (int64_t r = 0; r < outer; ++r) {
+      for (size_t j = 0; j < n; ++j) {
+        std::memcpy(o + (r * n + j) * inner_bytes, src + (r * dim + (*indices)[j]) * inner_bytes,
+                    inner_bytes);
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PreparePad(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0)) return ctx.Error("needs data and pads");
+  const std::string mode = ctx.node().GetString("mode", "constant");
+  const Shape& x = ctx.in_shapes[0];
+  const size_t r = x.size();
+  ASSIGN_OR_RETURN(auto pads, KnownInts(ctx, 1, "pads"));
+  if (pads.size() != 2 * r) return ctx.Error("pads must have 2 * rank entries");
+  Tensor value = Tensor::Allocate(ctx.in_dtypes[0], {});
+  if (ctx.has_input(2)) {
+    if (!ctx.in_data[2]) return ctx.Error("constant_value must be a constant");
+    if (ctx.in_data[2]->dtype() != ctx.in_dtypes[0] || ctx.in_data[2]->element_count() != 1) {
+      return ctx.Error("constant_value must be one value of the data's type");
+    }
+    value = *ctx.in_data[2];
+  }
+  Shape out(r);
+  // Per axis: output coordinate -> input coordinate, or -1 for the constant.
+  std::vector<std::vector<int64_t>> maps(r);
+  for (size_t i = 0; i < r; ++i) {
+    out[i] = x[i] + pads[i] + pads[i + r];
+    if (out[i] < 0) return ctx.Error("pads remove more than the whole axis");
+    if (mode != "constant" && x[i] == 0 && out[i] > 0)
+      return ctx.Error(mode + " padding of an empty axis");
+    if (mode == "reflect" && (pads[i] >= x[i] || pads[i + r] >= x[i]) &&
+        (pads[i] > 0 || pads[i + r] > 0)) {
+      return ctx.Error("reflect pads must be smaller than the axis");
+    }
+    for (int64_t o = 0; o < out[i]; ++o) {
+      int64_t j = o - pads[i];
+      if (j < 0 || j >= x[i]) {
+        if (mode == "constant")
+          j = -1;
+        else if (mode == "edge")
+          j = std::clamp<int64_t>(j, 0, x[i] - 1);
+        else
+          j = j < 0 ? -j : 2 * (x[i] - 1) - j;  // reflect
+      }
+      maps[i].push_back(j);
+    }
+  }
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  const DataType t = ctx.in_dtypes[0];
+  const auto strides = RowMajorStrides(x);
+  return MakeFn([t, out, maps, strides, value](const RunContext& rc) {
+    return DispatchBySize(t, [&]<typename T>() {
+      const T* in = rc.inputs[0]->values<T>().data();
+      T* o = rc.outputs[0]->mutable_values<T>().data();
+      const T fill = value.values<T>()[0];
+      const int64_t n = Product(out);
+      const size_t rank = out.size();
+      std::vector<int64_t> idx(rank, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t off = 0;
+        bool inside = true;
+        for (size_t d = 0; d < rank; ++d) {
+          const int64_t j = maps[d][idx[d]];
+          if (j < 0) {
+            inside = false;
+            break;
+          }
+          off += j * strides[d];
+        }
+        o[i] = inside ? in[off] : fill;
+        for (size_t d = rank; d-- > 0;) {
+          if (++idx[d] < out[d]) break;
+          idx[d] = 0;
+        }
+      }
+    });
+  });
+}
+
+Status CheckPad(const Node& node, const Graph& graph) {
+  const std::string mode = node.GetString("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+    return InvalidArgument(graph.Describe(&node - graph.nodes.data()) + ": mode '" + mode +
+                           "' is not supported");
+  }
+  return Status::Ok();
+}
+
+// ---- Resize ----
+double OriginalCoordinate(const std::string& mode, double x, double scale, int64_t in,
+                          int64_t out) {
+  if (mode == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (mode == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  if (mode == "align_corners")
+    return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+  if (mode == "tf_half_pixel_for_nearest") return (x + 0.5) / scale;
+  return x / scale;  // asymmetric
+}
+
+int64_t NearestIndex(const std::string& mode, double x) {
+  if (mode == "floor") return static_cast<int64_t>(std::floor(x));
+  if (mode == "ceil") return static_cast<int64_t>(std::ceil(x));
+  if (mode == "round_prefer_ceil") return static_cast<int64_t>(std::floor(x + 0.5));
+  return static_cast<int64_t>(std::ceil(x - 0.5));  // round_prefer_floor
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
+  const Node& node = ctx.node();
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
+  const Shape& x = ctx.in_shapes[0];
+  const size_t r = x.size();
+  std::vector<double> scales;
+  Shape out(r);
+  if (ctx.has_input(3) && ctx.in_shapes[3] != Shape{0}) {
+    ASSIGN_OR_RETURN(auto sizes, KnownInts(ctx, 3, "sizes"));
+    if (sizes.size() != r) return ctx.Error("sizes must have one entry per dimension");
+    for (size_t i = 0; i < r; ++i) {
+      if (sizes[i] < 0) return ctx.Error("sizes must be >= 0");
+      out[i] = sizes[i];
+      scales.push_back(x[i] > 0 ? static_cast<double>(sizes[i]) / static_cast<double>(x[i]) : 1.0);
+    }
+  } else if (ctx.has_input(2)) {
+    if (!ctx.in_data[2] || ctx.in_dtypes[2] != DataType::kFp32)
+      return ctx.Error("scales must be a constant FP32 tensor");
+    auto s = ctx.in_data[2]->values<float>();
+    if (s.size() != r) return ctx.Error("scales must have one entry per dimension");
+    for (size_t i = 0; i < r; ++i) {
+      if (!(s[i] > 0) || !std::isfinite(s[i])) return ctx.Error("scales must be positive");
+      scales.push_back(s[i]);
+      const double o = std::floor(static_cast<double>(x[i]) * s[i]);
+      if (o > 1e12) return ctx.Error("output is too large");
+      out[i] = static_cast<int64_t>(o);
+    }
+  } else {
+    return ctx.Error("needs scales or sizes");
+  }
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  const std::string mode = node.GetString("mode", "nearest");
+  const std::string coord = node.GetString("coordinate_transformation_mode", "half_pixel");
+  const std::string nearest = node.GetString("nearest_mode", "round_prefer_floor");
+  if (mode == "linear" && ctx.in_dtypes[0] != DataType::kFp32)
+    return ctx.Error("linear mode needs FP32");
+  // Per axis and output coordinate: two input coordinates and the second one's weight.
+  struct Tap {
+    int64_t lo, hi;
+    float w;
+  };
+  std::vector<std::vector<Tap>> taps(r);
+  for (size_t i = 0; i < r; ++i) {
+    for (int64_t o = 0; o < out[i]; ++o) {
+      if (x[i] == 0) return ctx.Error("cannot resize an empty axis to a non-empty one");
+      const double c = OriginalCoordinate(coord, static_cast<double>(o), scales[i], x[i], out[i]);
+      if (mode == "nearest") {
+        const int64_t j = std::clamp<int64_t>(NearestIndex(nearest, c), 0, x[i] - 1);
+        taps[i].push_back({j, j, 0.f});
+      } else {
+        const double cc = std::clamp(c, 0.0, static_cast<double>(x[i] - 1));
+        const int64_t lo = static_cast<int64_t>(std::floor(cc));
+        const int64_t hi = std::min(lo + 1, x[i] - 1);
+        taps[i].push_back({lo, hi, static_cast<float>(cc - static_cast<double>(lo))});
+      }
+    }
+  }
+  const auto strides = RowMajorStrides(x);
+  const DataType t = ctx.in_dtypes[0];
+  if (mode == "nearest") {
+    return MakeFn([t, out, taps, strides](const RunContext& rc) {
+      return DispatchBySize(t, [&]<typename T>() {
+        const T* in = rc.inputs[0]->values<T>().data();
+        T* o = rc.outputs[0]->mutable_values<T>().data();
+        const int64_t n = Product(out);
+        std::vector<int64_t> idx(out.size(), 0);
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t off = 0;
+          for (size_t d = 0; d < out.size(); ++d) off += taps[d][idx[d]].lo * strides[d];
+          o[i] = in[off];
+          for (size_t d = out.size(); d-- > 0;) {
+            if (++idx[d] < out[d]) break;
+            idx[d] = 0;
+          }
+        }
+      });
+    });
+  }
+  std::vector<size_t> active;  // axes that actually interpolate
+  for (size_t i = 0; i < r; ++i)
+    if (out[i] != x[i] || scales[i] != 1.0) active.push_back(i);
+  return MakeFn([out, taps, strides, active](const RunContext& rc) {
+    const float* in = rc.inputs[0]->values<float>().data();
+    float* o = rc.outputs[0]->mutable_values<float>().data();
+    const int64_t n = Product(out);
+    const size_t rank = out.size();
+    std::vector<int64_t> idx(rank, 0);
+    const size_t corners = size_t{1} << active.size();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t base = 0;
+      for (size_t d = 0; d < rank; ++d) base += taps[d][idx[d]].lo * strides[d];
+      float acc = 0.f;
+      for (size_t c = 0; c < corners; ++c) {
+        int64_t off = base;
+        float w = 1.f;
+        for (size_t a = 0; a < active.size(); ++a) {
+          const size_t d = active[a];
+          const auto& tap = taps[d][idx[d]];
+          if (c >> a & 1) {
+            off += (tap.hi - tap.lo) * strides[d];
+            w *= tap.w;
+          } else {
+            w *= 1.f - tap.w;
+          }
+        }
+        acc += w * in[off];
+      }
+      o[i] = acc;
+      for (size_t d = rank; d-- > 0;) {
+        if (++idx[d] < out[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+Status CheckResize(const Node& node, const Graph& graph) {
+  const std::string who = graph.Describe(&node - graph.nodes.data());
+  const std::string mode = node.GetString("mode", "nearest");
+  if (mode != "nearest" && mode != "linear")
+    return InvalidArgument(who + ": mode '" + mode + "' is not supported");
+  const std::string coord = node.GetString("coordinate_transformation_mode", "half_pixel");
+  if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" &&
+      coord != "asymmetric" && coord != "tf_half_pixel_for_nearest") {
+    return InvalidArgument(who + ": coordinate_transformation_mode '" + coord +
+                           "' is not supported");
+  }
+  const std::string nearest = node.GetString("nearest_mode", "round_prefer_floor");
+  if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" &&
+      nearest != "ceil") {
+    return InvalidArgument(who + ": nearest_mode '" + nearest + "' is not supported");
+  }
+  if (node.GetInt("exclude_outside", 0) != 0)
+    return InvalidArgument(who + ": exclude_outside is not supported");
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterIndexingOps(std::vector<OpDef>* ops) {
+  ops->push_back({"", "Slice", {}, nullptr, PrepareSlice});
+  ops->push_back({"", "Gather", {"axis"}, nullptr, PrepareGather});
+  ops->push_back({"", "Pad", {"mode"}, CheckPad, PreparePad});
+  ops->push_back({"",
+                  "Resize",
+                  {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+                   "exclude_outside", "extrapolation_value"},
+                  CheckResize,
+                  PrepareResize});
+}
+
+}  // namespace shoal::engine::internal

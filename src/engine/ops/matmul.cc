@@ -1,0 +1,160 @@
+// MatMul (numpy batched semantics) and Gemm on oneDNN's matmul primitive. A constant
+// right-hand side is reordered once into the primitive's preferred layout.
+#include "engine/internal/op_util.h"
+
+namespace shoal::engine::internal {
+namespace {
+
+using dnnl::memory;
+
+StatusOr<std::unique_ptr<Kernel>> Noop() {
+  return MakeFn([](const RunContext&) { return Status::Ok(); });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
+  if (ctx.num_inputs() != 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs two inputs");
+  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
+    return ctx.Error("only FP32 is supported");
+  }
+  Shape a = ctx.in_shapes[0], b = ctx.in_shapes[1];
+  if (a.empty() || b.empty()) return ctx.Error("inputs must have rank >= 1");
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  if (b[b.size() - 2] != k) {
+    return ctx.Error("inner dimensions differ: " + ShapeToString(ctx.in_shapes[0]) + " x " +
+                     ShapeToString(ctx.in_shapes[1]));
+  }
+  Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+  auto batch = BroadcastShapes(a_batch, b_batch);
+  if (!batch.ok()) return ctx.Error(batch.status().message());
+  Shape out = *batch;
+  if (!a_vec) out.push_back(m);
+  if (!b_vec) out.push_back(n);
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(out) == 0) return Noop();
+  if (k ==
+      0) {  // empty inner dimension: all zeros (outputs are zero-initialised per run? no: clear)
+    return MakeFn([](const RunContext& rc) {
+      std::fill_n(static_cast<float*>(rc.outputs[0]->mutable_data()),
+                  rc.outputs[0]->element_count(), 0.f);
+      return Status::Ok();
+    });
+  }
+
+  Shape a_md, b_md, c_md;
+  if (b_batch.empty() || Product(b_batch) == 1) {
+    // [..., M, K] x [K, N]: fold A's batch into M, one 2-D product.
+    a_md = {Product(*batch) * m, k};
+    b_md = {k, n};
+    c_md = {Product(*batch) * m, n};
+    if (Product(a_batch) != Product(*batch)) {  // A's batch broadcasts against B's size-1 batch
+      return ctx.Error("unsupported broadcast");
+    }
+  } else {
+    const size_t r = batch->size() + 2;
+    a_md = a;
+    b_md = b;
+    a_md.insert(a_md.begin(), r - a.size(), 1);
+    b_md.insert(b_md.begin(), r - b.size(), 1);
+    c_md = *batch;
+    c_md.push_back(m);
+    c_md.push_back(n);
+  }
+  const auto& eng = *ctx.dnnl_engine;
+  const auto src = PlainDesc(a_md, DataType::kFp32), wplain = PlainDesc(b_md, DataType::kFp32);
+  const auto dst = PlainDesc(c_md, DataType::kFp32);
+  const bool const_b = ctx.in_data[1] != nullptr;
+  const memory::desc wdesc =
+      const_b ? memory::desc(ToDims(b_md), memory::data_type::f32, memory::format_tag::any)
+              : wplain;
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, dst), eng);
+  auto kern = std::make_unique<DnnlKernel>();
+  kern->primitive = dnnl::matmul(pd);
+  kern->BindInput(DNNL_ARG_SRC, src, eng, 0);
+  RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(kern));
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
+  const Node& node = ctx.node();
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs A and B");
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (ctx.has_input(i) && ctx.in_dtypes[i] != DataType::kFp32)
+      return ctx.Error("only FP32 is supported");
+  }
+  const Shape& a = ctx.in_shapes[0];
+  const Shape& b = ctx.in_shapes[1];
+  if (a.size() != 2 || b.size() != 2) return ctx.Error("A and B must be 2-D");
+  const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+  const float alpha = node.GetFloat("alpha", 1.f), beta = node.GetFloat("beta", 1.f);
+  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  const int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+  if (k != kb)
+    return ctx.Error("inner dimensions differ: " + ShapeToString(a) + " x " + ShapeToString(b));
+  const bool has_c = ctx.has_input(2) && beta != 0.f;
+  Shape c2;
+  if (has_c) {
+    const Shape& c = ctx.in_shapes[2];
+    if (c.size() > 2) return ctx.Error("C must have rank <= 2");
+    c2 = c;
+    c2.insert(c2.begin(), 2 - c.size(), 1);
+    if ((c2[0] != 1 && c2[0] != m) || (c2[1] != 1 && c2[1] != n)) {
+      return ctx.Error("C of shape " + ShapeToString(c) + " does not broadcast to [" +
+                       std::to_string(m) + "," + std::to_string(n) + "]");
+    }
+    if (beta != 1.f && !ctx.in_data[2]) return ctx.Error("beta != 1 needs a constant C");
+  }
+  ctx.out_shapes[0] = {m, n};
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (m == 0 || n == 0) return Noop();
+  if (k == 0) return ctx.Error("K = 0 is not supported");
+
+  const auto& eng = *ctx.dnnl_engine;
+  const memory::desc src({m, k}, memory::data_type::f32,
+                         ta ? memory::dims{1, m} : memory::dims{k, 1});
+  const memory::desc wplain({k, n}, memory::data_type::f32,
+                            tb ? memory::dims{1, k} : memory::dims{n, 1});
+  const memory::desc dst = PlainDesc({m, n}, DataType::kFp32);
+  const bool const_b = ctx.in_data[1] != nullptr;
+  const memory::desc wdesc =
+      const_b ? memory::desc({k, n}, memory::data_type::f32, memory::format_tag::any) : wplain;
+  const memory::desc bias = has_c ? PlainDesc(c2, DataType::kFp32) : memory::desc();
+  dnnl::primitive_attr attr;
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, bias, dst), attr, eng);
+  auto kern = std::make_unique<DnnlKernel>();
+  kern->primitive = dnnl::matmul(pd);
+  kern->BindInput(DNNL_ARG_SRC, src, eng, 0);
+  RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  if (has_c) {
+    // oneDNN scales the bias by alpha too (output scales apply to the whole sum), so the
+    // bias we pass is C * beta / alpha.
+    const float c_scale = beta / alpha;
+    if (c_scale != 1.f) {
+      Tensor scaled = Tensor::Allocate(DataType::kFp32, c2);
+      auto src_c = ctx.in_data[2]->values<float>();
+      for (size_t i = 0; i < src_c.size(); ++i)
+        scaled.mutable_values<float>()[i] = src_c[i] * c_scale;
+      kern->BindFixed(DNNL_ARG_BIAS, memory(bias, eng, scaled.mutable_data()), scaled.buffer());
+    } else {
+      kern->BindInput(DNNL_ARG_BIAS, bias, eng, 2);
+    }
+  }
+  kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(kern));
+}
+
+}  // namespace
+
+void RegisterMatMulOps(std::vector<OpDef>* ops) {
+  ops->push_back({"", "MatMul", {}, nullptr, PrepareMatMul});
+  ops->push_back({"", "Gemm", {"alpha", "beta", "transA", "transB"}, nullptr, PrepareGemm});
+}
+
+}  // namespace shoal::engine::internal

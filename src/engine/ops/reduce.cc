@@ -1,0 +1,121 @@
+// Reductions over a set of axes: ReduceMean, ReduceSum, ReduceMax, ReduceMin,
+// ReduceProd, ReduceSumSquare, ReduceL2. FP32 Mean/Sum/Max/Min run on oneDNN's
+// reduction primitive; other types and empty inputs in the engine's own loop.
+#include <cmath>
+#include <limits>
+
+#include "engine/internal/broadcast.h"
+#include "engine/internal/op_util.h"
+
+namespace shoal::engine::internal {
+namespace {
+
+StatusOr<std::unique_ptr<Kernel>> PrepareReduce(PrepareContext& ctx) {
+  const Node& node = ctx.node();
+  const std::string op = node.op_type;
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs data");
+  const Shape& x = ctx.in_shapes[0];
+  const int64_t r = static_cast<int64_t>(x.size());
+  std::vector<int64_t> axes = node.GetInts("axes", {});
+  if (ctx.has_input(1)) {
+    if (!ctx.in_data[1]) return ctx.Error("axes must be a constant or computed from shapes");
+    auto v = ReadInts(*ctx.in_data[1]);
+    if (!v.ok()) return ctx.Error(v.status().message());
+    axes = *v;
+  }
+  const bool keep = node.GetInt("keepdims", 1) != 0;
+  const DataType t = ctx.in_dtypes[0];
+  ctx.out_dtypes[0] = t;
+  if (axes.empty() && node.GetInt("noop_with_empty_axes", 0) != 0) {
+    ctx.out_shapes[0] = x;
+    return MakeAlias(0);
+  }
+  std::vector<char> reduced(x.size(), axes.empty() ? 1 : 0);
+  for (int64_t a : axes) {
+    auto ax = NormalizeAxis(a, r);
+    if (!ax.ok() || r == 0) return ctx.Error("axis " + std::to_string(a) + " is out of range");
+    reduced[*ax] = 1;
+  }
+  Shape kept, out;
+  int64_t count = 1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    kept.push_back(reduced[i] ? 1 : x[i]);
+    if (reduced[i]) count *= x[i];
+    if (!reduced[i] || keep) out.push_back(reduced[i] ? 1 : x[i]);
+  }
+  ctx.out_shapes[0] = out;
+  if (Product(out) == 0) return MakeFn([](const RunContext&) { return Status::Ok(); });
+  // oneDNN rejects a reduction that reduces nothing (all reduced axes of size 1).
+  const bool dnnl_ok =
+      t == DataType::kFp32 && Product(x) > Product(kept) &&
+      (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin");
+  if (dnnl_ok) {
+    const auto a = op == "ReduceMean"  ? dnnl::algorithm::reduction_mean
+                   : op == "ReduceSum" ? dnnl::algorithm::reduction_sum
+                   : op == "ReduceMax" ? dnnl::algorithm::reduction_max
+                                       : dnnl::algorithm::reduction_min;
+    const auto& eng = *ctx.dnnl_engine;
+    const auto src = PlainDesc(x, t), dst = PlainDesc(kept, t);
+    dnnl::reduction::primitive_desc pd(dnnl::reduction::desc(a, src, dst, 0.f, 0.f), eng);
+    auto k = std::make_unique<DnnlKernel>();
+    k->primitive = dnnl::reduction(pd);
+    k->BindInput(DNNL_ARG_SRC, src, eng, 0);
+    k->BindOutput(DNNL_ARG_DST, dst, eng, 0);
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  Status ok = DispatchNumeric(t, []<typename T>() {});
+  if (!ok.ok()) return ctx.Error(ok.message());
+  // Own loop: walk the input once, accumulating into the output through strides that
+  // are zero on the reduced axes.
+  const std::vector<int64_t> out_strides = BroadcastStrides(kept, x);
+  return MakeFn([op, t, x, out_strides, count](const RunContext& rc) {
+    return DispatchNumeric(t, [&]<typename T>() {
+      using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+      const T* in = rc.inputs[0]->values<T>().data();
+      T* o = rc.outputs[0]->mutable_values<T>().data();
+      const int64_t n_out = rc.outputs[0]->element_count();
+      Acc init = 0;
+      if (op == "ReduceMax") init = std::numeric_limits<T>::lowest();
+      if (op == "ReduceMin") init = std::numeric_limits<T>::max();
+      if (op == "ReduceProd") init = 1;
+      std::vector<Acc> acc(static_cast<size_t>(n_out), init);
+      std::array<std::vector<int64_t>, 1> st{out_strides};
+      BroadcastLoop<1>(x, st, [&](int64_t i, const std::array<int64_t, 1>& off) {
+        Acc& a = acc[static_cast<size_t>(off[0])];
+        const Acc v = static_cast<Acc>(in[i]);
+        if (op == "ReduceMax")
+          a = std::max(a, v);
+        else if (op == "ReduceMin")
+          a = std::min(a, v);
+        else if (op == "ReduceProd")
+          a = static_cast<Acc>(a * v);
+        else if (op == "ReduceSumSquare" || op == "ReduceL2")
+          a = static_cast<Acc>(a + v * v);
+        else
+          a = static_cast<Acc>(a + v);
+      });
+      for (int64_t j = 0; j < n_out; ++j) {
+        Acc a = acc[static_cast<size_t>(j)];
+        if (op == "ReduceMean") {
+          if constexpr (std::is_floating_point_v<T>)
+            a = count ? a / static_cast<Acc>(count) : std::nan("");
+          else
+            a = count ? static_cast<Acc>(a / count) : 0;
+        }
+        if (op == "ReduceL2") a = static_cast<Acc>(std::sqrt(static_cast<double>(a)));
+        o[j] = static_cast<T>(a);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void RegisterReduceOps(std::vector<OpDef>* ops) {
+  for (std::string_view op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                              "ReduceSumSquare", "ReduceL2"}) {
+    ops->push_back({"", op, {"axes", "keepdims", "noop_with_empty_axes"}, nullptr, PrepareReduce});
+  }
+}
+
+}  // namespace shoal::engine::internal

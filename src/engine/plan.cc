@@ -1,0 +1,244 @@
+#include "engine/plan.h"
+
+#include <cstring>
+
+#include "engine/internal/op_util.h"
+
+namespace shoal::engine {
+namespace {
+
+using internal::Product;
+
+Tensor ViewOf(const Tensor& src, DataType dtype, const Shape& shape) {
+  const size_t offset = static_cast<size_t>(static_cast<const char*>(src.data()) -
+                                            static_cast<const char*>(src.buffer()->data()));
+  return Tensor(dtype, shape, src.buffer(), offset, src.byte_size());
+}
+
+Status WrapDnnl(const Graph& graph, int node, const std::function<Status()>& fn) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    return InvalidArgument(graph.Describe(node) + ": oneDNN rejected it: " + e.what());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(graph.Describe(node) + ": out of memory");
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
+                                              const std::vector<Shape>& input_shapes,
+                                              const dnnl::engine& engine, dnnl::stream& stream,
+                                              WeightCache* weights, const PlanOptions& options,
+                                              const PlanLimits& limits) {
+  if (input_shapes.size() != graph.inputs.size()) {
+    return InvalidArgument("expected " + std::to_string(graph.inputs.size()) +
+                           " input shapes, got " + std::to_string(input_shapes.size()));
+  }
+  std::unique_ptr<Plan> plan(new Plan(graph));
+  const size_t nv = graph.values.size();
+  plan->shapes_.assign(nv, Shape{});
+  plan->dtypes_.assign(nv, DataType::kInvalid);
+  plan->known_.assign(nv, Tensor());
+  plan->alias_of_.assign(nv, -1);
+  plan->offsets_.assign(nv, -1);
+  plan->is_output_.assign(nv, 0);
+  std::vector<char> defined(nv, 0);
+  for (size_t v = 0; v < nv; ++v) {
+    if (graph.values[v].is_constant()) {
+      plan->known_[v] = graph.values[v].constant;
+      plan->shapes_[v] = graph.values[v].constant.shape();
+      plan->dtypes_[v] = graph.values[v].constant.dtype();
+      defined[v] = 1;
+    }
+  }
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    const int v = graph.inputs[i];
+    plan->shapes_[v] = input_shapes[i];
+    plan->dtypes_[v] = graph.values[v].dtype;
+    defined[v] = 1;
+  }
+  for (int v : graph.outputs) plan->is_output_[v] = 1;
+
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    const OpDef* def = FindOp(node.domain, node.op_type);
+    if (def == nullptr) return InvalidArgument(graph.Describe(n) + ": operator is not supported");
+    PrepareContext ctx;
+    ctx.graph = &graph;
+    ctx.node_index = static_cast<int>(n);
+    ctx.options = &options;
+    ctx.dnnl_engine = &engine;
+    ctx.weights = weights;
+    bool all_known = true;
+    for (int v : node.inputs) {
+      if (v >= 0 && !defined[v])
+        return InvalidArgument(graph.Describe(n) + ": input used before it is defined");
+      ctx.in_values.push_back(v);
+      ctx.in_dtypes.push_back(v >= 0 ? plan->dtypes_[v] : DataType::kInvalid);
+      ctx.in_shapes.push_back(v >= 0 ? plan->shapes_[v] : Shape{});
+      ctx.in_data.push_back(v >= 0 && !plan->known_[v].empty() ? &plan->known_[v] : nullptr);
+      if (v >= 0 && plan->known_[v].empty()) all_known = false;
+    }
+    ctx.SetOutputs(node.outputs.size());
+    std::unique_ptr<Kernel> kernel;
+    RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
+      ASSIGN_OR_RETURN(kernel, def->prepare(ctx));
+      return Status::Ok();
+    }));
+    if (ctx.out_shapes.size() != node.outputs.size() ||
+        ctx.out_dtypes.size() != node.outputs.size()) {
+      return Internal(graph.Describe(n) + ": operator produced the wrong number of output shapes");
+    }
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const int v = node.outputs[o];
+      if (v < 0) continue;
+      const int64_t elem =
+          std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.out_dtypes[o])));
+      auto count = ElementCount(ctx.out_shapes[o], limits.max_tensor_bytes / elem);
+      if (!count.ok())
+        return InvalidArgument(graph.Describe(n) + ": output " + std::to_string(o) + ": " +
+                               count.status().message());
+      if (ctx.out_dtypes[o] == DataType::kInvalid) {
+        return Internal(graph.Describe(n) + ": operator left an output without a data type");
+      }
+      plan->shapes_[v] = ctx.out_shapes[o];
+      plan->dtypes_[v] = ctx.out_dtypes[o];
+      defined[v] = 1;
+    }
+    bool computed = true;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o] >= 0 && ctx.out_data[o].empty()) computed = false;
+    }
+    if (computed) {
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        if (node.outputs[o] >= 0) plan->known_[node.outputs[o]] = ctx.out_data[o];
+      }
+      continue;
+    }
+    if (!kernel) return Internal(graph.Describe(n) + ": operator returned no kernel");
+    Step step;
+    step.node = static_cast<int>(n);
+    step.inputs = node.inputs;
+    step.outputs = node.outputs;
+    step.kernel = std::move(kernel);
+    bool all_empty = true;
+    for (int v : node.outputs) {
+      if (v >= 0 && Product(plan->shapes_[v]) != 0) all_empty = false;
+    }
+    step.skip = all_empty;
+    if (step.kernel && step.kernel->alias_input() >= 0) {
+      const int src = node.inputs[step.kernel->alias_input()];
+      const int out = node.outputs[0];
+      plan->alias_of_[out] = plan->alias_of_[src] >= 0 ? plan->alias_of_[src] : src;
+      if (!plan->known_[src].empty()) {
+        plan->known_[out] = ViewOf(plan->known_[src], plan->dtypes_[out], plan->shapes_[out]);
+        continue;
+      }
+      plan->steps_.push_back(std::move(step));
+      continue;
+    }
+    if (all_known) {
+      // Evaluate now; the values become constants of this plan.
+      RunContext rc;
+      rc.stream = &stream;
+      for (int v : node.inputs) rc.inputs.push_back(v >= 0 ? &plan->known_[v] : nullptr);
+      for (int v : node.outputs) {
+        if (v >= 0) plan->known_[v] = Tensor::Allocate(plan->dtypes_[v], plan->shapes_[v]);
+        rc.outputs.push_back(v >= 0 ? &plan->known_[v] : nullptr);
+      }
+      if (!step.skip) {
+        RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
+          RETURN_IF_ERROR(step.kernel->Run(rc));
+          stream.wait();
+          return Status::Ok();
+        }));
+      }
+      continue;
+    }
+    plan->steps_.push_back(std::move(step));
+  }
+  for (int v : graph.outputs) {
+    if (!defined[v])
+      return InvalidArgument("graph output '" + graph.values[v].name + "' is never produced");
+  }
+  plan->AssignOffsets();
+  plan->bindings_.assign(nv, Tensor());
+  return plan;
+}
+
+void Plan::AssignOffsets() {
+  // One slot per intermediate value, no reuse yet (part 2's planner reuses by liveness).
+  int64_t offset = 0;
+  for (const Step& step : steps_) {
+    if (step.kernel->alias_input() >= 0) continue;
+    for (int v : step.outputs) {
+      if (v < 0 || is_output_[v]) continue;
+      const int64_t bytes = Product(shapes_[v]) * static_cast<int64_t>(DataTypeSize(dtypes_[v]));
+      offsets_[v] = offset;
+      offset += (bytes + 63) / 64 * 64;
+    }
+  }
+  arena_bytes_ = offset;
+  arena_ = Buffer::Allocate(static_cast<size_t>(arena_bytes_));
+}
+
+Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
+                 std::vector<Tensor>* outputs) {
+  const Graph& graph = *graph_;
+  if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
+  for (size_t v = 0; v < bindings_.size(); ++v) {
+    if (!known_[v].empty()) {
+      bindings_[v] = known_[v];
+    } else if (offsets_[v] >= 0) {
+      const size_t bytes = static_cast<size_t>(Product(shapes_[v])) * DataTypeSize(dtypes_[v]);
+      bindings_[v] =
+          Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]), bytes);
+    } else {
+      bindings_[v] = Tensor();
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) bindings_[graph.inputs[i]] = *inputs[i];
+  for (int v : graph.outputs) {
+    if (known_[v].empty() && alias_of_[v] < 0 && bindings_[v].empty()) {
+      bindings_[v] = Tensor::Allocate(dtypes_[v], shapes_[v]);
+    }
+  }
+  RunContext rc;
+  rc.stream = &stream;
+  for (const Step& step : steps_) {
+    const int alias = step.kernel->alias_input();
+    if (alias >= 0) {
+      const int out = step.outputs[0];
+      bindings_[out] = ViewOf(bindings_[step.inputs[alias]], dtypes_[out], shapes_[out]);
+      continue;
+    }
+    if (step.skip) continue;
+    rc.inputs.clear();
+    rc.outputs.clear();
+    for (int v : step.inputs) rc.inputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+    for (int v : step.outputs) rc.outputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+    RETURN_IF_ERROR(WrapDnnl(graph, step.node, [&]() { return step.kernel->Run(rc); }));
+  }
+  RETURN_IF_ERROR(WrapDnnl(graph, -1, [&]() {
+    stream.wait();
+    return Status::Ok();
+  }));
+  outputs->clear();
+  for (int v : graph.outputs) {
+    Tensor t = bindings_[v];
+    // A view into the arena must not outlive this run, and a plan constant must not be
+    // written through by the caller: both leave as copies.
+    if (t.buffer() == arena_ || (!known_[v].empty() && t.buffer() == known_[v].buffer())) {
+      Tensor copy = Tensor::Allocate(t.dtype(), t.shape(), t.byte_size());
+      if (t.byte_size()) std::memcpy(copy.mutable_data(), t.data(), t.byte_size());
+      t = std::move(copy);
+    }
+    outputs->push_back(std::move(t));
+  }
+  for (Tensor& t : bindings_) t = Tensor();  // drop references to caller memory
+  return Status::Ok();
+}
+
+}  // namespace shoal::engine

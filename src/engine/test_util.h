@@ -1,0 +1,75 @@
+// Helpers for engine tests: building small graphs by hand and running them.
+#pragma once
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_util.h"
+#include "engine/graph.h"
+#include "engine/model.h"
+
+namespace shoal::engine::testing {
+
+Tensor F32(Shape shape, std::vector<float> values);
+Tensor I64(Shape shape, std::vector<int64_t> values);
+Tensor I32(Shape shape, std::vector<int32_t> values);
+Tensor Bool(Shape shape, std::vector<uint8_t> values);
+Tensor Random(Shape shape, uint32_t seed, float lo = -1.f, float hi = 1.f);
+std::vector<float> Values(const Tensor& t);  // FP32 tensor to a vector
+std::vector<int64_t> IntValues(const Tensor& t);
+
+Attribute AInt(int64_t v);
+Attribute AFloat(float v);
+Attribute AString(std::string v);
+Attribute AInts(std::vector<int64_t> v);
+Attribute AFloats(std::vector<float> v);
+Attribute ATensor(Tensor t);
+
+// OpenMP's runtime (libgomp) is not instrumented for ThreadSanitizer, whose reports on
+// its barriers are false positives; TSan builds run sessions single-threaded.
+#if defined(SHOAL_TSAN)
+inline constexpr int kTestThreads = 1;
+#else
+inline constexpr int kTestThreads = 2;
+#endif
+
+// SessionOptions without designated initialisers (-Wmissing-field-initializers).
+inline SessionOptions Opts(int threads, std::vector<int> cores = {}, int max_cached_plans = 16) {
+  SessionOptions o;
+  o.threads = threads;
+  o.cpu_cores = std::move(cores);
+  o.max_cached_plans = max_cached_plans;
+  return o;
+}
+
+// One operator input: a run-time input (fed by the test) or a constant (initialiser).
+struct In {
+  Tensor tensor;
+  bool constant = false;
+  bool omitted = false;  // an omitted optional input ("")
+};
+inline In Const(Tensor t) { return In{std::move(t), true, false}; }
+inline In Omitted() { return In{Tensor(), false, true}; }
+
+// Builds a graph with one node of `op` and runs it once.
+StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<In>& inputs,
+                                    const std::map<std::string, Attribute>& attrs = {},
+                                    int num_outputs = 1, int64_t opset = 17);
+// As RunOp, but only loads the model (for load-time errors).
+Status LoadOp(const std::string& op, const std::vector<In>& inputs,
+              const std::map<std::string, Attribute>& attrs, int num_outputs = 1,
+              int64_t opset = 17);
+
+// Max |a - b| over elements; +inf on shape mismatch.
+float MaxAbsDiff(const Tensor& a, const Tensor& b);
+float MaxAbs(const Tensor& t);
+
+// Reads the reference format written by models/generate.py (see models/README.md).
+StatusOr<std::vector<NamedTensor>> ReadTensorFile(const std::string& path);
+std::string SourceDir();
+
+}  // namespace shoal::engine::testing
