@@ -13,6 +13,9 @@
 #include "cli/common.h"
 #include "cli/offline_job.h"
 #include "runtime/server.h"
+#ifdef SHOAL_HAVE_ONNX
+#include "backends/onnx/onnx_backend.h"
+#endif
 
 namespace shoal::cli {
 namespace {
@@ -52,6 +55,10 @@ int Run(const RunFlags& f) {
   options.model_repository = f.model_repository;
   options.control_mode = runtime::ModelControlMode::kExplicit;
   options.startup_models = {f.model};
+  options.registry = std::make_shared<backends::BackendRegistry>();
+#ifdef SHOAL_HAVE_ONNX
+  backends::RegisterOnnxBackend(options.registry.get());
+#endif
   options.backend_directories = f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
   auto server = runtime::Server::Create(options);
   if (!server.ok()) {

@@ -16,6 +16,9 @@
 
 #include "cli/common.h"
 #include "runtime/server.h"
+#ifdef SHOAL_HAVE_ONNX
+#include "backends/onnx/onnx_backend.h"
+#endif
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -72,6 +75,10 @@ int RunServe(const ServeFlags& f) {
     options.control_mode = runtime::ModelControlMode::kExplicit;
   }
   options.startup_models = f.load_models;
+  options.registry = std::make_shared<backends::BackendRegistry>();
+#ifdef SHOAL_HAVE_ONNX
+  backends::RegisterOnnxBackend(options.registry.get());
+#endif
   options.backend_directories = f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
   options.cache_size_bytes = f.cache_size_bytes;
   options.limits.max_elements_per_tensor = f.max_tensor_elements;
