@@ -1,0 +1,308 @@
+#include "server/grpc_calls.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <memory>
+#include <utility>
+
+#include "server/grpc_codec.h"
+
+namespace shoal::server::internal {
+
+Call::Call(CallContext* ctx, grpc::ServerCompletionQueue* cq) : ctx_(ctx), cq_(cq) {
+  std::lock_guard<std::mutex> lock(ctx_->mu);
+  ++ctx_->live_calls;
+}
+
+Call::~Call() {
+  std::lock_guard<std::mutex> lock(ctx_->mu);
+  --ctx_->live_calls;
+  if (started_) --ctx_->active_calls;
+  ctx_->cv.notify_all();
+}
+
+void Call::MarkStarted() {
+  std::lock_guard<std::mutex> lock(ctx_->mu);
+  started_ = true;
+  ++ctx_->active_calls;
+}
+
+void RunCompletionQueue(grpc::ServerCompletionQueue* cq) {
+  void* raw = nullptr;
+  bool ok = false;
+  while (cq->Next(&raw, &ok)) {
+    auto* tag = static_cast<Tag*>(raw);
+    try {
+      tag->call->OnEvent(tag->event, ok);
+    } catch (const std::exception& e) {
+      // Only allocation can throw here; the call's state is then unknown, so it is
+      // leaked rather than touched again.
+      spdlog::error("gRPC call event {} failed: {}", tag->event, e.what());
+    }
+  }
+}
+
+namespace {
+
+enum Event { kRequest = 0, kFinish = 1, kDone = 2 };
+
+grpc::Status InternalError(const std::exception& e) {
+  return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
+}
+
+// ------------------------------------------------------------------ unary RPCs
+
+template <typename Svc, typename Req, typename Resp>
+class UnaryCall final : public Call {
+ public:
+  using Writer = grpc::ServerAsyncResponseWriter<Resp>;
+  using RequestFn = void (Svc::*)(grpc::ServerContext*, Req*, Writer*, grpc::CompletionQueue*,
+                                  grpc::ServerCompletionQueue*, void*);
+  struct Spec {
+    Svc* service;
+    RequestFn request;
+    std::function<grpc::Status(const Req&, Resp*)> handler;
+    bool blocking;  // run on the worker thread
+  };
+
+  static void Arm(CallContext* ctx, grpc::ServerCompletionQueue* cq,
+                  std::shared_ptr<const Spec> spec) {
+    auto* call = new UnaryCall(ctx, cq, std::move(spec));
+    (call->spec_->service->*call->spec_->request)(&call->server_ctx_, &call->request_,
+                                                  &call->writer_, cq, cq, &call->request_tag_);
+  }
+
+  void OnEvent(int event, bool ok) override {
+    if (event == kFinish || !ok) {  // finished, or never started (shutdown)
+      Unref();
+      return;
+    }
+    MarkStarted();
+    Arm(ctx_, cq_, spec_);
+    if (spec_->blocking) {
+      ctx_->run_blocking([this] { Respond(); });
+    } else {
+      Respond();
+    }
+  }
+
+ private:
+  UnaryCall(CallContext* ctx, grpc::ServerCompletionQueue* cq, std::shared_ptr<const Spec> spec)
+      : Call(ctx, cq), spec_(std::move(spec)) {}
+
+  void Respond() {
+    grpc::Status status;
+    try {
+      status = spec_->handler(request_, &response_);
+    } catch (const std::exception& e) {
+      status = InternalError(e);
+    }
+    if (status.ok()) {
+      writer_.Finish(response_, status, &finish_tag_);
+    } else {
+      writer_.FinishWithError(status, &finish_tag_);
+    }
+  }
+
+  const std::shared_ptr<const Spec> spec_;
+  grpc::ServerContext server_ctx_;
+  Req request_;
+  Resp response_;
+  Writer writer_{&server_ctx_};
+  Tag request_tag_{this, kRequest};
+  Tag finish_tag_{this, kFinish};
+};
+
+// Arms the first call of one unary RPC answered by a GrpcHandlers method.
+template <typename Svc, typename Req, typename Resp, typename RequestFn>
+void ArmUnary(CallContext* ctx, grpc::ServerCompletionQueue* cq, Svc* service, RequestFn request,
+              grpc::Status (GrpcHandlers::*method)(const Req&, Resp*), bool blocking = false) {
+  using C = UnaryCall<Svc, Req, Resp>;
+  GrpcHandlers* handlers = ctx->handlers;
+  auto spec = std::make_shared<const typename C::Spec>(typename C::Spec{
+      service, request,
+      [handlers, method](const Req& req, Resp* resp) { return (handlers->*method)(req, resp); },
+      blocking});
+  C::Arm(ctx, cq, std::move(spec));
+}
+
+// Arms an RPC that shoal declares but does not implement.
+template <typename Req, typename Resp, typename RequestFn>
+void ArmUnimplemented(CallContext* ctx, grpc::ServerCompletionQueue* cq, RequestFn request,
+                      const std::string& what) {
+  using C = UnaryCall<InferenceService, Req, Resp>;
+  auto spec = std::make_shared<const typename C::Spec>(typename C::Spec{
+      ctx->service, request,
+      [what](const Req&, Resp*) {
+        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, what + " is not supported by shoal");
+      },
+      false});
+  C::Arm(ctx, cq, std::move(spec));
+}
+
+// ------------------------------------------------------------------ ModelInfer
+
+class InferCall final : public Call {
+ public:
+  static void Arm(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
+    auto* call = new InferCall(ctx, cq);
+    call->server_ctx_.AsyncNotifyWhenDone(&call->done_tag_);
+    ctx->service->RequestModelInfer(&call->server_ctx_, call->request_.get(), &call->writer_, cq,
+                                    cq, &call->request_tag_);
+  }
+
+  void OnEvent(int event, bool ok) override {
+    switch (event) {
+      case kRequest:
+        if (!ok) {  // never started: no done notification will come
+          Unref();
+          return;
+        }
+        Ref();  // the done notification, which now will come
+        MarkStarted();
+        Arm(ctx_, cq_);
+        Start();
+        Unref();  // the request
+        return;
+      case kDone:
+        OnDone();
+        Unref();
+        return;
+      case kFinish:
+        Unref();
+        return;
+    }
+  }
+
+ private:
+  InferCall(CallContext* ctx, grpc::ServerCompletionQueue* cq)
+      : Call(ctx, cq), request_(std::make_shared<inference::ModelInferRequest>()) {}
+
+  void Start() {
+    if (ctx_->draining.load()) {
+      Ref();  // the finish
+      writer_.FinishWithError(ToGrpcStatus(Unavailable("the server is shutting down")),
+                              &finish_tag_);
+      return;
+    }
+    StatusOr<runtime::InferRequest> decoded = Internal("not decoded");
+    try {
+      decoded = InferRequestFromProto(request_, ctx_->limits);
+    } catch (const std::exception& e) {
+      decoded = Internal(std::string("internal error: ") + e.what());
+    }
+    if (!decoded.ok()) {
+      Ref();  // the finish
+      writer_.FinishWithError(ToGrpcStatus(decoded.status()), &finish_tag_);
+      return;
+    }
+    Ref();  // the runtime callback
+    auto handle = ctx_->runtime->Infer(
+        std::move(decoded).value(), [this](runtime::InferResponse r) { OnAnswer(std::move(r)); });
+    bool cancel = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = handle;
+      cancel = cancelled_ && !answered_;
+    }
+    if (cancel) handle->Cancel();
+  }
+
+  // On a runtime thread (or inside Infer when answered at once).
+  void OnAnswer(runtime::InferResponse answer) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      answered_ = true;
+    }
+    grpc::Status status = ToGrpcStatus(answer.status);
+    if (status.ok()) {
+      try {
+        InferResponseToProto(answer, &response_);
+      } catch (const std::exception& e) {
+        status = InternalError(e);
+      }
+    }
+    // Release the runtime's output buffers before the (possibly slow) network send.
+    answer = runtime::InferResponse();
+    Ref();  // the finish
+    if (status.ok()) {
+      writer_.Finish(response_, status, &finish_tag_);
+    } else {
+      writer_.FinishWithError(status, &finish_tag_);
+    }
+    Unref();  // the runtime callback
+  }
+
+  void OnDone() {
+    std::shared_ptr<runtime::RequestHandle> handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (server_ctx_.IsCancelled()) {
+        cancelled_ = true;
+        if (!answered_) handle = handle_;
+      }
+    }
+    if (handle) handle->Cancel();
+  }
+
+  grpc::ServerContext server_ctx_;
+  // Shared: the decoded tensors view its raw_input_contents and keep it alive.
+  const std::shared_ptr<inference::ModelInferRequest> request_;
+  inference::ModelInferResponse response_;
+  grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> writer_{&server_ctx_};
+  Tag request_tag_{this, kRequest};
+  Tag finish_tag_{this, kFinish};
+  Tag done_tag_{this, kDone};
+
+  std::mutex mu_;
+  std::shared_ptr<runtime::RequestHandle> handle_;  // GUARDED_BY(mu_)
+  bool answered_ = false;                           // GUARDED_BY(mu_)
+  bool cancelled_ = false;                          // GUARDED_BY(mu_)
+};
+
+// ModelInfer calls kept armed per queue, so a burst of new calls finds one waiting.
+constexpr int kArmedInferCalls = 4;
+
+}  // namespace
+
+void ArmCalls(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
+  using S = InferenceService;
+  S* s = ctx->service;
+  ArmUnary(ctx, cq, s, &S::RequestServerLive, &GrpcHandlers::ServerLive);
+  ArmUnary(ctx, cq, s, &S::RequestServerReady, &GrpcHandlers::ServerReady);
+  ArmUnary(ctx, cq, s, &S::RequestModelReady, &GrpcHandlers::ModelReady);
+  ArmUnary(ctx, cq, s, &S::RequestServerMetadata, &GrpcHandlers::ServerMetadata);
+  ArmUnary(ctx, cq, s, &S::RequestModelMetadata, &GrpcHandlers::ModelMetadata);
+  ArmUnary(ctx, cq, s, &S::RequestModelConfig, &GrpcHandlers::ModelConfig);
+  ArmUnary(ctx, cq, s, &S::RequestModelStatistics, &GrpcHandlers::ModelStatistics);
+  ArmUnary(ctx, cq, s, &S::RequestRepositoryIndex, &GrpcHandlers::RepositoryIndex);
+  ArmUnary(ctx, cq, s, &S::RequestRepositoryModelLoad, &GrpcHandlers::RepositoryModelLoad,
+           /*blocking=*/true);
+  ArmUnary(ctx, cq, s, &S::RequestRepositoryModelUnload, &GrpcHandlers::RepositoryModelUnload,
+           /*blocking=*/true);
+  ArmUnary(ctx, cq, ctx->health, &HealthService::RequestCheck, &GrpcHandlers::HealthCheck);
+
+  using namespace inference;  // NOLINT: the message names below
+  ArmUnimplemented<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
+      ctx, cq, &S::RequestSystemSharedMemoryStatus, "system shared memory");
+  ArmUnimplemented<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
+      ctx, cq, &S::RequestSystemSharedMemoryRegister, "system shared memory");
+  ArmUnimplemented<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
+      ctx, cq, &S::RequestSystemSharedMemoryUnregister, "system shared memory");
+  ArmUnimplemented<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
+      ctx, cq, &S::RequestCudaSharedMemoryStatus, "CUDA shared memory");
+  ArmUnimplemented<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
+      ctx, cq, &S::RequestCudaSharedMemoryRegister, "CUDA shared memory");
+  ArmUnimplemented<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
+      ctx, cq, &S::RequestCudaSharedMemoryUnregister, "CUDA shared memory");
+  ArmUnimplemented<TraceSettingRequest, TraceSettingResponse>(ctx, cq, &S::RequestTraceSetting,
+                                                              "trace");
+  ArmUnimplemented<LogSettingsRequest, LogSettingsResponse>(ctx, cq, &S::RequestLogSettings,
+                                                            "logging");
+
+  for (int i = 0; i < kArmedInferCalls; ++i) InferCall::Arm(ctx, cq);
+  ArmStreamInferCall(ctx, cq);
+}
+
+}  // namespace shoal::server::internal

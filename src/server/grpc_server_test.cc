@@ -1,0 +1,459 @@
+// GrpcServer in process, on a loopback port, with a client built from the project's own
+// proto: the asynchronous machinery (unary, inference, streaming, cancellation, Stop).
+#include "server/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "server/grpc_health.grpc.pb.h"
+#include "server/grpc_service.grpc.pb.h"
+#include "server/grpc_test_util.h"
+
+namespace shoal::server {
+namespace {
+
+using inference::GRPCInferenceService;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+using testing::TempRepo;
+
+std::shared_ptr<grpc::Channel> Connect(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(INT32_MAX);
+  args.SetMaxSendMessageSize(INT32_MAX);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> Values(const std::string& raw) {
+  std::vector<T> v(raw.size() / sizeof(T));
+  if (!raw.empty()) std::memcpy(v.data(), raw.data(), raw.size());
+  return v;
+}
+
+ModelInferRequest FloatRequest(const std::string& model, const std::vector<float>& values,
+                               const std::string& id = "") {
+  ModelInferRequest r;
+  r.set_model_name(model);
+  r.set_id(id);
+  auto* in = r.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(static_cast<int64_t>(values.size()));
+  r.add_raw_input_contents(Raw(values));
+  return r;
+}
+
+grpc::Status Infer(GRPCInferenceService::Stub& stub, const ModelInferRequest& req,
+                   ModelInferResponse* resp, int timeout_ms = 20000) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  return stub.ModelInfer(&ctx, req, resp);
+}
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    repo_.AddModel("identity", testing::kIdentityConfig);
+    repo_.AddModel("strings", testing::kStringsConfig);
+    repo_.AddModel("add_sub", testing::kAddSubConfig);
+    repo_.AddModel("slow", testing::SlowConfig("slow", 200000));
+    repo_.AddModel("tiny_queue", testing::SlowConfig("tiny_queue", 300000, 1));
+    runtime_ = testing::MakeServer(repo_);
+    ASSERT_NE(runtime_, nullptr);
+  }
+
+  void StartServer(GrpcOptions options = {}) {
+    options.address = "127.0.0.1";
+    options.port = 0;
+    auto s = GrpcServer::Start(runtime_.get(), std::move(options));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    grpc_ = std::move(s).value();
+    ASSERT_GT(grpc_->port(), 0);
+    stub_ = GRPCInferenceService::NewStub(Connect(grpc_->port()));
+  }
+
+  int64_t InFlight(const std::string& model) {
+    auto mv = runtime_->GetModel(model);
+    return mv.ok() ? (*mv)->in_flight() : -1;
+  }
+
+  TempRepo repo_;
+  std::unique_ptr<runtime::Server> runtime_;
+  std::unique_ptr<GrpcServer> grpc_;
+  std::unique_ptr<GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(GrpcServerTest, StartRejectsBadOptions) {
+  auto bad = [&](auto mutate) {
+    GrpcOptions o;
+    o.port = 0;
+    mutate(o);
+    return GrpcServer::Start(runtime_.get(), o).status();
+  };
+  EXPECT_EQ(bad([](GrpcOptions& o) { o.port = 70000; }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](GrpcOptions& o) { o.threads = 0; }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](GrpcOptions& o) { o.max_message_bytes = 0; }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](GrpcOptions& o) { o.max_message_bytes = int64_t{1} << 31; }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](GrpcOptions& o) { o.stream_max_in_flight = 0; }).code(),
+            StatusCode::kInvalidArgument);
+  Status null_server = GrpcServer::Start(nullptr, GrpcOptions{}).status();
+  EXPECT_EQ(null_server.code(), StatusCode::kInvalidArgument);
+  Status threads = bad([](GrpcOptions& o) { o.threads = -3; });
+  EXPECT_NE(threads.message().find("was -3"), std::string::npos) << threads.message();
+
+  StartServer();
+  GrpcOptions same;
+  same.address = "127.0.0.1";
+  same.port = grpc_->port();
+  auto second = GrpcServer::Start(runtime_.get(), same);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << "the port is taken";
+}
+
+TEST_F(GrpcServerTest, UnaryRpcsOverTheNetwork) {
+  StartServer();
+  {
+    grpc::ClientContext ctx;
+    inference::ServerLiveResponse resp;
+    ASSERT_TRUE(stub_->ServerLive(&ctx, {}, &resp).ok());
+    EXPECT_TRUE(resp.live());
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ServerMetadataResponse resp;
+    ASSERT_TRUE(stub_->ServerMetadata(&ctx, {}, &resp).ok());
+    EXPECT_EQ(resp.name(), "shoal");
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelMetadataRequest req;
+    req.set_name("nope");
+    inference::ModelMetadataResponse resp;
+    EXPECT_EQ(stub_->ModelMetadata(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::SystemSharedMemoryStatusResponse resp;
+    EXPECT_EQ(stub_->SystemSharedMemoryStatus(&ctx, {}, &resp).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  {
+    auto health = grpc::health::v1::Health::NewStub(Connect(grpc_->port()));
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+}
+
+TEST_F(GrpcServerTest, InferRawTypedAndBytes) {
+  StartServer();
+  ModelInferRequest req;
+  req.set_model_name("add_sub");
+  req.set_id("42");
+  for (const char* name : {"INPUT0", "INPUT1"}) {
+    auto* in = req.add_inputs();
+    in->set_name(name);
+    in->set_datatype("INT32");
+    in->add_shape(4);
+  }
+  req.add_raw_input_contents(Raw<int32_t>({1, 2, 3, 4}));
+  req.add_raw_input_contents(Raw<int32_t>({10, 20, 30, 40}));
+  ModelInferResponse resp;
+  auto s = Infer(*stub_, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.id(), "42");
+  EXPECT_EQ(resp.model_name(), "add_sub");
+  EXPECT_EQ(resp.model_version(), "1");
+  ASSERT_EQ(resp.outputs_size(), 2);
+  ASSERT_EQ(resp.raw_output_contents_size(), 2);
+  EXPECT_EQ(resp.outputs(0).name(), "OUTPUT0");
+  EXPECT_EQ(Values<int32_t>(resp.raw_output_contents(0)), (std::vector<int32_t>{11, 22, 33, 44}));
+  EXPECT_EQ(Values<int32_t>(resp.raw_output_contents(1)),
+            (std::vector<int32_t>{-9, -18, -27, -36}));
+
+  // The same with typed contents, asking for OUTPUT1 only.
+  req.clear_raw_input_contents();
+  for (int i = 0; i < 2; ++i) {
+    auto* c = req.mutable_inputs(i)->mutable_contents();
+    for (int v : {1, 2, 3, 4}) c->add_int_contents(v * (i + 1));
+  }
+  req.add_outputs()->set_name("OUTPUT1");
+  ModelInferResponse typed;
+  s = Infer(*stub_, req, &typed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(typed.outputs_size(), 1);
+  EXPECT_EQ(typed.outputs(0).name(), "OUTPUT1");
+  EXPECT_EQ(Values<int32_t>(typed.raw_output_contents(0)), (std::vector<int32_t>{-1, -2, -3, -4}));
+
+  ModelInferRequest strings;
+  strings.set_model_name("strings");
+  auto* in = strings.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("BYTES");
+  in->add_shape(2);
+  in->mutable_contents()->add_bytes_contents("hello");
+  in->mutable_contents()->add_bytes_contents(std::string("\0bin", 4));
+  ModelInferResponse sresp;
+  s = Infer(*stub_, strings, &sresp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(sresp.outputs(0).datatype(), "BYTES");
+  EXPECT_EQ(sresp.raw_output_contents(0), std::string("\x05\0\0\0hello\x04\0\0\0\0bin", 17));
+}
+
+TEST_F(GrpcServerTest, InferErrorsMapToStatusCodes) {
+  StartServer();
+  ModelInferResponse resp;
+  EXPECT_EQ(Infer(*stub_, FloatRequest("unknown", {1}), &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  ModelInferRequest bad = FloatRequest("identity", {1, 2});
+  bad.mutable_inputs(0)->set_shape(1, 3);  // 3 floats declared, 2 sent
+  auto s = Infer(*stub_, bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("INPUT0"), std::string::npos) << s.error_message();
+
+  ModelInferRequest wrong_name = FloatRequest("identity", {1});
+  wrong_name.mutable_inputs(0)->set_name("OTHER");
+  s = Infer(*stub_, wrong_name, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("OTHER"), std::string::npos) << s.error_message();
+
+  // tiny_queue: one executing, one queued, the rest RESOURCE_EXHAUSTED.
+  std::vector<std::thread> threads;
+  std::atomic<int> exhausted{0}, ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      ModelInferResponse r;
+      auto st = Infer(*stub_, FloatRequest("tiny_queue", {1}), &r);
+      if (st.ok()) ++ok;
+      if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(exhausted.load(), 1);
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_EQ(exhausted + ok, 4);
+}
+
+TEST_F(GrpcServerTest, MessagesAboveFourMebibytes) {
+  StartServer();
+  std::vector<float> big(3 << 20);  // 12 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000);
+  ModelInferResponse resp;
+  auto s = Infer(*stub_, FloatRequest("identity", big), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Values<float>(resp.raw_output_contents(0)), big);
+}
+
+TEST_F(GrpcServerTest, StreamingWithAnErrorInTheMiddle) {
+  StartServer();
+  grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  const int n = 6;
+  for (int i = 0; i < n; ++i) {
+    ModelInferRequest r =
+        FloatRequest(i == 2 ? "unknown" : "identity", {float(i)}, "id" + std::to_string(i));
+    if (i == 4) r.mutable_inputs(0)->set_datatype("NOPE");
+    ASSERT_TRUE(stream->Write(r));
+  }
+  stream->WritesDone();
+  std::map<std::string, inference::ModelStreamInferResponse> got;
+  inference::ModelStreamInferResponse r;
+  while (stream->Read(&r)) got[r.infer_response().id()] = r;
+  auto status = stream->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(got.size(), size_t{n});
+  for (int i = 0; i < n; ++i) {
+    const auto& resp = got["id" + std::to_string(i)];
+    if (i == 2) {
+      EXPECT_NE(resp.error_message().find("unknown"), std::string::npos) << resp.error_message();
+    } else if (i == 4) {
+      EXPECT_NE(resp.error_message().find("NOPE"), std::string::npos) << resp.error_message();
+    } else {
+      EXPECT_EQ(resp.error_message(), "");
+      ASSERT_EQ(resp.infer_response().raw_output_contents_size(), 1);
+      EXPECT_EQ(Values<float>(resp.infer_response().raw_output_contents(0)),
+                std::vector<float>{float(i)});
+    }
+  }
+}
+
+TEST_F(GrpcServerTest, StreamBackPressureStillAnswersEverything) {
+  GrpcOptions o;
+  o.stream_max_in_flight = 2;
+  StartServer(o);
+  grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  const int n = 200;
+  std::thread writer([&] {
+    for (int i = 0; i < n; ++i) stream->Write(FloatRequest("identity", {float(i)}));
+    stream->WritesDone();
+  });
+  int count = 0;
+  inference::ModelStreamInferResponse r;
+  while (stream->Read(&r)) count += r.error_message().empty();
+  writer.join();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(count, n);
+}
+
+TEST_F(GrpcServerTest, ClientDeadlineCancelsTheRuntimeRequest) {
+  StartServer();
+  ModelInferResponse resp;
+  // The first occupies the instance; the second waits in the queue and is abandoned.
+  std::thread busy([&] {
+    ModelInferResponse r;
+    EXPECT_TRUE(Infer(*stub_, FloatRequest("slow", {1}), &r).ok());
+  });
+  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(Infer(*stub_, FloatRequest("slow", {2}), &resp, 50).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  busy.join();
+  // The abandoned request was cancelled, not run: only the first executed.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (InFlight("slow") > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto stats = (*runtime_->GetModel("slow"))->stats();
+  EXPECT_EQ(stats.execution_count, 1u);
+  EXPECT_EQ(stats.cancelled, 1u);
+  EXPECT_TRUE(Infer(*stub_, FloatRequest("identity", {1}), &resp).ok());
+}
+
+TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
+  StartServer();
+  const int n = 4;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < n; ++i) {
+    clients.emplace_back([&, i] {
+      ModelInferResponse r;
+      auto s = Infer(*stub_, FloatRequest("slow", {float(i)}), &r);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      ok += s.ok();
+    });
+  }
+  while (InFlight("slow") < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  grpc_->Stop();
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), n);
+  grpc_->Stop();  // idempotent
+  ModelInferResponse r;
+  EXPECT_EQ(Infer(*stub_, FloatRequest("identity", {1}), &r, 2000).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
+  StartServer();
+  grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  ASSERT_TRUE(stream->Write(FloatRequest("identity", {1}, "a")));
+  inference::ModelStreamInferResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.infer_response().id(), "a");
+  ASSERT_TRUE(stream->Write(FloatRequest("slow", {1}, "b")));
+  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Another stream, idle: it must not hold Stop for the grace period.
+  grpc::ClientContext idle_ctx;
+  auto idle = stub_->ModelStreamInfer(&idle_ctx);
+  ASSERT_TRUE(idle->Write(FloatRequest("identity", {2}, "c")));
+  ASSERT_TRUE(idle->Read(&r));
+
+  const auto start = std::chrono::steady_clock::now();
+  grpc_->Stop();  // the client never half-closes either stream
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  ASSERT_TRUE(stream->Read(&r)) << "the request in flight is answered";
+  EXPECT_EQ(r.infer_response().id(), "b");
+  EXPECT_EQ(r.error_message(), "");
+  EXPECT_FALSE(stream->Read(&r));
+  auto status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_FALSE(idle->Read(&r));
+  EXPECT_EQ(idle->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(GrpcServerTest, StopCancelsWhatStillRunsAfterTheGracePeriod) {
+  GrpcOptions o;
+  o.shutdown_grace_ms = 50;
+  StartServer(o);
+  const int n = 4;  // 4 x 200 ms of work on one instance
+  std::atomic<int> answered{0}, cancelled{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < n; ++i) {
+    clients.emplace_back([&, i] {
+      ModelInferResponse r;
+      auto s = Infer(*stub_, FloatRequest("slow", {float(i)}), &r);
+      ++answered;
+      // gRPC reports the forced cancellation as UNAVAILABLE ("Cancelling all calls").
+      cancelled += s.error_code() == grpc::StatusCode::CANCELLED ||
+                   s.error_code() == grpc::StatusCode::UNAVAILABLE;
+    });
+  }
+  while (InFlight("slow") < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto start = std::chrono::steady_clock::now();
+  grpc_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(700))
+      << "the queued requests must be cancelled, not run";
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(answered.load(), n);
+  EXPECT_GE(cancelled.load(), n - 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (InFlight("slow") > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE((*runtime_->GetModel("slow"))->stats().cancelled, uint64_t{n - 1});
+}
+
+TEST_F(GrpcServerTest, NewInferenceIsRefusedWhileDraining) {
+  StartServer();
+  // Keep one call in flight so that Stop stays in its draining phase for a while.
+  std::thread busy([&] {
+    ModelInferResponse r;
+    EXPECT_TRUE(Infer(*stub_, FloatRequest("slow", {1}), &r).ok());
+  });
+  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread stopper([&] { grpc_->Stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ModelInferResponse r;
+  auto s = Infer(*stub_, FloatRequest("identity", {1}), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  busy.join();
+  stopper.join();
+}
+
+TEST_F(GrpcServerTest, RuntimeShutdownDuringStreamingIsAnsweredAsUnavailable) {
+  StartServer();
+  grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  ASSERT_TRUE(stream->Write(FloatRequest("slow", {1}, "queued")));
+  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  runtime_->Shutdown();  // drains: "queued" is still answered
+  ASSERT_TRUE(stream->Write(FloatRequest("identity", {1}, "late")));
+  stream->WritesDone();
+  std::map<std::string, inference::ModelStreamInferResponse> got;
+  inference::ModelStreamInferResponse r;
+  while (stream->Read(&r)) got[r.infer_response().id()] = r;
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(got["queued"].error_message(), "");
+  EXPECT_NE(got["late"].error_message().find("shutting down"), std::string::npos)
+      << got["late"].error_message();
+  grpc_->Stop();
+}
+
+}  // namespace
+}  // namespace shoal::server

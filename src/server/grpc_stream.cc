@@ -1,0 +1,288 @@
+// ModelStreamInfer: the bidirectional streaming state machine (see grpc_calls.h).
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "server/grpc_calls.h"
+#include "server/grpc_codec.h"
+
+namespace shoal::server::internal {
+namespace {
+
+enum Event { kRequest = 0, kRead = 1, kWrite = 2, kFinish = 3, kDone = 4 };
+
+using Response = inference::ModelStreamInferResponse;
+
+// An error answer: error_message, with the request's id and model echoed in
+// infer_response so that a client with several requests in flight can tell which one
+// failed (clients that only look at error_message are unaffected).
+std::unique_ptr<Response> ErrorResponse(const std::string& message, const std::string& id,
+                                        const std::string& model, const std::string& version) {
+  auto r = std::make_unique<Response>();
+  r->set_error_message(message.empty() ? "unknown error" : message);
+  auto* ir = r->mutable_infer_response();
+  ir->set_id(id);
+  ir->set_model_name(model);
+  ir->set_model_version(version);
+  return r;
+}
+
+class StreamInferCall final : public Call {
+ public:
+  static void Arm(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
+    auto* call = new StreamInferCall(ctx, cq);
+    call->server_ctx_.AsyncNotifyWhenDone(&call->done_tag_);
+    ctx->service->RequestModelStreamInfer(&call->server_ctx_, &call->stream_, cq, cq,
+                                          &call->request_tag_);
+  }
+
+  void OnEvent(int event, bool ok) override {
+    switch (event) {
+      case kRequest:
+        if (!ok) {  // never started: no done notification will come
+          Unref();
+          return;
+        }
+        Ref();  // the done notification
+        MarkStarted();
+        Arm(ctx_, cq_);
+        {
+          // Registered and checked under one lock, so Stop either sees this stream or
+          // this stream sees `draining`.
+          std::lock_guard<std::mutex> ctx_lock(ctx_->mu);
+          ctx_->streams.insert(this);
+          std::lock_guard<std::mutex> lock(mu_);
+          draining_ = ctx_->draining.load();
+          if (draining_) {
+            MaybeFinishLocked();
+          } else {
+            StartReadLocked();
+          }
+        }
+        Unref();  // the request
+        return;
+      case kRead:
+        if (ok) {
+          OnRead();
+        } else {  // the client half-closed, or the call is gone
+          std::lock_guard<std::mutex> lock(mu_);
+          reads_done_ = true;
+          MaybeFinishLocked();
+        }
+        Unref();  // the read
+        return;
+      case kWrite: {
+        std::lock_guard<std::mutex> lock(mu_);
+        writing_ = false;
+        queue_.pop_front();
+        if (!ok) {
+          // The call is broken (client gone): nothing more can be written.
+          broken_ = true;
+          queue_.clear();
+        }
+        WriteNextLocked();
+        ResumeReadingLocked();
+        MaybeFinishLocked();
+      }
+        Unref();  // the write
+        return;
+      case kFinish:
+        Unref();
+        return;
+      case kDone:
+        OnDone();
+        Unref();
+        return;
+    }
+  }
+
+  // With ctx_->mu held (by GrpcServer::Stop). The call cannot be mid-deletion here
+  // with work left to start: its last reference goes only after its Finish completed,
+  // so MaybeFinishLocked then does nothing.
+  void Drain() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    MaybeFinishLocked();
+  }
+
+  ~StreamInferCall() override {
+    std::lock_guard<std::mutex> lock(ctx_->mu);
+    ctx_->streams.erase(this);
+  }
+
+ private:
+  StreamInferCall(CallContext* ctx, grpc::ServerCompletionQueue* cq) : Call(ctx, cq) {}
+
+  // One read in flight at a time, into a fresh message (earlier ones may still be viewed
+  // by tensors in the runtime).
+  void StartReadLocked() {
+    reading_ = std::make_shared<inference::ModelInferRequest>();
+    Ref();  // the read
+    stream_.Read(reading_.get(), &read_tag_);
+  }
+
+  // Reads the next request unless too many are unanswered (back-pressure: the client's
+  // sends then wait in gRPC's flow control).
+  void ContinueReadingLocked() {
+    if (in_flight_ + static_cast<int64_t>(queue_.size()) < ctx_->stream_max_in_flight) {
+      StartReadLocked();
+    } else {
+      read_paused_ = true;
+    }
+  }
+
+  void ResumeReadingLocked() {
+    if (read_paused_ &&
+        in_flight_ + static_cast<int64_t>(queue_.size()) < ctx_->stream_max_in_flight) {
+      read_paused_ = false;
+      StartReadLocked();
+    }
+  }
+
+  void OnRead() {
+    std::shared_ptr<inference::ModelInferRequest> message;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      message = std::move(reading_);
+    }
+    StatusOr<runtime::InferRequest> decoded = Unavailable("the server is shutting down");
+    if (!ctx_->draining.load()) {
+      try {
+        decoded = InferRequestFromProto(message, ctx_->limits);
+      } catch (const std::exception& e) {
+        decoded = Internal(std::string("internal error: ") + e.what());
+      }
+    }
+    if (!decoded.ok()) {
+      auto error = ErrorResponse(decoded.status().message(), message->id(), message->model_name(),
+                                 message->model_version());
+      std::lock_guard<std::mutex> lock(mu_);
+      EnqueueLocked(std::move(error));
+      ContinueReadingLocked();
+      return;
+    }
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seq = next_seq_++;
+      ++in_flight_;
+      handles_[seq] = nullptr;  // erased by the answer, which may come inside Infer
+    }
+    Ref();  // the runtime callback
+    auto handle = ctx_->runtime->Infer(
+        std::move(decoded).value(),
+        [this, seq](runtime::InferResponse r) { OnAnswer(seq, std::move(r)); });
+    bool cancel = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = handles_.find(seq); it != handles_.end()) {
+        it->second = handle;
+        cancel = cancelled_;
+      }
+      ContinueReadingLocked();
+    }
+    if (cancel) handle->Cancel();
+  }
+
+  // On a runtime thread (or inside Infer when answered at once).
+  void OnAnswer(uint64_t seq, runtime::InferResponse answer) {
+    std::unique_ptr<Response> response;
+    try {
+      if (answer.status.ok()) {
+        response = std::make_unique<Response>();
+        InferResponseToProto(answer, response->mutable_infer_response());
+      } else {
+        response = ErrorResponse(
+            answer.status.message(), answer.id, answer.model_name,
+            answer.model_version > 0 ? std::to_string(answer.model_version) : std::string());
+      }
+    } catch (const std::exception& e) {
+      response = ErrorResponse(std::string("internal error: ") + e.what(), answer.id,
+                               answer.model_name, "");
+    }
+    answer = runtime::InferResponse();  // release output buffers before the send
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handles_.erase(seq);
+      --in_flight_;
+      EnqueueLocked(std::move(response));
+      ResumeReadingLocked();
+      MaybeFinishLocked();
+    }
+    Unref();  // the runtime callback
+  }
+
+  void EnqueueLocked(std::unique_ptr<Response> response) {
+    if (broken_) return;
+    queue_.push_back(std::move(response));
+    WriteNextLocked();
+  }
+
+  // One write in flight at a time; the message written is queue_.front().
+  void WriteNextLocked() {
+    if (writing_ || queue_.empty()) return;
+    writing_ = true;
+    Ref();  // the write
+    stream_.Write(*queue_.front(), &write_tag_);
+  }
+
+  // Finishes once nothing is in flight: with OK after the client half-closed, or with
+  // UNAVAILABLE when the server is stopping (a read may then be pending; it fails).
+  void MaybeFinishLocked() {
+    if (finishing_ || in_flight_ > 0 || writing_ || !queue_.empty()) return;
+    if (!reads_done_ && !draining_) return;
+    finishing_ = true;
+    Ref();  // the finish
+    stream_.Finish(
+        reads_done_ ? grpc::Status::OK : ToGrpcStatus(Unavailable("the server is shutting down")),
+        &finish_tag_);
+  }
+
+  void OnDone() {
+    std::vector<std::shared_ptr<runtime::RequestHandle>> to_cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!server_ctx_.IsCancelled()) return;
+      cancelled_ = true;
+      for (const auto& [seq, handle] : handles_) {
+        if (handle) to_cancel.push_back(handle);
+      }
+    }
+    for (const auto& handle : to_cancel) handle->Cancel();
+  }
+
+  grpc::ServerContext server_ctx_;
+  grpc::ServerAsyncReaderWriter<Response, inference::ModelInferRequest> stream_{&server_ctx_};
+  Tag request_tag_{this, kRequest};
+  Tag read_tag_{this, kRead};
+  Tag write_tag_{this, kWrite};
+  Tag finish_tag_{this, kFinish};
+  Tag done_tag_{this, kDone};
+
+  std::mutex mu_;
+  std::shared_ptr<inference::ModelInferRequest> reading_;  // GUARDED_BY(mu_)
+  std::deque<std::unique_ptr<Response>> queue_;  // GUARDED_BY(mu_); front is being written
+  bool writing_ = false;                         // GUARDED_BY(mu_)
+  bool reads_done_ = false;                      // GUARDED_BY(mu_)
+  bool read_paused_ = false;                     // GUARDED_BY(mu_)
+  bool finishing_ = false;                       // GUARDED_BY(mu_)
+  bool draining_ = false;                        // GUARDED_BY(mu_)
+  bool broken_ = false;                          // GUARDED_BY(mu_)
+  bool cancelled_ = false;                       // GUARDED_BY(mu_)
+  int64_t in_flight_ = 0;                        // GUARDED_BY(mu_): runtime requests
+  uint64_t next_seq_ = 0;                        // GUARDED_BY(mu_)
+  // Unanswered runtime requests, for cancellation; null until Infer returns.
+  std::map<uint64_t, std::shared_ptr<runtime::RequestHandle>> handles_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+void ArmStreamInferCall(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
+  StreamInferCall::Arm(ctx, cq);
+}
+
+}  // namespace shoal::server::internal

@@ -1,0 +1,113 @@
+// Loop: one event loop of HttpCore (see http_core.h for the model and the contracts).
+// Internal to the HTTP front end: HttpCore owns its loops; nothing else uses this.
+//
+// A Loop owns an epoll set holding the shared listening socket (EPOLLEXCLUSIVE), its
+// mailbox's eventfd and the connections it accepted. Every method but RunTask, Stop,
+// Join and the constructor runs on the loop's own thread; the Mailbox is the only state
+// shared with other threads (responders post answers and tasks to it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "server/http_core.h"
+#include "server/http_message.h"
+
+namespace shoal::server::internal {
+
+// Where other threads hand work to a loop: answers for its connections and tasks.
+// Thread-safe; the loop drains it when its eventfd fires.
+struct Mailbox {
+  struct Item {
+    uint64_t connection = 0;  // 0: `task`
+    uint64_t sequence = 0;    // the connection's request the answer is for
+    HttpResponse response;
+    std::function<HttpResponse()> make;  // if set, builds the response on the loop
+    std::function<void()> task;
+  };
+
+  ~Mailbox();
+  // False when the loop is gone (the item is dropped).
+  bool Post(Item item);
+
+  std::mutex mu;
+  std::vector<Item> items;  // GUARDED_BY(mu)
+  bool closed = false;      // GUARDED_BY(mu)
+  int event_fd = -1;
+  std::shared_ptr<std::atomic<int64_t>> posted_unwritten;
+};
+
+struct Connection;
+
+class Loop {
+ public:
+  Loop(int index, const HttpCoreOptions& options, HttpHandler* handler, int listen_fd,
+       std::shared_ptr<std::atomic<int64_t>> connections,
+       std::shared_ptr<std::atomic<int64_t>> in_progress,
+       std::shared_ptr<std::atomic<int64_t>> posted_unwritten);
+  ~Loop();
+  Status Init();
+  void Start();
+  // Runs `task` on the loop thread and waits for it; false if the loop is not running.
+  // Called only by the thread that owns the HttpCore.
+  bool RunTask(std::function<void()> task);
+  void StopAcceptingOnLoop();
+  void Stop();
+  void Join();
+  // Answers of requests that were dispatched on this loop.
+  void MakeResponder(HttpResponder* r, uint64_t connection, uint64_t sequence);
+
+ private:
+  Status Listen(bool on);
+  void Run();
+  void Accept();
+  void OnEvent(Connection& c, uint32_t events);
+  size_t PipelineCap() const { return static_cast<size_t>(options_.max_header_bytes) + (64 << 10); }
+  void OnReadable(Connection& c);
+  // Moves the request state machine as far as the buffered bytes allow.
+  void Advance(Connection& c);
+  bool BodyComplete(const Connection& c) const;
+  // Decodes chunked framing from the input buffer into the body; true when complete.
+  bool DecodeChunks(Connection& c);
+  void CompactInput(Connection& c);
+  void Dispatch(Connection& c);
+  void ProcessMailbox();
+  void QueueResponse(Connection& c, HttpResponse response);
+  void Fail(Connection& c, int status, const std::string& message);
+  void Flush(Connection& c);
+  // The request's answer is out (or the connection is gone): stop counting it.
+  void FinishRequest(Connection& c);
+  void UpdateInterest(Connection& c);
+  void Close(Connection& c);
+  void EraseDead();
+  void Sweep();
+  const int index_;
+  const HttpCoreOptions options_;
+  HttpHandler* const handler_;
+  const int listen_fd_;
+  std::shared_ptr<std::atomic<int64_t>> connections_;
+  std::shared_ptr<std::atomic<int64_t>> in_progress_;
+  std::shared_ptr<Mailbox> mailbox_;
+  int epoll_fd_ = -1;
+  std::thread thread_;
+  bool started_ = false;  // owner thread only
+  // Loop-thread state.
+  bool running_ = true;
+  bool listening_ = false;
+  bool draining_ = false;
+  int64_t accept_paused_until_ = 0;
+  int64_t now_ms_ = 0;
+  uint64_t next_id_ = 2;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_map_;
+  std::vector<uint64_t> dead_;
+};
+
+}  // namespace shoal::server::internal

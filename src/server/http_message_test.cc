@@ -1,0 +1,180 @@
+// HTTP/1.1 head parsing, path splitting, body buffers and response heads.
+#include "server/http_message.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace shoal::server {
+namespace {
+
+HttpError Parse(std::string_view block, HttpRequestHead* head) {
+  return ParseRequestHead(block, head);
+}
+
+TEST(HttpMessageTest, ParsesAnInferRequestHead) {
+  HttpRequestHead h;
+  auto err = Parse(
+      "POST /v2/models/m%20x/infer?a=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n"
+      "Inference-Header-Content-Length:  5 \r\nExpect:\r\n\r\n",
+      &h);
+  ASSERT_TRUE(err.ok()) << err.message;
+  EXPECT_EQ(h.method, "POST");
+  EXPECT_EQ(h.path, "/v2/models/m%20x/infer");
+  EXPECT_EQ(h.query, "a=1");
+  EXPECT_EQ(h.minor_version, 1);
+  EXPECT_EQ(h.content_length, 12);
+  EXPECT_TRUE(h.keep_alive);
+  EXPECT_FALSE(h.expect_continue);  // libcurl's empty Expect:
+  ASSERT_NE(h.Find("inference-header-content-length"), nullptr);
+  EXPECT_EQ(*h.Find("inference-header-content-length"), "5");
+  EXPECT_EQ(h.Find("content-type"), nullptr);
+}
+
+TEST(HttpMessageTest, KeepAliveRules) {
+  HttpRequestHead h;
+  ASSERT_TRUE(Parse("GET / HTTP/1.0\r\n\r\n", &h).ok());
+  EXPECT_FALSE(h.keep_alive);
+  ASSERT_TRUE(Parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &h).ok());
+  EXPECT_TRUE(h.keep_alive);
+  h = {};
+  ASSERT_TRUE(Parse("GET / HTTP/1.1\r\nConnection: foo, close\r\n\r\n", &h).ok());
+  EXPECT_FALSE(h.keep_alive);
+  h = {};
+  ASSERT_TRUE(
+      Parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n", &h)
+          .ok());
+  EXPECT_TRUE(h.chunked);
+  EXPECT_TRUE(h.expect_continue);
+  h = {};
+  ASSERT_TRUE(Parse("GET http://host:8000/v2/health/live HTTP/1.1\r\n\r\n", &h).ok());
+  EXPECT_EQ(h.path, "/v2/health/live");
+}
+
+TEST(HttpMessageTest, RejectsAmbiguousOrMalformedHeads) {
+  struct Case {
+    const char* head;
+    int status;
+  } cases[] = {
+      {"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+      {"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nX : a\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nX: a\x01\r\n\r\n", 400},
+      {"GET / HTTP/2.0\r\n\r\n", 505},
+      {"GET / FTP/1.1\r\n\r\n", 400},
+      {"GET  / HTTP/1.1\r\n\r\n", 400},
+      {"G(T / HTTP/1.1\r\n\r\n", 400},
+      {"GET nopath HTTP/1.1\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nExpect: magic\r\n\r\n", 417},
+      {"GET / HTTP/1.1\r\n\r", 400},
+  };
+  for (const auto& c : cases) {
+    HttpRequestHead h;
+    EXPECT_EQ(Parse(c.head, &h).status, c.status) << c.head;
+  }
+}
+
+TEST(HttpMessageTest, SplitsAndDecodesPaths) {
+  auto s = SplitPath("/v2//models/my%2Fmodel/versions/3/");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (std::vector<std::string>{"v2", "models", "my/model", "versions", "3"}));
+  EXPECT_FALSE(SplitPath("/v2/a%2").ok());
+  EXPECT_FALSE(SplitPath("/v2/a%zz").ok());
+  EXPECT_FALSE(SplitPath("/v2/a%00b").ok());
+  EXPECT_TRUE(SplitPath("/")->empty());
+}
+
+TEST(HttpMessageTest, BodyBufferAlignsTheChosenByteAndPads) {
+  for (size_t at : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{100}}) {
+    auto b = BodyBuffer::Create(200, at);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data() + at) % BodyBuffer::kAlignment, 0u) << at;
+    b->set_size(3);
+    std::memcpy(b->data(), "abc", 3);
+    b->Reserve(5000);
+    EXPECT_EQ(b->view(), "abc");
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data() + at) % BodyBuffer::kAlignment, 0u) << at;
+    for (size_t i = 0; i < BodyBuffer::kPadding; ++i) EXPECT_EQ(b->data()[b->capacity() + i], 0);
+  }
+}
+
+TEST(HttpMessageTest, SerializesResponseHeads) {
+  HttpResponse r = HttpResponse::Json(429, R"({"error":"x"})");
+  r.headers.emplace_back("Retry-After", "1");
+  EXPECT_EQ(
+      SerializeResponseHead(r, true, 1),
+      "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 13\r\n"
+      "Retry-After: 1\r\n\r\n");
+  EXPECT_EQ(SerializeResponseHead(HttpResponse::Empty(200), false, 1),
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(SerializeResponseHead(HttpResponse::Empty(200), true, 0),
+            "HTTP/1.0 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n");
+}
+
+ChunkedDecoder::Result FeedBytewise(ChunkedDecoder& d, std::string_view in, BodyBuffer* body,
+                                    HttpError* err) {
+  // One byte at a time, as the worst network would deliver it.
+  std::string pending;
+  ChunkedDecoder::Result r = ChunkedDecoder::Result::kNeedMore;
+  for (char c : in) {
+    pending.push_back(c);
+    size_t consumed = 0;
+    r = d.Feed(pending, &consumed, body, err);
+    pending.erase(0, consumed);
+    if (r != ChunkedDecoder::Result::kNeedMore) break;
+  }
+  return r;
+}
+
+TEST(HttpMessageTest, ChunkedDecoder) {
+  const std::string wire =
+      "4;ext=1\r\nWiki\r\n6\r\npedia \r\nE\r\nin \r\n\r\nchunks.\r\n0\r\nX-T: 1\r\n\r\n";
+  {
+    ChunkedDecoder d(1000, 100);
+    auto body = BodyBuffer::Create(4);
+    HttpError err;
+    size_t consumed = 0;
+    EXPECT_EQ(d.Feed(wire + "NEXT", &consumed, body.get(), &err), ChunkedDecoder::Result::kDone);
+    EXPECT_EQ(consumed, wire.size());
+    EXPECT_EQ(body->view(), "Wikipedia in \r\n\r\nchunks.");
+  }
+  {
+    ChunkedDecoder d(1000, 100);
+    auto body = BodyBuffer::Create(0);
+    HttpError err;
+    EXPECT_EQ(FeedBytewise(d, wire, body.get(), &err), ChunkedDecoder::Result::kDone);
+    EXPECT_EQ(body->view(), "Wikipedia in \r\n\r\nchunks.");
+  }
+  struct Case {
+    std::string wire;
+    int status;
+  } bad[] = {
+      {"zz\r\n", 400},  {"4\r\nWikiXX", 400},          {"ffffffffffffffff\r\n", 400},
+      {"100\r\n", 413}, {std::string(2000, '1'), 400}, {"0\r\n" + std::string(200, 'x'), 431}};
+  for (const auto& c : bad) {
+    ChunkedDecoder d(100, 100);
+    auto body = BodyBuffer::Create(0);
+    HttpError err;
+    size_t consumed = 0;
+    EXPECT_EQ(d.Feed(c.wire, &consumed, body.get(), &err), ChunkedDecoder::Result::kError)
+        << c.wire;
+    EXPECT_EQ(err.status, c.status) << c.wire;
+  }
+}
+
+TEST(HttpMessageTest, ParseDecimal) {
+  EXPECT_EQ(ParseDecimal("0"), 0);
+  EXPECT_EQ(ParseDecimal("123"), 123);
+  EXPECT_EQ(ParseDecimal(""), -1);
+  EXPECT_EQ(ParseDecimal("+1"), -1);
+  EXPECT_EQ(ParseDecimal("1a"), -1);
+  EXPECT_EQ(ParseDecimal("9999999999999999999"), -1);
+}
+
+}  // namespace
+}  // namespace shoal::server

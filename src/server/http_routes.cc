@@ -1,0 +1,567 @@
+#include "server/http_routes.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <set>
+#include <unordered_set>
+
+#include "server/http_infer_codec.h"
+#include "server/json_writer.h"
+#include "server/status_map.h"
+
+#ifndef SHOAL_VERSION
+#define SHOAL_VERSION "0.0.0"
+#endif
+
+namespace shoal::server::internal {
+namespace {
+
+StatusOr<int64_t> ParseVersion(const std::string& s) {
+  const int64_t v = ParseDecimal(s);
+  if (v < 0)
+    return InvalidArgument("model version must be a decimal number; was '" + s.substr(0, 64) + "'");
+  return v;
+}
+
+// Model routes after /v2/models/{m}[/versions/{v}]: the suffix decides.
+RouteMatch MatchModel(const std::vector<std::string>& s) {
+  RouteMatch m;
+  m.model = s[2];
+  size_t i = 3;
+  if (s.size() >= 5 && s[3] == "versions") {
+    auto v = ParseVersion(s[4]);
+    if (!v.ok()) {
+      m.error = v.status();
+      return m;
+    }
+    m.version = *v;
+    i = 5;
+  }
+  if (s.size() == i) {
+    m.route = Route::kModelMetadata;
+  } else if (s.size() == i + 1) {
+    const std::string& op = s[i];
+    if (op == "ready") m.route = Route::kModelReady;
+    if (op == "config") m.route = Route::kModelConfig;
+    if (op == "infer") m.route = Route::kInfer;
+    if (op == "stats") m.route = Route::kStats;
+  }
+  if (m.route == Route::kNotFound) m.model.clear();
+  return m;
+}
+
+void WriteDuration(JsonWriter& w, std::string_view key, const runtime::Duration& d) {
+  w.Key(key).BeginObject().MemberUint("count", d.count).MemberUint("ns", d.ns).EndObject();
+}
+
+void WriteVersionStats(JsonWriter& w, const runtime::ModelVersion& mv) {
+  const runtime::ModelStatsSnapshot s = mv.stats();
+  w.BeginObject();
+  w.Member("name", mv.name());
+  w.Member("version", std::to_string(mv.version()));
+  w.MemberUint("last_inference", static_cast<uint64_t>(std::max<int64_t>(s.last_inference_ms, 0)));
+  w.MemberUint("inference_count", s.inference_count);
+  w.MemberUint("execution_count", s.execution_count);
+  w.Key("inference_stats").BeginObject();
+  WriteDuration(w, "success", s.success);
+  WriteDuration(w, "fail", s.fail);
+  WriteDuration(w, "queue", s.queue);
+  WriteDuration(w, "compute_input", s.compute_input);
+  WriteDuration(w, "compute_infer", s.compute_infer);
+  WriteDuration(w, "compute_output", s.compute_output);
+  WriteDuration(w, "cache_hit", s.cache_hit);
+  WriteDuration(w, "cache_miss", s.cache_miss);
+  w.EndObject();
+  w.Key("response_stats").BeginObject().EndObject();
+  w.Key("batch_stats").BeginArray();
+  for (const auto& [size, b] : s.batch_stats) {
+    w.BeginObject();
+    w.MemberInt("batch_size", size);
+    WriteDuration(w, "compute_input", b.compute_input);
+    WriteDuration(w, "compute_infer", b.compute_infer);
+    WriteDuration(w, "compute_output", b.compute_output);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("memory_usage").BeginArray().EndArray();
+  w.EndObject();
+}
+
+void WriteTensorMetadata(JsonWriter& w, const std::string& name, int data_type,
+                         const google::protobuf::RepeatedField<int64_t>& dims, bool batched) {
+  w.BeginObject();
+  w.Member("name", name);
+  w.Member("datatype", DataTypeName(static_cast<DataType>(data_type)));
+  w.Key("shape").BeginArray();
+  if (batched) w.Int(-1);
+  for (int64_t d : dims) w.Int(d);
+  w.EndArray();
+  w.EndObject();
+}
+
+// Names of the 64-bit integer fields of ModelConfig and every message below it:
+// protobuf JSON quotes them, Triton (and this server) writes them as numbers.
+const std::unordered_set<std::string>& Int64FieldNames() {
+  static const auto* names = [] {
+    auto* out = new std::unordered_set<std::string>();
+    std::set<const google::protobuf::Descriptor*> seen;
+    std::vector<const google::protobuf::Descriptor*> todo = {inference::ModelConfig::descriptor()};
+    std::unordered_set<std::string> other;
+    while (!todo.empty()) {
+      const auto* d = todo.back();
+      todo.pop_back();
+      if (!seen.insert(d).second) continue;
+      for (int i = 0; i < d->field_count(); ++i) {
+        const auto* f = d->field(i);
+        using FD = google::protobuf::FieldDescriptor;
+        switch (f->cpp_type()) {
+          case FD::CPPTYPE_INT64:
+          case FD::CPPTYPE_UINT64:
+            if (!d->options().map_entry()) out->insert(f->name());
+            break;
+          case FD::CPPTYPE_MESSAGE:
+            todo.push_back(f->message_type());
+            other.insert(f->name());
+            break;
+          default:
+            other.insert(f->name());
+        }
+      }
+    }
+    for (const auto& n : other) out->erase(n);  // a name that is not always 64-bit stays quoted
+    return out;
+  }();
+  return *names;
+}
+
+bool IsIntegerText(std::string_view s) {
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Rewrites "dims": ["1","2"] as "dims": [1,2] for the fields of Int64FieldNames().
+std::string UnquoteInt64(std::string_view json) {
+  const auto& names = Int64FieldNames();
+  std::string out;
+  out.reserve(json.size());
+  int mode = 0;  // 1: the value of a 64-bit key is next; 2: inside its array
+  size_t i = 0;
+  while (i < json.size()) {
+    const char c = json[i];
+    if (c != '"') {
+      if (mode == 1 && c == '[') {
+        mode = 2;
+      } else if ((mode == 1 && c != ' ' && c != ':') || (mode == 2 && c == ']')) {
+        mode = 0;
+      }
+      out.push_back(c);
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < json.size() && json[j] != '"') j += json[j] == '\\' ? 2 : 1;
+    j = std::min(j + 1, json.size());
+    const std::string_view str = json.substr(i, j - i);
+    const std::string_view inner =
+        str.size() >= 2 ? str.substr(1, str.size() - 2) : std::string_view();
+    size_t k = j;
+    while (k < json.size() && json[k] == ' ') ++k;
+    if (mode == 0 && k < json.size() && json[k] == ':') {
+      out.append(str);
+      if (names.count(std::string(inner)) != 0) mode = 1;
+    } else if (mode != 0 && IsIntegerText(inner)) {
+      out.append(inner);
+      if (mode == 1) mode = 0;
+    } else {
+      out.append(str);
+      if (mode == 1) mode = 0;
+    }
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+RouteMatch MatchRoute(const std::vector<std::string>& s) {
+  RouteMatch m;
+  if (s.empty() || s[0] != "v2") return m;
+  if (s.size() == 1) {
+    m.route = Route::kServerMetadata;
+    return m;
+  }
+  if (s[1] == "health" && s.size() == 3) {
+    if (s[2] == "live") m.route = Route::kLive;
+    if (s[2] == "ready") m.route = Route::kReady;
+    return m;
+  }
+  if (s[1] == "models") {
+    if (s.size() == 3 && s[2] == "stats") {
+      m.route = Route::kStats;
+      return m;
+    }
+    if (s.size() >= 3) return MatchModel(s);
+    return m;
+  }
+  if (s[1] == "repository") {
+    // /v2/repository[/{repo}]/index and /v2/repository[/{repo}]/models/{m}/{load,unload};
+    // this server has one repository, so {repo} is accepted and ignored.
+    if (s.size() == 3 && s[2] == "index") m.route = Route::kRepositoryIndex;
+    if (s.size() == 4 && s[3] == "index") m.route = Route::kRepositoryIndex;
+    const size_t base = (s.size() == 5 && s[2] == "models")   ? 2
+                        : (s.size() == 6 && s[3] == "models") ? 3
+                                                              : 0;
+    if (base != 0) {
+      const std::string& op = s[base + 2];
+      if (op == "load") m.route = Route::kRepositoryLoad;
+      if (op == "unload") m.route = Route::kRepositoryUnload;
+      if (m.route != Route::kNotFound) m.model = s[base + 1];
+    }
+  }
+  return m;
+}
+
+std::string_view RouteMethod(Route route) {
+  switch (route) {
+    case Route::kInfer:
+    case Route::kRepositoryIndex:
+    case Route::kRepositoryLoad:
+    case Route::kRepositoryUnload:
+      return "POST";
+    default:
+      return "GET";
+  }
+}
+
+std::string ServerMetadataJson() {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject().Member("name", "shoal").Member("version", SHOAL_VERSION);
+  w.Key("extensions").BeginArray();
+  for (const char* e : {"model_repository", "schedule_policy", "model_configuration",
+                        "binary_tensor_data", "parameters", "statistics"}) {
+    w.String(e);
+  }
+  w.EndArray().EndObject();
+  return out;
+}
+
+StatusOr<std::string> ModelMetadataJson(const runtime::Server& server, const std::string& model,
+                                        int64_t version) {
+  ASSIGN_OR_RETURN(auto mv, server.GetModel(model, version));
+  ASSIGN_OR_RETURN(inference::ModelConfig config, server.GetModelConfig(model, version));
+  std::vector<int64_t> versions;
+  if (version >= 0) {
+    versions.push_back(mv->version());
+  } else {
+    for (const auto& v : server.ReadyVersions()) {
+      if (v->name() == model) versions.push_back(v->version());
+    }
+    std::sort(versions.begin(), versions.end());
+  }
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject().Member("name", model);
+  w.Key("versions").BeginArray();
+  for (int64_t v : versions) w.String(std::to_string(v));
+  w.EndArray();
+  w.Member("platform", config.platform().empty() ? config.backend() : config.platform());
+  const bool batched = config.max_batch_size() > 0;
+  w.Key("inputs").BeginArray();
+  for (const auto& in : config.input())
+    WriteTensorMetadata(w, in.name(), in.data_type(), in.dims(), batched);
+  w.EndArray();
+  w.Key("outputs").BeginArray();
+  for (const auto& o : config.output())
+    WriteTensorMetadata(w, o.name(), o.data_type(), o.dims(), batched);
+  w.EndArray();
+  w.EndObject();
+  return out;
+}
+
+StatusOr<std::string> ModelConfigJson(const inference::ModelConfig& config) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(config, &json, options);
+  if (!status.ok()) return Internal("cannot render the model config as JSON: " + status.ToString());
+  return UnquoteInt64(json);
+}
+
+StatusOr<std::string> StatisticsJson(const runtime::Server& server, const std::string& model,
+                                     int64_t version) {
+  std::vector<std::shared_ptr<runtime::ModelVersion>> versions;
+  if (model.empty()) {
+    versions = server.ReadyVersions();
+  } else if (version >= 0) {
+    ASSIGN_OR_RETURN(auto mv, server.GetModel(model, version));
+    versions.push_back(mv);
+  } else {
+    RETURN_IF_ERROR(server.GetModel(model, -1).status());
+    for (auto& v : server.ReadyVersions()) {
+      if (v->name() == model) versions.push_back(v);
+    }
+  }
+  std::sort(versions.begin(), versions.end(), [](const auto& a, const auto& b) {
+    return a->name() != b->name() ? a->name() < b->name() : a->version() < b->version();
+  });
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject().Key("model_stats").BeginArray();
+  for (const auto& v : versions) WriteVersionStats(w, *v);
+  w.EndArray().EndObject();
+  return out;
+}
+
+std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, bool ready_only) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginArray();
+  for (const auto& m : index) {
+    if (ready_only && m.state != runtime::ModelState::kReady) continue;
+    w.BeginObject().Member("name", m.name);
+    if (m.version > 0) w.Member("version", std::to_string(m.version));
+    w.Member("state", runtime::ModelStateName(m.state));
+    w.Member("reason", m.reason);
+    w.EndObject();
+  }
+  w.EndArray();
+  return out;
+}
+
+HttpResponse ErrorResponse(const Status& status) {
+  HttpResponse r = HttpResponse::Error(HttpStatusFor(status.code()), status.message());
+  if (status.retryable()) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+  return r;
+}
+
+HttpRoutes::HttpRoutes(runtime::Server* server, HttpOptions options)
+    : server_(server), options_(std::move(options)), server_metadata_(ServerMetadataJson()) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+HttpRoutes::~HttpRoutes() { Shutdown(); }
+
+void HttpRoutes::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+bool HttpRoutes::RunOnWorker(std::function<void()> work, std::function<void()> on_refused) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (worker_stop_) return false;
+    work_.emplace_back(std::move(work), std::move(on_refused));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void HttpRoutes::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return worker_stop_ || !work_.empty(); });
+    if (work_.empty()) return;
+    auto [work, refused] = std::move(work_.front());
+    work_.pop_front();
+    const bool stop = worker_stop_;
+    lock.unlock();
+    if (stop) {
+      refused();
+    } else {
+      work();
+    }
+    lock.lock();
+  }
+}
+
+size_t HttpRoutes::BodyAlignment(const HttpRequestHead& head) {
+  if (const std::string* v = head.Find("inference-header-content-length")) {
+    const int64_t n = ParseDecimal(*v);
+    if (n > 0) return static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder responder) {
+  auto segments = SplitPath(request.head.path);
+  if (!segments.ok()) {
+    responder.Send(ErrorResponse(segments.status()));
+    return {};
+  }
+  const RouteMatch match = MatchRoute(*segments);
+  if (match.route == Route::kNotFound) {
+    responder.Send(match.error.ok() ? HttpResponse::Error(404, "Not Found")
+                                    : ErrorResponse(match.error));
+    return {};
+  }
+  const std::string_view method = RouteMethod(match.route);
+  const std::string& got = request.head.method;
+  if (got != method && !(method == "GET" && got == "HEAD")) {
+    HttpResponse r = HttpResponse::Error(
+        405, "method " + got.substr(0, 16) + " is not allowed here; use " + std::string(method));
+    r.headers.emplace_back("Allow", method == "GET" ? "GET, HEAD" : "POST");
+    responder.Send(std::move(r));
+    return {};
+  }
+  if (!match.error.ok()) {
+    responder.Send(ErrorResponse(match.error));
+    return {};
+  }
+  auto reply = [&](const StatusOr<std::string>& json) {
+    responder.Send(json.ok() ? HttpResponse::Json(200, *json) : ErrorResponse(json.status()));
+  };
+  switch (match.route) {
+    case Route::kServerMetadata:
+      responder.Send(HttpResponse::Json(200, server_metadata_));
+      break;
+    case Route::kLive:
+      responder.Send(server_->live() ? HttpResponse::Empty(200)
+                                     : ErrorResponse(Unavailable("server is not live")));
+      break;
+    case Route::kReady:
+      if (stopping_) {
+        responder.Send(ErrorResponse(Unavailable("server is shutting down")));
+      } else if (!server_->ready()) {
+        responder.Send(ErrorResponse(Unavailable("server is not ready")));
+      } else {
+        responder.Send(HttpResponse::Empty(200));
+      }
+      break;
+    case Route::kModelReady: {
+      auto mv = server_->GetModel(match.model, match.version);
+      responder.Send(mv.ok() ? HttpResponse::Empty(200) : ErrorResponse(mv.status()));
+      break;
+    }
+    case Route::kModelMetadata:
+      reply(ModelMetadataJson(*server_, match.model, match.version));
+      break;
+    case Route::kModelConfig: {
+      auto config = server_->GetModelConfig(match.model, match.version);
+      reply(config.ok() ? ModelConfigJson(*config) : StatusOr<std::string>(config.status()));
+      break;
+    }
+    case Route::kStats:
+      reply(StatisticsJson(*server_, match.model, match.version));
+      break;
+    case Route::kInfer:
+      return Infer(request, match, responder);
+    case Route::kRepositoryIndex:
+    case Route::kRepositoryLoad:
+    case Route::kRepositoryUnload:
+      Repository(request, match, responder);
+      break;
+    case Route::kNotFound:
+      break;
+  }
+  return {};
+}
+
+std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
+                                        const HttpResponder& responder) {
+  std::shared_ptr<BodyBuffer> body = request.body;
+  const std::string* header_length = request.head.Find("inference-header-content-length");
+  std::optional<std::string_view> header_length_view;
+  if (header_length != nullptr) header_length_view = *header_length;
+  if (const std::string* encoding = request.head.Find("content-encoding")) {
+    auto decoded = DecodeContentEncoding(*encoding, body, options_.max_body_bytes,
+                                         BodyAlignment(request.head));
+    if (!decoded.ok()) {
+      HttpResponse r = ErrorResponse(decoded.status());
+      if (decoded.status().code() == StatusCode::kResourceExhausted) r.status = 413;
+      r.headers.clear();
+      responder.Send(std::move(r));
+      return {};
+    }
+    body = std::move(decoded).value();
+    request.body.reset();  // the compressed bytes are no longer needed
+  }
+  auto parsed = ParseInferRequest(body, header_length_view, options_.limits);
+  if (!parsed.ok()) {
+    responder.Send(ErrorResponse(parsed.status()));
+    return {};
+  }
+  runtime::InferRequest infer = std::move(parsed->request);
+  infer.model_name = match.model;
+  infer.model_version = match.version;
+  auto encoding = std::make_shared<const OutputEncoding>(std::move(parsed->encoding));
+  std::shared_ptr<runtime::RequestHandle> handle =
+      server_->Infer(std::move(infer), [responder, encoding](runtime::InferResponse response) {
+        auto shared = std::make_shared<runtime::InferResponse>(std::move(response));
+        responder.SendLater([shared, encoding]() -> HttpResponse {
+          if (!shared->status.ok()) return ErrorResponse(shared->status);
+          auto http = SerializeInferResponse(*shared, *encoding);
+          return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
+        });
+      });
+  return [handle] { handle->Cancel(); };
+}
+
+void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
+                            const HttpResponder& responder) {
+  const std::string body(request.body_view());
+  if (request.head.Find("content-encoding") != nullptr &&
+      !EqualsIgnoreCase(*request.head.Find("content-encoding"), "identity")) {
+    responder.Send(ErrorResponse(InvalidArgument("compressed bodies are only accepted on infer")));
+    return;
+  }
+  auto refused = [responder] {
+    responder.Send(ErrorResponse(Unavailable("server is shutting down")));
+  };
+  runtime::Server* server = server_;
+  if (match.route == Route::kRepositoryIndex) {
+    auto ready = ParseRepositoryIndexBody(body);
+    if (!ready.ok()) {
+      responder.Send(ErrorResponse(ready.status()));
+      return;
+    }
+    const bool ready_only = *ready;
+    if (!RunOnWorker(
+            [server, responder, ready_only] {
+              responder.Send(HttpResponse::Json(
+                  200, RepositoryIndexJson(server->RepositoryIndex(), ready_only)));
+            },
+            refused)) {
+      refused();
+    }
+    return;
+  }
+  auto params = ParseRepositoryParametersBody(body);
+  if (!params.ok()) {
+    responder.Send(ErrorResponse(params.status()));
+    return;
+  }
+  for (const auto& p : *params) {
+    if (p == "config" || p.rfind("file:", 0) == 0) {
+      responder.Send(ErrorResponse(
+          Unimplemented("load parameter '" + p + "' is not supported by this server")));
+      return;
+    }
+  }
+  if (server_->options().control_mode != runtime::ModelControlMode::kExplicit) {
+    responder.Send(ErrorResponse(
+        FailedPrecondition("explicit model load / unload needs --model-control-mode explicit")));
+    return;
+  }
+  const bool load = match.route == Route::kRepositoryLoad;
+  const std::string model = match.model;
+  if (!RunOnWorker(
+          [server, responder, load, model] {
+            const Status s = load ? server->LoadModel(model) : server->UnloadModel(model);
+            responder.Send(s.ok() ? HttpResponse::Empty(200) : ErrorResponse(s));
+          },
+          refused)) {
+    refused();
+  }
+}
+
+}  // namespace shoal::server::internal

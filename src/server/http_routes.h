@@ -1,0 +1,99 @@
+// HttpRoutes: the Open Inference Protocol endpoints over runtime::Server, as an
+// HttpHandler for HttpCore. Internal to the HTTP front end (HttpServer owns it); the
+// routing table and the JSON renderers are exposed for tests.
+//
+// Threads: Handle runs on HttpCore's loop threads and never blocks: inference answers
+// arrive through the runtime callback, and repository load/unload/index run on the
+// routes' own worker thread (Shutdown joins it; queued work then answers 503).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/server.h"
+#include "server/http_core.h"
+#include "server/http_server.h"
+
+namespace shoal::server::internal {
+
+enum class Route {
+  kNotFound,
+  kServerMetadata,
+  kLive,
+  kReady,
+  kModelMetadata,
+  kModelReady,
+  kModelConfig,
+  kInfer,
+  kStats,  // all models, one model, or one version
+  kRepositoryIndex,
+  kRepositoryLoad,
+  kRepositoryUnload,
+};
+
+struct RouteMatch {
+  Route route = Route::kNotFound;
+  std::string model;     // empty for server-wide routes and all-model stats
+  int64_t version = -1;  // -1: not given
+  Status error;          // a malformed path element (400)
+};
+
+// Matches percent-decoded path segments to a route (method not considered).
+RouteMatch MatchRoute(const std::vector<std::string>& segments);
+// "GET", or "POST", for a route.
+std::string_view RouteMethod(Route route);
+
+// JSON renderers (exposed for tests).
+std::string ServerMetadataJson();
+StatusOr<std::string> ModelMetadataJson(const runtime::Server& server, const std::string& model,
+                                        int64_t version);
+StatusOr<std::string> ModelConfigJson(const inference::ModelConfig& config);
+StatusOr<std::string> StatisticsJson(const runtime::Server& server, const std::string& model,
+                                     int64_t version);
+std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, bool ready_only);
+
+// The HTTP reply for an error status (status_map; Retry-After when retryable).
+HttpResponse ErrorResponse(const Status& status);
+
+class HttpRoutes final : public HttpHandler {
+ public:
+  HttpRoutes(runtime::Server* server, HttpOptions options);
+  ~HttpRoutes() override;
+
+  std::function<void()> Handle(HttpRequest request, HttpResponder responder) override;
+  size_t BodyAlignment(const HttpRequestHead& head) override;
+
+  // /v2/health/ready answers 503 from now on.
+  void SetStopping() { stopping_ = true; }
+  // Joins the worker thread; queued repository work answers 503. Idempotent.
+  void Shutdown();
+
+ private:
+  std::function<void()> Infer(HttpRequest& request, const RouteMatch& match,
+                              const HttpResponder& responder);
+  void Repository(HttpRequest& request, const RouteMatch& match, const HttpResponder& responder);
+  // Queues blocking work for the worker thread; false once shut down.
+  bool RunOnWorker(std::function<void()> work, std::function<void()> on_refused);
+  void WorkerLoop();
+
+  runtime::Server* const server_;
+  const HttpOptions options_;
+  const std::string server_metadata_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::function<void()>, std::function<void()>>> work_;  // GUARDED_BY(mu_)
+  bool worker_stop_ = false;                                                  // GUARDED_BY(mu_)
+  std::thread worker_;
+};
+
+}  // namespace shoal::server::internal

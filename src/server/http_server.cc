@@ -1,0 +1,53 @@
+#include "server/http_server.h"
+
+#include "server/http_core.h"
+#include "server/http_routes.h"
+
+namespace shoal::server {
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
+                                                        HttpOptions options) {
+  if (server == nullptr) return InvalidArgument("HttpServer needs a runtime::Server");
+  if (options.limits.max_elements_per_tensor < 1) {
+    return InvalidArgument("limits.max_elements_per_tensor must be positive; was " +
+                           std::to_string(options.limits.max_elements_per_tensor));
+  }
+  if (options.limits.max_inputs < 1) {
+    return InvalidArgument("limits.max_inputs must be positive; was " +
+                           std::to_string(options.limits.max_inputs));
+  }
+  std::unique_ptr<HttpServer> http(new HttpServer());
+  HttpCoreOptions core;
+  core.address = options.address;
+  core.port = options.port;
+  core.threads = options.threads;
+  core.max_body_bytes = options.max_body_bytes;
+  core.max_header_bytes = options.max_header_bytes;
+  core.max_connections = options.max_connections;
+  core.idle_timeout_ms = options.idle_timeout_ms;
+  core.io_timeout_ms = options.io_timeout_ms;
+  core.thread_name = "http";
+  http->routes_ = std::make_unique<internal::HttpRoutes>(server, std::move(options));
+  ASSIGN_OR_RETURN(http->core_, HttpCore::Start(std::move(core), http->routes_.get()));
+  return http;
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+int HttpServer::port() const { return core_ ? core_->port() : 0; }
+
+void HttpServer::StopAccepting() {
+  if (routes_) routes_->SetStopping();
+  if (core_) core_->StopAccepting();
+}
+
+bool HttpServer::Drain(int64_t timeout_ms) { return core_ ? core_->Drain(timeout_ms) : true; }
+
+void HttpServer::Stop() {
+  if (routes_) routes_->SetStopping();
+  // The worker first: a load in progress finishes and its answer is flushed below.
+  if (routes_) routes_->Shutdown();
+  if (core_) core_->Stop();
+}
+
+}  // namespace shoal::server

@@ -1,0 +1,86 @@
+// HttpServer: shoal's HTTP/REST front end, speaking the Open Inference Protocol (KServe
+// v2) with Triton's extensions, so tritonclient and perf_analyzer work unchanged
+// (docs: /work/shared/docs/open-inference-protocol.md sections 1, 2, 4, 5).
+//
+// Endpoints (every path also takes /versions/<decimal> where a model is named):
+//   GET  /v2                                   server metadata
+//   GET  /v2/health/live | /v2/health/ready     200 or 503, empty body on success
+//   GET  /v2/models/{m}[/versions/{v}]         model metadata
+//   GET  /v2/models/{m}[/versions/{v}]/ready   200, or the error of GetModel
+//   GET  /v2/models/{m}[/versions/{v}]/config  inference.ModelConfig as JSON
+//   POST /v2/models/{m}[/versions/{v}]/infer   JSON and binary tensor data, gzip/deflate
+//   GET  /v2/models[/{m}[/versions/{v}]]/stats Triton statistics
+//   POST /v2/repository[/{repo}]/index, .../models/{m}/load, .../models/{m}/unload
+// Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}. Errors are
+// {"error": "..."} with the status of server/status_map (429 and 503 add Retry-After).
+//
+// Threads: `threads` I/O event loops (see http_core.h) parse, route and serialize;
+// they never wait for inference: Server::Infer's callback posts the answer back to the
+// connection's loop. Repository load/unload/index run on one extra worker thread,
+// because loading a model blocks. A client that disconnects before its answer cancels
+// its request (RequestHandle::Cancel).
+//
+// Shutdown (what `shoal serve` does on SIGTERM):
+//   http->StopAccepting();    // listener closed; open connections finish their requests
+//   server->Shutdown();       // the runtime answers everything queued
+//   http->Drain(timeout_ms);  // wait until those answers are written
+//   http->Stop();             // close the rest, join the threads (also the destructor)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/batch_io.h"
+#include "runtime/server.h"
+
+namespace shoal::server {
+
+struct HttpOptions {
+  std::string address = "0.0.0.0";  // IPv4/IPv6 literal or host name to bind
+  int port = 8000;                  // 0: pick a free port; port() tells which
+  int threads = 2;                  // I/O event loops, >= 1
+  // Largest request body in bytes, as received and again after decompression.
+  int64_t max_body_bytes = int64_t{64} << 20;
+  // Largest request head (request line + headers) in bytes; more gets 431.
+  int64_t max_header_bytes = int64_t{16} << 10;
+  // Per-tensor element limit and input count, checked while parsing (before any
+  // allocation); the runtime checks them again against the model.
+  runtime::RequestLimits limits;
+  int max_connections = 10000;        // further connections are closed at once
+  int64_t idle_timeout_ms = 300'000;  // keep-alive connection without a request
+  int64_t io_timeout_ms = 60'000;     // stalled mid-request or mid-reply
+};
+
+namespace internal {
+class HttpRoutes;
+}
+class HttpCore;
+
+class HttpServer {
+ public:
+  // Validates the options, binds, and starts serving `server` (which must outlive
+  // the HttpServer). UNAVAILABLE when the address cannot be bound.
+  static StatusOr<std::unique_ptr<HttpServer>> Start(runtime::Server* server, HttpOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const;
+  // Closes the listener; /v2/health/ready answers 503 from now on. Requests in progress
+  // are answered (with Connection: close); idle connections are closed.
+  void StopAccepting();
+  // Waits until every request in progress is answered and written; false on timeout.
+  bool Drain(int64_t timeout_ms);
+  // Closes every connection (cancelling requests still waiting for the runtime) and
+  // joins all threads. Idempotent.
+  void Stop();
+
+ private:
+  HttpServer() = default;
+  std::unique_ptr<internal::HttpRoutes> routes_;
+  std::unique_ptr<HttpCore> core_;
+};
+
+}  // namespace shoal::server

@@ -1,0 +1,370 @@
+#include "server/metrics.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "server/http_core.h"
+
+namespace shoal::server {
+namespace {
+
+std::string Number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+void AppendLabelValue(std::string* out, std::string_view v) {
+  for (char c : v) {
+    if (c == '\\') {
+      out->append("\\\\");
+    } else if (c == '"') {
+      out->append("\\\"");
+    } else if (c == '\n') {
+      out->append("\\n");
+    } else {
+      out->push_back(c);
+    }
+  }
+}
+
+using Labels = std::vector<std::pair<std::string_view, std::string>>;
+
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+
+  void Family(std::string_view name, std::string_view type, std::string_view help) {
+    out_->append("# HELP ").append(name).append(" ").append(help).append("\n");
+    out_->append("# TYPE ").append(name).append(" ").append(type).append("\n");
+  }
+
+  void Sample(std::string_view name, const Labels& labels, double value) {
+    out_->append(name);
+    if (!labels.empty()) {
+      out_->push_back('{');
+      bool first = true;
+      for (const auto& [k, v] : labels) {
+        if (!first) out_->push_back(',');
+        first = false;
+        out_->append(k).append("=\"");
+        AppendLabelValue(out_, v);
+        out_->push_back('"');
+      }
+      out_->push_back('}');
+    }
+    out_->push_back(' ');
+    out_->append(Number(value));
+    out_->push_back('\n');
+  }
+
+  // A histogram from non-cumulative bucket counts; bounds and sum are multiplied by
+  // `scale` (microseconds -> seconds).
+  void Histogram(std::string_view name, const Labels& labels, const runtime::Histogram& h,
+                 double scale) {
+    const std::string bucket = std::string(name) + "_bucket";
+    uint64_t cumulative = 0;
+    const auto& bounds = h.bounds();
+    const auto& counts = h.bucket_counts();
+    for (size_t i = 0; i < counts.size(); ++i) {
+      cumulative += counts[i];
+      Labels l = labels;
+      l.emplace_back("le", i < bounds.size() ? Number(bounds[i] * scale) : std::string("+Inf"));
+      Sample(bucket, l, static_cast<double>(cumulative));
+    }
+    Sample(std::string(name) + "_sum", labels, h.sum() * scale);
+    Sample(std::string(name) + "_count", labels, static_cast<double>(h.count()));
+  }
+
+ private:
+  std::string* out_;
+};
+
+struct VersionView {
+  std::string model, version;
+  runtime::ModelStatsSnapshot stats;
+  std::vector<runtime::InstanceStats> instances;
+  int64_t queue_depth = 0, in_flight = 0;
+  Labels labels() const { return {{"model", model}, {"version", version}}; }
+};
+
+struct ProcessStats {
+  bool ok = false;
+  double cpu_seconds = 0;
+  double resident_bytes = 0;
+  double virtual_bytes = 0;
+  double open_fds = -1;
+};
+
+ProcessStats ReadProcessStats() {
+  ProcessStats p;
+  const long ticks = sysconf(_SC_CLK_TCK);
+  const long page = sysconf(_SC_PAGESIZE);
+  std::ifstream stat("/proc/self/stat");
+  std::string line;
+  if (stat && std::getline(stat, line)) {
+    const size_t close = line.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream rest(line.substr(close + 1));
+      std::string field;
+      double utime = 0, stime = 0;
+      for (int i = 0; i < 13 && rest >> field; ++i) {
+        // After the command name: state(0) ppid(1) ... utime(11) stime(12).
+        if (i == 11) utime = std::strtod(field.c_str(), nullptr);
+        if (i == 12) stime = std::strtod(field.c_str(), nullptr);
+      }
+      if (ticks > 0) p.cpu_seconds = (utime + stime) / static_cast<double>(ticks);
+      p.ok = true;
+    }
+  }
+  std::ifstream statm("/proc/self/statm");
+  double size_pages = 0, resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) {
+    p.virtual_bytes = size_pages * static_cast<double>(page);
+    p.resident_bytes = resident_pages * static_cast<double>(page);
+  } else {
+    p.ok = false;
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    int n = 0;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    closedir(d);
+    p.open_fds = n - 1;  // not counting the directory stream itself
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const runtime::Server& server) {
+  std::vector<VersionView> views;
+  for (const auto& mv : server.ReadyVersions()) {
+    VersionView v;
+    v.model = mv->name();
+    v.version = std::to_string(mv->version());
+    v.stats = mv->stats();
+    v.instances = mv->instance_stats();
+    v.queue_depth = static_cast<int64_t>(mv->queue_depth());
+    v.in_flight = mv->in_flight();
+    views.push_back(std::move(v));
+  }
+  std::sort(views.begin(), views.end(), [](const VersionView& a, const VersionView& b) {
+    return a.model != b.model ? a.model < b.model : a.version < b.version;
+  });
+  const std::shared_ptr<Clock> clock =
+      server.options().clock ? server.options().clock : Clock::Real();
+  const int64_t now_ns = clock->NowNs();
+
+  std::string out;
+  out.reserve(4096 + views.size() * 8192);
+  Writer w(&out);
+
+  w.Family("shoal_server_ready", "gauge",
+           "1 when the server is ready (every model that should be loaded is READY).");
+  w.Sample("shoal_server_ready", {}, server.ready() ? 1 : 0);
+
+  w.Family(
+      "shoal_inference_requests_total", "counter",
+      "Requests answered, by outcome (success includes cache hits; failure includes rejections).");
+  for (const auto& v : views) {
+    Labels l = v.labels();
+    l.emplace_back("outcome", "success");
+    w.Sample("shoal_inference_requests_total", l, static_cast<double>(v.stats.success.count));
+    l.back().second = "failure";
+    w.Sample("shoal_inference_requests_total", l, static_cast<double>(v.stats.fail.count));
+  }
+  w.Family("shoal_inference_rejections_total", "counter",
+           "Failed requests that never ran, by reason: queue_full, invalid, timeout, cancelled.");
+  for (const auto& v : views) {
+    const std::pair<const char*, uint64_t> reasons[] = {{"queue_full", v.stats.rejected_queue_full},
+                                                        {"invalid", v.stats.rejected_invalid},
+                                                        {"timeout", v.stats.timed_out},
+                                                        {"cancelled", v.stats.cancelled}};
+    for (const auto& [reason, n] : reasons) {
+      Labels l = v.labels();
+      l.emplace_back("reason", reason);
+      w.Sample("shoal_inference_rejections_total", l, static_cast<double>(n));
+    }
+  }
+  w.Family("shoal_inference_items_total", "counter",
+           "Batch items executed by the backend (cache hits excluded).");
+  for (const auto& v : views)
+    w.Sample("shoal_inference_items_total", v.labels(),
+             static_cast<double>(v.stats.inference_count));
+  w.Family("shoal_inference_executions_total", "counter", "Backend executions (batches).");
+  for (const auto& v : views) {
+    w.Sample("shoal_inference_executions_total", v.labels(),
+             static_cast<double>(v.stats.execution_count));
+  }
+  w.Family("shoal_cache_hits_total", "counter", "Requests answered from the response cache.");
+  for (const auto& v : views)
+    w.Sample("shoal_cache_hits_total", v.labels(), static_cast<double>(v.stats.cache_hit.count));
+  w.Family("shoal_cache_misses_total", "counter", "Response cache lookups that missed.");
+  for (const auto& v : views)
+    w.Sample("shoal_cache_misses_total", v.labels(), static_cast<double>(v.stats.cache_miss.count));
+
+  constexpr double kUsToS = 1e-6;
+  w.Family("shoal_request_duration_seconds", "histogram",
+           "End-to-end time of successful requests, in seconds.");
+  for (const auto& v : views)
+    w.Histogram("shoal_request_duration_seconds", v.labels(), v.stats.request_latency_us, kUsToS);
+  w.Family("shoal_queue_duration_seconds", "histogram",
+           "Time requests waited in the queue before execution, in seconds.");
+  for (const auto& v : views)
+    w.Histogram("shoal_queue_duration_seconds", v.labels(), v.stats.queue_latency_us, kUsToS);
+  w.Family("shoal_compute_duration_seconds", "histogram",
+           "Backend execution time per batch, in seconds.");
+  for (const auto& v : views)
+    w.Histogram("shoal_compute_duration_seconds", v.labels(), v.stats.compute_latency_us, kUsToS);
+  w.Family("shoal_batch_size", "histogram", "Items per backend execution.");
+  for (const auto& v : views) w.Histogram("shoal_batch_size", v.labels(), v.stats.batch_size, 1.0);
+
+  w.Family("shoal_queue_depth", "gauge", "Requests waiting in the batcher queue.");
+  for (const auto& v : views)
+    w.Sample("shoal_queue_depth", v.labels(), static_cast<double>(v.queue_depth));
+  w.Family("shoal_requests_in_flight", "gauge",
+           "Requests accepted and not yet answered (queued or executing).");
+  for (const auto& v : views)
+    w.Sample("shoal_requests_in_flight", v.labels(), static_cast<double>(v.in_flight));
+
+  w.Family("shoal_instance_executions_total", "counter", "Executions run by each model instance.");
+  for (const auto& v : views) {
+    for (const auto& i : v.instances) {
+      Labels l = v.labels();
+      l.emplace_back("instance", i.name);
+      w.Sample("shoal_instance_executions_total", l, static_cast<double>(i.executions));
+    }
+  }
+  w.Family("shoal_instance_busy_seconds_total", "counter",
+           "Time each model instance spent executing, in seconds.");
+  for (const auto& v : views) {
+    for (const auto& i : v.instances) {
+      Labels l = v.labels();
+      l.emplace_back("instance", i.name);
+      w.Sample("shoal_instance_busy_seconds_total", l, static_cast<double>(i.busy_ns) * 1e-9);
+    }
+  }
+  w.Family("shoal_instance_busy_ratio", "gauge",
+           "Busy time of each model instance divided by the time since it became ready (0..1).");
+  for (const auto& v : views) {
+    for (const auto& i : v.instances) {
+      Labels l = v.labels();
+      l.emplace_back("instance", i.name);
+      const int64_t alive = now_ns - i.created_ns;
+      const double ratio =
+          alive > 0
+              ? std::clamp(static_cast<double>(i.busy_ns) / static_cast<double>(alive), 0.0, 1.0)
+              : 0.0;
+      w.Sample("shoal_instance_busy_ratio", l, ratio);
+    }
+  }
+
+  if (auto cache = server.cache()) {
+    const runtime::CacheStats c = cache->stats();
+    w.Family("shoal_response_cache_hits_total", "counter",
+             "Lookups in the shared response cache that hit.");
+    w.Sample("shoal_response_cache_hits_total", {}, static_cast<double>(c.hits));
+    w.Family("shoal_response_cache_misses_total", "counter",
+             "Lookups in the shared response cache that missed.");
+    w.Sample("shoal_response_cache_misses_total", {}, static_cast<double>(c.misses));
+    w.Family("shoal_response_cache_joins_total", "counter",
+             "Requests that joined an identical request already running instead of running again.");
+    w.Sample("shoal_response_cache_joins_total", {}, static_cast<double>(c.joins));
+    w.Family("shoal_response_cache_evictions_total", "counter",
+             "Entries evicted from the response cache.");
+    w.Sample("shoal_response_cache_evictions_total", {}, static_cast<double>(c.evictions));
+    w.Family("shoal_response_cache_entries", "gauge", "Entries in the response cache.");
+    w.Sample("shoal_response_cache_entries", {}, static_cast<double>(c.entries));
+    w.Family("shoal_response_cache_bytes", "gauge", "Bytes held by the response cache.");
+    w.Sample("shoal_response_cache_bytes", {}, static_cast<double>(c.bytes));
+    w.Family("shoal_response_cache_capacity_bytes", "gauge",
+             "Capacity of the response cache in bytes.");
+    w.Sample("shoal_response_cache_capacity_bytes", {},
+             static_cast<double>(cache->capacity_bytes()));
+  }
+
+  const ProcessStats p = ReadProcessStats();
+  if (p.ok) {
+    w.Family("process_cpu_seconds_total", "counter",
+             "User and system CPU time of the process, in seconds.");
+    w.Sample("process_cpu_seconds_total", {}, p.cpu_seconds);
+    w.Family("process_resident_memory_bytes", "gauge", "Resident memory of the process, in bytes.");
+    w.Sample("process_resident_memory_bytes", {}, p.resident_bytes);
+    w.Family("process_virtual_memory_bytes", "gauge", "Virtual memory of the process, in bytes.");
+    w.Sample("process_virtual_memory_bytes", {}, p.virtual_bytes);
+  }
+  if (p.open_fds >= 0) {
+    w.Family("process_open_fds", "gauge", "Open file descriptors of the process.");
+    w.Sample("process_open_fds", {}, p.open_fds);
+  }
+  return out;
+}
+
+namespace internal {
+
+class MetricsHandler final : public HttpHandler {
+ public:
+  explicit MetricsHandler(runtime::Server* server) : server_(server) {}
+
+  std::function<void()> Handle(HttpRequest request, HttpResponder responder) override {
+    const std::string& path = request.head.path;
+    if (path != "/metrics" && path != "/metrics/") {
+      responder.Send(HttpResponse::Error(404, "Not Found"));
+      return {};
+    }
+    if (request.head.method != "GET" && request.head.method != "HEAD") {
+      HttpResponse r = HttpResponse::Error(405, "use GET");
+      r.headers.emplace_back("Allow", "GET, HEAD");
+      responder.Send(std::move(r));
+      return {};
+    }
+    HttpResponse r;
+    r.status = 200;
+    r.content_type = kPrometheusContentType;
+    r.body = RenderPrometheus(*server_);
+    responder.Send(std::move(r));
+    return {};
+  }
+
+ private:
+  runtime::Server* const server_;
+};
+
+}  // namespace internal
+
+StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
+                                                              std::string address, int port) {
+  if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
+  std::unique_ptr<MetricsServer> m(new MetricsServer());
+  m->handler_ = std::make_unique<internal::MetricsHandler>(server);
+  HttpCoreOptions options;
+  options.address = std::move(address);
+  options.port = port;
+  options.threads = 1;
+  options.max_body_bytes = 1 << 20;
+  options.max_connections = 256;
+  options.thread_name = "metrics";
+  ASSIGN_OR_RETURN(m->core_, HttpCore::Start(std::move(options), m->handler_.get()));
+  return m;
+}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+int MetricsServer::port() const { return core_ ? core_->port() : 0; }
+
+void MetricsServer::Stop() {
+  if (core_) core_->Stop();
+}
+
+}  // namespace shoal::server

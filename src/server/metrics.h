@@ -1,0 +1,54 @@
+// Prometheus metrics: RenderPrometheus writes the state of a runtime::Server in the text
+// exposition format 0.0.4; MetricsServer serves it at GET /metrics on its own port
+// (Triton's convention: 8002). Every metric, its type, labels and unit are listed in
+// docs/metrics.md; keep the two in step.
+//
+// What is exported: per model version (labels model, version) request outcomes,
+// end-to-end / queue / compute latency histograms (seconds), batch size histogram,
+// queue depth and in-flight gauges, rejections by reason, cache hits and misses; per
+// instance (labels model, version, instance) executions, busy time and busy ratio;
+// the shared response cache; process CPU time and resident memory (from /proc/self).
+//
+// Threads: RenderPrometheus reads snapshots and may be called from any thread.
+// MetricsServer runs one HttpCore loop thread; a scrape renders on it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/server.h"
+
+namespace shoal::server {
+
+// Content-Type of the text exposition format.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+std::string RenderPrometheus(const runtime::Server& server);
+
+class HttpCore;
+namespace internal {
+class MetricsHandler;
+}
+
+class MetricsServer {
+ public:
+  // Serves GET /metrics for `server` (which must outlive the MetricsServer) on
+  // address:port (port 0: any free port). UNAVAILABLE when it cannot bind.
+  static StatusOr<std::unique_ptr<MetricsServer>> Start(runtime::Server* server,
+                                                        std::string address, int port);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  int port() const;
+  // Closes the listener and every connection; joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  MetricsServer() = default;
+  std::unique_ptr<internal::MetricsHandler> handler_;
+  std::unique_ptr<HttpCore> core_;
+};
+
+}  // namespace shoal::server

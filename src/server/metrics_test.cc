@@ -1,0 +1,143 @@
+// RenderPrometheus over a live runtime::Server: every line is valid exposition text,
+// histograms are cumulative and end in +Inf == _count, and the documented families exist.
+#include "server/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <random>
+#include <regex>
+#include <sstream>
+
+namespace shoal::server {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Sample {
+  std::string name, labels;
+  double value;
+};
+
+// Parses the text format strictly enough to catch malformed lines.
+std::vector<Sample> ParseExposition(const std::string& text,
+                                    std::map<std::string, std::string>* types) {
+  std::vector<Sample> out;
+  std::istringstream in(text);
+  std::string line;
+  const std::regex sample_re(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$)");
+  const std::regex type_re(
+      R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (std::regex_match(line, m, type_re)) {
+      EXPECT_EQ(types->count(m[1]), 0u) << "family declared twice: " << m[1];
+      (*types)[m[1]] = m[2];
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(line, m, sample_re)) << "malformed line: " << line;
+    if (m.empty()) continue;
+    const std::string v = m[3];
+    out.push_back({m[1], m[2], v == "+Inf" ? INFINITY : std::strtod(v.c_str(), nullptr)});
+  }
+  return out;
+}
+
+TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
+  fs::path dir =
+      fs::temp_directory_path() / ("shoal_metrics_test_" + std::to_string(std::random_device()()));
+  fs::create_directories(dir / "identity" / "1");
+  std::ofstream(dir / "identity" / "config.pbtxt") << R"(
+name: "identity"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+)";
+  runtime::ServerOptions o;
+  o.model_repository = dir.string();
+  const char* b = std::getenv("SHOAL_BINARY_DIR");
+  o.backend_directories = {std::string(b ? b : ".") + "/backends"};
+  auto server = runtime::Server::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  for (int i = 0; i < 3; ++i) {
+    runtime::InferRequest r;
+    r.model_name = "identity";
+    r.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 2}, {1, 2})});
+    std::promise<Status> done;
+    (*server)->Infer(std::move(r),
+                     [&](runtime::InferResponse resp) { done.set_value(resp.status); });
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+  const std::string text = RenderPrometheus(**server);
+  std::map<std::string, std::string> types;
+  auto samples = ParseExposition(text, &types);
+  for (const char* family : {"shoal_inference_requests_total",
+                             "shoal_inference_rejections_total",
+                             "shoal_inference_items_total",
+                             "shoal_inference_executions_total",
+                             "shoal_cache_hits_total",
+                             "shoal_cache_misses_total",
+                             "shoal_request_duration_seconds",
+                             "shoal_queue_duration_seconds",
+                             "shoal_compute_duration_seconds",
+                             "shoal_batch_size",
+                             "shoal_queue_depth",
+                             "shoal_requests_in_flight",
+                             "shoal_instance_executions_total",
+                             "shoal_instance_busy_seconds_total",
+                             "shoal_instance_busy_ratio",
+                             "shoal_response_cache_hits_total",
+                             "shoal_response_cache_joins_total",
+                             "process_cpu_seconds_total",
+                             "process_resident_memory_bytes",
+                             "shoal_server_ready"}) {
+    EXPECT_EQ(types.count(family), 1u) << family;
+  }
+  EXPECT_EQ(types["shoal_request_duration_seconds"], "histogram");
+  EXPECT_THAT(text, HasSubstr("shoal_inference_requests_total{model=\"identity\",version=\"1\","
+                              "outcome=\"success\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("shoal_inference_items_total{model=\"identity\",version=\"1\"} 3\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "shoal_instance_busy_ratio{model=\"identity\",version=\"1\",instance=\"identity_1\"}"));
+
+  // Every histogram: buckets non-decreasing, +Inf equals _count.
+  for (const char* h : {"shoal_request_duration_seconds", "shoal_queue_duration_seconds",
+                        "shoal_compute_duration_seconds", "shoal_batch_size"}) {
+    double last = -1, inf = -1, count = -2;
+    for (const auto& s : samples) {
+      if (s.name == std::string(h) + "_bucket") {
+        EXPECT_GE(s.value, last) << h;
+        last = s.value;
+        if (s.labels.find("le=\"+Inf\"") != std::string::npos) inf = s.value;
+      }
+      if (s.name == std::string(h) + "_count") count = s.value;
+    }
+    EXPECT_EQ(inf, count) << h;
+    EXPECT_GE(count, 1) << h;
+  }
+  for (const auto& s : samples) {
+    if (s.name == "process_resident_memory_bytes") {
+      EXPECT_GT(s.value, 1e6);
+    }
+    if (s.name == "shoal_instance_busy_ratio") {
+      EXPECT_TRUE(s.value >= 0 && s.value <= 1);
+    }
+  }
+  (*server)->Shutdown();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace shoal::server

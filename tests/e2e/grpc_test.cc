@@ -1,0 +1,532 @@
+// End-to-end: the real `shoal serve` binary, spoken to over gRPC by a client built from
+// the project's own grpc_service.proto, as tritonclient/perf_analyzer would.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "server/grpc_health.grpc.pb.h"
+#include "server/grpc_service.grpc.pb.h"
+#include "shoal_process.h"
+
+namespace shoal::e2e {
+namespace {
+
+using inference::GRPCInferenceService;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+constexpr char kIdentity[] = R"(
+name: "identity"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)";
+
+constexpr char kStrings[] = R"(
+name: "strings"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+)";
+
+constexpr char kAddSub[] = R"(
+name: "add_sub"
+backend: "add_sub"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
+         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+)";
+
+// One instance taking `a_us` per execution; `queue_policy` inside dynamic_batching.
+std::string Slow(const std::string& name, int a_us, const std::string& queue_policy = "") {
+  return "name: \"" + name + "\"\nbackend: \"cost_model\"\nmax_batch_size: 1\n" +
+         "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+         "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+         "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+         "dynamic_batching { " +
+         queue_policy + " }\n" + "parameters { key: \"a_us\" value { string_value: \"" +
+         std::to_string(a_us) +
+         "\" } }\nparameters { key: \"b_us\" value { string_value: \"0\" } }\n";
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> Values(const std::string& raw) {
+  std::vector<T> v(raw.size() / sizeof(T));
+  if (!raw.empty()) std::memcpy(v.data(), raw.data(), raw.size());
+  return v;
+}
+
+ModelInferRequest FloatRequest(const std::string& model, const std::vector<float>& values,
+                               const std::string& id = "") {
+  ModelInferRequest r;
+  r.set_model_name(model);
+  r.set_id(id);
+  auto* in = r.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(static_cast<int64_t>(values.size()));
+  r.add_raw_input_contents(Raw(values));
+  return r;
+}
+
+ModelInferRequest AddSubRequest(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  ModelInferRequest r;
+  r.set_model_name("add_sub");
+  for (const char* name : {"INPUT0", "INPUT1"}) {
+    auto* in = r.add_inputs();
+    in->set_name(name);
+    in->set_datatype("INT32");
+    in->add_shape(4);
+  }
+  r.add_raw_input_contents(Raw(a));
+  r.add_raw_input_contents(Raw(b));
+  return r;
+}
+
+// A running `shoal serve` with a gRPC stub connected to it.
+class Shoal {
+ public:
+  Shoal(const TempDir& repo, std::vector<std::string> extra = {}) {
+    grpc_port_ = FreePort();
+    std::vector<std::string> args = {"serve",
+                                     "--model-repository",
+                                     repo.path(),
+                                     "--http-port",
+                                     std::to_string(FreePort()),
+                                     "--grpc-port",
+                                     std::to_string(grpc_port_),
+                                     "--metrics-port",
+                                     std::to_string(FreePort()),
+                                     "--backend-directory",
+                                     BinaryDir() + "/backends"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process_ = ShoalProcess::Start(args);
+    ready_ = process_ != nullptr && process_->WaitForPort(grpc_port_);
+    grpc::ChannelArguments channel_args;
+    channel_args.SetMaxReceiveMessageSize(INT32_MAX);
+    channel_args.SetMaxSendMessageSize(INT32_MAX);
+    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(grpc_port_),
+                                         grpc::InsecureChannelCredentials(), channel_args);
+    stub_ = GRPCInferenceService::NewStub(channel_);
+  }
+
+  bool ready() const { return ready_; }
+  GRPCInferenceService::Stub& stub() { return *stub_; }
+  std::shared_ptr<grpc::Channel> channel() { return channel_; }
+  ShoalProcess& process() { return *process_; }
+  std::string log() const { return process_ ? process_->log() : "(not started)"; }
+
+  grpc::Status Infer(const ModelInferRequest& req, ModelInferResponse* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->ModelInfer(&ctx, req, resp);
+  }
+
+  inference::ModelStatistics Stats(const std::string& model) {
+    grpc::ClientContext ctx;
+    inference::ModelStatisticsRequest req;
+    req.set_name(model);
+    inference::ModelStatisticsResponse resp;
+    auto s = stub_->ModelStatistics(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.model_stats_size() == 1 ? resp.model_stats(0) : inference::ModelStatistics();
+  }
+
+  bool ModelReady(const std::string& model) {
+    grpc::ClientContext ctx;
+    inference::ModelReadyRequest req;
+    req.set_name(model);
+    inference::ModelReadyResponse resp;
+    EXPECT_TRUE(stub_->ModelReady(&ctx, req, &resp).ok());
+    return resp.ready();
+  }
+
+ private:
+  int grpc_port_ = 0;
+  std::unique_ptr<ShoalProcess> process_;
+  bool ready_ = false;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<GRPCInferenceService::Stub> stub_;
+};
+
+class GrpcE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    repo_.WriteFile("identity/config.pbtxt", kIdentity);
+    repo_.WriteFile("identity/1/.keep", "");
+    repo_.WriteFile("strings/config.pbtxt", kStrings);
+    repo_.WriteFile("strings/1/.keep", "");
+    repo_.WriteFile("add_sub/config.pbtxt", kAddSub);
+    repo_.WriteFile("add_sub/1/.keep", "");
+  }
+  void AddModel(const std::string& name, const std::string& config) {
+    repo_.WriteFile(name + "/config.pbtxt", config);
+    repo_.WriteFile(name + "/1/.keep", "");
+  }
+  TempDir repo_;
+};
+
+TEST_F(GrpcE2eTest, HealthMetadataAndConfig) {
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  auto& stub = shoal.stub();
+  {
+    grpc::ClientContext ctx;
+    inference::ServerLiveResponse resp;
+    ASSERT_TRUE(stub.ServerLive(&ctx, {}, &resp).ok());
+    EXPECT_TRUE(resp.live());
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ServerReadyResponse resp;
+    ASSERT_TRUE(stub.ServerReady(&ctx, {}, &resp).ok());
+    EXPECT_TRUE(resp.ready());
+  }
+  EXPECT_TRUE(shoal.ModelReady("identity"));
+  EXPECT_FALSE(shoal.ModelReady("missing"));
+  {
+    grpc::ClientContext ctx;
+    inference::ServerMetadataResponse resp;
+    ASSERT_TRUE(stub.ServerMetadata(&ctx, {}, &resp).ok());
+    EXPECT_EQ(resp.name(), "shoal");
+    EXPECT_FALSE(resp.version().empty());
+    std::vector<std::string> ext(resp.extensions().begin(), resp.extensions().end());
+    EXPECT_NE(std::find(ext.begin(), ext.end(), "statistics"), ext.end());
+    EXPECT_NE(std::find(ext.begin(), ext.end(), "model_configuration"), ext.end());
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelMetadataRequest req;
+    req.set_name("identity");
+    inference::ModelMetadataResponse resp;
+    ASSERT_TRUE(stub.ModelMetadata(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.name(), "identity");
+    ASSERT_EQ(resp.versions_size(), 1);
+    EXPECT_EQ(resp.versions(0), "1");
+    ASSERT_EQ(resp.inputs_size(), 1);
+    EXPECT_EQ(resp.inputs(0).datatype(), "FP32");
+    EXPECT_EQ(std::vector<int64_t>(resp.inputs(0).shape().begin(), resp.inputs(0).shape().end()),
+              (std::vector<int64_t>{-1, -1}));
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest req;
+    req.set_name("add_sub");
+    inference::ModelConfigResponse resp;
+    ASSERT_TRUE(stub.ModelConfig(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.config().name(), "add_sub");
+    ASSERT_EQ(resp.config().input_size(), 2);
+    EXPECT_EQ(resp.config().input(1).name(), "INPUT1");
+    EXPECT_EQ(resp.config().input(1).data_type(), inference::TYPE_INT32);
+  }
+  {
+    auto health = grpc::health::v1::Health::NewStub(shoal.channel());
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, UnaryInferRawTypedAndBytes) {
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+
+  ModelInferRequest raw = AddSubRequest({1, 2, 3, 4}, {10, 20, 30, 40});
+  raw.set_id("raw");
+  ModelInferResponse resp;
+  auto s = shoal.Infer(raw, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.id(), "raw");
+  EXPECT_EQ(resp.model_version(), "1");
+  ASSERT_EQ(resp.raw_output_contents_size(), 2);
+  EXPECT_EQ(resp.outputs(1).name(), "OUTPUT1");
+  EXPECT_EQ(Values<int32_t>(resp.raw_output_contents(0)), (std::vector<int32_t>{11, 22, 33, 44}));
+  EXPECT_EQ(Values<int32_t>(resp.raw_output_contents(1)),
+            (std::vector<int32_t>{-9, -18, -27, -36}));
+
+  ModelInferRequest typed = AddSubRequest({}, {});
+  typed.clear_raw_input_contents();
+  for (int v : {5, 6, 7, 8}) typed.mutable_inputs(0)->mutable_contents()->add_int_contents(v);
+  for (int v : {1, 1, 1, 1}) typed.mutable_inputs(1)->mutable_contents()->add_int_contents(v);
+  ModelInferResponse tresp;
+  s = shoal.Infer(typed, &tresp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Values<int32_t>(tresp.raw_output_contents(0)), (std::vector<int32_t>{6, 7, 8, 9}));
+
+  // BYTES, raw: 4-byte little-endian lengths, including an empty and a binary element.
+  const std::string elements = std::string("\x02\0\0\0hi", 6) + std::string("\0\0\0\0", 4) +
+                               std::string("\x03\0\0\0\xff\0\x01", 7);
+  ModelInferRequest bytes;
+  bytes.set_model_name("strings");
+  auto* in = bytes.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("BYTES");
+  in->add_shape(3);
+  bytes.add_raw_input_contents(elements);
+  ModelInferResponse bresp;
+  s = shoal.Infer(bytes, &bresp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(bresp.outputs(0).datatype(), "BYTES");
+  EXPECT_EQ(bresp.raw_output_contents(0), elements);
+
+  // Larger than gRPC's default 4 MiB receive limit.
+  std::vector<float> big(2 << 20, 0.5f);
+  ModelInferResponse big_resp;
+  s = shoal.Infer(FloatRequest("identity", big), &big_resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(big_resp.raw_output_contents(0).size(), big.size() * sizeof(float));
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, StreamingWithAnErrorInTheMiddle) {
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  grpc::ClientContext ctx;
+  auto stream = shoal.stub().ModelStreamInfer(&ctx);
+  const int n = 7;
+  for (int i = 0; i < n; ++i) {
+    ModelInferRequest r = FloatRequest("identity", {float(i), float(-i)}, std::to_string(i));
+    if (i == 3) r.mutable_inputs(0)->set_shape(1, 5);  // declares 5 floats, sends 2
+    ASSERT_TRUE(stream->Write(r));
+  }
+  stream->WritesDone();
+  std::map<std::string, inference::ModelStreamInferResponse> got;
+  inference::ModelStreamInferResponse r;
+  while (stream->Read(&r)) got[r.infer_response().id()] = r;
+  auto status = stream->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(got.size(), size_t{n});
+  for (int i = 0; i < n; ++i) {
+    const auto& resp = got[std::to_string(i)];
+    if (i == 3) {
+      EXPECT_NE(resp.error_message().find("INPUT0"), std::string::npos) << resp.error_message();
+      continue;
+    }
+    EXPECT_EQ(resp.error_message(), "");
+    EXPECT_EQ(resp.infer_response().model_name(), "identity");
+    EXPECT_EQ(Values<float>(resp.infer_response().raw_output_contents(0)),
+              (std::vector<float>{float(i), float(-i)}));
+  }
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, EveryErrorStatus) {
+  AddModel("tiny_queue", Slow("tiny_queue", 300000, "default_queue_policy { max_queue_size: 1 }"));
+  AddModel("short_timeout", Slow("short_timeout", 300000,
+                                 "default_queue_policy { default_timeout_microseconds: 1000 }"));
+  AddModel("broken", "name: \"broken\"\nbackend: \"no_such_plugin\"\nmax_batch_size: 1\n");
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  ModelInferResponse resp;
+
+  auto s = shoal.Infer(FloatRequest("missing", {1}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+
+  ModelInferRequest bad = AddSubRequest({1, 2, 3, 4}, {1, 2, 3});
+  s = shoal.Infer(bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("INPUT1"), std::string::npos) << s.error_message();
+
+  ModelInferRequest bad_version = FloatRequest("identity", {1});
+  bad_version.set_model_version("latest");
+  EXPECT_EQ(shoal.Infer(bad_version, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  s = shoal.Infer(FloatRequest("broken", {1}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+
+  auto concurrently = [&](const std::string& model, int n) {
+    std::vector<std::thread> threads;
+    std::vector<grpc::StatusCode> codes(n);
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        ModelInferResponse r;
+        codes[i] = shoal.Infer(FloatRequest(model, {1}), &r).error_code();
+      });
+    }
+    for (auto& t : threads) t.join();
+    return codes;
+  };
+  auto codes = concurrently("tiny_queue", 4);
+  EXPECT_GE(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 1);
+  codes = concurrently("short_timeout", 3);
+  EXPECT_GE(std::count(codes.begin(), codes.end(), grpc::StatusCode::DEADLINE_EXCEEDED), 1);
+
+  {
+    grpc::ClientContext ctx;
+    inference::SystemSharedMemoryStatusResponse r;
+    EXPECT_EQ(shoal.stub().SystemSharedMemoryStatus(&ctx, {}, &r).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelLoadRequest req;
+    req.set_model_name("identity");
+    inference::RepositoryModelLoadResponse r;
+    EXPECT_EQ(shoal.stub().RepositoryModelLoad(&ctx, req, &r).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION)
+        << "control mode none";
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest req;
+    req.set_name("missing");
+    inference::ModelConfigResponse r;
+    EXPECT_EQ(shoal.stub().ModelConfig(&ctx, req, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    // A client deadline shorter than the queue: DEADLINE_EXCEEDED from the client side.
+    std::thread busy([&] {
+      ModelInferResponse r;
+      (void)shoal.Infer(FloatRequest("tiny_queue", {1}), &r);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(50));
+    ModelInferResponse r;
+    EXPECT_EQ(shoal.stub().ModelInfer(&ctx, FloatRequest("tiny_queue", {2}), &r).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+    busy.join();
+  }
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, StatisticsCountsMove) {
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  const auto before = shoal.Stats("identity");
+  EXPECT_EQ(before.name(), "identity");
+  EXPECT_EQ(before.version(), "1");
+  for (int i = 0; i < 3; ++i) {
+    ModelInferResponse r;
+    ASSERT_TRUE(shoal.Infer(FloatRequest("identity", {float(i)}), &r).ok());
+  }
+  const auto after = shoal.Stats("identity");
+  EXPECT_EQ(after.inference_stats().success().count(),
+            before.inference_stats().success().count() + 3);
+  EXPECT_GT(after.inference_stats().success().ns(), before.inference_stats().success().ns());
+  EXPECT_EQ(after.inference_count(), before.inference_count() + 3);
+  EXPECT_GE(after.execution_count(), before.execution_count() + 1);
+  EXPECT_GT(after.last_inference(), 0u);
+  EXPECT_GE(after.batch_stats_size(), 1);
+
+  grpc::ClientContext ctx;
+  inference::ModelStatisticsResponse all;
+  ASSERT_TRUE(shoal.stub().ModelStatistics(&ctx, {}, &all).ok());
+  EXPECT_EQ(all.model_stats_size(), 3);
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, RepositoryLoadAndUnloadInExplicitMode) {
+  Shoal shoal(repo_, {"--model-control-mode", "explicit", "--load-model", "identity"});
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  auto& stub = shoal.stub();
+  auto index = [&](bool ready_only) {
+    grpc::ClientContext ctx;
+    inference::RepositoryIndexRequest req;
+    req.set_ready(ready_only);
+    inference::RepositoryIndexResponse resp;
+    EXPECT_TRUE(stub.RepositoryIndex(&ctx, req, &resp).ok());
+    std::map<std::string, std::string> states;
+    for (const auto& m : resp.models()) states[m.name()] = m.state();
+    return states;
+  };
+  EXPECT_EQ(index(true), (std::map<std::string, std::string>{{"identity", "READY"}}));
+  EXPECT_EQ(index(false).size(), 3u);
+  EXPECT_FALSE(shoal.ModelReady("add_sub"));
+
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelLoadRequest req;
+    req.set_model_name("add_sub");
+    inference::RepositoryModelLoadResponse resp;
+    auto s = stub.RepositoryModelLoad(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_TRUE(shoal.ModelReady("add_sub"));
+  ModelInferResponse r;
+  EXPECT_TRUE(shoal.Infer(AddSubRequest({1, 1, 1, 1}, {2, 2, 2, 2}), &r).ok());
+  EXPECT_EQ(index(true).size(), 2u);
+
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelUnloadRequest req;
+    req.set_model_name("add_sub");
+    inference::RepositoryModelUnloadResponse resp;
+    auto s = stub.RepositoryModelUnload(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_FALSE(shoal.ModelReady("add_sub"));
+  auto s = shoal.Infer(AddSubRequest({1, 1, 1, 1}, {2, 2, 2, 2}), &r);
+  EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              s.error_code() == grpc::StatusCode::NOT_FOUND)
+      << s.error_message();
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelLoadRequest req;
+    req.set_model_name("not_in_repository");
+    inference::RepositoryModelLoadResponse resp;
+    EXPECT_EQ(stub.RepositoryModelLoad(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, SigtermAnswersEveryRpcInFlightAndExitsZero) {
+  AddModel("slow", Slow("slow", 250000));
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+
+  const int n = 5;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < n; ++i) {
+    clients.emplace_back([&, i] {
+      ModelInferResponse r;
+      auto s = shoal.Infer(FloatRequest("slow", {float(i)}), &r);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      ok += s.ok();
+    });
+  }
+  // A stream with requests in flight too, already half-closed.
+  grpc::ClientContext stream_ctx;
+  auto stream = shoal.stub().ModelStreamInfer(&stream_ctx);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(stream->Write(FloatRequest("slow", {float(i)}, "s" + std::to_string(i))));
+  }
+  stream->WritesDone();
+  // Every request reached the server's queue well before the first of the ~1.75 s of
+  // work is done.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  shoal.process().Signal(SIGTERM);
+
+  int stream_ok = 0;
+  inference::ModelStreamInferResponse r;
+  while (stream->Read(&r)) stream_ok += r.error_message().empty();
+  EXPECT_TRUE(stream->Finish().ok());
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), n);
+  EXPECT_EQ(stream_ok, 2);
+  EXPECT_EQ(shoal.process().Wait(), 0) << shoal.log();
+}
+
+}  // namespace
+}  // namespace shoal::e2e

@@ -1,0 +1,363 @@
+// End-to-end tests of the HTTP/REST front end: the real `shoal serve` on a temporary
+// repository with the example plugins, driven over loopback by a plain HTTP client.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/http_test_client.h"
+#include "shoal_process.h"
+
+namespace shoal::e2e {
+namespace {
+
+using json = nlohmann::json;
+using shoal::testing::HttpReply;
+using shoal::testing::HttpTestClient;
+using shoal::testing::RawBytes;
+using shoal::testing::SerializeStrings;
+using ::testing::HasSubstr;
+
+constexpr char kIdentity[] = R"(
+name: "identity"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)";
+
+constexpr char kStrings[] = R"(
+name: "strings"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+)";
+
+constexpr char kAddSub[] = R"(
+name: "add_sub"
+backend: "add_sub"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
+         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+)";
+
+// One instance, one item per execution, 400 ms each: a second request waits in the queue;
+// at most two requests may wait (a third is refused with 429).
+constexpr char kSlow[] = R"(
+name: "slow"
+backend: "cost_model"
+max_batch_size: 1
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { default_queue_policy { max_queue_size: 2 } }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "a_us" value { string_value: "400000" } }
+parameters { key: "b_us" value { string_value: "0" } }
+)";
+
+std::string InferJson(const std::vector<float>& values) {
+  json body = {{"inputs",
+                {{{"name", "INPUT0"},
+                  {"shape", {1, values.size()}},
+                  {"datatype", "FP32"},
+                  {"data", values}}}}};
+  return body.dump();
+}
+
+std::string SlowJson(float v) {
+  json body = {
+      {"inputs", {{{"name", "INPUT0"}, {"shape", {1, 1}}, {"datatype", "FP32"}, {"data", {v}}}}}};
+  return body.dump();
+}
+
+std::string RawPost(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+void ExpectError(const HttpReply& r, int status, std::string_view fragment) {
+  EXPECT_EQ(r.status, status) << r.body;
+  auto j = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+  EXPECT_THAT(j["error"].get<std::string>(), HasSubstr(std::string(fragment)));
+}
+
+class HttpE2eTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> extra = {}) {
+    repo_.WriteFile("identity/config.pbtxt", kIdentity);
+    repo_.WriteFile("identity/1/.keep", "");
+    repo_.WriteFile("strings/config.pbtxt", kStrings);
+    repo_.WriteFile("strings/1/.keep", "");
+    repo_.WriteFile("add_sub/config.pbtxt", kAddSub);
+    repo_.WriteFile("add_sub/1/.keep", "");
+    repo_.WriteFile("slow/config.pbtxt", kSlow);
+    repo_.WriteFile("slow/1/.keep", "");
+    http_port_ = FreePort();
+    metrics_port_ = FreePort();
+    std::vector<std::string> args = {"serve",
+                                     "--model-repository",
+                                     repo_.path(),
+                                     "--http-port",
+                                     std::to_string(http_port_),
+                                     "--grpc-port",
+                                     std::to_string(FreePort()),
+                                     "--metrics-port",
+                                     std::to_string(metrics_port_),
+                                     "--backend-directory",
+                                     BinaryDir() + "/backends"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process_ = ShoalProcess::Start(args);
+    ASSERT_NE(process_, nullptr);
+    ASSERT_TRUE(process_->WaitForPort(http_port_)) << process_->log();
+    client_ = std::make_unique<HttpTestClient>("127.0.0.1", http_port_);
+  }
+  void TearDown() override {
+    if (HasFailure() && process_) std::cerr << "---- shoal log ----\n" << process_->log() << "\n";
+  }
+  std::unique_ptr<HttpTestClient> NewClient() {
+    return std::make_unique<HttpTestClient>("127.0.0.1", http_port_);
+  }
+  json Stats(const std::string& model) {
+    HttpReply r = client_->Get("/v2/models/" + model + "/stats");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body)["model_stats"][0];
+  }
+
+  TempDir repo_;
+  int http_port_ = 0, metrics_port_ = 0;
+  std::unique_ptr<ShoalProcess> process_;
+  std::unique_ptr<HttpTestClient> client_;
+};
+
+TEST_F(HttpE2eTest, HealthMetadataAndConfig) {
+  Start();
+  EXPECT_EQ(client_->Get("/v2/health/live").status, 200);
+  EXPECT_EQ(client_->Get("/v2/health/ready").status, 200);
+  EXPECT_EQ(client_->Get("/v2/models/identity/ready").status, 200);
+  EXPECT_EQ(client_->Get("/v2/models/identity/versions/1/ready").status, 200);
+  EXPECT_NE(client_->Get("/v2/models/missing/ready").status, 200);
+  auto server = json::parse(client_->Get("/v2").body);
+  EXPECT_EQ(server["name"], "shoal");
+  EXPECT_THAT(server["extensions"].get<std::vector<std::string>>(),
+              ::testing::Contains("binary_tensor_data"));
+  auto meta = json::parse(client_->Get("/v2/models/identity").body);
+  EXPECT_EQ(meta["inputs"][0]["shape"], json({-1, -1}));
+  auto config = json::parse(client_->Get("/v2/models/identity/config").body);
+  EXPECT_EQ(config["max_batch_size"], 8);
+  EXPECT_EQ(config["input"][0]["name"], "INPUT0");
+  EXPECT_EQ(config["input"][0]["data_type"], "TYPE_FP32");
+  EXPECT_TRUE(config.contains("dynamic_batching"));
+}
+
+TEST_F(HttpE2eTest, JsonBinaryAndBytesInfer) {
+  Start();
+  HttpReply r = client_->Post("/v2/models/identity/infer", InferJson({1, 2.5, -3}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json({1, 2.5, -3}));
+
+  // Binary in and out, as perf_analyzer and the Python client send it.
+  const std::vector<int32_t> a = {1, 2, 3, 4}, b = {10, 20, 30, 40};
+  json header = {{"inputs",
+                  {{{"name", "INPUT0"},
+                    {"shape", {4}},
+                    {"datatype", "INT32"},
+                    {"parameters", {{"binary_data_size", 16}}}},
+                   {{"name", "INPUT1"},
+                    {"shape", {4}},
+                    {"datatype", "INT32"},
+                    {"parameters", {{"binary_data_size", 16}}}}}},
+                 {"outputs",
+                  {{{"name", "OUTPUT0"}, {"parameters", {{"binary_data", true}}}},
+                   {{"name", "OUTPUT1"}, {"parameters", {{"binary_data", true}}}}}}};
+  const std::string h = header.dump();
+  r = client_->Post("/v2/models/add_sub/infer", h + RawBytes(a) + RawBytes(b),
+                    {{"Inference-Header-Content-Length", std::to_string(h.size())}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_NE(r.Header("inference-header-content-length"), nullptr);
+  auto j = json::parse(r.Json());
+  EXPECT_EQ(j["outputs"][0]["parameters"]["binary_data_size"], 16);
+  EXPECT_EQ(r.Binary(), RawBytes(std::vector<int32_t>{11, 22, 33, 44}) +
+                            RawBytes(std::vector<int32_t>{-9, -18, -27, -36}));
+
+  // BYTES: JSON strings in, binary out.
+  json sreq = {
+      {"inputs",
+       {{{"name", "INPUT0"}, {"shape", {2}}, {"datatype", "BYTES"}, {"data", {"hello", "wörld"}}}}},
+      {"parameters", {{"binary_data_output", true}}}};
+  r = client_->Post("/v2/models/strings/infer", sreq.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Binary(), SerializeStrings({"hello", "wörld"}));
+  // BYTES: binary in, JSON out.
+  const std::string raw = SerializeStrings({"x", ""});
+  json bh = {{"inputs",
+              {{{"name", "INPUT0"},
+                {"shape", {2}},
+                {"datatype", "BYTES"},
+                {"parameters", {{"binary_data_size", raw.size()}}}}}}};
+  r = client_->Post("/v2/models/strings/infer", bh.dump() + raw,
+                    {{"Inference-Header-Content-Length", std::to_string(bh.dump().size())}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json({"x", ""}));
+
+  // gzip-compressed request body.
+  r = client_->Post("/v2/models/identity/infer", testing::GzipCompress(InferJson({7})),
+                    {{"Content-Encoding", "gzip"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json({7}));
+}
+
+TEST_F(HttpE2eTest, EveryErrorHasItsStatus) {
+  Start({"--max-body-bytes", "65536", "--max-header-bytes", "4096"});
+  ExpectError(client_->Post("/v2/models/identity/infer", "{\"inputs\": [}"), 400, "inputs");
+  ExpectError(client_->Post("/v2/models/identity/infer", "{\"inputs\": [], "), 400, "JSON");
+  ExpectError(client_->Post("/v2/models/nope/infer", InferJson({1})), 404, "nope");
+  ExpectError(client_->Post("/v2/models/identity/versions/7/infer", InferJson({1})), 404,
+              "version 7");
+  ExpectError(
+      client_->Post(
+          "/v2/models/identity/infer",
+          R"({"inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"FP32","data":[1,2,3]}]})"),
+      400, "inputs[0] ('INPUT0').data");
+  ExpectError(client_->Post(
+                  "/v2/models/identity/infer",
+                  R"({"inputs":[{"name":"INPUT0","shape":[1,-1],"datatype":"FP32","data":[1]}]})"),
+              400, "negative dimension");
+  ExpectError(client_->Post(
+                  "/v2/models/identity/infer",
+                  R"({"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FLOAT","data":[1]}]})"),
+              400, "datatype");
+  ExpectError(client_->Post(
+                  "/v2/models/identity/infer",
+                  R"({"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"INT64","data":[1]}]})"),
+              400, "INPUT0");
+  const std::string h =
+      R"({"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}]})";
+  ExpectError(client_->Post("/v2/models/identity/infer", h + "12345678",
+                            {{"Inference-Header-Content-Length", std::to_string(h.size())}}),
+              400, "truncated");
+  ExpectError(client_->Post("/v2/models/identity/infer", std::string(70000, ' ')), 413,
+              "larger than the limit");
+  ExpectError(
+      client_->Post("/v2/models/identity/infer", testing::GzipCompress(std::string(200000, ' ')),
+                    {{"Content-Encoding", "gzip"}}),
+      413, "decompressed");
+  ExpectError(client_->Request("GET", "/v2", "", {{"X-Padding", std::string(5000, 'x')}}), 431,
+              "head");
+  ExpectError(client_->Get("/v2/models/identity/infer"), 405, "POST");
+  ExpectError(client_->Get("/v2/no/such/path"), 404, "Not Found");
+  // Queue full: one running, two waiting, the fourth is refused with 429 and Retry-After.
+  std::vector<std::unique_ptr<HttpTestClient>> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(NewClient());
+    ASSERT_TRUE(slow.back()->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(float(i)))));
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  HttpReply full = client_->Post("/v2/models/slow/infer", SlowJson(9));
+  ExpectError(full, 429, "");
+  ASSERT_NE(full.Header("retry-after"), nullptr);
+  for (auto& c : slow) EXPECT_EQ(c->ReadReply().status, 200);
+  EXPECT_EQ(client_->Get("/v2/health/live").status, 200) << "the server is still up";
+}
+
+TEST_F(HttpE2eTest, KeepAliveReusesOneConnection) {
+  Start();
+  for (int i = 0; i < 25; ++i) {
+    HttpReply r = client_->Post("/v2/models/identity/infer", InferJson({float(i)}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_FALSE(r.server_closed);
+  }
+  EXPECT_EQ(client_->connects(), 1);
+}
+
+TEST_F(HttpE2eTest, StatisticsMove) {
+  Start();
+  json before = Stats("identity");
+  for (const char* k : {"success", "queue", "compute_input", "compute_infer", "compute_output",
+                        "cache_hit", "cache_miss"}) {
+    ASSERT_TRUE(before["inference_stats"][k]["count"].is_number_unsigned()) << k;
+    ASSERT_TRUE(before["inference_stats"][k]["ns"].is_number_unsigned()) << k;
+  }
+  for (int i = 0; i < 6; ++i)
+    ASSERT_EQ(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
+  json after = Stats("identity");
+  EXPECT_EQ(after["inference_count"].get<uint64_t>() - before["inference_count"].get<uint64_t>(),
+            6u);
+  EXPECT_EQ(after["inference_stats"]["success"]["count"].get<uint64_t>() -
+                before["inference_stats"]["success"]["count"].get<uint64_t>(),
+            6u);
+  EXPECT_GT(after["inference_stats"]["compute_infer"]["ns"].get<uint64_t>(),
+            before["inference_stats"]["compute_infer"]["ns"].get<uint64_t>());
+  EXPECT_GE(after["execution_count"].get<uint64_t>(),
+            before["execution_count"].get<uint64_t>() + 1);
+  EXPECT_EQ(json::parse(client_->Get("/v2/models/stats").body)["model_stats"].size(), 4u);
+}
+
+TEST_F(HttpE2eTest, ExplicitRepositoryLoadAndUnload) {
+  Start({"--model-control-mode", "explicit", "--load-model", "add_sub"});
+  auto index = json::parse(client_->Post("/v2/repository/index", "").body);
+  ASSERT_EQ(index.size(), 4u);
+  EXPECT_NE(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
+  HttpReply load = client_->Post("/v2/repository/models/identity/load", "");
+  ASSERT_EQ(load.status, 200) << load.body;
+  EXPECT_EQ(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
+  auto ready = json::parse(client_->Post("/v2/repository/index", R"({"ready":true})").body);
+  EXPECT_EQ(ready.size(), 2u);
+  ASSERT_EQ(client_->Post("/v2/repository/models/identity/unload", "").status, 200);
+  EXPECT_NE(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
+  ExpectError(client_->Post("/v2/repository/models/nothere/load", ""), 404, "nothere");
+}
+
+TEST_F(HttpE2eTest, DisconnectCancelsQueuedRequest) {
+  Start();
+  auto busy = NewClient();
+  ASSERT_TRUE(busy->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(1))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto leaver = NewClient();
+  ASSERT_TRUE(leaver->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(2))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  leaver->Close();
+  EXPECT_EQ(busy->ReadReply().status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the second would have run by now
+  json s = Stats("slow");
+  EXPECT_EQ(s["execution_count"], 1) << "the cancelled request never ran";
+  EXPECT_EQ(s["inference_stats"]["fail"]["count"], 1);
+  HttpTestClient metrics("127.0.0.1", metrics_port_);
+  EXPECT_THAT(metrics.Get("/metrics").body,
+              HasSubstr("shoal_inference_rejections_total{model=\"slow\",version=\"1\",reason="
+                        "\"cancelled\"} 1\n"));
+}
+
+TEST_F(HttpE2eTest, SigtermAnswersRequestsInFlightAndExitsZero) {
+  Start();
+  std::vector<std::unique_ptr<HttpTestClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(NewClient());
+    ASSERT_TRUE(clients.back()->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(float(i)))));
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // the first starts; two queue
+  }
+  // A keep-alive connection that is idle when the signal comes.
+  auto idle = NewClient();
+  ASSERT_EQ(idle->Get("/v2/health/live").status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  process_->Signal(SIGTERM);
+  for (auto& c : clients) {
+    HttpReply r = c->ReadReply(10000);
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status == 200) {
+      EXPECT_EQ(json::parse(r.body)["model_name"], "slow");
+    }
+  }
+  EXPECT_EQ(process_->Wait(20000), 0) << process_->log();
+}
+
+}  // namespace
+}  // namespace shoal::e2e
