@@ -8,9 +8,16 @@ BUILD_DIR="${1:-build}"
 shift || true
 LAUNCHER=()
 if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" "$@" >"$BUILD_DIR.configure.log" 2>&1 || {
+CMAKE_ARGS=()
+for a in "$@"; do [ "$a" = "--target-fuzzers" ] || CMAKE_ARGS+=("$a"); done
+cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" "${CMAKE_ARGS[@]}" >"$BUILD_DIR.configure.log" 2>&1 || {
   cat "$BUILD_DIR.configure.log" >&2
   exit 1
 }
 rm -f "$BUILD_DIR.configure.log"
-cmake --build "$BUILD_DIR" -j "${SHOAL_JOBS:-$(nproc)}"
+TARGETS=()
+for a in "$@"; do
+  # --target-fuzzers (for test.sh): build only the libFuzzer targets.
+  if [ "$a" = "--target-fuzzers" ]; then TARGETS=(--target importer_fuzzer http_infer_fuzzer binary_splitter_fuzzer); fi
+done
+cmake --build "$BUILD_DIR" -j "${SHOAL_JOBS:-$(nproc)}" "${TARGETS[@]}"
