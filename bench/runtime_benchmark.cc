@@ -196,20 +196,26 @@ void Batching(double seconds) {
   auto server = StartServer(repo);
   std::printf("## cost_model (a = 2 ms, b = 0.1 ms/item, max batch 32), closed loop, %d callers, %.0f s each\n\n",
               callers, seconds);
-  std::printf("| strategy | req/s | vs one-at-a-time | mean batch | backend ms/batch (model says) | p50 ms | p99 ms | bound req/s | of bound |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| strategy | req/s | vs one-at-a-time | mean batch | backend ms/batch (model says) | p50 ms | p99 ms | bound req/s | of bound | of measured-backend bound |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   double base = 0;
   for (const auto& c : configs) {
     const LoopResult r = ClosedLoop(*server, c.name, callers, seconds);
     if (base == 0) base = r.throughput;
-    std::printf("| %s | %.0f | %.2fx | %.1f | %.2f (%.2f) | %.2f | %.2f | %.0f | %.2f |\n", c.label, r.throughput,
-                r.throughput / base, r.mean_batch, r.backend_ms_per_batch, a_ms + b_ms * r.mean_batch, r.p50_ms,
-                r.p99_ms, c.bound, r.throughput / c.bound);
+    // What the backend allowed as it actually ran: its measured time per batch (the
+    // plugin's sleeps overshoot a + b*n when the machine is busy) at the batches formed.
+    const int instances = c.bound > full ? 2 : 1;
+    const double measured_bound =
+        r.backend_ms_per_batch > 0 ? instances * r.mean_batch * 1000.0 / r.backend_ms_per_batch : 0;
+    std::printf("| %s | %.0f | %.2fx | %.1f | %.2f (%.2f) | %.2f | %.2f | %.0f | %.2f | %.2f |\n", c.label,
+                r.throughput, r.throughput / base, r.mean_batch, r.backend_ms_per_batch, a_ms + b_ms * r.mean_batch,
+                r.p50_ms, r.p99_ms, c.bound, r.throughput / c.bound,
+                measured_bound > 0 ? r.throughput / measured_bound : 0);
     std::fflush(stdout);
   }
-  std::printf("\nTarget: batching >= 0.90 of the bound. The bound assumes every batch is full (32) and\n"
-              "instances never idle; with 64 callers and 2 instances, batches average 32 only if\n"
-              "each instance always finds a full batch waiting.\n");
+  std::printf("\nTarget: batching >= 0.90 of the bound. \"bound\" assumes full batches (32) that take exactly\n"
+              "a + b*n on instances that never idle; \"measured-backend bound\" uses the backend's measured time\n"
+              "per batch instead, separating the runtime's losses from the plugin's sleep overshoot.\n");
 }
 
 }  // namespace

@@ -121,6 +121,7 @@ Status Server::LoadModelLocked(const std::string& name) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     Record& r = models_[name];
+    r.unloaded_on_request = false;
     replaced = std::move(r.versions);
     r.versions = std::move(loaded);
     r.config = config;
@@ -160,6 +161,7 @@ Status Server::UnloadModelLocked(const std::string& name) {
   if (it != models_.end()) {
     it->second.state = ModelState::kUnavailable;
     it->second.reason = "unloaded";
+    it->second.unloaded_on_request = true;
   }
   return Status::Ok();
 }
@@ -270,7 +272,8 @@ bool Server::ready() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) return false;
   for (const auto& [name, r] : models_) {
-    if (r.state != ModelState::kReady) return false;
+    // A model unloaded on request is not a failure (Triton stays ready too).
+    if (r.state != ModelState::kReady && !r.unloaded_on_request) return false;
   }
   return true;
 }

@@ -103,6 +103,7 @@ class Server {
     ModelState state = ModelState::kUnavailable;
     std::string reason;
     std::string fingerprint;
+    bool unloaded_on_request = false;  // explicit unload: not a failure, not counted by ready()
     inference::ModelConfig config;
     std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   };

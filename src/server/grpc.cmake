@@ -49,4 +49,10 @@ if(SHOAL_BUILD_TESTS)
   # The example plugins (examples/backends, a folder added after this one).
   add_dependencies(server_grpc_handlers_test shoal_identity shoal_add_sub shoal_cost_model)
   add_dependencies(server_grpc_server_test shoal_identity shoal_add_sub shoal_cost_model)
+  if(SHOAL_SANITIZE STREQUAL "thread")
+    # Races reported inside the uninstrumented gRPC/Abseil/protobuf libraries are
+    # suppressed; see the file.
+    set_property(TEST server_grpc_server_test APPEND PROPERTY ENVIRONMENT
+      "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/grpc_tsan.supp")
+  endif()
 endif()

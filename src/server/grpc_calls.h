@@ -24,10 +24,10 @@
 //                decoded and sent to the runtime, and the next read starts (paused while
 //                `stream_max_in_flight` requests are unanswered); each answer is queued
 //                and written, one write at a time, in completion order (clients match
-//                by id). Errors are written as error_message (with the id echoed in
-//                infer_response) and the stream goes on. After the client half-closes
-//                and every answer is written, Finish(OK). Draining: messages read get
-//                an UNAVAILABLE error_message, and once nothing is in flight the stream
+//                by id), each with parameter triton_final_response = true. Errors are written as
+//                error_message (with the id echoed in infer_response) and the stream goes on. After
+//                the client half-closes and every answer is written, Finish(OK). Draining: messages
+//                read get an UNAVAILABLE error_message, and once nothing is in flight the stream
 //                ends with Finish(UNAVAILABLE) without waiting for the half-close.
 //
 // Threads: completion-queue threads run OnEvent; runtime threads run infer callbacks

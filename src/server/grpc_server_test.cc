@@ -96,6 +96,16 @@ class GrpcServerTest : public ::testing::Test {
   std::unique_ptr<GRPCInferenceService::Stub> stub_;
 };
 
+// With "slower", a model whose executions take one second: long enough that what the
+// tests cancel is still queued even under a sanitizer's slowdown.
+class GrpcServerSlowTest : public GrpcServerTest {
+ protected:
+  void SetUp() override {
+    repo_.AddModel("slower", testing::SlowConfig("slower", 1000000));
+    GrpcServerTest::SetUp();
+  }
+};
+
 TEST_F(GrpcServerTest, StartRejectsBadOptions) {
   auto bad = [&](auto mutate) {
     GrpcOptions o;
@@ -251,8 +261,12 @@ TEST_F(GrpcServerTest, InferErrorsMapToStatusCodes) {
 }
 
 TEST_F(GrpcServerTest, MessagesAboveFourMebibytes) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "minutes under TSan (every byte copied inside gRPC is checked), and it "
+                  "tests message limits, not threads";
+#endif
   StartServer();
-  std::vector<float> big(3 << 20);  // 12 MiB
+  std::vector<float> big(5 << 18);  // 5 MiB
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000);
   ModelInferResponse resp;
   auto s = Infer(*stub_, FloatRequest("identity", big), &resp);
@@ -286,6 +300,9 @@ TEST_F(GrpcServerTest, StreamingWithAnErrorInTheMiddle) {
       EXPECT_NE(resp.error_message().find("NOPE"), std::string::npos) << resp.error_message();
     } else {
       EXPECT_EQ(resp.error_message(), "");
+      auto final_flag = resp.infer_response().parameters().find("triton_final_response");
+      ASSERT_NE(final_flag, resp.infer_response().parameters().end());
+      EXPECT_TRUE(final_flag->second.bool_param());
       ASSERT_EQ(resp.infer_response().raw_output_contents_size(), 1);
       EXPECT_EQ(Values<float>(resp.infer_response().raw_output_contents(0)),
                 std::vector<float>{float(i)});
@@ -312,31 +329,33 @@ TEST_F(GrpcServerTest, StreamBackPressureStillAnswersEverything) {
   EXPECT_EQ(count, n);
 }
 
-TEST_F(GrpcServerTest, ClientDeadlineCancelsTheRuntimeRequest) {
+TEST_F(GrpcServerSlowTest, ClientDeadlineCancelsTheRuntimeRequest) {
   StartServer();
   ModelInferResponse resp;
   // The first occupies the instance; the second waits in the queue and is abandoned.
   std::thread busy([&] {
     ModelInferResponse r;
-    EXPECT_TRUE(Infer(*stub_, FloatRequest("slow", {1}), &r).ok());
+    EXPECT_TRUE(Infer(*stub_, FloatRequest("slower", {1}), &r).ok());
   });
-  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_EQ(Infer(*stub_, FloatRequest("slow", {2}), &resp, 50).error_code(),
+  while (InFlight("slower") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(Infer(*stub_, FloatRequest("slower", {2}), &resp, 50).error_code(),
             grpc::StatusCode::DEADLINE_EXCEEDED);
   busy.join();
   // The abandoned request was cancelled, not run: only the first executed.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (InFlight("slow") > 0 && std::chrono::steady_clock::now() < deadline) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (InFlight("slower") > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  auto stats = (*runtime_->GetModel("slow"))->stats();
+  auto stats = (*runtime_->GetModel("slower"))->stats();
   EXPECT_EQ(stats.execution_count, 1u);
   EXPECT_EQ(stats.cancelled, 1u);
   EXPECT_TRUE(Infer(*stub_, FloatRequest("identity", {1}), &resp).ok());
 }
 
 TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
-  StartServer();
+  GrpcOptions o;
+  o.shutdown_grace_ms = 60000;  // far more than the 0.8 s of work, even under sanitizers
+  StartServer(o);
   const int n = 4;
   std::atomic<int> ok{0};
   std::vector<std::thread> clients;
@@ -359,7 +378,9 @@ TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
 }
 
 TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
-  StartServer();
+  GrpcOptions o;
+  o.shutdown_grace_ms = 60000;
+  StartServer(o);
   grpc::ClientContext ctx;
   auto stream = stub_->ModelStreamInfer(&ctx);
   ASSERT_TRUE(stream->Write(FloatRequest("identity", {1}, "a")));
@@ -376,7 +397,8 @@ TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
 
   const auto start = std::chrono::steady_clock::now();
   grpc_->Stop();  // the client never half-closes either stream
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30))
+      << "Stop must not wait out the grace period for streams left open";
   ASSERT_TRUE(stream->Read(&r)) << "the request in flight is answered";
   EXPECT_EQ(r.infer_response().id(), "b");
   EXPECT_EQ(r.error_message(), "");
@@ -387,36 +409,36 @@ TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
   EXPECT_EQ(idle->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
-TEST_F(GrpcServerTest, StopCancelsWhatStillRunsAfterTheGracePeriod) {
+TEST_F(GrpcServerSlowTest, StopCancelsWhatStillRunsAfterTheGracePeriod) {
   GrpcOptions o;
   o.shutdown_grace_ms = 50;
   StartServer(o);
-  const int n = 4;  // 4 x 200 ms of work on one instance
-  std::atomic<int> answered{0}, cancelled{0};
+  const int n = 3;  // one executing for 1 s, two queued behind it
+  std::atomic<int> answered{0}, failed{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < n; ++i) {
     clients.emplace_back([&, i] {
       ModelInferResponse r;
-      auto s = Infer(*stub_, FloatRequest("slow", {float(i)}), &r);
+      auto s = Infer(*stub_, FloatRequest("slower", {float(i)}), &r);
       ++answered;
       // gRPC reports the forced cancellation as UNAVAILABLE ("Cancelling all calls").
-      cancelled += s.error_code() == grpc::StatusCode::CANCELLED ||
-                   s.error_code() == grpc::StatusCode::UNAVAILABLE;
+      failed += s.error_code() == grpc::StatusCode::CANCELLED ||
+                s.error_code() == grpc::StatusCode::UNAVAILABLE;
     });
   }
-  while (InFlight("slow") < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const auto start = std::chrono::steady_clock::now();
+  while (InFlight("slower") < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   grpc_->Stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(700))
-      << "the queued requests must be cancelled, not run";
   for (auto& t : clients) t.join();
   EXPECT_EQ(answered.load(), n);
-  EXPECT_GE(cancelled.load(), n - 1);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (InFlight("slow") > 0 && std::chrono::steady_clock::now() < deadline) {
+  EXPECT_EQ(failed.load(), n) << "every call was still running when the grace period ended";
+  // The runtime answered the queued ones as cancelled, without running them.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (InFlight("slower") > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_GE((*runtime_->GetModel("slow"))->stats().cancelled, uint64_t{n - 1});
+  const auto stats = (*runtime_->GetModel("slower"))->stats();
+  EXPECT_EQ(stats.cancelled, uint64_t{n - 1});
+  EXPECT_EQ(stats.execution_count, 1u);
 }
 
 TEST_F(GrpcServerTest, NewInferenceIsRefusedWhileDraining) {

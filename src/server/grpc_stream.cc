@@ -194,7 +194,10 @@ class StreamInferCall final : public Call {
     try {
       if (answer.status.ok()) {
         response = std::make_unique<Response>();
-        InferResponseToProto(answer, response->mutable_infer_response());
+        auto* ir = response->mutable_infer_response();
+        InferResponseToProto(answer, ir);
+        // One response per request (no decoupled models): each is the final one.
+        (*ir->mutable_parameters())["triton_final_response"].set_bool_param(true);
       } else {
         response = ErrorResponse(
             answer.status.message(), answer.id, answer.model_name,
