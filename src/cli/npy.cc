@@ -133,7 +133,16 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
                            std::to_string(data_bytes) + " bytes of data, the file has " +
                            std::to_string(size - data_offset));
   }
-  a.data = Buffer::Wrap(const_cast<unsigned char*>(p) + data_offset, data_bytes, file);
+  const unsigned char* data = p + data_offset;
+  const size_t element = DataTypeSize(a.dtype);
+  if (reinterpret_cast<uintptr_t>(data) % element != 0) {
+    // Members of an uncompressed .npz sit at arbitrary offsets: copy them to aligned
+    // memory so elements can be read as their type.
+    a.data = Buffer::Allocate(data_bytes);
+    if (data_bytes > 0) std::memcpy(a.data->data(), data, data_bytes);
+  } else {
+    a.data = Buffer::Wrap(const_cast<unsigned char*>(data), data_bytes, file);
+  }
   return a;
 }
 
