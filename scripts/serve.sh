@@ -5,5 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh build -DCMAKE_BUILD_TYPE=Release >/dev/null
-exec build/src/cli/shoal serve --model-repository examples/models "$@"
+# Its own build folder, without tests and benchmarks: the quickest way to a server.
+scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DSHOAL_BUILD_TESTS=OFF -DSHOAL_BUILD_BENCHMARKS=OFF >/dev/null
+exec build-release/src/cli/shoal serve --model-repository examples/models "$@"
