@@ -21,11 +21,16 @@ int main(int argc, char** argv) {
   double seconds = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--target") target = argv[i + 1];
-    else if (a == "--model") model = argv[i + 1];
-    else if (a == "--elements") elements = std::atoi(argv[i + 1]);
-    else if (a == "--concurrency") concurrency = std::atoi(argv[i + 1]);
-    else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (a == "--target")
+      target = argv[i + 1];
+    else if (a == "--model")
+      model = argv[i + 1];
+    else if (a == "--elements")
+      elements = std::atoi(argv[i + 1]);
+    else if (a == "--concurrency")
+      concurrency = std::atoi(argv[i + 1]);
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
@@ -69,7 +74,8 @@ int main(int argc, char** argv) {
     auto* call = static_cast<Call*>(tag);
     const auto now = std::chrono::steady_clock::now();
     if (!call->status.ok()) {
-      if (++errors <= 3) std::fprintf(stderr, "grpc_load: %s\n", call->status.error_message().c_str());
+      if (++errors <= 3)
+        std::fprintf(stderr, "grpc_load: %s\n", call->status.error_message().c_str());
     } else if (now >= measure_from && now < end) {
       latencies_us.push_back(std::chrono::duration<double, std::micro>(now - call->start).count());
     }
@@ -82,9 +88,10 @@ int main(int argc, char** argv) {
   }
   std::sort(latencies_us.begin(), latencies_us.end());
   auto pct = [&](double p) {
-    return latencies_us.empty() ? 0.0 : latencies_us[static_cast<size_t>(p * (latencies_us.size() - 1))];
+    return latencies_us.empty() ? 0.0
+                                : latencies_us[static_cast<size_t>(p * (latencies_us.size() - 1))];
   };
-  std::printf("%.0f %.1f %.1f %lld\n", static_cast<double>(latencies_us.size()) / seconds, pct(0.5), pct(0.99),
-              static_cast<long long>(errors));
+  std::printf("%.0f %.1f %.1f %lld\n", static_cast<double>(latencies_us.size()) / seconds, pct(0.5),
+              pct(0.99), static_cast<long long>(errors));
   return errors > 0 ? 1 : 0;
 }

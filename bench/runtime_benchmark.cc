@@ -32,7 +32,9 @@ using namespace shoal;
 namespace {
 
 std::string PluginDir() {
-  return (fs::read_symlink("/proc/self/exe").parent_path() / ".." / "backends").lexically_normal().string();
+  return (fs::read_symlink("/proc/self/exe").parent_path() / ".." / "backends")
+      .lexically_normal()
+      .string();
 }
 
 struct Repo {
@@ -54,8 +56,10 @@ std::unique_ptr<runtime::Server> StartServer(const Repo& repo) {
   o.backend_directories = {PluginDir()};
   auto s = runtime::Server::Create(o);
   if (!s.ok() || !(*s)->ready()) {
-    std::fprintf(stderr, "server failed: %s\n", s.ok() ? "a model failed to load" : s.status().ToString().c_str());
-    for (const auto& m : (*s)->RepositoryIndex()) std::fprintf(stderr, "  %s: %s\n", m.name.c_str(), m.reason.c_str());
+    std::fprintf(stderr, "server failed: %s\n",
+                 s.ok() ? "a model failed to load" : s.status().ToString().c_str());
+    for (const auto& m : (*s)->RepositoryIndex())
+      std::fprintf(stderr, "  %s: %s\n", m.name.c_str(), m.reason.c_str());
     std::exit(1);
   }
   return std::move(s).value();
@@ -99,10 +103,12 @@ dynamic_batching { })");
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 1000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
-  std::printf("## In-process overhead per request (identity, 16 floats, concurrency 1, %d requests)\n\n", requests);
+  std::printf(
+      "## In-process overhead per request (identity, 16 floats, concurrency 1, %d requests)\n\n",
+      requests);
   std::printf("| p50 us | p90 us | p99 us | target |\n|---|---|---|---|\n");
-  std::printf("| %.1f | %.1f | %.1f | p50 <= 50, p99 <= 200 |\n\n", Percentile(us, 0.5), Percentile(us, 0.9),
-              Percentile(us, 0.99));
+  std::printf("| %.1f | %.1f | %.1f | p50 <= 50, p99 <= 200 |\n\n", Percentile(us, 0.5),
+              Percentile(us, 0.9), Percentile(us, 0.99));
 }
 
 struct LoopResult {
@@ -114,7 +120,8 @@ struct LoopResult {
 
 // `callers` virtual clients, each sending its next request from the previous one's
 // callback; measured for `seconds` after a warm-up of a quarter of that.
-LoopResult ClosedLoop(runtime::Server& server, const std::string& model, int callers, double seconds) {
+LoopResult ClosedLoop(runtime::Server& server, const std::string& model, int callers,
+                      double seconds) {
   std::atomic<bool> measuring{false}, stopping{false};
   std::atomic<int64_t> completed{0};
   std::atomic<int> outstanding{0};
@@ -131,7 +138,9 @@ LoopResult ClosedLoop(runtime::Server& server, const std::string& model, int cal
       }
       if (measuring) {
         ++completed;
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
         std::lock_guard<std::mutex> lock(lat_mu);
         latencies.push_back(ms);
       }
@@ -147,14 +156,16 @@ LoopResult ClosedLoop(runtime::Server& server, const std::string& model, int cal
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   measuring = false;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto after = mv->stats();
   stopping = true;
   while (outstanding > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   LoopResult r;
   r.throughput = static_cast<double>(completed) / elapsed;
   const double execs = static_cast<double>(after.execution_count - before.execution_count);
-  r.mean_batch = execs > 0 ? static_cast<double>(after.inference_count - before.inference_count) / execs : 0;
+  r.mean_batch =
+      execs > 0 ? static_cast<double>(after.inference_count - before.inference_count) / execs : 0;
   r.backend_ms_per_batch =
       execs > 0 ? static_cast<double>(after.compute_infer.ns - before.compute_infer.ns) / 1e6 /
                       static_cast<double>(after.compute_infer.count - before.compute_infer.count)
@@ -175,12 +186,14 @@ void Batching(double seconds) {
     double bound;  // requests/s the cost model allows
   };
   auto cfg = [&](const char* name, bool batching, int instances) {
-    std::string c = std::string("name: \"") + name + "\" backend: \"cost_model\" max_batch_size: 32\n" +
+    std::string c = std::string("name: \"") + name +
+                    "\" backend: \"cost_model\" max_batch_size: 32\n" +
                     "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
                     "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
                     "parameters { key: \"a_us\" value { string_value: \"2000\" } }\n"
                     "parameters { key: \"b_us\" value { string_value: \"100\" } }\n"
-                    "instance_group [ { count: " + std::to_string(instances) + " } ]\n";
+                    "instance_group [ { count: " +
+                    std::to_string(instances) + " } ]\n";
     if (batching) c += "dynamic_batching { }\n";
     return c;
   };
@@ -194,9 +207,13 @@ void Batching(double seconds) {
   Repo repo;
   for (const auto& c : configs) repo.Add(c.name, c.config);
   auto server = StartServer(repo);
-  std::printf("## cost_model (a = 2 ms, b = 0.1 ms/item, max batch 32), closed loop, %d callers, %.0f s each\n\n",
-              callers, seconds);
-  std::printf("| strategy | req/s | vs one-at-a-time | mean batch | backend ms/batch (model says) | p50 ms | p99 ms | bound req/s | of bound | of measured-backend bound |\n");
+  std::printf(
+      "## cost_model (a = 2 ms, b = 0.1 ms/item, max batch 32), closed loop, %d callers, %.0f s "
+      "each\n\n",
+      callers, seconds);
+  std::printf(
+      "| strategy | req/s | vs one-at-a-time | mean batch | backend ms/batch (model says) | p50 ms "
+      "| p99 ms | bound req/s | of bound | of measured-backend bound |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   double base = 0;
   for (const auto& c : configs) {
@@ -207,15 +224,18 @@ void Batching(double seconds) {
     const int instances = c.bound > full ? 2 : 1;
     const double measured_bound =
         r.backend_ms_per_batch > 0 ? instances * r.mean_batch * 1000.0 / r.backend_ms_per_batch : 0;
-    std::printf("| %s | %.0f | %.2fx | %.1f | %.2f (%.2f) | %.2f | %.2f | %.0f | %.2f | %.2f |\n", c.label,
-                r.throughput, r.throughput / base, r.mean_batch, r.backend_ms_per_batch, a_ms + b_ms * r.mean_batch,
-                r.p50_ms, r.p99_ms, c.bound, r.throughput / c.bound,
+    std::printf("| %s | %.0f | %.2fx | %.1f | %.2f (%.2f) | %.2f | %.2f | %.0f | %.2f | %.2f |\n",
+                c.label, r.throughput, r.throughput / base, r.mean_batch, r.backend_ms_per_batch,
+                a_ms + b_ms * r.mean_batch, r.p50_ms, r.p99_ms, c.bound, r.throughput / c.bound,
                 measured_bound > 0 ? r.throughput / measured_bound : 0);
     std::fflush(stdout);
   }
-  std::printf("\nTarget: batching >= 0.90 of the bound. \"bound\" assumes full batches (32) that take exactly\n"
-              "a + b*n on instances that never idle; \"measured-backend bound\" uses the backend's measured time\n"
-              "per batch instead, separating the runtime's losses from the plugin's sleep overshoot.\n");
+  std::printf(
+      "\nTarget: batching >= 0.90 of the bound. \"bound\" assumes full batches (32) that take "
+      "exactly\n"
+      "a + b*n on instances that never idle; \"measured-backend bound\" uses the backend's "
+      "measured time\n"
+      "per batch instead, separating the runtime's losses from the plugin's sleep overshoot.\n");
 }
 
 }  // namespace

@@ -53,8 +53,8 @@ struct ModelInfo {
 };
 
 struct InstanceInfo {
-  std::string name;       // "<model>_<index>"
-  int index = 0;          // 0-based across the model's instances
+  std::string name;            // "<model>_<index>"
+  int index = 0;               // 0-based across the model's instances
   std::vector<int> cpu_cores;  // empty: not pinned
 };
 

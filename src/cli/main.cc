@@ -1,7 +1,6 @@
 // The `shoal` command. Subcommands: serve (serve.cc), run (run.cc), inspect (an ONNX
 // model's summary).
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "cli/run.h"
@@ -11,18 +10,23 @@
 #endif
 
 int main(int argc, char** argv) {
-  CLI::App app{"shoal: a model server for ONNX models and plugin backends, speaking the Open Inference "
-               "Protocol (KServe v2) over HTTP and gRPC"};
+  CLI::App app{
+      "shoal: a model server for ONNX models and plugin backends, speaking the Open Inference "
+      "Protocol (KServe v2) over HTTP and gRPC"};
   app.set_version_flag("--version", std::string("shoal ") + SHOAL_VERSION);
-  app.set_config("--config", "", "Read options from a TOML or INI file whose keys are the long flag names");
+  app.set_config("--config", "",
+                 "Read options from a TOML or INI file whose keys are the long flag names");
   app.require_subcommand(1);
   shoal::cli::AddServeCommand(app);
   shoal::cli::AddRunCommand(app);
 
 #ifdef SHOAL_HAVE_ENGINE
   std::string model_path;
-  CLI::App* inspect = app.add_subcommand("inspect", "Summarise an ONNX model: inputs, outputs, operators, FLOPs");
-  inspect->add_option("model", model_path, "Path to a .onnx file")->required()->check(CLI::ExistingFile);
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "Summarise an ONNX model: inputs, outputs, operators, FLOPs");
+  inspect->add_option("model", model_path, "Path to a .onnx file")
+      ->required()
+      ->check(CLI::ExistingFile);
   inspect->callback([&] {
     auto text = shoal::engine::InspectModel(model_path);
     if (!text.ok()) {

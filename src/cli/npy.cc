@@ -19,7 +19,7 @@ struct DescrEntry {
   DataType type;
 };
 constexpr DescrEntry kDescrs[] = {
-    {"|b1", DataType::kBool},  {"|u1", DataType::kUint8},  {"<u2", DataType::kUint16},
+    {"|b1", DataType::kBool},   {"|u1", DataType::kUint8},  {"<u2", DataType::kUint16},
     {"<u4", DataType::kUint32}, {"<u8", DataType::kUint64}, {"|i1", DataType::kInt8},
     {"<i2", DataType::kInt16},  {"<i4", DataType::kInt32},  {"<i8", DataType::kInt64},
     {"<f2", DataType::kFp16},   {"<f4", DataType::kFp32},   {"<f8", DataType::kFp64},
@@ -32,7 +32,9 @@ std::string DescrFor(DataType t) {
   return "";
 }
 
-uint32_t Le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24; }
+uint32_t Le32(const unsigned char* p) {
+  return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
 uint16_t Le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
 std::shared_ptr<Buffer> MapFile(const std::string& path, Status* status) {
@@ -55,7 +57,8 @@ std::shared_ptr<Buffer> MapFile(const std::string& path, Status* status) {
     *status = Internal("cannot map '" + path + "'");
     return nullptr;
   }
-  std::shared_ptr<const void> owner(p, [size](const void* q) { munmap(const_cast<void*>(q), size); });
+  std::shared_ptr<const void> owner(p,
+                                    [size](const void* q) { munmap(const_cast<void*>(q), size); });
   return Buffer::Wrap(p, size, owner);
 }
 
@@ -77,7 +80,8 @@ Tensor NpyArray::Row(int64_t i) const {
 StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& name) {
   const auto* p = static_cast<const unsigned char*>(file->data());
   const size_t size = file->size();
-  if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) return InvalidArgument("'" + name + "' is not an .npy file");
+  if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0)
+    return InvalidArgument("'" + name + "' is not an .npy file");
   const int major = p[6];
   size_t header_len, offset;
   if (major == 1) {
@@ -88,9 +92,11 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
     header_len = Le32(p + 8);
     offset = 12;
   } else {
-    return InvalidArgument("'" + name + "' has .npy version " + std::to_string(major) + ", which is not supported");
+    return InvalidArgument("'" + name + "' has .npy version " + std::to_string(major) +
+                           ", which is not supported");
   }
-  if (offset + header_len > size) return InvalidArgument("'" + name + "' is truncated in its header");
+  if (offset + header_len > size)
+    return InvalidArgument("'" + name + "' is truncated in its header");
   const std::string header(reinterpret_cast<const char*>(p + offset), header_len);
   std::smatch m;
   if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'"))) {
@@ -99,16 +105,19 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
   const std::string descr = m[1];
   NpyArray a;
   for (const auto& d : kDescrs) {
-    if (descr == d.descr || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(d.descr).substr(1))) {
+    if (descr == d.descr || (descr.size() == 3 && descr[0] == '=' &&
+                             descr.substr(1) == std::string(d.descr).substr(1))) {
       a.dtype = d.type;
     }
   }
   if (a.dtype == DataType::kInvalid) {
-    return InvalidArgument("'" + name + "' has dtype '" + descr +
-                           "', which shoal cannot read (little-endian bool, int, uint and float only)");
+    return InvalidArgument(
+        "'" + name + "' has dtype '" + descr +
+        "', which shoal cannot read (little-endian bool, int, uint and float only)");
   }
   if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) {
-    return InvalidArgument("'" + name + "' is in Fortran order; save it with numpy.ascontiguousarray first");
+    return InvalidArgument("'" + name +
+                           "' is in Fortran order; save it with numpy.ascontiguousarray first");
   }
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) {
     return InvalidArgument("'" + name + "' has no shape in its header");
@@ -129,9 +138,9 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
   const size_t data_bytes = static_cast<size_t>(*count) * DataTypeSize(a.dtype);
   const size_t data_offset = offset + header_len;
   if (size - data_offset < data_bytes) {
-    return InvalidArgument("'" + name + "' is truncated: shape " + ShapeToString(a.shape) + " needs " +
-                           std::to_string(data_bytes) + " bytes of data, the file has " +
-                           std::to_string(size - data_offset));
+    return InvalidArgument("'" + name + "' is truncated: shape " + ShapeToString(a.shape) +
+                           " needs " + std::to_string(data_bytes) +
+                           " bytes of data, the file has " + std::to_string(size - data_offset));
   }
   const unsigned char* data = p + data_offset;
   const size_t element = DataTypeSize(a.dtype);
@@ -164,12 +173,14 @@ StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path) {
   if (size < 22) return InvalidArgument("'" + path + "' is not a zip (.npz) archive");
   size_t eocd = size - 22;
   while (eocd > 0 && Le32(p + eocd) != 0x06054b50) --eocd;
-  if (Le32(p + eocd) != 0x06054b50) return InvalidArgument("'" + path + "' is not a zip (.npz) archive");
+  if (Le32(p + eocd) != 0x06054b50)
+    return InvalidArgument("'" + path + "' is not a zip (.npz) archive");
   const uint16_t entries = Le16(p + eocd + 10);
   size_t cd = Le32(p + eocd + 16);
   std::map<std::string, NpyArray> out;
   for (uint16_t e = 0; e < entries; ++e) {
-    if (cd + 46 > size || Le32(p + cd) != 0x02014b50) return InvalidArgument("'" + path + "' has a broken zip directory");
+    if (cd + 46 > size || Le32(p + cd) != 0x02014b50)
+      return InvalidArgument("'" + path + "' has a broken zip directory");
     const uint16_t method = Le16(p + cd + 10);
     const uint32_t csize = Le32(p + cd + 20), usize = Le32(p + cd + 24);
     const uint16_t nlen = Le16(p + cd + 28), xlen = Le16(p + cd + 30), clen = Le16(p + cd + 32);
@@ -178,11 +189,14 @@ StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path) {
     std::string member(reinterpret_cast<const char*>(p + cd + 46), nlen);
     cd += 46 + nlen + xlen + clen;
     if (csize == 0xffffffffu || usize == 0xffffffffu) {
-      return InvalidArgument("'" + path + "' member '" + member + "' is a zip64 entry (over 4 GiB), not supported");
+      return InvalidArgument("'" + path + "' member '" + member +
+                             "' is a zip64 entry (over 4 GiB), not supported");
     }
-    if (local + 30 > size || Le32(p + local) != 0x04034b50) return InvalidArgument("'" + path + "' has a broken zip entry");
+    if (local + 30 > size || Le32(p + local) != 0x04034b50)
+      return InvalidArgument("'" + path + "' has a broken zip entry");
     const size_t data = local + 30 + Le16(p + local + 26) + Le16(p + local + 28);
-    if (data + csize > size) return InvalidArgument("'" + path + "' member '" + member + "' is truncated");
+    if (data + csize > size)
+      return InvalidArgument("'" + path + "' member '" + member + "' is truncated");
     std::shared_ptr<Buffer> bytes;
     if (method == 0) {
       bytes = Buffer::Wrap(const_cast<unsigned char*>(p) + data, csize, file);
@@ -200,8 +214,8 @@ StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path) {
         return InvalidArgument("'" + path + "' member '" + member + "' does not decompress");
       }
     } else {
-      return InvalidArgument("'" + path + "' member '" + member + "' uses zip method " + std::to_string(method) +
-                             "; only stored and deflated are supported");
+      return InvalidArgument("'" + path + "' member '" + member + "' uses zip method " +
+                             std::to_string(method) + "; only stored and deflated are supported");
     }
     std::string name = member;
     if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") name.resize(name.size() - 4);
@@ -213,9 +227,12 @@ StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path) {
 
 StatusOr<std::string> NpyHeader(DataType dtype, const Shape& shape) {
   const std::string descr = DescrFor(dtype);
-  if (descr.empty()) return InvalidArgument(std::string(DataTypeName(dtype)) + " cannot be written to .npy");
+  if (descr.empty())
+    return InvalidArgument(std::string(DataTypeName(dtype)) + " cannot be written to .npy");
   std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < shape.size(); ++i) dict += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  for (size_t i = 0; i < shape.size(); ++i)
+    dict +=
+        std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   dict += "), }";
   size_t total = 10 + dict.size() + 1;
   const size_t padded = (total + 63) / 64 * 64;
@@ -228,8 +245,8 @@ StatusOr<std::string> NpyHeader(DataType dtype, const Shape& shape) {
   return header + dict;
 }
 
-StatusOr<std::unique_ptr<NpyWriter>> NpyWriter::Open(const std::string& path, DataType dtype, Shape shape,
-                                                     bool resume) {
+StatusOr<std::unique_ptr<NpyWriter>> NpyWriter::Open(const std::string& path, DataType dtype,
+                                                     Shape shape, bool resume) {
   ASSIGN_OR_RETURN(std::string header, NpyHeader(dtype, shape));
   ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
   std::unique_ptr<NpyWriter> w(new NpyWriter());
@@ -241,15 +258,18 @@ StatusOr<std::unique_ptr<NpyWriter>> NpyWriter::Open(const std::string& path, Da
   if (resume) {
     std::ifstream f(path, std::ios::binary);
     std::string existing(header.size(), '\0');
-    if (!f.read(existing.data(), static_cast<std::streamsize>(existing.size())) || existing != header) {
-      return FailedPrecondition("cannot resume into '" + path + "': it does not hold an array of shape " +
-                                ShapeToString(shape) + " and type " + std::string(DataTypeName(dtype)));
+    if (!f.read(existing.data(), static_cast<std::streamsize>(existing.size())) ||
+        existing != header) {
+      return FailedPrecondition("cannot resume into '" + path +
+                                "': it does not hold an array of shape " + ShapeToString(shape) +
+                                " and type " + std::string(DataTypeName(dtype)));
     }
     w->fd_ = open(path.c_str(), O_WRONLY);
   } else {
     w->fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
-  if (w->fd_ < 0) return Internal("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  if (w->fd_ < 0)
+    return Internal("cannot open '" + path + "' for writing: " + std::strerror(errno));
   if (!resume) {
     if (pwrite(w->fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()) ||
         ftruncate(w->fd_, static_cast<off_t>(header.size() + data_bytes)) != 0) {
@@ -264,10 +284,11 @@ NpyWriter::~NpyWriter() {
 }
 
 Status NpyWriter::WriteRow(int64_t index, const void* bytes, size_t size) {
-  if (index < 0 || index >= rows_) return InvalidArgument("row " + std::to_string(index) + " is outside the array");
+  if (index < 0 || index >= rows_)
+    return InvalidArgument("row " + std::to_string(index) + " is outside the array");
   if (size != row_bytes_) {
-    return InvalidArgument("row " + std::to_string(index) + " has " + std::to_string(size) + " bytes; '" + path_ +
-                           "' rows have " + std::to_string(row_bytes_));
+    return InvalidArgument("row " + std::to_string(index) + " has " + std::to_string(size) +
+                           " bytes; '" + path_ + "' rows have " + std::to_string(row_bytes_));
   }
   const off_t at = static_cast<off_t>(header_bytes_ + static_cast<size_t>(index) * row_bytes_);
   if (pwrite(fd_, bytes, size, at) != static_cast<ssize_t>(size)) {

@@ -40,8 +40,8 @@ StatusOr<std::string> NpyHeader(DataType dtype, const Shape& shape);
 class NpyWriter {
  public:
   // Creates (or, when `resume`, reopens and checks) an .npy file of this dtype and shape.
-  static StatusOr<std::unique_ptr<NpyWriter>> Open(const std::string& path, DataType dtype, Shape shape,
-                                                   bool resume);
+  static StatusOr<std::unique_ptr<NpyWriter>> Open(const std::string& path, DataType dtype,
+                                                   Shape shape, bool resume);
   ~NpyWriter();
   // Writes `bytes` (exactly one row) at row `index`.
   Status WriteRow(int64_t index, const void* bytes, size_t size);

@@ -16,7 +16,8 @@ std::string TestData(const std::string& name) {
 }
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (std::to_string(std::random_device{}()) + name)).string();
+  return (std::filesystem::temp_directory_path() / (std::to_string(std::random_device{}()) + name))
+      .string();
 }
 
 TEST(NpyTest, ReadsNumpyWrittenFloat64) {

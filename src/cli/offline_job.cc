@@ -20,44 +20,81 @@ namespace shoal::cli {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool IsPlainNumeric(DataType t) {
-  return t != DataType::kBytes && t != DataType::kFp16 && t != DataType::kBf16 && t != DataType::kInvalid;
+  return t != DataType::kBytes && t != DataType::kFp16 && t != DataType::kBf16 &&
+         t != DataType::kInvalid;
 }
 
 double LoadAsDouble(DataType t, const void* p, int64_t i) {
   switch (t) {
-    case DataType::kBool: return static_cast<const uint8_t*>(p)[i] != 0;
-    case DataType::kUint8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::kUint16: return static_cast<const uint16_t*>(p)[i];
-    case DataType::kUint32: return static_cast<const uint32_t*>(p)[i];
-    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
-    case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
-    case DataType::kInt16: return static_cast<const int16_t*>(p)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::kFp32: return static_cast<const float*>(p)[i];
-    case DataType::kFp64: return static_cast<const double*>(p)[i];
-    default: return 0;
+    case DataType::kBool:
+      return static_cast<const uint8_t*>(p)[i] != 0;
+    case DataType::kUint8:
+      return static_cast<const uint8_t*>(p)[i];
+    case DataType::kUint16:
+      return static_cast<const uint16_t*>(p)[i];
+    case DataType::kUint32:
+      return static_cast<const uint32_t*>(p)[i];
+    case DataType::kUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(p)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(p)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::kFp32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFp64:
+      return static_cast<const double*>(p)[i];
+    default:
+      return 0;
   }
 }
 
 void StoreDouble(DataType t, void* p, int64_t i, double v) {
   switch (t) {
-    case DataType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; break;
-    case DataType::kUint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kUint16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
-    case DataType::kUint32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v); break;
-    case DataType::kUint64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); break;
-    case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
-    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::kFp32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::kFp64: static_cast<double*>(p)[i] = v; break;
-    default: break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(p)[i] = v != 0;
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kUint16:
+      static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+      break;
+    case DataType::kUint32:
+      static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
+      break;
+    case DataType::kUint64:
+      static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kInt16:
+      static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kFp32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFp64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    default:
+      break;
   }
 }
 
@@ -65,12 +102,13 @@ void StoreDouble(DataType t, void* p, int64_t i, double v) {
 StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name) {
   if (t.dtype() == to) return t;
   if (!IsPlainNumeric(t.dtype()) || !IsPlainNumeric(to)) {
-    return InvalidArgument("input '" + name + "' is " + std::string(DataTypeName(t.dtype())) + " but the model expects " +
-                           std::string(DataTypeName(to)));
+    return InvalidArgument("input '" + name + "' is " + std::string(DataTypeName(t.dtype())) +
+                           " but the model expects " + std::string(DataTypeName(to)));
   }
   const int64_t n = t.element_count();
   Tensor out = Tensor::Allocate(to, t.shape());
-  for (int64_t i = 0; i < n; ++i) StoreDouble(to, out.mutable_data(), i, LoadAsDouble(t.dtype(), t.data(), i));
+  for (int64_t i = 0; i < n; ++i)
+    StoreDouble(to, out.mutable_data(), i, LoadAsDouble(t.dtype(), t.data(), i));
   return out;
 }
 
@@ -78,7 +116,8 @@ StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name
 Tensor ForModel(Tensor t, const runtime::ModelSignature& sig) {
   if (sig.max_batch_size > 0 || t.shape().empty()) return t;
   Shape s(t.shape().begin() + 1, t.shape().end());
-  const size_t offset = static_cast<size_t>(static_cast<const char*>(t.data()) - static_cast<const char*>(t.buffer()->data()));
+  const size_t offset = static_cast<size_t>(static_cast<const char*>(t.data()) -
+                                            static_cast<const char*>(t.buffer()->data()));
   return Tensor(t.dtype(), std::move(s), t.buffer(), offset, t.byte_size());
 }
 
@@ -113,7 +152,8 @@ class ArraySource : public RowSource {
 };
 
 // Flattens a JSON value into shape + leaves.
-Status Flatten(simdjson::dom::element e, size_t depth, Shape* shape, std::vector<simdjson::dom::element>* leaves) {
+Status Flatten(simdjson::dom::element e, size_t depth, Shape* shape,
+               std::vector<simdjson::dom::element>* leaves) {
   if (e.is_array()) {
     simdjson::dom::array arr = e.get_array().value_unsafe();
     const int64_t n = static_cast<int64_t>(arr.size());
@@ -132,7 +172,8 @@ Status Flatten(simdjson::dom::element e, size_t depth, Shape* shape, std::vector
 
 class JsonlSource : public RowSource {
  public:
-  static StatusOr<std::unique_ptr<JsonlSource>> Open(const std::string& path, runtime::ModelSignature sig) {
+  static StatusOr<std::unique_ptr<JsonlSource>> Open(const std::string& path,
+                                                     runtime::ModelSignature sig) {
     std::ifstream f(path, std::ios::binary);
     if (!f) return NotFound("cannot open '" + path + "'");
     std::stringstream ss;
@@ -144,7 +185,8 @@ class JsonlSource : public RowSource {
     while (start < src->text_.size()) {
       size_t end = src->text_.find('\n', start);
       if (end == std::string::npos) end = src->text_.size();
-      if (src->text_.find_first_not_of(" \t\r", start) < end) src->lines_.emplace_back(start, end - start);
+      if (src->text_.find_first_not_of(" \t\r", start) < end)
+        src->lines_.emplace_back(start, end - start);
       start = end + 1;
     }
     return src;
@@ -157,7 +199,8 @@ class JsonlSource : public RowSource {
       return InvalidArgument(std::string("invalid JSON: ") + simdjson::error_message(err));
     }
     simdjson::dom::object obj;
-    if (doc.get_object().get(obj)) return InvalidArgument("the line is not a JSON object of input names");
+    if (doc.get_object().get(obj))
+      return InvalidArgument("the line is not a JSON object of input names");
     std::vector<NamedTensor> out;
     for (auto field : obj) {
       const std::string name(field.key);
@@ -168,7 +211,8 @@ class JsonlSource : public RowSource {
       if (spec == nullptr) return InvalidArgument("unknown input '" + name + "'");
       Shape shape;
       std::vector<simdjson::dom::element> leaves;
-      if (Status s = Flatten(field.value, 0, &shape, &leaves); !s.ok()) return s.WithPrefix("input '" + name + "'");
+      if (Status s = Flatten(field.value, 0, &shape, &leaves); !s.ok())
+        return s.WithPrefix("input '" + name + "'");
       // One row: add the batch dimension unless the value already has it.
       if (shape.size() == spec->dims.size()) shape.insert(shape.begin(), 1);
       Tensor t;
@@ -176,7 +220,8 @@ class JsonlSource : public RowSource {
         std::vector<std::string> values;
         for (auto leaf : leaves) {
           std::string_view sv;
-          if (leaf.get_string().get(sv)) return InvalidArgument("input '" + name + "' must hold strings");
+          if (leaf.get_string().get(sv))
+            return InvalidArgument("input '" + name + "' must hold strings");
           values.emplace_back(sv);
         }
         t = Tensor::FromStrings(shape, values);
@@ -191,12 +236,14 @@ class JsonlSource : public RowSource {
           } else if (!leaves[k].get_bool().get(b)) {
             v = b;
           } else {
-            return InvalidArgument("input '" + name + "' element " + std::to_string(k) + " is not a number");
+            return InvalidArgument("input '" + name + "' element " + std::to_string(k) +
+                                   " is not a number");
           }
           StoreDouble(spec->dtype, t.mutable_data(), static_cast<int64_t>(k), v);
         }
       } else {
-        return InvalidArgument("input '" + name + "' has type " + std::string(DataTypeName(spec->dtype)) +
+        return InvalidArgument("input '" + name + "' has type " +
+                               std::string(DataTypeName(spec->dtype)) +
                                ", which JSON lines cannot carry; use .npy/.npz");
       }
       out.push_back({name, ForModel(std::move(t), sig_)});
@@ -212,7 +259,8 @@ class JsonlSource : public RowSource {
   simdjson::dom::parser parser_;
 };
 
-StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path, const runtime::ModelSignature& sig) {
+StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
+                                                const runtime::ModelSignature& sig) {
   if (EndsWith(path, ".jsonl") || EndsWith(path, ".json")) {
     ASSIGN_OR_RETURN(auto src, JsonlSource::Open(path, sig));
     return std::unique_ptr<RowSource>(std::move(src));
@@ -220,8 +268,9 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path, const r
   std::map<std::string, NpyArray> arrays;
   if (EndsWith(path, ".npy")) {
     if (sig.inputs.size() != 1) {
-      return InvalidArgument("the model has " + std::to_string(sig.inputs.size()) +
-                             " inputs; give them as an .npz with one array per input name, or as .jsonl");
+      return InvalidArgument(
+          "the model has " + std::to_string(sig.inputs.size()) +
+          " inputs; give them as an .npz with one array per input name, or as .jsonl");
     }
     ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path));
     arrays.emplace(sig.inputs[0].name, std::move(a));
@@ -233,7 +282,8 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path, const r
       auto it = all.find(spec.name);
       if (it == all.end()) {
         if (spec.optional) continue;
-        return InvalidArgument("'" + path + "' has no array named '" + spec.name + "' (it has: " + names + ")");
+        return InvalidArgument("'" + path + "' has no array named '" + spec.name +
+                               "' (it has: " + names + ")");
       }
       arrays.emplace(spec.name, std::move(it->second));
     }
@@ -242,7 +292,8 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path, const r
   }
   int64_t rows = -1;
   for (const auto& [name, a] : arrays) {
-    if (a.shape.empty()) return InvalidArgument("array '" + name + "' is a scalar; rows go along the first dimension");
+    if (a.shape.empty())
+      return InvalidArgument("array '" + name + "' is a scalar; rows go along the first dimension");
     if (rows >= 0 && a.rows() != rows) {
       return InvalidArgument("arrays have different row counts (" + std::to_string(rows) + " and " +
                              std::to_string(a.rows()) + " for '" + name + "')");
@@ -256,21 +307,24 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path, const r
 // per line. Appended as rows finish, so it survives an interruption.
 class DoneLog {
  public:
-  static StatusOr<std::unique_ptr<DoneLog>> Open(const std::string& output, const std::string& input, bool resume,
+  static StatusOr<std::unique_ptr<DoneLog>> Open(const std::string& output,
+                                                 const std::string& input, bool resume,
                                                  bool output_exists) {
     auto log = std::unique_ptr<DoneLog>(new DoneLog());
     log->path_ = output + ".done";
     struct stat st {};
     stat(input.c_str(), &st);
-    const std::string header = "# shoal run input=" + input + " bytes=" + std::to_string(st.st_size) +
+    const std::string header = "# shoal run input=" + input +
+                               " bytes=" + std::to_string(st.st_size) +
                                " mtime=" + std::to_string(st.st_mtime);
     if (resume && output_exists) {
       std::ifstream f(log->path_);
       std::string line;
       if (f && std::getline(f, line)) {
         if (line != header) {
-          return FailedPrecondition("'" + output + "' was written from a different or changed input (" + line.substr(12) +
-                                    "); delete it or pass --no-resume to start over");
+          return FailedPrecondition(
+              "'" + output + "' was written from a different or changed input (" + line.substr(12) +
+              "); delete it or pass --no-resume to start over");
         }
         while (std::getline(f, line)) {
           if (!line.empty()) log->done_.insert(std::stoll(line));
@@ -405,7 +459,8 @@ class NpySink : public RowSink {
         Shape shape = o.tensor.shape();
         if (sig_.max_batch_size > 0 && !shape.empty()) shape.erase(shape.begin());
         shape.insert(shape.begin(), rows_);
-        ASSIGN_OR_RETURN(auto w, NpyWriter::Open(PathFor(o.name), o.tensor.dtype(), shape, resume_));
+        ASSIGN_OR_RETURN(auto w,
+                         NpyWriter::Open(PathFor(o.name), o.tensor.dtype(), shape, resume_));
         it = writers_.emplace(o.name, std::move(w)).first;
       }
       RETURN_IF_ERROR(it->second->WriteRow(i, o.tensor.data(), o.tensor.byte_size())
@@ -441,16 +496,19 @@ class NpySink : public RowSink {
 }  // namespace
 
 std::string FormatProgress(const OfflineJobProgress& p, int width) {
-  const double fraction = p.total_rows > 0 ? static_cast<double>(p.done_rows) / static_cast<double>(p.total_rows) : 1;
+  const double fraction =
+      p.total_rows > 0 ? static_cast<double>(p.done_rows) / static_cast<double>(p.total_rows) : 1;
   const int filled = static_cast<int>(fraction * width);
-  const double rate = p.elapsed_s > 0 ? static_cast<double>(p.done_rows - p.resumed_rows) / p.elapsed_s : 0;
+  const double rate =
+      p.elapsed_s > 0 ? static_cast<double>(p.done_rows - p.resumed_rows) / p.elapsed_s : 0;
   std::string eta = "--:--";
   if (rate > 0) {
     const int64_t s = static_cast<int64_t>(static_cast<double>(p.total_rows - p.done_rows) / rate);
     eta = fmt::format("{}:{:02}", s / 60, s % 60);
   }
-  std::string out = fmt::format("[{}{}] {:3.0f}%  {}/{} rows  {:.0f} rows/s  ETA {}", std::string(filled, '#'),
-                                std::string(width - filled, '.'), fraction * 100, p.done_rows, p.total_rows, rate, eta);
+  std::string out = fmt::format("[{}{}] {:3.0f}%  {}/{} rows  {:.0f} rows/s  ETA {}",
+                                std::string(filled, '#'), std::string(width - filled, '.'),
+                                fraction * 100, p.done_rows, p.total_rows, rate, eta);
   if (p.failed_rows > 0) out += fmt::format("  {} skipped", p.failed_rows);
   return out;
 }
@@ -473,13 +531,15 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
   const int64_t rows = (*source)->rows();
   const bool jsonl_out = EndsWith(options.output_path, ".jsonl");
   if (!jsonl_out && !EndsWith(options.output_path, ".npy")) {
-    result.status = InvalidArgument("output '" + options.output_path + "' must end in .jsonl or .npy");
+    result.status =
+        InvalidArgument("output '" + options.output_path + "' must end in .jsonl or .npy");
     return result;
   }
   if (!jsonl_out) {
     for (const auto& o : sig.outputs) {
       if (o.dtype == DataType::kBytes) {
-        result.status = InvalidArgument("output '" + o.name + "' is BYTES, which .npy cannot hold; write .jsonl");
+        result.status = InvalidArgument("output '" + o.name +
+                                        "' is BYTES, which .npy cannot hold; write .jsonl");
         return result;
       }
     }
@@ -512,7 +572,9 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
   int in_flight = 0;
   Status first_error;
   const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   auto last_report = start;
 
   // Requires mu.
@@ -540,7 +602,8 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
     std::unique_lock<std::mutex> lock(mu);
     while (in_flight >= options.concurrency) {
       cv.wait_for(lock, std::chrono::milliseconds(200));
-      if (on_progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(200)) {
+      if (on_progress &&
+          std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(200)) {
         progress.elapsed_s = elapsed();
         on_progress(progress);
         last_report = std::chrono::steady_clock::now();
@@ -576,7 +639,8 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
       --in_flight;
       cv.notify_all();
     });
-    if (on_progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(200)) {
+    if (on_progress &&
+        std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(200)) {
       std::lock_guard<std::mutex> guard(mu);
       progress.elapsed_s = elapsed();
       on_progress(progress);
@@ -587,7 +651,8 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
   cv.wait(lock, [&] { return in_flight == 0; });
   progress.elapsed_s = elapsed();
   result.status = first_error;
-  result.interrupted = ((interrupted && interrupted->load()) || limited) && progress.done_rows < rows;
+  result.interrupted =
+      ((interrupted && interrupted->load()) || limited) && progress.done_rows < rows;
   if (on_progress) on_progress(progress);
   return result;
 }

@@ -45,9 +45,9 @@ struct OfflineJobOptions {
 
 struct OfflineJobProgress {
   int64_t total_rows = 0;
-  int64_t done_rows = 0;      // including rows finished by an earlier run
-  int64_t resumed_rows = 0;   // finished by an earlier run
-  int64_t failed_rows = 0;    // malformed or failed, skipped
+  int64_t done_rows = 0;     // including rows finished by an earlier run
+  int64_t resumed_rows = 0;  // finished by an earlier run
+  int64_t failed_rows = 0;   // malformed or failed, skipped
   double elapsed_s = 0;
 };
 

@@ -111,16 +111,16 @@ TEST_F(OfflineJobTest, NpzWithTwoInputsWritesOneNpyPerOutputConvertingFloat64) {
   ASSERT_TRUE(sum.ok()) << sum.status().ToString();
   ASSERT_TRUE(diff.ok()) << diff.status().ToString();
   EXPECT_EQ(sum->shape, (Shape{3, 4}));
-  EXPECT_EQ(sum->Row(2).values<float>()[3], 12.0f);   // 11 + 1
-  EXPECT_EQ(diff->Row(1).values<float>()[0], 3.0f);   // 4 - 1
+  EXPECT_EQ(sum->Row(2).values<float>()[3], 12.0f);  // 11 + 1
+  EXPECT_EQ(diff->Row(1).values<float>()[0], 3.0f);  // 4 - 1
 }
 
 TEST_F(OfflineJobTest, JsonlSkipsMalformedRowsAndReportsTheirIndex) {
   const std::string in = Path("in.jsonl");
   std::ofstream(in) << "{\"INPUT0\": [1, 2]}\n"
-                       "{\"INPUT0\": [3, 4, 5]}\n"       // wrong shape
+                       "{\"INPUT0\": [3, 4, 5]}\n"  // wrong shape
                        "not json\n"
-                       "{\"INPUT0\": [[6, 7]]}\n"       // with its batch dimension
+                       "{\"INPUT0\": [[6, 7]]}\n"  // with its batch dimension
                        "{\"OTHER\": [1, 2]}\n";
   OfflineJobOptions o;
   o.model = "identity";

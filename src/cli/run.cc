@@ -59,7 +59,8 @@ int Run(const RunFlags& f) {
 #ifdef SHOAL_HAVE_ONNX
   backends::RegisterOnnxBackend(options.registry.get());
 #endif
-  options.backend_directories = f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
+  options.backend_directories =
+      f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
   auto server = runtime::Server::Create(options);
   if (!server.ok()) {
     std::fprintf(stderr, "shoal run: %s\n", server.status().message().c_str());
@@ -75,7 +76,8 @@ int Run(const RunFlags& f) {
   job.model_version = f.model_version;
   job.input_path = f.input;
   job.output_path = f.output;
-  job.on_error = f.on_error == "skip" ? OfflineJobOptions::OnError::kSkip : OfflineJobOptions::OnError::kFail;
+  job.on_error =
+      f.on_error == "skip" ? OfflineJobOptions::OnError::kSkip : OfflineJobOptions::OnError::kFail;
   job.concurrency = f.concurrency;
   job.resume = !f.no_resume;
   job.limit_rows = f.limit;
@@ -102,21 +104,29 @@ int Run(const RunFlags& f) {
   const int64_t computed = p.done_rows - p.resumed_rows;
   const double rate = p.elapsed_s > 0 ? static_cast<double>(computed) / p.elapsed_s : 0;
   if (!r.status.ok()) {
-    std::fprintf(stderr, "shoal run: failed: %s\n%lld of %lld rows are done and kept in '%s'; fix the input and "
-                 "rerun the same command to continue, or use --on-error skip.\n",
-                 r.status.message().c_str(), static_cast<long long>(p.done_rows),
-                 static_cast<long long>(p.total_rows), f.output.c_str());
+    std::fprintf(
+        stderr,
+        "shoal run: failed: %s\n%lld of %lld rows are done and kept in '%s'; fix the input and "
+        "rerun the same command to continue, or use --on-error skip.\n",
+        r.status.message().c_str(), static_cast<long long>(p.done_rows),
+        static_cast<long long>(p.total_rows), f.output.c_str());
     return 1;
   }
   if (r.interrupted) {
-    std::fprintf(stderr, "shoal run: stopped after %lld of %lld rows; they are kept in '%s'. Rerun the same "
-                 "command to resume.\n",
-                 static_cast<long long>(p.done_rows), static_cast<long long>(p.total_rows), f.output.c_str());
+    std::fprintf(
+        stderr,
+        "shoal run: stopped after %lld of %lld rows; they are kept in '%s'. Rerun the same "
+        "command to resume.\n",
+        static_cast<long long>(p.done_rows), static_cast<long long>(p.total_rows),
+        f.output.c_str());
     return 130;
   }
-  std::printf("%lld rows in %.2f s: %.1f rows/s", static_cast<long long>(computed), p.elapsed_s, rate);
-  if (p.resumed_rows > 0) std::printf(" (%lld rows done by an earlier run)", static_cast<long long>(p.resumed_rows));
-  if (p.failed_rows > 0) std::printf(", %lld malformed rows skipped", static_cast<long long>(p.failed_rows));
+  std::printf("%lld rows in %.2f s: %.1f rows/s", static_cast<long long>(computed), p.elapsed_s,
+              rate);
+  if (p.resumed_rows > 0)
+    std::printf(" (%lld rows done by an earlier run)", static_cast<long long>(p.resumed_rows));
+  if (p.failed_rows > 0)
+    std::printf(", %lld malformed rows skipped", static_cast<long long>(p.failed_rows));
   std::printf("; output in %s\n", f.output.c_str());
   return 0;
 }
@@ -125,25 +135,39 @@ int Run(const RunFlags& f) {
 
 void AddRunCommand(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
-  CLI::App* run = app.add_subcommand(
-      "run", "Offline batch inference: run every row of an .npy/.npz/.jsonl file through a model, in process");
+  CLI::App* run = app.add_subcommand("run",
+                                     "Offline batch inference: run every row of an "
+                                     ".npy/.npz/.jsonl file through a model, in process");
   run->add_option("--model-repository", f->model_repository, "Model repository folder")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()
+      ->check(CLI::ExistingDirectory);
   run->add_option("-m,--model", f->model, "Model name")->required();
-  run->add_option("--model-version", f->model_version, "Model version (-1: the latest)")->capture_default_str();
-  run->add_option("--input", f->input, ".npy (one input), .npz (arrays named as the inputs) or .jsonl")
-      ->required()->check(CLI::ExistingFile);
-  run->add_option("--output", f->output, ".jsonl, or .npy (one file per output when there are several)")
+  run->add_option("--model-version", f->model_version, "Model version (-1: the latest)")
+      ->capture_default_str();
+  run->add_option("--input", f->input,
+                  ".npy (one input), .npz (arrays named as the inputs) or .jsonl")
+      ->required()
+      ->check(CLI::ExistingFile);
+  run->add_option("--output", f->output,
+                  ".jsonl, or .npy (one file per output when there are several)")
       ->required();
-  run->add_option("--on-error", f->on_error, "A malformed or failing row: skip it (recorded) or fail the job")
-      ->capture_default_str()->check(CLI::IsMember({"skip", "fail"}));
-  run->add_option("--concurrency", f->concurrency, "Requests in flight (enough to fill the model's batches)")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  run->add_option("--limit", f->limit, "Process at most N more rows in this run (0: all); rerun to continue")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  run->add_flag("--no-resume", f->no_resume, "Start over even if the output holds rows of an earlier run");
+  run->add_option("--on-error", f->on_error,
+                  "A malformed or failing row: skip it (recorded) or fail the job")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"skip", "fail"}));
+  run->add_option("--concurrency", f->concurrency,
+                  "Requests in flight (enough to fill the model's batches)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  run->add_option("--limit", f->limit,
+                  "Process at most N more rows in this run (0: all); rerun to continue")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_flag("--no-resume", f->no_resume,
+                "Start over even if the output holds rows of an earlier run");
   run->add_flag("-q,--quiet", f->quiet, "No progress bar, no load logs");
-  run->add_option("--backend-directory", f->backend_directories, "Folder searched for plugin backends (repeatable)");
+  run->add_option("--backend-directory", f->backend_directories,
+                  "Folder searched for plugin backends (repeatable)");
   run->callback([f] { std::exit(Run(*f)); });
 }
 

@@ -79,13 +79,14 @@ int RunServe(const ServeFlags& f) {
 #ifdef SHOAL_HAVE_ONNX
   backends::RegisterOnnxBackend(options.registry.get());
 #endif
-  options.backend_directories = f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
+  options.backend_directories =
+      f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
   options.cache_size_bytes = f.cache_size_bytes;
   options.limits.max_elements_per_tensor = f.max_tensor_elements;
   options.limits.max_inputs = f.max_inputs;
 
-  spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION, f.model_repository,
-               f.model_control_mode);
+  spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
+               f.model_repository, f.model_control_mode);
   auto created = runtime::Server::Create(options);
   if (!created.ok()) {
     spdlog::critical("cannot start: {}", created.status().message());
@@ -93,8 +94,8 @@ int RunServe(const ServeFlags& f) {
   }
   std::unique_ptr<runtime::Server> server = std::move(created).value();
   for (const auto& m : server->RepositoryIndex()) {
-    spdlog::info("model '{}' version {}: {}{}{}", m.name, m.version, runtime::ModelStateName(m.state),
-                 m.reason.empty() ? "" : " - ", m.reason);
+    spdlog::info("model '{}' version {}: {}{}{}", m.name, m.version,
+                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", m.reason);
   }
 
 #ifdef SHOAL_HAVE_HTTP
@@ -110,7 +111,8 @@ int RunServe(const ServeFlags& f) {
     o.limits = options.limits;
     auto h = server::HttpServer::Start(server.get(), o);
     if (!h.ok()) {
-      spdlog::critical("cannot start the HTTP server on {}:{}: {}", f.address, f.http_port, h.status().message());
+      spdlog::critical("cannot start the HTTP server on {}:{}: {}", f.address, f.http_port,
+                       h.status().message());
       return 1;
     }
     http = std::move(h).value();
@@ -137,7 +139,8 @@ int RunServe(const ServeFlags& f) {
     o.limits = options.limits;
     auto g = server::GrpcServer::Start(server.get(), o);
     if (!g.ok()) {
-      spdlog::critical("cannot start the gRPC server on {}:{}: {}", f.address, f.grpc_port, g.status().message());
+      spdlog::critical("cannot start the gRPC server on {}:{}: {}", f.address, f.grpc_port,
+                       g.status().message());
       return 1;
     }
     grpc = std::move(g).value();
@@ -156,16 +159,19 @@ int RunServe(const ServeFlags& f) {
       while (!poll_cv.wait_for(lock, std::chrono::seconds(std::max(f.repository_poll_secs, 1)),
                                [&] { return stop_polling; })) {
         lock.unlock();
-        if (Status s = server->PollRepository(); !s.ok()) spdlog::warn("repository poll failed: {}", s.message());
+        if (Status s = server->PollRepository(); !s.ok())
+          spdlog::warn("repository poll failed: {}", s.message());
         lock.lock();
       }
     });
   }
 
-  spdlog::info("shoal is ready: {} (SIGTERM or Ctrl-C to stop)", server->ready() ? "all models loaded" : "some models failed to load");
+  spdlog::info("shoal is ready: {} (SIGTERM or Ctrl-C to stop)",
+               server->ready() ? "all models loaded" : "some models failed to load");
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("received {}: draining (a second signal exits at once)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  spdlog::info("received {}: draining (a second signal exits at once)",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
   std::thread second_signal([signals]() mutable {
     int again = 0;
     sigwait(&signals, &again);
@@ -199,47 +205,77 @@ int RunServe(const ServeFlags& f) {
 
 void AddServeCommand(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
-  CLI::App* serve = app.add_subcommand("serve", "Serve the models of a repository over HTTP, gRPC and metrics");
-  serve->add_option("--model-repository", flags->model_repository, "Model repository folder (Triton layout)")
+  CLI::App* serve =
+      app.add_subcommand("serve", "Serve the models of a repository over HTTP, gRPC and metrics");
+  serve
+      ->add_option("--model-repository", flags->model_repository,
+                   "Model repository folder (Triton layout)")
       ->required()
       ->check(CLI::ExistingDirectory);
   serve->add_option("--http-address,--grpc-address", flags->address, "Address the services bind to")
       ->capture_default_str();
-  serve->add_option("--http-port", flags->http_port, "HTTP/REST port (0: any free port)")->capture_default_str();
-  serve->add_option("--grpc-port", flags->grpc_port, "gRPC port (0: any free port)")->capture_default_str();
-  serve->add_option("--metrics-port", flags->metrics_port, "Prometheus metrics port (0: any free port)")
+  serve->add_option("--http-port", flags->http_port, "HTTP/REST port (0: any free port)")
+      ->capture_default_str();
+  serve->add_option("--grpc-port", flags->grpc_port, "gRPC port (0: any free port)")
+      ->capture_default_str();
+  serve
+      ->add_option("--metrics-port", flags->metrics_port,
+                   "Prometheus metrics port (0: any free port)")
       ->capture_default_str();
   serve->add_option("--allow-http", flags->allow_http, "Serve HTTP/REST")->capture_default_str();
   serve->add_option("--allow-grpc", flags->allow_grpc, "Serve gRPC")->capture_default_str();
-  serve->add_option("--allow-metrics", flags->allow_metrics, "Serve Prometheus metrics")->capture_default_str();
-  serve->add_option("--http-thread-count", flags->http_threads, "HTTP I/O threads")->capture_default_str()
+  serve->add_option("--allow-metrics", flags->allow_metrics, "Serve Prometheus metrics")
+      ->capture_default_str();
+  serve->add_option("--http-thread-count", flags->http_threads, "HTTP I/O threads")
+      ->capture_default_str()
       ->check(CLI::Range(1, 256));
   serve->add_option("--grpc-thread-count", flags->grpc_threads, "gRPC completion-queue threads")
-      ->capture_default_str()->check(CLI::Range(1, 256));
-  serve->add_option("--model-control-mode", flags->model_control_mode,
-                    "none: load all at start; poll: also apply changes on disk; explicit: load/unload on request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  serve
+      ->add_option("--model-control-mode", flags->model_control_mode,
+                   "none: load all at start; poll: also apply changes on disk; explicit: "
+                   "load/unload on request")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "poll", "explicit"}));
-  serve->add_option("--repository-poll-secs", flags->repository_poll_secs, "Poll interval in poll mode, seconds")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--repository-poll-secs", flags->repository_poll_secs,
+                   "Poll interval in poll mode, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   serve->add_option("--load-model", flags->load_models,
                     "In explicit mode, a model to load at start (repeatable; '*' loads all)");
   serve->add_option("--backend-directory", flags->backend_directories,
                     "Folder searched for plugin backends libshoal_<name>.so (repeatable). Default: "
                     "$SHOAL_BACKEND_DIR, then the build or install tree's backends folder");
-  serve->add_option("--log-verbose", flags->log_verbose, "Verbose logging level (0: info; 1 or more: debug)")
+  serve
+      ->add_option("--log-verbose", flags->log_verbose,
+                   "Verbose logging level (0: info; 1 or more: debug)")
       ->capture_default_str();
-  serve->add_option("--cache-size-bytes", flags->cache_size_bytes,
-                    "Response cache size for models with response_cache { enable: true }; 0 disables")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  serve->add_option("--max-body-bytes", flags->max_body_bytes, "Largest HTTP request body, after decompression")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  serve->add_option("--max-header-bytes", flags->max_header_bytes, "Largest HTTP request header block")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  serve->add_option("--max-tensor-elements", flags->max_tensor_elements, "Most elements in one request tensor")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  serve
+      ->add_option(
+          "--cache-size-bytes", flags->cache_size_bytes,
+          "Response cache size for models with response_cache { enable: true }; 0 disables")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  serve
+      ->add_option("--max-body-bytes", flags->max_body_bytes,
+                   "Largest HTTP request body, after decompression")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-header-bytes", flags->max_header_bytes,
+                   "Largest HTTP request header block")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-tensor-elements", flags->max_tensor_elements,
+                   "Most elements in one request tensor")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   serve->add_option("--max-inputs", flags->max_inputs, "Most input tensors in one request")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   serve->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

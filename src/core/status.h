@@ -69,13 +69,21 @@ class [[nodiscard]] Status {
   std::shared_ptr<const Rep> rep_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
-inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -111,10 +119,10 @@ class [[nodiscard]] StatusOr {
 #define SHOAL_CONCAT_INNER(a, b) a##b
 #define SHOAL_CONCAT(a, b) SHOAL_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::shoal::Status shoal_status_ = (expr);          \
-    if (!shoal_status_.ok()) return shoal_status_;   \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::shoal::Status shoal_status_ = (expr);        \
+    if (!shoal_status_.ok()) return shoal_status_; \
   } while (0)
 
 #define ASSIGN_OR_RETURN(lhs, expr) \

@@ -38,7 +38,8 @@ std::string ShapeToString(std::span<const int64_t> shape) {
 
 std::shared_ptr<Buffer> Buffer::Allocate(size_t bytes) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
-  const size_t rounded = std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  const size_t rounded =
+      std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded);
@@ -65,8 +66,13 @@ Tensor Tensor::Allocate(DataType type, Shape shape) {
   return Allocate(type, std::move(shape), bytes);
 }
 
-Tensor::Tensor(DataType type, Shape shape, std::shared_ptr<Buffer> buffer, size_t offset, size_t bytes)
-    : dtype_(type), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(offset), byte_size_(bytes) {}
+Tensor::Tensor(DataType type, Shape shape, std::shared_ptr<Buffer> buffer, size_t offset,
+               size_t bytes)
+    : dtype_(type),
+      shape_(std::move(shape)),
+      buffer_(std::move(buffer)),
+      offset_(offset),
+      byte_size_(bytes) {}
 
 Tensor Tensor::FromStrings(Shape shape, const std::vector<std::string>& values) {
   size_t bytes = 0;
@@ -104,7 +110,8 @@ StatusOr<Tensor> Tensor::SliceRows(int64_t begin, int64_t end) const {
     return Tensor(dtype_, std::move(shape), buffer_, offset_ + from, to - from);
   }
   const size_t row_bytes = shape_[0] == 0 ? 0 : byte_size_ / shape_[0];
-  return Tensor(dtype_, std::move(shape), buffer_, offset_ + begin * row_bytes, (end - begin) * row_bytes);
+  return Tensor(dtype_, std::move(shape), buffer_, offset_ + begin * row_bytes,
+                (end - begin) * row_bytes);
 }
 
 StatusOr<std::vector<size_t>> ScanBytesElements(std::string_view data, int64_t count) {
@@ -119,8 +126,9 @@ StatusOr<std::vector<size_t>> ScanBytesElements(std::string_view data, int64_t c
     uint32_t len;
     std::memcpy(&len, data.data() + pos, 4);
     if (data.size() - pos - 4 < len) {
-      return InvalidArgument("BYTES element " + std::to_string(i) + " claims " + std::to_string(len) +
-                             " bytes but only " + std::to_string(data.size() - pos - 4) + " remain");
+      return InvalidArgument("BYTES element " + std::to_string(i) + " claims " +
+                             std::to_string(len) + " bytes but only " +
+                             std::to_string(data.size() - pos - 4) + " remain");
     }
     offsets.push_back(pos);
     pos += 4 + len;

@@ -30,8 +30,7 @@ using Shape = std::vector<int64_t>;
 
 // Number of elements, or an error when a dimension is negative or the product overflows
 // or exceeds `max_elements`. Checked before any allocation that a client controls.
-StatusOr<int64_t> ElementCount(std::span<const int64_t> shape,
-                               int64_t max_elements = INT64_MAX);
+StatusOr<int64_t> ElementCount(std::span<const int64_t> shape, int64_t max_elements = INT64_MAX);
 // "[2,3,4]"
 std::string ShapeToString(std::span<const int64_t> shape);
 
@@ -82,7 +81,9 @@ class Tensor {
   // Elements in the tensor (product of the shape; shape is validated on construction).
   int64_t element_count() const;
 
-  const void* data() const { return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr; }
+  const void* data() const {
+    return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr;
+  }
   void* mutable_data() { return buffer_ ? static_cast<char*>(buffer_->data()) + offset_ : nullptr; }
   template <typename T>
   std::span<const T> values() const {

@@ -13,8 +13,9 @@ Status PinCurrentThread(const std::vector<int>& cores) {
   CPU_ZERO(&set);
   for (int core : cores) {
     if (core < 0 || core >= configured || core >= CPU_SETSIZE) {
-      return InvalidArgument("cpu core " + std::to_string(core) + " does not exist (this machine has " +
-                             std::to_string(configured) + ")");
+      return InvalidArgument("cpu core " + std::to_string(core) +
+                             " does not exist (this machine has " + std::to_string(configured) +
+                             ")");
     }
     CPU_SET(core, &set);
   }

@@ -29,10 +29,12 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
   }
   std::set<std::string> seen;
   for (const auto& in : request.inputs) {
-    if (!seen.insert(in.name).second) return InvalidArgument("input '" + in.name + "' appears twice");
+    if (!seen.insert(in.name).second)
+      return InvalidArgument("input '" + in.name + "' appears twice");
     bool known = false;
     for (const auto& spec : sig.inputs) known |= spec.name == in.name;
-    if (!known) return InvalidArgument("unexpected input '" + in.name + "': the model has no such input");
+    if (!known)
+      return InvalidArgument("unexpected input '" + in.name + "': the model has no such input");
   }
   for (const auto& name : request.requested_outputs) {
     bool known = false;
@@ -54,8 +56,9 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
     }
     const Tensor& t = in->tensor;
     if (t.dtype() != spec.dtype) {
-      return InvalidArgument("input '" + spec.name + "' has datatype " + std::string(DataTypeName(t.dtype())) +
-                             " but the model expects " + std::string(DataTypeName(spec.dtype)));
+      return InvalidArgument("input '" + spec.name + "' has datatype " +
+                             std::string(DataTypeName(t.dtype())) + " but the model expects " +
+                             std::string(DataTypeName(spec.dtype)));
     }
     const Shape& shape = t.shape();
     auto count = ElementCount(shape, limits.max_elements_per_tensor);
@@ -63,8 +66,10 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
     const int64_t elements = *count;
     const size_t batch_dims = sig.max_batch_size > 0 ? 1 : 0;
     if (shape.size() != spec.dims.size() + batch_dims) {
-      return InvalidArgument("input '" + spec.name + "' has shape " + ShapeToString(shape) + " but the model expects " +
-                             (batch_dims ? "[-1," + ShapeToString(spec.dims).substr(1) : ShapeToString(spec.dims)));
+      return InvalidArgument(
+          "input '" + spec.name + "' has shape " + ShapeToString(shape) +
+          " but the model expects " +
+          (batch_dims ? "[-1," + ShapeToString(spec.dims).substr(1) : ShapeToString(spec.dims)));
     }
     if (batch_dims) {
       const int64_t n = shape[0];
@@ -84,21 +89,25 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
       const int64_t got = shape[i + batch_dims];
       if (want >= 0 && got != want) {
         return InvalidArgument("input '" + spec.name + "' has shape " + ShapeToString(shape) +
-                               "; dimension " + std::to_string(i + batch_dims) + " must be " + std::to_string(want));
+                               "; dimension " + std::to_string(i + batch_dims) + " must be " +
+                               std::to_string(want));
       }
     }
     if (spec.dtype == DataType::kBytes) {
-      RETURN_IF_ERROR(ScanBytesElements(t.bytes(), elements).status().WithPrefix("input '" + spec.name + "'"));
+      RETURN_IF_ERROR(
+          ScanBytesElements(t.bytes(), elements).status().WithPrefix("input '" + spec.name + "'"));
     } else {
       const uint64_t expected = static_cast<uint64_t>(elements) * DataTypeSize(spec.dtype);
       if (t.byte_size() != expected) {
         return InvalidArgument("input '" + spec.name + "' has " + std::to_string(t.byte_size()) +
                                " bytes of data but shape " + ShapeToString(shape) + " of " +
-                               std::string(DataTypeName(spec.dtype)) + " needs " + std::to_string(expected));
+                               std::string(DataTypeName(spec.dtype)) + " needs " +
+                               std::to_string(expected));
       }
     }
     key = Mix(key, std::hash<std::string>{}(spec.name));
-    for (size_t i = batch_dims; i < shape.size(); ++i) key = Mix(key, static_cast<uint64_t>(shape[i]));
+    for (size_t i = batch_dims; i < shape.size(); ++i)
+      key = Mix(key, static_cast<uint64_t>(shape[i]));
   }
   out.shape_key = key;
   return out;
@@ -177,7 +186,8 @@ StatusOr<std::vector<std::vector<NamedTensor>>> ScatterOutputs(
       anyone_wants |= wants[i];
     }
     if (!anyone_wants) continue;
-    if (produced == nullptr) return Internal("the backend did not produce output '" + spec.name + "'");
+    if (produced == nullptr)
+      return Internal("the backend did not produce output '" + spec.name + "'");
     const Tensor& t = produced->tensor;
     if (sig.max_batch_size == 0 || requests.size() == 1) {
       if (sig.max_batch_size > 0 && (t.shape().empty() || t.shape()[0] != total)) {

@@ -65,12 +65,14 @@ TEST(ValidateRequestTest, RejectsEachKindOfBadInput) {
   }
   {
     InferRequest r;
-    r.inputs.push_back({"A", Tensor(DataType::kFp32, {1, -2}, Tensor::Allocate(DataType::kFp32, {2}).buffer(), 0, 8)});
+    r.inputs.push_back({"A", Tensor(DataType::kFp32, {1, -2},
+                                    Tensor::Allocate(DataType::kFp32, {2}).buffer(), 0, 8)});
     cases.push_back({"negative", r, "negative"});
   }
   {
     InferRequest r = Req(1, 0);
-    r.inputs.push_back({"S", Tensor(DataType::kBytes, {1, 1}, Tensor::FromStrings({1}, {"abc"}).buffer(), 0, 5)});
+    r.inputs.push_back(
+        {"S", Tensor(DataType::kBytes, {1, 1}, Tensor::FromStrings({1}, {"abc"}).buffer(), 0, 5)});
     cases.push_back({"truncated bytes", r, "input 'S'"});
   }
   {
@@ -82,13 +84,15 @@ TEST(ValidateRequestTest, RejectsEachKindOfBadInput) {
     auto v = ValidateRequest(Sig(), c.r);
     ASSERT_FALSE(v.ok()) << c.what;
     EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument) << c.what;
-    EXPECT_NE(v.status().message().find(c.message), std::string::npos) << c.what << ": " << v.status().message();
+    EXPECT_NE(v.status().message().find(c.message), std::string::npos)
+        << c.what << ": " << v.status().message();
   }
 }
 
 TEST(ValidateRequestTest, HugeDeclaredShapeIsRejectedBeforeAllocation) {
   InferRequest r;
-  r.inputs.push_back({"A", Tensor(DataType::kFp32, {1, int64_t{1} << 40}, Tensor::Allocate(DataType::kFp32, {2}).buffer(), 0, 8)});
+  r.inputs.push_back({"A", Tensor(DataType::kFp32, {1, int64_t{1} << 40},
+                                  Tensor::Allocate(DataType::kFp32, {2}).buffer(), 0, 8)});
   auto v = ValidateRequest(Sig(), r);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
@@ -105,10 +109,12 @@ TEST(MergeScatterTest, ConcatenatesAndSplitsBackWithoutCopyingOutputs) {
   ASSERT_EQ(merged->inputs.size(), 1u);
   EXPECT_EQ(merged->inputs[0].tensor.shape(), (Shape{3, 2}));
   auto vals = merged->inputs[0].tensor.values<float>();
-  EXPECT_EQ(std::vector<float>(vals.begin(), vals.end()), (std::vector<float>{0, 1, 10, 11, 12, 13}));
+  EXPECT_EQ(std::vector<float>(vals.begin(), vals.end()),
+            (std::vector<float>{0, 1, 10, 11, 12, 13}));
   EXPECT_TRUE(merged->requested_outputs.empty()) << "r1 wants all outputs";
 
-  std::vector<NamedTensor> outs = {{"X", merged->inputs[0].tensor}, {"Y", merged->inputs[0].tensor}};
+  std::vector<NamedTensor> outs = {{"X", merged->inputs[0].tensor},
+                                   {"Y", merged->inputs[0].tensor}};
   auto per = ScatterOutputs(sig, outs, reqs, {1, 2});
   ASSERT_TRUE(per.ok());
   ASSERT_EQ((*per)[0].size(), 2u);

@@ -148,8 +148,7 @@ StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o)
     return InvalidArgument("max_batch_size must be >= 0; was " + std::to_string(o.max_batch_size));
   }
   for (int64_t p : o.preferred_batch_sizes) {
-    if (p <= 0 || p > std::max<int64_t>(o.max_batch_size, 1) ||
-        (o.max_batch_size == 0 && p != 1)) {
+    if (p <= 0 || p > std::max<int64_t>(o.max_batch_size, 1) || (o.max_batch_size == 0 && p != 1)) {
       return InvalidArgument("preferred_batch_size must be in 1..max_batch_size (" +
                              std::to_string(o.max_batch_size) + "); was " + std::to_string(p));
     }
@@ -157,8 +156,9 @@ StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o)
   const uint32_t levels = std::max<uint32_t>(o.priority_levels, 1);
   if (o.priority_levels > 0 &&
       (o.default_priority_level < 1 || o.default_priority_level > o.priority_levels)) {
-    return InvalidArgument("default_priority_level must be in 1.." + std::to_string(o.priority_levels) +
-                           "; was " + std::to_string(o.default_priority_level));
+    return InvalidArgument("default_priority_level must be in 1.." +
+                           std::to_string(o.priority_levels) + "; was " +
+                           std::to_string(o.default_priority_level));
   }
   for (const auto& [level, policy] : o.priority_queue_policy) {
     if (level < 1 || level > levels) {
@@ -174,7 +174,8 @@ Batcher<Task>::Batcher(BatcherOptions options) : options_(std::move(options)) {
   const uint32_t levels = std::max<uint32_t>(options_.priority_levels, 1);
   levels_ = std::vector<Level>(levels);
   for (Level& l : levels_) l.policy = options_.default_queue_policy;
-  for (const auto& [level, policy] : options_.priority_queue_policy) levels_[level - 1].policy = policy;
+  for (const auto& [level, policy] : options_.priority_queue_policy)
+    levels_[level - 1].policy = policy;
   preferred_.insert(options_.preferred_batch_sizes.begin(), options_.preferred_batch_sizes.end());
 }
 
@@ -185,8 +186,8 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns) {
   if (level == 0) {
     level = options_.priority_levels > 0 ? options_.default_priority_level : 1;
   } else if (level > levels) {
-    return InvalidArgument("priority " + std::to_string(level) + " is outside the model's levels 1.." +
-                           std::to_string(levels));
+    return InvalidArgument("priority " + std::to_string(level) +
+                           " is outside the model's levels 1.." + std::to_string(levels));
   }
   const int64_t items = task->batch_size();
   if (items < 1 || (options_.max_batch_size > 0 && items > options_.max_batch_size)) {
@@ -195,8 +196,9 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns) {
   }
   Level& l = levels_[level - 1];
   if (l.policy.max_queue_size > 0 && l.queue.size() + l.delayed.size() >= l.policy.max_queue_size) {
-    return ResourceExhausted("the queue for priority level " + std::to_string(level) + " is full (" +
-                             std::to_string(l.policy.max_queue_size) + " requests); retry later");
+    return ResourceExhausted("the queue for priority level " + std::to_string(level) +
+                             " is full (" + std::to_string(l.policy.max_queue_size) +
+                             " requests); retry later");
   }
   uint64_t timeout_us = l.policy.default_timeout_us;
   if (l.policy.allow_timeout_override && task->timeout_us() > 0) timeout_us = task->timeout_us();
@@ -267,7 +269,8 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
       total += t.batch_size();
       picks.push_back({q, i});
       oldest_ns = std::min(oldest_ns, dq[i].enqueue_ns);
-      if (t.deadline_ns() > 0) earliest_deadline_ns = std::min(earliest_deadline_ns, t.deadline_ns());
+      if (t.deadline_ns() > 0)
+        earliest_deadline_ns = std::min(earliest_deadline_ns, t.deadline_ns());
       if (preferred_.count(total)) {
         best_preferred_picks = picks.size();
         best_preferred_total = total;
@@ -290,7 +293,8 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
   } else if (largest_preferred > 0 && best_preferred_total == largest_preferred) {
     release = best_preferred_picks;
   } else if (force || delay_passed || deadline_due) {
-    release = best_preferred_picks > 0 && !force && !deadline_due ? best_preferred_picks : picks.size();
+    release =
+        best_preferred_picks > 0 && !force && !deadline_due ? best_preferred_picks : picks.size();
   } else {
     d.wake_at_ns = oldest_ns + delay_ns;
     if (earliest_deadline_ns != std::numeric_limits<int64_t>::max()) {

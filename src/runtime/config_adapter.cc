@@ -23,8 +23,9 @@ backends::TensorSpec SpecFrom(const std::string& name, inference::DataType type,
 
 QueuePolicy PolicyFrom(const inference::ModelQueuePolicy& p) {
   QueuePolicy q;
-  q.timeout_action = p.timeout_action() == inference::ModelQueuePolicy::DELAY ? TimeoutAction::kDelay
-                                                                              : TimeoutAction::kReject;
+  q.timeout_action = p.timeout_action() == inference::ModelQueuePolicy::DELAY
+                         ? TimeoutAction::kDelay
+                         : TimeoutAction::kReject;
   q.default_timeout_us = p.default_timeout_microseconds();
   q.allow_timeout_override = p.allow_timeout_override();
   q.max_queue_size = p.max_queue_size();
@@ -32,8 +33,9 @@ QueuePolicy PolicyFrom(const inference::ModelQueuePolicy& p) {
 }
 
 // A tensor of `shape` filled as a warmup input asks.
-StatusOr<Tensor> WarmupTensor(DataType dtype, const Shape& shape, const inference::ModelWarmup::Input& in,
-                              const std::string& model_dir, int64_t batch_size) {
+StatusOr<Tensor> WarmupTensor(DataType dtype, const Shape& shape,
+                              const inference::ModelWarmup::Input& in, const std::string& model_dir,
+                              int64_t batch_size) {
   ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape, int64_t{1} << 28));
   if (dtype == DataType::kBytes) {
     // Empty strings for zero data; short decimal strings for random data.
@@ -85,16 +87,18 @@ StatusOr<Tensor> WarmupTensor(DataType dtype, const Shape& shape, const inferenc
 
 }  // namespace
 
-backends::ModelInfo ModelInfoFromConfig(const inference::ModelConfig& config, const std::string& model_dir,
-                                        int64_t version) {
+backends::ModelInfo ModelInfoFromConfig(const inference::ModelConfig& config,
+                                        const std::string& model_dir, int64_t version) {
   backends::ModelInfo info;
   info.name = config.name();
   info.version = version;
   info.model_dir = model_dir;
   info.version_dir = model_dir + "/" + std::to_string(version);
   info.max_batch_size = config.max_batch_size();
-  for (const auto& in : config.input()) info.inputs.push_back(SpecFrom(in.name(), in.data_type(), in.dims(), in.optional()));
-  for (const auto& out : config.output()) info.outputs.push_back(SpecFrom(out.name(), out.data_type(), out.dims(), false));
+  for (const auto& in : config.input())
+    info.inputs.push_back(SpecFrom(in.name(), in.data_type(), in.dims(), in.optional()));
+  for (const auto& out : config.output())
+    info.outputs.push_back(SpecFrom(out.name(), out.data_type(), out.dims(), false));
   for (const auto& [key, value] : config.parameters()) info.parameters[key] = value.string_value();
   return info;
 }
@@ -126,18 +130,21 @@ StatusOr<std::string> BackendNameForConfig(const inference::ModelConfig& config)
   if (!config.backend().empty()) return config.backend();
   if (config.platform() == repository::kOnnxPlatform) return std::string("onnx");
   if (config.platform() == repository::kEnsemblePlatform) {
-    return Unimplemented("model '" + config.name() +
-                         "' is an ensemble; ensembles are validated but not yet executed by this version of shoal");
+    return Unimplemented(
+        "model '" + config.name() +
+        "' is an ensemble; ensembles are validated but not yet executed by this version of shoal");
   }
   if (config.platform().empty()) {
     return InvalidArgument("model '" + config.name() + "' names neither a backend nor a platform");
   }
-  return InvalidArgument("model '" + config.name() + "' has platform '" + config.platform() +
-                         "', which shoal does not support (use backend: \"onnx\" or a plugin backend)");
+  return InvalidArgument(
+      "model '" + config.name() + "' has platform '" + config.platform() +
+      "', which shoal does not support (use backend: \"onnx\" or a plugin backend)");
 }
 
 StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelConfig& config,
-                                                       const std::string& model_dir, int64_t version,
+                                                       const std::string& model_dir,
+                                                       int64_t version,
                                                        std::shared_ptr<ResponseCache> cache,
                                                        std::shared_ptr<Clock> clock,
                                                        const RequestLimits& limits) {
@@ -150,7 +157,8 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   for (const auto& in : config.input()) {
     o.signature.inputs.push_back(SpecFrom(in.name(), in.data_type(), in.dims(), in.optional()));
     if (in.has_reshape()) {
-      o.signature.input_reshape[in.name()] = Shape(in.reshape().shape().begin(), in.reshape().shape().end());
+      o.signature.input_reshape[in.name()] =
+          Shape(in.reshape().shape().begin(), in.reshape().shape().end());
     }
   }
   for (const auto& out : config.output()) {
@@ -160,13 +168,15 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   if (config.has_dynamic_batching()) {
     const auto& db = config.dynamic_batching();
     o.batching.max_batch_size = config.max_batch_size();
-    o.batching.preferred_batch_sizes.assign(db.preferred_batch_size().begin(), db.preferred_batch_size().end());
+    o.batching.preferred_batch_sizes.assign(db.preferred_batch_size().begin(),
+                                            db.preferred_batch_size().end());
     o.batching.max_queue_delay_us = db.max_queue_delay_microseconds();
     o.batching.priority_levels = static_cast<uint32_t>(db.priority_levels());
     o.batching.default_priority_level = static_cast<uint32_t>(db.default_priority_level());
     o.batching.default_queue_policy = PolicyFrom(db.default_queue_policy());
     for (const auto& [level, policy] : db.priority_queue_policy()) {
-      o.batching.priority_queue_policy.emplace_back(static_cast<uint32_t>(level), PolicyFrom(policy));
+      o.batching.priority_queue_policy.emplace_back(static_cast<uint32_t>(level),
+                                                    PolicyFrom(policy));
     }
     o.preserve_ordering = db.preserve_ordering();
   }
@@ -174,7 +184,8 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   int index = 0;
   for (const auto& group : config.instance_group()) {
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      return InvalidArgument("model '" + config.name() + "' asks for KIND_GPU instances; shoal runs on CPUs");
+      return InvalidArgument("model '" + config.name() +
+                             "' asks for KIND_GPU instances; shoal runs on CPUs");
     }
     const int count = repository::InstanceCount(group);
     for (int i = 0; i < count; ++i, ++index) {
@@ -199,14 +210,17 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
     for (const auto& [name, in] : w.inputs()) {
       Shape shape(in.dims().begin(), in.dims().end());
       if (max_batch > 0) shape.insert(shape.begin(), sample.batch_size);
-      auto t = WarmupTensor(repository::FromConfigDataType(in.data_type()), shape, in, model_dir, sample.batch_size);
-      if (!t.ok()) return t.status().WithPrefix("model '" + config.name() + "' warmup '" + w.name() + "'");
+      auto t = WarmupTensor(repository::FromConfigDataType(in.data_type()), shape, in, model_dir,
+                            sample.batch_size);
+      if (!t.ok())
+        return t.status().WithPrefix("model '" + config.name() + "' warmup '" + w.name() + "'");
       sample.inputs.push_back({name, std::move(t).value()});
     }
     o.warmup.push_back(std::move(sample));
   }
   if (config.model_warmup_size() == 0) {
-    std::set<int64_t> sizes(o.batching.preferred_batch_sizes.begin(), o.batching.preferred_batch_sizes.end());
+    std::set<int64_t> sizes(o.batching.preferred_batch_sizes.begin(),
+                            o.batching.preferred_batch_sizes.end());
     sizes.insert(max_batch > 0 ? max_batch : 1);
     for (int64_t n : sizes) {
       WarmupSample sample;
@@ -215,7 +229,9 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
       bool ok = true;
       for (const auto& spec : o.signature.inputs) {
         Shape shape = spec.dims;
-        if (auto r = o.signature.input_reshape.find(spec.name); r != o.signature.input_reshape.end()) shape = r->second;
+        if (auto r = o.signature.input_reshape.find(spec.name);
+            r != o.signature.input_reshape.end())
+          shape = r->second;
         for (auto& d : shape) d = d < 0 ? 1 : d;  // variable dimensions warm up at 1
         if (max_batch > 0) shape.insert(shape.begin(), n);
         inference::ModelWarmup::Input zero;

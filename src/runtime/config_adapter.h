@@ -18,8 +18,8 @@
 namespace shoal::runtime {
 
 // What the backend is told about a model version.
-backends::ModelInfo ModelInfoFromConfig(const inference::ModelConfig& config, const std::string& model_dir,
-                                        int64_t version);
+backends::ModelInfo ModelInfoFromConfig(const inference::ModelConfig& config,
+                                        const std::string& model_dir, int64_t version);
 
 // Completes a partial config from what the backend found in the model files: inputs and
 // outputs when the config lists none, and max_batch_size when the config leaves it 0
@@ -34,7 +34,8 @@ StatusOr<std::string> BackendNameForConfig(const inference::ModelConfig& config)
 // warmup data files under <model_dir>/warmup/. `cache` is used only when the config
 // enables response_cache.
 StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelConfig& config,
-                                                       const std::string& model_dir, int64_t version,
+                                                       const std::string& model_dir,
+                                                       int64_t version,
                                                        std::shared_ptr<ResponseCache> cache,
                                                        std::shared_ptr<Clock> clock,
                                                        const RequestLimits& limits);

@@ -30,9 +30,9 @@ struct InferRequest {
   std::string id;              // echoed in the response
   std::vector<NamedTensor> inputs;
   std::vector<std::string> requested_outputs;  // empty: all outputs
-  uint32_t priority = 0;        // 0: the model's default level; 1 is the highest
-  uint64_t timeout_us = 0;      // queue timeout override, 0 = the model's default
-  int64_t deadline_ns = 0;      // absolute, on the server's clock; 0 = none
+  uint32_t priority = 0;                       // 0: the model's default level; 1 is the highest
+  uint64_t timeout_us = 0;                     // queue timeout override, 0 = the model's default
+  int64_t deadline_ns = 0;                     // absolute, on the server's clock; 0 = none
   // Request parameters other than priority/timeout; they enter the cache key.
   Parameters parameters;
 };

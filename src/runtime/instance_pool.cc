@@ -11,7 +11,8 @@ InstancePool::InstancePool(Options options) : options_(std::move(options)) {}
 
 StatusOr<std::unique_ptr<InstancePool>> InstancePool::Create(Options options) {
   if (options.model == nullptr) return InvalidArgument("instance pool needs a model");
-  if (options.instances.empty()) return InvalidArgument("instance pool needs at least one instance");
+  if (options.instances.empty())
+    return InvalidArgument("instance pool needs at least one instance");
   if (!options.clock) options.clock = Clock::Real();
   std::unique_ptr<InstancePool> pool(new InstancePool(std::move(options)));
   for (const auto& info : pool->options_.instances) {

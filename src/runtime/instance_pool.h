@@ -43,8 +43,8 @@ struct PoolJob {
 struct InstanceStats {
   std::string name;
   int64_t executions = 0;
-  int64_t busy_ns = 0;       // time spent running jobs
-  int64_t created_ns = 0;    // when the instance became ready (clock time)
+  int64_t busy_ns = 0;     // time spent running jobs
+  int64_t created_ns = 0;  // when the instance became ready (clock time)
   double cost_a_ns = 0, cost_b_ns = 0;
 };
 

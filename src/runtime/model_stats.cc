@@ -5,8 +5,8 @@
 namespace shoal::runtime {
 
 std::vector<double> Histogram::LatencyBoundsUs() {
-  return {50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
-          2500000, 5000000, 10000000};
+  return {50,    100,    250,    500,    1000,    2500,    5000,    10000,   25000,
+          50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
 }
 
 std::vector<double> Histogram::BatchSizeBounds() {

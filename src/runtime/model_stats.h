@@ -35,7 +35,8 @@ struct Duration {
 // count. Bounds are fixed at construction; values above the last bound count in +Inf.
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
+  explicit Histogram(std::vector<double> upper_bounds)
+      : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
   void Observe(double value) {
     size_t i = 0;
     while (i < bounds_.size() && value > bounds_[i]) ++i;
@@ -69,7 +70,8 @@ struct ModelStatsSnapshot {
   int64_t last_inference_ms = 0;  // wall clock, 0 if none
   uint64_t inference_count = 0;
   uint64_t execution_count = 0;
-  Duration success, fail, queue, compute_input, compute_infer, compute_output, cache_hit, cache_miss;
+  Duration success, fail, queue, compute_input, compute_infer, compute_output, cache_hit,
+      cache_miss;
   std::map<int64_t, BatchSizeStats> batch_stats;
   // Outcomes beyond Triton's fields, for metrics.
   uint64_t rejected_queue_full = 0, rejected_invalid = 0, timed_out = 0, cancelled = 0;

@@ -42,21 +42,24 @@ CacheKey MakeCacheKey(const std::string& model, int64_t version, const InferRequ
   return b.Finish();
 }
 
-ModelVersion::ModelVersion(ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model,
+ModelVersion::ModelVersion(ModelVersionOptions options,
+                           std::unique_ptr<backends::BackendModel> model,
                            std::unique_ptr<Batcher<RequestTask>> batcher)
     : options_(std::move(options)),
       clock_(options_.clock ? options_.clock : Clock::Real()),
       model_(std::move(model)),
       batcher_(std::move(batcher)) {}
 
-StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(ModelVersionOptions options,
-                                                             std::unique_ptr<backends::BackendModel> model) {
-  if (model == nullptr) return InvalidArgument("model version '" + options.name + "' has no backend model");
+StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(
+    ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model) {
+  if (model == nullptr)
+    return InvalidArgument("model version '" + options.name + "' has no backend model");
   if (options.instances.empty()) {
     return InvalidArgument("model version '" + options.name + "' needs at least one instance");
   }
   ASSIGN_OR_RETURN(auto batcher, Batcher<RequestTask>::Create(options.batching));
-  std::shared_ptr<ModelVersion> mv(new ModelVersion(std::move(options), std::move(model), std::move(batcher)));
+  std::shared_ptr<ModelVersion> mv(
+      new ModelVersion(std::move(options), std::move(model), std::move(batcher)));
 
   InstancePool::Options pool;
   pool.model = mv->model_.get();
@@ -69,14 +72,16 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(ModelVersionOptions
   pool.on_idle = [raw] { raw->Poke(); };
   ASSIGN_OR_RETURN(mv->pool_, InstancePool::Create(std::move(pool)));
 
-  if (mv->clock_->is_fake()) mv->clock_subscription_ = mv->clock_->Subscribe([raw] { raw->Poke(); });
+  if (mv->clock_->is_fake())
+    mv->clock_subscription_ = mv->clock_->Subscribe([raw] { raw->Poke(); });
   mv->scheduler_ = std::thread([raw] { raw->SchedulerLoop(); });
   return mv;
 }
 
 ModelVersion::~ModelVersion() { Shutdown(); }
 
-Status ModelVersion::RunWarmup(backends::BackendInstance& instance, const backends::InstanceInfo& info) {
+Status ModelVersion::RunWarmup(backends::BackendInstance& instance,
+                               const backends::InstanceInfo& info) {
   for (const WarmupSample& sample : options_.warmup) {
     backends::ExecuteRequest req;
     req.batch_size = sample.batch_size;
@@ -136,7 +141,8 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
     const CacheKey key = MakeCacheKey(options_.name, options_.version, request);
     auto shared_cb = std::make_shared<InferCallback>(std::move(callback));
     ResponseCache::Waiter waiter = [this, shared_cb, control, now, id = request.id](
-                                       const Status& status, const std::vector<NamedTensor>& outputs) {
+                                       const Status& status,
+                                       const std::vector<NamedTensor>& outputs) {
       if (!control->Finish()) return;
       const int64_t e2e = clock_->NowNs() - now;
       if (status.ok()) {
@@ -193,8 +199,9 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
   return control;
 }
 
-void ModelVersion::AnswerDirect(const InferRequest& request, InferCallback& callback, const Status& status,
-                                std::vector<NamedTensor> outputs, bool cache_hit) {
+void ModelVersion::AnswerDirect(const InferRequest& request, InferCallback& callback,
+                                const Status& status, std::vector<NamedTensor> outputs,
+                                bool cache_hit) {
   InferResponse response;
   response.model_name = options_.name;
   response.model_version = options_.version;
@@ -244,11 +251,13 @@ void ModelVersion::SchedulerLoop() {
     std::vector<TaskPtr> cancelled;
     if (cancel_pending_) {
       cancel_pending_ = false;
-      cancelled = batcher_->RemoveIf([](const RequestTask& t) { return t.control->cancel_requested(); });
+      cancelled =
+          batcher_->RemoveIf([](const RequestTask& t) { return t.control->cancel_requested(); });
     }
     int64_t wake_at = std::numeric_limits<int64_t>::max();
     while (!batcher_->empty() && pool_->HasIdle()) {
-      const int64_t estimate = pool_->PredictNs(std::max<int64_t>(options_.batching.max_batch_size, 1));
+      const int64_t estimate =
+          pool_->PredictNs(std::max<int64_t>(options_.batching.max_batch_size, 1));
       auto decision = batcher_->FormBatch(now, estimate, /*force=*/!accepting_);
       if (decision.batch.empty()) {
         wake_at = decision.wake_at_ns;
@@ -281,7 +290,8 @@ void ModelVersion::SchedulerLoop() {
       cv_.wait(lock, [&] { return poked_; });
     } else {
       const int64_t wait_ns = wake_at - clock_->NowNs();
-      if (wait_ns > 0) cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return poked_; });
+      if (wait_ns > 0)
+        cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return poked_; });
     }
   }
 }
@@ -334,7 +344,8 @@ void ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instanc
     }
   }
   if (!status.ok()) {
-    status = status.WithPrefix("model '" + options_.name + "' version " + std::to_string(options_.version));
+    status = status.WithPrefix("model '" + options_.name + "' version " +
+                               std::to_string(options_.version));
   }
   const int64_t t3 = clock_->NowNs();
   if (status.ok()) stats_.RecordExecution(items, t1 - t0, t2 - t1, t3 - t2);
@@ -342,7 +353,8 @@ void ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instanc
 
   std::vector<std::function<void()>> answers;
   for (size_t i = 0; i < batch.size(); ++i) {
-    std::vector<NamedTensor> outs = status.ok() ? std::move(per_request[i]) : std::vector<NamedTensor>{};
+    std::vector<NamedTensor> outs =
+        status.ok() ? std::move(per_request[i]) : std::vector<NamedTensor>{};
     const int64_t queue_ns = t0 - batch[i]->enqueued_ns;
     answers.push_back([this, task = std::make_shared<TaskPtr>(std::move(batch[i])), status,
                        outs = std::move(outs), queue_ns, t0, t1, t2, t3]() mutable {

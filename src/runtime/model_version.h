@@ -67,8 +67,8 @@ struct ModelVersionOptions {
 
 class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
  public:
-  static StatusOr<std::shared_ptr<ModelVersion>> Create(ModelVersionOptions options,
-                                                        std::unique_ptr<backends::BackendModel> model);
+  static StatusOr<std::shared_ptr<ModelVersion>> Create(
+      ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model);
   ~ModelVersion();
   ModelVersion(const ModelVersion&) = delete;
   ModelVersion& operator=(const ModelVersion&) = delete;
@@ -117,20 +117,20 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   int clock_subscription_ = -1;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;       // scheduler wakeups
-  std::condition_variable idle_cv_;  // in_flight_ reached 0
+  std::condition_variable cv_;                     // scheduler wakeups
+  std::condition_variable idle_cv_;                // in_flight_ reached 0
   std::unique_ptr<Batcher<RequestTask>> batcher_;  // GUARDED_BY(mu_)
-  bool poked_ = false;               // GUARDED_BY(mu_)
-  bool cancel_pending_ = false;      // GUARDED_BY(mu_)
-  bool accepting_ = true;            // GUARDED_BY(mu_)
-  bool stop_scheduler_ = false;      // GUARDED_BY(mu_)
-  int64_t in_flight_ = 0;            // GUARDED_BY(mu_)
-  uint64_t next_batch_seq_ = 0;      // GUARDED_BY(mu_)
+  bool poked_ = false;                             // GUARDED_BY(mu_)
+  bool cancel_pending_ = false;                    // GUARDED_BY(mu_)
+  bool accepting_ = true;                          // GUARDED_BY(mu_)
+  bool stop_scheduler_ = false;                    // GUARDED_BY(mu_)
+  int64_t in_flight_ = 0;                          // GUARDED_BY(mu_)
+  uint64_t next_batch_seq_ = 0;                    // GUARDED_BY(mu_)
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.
   std::mutex order_mu_;
-  uint64_t next_release_seq_ = 0;  // GUARDED_BY(order_mu_)
+  uint64_t next_release_seq_ = 0;                                // GUARDED_BY(order_mu_)
   std::map<uint64_t, std::vector<std::function<void()>>> held_;  // GUARDED_BY(order_mu_)
 };
 

@@ -115,7 +115,8 @@ TEST_F(ModelVersionTest, RequestsArrivingWhileBusyRunAsOneBatchAndGetTheirOwnRow
   state_->Block(100);
   mv->Infer(Req("first", {100}), answers_.For("first"));
   ASSERT_TRUE(state_->WaitForWaiting(1));
-  for (int i = 1; i <= 3; ++i) mv->Infer(Req("r" + std::to_string(i), {float(i)}), answers_.For("r" + std::to_string(i)));
+  for (int i = 1; i <= 3; ++i)
+    mv->Infer(Req("r" + std::to_string(i), {float(i)}), answers_.For("r" + std::to_string(i)));
   EXPECT_EQ(mv->queue_depth(), 3u);
   state_->Unblock(100);
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(answers_.WaitFor("r" + std::to_string(i)));
@@ -277,7 +278,8 @@ TEST_F(ModelVersionTest, InvalidRequestsGetInvalidArgumentNamingTheInput) {
   missing.inputs.clear();
   mv->Infer(std::move(missing), answers_.For("m"));
   InferRequest short_data = Req("s", {1, 2});
-  short_data.inputs[0].tensor = Tensor(DataType::kFp32, {1, 2}, short_data.inputs[0].tensor.buffer(), 0, 4);
+  short_data.inputs[0].tensor =
+      Tensor(DataType::kFp32, {1, 2}, short_data.inputs[0].tensor.buffer(), 0, 4);
   mv->Infer(std::move(short_data), answers_.For("s"));
   for (const char* id : {"t", "b", "m", "s"}) {
     ASSERT_TRUE(answers_.Has(id)) << id;
@@ -359,7 +361,8 @@ TEST_F(ModelVersionTest, ShutdownDrainsQueuedWorkAndThenRejects) {
   mv->Infer(Req("first", {100}), answers_.For("first"));
   clock_->AdvanceUs(1'000'000);
   ASSERT_TRUE(state_->WaitForWaiting(1));
-  for (int i = 0; i < 5; ++i) mv->Infer(Req("q" + std::to_string(i), {float(i)}), answers_.For("q" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i)
+    mv->Infer(Req("q" + std::to_string(i), {float(i)}), answers_.For("q" + std::to_string(i)));
   std::thread stopper([&] { mv->Shutdown(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   state_->Unblock(100);
@@ -374,7 +377,8 @@ TEST_F(ModelVersionTest, ShutdownDrainsQueuedWorkAndThenRejects) {
 TEST_F(ModelVersionTest, DestroyingWithWorkQueuedAnswersEverything) {
   {
     auto mv = Make(Batching(4, /*delay_us=*/5'000'000));
-    for (int i = 0; i < 10; ++i) mv->Infer(Req("d" + std::to_string(i), {float(i)}), answers_.For("d" + std::to_string(i)));
+    for (int i = 0; i < 10; ++i)
+      mv->Infer(Req("d" + std::to_string(i), {float(i)}), answers_.For("d" + std::to_string(i)));
   }
   EXPECT_EQ(answers_.size(), 10u);
 }
@@ -411,7 +415,8 @@ TEST_F(ModelVersionTest, FailingWarmupFailsCreateWithItsName) {
   o.warmup.push_back(w);
   auto mv = ModelVersion::Create(std::move(o), std::make_unique<FakeBackendModel>(state_));
   ASSERT_FALSE(mv.ok());
-  EXPECT_NE(mv.status().message().find("warmup 'poison'"), std::string::npos) << mv.status().ToString();
+  EXPECT_NE(mv.status().message().find("warmup 'poison'"), std::string::npos)
+      << mv.status().ToString();
 }
 
 TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {

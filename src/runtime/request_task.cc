@@ -24,7 +24,8 @@ bool RequestControl::Transition(RequestState from, RequestState to) {
 bool RequestControl::Finish() {
   RequestState cur = state_.load(std::memory_order_acquire);
   while (cur != RequestState::kDone) {
-    if (state_.compare_exchange_weak(cur, RequestState::kDone, std::memory_order_acq_rel)) return true;
+    if (state_.compare_exchange_weak(cur, RequestState::kDone, std::memory_order_acq_rel))
+      return true;
   }
   return false;
 }

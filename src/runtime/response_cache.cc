@@ -53,8 +53,8 @@ ResponseCache::Outcome ResponseCache::Lookup(const CacheKey& key, Waiter& waiter
   return Outcome::kLeader;
 }
 
-std::vector<ResponseCache::Waiter> ResponseCache::Complete(const CacheKey& key, const Status& status,
-                                                           const std::vector<NamedTensor>& outputs) {
+std::vector<ResponseCache::Waiter> ResponseCache::Complete(
+    const CacheKey& key, const Status& status, const std::vector<NamedTensor>& outputs) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Waiter> waiters;
   auto fl = in_flight_.find(key);

@@ -84,7 +84,7 @@ class ResponseCache {
   std::list<Entry> lru_;  // GUARDED_BY(mu_); front = most recently used
   std::unordered_map<CacheKey, std::list<Entry>::iterator, KeyHash> index_;  // GUARDED_BY(mu_)
   std::unordered_map<CacheKey, std::vector<Waiter>, KeyHash> in_flight_;     // GUARDED_BY(mu_)
-  CacheStats stats_;  // GUARDED_BY(mu_)
+  CacheStats stats_;                                                         // GUARDED_BY(mu_)
 };
 
 }  // namespace shoal::runtime

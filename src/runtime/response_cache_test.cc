@@ -14,7 +14,8 @@ CacheKey Key(const std::string& s) { return CacheKeyBuilder().Add(s).Finish(); }
 TEST(CacheKeyTest, OrderAndBoundariesMatter) {
   EXPECT_EQ(Key("abc"), Key("abc"));
   EXPECT_FALSE(Key("abc") == Key("abd"));
-  EXPECT_FALSE(CacheKeyBuilder().Add("ab").Add("c").Finish() == CacheKeyBuilder().Add("a").Add("bc").Finish());
+  EXPECT_FALSE(CacheKeyBuilder().Add("ab").Add("c").Finish() ==
+               CacheKeyBuilder().Add("a").Add("bc").Finish());
 }
 
 TEST(ResponseCacheTest, MissThenLeaderCompletesThenHit) {
@@ -72,7 +73,8 @@ TEST(ResponseCacheTest, EvictsLeastRecentlyUsedToStayWithinBytes) {
   EXPECT_EQ(s.evictions, 1);
   EXPECT_LE(s.bytes, cache.capacity_bytes());
   EXPECT_EQ(cache.Lookup(Key("a"), noop, &got), ResponseCache::Outcome::kHit);
-  EXPECT_EQ(cache.Lookup(Key("b"), noop, &got), ResponseCache::Outcome::kLeader) << "b was least recent";
+  EXPECT_EQ(cache.Lookup(Key("b"), noop, &got), ResponseCache::Outcome::kLeader)
+      << "b was least recent";
 }
 
 TEST(ResponseCacheTest, EntryLargerThanCapacityIsNotStored) {

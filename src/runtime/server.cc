@@ -11,10 +11,14 @@ namespace shoal::runtime {
 
 std::string_view ModelStateName(ModelState state) {
   switch (state) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kUnavailable: return "UNAVAILABLE";
-    case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kUnavailable:
+      return "UNAVAILABLE";
+    case ModelState::kUnloading:
+      return "UNLOADING";
   }
   return "UNAVAILABLE";
 }
@@ -22,9 +26,11 @@ std::string_view ModelStateName(ModelState state) {
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
       clock_(options_.clock ? options_.clock : Clock::Real()),
-      registry_(options_.registry ? options_.registry : std::make_shared<backends::BackendRegistry>()) {
+      registry_(options_.registry ? options_.registry
+                                  : std::make_shared<backends::BackendRegistry>()) {
   for (const auto& dir : options_.backend_directories) registry_->AddPluginDirectory(dir);
-  if (options_.cache_size_bytes > 0) cache_ = std::make_shared<ResponseCache>(options_.cache_size_bytes);
+  if (options_.cache_size_bytes > 0)
+    cache_ = std::make_shared<ResponseCache>(options_.cache_size_bytes);
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
@@ -35,10 +41,12 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     const auto& wanted = server->options_.startup_models;
     const bool all = std::find(wanted.begin(), wanted.end(), "*") != wanted.end();
     for (const auto& e : entries) {
-      if (all || std::find(wanted.begin(), wanted.end(), e.name) != wanted.end()) to_load.push_back(e.name);
+      if (all || std::find(wanted.begin(), wanted.end(), e.name) != wanted.end())
+        to_load.push_back(e.name);
     }
     for (const auto& w : wanted) {
-      if (w != "*" && std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.name == w; })) {
+      if (w != "*" && std::none_of(entries.begin(), entries.end(),
+                                   [&](const auto& e) { return e.name == w; })) {
         return NotFound("--load-model names '" + w + "', which is not in the repository '" +
                         server->options_.model_repository + "'");
       }
@@ -102,18 +110,22 @@ Status Server::LoadModelLocked(const std::string& name) {
     auto info = ModelInfoFromConfig(config, entry.dir.string(), version);
     auto model = (*backend)->LoadModel(info);
     if (!model.ok()) {
-      return fail(model.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
+      return fail(
+          model.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
     }
     inference::ModelConfig completed = config;
     CompleteConfig((*model)->info(), &completed);
-    auto options = VersionOptionsFromConfig(completed, entry.dir.string(), version, cache_, clock_, options_.limits);
+    auto options = VersionOptionsFromConfig(completed, entry.dir.string(), version, cache_, clock_,
+                                            options_.limits);
     if (!options.ok()) return fail(options.status());
     auto mv = ModelVersion::Create(std::move(options).value(), std::move(model).value());
-    if (!mv.ok()) return fail(mv.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
+    if (!mv.ok())
+      return fail(
+          mv.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
     config = completed;
     loaded[version] = std::move(mv).value();
-    spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)", name, version,
-                 backend_name, loaded[version]->options().instances.size(),
+    spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)", name,
+                 version, backend_name, loaded[version]->options().instances.size(),
                  static_cast<double>(clock_->NowNs() - start_ns) / 1e6);
   }
 
@@ -178,7 +190,8 @@ Status Server::PollRepository() {
       if (it == models_.end() || it->second.fingerprint != e.fingerprint) changed.push_back(e.name);
     }
     for (const auto& [name, record] : models_) {
-      if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.name == name; })) {
+      if (std::none_of(entries.begin(), entries.end(),
+                       [&](const auto& e) { return e.name == name; })) {
         removed.push_back(name);
       }
     }
@@ -209,14 +222,16 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
   return (*mv)->Infer(std::move(request), std::move(callback));
 }
 
-StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name, int64_t version) const {
+StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name,
+                                                         int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) return Unavailable("the server is shutting down");
   auto it = models_.find(name);
   if (it == models_.end()) return NotFound("unknown model '" + name + "'");
   const Record& r = it->second;
   if (r.versions.empty()) {
-    return Unavailable("model '" + name + "' is not ready" + (r.reason.empty() ? "" : ": " + r.reason));
+    return Unavailable("model '" + name + "' is not ready" +
+                       (r.reason.empty() ? "" : ": " + r.reason));
   }
   if (version < 0) return r.versions.rbegin()->second;
   auto v = r.versions.find(version);
@@ -226,7 +241,8 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name
   return v->second;
 }
 
-StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name, int64_t version) const {
+StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name,
+                                                        int64_t version) const {
   RETURN_IF_ERROR(GetModel(name, version).status());
   std::lock_guard<std::mutex> lock(mu_);
   return models_.at(name).config;

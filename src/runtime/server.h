@@ -81,9 +81,11 @@ class Server {
   Status PollRepository();
 
   // The ready version (`version` -1: the highest ready), else NOT_FOUND/UNAVAILABLE.
-  StatusOr<std::shared_ptr<ModelVersion>> GetModel(const std::string& name, int64_t version = -1) const;
+  StatusOr<std::shared_ptr<ModelVersion>> GetModel(const std::string& name,
+                                                   int64_t version = -1) const;
   // The completed config of a loaded model.
-  StatusOr<inference::ModelConfig> GetModelConfig(const std::string& name, int64_t version = -1) const;
+  StatusOr<inference::ModelConfig> GetModelConfig(const std::string& name,
+                                                  int64_t version = -1) const;
   // Every model known to the repository or loaded, with state and reason.
   std::vector<ModelStatus> RepositoryIndex() const;
   std::vector<std::shared_ptr<ModelVersion>> ReadyVersions() const;

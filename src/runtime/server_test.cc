@@ -24,7 +24,8 @@ class TempRepo {
     fs::create_directories(dir_);
   }
   ~TempRepo() { fs::remove_all(dir_); }
-  void AddModel(const std::string& name, const std::string& config, std::vector<int> versions = {1}) {
+  void AddModel(const std::string& name, const std::string& config,
+                std::vector<int> versions = {1}) {
     fs::create_directories(dir_ / name);
     std::ofstream(dir_ / name / "config.pbtxt") << config;
     for (int v : versions) fs::create_directories(dir_ / name / std::to_string(v));
@@ -71,7 +72,8 @@ InferResponse InferSync(Server& server, InferRequest request) {
 InferRequest FloatRequest(const std::string& model, std::vector<float> values) {
   InferRequest r;
   r.model_name = model;
-  r.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, (int64_t)values.size()}, values)});
+  r.inputs.push_back(
+      {"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, (int64_t)values.size()}, values)});
   return r;
 }
 
@@ -93,13 +95,15 @@ TEST(ServerTest, LoadsRepositoryAndServesPlugins) {
   auto r = InferSync(**server, FloatRequest("identity", {1, 2, 3}));
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.model_version, 1);
-  EXPECT_EQ(std::vector<float>(r.outputs[0].tensor.values<float>().begin(), r.outputs[0].tensor.values<float>().end()),
+  EXPECT_EQ(std::vector<float>(r.outputs[0].tensor.values<float>().begin(),
+                               r.outputs[0].tensor.values<float>().end()),
             (std::vector<float>{1, 2, 3}));
 
   InferRequest as;
   as.model_name = "add_sub";
   as.inputs.push_back({"INPUT0", Tensor::FromVector<int32_t>(DataType::kInt32, {4}, {1, 2, 3, 4})});
-  as.inputs.push_back({"INPUT1", Tensor::FromVector<int32_t>(DataType::kInt32, {4}, {10, 20, 30, 40})});
+  as.inputs.push_back(
+      {"INPUT1", Tensor::FromVector<int32_t>(DataType::kInt32, {4}, {10, 20, 30, 40})});
   as.requested_outputs = {"OUTPUT1"};
   auto r2 = InferSync(**server, std::move(as));
   ASSERT_TRUE(r2.status.ok()) << r2.status.ToString();
@@ -112,9 +116,10 @@ TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
   TempRepo repo;
   repo.AddModel("identity", kIdentity);
   repo.AddModel("broken", "name: \"broken\"\nbackend: \"identity\"\nmax_batch_size: -3\n");
-  repo.AddModel("nobackend", "name: \"nobackend\"\nbackend: \"no_such_plugin\"\nmax_batch_size: 1\n"
-                             "input [ { name: \"I\" data_type: TYPE_FP32 dims: [1] } ]\n"
-                             "output [ { name: \"O\" data_type: TYPE_FP32 dims: [1] } ]\n");
+  repo.AddModel("nobackend",
+                "name: \"nobackend\"\nbackend: \"no_such_plugin\"\nmax_batch_size: 1\n"
+                "input [ { name: \"I\" data_type: TYPE_FP32 dims: [1] } ]\n"
+                "output [ { name: \"O\" data_type: TYPE_FP32 dims: [1] } ]\n");
   auto server = Server::Create(Options(repo));
   ASSERT_TRUE(server.ok());
   EXPECT_FALSE((*server)->ready());
@@ -129,7 +134,8 @@ TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
   EXPECT_NE(index[2].reason.find("no_such_plugin"), std::string::npos) << index[2].reason;
 
   EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
-  EXPECT_EQ(InferSync(**server, FloatRequest("broken", {1})).status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(InferSync(**server, FloatRequest("broken", {1})).status.code(),
+            StatusCode::kUnavailable);
   EXPECT_EQ(InferSync(**server, FloatRequest("nope", {1})).status.code(), StatusCode::kNotFound);
 }
 
@@ -140,7 +146,8 @@ TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
   o.control_mode = ModelControlMode::kExplicit;
   auto server = Server::Create(o);
   ASSERT_TRUE(server.ok());
-  EXPECT_EQ(InferSync(**server, FloatRequest("identity", {1})).status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(InferSync(**server, FloatRequest("identity", {1})).status.code(),
+            StatusCode::kNotFound);
   ASSERT_TRUE((*server)->LoadModel("identity").ok());
   EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
   ASSERT_TRUE((*server)->UnloadModel("identity").ok());

@@ -31,8 +31,7 @@ std::vector<std::string> GrpcHandlers::DefaultExtensions() {
   // "parameters": request parameters other than the reserved ones reach the runtime
   // (InferRequest::parameters). binary_tensor_data is HTTP's; GrpcOptions::extensions
   // can give one list for both protocols.
-  return {"model_configuration", "model_repository", "parameters", "schedule_policy",
-          "statistics"};
+  return {"model_configuration", "model_repository", "parameters", "schedule_policy", "statistics"};
 }
 
 GrpcHandlers::GrpcHandlers(runtime::Server* server, std::vector<std::string> extensions)

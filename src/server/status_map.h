@@ -11,8 +11,8 @@ namespace shoal::server {
 
 struct StatusMapping {
   StatusCode code;
-  int http_status;        // e.g. 400
-  int grpc_code;          // grpc::StatusCode numeric value, e.g. 3 = INVALID_ARGUMENT
+  int http_status;  // e.g. 400
+  int grpc_code;    // grpc::StatusCode numeric value, e.g. 3 = INVALID_ARGUMENT
   std::string_view http_reason;
 };
 

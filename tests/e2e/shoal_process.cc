@@ -44,7 +44,8 @@ std::string SourceDir() {
 
 TempDir::TempDir() {
   std::random_device rd;
-  path_ = (std::filesystem::temp_directory_path() / ("shoal_e2e_" + std::to_string(rd()) + std::to_string(getpid())))
+  path_ = (std::filesystem::temp_directory_path() /
+           ("shoal_e2e_" + std::to_string(rd()) + std::to_string(getpid())))
               .string();
   std::filesystem::create_directories(path_);
 }
@@ -63,9 +64,10 @@ void TempDir::WriteFile(const std::string& relative, const std::string& contents
 std::unique_ptr<ShoalProcess> ShoalProcess::Start(const std::vector<std::string>& args) {
   auto p = std::unique_ptr<ShoalProcess>(new ShoalProcess());
   static int counter = 0;
-  p->log_path_ = (std::filesystem::temp_directory_path() /
-                  ("shoal_e2e_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log"))
-                     .string();
+  p->log_path_ =
+      (std::filesystem::temp_directory_path() /
+       ("shoal_e2e_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log"))
+          .string();
   const std::string binary = BinaryDir() + "/src/cli/shoal";
   std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());

@@ -56,7 +56,8 @@ class FakeBackendState {
     return instances_created_;
   }
 
-  Status Execute(int instance, const backends::ExecuteRequest& req, std::vector<NamedTensor>* outputs) {
+  Status Execute(int instance, const backends::ExecuteRequest& req,
+                 std::vector<NamedTensor>* outputs) {
     const Tensor& in = req.inputs.at(0).tensor;
     const int64_t rows = in.shape()[0];
     const int64_t cols = in.shape().size() > 1 ? in.shape()[1] : 1;
@@ -83,7 +84,8 @@ class FakeBackendState {
       if (k < 0) return Internal("fake backend asked to fail by value " + std::to_string(k));
     }
     Tensor out = Tensor::Allocate(DataType::kFp32, in.shape());
-    for (size_t i = 0; i < in.values<float>().size(); ++i) out.mutable_values<float>()[i] = 2 * in.values<float>()[i];
+    for (size_t i = 0; i < in.values<float>().size(); ++i)
+      out.mutable_values<float>()[i] = 2 * in.values<float>()[i];
     outputs->push_back(NamedTensor{"OUTPUT0", std::move(out)});
     return Status::Ok();
   }
@@ -104,7 +106,8 @@ class FakeBackendState {
 
 class FakeInstance : public backends::BackendInstance {
  public:
-  FakeInstance(std::shared_ptr<FakeBackendState> state, int index) : state_(std::move(state)), index_(index) {}
+  FakeInstance(std::shared_ptr<FakeBackendState> state, int index)
+      : state_(std::move(state)), index_(index) {}
   Status Execute(const backends::ExecuteRequest& req, std::vector<NamedTensor>* outputs) override {
     return state_->Execute(index_, req, outputs);
   }
@@ -117,7 +120,8 @@ class FakeInstance : public backends::BackendInstance {
 class FakeBackendModel : public backends::BackendModel {
  public:
   explicit FakeBackendModel(std::shared_ptr<FakeBackendState> state) : state_(std::move(state)) {}
-  StatusOr<std::unique_ptr<backends::BackendInstance>> CreateInstance(const backends::InstanceInfo& info) override {
+  StatusOr<std::unique_ptr<backends::BackendInstance>> CreateInstance(
+      const backends::InstanceInfo& info) override {
     state_->CountInstance();
     return std::unique_ptr<backends::BackendInstance>(new FakeInstance(state_, info.index));
   }
