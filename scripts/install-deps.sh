@@ -7,9 +7,9 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
-  # libraries
+  # libraries (oneDNN's CMake package needs the OpenCL headers it only recommends)
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
-  libdnnl-dev libonnx-dev libboost-dev libsimdjson-dev libspdlog-dev libfmt-dev
+  libdnnl-dev ocl-icd-opencl-dev libonnx-dev libboost-dev libsimdjson-dev libspdlog-dev libfmt-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
