@@ -17,7 +17,12 @@ int64_t NodeFlops(const Graph& g, const Node& node, const std::vector<Shape>& sh
   auto shape = [&](int v) -> const Shape& { return shapes[v]; };
   if (node.outputs.empty() || node.outputs[0] < 0) return 0;
   const Shape& out = shape(node.outputs[0]);
-  const std::string& op = node.op_type;
+  // Fused nodes (optimizer.h) count as the convolution or product they wrap; the
+  // element-wise work folded into them is not counted.
+  const std::string op = node.op_type == "FusedConv"     ? "Conv"
+                         : node.op_type == "FusedMatMul" ? "MatMul"
+                         : node.op_type == "FusedGemm"   ? "Gemm"
+                                                         : node.op_type;
   if (op == "Conv" && node.has_input(1)) {
     const Shape& w = shape(node.inputs[1]);
     return 2 * Product(out) * Product(w, 1);
@@ -142,6 +147,9 @@ StatusOr<std::string> InspectModel(const std::string& path) {
     out << "batching: "
         << ((*model)->batch_dim_symbolic() ? "yes (first dimension symbolic)" : "no") << "\n";
 
+  if (model.ok()) {
+    out << "optimised graph: " << (*model)->optimize_report().Summary() << "\n";
+  }
   std::vector<std::pair<int, std::string>> sorted;
   for (const auto& [op, count] : histogram) sorted.push_back({-count, op});
   std::sort(sorted.begin(), sorted.end());

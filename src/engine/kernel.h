@@ -50,6 +50,15 @@ struct PrepareContext {
   std::vector<Tensor> out_data;
   const dnnl::engine* dnnl_engine = nullptr;
   WeightCache* weights = nullptr;
+  // Memory layouts. An input whose producer chose a oneDNN layout (blocked, such as
+  // nChw16c) has its descriptor here; an empty descriptor (ndims 0) means the plain
+  // row-major layout of its dtype. Only operators whose OpDef::any_layout_inputs allow it
+  // ever see a non-plain input.
+  std::vector<dnnl::memory::desc> in_descs;
+  // Per output: may `prepare` choose any layout for it (every reader accepts any layout,
+  // and it is no graph output)? When it does, it sets out_descs[o] to the layout.
+  std::vector<char> out_any_layout;
+  std::vector<dnnl::memory::desc> out_descs;
 
   const Node& node() const { return graph->nodes[node_index]; }
   int64_t opset() const { return graph->opset; }
@@ -65,6 +74,12 @@ struct PrepareContext {
     out_dtypes.assign(n, DataType::kInvalid);
     out_shapes.assign(n, Shape{});
     out_data.assign(n, Tensor());
+    out_descs.assign(n, dnnl::memory::desc());
+    if (out_any_layout.size() != n) out_any_layout.assign(n, 0);
+  }
+  // The layout of input i: its producer's choice, or plain.
+  dnnl::memory::desc InDesc(size_t i, const dnnl::memory::desc& plain) const {
+    return i < in_descs.size() && in_descs[i].data.ndims != 0 ? in_descs[i] : plain;
   }
 };
 
@@ -92,6 +107,8 @@ struct OpDef {
   // Load-time checks of attribute values (modes, counts); may be null.
   Status (*check)(const Node& node, const Graph& graph) = nullptr;
   StatusOr<std::unique_ptr<Kernel>> (*prepare)(PrepareContext& ctx) = nullptr;
+  // Bit i set: input i may arrive in any oneDNN layout (see PrepareContext::in_descs).
+  uint32_t any_layout_inputs = 0;
 };
 
 // The operator for (domain, op_type), or null.

@@ -31,6 +31,10 @@ StatusOr<std::unique_ptr<Model>> Model::FromGraph(Graph graph, const LoadOptions
   for (size_t n = 0; n < graph.nodes.size(); ++n)
     RETURN_IF_ERROR(CheckNode(graph, static_cast<int>(n)));
   std::unique_ptr<Model> model(new Model());
+  ASSIGN_OR_RETURN(graph,
+                   OptimizeGraph(std::move(graph), options.optimize, &model->optimize_report_));
+  for (size_t n = 0; n < graph.nodes.size(); ++n)
+    RETURN_IF_ERROR(CheckNode(graph, static_cast<int>(n)));
   model->graph_ = std::move(graph);
   model->options_ = options;
   model->weights_ = std::make_unique<WeightCache>();

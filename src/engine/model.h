@@ -33,6 +33,7 @@
 #include "core/tensor.h"
 #include "engine/graph.h"
 #include "engine/onnx_importer.h"
+#include "engine/optimizer.h"
 #include "engine/plan.h"
 #include "engine/weight_cache.h"
 
@@ -40,6 +41,7 @@ namespace shoal::engine {
 
 struct LoadOptions {
   ImportOptions import;
+  OptimizeOptions optimize;  // graph rewrites before planning (optimizer.h)
   PlanLimits limits;
   PlanOptions plan;
 };
@@ -67,6 +69,8 @@ class Model {
   bool batch_dim_symbolic() const;
   const LoadOptions& options() const { return options_; }
   WeightCache* weight_cache() const { return weights_.get(); }
+  // What the graph optimiser did at load (node counts, fusions that fired).
+  const OptimizeReport& optimize_report() const { return optimize_report_; }
 
  private:
   Model() = default;
@@ -74,6 +78,7 @@ class Model {
 
   Graph graph_;
   LoadOptions options_;
+  OptimizeReport optimize_report_;
   std::vector<TensorInfo> inputs_;
   std::vector<TensorInfo> outputs_;
   std::unique_ptr<WeightCache> weights_;

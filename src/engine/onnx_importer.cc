@@ -1,6 +1,7 @@
 #include "engine/onnx_importer.h"
 
 #include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
 
 #include <cstring>
 #include <filesystem>
@@ -418,6 +419,12 @@ StatusOr<Graph> ImportOnnxBytes(std::string_view bytes, const std::string& base_
     return InvalidArgument(
         "not a valid ONNX model: the protobuf message could not be parsed "
         "(truncated or not an .onnx file)");
+  }
+  if (options.infer_shapes) {
+    try {
+      onnx::shape_inference::InferShapes(model);
+    } catch (const std::exception&) {  // inference is a bonus: import what the file says
+    }
   }
   try {
     Importer importer(base_dir, options);

@@ -26,6 +26,10 @@ struct ImportOptions {
   int64_t max_model_bytes = int64_t{2} << 30;
   // Largest single tensor (initialiser, Constant or external data), in bytes. Default 4 GiB.
   int64_t max_tensor_bytes = int64_t{4} << 30;
+  // Run ONNX's own shape inference first (onnx::shape_inference::InferShapes), so that
+  // intermediate values carry shapes the graph optimiser can check fusions against. A
+  // model it rejects still imports, with fewer shapes known. Default on.
+  bool infer_shapes = true;
 };
 
 // Imports the file at `path`; external data is resolved relative to its folder.

@@ -60,6 +60,24 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
     defined[v] = 1;
   }
   for (int v : graph.outputs) plan->is_output_[v] = 1;
+  plan->descs_.assign(nv, dnnl::memory::desc());
+  // A value may stay in a layout its producer picks (blocked, for oneDNN's fastest
+  // convolutions) when every node that reads it accepts any layout at that input.
+  std::vector<char> any_layout(nv, 0);
+  {
+    std::vector<int> readers(nv, 0), accepting(nv, 0);
+    for (const Node& node : graph.nodes) {
+      const OpDef* def = FindOp(node.domain, node.op_type);
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const int v = node.inputs[i];
+        if (v < 0) continue;
+        ++readers[v];
+        if (def && i < 32 && ((def->any_layout_inputs >> i) & 1)) ++accepting[v];
+      }
+    }
+    for (size_t v = 0; v < nv; ++v)
+      any_layout[v] = readers[v] > 0 && readers[v] == accepting[v] && !plan->is_output_[v];
+  }
 
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
@@ -79,9 +97,14 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
       ctx.in_dtypes.push_back(v >= 0 ? plan->dtypes_[v] : DataType::kInvalid);
       ctx.in_shapes.push_back(v >= 0 ? plan->shapes_[v] : Shape{});
       ctx.in_data.push_back(v >= 0 && !plan->known_[v].empty() ? &plan->known_[v] : nullptr);
+      ctx.in_descs.push_back(v >= 0 ? plan->descs_[v] : dnnl::memory::desc());
       if (v >= 0 && plan->known_[v].empty()) all_known = false;
     }
     ctx.SetOutputs(node.outputs.size());
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const int v = node.outputs[o];
+      ctx.out_any_layout[o] = v >= 0 && any_layout[v] && !all_known;
+    }
     std::unique_ptr<Kernel> kernel;
     RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
       ASSIGN_OR_RETURN(kernel, def->prepare(ctx));
@@ -105,6 +128,12 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
       }
       plan->shapes_[v] = ctx.out_shapes[o];
       plan->dtypes_[v] = ctx.out_dtypes[o];
+      if (ctx.out_descs[o].data.ndims != 0) {
+        if (!ctx.out_any_layout[o])
+          return Internal(graph.Describe(n) + ": operator chose a layout for a plain output");
+        plan->descs_[v] = ctx.out_descs[o];
+        ++plan->blocked_values_;
+      }
       defined[v] = 1;
     }
     bool computed = true;
@@ -168,6 +197,12 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   return plan;
 }
 
+int64_t Plan::ValueBytes(int v) const {
+  // A oneDNN layout may pad (nChw16c rounds channels up to 16).
+  if (descs_[v].data.ndims != 0) return static_cast<int64_t>(descs_[v].get_size());
+  return Product(shapes_[v]) * static_cast<int64_t>(DataTypeSize(dtypes_[v]));
+}
+
 void Plan::AssignOffsets() {
   // One slot per intermediate value, no reuse yet (part 2's planner reuses by liveness).
   int64_t offset = 0;
@@ -175,7 +210,7 @@ void Plan::AssignOffsets() {
     if (step.kernel->alias_input() >= 0) continue;
     for (int v : step.outputs) {
       if (v < 0 || is_output_[v]) continue;
-      const int64_t bytes = Product(shapes_[v]) * static_cast<int64_t>(DataTypeSize(dtypes_[v]));
+      const int64_t bytes = ValueBytes(v);
       offsets_[v] = offset;
       offset += (bytes + 63) / 64 * 64;
     }
@@ -192,7 +227,7 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     if (!known_[v].empty()) {
       bindings_[v] = known_[v];
     } else if (offsets_[v] >= 0) {
-      const size_t bytes = static_cast<size_t>(Product(shapes_[v])) * DataTypeSize(dtypes_[v]);
+      const size_t bytes = static_cast<size_t>(ValueBytes(static_cast<int>(v)));
       bindings_[v] =
           Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]), bytes);
     } else {

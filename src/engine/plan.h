@@ -48,6 +48,9 @@ class Plan {
   const std::vector<DataType>& dtypes() const { return dtypes_; }
   size_t step_count() const { return steps_.size(); }
   int64_t arena_bytes() const { return arena_bytes_; }
+  // Intermediate values kept in a oneDNN-chosen (blocked) layout between the operators
+  // that accept it.
+  int blocked_values() const { return blocked_values_; }
 
  private:
   struct Step {
@@ -59,6 +62,8 @@ class Plan {
   };
   Plan(const Graph& graph) : graph_(&graph) {}
   void AssignOffsets();
+  // Bytes value `v` takes in memory (its layout's size; padded for blocked layouts).
+  int64_t ValueBytes(int v) const;
 
   const Graph* graph_;
   std::vector<Shape> shapes_;
@@ -67,6 +72,8 @@ class Plan {
   std::vector<int> alias_of_;     // per value: value whose bytes it views, else -1
   std::vector<int64_t> offsets_;  // per value: arena offset, -1 when not in the arena
   std::vector<char> is_output_;
+  std::vector<dnnl::memory::desc> descs_;  // per value: its layout when not plain
+  int blocked_values_ = 0;
   std::vector<Step> steps_;
   int64_t arena_bytes_ = 0;
   std::shared_ptr<Buffer> arena_;

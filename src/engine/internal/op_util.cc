@@ -169,6 +169,34 @@ void DnnlKernel::BindFixed(int arg, const dnnl::memory& mem,
   if (keep_alive) keep_alive_.push_back(std::move(keep_alive));
 }
 
+void DnnlKernel::BindInputAs(int arg, const dnnl::memory::desc& outer,
+                              const dnnl::memory::desc& inner, const dnnl::engine& eng,
+                              int input) {
+  if (outer == inner) return BindInput(arg, outer, eng, input);
+  Reorder r;
+  r.buffer = Buffer::Allocate(inner.get_size());
+  r.outer = dnnl::memory(outer, eng, DNNL_MEMORY_NONE);
+  r.inner = dnnl::memory(inner, eng, r.buffer->data());
+  r.prim = dnnl::reorder(r.outer, r.inner);
+  r.index = input;
+  args_[arg] = r.inner;
+  pre_.push_back(std::move(r));
+}
+
+void DnnlKernel::BindOutputAs(int arg, const dnnl::memory::desc& inner,
+                               const dnnl::memory::desc& outer, const dnnl::engine& eng,
+                               int output) {
+  if (outer == inner) return BindOutput(arg, outer, eng, output);
+  Reorder r;
+  r.buffer = Buffer::Allocate(inner.get_size());
+  r.outer = dnnl::memory(outer, eng, DNNL_MEMORY_NONE);
+  r.inner = dnnl::memory(inner, eng, r.buffer->data());
+  r.prim = dnnl::reorder(r.inner, r.outer);
+  r.index = output;
+  args_[arg] = r.inner;
+  post_.push_back(std::move(r));
+}
+
 Status DnnlKernel::Run(const RunContext& ctx) {
   for (const Arg& a : bound_) {
     if (a.input >= 0) {
@@ -177,7 +205,57 @@ Status DnnlKernel::Run(const RunContext& ctx) {
       a.mem.set_data_handle(ctx.outputs[a.output]->mutable_data());
     }
   }
+  for (Reorder& r : pre_) {
+    r.outer.set_data_handle(const_cast<void*>(ctx.inputs[r.index]->data()));
+    r.prim.execute(*ctx.stream, r.outer, r.inner);
+  }
   primitive.execute(*ctx.stream, args_);
+  for (Reorder& r : post_) {
+    r.outer.set_data_handle(ctx.outputs[r.index]->mutable_data());
+    r.prim.execute(*ctx.stream, r.inner, r.outer);
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string_view> ActivationAttributes(bool with_post) {
+  std::vector<std::string_view> names = {"activation", "activation_alpha", "activation_beta"};
+  if (with_post) {
+    names.insert(names.end(), {"post_activation", "post_activation_alpha", "post_activation_beta"});
+  }
+  return names;
+}
+
+Status AppendActivation(const Node& node, const std::string& prefix, dnnl::post_ops* po) {
+  const std::string name = node.GetString(prefix, "");
+  if (name.empty()) return Status::Ok();
+  const float alpha = node.GetFloat(prefix + "_alpha", 0.f);
+  const float beta = node.GetFloat(prefix + "_beta", 0.f);
+  using alg = dnnl::algorithm;
+  alg a;
+  float pa = 0.f, pb = 0.f;
+  if (name == "Relu") {
+    a = alg::eltwise_relu;
+  } else if (name == "LeakyRelu") {
+    a = alg::eltwise_relu;
+    pa = alpha;
+  } else if (name == "Sigmoid") {
+    a = alg::eltwise_logistic;
+  } else if (name == "Tanh") {
+    a = alg::eltwise_tanh;
+  } else if (name == "HardSwish") {
+    a = alg::eltwise_hardswish;
+  } else if (name == "Gelu") {
+    a = alg::eltwise_gelu_erf;
+  } else if (name == "GeluTanh") {
+    a = alg::eltwise_gelu_tanh;
+  } else if (name == "Clip") {
+    a = alg::eltwise_clip_v2;
+    pa = alpha;
+    pb = beta;
+  } else {
+    return InvalidArgument("unknown fused activation '" + name + "'");
+  }
+  po->append_eltwise(1.f, a, pa, pb);
   return Status::Ok();
 }
 

@@ -56,7 +56,18 @@ class DnnlKernel : public Kernel {
   void BindInput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng, int input);
   void BindOutput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng, int output);
   void BindFixed(int arg, const dnnl::memory& mem, std::shared_ptr<const void> keep_alive);
+  // Binds input `input` (laid out as `outer`) through a kernel-owned copy in `inner`, the
+  // layout the primitive chose: reordered before every run. Same as BindInput when the
+  // two are equal.
+  void BindInputAs(int arg, const dnnl::memory::desc& outer, const dnnl::memory::desc& inner,
+                   const dnnl::engine& eng, int input);
+  // The primitive writes `inner` (kernel-owned), reordered into output `output` (laid out
+  // as `outer`) after every run. Same as BindOutput when the two are equal.
+  void BindOutputAs(int arg, const dnnl::memory::desc& inner, const dnnl::memory::desc& outer,
+                    const dnnl::engine& eng, int output);
   Status Run(const RunContext& ctx) override;
+  // Reorders added per run (for statistics and tests).
+  int reorder_count() const { return static_cast<int>(pre_.size() + post_.size()); }
 
  private:
   struct Arg {
@@ -64,7 +75,14 @@ class DnnlKernel : public Kernel {
     int input = -1;
     int output = -1;
   };
+  struct Reorder {
+    dnnl::memory outer, inner;
+    dnnl::reorder prim;
+    int index = -1;
+    std::shared_ptr<Buffer> buffer;
+  };
   std::vector<Arg> bound_;
+  std::vector<Reorder> pre_, post_;
   std::unordered_map<int, dnnl::memory> args_;
   std::vector<std::shared_ptr<const void>> keep_alive_;
 };
@@ -73,6 +91,12 @@ class DnnlKernel : public Kernel {
 // `preferred` through the model's WeightCache; otherwise binds it per run in `plain`.
 Status BindWeights(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
                    const dnnl::memory::desc& plain, const dnnl::memory::desc& preferred);
+
+// Appends to `po` the eltwise post-op the optimiser recorded on `node` as attributes
+// `<prefix>`, `<prefix>_alpha`, `<prefix>_beta` (see optimizer.h); nothing when absent.
+Status AppendActivation(const Node& node, const std::string& prefix, dnnl::post_ops* po);
+// The attribute names AppendActivation reads for `prefix`.
+std::vector<std::string_view> ActivationAttributes(bool with_post);
 
 // A kernel from a lambda (engine-side implementations of small operators).
 class FnKernel : public Kernel {

@@ -130,16 +130,61 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   const auto w_plain = PlainDesc(wdims, DataType::kFp32);
   const memory::desc w_any(ToDims(wdims), memory::data_type::f32, memory::format_tag::any);
   const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
-  dnnl::convolution_forward::desc d(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
-      dst_md, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), PadRight(w));
-  dnnl::convolution_forward::primitive_desc pd(d, eng);
+  // Layouts: the primitive picks its own (blocked, such as nChw16c) for source and
+  // destination. The source arrives in whatever layout its producer chose (see
+  // PrepareContext::in_descs) and is reordered when that differs; the destination stays
+  // in the chosen layout when every reader accepts it, else it is reordered to plain.
+  // A source with few channels (the first layer's image) stays plain: oneDNN has direct
+  // kernels for it, and padding 3 channels to 16 would waste the work.
+  const memory::desc src_in = ctx.InDesc(0, src_md);
+  const bool keep_src = src_in.data.format_kind == dnnl_blocked && src_in != src_md;
+  // Weights computed at run time must be read as they are: then everything stays plain.
+  const bool const_w = ctx.in_data[1] != nullptr;
+  const memory::desc src_any = keep_src || c < 8 || !const_w
+                                   ? src_in
+                                   : memory::desc(ToDims(x), memory::data_type::f32,
+                                                  memory::format_tag::any);
+  const memory::desc dst_any =
+      const_w ? memory::desc(ToDims(y), memory::data_type::f32, memory::format_tag::any) : dst_md;
+  const memory::desc w_desc = const_w ? w_any : w_plain;
+  // Fused post-ops (shoal.FusedConv, see optimizer.h): activation, residual add,
+  // activation.
+  const Node& node = ctx.node();
+  dnnl::post_ops po;
+  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
+  const bool has_residual = ctx.has_input(3);
+  memory::desc res_md;
+  if (has_residual) {
+    if (ctx.in_shapes[3] != y) return ctx.Error("the residual must have the output's shape");
+    res_md = ctx.InDesc(3, dst_md);
+    po.append_binary(dnnl::algorithm::binary_add, res_md);
+  }
+  RETURN_IF_ERROR(AppendActivation(node, "post_activation", &po));
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  auto make_pd = [&](const memory::desc& s, const memory::desc& dd) {
+    dnnl::convolution_forward::desc d(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s, w_desc, b_md,
+        dd, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), PadRight(w));
+    return dnnl::convolution_forward::primitive_desc(d, attr, eng);
+  };
+  auto pd = make_pd(src_any, has_residual ? res_md : dst_any);
+  const bool out_free = !ctx.out_any_layout.empty() && ctx.out_any_layout[0];
+  memory::desc dst_out = dst_md;
+  if (out_free && pd.dst_desc() != dst_md) {
+    dst_out = pd.dst_desc();
+    ctx.out_descs[0] = dst_out;
+  }
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::convolution_forward(pd);
-  k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
+  k->BindInputAs(DNNL_ARG_SRC, src_in, pd.src_desc(), eng, 0);
   RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd.weights_desc()));
   if (has_bias) k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
-  k->BindOutput(DNNL_ARG_DST, dst_md, eng, 0);
+  if (has_residual) k->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1 -
+                                   (node.GetString("post_activation", "").empty() ? 0 : 1)) |
+                                     DNNL_ARG_SRC_1,
+                                 res_md, eng, 3);
+  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
@@ -272,15 +317,24 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
                      ? dnnl::algorithm::pooling_avg_include_padding
                      : dnnl::algorithm::pooling_avg_exclude_padding;
   const auto& eng = *ctx.dnnl_engine;
-  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
-  dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src_md, dst_md,
+  const auto src_plain = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
+  // Pools in its source's layout (a convolution's blocked output stays blocked); the
+  // result is reordered to plain only when a reader needs plain.
+  const auto src_md = ctx.InDesc(0, src_plain);
+  const memory::desc dst_any(ToDims(y), memory::data_type::f32, memory::format_tag::any);
+  dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src_md, dst_any,
                                    Dims(w, &Window::stride), Dims(w, &Window::kernel), Dilates(w),
                                    Dims(w, &Window::pad_begin), PadRight(w));
   dnnl::pooling_v2_forward::primitive_desc pd(d, eng);
+  memory::desc dst_out = dst_md;
+  if (!ctx.out_any_layout.empty() && ctx.out_any_layout[0] && pd.dst_desc() != dst_md) {
+    dst_out = pd.dst_desc();
+    ctx.out_descs[0] = dst_out;
+  }
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::pooling_v2_forward(pd);
   k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
-  k->BindOutput(DNNL_ARG_DST, dst_md, eng, 0);
+  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
@@ -304,7 +358,13 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
                   "Conv",
                   {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
                   CheckAutoPad,
-                  PrepareConv});
+                  PrepareConv,
+                  0b1});
+  // Conv with post-ops (optimizer.h): X, W, B (optional), residual (optional).
+  std::vector<std::string_view> fused = {"auto_pad", "dilations", "group",
+                                         "kernel_shape", "pads", "strides"};
+  for (auto a : ActivationAttributes(true)) fused.push_back(a);
+  ops->push_back({"shoal", "FusedConv", fused, CheckAutoPad, PrepareConv, 0b1001});
   ops->push_back({"",
                   "ConvTranspose",
                   {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
@@ -316,14 +376,16 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
        "MaxPool",
        {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"},
        CheckMaxPool,
-       PreparePool});
+       PreparePool,
+       0b1});
   ops->push_back({"",
                   "AveragePool",
                   {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"},
                   CheckAutoPad,
-                  PreparePool});
-  ops->push_back({"", "GlobalAveragePool", {}, nullptr, PreparePool});
-  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool});
+                  PreparePool,
+                  0b1});
+  ops->push_back({"", "GlobalAveragePool", {}, nullptr, PreparePool, 0b1});
+  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool, 0b1});
 }
 
 }  // namespace shoal::engine::internal

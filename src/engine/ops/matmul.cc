@@ -12,7 +12,9 @@ StatusOr<std::unique_ptr<Kernel>> Noop() {
 }
 
 StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
-  if (ctx.num_inputs() != 2 || !ctx.has_input(0) || !ctx.has_input(1))
+  const bool fused = !ctx.node().domain.empty();
+  if ((fused ? ctx.num_inputs() < 2 : ctx.num_inputs() != 2) || !ctx.has_input(0) ||
+      !ctx.has_input(1))
     return ctx.Error("needs two inputs");
   if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
     return ctx.Error("only FP32 is supported");
@@ -71,11 +73,37 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
   const memory::desc wdesc =
       const_b ? memory::desc(ToDims(b_md), memory::data_type::f32, memory::format_tag::any)
               : wplain;
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, dst), eng);
+  // shoal.FusedMatMul (optimizer.h): output scale, bias [N], activation, residual add.
+  const Node& node = ctx.node();
+  dnnl::primitive_attr attr;
+  const float alpha = node.GetFloat("alpha", 1.f);
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  memory::desc bias_md;
+  const bool has_bias = ctx.has_input(2);
+  if (has_bias) {
+    if (ctx.in_dtypes[2] != DataType::kFp32 || Product(ctx.in_shapes[2]) != n)
+      return ctx.Error("the bias must have N elements");
+    Shape bshape(c_md.size(), 1);
+    bshape.back() = n;
+    bias_md = PlainDesc(bshape, DataType::kFp32);
+  }
+  dnnl::post_ops po;
+  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
+  const bool has_residual = ctx.has_input(3);
+  if (has_residual) {
+    if (ctx.in_shapes[3] != out) return ctx.Error("the residual must have the output's shape");
+    po.append_binary(dnnl::algorithm::binary_add, dst);
+  }
+  attr.set_post_ops(po);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, bias_md, dst), attr, eng);
   auto kern = std::make_unique<DnnlKernel>();
   kern->primitive = dnnl::matmul(pd);
   kern->BindInput(DNNL_ARG_SRC, src, eng, 0);
   RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  if (has_bias) kern->BindInput(DNNL_ARG_BIAS, bias_md, eng, 2);
+  if (has_residual) {
+    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
+  }
   kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
   return std::unique_ptr<Kernel>(std::move(kern));
 }
@@ -127,6 +155,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
   const memory::desc bias = has_c ? PlainDesc(c2, DataType::kFp32) : memory::desc();
   dnnl::primitive_attr attr;
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  dnnl::post_ops po;  // shoal.FusedGemm: Gemm + activation
+  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
+  attr.set_post_ops(po);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, bias, dst), attr, eng);
   auto kern = std::make_unique<DnnlKernel>();
   kern->primitive = dnnl::matmul(pd);
@@ -155,6 +186,13 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
 void RegisterMatMulOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "MatMul", {}, nullptr, PrepareMatMul});
   ops->push_back({"", "Gemm", {"alpha", "beta", "transA", "transB"}, nullptr, PrepareGemm});
+  // Fused forms (optimizer.h). FusedMatMul: A, B, bias (optional), residual (optional).
+  std::vector<std::string_view> mm = {"alpha"};
+  for (auto a : ActivationAttributes(false)) mm.push_back(a);
+  ops->push_back({"shoal", "FusedMatMul", mm, nullptr, PrepareMatMul});
+  std::vector<std::string_view> gemm = {"alpha", "beta", "transA", "transB"};
+  for (auto a : ActivationAttributes(false)) gemm.push_back(a);
+  ops->push_back({"shoal", "FusedGemm", gemm, nullptr, PrepareGemm});
 }
 
 }  // namespace shoal::engine::internal
