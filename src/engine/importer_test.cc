@@ -192,7 +192,13 @@ TEST(InspectTest, ReportsSignatureHistogramAndFlops) {
   EXPECT_THAT(*report, HasSubstr("unsupported operators: none"));
   EXPECT_THAT(*report, HasSubstr("batching: yes"));
   EXPECT_THAT(*report, HasSubstr("estimated FLOPs per sample: "));
+  EXPECT_THAT(*report, HasSubstr("activation memory (batch 1): planned "));
+  EXPECT_THAT(*report, HasSubstr("in-place; no reuse "));
   EXPECT_THAT(*report, ::testing::Not(HasSubstr("unknown")));
+  auto batch8 = InspectModel(ModelPath("resnet_op13.onnx"), InspectOptions{8});
+  ASSERT_TRUE(batch8.ok()) << batch8.status().ToString();
+  EXPECT_THAT(*batch8, HasSubstr("activation memory (batch 8): planned "));
+  EXPECT_FALSE(InspectModel(ModelPath("resnet_op13.onnx"), InspectOptions{-1}).ok());
 }
 
 TEST(InspectTest, ListsUnsupportedOperators) {

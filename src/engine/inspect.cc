@@ -1,5 +1,6 @@
 #include "engine/inspect.h"
 
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -103,9 +104,33 @@ void PrintTensors(std::ostringstream& out, const char* title, const std::vector<
   }
 }
 
+// "activation memory (batch 1): planned 1.2 MiB, liveness bound ...".
+std::string MemoryLine(int64_t batch, const PlanMemoryStats& m) {
+  auto human = [](int64_t bytes) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(bytes < (int64_t{10} << 20) ? 2 : 1);
+    if (bytes < (1 << 20))
+      s << static_cast<double>(bytes) / 1024 << " KiB";
+    else
+      s << static_cast<double>(bytes) / (1 << 20) << " MiB";
+    return s.str();
+  };
+  std::ostringstream out;
+  out << "activation memory (batch " << batch << "): planned " << human(m.planned_bytes)
+      << ", liveness bound " << human(m.liveness_bound_bytes) << " (ratio " << std::fixed
+      << std::setprecision(3)
+      << (m.liveness_bound_bytes > 0
+              ? static_cast<double>(m.planned_bytes) / static_cast<double>(m.liveness_bound_bytes)
+              : 1.0)
+      << "), " << m.inplace_count << " in-place; no reuse " << human(m.no_reuse_bytes) << "\n";
+  return out.str();
+}
+
 }  // namespace
 
-StatusOr<std::string> InspectModel(const std::string& path) {
+StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options) {
+  if (options.batch < 0)
+    return InvalidArgument("batch must be >= 0; was " + std::to_string(options.batch));
   ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));
   std::ostringstream out;
   out << "model: " << path << "\n";
@@ -171,22 +196,27 @@ StatusOr<std::string> InspectModel(const std::string& path) {
   }
 
   // FLOPs from a plan at batch 1 (every symbolic dimension set to 1).
-  std::vector<Shape> shapes;
-  for (const auto& in : inputs) {
-    Shape s;
-    for (const Dim& d : in.shape) s.push_back(d.known() ? d.value : 1);
-    shapes.push_back(s);
-  }
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(eng);
   const Model& m = **model;
-  StatusOr<std::unique_ptr<Plan>> plan = Internal("unset");
-  try {
-    plan = Plan::Prepare(m.graph(), shapes, eng, stream, m.weight_cache(), m.options().plan,
-                         m.options().limits);
-  } catch (const std::exception& e) {
-    plan = Internal(e.what());
-  }
+  // A plan with the first dimension of every input at `batch` where it is symbolic, and
+  // every other symbolic dimension at 1.
+  auto prepare = [&](int64_t batch) -> StatusOr<std::unique_ptr<Plan>> {
+    std::vector<Shape> shapes;
+    for (const auto& in : inputs) {
+      Shape s;
+      for (size_t d = 0; d < in.shape.size(); ++d)
+        s.push_back(in.shape[d].known() ? in.shape[d].value : d == 0 ? batch : 1);
+      shapes.push_back(s);
+    }
+    try {
+      return Plan::Prepare(m.graph(), shapes, eng, stream, m.weight_cache(), m.options().plan,
+                           m.options().limits);
+    } catch (const std::exception& e) {
+      return Internal(e.what());
+    }
+  };
+  StatusOr<std::unique_ptr<Plan>> plan = prepare(1);
   if (!plan.ok()) {
     out << "estimated FLOPs per sample: unknown (" << plan.status().message() << ")\n";
     return out.str();
@@ -195,6 +225,15 @@ StatusOr<std::string> InspectModel(const std::string& path) {
   for (const Node& node : m.graph().nodes) flops += NodeFlops(m.graph(), node, (*plan)->shapes());
   out << "estimated FLOPs per sample: " << Human(static_cast<double>(flops)) << " (" << flops
       << ")\n";
+  out << MemoryLine(1, (*plan)->memory_stats());
+  if (options.batch > 1) {
+    plan = prepare(options.batch);
+    if (plan.ok())
+      out << MemoryLine(options.batch, (*plan)->memory_stats());
+    else
+      out << "activation memory (batch " << options.batch << "): unknown ("
+          << plan.status().message() << ")\n";
+  }
   return out.str();
 }
 

@@ -2,9 +2,12 @@
 //
 // Prints the model's inputs and outputs (dtype and shape, symbolic dims by name), the
 // node count, the operator histogram, the operators this engine does not support (with
-// the first reason per operator), and the estimated FLOPs per sample (multiply-adds
+// the first reason per operator), the estimated FLOPs per sample (multiply-adds
 // counted as 2, for Conv, ConvTranspose, MatMul and Gemm, plus one per output element
-// of element-wise and normalisation operators; shapes from a plan at batch 1).
+// of element-wise and normalisation operators; shapes from a plan at batch 1), and the
+// activation memory of plans at batch 1 and InspectOptions::batch: the planned arena,
+// the liveness lower bound and their ratio, in-place steps, and the bytes one slot per
+// value would take (graph inputs, outputs and weights not included).
 //
 // A model the engine cannot load still gets a report (with what is unsupported); only
 // a file that cannot be imported at all (missing, malformed) is an error.
@@ -16,6 +19,13 @@
 
 namespace shoal::engine {
 
-StatusOr<std::string> InspectModel(const std::string& path);
+struct InspectOptions {
+  // A second batch size whose activation memory is reported (the first dimension of
+  // every input where it is symbolic; other symbolic dimensions are 1). Default 0:
+  // batch 1 only. Must be >= 0.
+  int64_t batch = 0;
+};
+
+StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options = {});
 
 }  // namespace shoal::engine

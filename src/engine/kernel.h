@@ -8,6 +8,8 @@
 // fills the output dtypes and shapes, and returns a Kernel holding everything that can
 // be built once per plan (oneDNN primitives, reordered weights, index tables).
 // `Kernel::Run` then runs once per inference on the plan's single thread of control.
+// A kernel also tells the plan's memory planner whether its output is a view of an
+// input (alias_input) and whether it may overwrite an input (inplace_input).
 //
 // Errors from `prepare` name the node through PrepareContext::Error. Kernels never
 // throw: oneDNN errors are caught by the executor and returned as Status.
@@ -96,6 +98,13 @@ class Kernel {
   // When >= 0, output 0 is a view of that input's bytes with the output's shape
   // (Reshape, Flatten, Squeeze, Identity...): the executor binds it and never calls Run.
   virtual int alias_input() const { return -1; }
+  // When >= 0, the kernel still computes output 0 correctly when it occupies the same
+  // bytes as that input (same dtype and element count): it reads each input element
+  // before writing the output element at the same index, and reads no neighbours
+  // (element-wise operators without broadcasting of that input). The memory planner
+  // (plan.h) then may place output 0 over the input, when the input is an arena value
+  // whose last use is this step; the kernel must not assume it does.
+  virtual int inplace_input() const { return -1; }
 };
 
 struct OpDef {

@@ -195,6 +195,27 @@ StatusOr<Plan*> Session::PlanFor(const std::vector<Shape>& shapes) {
   return plans_.front().second.get();
 }
 
+StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_shapes) {
+  const auto& infos = model_.inputs();
+  if (input_shapes.size() != infos.size()) {
+    return InvalidArgument("expected " + std::to_string(infos.size()) + " input shapes, got " +
+                           std::to_string(input_shapes.size()));
+  }
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const Shape& s = input_shapes[i];
+    bool match = !infos[i].rank_known || s.size() == infos[i].shape.size();
+    for (size_t d = 0; match && infos[i].rank_known && d < s.size(); ++d)
+      match = !infos[i].shape[d].known() || infos[i].shape[d].value == s[d];
+    if (!match) {
+      return InvalidArgument("input '" + infos[i].name + "' has shape " + ShapeToString(s) +
+                             "; the model expects " + SymbolicShapeToString(infos[i].shape));
+    }
+  }
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+  ASSIGN_OR_RETURN(Plan * plan, PlanFor(input_shapes));
+  return plan->memory_stats();
+}
+
 Status Session::Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
   if (std::this_thread::get_id() != owner_) {
     RETURN_IF_ERROR(SetUpThreads());

@@ -104,6 +104,11 @@ class Session {
   // model's output order and own their memory.
   Status Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs);
 
+  // The memory plan of the plan for inputs of these shapes (in the model's input
+  // order), preparing and caching that plan as Run would; same thread rules as Run.
+  // INVALID_ARGUMENT when the shapes do not fit the model.
+  StatusOr<PlanMemoryStats> PlanStats(const std::vector<Shape>& input_shapes);
+
   int cached_plans() const { return static_cast<int>(plans_.size()); }
   int threads() const { return threads_; }
 

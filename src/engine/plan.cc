@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/internal/op_util.h"
+#include "engine/memory_planner.h"
 
 namespace shoal::engine {
 namespace {
@@ -192,7 +193,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
     if (!defined[v])
       return InvalidArgument("graph output '" + graph.values[v].name + "' is never produced");
   }
-  plan->AssignOffsets();
+  RETURN_IF_ERROR(plan->AssignOffsets());
   plan->bindings_.assign(nv, Tensor());
   return plan;
 }
@@ -203,20 +204,73 @@ int64_t Plan::ValueBytes(int v) const {
   return Product(shapes_[v]) * static_cast<int64_t>(DataTypeSize(dtypes_[v]));
 }
 
-void Plan::AssignOffsets() {
-  // One slot per intermediate value, no reuse yet (part 2's planner reuses by liveness).
-  int64_t offset = 0;
-  for (const Step& step : steps_) {
+Status Plan::AssignOffsets() {
+  const int num_steps = static_cast<int>(steps_.size());
+  // The arena holds what steps compute, except views and graph outputs.
+  std::vector<int> tensor_of(shapes_.size(), -1);
+  std::vector<int> value_of;
+  std::vector<TensorLifetime> tensors;
+  for (int i = 0; i < num_steps; ++i) {
+    const Step& step = steps_[i];
     if (step.kernel->alias_input() >= 0) continue;
     for (int v : step.outputs) {
       if (v < 0 || is_output_[v]) continue;
-      const int64_t bytes = ValueBytes(v);
-      offsets_[v] = offset;
-      offset += (bytes + 63) / 64 * 64;
+      tensor_of[v] = static_cast<int>(tensors.size());
+      value_of.push_back(v);
+      tensors.push_back({ValueBytes(v), i, i});
     }
   }
-  arena_bytes_ = offset;
+  // A view's uses are uses of the bytes it views (alias_of_ names the owner directly).
+  auto owner = [&](int v) { return alias_of_[v] >= 0 ? alias_of_[v] : v; };
+  for (int i = 0; i < num_steps; ++i) {
+    for (int v : steps_[i].inputs) {
+      if (v >= 0 && tensor_of[owner(v)] >= 0) tensors[tensor_of[owner(v)]].last = i;
+    }
+  }
+  // A graph output that views the arena is copied out after the last step.
+  for (int v : graph_->outputs) {
+    if (tensor_of[owner(v)] >= 0) tensors[tensor_of[owner(v)]].last = num_steps;
+  }
+  std::vector<InplaceRequest> requests;
+  for (int i = 0; i < num_steps; ++i) {
+    const Step& step = steps_[i];
+    const int k = step.kernel->inplace_input();
+    if (k < 0 || step.skip || static_cast<size_t>(k) >= step.inputs.size() ||
+        step.outputs.empty()) {
+      continue;
+    }
+    const int src = step.inputs[k];
+    const int out = step.outputs[0];
+    // Only an arena value (not a view, input, constant or graph output) may be
+    // overwritten, and only with the same dtype and element count.
+    if (src < 0 || out < 0 || tensor_of[src] < 0 || tensor_of[out] < 0) continue;
+    if (dtypes_[src] != dtypes_[out] || Product(shapes_[src]) != Product(shapes_[out])) continue;
+    // Another input reading the same bytes would see them change under it.
+    bool shared = false;
+    for (size_t j = 0; j < step.inputs.size(); ++j) {
+      if (static_cast<int>(j) != k && step.inputs[j] >= 0 && owner(step.inputs[j]) == src)
+        shared = true;
+    }
+    // The planner grants it only when this step is the last use of `src`'s bytes.
+    if (!shared) requests.push_back({tensor_of[out], tensor_of[src]});
+  }
+  auto planned = PlanMemory(tensors, requests);
+  if (!planned.ok()) return Internal("memory planner: " + planned.status().message());
+  layout_.clear();
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const int v = value_of[t];
+    offsets_[v] = planned->offsets[t];
+    const int from = planned->inplace_of[t];
+    layout_.push_back({v, offsets_[v], tensors[t].bytes, tensors[t].first, tensors[t].last,
+                       from >= 0 ? value_of[from] : -1});
+  }
+  memory_.planned_bytes = planned->arena_bytes;
+  memory_.liveness_bound_bytes = planned->liveness_bound_bytes;
+  memory_.no_reuse_bytes = planned->no_reuse_bytes;
+  memory_.inplace_count = planned->inplace_count;
+  arena_bytes_ = planned->arena_bytes;
   arena_ = Buffer::Allocate(static_cast<size_t>(arena_bytes_));
+  return Status::Ok();
 }
 
 Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
@@ -227,9 +281,8 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     if (!known_[v].empty()) {
       bindings_[v] = known_[v];
     } else if (offsets_[v] >= 0) {
-      const size_t bytes = static_cast<size_t>(ValueBytes(static_cast<int>(v)));
-      bindings_[v] =
-          Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]), bytes);
+      bindings_[v] = Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]),
+                            static_cast<size_t>(ValueBytes(v)));
     } else {
       bindings_[v] = Tensor();
     }

@@ -6,10 +6,14 @@
 // (constants, and values computed only from shapes): such values become constants of
 // the plan and their nodes never run again. What remains is a list of steps.
 //
-// Memory: every intermediate value gets a fixed offset in one arena allocated with the
-// plan; graph outputs are allocated per run (they leave the engine with shared
-// ownership). Kernels whose output is a view of an input (Reshape...) take no memory.
-// Part 2's memory planner only changes how offsets are assigned (AssignOffsets).
+// Memory: every intermediate value gets a fixed offset in one aligned arena allocated
+// once with the plan; graph outputs are allocated per run (they leave the engine with
+// shared ownership), graph inputs are the caller's and plan constants are the plan's.
+// Kernels whose output is a view of an input (Reshape...) take no memory, and a view's
+// uses keep its source alive. Offsets come from the memory planner (memory_planner.h):
+// values whose lifetimes (defining step to last use, in step order) do not overlap share
+// bytes, and an element-wise kernel writes its output over an input
+// (Kernel::inplace_input) when that input is an arena value read for the last time.
 //
 // Thread safety: a Plan is used by one thread at a time (its Session's).
 #pragma once
@@ -23,6 +27,26 @@
 #include "engine/kernel.h"
 
 namespace shoal::engine {
+
+// What the memory planner decided for one plan. Counts only the arena's values
+// (intermediates that are not views), all sizes 64-byte aligned.
+struct PlanMemoryStats {
+  int64_t planned_bytes = 0;         // the arena, allocated once with the plan
+  int64_t liveness_bound_bytes = 0;  // most bytes live at one step: no arena can be smaller
+  int64_t no_reuse_bytes = 0;        // one slot per value (no reuse)
+  int inplace_count = 0;             // steps whose output took an input's bytes
+};
+
+// Where one arena value lives, for tests and debugging (Plan::DebugLayout).
+struct PlanLayoutEntry {
+  int value = -1;       // value index in the graph
+  int64_t offset = 0;   // in the arena
+  int64_t bytes = 0;    // unaligned
+  int first_step = 0;   // step that defines it
+  int last_step = 0;    // last step that reads it or a view of it; step_count() when a
+                        // graph output views it (copied out after the last step)
+  int inplace_of = -1;  // value whose bytes it took, else -1
+};
 
 struct PlanLimits {
   // Largest tensor a plan may create, in bytes (guards against shapes a model computes
@@ -51,6 +75,12 @@ class Plan {
   // Intermediate values kept in a oneDNN-chosen (blocked) layout between the operators
   // that accept it.
   int blocked_values() const { return blocked_values_; }
+  int64_t planned_bytes() const { return memory_.planned_bytes; }
+  int64_t liveness_bound_bytes() const { return memory_.liveness_bound_bytes; }
+  int inplace_count() const { return memory_.inplace_count; }
+  const PlanMemoryStats& memory_stats() const { return memory_; }
+  // Every arena value with its bytes and lifetime, in no particular order.
+  const std::vector<PlanLayoutEntry>& DebugLayout() const { return layout_; }
 
  private:
   struct Step {
@@ -61,8 +91,9 @@ class Plan {
     bool skip = false;         // all outputs empty: nothing to compute
   };
   Plan(const Graph& graph) : graph_(&graph) {}
-  void AssignOffsets();
-  // Bytes value `v` takes in memory (its layout's size; padded for blocked layouts).
+  Status AssignOffsets();
+  // Bytes value `v` takes in memory: the one place that says how big a value is (its
+  // oneDNN layout's size when blocked, which may pad channels to 16).
   int64_t ValueBytes(int v) const;
 
   const Graph* graph_;
@@ -76,6 +107,8 @@ class Plan {
   int blocked_values_ = 0;
   std::vector<Step> steps_;
   int64_t arena_bytes_ = 0;
+  PlanMemoryStats memory_;
+  std::vector<PlanLayoutEntry> layout_;
   std::shared_ptr<Buffer> arena_;
   std::vector<Tensor> bindings_;  // per value, reset every run
 };

@@ -205,6 +205,11 @@ Status DnnlKernel::Run(const RunContext& ctx) {
       a.mem.set_data_handle(ctx.outputs[a.output]->mutable_data());
     }
   }
+  if (prefill_from >= 0) {
+    const Tensor& src = *ctx.inputs[prefill_from];
+    Tensor& dst = *ctx.outputs[0];
+    if (src.data() != dst.data()) std::memcpy(dst.mutable_data(), src.data(), src.byte_size());
+  }
   for (Reorder& r : pre_) {
     r.outer.set_data_handle(const_cast<void*>(ctx.inputs[r.index]->data()));
     r.prim.execute(*ctx.stream, r.outer, r.inner);

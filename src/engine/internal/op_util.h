@@ -53,6 +53,12 @@ namespace shoal::engine::internal {
 class DnnlKernel : public Kernel {
  public:
   dnnl::primitive primitive;
+  // Kernel::inplace_input; set only for primitives that support dst == that src.
+  int inplace = -1;
+  int inplace_input() const override { return inplace; }
+  // When >= 0, output 0 starts each run as a copy of that input (oneDNN's sum post-op
+  // accumulates into the destination); no copy when the plan ran it in place.
+  int prefill_from = -1;
   void BindInput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng, int input);
   void BindOutput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng, int output);
   void BindFixed(int arg, const dnnl::memory& mem, std::shared_ptr<const void> keep_alive);
@@ -101,18 +107,26 @@ std::vector<std::string_view> ActivationAttributes(bool with_post);
 // A kernel from a lambda (engine-side implementations of small operators).
 class FnKernel : public Kernel {
  public:
-  explicit FnKernel(std::function<Status(const RunContext&)> fn, int alias = -1)
-      : fn_(std::move(fn)), alias_(alias) {}
+  explicit FnKernel(std::function<Status(const RunContext&)> fn, int alias = -1, int inplace = -1)
+      : fn_(std::move(fn)), alias_(alias), inplace_(inplace) {}
   Status Run(const RunContext& ctx) override { return fn_(ctx); }
   int alias_input() const override { return alias_; }
+  int inplace_input() const override { return inplace_; }
 
  private:
   std::function<Status(const RunContext&)> fn_;
   int alias_;
+  int inplace_;
 };
 
 inline StatusOr<std::unique_ptr<Kernel>> MakeFn(std::function<Status(const RunContext&)> fn) {
   return std::unique_ptr<Kernel>(new FnKernel(std::move(fn)));
+}
+// As MakeFn, for a function that may run with output 0 in `input`'s bytes (see
+// Kernel::inplace_input); -1 for none.
+inline StatusOr<std::unique_ptr<Kernel>> MakeInplaceFn(
+    int input, std::function<Status(const RunContext&)> fn) {
+  return std::unique_ptr<Kernel>(new FnKernel(std::move(fn), -1, input));
 }
 inline StatusOr<std::unique_ptr<Kernel>> MakeAlias(int input) {
   return std::unique_ptr<Kernel>(

@@ -1,6 +1,8 @@
 // Convolution, transposed convolution and pooling, on oneDNN primitives. Activations
 // stay in the plain NCHW layout ONNX defines; constant weights are reordered once into
 // the primitive's preferred layout through the model's WeightCache.
+#include <optional>
+
 #include "engine/internal/op_util.h"
 
 namespace shoal::engine::internal {
@@ -144,8 +146,19 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
                                    ? src_in
                                    : memory::desc(ToDims(x), memory::data_type::f32,
                                                   memory::format_tag::any);
+  // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
+  // AVX-512, run; SHOAL_CONV_LAYOUT=any lets the library choose (nChw16c) instead.
+  static const bool kAnyLayout = [] {
+    const char* e = std::getenv("SHOAL_CONV_LAYOUT");
+    return e && std::string(e) == "any";
+  }();
+  const auto last_tag = x.size() == 4   ? memory::format_tag::acdb
+                        : x.size() == 5 ? memory::format_tag::acdeb
+                                        : memory::format_tag::acb;
   const memory::desc dst_any =
-      const_w ? memory::desc(ToDims(y), memory::data_type::f32, memory::format_tag::any) : dst_md;
+      !const_w    ? dst_md
+      : kAnyLayout ? memory::desc(ToDims(y), memory::data_type::f32, memory::format_tag::any)
+                   : memory::desc(ToDims(y), memory::data_type::f32, last_tag);
   const memory::desc w_desc = const_w ? w_any : w_plain;
   // Fused post-ops (shoal.FusedConv, see optimizer.h): activation, residual add,
   // activation.
@@ -154,10 +167,24 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
   const bool has_residual = ctx.has_input(3);
   memory::desc res_md;
+  // The residual add is oneDNN's sum post-op (accumulate into the destination, which
+  // starts as the residual: in place when the plan allows, else copied), which its
+  // brgemm kernels support; a binary post-op would push them to slower ones.
+  static const bool kBinaryResidual = [] {
+    const char* e = std::getenv("SHOAL_RESIDUAL");
+    return e && std::string(e) == "binary";
+  }();
+  const bool out_free = !ctx.out_any_layout.empty() && ctx.out_any_layout[0];
+  bool use_sum = false;
   if (has_residual) {
     if (ctx.in_shapes[3] != y) return ctx.Error("the residual must have the output's shape");
     res_md = ctx.InDesc(3, dst_md);
-    po.append_binary(dnnl::algorithm::binary_add, res_md);
+    // The destination takes the residual's layout; sum needs the output in it too.
+    use_sum = !kBinaryResidual && (out_free || res_md == dst_md);
+    if (!use_sum)
+      po.append_binary(dnnl::algorithm::binary_add, res_md);
+    else
+      po.append_sum(1.f);
   }
   RETURN_IF_ERROR(AppendActivation(node, "post_activation", &po));
   dnnl::primitive_attr attr;
@@ -168,23 +195,52 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
         dd, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), PadRight(w));
     return dnnl::convolution_forward::primitive_desc(d, attr, eng);
   };
-  auto pd = make_pd(src_any, has_residual ? res_md : dst_any);
-  const bool out_free = !ctx.out_any_layout.empty() && ctx.out_any_layout[0];
+  // Candidates, best first: read the source in its producer's layout (no reorder) and
+  // write channels-last; then let the primitive pick the source layout; then let it
+  // pick both. The first that is not oneDNN's reference implementation wins.
+  const memory::desc src_free(ToDims(x), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc dst_free(ToDims(y), memory::data_type::f32, memory::format_tag::any);
+  std::vector<std::pair<memory::desc, memory::desc>> candidates = {{src_any, dst_any}};
+  if (const_w) {
+    candidates.push_back({src_free, dst_any});
+    candidates.push_back({src_any, dst_free});
+    candidates.push_back({src_free, dst_free});
+  }
+  std::optional<dnnl::convolution_forward::primitive_desc> pd;
+  for (const auto& [s, d] : candidates) {
+    try {
+      auto cand = make_pd(s, has_residual ? res_md : d);
+      const bool ref = std::string(cand.impl_info_str()).rfind("ref", 0) == 0;
+      if (!pd || !ref) pd = cand;
+      if (!ref) break;
+    } catch (const dnnl::error&) {
+      if (&s == &candidates.back().first && !pd) throw;
+    }
+  }
+  if (!pd) return ctx.Error("oneDNN has no convolution for these shapes");
   memory::desc dst_out = dst_md;
-  if (out_free && pd.dst_desc() != dst_md) {
-    dst_out = pd.dst_desc();
+  if (out_free && pd->dst_desc() != dst_md) {
+    dst_out = pd->dst_desc();
     ctx.out_descs[0] = dst_out;
   }
   auto k = std::make_unique<DnnlKernel>();
-  k->primitive = dnnl::convolution_forward(pd);
-  k->BindInputAs(DNNL_ARG_SRC, src_in, pd.src_desc(), eng, 0);
-  RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd.weights_desc()));
+  k->primitive = dnnl::convolution_forward(*pd);
+  k->BindInputAs(DNNL_ARG_SRC, src_in, pd->src_desc(), eng, 0);
+  RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd->weights_desc()));
   if (has_bias) k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
-  if (has_residual) k->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1 -
-                                   (node.GetString("post_activation", "").empty() ? 0 : 1)) |
-                                     DNNL_ARG_SRC_1,
-                                 res_md, eng, 3);
-  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
+  if (has_residual && !use_sum) {
+    k->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(
+                     po.len() - 1 - (node.GetString("post_activation", "").empty() ? 0 : 1)) |
+                     DNNL_ARG_SRC_1,
+                 res_md, eng, 3);
+  } else if (has_residual) {
+    // The destination is the residual's layout (make_pd above), so bytes copy as they are.
+    if (pd->dst_desc() != res_md || dst_out != pd->dst_desc())
+      return ctx.Error("internal: the residual's layout differs from the destination's");
+    k->prefill_from = 3;
+    k->inplace = 3;
+  }
+  k->BindOutputAs(DNNL_ARG_DST, pd->dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 

@@ -3,6 +3,13 @@
 // fp32 math runs on oneDNN eltwise/binary primitives; integer, boolean and the
 // broadcast patterns oneDNN's binary cannot take (src0 broadcast for Sub/Div) run in
 // the engine's own loops.
+//
+// In place (Kernel::inplace_input): every kernel here that writes output element i from
+// input element i, or from element i of an input with the output's shape and dtype,
+// offers that input: oneDNN eltwise (dst == src) and binary (dst == src0), and the loops
+// below, which read element i before writing element i. Cast, variadic Min/Max (they
+// write the output before reading later inputs) and comparisons (whose output elements
+// are smaller) offer none.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -39,6 +46,7 @@ StatusOr<std::unique_ptr<Kernel>> DnnlEltwise(PrepareContext& ctx, alg a, float 
       dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, a, md, alpha, beta), eng);
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::eltwise_forward(pd);
+  k->inplace = 0;
   k->BindInput(DNNL_ARG_SRC, md, eng, 0);
   k->BindOutput(DNNL_ARG_DST, md, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
@@ -46,7 +54,7 @@ StatusOr<std::unique_ptr<Kernel>> DnnlEltwise(PrepareContext& ctx, alg a, float 
 
 template <typename T, typename F>
 StatusOr<std::unique_ptr<Kernel>> OwnUnary(F f) {
-  return MakeFn([f](const RunContext& rc) {
+  return MakeInplaceFn(0, [f](const RunContext& rc) {
     const T* x = rc.inputs[0]->values<T>().data();
     T* y = rc.outputs[0]->mutable_values<T>().data();
     const int64_t n = rc.outputs[0]->element_count();
@@ -217,7 +225,10 @@ StatusOr<std::unique_ptr<Kernel>> PreparePow(PrepareContext& ctx, const Shape& o
     return DnnlEltwise(ctx, alg::eltwise_pow, 1.f, static_cast<float>(e));
   }
   const DataType et = ctx.in_dtypes[1];
-  return MakeFn([t, et](const RunContext& rc) -> Status {
+  // The exponent is converted into a temporary first; a base with the output's shape is
+  // read at the output's index.
+  const int inplace = ctx.in_shapes[0] == out ? 0 : -1;
+  return MakeInplaceFn(inplace, [t, et](const RunContext& rc) -> Status {
     const Tensor& a = *rc.inputs[0];
     const Tensor& b = *rc.inputs[1];
     Tensor* o = rc.outputs[0];
@@ -280,6 +291,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareBinary(PrepareContext& ctx) {
       dnnl::binary::primitive_desc pd(dnnl::binary::desc(a, md0, md1, md0), eng);
       auto k = std::make_unique<DnnlKernel>();
       k->primitive = dnnl::binary(pd);
+      k->inplace = src0;
       k->BindInput(DNNL_ARG_SRC_0, md0, eng, src0);
       k->BindInput(DNNL_ARG_SRC_1, md1, eng, 1 - src0);
       k->BindOutput(DNNL_ARG_DST, md0, eng, 0);
@@ -288,7 +300,11 @@ StatusOr<std::unique_ptr<Kernel>> PrepareBinary(PrepareContext& ctx) {
   }
   Status supported = DispatchAll(t, []<typename T>() {});
   if (!supported.ok()) return ctx.Error(supported.message());
-  return MakeFn([op, t](const RunContext& rc) {
+  // ApplyBinary reads an input with the output's shape at the output's index.
+  int inplace = -1;
+  if (ctx.out_dtypes[0] == t)
+    inplace = ctx.in_shapes[0] == *out ? 0 : ctx.in_shapes[1] == *out ? 1 : -1;
+  return MakeInplaceFn(inplace, [op, t](const RunContext& rc) {
     return DispatchAll(t, [&]<typename T>() {
       Status s = RunOwnBinary<T>(op, *rc.inputs[0], *rc.inputs[1], rc.outputs[0]);
       (void)s;  // op names were validated in prepare
@@ -343,7 +359,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareWhere(PrepareContext& ctx) {
   ctx.out_shapes[0] = *s;
   ctx.out_dtypes[0] = ctx.in_dtypes[1];
   const DataType t = ctx.in_dtypes[1];
-  return MakeFn([t](const RunContext& rc) {
+  // X or Y with the output's shape is read at the output's index.
+  const int inplace = ctx.in_shapes[1] == *s ? 1 : ctx.in_shapes[2] == *s ? 2 : -1;
+  return MakeInplaceFn(inplace, [t](const RunContext& rc) {
     const Shape& os = rc.outputs[0]->shape();
     std::array<std::vector<int64_t>, 3> st{BroadcastStrides(rc.inputs[0]->shape(), os),
                                            BroadcastStrides(rc.inputs[1]->shape(), os),

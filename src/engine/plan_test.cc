@@ -1,0 +1,432 @@
+// The memory planner inside real plans: no two values live at the same time share
+// bytes, in-place happens only where legal, outputs still match the references, and the
+// arena stays within 1.2x of the liveness lower bound on the committed models.
+#include "engine/plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+#include "engine/test_util.h"
+
+namespace shoal::engine {
+namespace {
+
+using namespace shoal::engine::testing;
+
+std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
+
+StatusOr<std::unique_ptr<Plan>> PreparePlan(const Model& model, const std::vector<Shape>& shapes) {
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  return Plan::Prepare(model.graph(), shapes, engine, stream, model.weight_cache(),
+                       model.options().plan, model.options().limits);
+}
+
+// Checks the layout's invariants; returns the values whose bytes were taken in place,
+// as (taker, source) pairs.
+std::vector<std::pair<int, int>> CheckLayout(const Plan& plan, const Graph& graph) {
+  std::vector<std::pair<int, int>> inplace;
+  const auto& layout = plan.DebugLayout();
+  std::map<int, const PlanLayoutEntry*> by_value;
+  for (const PlanLayoutEntry& e : layout) by_value[e.value] = &e;
+  // True when `a` took `b`'s bytes, directly or along an in-place chain.
+  auto took = [&](const PlanLayoutEntry& a, const PlanLayoutEntry& b) {
+    for (int v = a.inplace_of; v >= 0; v = by_value.at(v)->inplace_of)
+      if (v == b.value) return true;
+    return false;
+  };
+  std::set<int> graph_io(graph.inputs.begin(), graph.inputs.end());
+  graph_io.insert(graph.outputs.begin(), graph.outputs.end());
+  for (const PlanLayoutEntry& e : layout) {
+    SCOPED_TRACE(graph.values[e.value].name);
+    EXPECT_EQ(e.offset % 64, 0);
+    EXPECT_LE(e.offset + e.bytes, plan.planned_bytes());
+    EXPECT_LE(e.first_step, e.last_step);
+    EXPECT_EQ(graph_io.count(e.value), 0u) << "graph inputs and outputs are not in the arena";
+    EXPECT_TRUE(graph.values[e.value].constant.empty());
+    if (e.inplace_of < 0) continue;
+    const PlanLayoutEntry& src = *by_value.at(e.inplace_of);
+    // Legal: the source dies at the step that defines the taker, which reads it, and
+    // both have the same size.
+    EXPECT_EQ(src.last_step, e.first_step);
+    EXPECT_EQ(src.offset, e.offset);
+    EXPECT_EQ(src.bytes, e.bytes);
+    const Node& producer = graph.nodes[graph.values[e.value].producer];
+    EXPECT_THAT(producer.inputs, ::testing::Contains(src.value));
+    inplace.push_back({e.value, src.value});
+  }
+  EXPECT_EQ(static_cast<int>(inplace.size()), plan.inplace_count());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    for (size_t j = i + 1; j < layout.size(); ++j) {
+      const PlanLayoutEntry& a = layout[i];
+      const PlanLayoutEntry& b = layout[j];
+      if (a.bytes == 0 || b.bytes == 0) continue;
+      const bool live_together = a.first_step <= b.last_step && b.first_step <= a.last_step;
+      const bool share_bytes = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      if (live_together && share_bytes && !took(a, b) && !took(b, a)) {
+        ADD_FAILURE() << graph.values[a.value].name << " and " << graph.values[b.value].name
+                      << " share bytes while both live";
+      }
+    }
+  }
+  EXPECT_GE(plan.planned_bytes(), plan.liveness_bound_bytes());
+  EXPECT_LE(plan.planned_bytes(), plan.memory_stats().no_reuse_bytes);
+  return inplace;
+}
+
+struct Reference {
+  std::vector<NamedTensor> inputs, outputs;
+};
+
+Reference LoadReference(const std::string& file) {
+  auto tensors = ReadTensorFile(ModelPath(file));
+  EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
+  Reference ref;
+  if (!tensors.ok()) return ref;
+  for (auto& t : *tensors) {
+    if (t.name.rfind("in:", 0) == 0) ref.inputs.push_back({t.name.substr(3), t.tensor});
+    if (t.name.rfind("out:", 0) == 0) ref.outputs.push_back({t.name.substr(4), t.tensor});
+  }
+  return ref;
+}
+
+class PlannedModelTest : public ::testing::TestWithParam<std::string> {};
+
+// Every committed model, at batch 1 and 4, twice each (a kernel that relied on fresh,
+// zeroed or private memory would fail the second time or in the shared arena).
+TEST_P(PlannedModelTest, MatchesReferencesWithinTheBoundAndWithoutOverlap) {
+  auto model = Model::Load(ModelPath(GetParam() + ".onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(kTestThreads));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  const Graph& graph = (*model)->graph();
+  for (const char* batch : {".b1.sht", ".b4.sht"}) {
+    SCOPED_TRACE(GetParam() + batch);
+    const Reference ref = LoadReference(GetParam() + batch);
+    std::vector<Shape> shapes(graph.inputs.size());
+    for (size_t i = 0; i < graph.inputs.size(); ++i) {
+      for (const NamedTensor& in : ref.inputs)
+        if (in.name == graph.values[graph.inputs[i]].name) shapes[i] = in.tensor.shape();
+    }
+    for (int run = 0; run < 2; ++run) {
+      std::vector<NamedTensor> outputs;
+      Status s = (*session)->Run(ref.inputs, &outputs);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      for (const NamedTensor& want : ref.outputs) {
+        auto it = std::find_if(outputs.begin(), outputs.end(),
+                               [&](const NamedTensor& o) { return o.name == want.name; });
+        ASSERT_NE(it, outputs.end()) << "missing output " << want.name;
+        const float scale = std::max(MaxAbs(want.tensor), 1e-6f);
+        EXPECT_LE(MaxAbsDiff(it->tensor, want.tensor), 1e-4f * scale) << want.name;
+      }
+    }
+    auto plan = PreparePlan(**model, shapes);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    CheckLayout(**plan, graph);
+    const PlanMemoryStats& m = (*plan)->memory_stats();
+    auto stats = (*session)->PlanStats(shapes);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->planned_bytes, m.planned_bytes);
+    EXPECT_LE(static_cast<double>(m.planned_bytes),
+              1.2 * static_cast<double>(m.liveness_bound_bytes));
+    std::printf("%s%s: planned %lld, bound %lld (ratio %.3f), no reuse %lld, %d in-place\n",
+                GetParam().c_str(), batch, static_cast<long long>(m.planned_bytes),
+                static_cast<long long>(m.liveness_bound_bytes),
+                m.liveness_bound_bytes ? static_cast<double>(m.planned_bytes) /
+                                             static_cast<double>(m.liveness_bound_bytes)
+                                       : 1.0,
+                static_cast<long long>(m.no_reuse_bytes), m.inplace_count);
+  }
+}
+
+std::vector<std::string> AllModels() {
+  std::vector<std::string> names;
+  for (const char* family :
+       {"resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet", "squeezenet", "shufflenet",
+        "densenet", "mlp", "bert_layernorm", "bert_decomposed", "vae"}) {
+    names.push_back(std::string(family) + "_op17");
+  }
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PlannedModelTest, ::testing::ValuesIn(AllModels()),
+                         [](const auto& info) { return info.param; });
+
+// A graph built node by node.
+class GraphBuilder {
+ public:
+  GraphBuilder() { g_.opset = 17; }
+  int Input(const std::string& name, const Shape& shape, DataType dtype = DataType::kFp32) {
+    const int v = g_.AddValue(name, dtype);
+    SymbolicShape s;
+    for (int64_t d : shape) s.push_back(Dim{d, ""});
+    g_.values[v].shape = s;
+    g_.inputs.push_back(v);
+    return v;
+  }
+  int Constant(const std::string& name, Tensor t) {
+    const int v = g_.AddValue(name, t.dtype());
+    g_.values[v].constant = std::move(t);
+    return v;
+  }
+  int Op(const std::string& op, const std::string& out, std::vector<int> inputs,
+         const std::map<std::string, Attribute>& attrs = {}) {
+    Node node;
+    node.op_type = op;
+    node.name = out;
+    node.inputs = std::move(inputs);
+    for (const auto& [k, a] : attrs) node.attributes.emplace(k, a);
+    const int v = g_.AddValue(out);
+    g_.values[v].producer = static_cast<int>(g_.nodes.size());
+    node.outputs.push_back(v);
+    g_.nodes.push_back(std::move(node));
+    return v;
+  }
+  Graph Finish(int output) {
+    g_.outputs.push_back(output);
+    return std::move(g_);
+  }
+
+ private:
+  Graph g_;
+};
+
+TEST(PlanInplaceTest, GrantedOnlyWhereLegal) {
+  GraphBuilder gb;
+  const int x = gb.Input("x", {2, 8});
+  const int flat = gb.Constant("flat", I64({1}, {16}));
+  const int square = gb.Constant("square", I64({2}, {2, 8}));
+  const int a = gb.Op("Exp", "a", {x});              // refused: x is a graph input
+  const int b = gb.Op("Relu", "b", {a});             // refused: a is read again by d
+  const int c = gb.Op("Sigmoid", "c", {b});          // granted: b dies here
+  const int r = gb.Op("Reshape", "r", {c, flat});    // a view of c
+  const int d = gb.Op("Mul", "d", {c, a});           // refused: r, a view of c, is read later
+  const int e = gb.Op("Neg", "e", {r});              // refused: r is a view
+  const int f = gb.Op("Reshape", "f", {e, square});  // a view of e
+  const int g = gb.Op("Add", "g", {d, f});           // granted: d dies here
+  const int h = gb.Op("Abs", "h", {g});              // granted: g dies here
+  const int s = gb.Op("Add", "s", {h, h});           // refused: the other input reads h too
+  const int y = gb.Op("Tanh", "y", {s});             // refused: y is a graph output
+  auto model = Model::FromGraph(gb.Finish(y));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const Graph& graph = (*model)->graph();
+
+  auto plan = PreparePlan(**model, {{2, 8}});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto inplace = CheckLayout(**plan, graph);
+  std::sort(inplace.begin(), inplace.end());
+  EXPECT_EQ(inplace, (std::vector<std::pair<int, int>>{{c, b}, {g, d}, {h, g}}));
+
+  // And it still computes the right thing, twice.
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  const Tensor in = Random({2, 8}, 7);
+  std::vector<float> want;
+  for (float v : Values(in)) {
+    const float a = std::exp(v);
+    const float cv = 1.f / (1.f + std::exp(-std::max(a, 0.f)));
+    want.push_back(std::tanh(2.f * std::fabs(cv * a - cv)));
+  }
+  for (int run = 0; run < 2; ++run) {
+    std::vector<NamedTensor> out;
+    ASSERT_TRUE((*session)->Run({{"x", in}}, &out).ok());
+    EXPECT_LE(MaxAbsDiff(out[0].tensor, F32({2, 8}, want)), 1e-5f);
+  }
+  auto stats = (*session)->PlanStats({{2, 8}});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->inplace_count, 3);
+  EXPECT_FALSE((*session)->PlanStats({{2, 9}}).ok());
+  EXPECT_FALSE((*session)->PlanStats({}).ok());
+}
+
+TEST(PlanInplaceTest, BroadcastingInputIsNotOverwritten) {
+  // Add(a [1,8], b [4,8]): the output has b's shape, so only b may be overwritten.
+  GraphBuilder gb;
+  const int x = gb.Input("x", {1, 8});
+  const int z = gb.Input("z", {4, 8});
+  const int a = gb.Op("Relu", "a", {x});
+  const int b = gb.Op("Relu", "b", {z});
+  const int s = gb.Op("Sub", "s", {a, b});  // Sub broadcasts src0: engine loop, in place on b
+  const int y = gb.Op("Neg", "y", {s});
+  auto model = Model::FromGraph(gb.Finish(y));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto plan = PreparePlan(**model, {{1, 8}, {4, 8}});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto inplace = CheckLayout(**plan, (*model)->graph());
+  EXPECT_EQ(inplace, (std::vector<std::pair<int, int>>{{s, b}}));
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  const Tensor tx = Random({1, 8}, 1), tz = Random({4, 8}, 2);
+  std::vector<float> want;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      const float av = std::max(Values(tx)[j], 0.f), bv = std::max(Values(tz)[i * 8 + j], 0.f);
+      want.push_back(-(av - bv));
+    }
+  }
+  std::vector<NamedTensor> out;
+  ASSERT_TRUE((*session)->Run({{"x", tx}, {"z", tz}}, &out).ok());
+  EXPECT_LE(MaxAbsDiff(out[0].tensor, F32({4, 8}, want)), 1e-6f);
+}
+
+// Every kernel that offers an input in place computes the same in place as it does into
+// separate memory (the single-node RunOp, where inputs and outputs are graph inputs and
+// outputs and nothing is in place); kernels that must not be in place are not.
+struct InplaceCase {
+  std::string name;
+  std::string op;
+  std::vector<In> inputs;
+  std::map<std::string, Attribute> attrs;
+  int expect_from = -1;  // the input whose bytes the output takes; -1 for none
+};
+
+void PrintTo(const InplaceCase& c, std::ostream* os) { *os << c.name; }
+
+Tensor Ints(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<int64_t>(rng() % 21) - 10;
+  return I64(std::move(shape), std::move(v));
+}
+
+// A run-time input (In without -Wmissing-field-initializers).
+In Fed(Tensor t) { return In{std::move(t), false, false}; }
+
+Tensor Positive(Shape shape, uint32_t seed) { return Random(std::move(shape), seed, 0.1f, 2.f); }
+
+std::vector<InplaceCase> InplaceCases() {
+  std::vector<InplaceCase> cases;
+  const Shape s = {4, 8};
+  for (const char* op :
+       {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal",
+        "Erf", "HardSigmoid", "HardSwish", "Gelu", "Floor", "Ceil", "Softplus", "Elu"}) {
+    cases.push_back({std::string(op), op, {Fed(Positive(s, 1))}, {}, 0});
+  }
+  for (const char* op : {"Abs", "Neg", "Relu"})
+    cases.push_back({std::string(op) + "Int64", op, {Fed(Ints(s, 2))}, {}, 0});
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Min", "Max", "Pow"}) {
+    cases.push_back({std::string(op), op, {Fed(Positive(s, 3)), Fed(Positive(s, 4))}, {}, 0});
+    // Input 0 broadcasts: oneDNN takes the commutative ones with src0 = input 1; the
+    // others run in the engine's loop, which may overwrite input 1 (Pow: never).
+    cases.push_back({std::string(op) + "Broadcast0",
+                     op,
+                     {Fed(Positive({8}, 5)), Fed(Positive(s, 6))},
+                     {},
+                     std::string(op) == "Pow" ? -1 : 1});
+    cases.push_back({std::string(op) + "Broadcast1",
+                     op,
+                     {Fed(Positive(s, 7)), Fed(Positive({1, 8}, 8))},
+                     {},
+                     0});
+  }
+  for (const char* op : {"Add", "Sub", "Mul", "Div"})
+    cases.push_back({std::string(op) + "Int64", op, {Fed(Ints(s, 9)), Fed(Ints({8}, 10))}, {}, 0});
+  cases.push_back({"PRelu", "PRelu", {Fed(Random(s, 11)), Fed(Positive({8}, 12))}, {}, 0});
+  cases.push_back({"ClipFp32",
+                   "Clip",
+                   {Fed(Random(s, 13)), Const(F32({}, {-0.5f})), Const(F32({}, {0.5f}))},
+                   {},
+                   0});
+  cases.push_back(
+      {"ClipInt64", "Clip", {Fed(Ints(s, 14)), Const(I64({}, {-3})), Const(I64({}, {4}))}, {}, 0});
+  std::vector<uint8_t> cond(32);
+  for (size_t i = 0; i < cond.size(); ++i) cond[i] = (i * 7) % 3 == 0;
+  cases.push_back(
+      {"WhereX", "Where", {Fed(Bool(s, cond)), Fed(Random(s, 15)), Fed(Random({8}, 16))}, {}, 1});
+  cases.push_back(
+      {"WhereY", "Where", {Fed(Bool(s, cond)), Fed(Random({8}, 17)), Fed(Random(s, 18))}, {}, 2});
+  // Never in place: comparisons (smaller output elements), Cast, variadic Min.
+  cases.push_back({"Less", "Less", {Fed(Random(s, 19)), Fed(Random(s, 20))}, {}, -1});
+  cases.push_back({"Cast", "Cast", {Fed(Random(s, 21))}, {{"to", AInt(7)}}, -1});
+  cases.push_back(
+      {"Min3", "Min", {Fed(Random(s, 22)), Fed(Random(s, 23)), Fed(Random(s, 24))}, {}, -1});
+  return cases;
+}
+
+class InplaceKernelTest : public ::testing::TestWithParam<InplaceCase> {};
+
+TEST_P(InplaceKernelTest, MatchesTheKernelOutOfPlace) {
+  const InplaceCase& c = GetParam();
+  auto want = RunOp(c.op, c.inputs, c.attrs);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  const DataType out_dtype = (*want)[0].dtype();
+  // x_i -> Mul(x_i, 1) -> p_i (in the arena) -> op -> out (in the arena) -> post -> y.
+  GraphBuilder gb;
+  std::vector<int> args, pre(c.inputs.size(), -1);
+  std::vector<NamedTensor> feeds;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const Tensor& t = c.inputs[i].tensor;
+    const std::string n = std::to_string(i);
+    if (c.inputs[i].constant) {
+      args.push_back(gb.Constant("c" + n, t));
+      continue;
+    }
+    const int x = gb.Input("x" + n, t.shape(), t.dtype());
+    feeds.push_back({"x" + n, t});
+    if (t.dtype() == DataType::kBool) {
+      args.push_back(x);
+      continue;
+    }
+    const int one =
+        gb.Constant("one" + n, t.dtype() == DataType::kFp32 ? F32({}, {1.f}) : I64({}, {1}));
+    pre[i] = gb.Op("Mul", "p" + n, {x, one});
+    args.push_back(pre[i]);
+  }
+  const int out = gb.Op(c.op, "out", args, c.attrs);
+  int y = -1;
+  Tensor expected = (*want)[0];
+  if (out_dtype == DataType::kBool) {
+    y = gb.Op("Not", "y", {out});
+    auto negated = RunOp("Not", {{expected}});
+    ASSERT_TRUE(negated.ok());
+    expected = (*negated)[0];
+  } else if (out_dtype == DataType::kFp32) {
+    y = gb.Op("Mul", "y", {out, gb.Constant("one_out", F32({}, {1.f}))});
+  } else {
+    y = gb.Op("Mul", "y", {out, gb.Constant("one_out", I64({}, {1}))});
+  }
+  auto model = Model::FromGraph(gb.Finish(y));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<Shape> shapes;
+  for (const NamedTensor& f : feeds) shapes.push_back(f.tensor.shape());
+  auto plan = PreparePlan(**model, shapes);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int from = -1;
+  for (const auto& [taker, source] : CheckLayout(**plan, (*model)->graph())) {
+    if (taker == out) from = source;
+  }
+  EXPECT_EQ(from, c.expect_from >= 0 ? pre[c.expect_from] : -1);
+
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  for (int run = 0; run < 2; ++run) {
+    std::vector<NamedTensor> got;
+    Status st = (*session)->Run(feeds, &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const Tensor& t = got[0].tensor;
+    ASSERT_EQ(t.shape(), expected.shape());
+    ASSERT_EQ(t.dtype(), expected.dtype());
+    if (t.dtype() == DataType::kFp32) {
+      EXPECT_LE(MaxAbsDiff(t, expected), 1e-6f * std::max(1.f, MaxAbs(expected)));
+    } else {
+      ASSERT_EQ(t.byte_size(), expected.byte_size());
+      EXPECT_EQ(std::memcmp(t.data(), expected.data(), t.byte_size()), 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, InplaceKernelTest, ::testing::ValuesIn(InplaceCases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace shoal::engine
