@@ -1,8 +1,9 @@
-// The `shoal` command. Subcommands: serve (serve.cc), run (run.cc), inspect (an ONNX
-// model's summary).
+// The `shoal` command. Subcommands: serve (serve.cc), run (run.cc), bench (bench.cc),
+// inspect (an ONNX model's summary).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/bench.h"
 #include "cli/run.h"
 #include "cli/serve.h"
 #ifdef SHOAL_HAVE_ENGINE
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   shoal::cli::AddServeCommand(app);
   shoal::cli::AddRunCommand(app);
+  shoal::cli::AddBenchCommand(app);
 
 #ifdef SHOAL_HAVE_ENGINE
   std::string model_path;
@@ -27,8 +29,13 @@ int main(int argc, char** argv) {
   inspect->add_option("model", model_path, "Path to a .onnx file")
       ->required()
       ->check(CLI::ExistingFile);
+  shoal::engine::InspectOptions inspect_options;
+  inspect
+      ->add_option("--batch", inspect_options.batch,
+                   "Also report activation memory at this batch size (besides batch 1)")
+      ->check(CLI::NonNegativeNumber);
   inspect->callback([&] {
-    auto text = shoal::engine::InspectModel(model_path);
+    auto text = shoal::engine::InspectModel(model_path, inspect_options);
     if (!text.ok()) {
       std::cerr << "shoal inspect: " << text.status().message() << "\n";
       std::exit(1);

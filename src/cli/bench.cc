@@ -1,0 +1,127 @@
+#include "cli/bench.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "loadgen/bench.h"
+#include "loadgen/options.h"
+
+namespace shoal::cli {
+namespace {
+
+struct BenchFlags {
+  loadgen::BenchOptions options;
+  std::string protocol = "http";
+  std::vector<std::string> shapes;
+  std::string concurrency_range;
+  std::string request_rate_range;
+  std::string distribution = "constant";
+  double percentile = 0;
+};
+
+int Bench(BenchFlags& f) {
+  loadgen::BenchOptions& o = f.options;
+  o.protocol = f.protocol == "grpc" ? loadgen::Protocol::kGrpc : loadgen::Protocol::kHttp;
+  o.distribution = f.distribution == "poisson" ? loadgen::Distribution::kPoisson
+                                               : loadgen::Distribution::kConstant;
+  if (f.percentile != 0) o.percentile = f.percentile;
+  for (const std::string& s : f.shapes) {
+    auto shape = loadgen::ParseShape(s);
+    if (!shape.ok()) {
+      std::fprintf(stderr, "shoal bench: %s\n", shape.status().message().c_str());
+      return 1;
+    }
+    o.shapes.push_back(*shape);
+  }
+  if (!f.concurrency_range.empty()) {
+    auto range = loadgen::ParseIntRange(f.concurrency_range);
+    if (!range.ok()) {
+      std::fprintf(stderr, "shoal bench: %s\n", range.status().message().c_str());
+      return 1;
+    }
+    o.concurrency = *range;
+  }
+  if (!f.request_rate_range.empty()) {
+    auto range = loadgen::ParseRateRange(f.request_rate_range);
+    if (!range.ok()) {
+      std::fprintf(stderr, "shoal bench: %s\n", range.status().message().c_str());
+      return 1;
+    }
+    o.request_rates = *range;
+  }
+  return loadgen::RunBench(o, stdout, stderr);
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  loadgen::BenchOptions& o = f->options;
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "Load-test a model on a running server over HTTP or gRPC (perf_analyzer's options): "
+      "throughput, latency percentiles, goodput, errors, server queue/compute split");
+  bench->add_option("-m,--model", o.model, "Model name")->required();
+  bench->add_option("-x,--model-version", o.model_version, "Model version (-1: the latest)")
+      ->capture_default_str();
+  bench->add_option("-u,--url", o.url,
+                    "Server HOST:PORT (default localhost:8000 for http, localhost:8001 for grpc)");
+  bench->add_option("-i,--protocol", f->protocol, "http or grpc")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"http", "grpc"}));
+  bench->add_option("-b,--batch-size", o.batch_size, "Batch size of each request")
+      ->capture_default_str();
+  bench->add_option("--shape", f->shapes,
+                    "NAME:D1,D2,... an input's dims without the batch axis (needed for -1 dims; "
+                    "repeatable)");
+  bench
+      ->add_option("--input-data", o.input_data,
+                   "random, zero, or a JSON file {\"data\":[{\"NAME\":[values...]},...]} "
+                   "(one batch element per entry)")
+      ->capture_default_str();
+  bench->add_option("--concurrency-range", f->concurrency_range,
+                    "START[:END[:STEP]] closed loop: requests kept outstanding (default 1)");
+  bench->add_option("--request-rate-range", f->request_rate_range,
+                    "START[:END[:STEP]] open loop: requests per second");
+  bench
+      ->add_option("--request-distribution", f->distribution,
+                   "Open loop send times: constant or poisson")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "poisson"}));
+  bench
+      ->add_option("-p,--measurement-interval", o.measurement_interval_ms,
+                   "One measurement window, ms")
+      ->capture_default_str();
+  bench->add_option("--warmup", o.warmup_ms, "Load before the first window, not measured (ms)")
+      ->capture_default_str();
+  bench
+      ->add_option("--max-trials", o.max_trials,
+                   "Most windows per load level before giving up on stability")
+      ->capture_default_str();
+  bench
+      ->add_option("-s,--stability-percentage", o.stability_percentage,
+                   "Windows agree when within this % of their mean (throughput and latency)")
+      ->capture_default_str();
+  bench->add_option("--percentile", f->percentile,
+                    "Latency percentile for stability and the latency column (default: average)");
+  bench
+      ->add_option("-l,--latency-threshold", o.latency_threshold_ms,
+                   "SLO in ms: goodput counts requests within it (0: none)")
+      ->capture_default_str();
+  bench
+      ->add_option("--max-inflight", o.max_inflight,
+                   "Open loop: most requests in flight (HTTP connections)")
+      ->capture_default_str();
+  bench
+      ->add_option("--late-threshold-us", o.late_threshold_us,
+                   "Open loop: a send this far behind schedule counts as late")
+      ->capture_default_str();
+  bench->add_option("--seed", o.seed, "Seed of random input data and Poisson arrivals")
+      ->capture_default_str();
+  bench->add_option("-f,--latency-report-file", o.csv_file, "Write the results as CSV");
+  bench->add_option("--json", o.json_file, "Write the results as JSON");
+  bench->add_option("--svg", o.svg_file, "Plot latency (p50, p99) against throughput as SVG");
+  bench->callback([f] { std::exit(Bench(*f)); });
+}
+
+}  // namespace shoal::cli
