@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "cli/npy.h"
+#include "core/npy.h"
 
 namespace shoal::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "cli/npy.h"
+#include "core/npy.h"
 
 namespace shoal::cli {
 namespace {

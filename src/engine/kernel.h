@@ -18,6 +18,7 @@
 // precision variant is chosen inside `prepare` from PlanOptions.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -32,8 +33,22 @@ namespace shoal::engine {
 
 class WeightCache;
 
-// Part 2 adds precision tiers and fusion switches here.
-struct PlanOptions {};
+// Precision tiers (precision.h): the arithmetic convolutions and matrix products use.
+// Everything else stays FP32, and so do the model's inputs and outputs.
+enum class Precision { kFp32, kBf16, kInt8 };
+
+// The range a value took over calibration inputs (int8 quantisation scales).
+struct ValueRange {
+  float min = 0, max = 0;
+};
+using Calibration = std::map<std::string, ValueRange, std::less<>>;  // by value name
+
+struct PlanOptions {
+  Precision precision = Precision::kFp32;
+  // kInt8: ranges of the values that feed convolutions and products. A node whose input
+  // has no range here runs in FP32.
+  std::shared_ptr<const Calibration> calibration;
+};
 
 struct PrepareContext {
   const Graph* graph = nullptr;

@@ -217,6 +217,16 @@ StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_sha
 }
 
 Status Session::Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
+  return RunImpl(inputs, outputs, nullptr);
+}
+
+Status Session::RunObserved(const std::vector<NamedTensor>& inputs,
+                            std::vector<NamedTensor>* outputs, const Plan::Observer& observer) {
+  return RunImpl(inputs, outputs, &observer);
+}
+
+Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                        const Plan::Observer* observer) {
   if (std::this_thread::get_id() != owner_) {
     RETURN_IF_ERROR(SetUpThreads());
   } else {
@@ -264,7 +274,7 @@ Status Session::Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
   }
   ASSIGN_OR_RETURN(Plan * plan, PlanFor(shapes));
   std::vector<Tensor> results;
-  RETURN_IF_ERROR(plan->Run(ordered, stream_, &results));
+  RETURN_IF_ERROR(plan->Run(ordered, stream_, &results, observer));
   outputs->clear();
   for (size_t o = 0; o < results.size(); ++o) {
     outputs->push_back(NamedTensor{g.values[g.outputs[o]].name, std::move(results[o])});

@@ -103,6 +103,9 @@ class Session {
   // Inputs are matched by name; all graph inputs are required. Outputs follow the
   // model's output order and own their memory.
   Status Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs);
+  // Run, showing `observer` every value as it is computed (Plan::Run).
+  Status RunObserved(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                     const Plan::Observer& observer);
 
   // The memory plan of the plan for inputs of these shapes (in the model's input
   // order), preparing and caching that plan as Run would; same thread rules as Run.
@@ -116,6 +119,8 @@ class Session {
   Session(const Model& model, const SessionOptions& options);
   Status SetUpThreads();
   StatusOr<Plan*> PlanFor(const std::vector<Shape>& shapes);
+  Status RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                 const Plan::Observer* observer);
 
   const Model& model_;
   SessionOptions options_;

@@ -238,8 +238,8 @@ Status Rewriter::FoldConstants() {
     if (dead_[n]) continue;
     Node& node = g_.nodes[n];
     // Shape of a value whose dimensions are all known at load time.
-    if (node.domain.empty() && node.op_type == "Shape" && node.has_input(0) &&
-        node.has_output(0) && !node.inputs.empty()) {
+    if (node.domain.empty() && node.op_type == "Shape" && node.has_input(0) && node.has_output(0) &&
+        !node.inputs.empty()) {
       const auto& s = g_.values[node.inputs[0]].shape;
       if (s) {
         const int64_t rank = static_cast<int64_t>(s->size());
@@ -309,15 +309,14 @@ void Rewriter::RecogniseGelu() {
     std::vector<int> absorbed = {d, erf, add, mul1};
     if (other == x) {  // (x * (1 + erf)) * 0.5
       const int mul2 = SoleUser(g_.nodes[mul1].outputs[0]);
-      if (!Is(mul2, "Mul") || !Scalar(Other(mul2, g_.nodes[mul1].outputs[0]), &c) ||
-          !Near(c, 0.5f))
+      if (!Is(mul2, "Mul") || !Scalar(Other(mul2, g_.nodes[mul1].outputs[0]), &c) || !Near(c, 0.5f))
         continue;
       last = mul2;
       absorbed.push_back(mul2);
     } else {  // (x * 0.5) * (1 + erf)
       const int half = Producer(other);
-      if (!Is(half, "Mul") || Other(half, x) < 0 || !Scalar(Other(half, x), &c) ||
-          !Near(c, 0.5f) || SoleUser(other) != mul1)
+      if (!Is(half, "Mul") || Other(half, x) < 0 || !Scalar(Other(half, x), &c) || !Near(c, 0.5f) ||
+          SoleUser(other) != mul1)
         continue;
       last = mul1;
       absorbed.push_back(half);
@@ -631,8 +630,7 @@ std::string OptimizeReport::Summary() const {
   return s;
 }
 
-StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options,
-                              OptimizeReport* report) {
+StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options, OptimizeReport* report) {
   OptimizeReport local;
   if (!report) report = &local;
   *report = OptimizeReport();

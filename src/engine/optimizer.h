@@ -46,7 +46,6 @@ struct OptimizeReport {
   std::string Summary() const;
 };
 
-StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options,
-                              OptimizeReport* report);
+StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options, OptimizeReport* report);
 
 }  // namespace shoal::engine

@@ -274,7 +274,7 @@ Status Plan::AssignOffsets() {
 }
 
 Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
-                 std::vector<Tensor>* outputs) {
+                 std::vector<Tensor>* outputs, const Observer* observer) {
   const Graph& graph = *graph_;
   if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
   for (size_t v = 0; v < bindings_.size(); ++v) {
@@ -288,6 +288,9 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     }
   }
   for (size_t i = 0; i < inputs.size(); ++i) bindings_[graph.inputs[i]] = *inputs[i];
+  if (observer) {
+    for (size_t i = 0; i < inputs.size(); ++i) (*observer)(graph.inputs[i], *inputs[i]);
+  }
   for (int v : graph.outputs) {
     if (known_[v].empty() && alias_of_[v] < 0 && bindings_[v].empty()) {
       bindings_[v] = Tensor::Allocate(dtypes_[v], shapes_[v]);
@@ -300,6 +303,7 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     if (alias >= 0) {
       const int out = step.outputs[0];
       bindings_[out] = ViewOf(bindings_[step.inputs[alias]], dtypes_[out], shapes_[out]);
+      if (observer) (*observer)(out, bindings_[out]);
       continue;
     }
     if (step.skip) continue;
@@ -308,6 +312,14 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     for (int v : step.inputs) rc.inputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
     for (int v : step.outputs) rc.outputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
     RETURN_IF_ERROR(WrapDnnl(graph, step.node, [&]() { return step.kernel->Run(rc); }));
+    if (observer) {
+      RETURN_IF_ERROR(WrapDnnl(graph, step.node, [&]() {
+        stream.wait();
+        return Status::Ok();
+      }));
+      for (int v : step.outputs)
+        if (v >= 0) (*observer)(v, bindings_[v]);
+    }
   }
   RETURN_IF_ERROR(WrapDnnl(graph, -1, [&]() {
     stream.wait();

@@ -18,6 +18,7 @@
 // Thread safety: a Plan is used by one thread at a time (its Session's).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,8 +66,11 @@ class Plan {
 
   // `inputs` follows graph.inputs and must have the prepared shapes (the caller keyed
   // the plan by them) and the graph's dtypes. Outputs follow graph.outputs.
+  // `observer`, when set, sees every graph input and every value a step computes, right
+  // after it is computed, in its plan layout (calibration, precision.h).
+  using Observer = std::function<void(int value, const Tensor& data)>;
   Status Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
-             std::vector<Tensor>* outputs);
+             std::vector<Tensor>* outputs, const Observer* observer = nullptr);
 
   const std::vector<Shape>& shapes() const { return shapes_; }
   const std::vector<DataType>& dtypes() const { return dtypes_; }

@@ -1,10 +1,13 @@
 #include "backends/onnx/onnx_backend.h"
 
+#include <spdlog/spdlog.h>
+
 #include <exception>
 #include <filesystem>
 
 #include "backends/backend_registry.h"
 #include "engine/model.h"
+#include "engine/precision.h"
 
 namespace shoal::backends {
 namespace {
@@ -103,6 +106,75 @@ class OnnxModel : public BackendModel {
   int threads_;
 };
 
+StatusOr<double> NumberParameter(const ModelInfo& info, const std::string& key, double fallback) {
+  auto it = info.parameters.find(key);
+  if (it == info.parameters.end()) return fallback;
+  try {
+    size_t used = 0;
+    const double v = std::stod(it->second, &used);
+    if (used == it->second.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  return InvalidArgument("parameter " + key + " must be a number >= 0; was '" + it->second + "'");
+}
+
+// The precision tier the config's `precision` parameter asks for (engine/precision.h):
+// loads the variant, measures it against fp32 on the calibration inputs, and refuses it
+// beyond the configured bounds. Returns `fp32` itself for fp32.
+StatusOr<std::unique_ptr<engine::Model>> LoadTier(const ModelInfo& info, const std::string& path,
+                                                  std::unique_ptr<engine::Model> fp32) {
+  auto p = info.parameters.find("precision");
+  if (p == info.parameters.end()) return fp32;
+  auto precision = engine::ParsePrecision(p->second);
+  if (!precision.ok()) return precision.status().WithPrefix("parameter precision");
+  if (*precision == engine::Precision::kFp32) return fp32;
+  const std::string tier(engine::PrecisionName(*precision));
+  RETURN_IF_ERROR(engine::CheckPrecision(*precision));
+  ASSIGN_OR_RETURN(double max_diff, NumberParameter(info, "max_abs_diff", -1));
+  ASSIGN_OR_RETURN(double min_top1, NumberParameter(info, "min_top1_agreement", -1));
+  if (min_top1 > 1) return InvalidArgument("parameter min_top1_agreement is a fraction (0..1)");
+  // Calibration inputs: the file the config names, relative to the version folder and
+  // then the model folder; calibration.npz by default.
+  std::string file = "calibration.npz";
+  if (auto it = info.parameters.find("calibration_file"); it != info.parameters.end())
+    file = it->second;
+  if (file.empty() || fs::path(file).is_absolute() || file.find("..") != std::string::npos)
+    return InvalidArgument("calibration_file '" + file + "' must be a relative file name");
+  std::string cal_path;
+  for (const std::string& dir : {info.version_dir, info.model_dir}) {
+    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / file)) {
+      cal_path = (fs::path(dir) / file).string();
+      break;
+    }
+  }
+  if (cal_path.empty()) {
+    return InvalidArgument("precision " + tier + " needs calibration inputs: put '" + file +
+                           "' (an .npz with one array per model input, samples first) in the "
+                           "model's folder or its version folder");
+  }
+  const int64_t batch = info.max_batch_size > 0 ? std::min(info.max_batch_size, 32) : 8;
+  ASSIGN_OR_RETURN(auto batches, engine::ReadCalibrationInputs(*fp32, cal_path, batch));
+  engine::LoadOptions options;
+  options.plan.precision = *precision;
+  if (*precision == engine::Precision::kInt8) {
+    ASSIGN_OR_RETURN(auto table, engine::Calibrate(*fp32, batches));
+    options.plan.calibration = std::make_shared<const engine::Calibration>(std::move(table));
+  }
+  ASSIGN_OR_RETURN(auto variant, engine::Model::Load(path, options));
+  ASSIGN_OR_RETURN(engine::TierAccuracy acc, engine::CompareTiers(*fp32, *variant, batches));
+  const std::string figures = "precision " + tier + " against fp32: " + acc.ToString();
+  if (max_diff >= 0 && acc.max_abs_diff > max_diff) {
+    return FailedPrecondition(figures + "; refused: max |diff| is above max_abs_diff " +
+                              std::to_string(max_diff));
+  }
+  if (min_top1 >= 0 && acc.top1_agreement >= 0 && acc.top1_agreement < min_top1) {
+    return FailedPrecondition(figures + "; refused: top-1 agreement is below min_top1_agreement " +
+                              std::to_string(min_top1));
+  }
+  spdlog::info("model '{}' version {}: {}", info.name, info.version, figures);
+  return variant;
+}
+
 class OnnxBackend : public Backend {
  public:
   std::string name() const override { return "onnx"; }
@@ -136,6 +208,7 @@ class OnnxBackend : public Backend {
     }
     const std::string path = (fs::path(info.version_dir) / file).string();
     ASSIGN_OR_RETURN(auto model, engine::Model::Load(path));
+    ASSIGN_OR_RETURN(model, LoadTier(info, path, std::move(model)));
 
     ModelInfo done = info;
     const bool config_lists_tensors = !info.inputs.empty() || !info.outputs.empty();

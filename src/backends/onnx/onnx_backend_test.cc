@@ -3,9 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "backends/backend_registry.h"
+#include "core/npy.h"
+#include "engine/precision.h"
 #include "engine/test_util.h"
 
 namespace shoal::backends {
@@ -119,6 +123,102 @@ TEST_F(OnnxBackendTest, MissingFileAndBadParameters) {
   info = Info();
   info.parameters["default_model_filename"] = "../x.onnx";
   EXPECT_FALSE(MakeOnnxBackend()->LoadModel(info).ok());
+}
+
+// The trained digits classifier with calibration inputs (100 held-out images) beside it.
+class OnnxTierTest : public OnnxBackendTest {
+ protected:
+  void SetUp() override {
+    OnnxBackendTest::SetUp();
+    fs::create_directories(root_ / "digits" / "1");
+    fs::copy_file(SourceDir() + "/models/digits.onnx", root_ / "digits" / "1" / "model.onnx",
+                  fs::copy_options::overwrite_existing);
+    auto tensors = ReadTensorFile(SourceDir() + "/models/digits.test.sht");
+    ASSERT_TRUE(tensors.ok());
+    for (auto& t : *tensors) {
+      if (t.name == "in:image") images_ = t.tensor;
+      if (t.name == "labels") labels_ = t.tensor;
+    }
+    Shape s = images_.shape();
+    s[0] = 100;
+    Tensor first = Tensor::Allocate(DataType::kFp32, s);
+    std::memcpy(first.mutable_data(), images_.data(), first.byte_size());
+    ASSERT_TRUE(WriteNpz((root_ / "digits" / "calibration.npz").string(), {{"image", first}}).ok());
+  }
+  ModelInfo Digits(const std::string& precision) const {
+    ModelInfo info;
+    info.name = "digits";
+    info.version = 1;
+    info.model_dir = (root_ / "digits").string();
+    info.version_dir = (root_ / "digits" / "1").string();
+    info.max_batch_size = 64;
+    info.parameters["precision"] = precision;
+    return info;
+  }
+  // Held-out accuracy of a loaded model over all 450 images.
+  double Accuracy(BackendModel& model) {
+    auto instance = model.CreateInstance(InstanceInfo{"digits_0", 0, {}});
+    EXPECT_TRUE(instance.ok());
+    ExecuteRequest request;
+    request.batch_size = images_.shape()[0];
+    request.inputs.push_back({"image", images_});
+    std::vector<NamedTensor> out;
+    EXPECT_TRUE((*instance)->Execute(request, &out).ok());
+    int correct = 0;
+    for (int64_t i = 0; i < request.batch_size; ++i) {
+      auto row = out[0].tensor.values<float>().subspan(static_cast<size_t>(i * 10), 10);
+      correct +=
+          std::max_element(row.begin(), row.end()) - row.begin() == labels_.values<int64_t>()[i];
+    }
+    return static_cast<double>(correct) / static_cast<double>(request.batch_size);
+  }
+  Tensor images_, labels_;
+};
+
+TEST_F(OnnxTierTest, Int8LoadsWithinItsBoundAndKeepsAccuracy) {
+  auto fp32 = MakeOnnxBackend()->LoadModel(Digits("fp32"));
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  ModelInfo info = Digits("int8");
+  info.parameters["min_top1_agreement"] = "0.95";
+  auto int8 = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_TRUE(int8.ok()) << int8.status().ToString();
+  EXPECT_GE(Accuracy(**int8), Accuracy(**fp32) - 0.02);
+}
+
+TEST_F(OnnxTierTest, AVariantBeyondItsBoundIsRefusedWithTheFigure) {
+  ModelInfo info = Digits("int8");
+  info.parameters["max_abs_diff"] = "0";
+  auto refused = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("precision int8 against fp32: max |diff| "));
+  EXPECT_THAT(refused.status().message(), HasSubstr("top-1 agreement"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("refused"));
+}
+
+TEST_F(OnnxTierTest, BadTierParametersAndMissingCalibrationFail) {
+  ModelInfo info = Digits("fp8");
+  EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
+              HasSubstr("fp32, bf16 or int8"));
+  info = Digits("int8");
+  info.parameters["min_top1_agreement"] = "99";
+  EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(), HasSubstr("fraction"));
+  info = Digits("int8");
+  info.parameters["calibration_file"] = "missing.npz";
+  EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
+              HasSubstr("needs calibration inputs"));
+}
+
+TEST_F(OnnxTierTest, Bf16LoadsWhereTheCpuHasIt) {
+  ModelInfo info = Digits("bf16");
+  info.parameters["min_top1_agreement"] = "0.95";
+  auto bf16 = MakeOnnxBackend()->LoadModel(info);
+  if (!engine::CheckPrecision(engine::Precision::kBf16).ok()) {
+    EXPECT_EQ(bf16.status().code(), StatusCode::kFailedPrecondition);
+    return;
+  }
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  EXPECT_GE(Accuracy(**bf16), 0.9);
 }
 
 TEST(OnnxBackendRegistryTest, TritonPlatformNameFindsTheBackend) {

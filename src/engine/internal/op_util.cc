@@ -1,5 +1,6 @@
 #include "engine/internal/op_util.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -142,11 +143,15 @@ dnnl::memory::dims ToDims(const Shape& shape) {
 }
 
 dnnl::memory::desc PlainDesc(const Shape& shape, DataType t) {
+  return PlainDesc(shape, DnnlType(t));
+}
+
+dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type t) {
   dnnl::memory::dims dims = ToDims(shape);
   dnnl::memory::dims strides(dims.size(), 1);
   for (size_t k = dims.size(); k-- > 1;)
     strides[k - 1] = strides[k] * std::max<int64_t>(dims[k], 1);
-  return dnnl::memory::desc(dims, DnnlType(t), strides);
+  return dnnl::memory::desc(dims, t, strides);
 }
 
 void DnnlKernel::BindInput(int arg, const dnnl::memory::desc& md, const dnnl::engine& eng,
@@ -170,22 +175,24 @@ void DnnlKernel::BindFixed(int arg, const dnnl::memory& mem,
 }
 
 void DnnlKernel::BindInputAs(int arg, const dnnl::memory::desc& outer,
-                              const dnnl::memory::desc& inner, const dnnl::engine& eng,
-                              int input) {
-  if (outer == inner) return BindInput(arg, outer, eng, input);
+                             const dnnl::memory::desc& inner, const dnnl::engine& eng, int input,
+                             float scale) {
+  if (outer == inner && scale == 1.f) return BindInput(arg, outer, eng, input);
   Reorder r;
   r.buffer = Buffer::Allocate(inner.get_size());
   r.outer = dnnl::memory(outer, eng, DNNL_MEMORY_NONE);
   r.inner = dnnl::memory(inner, eng, r.buffer->data());
-  r.prim = dnnl::reorder(r.outer, r.inner);
+  dnnl::primitive_attr attr;
+  if (scale != 1.f) attr.set_output_scales(0, {scale});
+  r.prim = dnnl::reorder(r.outer, r.inner, attr);
   r.index = input;
   args_[arg] = r.inner;
   pre_.push_back(std::move(r));
 }
 
 void DnnlKernel::BindOutputAs(int arg, const dnnl::memory::desc& inner,
-                               const dnnl::memory::desc& outer, const dnnl::engine& eng,
-                               int output) {
+                              const dnnl::memory::desc& outer, const dnnl::engine& eng,
+                              int output) {
   if (outer == inner) return BindOutput(arg, outer, eng, output);
   Reorder r;
   r.buffer = Buffer::Allocate(inner.get_size());
@@ -220,6 +227,46 @@ Status DnnlKernel::Run(const RunContext& ctx) {
     r.prim.execute(*ctx.stream, r.inner, r.outer);
   }
   return Status::Ok();
+}
+
+dnnl::memory::data_type ComputeType(const PrepareContext& ctx) {
+  return ctx.options && ctx.options->precision == Precision::kBf16 ? dnnl::memory::data_type::bf16
+                                                                   : dnnl::memory::data_type::f32;
+}
+
+bool QuantizeInput(const PrepareContext& ctx, size_t input, float* scale, bool* is_unsigned) {
+  if (!ctx.options || ctx.options->precision != Precision::kInt8 || !ctx.options->calibration)
+    return false;
+  if (input >= ctx.in_values.size() || ctx.in_values[input] < 0) return false;
+  const auto& name = ctx.graph->values[ctx.in_values[input]].name;
+  auto it = ctx.options->calibration->find(name);
+  if (it == ctx.options->calibration->end()) return false;
+  const ValueRange& r = it->second;
+  *is_unsigned = r.min >= 0.f;
+  const float amax = std::max(std::fabs(r.min), std::fabs(r.max));
+  if (!(amax > 0.f) || !std::isfinite(amax)) return false;
+  *scale = amax / (*is_unsigned ? 255.f : 127.f);
+  return true;
+}
+
+void QuantizeWeights(const Tensor& w, int64_t slices, bool contiguous, Tensor* q,
+                     std::vector<float>* scales) {
+  const auto src = w.values<float>();
+  const int64_t n = static_cast<int64_t>(src.size());
+  const int64_t per = slices > 0 ? n / slices : 0;
+  *q = Tensor::Allocate(DataType::kInt8, w.shape());
+  auto dst = q->mutable_values<int8_t>();
+  scales->assign(slices, 0.f);
+  auto slice_of = [&](int64_t i) { return contiguous ? i / per : i % slices; };
+  for (int64_t i = 0; i < n; ++i) {
+    float& m = (*scales)[slice_of(i)];
+    m = std::max(m, std::fabs(src[i]));
+  }
+  for (float& m : *scales) m = m > 0.f ? m / 127.f : 1.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::nearbyint(src[i] / (*scales)[slice_of(i)]);
+    dst[i] = static_cast<int8_t>(std::clamp(v, -127.f, 127.f));
+  }
 }
 
 std::vector<std::string_view> ActivationAttributes(bool with_post) {
@@ -275,6 +322,25 @@ Status BindWeights(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
     return Status::Ok();
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buf, ctx.weights->Get(ctx.in_values[input], *data, plain,
+                                                                 preferred, *ctx.dnnl_engine));
+  kernel->BindFixed(arg, dnnl::memory(preferred, *ctx.dnnl_engine, buf->data()), buf);
+  return Status::Ok();
+}
+
+Status BindWeightsData(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
+                       const Tensor& data, const dnnl::memory::desc& plain,
+                       const dnnl::memory::desc& preferred) {
+  if (ctx.weights == nullptr) {
+    auto buf = Buffer::Allocate(preferred.get_size());
+    dnnl::memory src(plain, *ctx.dnnl_engine, const_cast<void*>(data.data()));
+    dnnl::memory dst(preferred, *ctx.dnnl_engine, buf->data());
+    dnnl::stream stream(*ctx.dnnl_engine);
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    stream.wait();
+    kernel->BindFixed(arg, dnnl::memory(preferred, *ctx.dnnl_engine, buf->data()), buf);
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buf, ctx.weights->Get(ctx.in_values[input], data, plain,
                                                                  preferred, *ctx.dnnl_engine));
   kernel->BindFixed(arg, dnnl::memory(preferred, *ctx.dnnl_engine, buf->data()), buf);
   return Status::Ok();

@@ -42,6 +42,7 @@ void ForEachBroadcast(const Shape& out, const std::vector<int64_t>& sa,
 dnnl::memory::data_type DnnlType(DataType t);  // undef when oneDNN has none
 // A plain row-major descriptor (rank 0 is treated as [1]).
 dnnl::memory::desc PlainDesc(const Shape& shape, DataType t);
+dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type t);
 dnnl::memory::dims ToDims(const Shape& shape);
 
 }  // namespace shoal::engine::internal
@@ -65,8 +66,9 @@ class DnnlKernel : public Kernel {
   // Binds input `input` (laid out as `outer`) through a kernel-owned copy in `inner`, the
   // layout the primitive chose: reordered before every run. Same as BindInput when the
   // two are equal.
+  // `scale` multiplies the values on the way (int8 quantisation).
   void BindInputAs(int arg, const dnnl::memory::desc& outer, const dnnl::memory::desc& inner,
-                   const dnnl::engine& eng, int input);
+                   const dnnl::engine& eng, int input, float scale = 1.f);
   // The primitive writes `inner` (kernel-owned), reordered into output `output` (laid out
   // as `outer`) after every run. Same as BindOutput when the two are equal.
   void BindOutputAs(int arg, const dnnl::memory::desc& inner, const dnnl::memory::desc& outer,
@@ -103,6 +105,26 @@ Status BindWeights(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
 Status AppendActivation(const Node& node, const std::string& prefix, dnnl::post_ops* po);
 // The attribute names AppendActivation reads for `prefix`.
 std::vector<std::string_view> ActivationAttributes(bool with_post);
+
+// oneDNN data type of activations and weights for a convolution or product under the
+// plan's precision tier: f32, or bf16 when the tier is kBf16 (the CPU was checked when
+// the model loaded).
+dnnl::memory::data_type ComputeType(const PrepareContext& ctx);
+// Int8 quantisation of a node input from the calibration table: scale (real value of one
+// step) and whether the value is non-negative (u8) or signed (s8). False when the tier
+// is not int8 or the value has no range.
+bool QuantizeInput(const PrepareContext& ctx, size_t input, float* scale, bool* is_unsigned);
+// Symmetric per-slice int8 quantisation of constant weights: `w` is viewed as `slices`
+// rows (per output channel) of contiguous values when `contiguous`, else as columns
+// (the last dimension, per output column of a [K, N] matrix). Writes q and scales.
+void QuantizeWeights(const Tensor& w, int64_t slices, bool contiguous, Tensor* q,
+                     std::vector<float>* scales);
+
+// As BindWeights, with `data` standing for the constant input `input` (quantised
+// weights): cached per (input value, `preferred`).
+Status BindWeightsData(PrepareContext& ctx, DnnlKernel* kernel, int arg, int input,
+                       const Tensor& data, const dnnl::memory::desc& plain,
+                       const dnnl::memory::desc& preferred);
 
 // A kernel from a lambda (engine-side implementations of small operators).
 class FnKernel : public Kernel {

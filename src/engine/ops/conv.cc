@@ -139,13 +139,26 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   // A source with few channels (the first layer's image) stays plain: oneDNN has direct
   // kernels for it, and padding 3 channels to 16 would waste the work.
   const memory::desc src_in = ctx.InDesc(0, src_md);
-  const bool keep_src = src_in.data.format_kind == dnnl_blocked && src_in != src_md;
-  // Weights computed at run time must be read as they are: then everything stays plain.
+  // Weights computed at run time must be read as they are: then everything stays plain
+  // FP32.
   const bool const_w = ctx.in_data[1] != nullptr;
-  const memory::desc src_any = keep_src || c < 8 || !const_w
+  // Precision tier (precision.h): bf16 activations and weights between convolutions;
+  // or int8 source (quantised with the calibrated scale on the way in) and weights
+  // (per output channel), accumulating in int32, with FP32 out.
+  float src_scale = 1.f;
+  bool src_unsigned = false;
+  const bool int8 =
+      const_w && (!has_bias || ctx.in_data[2]) && QuantizeInput(ctx, 0, &src_scale, &src_unsigned);
+  const auto act_dt = const_w ? ComputeType(ctx) : memory::data_type::f32;
+  const auto src_dt =
+      int8 ? (src_unsigned ? memory::data_type::u8 : memory::data_type::s8) : act_dt;
+  const auto w_dt = int8 ? memory::data_type::s8 : act_dt;
+  const auto dst_dt = int8 ? memory::data_type::f32 : act_dt;
+  const bool keep_src = src_in.data.format_kind == dnnl_blocked && src_in != src_md &&
+                        static_cast<memory::data_type>(src_in.data.data_type) == src_dt;
+  const memory::desc src_any = keep_src || (c < 8 && src_dt == memory::data_type::f32) || !const_w
                                    ? src_in
-                                   : memory::desc(ToDims(x), memory::data_type::f32,
-                                                  memory::format_tag::any);
+                                   : memory::desc(ToDims(x), src_dt, memory::format_tag::any);
   // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
   // AVX-512, run; SHOAL_CONV_LAYOUT=any lets the library choose (nChw16c) instead.
   static const bool kAnyLayout = [] {
@@ -155,11 +168,12 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   const auto last_tag = x.size() == 4   ? memory::format_tag::acdb
                         : x.size() == 5 ? memory::format_tag::acdeb
                                         : memory::format_tag::acb;
-  const memory::desc dst_any =
-      !const_w    ? dst_md
-      : kAnyLayout ? memory::desc(ToDims(y), memory::data_type::f32, memory::format_tag::any)
-                   : memory::desc(ToDims(y), memory::data_type::f32, last_tag);
-  const memory::desc w_desc = const_w ? w_any : w_plain;
+  const memory::desc dst_any = !const_w ? dst_md
+                               : kAnyLayout
+                                   ? memory::desc(ToDims(y), dst_dt, memory::format_tag::any)
+                                   : memory::desc(ToDims(y), dst_dt, last_tag);
+  const memory::desc w_desc =
+      const_w ? memory::desc(ToDims(wdims), w_dt, memory::format_tag::any) : w_plain;
   // Fused post-ops (shoal.FusedConv, see optimizer.h): activation, residual add,
   // activation.
   const Node& node = ctx.node();
@@ -189,6 +203,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   RETURN_IF_ERROR(AppendActivation(node, "post_activation", &po));
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
+  Tensor w_q;  // int8 weights
+  std::vector<float> w_scales;
+  if (int8) {
+    QuantizeWeights(*ctx.in_data[1], m, true, &w_q, &w_scales);
+    std::vector<float> out_scales(m);
+    for (int64_t o = 0; o < m; ++o) out_scales[o] = src_scale * w_scales[o];
+    attr.set_output_scales(1 << 1, out_scales);  // per output channel
+  }
   auto make_pd = [&](const memory::desc& s, const memory::desc& dd) {
     dnnl::convolution_forward::desc d(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s, w_desc, b_md,
@@ -198,8 +220,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   // Candidates, best first: read the source in its producer's layout (no reorder) and
   // write channels-last; then let the primitive pick the source layout; then let it
   // pick both. The first that is not oneDNN's reference implementation wins.
-  const memory::desc src_free(ToDims(x), memory::data_type::f32, memory::format_tag::any);
-  const memory::desc dst_free(ToDims(y), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc src_free(ToDims(x), src_dt, memory::format_tag::any);
+  const memory::desc dst_free(ToDims(y), dst_dt, memory::format_tag::any);
   std::vector<std::pair<memory::desc, memory::desc>> candidates = {{src_any, dst_any}};
   if (const_w) {
     candidates.push_back({src_free, dst_any});
@@ -225,9 +247,25 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   }
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::convolution_forward(*pd);
-  k->BindInputAs(DNNL_ARG_SRC, src_in, pd->src_desc(), eng, 0);
-  RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd->weights_desc()));
-  if (has_bias) k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
+  k->BindInputAs(DNNL_ARG_SRC, src_in, pd->src_desc(), eng, 0, int8 ? 1.f / src_scale : 1.f);
+  if (int8) {
+    RETURN_IF_ERROR(BindWeightsData(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_q,
+                                    PlainDesc(wdims, DataType::kInt8), pd->weights_desc()));
+  } else {
+    RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1,
+                                const_w ? PlainDesc(wdims, DataType::kFp32) : w_plain,
+                                pd->weights_desc()));
+  }
+  // oneDNN applies the output scales to the sum with the bias: pass bias / scale.
+  if (has_bias && int8) {
+    Tensor scaled = Tensor::Allocate(DataType::kFp32, {m});
+    auto b = ctx.in_data[2]->values<float>();
+    for (int64_t o = 0; o < m; ++o)
+      scaled.mutable_values<float>()[o] = b[o] / (src_scale * w_scales[o]);
+    k->BindFixed(DNNL_ARG_BIAS, memory(b_md, eng, scaled.mutable_data()), scaled.buffer());
+  } else if (has_bias) {
+    k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
+  }
   if (has_residual && !use_sum) {
     k->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(
                      po.len() - 1 - (node.GetString("post_activation", "").empty() ? 0 : 1)) |
@@ -377,7 +415,8 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   // Pools in its source's layout (a convolution's blocked output stays blocked); the
   // result is reordered to plain only when a reader needs plain.
   const auto src_md = ctx.InDesc(0, src_plain);
-  const memory::desc dst_any(ToDims(y), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc dst_any(ToDims(y), static_cast<memory::data_type>(src_md.data.data_type),
+                             memory::format_tag::any);
   dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src_md, dst_any,
                                    Dims(w, &Window::stride), Dims(w, &Window::kernel), Dilates(w),
                                    Dims(w, &Window::pad_begin), PadRight(w));
@@ -417,8 +456,8 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
                   PrepareConv,
                   0b1});
   // Conv with post-ops (optimizer.h): X, W, B (optional), residual (optional).
-  std::vector<std::string_view> fused = {"auto_pad", "dilations", "group",
-                                         "kernel_shape", "pads", "strides"};
+  std::vector<std::string_view> fused = {"auto_pad",     "dilations", "group",
+                                         "kernel_shape", "pads",      "strides"};
   for (auto a : ActivationAttributes(true)) fused.push_back(a);
   ops->push_back({"shoal", "FusedConv", fused, CheckAutoPad, PrepareConv, 0b1001});
   ops->push_back({"",

@@ -11,6 +11,48 @@ StatusOr<std::unique_ptr<Kernel>> Noop() {
   return MakeFn([](const RunContext&) { return Status::Ok(); });
 }
 
+// The precision tier of a product with a constant right-hand side (precision.h): bf16
+// source and weights, or int8 (source quantised with its calibrated scale on the way
+// in, weights per output column), FP32 out either way.
+struct ProductTier {
+  bool int8 = false;
+  float src_scale = 1.f;
+  memory::data_type src_dt = memory::data_type::f32, w_dt = memory::data_type::f32;
+  Tensor w_q;
+  std::vector<float> out_scales;  // int8: alpha * source scale * weight scale, per column
+};
+
+// `b_rows_are_n`: the constant's rows are the N columns (Gemm with transB). `bias` (the
+// additive term after alpha, per column; null when none) must be constant for int8.
+ProductTier SetUpTier(const PrepareContext& ctx, bool const_b, bool b_2d, int64_t n,
+                      bool b_rows_are_n, float alpha, bool bias_ok) {
+  ProductTier t;
+  if (!const_b) return t;
+  bool is_unsigned = false;
+  if (b_2d && bias_ok && QuantizeInput(ctx, 0, &t.src_scale, &is_unsigned)) {
+    t.int8 = true;
+    t.src_dt = is_unsigned ? memory::data_type::u8 : memory::data_type::s8;
+    t.w_dt = memory::data_type::s8;
+    std::vector<float> w_scales;
+    QuantizeWeights(*ctx.in_data[1], n, b_rows_are_n, &t.w_q, &w_scales);
+    t.out_scales.resize(n);
+    for (int64_t j = 0; j < n; ++j) t.out_scales[j] = alpha * t.src_scale * w_scales[j];
+    return t;
+  }
+  t.src_dt = t.w_dt = ComputeType(ctx);
+  return t;
+}
+
+// The bias oneDNN adds before the output scales, per column: `add[j]` is what must be
+// added after the scales.
+Tensor ScaledBias(const std::vector<float>& add, const std::vector<float>& scales,
+                  const Shape& shape) {
+  Tensor t = Tensor::Allocate(DataType::kFp32, shape);
+  auto v = t.mutable_values<float>();
+  for (size_t j = 0; j < add.size(); ++j) v[j] = add[j] / scales[j];
+  return t;
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
   const bool fused = !ctx.node().domain.empty();
   if ((fused ? ctx.num_inputs() < 2 : ctx.num_inputs() != 2) || !ctx.has_input(0) ||
@@ -70,14 +112,20 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
   const auto src = PlainDesc(a_md, DataType::kFp32), wplain = PlainDesc(b_md, DataType::kFp32);
   const auto dst = PlainDesc(c_md, DataType::kFp32);
   const bool const_b = ctx.in_data[1] != nullptr;
-  const memory::desc wdesc =
-      const_b ? memory::desc(ToDims(b_md), memory::data_type::f32, memory::format_tag::any)
-              : wplain;
   // shoal.FusedMatMul (optimizer.h): output scale, bias [N], activation, residual add.
   const Node& node = ctx.node();
-  dnnl::primitive_attr attr;
   const float alpha = node.GetFloat("alpha", 1.f);
-  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  const bool b_2d = b_batch.empty() || Product(b_batch) == 1;
+  const ProductTier tier =
+      SetUpTier(ctx, const_b, b_2d, n, false, alpha, !ctx.has_input(2) || ctx.in_data[2]);
+  const memory::desc wdesc =
+      const_b ? memory::desc(ToDims(b_md), tier.w_dt, memory::format_tag::any) : wplain;
+  const memory::desc src_inner = PlainDesc(a_md, tier.src_dt);
+  dnnl::primitive_attr attr;
+  if (tier.int8)
+    attr.set_output_scales(1 << (c_md.size() - 1), tier.out_scales);
+  else if (alpha != 1.f)
+    attr.set_output_scales(0, {alpha});
   memory::desc bias_md;
   const bool has_bias = ctx.has_input(2);
   if (has_bias) {
@@ -95,12 +143,27 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
     po.append_binary(dnnl::algorithm::binary_add, dst);
   }
   attr.set_post_ops(po);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, bias_md, dst), attr, eng);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias_md, dst), attr, eng);
   auto kern = std::make_unique<DnnlKernel>();
   kern->primitive = dnnl::matmul(pd);
-  kern->BindInput(DNNL_ARG_SRC, src, eng, 0);
-  RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
-  if (has_bias) kern->BindInput(DNNL_ARG_BIAS, bias_md, eng, 2);
+  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
+                    tier.int8 ? 1.f / tier.src_scale : 1.f);
+  if (tier.int8) {
+    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q,
+                                    PlainDesc(b_md, DataType::kInt8), pd.weights_desc()));
+  } else {
+    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  }
+  if (has_bias && tier.int8) {
+    // The given bias is already divided by alpha (optimizer.h).
+    auto b = ctx.in_data[2]->values<float>();
+    std::vector<float> add(b.begin(), b.end());
+    for (float& v : add) v *= alpha;
+    Tensor scaled = ScaledBias(add, tier.out_scales, ctx.in_shapes[2]);
+    kern->BindFixed(DNNL_ARG_BIAS, memory(bias_md, eng, scaled.mutable_data()), scaled.buffer());
+  } else if (has_bias) {
+    kern->BindInput(DNNL_ARG_BIAS, bias_md, eng, 2);
+  }
   if (has_residual) {
     kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
   }
@@ -150,20 +213,41 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
                             tb ? memory::dims{1, k} : memory::dims{n, 1});
   const memory::desc dst = PlainDesc({m, n}, DataType::kFp32);
   const bool const_b = ctx.in_data[1] != nullptr;
+  // int8 needs the additive term per column and constant: C of shape [N] or [1, N].
+  const bool c_per_column = !has_c || (ctx.in_data[2] && c2[0] == 1 && c2[1] == n);
+  const ProductTier tier = SetUpTier(ctx, const_b, true, n, tb, alpha, c_per_column);
   const memory::desc wdesc =
-      const_b ? memory::desc({k, n}, memory::data_type::f32, memory::format_tag::any) : wplain;
+      const_b ? memory::desc({k, n}, tier.w_dt, memory::format_tag::any) : wplain;
+  const memory::desc src_inner = PlainDesc({m, k}, tier.src_dt);
   const memory::desc bias = has_c ? PlainDesc(c2, DataType::kFp32) : memory::desc();
   dnnl::primitive_attr attr;
-  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  if (tier.int8)
+    attr.set_output_scales(1 << 1, tier.out_scales);
+  else if (alpha != 1.f)
+    attr.set_output_scales(0, {alpha});
   dnnl::post_ops po;  // shoal.FusedGemm: Gemm + activation
   RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
   attr.set_post_ops(po);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wdesc, bias, dst), attr, eng);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias, dst), attr, eng);
   auto kern = std::make_unique<DnnlKernel>();
   kern->primitive = dnnl::matmul(pd);
-  kern->BindInput(DNNL_ARG_SRC, src, eng, 0);
-  RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
-  if (has_c) {
+  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
+                    tier.int8 ? 1.f / tier.src_scale : 1.f);
+  if (tier.int8) {
+    const memory::desc wplain_s8({k, n}, memory::data_type::s8,
+                                 tb ? memory::dims{1, k} : memory::dims{n, 1});
+    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q, wplain_s8,
+                                    pd.weights_desc()));
+  } else {
+    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  }
+  if (has_c && tier.int8) {
+    auto cv = ctx.in_data[2]->values<float>();
+    std::vector<float> add(n);
+    for (int64_t j = 0; j < n; ++j) add[j] = beta * cv[c2[1] == 1 ? 0 : j];
+    Tensor scaled = ScaledBias(add, tier.out_scales, c2);
+    kern->BindFixed(DNNL_ARG_BIAS, memory(bias, eng, scaled.mutable_data()), scaled.buffer());
+  } else if (has_c) {
     // oneDNN scales the bias by alpha too (output scales apply to the whole sum), so the
     // bias we pass is C * beta / alpha.
     const float c_scale = beta / alpha;

@@ -12,11 +12,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
 
-namespace shoal::cli {
+namespace shoal {
 
 struct NpyArray {
   DataType dtype = DataType::kInvalid;
@@ -36,6 +38,10 @@ StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path);
 
 // The .npy header for `dtype` and `shape` (version 1.0, padded to 64 bytes).
 StatusOr<std::string> NpyHeader(DataType dtype, const Shape& shape);
+
+// Writes `arrays` as an uncompressed .npz archive (what numpy.savez writes), each as
+// "<name>.npy". Calibration inputs and tests use it.
+Status WriteNpz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays);
 
 class NpyWriter {
  public:
@@ -57,4 +63,4 @@ class NpyWriter {
   std::string path_;
 };
 
-}  // namespace shoal::cli
+}  // namespace shoal

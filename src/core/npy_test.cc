@@ -1,4 +1,4 @@
-#include "cli/npy.h"
+#include "core/npy.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <random>
 
-namespace shoal::cli {
+namespace shoal {
 namespace {
 
 std::string TestData(const std::string& name) {
@@ -116,4 +116,4 @@ TEST(NpyTest, RejectsMalformedFilesWithAMessage) {
 }
 
 }  // namespace
-}  // namespace shoal::cli
+}  // namespace shoal

@@ -1,4 +1,4 @@
-#include "cli/npy.h"
+#include "core/npy.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <regex>
 #include <sstream>
 
-namespace shoal::cli {
+namespace shoal {
 namespace {
 
 struct DescrEntry {
@@ -302,4 +302,82 @@ Status NpyWriter::Flush() {
   return Status::Ok();
 }
 
-}  // namespace shoal::cli
+namespace {
+
+void Put16(std::string* s, uint32_t v) {
+  s->push_back(static_cast<char>(v & 0xff));
+  s->push_back(static_cast<char>((v >> 8) & 0xff));
+}
+void Put32(std::string* s, uint32_t v) {
+  Put16(s, v & 0xffff);
+  Put16(s, v >> 16);
+}
+
+}  // namespace
+
+Status WriteNpz(const std::string& path,
+                const std::vector<std::pair<std::string, Tensor>>& arrays) {
+  std::string out, central;
+  for (const auto& [name, tensor] : arrays) {
+    ASSIGN_OR_RETURN(std::string header, NpyHeader(tensor.dtype(), tensor.shape()));
+    std::string body = header;
+    body.append(static_cast<const char*>(tensor.data()), tensor.byte_size());
+    if (body.size() > 0xffffffffu || out.size() > 0xffffffffu)
+      return InvalidArgument("WriteNpz: archives over 4 GiB need zip64");
+    const std::string file = name + ".npy";
+    const uint32_t crc =
+        crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
+    const uint32_t offset = static_cast<uint32_t>(out.size());
+    const uint32_t size = static_cast<uint32_t>(body.size());
+    // Local file header: stored (no compression).
+    Put32(&out, 0x04034b50);
+    Put16(&out, 20);
+    Put16(&out, 0);
+    Put16(&out, 0);
+    Put16(&out, 0);
+    Put16(&out, 0);
+    Put32(&out, crc);
+    Put32(&out, size);
+    Put32(&out, size);
+    Put16(&out, static_cast<uint32_t>(file.size()));
+    Put16(&out, 0);
+    out += file;
+    out += body;
+    // Central directory entry.
+    Put32(&central, 0x02014b50);
+    Put16(&central, 20);
+    Put16(&central, 20);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put32(&central, crc);
+    Put32(&central, size);
+    Put32(&central, size);
+    Put16(&central, static_cast<uint32_t>(file.size()));
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put32(&central, 0);
+    Put32(&central, offset);
+    central += file;
+  }
+  const uint32_t central_offset = static_cast<uint32_t>(out.size());
+  out += central;
+  Put32(&out, 0x06054b50);
+  Put16(&out, 0);
+  Put16(&out, 0);
+  Put16(&out, static_cast<uint32_t>(arrays.size()));
+  Put16(&out, static_cast<uint32_t>(arrays.size()));
+  Put32(&out, static_cast<uint32_t>(central.size()));
+  Put32(&out, central_offset);
+  Put16(&out, 0);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return InvalidArgument("cannot write '" + path + "'");
+  f.write(out.data(), static_cast<std::streamsize>(out.size()));
+  if (!f) return Internal("writing '" + path + "' failed");
+  return Status::Ok();
+}
+
+}  // namespace shoal

@@ -1,0 +1,219 @@
+#include "engine/precision.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "core/npy.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine {
+namespace {
+
+using namespace shoal::engine::testing;
+
+std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
+
+// The trained digits classifier's 450 held-out images and labels.
+struct Digits {
+  Tensor images, labels;
+};
+Digits LoadDigits() {
+  Digits d;
+  auto tensors = ReadTensorFile(ModelPath("digits.test.sht"));
+  EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
+  if (!tensors.ok()) return d;
+  for (auto& t : *tensors) {
+    if (t.name == "in:image") d.images = t.tensor;
+    if (t.name == "labels") d.labels = t.tensor;
+  }
+  return d;
+}
+
+// Rows [start, start + n) of a batch-first tensor.
+Tensor Rows(const Tensor& t, int64_t start, int64_t n) {
+  Shape s = t.shape();
+  const size_t row = t.byte_size() / static_cast<size_t>(s[0]);
+  s[0] = n;
+  Tensor out = Tensor::Allocate(t.dtype(), s);
+  std::memcpy(out.mutable_data(), static_cast<const char*>(t.data()) + start * row, n * row);
+  return out;
+}
+
+std::vector<std::vector<NamedTensor>> Batches(const Tensor& images, int64_t start, int64_t count,
+                                              int64_t batch) {
+  std::vector<std::vector<NamedTensor>> out;
+  for (int64_t i = start; i < start + count; i += batch)
+    out.push_back({{"image", Rows(images, i, std::min(batch, start + count - i))}});
+  return out;
+}
+
+double Accuracy(const Model& model, const Digits& d) {
+  auto session = Session::Create(model, Opts(kTestThreads));
+  EXPECT_TRUE(session.ok());
+  std::vector<NamedTensor> out;
+  EXPECT_TRUE((*session)->Run({{"image", d.images}}, &out).ok());
+  const int64_t n = d.images.shape()[0];
+  int correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    auto row = out[0].tensor.values<float>().subspan(static_cast<size_t>(i * 10), 10);
+    correct +=
+        std::max_element(row.begin(), row.end()) - row.begin() == d.labels.values<int64_t>()[i];
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+StatusOr<std::unique_ptr<Model>> LoadTier(const std::string& file, Precision p,
+                                          std::shared_ptr<const Calibration> calibration = {}) {
+  LoadOptions o;
+  o.plan.precision = p;
+  o.plan.calibration = std::move(calibration);
+  return Model::Load(ModelPath(file), o);
+}
+
+TEST(PrecisionTest, NamesParseAndBadNamesFail) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    auto parsed = ParsePrecision(PrecisionName(p));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, p);
+  }
+  auto bad = ParsePrecision("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fp32, bf16 or int8"), std::string::npos);
+  EXPECT_TRUE(CheckPrecision(Precision::kFp32).ok());
+  EXPECT_TRUE(CheckPrecision(Precision::kInt8).ok());
+}
+
+TEST(PrecisionTest, CalibrationRecordsTheRangesOfInputsAndIntermediates) {
+  Digits d = LoadDigits();
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  ASSERT_TRUE(fp32.ok());
+  auto table = Calibrate(**fp32, Batches(d.images, 0, 64, 32));
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ASSERT_TRUE(table->count("image"));
+  // The images hold grey levels in [0, 1].
+  EXPECT_GE(table->at("image").min, 0.f);
+  EXPECT_LE(table->at("image").max, 1.f);
+  EXPECT_GT(table->at("image").max, 0.5f);
+  // Every convolution's and product's input has a range.
+  for (const Node& node : (*fp32)->graph().nodes) {
+    if (node.op_type == "FusedConv" || node.op_type == "Conv" || node.op_type == "FusedGemm" ||
+        node.op_type == "Gemm" || node.op_type == "FusedMatMul") {
+      EXPECT_TRUE(table->count((*fp32)->graph().values[node.inputs[0]].name))
+          << (*fp32)->graph().values[node.inputs[0]].name;
+    }
+  }
+  EXPECT_FALSE(Calibrate(**fp32, {}).ok());
+}
+
+TEST(PrecisionTest, Int8KeepsTheTrainedClassifiersAccuracy) {
+  Digits d = LoadDigits();
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  ASSERT_TRUE(fp32.ok());
+  // Calibrate on the first 100 held-out images; judge on all 450.
+  auto table = Calibrate(**fp32, Batches(d.images, 0, 100, 50));
+  ASSERT_TRUE(table.ok());
+  auto int8 = LoadTier("digits.onnx", Precision::kInt8,
+                       std::make_shared<const Calibration>(*std::move(table)));
+  ASSERT_TRUE(int8.ok()) << int8.status().ToString();
+  const double fp32_acc = Accuracy(**fp32, d), int8_acc = Accuracy(**int8, d);
+  EXPECT_GE(int8_acc, fp32_acc - 0.01) << "fp32 " << fp32_acc << ", int8 " << int8_acc;
+  auto cmp = CompareTiers(**fp32, **int8, Batches(d.images, 0, 450, 64));
+  ASSERT_TRUE(cmp.ok()) << cmp.status().ToString();
+  EXPECT_EQ(cmp->samples, 450);
+  EXPECT_GE(cmp->top1_agreement, 0.98) << cmp->ToString();
+  EXPECT_GT(cmp->max_abs_diff, 0.0) << "int8 should not be bit-identical to fp32";
+  EXPECT_LT(cmp->max_abs_diff, 1.0) << cmp->ToString();
+}
+
+TEST(PrecisionTest, Int8WithoutCalibrationRunsInFp32) {
+  Digits d = LoadDigits();
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  auto int8 = LoadTier("digits.onnx", Precision::kInt8);
+  ASSERT_TRUE(fp32.ok() && int8.ok());
+  auto cmp = CompareTiers(**fp32, **int8, Batches(d.images, 0, 64, 64));
+  ASSERT_TRUE(cmp.ok());
+  EXPECT_EQ(cmp->max_abs_diff, 0.0);
+}
+
+TEST(PrecisionTest, Bf16IsCloseToFp32WhereTheCpuHasIt) {
+  if (!CheckPrecision(Precision::kBf16).ok()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  Digits d = LoadDigits();
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  auto bf16 = LoadTier("digits.onnx", Precision::kBf16);
+  ASSERT_TRUE(fp32.ok() && bf16.ok()) << bf16.status().ToString();
+  auto cmp = CompareTiers(**fp32, **bf16, Batches(d.images, 0, 450, 64));
+  ASSERT_TRUE(cmp.ok());
+  EXPECT_GE(cmp->top1_agreement, 0.98) << cmp->ToString();
+  EXPECT_GT(cmp->max_abs_diff, 0.0);
+  EXPECT_GE(Accuracy(**bf16, d), Accuracy(**fp32, d) - 0.01);
+}
+
+// Tiers on a residual CNN and a transformer with random weights: they load, run, and stay
+// near fp32 relative to the outputs' scale.
+TEST(PrecisionTest, TiersRunResidualAndTransformerModels) {
+  for (const std::string name : {"resnet_op17", "bert_layernorm_op17", "mobilenet_v2_op17"}) {
+    auto fp32 = Model::Load(ModelPath(name + ".onnx"));
+    ASSERT_TRUE(fp32.ok()) << name;
+    std::vector<std::vector<NamedTensor>> batches;
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+      std::vector<NamedTensor> inputs;
+      for (const TensorInfo& in : (*fp32)->inputs()) {
+        Shape s;
+        for (size_t i = 0; i < in.shape.size(); ++i)
+          s.push_back(in.shape[i].known() ? in.shape[i].value : (i == 0 ? 2 : 8));
+        if (in.dtype == DataType::kFp32) {
+          inputs.push_back({in.name, Random(s, seed)});
+        } else {
+          Tensor t = Tensor::Allocate(in.dtype, s);
+          for (auto& v : t.mutable_values<int64_t>()) v = 1;
+          inputs.push_back({in.name, t});
+        }
+      }
+      batches.push_back(std::move(inputs));
+    }
+    auto table = Calibrate(**fp32, batches);
+    ASSERT_TRUE(table.ok()) << name;
+    std::vector<std::pair<Precision, double>> tiers = {{Precision::kInt8, 0.25}};
+    if (CheckPrecision(Precision::kBf16).ok()) tiers.push_back({Precision::kBf16, 0.05});
+    for (auto [p, bound] : tiers) {
+      auto variant = LoadTier(name + ".onnx", p, std::make_shared<const Calibration>(*table));
+      ASSERT_TRUE(variant.ok()) << name << " " << PrecisionName(p) << ": "
+                                << variant.status().ToString();
+      auto cmp = CompareTiers(**fp32, **variant, batches);
+      ASSERT_TRUE(cmp.ok()) << cmp.status().ToString();
+      // Relative to the largest output magnitude.
+      auto session = Session::Create(**fp32, Opts(1));
+      std::vector<NamedTensor> out;
+      ASSERT_TRUE((*session)->Run(batches[0], &out).ok());
+      const double scale = std::max(1e-3f, MaxAbs(out[0].tensor));
+      EXPECT_LT(cmp->max_abs_diff / scale, bound) << name << " " << PrecisionName(p) << ": "
+                                                  << cmp->ToString() << ", output scale " << scale;
+    }
+  }
+}
+
+TEST(PrecisionTest, CalibrationInputsComeFromAnNpzFile) {
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  ASSERT_TRUE(fp32.ok());
+  Digits d = LoadDigits();
+  const std::string dir = ::testing::TempDir() + "/precision_npz";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/calibration.npz";
+  ASSERT_TRUE(WriteNpz(path, {{"image", Rows(d.images, 0, 10)}}).ok());
+  auto batches = ReadCalibrationInputs(**fp32, path, 4);
+  ASSERT_TRUE(batches.ok()) << batches.status().ToString();
+  ASSERT_EQ(batches->size(), 3u);  // 4 + 4 + 2
+  EXPECT_EQ((*batches)[2][0].tensor.shape()[0], 2);
+  EXPECT_EQ(MaxAbsDiff((*batches)[0][0].tensor, Rows(d.images, 0, 4)), 0.f);
+
+  ASSERT_TRUE(WriteNpz(path, {{"pixels", Rows(d.images, 0, 10)}}).ok());
+  auto wrong = ReadCalibrationInputs(**fp32, path, 4);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("no array named 'image'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shoal::engine
