@@ -1,27 +1,56 @@
 // Engine benchmark: shoal's ONNX engine on the models bench/engine/export_models.py writes
-// (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender), at batch 1
-// and 8, one Session with THREADS threads. Each timed run repeats Session::Run until it
-// lasts MIN_SECONDS; the figure is the median items/s over RUNS runs after warm-up.
-// GFLOP/s uses the FLOPs per sample that `shoal inspect` estimates (engine/inspect.h).
-// A model that fails to load or run is reported with the engine's error; the rest go on.
-// bench/engine/run.sh runs this beside PyTorch and prints the ratios.
+// (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender) and on the
+// trained classifier models/digits.onnx, at batch 1 and 8, in each precision tier (fp32,
+// bf16, int8), one Session with THREADS threads per tier.
+//
+// - Peak: first measures the machine's FMA peak itself (an FMA loop with 12 independent
+//   vector accumulators, AVX-512 when the CPU has it, else AVX2; one pinned thread per
+//   --threads, ~0.5 s; median of 3) so that GFLOP/s can be read as a fraction of it.
+// - Throughput: each timed run repeats Session::Run until it lasts MIN_SECONDS; the figure
+//   is the median items/s over RUNS runs after warm-up. GFLOP/s uses the FLOPs per sample
+//   `shoal inspect` estimates (engine/inspect.h).
+// - Tiers: bf16 only when CheckPrecision(kBf16) is OK (AVX512_BF16). int8 is calibrated
+//   (engine::Calibrate) on the benchmark's own random inputs: the batch-8 timing input plus
+//   CALIB_BATCHES-1 more batches of 8 drawn the same way.
+// - Accuracy: CompareTiers against fp32 on ACC_BATCHES held-out batches of 8 (another
+//   seed): max |diff| and, for classifiers, top-1 agreement. For digits: top-1 accuracy
+//   against the labels of models/digits.test.sht (int8 calibrated on its first 100
+//   images, every tier measured on the other 350).
+// - Memory: Session::PlanStats of the fp32 plan at batch 1 and 8: the planned arena vs
+//   the liveness bound (most bytes live at one step).
+// A model or tier that fails is reported with the engine's error; the rest go on.
+//
+// With --peer FILE (lines "model<TAB>batch<TAB>items/s", or "model<TAB>note<TAB>text"),
+// the PyTorch figures bench/engine/run.sh measured are merged into the tables.
 //
 // Usage: engine_benchmark --dir DIR [--models a,b,...] [--threads 2] [--runs 5]
-//                         [--min-seconds 0.5] [--json OUT.json]
+//                         [--min-seconds 0.5] [--calib-batches 2] [--acc-batches 2]
+//                         [--models-dir SRC/models] [--peer FILE] [--json OUT.json]
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/inspect.h"
 #include "engine/model.h"
+#include "engine/precision.h"
 
 namespace fs = std::filesystem;
 using namespace shoal;
@@ -30,27 +59,57 @@ using namespace shoal::engine;
 namespace {
 
 const int kBatches[] = {1, 8};
+const Precision kTiers[] = {Precision::kFp32, Precision::kBf16, Precision::kInt8};
+constexpr int kCalibBatchRows = 8;
+constexpr int kDigitsCalibImages = 100;
 
 struct Options {
   std::string dir;
-  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base", "vae", "mlp"};
+  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",
+                                     "vae",      "mlp",          "digits"};
   int threads = 2;
   int runs = 5;
   double min_seconds = 0.5;
+  int calib_batches = 2;
+  int acc_batches = 2;
+  std::string models_dir;  // the repository's models/ (digits)
+  std::string peer;
   std::string json;
 };
 
-struct Result {
-  std::string model;
-  int batch = 0;
-  double items_per_s = 0;  // 0: failed
+struct TierResult {
+  bool available = false;  // loaded
+  std::string note;        // why not available, or load error
+  double load_s = 0;
+  double items_per_s[2] = {0, 0};  // per kBatches entry; 0: failed
+  std::string error[2];
+  bool compared = false;
+  TierAccuracy accuracy;
+  std::string accuracy_error;
+  double label_accuracy = -1;  // digits: top-1 accuracy against the labels
+};
+
+struct MemResult {
+  bool ok = false;
+  PlanMemoryStats stats;
   std::string error;
 };
 
-std::vector<std::string> Split(const std::string& s) {
+struct ModelResult {
+  std::string model;
+  double flops = 0;   // per item
+  std::string error;  // fp32 load failure
+  std::string optimize_summary;
+  TierResult tiers[3];
+  MemResult mem[2];
+  int label_samples = 0;
+  std::vector<std::string> notes;
+};
+
+std::vector<std::string> Split(const std::string& s, char sep = ',') {
   std::vector<std::string> out;
   std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
+  for (std::string item; std::getline(in, item, sep);)
     if (!item.empty()) out.push_back(item);
   return out;
 }
@@ -77,6 +136,156 @@ std::string OneLine(std::string s) {
   std::replace(s.begin(), s.end(), '|', '/');
   return s;
 }
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// ---- FMA peak ----------------------------------------------------------------------
+
+// Each loop keeps 12 independent accumulators (enough to cover FMA latency x throughput on
+// current cores) and returns the FLOPs it did in about `seconds`; `sink` defeats dead code
+// elimination. Compiled for the ISA by target attributes, chosen at run time.
+__attribute__((target("avx512f,fma"))) double FmaLoopAvx512(double seconds, float* sink) {
+  __m512 a0 = _mm512_set1_ps(0.1f), a1 = _mm512_set1_ps(0.2f), a2 = _mm512_set1_ps(0.3f),
+         a3 = _mm512_set1_ps(0.4f), a4 = _mm512_set1_ps(0.5f), a5 = _mm512_set1_ps(0.6f),
+         a6 = _mm512_set1_ps(0.7f), a7 = _mm512_set1_ps(0.8f), a8 = _mm512_set1_ps(0.9f),
+         a9 = _mm512_set1_ps(1.0f), a10 = _mm512_set1_ps(1.1f), a11 = _mm512_set1_ps(1.2f);
+  const __m512 b = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  constexpr int64_t kInner = 1 << 16;
+  int64_t iters = 0;
+  auto start = std::chrono::steady_clock::now();
+  do {
+    for (int64_t i = 0; i < kInner; ++i) {
+      a0 = _mm512_fmadd_ps(a0, b, c);
+      a1 = _mm512_fmadd_ps(a1, b, c);
+      a2 = _mm512_fmadd_ps(a2, b, c);
+      a3 = _mm512_fmadd_ps(a3, b, c);
+      a4 = _mm512_fmadd_ps(a4, b, c);
+      a5 = _mm512_fmadd_ps(a5, b, c);
+      a6 = _mm512_fmadd_ps(a6, b, c);
+      a7 = _mm512_fmadd_ps(a7, b, c);
+      a8 = _mm512_fmadd_ps(a8, b, c);
+      a9 = _mm512_fmadd_ps(a9, b, c);
+      a10 = _mm512_fmadd_ps(a10, b, c);
+      a11 = _mm512_fmadd_ps(a11, b, c);
+    }
+    iters += kInner;
+  } while (Seconds(start, std::chrono::steady_clock::now()) < seconds);
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  *sink = _mm512_reduce_add_ps(s);
+  return static_cast<double>(iters) * 12 * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) double FmaLoopAvx2(double seconds, float* sink) {
+  __m256 a0 = _mm256_set1_ps(0.1f), a1 = _mm256_set1_ps(0.2f), a2 = _mm256_set1_ps(0.3f),
+         a3 = _mm256_set1_ps(0.4f), a4 = _mm256_set1_ps(0.5f), a5 = _mm256_set1_ps(0.6f),
+         a6 = _mm256_set1_ps(0.7f), a7 = _mm256_set1_ps(0.8f), a8 = _mm256_set1_ps(0.9f),
+         a9 = _mm256_set1_ps(1.0f), a10 = _mm256_set1_ps(1.1f), a11 = _mm256_set1_ps(1.2f);
+  const __m256 b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+  constexpr int64_t kInner = 1 << 16;
+  int64_t iters = 0;
+  auto start = std::chrono::steady_clock::now();
+  do {
+    for (int64_t i = 0; i < kInner; ++i) {
+      a0 = _mm256_fmadd_ps(a0, b, c);
+      a1 = _mm256_fmadd_ps(a1, b, c);
+      a2 = _mm256_fmadd_ps(a2, b, c);
+      a3 = _mm256_fmadd_ps(a3, b, c);
+      a4 = _mm256_fmadd_ps(a4, b, c);
+      a5 = _mm256_fmadd_ps(a5, b, c);
+      a6 = _mm256_fmadd_ps(a6, b, c);
+      a7 = _mm256_fmadd_ps(a7, b, c);
+      a8 = _mm256_fmadd_ps(a8, b, c);
+      a9 = _mm256_fmadd_ps(a9, b, c);
+      a10 = _mm256_fmadd_ps(a10, b, c);
+      a11 = _mm256_fmadd_ps(a11, b, c);
+    }
+    iters += kInner;
+  } while (Seconds(start, std::chrono::steady_clock::now()) < seconds);
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, s);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  *sink = sum;
+  return static_cast<double>(iters) * 12 * 8 * 2;
+}
+
+struct Peak {
+  std::string isa;  // "avx512f+fma", "avx2+fma", "none"
+  double gflops = 0;
+};
+
+// Median of 3 measurements of `threads` threads running the FMA loop side by side, each
+// pinned to one of the CPUs this process may use.
+Peak MeasureFmaPeak(int threads) {
+  __builtin_cpu_init();
+  Peak peak;
+  double (*loop)(double, float*) = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
+    peak.isa = "avx512f+fma";
+    loop = FmaLoopAvx512;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    peak.isa = "avx2+fma";
+    loop = FmaLoopAvx2;
+  } else {
+    peak.isa = "none";
+    return peak;
+  }
+  std::vector<int> cpus;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  threads = std::max(1, threads);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> flops(threads, 0);
+    std::vector<float> sinks(threads, 0);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> workers;
+    auto start = std::chrono::steady_clock::now();
+    std::atomic<bool> go{false};
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        if (!cpus.empty()) {
+          cpu_set_t one;
+          CPU_ZERO(&one);
+          CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &one);
+          pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+        }
+        ready.fetch_add(1);
+        while (!go.load()) std::this_thread::yield();
+        flops[t] = loop(0.5, &sinks[t]);
+      });
+    }
+    while (ready.load() < threads) std::this_thread::yield();
+    start = std::chrono::steady_clock::now();
+    go.store(true);
+    for (auto& w : workers) w.join();
+    double elapsed = Seconds(start, std::chrono::steady_clock::now());
+    double total = 0;
+    for (double f : flops) total += f;
+    rates.push_back(total / elapsed / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  peak.gflops = rates[1];
+  return peak;
+}
+
+// ---- Models and inputs ---------------------------------------------------------------
 
 // Estimated FLOPs per sample from InspectModel's report; 0 when unknown.
 double FlopsPerSample(const std::string& path) {
@@ -130,8 +339,47 @@ StatusOr<std::vector<NamedTensor>> MakeInputs(const Model& model, int batch, std
   return out;
 }
 
-double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
+// The SHT1 tensor files models/generate.py writes (as engine/test_util.cc reads them).
+StatusOr<std::vector<NamedTensor>> ReadTensorFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t pos = 0;
+  auto take = [&](void* dst, size_t n) -> bool {
+    if (pos + n > data.size()) return false;
+    std::memcpy(dst, data.data() + pos, n);
+    pos += n;
+    return true;
+  };
+  char magic[4];
+  uint32_t count = 0;
+  if (!take(magic, 4) || std::memcmp(magic, "SHT1", 4) != 0 || !take(&count, 4))
+    return InvalidArgument(path + ": not a tensor file");
+  std::vector<NamedTensor> out;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t name_len = 0, dtype = 0, rank = 0;
+    uint64_t bytes = 0;
+    if (!take(&name_len, 4) || name_len > 4096) return InvalidArgument(path + ": truncated");
+    std::string name(name_len, '\0');
+    if (!take(name.data(), name_len) || !take(&dtype, 4) || !take(&rank, 4) || rank > 12)
+      return InvalidArgument(path + ": truncated");
+    Shape shape(rank);
+    if (!take(shape.data(), 8 * rank) || !take(&bytes, 8) || pos + bytes > data.size())
+      return InvalidArgument(path + ": truncated");
+    Tensor t = Tensor::Allocate(static_cast<DataType>(dtype), shape, bytes);
+    take(t.mutable_data(), bytes);
+    out.push_back({name, std::move(t)});
+  }
+  return out;
+}
+
+// Rows [begin, end) as a tensor of its own.
+StatusOr<Tensor> Rows(const Tensor& t, int64_t begin, int64_t end) {
+  auto view = t.SliceRows(begin, end);
+  if (!view.ok()) return view.status();
+  Tensor copy = Tensor::Allocate(view->dtype(), view->shape());
+  std::memcpy(copy.mutable_data(), view->data(), view->byte_size());
+  return copy;
 }
 
 // Median items/s; 0 and `error` set on failure.
@@ -161,54 +409,399 @@ double TimeBatch(Session& session, const std::vector<NamedTensor>& inputs, int b
   return n % 2 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
 }
 
-std::vector<Result> BenchModel(const std::string& name, const Options& o, double* flops) {
-  std::vector<Result> results;
-  auto fail_all = [&](const std::string& error) {
-    for (int b : kBatches) results.push_back({name, b, 0, error});
-    return results;
-  };
-  const std::string path = (fs::path(o.dir) / (name + ".onnx")).string();
-  if (!fs::exists(path)) return fail_all("missing " + path);
+// What one model is benchmarked on: timing inputs per batch, calibration batches, held-out
+// batches, and (digits) the held-out labels.
+struct Workload {
+  std::vector<NamedTensor> timing[2];
+  std::vector<std::vector<NamedTensor>> calibration;
+  std::vector<std::vector<NamedTensor>> held_out;
+  Tensor labels;  // int64 [rows of held_out, in order]; empty when there are none
+};
+
+Status RandomWorkload(const Model& model, const Options& o, Workload* w) {
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 2; ++i) ASSIGN_OR_RETURN(w->timing[i], MakeInputs(model, kBatches[i], rng));
+  w->calibration.push_back(w->timing[1]);
+  for (int i = 1; i < o.calib_batches; ++i) {
+    ASSIGN_OR_RETURN(auto b, MakeInputs(model, kCalibBatchRows, rng));
+    w->calibration.push_back(std::move(b));
+  }
+  std::mt19937 held(5678);
+  for (int i = 0; i < o.acc_batches; ++i) {
+    ASSIGN_OR_RETURN(auto b, MakeInputs(model, kCalibBatchRows, held));
+    w->held_out.push_back(std::move(b));
+  }
+  return Status::Ok();
+}
+
+Status DigitsWorkload(const Model& model, const std::string& sht, Workload* w) {
+  ASSIGN_OR_RETURN(auto tensors, ReadTensorFile(sht));
+  Tensor images, labels;
+  for (auto& t : tensors) {
+    if (t.name == "in:image") images = t.tensor;
+    if (t.name == "labels") labels = t.tensor;
+  }
+  if (images.shape().empty() || labels.shape().empty())
+    return InvalidArgument(sht + " lacks in:image or labels");
+  if (model.inputs().size() != 1) return InvalidArgument("digits should have one input");
+  const std::string input = model.inputs()[0].name;
+  const int64_t n = images.shape()[0];
+  if (n <= kDigitsCalibImages) return InvalidArgument(sht + ": too few images");
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(Tensor t, Rows(images, kDigitsCalibImages, kDigitsCalibImages + kBatches[i]));
+    w->timing[i] = {{input, std::move(t)}};
+  }
+  ASSIGN_OR_RETURN(Tensor calib, Rows(images, 0, kDigitsCalibImages));
+  w->calibration.push_back({{input, std::move(calib)}});
+  ASSIGN_OR_RETURN(Tensor rest, Rows(images, kDigitsCalibImages, n));
+  w->held_out.push_back({{input, std::move(rest)}});
+  ASSIGN_OR_RETURN(w->labels, Rows(labels, kDigitsCalibImages, n));
+  return Status::Ok();
+}
+
+// Top-1 accuracy of `model`'s first output against `labels` over `batches`.
+StatusOr<double> LabelAccuracy(const Model& model, const Options& o,
+                               const std::vector<std::vector<NamedTensor>>& batches,
+                               const Tensor& labels) {
+  SessionOptions so;
+  so.threads = o.threads;
+  ASSIGN_OR_RETURN(auto session, Session::Create(model, so));
+  auto truth = labels.values<int64_t>();
+  size_t row = 0, correct = 0;
+  for (const auto& batch : batches) {
+    std::vector<NamedTensor> out;
+    RETURN_IF_ERROR(session->Run(batch, &out));
+    const Tensor& logits = out[0].tensor;
+    if (logits.shape().size() != 2) return Internal("logits are not [batch, classes]");
+    const int64_t rows = logits.shape()[0], c = logits.shape()[1];
+    auto v = logits.values<float>();
+    for (int64_t r = 0; r < rows; ++r, ++row) {
+      if (row >= truth.size()) return Internal("more rows than labels");
+      auto best =
+          std::max_element(v.begin() + r * c, v.begin() + (r + 1) * c) - (v.begin() + r * c);
+      correct += best == truth[row];
+    }
+  }
+  if (row != truth.size()) return Internal("fewer rows than labels");
+  return static_cast<double>(correct) / static_cast<double>(row);
+}
+
+ModelResult BenchModel(const std::string& name, const Options& o) {
+  ModelResult m;
+  m.model = name;
+  const bool digits = name == "digits";
+  const std::string path = digits ? (fs::path(o.models_dir) / "digits.onnx").string()
+                                  : (fs::path(o.dir) / (name + ".onnx")).string();
+  if (!fs::exists(path)) {
+    m.error = "missing " + path;
+    return m;
+  }
   try {
-    auto load_start = std::chrono::steady_clock::now();
-    auto model = Model::Load(path);
-    if (!model.ok()) return fail_all("load: " + model.status().ToString());
-    double load_s = Seconds(load_start, std::chrono::steady_clock::now());
-    *flops = FlopsPerSample(path);
-    SessionOptions session_options;
-    session_options.threads = o.threads;
-    auto session = Session::Create(**model, session_options);
-    if (!session.ok()) return fail_all("session: " + session.status().ToString());
-    std::fprintf(stderr, "%s: loaded in %.1f s, %.3g GFLOP per sample\n", name.c_str(), load_s,
-                 *flops / 1e9);
-    std::mt19937 rng(1234);
-    for (int b : kBatches) {
-      Result r{name, b, 0, ""};
-      auto inputs = MakeInputs(**model, b, rng);
-      if (!inputs.ok())
-        r.error = inputs.status().ToString();
-      else
-        r.items_per_s = TimeBatch(**session, *inputs, b, o, &r.error);
-      if (r.items_per_s == 0 && r.error.empty()) r.error = "no figure";
-      std::fprintf(
-          stderr, "%s: batch %d: shoal %s\n", name.c_str(), b,
-          r.error.empty() ? (std::to_string(r.items_per_s) + " items/s").c_str() : r.error.c_str());
-      results.push_back(r);
+    m.flops = FlopsPerSample(path);
+    std::unique_ptr<Model> fp32;
+    Workload w;
+    for (int t = 0; t < 3; ++t) {
+      const Precision p = kTiers[t];
+      const std::string tier(PrecisionName(p));
+      TierResult& tr = m.tiers[t];
+      Status check = CheckPrecision(p);
+      if (!check.ok()) {
+        tr.note = p == Precision::kBf16 ? "n/a (no AVX512_BF16)" : OneLine(check.ToString());
+        continue;
+      }
+      LoadOptions lo;
+      lo.plan.precision = p;
+      if (p == Precision::kInt8) {
+        auto cal = Calibrate(*fp32, w.calibration);
+        if (!cal.ok()) {
+          tr.note = "calibration: " + OneLine(cal.status().ToString());
+          continue;
+        }
+        lo.plan.calibration = std::make_shared<const Calibration>(std::move(*cal));
+      }
+      auto load_start = std::chrono::steady_clock::now();
+      auto loaded = Model::Load(path, lo);
+      if (!loaded.ok()) {
+        tr.note = "load: " + OneLine(loaded.status().ToString());
+        if (p == Precision::kFp32) {
+          m.error = tr.note;
+          return m;
+        }
+        continue;
+      }
+      std::unique_ptr<Model> model = std::move(*loaded);
+      tr.load_s = Seconds(load_start, std::chrono::steady_clock::now());
+      tr.available = true;
+      if (p == Precision::kFp32) {
+        m.optimize_summary = model->optimize_report().Summary();
+        Status ws = digits ? DigitsWorkload(
+                                 *model, (fs::path(o.models_dir) / "digits.test.sht").string(), &w)
+                           : RandomWorkload(*model, o, &w);
+        if (!ws.ok()) {
+          m.error = "inputs: " + OneLine(ws.ToString());
+          return m;
+        }
+        if (digits) m.label_samples = static_cast<int>(w.labels.shape()[0]);
+      }
+      std::fprintf(stderr, "%s: %s loaded in %.1f s, %.3g GFLOP per sample\n", name.c_str(),
+                   tier.c_str(), tr.load_s, m.flops / 1e9);
+      {
+        SessionOptions so;
+        so.threads = o.threads;
+        auto session = Session::Create(*model, so);
+        if (!session.ok()) {
+          tr.error[0] = tr.error[1] = "session: " + session.status().ToString();
+        } else {
+          for (int i = 0; i < 2; ++i) {
+            tr.items_per_s[i] = TimeBatch(**session, w.timing[i], kBatches[i], o, &tr.error[i]);
+            if (tr.items_per_s[i] == 0 && tr.error[i].empty()) tr.error[i] = "no figure";
+            std::fprintf(stderr, "%s: %s batch %d: %s\n", name.c_str(), tier.c_str(), kBatches[i],
+                         tr.error[i].empty() ? Fmt("%.2f items/s", tr.items_per_s[i]).c_str()
+                                             : tr.error[i].c_str());
+          }
+          for (int i = 0; i < 2 && p == Precision::kFp32; ++i) {
+            std::vector<Shape> shapes;
+            for (const auto& in : w.timing[i]) shapes.push_back(in.tensor.shape());
+            auto stats = (*session)->PlanStats(shapes);
+            if (stats.ok()) {
+              m.mem[i].ok = true;
+              m.mem[i].stats = *stats;
+            } else {
+              m.mem[i].error = OneLine(stats.status().ToString());
+            }
+          }
+        }
+      }
+      if (p != Precision::kFp32) {
+        auto acc = CompareTiers(*fp32, *model, w.held_out);
+        if (acc.ok()) {
+          tr.compared = true;
+          tr.accuracy = *acc;
+          std::fprintf(stderr, "%s: %s vs fp32: %s\n", name.c_str(), tier.c_str(),
+                       acc->ToString().c_str());
+        } else {
+          tr.accuracy_error = OneLine(acc.status().ToString());
+        }
+      }
+      if (digits) {
+        auto a = LabelAccuracy(*model, o, w.held_out, w.labels);
+        if (a.ok()) {
+          tr.label_accuracy = *a;
+          std::fprintf(stderr, "%s: %s top-1 accuracy %.2f%%\n", name.c_str(), tier.c_str(),
+                       100 * *a);
+        } else {
+          tr.accuracy_error = OneLine(a.status().ToString());
+        }
+      }
+      if (p == Precision::kFp32) fp32 = std::move(model);
     }
   } catch (const std::exception& e) {
-    if (results.empty()) return fail_all(std::string("exception: ") + e.what());
-    for (int b : kBatches)
-      if (std::none_of(results.begin(), results.end(),
-                       [&](const Result& r) { return r.batch == b; }))
-        results.push_back({name, b, 0, std::string("exception: ") + e.what()});
+    m.notes.push_back(std::string("exception: ") + e.what());
   }
-  return results;
+  return m;
+}
+
+}  // namespace
+namespace {
+
+// PyTorch's figures: "model\tbatch\titems/s" or "model\tnote\ttext" per line.
+struct Peer {
+  std::map<std::pair<std::string, int>, double> items_per_s;
+  std::map<std::string, std::string> notes;
+};
+
+Peer ReadPeer(const std::string& path) {
+  Peer peer;
+  if (path.empty()) return peer;
+  std::ifstream in(path);
+  if (!in) std::fprintf(stderr, "warning: cannot read %s\n", path.c_str());
+  for (std::string line; std::getline(in, line);) {
+    auto f = Split(line, '\t');
+    if (f.size() < 3) continue;
+    if (f[1] == "note")
+      peer.notes[f[0]] = f[2];
+    else
+      peer.items_per_s[{f[0], std::atoi(f[1].c_str())}] = std::atof(f[2].c_str());
+  }
+  return peer;
+}
+
+std::string Cell(const TierResult& t, int i) {
+  if (!t.available) return t.note.empty() ? "—" : t.note;
+  if (!t.error[i].empty()) return "failed: " + OneLine(t.error[i]);
+  return Fmt("%.2f", t.items_per_s[i]);
+}
+
+std::string Ratio(double a, double b) { return a > 0 && b > 0 ? Fmt("%.2f", a / b) : "—"; }
+
+double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Peak& peak) {
+  std::printf("FMA peak (measured, %s): %.1f GFLOP/s\n\n", peak.isa.c_str(), peak.gflops);
+  std::printf(
+      "| model | batch | PyTorch items/s | shoal fp32 items/s | fp32/PyTorch | fp32 GFLOP/s | %% "
+      "of peak | bf16 items/s | bf16/fp32 | int8 items/s | int8/fp32 | notes |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const ModelResult& m : all) {
+    for (int i = 0; i < 2; ++i) {
+      const int b = kBatches[i];
+      auto it = peer.items_per_s.find({m.model, b});
+      const double pt = it == peer.items_per_s.end() ? 0 : it->second;
+      std::vector<std::string> notes = m.notes;
+      if (i == 0 && peer.notes.count(m.model))
+        notes.push_back("PyTorch: " + peer.notes.at(m.model));
+      if (m.model == "digits" && i == 0) notes.push_back("PyTorch not timed (trained test model)");
+      if (!m.error.empty()) {
+        std::printf("| %s | %d | %s | failed: %s | | | | | | | | |\n", m.model.c_str(), b,
+                    pt > 0 ? Fmt("%.2f", pt).c_str() : "—", OneLine(m.error).c_str());
+        continue;
+      }
+      const TierResult &f = m.tiers[0], &h = m.tiers[1], &q = m.tiers[2];
+      const double fr = f.available && f.error[i].empty() ? f.items_per_s[i] : 0;
+      const double hr = h.available && h.error[i].empty() ? h.items_per_s[i] : 0;
+      const double qr = q.available && q.error[i].empty() ? q.items_per_s[i] : 0;
+      const double gf = fr * m.flops / 1e9;
+      std::string joined;
+      for (const auto& n : notes) joined += (joined.empty() ? "" : "; ") + OneLine(n);
+      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                  m.model.c_str(), b, pt > 0 ? Fmt("%.2f", pt).c_str() : "—", Cell(f, i).c_str(),
+                  Ratio(fr, pt).c_str(), gf > 0 ? Fmt("%.1f", gf).c_str() : "—",
+                  gf > 0 && peak.gflops > 0 ? Fmt("%.0f%%", 100 * gf / peak.gflops).c_str() : "—",
+                  Cell(h, i).c_str(), Ratio(hr, fr).c_str(), Cell(q, i).c_str(),
+                  Ratio(qr, fr).c_str(), joined.c_str());
+    }
+  }
+
+  std::printf(
+      "\nMemory (fp32 plan): the arena planned vs the liveness bound (most bytes live at one "
+      "step)\n\n"
+      "| model | planned MiB (b1 / b8) | liveness bound MiB (b1 / b8) | planned/bound (b1 / b8) "
+      "| no-reuse MiB (b8) | in-place steps (b1 / b8) |\n|---|---|---|---|---|---|\n");
+  for (const ModelResult& m : all) {
+    if (!m.error.empty()) continue;
+    const MemResult &a = m.mem[0], &b = m.mem[1];
+    if (!a.ok || !b.ok) {
+      std::printf("| %s | failed: %s | | | | |\n", m.model.c_str(),
+                  (a.ok ? b.error : a.error).c_str());
+      continue;
+    }
+    std::printf("| %s | %.2f / %.2f | %.2f / %.2f | %s / %s | %.2f | %d / %d |\n", m.model.c_str(),
+                MiB(a.stats.planned_bytes), MiB(b.stats.planned_bytes),
+                MiB(a.stats.liveness_bound_bytes), MiB(b.stats.liveness_bound_bytes),
+                Ratio(static_cast<double>(a.stats.planned_bytes),
+                      static_cast<double>(a.stats.liveness_bound_bytes))
+                    .c_str(),
+                Ratio(static_cast<double>(b.stats.planned_bytes),
+                      static_cast<double>(b.stats.liveness_bound_bytes))
+                    .c_str(),
+                MiB(b.stats.no_reuse_bytes), a.stats.inplace_count, b.stats.inplace_count);
+  }
+
+  std::printf(
+      "\nAccuracy of each tier vs fp32 on held-out inputs (random models: the benchmark's random "
+      "inputs, another seed; int8 calibrated on the timing inputs). digits: top-1 accuracy "
+      "against the labels of held-out images (int8 calibrated on the first %d)\n\n"
+      "| model | tier | samples | max \\|diff\\| vs fp32 | top-1 agreement | top-1 accuracy | "
+      "change vs fp32 |\n|---|---|---|---|---|---|---|\n",
+      kDigitsCalibImages);
+  for (const ModelResult& m : all) {
+    if (!m.error.empty()) continue;
+    for (int t = 0; t < 3; ++t) {
+      const TierResult& tr = m.tiers[t];
+      const std::string tier(PrecisionName(kTiers[t]));
+      if (!tr.available) {
+        std::printf("| %s | %s | %s | | | | |\n", m.model.c_str(), tier.c_str(), tr.note.c_str());
+        continue;
+      }
+      std::string samples = "—", diff = "—", agree = "—", acc = "—", change = "—";
+      if (t == 0) {
+        diff = "(reference)";
+      } else if (tr.compared) {
+        samples = std::to_string(tr.accuracy.samples);
+        diff = Fmt("%.3g", tr.accuracy.max_abs_diff);
+        agree = tr.accuracy.top1_agreement >= 0 ? Fmt("%.1f%%", 100 * tr.accuracy.top1_agreement)
+                                                : "n/a (not a classifier)";
+      }
+      if (tr.label_accuracy >= 0) {
+        samples = std::to_string(m.label_samples);
+        acc = Fmt("%.2f%%", 100 * tr.label_accuracy);
+        if (t > 0 && m.tiers[0].label_accuracy >= 0)
+          change = Fmt("%+.2f pp", 100 * (tr.label_accuracy - m.tiers[0].label_accuracy));
+      }
+      if (!tr.accuracy_error.empty()) diff = "failed: " + tr.accuracy_error;
+      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", m.model.c_str(), tier.c_str(),
+                  samples.c_str(), diff.c_str(), agree.c_str(), acc.c_str(), change.c_str());
+    }
+  }
+}
+
+void WriteJson(const std::string& path, const std::vector<ModelResult>& all, const Options& o,
+               const Peak& peak) {
+  std::ofstream j(path);
+  j << "{\"threads\": " << o.threads << ", \"fma_isa\": \"" << peak.isa
+    << "\", \"fma_peak_gflops\": " << peak.gflops << ",\n \"results\": [";
+  bool first = true;
+  for (const ModelResult& m : all) {
+    for (int i = 0; i < 2; ++i) {
+      const TierResult& f = m.tiers[0];
+      std::string error = !m.error.empty() ? m.error : f.error[i];
+      j << (first ? "\n  " : ",\n  ") << "{\"model\": \"" << JsonEscape(m.model)
+        << "\", \"batch\": " << kBatches[i]
+        << ", \"items_per_s\": " << (error.empty() ? f.items_per_s[i] : 0)
+        << ", \"flops_per_item\": " << m.flops << ", \"error\": \"" << JsonEscape(error) << "\"";
+      for (int t = 1; t < 3; ++t) {
+        const TierResult& tr = m.tiers[t];
+        const std::string tier(PrecisionName(kTiers[t]));
+        j << ", \"" << tier
+          << "_items_per_s\": " << (tr.available && tr.error[i].empty() ? tr.items_per_s[i] : 0)
+          << ", \"" << tier << "_error\": \"" << JsonEscape(tr.available ? tr.error[i] : tr.note)
+          << "\"";
+      }
+      j << "}";
+      first = false;
+    }
+  }
+  j << "\n ],\n \"models\": [";
+  first = true;
+  for (const ModelResult& m : all) {
+    j << (first ? "\n  " : ",\n  ") << "{\"model\": \"" << JsonEscape(m.model)
+      << "\", \"error\": \"" << JsonEscape(m.error) << "\", \"optimize\": \""
+      << JsonEscape(m.optimize_summary) << "\", \"memory\": {";
+    for (int i = 0; i < 2; ++i) {
+      const MemResult& mr = m.mem[i];
+      j << (i ? ", " : "") << "\"" << kBatches[i] << "\": ";
+      if (mr.ok)
+        j << "{\"planned_bytes\": " << mr.stats.planned_bytes
+          << ", \"liveness_bound_bytes\": " << mr.stats.liveness_bound_bytes
+          << ", \"no_reuse_bytes\": " << mr.stats.no_reuse_bytes
+          << ", \"inplace_count\": " << mr.stats.inplace_count << "}";
+      else
+        j << "null";
+    }
+    j << "}, \"tiers\": {";
+    for (int t = 0; t < 3; ++t) {
+      const TierResult& tr = m.tiers[t];
+      j << (t ? ", " : "") << "\"" << PrecisionName(kTiers[t])
+        << "\": {\"available\": " << (tr.available ? "true" : "false") << ", \"note\": \""
+        << JsonEscape(tr.note) << "\", \"load_s\": " << tr.load_s;
+      if (tr.compared)
+        j << ", \"samples\": " << tr.accuracy.samples
+          << ", \"max_abs_diff\": " << tr.accuracy.max_abs_diff
+          << ", \"top1_agreement\": " << tr.accuracy.top1_agreement;
+      if (tr.label_accuracy >= 0) j << ", \"label_accuracy\": " << tr.label_accuracy;
+      j << ", \"accuracy_error\": \"" << JsonEscape(tr.accuracy_error) << "\"}";
+    }
+    j << "}}";
+    first = false;
+  }
+  j << "\n ]}\n";
 }
 
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: engine_benchmark --dir DIR [--models a,b,...] [--threads N] [--runs N] "
-               "[--min-seconds S] [--json OUT.json]\n");
+               "[--min-seconds S] [--calib-batches N] [--acc-batches N] [--models-dir DIR] "
+               "[--peer FILE] [--json OUT.json]\n");
   std::exit(2);
 }
 
@@ -216,6 +809,8 @@ std::vector<Result> BenchModel(const std::string& name, const Options& o, double
 
 int main(int argc, char** argv) {
   Options o;
+  const char* src = std::getenv("SHOAL_SOURCE_DIR");
+  o.models_dir = (fs::path(src ? src : ".") / "models").string();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) Usage();
@@ -230,6 +825,14 @@ int main(int argc, char** argv) {
       o.runs = std::max(1, std::atoi(v.c_str()));
     else if (a == "--min-seconds")
       o.min_seconds = std::atof(v.c_str());
+    else if (a == "--calib-batches")
+      o.calib_batches = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--acc-batches")
+      o.acc_batches = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--models-dir")
+      o.models_dir = v;
+    else if (a == "--peer")
+      o.peer = v;
     else if (a == "--json")
       o.json = v;
     else
@@ -237,43 +840,12 @@ int main(int argc, char** argv) {
   }
   if (o.dir.empty()) Usage();
 
-  std::vector<Result> all;
-  std::vector<std::pair<std::string, double>> flops;
-  for (const std::string& name : o.models) {
-    double f = 0;
-    auto r = BenchModel(name, o, &f);
-    flops.push_back({name, f});
-    all.insert(all.end(), r.begin(), r.end());
-  }
-
-  std::printf("| model | batch | shoal items/s | shoal GFLOP/s |\n|---|---|---|---|\n");
-  for (const Result& r : all) {
-    double f = 0;
-    for (const auto& [n, v] : flops)
-      if (n == r.model) f = v;
-    if (!r.error.empty())
-      std::printf("| %s | %d | failed: %s | |\n", r.model.c_str(), r.batch,
-                  OneLine(r.error).c_str());
-    else if (f > 0)
-      std::printf("| %s | %d | %.2f | %.1f |\n", r.model.c_str(), r.batch, r.items_per_s,
-                  r.items_per_s * f / 1e9);
-    else
-      std::printf("| %s | %d | %.2f | ? |\n", r.model.c_str(), r.batch, r.items_per_s);
-  }
-
-  if (!o.json.empty()) {
-    std::ofstream j(o.json);
-    j << "{\"threads\": " << o.threads << ", \"results\": [";
-    for (size_t i = 0; i < all.size(); ++i) {
-      const Result& r = all[i];
-      double f = 0;
-      for (const auto& [n, v] : flops)
-        if (n == r.model) f = v;
-      j << (i ? ",\n  " : "\n  ") << "{\"model\": \"" << JsonEscape(r.model)
-        << "\", \"batch\": " << r.batch << ", \"items_per_s\": " << r.items_per_s
-        << ", \"flops_per_item\": " << f << ", \"error\": \"" << JsonEscape(r.error) << "\"}";
-    }
-    j << "\n]}\n";
-  }
+  const Peak peak = MeasureFmaPeak(o.threads);
+  std::fprintf(stderr, "FMA peak (%s, %d threads, median of 3): %.1f GFLOP/s\n", peak.isa.c_str(),
+               o.threads, peak.gflops);
+  std::vector<ModelResult> all;
+  for (const std::string& name : o.models) all.push_back(BenchModel(name, o));
+  PrintTables(all, ReadPeer(o.peer), peak);
+  if (!o.json.empty()) WriteJson(o.json, all, o, peak);
   return 0;
 }

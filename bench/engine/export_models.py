@@ -3,12 +3,14 @@
 
     /usr/bin/python3 bench/engine/export_models.py OUT_DIR [--threads 2] [--runs 5]
         [--min-seconds 0.5] [--models resnet50,mobilenet_v2,bert_base,vae,mlp] [--no-time]
+        [--skip-existing]
 
 Builds each model with random weights, writes OUT_DIR/<model>.onnx (opset 17, symbolic
 batch axis), then times PyTorch itself on it: frozen TorchScript (trace, freeze,
 optimize_for_inference), torch.set_num_threads(THREADS), at batch 1 and 8; each timed run
 repeats inference until it lasts MIN_SECONDS, and the figure is the median items/s over
-RUNS runs after warm-up. Writes OUT_DIR/pytorch.json:
+RUNS runs after warm-up. --skip-existing keeps an OUT_DIR/<model>.onnx already there
+(built by an earlier run of this script) instead of exporting it again. Writes OUT_DIR/pytorch.json:
     {"threads": 2, "results": {"resnet50": {"1": items_per_s, "8": ...}, ...},
      "notes": {"resnet50": "..."}}
 Run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (bench/engine/run.sh does) so that
@@ -144,6 +146,7 @@ def main():
     p.add_argument("--min-seconds", type=float, default=0.5)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--no-time", action="store_true", help="export only")
+    p.add_argument("--skip-existing", action="store_true", help="keep OUT/<model>.onnx when present")
     opts = p.parse_args()
     os.makedirs(opts.out, exist_ok=True)
     torch.set_num_threads(opts.threads)
@@ -156,9 +159,13 @@ def main():
         generate.randomize_bn(model, gen)
         t0 = time.perf_counter()
         path = os.path.join(opts.out, name + ".onnx")
-        opset = export(name, model, make_inputs, inputs, outputs, path, gen)
-        print("%s: exported opset %d, %.1f MB in %.1f s" % (name, opset, os.path.getsize(path) / 1e6,
-                                                            time.perf_counter() - t0), file=sys.stderr, flush=True)
+        if opts.skip_existing and os.path.exists(path):
+            make_inputs(2, gen)  # as export does, so the timing inputs are the same
+            print("%s: reusing %s" % (name, path), file=sys.stderr, flush=True)
+        else:
+            opset = export(name, model, make_inputs, inputs, outputs, path, gen)
+            print("%s: exported opset %d, %.1f MB in %.1f s" % (name, opset, os.path.getsize(path) / 1e6,
+                                                                time.perf_counter() - t0), file=sys.stderr, flush=True)
         if opts.no_time:
             continue
         figures, notes = {}, []

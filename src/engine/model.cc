@@ -26,11 +26,67 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const Load
   return model;
 }
 
+namespace {
+
+// Gives every intermediate value a shape for the optimiser to check fusions against,
+// by preparing plans at two values of every symbolic input dimension (as Model::Infer
+// does): a dimension equal in both is known; one that differs gets a symbol naming
+// both values, so two values' dimensions compare equal exactly when they moved
+// together. Graph inputs and outputs keep the names the file gives them. A graph that
+// cannot be prepared is left as it is (the load reports why later).
+void ProbeShapes(Graph& g, const LoadOptions& options) {
+  std::vector<Shape> probes[2];
+  for (int v : g.inputs) {
+    if (!g.values[v].shape) return;
+    for (int p = 0; p < 2; ++p) {
+      Shape s;
+      int next = 0;
+      for (const Dim& d : *g.values[v].shape)
+        s.push_back(d.known() ? d.value : (p ? 5 : 3) + next++);
+      probes[p].push_back(s);
+    }
+  }
+  std::vector<std::vector<Shape>> shapes(2);
+  std::vector<DataType> dtypes;
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::stream stream(engine);
+    for (int p = 0; p < 2; ++p) {
+      WeightCache scratch;
+      auto plan =
+          Plan::Prepare(g, probes[p], engine, stream, &scratch, PlanOptions(), options.limits);
+      if (!plan.ok()) return;
+      shapes[p] = (*plan)->shapes();
+      dtypes = (*plan)->dtypes();
+    }
+  } catch (const std::exception&) {
+    return;
+  }
+  std::vector<char> keep(g.values.size(), 0);
+  for (int v : g.inputs) keep[v] = 1;
+  for (int v : g.outputs) keep[v] = 1;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (keep[v] || g.values[v].is_constant() || dtypes[v] == DataType::kInvalid) continue;
+    const Shape& a = shapes[0][v];
+    const Shape& b = shapes[1][v];
+    if (a.size() != b.size()) continue;
+    SymbolicShape s;
+    for (size_t d = 0; d < a.size(); ++d) {
+      s.push_back(a[d] == b[d] ? Dim{a[d], ""}
+                               : Dim{-1, "~" + std::to_string(a[d]) + "/" + std::to_string(b[d])});
+    }
+    g.values[v].shape = std::move(s);
+  }
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Model>> Model::FromGraph(Graph graph, const LoadOptions& options) {
   RETURN_IF_ERROR(graph.Validate());
   for (size_t n = 0; n < graph.nodes.size(); ++n)
     RETURN_IF_ERROR(CheckNode(graph, static_cast<int>(n)));
   std::unique_ptr<Model> model(new Model());
+  if (options.optimize.enabled && options.optimize.fuse) ProbeShapes(graph, options);
   ASSIGN_OR_RETURN(graph,
                    OptimizeGraph(std::move(graph), options.optimize, &model->optimize_report_));
   for (size_t n = 0; n < graph.nodes.size(); ++n)

@@ -495,9 +495,9 @@ void Rewriter::FuseMatMul() {
     const int mm = static_cast<int>(n);
     const Node& node = g_.nodes[mm];
     if (node.inputs.size() != 2 || node.outputs.empty() || node.outputs[0] < 0) continue;
+    // B's shape bounds the bias; unknown (a computed B, as in attention) means no bias.
     const auto& bs = g_.values[node.inputs[1]].shape;
-    const auto& as = g_.values[node.inputs[0]].shape;
-    if (!as || !bs || as->size() < 2 || bs->size() < 2) continue;  // vectors: leave as is
+    if (bs && bs->size() < 2) continue;  // a vector: leave as is
     std::vector<int> absorbed = {mm};
     int out = node.outputs[0];
     float alpha = 1.f, c = 0;
@@ -513,7 +513,7 @@ void Rewriter::FuseMatMul() {
       out = g_.nodes[u].outputs[0];
       u = SoleUser(out);
     }
-    const int64_t ncols = (*bs).back().value;
+    const int64_t ncols = bs ? bs->back().value : -1;
     if (Is(u, "Add")) {
       const Tensor* t = Const(Other(u, out));
       if (t && t->dtype() == DataType::kFp32 && ncols > 0 && t->element_count() == ncols &&
@@ -560,7 +560,9 @@ void Rewriter::FuseMatMul() {
     a.f = alpha;
     fused.attributes["alpha"] = a;
     SetActivation(&fused, "activation", act);
-    if (Is(u, "Softmax") && alpha != 1.f) what = "attention scores (" + what + ")";
+    // Q·Kᵀ scaled, then (a mask added, then) Softmax: the attention score pattern.
+    const int after = Is(u, "Add") ? SoleUser(g_.nodes[u].outputs[0]) : u;
+    if (alpha != 1.f && Is(after, "Softmax")) what = "attention scores (" + what + ")";
     Replace(absorbed.back(), std::move(fused), absorbed);
     Fired(what);
   }
@@ -578,8 +580,9 @@ void Rewriter::FuseGemm() {
     fused.domain = "shoal";
     fused.op_type = "FusedGemm";
     SetActivation(&fused, "activation", act);
+    const std::string what = "Gemm+" + g_.nodes[u].op_type;
     Replace(u, std::move(fused), {gemm});
-    Fired("Gemm+" + g_.nodes[u].op_type);
+    Fired(what);
   }
 }
 

@@ -1,0 +1,231 @@
+#include "engine/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/model.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine {
+namespace {
+
+using namespace shoal::engine::testing;
+
+std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
+
+// A graph built node by node.
+class Builder {
+ public:
+  Builder() { g_.opset = 17; }
+  int Input(const std::string& name, const Shape& shape) {
+    const int v = g_.AddValue(name, DataType::kFp32);
+    SymbolicShape s;
+    for (int64_t d : shape) s.push_back(Dim{d, ""});
+    g_.values[v].shape = s;
+    g_.inputs.push_back(v);
+    return v;
+  }
+  int Constant(const std::string& name, Tensor t) {
+    const int v = g_.AddValue(name, t.dtype());
+    SymbolicShape s;
+    for (int64_t d : t.shape()) s.push_back(Dim{d, ""});
+    g_.values[v].shape = s;
+    g_.values[v].constant = std::move(t);
+    return v;
+  }
+  int Op(const std::string& op, const std::string& out, std::vector<int> inputs,
+         std::map<std::string, Attribute, std::less<>> attrs = {}) {
+    Node node;
+    node.op_type = op;
+    node.name = out;
+    node.inputs = std::move(inputs);
+    node.attributes = std::move(attrs);
+    const int v = g_.AddValue(out);
+    g_.values[v].producer = static_cast<int>(g_.nodes.size());
+    node.outputs.push_back(v);
+    g_.nodes.push_back(std::move(node));
+    return v;
+  }
+  Graph Finish(std::vector<int> outputs) {
+    g_.outputs = std::move(outputs);
+    return std::move(g_);
+  }
+
+ private:
+  Graph g_;
+};
+
+// Runs `graph` optimised and as imported on the same inputs; returns the report and
+// the largest output difference.
+struct Compared {
+  OptimizeReport report;
+  float max_diff = -1;
+};
+Compared RunBothWays(const Graph& graph, const std::vector<NamedTensor>& inputs) {
+  Compared c;
+  LoadOptions plain;
+  plain.optimize.enabled = false;
+  auto a = Model::FromGraph(graph, plain);
+  auto b = Model::FromGraph(graph);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  if (!a.ok() || !b.ok()) return c;
+  c.report = (*b)->optimize_report();
+  auto sa = Session::Create(**a, Opts(1));
+  auto sb = Session::Create(**b, Opts(1));
+  std::vector<NamedTensor> oa, ob;
+  EXPECT_TRUE((*sa)->Run(inputs, &oa).ok());
+  Status s = (*sb)->Run(inputs, &ob);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok() || oa.size() != ob.size()) return c;
+  c.max_diff = 0;
+  for (size_t i = 0; i < oa.size(); ++i)
+    c.max_diff = std::max(c.max_diff, MaxAbsDiff(oa[i].tensor, ob[i].tensor));
+  return c;
+}
+
+int Fired(const OptimizeReport& r, const std::string& what) {
+  auto it = r.fusions.find(what);
+  return it == r.fusions.end() ? 0 : it->second;
+}
+
+TEST(OptimizerTest, BatchNormFoldsIntoTheConvolutionAndReluFuses) {
+  Builder b;
+  const int x = b.Input("x", {2, 3, 8, 8});
+  const int w = b.Constant("w", Random({4, 3, 3, 3}, 1));
+  const int bias = b.Constant("b", Random({4}, 2));
+  const int conv = b.Op("Conv", "conv", {x, w, bias}, {{"pads", AInts({1, 1, 1, 1})}});
+  const int bn = b.Op(
+      "BatchNormalization", "bn",
+      {conv, b.Constant("scale", Random({4}, 3, 0.5f, 2.f)), b.Constant("shift", Random({4}, 4)),
+       b.Constant("mean", Random({4}, 5)), b.Constant("var", Random({4}, 6, 0.1f, 2.f))});
+  const int y = b.Op("Relu", "y", {bn});
+  Compared c = RunBothWays(b.Finish({y}), {{"x", Random({2, 3, 8, 8}, 7)}});
+  EXPECT_EQ(Fired(c.report, "Conv+BatchNormalization"), 1) << c.report.Summary();
+  EXPECT_EQ(Fired(c.report, "Conv+Relu"), 1) << c.report.Summary();
+  EXPECT_EQ(c.report.nodes_before, 3);
+  EXPECT_EQ(c.report.nodes_after, 1);
+  EXPECT_GE(c.max_diff, 0.f);
+  EXPECT_LT(c.max_diff, 1e-4f);
+}
+
+TEST(OptimizerTest, ResidualAddFusesOnlyWithAMatchingShape) {
+  Builder b;
+  const int x = b.Input("x", {1, 4, 6, 6});
+  const int w = b.Constant("w", Random({4, 4, 1, 1}, 1));
+  const int conv = b.Op("Conv", "conv", {x, w});
+  const int sum = b.Op("Add", "sum", {conv, x});
+  const int y = b.Op("Relu", "y", {sum});
+  // A broadcast add (a [4,1,1] constant) stays separate.
+  const int conv2 = b.Op("Conv", "conv2", {y, b.Constant("w2", Random({4, 4, 1, 1}, 2))});
+  const int z = b.Op("Add", "z", {conv2, b.Constant("c", Random({4, 1, 1}, 3))});
+  Compared c = RunBothWays(b.Finish({z}), {{"x", Random({1, 4, 6, 6}, 4)}});
+  EXPECT_EQ(Fired(c.report, "Conv+Add+Relu"), 1) << c.report.Summary();
+  EXPECT_EQ(c.report.nodes_after, 3) << c.report.Summary();
+  EXPECT_LT(c.max_diff, 1e-4f);
+}
+
+TEST(OptimizerTest, AGraphOutputIsNeverFusedAway) {
+  Builder b;
+  const int x = b.Input("x", {1, 2, 4, 4});
+  const int conv = b.Op("Conv", "conv", {x, b.Constant("w", Random({2, 2, 1, 1}, 1))});
+  const int y = b.Op("Relu", "y", {conv});
+  Compared c = RunBothWays(b.Finish({conv, y}), {{"x", Random({1, 2, 4, 4}, 2)}});
+  EXPECT_TRUE(c.report.fusions.empty()) << c.report.Summary();
+  EXPECT_EQ(c.report.nodes_after, 2);
+  EXPECT_EQ(c.max_diff, 0.f);
+}
+
+TEST(OptimizerTest, ConstantsFoldAndDeadNodesGo) {
+  Builder b;
+  const int x = b.Input("x", {2, 3});
+  const int k = b.Op(
+      "Add", "k", {b.Constant("a", F32({3}, {1, 2, 3})), b.Constant("c", F32({3}, {10, 20, 30}))});
+  const int y = b.Op("Mul", "y", {x, k});
+  b.Op("Neg", "unused", {x});  // read by nothing
+  // Shape of a value whose dimensions are all known folds to a constant.
+  const int shape = b.Op("Shape", "shape", {x});
+  const int r = b.Op("Reshape", "r", {y, shape});
+  Compared c = RunBothWays(b.Finish({r}), {{"x", Random({2, 3}, 1)}});
+  EXPECT_EQ(c.report.folded_nodes, 2) << c.report.Summary();
+  EXPECT_EQ(c.report.removed_nodes, 1) << c.report.Summary();
+  EXPECT_EQ(c.report.nodes_after, 2);
+  EXPECT_EQ(c.max_diff, 0.f);
+}
+
+TEST(OptimizerTest, GeluAndLayerNormPatternsAreRecognised) {
+  Builder b;
+  const int x = b.Input("x", {2, 5, 8});
+  auto scalar = [&](const std::string& n, float v) { return b.Constant(n, F32({}, {v})); };
+  // GELU as PyTorch exports it.
+  const int d = b.Op("Div", "d", {x, scalar("sqrt2", 1.4142135f)});
+  const int e = b.Op("Erf", "e", {d});
+  const int a = b.Op("Add", "a", {e, scalar("one", 1.f)});
+  const int m = b.Op("Mul", "m", {x, a});
+  const int g = b.Op("Mul", "g", {m, scalar("half", 0.5f)});
+  // Layer normalisation written out.
+  const int mean = b.Op("ReduceMean", "mean", {g}, {{"axes", AInts({-1})}});
+  const int diff = b.Op("Sub", "diff", {g, mean});
+  const int sq = b.Op("Pow", "sq", {diff, scalar("two", 2.f)});
+  const int var = b.Op("ReduceMean", "var", {sq}, {{"axes", AInts({-1})}});
+  const int ve = b.Op("Add", "ve", {var, scalar("eps", 1e-5f)});
+  const int sd = b.Op("Sqrt", "sd", {ve});
+  const int norm = b.Op("Div", "norm", {diff, sd});
+  const int scaled = b.Op("Mul", "scaled", {norm, b.Constant("gamma", Random({8}, 1))});
+  const int y = b.Op("Add", "y", {scaled, b.Constant("beta", Random({8}, 2))});
+  Compared c = RunBothWays(b.Finish({y}), {{"x", Random({2, 5, 8}, 3, -3.f, 3.f)}});
+  EXPECT_EQ(Fired(c.report, "Gelu(erf pattern)"), 1) << c.report.Summary();
+  EXPECT_EQ(Fired(c.report, "LayerNormalization(pattern)"), 1) << c.report.Summary();
+  EXPECT_EQ(c.report.nodes_after, 2) << c.report.Summary();
+  EXPECT_LT(c.max_diff, 1e-4f);
+}
+
+TEST(OptimizerTest, MatMulTakesScaleBiasActivationAndResidual) {
+  Builder b;
+  const int x = b.Input("x", {3, 4, 8});
+  const int mm = b.Op("MatMul", "mm", {x, b.Constant("w", Random({8, 8}, 1))});
+  const int s = b.Op("Div", "s", {mm, b.Constant("k", F32({}, {2.f}))});
+  const int bias = b.Op("Add", "bias", {s, b.Constant("b", Random({8}, 2))});
+  const int act = b.Op("Relu", "act", {bias});
+  const int y = b.Op("Add", "y", {act, x});
+  Compared c = RunBothWays(b.Finish({y}), {{"x", Random({3, 4, 8}, 3)}});
+  EXPECT_EQ(Fired(c.report, "MatMul+Scale+Add(bias)+Relu+Add"), 1) << c.report.Summary();
+  EXPECT_EQ(c.report.nodes_after, 1);
+  EXPECT_LT(c.max_diff, 1e-5f);
+}
+
+// Real exports: fusions fire and outputs match the unoptimised graph.
+TEST(OptimizerTest, ExportedModelsKeepTheirOutputs) {
+  struct Case {
+    std::string model;
+    std::string fusion;
+  };
+  for (const Case& k : std::vector<Case>{{"resnet_op17", "Conv+Add+Relu"},
+                                         {"mobilenet_v3_op17", "Conv+HardSwish"},
+                                         {"bert_decomposed_op17", "LayerNormalization(pattern)"},
+                                         {"bert_layernorm_op17", "MatMul+Add(bias)+Gelu"}}) {
+    auto graph = ImportOnnxFile(ModelPath(k.model + ".onnx"));
+    ASSERT_TRUE(graph.ok()) << k.model;
+    std::vector<NamedTensor> inputs;
+    for (int v : graph->inputs) {
+      const Value& in = graph->values[v];
+      Shape s;
+      for (size_t i = 0; i < in.shape->size(); ++i)
+        s.push_back((*in.shape)[i].known() ? (*in.shape)[i].value : (i == 0 ? 2 : 6));
+      if (in.dtype == DataType::kFp32) {
+        inputs.push_back({in.name, Random(s, 1)});
+      } else {
+        Tensor t = Tensor::Allocate(in.dtype, s);
+        for (auto& e : t.mutable_values<int64_t>()) e = 1;
+        inputs.push_back({in.name, t});
+      }
+    }
+    Compared c = RunBothWays(*graph, inputs);
+    EXPECT_GE(Fired(c.report, k.fusion), 1) << k.model << ": " << c.report.Summary();
+    EXPECT_LT(c.report.nodes_after, c.report.nodes_before) << k.model;
+    EXPECT_GE(c.max_diff, 0.f) << k.model;
+    EXPECT_LT(c.max_diff, 1e-4f) << k.model;
+  }
+}
+
+}  // namespace
+}  // namespace shoal::engine
