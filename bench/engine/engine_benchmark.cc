@@ -420,7 +420,9 @@ struct Workload {
 
 Status RandomWorkload(const Model& model, const Options& o, Workload* w) {
   std::mt19937 rng(1234);
-  for (int i = 0; i < 2; ++i) ASSIGN_OR_RETURN(w->timing[i], MakeInputs(model, kBatches[i], rng));
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(w->timing[i], MakeInputs(model, kBatches[i], rng));
+  }
   w->calibration.push_back(w->timing[1]);
   for (int i = 1; i < o.calib_batches; ++i) {
     ASSIGN_OR_RETURN(auto b, MakeInputs(model, kCalibBatchRows, rng));
