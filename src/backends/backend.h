@@ -66,6 +66,11 @@ struct ExecuteRequest {
   // Outputs to produce; empty means all of the model's outputs. A backend may produce
   // more; the runtime drops what was not asked for.
   std::vector<std::string> requested_outputs;
+  // The model variant the batch's requests asked for with the request parameter
+  // `precision` ("bf16", "int8"...); empty: the model's default. Requests that ask for
+  // different variants never share a batch. A backend without variants may ignore it;
+  // the onnx backend answers INVALID_ARGUMENT for a tier it has not loaded.
+  std::string variant;
 };
 
 class BackendInstance {

@@ -109,6 +109,14 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
     for (size_t i = batch_dims; i < shape.size(); ++i)
       key = Mix(key, static_cast<uint64_t>(shape[i]));
   }
+  // The `precision` request parameter picks a model variant (backend.h); requests for
+  // different variants never share a batch.
+  if (auto it = request.parameters.find("precision"); it != request.parameters.end()) {
+    const auto* tier = std::get_if<std::string>(&it->second);
+    if (tier == nullptr || tier->empty())
+      return InvalidArgument("parameter 'precision' must be a non-empty string");
+    key = Mix(key, std::hash<std::string>{}("precision:" + *tier));
+  }
   out.shape_key = key;
   return out;
 }
@@ -117,6 +125,12 @@ StatusOr<backends::ExecuteRequest> MergeInputs(const ModelSignature& sig,
                                                const std::vector<const InferRequest*>& requests,
                                                const std::vector<int64_t>& batch_sizes) {
   backends::ExecuteRequest exec;
+  if (!requests.empty()) {
+    auto it = requests[0]->parameters.find("precision");
+    if (it != requests[0]->parameters.end()) {
+      if (const auto* tier = std::get_if<std::string>(&it->second)) exec.variant = *tier;
+    }
+  }
   exec.batch_size = 0;
   for (int64_t n : batch_sizes) exec.batch_size += n;
   if (sig.max_batch_size == 0) exec.batch_size = 1;

@@ -35,6 +35,29 @@ TEST(ValidateRequestTest, AcceptsAndKeysByNonBatchShape) {
   EXPECT_NE(c->shape_key, a->shape_key);
 }
 
+TEST(ValidateRequestTest, APrecisionParameterGetsItsOwnBatchAndReachesTheBackend) {
+  InferRequest plain = Req(1, 0), int8 = Req(1, 0), other = Req(2, 1), bad = Req(1, 0);
+  int8.parameters["precision"] = std::string("int8");
+  other.parameters["precision"] = std::string("int8");
+  bad.parameters["precision"] = int64_t{8};
+  auto a = ValidateRequest(Sig(), plain);
+  auto b = ValidateRequest(Sig(), int8);
+  auto c = ValidateRequest(Sig(), other);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_NE(a->shape_key, b->shape_key);
+  EXPECT_EQ(b->shape_key, c->shape_key);
+  auto rejected = ValidateRequest(Sig(), bad);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().message().find("'precision' must be a non-empty string"),
+            std::string::npos);
+  auto merged = MergeInputs(Sig(), {&int8, &other}, {1, 2});
+  ASSERT_TRUE(merged.ok());
+  EXPECT_EQ(merged->variant, "int8");
+  auto unmarked = MergeInputs(Sig(), {&plain}, {1});
+  ASSERT_TRUE(unmarked.ok());
+  EXPECT_EQ(unmarked->variant, "");
+}
+
 TEST(ValidateRequestTest, RejectsEachKindOfBadInput) {
   struct Case {
     const char* what;

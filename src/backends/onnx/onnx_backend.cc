@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <map>
 
 #include "backends/backend_registry.h"
 #include "engine/model.h"
@@ -66,14 +68,31 @@ Status Complete(const char* kind, const std::vector<engine::TensorInfo>& model, 
   return Status::Ok();
 }
 
+// One model per precision tier the config loads (engine/precision.h); `default_tier`
+// serves requests that name none.
+struct Tiers {
+  std::string default_tier = "fp32";
+  std::map<std::string, std::unique_ptr<engine::Model>> models;
+};
+
 class OnnxInstance : public BackendInstance {
  public:
-  explicit OnnxInstance(std::unique_ptr<engine::Session> session) : session_(std::move(session)) {}
+  OnnxInstance(std::map<std::string, std::unique_ptr<engine::Session>> sessions,
+               std::string default_tier)
+      : sessions_(std::move(sessions)), default_tier_(std::move(default_tier)) {}
 
   Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) override {
+    const std::string& tier = request.variant.empty() ? default_tier_ : request.variant;
+    auto it = sessions_.find(tier);
+    if (it == sessions_.end()) {
+      std::string loaded;
+      for (const auto& [name, session] : sessions_) loaded += (loaded.empty() ? "" : ", ") + name;
+      return InvalidArgument("precision '" + tier + "' is not loaded for this model (loaded: " +
+                             loaded + "; the config's precision_tiers parameter adds tiers)");
+    }
     try {
       std::vector<NamedTensor> results;
-      RETURN_IF_ERROR(session_->Run(request.inputs, &results));
+      RETURN_IF_ERROR(it->second->Run(request.inputs, &results));
       for (auto& r : results) outputs->push_back(std::move(r));
       return Status::Ok();
     } catch (const std::exception& e) {
@@ -82,26 +101,31 @@ class OnnxInstance : public BackendInstance {
   }
 
  private:
-  std::unique_ptr<engine::Session> session_;
+  std::map<std::string, std::unique_ptr<engine::Session>> sessions_;
+  std::string default_tier_;
 };
 
 class OnnxModel : public BackendModel {
  public:
-  OnnxModel(std::unique_ptr<engine::Model> model, ModelInfo info, int threads)
-      : model_(std::move(model)), info_(std::move(info)), threads_(threads) {}
+  OnnxModel(Tiers tiers, ModelInfo info, int threads)
+      : tiers_(std::move(tiers)), info_(std::move(info)), threads_(threads) {}
 
   StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
     engine::SessionOptions options;
     options.threads = threads_;
     options.cpu_cores = info.cpu_cores;
-    ASSIGN_OR_RETURN(auto session, engine::Session::Create(*model_, options));
-    return std::unique_ptr<BackendInstance>(new OnnxInstance(std::move(session)));
+    std::map<std::string, std::unique_ptr<engine::Session>> sessions;
+    for (const auto& [tier, model] : tiers_.models) {
+      ASSIGN_OR_RETURN(sessions[tier], engine::Session::Create(*model, options));
+    }
+    return std::unique_ptr<BackendInstance>(
+        new OnnxInstance(std::move(sessions), tiers_.default_tier));
   }
 
   ModelInfo info() const override { return info_; }
 
  private:
-  std::unique_ptr<engine::Model> model_;
+  Tiers tiers_;
   ModelInfo info_;
   int threads_;
 };
@@ -118,18 +142,14 @@ StatusOr<double> NumberParameter(const ModelInfo& info, const std::string& key, 
   return InvalidArgument("parameter " + key + " must be a number >= 0; was '" + it->second + "'");
 }
 
-// The precision tier the config's `precision` parameter asks for (engine/precision.h):
-// loads the variant, measures it against fp32 on the calibration inputs, and refuses it
-// beyond the configured bounds. Returns `fp32` itself for fp32.
-StatusOr<std::unique_ptr<engine::Model>> LoadTier(const ModelInfo& info, const std::string& path,
-                                                  std::unique_ptr<engine::Model> fp32) {
-  auto p = info.parameters.find("precision");
-  if (p == info.parameters.end()) return fp32;
-  auto precision = engine::ParsePrecision(p->second);
-  if (!precision.ok()) return precision.status().WithPrefix("parameter precision");
-  if (*precision == engine::Precision::kFp32) return fp32;
-  const std::string tier(engine::PrecisionName(*precision));
-  RETURN_IF_ERROR(engine::CheckPrecision(*precision));
+// Loads the `precision` variant of the model at `path`, measures it against the fp32
+// model on the calibration inputs, and refuses it beyond the configured bounds.
+StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, const std::string& path,
+                                                     const engine::Model& fp32_model,
+                                                     engine::Precision precision) {
+  const engine::Model* fp32 = &fp32_model;
+  const std::string tier(engine::PrecisionName(precision));
+  RETURN_IF_ERROR(engine::CheckPrecision(precision));
   ASSIGN_OR_RETURN(double max_diff, NumberParameter(info, "max_abs_diff", -1));
   ASSIGN_OR_RETURN(double min_top1, NumberParameter(info, "min_top1_agreement", -1));
   if (min_top1 > 1) return InvalidArgument("parameter min_top1_agreement is a fraction (0..1)");
@@ -155,8 +175,8 @@ StatusOr<std::unique_ptr<engine::Model>> LoadTier(const ModelInfo& info, const s
   const int64_t batch = info.max_batch_size > 0 ? std::min(info.max_batch_size, 32) : 8;
   ASSIGN_OR_RETURN(auto batches, engine::ReadCalibrationInputs(*fp32, cal_path, batch));
   engine::LoadOptions options;
-  options.plan.precision = *precision;
-  if (*precision == engine::Precision::kInt8) {
+  options.plan.precision = precision;
+  if (precision == engine::Precision::kInt8) {
     ASSIGN_OR_RETURN(auto table, engine::Calibrate(*fp32, batches));
     options.plan.calibration = std::make_shared<const engine::Calibration>(std::move(table));
   }
@@ -173,6 +193,41 @@ StatusOr<std::unique_ptr<engine::Model>> LoadTier(const ModelInfo& info, const s
   }
   spdlog::info("model '{}' version {}: {}", info.name, info.version, figures);
   return variant;
+}
+
+// The tiers the config asks for: `precision` (the default tier, fp32 when absent) and
+// every tier listed in `precision_tiers` (comma-separated), which requests select with
+// their own `precision` parameter.
+StatusOr<Tiers> LoadTiers(const ModelInfo& info, const std::string& path,
+                          std::unique_ptr<engine::Model> fp32) {
+  Tiers tiers;
+  std::vector<std::string> names;
+  if (auto p = info.parameters.find("precision"); p != info.parameters.end()) {
+    tiers.default_tier = p->second;
+  }
+  names.push_back(tiers.default_tier);
+  if (auto p = info.parameters.find("precision_tiers"); p != info.parameters.end()) {
+    std::string list = p->second;
+    for (size_t start = 0; start <= list.size();) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      std::string name = list.substr(start, end - start);
+      name.erase(0, name.find_first_not_of(' '));
+      name.erase(name.find_last_not_of(' ') + 1);
+      if (!name.empty()) names.push_back(name);
+      start = end + 1;
+    }
+  }
+  for (const std::string& name : names) {
+    if (tiers.models.count(name)) continue;
+    auto precision = engine::ParsePrecision(name);
+    if (!precision.ok()) return precision.status().WithPrefix("parameter precision");
+    if (*precision == engine::Precision::kFp32) continue;  // added last: variants compare to it
+    ASSIGN_OR_RETURN(tiers.models[name], LoadVariant(info, path, *fp32, *precision));
+  }
+  const bool keep_fp32 = std::find(names.begin(), names.end(), "fp32") != names.end();
+  if (keep_fp32) tiers.models["fp32"] = std::move(fp32);
+  return tiers;
 }
 
 class OnnxBackend : public Backend {
@@ -208,23 +263,24 @@ class OnnxBackend : public Backend {
     }
     const std::string path = (fs::path(info.version_dir) / file).string();
     ASSIGN_OR_RETURN(auto model, engine::Model::Load(path));
-    ASSIGN_OR_RETURN(model, LoadTier(info, path, std::move(model)));
+    ASSIGN_OR_RETURN(Tiers tiers, LoadTiers(info, path, std::move(model)));
+    const engine::Model* any = tiers.models.begin()->second.get();
 
     ModelInfo done = info;
     const bool config_lists_tensors = !info.inputs.empty() || !info.outputs.empty();
-    if (done.max_batch_size == 0 && !config_lists_tensors && model->batch_dim_symbolic()) {
+    if (done.max_batch_size == 0 && !config_lists_tensors && any->batch_dim_symbolic()) {
       done.max_batch_size = kDefaultMaxBatchSize;
     }
     const bool batching = done.max_batch_size > 0;
-    if (batching && !model->batch_dim_symbolic()) {
+    if (batching && !any->batch_dim_symbolic()) {
       return InvalidArgument(
           "max_batch_size is " + std::to_string(done.max_batch_size) +
           " but the model's first dimension is not a batch dimension (not symbolic in every "
           "input and output)");
     }
-    RETURN_IF_ERROR(Complete("input", model->inputs(), batching, &done.inputs));
-    RETURN_IF_ERROR(Complete("output", model->outputs(), batching, &done.outputs));
-    return std::unique_ptr<BackendModel>(new OnnxModel(std::move(model), std::move(done), threads));
+    RETURN_IF_ERROR(Complete("input", any->inputs(), batching, &done.inputs));
+    RETURN_IF_ERROR(Complete("output", any->outputs(), batching, &done.outputs));
+    return std::unique_ptr<BackendModel>(new OnnxModel(std::move(tiers), std::move(done), threads));
   }
 };
 

@@ -196,6 +196,33 @@ TEST_F(OnnxTierTest, AVariantBeyondItsBoundIsRefusedWithTheFigure) {
   EXPECT_THAT(refused.status().message(), HasSubstr("refused"));
 }
 
+TEST_F(OnnxTierTest, RequestsPickATierThatTheConfigLoaded) {
+  ModelInfo info = Digits("fp32");
+  info.parameters["precision_tiers"] = "int8";
+  auto model = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}});
+  ASSERT_TRUE(instance.ok());
+  ExecuteRequest request;
+  request.batch_size = images_.shape()[0];
+  request.inputs.push_back({"image", images_});
+  std::vector<NamedTensor> fp32, int8, again;
+  ASSERT_TRUE((*instance)->Execute(request, &fp32).ok());
+  request.variant = "int8";
+  ASSERT_TRUE((*instance)->Execute(request, &int8).ok());
+  const float diff = MaxAbsDiff(fp32[0].tensor, int8[0].tensor);
+  EXPECT_GT(diff, 0.f) << "the int8 tier ran fp32";
+  EXPECT_LT(diff, 0.1f * MaxAbs(fp32[0].tensor));
+  request.variant = "fp32";
+  ASSERT_TRUE((*instance)->Execute(request, &again).ok());
+  EXPECT_EQ(MaxAbsDiff(fp32[0].tensor, again[0].tensor), 0.f);
+  request.variant = "bf16";
+  Status s = (*instance)->Execute(request, &again);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'bf16' is not loaded"));
+  EXPECT_THAT(s.message(), HasSubstr("fp32, int8"));
+}
+
 TEST_F(OnnxTierTest, BadTierParametersAndMissingCalibrationFail) {
   ModelInfo info = Digits("fp8");
   EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
