@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
-# Engine benchmark: shoal's ONNX engine beside PyTorch (frozen TorchScript) on ResNet-50,
-# MobileNetV2, BERT-base (seq 128), a VAE and an MLP recommender, batch 1 and 8, the same
-# thread count, in one run; prints a Markdown table with the ratio shoal/PyTorch.
-#   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...] [--keep DIR]
-# Builds nothing: needs build/bench/engine_benchmark
-#   (cmake --build build --target engine_benchmark) and Debian's python3-torch,
-# python3-torchvision, python3-onnx. Models are exported to a temporary folder and removed
-# afterwards (--keep DIR writes them to DIR instead and keeps them).
+# Engine benchmark: shoal's ONNX engine, in its fp32, bf16 and int8 tiers, beside PyTorch
+# (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE and an MLP
+# recommender, plus the trained classifier models/digits.onnx (shoal only), at batch 1 and
+# 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
+# ratios (fp32/PyTorch, bf16/fp32, int8/fp32) and GFLOP/s as a fraction of the FMA peak the
+# benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
+#   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]
+#                       [--keep DIR | --models-from DIR] [--reuse-pytorch]
+# --keep DIR writes the exported models to DIR and keeps them (else a temporary folder,
+# removed afterwards). --models-from DIR is --keep DIR that reuses the models already
+# exported there (exporting only the missing ones); PyTorch is still timed. --reuse-pytorch
+# also reuses DIR/pytorch.json from an earlier run instead of timing PyTorch again.
+# Builds nothing: needs build/bench/engine_benchmark (cmake --build build --target
+# engine_benchmark; SHOAL_ENGINE_BENCHMARK=path overrides). Installs with apt-get what it
+# needs beyond scripts/install-deps.sh when missing: python3-torch, python3-torchvision,
+# python3-onnx, libopenblas0-pthread (PyTorch's matmuls go to the system BLAS; the
+# reference BLAS would flatter shoal).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS=2
 RUNS=5
 MIN_SECONDS=0.5
-MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp
+MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,digits
 KEEP=""
+REUSE_MODELS=0
+REUSE_PYTORCH=0
+usage() {
+  echo "usage: bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b]" \
+       "[--keep DIR | --models-from DIR] [--reuse-pytorch]" >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) THREADS="$2"; shift 2 ;;
@@ -21,16 +37,27 @@ while [ $# -gt 0 ]; do
     --min-seconds) MIN_SECONDS="$2"; shift 2 ;;
     --models) MODELS="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    *) echo "usage: bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b] [--keep DIR]" >&2
-       exit 2 ;;
+    --models-from) KEEP="$2"; REUSE_MODELS=1; shift 2 ;;
+    --reuse-pytorch) REUSE_PYTORCH=1; shift ;;
+    *) usage ;;
   esac
 done
-BENCH=build/bench/engine_benchmark
+[ "$REUSE_PYTORCH" = 0 ] || [ -n "$KEEP" ] || { echo "--reuse-pytorch needs --keep or --models-from" >&2; exit 2; }
+BENCH="${SHOAL_ENGINE_BENCHMARK:-build/bench/engine_benchmark}"
 [ -x "$BENCH" ] || { echo "build first: cmake --build build --target engine_benchmark" >&2; exit 1; }
-# PyTorch's matmuls go to the system BLAS; the reference BLAS would flatter shoal.
-if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
-  echo "warning: libopenblas0-pthread is not installed; PyTorch's matmuls use the reference BLAS" \
-       "(apt-get install -y libopenblas0-pthread)" >&2
+
+missing=()
+for p in python3-torch python3-torchvision python3-onnx libopenblas0-pthread; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+    $SUDO apt-get update -qq >/dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  }
 fi
 
 if [ -n "$KEEP" ]; then
@@ -42,44 +69,42 @@ fi
 START=$(date +%s)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
-echo "== exporting models and timing PyTorch ($THREADS threads)" >&2
-# OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE force OpenBLAS onto slower kernels: unset for the
-# peer only (docs/platform-notes.md).
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/engine/export_models.py "$WORK" \
-  --threads "$THREADS" --runs "$RUNS" --min-seconds "$MIN_SECONDS" --models "$MODELS"
+# digits is the repository's trained model: no export, no PyTorch figure.
+PT_MODELS=$(echo "$MODELS" | tr ',' '\n' | grep -vx digits | paste -sd, || true)
+if [ -n "$PT_MODELS" ]; then
+  if [ "$REUSE_PYTORCH" = 1 ] && [ -f "$WORK/pytorch.json" ]; then
+    echo "== reusing $WORK/pytorch.json" >&2
+  else
+    echo "== exporting models and timing PyTorch ($THREADS threads)" >&2
+    SKIP=(); [ "$REUSE_MODELS" = 0 ] || SKIP=(--skip-existing)
+    # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE force OpenBLAS onto slower kernels: unset for
+    # the peer only (docs/platform-notes.md).
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/engine/export_models.py "$WORK" \
+      --threads "$THREADS" --runs "$RUNS" --min-seconds "$MIN_SECONDS" --models "$PT_MODELS" "${SKIP[@]}"
+  fi
+fi
+# pytorch.json -> the lines engine_benchmark --peer reads: model, batch, items/s (or "note").
+/usr/bin/python3 - "$WORK/pytorch.json" >"$WORK/peer.tsv" <<'PY'
+import json, os, sys
+if os.path.exists(sys.argv[1]):
+    res = json.load(open(sys.argv[1]))
+    for model, figures in res.get("results", {}).items():
+        for batch, v in figures.items():
+            print("%s\t%s\t%r" % (model, batch, v))
+    for model, note in res.get("notes", {}).items():
+        print("%s\tnote\t%s" % (model, " ".join(note.split())))
+PY
 
-echo "== timing shoal's engine ($THREADS threads)" >&2
-"$BENCH" --dir "$WORK" --models "$MODELS" --threads "$THREADS" --runs "$RUNS" --min-seconds "$MIN_SECONDS" \
-  --json "$WORK/shoal.json" >&2
+echo "== timing shoal's engine ($THREADS threads; fp32, bf16, int8)" >&2
+TABLES=$("$BENCH" --dir "$WORK" --models "$MODELS" --threads "$THREADS" --runs "$RUNS" \
+  --min-seconds "$MIN_SECONDS" --models-dir "$PWD/models" --peer "$WORK/peer.tsv" \
+  --json "$WORK/shoal.json")
 
 ELAPSED=$(( $(date +%s) - START ))
-/usr/bin/python3 - "$WORK/pytorch.json" "$WORK/shoal.json" "$THREADS" "$ELAPSED" "$LOAD_BEFORE" <<'PY'
-import json, os, sys
-torch_res = json.load(open(sys.argv[1]))
-shoal_res = json.load(open(sys.argv[2]))
-threads, elapsed, load_before = sys.argv[3], sys.argv[4], sys.argv[5]
-cpu = "unknown"
-for line in open("/proc/cpuinfo"):
-    if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-print("Machine: %s, nproc %d; threads %s; torch %s; load average before %s, after %s; %s s in all"
-      % (cpu, os.cpu_count(), threads, torch_res.get("torch", "?"), load_before,
-         " ".join(open("/proc/loadavg").read().split()[:3]), elapsed))
-print()
-print("| model | batch | PyTorch items/s | shoal items/s | shoal/PyTorch | shoal GFLOP/s | notes |")
-print("|---|---|---|---|---|---|---|")
-for r in shoal_res["results"]:
-    m, b = r["model"], r["batch"]
-    pt = torch_res["results"].get(m, {}).get(str(b))
-    notes = []
-    if torch_res.get("notes", {}).get(m):
-        notes.append("PyTorch: " + torch_res["notes"][m])
-    if r["error"]:
-        notes.append("shoal failed: " + r["error"].replace("|", "/").replace("\n", " "))
-    sh = r["items_per_s"] if not r["error"] else None
-    fmt = lambda v: "%.2f" % v if v is not None else "—"
-    ratio = "%.2f" % (sh / pt) if sh and pt else "—"
-    gflops = "%.1f" % (sh * r["flops_per_item"] / 1e9) if sh and r["flops_per_item"] else "—"
-    print("| %s | %d | %s | %s | %s | %s | %s |" % (m, b, fmt(pt), fmt(sh), ratio, gflops, "; ".join(notes)))
-PY
+TORCH=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("torch","?"))' \
+  "$WORK/pytorch.json" 2>/dev/null || echo "not run")
+echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), nproc $(nproc);" \
+     "threads $THREADS; torch $TORCH; load average before $LOAD_BEFORE, after" \
+     "$(cut -d' ' -f1-3 /proc/loadavg); $ELAPSED s in all"
+echo
+echo "$TABLES"
