@@ -7,9 +7,16 @@ subset `shoal bench` uses:
 
     GET  /v2/health/live, /v2/health/ready, /v2/models/{m}/ready
     GET  /v2/models/{m}          metadata: name, versions, platform, inputs, outputs
-    GET  /v2/models/{m}/stats    batching mode: batches and rows run so far (mean batch size)
+    GET  /v2/models/{m}/config   {"max_batch_size": --max-batch} (so clients send a batch axis)
+    GET  /v2/models/{m}/stats    forwards and rows run so far (mean batch size), also in
+                                 Triton's `model_stats` shape, which `shoal bench` reads
     POST /v2/models/{m}/infer    {"inputs": [{name, shape, datatype, data (flat or nested)}]}
                                  -> {"model_name", "model_version", "outputs": [...]}
+                                 or the binary tensor extension (what `shoal bench` sends):
+                                 a JSON header of Inference-Header-Content-Length bytes with
+                                 `binary_data_size` per input, then the raw bytes; the reply
+                                 is binary too when `binary_data_output` (or an output's
+                                 `binary_data`) is set
 
 Two modes:
 
@@ -35,9 +42,11 @@ PyTorch reference the end-to-end test also uses.
 """
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -109,7 +118,15 @@ class BadRequest(Exception):
     pass
 
 
-def parse_request(model, body):
+def parse_request(model, body, header_length=None):
+    """Returns (id, input tensor, binary_output). The body is JSON, or -- the binary tensor
+    extension, what `shoal bench` and Triton's clients send -- a JSON header of
+    `header_length` bytes followed by the raw tensor bytes (`binary_data_size` each)."""
+    raw = b""
+    if header_length is not None:
+        if header_length < 0 or header_length > len(body):
+            raise BadRequest("Inference-Header-Content-Length is beyond the body")
+        body, raw = body[:header_length], body[header_length:]
     try:
         req = json.loads(body)
         tensors = req["inputs"]
@@ -125,21 +142,41 @@ def parse_request(model, body):
     shape = t.get("shape")
     if not isinstance(shape, list) or len(shape) != len(dims) + 1 or shape[1:] != dims or shape[0] < 1:
         raise BadRequest("input '%s' must have shape [batch, %s]" % (name, ", ".join(map(str, dims))))
+    dtype = np.dtype(DTYPES[datatype])
+    size = (t.get("parameters") or {}).get("binary_data_size")
     try:
-        arr = np.asarray(t["data"], dtype=DTYPES[datatype]).reshape(shape)
+        if size is not None:
+            if size != len(raw) or size != int(np.prod(shape)) * dtype.itemsize:
+                raise BadRequest("input '%s': binary_data_size %s does not match shape %s and the body"
+                                 % (name, size, shape))
+            arr = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        else:
+            arr = np.asarray(t["data"], dtype=dtype).reshape(shape)
     except (ValueError, KeyError, TypeError):
         raise BadRequest("input '%s': data does not match shape %s" % (name, shape))
-    return req.get("id"), torch.from_numpy(arr)
+    params = req.get("parameters") or {}
+    binary_out = bool(params.get("binary_data_output")) or any(
+        bool((o.get("parameters") or {}).get("binary_data")) for o in req.get("outputs") or [])
+    return req.get("id"), torch.from_numpy(arr), binary_out
 
 
-def response(model, request_id, out):
+def response(model, request_id, out, binary=False):
+    """Returns (body bytes, JSON header length or None): JSON data, or the binary extension
+    (a JSON header, then the output's raw bytes)."""
     name, datatype, _ = MODELS[model][2][0]
-    body = {"model_name": model, "model_version": "1",
-            "outputs": [{"name": name, "datatype": datatype, "shape": list(out.shape),
-                         "data": out.reshape(-1).tolist()}]}
+    out = np.ascontiguousarray(out, dtype=DTYPES[datatype])
+    tensor = {"name": name, "datatype": datatype, "shape": list(out.shape)}
+    if binary:
+        tensor["parameters"] = {"binary_data_size": out.nbytes}
+    else:
+        tensor["data"] = out.reshape(-1).tolist()
+    body = {"model_name": model, "model_version": "1", "outputs": [tensor]}
     if request_id is not None:
         body["id"] = request_id
-    return json.dumps(body)
+    header = json.dumps(body).encode()
+    if not binary:
+        return header, None
+    return header + out.tobytes(), len(header)
 
 
 # ---------------------------------------------------------------- batching
@@ -147,11 +184,16 @@ class Batcher:
     """Collects requests for one model: a batch leaves when it holds max_batch rows or its
     first request has waited max_delay; one forward per batch, in a worker thread."""
 
-    def __init__(self, model, max_batch, max_delay_s):
+    def __init__(self, model, max_batch, max_delay_s, counters):
         self.model, self.max_batch, self.max_delay = model, max_batch, max_delay_s
+        self.counters = counters
         self.queue = asyncio.Queue()
         self.pending = None  # a request taken from the queue that did not fit the last batch
-        self.batches = self.rows = 0
+        # One worker thread: PyTorch's intra-op pool belongs to the calling thread, so a
+        # pool of executor threads would start a team of --threads threads each.
+        # The thread count is per thread in OpenMP, so the worker sets its own.
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
 
     async def infer(self, x):
         fut = asyncio.get_running_loop().create_future()
@@ -180,9 +222,9 @@ class Batcher:
                 rows += item[0].shape[0]
             try:
                 x = torch.cat([b[0] for b in batch]) if len(batch) > 1 else batch[0][0]
-                out = await loop.run_in_executor(None, forward, self.model, x)
-                self.batches += 1
-                self.rows += rows
+                out = await loop.run_in_executor(self.executor, forward, self.model, x)
+                self.counters["batches"] += 1
+                self.counters["rows"] += rows
                 start = 0
                 for xb, fut in batch:
                     n = xb.shape[0]
@@ -211,13 +253,14 @@ def make_app(opts):
         models[name] = load_weights(ctor(), os.path.join(ROOT, "examples", "models", name, "1", "model.onnx"))
         self_check(name, models[name])
     batchers = {}
+    counters = {name: {"batches": 0, "rows": 0, "requests": 0, "ns": 0} for name in models}
     app = FastAPI()
 
     @app.on_event("startup")
     async def start_batchers():
         if opts.mode == "batching":
             for name, m in models.items():
-                batchers[name] = Batcher(m, opts.max_batch, opts.max_delay_ms / 1000.0)
+                batchers[name] = Batcher(m, opts.max_batch, opts.max_delay_ms / 1000.0, counters[name])
                 asyncio.get_running_loop().create_task(batchers[name].run())
         for name, m in models.items():  # warm up: first calls allocate and pick kernels
             for n in (1, opts.max_batch):
@@ -249,27 +292,49 @@ def make_app(opts):
         return {"name": model, "versions": ["1"], "platform": "pytorch", "inputs": tensors(ins),
                 "outputs": tensors(outs)}
 
-    @app.get("/v2/models/{model}/stats")
-    async def stats(model: str):
+    @app.get("/v2/models/{model}/config")
+    async def config(model: str):
         if model not in models:
             return error(404, "unknown model '%s'" % model)
-        b = batchers.get(model)
-        return {"model": model, "mode": opts.mode, "batches": b.batches if b else None,
-                "rows": b.rows if b else None}
+        return {"name": model, "max_batch_size": opts.max_batch}
+
+    @app.get("/v2/models/{model}/stats")
+    async def stats(model: str):
+        # Triton's statistics shape (what `shoal bench` reads: executions and inferences,
+        # so it reports the mean batch size), plus the plain counters.
+        if model not in models:
+            return error(404, "unknown model '%s'" % model)
+        c = counters[model]
+        return {"model": model, "mode": opts.mode, "batches": c["batches"], "rows": c["rows"],
+                "model_stats": [{"name": model, "version": "1", "inference_count": c["rows"],
+                                 "execution_count": c["batches"],
+                                 "inference_stats": {"success": {"count": c["requests"], "ns": c["ns"]}}}]}
 
     @app.post("/v2/models/{model}/infer")
     async def infer(model: str, request: Request):
         if model not in models:
             return error(404, "unknown model '%s'" % model)
+        start = time.monotonic_ns()
+        header = request.headers.get("inference-header-content-length")
         try:
-            request_id, x = parse_request(model, await request.body())
-        except BadRequest as e:
+            request_id, x, binary = parse_request(model, await request.body(),
+                                                  int(header) if header is not None else None)
+        except (BadRequest, ValueError) as e:
             return error(400, str(e))
+        c = counters[model]
         if model in batchers:
             out = await batchers[model].infer(x)
         else:
             out = forward(models[model], x)
-        return Response(response(model, request_id, out), media_type="application/json")
+            c["batches"] += 1
+            c["rows"] += x.shape[0]
+        body, header_length = response(model, request_id, out, binary)
+        c["requests"] += 1
+        c["ns"] += time.monotonic_ns() - start
+        if header_length is None:
+            return Response(body, media_type="application/json")
+        return Response(body, media_type="application/octet-stream",
+                        headers={"Inference-Header-Content-Length": str(header_length)})
 
     return app
 
