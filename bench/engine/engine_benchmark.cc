@@ -1,6 +1,7 @@
 // Engine benchmark: shoal's ONNX engine on the models bench/engine/export_models.py writes
 // (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender) and on the
-// trained classifier models/digits.onnx, at batch 1 and 8, in each precision tier (fp32,
+// trained classifiers models/digits.onnx and the example repository's image_classifier (a
+// small CNN on 3x32x32 colour digits), at batch 1 and 8, in each precision tier (fp32,
 // bf16, int8), one Session with THREADS threads per tier.
 //
 // - Peak: first measures the machine's FMA peak itself (an FMA loop with 12 independent
@@ -13,9 +14,9 @@
 //   (engine::Calibrate) on the benchmark's own random inputs: the batch-8 timing input plus
 //   CALIB_BATCHES-1 more batches of 8 drawn the same way.
 // - Accuracy: CompareTiers against fp32 on ACC_BATCHES held-out batches of 8 (another
-//   seed): max |diff| and, for classifiers, top-1 agreement. For digits: top-1 accuracy
-//   against the labels of models/digits.test.sht (int8 calibrated on its first 100
-//   images, every tier measured on the other 350).
+//   seed): max |diff| and, for classifiers, top-1 agreement. For the trained classifiers:
+//   top-1 accuracy against the labels of their held-out images (<model>.test.sht; int8
+//   calibrated on the first 100 images, every tier measured on the other 350).
 // - Memory: Session::PlanStats of the fp32 plan at batch 1 and 8: the planned arena vs
 //   the liveness bound (most bytes live at one step).
 // A model or tier that fails is reported with the engine's error; the rest go on.
@@ -62,12 +63,18 @@ namespace {
 const int kBatches[] = {1, 8};
 const Precision kTiers[] = {Precision::kFp32, Precision::kBf16, Precision::kInt8};
 constexpr int kCalibBatchRows = 8;
-constexpr int kDigitsCalibImages = 100;
+constexpr int kLabelledCalibImages = 100;
+
+// The trained classifiers, benchmarked on labelled held-out images rather than random
+// inputs: digits (models/digits.onnx + digits.test.sht) and the example repository's
+// image_classifier (bench/engine/run.sh copies it and renders its held-out images into
+// --dir as image_classifier.onnx + image_classifier.test.sht).
+bool Labelled(const std::string& name) { return name == "digits" || name == "image_classifier"; }
 
 struct Options {
   std::string dir;
-  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",
-                                     "vae",      "mlp",          "digits"};
+  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",       "vae",
+                                     "mlp",      "digits",       "image_classifier"};
   int threads = 2;
   int runs = 5;
   double min_seconds = 0.5;
@@ -87,7 +94,7 @@ struct TierResult {
   bool compared = false;
   TierAccuracy accuracy;
   std::string accuracy_error;
-  double label_accuracy = -1;  // digits: top-1 accuracy against the labels
+  double label_accuracy = -1;  // trained classifiers: top-1 accuracy against the labels
 };
 
 struct MemResult {
@@ -415,7 +422,7 @@ double TimeBatch(Session& session, const std::vector<NamedTensor>& inputs, int b
 }
 
 // What one model is benchmarked on: timing inputs per batch, calibration batches, held-out
-// batches, and (digits) the held-out labels.
+// batches, and (trained classifiers) the held-out labels.
 struct Workload {
   std::vector<NamedTensor> timing[2];
   std::vector<std::vector<NamedTensor>> calibration;
@@ -441,7 +448,7 @@ Status RandomWorkload(const Model& model, const Options& o, Workload* w) {
   return Status::Ok();
 }
 
-Status DigitsWorkload(const Model& model, const std::string& sht, Workload* w) {
+Status LabelledWorkload(const Model& model, const std::string& sht, Workload* w) {
   ASSIGN_OR_RETURN(auto tensors, ReadTensorFile(sht));
   Tensor images, labels;
   for (auto& t : tensors) {
@@ -450,19 +457,21 @@ Status DigitsWorkload(const Model& model, const std::string& sht, Workload* w) {
   }
   if (images.shape().empty() || labels.shape().empty())
     return InvalidArgument(sht + " lacks in:image or labels");
-  if (model.inputs().size() != 1) return InvalidArgument("digits should have one input");
+  if (model.inputs().size() != 1)
+    return InvalidArgument("a labelled classifier should have one input");
   const std::string input = model.inputs()[0].name;
   const int64_t n = images.shape()[0];
-  if (n <= kDigitsCalibImages) return InvalidArgument(sht + ": too few images");
+  if (n <= kLabelledCalibImages) return InvalidArgument(sht + ": too few images");
   for (int i = 0; i < 2; ++i) {
-    ASSIGN_OR_RETURN(Tensor t, Rows(images, kDigitsCalibImages, kDigitsCalibImages + kBatches[i]));
+    ASSIGN_OR_RETURN(Tensor t,
+                     Rows(images, kLabelledCalibImages, kLabelledCalibImages + kBatches[i]));
     w->timing[i] = {{input, std::move(t)}};
   }
-  ASSIGN_OR_RETURN(Tensor calib, Rows(images, 0, kDigitsCalibImages));
+  ASSIGN_OR_RETURN(Tensor calib, Rows(images, 0, kLabelledCalibImages));
   w->calibration.push_back({{input, std::move(calib)}});
-  ASSIGN_OR_RETURN(Tensor rest, Rows(images, kDigitsCalibImages, n));
+  ASSIGN_OR_RETURN(Tensor rest, Rows(images, kLabelledCalibImages, n));
   w->held_out.push_back({{input, std::move(rest)}});
-  ASSIGN_OR_RETURN(w->labels, Rows(labels, kDigitsCalibImages, n));
+  ASSIGN_OR_RETURN(w->labels, Rows(labels, kLabelledCalibImages, n));
   return Status::Ok();
 }
 
@@ -496,9 +505,9 @@ StatusOr<double> LabelAccuracy(const Model& model, const Options& o,
 ModelResult BenchModel(const std::string& name, const Options& o) {
   ModelResult m;
   m.model = name;
-  const bool digits = name == "digits";
-  const std::string path = digits ? (fs::path(o.models_dir) / "digits.onnx").string()
-                                  : (fs::path(o.dir) / (name + ".onnx")).string();
+  const bool labelled = Labelled(name);
+  const fs::path folder = name == "digits" ? fs::path(o.models_dir) : fs::path(o.dir);
+  const std::string path = (folder / (name + ".onnx")).string();
   if (!fs::exists(path)) {
     m.error = "missing " + path;
     return m;
@@ -541,14 +550,14 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
       tr.available = true;
       if (p == Precision::kFp32) {
         m.optimize_summary = model->optimize_report().Summary();
-        Status ws = digits ? DigitsWorkload(
-                                 *model, (fs::path(o.models_dir) / "digits.test.sht").string(), &w)
-                           : RandomWorkload(*model, o, &w);
+        Status ws = labelled
+                        ? LabelledWorkload(*model, (folder / (name + ".test.sht")).string(), &w)
+                        : RandomWorkload(*model, o, &w);
         if (!ws.ok()) {
           m.error = "inputs: " + OneLine(ws.ToString());
           return m;
         }
-        if (digits) m.label_samples = static_cast<int>(w.labels.shape()[0]);
+        if (labelled) m.label_samples = static_cast<int>(w.labels.shape()[0]);
       }
       std::fprintf(stderr, "%s: %s loaded in %.1f s, %.3g GFLOP per sample\n", name.c_str(),
                    tier.c_str(), tr.load_s, m.flops / 1e9);
@@ -590,7 +599,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
           tr.accuracy_error = OneLine(acc.status().ToString());
         }
       }
-      if (digits) {
+      if (labelled) {
         auto a = LabelAccuracy(*model, o, w.held_out, w.labels);
         if (a.ok()) {
           tr.label_accuracy = *a;
@@ -660,7 +669,7 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
       std::vector<std::string> notes = m.notes;
       if (i == 0 && peer.notes.count(m.model))
         notes.push_back("PyTorch: " + peer.notes.at(m.model));
-      if (m.model == "digits" && i == 0) notes.push_back("PyTorch not timed (trained test model)");
+      if (Labelled(m.model) && i == 0) notes.push_back("PyTorch not timed (trained model)");
       if (!m.error.empty()) {
         std::printf("| %s | %d | %s | failed: %s | | | | | | | | |\n", m.model.c_str(), b,
                     pt > 0 ? Fmt("%.2f", pt).c_str() : "—", OneLine(m.error).c_str());
@@ -699,14 +708,16 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
     std::printf(" %s fp32 %.0f%% of peak (>= 70%%: %s);", name, 100 * frac,
                 frac >= 0.70 ? "met" : "not met");
   }
-  if (const ModelResult* d = find("digits")) {
+  for (const char* classifier : {"image_classifier", "digits"}) {
+    const ModelResult* d = find(classifier);
+    if (!d) continue;
     const double f = rate(d->tiers[0], 1);
     for (int t = 1; t < 3; ++t) {
       const double want = t == 1 ? 1.6 : 2.5, r = f > 0 ? rate(d->tiers[t], 1) / f : 0;
       const double change = d->tiers[t].label_accuracy >= 0 && d->tiers[0].label_accuracy >= 0
                                 ? 100 * (d->tiers[t].label_accuracy - d->tiers[0].label_accuracy)
                                 : 1e9;
-      std::printf(" digits %s %.2fx fp32 (>= %.1fx: %s), top-1 %+.2f pp (<= 1 pp: %s);",
+      std::printf(" %s %s %.2fx fp32 (>= %.1fx: %s), top-1 %+.2f pp (<= 1 pp: %s);", classifier,
                   std::string(PrecisionName(kTiers[t])).c_str(), r, want,
                   r >= want ? "met" : "not met", change < 1e8 ? change : 0.0,
                   std::fabs(change) <= 1 ? "met" : "not met");
@@ -742,11 +753,12 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
 
   std::printf(
       "\nAccuracy of each tier vs fp32 on held-out inputs (random models: the benchmark's random "
-      "inputs, another seed; int8 calibrated on the timing inputs). digits: top-1 accuracy "
-      "against the labels of held-out images (int8 calibrated on the first %d)\n\n"
+      "inputs, another seed; int8 calibrated on the timing inputs). Trained classifiers (digits, "
+      "image_classifier): top-1 accuracy against the labels of held-out images (int8 calibrated "
+      "on the first %d)\n\n"
       "| model | tier | samples | max \\|diff\\| vs fp32 | top-1 agreement | top-1 accuracy | "
       "change vs fp32 |\n|---|---|---|---|---|---|---|\n",
-      kDigitsCalibImages);
+      kLabelledCalibImages);
   for (const ModelResult& m : all) {
     if (!m.error.empty()) continue;
     for (int t = 0; t < 3; ++t) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Engine benchmark: shoal's ONNX engine, in its fp32, bf16 and int8 tiers, beside PyTorch
 # (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE and an MLP
-# recommender, plus the trained classifier models/digits.onnx (shoal only), at batch 1 and
-# 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
+# recommender, plus the trained classifiers models/digits.onnx and the example repository's
+# image_classifier (shoal only, accuracy against held-out labels), at batch 1 and 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
 # ratios (fp32/PyTorch, bf16/fp32, int8/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
 #   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]
@@ -14,14 +14,14 @@
 # Builds nothing: needs build/bench/engine_benchmark (cmake --build build --target
 # engine_benchmark; SHOAL_ENGINE_BENCHMARK=path overrides). Installs with apt-get what it
 # needs beyond scripts/install-deps.sh when missing: python3-torch, python3-torchvision,
-# python3-onnx, libopenblas0-pthread (PyTorch's matmuls go to the system BLAS; the
+# python3-onnx, python3-sklearn (the held-out digits), libopenblas0-pthread (PyTorch's matmuls go to the system BLAS; the
 # reference BLAS would flatter shoal).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS=2
 RUNS=5
 MIN_SECONDS=0.5
-MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,digits
+MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,digits,image_classifier
 KEEP=""
 REUSE_MODELS=0
 REUSE_PYTORCH=0
@@ -47,7 +47,7 @@ BENCH="${SHOAL_ENGINE_BENCHMARK:-build/bench/engine_benchmark}"
 [ -x "$BENCH" ] || { echo "build first: cmake --build build --target engine_benchmark" >&2; exit 1; }
 
 missing=()
-for p in python3-torch python3-torchvision python3-onnx libopenblas0-pthread; do
+for p in python3-torch python3-torchvision python3-onnx python3-sklearn libopenblas0-pthread; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -69,8 +69,29 @@ fi
 START=$(date +%s)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# digits is the repository's trained model: no export, no PyTorch figure.
-PT_MODELS=$(echo "$MODELS" | tr ',' '\n' | grep -vx digits | paste -sd, || true)
+# digits and image_classifier are the repository's trained models: no export, no PyTorch
+# figure. image_classifier's held-out images are rendered as examples/models/generate.py
+# renders them when it reports the model's accuracy (same split, same seed).
+PT_MODELS=$(echo "$MODELS" | tr ',' '\n' | grep -vxE 'digits|image_classifier' | paste -sd, || true)
+if echo "$MODELS" | tr ',' '\n' | grep -qx image_classifier; then
+  cp examples/models/image_classifier/1/model.onnx "$WORK/image_classifier.onnx"
+  /usr/bin/python3 - "$WORK/image_classifier.test.sht" <<'PY'
+import importlib.util, sys
+import numpy as np
+import torch
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+examples = load("examples_generate", "examples/models/generate.py")
+tests = load("models_generate", "models/generate.py")
+_, x_test, _, y_test = examples.load_digits_split()
+images = examples.colour_digits(x_test, torch.Generator().manual_seed(22)).numpy().astype(np.float32)
+tests.write_sht(sys.argv[1], [("in:image", images), ("labels", y_test.astype(np.int64))])
+print("image_classifier: %d held-out images" % len(y_test), file=sys.stderr)
+PY
+fi
 if [ -n "$PT_MODELS" ]; then
   if [ "$REUSE_PYTORCH" = 1 ] && [ -f "$WORK/pytorch.json" ]; then
     echo "== reusing $WORK/pytorch.json" >&2
