@@ -69,7 +69,7 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(
   pool.on_ready = [raw](backends::BackendInstance& inst, const backends::InstanceInfo& info) {
     return raw->RunWarmup(inst, info);
   };
-  pool.on_idle = [raw] { raw->Poke(); };
+  pool.on_idle = [raw] { raw->OnInstanceIdle(); };
   ASSIGN_OR_RETURN(mv->pool_, InstancePool::Create(std::move(pool)));
 
   if (mv->clock_->is_fake())
@@ -106,6 +106,47 @@ void ModelVersion::Poke() {
     poked_ = true;
   }
   cv_.notify_one();
+}
+
+void ModelVersion::OnInstanceIdle() {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake = DispatchOrWake();
+  }
+  if (wake) cv_.notify_one();
+}
+
+int64_t ModelVersion::DispatchDue(int64_t now) {
+  int64_t wake_at = std::numeric_limits<int64_t>::max();
+  while (!batcher_->empty() && pool_->HasIdle()) {
+    const int64_t estimate =
+        pool_->PredictNs(std::max<int64_t>(options_.batching.max_batch_size, 1));
+    auto decision = batcher_->FormBatch(now, estimate, /*force=*/!accepting_);
+    if (decision.batch.empty()) {
+      wake_at = decision.wake_at_ns;
+      break;
+    }
+    Dispatch(std::move(decision.batch));
+  }
+  return std::min(wake_at, batcher_->next_expiry_ns());
+}
+
+bool ModelVersion::DispatchOrWake() {
+  if (poked_) return false;  // whoever set it wakes the scheduler
+  // Waking the scheduler only for it to hand a batch to an instance costs a futex wake and
+  // two context switches per batch (per request, when every arrival woke it). So the thread
+  // that queued work or finished a job dispatches what is due itself, and wakes the
+  // scheduler only when its timer must fire sooner than planned, or for the work only it
+  // does: answering expired and cancelled requests, draining.
+  const int64_t now = clock_->NowNs();
+  if (accepting_ && !stop_scheduler_ && !cancel_pending_ && batcher_->next_expiry_ns() > now) {
+    const int64_t wake_at = DispatchDue(now);
+    // Not asleep: it re-evaluates everything before it sleeps again.
+    if (!sched_sleeping_ || wake_at >= sched_wake_at_) return false;
+  }
+  poked_ = true;
+  return true;
 }
 
 std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCallback callback) {
@@ -178,6 +219,7 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
   task->request = std::move(request);
   task->callback = std::move(callback);
   Status status;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++in_flight_;
@@ -187,11 +229,11 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
       control->Transition(RequestState::kReceived, RequestState::kQueued);
       task->enqueued_ns = now;
       status = batcher_->Enqueue(task, now);
-      if (status.ok()) poked_ = true;
+      if (status.ok()) wake = DispatchOrWake();
     }
   }
   if (status.ok()) {
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
     return control;
   }
   if (status.code() == StatusCode::kResourceExhausted) stats_.RecordRejectedQueueFull();
@@ -234,11 +276,12 @@ void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedT
     task->callback(std::move(response));
   }
   task.reset();  // release input tensors before reporting the request gone
-  {
+  if (in_flight_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // Shutdown checks in_flight_ under mu_: taking it here means the wake cannot fall
+    // between its check and its wait.
     std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
+    idle_cv_.notify_all();
   }
-  idle_cv_.notify_all();
 }
 
 void ModelVersion::SchedulerLoop() {
@@ -246,6 +289,7 @@ void ModelVersion::SchedulerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     poked_ = false;
+    sched_sleeping_ = false;
     const int64_t now = clock_->NowNs();
     std::vector<TaskPtr> expired = batcher_->TakeExpired(now);
     std::vector<TaskPtr> cancelled;
@@ -254,18 +298,7 @@ void ModelVersion::SchedulerLoop() {
       cancelled =
           batcher_->RemoveIf([](const RequestTask& t) { return t.control->cancel_requested(); });
     }
-    int64_t wake_at = std::numeric_limits<int64_t>::max();
-    while (!batcher_->empty() && pool_->HasIdle()) {
-      const int64_t estimate =
-          pool_->PredictNs(std::max<int64_t>(options_.batching.max_batch_size, 1));
-      auto decision = batcher_->FormBatch(now, estimate, /*force=*/!accepting_);
-      if (decision.batch.empty()) {
-        wake_at = decision.wake_at_ns;
-        break;
-      }
-      Dispatch(std::move(decision.batch));
-    }
-    wake_at = std::min(wake_at, batcher_->next_expiry_ns());
+    const int64_t wake_at = DispatchDue(now);
     if (stop_scheduler_ && batcher_->empty()) break;
 
     if (!expired.empty() || !cancelled.empty()) {
@@ -286,12 +319,16 @@ void ModelVersion::SchedulerLoop() {
       continue;
     }
     if (poked_) continue;
+    sched_wake_at_ = wake_at;
     if (wake_at == std::numeric_limits<int64_t>::max() || clock_->is_fake()) {
+      sched_sleeping_ = true;
       cv_.wait(lock, [&] { return poked_; });
     } else {
       const int64_t wait_ns = wake_at - clock_->NowNs();
-      if (wait_ns > 0)
+      if (wait_ns > 0) {
+        sched_sleeping_ = true;
         cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return poked_; });
+      }
     }
   }
 }
@@ -402,9 +439,6 @@ size_t ModelVersion::queue_depth() const {
   return batcher_->size();
 }
 
-int64_t ModelVersion::in_flight() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return in_flight_;
-}
+int64_t ModelVersion::in_flight() const { return in_flight_.load(std::memory_order_acquire); }
 
 }  // namespace shoal::runtime

@@ -20,8 +20,10 @@
 // the destructor does the same if Shutdown was not called.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -98,6 +100,14 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
                std::unique_ptr<Batcher<RequestTask>> batcher);
   void SchedulerLoop();
   void Poke();
+  // Called by an instance's thread after each job.
+  void OnInstanceIdle();
+  // Requires mu_. Dispatches every batch due at `now` to idle instances; returns when the
+  // queue next needs the scheduler (a held batch's release, an expiry; max if never).
+  int64_t DispatchDue(int64_t now);
+  // Requires mu_. After work was queued or an instance went idle: dispatches what is due on
+  // the calling thread; returns true (with poked_ set) if the scheduler must be notified.
+  bool DispatchOrWake();
   void Dispatch(Batch batch);  // requires mu_
   void ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
   // Answers one task; `result` outputs are per request. Handles cache and stats.
@@ -124,8 +134,14 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   bool cancel_pending_ = false;                    // GUARDED_BY(mu_)
   bool accepting_ = true;                          // GUARDED_BY(mu_)
   bool stop_scheduler_ = false;                    // GUARDED_BY(mu_)
-  int64_t in_flight_ = 0;                          // GUARDED_BY(mu_)
-  uint64_t next_batch_seq_ = 0;                    // GUARDED_BY(mu_)
+  // While the scheduler sleeps: sched_wake_at_ is when it wakes by itself (max: only when
+  // poked). Arrivals and idle instances poke it only if it must wake sooner.
+  bool sched_sleeping_ = false;                                  // GUARDED_BY(mu_)
+  int64_t sched_wake_at_ = std::numeric_limits<int64_t>::max();  // GUARDED_BY(mu_)
+  // Requests accepted and not yet answered. Incremented under mu_; decremented without it
+  // (once per answer), taking mu_ only to wake Shutdown when it reaches 0.
+  std::atomic<int64_t> in_flight_{0};
+  uint64_t next_batch_seq_ = 0;  // GUARDED_BY(mu_)
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.

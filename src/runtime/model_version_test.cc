@@ -189,6 +189,36 @@ TEST_F(ModelVersionTest, HigherPriorityRunsFirst) {
   EXPECT_EQ(ex[3].row_keys[0], 2);
 }
 
+// While every instance is busy, arrivals do not wake the scheduler; the instance that
+// finishes first takes the queued requests, and an instance left idle is still used at once.
+TEST_F(ModelVersionTest, QueuedWorkGoesToTheFirstInstanceToFinishAndIdleOnesStayInUse) {
+  auto mv = Make(Batching(8), /*instances=*/2);
+  state_->Block(100);
+  state_->Block(200);
+  mv->Infer(Req("a", {100}), answers_.For("a"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("b", {200}), answers_.For("b"));
+  ASSERT_TRUE(state_->WaitForWaiting(2));
+  for (int i = 1; i <= 3; ++i)
+    mv->Infer(Req("r" + std::to_string(i), {float(i)}), answers_.For("r" + std::to_string(i)));
+  EXPECT_EQ(mv->queue_depth(), 3u);
+  state_->Unblock(100);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(answers_.WaitFor("r" + std::to_string(i)));
+  // "b" still holds the other instance; a new request must not wait for it.
+  mv->Infer(Req("n", {5}), answers_.For("n"));
+  ASSERT_TRUE(answers_.WaitFor("n"));
+  EXPECT_TRUE(answers_.Get("n").status.ok());
+  EXPECT_FALSE(answers_.Has("b"));
+  state_->Unblock(200);
+  ASSERT_TRUE(answers_.WaitFor("b"));
+  mv->Shutdown();
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 4u);
+  bool one_batch = false;
+  for (const auto& e : ex) one_batch |= e.row_keys == std::vector<float>{1, 2, 3};
+  EXPECT_TRUE(one_batch) << "the three queued requests run as one batch";
+}
+
 TEST_F(ModelVersionTest, QueueTimeoutIsAnsweredWhileTheInstanceIsStillBusy) {
   auto o = Batching(8);
   o.batching.default_queue_policy.default_timeout_us = 100;
