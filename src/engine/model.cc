@@ -197,6 +197,10 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
                                                    const SessionOptions& options) {
   if (options.threads < 0)
     return InvalidArgument("threads must be >= 0; was " + std::to_string(options.threads));
+  if (options.single_thread_below_flops < 0) {
+    return InvalidArgument("single_thread_below_flops must be >= 0; was " +
+                           std::to_string(options.single_thread_below_flops));
+  }
   if (options.max_cached_plans < 1) {
     return InvalidArgument("max_cached_plans must be >= 1; was " +
                            std::to_string(options.max_cached_plans));
@@ -236,22 +240,37 @@ Status Session::SetUpThreads() {
   return Status::Ok();
 }
 
-StatusOr<Plan*> Session::PlanFor(const std::vector<Shape>& shapes) {
+StatusOr<Session::CachedPlan*> Session::PlanFor(const std::vector<Shape>& shapes) {
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
-    if (it->first == shapes) {
+    if (it->shapes == shapes) {
       plans_.splice(plans_.begin(), plans_, it);
-      return plans_.front().second.get();
+      return &plans_.front();
     }
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
-                   Plan::Prepare(model_.graph(), shapes, engine_, stream_, model_.weight_cache(),
-                                 model_.options().plan, model_.options().limits));
-  plans_.emplace_front(shapes, std::move(plan));
+  // oneDNN sizes a primitive's work split for the thread count at creation (its primitive
+  // cache keys on it too), so a plan runs on the threads it was created with.
+  omp_set_num_threads(threads_);
+  auto prepare = [&] {
+    return Plan::Prepare(model_.graph(), shapes, engine_, stream_, model_.weight_cache(),
+                         model_.options().plan, model_.options().limits);
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, prepare());
+  int threads = threads_;
+  if (threads_ > 1 && plan->EstimatedFlops() < options_.single_thread_below_flops) {
+    // Shapes (and so FLOPs) are known only once prepared: prepare again for one thread.
+    omp_set_num_threads(1);
+    auto single = prepare();
+    omp_set_num_threads(threads_);
+    if (!single.ok()) return single.status();
+    plan = std::move(single).value();
+    threads = 1;
+  }
+  plans_.push_front(CachedPlan{shapes, std::move(plan), threads});
   while (static_cast<int>(plans_.size()) > options_.max_cached_plans) plans_.pop_back();
-  return plans_.front().second.get();
+  return &plans_.front();
 }
 
-StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_shapes) {
+Status Session::CheckInputShapes(const std::vector<Shape>& input_shapes) const {
   const auto& infos = model_.inputs();
   if (input_shapes.size() != infos.size()) {
     return InvalidArgument("expected " + std::to_string(infos.size()) + " input shapes, got " +
@@ -267,9 +286,21 @@ StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_sha
                              "; the model expects " + SymbolicShapeToString(infos[i].shape));
     }
   }
+  return Status::Ok();
+}
+
+StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_shapes) {
+  RETURN_IF_ERROR(CheckInputShapes(input_shapes));
   if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
-  ASSIGN_OR_RETURN(Plan * plan, PlanFor(input_shapes));
-  return plan->memory_stats();
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(input_shapes));
+  return cached->plan->memory_stats();
+}
+
+StatusOr<int> Session::PlanThreads(const std::vector<Shape>& input_shapes) {
+  RETURN_IF_ERROR(CheckInputShapes(input_shapes));
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(input_shapes));
+  return cached->threads;
 }
 
 Status Session::Run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
@@ -283,11 +314,7 @@ Status Session::RunObserved(const std::vector<NamedTensor>& inputs,
 
 Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
                         const Plan::Observer* observer) {
-  if (std::this_thread::get_id() != owner_) {
-    RETURN_IF_ERROR(SetUpThreads());
-  } else {
-    omp_set_num_threads(threads_);
-  }
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
   const Graph& g = model_.graph();
   std::vector<const Tensor*> ordered(g.inputs.size(), nullptr);
   std::vector<Shape> shapes(g.inputs.size());
@@ -328,9 +355,10 @@ Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<Name
     if (!ordered[i])
       return InvalidArgument("input '" + g.values[g.inputs[i]].name + "' is missing");
   }
-  ASSIGN_OR_RETURN(Plan * plan, PlanFor(shapes));
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(shapes));
+  omp_set_num_threads(cached->threads);
   std::vector<Tensor> results;
-  RETURN_IF_ERROR(plan->Run(ordered, stream_, &results, observer));
+  RETURN_IF_ERROR(cached->plan->Run(ordered, stream_, &results, observer));
   outputs->clear();
   for (size_t o = 0; o < results.size(); ++o) {
     outputs->push_back(NamedTensor{g.values[g.outputs[o]].name, std::move(results[o])});

@@ -92,6 +92,10 @@ struct SessionOptions {
   std::vector<int> cpu_cores;
   // Plans kept, least recently used evicted first. Default 16; must be >= 1.
   int max_cached_plans = 16;
+  // A plan whose estimated FLOPs (Plan::EstimatedFlops) are below this runs on one thread
+  // whatever `threads` says: waking OpenMP workers for every operator costs more than
+  // they save on so little work (a small MLP at a small batch). 0 turns this off.
+  int64_t single_thread_below_flops = 4'000'000;
 };
 
 class Session {
@@ -114,11 +118,20 @@ class Session {
 
   int cached_plans() const { return static_cast<int>(plans_.size()); }
   int threads() const { return threads_; }
+  // The threads the plan for these input shapes runs on (1 for a small plan, else
+  // threads()); prepares and caches the plan as Run would.
+  StatusOr<int> PlanThreads(const std::vector<Shape>& input_shapes);
 
  private:
   Session(const Model& model, const SessionOptions& options);
   Status SetUpThreads();
-  StatusOr<Plan*> PlanFor(const std::vector<Shape>& shapes);
+  struct CachedPlan {
+    std::vector<Shape> shapes;
+    std::unique_ptr<Plan> plan;
+    int threads = 1;  // OpenMP threads its kernels were created for and run on
+  };
+  StatusOr<CachedPlan*> PlanFor(const std::vector<Shape>& shapes);
+  Status CheckInputShapes(const std::vector<Shape>& input_shapes) const;
   Status RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
                  const Plan::Observer* observer);
 
@@ -129,7 +142,7 @@ class Session {
   dnnl::engine engine_;
   dnnl::stream stream_;
   // LRU: most recently used at the front.
-  std::list<std::pair<std::vector<Shape>, std::unique_ptr<Plan>>> plans_;
+  std::list<CachedPlan> plans_;
 };
 
 }  // namespace shoal::engine

@@ -181,6 +181,34 @@ TEST(SessionTest, PlanCacheEvictsLeastRecentlyUsed) {
   EXPECT_EQ((*session)->cached_plans(), 2);
 }
 
+TEST(SessionTest, PlansBelowTheFlopThresholdRunOnOneThreadWithTheSameResults) {
+  auto model = Model::Load(ModelPath("mlp_op13.onnx"));
+  ASSERT_TRUE(model.ok());
+  const std::vector<NamedTensor> in = {{"dense", Random({3, 8}, 7)},
+                                       {"ids", I64({3, 2}, {1, 2, 3, 4, 5, 6})}};
+  const std::vector<Shape> shapes = {{3, 8}, {3, 2}};
+  std::vector<std::vector<NamedTensor>> outs(2);
+  const int64_t thresholds[2] = {1, int64_t{1} << 50};  // every plan is large; every one small
+  const int want_threads[2] = {kTestThreads, 1};
+  for (int i = 0; i < 2; ++i) {
+    SessionOptions o = Opts(kTestThreads);
+    o.single_thread_below_flops = thresholds[i];
+    auto session = Session::Create(**model, o);
+    ASSERT_TRUE(session.ok());
+    auto threads = (*session)->PlanThreads(shapes);
+    ASSERT_TRUE(threads.ok()) << threads.status().ToString();
+    EXPECT_EQ(*threads, want_threads[i]) << "threshold " << thresholds[i];
+    ASSERT_TRUE((*session)->Run(in, &outs[i]).ok());
+    EXPECT_EQ((*session)->cached_plans(), 1) << "PlanThreads caches the plan Run uses";
+  }
+  ASSERT_EQ(outs[0].size(), 1u);
+  ASSERT_EQ(outs[1].size(), 1u);
+  EXPECT_LE(MaxAbsDiff(outs[0][0].tensor, outs[1][0].tensor), 1e-5f);
+  SessionOptions bad = Opts(1);
+  bad.single_thread_below_flops = -1;
+  EXPECT_FALSE(Session::Create(**model, bad).ok());
+}
+
 TEST(SessionTest, WeightsAreReorderedOnceAtLoadAndShared) {
   auto model = Model::Load(ModelPath("resnet_op13.onnx"));
   ASSERT_TRUE(model.ok());

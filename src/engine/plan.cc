@@ -1,11 +1,90 @@
 #include "engine/plan.h"
 
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "engine/internal/op_util.h"
 #include "engine/memory_planner.h"
 
 namespace shoal::engine {
+
+using internal::Product;
+
+int64_t NodeFlops(const Graph& g, const Node& node, const std::vector<Shape>& shapes) {
+  auto shape = [&](int v) -> const Shape& { return shapes[v]; };
+  if (node.outputs.empty() || node.outputs[0] < 0) return 0;
+  const Shape& out = shape(node.outputs[0]);
+  // Fused nodes (optimizer.h) count as the convolution or product they wrap; the
+  // element-wise work folded into them is not counted.
+  const std::string op = node.op_type == "FusedConv"     ? "Conv"
+                         : node.op_type == "FusedMatMul" ? "MatMul"
+                         : node.op_type == "FusedGemm"   ? "Gemm"
+                                                         : node.op_type;
+  if (op == "Conv" && node.has_input(1)) {
+    const Shape& w = shape(node.inputs[1]);
+    return 2 * Product(out) * Product(w, 1);
+  }
+  if (op == "ConvTranspose" && node.has_input(1)) {
+    const Shape& w = shape(node.inputs[1]);
+    return 2 * Product(shape(node.inputs[0])) * Product(w, 1);
+  }
+  if ((op == "MatMul" || op == "Gemm") && node.has_input(0)) {
+    const Shape& a = shape(node.inputs[0]);
+    if (a.empty()) return 0;
+    int64_t k = a.back();
+    if (op == "Gemm" && node.GetInt("transA", 0) && a.size() == 2) k = a[0];
+    return 2 * Product(out) * k;
+  }
+  static const std::set<std::string> kElementwise = {"Add",
+                                                     "Sub",
+                                                     "Mul",
+                                                     "Div",
+                                                     "Pow",
+                                                     "Sqrt",
+                                                     "Exp",
+                                                     "Log",
+                                                     "Erf",
+                                                     "Neg",
+                                                     "Abs",
+                                                     "Reciprocal",
+                                                     "Relu",
+                                                     "LeakyRelu",
+                                                     "PRelu",
+                                                     "Sigmoid",
+                                                     "Tanh",
+                                                     "Clip",
+                                                     "HardSigmoid",
+                                                     "HardSwish",
+                                                     "Gelu",
+                                                     "Softmax",
+                                                     "LogSoftmax",
+                                                     "BatchNormalization",
+                                                     "LayerNormalization",
+                                                     "MaxPool",
+                                                     "AveragePool",
+                                                     "GlobalAveragePool",
+                                                     "GlobalMaxPool",
+                                                     "ReduceMean",
+                                                     "ReduceSum",
+                                                     "ReduceMax",
+                                                     "Min",
+                                                     "Max",
+                                                     "Where",
+                                                     "Resize"};
+  if (kElementwise.count(op)) {
+    // Pools and reductions read every input element once.
+    const bool reads_input = op.find("Pool") != std::string::npos || op.rfind("Reduce", 0) == 0;
+    return reads_input && node.has_input(0) ? Product(shape(node.inputs[0])) : Product(out);
+  }
+  return 0;
+}
+
+int64_t Plan::EstimatedFlops() const {
+  int64_t flops = 0;
+  for (const Node& node : graph_->nodes) flops += NodeFlops(*graph_, node, shapes_);
+  return flops;
+}
 namespace {
 
 using internal::Product;

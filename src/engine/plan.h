@@ -55,6 +55,12 @@ struct PlanLimits {
   int64_t max_tensor_bytes = int64_t{4} << 30;
 };
 
+// Estimated FLOPs of one node at the given value shapes: multiply-adds count 2 for Conv,
+// ConvTranspose, MatMul and Gemm (fused forms included), plus one per output element of
+// element-wise and normalisation operators (per input element for pools and reductions);
+// 0 for data movement.
+int64_t NodeFlops(const Graph& graph, const Node& node, const std::vector<Shape>& shapes);
+
 class Plan {
  public:
   // `input_shapes` follows graph.inputs. Runs small constant computations on `stream`.
@@ -83,6 +89,8 @@ class Plan {
   int64_t liveness_bound_bytes() const { return memory_.liveness_bound_bytes; }
   int inplace_count() const { return memory_.inplace_count; }
   const PlanMemoryStats& memory_stats() const { return memory_; }
+  // NodeFlops summed over the graph at this plan's shapes.
+  int64_t EstimatedFlops() const;
   // Every arena value with its bytes and lifetime, in no particular order.
   const std::vector<PlanLayoutEntry>& DebugLayout() const { return layout_; }
 

@@ -43,6 +43,7 @@ inline SessionOptions Opts(int threads, std::vector<int> cores = {}, int max_cac
   o.threads = threads;
   o.cpu_cores = std::move(cores);
   o.max_cached_plans = max_cached_plans;
+  o.single_thread_below_flops = 0;  // tests ask for their thread count, whatever the size
   return o;
 }
 

@@ -107,12 +107,11 @@ class OnnxInstance : public BackendInstance {
 
 class OnnxModel : public BackendModel {
  public:
-  OnnxModel(Tiers tiers, ModelInfo info, int threads)
-      : tiers_(std::move(tiers)), info_(std::move(info)), threads_(threads) {}
+  OnnxModel(Tiers tiers, ModelInfo info, engine::SessionOptions session)
+      : tiers_(std::move(tiers)), info_(std::move(info)), session_(std::move(session)) {}
 
   StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
-    engine::SessionOptions options;
-    options.threads = threads_;
+    engine::SessionOptions options = session_;
     options.cpu_cores = info.cpu_cores;
     std::map<std::string, std::unique_ptr<engine::Session>> sessions;
     for (const auto& [tier, model] : tiers_.models) {
@@ -127,7 +126,7 @@ class OnnxModel : public BackendModel {
  private:
   Tiers tiers_;
   ModelInfo info_;
-  int threads_;
+  engine::SessionOptions session_;  // all but cpu_cores, which are per instance
 };
 
 StatusOr<double> NumberParameter(const ModelInfo& info, const std::string& key, double fallback) {
@@ -261,6 +260,16 @@ class OnnxBackend : public Backend {
         return InvalidArgument("intra_op_thread_count must be a number >= 0; was '" + it->second +
                                "'");
     }
+    engine::SessionOptions session;
+    session.threads = threads;
+    ASSIGN_OR_RETURN(const double small,
+                     NumberParameter(info, "single_thread_below_flops",
+                                     static_cast<double>(session.single_thread_below_flops)));
+    if (!(small >= 0) || small > 1e18) {
+      return InvalidArgument("single_thread_below_flops must be a number >= 0; was '" +
+                             info.parameters.at("single_thread_below_flops") + "'");
+    }
+    session.single_thread_below_flops = static_cast<int64_t>(small);
     const std::string path = (fs::path(info.version_dir) / file).string();
     ASSIGN_OR_RETURN(auto model, engine::Model::Load(path));
     ASSIGN_OR_RETURN(Tiers tiers, LoadTiers(info, path, std::move(model)));
@@ -280,7 +289,8 @@ class OnnxBackend : public Backend {
     }
     RETURN_IF_ERROR(Complete("input", any->inputs(), batching, &done.inputs));
     RETURN_IF_ERROR(Complete("output", any->outputs(), batching, &done.outputs));
-    return std::unique_ptr<BackendModel>(new OnnxModel(std::move(tiers), std::move(done), threads));
+    return std::unique_ptr<BackendModel>(
+        new OnnxModel(std::move(tiers), std::move(done), std::move(session)));
   }
 };
 

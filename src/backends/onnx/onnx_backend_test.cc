@@ -121,6 +121,10 @@ TEST_F(OnnxBackendTest, MissingFileAndBadParameters) {
   EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
               HasSubstr("intra_op_thread_count"));
   info = Info();
+  info.parameters["single_thread_below_flops"] = "-5";
+  EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
+              HasSubstr("single_thread_below_flops"));
+  info = Info();
   info.parameters["default_model_filename"] = "../x.onnx";
   EXPECT_FALSE(MakeOnnxBackend()->LoadModel(info).ok());
 }
