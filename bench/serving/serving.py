@@ -416,7 +416,9 @@ def report(opts, results, info, elapsed, load_before, load_after):
       "(/proc/PID/stat) over the bench run divided by wall time and %d cores; *peak RSS* is its "
       "VmHWM after the whole sweep. Strategies: one at a time = no dynamic_batching, 1 instance "
       "with 2 intra-op threads (the whole machine); dynamic batching = 1 instance x 2 threads; "
-      "2 instances = 2 x 1 thread, no batching; batching + 2 instances = both." % info["cores"])
+      "2 instances = 2 x 1 thread, no batching; batching + 2 instances = both. The engine runs a "
+      "plan below 4 MFLOP on one thread whatever the setting (the onnx backend's "
+      "`single_thread_below_flops`): the MLP up to ~40 rows, the CNN never." % info["cores"])
     w("")
     targets = []
     for r in results:

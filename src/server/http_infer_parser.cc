@@ -16,6 +16,8 @@ namespace od = simdjson::ondemand;
 constexpr size_t kMaxRank = 64;
 constexpr size_t kMaxRequestedOutputs = 1024;
 constexpr int kMaxDataDepth = 64;
+// Whole-document nesting limit of the validating walk: data nesting plus the request's own.
+constexpr int kMaxJsonDepth = kMaxDataDepth + 16;
 // Documents larger than this are parsed with a parser of their own, so that one big
 // request does not leave every I/O thread holding a big parser.
 constexpr size_t kSharedParserMaxBytes = size_t{1} << 20;
@@ -44,6 +46,94 @@ bool AtEnd(od::document& doc) { return doc.current_location().error() == simdjso
     if (auto shoal_json_err_ = std::move(expr).get(out); shoal_json_err_ != simdjson::SUCCESS) \
       return JsonError(shoal_json_err_, field, expected);                                      \
   } while (0)
+
+// On Demand parses lazily: a value it only skips (a field nobody reads, or one passed over
+// while looking up another) is not checked, and a malformed one such as `"k": }` leaves the
+// iterator in a state simdjson treats as unreachable (undefined behaviour, found by the
+// fuzzer). So a document is first walked once in order, every key and value checked, and
+// rewound before it is read. Numbers are only checked to start like a number; the reader
+// parses the ones it uses.
+// `where` collects, innermost first, the keys and indices leading to an error.
+simdjson::error_code WalkJson(od::value v, int depth, std::vector<std::string>* where);
+
+simdjson::error_code WalkObject(od::object obj, int depth, std::vector<std::string>* where) {
+  for (auto member : obj) {
+    od::field f;
+    if (auto e = std::move(member).get(f)) return e;
+    std::string_view key;
+    if (auto e = f.unescaped_key().get(key)) return e;
+    if (auto e = WalkJson(f.value(), depth + 1, where)) {
+      where->push_back("." + std::string(key));
+      return e;
+    }
+  }
+  return simdjson::SUCCESS;
+}
+
+simdjson::error_code WalkJson(od::value v, int depth, std::vector<std::string>* where) {
+  if (depth > kMaxJsonDepth) return simdjson::DEPTH_ERROR;
+  od::json_type type;
+  if (auto e = v.type().get(type)) return e;
+  switch (type) {
+    case od::json_type::object: {
+      od::object obj;
+      if (auto e = v.get_object().get(obj)) return e;
+      return WalkObject(obj, depth, where);
+    }
+    case od::json_type::array: {
+      od::array arr;
+      if (auto e = v.get_array().get(arr)) return e;
+      size_t i = 0;
+      for (auto element : arr) {
+        od::value x;
+        auto e = std::move(element).get(x);
+        if (!e) e = WalkJson(x, depth + 1, where);
+        if (e) {
+          where->push_back("[" + std::to_string(i) + "]");
+          return e;
+        }
+        ++i;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::string: {
+      std::string_view str;
+      return v.get_string().get(str);
+    }
+    case od::json_type::boolean: {
+      bool b;
+      return v.get_bool().get(b);
+    }
+    case od::json_type::null: {
+      bool is_null = false;
+      if (auto e = v.is_null().get(is_null)) return e;
+      return is_null ? simdjson::SUCCESS : simdjson::N_ATOM_ERROR;
+    }
+    case od::json_type::number:
+      return simdjson::SUCCESS;  // type() saw a digit or '-'; skipping a scalar is safe
+  }
+  return simdjson::TAPE_ERROR;
+}
+
+// Walks a document whose root must be an object (WalkJson), then rewinds it.
+Status ValidateDocument(od::document& doc) {
+  od::object root;
+  JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
+  std::vector<std::string> where;
+  if (auto e = WalkObject(root, 0, &where)) {
+    if (e == simdjson::UTF8_ERROR) return JsonError(e, "the top level", "a JSON object");
+    std::string path;
+    for (auto it = where.rbegin(); it != where.rend(); ++it) path += *it;
+    if (!path.empty() && path[0] == '.') path.erase(0, 1);
+    return InvalidArgument("invalid JSON in the request body" +
+                           (path.empty() ? std::string() : " at " + path) + ": " +
+                           simdjson::error_message(e));
+  }
+  if (!AtEnd(doc))
+    return InvalidArgument("invalid JSON in the request body: content after the top-level object");
+  doc.rewind();
+  return Status::Ok();
+}
 
 bool IntegerFits(DataType t, int64_t v) {
   switch (t) {
@@ -634,6 +724,7 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<BodyBuffer>& body,
             ->iterate(simdjson::padded_string_view(split.json.data(), split.json.size(), capacity))
             .get(doc);
     if (e != simdjson::SUCCESS) return JsonError(e, "the top level", "a JSON object");
+    RETURN_IF_ERROR(ValidateDocument(doc));
     return ParseDocument(doc, split.json, split.binary, header_length.has_value(), body, limits);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("out of memory while parsing the request");
@@ -660,6 +751,7 @@ Status ForEachMember(std::string_view body, Fn fn) {
     od::document doc;
     auto e = parser.iterate(padded).get(doc);
     if (e != simdjson::SUCCESS) return JsonError(e, "the top level", "a JSON object");
+    RETURN_IF_ERROR(ValidateDocument(doc));
     od::object root;
     JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
     for (auto fr : root) {

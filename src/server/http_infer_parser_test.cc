@@ -210,6 +210,32 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
   ExpectError(Parse("{\"id\":\"\xff\xfe\",\"inputs\":[]}"), "UTF-8");
 }
 
+// Values the parser never reads (unknown parameters, fields skipped while looking up
+// others) are still checked: a malformed one used to leave simdjson's On Demand iterator
+// in an undefined state (a fuzzer finding, the first case).
+TEST(HttpInferParserTest, MalformedJsonInFieldsNobodyReadsIsRefused) {
+  ExpectError(Parse(R"({"inputs": [{"name": "A", "shape": [1], "datatype": "INT32",)"
+                    R"( "parameters": {"binary_dype": "IN?32", "paremevers": }}}}}}}}})"),
+              "invalid JSON in the request body at inputs[0].parameters.paremevers");
+  ExpectError(Parse(R"({"unknown": {"a": ]}, "inputs": [{"name": "A", "shape": [1],)"
+                    R"( "datatype": "INT32", "data": [1]}]})"),
+              "invalid JSON");
+  ExpectError(Parse(R"({"inputs": [{"name": "A", "extra": [1, :], "shape": [1],)"
+                    R"( "datatype": "INT32", "data": [1]}]})"),
+              "at inputs[0].extra[1]");
+  ExpectError(Parse(R"({"id": "x", "parameters": {"k": nul}, "inputs": []})"), "invalid JSON");
+  ExpectError(Parse(std::string(200, '[') + std::string(200, ']')), "a JSON object");
+  ExpectError(Parse(R"({"a": )" + std::string(100, '[') + std::string(100, ']') + "}"),
+              "invalid JSON");
+  // Well-formed fields nobody reads are still fine, in any order.
+  auto r = Parse(R"({"extra": {"deep": [1, {"x": null, "y": [true, "s\n"]}]},)"
+                 R"( "inputs": [{"datatype": "INT32", "unused": -1.5e3, "data": [7],)"
+                 R"( "shape": [1], "name": "A"}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->request.inputs.size(), 1u);
+  EXPECT_EQ(Values<int32_t>(r->request.inputs[0].tensor), std::vector<int32_t>{7});
+}
+
 TEST(HttpInferParserTest, LimitsAreCheckedBeforeAllocation) {
   runtime::RequestLimits limits;
   limits.max_elements_per_tensor = 10;
