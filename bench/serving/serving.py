@@ -260,6 +260,13 @@ def loadavg():
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
+def steal_ticks():
+    """CPU time the hypervisor gave to other guests while this one wanted to run
+    (/proc/stat's steal column, all CPUs), in clock ticks."""
+    fields = open("/proc/stat").readline().split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
 # ---------------------------------------------------------------- the SVG plot
 def svg_plot(model, series, path):
     """p99 (solid) and p50 (dashed) latency against throughput, one colour per server
@@ -399,6 +406,9 @@ def report(opts, results, info, elapsed, load_before, load_after):
     w("| peer | FastAPI %s, uvicorn %s, PyTorch %s (Debian packages), 1 uvicorn worker, %d torch "
       "thread(s) |" % (info["fastapi"], info["uvicorn"], info["torch"], opts.peer_threads))
     w("| load average | %s before, %s after (1/5/15 min) |" % (load_before, load_after))
+    if "steal_pct" in info:
+        w("| CPU stolen | %.1f%% of the cores' time during the run went to other guests of the "
+          "hypervisor (/proc/stat steal); above a few %% the figures are noisy |" % info["steal_pct"])
     w("")
     w("Everything runs on this one machine: the load generator (`shoal bench`, one epoll thread, "
       "HTTP with binary tensors on keep-alive connections, one per request in flight) shares the "
@@ -621,7 +631,7 @@ def main():
         for k, v in saved.get("options", {}).items():
             setattr(opts, k, v)
     else:
-        start, load_before = time.time(), loadavg()
+        start, load_before, steal0 = time.time(), loadavg(), steal_ticks()
         info = machine()
         bench = Bench(opts, work)
         results = []
@@ -632,6 +642,7 @@ def main():
             if not opts.keep:
                 shutil.rmtree(work, ignore_errors=True)
         elapsed, load_after = time.time() - start, loadavg()
+        info["steal_pct"] = round(100.0 * (steal_ticks() - steal0) / CLK_TCK / max(elapsed, 1e-9) / NCPU, 1)
         os.makedirs(opts.out, exist_ok=True)
         json.dump({"machine": info, "elapsed_s": round(elapsed), "load_before": load_before,
                    "load_after": load_after, "quick": opts.quick, "results": results,
