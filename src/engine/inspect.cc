@@ -2,10 +2,8 @@
 
 #include <iomanip>
 #include <map>
-#include <set>
 #include <sstream>
 
-#include "engine/internal/op_util.h"
 #include "engine/model.h"
 
 namespace shoal::engine {

@@ -289,17 +289,19 @@ Status Session::CheckInputShapes(const std::vector<Shape>& input_shapes) const {
   return Status::Ok();
 }
 
-StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_shapes) {
+StatusOr<Session::CachedPlan*> Session::PlanForShapes(const std::vector<Shape>& input_shapes) {
   RETURN_IF_ERROR(CheckInputShapes(input_shapes));
   if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
-  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(input_shapes));
+  return PlanFor(input_shapes);
+}
+
+StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_shapes) {
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanForShapes(input_shapes));
   return cached->plan->memory_stats();
 }
 
 StatusOr<int> Session::PlanThreads(const std::vector<Shape>& input_shapes) {
-  RETURN_IF_ERROR(CheckInputShapes(input_shapes));
-  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
-  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(input_shapes));
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanForShapes(input_shapes));
   return cached->threads;
 }
 

@@ -132,6 +132,8 @@ class Session {
   };
   StatusOr<CachedPlan*> PlanFor(const std::vector<Shape>& shapes);
   Status CheckInputShapes(const std::vector<Shape>& input_shapes) const;
+  // CheckInputShapes, thread set-up when called from a new thread, then PlanFor.
+  StatusOr<CachedPlan*> PlanForShapes(const std::vector<Shape>& input_shapes);
   Status RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
                  const Plan::Observer* observer);
 

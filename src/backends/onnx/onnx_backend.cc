@@ -265,8 +265,8 @@ class OnnxBackend : public Backend {
     ASSIGN_OR_RETURN(const double small,
                      NumberParameter(info, "single_thread_below_flops",
                                      static_cast<double>(session.single_thread_below_flops)));
-    if (!(small >= 0) || small > 1e18) {
-      return InvalidArgument("single_thread_below_flops must be a number >= 0; was '" +
+    if (small > 1e18) {  // NumberParameter has refused negatives
+      return InvalidArgument("single_thread_below_flops must be at most 1e18; was '" +
                              info.parameters.at("single_thread_below_flops") + "'");
     }
     session.single_thread_below_flops = static_cast<int64_t>(small);
