@@ -91,10 +91,10 @@ void InstancePool::Run(Instance* inst) {
     PoolJob& job = *inst->running;
     lock.unlock();
     const int64_t start = options_.clock->NowNs();
-    job.run(*backend, inst->info.index);
+    const int64_t ran = job.run(*backend, inst->info.index);
     const int64_t elapsed = options_.clock->NowNs() - start;
     lock.lock();
-    inst->cost.Observe(job.batch_size, elapsed);
+    if (ran > 0) inst->cost.Observe(ran, elapsed);
     inst->stats.executions++;
     inst->stats.busy_ns += elapsed;
     inst->running.reset();

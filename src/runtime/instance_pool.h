@@ -36,8 +36,10 @@ namespace shoal::runtime {
 
 struct PoolJob {
   int64_t batch_size = 1;
-  // Runs on the instance thread. Its duration feeds the instance's cost model.
-  std::function<void(backends::BackendInstance& instance, int instance_index)> run;
+  // Runs on the instance thread and returns the items it executed (fewer than batch_size
+  // when requests were cancelled in the meantime; 0 when none ran). Its duration, with
+  // that count, feeds the instance's cost model.
+  std::function<int64_t(backends::BackendInstance& instance, int instance_index)> run;
 };
 
 struct InstanceStats {

@@ -28,9 +28,10 @@ class InstancePoolTest : public ::testing::Test {
   // Runs a job of `n` items on instance `i` that takes `ns` of fake time.
   void RunJob(InstancePool& pool, int i, int64_t n, int64_t ns) {
     std::promise<void> done;
-    pool.Submit(i, PoolJob{n, [&, ns](backends::BackendInstance&, int) {
+    pool.Submit(i, PoolJob{n, [&, n, ns](backends::BackendInstance&, int) {
                              clock_->AdvanceNs(ns);
                              done.set_value();
+                             return n;
                            }});
     done.get_future().wait();
     // Wait until the instance recorded the job and went idle again.
@@ -81,12 +82,13 @@ TEST_F(InstancePoolTest, PrefersABusyFastInstanceOverAnIdleVerySlowOne) {
   pool->Submit(1, PoolJob{1, [&, released](backends::BackendInstance&, int) {
                             started.set_value();
                             released.wait();
+                            return int64_t{1};
                           }});
   started.get_future().wait();
   // Instance 1 finishes its job (1.1 us) and then 8 items (1.8 us) long before instance 0
   // could do 8 items (180 us).
   EXPECT_EQ(pool->Choose(8), 1);
-  pool->Submit(1, PoolJob{8, [](backends::BackendInstance&, int) {}});
+  pool->Submit(1, PoolJob{8, [](backends::BackendInstance&, int) { return int64_t{8}; }});
   // Now instance 1 has a pending job too: only instance 0 can take more.
   EXPECT_EQ(pool->Choose(8), 0);
   release.set_value();

@@ -343,11 +343,31 @@ void ModelVersion::Dispatch(Batch batch) {
   const int index = pool_->Choose(items);
   auto shared = std::make_shared<Batch>(std::move(batch));
   pool_->Submit(index, PoolJob{items, [this, shared, seq](backends::BackendInstance& inst, int) {
-                                 ExecuteBatch(*shared, inst, seq);
+                                 return ExecuteBatch(*shared, inst, seq);
                                }});
 }
 
-void ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq) {
+int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instance,
+                                   uint64_t seq) {
+  // The scheduler removes cancelled requests only while they are queued. A cancel that
+  // lands after the batch was formed (or while its flag was set but the scheduler not yet
+  // told) still saves the work: such requests leave here, answered, before the merge.
+  size_t kept = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i]->control->cancel_requested()) {
+      stats_.RecordCancelled();
+      Answer(std::move(batch[i]), Cancelled("request cancelled by the client"), {}, 0, 0, 0, 0);
+    } else if (kept != i) {
+      batch[kept++] = std::move(batch[i]);
+    } else {
+      ++kept;
+    }
+  }
+  batch.resize(kept);
+  if (batch.empty()) {
+    if (options_.preserve_ordering) Release(seq, {});
+    return 0;
+  }
   const int64_t t0 = clock_->NowNs();
   std::vector<const InferRequest*> requests;
   std::vector<int64_t> sizes;
@@ -403,6 +423,7 @@ void ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instanc
   } else {
     for (auto& a : answers) a();
   }
+  return items;
 }
 
 void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answers) {

@@ -109,7 +109,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // the calling thread; returns true (with poked_ set) if the scheduler must be notified.
   bool DispatchOrWake();
   void Dispatch(Batch batch);  // requires mu_
-  void ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
+  // Runs `batch` on `instance` and answers its requests; returns the items executed
+  // (requests cancelled since the batch was formed are answered without running).
+  int64_t ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
   // Answers one task; `result` outputs are per request. Handles cache and stats.
   void Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
               int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns);

@@ -26,8 +26,12 @@ std::shared_ptr<grpc::Channel> Connect(int port) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT32_MAX);
   args.SetMaxSendMessageSize(INT32_MAX);
-  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
-                                   grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                           grpc::InsecureChannelCredentials(), args);
+  // Connect now: a first call that also sets up the connection can take longer than the
+  // work the tests race it against (under TSan, hundreds of milliseconds).
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  return channel;
 }
 
 template <typename T>
@@ -71,6 +75,16 @@ class GrpcServerTest : public ::testing::Test {
     repo_.AddModel("add_sub", testing::kAddSubConfig);
     repo_.AddModel("slow", testing::SlowConfig("slow", 200000));
     repo_.AddModel("tiny_queue", testing::SlowConfig("tiny_queue", 300000, 1));
+    // "held" keeps a lone request queued for ten minutes (it waits for a batch of 8): only
+    // a cancellation takes it out before a test ends, with no timing assumption.
+    repo_.AddModel("held",
+                   "name: \"held\"\nbackend: \"cost_model\"\nmax_batch_size: 8\n"
+                   "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+                   "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+                   "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+                   "dynamic_batching { max_queue_delay_microseconds: 600000000 }\n"
+                   "parameters { key: \"a_us\" value { string_value: \"0\" } }\n"
+                   "parameters { key: \"b_us\" value { string_value: \"0\" } }\n");
     runtime_ = testing::MakeServer(repo_);
     ASSERT_NE(runtime_, nullptr);
   }
@@ -88,6 +102,16 @@ class GrpcServerTest : public ::testing::Test {
   int64_t InFlight(const std::string& model) {
     auto mv = runtime_->GetModel(model);
     return mv.ok() ? (*mv)->in_flight() : -1;
+  }
+  // Waits (at most 20 s, so a broken assumption fails instead of hanging) until `model`
+  // has at least `want` requests in flight, or none when `want` is 0.
+  bool WaitInFlight(const std::string& model, int64_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (want == 0 ? InFlight(model) != 0 : InFlight(model) < want) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
   }
 
   TempRepo repo_;
@@ -331,25 +355,27 @@ TEST_F(GrpcServerTest, StreamBackPressureStillAnswersEverything) {
   EXPECT_EQ(count, n);
 }
 
-TEST_F(GrpcServerSlowTest, ClientDeadlineCancelsTheRuntimeRequest) {
+TEST_F(GrpcServerTest, ClientDeadlineCancelsTheRuntimeRequest) {
   StartServer();
-  ModelInferResponse resp;
-  // The first occupies the instance; the second waits in the queue and is abandoned.
-  std::thread busy([&] {
-    ModelInferResponse r;
-    EXPECT_TRUE(Infer(*stub_, FloatRequest("slower", {1}), &r).ok());
+  // The deadline must not pass before the request reaches the runtime, or there is nothing
+  // to cancel: a watcher records that it did.
+  std::atomic<bool> reached{false}, answered{false};
+  std::thread watcher([&] {
+    while (!answered) {
+      if (InFlight("held") == 1) reached = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   });
-  while (InFlight("slower") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_EQ(Infer(*stub_, FloatRequest("slower", {2}), &resp, 50).error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
-  busy.join();
-  // The abandoned request was cancelled, not run: only the first executed.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (InFlight("slower") > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  auto stats = (*runtime_->GetModel("slower"))->stats();
-  EXPECT_EQ(stats.execution_count, 1u);
+  ModelInferResponse resp;
+  const auto code = Infer(*stub_, FloatRequest("held", {2}), &resp, 2000).error_code();
+  answered = true;
+  watcher.join();
+  EXPECT_EQ(code, grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_TRUE(reached.load()) << "the request never reached the runtime within 2 s";
+  // The abandoned request was cancelled, not run.
+  ASSERT_TRUE(WaitInFlight("held", 0));
+  auto stats = (*runtime_->GetModel("held"))->stats();
+  EXPECT_EQ(stats.execution_count, 0u);
   EXPECT_EQ(stats.cancelled, 1u);
   EXPECT_TRUE(Infer(*stub_, FloatRequest("identity", {1}), &resp).ok());
 }
@@ -369,7 +395,7 @@ TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
       ok += s.ok();
     });
   }
-  while (InFlight("slow") < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(WaitInFlight("slow", n)) << InFlight("slow");
   grpc_->Stop();
   for (auto& t : clients) t.join();
   EXPECT_EQ(ok.load(), n);
@@ -390,7 +416,7 @@ TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
   ASSERT_TRUE(stream->Read(&r));
   EXPECT_EQ(r.infer_response().id(), "a");
   ASSERT_TRUE(stream->Write(FloatRequest("slow", {1}, "b")));
-  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(WaitInFlight("slow", 1)) << InFlight("slow");
   // Another stream, idle: it must not hold Stop for the grace period.
   grpc::ClientContext idle_ctx;
   auto idle = stub_->ModelStreamInfer(&idle_ctx);
@@ -428,7 +454,7 @@ TEST_F(GrpcServerSlowTest, StopCancelsWhatStillRunsAfterTheGracePeriod) {
                 s.error_code() == grpc::StatusCode::UNAVAILABLE;
     });
   }
-  while (InFlight("slower") < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(WaitInFlight("slower", n)) << InFlight("slower");
   grpc_->Stop();
   for (auto& t : clients) t.join();
   EXPECT_EQ(answered.load(), n);
@@ -450,7 +476,7 @@ TEST_F(GrpcServerTest, NewInferenceIsRefusedWhileDraining) {
     ModelInferResponse r;
     EXPECT_TRUE(Infer(*stub_, FloatRequest("slow", {1}), &r).ok());
   });
-  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(WaitInFlight("slow", 1)) << InFlight("slow");
   std::thread stopper([&] { grpc_->Stop(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ModelInferResponse r;
@@ -465,7 +491,7 @@ TEST_F(GrpcServerTest, RuntimeShutdownDuringStreamingIsAnsweredAsUnavailable) {
   grpc::ClientContext ctx;
   auto stream = stub_->ModelStreamInfer(&ctx);
   ASSERT_TRUE(stream->Write(FloatRequest("slow", {1}, "queued")));
-  while (InFlight("slow") < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(WaitInFlight("slow", 1)) << InFlight("slow");
   runtime_->Shutdown();  // drains: "queued" is still answered
   ASSERT_TRUE(stream->Write(FloatRequest("identity", {1}, "late")));
   stream->WritesDone();
