@@ -27,6 +27,9 @@
 // Usage: engine_benchmark --dir DIR [--models a,b,...] [--threads 2] [--runs 5]
 //                         [--min-seconds 0.5] [--calib-batches 2] [--acc-batches 2]
 //                         [--models-dir SRC/models] [--peer FILE] [--json OUT.json]
+//                         [--tiers bf16,int8]
+// --tiers names the tiers run beside fp32 (which always runs: int8 is calibrated on it and
+// every tier's accuracy is measured against it); "--tiers none" times fp32 alone.
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -83,6 +86,7 @@ struct Options {
   std::string models_dir;  // the repository's models/ (digits)
   std::string peer;
   std::string json;
+  std::vector<std::string> tiers = {"bf16", "int8"};  // beside fp32, which always runs
 };
 
 struct TierResult {
@@ -520,6 +524,11 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
       const Precision p = kTiers[t];
       const std::string tier(PrecisionName(p));
       TierResult& tr = m.tiers[t];
+      if (p != Precision::kFp32 &&
+          std::find(o.tiers.begin(), o.tiers.end(), tier) == o.tiers.end()) {
+        tr.note = "not run (--tiers)";
+        continue;
+      }
       Status check = CheckPrecision(p);
       if (!check.ok()) {
         tr.note = p == Precision::kBf16 ? "n/a (no AVX512_BF16)" : OneLine(check.ToString());
@@ -856,7 +865,7 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
   std::fprintf(stderr,
                "usage: engine_benchmark --dir DIR [--models a,b,...] [--threads N] [--runs N] "
                "[--min-seconds S] [--calib-batches N] [--acc-batches N] [--models-dir DIR] "
-               "[--peer FILE] [--json OUT.json]\n");
+               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8]\n");
   std::exit(2);
 }
 
@@ -890,6 +899,8 @@ int main(int argc, char** argv) {
       o.peer = v;
     else if (a == "--json")
       o.json = v;
+    else if (a == "--tiers")
+      o.tiers = Split(v);
     else
       Usage();
   }

@@ -6,7 +6,8 @@
 # ratios (fp32/PyTorch, bf16/fp32, int8/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
 #   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]
-#                       [--keep DIR | --models-from DIR] [--reuse-pytorch]
+#                       [--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8]
+# --tiers names the tiers timed beside fp32 (default both; "none" times fp32 alone).
 # --keep DIR writes the exported models to DIR and keeps them (else a temporary folder,
 # removed afterwards). --models-from DIR is --keep DIR that reuses the models already
 # exported there (exporting only the missing ones); PyTorch is still timed. --reuse-pytorch
@@ -25,9 +26,10 @@ MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,digits,image_classifier
 KEEP=""
 REUSE_MODELS=0
 REUSE_PYTORCH=0
+TIERS=bf16,int8
 usage() {
   echo "usage: bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b]" \
-       "[--keep DIR | --models-from DIR] [--reuse-pytorch]" >&2
+       "[--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP="$2"; shift 2 ;;
     --models-from) KEEP="$2"; REUSE_MODELS=1; shift 2 ;;
     --reuse-pytorch) REUSE_PYTORCH=1; shift ;;
+    --tiers) TIERS="$2"; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -116,8 +119,8 @@ if os.path.exists(sys.argv[1]):
         print("%s\tnote\t%s" % (model, " ".join(note.split())))
 PY
 
-echo "== timing shoal's engine ($THREADS threads; fp32, bf16, int8)" >&2
-TABLES=$("$BENCH" --dir "$WORK" --models "$MODELS" --threads "$THREADS" --runs "$RUNS" \
+echo "== timing shoal's engine ($THREADS threads; fp32 and tiers: $TIERS)" >&2
+TABLES=$("$BENCH" --dir "$WORK" --models "$MODELS" --threads "$THREADS" --runs "$RUNS" --tiers "$TIERS" \
   --min-seconds "$MIN_SECONDS" --models-dir "$PWD/models" --peer "$WORK/peer.tsv" \
   --json "$WORK/shoal.json")
 
