@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <random>
 
 namespace shoal::runtime {
@@ -62,10 +63,16 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
 )";
 
 InferResponse InferSync(Server& server, InferRequest request) {
-  std::promise<InferResponse> p;
-  auto f = p.get_future();
-  server.Infer(std::move(request), [&p](InferResponse r) { p.set_value(std::move(r)); });
-  EXPECT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  // Shared, so that an answer arriving after the test gave up has somewhere to go.
+  auto p = std::make_shared<std::promise<InferResponse>>();
+  auto f = p->get_future();
+  server.Infer(std::move(request), [p](InferResponse r) { p->set_value(std::move(r)); });
+  if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "no answer within 20 s";
+    InferResponse none;
+    none.status = Internal("no answer within 20 s");
+    return none;
+  }
   return f.get();
 }
 

@@ -74,17 +74,8 @@ class GrpcServerTest : public ::testing::Test {
     repo_.AddModel("strings", testing::kStringsConfig);
     repo_.AddModel("add_sub", testing::kAddSubConfig);
     repo_.AddModel("slow", testing::SlowConfig("slow", 200000));
-    repo_.AddModel("tiny_queue", testing::SlowConfig("tiny_queue", 300000, 1));
-    // "held" keeps a lone request queued for ten minutes (it waits for a batch of 8): only
-    // a cancellation takes it out before a test ends, with no timing assumption.
-    repo_.AddModel("held",
-                   "name: \"held\"\nbackend: \"cost_model\"\nmax_batch_size: 8\n"
-                   "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
-                   "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
-                   "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
-                   "dynamic_batching { max_queue_delay_microseconds: 600000000 }\n"
-                   "parameters { key: \"a_us\" value { string_value: \"0\" } }\n"
-                   "parameters { key: \"b_us\" value { string_value: \"0\" } }\n");
+    repo_.AddModel("held", testing::HeldConfig("held"));
+    repo_.AddModel("held_q1", testing::HeldConfig("held_q1", 1));
     runtime_ = testing::MakeServer(repo_);
     ASSERT_NE(runtime_, nullptr);
   }
@@ -103,6 +94,22 @@ class GrpcServerTest : public ::testing::Test {
     auto mv = runtime_->GetModel(model);
     return mv.ok() ? (*mv)->in_flight() : -1;
   }
+  // Requests `model` has received so far: in flight or answered (a count that only grows,
+  // unlike in_flight, so waiting on it does not race the model's execution time).
+  int64_t Arrived(const std::string& model) {
+    auto mv = runtime_->GetModel(model);
+    if (!mv.ok()) return -1;
+    const auto st = (*mv)->stats();
+    return (*mv)->in_flight() + static_cast<int64_t>(st.success.count + st.fail.count);
+  }
+  bool WaitArrived(const std::string& model, int64_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (Arrived(model) < want) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
   // Waits (at most 20 s, so a broken assumption fails instead of hanging) until `model`
   // has at least `want` requests in flight, or none when `want` is 0.
   bool WaitInFlight(const std::string& model, int64_t want) {
@@ -118,16 +125,6 @@ class GrpcServerTest : public ::testing::Test {
   std::unique_ptr<runtime::Server> runtime_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<GRPCInferenceService::Stub> stub_;
-};
-
-// With "slower", a model whose executions take one second: long enough that what the
-// tests cancel is still queued even under a sanitizer's slowdown.
-class GrpcServerSlowTest : public GrpcServerTest {
- protected:
-  void SetUp() override {
-    repo_.AddModel("slower", testing::SlowConfig("slower", 1000000));
-    GrpcServerTest::SetUp();
-  }
 };
 
 TEST_F(GrpcServerTest, StartRejectsBadOptions) {
@@ -267,21 +264,18 @@ TEST_F(GrpcServerTest, InferErrorsMapToStatusCodes) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("OTHER"), std::string::npos) << s.error_message();
 
-  // tiny_queue: one executing, one queued, the rest RESOURCE_EXHAUSTED.
-  std::vector<std::thread> threads;
-  std::atomic<int> exhausted{0}, ok{0};
-  for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&] {
-      ModelInferResponse r;
-      auto st = Infer(*stub_, FloatRequest("tiny_queue", {1}), &r);
-      if (st.ok()) ++ok;
-      if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_GE(exhausted.load(), 1);
-  EXPECT_GE(ok.load(), 1);
-  EXPECT_EQ(exhausted + ok, 4);
+  // A full queue: held_q1 keeps its one queued request, so the next is refused.
+  grpc::ClientContext held_ctx;
+  std::thread holder([&] {
+    ModelInferResponse r;
+    EXPECT_EQ(stub_->ModelInfer(&held_ctx, FloatRequest("held_q1", {1}), &r).error_code(),
+              grpc::StatusCode::CANCELLED);
+  });
+  ASSERT_TRUE(WaitInFlight("held_q1", 1));
+  s = Infer(*stub_, FloatRequest("held_q1", {2}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  held_ctx.TryCancel();
+  holder.join();
 }
 
 TEST_F(GrpcServerTest, MessagesAboveFourMebibytes) {
@@ -395,7 +389,8 @@ TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
       ok += s.ok();
     });
   }
-  ASSERT_TRUE(WaitInFlight("slow", n)) << InFlight("slow");
+  // All n sent (some may already be answered: Stop must answer the rest).
+  ASSERT_TRUE(WaitArrived("slow", n)) << Arrived("slow");
   grpc_->Stop();
   for (auto& t : clients) t.join();
   EXPECT_EQ(ok.load(), n);
@@ -416,7 +411,7 @@ TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
   ASSERT_TRUE(stream->Read(&r));
   EXPECT_EQ(r.infer_response().id(), "a");
   ASSERT_TRUE(stream->Write(FloatRequest("slow", {1}, "b")));
-  ASSERT_TRUE(WaitInFlight("slow", 1)) << InFlight("slow");
+  ASSERT_TRUE(WaitArrived("slow", 1)) << Arrived("slow");
   // Another stream, idle: it must not hold Stop for the grace period.
   grpc::ClientContext idle_ctx;
   auto idle = stub_->ModelStreamInfer(&idle_ctx);
@@ -437,51 +432,57 @@ TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
   EXPECT_EQ(idle->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
-TEST_F(GrpcServerSlowTest, StopCancelsWhatStillRunsAfterTheGracePeriod) {
+TEST_F(GrpcServerTest, StopCancelsWhatStillRunsAfterTheGracePeriod) {
   GrpcOptions o;
   o.shutdown_grace_ms = 50;
   StartServer(o);
-  const int n = 3;  // one executing for 1 s, two queued behind it
+  const int n = 3;  // all held in the queue far longer than the grace period
   std::atomic<int> answered{0}, failed{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < n; ++i) {
     clients.emplace_back([&, i] {
       ModelInferResponse r;
-      auto s = Infer(*stub_, FloatRequest("slower", {float(i)}), &r);
+      auto s = Infer(*stub_, FloatRequest("held", {float(i)}), &r);
       ++answered;
       // gRPC reports the forced cancellation as UNAVAILABLE ("Cancelling all calls").
       failed += s.error_code() == grpc::StatusCode::CANCELLED ||
                 s.error_code() == grpc::StatusCode::UNAVAILABLE;
     });
   }
-  ASSERT_TRUE(WaitInFlight("slower", n)) << InFlight("slower");
+  ASSERT_TRUE(WaitInFlight("held", n)) << InFlight("held");
   grpc_->Stop();
   for (auto& t : clients) t.join();
   EXPECT_EQ(answered.load(), n);
   EXPECT_EQ(failed.load(), n) << "every call was still running when the grace period ended";
-  // The runtime answered the queued ones as cancelled, without running them.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (InFlight("slower") > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  const auto stats = (*runtime_->GetModel("slower"))->stats();
-  EXPECT_EQ(stats.cancelled, uint64_t{n - 1});
-  EXPECT_EQ(stats.execution_count, 1u);
+  // The runtime answered them as cancelled, without running them.
+  ASSERT_TRUE(WaitInFlight("held", 0)) << InFlight("held");
+  const auto stats = (*runtime_->GetModel("held"))->stats();
+  EXPECT_EQ(stats.cancelled, uint64_t{n});
+  EXPECT_EQ(stats.execution_count, 0u);
 }
 
 TEST_F(GrpcServerTest, NewInferenceIsRefusedWhileDraining) {
   StartServer();
-  // Keep one call in flight so that Stop stays in its draining phase for a while.
+  // Keep one call in flight (held in the queue) so that Stop stays in its draining phase
+  // until the test lets it go.
+  grpc::ClientContext busy_ctx;
   std::thread busy([&] {
     ModelInferResponse r;
-    EXPECT_TRUE(Infer(*stub_, FloatRequest("slow", {1}), &r).ok());
+    auto code = stub_->ModelInfer(&busy_ctx, FloatRequest("held", {1}), &r).error_code();
+    EXPECT_TRUE(code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE)
+        << code;
   });
-  ASSERT_TRUE(WaitInFlight("slow", 1)) << InFlight("slow");
+  ASSERT_TRUE(WaitInFlight("held", 1)) << InFlight("held");
   std::thread stopper([&] { grpc_->Stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ModelInferResponse r;
-  auto s = Infer(*stub_, FloatRequest("identity", {1}), &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  // Calls made before Stop begins draining still succeed; once it has, they are refused.
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (code == grpc::StatusCode::OK && std::chrono::steady_clock::now() < deadline) {
+    ModelInferResponse r;
+    code = Infer(*stub_, FloatRequest("identity", {1}), &r, 2000).error_code();
+  }
+  EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
+  busy_ctx.TryCancel();
   busy.join();
   stopper.join();
 }
@@ -491,7 +492,7 @@ TEST_F(GrpcServerTest, RuntimeShutdownDuringStreamingIsAnsweredAsUnavailable) {
   grpc::ClientContext ctx;
   auto stream = stub_->ModelStreamInfer(&ctx);
   ASSERT_TRUE(stream->Write(FloatRequest("slow", {1}, "queued")));
-  ASSERT_TRUE(WaitInFlight("slow", 1)) << InFlight("slow");
+  ASSERT_TRUE(WaitArrived("slow", 1)) << Arrived("slow");
   runtime_->Shutdown();  // drains: "queued" is still answered
   ASSERT_TRUE(stream->Write(FloatRequest("identity", {1}, "late")));
   stream->WritesDone();

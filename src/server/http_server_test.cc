@@ -75,16 +75,17 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
          { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
 )";
 
-// One instance, one item per batch, 300 ms per execution: a second request queues.
-constexpr char kSlow[] = R"(
-name: "slow"
+// Holds a lone request in its queue for ten minutes (it waits for a batch of 8): only a
+// cancellation or a draining shutdown moves it, so tests assume nothing about timing.
+constexpr char kHeld[] = R"(
+name: "held"
 backend: "cost_model"
-max_batch_size: 1
+max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-dynamic_batching { }
+dynamic_batching { max_queue_delay_microseconds: 600000000 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "a_us" value { string_value: "300000" } }
+parameters { key: "a_us" value { string_value: "0" } }
 parameters { key: "b_us" value { string_value: "0" } }
 )";
 
@@ -109,7 +110,7 @@ class HttpServerTest : public ::testing::Test {
     repo_.AddModel("identity", kIdentity);
     repo_.AddModel("strings", kStrings);
     repo_.AddModel("add_sub", kAddSub);
-    repo_.AddModel("slow", kSlow);
+    repo_.AddModel("held", kHeld);
     runtime::ServerOptions o;
     o.model_repository = repo_.path();
     o.backend_directories = {PluginDir()};
@@ -130,6 +131,18 @@ class HttpServerTest : public ::testing::Test {
   }
   std::unique_ptr<HttpTestClient> NewClient() {
     return std::make_unique<HttpTestClient>("127.0.0.1", http_->port());
+  }
+  // Waits, at most 20 s, until `done` holds for model `name`'s state.
+  template <typename Pred>
+  bool WaitModel(const std::string& name, Pred done) {
+    auto mv = server_->GetModel(name);
+    if (!mv.ok()) return false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done(**mv)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
   }
 
   TempRepo repo_;
@@ -395,24 +408,17 @@ TEST_F(HttpServerTest, StatisticsCountRequests) {
 
 TEST_F(HttpServerTest, DisconnectCancelsQueuedRequest) {
   Start();
-  // Occupy the only instance for 300 ms.
-  auto busy = NewClient();
-  ASSERT_TRUE(busy->SendRaw("POST /v2/models/slow/infer HTTP/1.1\r\nContent-Length: " +
-                            std::to_string(InferJson({1}).size()) + "\r\n\r\n" + InferJson({1})));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // Queue a second request, then go away.
+  // Queue a request, then go away.
   auto leaver = NewClient();
-  ASSERT_TRUE(leaver->SendRaw("POST /v2/models/slow/infer HTTP/1.1\r\nContent-Length: " +
+  ASSERT_TRUE(leaver->SendRaw("POST /v2/models/held/infer HTTP/1.1\r\nContent-Length: " +
                               std::to_string(InferJson({2}).size()) + "\r\n\r\n" + InferJson({2})));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(WaitModel("held", [](const auto& m) { return m.in_flight() == 1; }));
   leaver->Close();
-  EXPECT_EQ(busy->ReadReply().status, 200);
-  auto mv = server_->GetModel("slow");
+  ASSERT_TRUE(WaitModel("held", [](const auto& m) { return m.stats().cancelled == 1; }));
+  auto mv = server_->GetModel("held");
   ASSERT_TRUE(mv.ok());
-  for (int i = 0; i < 200 && (*mv)->stats().cancelled == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ((*mv)->stats().cancelled, 1u);
-  EXPECT_EQ((*mv)->stats().execution_count, 1u) << "the cancelled request never ran";
+  EXPECT_EQ((*mv)->stats().execution_count, 0u) << "the cancelled request never ran";
+  EXPECT_EQ((*mv)->in_flight(), 0);
 }
 
 TEST_F(HttpServerTest, ManyConcurrentConnections) {
@@ -436,14 +442,14 @@ TEST_F(HttpServerTest, ManyConcurrentConnections) {
 TEST_F(HttpServerTest, StopAcceptingAnswersRequestsInFlight) {
   Start();
   auto a = NewClient();
-  ASSERT_TRUE(a->SendRaw("POST /v2/models/slow/infer HTTP/1.1\r\nContent-Length: " +
+  ASSERT_TRUE(a->SendRaw("POST /v2/models/held/infer HTTP/1.1\r\nContent-Length: " +
                          std::to_string(InferJson({1}).size()) + "\r\n\r\n" + InferJson({1})));
   auto idle = NewClient();
   ASSERT_EQ(idle->Get("/v2/health/live").status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(WaitModel("held", [](const auto& m) { return m.in_flight() == 1; }));
   http_->StopAccepting();
   EXPECT_TRUE(idle->WaitForClose(2000)) << "idle keep-alive connections are closed";
-  server_->Shutdown();  // answers the queued request
+  server_->Shutdown();  // drains: runs and answers the held request
   EXPECT_TRUE(http_->Drain(5000));
   HttpReply r = a->ReadReply();
   EXPECT_EQ(r.status, 200) << r.body;

@@ -76,8 +76,11 @@ class FakeBackendState {
       if (blocked()) {
         ++waiting_;
         cv_.notify_all();
-        cv_.wait(lock, [&] { return !blocked(); });
+        // Bounded: a test that fails before it unblocks must end, not hang its binary.
+        const bool released =
+            cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !blocked(); });
         --waiting_;
+        if (!released) return Internal("fake backend: still blocked after 60 s");
       }
     }
     for (float k : e.row_keys) {
