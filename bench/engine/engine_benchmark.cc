@@ -7,6 +7,11 @@
 // - Peak: first measures the machine's FMA peak itself (an FMA loop with 12 independent
 //   vector accumulators, AVX-512 when the CPU has it, else AVX2; one pinned thread per
 //   --threads, ~0.5 s; median of 3) so that GFLOP/s can be read as a fraction of it.
+// - Library ceiling: then times oneDNN's own primitives, alone, on the largest shapes of
+//   BERT-base and ResNet-50 at batch 8 (matmul with packed weights; convolution in the
+//   engine's NHWC layout), with the same threads and timing rule as the models, so a
+//   model's fraction of the peak can be read against what the library reaches on this
+//   machine in the same minute.
 // - Throughput: each timed run repeats Session::Run until it lasts MIN_SECONDS; the figure
 //   is the median items/s over RUNS runs after warm-up. GFLOP/s uses the FLOPs per sample
 //   `shoal inspect` estimates (engine/inspect.h).
@@ -31,6 +36,7 @@
 // --tiers names the tiers run beside fp32 (which always runs: int8 is calibrated on it and
 // every tier's accuracy is measured against it); "--tiers none" times fp32 alone.
 #include <immintrin.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -52,6 +58,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <dnnl.hpp>
 
 #include "engine/inspect.h"
 #include "engine/model.h"
@@ -299,6 +307,114 @@ Peak MeasureFmaPeak(int threads) {
   std::sort(rates.begin(), rates.end());
   peak.gflops = rates[1];
   return peak;
+}
+
+// ---- Library ceiling ---------------------------------------------------------------
+
+struct Ceiling {
+  std::string primitive;  // "matmul" or "conv"
+  std::string shape;      // as the model uses it
+  double gflops = 0;      // median over the runs
+};
+
+// Median GFLOP/s of `run` (each call does `flops`), timed as the models are: RUNS runs,
+// each repeating the call until it lasts MIN_SECONDS, after one warm-up call.
+template <typename Fn>
+double TimeGflops(const Fn& run, double flops, const Options& o) {
+  run();
+  std::vector<double> rates;
+  for (int r = 0; r < o.runs; ++r) {
+    int64_t calls = 0;
+    const auto start = std::chrono::steady_clock::now();
+    double elapsed = 0;
+    do {
+      run();
+      ++calls;
+      elapsed = Seconds(start, std::chrono::steady_clock::now());
+    } while (elapsed < o.min_seconds);
+    rates.push_back(static_cast<double>(calls) * flops / elapsed / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
+  using dnnl::memory;
+  omp_set_num_threads(std::max(1, o.threads));
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  auto fill = [](dnnl::memory& m) {
+    float* p = static_cast<float*>(m.get_data_handle());
+    const size_t n = m.get_desc().get_size() / sizeof(float);
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 7) * 0.01f;
+  };
+  std::vector<Ceiling> out;
+  // BERT-base, 8 sequences of 128 tokens: Q/K/V/output projections, FFN up and down.
+  const int64_t mm[][3] = {{1024, 768, 768}, {1024, 768, 3072}, {1024, 3072, 768}};
+  for (const auto& d : mm) {
+    const int64_t m = d[0], k = d[1], n = d[2];
+    const memory::desc a({m, k}, memory::data_type::f32, memory::format_tag::ab);
+    const memory::desc b({k, n}, memory::data_type::f32, memory::format_tag::any);
+    const memory::desc c({m, n}, memory::data_type::f32, memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+    memory A(a, eng), B(pd.weights_desc(), eng), C(c, eng);
+    fill(A);
+    fill(B);
+    dnnl::matmul prim(pd);
+    auto run = [&] {
+      prim.execute(stream, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+      stream.wait();
+    };
+    out.push_back({"matmul",
+                   std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) +
+                       "x" + std::to_string(n),
+                   TimeGflops(run, 2.0 * m * k * n, o)});
+  }
+  // ResNet-50, batch 8: a 3x3 convolution of each of two stages, and a 1x1 reduction.
+  struct ConvShape {
+    int64_t c_in, c_out, hw, k;
+  };
+  const ConvShape convs[] = {{128, 128, 28, 3}, {256, 256, 14, 3}, {1024, 256, 14, 1}};
+  for (const ConvShape& cs : convs) {
+    const int64_t mb = 8, pad = cs.k / 2;
+    const memory::desc src({mb, cs.c_in, cs.hw, cs.hw}, memory::data_type::f32,
+                           memory::format_tag::nhwc);
+    const memory::desc wei({cs.c_out, cs.c_in, cs.k, cs.k}, memory::data_type::f32,
+                           memory::format_tag::any);
+    const memory::desc dst({mb, cs.c_out, cs.hw, cs.hw}, memory::data_type::f32,
+                           memory::format_tag::nhwc);
+    dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, src, wei, dst,
+                                        {1, 1}, {pad, pad}, {pad, pad}),
+        eng);
+    memory S(src, eng), W(pd.weights_desc(), eng), D(dst, eng);
+    fill(S);
+    fill(W);
+    dnnl::convolution_forward prim(pd);
+    auto run = [&] {
+      prim.execute(stream, {{DNNL_ARG_SRC, S}, {DNNL_ARG_WEIGHTS, W}, {DNNL_ARG_DST, D}});
+      stream.wait();
+    };
+    const double flops = 2.0 * mb * cs.c_out * cs.hw * cs.hw * cs.c_in * cs.k * cs.k;
+    out.push_back({"conv",
+                   "8x" + std::to_string(cs.c_in) + "x" + std::to_string(cs.hw) + "x" +
+                       std::to_string(cs.hw) + ", " + std::to_string(cs.k) + "x" +
+                       std::to_string(cs.k) + " -> " + std::to_string(cs.c_out),
+                   TimeGflops(run, flops, o)});
+  }
+  return out;
+}
+
+void PrintCeiling(const std::vector<Ceiling>& ceiling, const Peak& peak) {
+  std::printf(
+      "\noneDNN alone on the models' largest shapes (same threads and timing rule, this run): "
+      "what the library reaches here, beside the models' %% of peak above.\n\n"
+      "| primitive | shape | GFLOP/s | %% of peak |\n|---|---|---|---|\n");
+  for (const Ceiling& c : ceiling) {
+    std::printf("| %s | %s | %.1f | %.0f%% |\n", c.primitive.c_str(), c.shape.c_str(), c.gflops,
+                peak.gflops > 0 ? 100.0 * c.gflops / peak.gflops : 0.0);
+  }
 }
 
 // ---- Models and inputs ---------------------------------------------------------------
@@ -800,10 +916,15 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
 }
 
 void WriteJson(const std::string& path, const std::vector<ModelResult>& all, const Options& o,
-               const Peak& peak) {
+               const Peak& peak, const std::vector<Ceiling>& ceiling) {
   std::ofstream j(path);
   j << "{\"threads\": " << o.threads << ", \"fma_isa\": \"" << peak.isa
-    << "\", \"fma_peak_gflops\": " << peak.gflops << ",\n \"results\": [";
+    << "\", \"fma_peak_gflops\": " << peak.gflops << ",\n \"onednn_alone\": [";
+  for (size_t i = 0; i < ceiling.size(); ++i) {
+    j << (i ? ", " : "") << "{\"primitive\": \"" << ceiling[i].primitive << "\", \"shape\": \""
+      << ceiling[i].shape << "\", \"gflops\": " << ceiling[i].gflops << "}";
+  }
+  j << "],\n \"results\": [";
   bool first = true;
   for (const ModelResult& m : all) {
     for (int i = 0; i < 2; ++i) {
@@ -909,9 +1030,19 @@ int main(int argc, char** argv) {
   const Peak peak = MeasureFmaPeak(o.threads);
   std::fprintf(stderr, "FMA peak (%s, %d threads, median of 3): %.1f GFLOP/s\n", peak.isa.c_str(),
                o.threads, peak.gflops);
+  std::vector<Ceiling> ceiling;
+  try {
+    ceiling = MeasureLibraryCeiling(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oneDNN ceiling not measured: %s\n", e.what());
+  }
+  for (const Ceiling& c : ceiling)
+    std::fprintf(stderr, "oneDNN %s %s: %.1f GFLOP/s\n", c.primitive.c_str(), c.shape.c_str(),
+                 c.gflops);
   std::vector<ModelResult> all;
   for (const std::string& name : o.models) all.push_back(BenchModel(name, o));
   PrintTables(all, ReadPeer(o.peer), peak);
-  if (!o.json.empty()) WriteJson(o.json, all, o, peak);
+  if (!ceiling.empty()) PrintCeiling(ceiling, peak);
+  if (!o.json.empty()) WriteJson(o.json, all, o, peak, ceiling);
   return 0;
 }
