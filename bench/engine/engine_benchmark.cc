@@ -47,6 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dnnl.hpp>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -58,8 +59,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <dnnl.hpp>
 
 #include "engine/inspect.h"
 #include "engine/model.h"
@@ -366,8 +365,8 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
       stream.wait();
     };
     out.push_back({"matmul",
-                   std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) +
-                       "x" + std::to_string(n),
+                   std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
+                       std::to_string(n),
                    TimeGflops(run, 2.0 * m * k * n, o)});
   }
   // ResNet-50, batch 8: a 3x3 convolution of each of two stages, and a 1x1 reduction.
@@ -385,8 +384,8 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
                            memory::format_tag::nhwc);
     dnnl::convolution_forward::primitive_desc pd(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                        dnnl::algorithm::convolution_direct, src, wei, dst,
-                                        {1, 1}, {pad, pad}, {pad, pad}),
+                                        dnnl::algorithm::convolution_direct, src, wei, dst, {1, 1},
+                                        {pad, pad}, {pad, pad}),
         eng);
     memory S(src, eng), W(pd.weights_desc(), eng), D(dst, eng);
     fill(S);
