@@ -74,8 +74,9 @@ class GrpcServerTest : public ::testing::Test {
     repo_.AddModel("strings", testing::kStringsConfig);
     repo_.AddModel("add_sub", testing::kAddSubConfig);
     repo_.AddModel("slow", testing::SlowConfig("slow", 200000));
-    repo_.AddModel("held", testing::HeldConfig("held"));
-    repo_.AddModel("held_q1", testing::HeldConfig("held_q1", 1));
+    repo_.AddModel("held", shoal::testing::HeldConfig("held"));
+    repo_.AddModel("held_q1", shoal::testing::HeldConfig(
+                                  "held_q1", "default_queue_policy { max_queue_size: 1 }"));
     runtime_ = testing::MakeServer(repo_);
     ASSERT_NE(runtime_, nullptr);
   }
@@ -95,7 +96,9 @@ class GrpcServerTest : public ::testing::Test {
     return mv.ok() ? (*mv)->in_flight() : -1;
   }
   // Requests `model` has received so far: in flight or answered (a count that only grows,
-  // unlike in_flight, so waiting on it does not race the model's execution time).
+  // unlike in_flight, so waiting on it does not race the model's execution time). A request
+  // answered between the two reads may count twice (stats are recorded before in_flight
+  // drops), so only "at least one arrived" is exact.
   int64_t Arrived(const std::string& model) {
     auto mv = runtime_->GetModel(model);
     if (!mv.ok()) return -1;
@@ -109,6 +112,17 @@ class GrpcServerTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return true;
+  }
+  // Calls "identity" until a call fails (at most 20 s): once Stop has begun draining, new
+  // calls are refused. Returns the first failure's code (OK if none failed).
+  grpc::StatusCode CallUntilRefused() {
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (code == grpc::StatusCode::OK && std::chrono::steady_clock::now() < deadline) {
+      ModelInferResponse r;
+      code = Infer(*stub_, FloatRequest("identity", {1}), &r, 2000).error_code();
+    }
+    return code;
   }
   // Waits (at most 20 s, so a broken assumption fails instead of hanging) until `model`
   // has at least `want` requests in flight, or none when `want` is 0.
@@ -376,7 +390,7 @@ TEST_F(GrpcServerTest, ClientDeadlineCancelsTheRuntimeRequest) {
 
 TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
   GrpcOptions o;
-  o.shutdown_grace_ms = 60000;  // far more than the 0.8 s of work, even under sanitizers
+  o.shutdown_grace_ms = 60000;  // far more than the test needs, even under sanitizers
   StartServer(o);
   const int n = 4;
   std::atomic<int> ok{0};
@@ -384,20 +398,23 @@ TEST_F(GrpcServerTest, StopAnswersEveryRpcInFlight) {
   for (int i = 0; i < n; ++i) {
     clients.emplace_back([&, i] {
       ModelInferResponse r;
-      auto s = Infer(*stub_, FloatRequest("slow", {float(i)}), &r);
+      auto s = Infer(*stub_, FloatRequest("held", {float(i)}), &r);
       EXPECT_TRUE(s.ok()) << s.error_message();
       ok += s.ok();
     });
   }
-  // All n sent (some may already be answered: Stop must answer the rest).
-  ASSERT_TRUE(WaitArrived("slow", n)) << Arrived("slow");
-  grpc_->Stop();
+  // All n are held in the queue, so all are in flight when Stop begins.
+  const bool all_in = WaitInFlight("held", n);
+  std::thread stopper([&] { grpc_->Stop(); });
+  // Once Stop is draining (new calls are refused), let the held requests run: the runtime's
+  // draining shutdown executes what is queued. Stop must deliver every answer.
+  EXPECT_EQ(CallUntilRefused(), grpc::StatusCode::UNAVAILABLE);
+  runtime_->Shutdown();
+  stopper.join();
   for (auto& t : clients) t.join();
+  EXPECT_TRUE(all_in) << InFlight("held");
   EXPECT_EQ(ok.load(), n);
   grpc_->Stop();  // idempotent
-  ModelInferResponse r;
-  EXPECT_EQ(Infer(*stub_, FloatRequest("identity", {1}), &r, 2000).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(GrpcServerTest, StopEndsAnOpenStreamOnceItsRequestsAreAnswered) {
@@ -475,13 +492,7 @@ TEST_F(GrpcServerTest, NewInferenceIsRefusedWhileDraining) {
   ASSERT_TRUE(WaitInFlight("held", 1)) << InFlight("held");
   std::thread stopper([&] { grpc_->Stop(); });
   // Calls made before Stop begins draining still succeed; once it has, they are refused.
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (code == grpc::StatusCode::OK && std::chrono::steady_clock::now() < deadline) {
-    ModelInferResponse r;
-    code = Infer(*stub_, FloatRequest("identity", {1}), &r, 2000).error_code();
-  }
-  EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(CallUntilRefused(), grpc::StatusCode::UNAVAILABLE);
   busy_ctx.TryCancel();
   busy.join();
   stopper.join();

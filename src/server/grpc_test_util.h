@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/server.h"
+#include "server/held_model.h"
 
 namespace shoal::server::testing {
 
@@ -86,22 +87,6 @@ inline std::string SlowConfig(const std::string& name, int a_us, int max_queue =
          std::to_string(max_queue) + " } }\n" +
          "parameters { key: \"a_us\" value { string_value: \"" + std::to_string(a_us) +
          "\" } }\nparameters { key: \"b_us\" value { string_value: \"0\" } }\n";
-}
-
-// A model that holds a lone request in its queue for ten minutes (it waits for a batch of
-// 8): only a cancellation, a full queue's refusal or a draining shutdown moves it, so tests
-// need no assumption about how long anything takes. max_queue 0: unbounded.
-inline std::string HeldConfig(const std::string& name, int max_queue = 0) {
-  return "name: \"" + name + "\"\nbackend: \"cost_model\"\nmax_batch_size: 8\n" +
-         "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
-         "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
-         "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
-         "dynamic_batching { max_queue_delay_microseconds: 600000000 "
-         "default_queue_policy { max_queue_size: " +
-         std::to_string(max_queue) +
-         " } }\n"
-         "parameters { key: \"a_us\" value { string_value: \"0\" } }\n"
-         "parameters { key: \"b_us\" value { string_value: \"0\" } }\n";
 }
 
 inline std::unique_ptr<runtime::Server> MakeServer(

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "server/metrics.h"
 
@@ -75,20 +76,6 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
          { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
 )";
 
-// Holds a lone request in its queue for ten minutes (it waits for a batch of 8): only a
-// cancellation or a draining shutdown moves it, so tests assume nothing about timing.
-constexpr char kHeld[] = R"(
-name: "held"
-backend: "cost_model"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 600000000 }
-instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "a_us" value { string_value: "0" } }
-parameters { key: "b_us" value { string_value: "0" } }
-)";
-
 std::string PluginDir() {
   const char* b = std::getenv("SHOAL_BINARY_DIR");
   return std::string(b ? b : ".") + "/backends";
@@ -110,7 +97,7 @@ class HttpServerTest : public ::testing::Test {
     repo_.AddModel("identity", kIdentity);
     repo_.AddModel("strings", kStrings);
     repo_.AddModel("add_sub", kAddSub);
-    repo_.AddModel("held", kHeld);
+    repo_.AddModel("held", shoal::testing::HeldConfig("held"));
     runtime::ServerOptions o;
     o.model_repository = repo_.path();
     o.backend_directories = {PluginDir()};

@@ -11,8 +11,11 @@
 #include <map>
 #include <thread>
 
+#include "e2e_wait.h"
 #include "server/grpc_health.grpc.pb.h"
 #include "server/grpc_service.grpc.pb.h"
+#include "server/held_model.h"
+#include "server/http_test_client.h"
 #include "shoal_process.h"
 
 namespace shoal::e2e {
@@ -61,6 +64,12 @@ std::string Slow(const std::string& name, int a_us, const std::string& queue_pol
          "\" } }\nparameters { key: \"b_us\" value { string_value: \"0\" } }\n";
 }
 
+// Gives a call a deadline far beyond what it should take, so that a server that stalls
+// fails the test instead of hanging it.
+void SetDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+}
+
 template <typename T>
 std::string Raw(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
@@ -101,11 +110,13 @@ ModelInferRequest AddSubRequest(const std::vector<int32_t>& a, const std::vector
   return r;
 }
 
-// A running `shoal serve` with a gRPC stub connected to it.
+// A running `shoal serve` with a gRPC stub connected to it, and a client of its metrics
+// endpoint.
 class Shoal {
  public:
   Shoal(const TempDir& repo, std::vector<std::string> extra = {}) {
     grpc_port_ = FreePort();
+    metrics_port_ = FreePort();
     std::vector<std::string> args = {"serve",
                                      "--model-repository",
                                      repo.path(),
@@ -114,18 +125,23 @@ class Shoal {
                                      "--grpc-port",
                                      std::to_string(grpc_port_),
                                      "--metrics-port",
-                                     std::to_string(FreePort()),
+                                     std::to_string(metrics_port_),
                                      "--backend-directory",
                                      BinaryDir() + "/backends"};
     args.insert(args.end(), extra.begin(), extra.end());
     process_ = ShoalProcess::Start(args);
-    ready_ = process_ != nullptr && process_->WaitForPort(grpc_port_);
+    ready_ = process_ != nullptr && process_->WaitForPort(grpc_port_) &&
+             process_->WaitForPort(metrics_port_);
     grpc::ChannelArguments channel_args;
     channel_args.SetMaxReceiveMessageSize(INT32_MAX);
     channel_args.SetMaxSendMessageSize(INT32_MAX);
     channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(grpc_port_),
                                          grpc::InsecureChannelCredentials(), channel_args);
+    // Connected before the test's first call, so calls made together reach the server together.
+    ready_ = ready_ && channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                                  std::chrono::seconds(20));
     stub_ = GRPCInferenceService::NewStub(channel_);
+    metrics_ = std::make_unique<shoal::testing::HttpTestClient>("127.0.0.1", metrics_port_);
   }
 
   bool ready() const { return ready_; }
@@ -142,6 +158,7 @@ class Shoal {
 
   inference::ModelStatistics Stats(const std::string& model) {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ModelStatisticsRequest req;
     req.set_name(model);
     inference::ModelStatisticsResponse resp;
@@ -150,8 +167,18 @@ class Shoal {
     return resp.model_stats_size() == 1 ? resp.model_stats(0) : inference::ModelStatistics();
   }
 
+  // Requests `model` has answered, successfully or not.
+  int64_t Answered(const std::string& model) {
+    const auto s = Stats(model).inference_stats();
+    return static_cast<int64_t>(s.success().count() + s.fail().count());
+  }
+  // From the metrics endpoint: requests `model` has accepted and not yet answered, or -1.
+  // Not thread-safe: call it from the test's thread only.
+  int64_t InFlight(const std::string& model) { return e2e::InFlight(*metrics_, model); }
+
   bool ModelReady(const std::string& model) {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ModelReadyRequest req;
     req.set_name(model);
     inference::ModelReadyResponse resp;
@@ -160,11 +187,12 @@ class Shoal {
   }
 
  private:
-  int grpc_port_ = 0;
+  int grpc_port_ = 0, metrics_port_ = 0;
   std::unique_ptr<ShoalProcess> process_;
   bool ready_ = false;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<GRPCInferenceService::Stub> stub_;
+  std::unique_ptr<shoal::testing::HttpTestClient> metrics_;
 };
 
 class GrpcE2eTest : public ::testing::Test {
@@ -190,12 +218,14 @@ TEST_F(GrpcE2eTest, HealthMetadataAndConfig) {
   auto& stub = shoal.stub();
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ServerLiveResponse resp;
     ASSERT_TRUE(stub.ServerLive(&ctx, {}, &resp).ok());
     EXPECT_TRUE(resp.live());
   }
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ServerReadyResponse resp;
     ASSERT_TRUE(stub.ServerReady(&ctx, {}, &resp).ok());
     EXPECT_TRUE(resp.ready());
@@ -204,6 +234,7 @@ TEST_F(GrpcE2eTest, HealthMetadataAndConfig) {
   EXPECT_FALSE(shoal.ModelReady("missing"));
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ServerMetadataResponse resp;
     ASSERT_TRUE(stub.ServerMetadata(&ctx, {}, &resp).ok());
     EXPECT_EQ(resp.name(), "shoal");
@@ -214,6 +245,7 @@ TEST_F(GrpcE2eTest, HealthMetadataAndConfig) {
   }
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ModelMetadataRequest req;
     req.set_name("identity");
     inference::ModelMetadataResponse resp;
@@ -228,6 +260,7 @@ TEST_F(GrpcE2eTest, HealthMetadataAndConfig) {
   }
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ModelConfigRequest req;
     req.set_name("add_sub");
     inference::ModelConfigResponse resp;
@@ -240,6 +273,7 @@ TEST_F(GrpcE2eTest, HealthMetadataAndConfig) {
   {
     auto health = grpc::health::v1::Health::NewStub(shoal.channel());
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     grpc::health::v1::HealthCheckResponse resp;
     ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
     EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
@@ -302,6 +336,7 @@ TEST_F(GrpcE2eTest, StreamingWithAnErrorInTheMiddle) {
   Shoal shoal(repo_);
   ASSERT_TRUE(shoal.ready()) << shoal.log();
   grpc::ClientContext ctx;
+  SetDeadline(&ctx);
   auto stream = shoal.stub().ModelStreamInfer(&ctx);
   const int n = 7;
   for (int i = 0; i < n; ++i) {
@@ -331,9 +366,10 @@ TEST_F(GrpcE2eTest, StreamingWithAnErrorInTheMiddle) {
 }
 
 TEST_F(GrpcE2eTest, EveryErrorStatus) {
-  AddModel("tiny_queue", Slow("tiny_queue", 300000, "default_queue_policy { max_queue_size: 1 }"));
-  AddModel("short_timeout", Slow("short_timeout", 300000,
-                                 "default_queue_policy { default_timeout_microseconds: 1000 }"));
+  AddModel("held_q1", testing::HeldConfig("held_q1", "default_queue_policy { max_queue_size: 1 }"));
+  AddModel("held_timeout",
+           testing::HeldConfig("held_timeout",
+                               "default_queue_policy { default_timeout_microseconds: 1000 }"));
   AddModel("broken", "name: \"broken\"\nbackend: \"no_such_plugin\"\nmax_batch_size: 1\n");
   Shoal shoal(repo_);
   ASSERT_TRUE(shoal.ready()) << shoal.log();
@@ -354,31 +390,46 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
   s = shoal.Infer(FloatRequest("broken", {1}), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 
-  auto concurrently = [&](const std::string& model, int n) {
-    std::vector<std::thread> threads;
-    std::vector<grpc::StatusCode> codes(n);
-    for (int i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
-        ModelInferResponse r;
-        codes[i] = shoal.Infer(FloatRequest(model, {1}), &r).error_code();
-      });
+  // A full queue: held_q1 keeps its one queued request, so the next is refused.
+  {
+    grpc::ClientContext held_ctx;
+    SetDeadline(&held_ctx);
+    std::thread holder([&] {
+      ModelInferResponse r;
+      const auto code =
+          shoal.stub().ModelInfer(&held_ctx, FloatRequest("held_q1", {1}), &r).error_code();
+      EXPECT_EQ(code, grpc::StatusCode::CANCELLED);
+    });
+    const bool queued = WaitUntil([&] { return shoal.InFlight("held_q1") == 1; });
+    EXPECT_TRUE(queued) << shoal.InFlight("held_q1");
+    if (queued) {
+      s = shoal.Infer(FloatRequest("held_q1", {2}), &resp);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
     }
-    for (auto& t : threads) t.join();
-    return codes;
-  };
-  auto codes = concurrently("tiny_queue", 4);
-  EXPECT_GE(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 1);
-  codes = concurrently("short_timeout", 3);
-  EXPECT_GE(std::count(codes.begin(), codes.end(), grpc::StatusCode::DEADLINE_EXCEEDED), 1);
+    held_ctx.TryCancel();
+    holder.join();
+    // The cancellation reached the server, which took the request out of the queue.
+    ASSERT_TRUE(WaitUntil([&] { return shoal.InFlight("held_q1") == 0; }))
+        << shoal.InFlight("held_q1");
+  }
+
+  // A queue timeout: held_timeout would keep a lone request queued for ten minutes, so it
+  // stays past its 1 ms timeout, and REJECT answers it with DEADLINE_EXCEEDED.
+  s = shoal.Infer(FloatRequest("held_timeout", {1}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_NE(s.error_message().find("in the queue"), std::string::npos)
+      << "the server's queue timeout, not the client's deadline: " << s.error_message();
 
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::SystemSharedMemoryStatusResponse r;
     EXPECT_EQ(shoal.stub().SystemSharedMemoryStatus(&ctx, {}, &r).error_code(),
               grpc::StatusCode::UNIMPLEMENTED);
   }
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::RepositoryModelLoadRequest req;
     req.set_model_name("identity");
     inference::RepositoryModelLoadResponse r;
@@ -388,24 +439,20 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
   }
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::ModelConfigRequest req;
     req.set_name("missing");
     inference::ModelConfigResponse r;
     EXPECT_EQ(shoal.stub().ModelConfig(&ctx, req, &r).error_code(), grpc::StatusCode::NOT_FOUND);
   }
   {
-    // A client deadline shorter than the queue: DEADLINE_EXCEEDED from the client side.
-    std::thread busy([&] {
-      ModelInferResponse r;
-      (void)shoal.Infer(FloatRequest("tiny_queue", {1}), &r);
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // A client deadline shorter than the queue: DEADLINE_EXCEEDED from the client side
+    // (held_q1, empty again, holds the call until the deadline passes).
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(50));
     ModelInferResponse r;
-    EXPECT_EQ(shoal.stub().ModelInfer(&ctx, FloatRequest("tiny_queue", {2}), &r).error_code(),
+    EXPECT_EQ(shoal.stub().ModelInfer(&ctx, FloatRequest("held_q1", {2}), &r).error_code(),
               grpc::StatusCode::DEADLINE_EXCEEDED);
-    busy.join();
   }
   EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
 }
@@ -430,6 +477,7 @@ TEST_F(GrpcE2eTest, StatisticsCountsMove) {
   EXPECT_GE(after.batch_stats_size(), 1);
 
   grpc::ClientContext ctx;
+  SetDeadline(&ctx);
   inference::ModelStatisticsResponse all;
   ASSERT_TRUE(shoal.stub().ModelStatistics(&ctx, {}, &all).ok());
   EXPECT_EQ(all.model_stats_size(), 3);
@@ -442,6 +490,7 @@ TEST_F(GrpcE2eTest, RepositoryLoadAndUnloadInExplicitMode) {
   auto& stub = shoal.stub();
   auto index = [&](bool ready_only) {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::RepositoryIndexRequest req;
     req.set_ready(ready_only);
     inference::RepositoryIndexResponse resp;
@@ -456,6 +505,7 @@ TEST_F(GrpcE2eTest, RepositoryLoadAndUnloadInExplicitMode) {
 
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::RepositoryModelLoadRequest req;
     req.set_model_name("add_sub");
     inference::RepositoryModelLoadResponse resp;
@@ -469,6 +519,7 @@ TEST_F(GrpcE2eTest, RepositoryLoadAndUnloadInExplicitMode) {
 
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::RepositoryModelUnloadRequest req;
     req.set_model_name("add_sub");
     inference::RepositoryModelUnloadResponse resp;
@@ -482,6 +533,7 @@ TEST_F(GrpcE2eTest, RepositoryLoadAndUnloadInExplicitMode) {
       << s.error_message();
   {
     grpc::ClientContext ctx;
+    SetDeadline(&ctx);
     inference::RepositoryModelLoadRequest req;
     req.set_model_name("not_in_repository");
     inference::RepositoryModelLoadResponse resp;
@@ -492,30 +544,40 @@ TEST_F(GrpcE2eTest, RepositoryLoadAndUnloadInExplicitMode) {
 
 TEST_F(GrpcE2eTest, SigtermAnswersEveryRpcInFlightAndExitsZero) {
   AddModel("slow", Slow("slow", 250000));
+  AddModel("held", testing::HeldConfig("held"));
   Shoal shoal(repo_);
   ASSERT_TRUE(shoal.ready()) << shoal.log();
 
+  // The first call on "slow" (250 ms: most likely still running when the signal comes), the
+  // others on "held", which keeps them queued until the draining shutdown runs them.
   const int n = 5;
   std::atomic<int> ok{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < n; ++i) {
     clients.emplace_back([&, i] {
       ModelInferResponse r;
-      auto s = shoal.Infer(FloatRequest("slow", {float(i)}), &r);
+      auto s = shoal.Infer(FloatRequest(i == 0 ? "slow" : "held", {float(i)}), &r);
       EXPECT_TRUE(s.ok()) << s.error_message();
       ok += s.ok();
     });
   }
   // A stream with requests in flight too, already half-closed.
   grpc::ClientContext stream_ctx;
+  SetDeadline(&stream_ctx);
   auto stream = shoal.stub().ModelStreamInfer(&stream_ctx);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(stream->Write(FloatRequest("slow", {float(i)}, "s" + std::to_string(i))));
+    EXPECT_TRUE(stream->Write(FloatRequest("held", {float(i)}, "s" + std::to_string(i))));
   }
   stream->WritesDone();
-  // Every request reached the server's queue well before the first of the ~1.75 s of
-  // work is done.
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // All 7 reached the server: "slow"'s one is in flight or answered (either count is exact
+  // for a lone request), and "held" answers nothing before the signal. (No ASSERT while the
+  // clients run: a failed wait still lets the signal end their calls.)
+  EXPECT_TRUE(WaitUntil([&] {
+    return shoal.Answered("slow") + shoal.InFlight("slow") >= 1 &&
+           shoal.InFlight("held") == n - 1 + 2;
+  })) << "slow: "
+      << shoal.Answered("slow") << " answered, " << shoal.InFlight("slow")
+      << " in flight; held: " << shoal.InFlight("held") << " in flight";
   shoal.process().Signal(SIGTERM);
 
   int stream_ok = 0;

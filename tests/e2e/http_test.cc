@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "e2e_wait.h"
+#include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"
 
@@ -101,6 +103,10 @@ class HttpE2eTest : public ::testing::Test {
     repo_.WriteFile("add_sub/1/.keep", "");
     repo_.WriteFile("slow/config.pbtxt", kSlow);
     repo_.WriteFile("slow/1/.keep", "");
+    // "held" keeps what is sent to it queued (server/held_model.h); its queue holds two.
+    repo_.WriteFile("held/config.pbtxt",
+                    testing::HeldConfig("held", "default_queue_policy { max_queue_size: 2 }"));
+    repo_.WriteFile("held/1/.keep", "");
     http_port_ = FreePort();
     metrics_port_ = FreePort();
     std::vector<std::string> args = {"serve",
@@ -131,11 +137,22 @@ class HttpE2eTest : public ::testing::Test {
     EXPECT_EQ(r.status, 200) << r.body;
     return json::parse(r.body)["model_stats"][0];
   }
+  // Requests `model` has answered, successfully or not.
+  int64_t Answered(const std::string& model) {
+    const json s = Stats(model)["inference_stats"];
+    return s["success"]["count"].get<int64_t>() + s["fail"]["count"].get<int64_t>();
+  }
+  // From the metrics endpoint: requests `model` has accepted and not yet answered.
+  int64_t InFlight(const std::string& model) {
+    if (!metrics_) metrics_ = std::make_unique<HttpTestClient>("127.0.0.1", metrics_port_);
+    return e2e::InFlight(*metrics_, model);
+  }
 
   TempDir repo_;
   int http_port_ = 0, metrics_port_ = 0;
   std::unique_ptr<ShoalProcess> process_;
   std::unique_ptr<HttpTestClient> client_;
+  std::unique_ptr<HttpTestClient> metrics_;
 };
 
 TEST_F(HttpE2eTest, HealthMetadataAndConfig) {
@@ -254,17 +271,20 @@ TEST_F(HttpE2eTest, EveryErrorHasItsStatus) {
               "head");
   ExpectError(client_->Get("/v2/models/identity/infer"), 405, "POST");
   ExpectError(client_->Get("/v2/no/such/path"), 404, "Not Found");
-  // Queue full: one running, two waiting, the fourth is refused with 429 and Retry-After.
-  std::vector<std::unique_ptr<HttpTestClient>> slow;
-  for (int i = 0; i < 3; ++i) {
-    slow.push_back(NewClient());
-    ASSERT_TRUE(slow.back()->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(float(i)))));
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  // Queue full: "held" keeps two requests queued, so a third is refused with 429 and
+  // Retry-After. (The two are cancelled when their connections close as the test ends.)
+  std::vector<std::unique_ptr<HttpTestClient>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(NewClient());
+    ASSERT_TRUE(held.back()->SendRaw(RawPost("/v2/models/held/infer", SlowJson(float(i)))));
   }
-  HttpReply full = client_->Post("/v2/models/slow/infer", SlowJson(9));
+  ASSERT_TRUE(WaitUntil([&] { return InFlight("held") == 2; })) << InFlight("held");
+  HttpReply full = client_->Post("/v2/models/held/infer", SlowJson(9));
   ExpectError(full, 429, "");
   ASSERT_NE(full.Header("retry-after"), nullptr);
-  for (auto& c : slow) EXPECT_EQ(c->ReadReply().status, 200);
+  // The refusal left the queue as it was (the gauge of requests in flight could still count
+  // the refused one for a moment after its answer).
+  EXPECT_EQ(MetricSample(*metrics_, "shoal_queue_depth{model=\"held\",version=\"1\"}"), 2);
   EXPECT_EQ(client_->Get("/v2/health/live").status, 200) << "the server is still up";
 }
 
@@ -298,13 +318,13 @@ TEST_F(HttpE2eTest, StatisticsMove) {
             before["inference_stats"]["compute_infer"]["ns"].get<uint64_t>());
   EXPECT_GE(after["execution_count"].get<uint64_t>(),
             before["execution_count"].get<uint64_t>() + 1);
-  EXPECT_EQ(json::parse(client_->Get("/v2/models/stats").body)["model_stats"].size(), 4u);
+  EXPECT_EQ(json::parse(client_->Get("/v2/models/stats").body)["model_stats"].size(), 5u);
 }
 
 TEST_F(HttpE2eTest, ExplicitRepositoryLoadAndUnload) {
   Start({"--model-control-mode", "explicit", "--load-model", "add_sub"});
   auto index = json::parse(client_->Post("/v2/repository/index", "").body);
-  ASSERT_EQ(index.size(), 4u);
+  ASSERT_EQ(index.size(), 5u);
   EXPECT_NE(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
   HttpReply load = client_->Post("/v2/repository/models/identity/load", "");
   ASSERT_EQ(load.status, 200) << load.body;
@@ -318,42 +338,48 @@ TEST_F(HttpE2eTest, ExplicitRepositoryLoadAndUnload) {
 
 TEST_F(HttpE2eTest, DisconnectCancelsQueuedRequest) {
   Start();
-  auto busy = NewClient();
-  ASSERT_TRUE(busy->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(1))));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto leaver = NewClient();
-  ASSERT_TRUE(leaver->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(2))));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(leaver->SendRaw(RawPost("/v2/models/held/infer", SlowJson(1))));
+  ASSERT_TRUE(WaitUntil([&] { return InFlight("held") == 1; })) << InFlight("held");
   leaver->Close();
-  EXPECT_EQ(busy->ReadReply().status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the second would have run by now
-  json s = Stats("slow");
-  EXPECT_EQ(s["execution_count"], 1) << "the cancelled request never ran";
+  // "held" would keep the request queued for ten minutes: only the cancellation answers it.
+  ASSERT_TRUE(WaitUntil([&] { return Answered("held") == 1; })) << Stats("held");
+  json s = Stats("held");
+  EXPECT_EQ(s["execution_count"], 0) << "the cancelled request never ran";
   EXPECT_EQ(s["inference_stats"]["fail"]["count"], 1);
   HttpTestClient metrics("127.0.0.1", metrics_port_);
   EXPECT_THAT(metrics.Get("/metrics").body,
-              HasSubstr("shoal_inference_rejections_total{model=\"slow\",version=\"1\",reason="
+              HasSubstr("shoal_inference_rejections_total{model=\"held\",version=\"1\",reason="
                         "\"cancelled\"} 1\n"));
 }
 
 TEST_F(HttpE2eTest, SigtermAnswersRequestsInFlightAndExitsZero) {
   Start();
+  // One request on "slow" (400 ms: most likely still running when the signal comes) and
+  // two on "held", which keeps them queued until the draining shutdown runs them.
+  const std::vector<std::string> models = {"slow", "held", "held"};
   std::vector<std::unique_ptr<HttpTestClient>> clients;
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < models.size(); ++i) {
     clients.push_back(NewClient());
-    ASSERT_TRUE(clients.back()->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(float(i)))));
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // the first starts; two queue
+    ASSERT_TRUE(
+        clients.back()->SendRaw(RawPost("/v2/models/" + models[i] + "/infer", SlowJson(float(i)))));
   }
   // A keep-alive connection that is idle when the signal comes.
   auto idle = NewClient();
   ASSERT_EQ(idle->Get("/v2/health/live").status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // All three reached the server: "slow"'s one is in flight or answered (either count is
+  // exact for a lone request), and "held" answers nothing before the signal.
+  ASSERT_TRUE(WaitUntil([&] {
+    return Answered("slow") + InFlight("slow") >= 1 && InFlight("held") == 2;
+  })) << "slow: "
+      << Answered("slow") << " answered, " << InFlight("slow")
+      << " in flight; held: " << InFlight("held") << " in flight";
   process_->Signal(SIGTERM);
-  for (auto& c : clients) {
-    HttpReply r = c->ReadReply(10000);
-    EXPECT_EQ(r.status, 200) << r.body;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    HttpReply r = clients[i]->ReadReply();
+    EXPECT_EQ(r.status, 200) << models[i] << ": " << r.body;
     if (r.status == 200) {
-      EXPECT_EQ(json::parse(r.body)["model_name"], "slow");
+      EXPECT_EQ(json::parse(r.body)["model_name"], models[i]);
     }
   }
   EXPECT_EQ(process_->Wait(20000), 0) << process_->log();
