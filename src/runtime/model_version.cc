@@ -368,7 +368,6 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     if (options_.preserve_ordering) Release(seq, {});
     return 0;
   }
-  const int64_t t0 = clock_->NowNs();
   std::vector<const InferRequest*> requests;
   std::vector<int64_t> sizes;
   int64_t items = 0;
@@ -377,45 +376,31 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     sizes.push_back(t->items);
     items += t->items;
   }
-  auto merged = MergeInputs(options_.signature, requests, sizes);
-  const int64_t t1 = clock_->NowNs();
-  std::vector<NamedTensor> outputs;
-  Status status = merged.status();
-  if (status.ok()) {
-    try {
-      status = instance.Execute(*merged, &outputs);
-    } catch (const std::exception& e) {
-      status = Internal(std::string("backend threw: ") + e.what());
-    } catch (...) {
-      status = Internal("backend threw a non-standard exception");
-    }
+  std::vector<GroupRun> runs;  // one for the batch, or one per request after a split
+  runs.push_back(RunGroup(requests, sizes, instance));
+  const int64_t t0 = runs[0].t0;
+  bool split = false;
+  if (runs[0].status.code() == StatusCode::kInvalidArgument && batch.size() > 1) {
+    // The backend refused the batch's data (an index out of range, say): the fault may be
+    // one request's. Each runs alone, so that only requests whose own inputs are bad fail.
+    split = true;
+    runs.clear();
+    for (size_t i = 0; i < batch.size(); ++i)
+      runs.push_back(RunGroup({requests[i]}, {sizes[i]}, instance));
   }
-  const int64_t t2 = clock_->NowNs();
-  std::vector<std::vector<NamedTensor>> per_request;
-  if (status.ok()) {
-    auto scattered = ScatterOutputs(options_.signature, std::move(outputs), requests, sizes);
-    if (scattered.ok()) {
-      per_request = std::move(scattered).value();
-    } else {
-      status = scattered.status();
-    }
-  }
-  if (!status.ok()) {
-    status = status.WithPrefix("model '" + options_.name + "' version " +
-                               std::to_string(options_.version));
-  }
-  const int64_t t3 = clock_->NowNs();
-  if (status.ok()) stats_.RecordExecution(items, t1 - t0, t2 - t1, t3 - t2);
-  merged = Status(Internal("released"));  // drop merged inputs before answering
 
   std::vector<std::function<void()>> answers;
   for (size_t i = 0; i < batch.size(); ++i) {
+    GroupRun& run = runs[split ? i : 0];
+    const size_t slot = split ? 0 : i;
     std::vector<NamedTensor> outs =
-        status.ok() ? std::move(per_request[i]) : std::vector<NamedTensor>{};
+        run.status.ok() ? std::move(run.per_request[slot]) : std::vector<NamedTensor>{};
     const int64_t queue_ns = t0 - batch[i]->enqueued_ns;
-    answers.push_back([this, task = std::make_shared<TaskPtr>(std::move(batch[i])), status,
-                       outs = std::move(outs), queue_ns, t0, t1, t2, t3]() mutable {
-      Answer(std::move(*task), status, std::move(outs), queue_ns, t1 - t0, t2 - t1, t3 - t2);
+    answers.push_back([this, task = std::make_shared<TaskPtr>(std::move(batch[i])),
+                       status = run.status, outs = std::move(outs), queue_ns,
+                       input_ns = run.t1 - run.t0, infer_ns = run.t2 - run.t1,
+                       output_ns = run.t3 - run.t2]() mutable {
+      Answer(std::move(*task), status, std::move(outs), queue_ns, input_ns, infer_ns, output_ns);
     });
   }
   if (options_.preserve_ordering) {
@@ -423,7 +408,47 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   } else {
     for (auto& a : answers) a();
   }
-  return items;
+  // After a split the time covers several calls: the cost model learns nothing from it.
+  return split ? 0 : items;
+}
+
+ModelVersion::GroupRun ModelVersion::RunGroup(const std::vector<const InferRequest*>& requests,
+                                              const std::vector<int64_t>& sizes,
+                                              backends::BackendInstance& instance) {
+  GroupRun run;
+  int64_t items = 0;
+  for (int64_t n : sizes) items += n;
+  run.t0 = clock_->NowNs();
+  auto merged = MergeInputs(options_.signature, requests, sizes);
+  run.t1 = clock_->NowNs();
+  std::vector<NamedTensor> outputs;
+  run.status = merged.status();
+  if (run.status.ok()) {
+    try {
+      run.status = instance.Execute(*merged, &outputs);
+    } catch (const std::exception& e) {
+      run.status = Internal(std::string("backend threw: ") + e.what());
+    } catch (...) {
+      run.status = Internal("backend threw a non-standard exception");
+    }
+  }
+  run.t2 = clock_->NowNs();
+  if (run.status.ok()) {
+    auto scattered = ScatterOutputs(options_.signature, std::move(outputs), requests, sizes);
+    if (scattered.ok()) {
+      run.per_request = std::move(scattered).value();
+    } else {
+      run.status = scattered.status();
+    }
+  }
+  if (!run.status.ok()) {
+    run.status = run.status.WithPrefix("model '" + options_.name + "' version " +
+                                       std::to_string(options_.version));
+  }
+  run.t3 = clock_->NowNs();
+  if (run.status.ok())
+    stats_.RecordExecution(items, run.t1 - run.t0, run.t2 - run.t1, run.t3 - run.t2);
+  return run;
 }
 
 void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answers) {

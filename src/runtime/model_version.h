@@ -112,6 +112,15 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // Runs `batch` on `instance` and answers its requests; returns the items executed
   // (requests cancelled since the batch was formed are answered without running).
   int64_t ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
+  // One call of the backend on `requests` merged: their outputs, one list per request, and
+  // the times of its merge, execution and scatter (clock ns).
+  struct GroupRun {
+    Status status;
+    std::vector<std::vector<NamedTensor>> per_request;
+    int64_t t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+  };
+  GroupRun RunGroup(const std::vector<const InferRequest*>& requests,
+                    const std::vector<int64_t>& sizes, backends::BackendInstance& instance);
   // Answers one task; `result` outputs are per request. Handles cache and stats.
   void Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
               int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns);

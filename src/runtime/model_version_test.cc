@@ -338,6 +338,37 @@ TEST_F(ModelVersionTest, BackendErrorFailsItsBatchAndServingContinues) {
   EXPECT_TRUE(answers_.Get("after").status.ok());
 }
 
+// An input error found only by the backend (e.g. an index out of range) fails only the
+// request that brought it: the batch is run again one request at a time.
+TEST_F(ModelVersionTest, BadInputFoundByTheBackendFailsOnlyItsOwnRequest) {
+  auto mv = Make(Batching(8));
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), answers_.For("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  mv->Infer(Req("left", {5}), answers_.For("left"));
+  mv->Infer(Req("bad", {-1000}), answers_.For("bad"));
+  mv->Infer(Req("right", {6}), answers_.For("right"));
+  state_->Unblock(100);
+  for (const char* id : {"left", "bad", "right"}) ASSERT_TRUE(answers_.WaitFor(id)) << id;
+  EXPECT_EQ(answers_.Get("bad").status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(answers_.Get("bad").status.message().find("out of range"), std::string::npos);
+  for (const auto& [id, v] : {std::pair<const char*, float>{"left", 5}, {"right", 6}}) {
+    const InferResponse r = answers_.Get(id);
+    ASSERT_TRUE(r.status.ok()) << id << ": " << r.status.ToString();
+    EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 2 * v) << id;
+  }
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 5u) << "the first, the failed batch, then each request alone";
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{5, -1000, 6}));
+  EXPECT_EQ(ex[2].row_keys, (std::vector<float>{5}));
+  EXPECT_EQ(ex[3].row_keys, (std::vector<float>{-1000}));
+  EXPECT_EQ(ex[4].row_keys, (std::vector<float>{6}));
+  mv->Shutdown();
+  auto s = mv->stats();
+  EXPECT_EQ(s.success.count, 3u);
+  EXPECT_EQ(s.fail.count, 1u);
+}
+
 TEST_F(ModelVersionTest, CacheHitAndInFlightJoinRunTheModelOnce) {
   auto o = Batching(8);
   o.cache = std::make_shared<ResponseCache>(1 << 20);

@@ -47,7 +47,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     for (const auto& w : wanted) {
       if (w != "*" && std::none_of(entries.begin(), entries.end(),
                                    [&](const auto& e) { return e.name == w; })) {
-        return NotFound("--load-model names '" + w + "', which is not in the repository '" +
+        return NotFound("no model '" + w + "' in the repository '" +
                         server->options_.model_repository + "'");
       }
     }

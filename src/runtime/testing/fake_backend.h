@@ -84,6 +84,10 @@ class FakeBackendState {
       }
     }
     for (float k : e.row_keys) {
+      // -1000 and below: bad input data (as an engine reports an index out of range);
+      // other negatives: a backend failure.
+      if (k <= -1000)
+        return InvalidArgument("fake backend: value " + std::to_string(k) + " out of range");
       if (k < 0) return Internal("fake backend asked to fail by value " + std::to_string(k));
     }
     Tensor out = Tensor::Allocate(DataType::kFp32, in.shape());
