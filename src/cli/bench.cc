@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "loadgen/bench.h"
 #include "loadgen/options.h"
@@ -16,7 +17,7 @@ struct BenchFlags {
   std::string concurrency_range;
   std::string request_rate_range;
   std::string distribution = "constant";
-  double percentile = 0;
+  std::optional<double> percentile;  // unset: the average
 };
 
 int Bench(BenchFlags& f) {
@@ -24,7 +25,7 @@ int Bench(BenchFlags& f) {
   o.protocol = f.protocol == "grpc" ? loadgen::Protocol::kGrpc : loadgen::Protocol::kHttp;
   o.distribution = f.distribution == "poisson" ? loadgen::Distribution::kPoisson
                                                : loadgen::Distribution::kConstant;
-  if (f.percentile != 0) o.percentile = f.percentile;
+  o.percentile = f.percentile;
   for (const std::string& s : f.shapes) {
     auto shape = loadgen::ParseShape(s);
     if (!shape.ok()) {

@@ -307,24 +307,28 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
 // per line. Appended as rows finish, so it survives an interruption.
 class DoneLog {
  public:
+  // `model` names the model and version that computed the rows: resuming with another
+  // would mix two models' outputs in one file.
   static StatusOr<std::unique_ptr<DoneLog>> Open(const std::string& output,
-                                                 const std::string& input, bool resume,
-                                                 bool output_exists) {
+                                                 const std::string& input, const std::string& model,
+                                                 bool resume, bool output_exists) {
     auto log = std::unique_ptr<DoneLog>(new DoneLog());
     log->path_ = output + ".done";
     struct stat st {};
     stat(input.c_str(), &st);
     const std::string header = "# shoal run input=" + input +
                                " bytes=" + std::to_string(st.st_size) +
-                               " mtime=" + std::to_string(st.st_mtime);
+                               " mtime=" + std::to_string(st.st_mtime) + " model=" + model;
     if (resume && output_exists) {
       std::ifstream f(log->path_);
       std::string line;
       if (f && std::getline(f, line)) {
         if (line != header) {
-          return FailedPrecondition(
-              "'" + output + "' was written from a different or changed input (" + line.substr(12) +
-              "); delete it or pass --no-resume to start over");
+          return FailedPrecondition("'" + output +
+                                    "' was written from a different or changed input, or by "
+                                    "another model (" +
+                                    line.substr(12) + "; now " + header.substr(12) +
+                                    "); delete it or pass --no-resume to start over");
         }
         while (std::getline(f, line)) {
           if (!line.empty()) log->done_.insert(std::stoll(line));
@@ -496,19 +500,24 @@ class NpySink : public RowSink {
 }  // namespace
 
 std::string FormatProgress(const OfflineJobProgress& p, int width) {
+  // Progress toward what this run will do: every row, or fewer under --limit.
+  const int64_t goal = p.target_rows > 0 ? p.target_rows : p.total_rows;
   const double fraction =
-      p.total_rows > 0 ? static_cast<double>(p.done_rows) / static_cast<double>(p.total_rows) : 1;
+      goal > 0 ? std::min(1.0, static_cast<double>(p.done_rows) / static_cast<double>(goal)) : 1;
   const int filled = static_cast<int>(fraction * width);
   const double rate =
       p.elapsed_s > 0 ? static_cast<double>(p.done_rows - p.resumed_rows) / p.elapsed_s : 0;
   std::string eta = "--:--";
   if (rate > 0) {
-    const int64_t s = static_cast<int64_t>(static_cast<double>(p.total_rows - p.done_rows) / rate);
+    const int64_t s =
+        static_cast<int64_t>(static_cast<double>(std::max<int64_t>(goal - p.done_rows, 0)) / rate);
     eta = fmt::format("{}:{:02}", s / 60, s % 60);
   }
-  std::string out = fmt::format("[{}{}] {:3.0f}%  {}/{} rows  {:.0f} rows/s  ETA {}",
-                                std::string(filled, '#'), std::string(width - filled, '.'),
-                                fraction * 100, p.done_rows, p.total_rows, rate, eta);
+  std::string out =
+      fmt::format("[{}{}] {:3.0f}%  {}/{} rows", std::string(filled, '#'),
+                  std::string(width - filled, '.'), fraction * 100, p.done_rows, goal);
+  if (goal < p.total_rows) out += fmt::format(" (of {})", p.total_rows);
+  out += fmt::format("  {:.0f} rows/s  ETA {}", rate, eta);
   if (p.failed_rows > 0) out += fmt::format("  {} skipped", p.failed_rows);
   return out;
 }
@@ -545,7 +554,9 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
     }
   }
   const bool output_exists = std::filesystem::exists(options.output_path);
-  auto done = DoneLog::Open(options.output_path, options.input_path, options.resume, output_exists);
+  auto done = DoneLog::Open(options.output_path, options.input_path,
+                            options.model + ":" + std::to_string((*mv)->version()), options.resume,
+                            output_exists);
   if (!done.ok()) {
     result.status = done.status();
     return result;
@@ -567,6 +578,9 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
   progress.total_rows = rows;
   progress.resumed_rows = static_cast<int64_t>((*done)->done().size());
   progress.done_rows = progress.resumed_rows;
+  progress.target_rows = rows;
+  if (options.limit_rows > 0)
+    progress.target_rows = std::min(rows, progress.resumed_rows + options.limit_rows);
   std::mutex mu;
   std::condition_variable cv;
   int in_flight = 0;
@@ -587,6 +601,7 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
       (*done)->Append(i);
     } else if (first_error.ok()) {
       first_error = row_error;
+      result.failed_row = i;
     }
   };
 
@@ -651,8 +666,8 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
   cv.wait(lock, [&] { return in_flight == 0; });
   progress.elapsed_s = elapsed();
   result.status = first_error;
-  result.interrupted =
-      ((interrupted && interrupted->load()) || limited) && progress.done_rows < rows;
+  result.interrupted = interrupted && interrupted->load() && progress.done_rows < rows;
+  result.limited = !result.interrupted && limited && progress.done_rows < rows;
   if (on_progress) on_progress(progress);
   return result;
 }

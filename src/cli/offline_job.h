@@ -45,6 +45,7 @@ struct OfflineJobOptions {
 
 struct OfflineJobProgress {
   int64_t total_rows = 0;
+  int64_t target_rows = 0;   // the rows done when this run ends: total, or fewer by --limit
   int64_t done_rows = 0;     // including rows finished by an earlier run
   int64_t resumed_rows = 0;  // finished by an earlier run
   int64_t failed_rows = 0;   // malformed or failed, skipped
@@ -53,8 +54,10 @@ struct OfflineJobProgress {
 
 struct OfflineJobResult {
   OfflineJobProgress progress;
-  bool interrupted = false;
-  Status status;  // the first error when the job failed
+  bool interrupted = false;  // stopped by a signal before every row was done
+  bool limited = false;      // stopped by limit_rows before every row was done
+  Status status;             // the first error when the job failed
+  int64_t failed_row = -1;   // the row whose failure failed the job (-1: not a row's)
 };
 
 // Runs the job. `interrupted` (may be null) stops submission when set; rows in flight

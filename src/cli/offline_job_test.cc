@@ -26,6 +26,13 @@ name: "identity" backend: "identity" max_batch_size: 16
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 dynamic_batching { })";
+    // Another model taking the same input: its rows must not be mixed into identity's.
+    fs::create_directories(dir_ / "repo" / "identity_b" / "1");
+    std::ofstream(dir_ / "repo" / "identity_b" / "config.pbtxt") << R"(
+name: "identity_b" backend: "identity" max_batch_size: 16
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+dynamic_batching { })";
     fs::create_directories(dir_ / "repo" / "add_sub" / "1");
     std::ofstream(dir_ / "repo" / "add_sub" / "config.pbtxt") << R"(
 name: "add_sub" backend: "add_sub" max_batch_size: 8
@@ -145,6 +152,7 @@ TEST_F(OfflineJobTest, JsonlSkipsMalformedRowsAndReportsTheirIndex) {
   auto failed = RunOfflineJob(*server_, o, nullptr, nullptr);
   ASSERT_FALSE(failed.status.ok());
   EXPECT_NE(failed.status.message().find("row 1"), std::string::npos) << failed.status.message();
+  EXPECT_EQ(failed.failed_row, 1);
 }
 
 TEST_F(OfflineJobTest, InterruptedJobResumesWithoutRedoingFinishedRows) {
@@ -156,12 +164,21 @@ TEST_F(OfflineJobTest, InterruptedJobResumesWithoutRedoingFinishedRows) {
   o.limit_rows = 120;
   auto first = RunOfflineJob(*server_, o, nullptr, nullptr);
   ASSERT_TRUE(first.status.ok());
-  ASSERT_TRUE(first.interrupted);
-  o.limit_rows = 0;
+  EXPECT_TRUE(first.limited);
+  EXPECT_FALSE(first.interrupted) << "stopping at the limit is what was asked";
+  EXPECT_EQ(first.progress.target_rows, 120);
   const int64_t done_first = first.progress.done_rows;
   EXPECT_EQ(done_first, 120);
+  // Another model does not resume into this output.
+  o.model = "identity_b";
+  auto other = RunOfflineJob(*server_, o, nullptr, nullptr);
+  EXPECT_EQ(other.status.code(), StatusCode::kFailedPrecondition) << other.status.ToString();
+  EXPECT_NE(other.status.message().find("another model"), std::string::npos);
+  o.model = "identity";
+  o.limit_rows = 0;
   auto second = RunOfflineJob(*server_, o, nullptr, nullptr);
   ASSERT_TRUE(second.status.ok()) << second.status.ToString();
+  EXPECT_FALSE(second.limited);
   EXPECT_EQ(second.progress.resumed_rows, done_first);
   EXPECT_EQ(second.progress.done_rows, 500);
   auto lines = Lines(o.output_path);
@@ -188,6 +205,11 @@ TEST(FormatProgressTest, ShowsBarRateAndEta) {
   EXPECT_NE(s.find("100 rows/s"), std::string::npos) << s;
   EXPECT_NE(s.find("ETA 0:05"), std::string::npos) << s;
   EXPECT_NE(s.find("2 skipped"), std::string::npos) << s;
+  // Under --limit the bar and ETA count toward the rows this run will do.
+  p.target_rows = 600;
+  const std::string limited = FormatProgress(p, 10);
+  EXPECT_NE(limited.find("500/600 rows (of 1000)"), std::string::npos) << limited;
+  EXPECT_NE(limited.find("ETA 0:01"), std::string::npos) << limited;
 }
 
 }  // namespace

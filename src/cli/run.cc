@@ -43,12 +43,14 @@ int Run(const RunFlags& f) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   static std::atomic<bool> interrupted{false};
+  static std::atomic<int> interrupt_signal{SIGINT};
   std::thread([signals]() mutable {
     int sig = 0;
     sigwait(&signals, &sig);
+    interrupt_signal = sig;
     interrupted = true;
     sigwait(&signals, &sig);  // a second signal: stop at once
-    std::_Exit(130);
+    std::_Exit(128 + sig);
   }).detach();
 
   runtime::ServerOptions options;
@@ -104,12 +106,17 @@ int Run(const RunFlags& f) {
   const int64_t computed = p.done_rows - p.resumed_rows;
   const double rate = p.elapsed_s > 0 ? static_cast<double>(computed) / p.elapsed_s : 0;
   if (!r.status.ok()) {
-    std::fprintf(
-        stderr,
-        "shoal run: failed: %s\n%lld of %lld rows are done and kept in '%s'; fix the input and "
-        "rerun the same command to continue, or use --on-error skip.\n",
-        r.status.message().c_str(), static_cast<long long>(p.done_rows),
-        static_cast<long long>(p.total_rows), f.output.c_str());
+    std::fprintf(stderr, "shoal run: failed: %s\n", r.status.message().c_str());
+    if (r.failed_row >= 0) {
+      // Rerunning the same command resumes after the kept rows; a changed input does not
+      // resume (the finished rows would no longer match it).
+      std::fprintf(stderr,
+                   "%lld of %lld rows are done and kept in '%s'. Rerun with --on-error skip to "
+                   "go on past failing rows (each is recorded); after fixing the input, rerun "
+                   "with --no-resume.\n",
+                   static_cast<long long>(p.done_rows), static_cast<long long>(p.total_rows),
+                   f.output.c_str());
+    }
     return 1;
   }
   if (r.interrupted) {
@@ -119,7 +126,14 @@ int Run(const RunFlags& f) {
         "command to resume.\n",
         static_cast<long long>(p.done_rows), static_cast<long long>(p.total_rows),
         f.output.c_str());
-    return 130;
+    return 128 + interrupt_signal.load();
+  }
+  if (r.limited) {
+    std::fprintf(stderr,
+                 "shoal run: stopped after --limit %lld rows; %lld of %lld rows are done and kept "
+                 "in '%s'. Rerun the same command to continue.\n",
+                 static_cast<long long>(f.limit), static_cast<long long>(p.done_rows),
+                 static_cast<long long>(p.total_rows), f.output.c_str());
   }
   std::printf("%lld rows in %.2f s: %.1f rows/s", static_cast<long long>(computed), p.elapsed_s,
               rate);
