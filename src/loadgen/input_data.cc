@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -196,6 +197,11 @@ StatusOr<std::vector<Payload>> MakePayloads(const std::vector<TensorInfo>& input
                                             const std::string& source, bool batched,
                                             int64_t batch_size, uint64_t seed) {
   if (source != "random" && source != "zero") {
+    std::error_code ec;
+    if (std::filesystem::is_directory(source, ec)) {
+      return InvalidArgument(fmt::format(
+          "--input-data must be random, zero or a JSON file; '{}' is a directory", source));
+    }
     std::ifstream file(source, std::ios::binary);
     if (!file) {
       return InvalidArgument(fmt::format(

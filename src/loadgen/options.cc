@@ -158,6 +158,10 @@ Status ValidateBenchOptions(BenchOptions* o) {
     return InvalidArgument(
         fmt::format("--latency-threshold must be >= 0 ms; was {}", o->latency_threshold_ms));
   }
+  if (!(o->late_threshold_us >= 0)) {
+    return InvalidArgument(
+        fmt::format("--late-threshold-us must be >= 0; was {}", o->late_threshold_us));
+  }
   if (o->max_inflight < 1) {
     return InvalidArgument(fmt::format("--max-inflight must be >= 1; was {}", o->max_inflight));
   }
