@@ -96,6 +96,12 @@ TEST(ValidateBenchOptionsTest, DefaultsAndErrors) {
   BenchOptions pct = o;
   pct.percentile = 120;
   EXPECT_THAT(ValidateBenchOptions(&pct).message(), HasSubstr("--percentile"));
+  pct.percentile = 0;  // given, not unset: refused too
+  EXPECT_THAT(ValidateBenchOptions(&pct).message(), HasSubstr("--percentile"));
+
+  BenchOptions late = o;
+  late.late_threshold_us = -5;
+  EXPECT_THAT(ValidateBenchOptions(&late).message(), HasSubstr("--late-threshold-us"));
 
   BenchOptions interval = o;
   interval.measurement_interval_ms = 0;
