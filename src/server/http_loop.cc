@@ -152,7 +152,19 @@ void Loop::StopAcceptingOnLoop() {
   (void)Listen(false);
   draining_ = true;
   for (auto& [id, c] : connections_map_) {
-    if (c->state == Connection::State::kReadingHead && c->buffered() == 0) Close(*c);
+    if (c->dead || c->state != Connection::State::kReadingHead || c->buffered() != 0) continue;
+    // A request the client sent before the stop may still sit in the socket, unread: read
+    // it now, so that it is answered (with Connection: close) rather than reset by the close.
+    OnReadable(*c);
+    if (c->dead) continue;
+    if (c->state == Connection::State::kReadingHead && c->buffered() == 0) {
+      // Idle: close our side but read (and drop) for a moment, so that a request that
+      // crosses the close sees it end rather than a reset.
+      shutdown(c->fd, SHUT_WR);
+      c->state = Connection::State::kLingering;
+      c->last_progress_ms = now_ms_;
+    }
+    UpdateInterest(*c);
   }
   EraseDead();
 }
