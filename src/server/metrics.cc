@@ -18,8 +18,14 @@ namespace {
 std::string Number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  // The shortest form that reads back exactly, written as Prometheus' own clients write
+  // it (Go's 'g' format): fixed from 1e-4 up to 1e6, scientific outside. So bucket labels
+  // read le="0.0001" and le="5e-05", as queries written against other exporters expect.
+  const double a = std::fabs(v);
+  const auto format = a == 0 || (a >= 1e-4 && a < 1e6) ? std::chars_format::fixed
+                                                        : std::chars_format::scientific;
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, format);
   return std::string(buf, r.ptr);
 }
 
@@ -67,10 +73,12 @@ class Writer {
     out_->push_back('\n');
   }
 
-  // A histogram from non-cumulative bucket counts; bounds and sum are multiplied by
-  // `scale` (microseconds -> seconds).
+  // A histogram from non-cumulative bucket counts; bounds and sum are divided by `per_unit`
+  // (1e6: microseconds -> seconds). Dividing keeps the bounds' labels exact: 50 / 1e6
+  // prints as 5e-05, where 50 * 1e-6 prints as 4.9999999999999996e-05, and a query that
+  // selects le="5e-05" would find nothing.
   void Histogram(std::string_view name, const Labels& labels, const runtime::Histogram& h,
-                 double scale) {
+                 double per_unit) {
     const std::string bucket = std::string(name) + "_bucket";
     uint64_t cumulative = 0;
     const auto& bounds = h.bounds();
@@ -78,10 +86,10 @@ class Writer {
     for (size_t i = 0; i < counts.size(); ++i) {
       cumulative += counts[i];
       Labels l = labels;
-      l.emplace_back("le", i < bounds.size() ? Number(bounds[i] * scale) : std::string("+Inf"));
+      l.emplace_back("le", i < bounds.size() ? Number(bounds[i] / per_unit) : std::string("+Inf"));
       Sample(bucket, l, static_cast<double>(cumulative));
     }
-    Sample(std::string(name) + "_sum", labels, h.sum() * scale);
+    Sample(std::string(name) + "_sum", labels, h.sum() / per_unit);
     Sample(std::string(name) + "_count", labels, static_cast<double>(h.count()));
   }
 
@@ -214,19 +222,19 @@ std::string RenderPrometheus(const runtime::Server& server) {
   for (const auto& v : views)
     w.Sample("shoal_cache_misses_total", v.labels(), static_cast<double>(v.stats.cache_miss.count));
 
-  constexpr double kUsToS = 1e-6;
+  constexpr double kUsPerS = 1e6;
   w.Family("shoal_request_duration_seconds", "histogram",
            "End-to-end time of successful requests, in seconds.");
   for (const auto& v : views)
-    w.Histogram("shoal_request_duration_seconds", v.labels(), v.stats.request_latency_us, kUsToS);
+    w.Histogram("shoal_request_duration_seconds", v.labels(), v.stats.request_latency_us, kUsPerS);
   w.Family("shoal_queue_duration_seconds", "histogram",
            "Time requests waited in the queue before execution, in seconds.");
   for (const auto& v : views)
-    w.Histogram("shoal_queue_duration_seconds", v.labels(), v.stats.queue_latency_us, kUsToS);
+    w.Histogram("shoal_queue_duration_seconds", v.labels(), v.stats.queue_latency_us, kUsPerS);
   w.Family("shoal_compute_duration_seconds", "histogram",
            "Backend execution time per batch, in seconds.");
   for (const auto& v : views)
-    w.Histogram("shoal_compute_duration_seconds", v.labels(), v.stats.compute_latency_us, kUsToS);
+    w.Histogram("shoal_compute_duration_seconds", v.labels(), v.stats.compute_latency_us, kUsPerS);
   w.Family("shoal_batch_size", "histogram", "Items per backend execution.");
   for (const auto& v : views) w.Histogram("shoal_batch_size", v.labels(), v.stats.batch_size, 1.0);
 

@@ -127,6 +127,18 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
     EXPECT_EQ(inf, count) << h;
     EXPECT_GE(count, 1) << h;
   }
+  // Latency bucket labels are the documented bounds, written exactly: a query selecting
+  // le="5e-05" or le="0.1" must find its bucket.
+  std::vector<std::string> les;
+  for (const auto& s : samples) {
+    if (s.name != "shoal_request_duration_seconds_bucket") continue;
+    const size_t at = s.labels.find("le=\"");
+    if (at != std::string::npos)
+      les.push_back(s.labels.substr(at + 4, s.labels.find('"', at + 4) - at - 4));
+  }
+  EXPECT_EQ(les, (std::vector<std::string>{"5e-05", "0.0001", "0.00025", "0.0005", "0.001",
+                                           "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1",
+                                           "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"}));
   for (const auto& s : samples) {
     if (s.name == "process_resident_memory_bytes") {
       EXPECT_GT(s.value, 1e6);
