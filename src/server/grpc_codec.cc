@@ -69,12 +69,24 @@ Status ApplyParameter(const std::string& key, const InferParameter& p,
     return Status::Ok();
   }
   if (key == "sequence_id") {
-    // No sequence batching: the id is checked as Triton does, then ignored (as Triton
-    // ignores it for models without a sequence batcher).
-    if (p.parameter_choice_case() != InferParameter::kInt64Param &&
-        p.parameter_choice_case() != InferParameter::kUint64Param &&
-        p.parameter_choice_case() != InferParameter::kStringParam) {
-      return BadParameter(key, p, "int64_param, uint64_param or string_param");
+    // No sequence batching: a request that is part of a sequence (a non-zero or non-empty
+    // id) is refused, as over HTTP, rather than served as if it were stateless.
+    bool in_sequence = false;
+    switch (p.parameter_choice_case()) {
+      case InferParameter::kInt64Param:
+        in_sequence = p.int64_param() != 0;
+        break;
+      case InferParameter::kUint64Param:
+        in_sequence = p.uint64_param() != 0;
+        break;
+      case InferParameter::kStringParam:
+        in_sequence = !p.string_param().empty();
+        break;
+      default:
+        return BadParameter(key, p, "int64_param, uint64_param or string_param");
+    }
+    if (in_sequence) {
+      return InvalidArgument("parameter 'sequence_id': sequences are not supported by this server");
     }
     return Status::Ok();
   }
@@ -82,6 +94,9 @@ Status ApplyParameter(const std::string& key, const InferParameter& p,
       key == "triton_enable_empty_final_response") {
     if (p.parameter_choice_case() != InferParameter::kBoolParam) {
       return BadParameter(key, p, "bool_param");
+    }
+    if (key != "triton_enable_empty_final_response" && p.bool_param()) {
+      return InvalidArgument("parameter '" + key + "': sequences are not supported by this server");
     }
     return Status::Ok();
   }

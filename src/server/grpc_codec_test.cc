@@ -369,6 +369,15 @@ TEST(GrpcCodecTest, RequestParameters) {
                 "parameter 'sequence_end' must be bool_param");
   ExpectInvalid(with("sequence_id", [](auto& v) { v.set_bool_param(true); }),
                 "parameter 'sequence_id' must be");
+  // Sequences are refused, as over HTTP; id 0 / "" / false flags mean "not a sequence".
+  ExpectInvalid(with("sequence_id", [](auto& v) { v.set_int64_param(3); }),
+                "sequences are not supported");
+  ExpectInvalid(with("sequence_id", [](auto& v) { v.set_string_param("s1"); }),
+                "sequences are not supported");
+  ExpectInvalid(with("sequence_start", [](auto& v) { v.set_bool_param(true); }),
+                "sequences are not supported");
+  EXPECT_TRUE(
+      InferRequestFromProto(with("sequence_id", [](auto& v) { v.set_string_param(""); }), {}).ok());
   ExpectInvalid(with("triton_magic", [](auto& v) { v.set_bool_param(true); }),
                 "parameter 'triton_magic' is not supported");
   ExpectInvalid(with("big", [](auto& v) { v.set_uint64_param(UINT64_MAX); }),
