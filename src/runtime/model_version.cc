@@ -237,6 +237,9 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
     return control;
   }
   if (status.code() == StatusCode::kResourceExhausted) stats_.RecordRejectedQueueFull();
+  // The batcher refuses a priority outside the model's levels: a request that failed
+  // validation against the model, counted as such.
+  if (status.code() == StatusCode::kInvalidArgument) stats_.RecordRejectedInvalid();
   Answer(std::move(task), status.WithPrefix("model '" + options_.name + "'"), {}, 0, 0, 0, 0);
   return control;
 }

@@ -219,6 +219,22 @@ TEST_F(ModelVersionTest, QueuedWorkGoesToTheFirstInstanceToFinishAndIdleOnesStay
   EXPECT_TRUE(one_batch) << "the three queued requests run as one batch";
 }
 
+TEST_F(ModelVersionTest, PriorityOutsideTheLevelsIsRefusedAndCountedInvalid) {
+  auto o = Batching(8);
+  o.batching.priority_levels = 2;
+  o.batching.default_priority_level = 2;
+  auto mv = Make(std::move(o));
+  ASSERT_NE(mv, nullptr);
+  mv->Infer(Req("too_low", {1}, 3), answers_.For("too_low"));
+  ASSERT_TRUE(answers_.WaitFor("too_low"));
+  EXPECT_EQ(answers_.Get("too_low").status.code(), StatusCode::kInvalidArgument);
+  mv->Shutdown();
+  const auto s = mv->stats();
+  EXPECT_EQ(s.rejected_invalid, 1u);
+  EXPECT_EQ(s.fail.count, 1u);
+  EXPECT_TRUE(state_->executions().empty());
+}
+
 TEST_F(ModelVersionTest, QueueTimeoutIsAnsweredWhileTheInstanceIsStillBusy) {
   auto o = Batching(8);
   o.batching.default_queue_policy.default_timeout_us = 100;
