@@ -22,8 +22,8 @@ std::string Number(double v) {
   // it (Go's 'g' format): fixed from 1e-4 up to 1e6, scientific outside. So bucket labels
   // read le="0.0001" and le="5e-05", as queries written against other exporters expect.
   const double a = std::fabs(v);
-  const auto format = a == 0 || (a >= 1e-4 && a < 1e6) ? std::chars_format::fixed
-                                                        : std::chars_format::scientific;
+  const auto format =
+      a == 0 || (a >= 1e-4 && a < 1e6) ? std::chars_format::fixed : std::chars_format::scientific;
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof(buf), v, format);
   return std::string(buf, r.ptr);
