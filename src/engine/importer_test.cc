@@ -159,6 +159,7 @@ TEST(ImporterTest, MissingGarbageAndTruncatedFilesAreClearErrors) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(ImportOnnxBytes("this is not a protobuf", "").status().message(),
               HasSubstr("not a valid ONNX model"));
+  EXPECT_THAT(ImportOnnxBytes("", "").status().message(), HasSubstr("the file is empty"));
   const std::string bytes = ReadAll(ModelPath("resnet_op13.onnx"));
   ASSERT_GT(bytes.size(), 1000u);
   for (size_t cut : {size_t{1}, size_t{17}, bytes.size() / 2, bytes.size() - 1}) {

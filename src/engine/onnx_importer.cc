@@ -414,6 +414,9 @@ StatusOr<Graph> ImportOnnxBytes(std::string_view bytes, const std::string& base_
   }
   if (bytes.size() > static_cast<size_t>(INT32_MAX))
     return InvalidArgument("the model is larger than 2 GiB");
+  // An empty buffer parses as an empty message, which would only fail later, as "imports
+  // no opset": say what it is.
+  if (bytes.empty()) return InvalidArgument("not a valid ONNX model: the file is empty");
   onnx::ModelProto model;
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return InvalidArgument(
