@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 
+#include "e2e_wait.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"
 
@@ -57,6 +58,10 @@ dynamic_batching { }
   ASSERT_EQ(client.Post("/v2/models/identity/infer", body).status, 200);
   auto before = ParseSamples(scraper.Get("/metrics").body);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(client.Post("/v2/models/identity/infer", body).status, 200);
+  // A client has its answer a moment before the server counts the request gone (the
+  // gauge drops after the reply is handed over): wait for the gauge, bounded.
+  const std::string in_flight = "shoal_requests_in_flight{model=\"identity\",version=\"1\"}";
+  EXPECT_TRUE(WaitUntil([&] { return MetricSample(scraper, in_flight) == 0; }));
   HttpReply r = scraper.Get("/metrics");
   ASSERT_EQ(r.status, 200);
   EXPECT_THAT(*r.Header("content-type"), HasSubstr("version=0.0.4"));
