@@ -342,10 +342,21 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
   omp_set_num_threads(std::max(1, o.threads));
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(eng);
-  auto fill = [](dnnl::memory& m) {
-    float* p = static_cast<float*>(m.get_data_handle());
-    const size_t n = m.get_desc().get_size() / sizeof(float);
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 7) * 0.01f;
+  // Times `prim` (a matmul or a convolution: source, weights, destination) on buffers of
+  // its own descriptors, filled with small values.
+  auto time_primitive = [&](const dnnl::primitive& prim, const memory::desc& src,
+                            const memory::desc& weights, const memory::desc& dst, double flops) {
+    memory S(src, eng), W(weights, eng), D(dst, eng);
+    for (memory* m : {&S, &W}) {
+      float* p = static_cast<float*>(m->get_data_handle());
+      const size_t n = m->get_desc().get_size() / sizeof(float);
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 7) * 0.01f;
+    }
+    auto run = [&] {
+      prim.execute(stream, {{DNNL_ARG_SRC, S}, {DNNL_ARG_WEIGHTS, W}, {DNNL_ARG_DST, D}});
+      stream.wait();
+    };
+    return TimeGflops(run, flops, o);
   };
   std::vector<Ceiling> out;
   // BERT-base, 8 sequences of 128 tokens: Q/K/V/output projections, FFN up and down.
@@ -356,18 +367,10 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
     const memory::desc b({k, n}, memory::data_type::f32, memory::format_tag::any);
     const memory::desc c({m, n}, memory::data_type::f32, memory::format_tag::ab);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
-    memory A(a, eng), B(pd.weights_desc(), eng), C(c, eng);
-    fill(A);
-    fill(B);
-    dnnl::matmul prim(pd);
-    auto run = [&] {
-      prim.execute(stream, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
-      stream.wait();
-    };
     out.push_back({"matmul",
                    std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
                        std::to_string(n),
-                   TimeGflops(run, 2.0 * m * k * n, o)});
+                   time_primitive(dnnl::matmul(pd), a, pd.weights_desc(), c, 2.0 * m * k * n)});
   }
   // ResNet-50, batch 8: a 3x3 convolution of each of two stages, and a 1x1 reduction.
   struct ConvShape {
@@ -387,20 +390,13 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
                                         dnnl::algorithm::convolution_direct, src, wei, dst, {1, 1},
                                         {pad, pad}, {pad, pad}),
         eng);
-    memory S(src, eng), W(pd.weights_desc(), eng), D(dst, eng);
-    fill(S);
-    fill(W);
-    dnnl::convolution_forward prim(pd);
-    auto run = [&] {
-      prim.execute(stream, {{DNNL_ARG_SRC, S}, {DNNL_ARG_WEIGHTS, W}, {DNNL_ARG_DST, D}});
-      stream.wait();
-    };
     const double flops = 2.0 * mb * cs.c_out * cs.hw * cs.hw * cs.c_in * cs.k * cs.k;
-    out.push_back({"conv",
-                   "8x" + std::to_string(cs.c_in) + "x" + std::to_string(cs.hw) + "x" +
-                       std::to_string(cs.hw) + ", " + std::to_string(cs.k) + "x" +
-                       std::to_string(cs.k) + " -> " + std::to_string(cs.c_out),
-                   TimeGflops(run, flops, o)});
+    out.push_back(
+        {"conv",
+         "8x" + std::to_string(cs.c_in) + "x" + std::to_string(cs.hw) + "x" +
+             std::to_string(cs.hw) + ", " + std::to_string(cs.k) + "x" + std::to_string(cs.k) +
+             " -> " + std::to_string(cs.c_out),
+         time_primitive(dnnl::convolution_forward(pd), src, pd.weights_desc(), dst, flops)});
   }
   return out;
 }
