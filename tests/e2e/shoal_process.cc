@@ -19,17 +19,25 @@
 namespace shoal::e2e {
 
 int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
+  // Picked below the kernel's ephemeral range (32768 and up here), where the kernel asked
+  // for "any port" used to look: between this pick and the server's bind, every outgoing
+  // connection of a parallel test (load generators open many) could take an ephemeral
+  // port, and the server then failed to start. Below it, only another pick can collide.
+  auto bindable = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    return ok;
+  };
+  static std::mt19937 pick(std::random_device{}());
+  std::uniform_int_distribution<int> below_ephemeral(20000, 32000);
+  int port = below_ephemeral(pick);
+  for (int attempt = 0; attempt < 200 && !bindable(port); ++attempt) port = below_ephemeral(pick);
+  return port;  // after 200 taken ports, the server's own bind error will say so
 }
 
 std::string BinaryDir() {
