@@ -60,8 +60,8 @@ DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np
 
 # ---------------------------------------------------------------- the models, in PyTorch
 def recommender():
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 1),
-                         nn.Sigmoid())
+    return nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 512),
+                         nn.ReLU(), nn.Linear(512, 1), nn.Sigmoid())
 
 
 def image_classifier():
