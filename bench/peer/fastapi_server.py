@@ -208,13 +208,19 @@ class Batcher:
             batch, rows = [first], first[0].shape[0]
             deadline = loop.time() + self.max_delay
             while rows < self.max_batch:
-                timeout = deadline - loop.time()
-                if timeout <= 0:
-                    break
+                # Take what is already queued first: one wait_for costs this event loop
+                # about as long as a short delay, so waiting for each item in turn would
+                # time out after the second one however many were queued.
                 try:
-                    item = await asyncio.wait_for(self.queue.get(), timeout)
-                except asyncio.TimeoutError:
-                    break
+                    item = self.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    timeout = deadline - loop.time()
+                    if timeout <= 0:
+                        break
+                    try:
+                        item = await asyncio.wait_for(self.queue.get(), timeout)
+                    except asyncio.TimeoutError:
+                        break
                 if rows + item[0].shape[0] > self.max_batch:
                     self.pending = item
                     break
