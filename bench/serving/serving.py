@@ -196,12 +196,35 @@ def start_peer(opts, work, model, mode):
     return Server(argv, port, os.path.join(work, "peer_%s_%s.log" % (model, mode)), env=env)
 
 
-def sweep(bench, server, model, concurrencies, name):
+MEDIAN_FIELDS = ("throughput", "p50_us", "p95_us", "p99_us", "p999_us", "avg_batch", "cpu_util",
+                 "client_cpu_us_per_req")
+SUMMED_FIELDS = ("errors", "late_sends", "sent", "requests")
+
+
+def median_point(runs):
+    """One load level measured len(runs) times in a row: each figure is the median of the
+    runs' (a burst of host steal spoils one run, not the level); counts are summed."""
+    point = dict(runs[0])
+    for k in MEDIAN_FIELDS:
+        vals = sorted(r[k] for r in runs if r[k] is not None)
+        if vals:
+            mid = len(vals) // 2
+            point[k] = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+    for k in SUMMED_FIELDS:
+        point[k] = sum(r[k] for r in runs)
+    point["stable"] = all(r["stable"] for r in runs)
+    point["runs"] = [{"throughput": r["throughput"], "p99_us": r["p99_us"]} for r in runs]
+    return point
+
+
+def sweep(bench, server, model, concurrencies, name, repeats):
     points = []
     for c in concurrencies:
-        s = summarize(bench.run(server, model, ["--concurrency-range", str(c)]))
-        log("  %s c=%d: %.0f infer/s, p99 %.2f ms, batch %s, cpu %.0f%%" % (
-            name, c, s["throughput"], s["p99_us"] / 1000, fmt_batch(s["avg_batch"]), 100 * s["cpu_util"]))
+        runs = [summarize(bench.run(server, model, ["--concurrency-range", str(c)])) for _ in range(repeats)]
+        s = median_point(runs)
+        log("  %s c=%d: %.0f infer/s, p99 %.2f ms, batch %s, cpu %.0f%% (median of %d: %s infer/s)" % (
+            name, c, s["throughput"], s["p99_us"] / 1000, fmt_batch(s["avg_batch"]), 100 * s["cpu_util"],
+            repeats, " ".join("%.0f" % r["throughput"] for r in runs)))
         points.append(s)
     return points
 
@@ -335,7 +358,7 @@ def run_model(opts, work, bench, model):
         log("%s: shoal, %s" % (model, st[1]))
         server, cfg = start_shoal(opts, work, model, st)
         try:
-            pts = sweep(bench, server, model, opts.concurrency, st[1])
+            pts = sweep(bench, server, model, opts.concurrency, st[1], opts.repeats)
             res["strategies"][st[0]] = {"label": st[1], "config": cfg, "points": pts,
                                         "peak_rss_mib": vm_hwm_kb(server.proc.pid) / 1024.0}
         finally:
@@ -348,7 +371,7 @@ def run_model(opts, work, bench, model):
             log("%s: FastAPI peer, %s" % (model, mode))
             server = start_peer(opts, work, model, mode)
             try:
-                pts = sweep(bench, server, model, opts.concurrency, "peer " + mode)
+                pts = sweep(bench, server, model, opts.concurrency, "peer " + mode, opts.repeats)
                 res["peer"][mode] = {"points": pts, "peak_rss_mib": vm_hwm_kb(server.proc.pid) / 1024.0}
             finally:
                 server.stop()
@@ -393,9 +416,9 @@ def report(opts, results, info, elapsed, load_before, load_after):
     w("# Serving benchmark: strategies, the FastAPI + PyTorch peer, open-loop latency")
     w("")
     w("Regenerate with `bench/serving/run.sh`%s. Generated %s in %d s (%s run: %d ms windows, "
-      "%d ms warm-up, up to %d windows per load level, concurrency %s)." % (
+      "%d ms warm-up, up to %d windows per run, %d run(s) per closed-loop load level, concurrency %s)." % (
           "" if not opts.quick else " (this file: `--quick`)", info["date"], elapsed,
-          "quick" if opts.quick else "full", opts.window_ms, opts.warmup_ms, opts.max_trials,
+          "quick" if opts.quick else "full", opts.window_ms, opts.warmup_ms, opts.max_trials, opts.repeats,
           ",".join(map(str, opts.concurrency))))
     w("")
     w("| machine | |")
@@ -417,8 +440,11 @@ def report(opts, results, info, elapsed, load_before, load_after):
       "figures are indicative: compare ratios within one run. Servers listen on 127.0.0.1 only." % info["cores"])
     w("")
     w("**Method.** Each strategy is its own temporary repository (the example's model file, a "
-      "generated `config.pbtxt`) served by `shoal serve`; each load level is one `shoal bench` run "
-      "(`--percentile 99`, windows until three agree within 10%% or the limit). Throughput is "
+      "generated `config.pbtxt`) served by `shoal serve`; each closed-loop load level is %d "
+      "`shoal bench` run(s) in a row (`--percentile 99`, windows until three agree within 10%% or "
+      "the limit), and each figure in the tables is the median of the runs' (so a burst of host "
+      "steal spoils one run, not the level; serving.json keeps every run's throughput and p99); "
+      "open-loop levels are one run each. Throughput is "
       "inferences/s; latencies are client-side. *avg batch* is the server's inference_count / "
       "execution_count over the measured windows (its statistics endpoint, read by `shoal bench`); "
       "*batch eff.* is avg batch / max_batch_size, and in brackets avg batch / min(concurrency, "
@@ -429,7 +455,8 @@ def report(opts, results, info, elapsed, load_before, load_after):
       "with 2 intra-op threads (the whole machine); dynamic batching = 1 instance x 2 threads; "
       "2 instances = 2 x 1 thread, no batching; batching + 2 instances = both. The engine runs a "
       "plan below 4 MFLOP on one thread whatever the setting (the onnx backend's "
-      "`single_thread_below_flops`): the MLP only for a lone row, the CNN never." % info["cores"])
+      "`single_thread_below_flops`): the MLP only for a lone row, the CNN never." % (
+          opts.repeats, info["cores"]))
     w("")
     targets = []
     for r in results:
@@ -613,6 +640,8 @@ def main():
     p.add_argument("--window-ms", type=int, default=2000)
     p.add_argument("--warmup-ms", type=int, default=1000)
     p.add_argument("--max-trials", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="closed-loop load levels: runs in a row, each figure the median of them")
     p.add_argument("--peer-threads", type=int, default=1)
     p.add_argument("--fractions", default="0.5,0.8,0.95")
     p.add_argument("--equal-load-fraction", type=float, default=0.8)
@@ -631,6 +660,7 @@ def main():
         saved = json.load(open(opts.from_json))
         info, results, elapsed = saved["machine"], saved["results"], saved["elapsed_s"]
         load_before, load_after, opts.quick = saved["load_before"], saved["load_after"], saved["quick"]
+        opts.repeats = 1  # files written before --repeats measured each level once
         for k, v in saved.get("options", {}).items():
             setattr(opts, k, v)
     else:
@@ -649,7 +679,7 @@ def main():
         os.makedirs(opts.out, exist_ok=True)
         json.dump({"machine": info, "elapsed_s": round(elapsed), "load_before": load_before,
                    "load_after": load_after, "quick": opts.quick, "results": results,
-                   "options": {k: getattr(opts, k) for k in ("concurrency", "window_ms", "warmup_ms", "max_trials",
+                   "options": {k: getattr(opts, k) for k in ("concurrency", "window_ms", "warmup_ms", "max_trials", "repeats",
                                                              "peer_threads", "equal_load_fraction")}},
                   open(os.path.join(opts.out, "serving.json"), "w"), indent=1, sort_keys=True)
     for r in results:
