@@ -9,9 +9,10 @@
 #                        [--warmup-ms MS] [--max-trials N] [--repeats N] [--peer-threads N] [--out DIR] [--keep DIR]
 #                        [--no-peer] [--from-json FILE (rewrite serving.md and the SVGs only)]
 # --quick: a ~2-minute smoke run (short windows, concurrency 1,16, one run per level). Full
-# run (each closed-loop level run 3 times, the median kept): ~20 minutes on 2 cores. Needs
-# a build (SHOAL_BUILD, default build: scripts/build.sh) and Debian's python3-fastapi,
-# python3-uvicorn, python3-torch, python3-onnx, python3-numpy (installed on demand).
+# run (each closed-loop level run 3 times, the median-throughput run kept): ~20 minutes on
+# 2 cores. Needs a build (SHOAL_BUILD, default build: scripts/build.sh) and Debian's
+# python3-fastapi, python3-uvicorn, python3-torch, python3-onnx, python3-numpy (installed
+# on demand).
 # Everything listens on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +26,8 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; exit 2; }
       ARGS+=("$1" "$2"); shift 2 ;;
     *) echo "usage: bench/serving/run.sh [--quick] [--models a,b] [--concurrency 1,4,16,64] [--window-ms MS]" \
-            "[--warmup-ms MS] [--max-trials N] [--repeats N] [--out DIR] [--keep DIR] [--no-peer]" >&2; exit 2 ;;
+            "[--warmup-ms MS] [--max-trials N] [--repeats N] [--peer-threads N] [--out DIR] [--keep DIR]" \
+            "[--no-peer] [--from-json FILE]" >&2; exit 2 ;;
   esac
 done
 SHOAL="${SHOAL_BUILD:-build}/src/cli/shoal"

@@ -35,12 +35,13 @@ MODELS = {
         "io": 'input [ { name: "features" data_type: TYPE_FP32 dims: [ 64 ] } ]\n'
               'output [ { name: "score" data_type: TYPE_FP32 dims: [ 1 ] } ]\n',
         "max_batch": 256, "preferred": [16, 64], "delay_us": 100,
-        "why": "a row costs ~1.6M multiply-adds over 6.5 MB of weights. Alone, it streams "
+        "why": "a row costs ~1.6M multiply-adds over 6.6 MB of weights. Alone, it streams "
                "every weight from cache for two flops, so it runs far below the cores' "
                "arithmetic rate; in a batch each weight loaded serves every row. Preferred 16 "
                "and 64 release a batch at once when that many are queued (64 = the sweep's "
-               "largest concurrency); otherwise it waits at most 100 us, short next to a lone "
-               "row's compute, so a lone request is not held long. While an instance is busy "
+               "largest concurrency); otherwise it waits at most 100 us (timed waits on this VM "
+               "overshoot by up to ~0.1 ms), short next to a lone row's compute, so a lone "
+               "request is not held long. While an instance is busy "
                "the queue fills anyway, so the delay matters only at low load.",
         "peer_max_batch": 64,
     },
@@ -196,24 +197,17 @@ def start_peer(opts, work, model, mode):
     return Server(argv, port, os.path.join(work, "peer_%s_%s.log" % (model, mode)), env=env)
 
 
-MEDIAN_FIELDS = ("throughput", "p50_us", "p95_us", "p99_us", "p999_us", "avg_batch", "cpu_util",
-                 "client_cpu_us_per_req")
-SUMMED_FIELDS = ("errors", "late_sends", "sent", "requests")
-
-
 def median_point(runs):
-    """One load level measured len(runs) times in a row: each figure is the median of the
-    runs' (a burst of host steal spoils one run, not the level); counts are summed."""
-    point = dict(runs[0])
-    for k in MEDIAN_FIELDS:
-        vals = sorted(r[k] for r in runs if r[k] is not None)
-        if vals:
-            mid = len(vals) // 2
-            point[k] = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
-    for k in SUMMED_FIELDS:
+    """One load level measured len(runs) times in a row: the figures of the run whose
+    throughput is the median (a burst of host steal spoils one run, not the level; one run's
+    throughput and p99 stay together, as the p99-bounded comparisons need), with the runs'
+    counts summed and every run kept under "runs"."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i]["throughput"])
+    point = dict(runs[order[(len(runs) - 1) // 2]])
+    for k in ("errors", "late_sends", "sent", "requests"):
         point[k] = sum(r[k] for r in runs)
     point["stable"] = all(r["stable"] for r in runs)
-    point["runs"] = [{"throughput": r["throughput"], "p99_us": r["p99_us"]} for r in runs]
+    point["runs"] = [dict(r) for r in runs]
     return point
 
 
@@ -227,6 +221,11 @@ def sweep(bench, server, model, concurrencies, name, repeats):
             repeats, " ".join("%.0f" % r["throughput"] for r in runs)))
         points.append(s)
     return points
+
+
+def peer_modes(res):
+    """The peer's measured modes in a fixed order (serving.json stores them sorted by key)."""
+    return [k for k in ("plain", "batching") if k in res["peer"]]
 
 
 def best(points):
@@ -442,8 +441,9 @@ def report(opts, results, info, elapsed, load_before, load_after):
     w("**Method.** Each strategy is its own temporary repository (the example's model file, a "
       "generated `config.pbtxt`) served by `shoal serve`; each closed-loop load level is %d "
       "`shoal bench` run(s) in a row (`--percentile 99`, windows until three agree within 10%% or "
-      "the limit), and each figure in the tables is the median of the runs' (so a burst of host "
-      "steal spoils one run, not the level; serving.json keeps every run's throughput and p99); "
+      "the limit), and the tables show the run with the median throughput (so a burst of host "
+      "steal spoils one run, not the level, and each row's figures come from one run; "
+      "serving.json keeps every run); "
       "open-loop levels are one run each. Throughput is "
       "inferences/s; latencies are client-side. *avg batch* is the server's inference_count / "
       "execution_count over the measured windows (its statistics endpoint, read by `shoal bench`); "
@@ -518,7 +518,7 @@ def report(opts, results, info, elapsed, load_before, load_after):
         w("| server | concurrency | infer/s | p50 ms | p95 ms | p99 ms | avg batch | CPU | bench CPU us/req |")
         w("|---|---|---|---|---|---|---|---|---|")
         rows = [(s[1], S[s[0]]["points"]) for s in STRATEGIES]
-        rows += [("peer " + k, v["points"]) for k, v in r["peer"].items()]
+        rows += [("peer " + k, r["peer"][k]["points"]) for k in peer_modes(r)]
         for label, pts in rows:
             for p in pts:
                 w("| %s | %g | %.0f | %s | %s | %s | %s | %.0f%% | %.1f |" % (
@@ -550,7 +550,7 @@ def report(opts, results, info, elapsed, load_before, load_after):
             w("|---|---|---|---|---|---|---|---|")
             shoal_at = throughput_at_p99(S[r["best_strategy"]]["points"], slo) or 0
             for key, label in [(k, "shoal, " + S[k]["label"]) for k, *_ in STRATEGIES] + \
-                              [("peer_" + k, "peer, " + k) for k in P]:
+                              [("peer_" + k, "peer, " + k) for k in peer_modes(r)]:
                 d = S[key] if key in S else P[key[5:]]
                 b = best(d["points"])
                 at = throughput_at_p99(d["points"], slo)
@@ -641,7 +641,7 @@ def main():
     p.add_argument("--warmup-ms", type=int, default=1000)
     p.add_argument("--max-trials", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3,
-                   help="closed-loop load levels: runs in a row, each figure the median of them")
+                   help="closed-loop load levels: runs in a row; the tables show the median-throughput run")
     p.add_argument("--peer-threads", type=int, default=1)
     p.add_argument("--fractions", default="0.5,0.8,0.95")
     p.add_argument("--equal-load-fraction", type=float, default=0.8)
@@ -650,6 +650,9 @@ def main():
     p.add_argument("--keep", help="keep the work folder (repositories, logs, raw JSON) here")
     p.add_argument("--from-json", help="only rewrite serving.md and the SVGs from this serving.json")
     opts = p.parse_args()
+    if opts.repeats < 1:
+        p.error("--repeats must be at least 1")
+    os.makedirs(opts.out, exist_ok=True)
     opts.concurrency = [int(c) for c in opts.concurrency.split(",")]
     opts.fractions = [float(f) for f in opts.fractions.split(",")]
     opts.shoal = os.path.abspath(opts.shoal)
@@ -676,7 +679,6 @@ def main():
                 shutil.rmtree(work, ignore_errors=True)
         elapsed, load_after = time.time() - start, loadavg()
         info["steal_pct"] = round(100.0 * (steal_ticks() - steal0) / CLK_TCK / max(elapsed, 1e-9) / NCPU, 1)
-        os.makedirs(opts.out, exist_ok=True)
         json.dump({"machine": info, "elapsed_s": round(elapsed), "load_before": load_before,
                    "load_after": load_after, "quick": opts.quick, "results": results,
                    "options": {k: getattr(opts, k) for k in ("concurrency", "window_ms", "warmup_ms", "max_trials", "repeats",
@@ -684,7 +686,7 @@ def main():
                   open(os.path.join(opts.out, "serving.json"), "w"), indent=1, sort_keys=True)
     for r in results:
         series = [(k, "shoal: " + r["strategies"][k]["label"], r["strategies"][k]["points"]) for k, *_ in STRATEGIES]
-        series += [("peer_" + k, "peer: FastAPI " + k, v["points"]) for k, v in r["peer"].items()]
+        series += [("peer_" + k, "peer: FastAPI " + k, r["peer"][k]["points"]) for k in peer_modes(r)]
         svg_plot(r["model"], series, os.path.join(opts.out, "serving_%s.svg" % r["model"]))
     md, targets = report(opts, results, info, elapsed, load_before, load_after)
     open(os.path.join(opts.out, "serving.md"), "w").write(md)
