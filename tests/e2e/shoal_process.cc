@@ -17,6 +17,17 @@
 #include <thread>
 
 namespace shoal::e2e {
+namespace {
+
+sockaddr_in Ipv4Address(in_addr_t host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(host);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  return addr;
+}
+
+}  // namespace
 
 int FreePort() {
   // Picked below the kernel's ephemeral range (32768 and up here), where the kernel asked
@@ -25,10 +36,7 @@ int FreePort() {
   // port, and the server then failed to start. Below it, only another pick can collide.
   auto bindable = [](int port) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in addr = Ipv4Address(INADDR_ANY, port);
     const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     close(fd);
     return ok;
@@ -118,10 +126,7 @@ bool ShoalProcess::WaitForPort(int port, int timeout_ms) {
   while (std::chrono::steady_clock::now() < deadline) {
     if (!running()) return false;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in addr = Ipv4Address(INADDR_LOOPBACK, port);
     const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     close(fd);
     if (ok) return true;
