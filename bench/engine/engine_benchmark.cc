@@ -2,7 +2,8 @@
 // (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender) and on the
 // trained classifiers models/digits.onnx and the example repository's image_classifier (a
 // small CNN on 3x32x32 colour digits), at batch 1 and 8, in each precision tier (fp32,
-// bf16, int8), one Session with THREADS threads per tier.
+// bf16, int8) and in fp32 with Winograd convolutions ("winograd", a variant timed and
+// compared with direct fp32 like a tier), one Session with THREADS threads per tier.
 //
 // - Peak: first measures the machine's FMA peak itself (an FMA loop with 12 independent
 //   vector accumulators, AVX-512 when the CPU has it, else AVX2; one pinned thread per
@@ -14,7 +15,9 @@
 //   machine in the same minute.
 // - Throughput: each timed run repeats Session::Run until it lasts MIN_SECONDS; the figure
 //   is the median items/s over RUNS runs after warm-up. GFLOP/s uses the FLOPs per sample
-//   `shoal inspect` estimates (engine/inspect.h).
+//   `shoal inspect` estimates (engine/inspect.h), for direct fp32 only: Winograd does fewer
+//   multiplications than it counts, so its speed is given as a ratio to fp32, not a
+//   fraction of the peak.
 // - Tiers: bf16 only when CheckPrecision(kBf16) is OK (AVX512_BF16). int8 is calibrated
 //   (engine::Calibrate) on the benchmark's own random inputs: the batch-8 timing input plus
 //   CALIB_BATCHES-1 more batches of 8 drawn the same way.
@@ -32,9 +35,10 @@
 // Usage: engine_benchmark --dir DIR [--models a,b,...] [--threads 2] [--runs 5]
 //                         [--min-seconds 0.5] [--calib-batches 2] [--acc-batches 2]
 //                         [--models-dir SRC/models] [--peer FILE] [--json OUT.json]
-//                         [--tiers bf16,int8]
-// --tiers names the tiers run beside fp32 (which always runs: int8 is calibrated on it and
-// every tier's accuracy is measured against it); "--tiers none" times fp32 alone.
+//                         [--tiers bf16,int8,winograd]
+// --tiers names the variants run beside direct fp32 (which always runs: int8 is calibrated
+// on it and every variant's accuracy is measured against it); "--tiers none" times fp32
+// alone.
 #include <immintrin.h>
 #include <omp.h>
 #include <pthread.h>
@@ -71,7 +75,18 @@ using namespace shoal::engine;
 namespace {
 
 const int kBatches[] = {1, 8};
-const Precision kTiers[] = {Precision::kFp32, Precision::kBf16, Precision::kInt8};
+// What each model runs in: the precision tiers, and fp32 with Winograd convolutions
+// (PlanOptions::conv_algorithm), which is timed and compared with direct fp32 like a tier.
+struct Variant {
+  const char* name;
+  Precision precision;
+  ConvAlgorithm conv;
+};
+const Variant kVariants[] = {{"fp32", Precision::kFp32, ConvAlgorithm::kDirect},
+                             {"bf16", Precision::kBf16, ConvAlgorithm::kDirect},
+                             {"int8", Precision::kInt8, ConvAlgorithm::kDirect},
+                             {"winograd", Precision::kFp32, ConvAlgorithm::kWinograd}};
+constexpr int kNumVariants = 4;
 constexpr int kCalibBatchRows = 8;
 constexpr int kLabelledCalibImages = 100;
 
@@ -93,7 +108,7 @@ struct Options {
   std::string models_dir;  // the repository's models/ (digits)
   std::string peer;
   std::string json;
-  std::vector<std::string> tiers = {"bf16", "int8"};  // beside fp32, which always runs
+  std::vector<std::string> tiers = {"bf16", "int8", "winograd"};  // beside fp32 (always runs)
 };
 
 struct TierResult {
@@ -119,7 +134,7 @@ struct ModelResult {
   double flops = 0;   // per item
   std::string error;  // fp32 load failure
   std::string optimize_summary;
-  TierResult tiers[3];
+  TierResult tiers[kNumVariants];
   MemResult mem[2];
   int label_samples = 0;
   std::vector<std::string> notes;
@@ -631,12 +646,12 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
     m.flops = FlopsPerSample(path);
     std::unique_ptr<Model> fp32;
     Workload w;
-    for (int t = 0; t < 3; ++t) {
-      const Precision p = kTiers[t];
-      const std::string tier(PrecisionName(p));
+    for (int t = 0; t < kNumVariants; ++t) {
+      const Precision p = kVariants[t].precision;
+      const std::string tier(kVariants[t].name);
+      const bool reference = t == 0;  // direct fp32: every variant is compared with it
       TierResult& tr = m.tiers[t];
-      if (p != Precision::kFp32 &&
-          std::find(o.tiers.begin(), o.tiers.end(), tier) == o.tiers.end()) {
+      if (!reference && std::find(o.tiers.begin(), o.tiers.end(), tier) == o.tiers.end()) {
         tr.note = "not run (--tiers)";
         continue;
       }
@@ -647,6 +662,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
       }
       LoadOptions lo;
       lo.plan.precision = p;
+      lo.plan.conv_algorithm = kVariants[t].conv;
       if (p == Precision::kInt8) {
         auto cal = Calibrate(*fp32, w.calibration);
         if (!cal.ok()) {
@@ -659,7 +675,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
       auto loaded = Model::Load(path, lo);
       if (!loaded.ok()) {
         tr.note = "load: " + OneLine(loaded.status().ToString());
-        if (p == Precision::kFp32) {
+        if (reference) {
           m.error = tr.note;
           return m;
         }
@@ -668,7 +684,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
       std::unique_ptr<Model> model = std::move(*loaded);
       tr.load_s = Seconds(load_start, std::chrono::steady_clock::now());
       tr.available = true;
-      if (p == Precision::kFp32) {
+      if (reference) {
         m.optimize_summary = model->optimize_report().Summary();
         Status ws = labelled
                         ? LabelledWorkload(*model, (folder / (name + ".test.sht")).string(), &w)
@@ -695,7 +711,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
                          tr.error[i].empty() ? Fmt("%.2f items/s", tr.items_per_s[i]).c_str()
                                              : tr.error[i].c_str());
           }
-          for (int i = 0; i < 2 && p == Precision::kFp32; ++i) {
+          for (int i = 0; i < 2 && reference; ++i) {
             std::vector<Shape> shapes;
             for (const auto& in : w.timing[i]) shapes.push_back(in.tensor.shape());
             auto stats = (*session)->PlanStats(shapes);
@@ -708,7 +724,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
           }
         }
       }
-      if (p != Precision::kFp32) {
+      if (!reference) {
         auto acc = CompareTiers(*fp32, *model, w.held_out);
         if (acc.ok()) {
           tr.compared = true;
@@ -729,7 +745,7 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
           tr.accuracy_error = OneLine(a.status().ToString());
         }
       }
-      if (p == Precision::kFp32) fp32 = std::move(model);
+      if (reference) fp32 = std::move(model);
     }
   } catch (const std::exception& e) {
     m.notes.push_back(std::string("exception: ") + e.what());
@@ -779,8 +795,8 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   std::printf("FMA peak (measured, %s): %.1f GFLOP/s\n\n", peak.isa.c_str(), peak.gflops);
   std::printf(
       "| model | batch | PyTorch items/s | shoal fp32 items/s | fp32/PyTorch | fp32 GFLOP/s | %% "
-      "of peak | bf16 items/s | bf16/fp32 | int8 items/s | int8/fp32 | notes |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "of peak | bf16 items/s | bf16/fp32 | int8 items/s | int8/fp32 | winograd items/s | "
+      "winograd/fp32 | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ModelResult& m : all) {
     for (int i = 0; i < 2; ++i) {
       const int b = kBatches[i];
@@ -791,23 +807,25 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
         notes.push_back("PyTorch: " + peer.notes.at(m.model));
       if (Labelled(m.model) && i == 0) notes.push_back("PyTorch not timed (trained model)");
       if (!m.error.empty()) {
-        std::printf("| %s | %d | %s | failed: %s | | | | | | | | |\n", m.model.c_str(), b,
+        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | |\n", m.model.c_str(), b,
                     pt > 0 ? Fmt("%.2f", pt).c_str() : "—", OneLine(m.error).c_str());
         continue;
       }
-      const TierResult &f = m.tiers[0], &h = m.tiers[1], &q = m.tiers[2];
+      const TierResult &f = m.tiers[0], &h = m.tiers[1], &q = m.tiers[2], &wg = m.tiers[3];
       const double fr = f.available && f.error[i].empty() ? f.items_per_s[i] : 0;
       const double hr = h.available && h.error[i].empty() ? h.items_per_s[i] : 0;
       const double qr = q.available && q.error[i].empty() ? q.items_per_s[i] : 0;
+      const double wr = wg.available && wg.error[i].empty() ? wg.items_per_s[i] : 0;
       const double gf = fr * m.flops / 1e9;
       std::string joined;
       for (const auto& n : notes) joined += (joined.empty() ? "" : "; ") + OneLine(n);
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                   m.model.c_str(), b, pt > 0 ? Fmt("%.2f", pt).c_str() : "—", Cell(f, i).c_str(),
                   Ratio(fr, pt).c_str(), gf > 0 ? Fmt("%.1f", gf).c_str() : "—",
                   gf > 0 && peak.gflops > 0 ? Fmt("%.0f%%", 100 * gf / peak.gflops).c_str() : "—",
                   Cell(h, i).c_str(), Ratio(hr, fr).c_str(), Cell(q, i).c_str(),
-                  Ratio(qr, fr).c_str(), joined.c_str());
+                  Ratio(qr, fr).c_str(), Cell(wg, i).c_str(), Ratio(wr, fr).c_str(),
+                  joined.c_str());
     }
   }
 
@@ -838,9 +856,8 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
                                 ? 100 * (d->tiers[t].label_accuracy - d->tiers[0].label_accuracy)
                                 : 1e9;
       std::printf(" %s %s %.2fx fp32 (>= %.1fx: %s), top-1 %+.2f pp (<= 1 pp: %s);", classifier,
-                  std::string(PrecisionName(kTiers[t])).c_str(), r, want,
-                  r >= want ? "met" : "not met", change < 1e8 ? change : 0.0,
-                  std::fabs(change) <= 1 ? "met" : "not met");
+                  kVariants[t].name, r, want, r >= want ? "met" : "not met",
+                  change < 1e8 ? change : 0.0, std::fabs(change) <= 1 ? "met" : "not met");
     }
   }
   std::printf("\n");
@@ -872,7 +889,8 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   }
 
   std::printf(
-      "\nAccuracy of each tier vs fp32 on held-out inputs (random models: the benchmark's random "
+      "\nAccuracy of each tier (and of Winograd) vs direct fp32 on held-out inputs (random models: "
+      "the benchmark's random "
       "inputs, another seed; int8 calibrated on the timing inputs). Trained classifiers (digits, "
       "image_classifier): top-1 accuracy against the labels of held-out images (int8 calibrated "
       "on the first %d)\n\n"
@@ -881,9 +899,9 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
       kLabelledCalibImages);
   for (const ModelResult& m : all) {
     if (!m.error.empty()) continue;
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < kNumVariants; ++t) {
       const TierResult& tr = m.tiers[t];
-      const std::string tier(PrecisionName(kTiers[t]));
+      const std::string tier(kVariants[t].name);
       if (!tr.available) {
         std::printf("| %s | %s | %s | | | | |\n", m.model.c_str(), tier.c_str(), tr.note.c_str());
         continue;
@@ -929,9 +947,9 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
         << "\", \"batch\": " << kBatches[i]
         << ", \"items_per_s\": " << (error.empty() ? f.items_per_s[i] : 0)
         << ", \"flops_per_item\": " << m.flops << ", \"error\": \"" << JsonEscape(error) << "\"";
-      for (int t = 1; t < 3; ++t) {
+      for (int t = 1; t < kNumVariants; ++t) {
         const TierResult& tr = m.tiers[t];
-        const std::string tier(PrecisionName(kTiers[t]));
+        const std::string tier(kVariants[t].name);
         j << ", \"" << tier
           << "_items_per_s\": " << (tr.available && tr.error[i].empty() ? tr.items_per_s[i] : 0)
           << ", \"" << tier << "_error\": \"" << JsonEscape(tr.available ? tr.error[i] : tr.note)
@@ -959,9 +977,9 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
         j << "null";
     }
     j << "}, \"tiers\": {";
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < kNumVariants; ++t) {
       const TierResult& tr = m.tiers[t];
-      j << (t ? ", " : "") << "\"" << PrecisionName(kTiers[t])
+      j << (t ? ", " : "") << "\"" << kVariants[t].name
         << "\": {\"available\": " << (tr.available ? "true" : "false") << ", \"note\": \""
         << JsonEscape(tr.note) << "\", \"load_s\": " << tr.load_s;
       if (tr.compared)
@@ -981,7 +999,7 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
   std::fprintf(stderr,
                "usage: engine_benchmark --dir DIR [--models a,b,...] [--threads N] [--runs N] "
                "[--min-seconds S] [--calib-batches N] [--acc-batches N] [--models-dir DIR] "
-               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8]\n");
+               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd]\n");
   std::exit(2);
 }
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Engine benchmark: shoal's ONNX engine, in its fp32, bf16 and int8 tiers, beside PyTorch
+# Engine benchmark: shoal's ONNX engine, in its fp32, bf16 and int8 tiers and in fp32 with
+# Winograd convolutions, beside PyTorch
 # (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE and an MLP
 # recommender, plus the trained classifiers models/digits.onnx and the example repository's
 # image_classifier (shoal only, accuracy against held-out labels), at batch 1 and 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
 # ratios (fp32/PyTorch, bf16/fp32, int8/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
 #   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]
-#                       [--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8]
-# --tiers names the tiers timed beside fp32 (default both; "none" times fp32 alone).
+#                       [--keep DIR | --models-from DIR] [--reuse-pytorch]
+#                       [--tiers bf16,int8,winograd]
+# --tiers names the variants timed beside direct fp32 (default all three; "none" times fp32
+# alone).
 # --keep DIR writes the exported models to DIR and keeps them (else a temporary folder,
 # removed afterwards). --models-from DIR is --keep DIR that reuses the models already
 # exported there (exporting only the missing ones); PyTorch is still timed. --reuse-pytorch
@@ -26,10 +29,10 @@ MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,digits,image_classifier
 KEEP=""
 REUSE_MODELS=0
 REUSE_PYTORCH=0
-TIERS=bf16,int8
+TIERS=bf16,int8,winograd
 usage() {
   echo "usage: bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b]" \
-       "[--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8]" >&2
+       "[--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8,winograd]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do

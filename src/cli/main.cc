@@ -34,7 +34,17 @@ int main(int argc, char** argv) {
       ->add_option("--batch", inspect_options.batch,
                    "Also report activation memory at this batch size (besides batch 1)")
       ->check(CLI::NonNegativeNumber);
+  std::string conv_algorithm = "direct";
+  inspect
+      ->add_option("--conv-algorithm", conv_algorithm,
+                   "How fp32 3x3 convolutions are computed: direct or winograd (as the onnx "
+                   "backend's conv_algorithm parameter)")
+      ->check(CLI::IsMember({"direct", "winograd"}))
+      ->capture_default_str();
   inspect->callback([&] {
+    inspect_options.conv_algorithm = conv_algorithm == "winograd"
+                                         ? shoal::engine::ConvAlgorithm::kWinograd
+                                         : shoal::engine::ConvAlgorithm::kDirect;
     auto text = shoal::engine::InspectModel(model_path, inspect_options);
     if (!text.ok()) {
       std::cerr << "shoal inspect: " << text.status().message() << "\n";

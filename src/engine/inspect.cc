@@ -76,7 +76,9 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
     }
   }
 
-  auto model = unsupported.empty() ? Model::FromGraph(graph)
+  LoadOptions load;
+  load.plan.conv_algorithm = options.conv_algorithm;
+  auto model = unsupported.empty() ? Model::FromGraph(graph, load)
                                    : StatusOr<std::unique_ptr<Model>>(Internal("skipped"));
   std::vector<TensorInfo> inputs, outputs;
   if (model.ok()) {
@@ -151,6 +153,11 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   out << "estimated FLOPs per sample: " << Human(static_cast<double>(flops)) << " (" << flops
       << ")\n";
   out << MemoryLine(1, (*plan)->memory_stats());
+  std::map<std::pair<std::string, std::string>, int> kernels;  // (operator, impl) -> nodes
+  for (const auto& entry : (*plan)->Implementations()) ++kernels[entry];
+  out << "oneDNN kernels (batch 1):" << (kernels.empty() ? " none\n" : "\n");
+  for (const auto& [key, count] : kernels)
+    out << "  " << key.first << "  " << key.second << "  " << count << "\n";
   if (options.batch > 1) {
     plan = prepare(options.batch);
     if (plan.ok())

@@ -7,7 +7,8 @@
 // of element-wise and normalisation operators; shapes from a plan at batch 1), and the
 // activation memory of plans at batch 1 and InspectOptions::batch: the planned arena,
 // the liveness lower bound and their ratio, in-place steps, and the bytes one slot per
-// value would take (graph inputs, outputs and weights not included).
+// value would take (graph inputs, outputs and weights not included); and the oneDNN
+// implementation each operator of the batch-1 plan runs (how many nodes run which).
 //
 // A model the engine cannot load still gets a report (with what is unsupported); only
 // a file that cannot be imported at all (missing, malformed) is an error.
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/kernel.h"
 
 namespace shoal::engine {
 
@@ -24,6 +26,8 @@ struct InspectOptions {
   // every input where it is symbolic; other symbolic dimensions are 1). Default 0:
   // batch 1 only. Must be >= 0.
   int64_t batch = 0;
+  // Plans are prepared with this convolution algorithm (PlanOptions::conv_algorithm).
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;
 };
 
 StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options = {});

@@ -43,8 +43,16 @@ struct ValueRange {
 };
 using Calibration = std::map<std::string, ValueRange, std::less<>>;  // by value name
 
+// How fp32 3x3 stride-1 convolutions with constant weights and at least 16 input
+// channels are computed: directly, or by Winograd's minimal filtering (oneDNN's F(2x2,
+// 3x3) and F(4x4, 3x3) kernels), which does fewer multiplications at the price of
+// rounding error a little above direct fp32's (transforms of inputs and weights). Other
+// convolutions, other tiers, and shapes oneDNN has no Winograd kernel for stay direct.
+enum class ConvAlgorithm { kDirect, kWinograd };
+
 struct PlanOptions {
   Precision precision = Precision::kFp32;
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;
   // kInt8: ranges of the values that feed convolutions and products. A node whose input
   // has no range here runs in FP32.
   std::shared_ptr<const Calibration> calibration;
@@ -120,6 +128,9 @@ class Kernel {
   // (plan.h) then may place output 0 over the input, when the input is an arena value
   // whose last use is this step; the kernel must not assume it does.
   virtual int inplace_input() const { return -1; }
+  // The library implementation the kernel runs (oneDNN's name for its primitive, such as
+  // "brgconv:avx512_core"); empty for the engine's own kernels.
+  virtual std::string implementation() const { return {}; }
 };
 
 struct OpDef {

@@ -79,6 +79,41 @@ TEST(ConvTest, MatchesNaiveAcrossGroupsStridesPadsDilations) {
   }
 }
 
+// Winograd (PlanOptions::conv_algorithm) on 3x3 stride-1 shapes whose sizes are not
+// multiples of its tiles, with and without bias, beside shapes it leaves to the direct
+// kernels (stride 2, dilation 2, 1x1, few input channels): all match the naive loops.
+TEST(ConvTest, WinogradMatchesNaive) {
+  LoadOptions winograd;
+  winograd.plan.conv_algorithm = ConvAlgorithm::kWinograd;
+  struct Case {
+    int64_t c, m, k, stride, pad, dil, h, w;
+    bool bias;
+  };
+  for (const Case& tc :
+       {Case{16, 32, 3, 1, 1, 1, 7, 6, true}, Case{32, 16, 3, 1, 0, 1, 9, 11, false},
+        Case{48, 64, 3, 1, 1, 1, 5, 5, true}, Case{16, 16, 3, 2, 1, 1, 8, 8, true},
+        Case{16, 16, 3, 1, 2, 2, 8, 8, true}, Case{16, 16, 1, 1, 0, 1, 6, 6, true},
+        Case{3, 16, 3, 1, 1, 1, 8, 8, true}}) {
+    SCOPED_TRACE("c=" + std::to_string(tc.c) + " m=" + std::to_string(tc.m) +
+                 " k=" + std::to_string(tc.k) + " stride=" + std::to_string(tc.stride) +
+                 " dil=" + std::to_string(tc.dil));
+    const Tensor x = Random({2, tc.c, tc.h, tc.w}, 4);
+    const Tensor w = Random({tc.m, tc.c, tc.k, tc.k}, 5);
+    const Tensor b = Random({tc.m}, 6);
+    std::vector<In> in = {{x}, Const(w)};
+    if (tc.bias) in.push_back(Const(b));
+    auto out = RunOp("Conv", in,
+                     {{"strides", AInts({tc.stride, tc.stride})},
+                      {"pads", AInts({tc.pad, tc.pad, tc.pad, tc.pad})},
+                      {"dilations", AInts({tc.dil, tc.dil})}},
+                     1, 17, winograd);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const Tensor want = NaiveConv2d(x, w, tc.bias ? &b : nullptr, 1, {tc.stride, tc.stride},
+                                    {tc.pad, tc.pad, tc.pad, tc.pad}, {tc.dil, tc.dil});
+    EXPECT_LT(MaxAbsDiff((*out)[0], want), 1e-4 * MaxAbs(want));
+  }
+}
+
 TEST(ConvTest, AutoPadSameUpperAndNonConstantWeights) {
   const Tensor x = Random({1, 2, 5, 5}, 4), w = Random({3, 2, 2, 2}, 5);
   auto out = Run1("Conv", {{x}, {w}}, {{"auto_pad", AString("SAME_UPPER")}});

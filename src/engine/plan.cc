@@ -85,6 +85,20 @@ int64_t Plan::EstimatedFlops() const {
   for (const Node& node : graph_->nodes) flops += NodeFlops(*graph_, node, shapes_);
   return flops;
 }
+
+std::vector<std::pair<std::string, std::string>> Plan::Implementations() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Step& step : steps_) {
+    if (step.skip || !step.kernel) continue;
+    std::string impl = step.kernel->implementation();
+    const Node& node = graph_->nodes[step.node];
+    if (!impl.empty())
+      out.emplace_back((node.domain.empty() ? "" : node.domain + ".") + node.op_type,
+                       std::move(impl));
+  }
+  return out;
+}
+
 namespace {
 
 using internal::Product;

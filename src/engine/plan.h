@@ -20,6 +20,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -91,6 +93,10 @@ class Plan {
   const PlanMemoryStats& memory_stats() const { return memory_; }
   // NodeFlops summed over the graph at this plan's shapes.
   int64_t EstimatedFlops() const;
+  // Per step that runs a library kernel, in step order: the node's operator ("Conv", or
+  // "domain.Op" outside ONNX's domain) and the implementation it runs
+  // (Kernel::implementation).
+  std::vector<std::pair<std::string, std::string>> Implementations() const;
   // Every arena value with its bytes and lifetime, in no particular order.
   const std::vector<PlanLayoutEntry>& DebugLayout() const { return layout_; }
 

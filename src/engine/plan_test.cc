@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "engine/precision.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine {
@@ -96,6 +97,51 @@ Reference LoadReference(const std::string& file) {
     if (t.name.rfind("out:", 0) == 0) ref.outputs.push_back({t.name.substr(4), t.tensor});
   }
   return ref;
+}
+
+// PlanOptions::conv_algorithm on the example repository's CNN (3 -> 32 -> 32 -> 64 -> 128
+// channels, 3x3 stride-1 convolutions): Winograd takes the three with >= 16 input
+// channels, the first layer's stays direct, and the logits match direct fp32's.
+TEST(ConvAlgorithmTest, WinogradTakesEligibleConvolutionsAndMatchesDirect) {
+  const std::string path = SourceDir() + "/examples/models/image_classifier/1/model.onnx";
+  std::unique_ptr<Model> models[2];
+  std::vector<Tensor> logits;
+  const Tensor images = Random({4, 3, 32, 32}, 7, 0.f, 1.f);
+  for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
+    SCOPED_TRACE(ConvAlgorithmName(a));
+    LoadOptions options;
+    options.plan.conv_algorithm = a;
+    auto model = Model::Load(path, options);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto plan = PreparePlan(**model, {images.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    int conv = 0, winograd = 0;
+    for (const auto& [op, impl] : (*plan)->Implementations()) {
+      if (op.find("Conv") == std::string::npos) continue;
+      ++conv;
+      winograd += impl.find("wino") != std::string::npos;
+    }
+    EXPECT_EQ(conv, 4);
+    EXPECT_EQ(winograd, a == ConvAlgorithm::kWinograd ? 3 : 0);
+    CheckLayout(**plan, (*model)->graph());
+    auto session = Session::Create(**model, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<NamedTensor> out;
+    ASSERT_TRUE((*session)->Run({{"image", images}}, &out).ok());
+    logits.push_back(out[0].tensor);
+  }
+  ASSERT_EQ(logits.size(), 2u);
+  EXPECT_GT(MaxAbs(logits[0]), 1.f);
+  EXPECT_LE(MaxAbsDiff(logits[1], logits[0]), 1e-4f * MaxAbs(logits[0]));
+}
+
+TEST(ConvAlgorithmTest, NamesParse) {
+  for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
+    auto parsed = ParseConvAlgorithm(ConvAlgorithmName(a));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, a);
+  }
+  EXPECT_EQ(ParseConvAlgorithm("fft").status().code(), StatusCode::kInvalidArgument);
 }
 
 class PlannedModelTest : public ::testing::TestWithParam<std::string> {};

@@ -28,6 +28,17 @@ StatusOr<Precision> ParsePrecision(std::string_view name) {
   return InvalidArgument("precision must be fp32, bf16 or int8; was '" + std::string(name) + "'");
 }
 
+std::string_view ConvAlgorithmName(ConvAlgorithm a) {
+  return a == ConvAlgorithm::kWinograd ? "winograd" : "direct";
+}
+
+StatusOr<ConvAlgorithm> ParseConvAlgorithm(std::string_view name) {
+  if (name == "direct") return ConvAlgorithm::kDirect;
+  if (name == "winograd") return ConvAlgorithm::kWinograd;
+  return InvalidArgument("conv_algorithm must be direct or winograd; was '" + std::string(name) +
+                         "'");
+}
+
 Status CheckPrecision(Precision p) {
   if (p != Precision::kBf16) return Status::Ok();
   // oneDNN's ISA values are cumulative bit masks.

@@ -28,6 +28,8 @@ namespace shoal::engine {
 
 std::string_view PrecisionName(Precision p);  // "fp32", "bf16", "int8"
 StatusOr<Precision> ParsePrecision(std::string_view name);
+std::string_view ConvAlgorithmName(ConvAlgorithm a);  // "direct", "winograd"
+StatusOr<ConvAlgorithm> ParseConvAlgorithm(std::string_view name);
 // OK when this CPU runs `p` natively; else FAILED_PRECONDITION saying what is missing.
 Status CheckPrecision(Precision p);
 

@@ -118,8 +118,9 @@ Graph BuildGraph(const std::string& op, const std::vector<In>& inputs,
 
 StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<In>& inputs,
                                     const std::map<std::string, Attribute>& attrs, int num_outputs,
-                                    int64_t opset) {
-  ASSIGN_OR_RETURN(auto model, Model::FromGraph(BuildGraph(op, inputs, attrs, num_outputs, opset)));
+                                    int64_t opset, const LoadOptions& load) {
+  ASSIGN_OR_RETURN(auto model,
+                   Model::FromGraph(BuildGraph(op, inputs, attrs, num_outputs, opset), load));
   ASSIGN_OR_RETURN(auto session, Session::Create(*model, Opts(1)));
   std::vector<NamedTensor> feeds, outputs;
   for (size_t i = 0; i < inputs.size(); ++i) {

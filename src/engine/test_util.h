@@ -56,10 +56,11 @@ struct In {
 inline In Const(Tensor t) { return In{std::move(t), true, false}; }
 inline In Omitted() { return In{Tensor(), false, true}; }
 
-// Builds a graph with one node of `op` and runs it once.
+// Builds a graph with one node of `op`, loads it with `load` and runs it once.
 StatusOr<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<In>& inputs,
                                     const std::map<std::string, Attribute>& attrs = {},
-                                    int num_outputs = 1, int64_t opset = 17);
+                                    int num_outputs = 1, int64_t opset = 17,
+                                    const LoadOptions& load = LoadOptions());
 // As RunOp, but only loads the model (for load-time errors).
 Status LoadOp(const std::string& op, const std::vector<In>& inputs,
               const std::map<std::string, Attribute>& attrs, int num_outputs = 1,

@@ -173,7 +173,7 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
   }
   const int64_t batch = info.max_batch_size > 0 ? std::min(info.max_batch_size, 32) : 8;
   ASSIGN_OR_RETURN(auto batches, engine::ReadCalibrationInputs(*fp32, cal_path, batch));
-  engine::LoadOptions options;
+  engine::LoadOptions options = fp32->options();  // the same conv_algorithm
   options.plan.precision = precision;
   if (precision == engine::Precision::kInt8) {
     ASSIGN_OR_RETURN(auto table, engine::Calibrate(*fp32, batches));
@@ -271,7 +271,13 @@ class OnnxBackend : public Backend {
     }
     session.single_thread_below_flops = static_cast<int64_t>(small);
     const std::string path = (fs::path(info.version_dir) / file).string();
-    ASSIGN_OR_RETURN(auto model, engine::Model::Load(path));
+    engine::LoadOptions load;
+    if (auto it = info.parameters.find("conv_algorithm"); it != info.parameters.end()) {
+      auto algorithm = engine::ParseConvAlgorithm(it->second);
+      if (!algorithm.ok()) return algorithm.status().WithPrefix("parameter conv_algorithm");
+      load.plan.conv_algorithm = *algorithm;
+    }
+    ASSIGN_OR_RETURN(auto model, engine::Model::Load(path, load));
     ASSIGN_OR_RETURN(Tiers tiers, LoadTiers(info, path, std::move(model)));
     const engine::Model* any = tiers.models.begin()->second.get();
 

@@ -127,6 +127,11 @@ TEST_F(OnnxBackendTest, MissingFileAndBadParameters) {
   info = Info();
   info.parameters["default_model_filename"] = "../x.onnx";
   EXPECT_FALSE(MakeOnnxBackend()->LoadModel(info).ok());
+  info = Info();
+  info.parameters["conv_algorithm"] = "fft";
+  auto refused = MakeOnnxBackend()->LoadModel(info);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("conv_algorithm must be direct or winograd"));
 }
 
 // The trained digits classifier with calibration inputs (100 held-out images) beside it.

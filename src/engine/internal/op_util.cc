@@ -204,6 +204,17 @@ void DnnlKernel::BindOutputAs(int arg, const dnnl::memory::desc& inner,
   post_.push_back(std::move(r));
 }
 
+std::string DnnlKernel::implementation() const {
+  if (!primitive) return {};
+  const char* info = nullptr;
+  if (dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0,
+                                &info) != dnnl_success ||
+      info == nullptr) {
+    return {};
+  }
+  return info;
+}
+
 Status DnnlKernel::Run(const RunContext& ctx) {
   for (const Arg& a : bound_) {
     if (a.input >= 0) {

@@ -74,6 +74,7 @@ class DnnlKernel : public Kernel {
   void BindOutputAs(int arg, const dnnl::memory::desc& inner, const dnnl::memory::desc& outer,
                     const dnnl::engine& eng, int output);
   Status Run(const RunContext& ctx) override;
+  std::string implementation() const override;
   // Reorders added per run (for statistics and tests).
   int reorder_count() const { return static_cast<int>(pre_.size() + post_.size()); }
 

@@ -1,6 +1,7 @@
 // Convolution, transposed convolution and pooling, on oneDNN primitives. Activations
 // stay in the plain NCHW layout ONNX defines; constant weights are reordered once into
 // the primitive's preferred layout through the model's WeightCache.
+#include <algorithm>
 #include <optional>
 
 #include "engine/internal/op_util.h"
@@ -211,10 +212,11 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
     for (int64_t o = 0; o < m; ++o) out_scales[o] = src_scale * w_scales[o];
     attr.set_output_scales(1 << 1, out_scales);  // per output channel
   }
-  auto make_pd = [&](const memory::desc& s, const memory::desc& dd) {
-    dnnl::convolution_forward::desc d(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s, w_desc, b_md,
-        dd, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), PadRight(w));
+  auto make_pd = [&](const memory::desc& s, const memory::desc& dd,
+                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, s, w_desc, b_md, dd,
+                                      Dims(w, &Window::stride), Dilates(w),
+                                      Dims(w, &Window::pad_begin), PadRight(w));
     return dnnl::convolution_forward::primitive_desc(d, attr, eng);
   };
   // Candidates, best first: read the source in its producer's layout (no reorder) and
@@ -229,7 +231,26 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
     candidates.push_back({src_free, dst_free});
   }
   std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  for (const auto& [s, d] : candidates) {
+  // Winograd (PlanOptions::conv_algorithm): fewer multiplications for fp32 3x3 stride-1
+  // convolutions, in oneDNN's blocked layouts. Below 16 input channels its transforms
+  // cost more than they save (the first layer's image), so those stay direct, as does
+  // every shape oneDNN has no Winograd kernel for.
+  if (ctx.options && ctx.options->conv_algorithm == ConvAlgorithm::kWinograd && const_w && !int8 &&
+      src_dt == memory::data_type::f32 && group == 1 && c >= 16 && kernel == Shape{3, 3} &&
+      std::all_of(w.begin(), w.end(),
+                  [](const Window& a) { return a.stride == 1 && a.dilation == 1; })) {
+    // The source as its producer left it when the kernel reads that, else reordered.
+    for (const memory::desc& s : {src_in, src_free}) {
+      try {
+        pd = make_pd(s, has_residual ? res_md : (out_free ? dst_free : dst_md),
+                     dnnl::algorithm::convolution_winograd);
+        break;
+      } catch (const dnnl::error&) {
+        // No Winograd kernel for this case: next source layout, else direct below.
+      }
+    }
+  }
+  for (const auto& [s, d] : pd ? decltype(candidates){} : candidates) {
     try {
       auto cand = make_pd(s, has_residual ? res_md : d);
       const bool ref = std::string(cand.impl_info_str()).rfind("ref", 0) == 0;
