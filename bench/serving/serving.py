@@ -203,7 +203,7 @@ def start_peer(opts, work, model, mode):
 
 
 def median_point(runs):
-    """One load level measured len(runs) times in a row: the figures of the run whose
+    """One load level measured len(runs) times: the figures of the run whose
     throughput is the median (a burst of host steal spoils one run, not the level; one run's
     throughput and p99 stay together, as the p99-bounded comparisons need), with the runs'
     counts summed and every run kept under "runs"."""
@@ -216,15 +216,27 @@ def median_point(runs):
     return point
 
 
-def sweep(bench, server, model, concurrencies, name, repeats):
-    points = []
-    for c in concurrencies:
-        runs = [summarize(bench.run(server, model, ["--concurrency-range", str(c)])) for _ in range(repeats)]
-        s = median_point(runs)
-        log("  %s c=%d: %.0f infer/s, p99 %.2f ms, batch %s, cpu %.0f%% (median of %d: %s infer/s)" % (
-            name, c, s["throughput"], s["p99_us"] / 1000, fmt_batch(s["avg_batch"]), 100 * s["cpu_util"],
-            repeats, " ".join("%.0f" % r["throughput"] for r in runs)))
-        points.append(s)
+def interleaved_sweep(bench, servers, model, concurrencies, repeats):
+    """Every server in `servers` (name -> Server, all running) at every concurrency, `repeats`
+    rounds: each round measures each level on each server in turn, so a slow minute of the
+    shared machine falls on every server alike instead of on whichever was being swept then.
+    Returns name -> points (median_point per level)."""
+    runs = {name: {c: [] for c in concurrencies} for name in servers}
+    for r in range(repeats):
+        for c in concurrencies:
+            for name, server in servers.items():
+                runs[name][c].append(summarize(bench.run(server, model, ["--concurrency-range", str(c)])))
+            log("  round %d/%d, c=%d: %s" % (r + 1, repeats, c, ", ".join(
+                "%s %.0f/s" % (name, runs[name][c][-1]["throughput"]) for name in servers)))
+    points = {}
+    for name in servers:
+        points[name] = []
+        for c in concurrencies:
+            s = median_point(runs[name][c])
+            log("  %s c=%d: %.0f infer/s, p99 %.2f ms, batch %s, cpu %.0f%% (median of %d: %s infer/s)" % (
+                name, c, s["throughput"], s["p99_us"] / 1000, fmt_batch(s["avg_batch"]), 100 * s["cpu_util"],
+                repeats, " ".join("%.0f" % x["throughput"] for x in runs[name][c])))
+            points[name].append(s)
     return points
 
 
@@ -358,27 +370,32 @@ def svg_plot(model, series, path):
 def run_model(opts, work, bench, model):
     m = MODELS[model]
     res = {"model": model, "strategies": {}, "peer": {}}
-    for st in STRATEGIES:
-        log("%s: shoal, %s" % (model, st[1]))
-        server, cfg = start_shoal(opts, work, model, st)
-        try:
-            pts = sweep(bench, server, model, opts.concurrency, st[1], opts.repeats)
-            res["strategies"][st[0]] = {"label": st[1], "config": cfg, "points": pts,
-                                        "peak_rss_mib": vm_hwm_kb(server.proc.pid) / 1024.0}
-        finally:
+    # Every server of this model runs at once (idle ones cost next to nothing) and the
+    # sweep interleaves them (interleaved_sweep).
+    servers, configs = {}, {}
+    try:
+        for st in STRATEGIES:
+            log("%s: starting shoal, %s" % (model, st[1]))
+            servers[st[1]], configs[st[1]] = start_shoal(opts, work, model, st)
+        modes = [] if opts.no_peer else ["plain", "batching"]
+        for mode in modes:
+            log("%s: starting the FastAPI peer, %s" % (model, mode))
+            servers["peer " + mode] = start_peer(opts, work, model, mode)
+        log("%s: sweeping %d servers, interleaved" % (model, len(servers)))
+        pts = interleaved_sweep(bench, servers, model, opts.concurrency, opts.repeats)
+        rss = {name: vm_hwm_kb(server.proc.pid) / 1024.0 for name, server in servers.items()}
+    finally:
+        for server in servers.values():
             server.stop()
+    for st in STRATEGIES:
+        res["strategies"][st[0]] = {"label": st[1], "config": configs[st[1]], "points": pts[st[1]],
+                                    "peak_rss_mib": rss[st[1]]}
     best_key = max(res["strategies"], key=lambda k: best(res["strategies"][k]["points"])["throughput"])
     res["best_strategy"] = best_key
 
     if not opts.no_peer:
-        for mode in ("plain", "batching"):
-            log("%s: FastAPI peer, %s" % (model, mode))
-            server = start_peer(opts, work, model, mode)
-            try:
-                pts = sweep(bench, server, model, opts.concurrency, "peer " + mode, opts.repeats)
-                res["peer"][mode] = {"points": pts, "peak_rss_mib": vm_hwm_kb(server.proc.pid) / 1024.0}
-            finally:
-                server.stop()
+        for mode in modes:
+            res["peer"][mode] = {"points": pts["peer " + mode], "peak_rss_mib": rss["peer " + mode]}
         peer_best = max(res["peer"], key=lambda k: best(res["peer"][k]["points"])["throughput"])
         res["peer_best"] = peer_best
         res["equal_load_rate"] = round(opts.equal_load_fraction * best(res["peer"][peer_best]["points"])["throughput"])
@@ -450,11 +467,14 @@ def report(opts, results, info, elapsed, load_before, load_after):
       "figures are indicative: compare ratios within one run. Servers listen on 127.0.0.1 only." % info["cores"])
     w("")
     w("**Method.** Each strategy is its own temporary repository (the example's model file, a "
-      "generated `config.pbtxt`) served by `shoal serve`; each closed-loop load level is %d "
-      "`shoal bench` run(s) in a row (`--percentile 99`, windows until three agree within 10%% or "
-      "the limit), and the tables show the run with the median throughput (so a burst of host "
-      "steal spoils one run, not the level, and each row's figures come from one run; "
-      "serving.json keeps every run); "
+      "generated `config.pbtxt`) served by `shoal serve`. A model's four shoal servers and two peer "
+      "servers run side by side (idle ones cost next to nothing) and the closed-loop sweep "
+      "interleaves them: each of %d round(s) measures every load level on every server in turn, "
+      "one `shoal bench` run each (`--percentile 99`, windows until three agree within 10%% or "
+      "the limit), so a slow minute of the shared machine falls on every strategy alike rather "
+      "than on the one being swept then. The tables show, per level, the run with the median "
+      "throughput (a burst of host steal spoils one run, not the level, and each row's figures "
+      "come from one run; serving.json keeps every run); "
       "open-loop levels are one run each. Throughput is "
       "inferences/s; latencies are client-side. *avg batch* is the server's inference_count / "
       "execution_count over the measured windows (its statistics endpoint, read by `shoal bench`); "
@@ -664,7 +684,8 @@ def main():
     p.add_argument("--warmup-ms", type=int, default=1000)
     p.add_argument("--max-trials", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3,
-                   help="closed-loop load levels: runs in a row; the tables show the median-throughput run")
+                   help="closed-loop rounds: each measures every level on every server in turn; the tables "
+                        "show each level's median-throughput run")
     p.add_argument("--peer-threads", type=int, default=1)
     p.add_argument("--fractions", default="0.5,0.8,0.95")
     p.add_argument("--equal-load-fraction", type=float, default=0.8)
