@@ -4,7 +4,7 @@
 # (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE and an MLP
 # recommender, plus the trained classifiers models/digits.onnx and the example repository's
 # image_classifier (shoal only, accuracy against held-out labels), at batch 1 and 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
-# ratios (fp32/PyTorch, bf16/fp32, int8/fp32) and GFLOP/s as a fraction of the FMA peak the
+# ratios (fp32/PyTorch, bf16/fp32, int8/fp32, winograd/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
 #   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]
 #                       [--keep DIR | --models-from DIR] [--reuse-pytorch]

@@ -467,8 +467,8 @@ def report(opts, results, info, elapsed, load_before, load_after):
       "figures are indicative: compare ratios within one run. Servers listen on 127.0.0.1 only." % info["cores"])
     w("")
     w("**Method.** Each strategy is its own temporary repository (the example's model file, a "
-      "generated `config.pbtxt`) served by `shoal serve`. A model's four shoal servers and two peer "
-      "servers run side by side (idle ones cost next to nothing) and the closed-loop sweep "
+      "generated `config.pbtxt`) served by `shoal serve`. A model's four shoal servers%s run side "
+      "by side (idle ones cost next to nothing) and the closed-loop sweep "
       "interleaves them: each of %d round(s) measures every load level on every server in turn, "
       "one `shoal bench` run each (`--percentile 99`, windows until three agree within 10%% or "
       "the limit), so a slow minute of the shared machine falls on every strategy alike rather "
@@ -487,7 +487,7 @@ def report(opts, results, info, elapsed, load_before, load_after):
       "2 instances = 2 x 1 thread, no batching; batching + 2 instances = both. The engine runs a "
       "plan below 4 MFLOP on one thread whatever the setting (the onnx backend's "
       "`single_thread_below_flops`): the MLP only for a lone row, the CNN never." % (
-          opts.repeats, info["cores"]))
+          " and two peer servers" if any(r["peer"] for r in results) else "", opts.repeats, info["cores"]))
     w("")
     targets = []
     for r in results:

@@ -47,7 +47,10 @@ using Calibration = std::map<std::string, ValueRange, std::less<>>;  // by value
 // channels are computed: directly, or by Winograd's minimal filtering (oneDNN's F(2x2,
 // 3x3) and F(4x4, 3x3) kernels), which does fewer multiplications at the price of
 // rounding error a little above direct fp32's (transforms of inputs and weights). Other
-// convolutions, other tiers, and shapes oneDNN has no Winograd kernel for stay direct.
+// convolutions, those a tier runs in bf16 or int8 (an int8 tier's fp32 fallbacks, values
+// without a calibrated range, follow this option), and shapes oneDNN has no Winograd
+// kernel for stay direct. oneDNN's Winograd weight layout can depend on the batch, so the
+// WeightCache may hold one transformed copy of a convolution's weights per such layout.
 enum class ConvAlgorithm { kDirect, kWinograd };
 
 struct PlanOptions {

@@ -259,14 +259,18 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
       }
     }
   }
-  for (const auto& [s, d] : pd ? decltype(candidates){} : candidates) {
+  // Direct, unless a Winograd kernel was found above. When every candidate fails, the
+  // last one's error is what the caller sees.
+  const size_t tries = pd ? 0 : candidates.size();
+  for (size_t i = 0; i < tries; ++i) {
+    const auto& [s, d] = candidates[i];
     try {
       auto cand = make_pd(s, has_residual ? res_md : d);
       const bool ref = std::string(cand.impl_info_str()).rfind("ref", 0) == 0;
       if (!pd || !ref) pd = cand;
       if (!ref) break;
     } catch (const dnnl::error&) {
-      if (&s == &candidates.back().first && !pd) throw;
+      if (i + 1 == tries && !pd) throw;
     }
   }
   if (!pd) return ctx.Error("oneDNN has no convolution for these shapes");
