@@ -8,6 +8,7 @@
 #include "cli/serve.h"
 #ifdef SHOAL_HAVE_ENGINE
 #include "engine/inspect.h"
+#include "engine/precision.h"
 #endif
 
 int main(int argc, char** argv) {
@@ -42,9 +43,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"direct", "winograd"}))
       ->capture_default_str();
   inspect->callback([&] {
-    inspect_options.conv_algorithm = conv_algorithm == "winograd"
-                                         ? shoal::engine::ConvAlgorithm::kWinograd
-                                         : shoal::engine::ConvAlgorithm::kDirect;
+    inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
     auto text = shoal::engine::InspectModel(model_path, inspect_options);
     if (!text.ok()) {
       std::cerr << "shoal inspect: " << text.status().message() << "\n";
