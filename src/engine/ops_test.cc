@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "engine/test_util.h"
 
@@ -216,6 +217,58 @@ TEST(ShapeOpsTest, TransposeDefaultAndPerm) {
   EXPECT_EQ(p[0].shape(), (Shape{3, 1, 2}));
   EXPECT_THAT(Values(p[0]), ElementsAre(1, 4, 2, 5, 3, 6));
   EXPECT_FALSE(RunOp("Transpose", {{Random({2, 3}, 1)}}, {{"perm", AInts({0, 0})}}).ok());
+}
+
+// Transpose against index arithmetic, on every loop shape its kernel has: contiguous
+// rows (the inner axis stays inner), tiles (the inner axis moves, sizes not multiples of
+// a tile), merged and size-1 axes, one element, and each element size; the larger
+// cases (>= 256 KiB) run on the session's threads.
+TEST(ShapeOpsTest, TransposeMatchesIndexArithmetic) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> perm;
+    DataType dtype;
+  };
+  const Case cases[] = {
+      {{8, 128, 12, 64}, {0, 2, 1, 3}, DataType::kFp32},  // BERT's head split
+      {{8, 128, 12, 64}, {0, 2, 3, 1}, DataType::kFp32},  // K transposed
+      {{8, 12, 128, 64}, {0, 2, 1, 3}, DataType::kFp32},  // heads merged back
+      {{3, 37, 45}, {0, 2, 1}, DataType::kFp32},
+      {{2, 3, 4}, {2, 0, 1}, DataType::kFp32},  // merges into a 4 x 6 transpose
+      {{1, 5, 1, 7}, {3, 2, 1, 0}, DataType::kFp32},
+      {{1, 1}, {1, 0}, DataType::kFp32},
+      {{5, 6, 7, 8, 9}, {4, 2, 0, 3, 1}, DataType::kInt64},
+      {{33, 65, 17}, {1, 2, 0}, DataType::kUint8},
+      {{40, 70}, {1, 0}, DataType::kFp16},
+      {{300, 500}, {1, 0}, DataType::kInt32},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.shape) + " perm " + ::testing::PrintToString(c.perm));
+    Tensor x = Tensor::Allocate(c.dtype, c.shape);
+    const size_t size = DataTypeSize(c.dtype);
+    auto* bytes = static_cast<uint8_t*>(x.mutable_data());
+    for (size_t i = 0; i < x.byte_size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + i / 7);
+    auto out = RunOp("Transpose", {{x}}, {{"perm", AInts(c.perm)}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const Tensor& y = (*out)[0];
+    const size_t r = c.shape.size();
+    Shape want_shape(r);
+    for (size_t i = 0; i < r; ++i) want_shape[i] = c.shape[c.perm[i]];
+    ASSERT_EQ(y.shape(), want_shape);
+    std::vector<int64_t> in_strides(r, 1);
+    for (size_t i = r - 1; i-- > 0;) in_strides[i] = in_strides[i + 1] * c.shape[i + 1];
+    const auto* got = static_cast<const uint8_t*>(y.data());
+    int64_t mismatches = 0;
+    for (int64_t o = 0; o < y.element_count(); ++o) {
+      int64_t rest = o, in = 0;
+      for (size_t i = r; i-- > 0;) {
+        in += (rest % want_shape[i]) * in_strides[c.perm[i]];
+        rest /= want_shape[i];
+      }
+      mismatches += std::memcmp(got + o * size, bytes + in * size, size) != 0;
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
 }
 
 TEST(ShapeOpsTest, ConcatIncludingEmptyInputs) {
