@@ -5,9 +5,14 @@
 // bf16, int8) and in fp32 with Winograd convolutions ("winograd", a variant timed and
 // compared with direct fp32 like a tier), one Session with THREADS threads per tier.
 //
-// - Peak: first measures the machine's FMA peak itself (an FMA loop with 12 independent
-//   vector accumulators, AVX-512 when the CPU has it, else AVX2; one pinned thread per
-//   --threads, ~0.5 s; median of 3) so that GFLOP/s can be read as a fraction of it.
+// - Peak: measures the machine's FMA peak itself (an FMA loop with 12 independent vector
+//   accumulators, AVX-512 when the CPU has it, else AVX2; one pinned thread per
+//   --threads): once at the start (~0.5 s, median of 3), for the headline, and again for
+//   0.5 s just before every timed fp32 run and every library-ceiling run. "% of peak" is
+//   the median over runs of each run's GFLOP/s over the peak probed beside it: this VM's
+//   speed drifts by tens of percent between minutes (other tenants of the host), and a
+//   peak measured minutes away from a run would carry that drift into the fraction (see
+//   kProbeSeconds for what pairing cannot take out).
 // - Library ceiling: then times oneDNN's own primitives, alone, on the largest shapes of
 //   BERT-base and ResNet-50 at batch 8 (matmul with packed weights; convolution in the
 //   engine's NHWC layout), with the same threads and timing rule as the models, so a
@@ -111,11 +116,18 @@ struct Options {
   std::vector<std::string> tiers = {"bf16", "int8", "winograd"};  // beside fp32 (always runs)
 };
 
+// The FMA peak probed beside each timed run (see FmaProbe, kProbeSeconds).
+struct PeakBeside {
+  double gflops = 0;    // median of the probes
+  double fraction = 0;  // median over runs of (run GFLOP/s / its probe); 0: not measured
+};
+
 struct TierResult {
   bool available = false;  // loaded
   std::string note;        // why not available, or load error
   double load_s = 0;
   double items_per_s[2] = {0, 0};  // per kBatches entry; 0: failed
+  PeakBeside beside[2];            // direct fp32 only: the peak probed beside each run
   std::string error[2];
   bool compared = false;
   TierAccuracy accuracy;
@@ -265,62 +277,103 @@ struct Peak {
   double gflops = 0;
 };
 
-// Median of 3 measurements of `threads` threads running the FMA loop side by side, each
-// pinned to one of the CPUs this process may use.
-Peak MeasureFmaPeak(int threads) {
-  __builtin_cpu_init();
-  Peak peak;
-  double (*loop)(double, float*) = nullptr;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
-    peak.isa = "avx512f+fma";
-    loop = FmaLoopAvx512;
-  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    peak.isa = "avx2+fma";
-    loop = FmaLoopAvx2;
-  } else {
-    peak.isa = "none";
-    return peak;
+// Runs the FMA loop on `threads` threads side by side, each pinned to one of the CPUs
+// this process may use: the machine's peak at the moment it runs.
+class FmaProbe {
+ public:
+  explicit FmaProbe(int threads) : threads_(std::max(1, threads)) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
+      isa_ = "avx512f+fma";
+      loop_ = FmaLoopAvx512;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      isa_ = "avx2+fma";
+      loop_ = FmaLoopAvx2;
+    }
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus_.push_back(c);
   }
-  std::vector<int> cpus;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  threads = std::max(1, threads);
-  std::vector<double> rates;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> flops(threads, 0);
-    std::vector<float> sinks(threads, 0);
+  bool available() const { return loop_ != nullptr; }
+  const std::string& isa() const { return isa_; }
+
+  // GFLOP/s of one measurement lasting about `seconds`; 0 when there is no FMA loop.
+  double Measure(double seconds) const {
+    if (!loop_) return 0;
+    std::vector<double> flops(threads_, 0);
+    std::vector<float> sinks(threads_, 0);
     std::atomic<int> ready{0};
-    std::vector<std::thread> workers;
-    auto start = std::chrono::steady_clock::now();
     std::atomic<bool> go{false};
-    for (int t = 0; t < threads; ++t) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads_; ++t) {
       workers.emplace_back([&, t] {
-        if (!cpus.empty()) {
+        if (!cpus_.empty()) {
           cpu_set_t one;
           CPU_ZERO(&one);
-          CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &one);
+          CPU_SET(cpus_[static_cast<size_t>(t) % cpus_.size()], &one);
           pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
         }
         ready.fetch_add(1);
         while (!go.load()) std::this_thread::yield();
-        flops[t] = loop(0.5, &sinks[t]);
+        flops[t] = loop_(seconds, &sinks[t]);
       });
     }
-    while (ready.load() < threads) std::this_thread::yield();
-    start = std::chrono::steady_clock::now();
+    while (ready.load() < threads_) std::this_thread::yield();
+    const auto start = std::chrono::steady_clock::now();
     go.store(true);
     for (auto& w : workers) w.join();
-    double elapsed = Seconds(start, std::chrono::steady_clock::now());
+    const double elapsed = Seconds(start, std::chrono::steady_clock::now());
     double total = 0;
     for (double f : flops) total += f;
-    rates.push_back(total / elapsed / 1e9);
+    return total / elapsed / 1e9;
   }
+
+ private:
+  int threads_;
+  std::string isa_ = "none";
+  double (*loop_)(double, float*) = nullptr;
+  std::vector<int> cpus_;
+};
+
+// The headline peak: median of 3 half-second measurements.
+Peak MeasureFmaPeak(const FmaProbe& probe) {
+  Peak peak;
+  peak.isa = probe.isa();
+  if (!probe.available()) return peak;
+  std::vector<double> rates;
+  for (int rep = 0; rep < 3; ++rep) rates.push_back(probe.Measure(0.5));
   std::sort(rates.begin(), rates.end());
   peak.gflops = rates[1];
   return peak;
+}
+
+// The peak measured beside each timed run, just before it (kProbeSeconds), and each
+// run's GFLOP/s as a fraction of its own probe. This VM's speed drifts by tens of percent
+// from minute to minute (other tenants on the host). Pairing takes out the part of that
+// drift the FMA loop feels too (time the host takes away, clock changes); contention for
+// caches and memory bandwidth, which a loop in registers does not feel, still shows.
+constexpr double kProbeSeconds = 0.5;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// `gflops[i]` beside `peaks[i]`.
+PeakBeside Pair(const std::vector<double>& gflops, const std::vector<double>& peaks) {
+  PeakBeside p;
+  if (gflops.empty() || gflops.size() != peaks.size()) return p;
+  std::vector<double> fractions;
+  for (size_t i = 0; i < gflops.size(); ++i)
+    if (peaks[i] > 0) fractions.push_back(gflops[i] / peaks[i]);
+  if (fractions.size() != gflops.size()) return p;
+  p.gflops = Median(peaks);
+  p.fraction = Median(fractions);
+  return p;
 }
 
 // ---- Library ceiling ---------------------------------------------------------------
@@ -329,15 +382,19 @@ struct Ceiling {
   std::string primitive;  // "matmul" or "conv"
   std::string shape;      // as the model uses it
   double gflops = 0;      // median over the runs
+  PeakBeside beside;
 };
 
 // Median GFLOP/s of `run` (each call does `flops`), timed as the models are: RUNS runs,
-// each repeating the call until it lasts MIN_SECONDS, after one warm-up call.
+// each repeating the call until it lasts MIN_SECONDS, after one warm-up call, each after
+// a probe of the peak (`beside`).
 template <typename Fn>
-double TimeGflops(const Fn& run, double flops, const Options& o) {
+double TimeGflops(const Fn& run, double flops, const Options& o, const FmaProbe& probe,
+                  PeakBeside* beside) {
   run();
-  std::vector<double> rates;
+  std::vector<double> rates, peaks;
   for (int r = 0; r < o.runs; ++r) {
+    peaks.push_back(probe.Measure(kProbeSeconds));
     int64_t calls = 0;
     const auto start = std::chrono::steady_clock::now();
     double elapsed = 0;
@@ -348,11 +405,11 @@ double TimeGflops(const Fn& run, double flops, const Options& o) {
     } while (elapsed < o.min_seconds);
     rates.push_back(static_cast<double>(calls) * flops / elapsed / 1e9);
   }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  *beside = Pair(rates, peaks);
+  return Median(rates);
 }
 
-std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
+std::vector<Ceiling> MeasureLibraryCeiling(const Options& o, const FmaProbe& probe) {
   using dnnl::memory;
   omp_set_num_threads(std::max(1, o.threads));
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -360,7 +417,8 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
   // Times `prim` (a matmul or a convolution: source, weights, destination) on buffers of
   // its own descriptors, filled with small values.
   auto time_primitive = [&](const dnnl::primitive& prim, const memory::desc& src,
-                            const memory::desc& weights, const memory::desc& dst, double flops) {
+                            const memory::desc& weights, const memory::desc& dst, double flops,
+                            PeakBeside* beside) {
     memory S(src, eng), W(weights, eng), D(dst, eng);
     for (memory* m : {&S, &W}) {
       float* p = static_cast<float*>(m->get_data_handle());
@@ -371,7 +429,7 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
       prim.execute(stream, {{DNNL_ARG_SRC, S}, {DNNL_ARG_WEIGHTS, W}, {DNNL_ARG_DST, D}});
       stream.wait();
     };
-    return TimeGflops(run, flops, o);
+    return TimeGflops(run, flops, o, probe, beside);
   };
   std::vector<Ceiling> out;
   // BERT-base, 8 sequences of 128 tokens: Q/K/V/output projections, FFN up and down.
@@ -382,10 +440,12 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
     const memory::desc b({k, n}, memory::data_type::f32, memory::format_tag::any);
     const memory::desc c({m, n}, memory::data_type::f32, memory::format_tag::ab);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
-    out.push_back({"matmul",
-                   std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
-                       std::to_string(n),
-                   time_primitive(dnnl::matmul(pd), a, pd.weights_desc(), c, 2.0 * m * k * n)});
+    Ceiling& ce = out.emplace_back();
+    ce.primitive = "matmul";
+    ce.shape = std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
+               std::to_string(n);
+    ce.gflops =
+        time_primitive(dnnl::matmul(pd), a, pd.weights_desc(), c, 2.0 * m * k * n, &ce.beside);
   }
   // ResNet-50, batch 8: a 3x3 convolution of each of two stages, and a 1x1 reduction.
   struct ConvShape {
@@ -406,24 +466,30 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o) {
                                         {pad, pad}, {pad, pad}),
         eng);
     const double flops = 2.0 * mb * cs.c_out * cs.hw * cs.hw * cs.c_in * cs.k * cs.k;
-    out.push_back(
-        {"conv",
-         "8x" + std::to_string(cs.c_in) + "x" + std::to_string(cs.hw) + "x" +
-             std::to_string(cs.hw) + ", " + std::to_string(cs.k) + "x" + std::to_string(cs.k) +
-             " -> " + std::to_string(cs.c_out),
-         time_primitive(dnnl::convolution_forward(pd), src, pd.weights_desc(), dst, flops)});
+    Ceiling& ce = out.emplace_back();
+    ce.primitive = "conv";
+    ce.shape = "8x" + std::to_string(cs.c_in) + "x" + std::to_string(cs.hw) + "x" +
+               std::to_string(cs.hw) + ", " + std::to_string(cs.k) + "x" + std::to_string(cs.k) +
+               " -> " + std::to_string(cs.c_out);
+    ce.gflops = time_primitive(dnnl::convolution_forward(pd), src, pd.weights_desc(), dst, flops,
+                               &ce.beside);
   }
   return out;
 }
 
-void PrintCeiling(const std::vector<Ceiling>& ceiling, const Peak& peak) {
+std::string PeakCell(const PeakBeside& b) { return b.gflops > 0 ? Fmt("%.1f", b.gflops) : "—"; }
+std::string PercentCell(const PeakBeside& b) {
+  return b.fraction > 0 ? Fmt("%.0f%%", 100 * b.fraction) : "—";
+}
+
+void PrintCeiling(const std::vector<Ceiling>& ceiling) {
   std::printf(
       "\noneDNN alone on the models' largest shapes (same threads and timing rule, this run): "
       "what the library reaches here, beside the models' %% of peak above.\n\n"
-      "| primitive | shape | GFLOP/s | %% of peak |\n|---|---|---|---|\n");
+      "| primitive | shape | GFLOP/s | FMA peak beside | %% of peak |\n|---|---|---|---|---|\n");
   for (const Ceiling& c : ceiling) {
-    std::printf("| %s | %s | %.1f | %.0f%% |\n", c.primitive.c_str(), c.shape.c_str(), c.gflops,
-                peak.gflops > 0 ? 100.0 * c.gflops / peak.gflops : 0.0);
+    std::printf("| %s | %s | %.1f | %s | %s |\n", c.primitive.c_str(), c.shape.c_str(), c.gflops,
+                PeakCell(c.beside).c_str(), PercentCell(c.beside).c_str());
   }
 }
 
@@ -524,9 +590,11 @@ StatusOr<Tensor> Rows(const Tensor& t, int64_t begin, int64_t end) {
   return copy;
 }
 
-// Median items/s; 0 and `error` set on failure.
+// Median items/s; 0 and `error` set on failure. With `beside`, each run follows a probe
+// of the FMA peak and `beside` gets the runs' GFLOP/s (`flops_per_item`) against it.
 double TimeBatch(Session& session, const std::vector<NamedTensor>& inputs, int batch,
-                 const Options& o, std::string* error) {
+                 const Options& o, std::string* error, const FmaProbe& probe, double flops_per_item,
+                 PeakBeside* beside) {
   std::vector<NamedTensor> outputs;
   auto run = [&]() -> bool {
     outputs.clear();
@@ -539,16 +607,17 @@ double TimeBatch(Session& session, const std::vector<NamedTensor>& inputs, int b
   if (!run()) return 0;
   double per_call = std::max(Seconds(t0, std::chrono::steady_clock::now()), 1e-6);
   int iters = std::max(1, static_cast<int>(o.min_seconds / per_call + 0.999));
-  std::vector<double> rates;
+  std::vector<double> rates, peaks, gflops;
   for (int r = 0; r < o.runs; ++r) {
+    if (beside) peaks.push_back(probe.Measure(kProbeSeconds));
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i)
       if (!run()) return 0;
     rates.push_back(batch * iters / Seconds(start, std::chrono::steady_clock::now()));
+    gflops.push_back(rates.back() * flops_per_item / 1e9);
   }
-  std::sort(rates.begin(), rates.end());
-  size_t n = rates.size();
-  return n % 2 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
+  if (beside && flops_per_item > 0) *beside = Pair(gflops, peaks);
+  return Median(rates);
 }
 
 // What one model is benchmarked on: timing inputs per batch, calibration batches, held-out
@@ -632,7 +701,7 @@ StatusOr<double> LabelAccuracy(const Model& model, const Options& o,
   return static_cast<double>(correct) / static_cast<double>(row);
 }
 
-ModelResult BenchModel(const std::string& name, const Options& o) {
+ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe& probe) {
   ModelResult m;
   m.model = name;
   const bool labelled = Labelled(name);
@@ -705,7 +774,8 @@ ModelResult BenchModel(const std::string& name, const Options& o) {
           tr.error[0] = tr.error[1] = "session: " + session.status().ToString();
         } else {
           for (int i = 0; i < 2; ++i) {
-            tr.items_per_s[i] = TimeBatch(**session, w.timing[i], kBatches[i], o, &tr.error[i]);
+            tr.items_per_s[i] = TimeBatch(**session, w.timing[i], kBatches[i], o, &tr.error[i],
+                                          probe, m.flops, reference ? &tr.beside[i] : nullptr);
             if (tr.items_per_s[i] == 0 && tr.error[i].empty()) tr.error[i] = "no figure";
             std::fprintf(stderr, "%s: %s batch %d: %s\n", name.c_str(), tier.c_str(), kBatches[i],
                          tr.error[i].empty() ? Fmt("%.2f items/s", tr.items_per_s[i]).c_str()
@@ -792,11 +862,16 @@ std::string MiB(int64_t bytes) {
 }
 
 void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Peak& peak) {
-  std::printf("FMA peak (measured, %s): %.1f GFLOP/s\n\n", peak.isa.c_str(), peak.gflops);
   std::printf(
-      "| model | batch | PyTorch items/s | shoal fp32 items/s | fp32/PyTorch | fp32 GFLOP/s | %% "
-      "of peak | bf16 items/s | bf16/fp32 | int8 items/s | int8/fp32 | winograd items/s | "
-      "winograd/fp32 | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "FMA peak (measured, %s): %.1f GFLOP/s at the start of the run (median of 3). %% of peak "
+      "is against the peak probed beside each timed run instead (FMA peak beside: the median "
+      "probe; %% of peak: the median over runs of the run's GFLOP/s over its probe).\n\n",
+      peak.isa.c_str(), peak.gflops);
+  std::printf(
+      "| model | batch | PyTorch items/s | shoal fp32 items/s | fp32/PyTorch | fp32 GFLOP/s | FMA "
+      "peak beside | %% of peak | bf16 items/s | bf16/fp32 | int8 items/s | int8/fp32 | "
+      "winograd items/s | winograd/fp32 | notes |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ModelResult& m : all) {
     for (int i = 0; i < 2; ++i) {
       const int b = kBatches[i];
@@ -807,7 +882,7 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
         notes.push_back("PyTorch: " + peer.notes.at(m.model));
       if (Labelled(m.model) && i == 0) notes.push_back("PyTorch not timed (trained model)");
       if (!m.error.empty()) {
-        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | |\n", m.model.c_str(), b,
+        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | | |\n", m.model.c_str(), b,
                     pt > 0 ? Fmt("%.2f", pt).c_str() : "—", OneLine(m.error).c_str());
         continue;
       }
@@ -819,13 +894,14 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
       const double gf = fr * m.flops / 1e9;
       std::string joined;
       for (const auto& n : notes) joined += (joined.empty() ? "" : "; ") + OneLine(n);
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+      const bool timed = gf > 0;
+      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                   m.model.c_str(), b, pt > 0 ? Fmt("%.2f", pt).c_str() : "—", Cell(f, i).c_str(),
-                  Ratio(fr, pt).c_str(), gf > 0 ? Fmt("%.1f", gf).c_str() : "—",
-                  gf > 0 && peak.gflops > 0 ? Fmt("%.0f%%", 100 * gf / peak.gflops).c_str() : "—",
-                  Cell(h, i).c_str(), Ratio(hr, fr).c_str(), Cell(q, i).c_str(),
-                  Ratio(qr, fr).c_str(), Cell(wg, i).c_str(), Ratio(wr, fr).c_str(),
-                  joined.c_str());
+                  Ratio(fr, pt).c_str(), timed ? Fmt("%.1f", gf).c_str() : "—",
+                  timed ? PeakCell(f.beside[i]).c_str() : "—",
+                  timed ? PercentCell(f.beside[i]).c_str() : "—", Cell(h, i).c_str(),
+                  Ratio(hr, fr).c_str(), Cell(q, i).c_str(), Ratio(qr, fr).c_str(),
+                  Cell(wg, i).c_str(), Ratio(wr, fr).c_str(), joined.c_str());
     }
   }
 
@@ -841,8 +917,8 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   std::printf("\nTargets (batch 8):");
   for (const char* name : {"resnet50", "bert_base"}) {
     const ModelResult* m = find(name);
-    if (!m || peak.gflops <= 0) continue;
-    const double frac = rate(m->tiers[0], 1) * m->flops / 1e9 / peak.gflops;
+    if (!m || rate(m->tiers[0], 1) <= 0 || m->tiers[0].beside[1].fraction <= 0) continue;
+    const double frac = m->tiers[0].beside[1].fraction;
     std::printf(" %s fp32 %.0f%% of peak (>= 70%%: %s);", name, 100 * frac,
                 frac >= 0.70 ? "met" : "not met");
   }
@@ -935,7 +1011,9 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
     << "\", \"fma_peak_gflops\": " << peak.gflops << ",\n \"onednn_alone\": [";
   for (size_t i = 0; i < ceiling.size(); ++i) {
     j << (i ? ", " : "") << "{\"primitive\": \"" << ceiling[i].primitive << "\", \"shape\": \""
-      << ceiling[i].shape << "\", \"gflops\": " << ceiling[i].gflops << "}";
+      << ceiling[i].shape << "\", \"gflops\": " << ceiling[i].gflops
+      << ", \"fma_peak_beside_gflops\": " << ceiling[i].beside.gflops
+      << ", \"fraction_of_peak\": " << ceiling[i].beside.fraction << "}";
   }
   j << "],\n \"results\": [";
   bool first = true;
@@ -946,7 +1024,10 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
       j << (first ? "\n  " : ",\n  ") << "{\"model\": \"" << JsonEscape(m.model)
         << "\", \"batch\": " << kBatches[i]
         << ", \"items_per_s\": " << (error.empty() ? f.items_per_s[i] : 0)
-        << ", \"flops_per_item\": " << m.flops << ", \"error\": \"" << JsonEscape(error) << "\"";
+        << ", \"flops_per_item\": " << m.flops
+        << ", \"fma_peak_beside_gflops\": " << (error.empty() ? f.beside[i].gflops : 0)
+        << ", \"fraction_of_peak\": " << (error.empty() ? f.beside[i].fraction : 0)
+        << ", \"error\": \"" << JsonEscape(error) << "\"";
       for (int t = 1; t < kNumVariants; ++t) {
         const TierResult& tr = m.tiers[t];
         const std::string tier(kVariants[t].name);
@@ -1040,12 +1121,13 @@ int main(int argc, char** argv) {
   }
   if (o.dir.empty()) Usage();
 
-  const Peak peak = MeasureFmaPeak(o.threads);
+  const FmaProbe probe(o.threads);
+  const Peak peak = MeasureFmaPeak(probe);
   std::fprintf(stderr, "FMA peak (%s, %d threads, median of 3): %.1f GFLOP/s\n", peak.isa.c_str(),
                o.threads, peak.gflops);
   std::vector<Ceiling> ceiling;
   try {
-    ceiling = MeasureLibraryCeiling(o);
+    ceiling = MeasureLibraryCeiling(o, probe);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "oneDNN ceiling not measured: %s\n", e.what());
   }
@@ -1053,9 +1135,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "oneDNN %s %s: %.1f GFLOP/s\n", c.primitive.c_str(), c.shape.c_str(),
                  c.gflops);
   std::vector<ModelResult> all;
-  for (const std::string& name : o.models) all.push_back(BenchModel(name, o));
+  for (const std::string& name : o.models) all.push_back(BenchModel(name, o, probe));
   PrintTables(all, ReadPeer(o.peer), peak);
-  if (!ceiling.empty()) PrintCeiling(ceiling, peak);
+  if (!ceiling.empty()) PrintCeiling(ceiling);
   if (!o.json.empty()) WriteJson(o.json, all, o, peak, ceiling);
   return 0;
 }
