@@ -19,10 +19,12 @@
 //   model's fraction of the peak can be read against what the library reaches on this
 //   machine in the same minute.
 // - Throughput: each timed run repeats Session::Run until it lasts MIN_SECONDS; the figure
-//   is the median items/s over RUNS runs after warm-up. GFLOP/s uses the FLOPs per sample
-//   `shoal inspect` estimates (engine/inspect.h), for direct fp32 only: Winograd does fewer
-//   multiplications than it counts, so its speed is given as a ratio to fp32, not a
-//   fraction of the peak.
+//   is the median items/s over RUNS runs after warm-up. A model's variants are all loaded
+//   first and their runs interleave (each of RUNS rounds times every variant once), so the
+//   ratios between tiers do not carry the machine's drift between minutes. GFLOP/s uses the FLOPs
+//   per sample `shoal inspect` estimates (engine/inspect.h), for direct fp32 only: Winograd does
+//   fewer multiplications than it counts, so its speed is given as a ratio to fp32, not a fraction
+//   of the peak.
 // - Tiers: bf16 only when CheckPrecision(kBf16) is OK (AVX512_BF16). int8 is calibrated
 //   (engine::Calibrate) on the benchmark's own random inputs: the batch-8 timing input plus
 //   CALIB_BATCHES-1 more batches of 8 drawn the same way.
@@ -590,34 +592,86 @@ StatusOr<Tensor> Rows(const Tensor& t, int64_t begin, int64_t end) {
   return copy;
 }
 
-// Median items/s; 0 and `error` set on failure. With `beside`, each run follows a probe
-// of the FMA peak and `beside` gets the runs' GFLOP/s (`flops_per_item`) against it.
-double TimeBatch(Session& session, const std::vector<NamedTensor>& inputs, int batch,
-                 const Options& o, std::string* error, const FmaProbe& probe, double flops_per_item,
-                 PeakBeside* beside) {
-  std::vector<NamedTensor> outputs;
-  auto run = [&]() -> bool {
-    outputs.clear();
-    Status s = session.Run(inputs, &outputs);
-    if (!s.ok()) *error = s.ToString();
-    return s.ok();
-  };
-  if (!run() || !run()) return 0;  // warm-up: the first run prepares the plan
-  auto t0 = std::chrono::steady_clock::now();
-  if (!run()) return 0;
-  double per_call = std::max(Seconds(t0, std::chrono::steady_clock::now()), 1e-6);
-  int iters = std::max(1, static_cast<int>(o.min_seconds / per_call + 0.999));
-  std::vector<double> rates, peaks, gflops;
-  for (int r = 0; r < o.runs; ++r) {
-    if (beside) peaks.push_back(probe.Measure(kProbeSeconds));
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i)
-      if (!run()) return 0;
-    rates.push_back(batch * iters / Seconds(start, std::chrono::steady_clock::now()));
-    gflops.push_back(rates.back() * flops_per_item / 1e9);
+// One variant's timed runs at one batch size: Prepare warms the session up (the first run
+// prepares the plan) and sizes a run to MIN_SECONDS; each Run is one timed run.
+class BatchTimer {
+ public:
+  BatchTimer(Session& session, const std::vector<NamedTensor>& inputs, int batch)
+      : session_(session), inputs_(inputs), batch_(batch) {}
+
+  bool Prepare(const Options& o) {
+    if (!Call() || !Call()) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!Call()) return false;
+    const double per_call = std::max(Seconds(t0, std::chrono::steady_clock::now()), 1e-6);
+    iters_ = std::max(1, static_cast<int>(o.min_seconds / per_call + 0.999));
+    return true;
   }
-  if (beside && flops_per_item > 0) *beside = Pair(gflops, peaks);
-  return Median(rates);
+  // items/s of one timed run; 0 on failure (see error()).
+  double Run() {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters_; ++i)
+      if (!Call()) return 0;
+    return batch_ * iters_ / Seconds(start, std::chrono::steady_clock::now());
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool Call() {
+    outputs_.clear();
+    Status s = session_.Run(inputs_, &outputs_);
+    if (!s.ok()) error_ = s.ToString();
+    return s.ok();
+  }
+  Session& session_;
+  const std::vector<NamedTensor>& inputs_;
+  int batch_;
+  int iters_ = 1;
+  std::vector<NamedTensor> outputs_;
+  std::string error_;
+};
+
+// Times every loaded variant at batch kBatches[i], interleaved: each of RUNS rounds does
+// one timed run of every variant in turn (direct fp32 after a probe of the FMA peak), so a
+// slow minute of the shared machine falls on every variant alike and the ratios between
+// variants do not carry it. Each variant's figure is its median run.
+void TimeVariants(ModelResult& m, std::unique_ptr<Session> (&sessions)[kNumVariants],
+                  const std::vector<NamedTensor>& inputs, int i, const Options& o,
+                  const FmaProbe& probe) {
+  std::vector<std::unique_ptr<BatchTimer>> timers(kNumVariants);
+  std::vector<double> rates[kNumVariants], peaks, gflops;
+  for (int t = 0; t < kNumVariants; ++t) {
+    if (!sessions[t]) continue;
+    timers[t] = std::make_unique<BatchTimer>(*sessions[t], inputs, kBatches[i]);
+    if (!timers[t]->Prepare(o)) {
+      m.tiers[t].error[i] = timers[t]->error();
+      timers[t].reset();
+    }
+  }
+  for (int r = 0; r < o.runs; ++r) {
+    for (int t = 0; t < kNumVariants; ++t) {
+      if (!timers[t]) continue;
+      if (t == 0) peaks.push_back(probe.Measure(kProbeSeconds));
+      const double rate = timers[t]->Run();
+      if (rate <= 0) {
+        m.tiers[t].error[i] = timers[t]->error();
+        timers[t].reset();
+        continue;
+      }
+      rates[t].push_back(rate);
+      if (t == 0) gflops.push_back(rate * m.flops / 1e9);
+    }
+  }
+  for (int t = 0; t < kNumVariants; ++t) {
+    TierResult& tr = m.tiers[t];
+    if (!tr.available) continue;
+    if (timers[t]) tr.items_per_s[i] = Median(rates[t]);
+    if (tr.items_per_s[i] == 0 && tr.error[i].empty()) tr.error[i] = "no figure";
+    std::fprintf(
+        stderr, "%s: %s batch %d: %s\n", m.model.c_str(), kVariants[t].name, kBatches[i],
+        tr.error[i].empty() ? Fmt("%.2f items/s", tr.items_per_s[i]).c_str() : tr.error[i].c_str());
+  }
+  if (timers[0] && m.flops > 0) m.tiers[0].beside[i] = Pair(gflops, peaks);
 }
 
 // What one model is benchmarked on: timing inputs per batch, calibration batches, held-out
@@ -713,7 +767,10 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
   }
   try {
     m.flops = FlopsPerSample(path);
-    std::unique_ptr<Model> fp32;
+    // Every variant's model and session, kept until the timing (sessions before models:
+    // a session must not outlive its model).
+    std::unique_ptr<Model> models[kNumVariants];
+    std::unique_ptr<Session> sessions[kNumVariants];
     Workload w;
     for (int t = 0; t < kNumVariants; ++t) {
       const Precision p = kVariants[t].precision;
@@ -733,7 +790,7 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
       lo.plan.precision = p;
       lo.plan.conv_algorithm = kVariants[t].conv;
       if (p == Precision::kInt8) {
-        auto cal = Calibrate(*fp32, w.calibration);
+        auto cal = Calibrate(*models[0], w.calibration);
         if (!cal.ok()) {
           tr.note = "calibration: " + OneLine(cal.status().ToString());
           continue;
@@ -766,36 +823,16 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
       }
       std::fprintf(stderr, "%s: %s loaded in %.1f s, %.3g GFLOP per sample\n", name.c_str(),
                    tier.c_str(), tr.load_s, m.flops / 1e9);
-      {
-        SessionOptions so;
-        so.threads = o.threads;
-        auto session = Session::Create(*model, so);
-        if (!session.ok()) {
-          tr.error[0] = tr.error[1] = "session: " + session.status().ToString();
-        } else {
-          for (int i = 0; i < 2; ++i) {
-            tr.items_per_s[i] = TimeBatch(**session, w.timing[i], kBatches[i], o, &tr.error[i],
-                                          probe, m.flops, reference ? &tr.beside[i] : nullptr);
-            if (tr.items_per_s[i] == 0 && tr.error[i].empty()) tr.error[i] = "no figure";
-            std::fprintf(stderr, "%s: %s batch %d: %s\n", name.c_str(), tier.c_str(), kBatches[i],
-                         tr.error[i].empty() ? Fmt("%.2f items/s", tr.items_per_s[i]).c_str()
-                                             : tr.error[i].c_str());
-          }
-          for (int i = 0; i < 2 && reference; ++i) {
-            std::vector<Shape> shapes;
-            for (const auto& in : w.timing[i]) shapes.push_back(in.tensor.shape());
-            auto stats = (*session)->PlanStats(shapes);
-            if (stats.ok()) {
-              m.mem[i].ok = true;
-              m.mem[i].stats = *stats;
-            } else {
-              m.mem[i].error = OneLine(stats.status().ToString());
-            }
-          }
-        }
+      SessionOptions so;
+      so.threads = o.threads;
+      auto session = Session::Create(*model, so);
+      if (session.ok()) {
+        sessions[t] = std::move(*session);
+      } else {
+        tr.error[0] = tr.error[1] = "session: " + session.status().ToString();
       }
       if (!reference) {
-        auto acc = CompareTiers(*fp32, *model, w.held_out);
+        auto acc = CompareTiers(*models[0], *model, w.held_out);
         if (acc.ok()) {
           tr.compared = true;
           tr.accuracy = *acc;
@@ -815,7 +852,20 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
           tr.accuracy_error = OneLine(a.status().ToString());
         }
       }
-      if (reference) fp32 = std::move(model);
+      models[t] = std::move(model);
+    }
+    // Timed once every variant is loaded, so that their runs can interleave.
+    for (int i = 0; i < 2; ++i) TimeVariants(m, sessions, w.timing[i], i, o, probe);
+    for (int i = 0; i < 2 && sessions[0]; ++i) {
+      std::vector<Shape> shapes;
+      for (const auto& in : w.timing[i]) shapes.push_back(in.tensor.shape());
+      auto stats = sessions[0]->PlanStats(shapes);
+      if (stats.ok()) {
+        m.mem[i].ok = true;
+        m.mem[i].stats = *stats;
+      } else {
+        m.mem[i].error = OneLine(stats.status().ToString());
+      }
     }
   } catch (const std::exception& e) {
     m.notes.push_back(std::string("exception: ") + e.what());

@@ -74,6 +74,9 @@ else
 fi
 START=$(date +%s)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+# The host's steal over the run (the share of CPU time the hypervisor gave to others), from
+# /proc/stat's aggregate line: on a shared VM it says how much of a slow run was the host.
+STAT_BEFORE=$(head -1 /proc/stat)
 
 # digits and image_classifier are the repository's trained models: no export, no PyTorch
 # figure. image_classifier's held-out images are rendered as examples/models/generate.py
@@ -128,10 +131,13 @@ TABLES=$("$BENCH" --dir "$WORK" --models "$MODELS" --threads "$THREADS" --runs "
   --json "$WORK/shoal.json")
 
 ELAPSED=$(( $(date +%s) - START ))
+STEAL=$(echo "$STAT_BEFORE $(head -1 /proc/stat)" | awk '{ a = 0; b = 0
+  for (i = 2; i <= 11; i++) { a += $i; b += $(i + 11) }
+  if (b > a) printf "%.1f%%", 100 * ($20 - $9) / (b - a); else printf "?" }')
 TORCH=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("torch","?"))' \
   "$WORK/pytorch.json" 2>/dev/null || echo "not run")
 echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), nproc $(nproc);" \
      "threads $THREADS; torch $TORCH; load average before $LOAD_BEFORE, after" \
-     "$(cut -d' ' -f1-3 /proc/loadavg); $ELAPSED s in all"
+     "$(cut -d' ' -f1-3 /proc/loadavg); host steal $STEAL; $ELAPSED s in all"
 echo
 echo "$TABLES"
