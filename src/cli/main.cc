@@ -42,6 +42,14 @@ int main(int argc, char** argv) {
                    "backend's conv_algorithm parameter)")
       ->check(CLI::IsMember({"direct", "winograd"}))
       ->capture_default_str();
+  inspect
+      ->add_option("--profile", inspect_options.profile_runs,
+                   "Also time this many runs operator by operator (at --batch, zero inputs)")
+      ->check(CLI::NonNegativeNumber);
+  inspect
+      ->add_option("--threads", inspect_options.profile_threads,
+                   "Threads for --profile (0: all available CPUs)")
+      ->check(CLI::NonNegativeNumber);
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
     auto text = shoal::engine::InspectModel(model_path, inspect_options);

@@ -1,5 +1,6 @@
 #include "engine/inspect.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -57,6 +58,8 @@ std::string MemoryLine(int64_t batch, const PlanMemoryStats& m) {
 StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options) {
   if (options.batch < 0)
     return InvalidArgument("batch must be >= 0; was " + std::to_string(options.batch));
+  if (options.profile_runs < 0 || options.profile_threads < 0)
+    return InvalidArgument("profile runs and threads must be >= 0");
   ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));
   std::ostringstream out;
   out << "model: " << path << "\n";
@@ -129,7 +132,7 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   const Model& m = **model;
   // A plan with the first dimension of every input at `batch` where it is symbolic, and
   // every other symbolic dimension at 1.
-  auto prepare = [&](int64_t batch) -> StatusOr<std::unique_ptr<Plan>> {
+  auto shapes_at = [&](int64_t batch) {
     std::vector<Shape> shapes;
     for (const auto& in : inputs) {
       Shape s;
@@ -137,6 +140,10 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
         s.push_back(in.shape[d].known() ? in.shape[d].value : d == 0 ? batch : 1);
       shapes.push_back(s);
     }
+    return shapes;
+  };
+  auto prepare = [&](int64_t batch) -> StatusOr<std::unique_ptr<Plan>> {
+    const std::vector<Shape> shapes = shapes_at(batch);
     try {
       return Plan::Prepare(m.graph(), shapes, eng, stream, m.weight_cache(), m.options().plan,
                            m.options().limits);
@@ -165,6 +172,31 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
     else
       out << "activation memory (batch " << options.batch << "): unknown ("
           << plan.status().message() << ")\n";
+  }
+  if (options.profile_runs > 0) {
+    const int64_t batch = std::max<int64_t>(1, options.batch);
+    const std::vector<Shape> shapes = shapes_at(batch);
+    std::vector<NamedTensor> feed;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      feed.push_back({inputs[i].name, Tensor::Allocate(inputs[i].dtype, shapes[i])});
+    SessionOptions so;
+    so.threads = options.profile_threads;
+    auto profile = ProfileOperators(m, feed, options.profile_runs, so);
+    if (!profile.ok()) {
+      out << "time per operator: unknown (" << profile.status().message() << ")\n";
+      return out.str();
+    }
+    out << std::fixed << std::setprecision(3) << "time per operator (batch " << batch << ", "
+        << profile->runs << " runs, " << profile->threads
+        << " threads, zero inputs): " << profile->ms_per_run << " ms per run\n";
+    auto line = [&](const std::string& what, int nodes, double ms) {
+      out << "  " << what << "  ";
+      if (nodes > 0) out << nodes << (nodes == 1 ? " node  " : " nodes  ");
+      out << std::setprecision(3) << ms << " ms  " << std::setprecision(1)
+          << (profile->ms_per_run > 0 ? 100 * ms / profile->ms_per_run : 0.0) << "%\n";
+    };
+    for (const OperatorTime& t : profile->operators) line(t.op_type, t.nodes, t.ms_per_run);
+    line("(outside operators)", 0, profile->outside_ms_per_run);
   }
   return out.str();
 }

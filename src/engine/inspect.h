@@ -9,6 +9,8 @@
 // the liveness lower bound and their ratio, in-place steps, and the bytes one slot per
 // value would take (graph inputs, outputs and weights not included); and the oneDNN
 // implementation each operator of the batch-1 plan runs (how many nodes run which).
+// With InspectOptions::profile_runs, also where a run's time goes, per operator type
+// (profile.h), on zero-filled inputs at the larger of the two batch sizes.
 //
 // A model the engine cannot load still gets a report (with what is unsupported); only
 // a file that cannot be imported at all (missing, malformed) is an error.
@@ -18,6 +20,7 @@
 
 #include "core/status.h"
 #include "engine/kernel.h"
+#include "engine/profile.h"
 
 namespace shoal::engine {
 
@@ -28,6 +31,11 @@ struct InspectOptions {
   int64_t batch = 0;
   // Plans are prepared with this convolution algorithm (PlanOptions::conv_algorithm).
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;
+  // When > 0, time this many runs operator by operator (ProfileOperators) at batch
+  // max(1, batch), every other symbolic dimension 1, inputs zero-filled. Must be >= 0.
+  int profile_runs = 0;
+  // Threads for those runs (SessionOptions::threads; 0: all available CPUs). >= 0.
+  int profile_threads = 0;
 };
 
 StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options = {});

@@ -74,4 +74,43 @@ float MaxAbs(const Tensor& t);
 StatusOr<std::vector<NamedTensor>> ReadTensorFile(const std::string& path);
 std::string SourceDir();
 
+// A graph built node by node.
+class GraphBuilder {
+ public:
+  GraphBuilder() { g_.opset = 17; }
+  int Input(const std::string& name, const Shape& shape, DataType dtype = DataType::kFp32) {
+    const int v = g_.AddValue(name, dtype);
+    SymbolicShape s;
+    for (int64_t d : shape) s.push_back(Dim{d, ""});
+    g_.values[v].shape = s;
+    g_.inputs.push_back(v);
+    return v;
+  }
+  int Constant(const std::string& name, Tensor t) {
+    const int v = g_.AddValue(name, t.dtype());
+    g_.values[v].constant = std::move(t);
+    return v;
+  }
+  int Op(const std::string& op, const std::string& out, std::vector<int> inputs,
+         const std::map<std::string, Attribute>& attrs = {}) {
+    Node node;
+    node.op_type = op;
+    node.name = out;
+    node.inputs = std::move(inputs);
+    for (const auto& [k, a] : attrs) node.attributes.emplace(k, a);
+    const int v = g_.AddValue(out);
+    g_.values[v].producer = static_cast<int>(g_.nodes.size());
+    node.outputs.push_back(v);
+    g_.nodes.push_back(std::move(node));
+    return v;
+  }
+  Graph Finish(int output) {
+    g_.outputs.push_back(output);
+    return std::move(g_);
+  }
+
+ private:
+  Graph g_;
+};
+
 }  // namespace shoal::engine::testing
