@@ -9,6 +9,17 @@ namespace shoal::engine {
 StatusOr<OperatorProfile> ProfileOperators(const Model& model,
                                            const std::vector<NamedTensor>& inputs, int runs,
                                            const SessionOptions& options) {
+  return ProfileOperators(model, inputs, runs, options, [] {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  });
+}
+
+StatusOr<OperatorProfile> ProfileOperators(const Model& model,
+                                           const std::vector<NamedTensor>& inputs, int runs,
+                                           const SessionOptions& options,
+                                           const std::function<double()>& now_ms) {
   if (runs < 1) return InvalidArgument("runs must be >= 1; was " + std::to_string(runs));
   const Graph& graph = model.graph();
   std::vector<int> producer(graph.values.size(), -1);
@@ -25,33 +36,31 @@ StatusOr<OperatorProfile> ProfileOperators(const Model& model,
       if (in.name == info.name) shapes.push_back(in.tensor.shape());
   }
 
-  using Clock = std::chrono::steady_clock;
   std::vector<double> node_ms(graph.nodes.size(), 0);
   std::vector<char> ran(graph.nodes.size(), 0);
   double total_ms = 0;
   for (int r = 0; r < runs; ++r) {
-    const Clock::time_point start = Clock::now();
-    Clock::time_point last = start;
+    const double start = now_ms();
+    double last = start;
     int last_node = -1;
     // Called for each graph input, then for each output of each step as it completes.
     // A step with several outputs is seen several times in a row: only its first
     // sighting ends its time.
     auto observer = [&](int value, const Tensor&) {
-      const Clock::time_point now = Clock::now();
+      const double now = now_ms();
       const int node = producer[static_cast<size_t>(value)];
-      if (node < 0) {  // a graph input, bound before the first step
+      if (node < 0) {  // a graph input, seen just before the first step
         last = now;
         return;
       }
       if (node == last_node) return;
-      node_ms[static_cast<size_t>(node)] +=
-          std::chrono::duration<double, std::milli>(now - last).count();
+      node_ms[static_cast<size_t>(node)] += now - last;
       ran[static_cast<size_t>(node)] = 1;
       last = now;
       last_node = node;
     };
     RETURN_IF_ERROR(session->RunObserved(inputs, &outputs, observer));
-    total_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    total_ms += now_ms() - start;
   }
 
   OperatorProfile profile;

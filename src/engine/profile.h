@@ -13,6 +13,7 @@
 // Call from one thread (the Session's rule).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,13 @@ struct OperatorProfile {
 StatusOr<OperatorProfile> ProfileOperators(const Model& model,
                                            const std::vector<NamedTensor>& inputs, int runs,
                                            const SessionOptions& options = {});
+
+// As above, reading the time from `now_ms` (milliseconds from any origin) instead of the
+// steady clock: read once as a run starts, once per observation, once as it ends. Tests
+// give it a clock of their own.
+StatusOr<OperatorProfile> ProfileOperators(const Model& model,
+                                           const std::vector<NamedTensor>& inputs, int runs,
+                                           const SessionOptions& options,
+                                           const std::function<double()>& now_ms);
 
 }  // namespace shoal::engine
