@@ -219,10 +219,10 @@ TEST(ShapeOpsTest, TransposeDefaultAndPerm) {
   EXPECT_FALSE(RunOp("Transpose", {{Random({2, 3}, 1)}}, {{"perm", AInts({0, 0})}}).ok());
 }
 
-// Transpose against index arithmetic, on every loop shape its kernel has: contiguous
-// rows (the inner axis stays inner), tiles (the inner axis moves, sizes not multiples of
-// a tile), merged and size-1 axes, one element, and each element size; the larger
-// cases (>= 256 KiB) run on the session's threads.
+// Transpose against index arithmetic, byte for byte: inner axis kept or moved, sizes
+// that are not multiples of a block, merged and size-1 axes, one element, 8x8 blocks
+// (where oneDNN has a register transpose of its own), and every element size, with bit
+// patterns a conversion would change (signalling NaNs, subnormals, -0, large integers).
 TEST(ShapeOpsTest, TransposeMatchesIndexArithmetic) {
   struct Case {
     Shape shape;
@@ -241,13 +241,34 @@ TEST(ShapeOpsTest, TransposeMatchesIndexArithmetic) {
       {{33, 65, 17}, {1, 2, 0}, DataType::kUint8},
       {{40, 70}, {1, 0}, DataType::kFp16},
       {{300, 500}, {1, 0}, DataType::kInt32},
+      // 8x8 blocks, where oneDNN has a register-transpose kernel of its own.
+      {{8, 8}, {1, 0}, DataType::kFp32},
+      {{3, 8, 8}, {0, 2, 1}, DataType::kFp32},
+      {{8, 8}, {1, 0}, DataType::kInt32},
+      {{16, 16}, {1, 0}, DataType::kFp16},
+      {{4, 8, 8}, {0, 2, 1}, DataType::kBf16},
+      {{8, 8}, {1, 0}, DataType::kUint8},
+      {{8, 8, 8, 8}, {1, 0, 3, 2}, DataType::kInt8},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c.shape) + " perm " + ::testing::PrintToString(c.perm));
     Tensor x = Tensor::Allocate(c.dtype, c.shape);
     const size_t size = DataTypeSize(c.dtype);
     auto* bytes = static_cast<uint8_t*>(x.mutable_data());
-    for (size_t i = 0; i < x.byte_size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + i / 7);
+    uint64_t state = 88172645463325252ull;  // xorshift: every byte value, no pattern
+    for (size_t i = 0; i < x.byte_size(); ++i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      bytes[i] = static_cast<uint8_t>(state);
+    }
+    if (size == 4 && x.element_count() >= 4) {
+      const uint32_t special[] = {0x7F800001u, 0x00000001u, 0x80000000u, 0x7FFFFFFFu};
+      std::memcpy(bytes, special, sizeof(special));
+    } else if (size == 2 && x.element_count() >= 3) {
+      const uint16_t special[] = {0x0001, 0x7C01, 0x7F81};  // subnormal, fp16/bf16 sNaN
+      std::memcpy(bytes, special, sizeof(special));
+    }
     auto out = RunOp("Transpose", {{x}}, {{"perm", AInts(c.perm)}});
     ASSERT_TRUE(out.ok()) << out.status().message();
     const Tensor& y = (*out)[0];

@@ -1,8 +1,8 @@
 // Shape operators, computed by the engine: Flatten, Reshape, Squeeze, Unsqueeze,
 // Identity and Dropout are views of their input (no copy); Shape and Size are known when
-// the plan is prepared; Transpose is a oneDNN reorder (the engine's own loop for 8-byte
-// elements); Concat, Split, Expand, Tile, ConstantOfShape and Range move bytes in the
-// engine's own loops.
+// the plan is prepared; Transpose is a oneDNN reorder for 4- and 1-byte elements (the
+// engine's own loop otherwise); Concat, Split, Expand, Tile, ConstantOfShape and Range move bytes
+// in the engine's own loops.
 #include <cmath>
 #include <cstring>
 
@@ -221,9 +221,12 @@ CollapsedTranspose Collapse(const Shape& out, const std::vector<int64_t>& in_str
 // dense output: oneDNN's JIT reorder copies in cache-sized blocks on the session's
 // threads. BERT-base at batch 8 (48 transposes of 3 MiB: attention's head split, K^T and
 // head merge) spent 48 ms per inference in them with an element-by-element loop, 21 ms
-// as reorders (of ~1 s; a tiled loop of our own took 26). Bytes are moved, never
-// converted: 4-byte elements go as s32, 2-byte as bf16, 1-byte as u8. Null when oneDNN
-// has no reorder for the element size or the shape (8-byte elements: shape tensors).
+// as reorders (of ~1 s; a tiled loop of our own took 26). The bytes must come out as they
+// went in, so only reorders that move without converting are used: 4-byte elements go
+// as f32 and 1-byte as u8. Not s32 or bf16: oneDNN's 8x8 register transpose passes
+// other types through f32, which rounds large s32 values (and fp32 bit patterns read as
+// s32) and flushes bf16/fp16 subnormals. Null for other element sizes (2 bytes; 8 bytes:
+// shape tensors) and shapes oneDNN has no reorder for: the caller's loop copies those.
 std::unique_ptr<Kernel> DnnlTranspose(PrepareContext& ctx, const CollapsedTranspose& c,
                                       DataType t) {
   using dt = dnnl::memory::data_type;
@@ -232,11 +235,8 @@ std::unique_ptr<Kernel> DnnlTranspose(PrepareContext& ctx, const CollapsedTransp
     case 1:
       type = dt::u8;
       break;
-    case 2:
-      type = dt::bf16;
-      break;
     case 4:
-      type = dt::s32;
+      type = dt::f32;
       break;
     default:
       return nullptr;
@@ -245,11 +245,11 @@ std::unique_ptr<Kernel> DnnlTranspose(PrepareContext& ctx, const CollapsedTransp
   const dnnl::memory::dims dims(c.dims.begin(), c.dims.end());
   dnnl::memory::dims dense(dims.size(), 1);
   for (size_t i = dims.size() - 1; i-- > 0;) dense[i] = dense[i + 1] * dims[i + 1];
-  const dnnl::memory::desc from(dims, type,
-                                dnnl::memory::dims(c.in_strides.begin(), c.in_strides.end()));
-  const dnnl::memory::desc to(dims, type, dense);
   const auto& eng = *ctx.dnnl_engine;
   try {
+    const dnnl::memory::desc from(dims, type,
+                                  dnnl::memory::dims(c.in_strides.begin(), c.in_strides.end()));
+    const dnnl::memory::desc to(dims, type, dense);
     dnnl::reorder::primitive_desc pd(eng, from, eng, to);
     auto k = std::make_unique<DnnlKernel>();
     k->primitive = dnnl::reorder(pd);
