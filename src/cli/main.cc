@@ -46,10 +46,12 @@ int main(int argc, char** argv) {
       ->add_option("--profile", inspect_options.profile_runs,
                    "Also time this many runs operator by operator (at --batch, zero inputs)")
       ->check(CLI::NonNegativeNumber);
+  CLI::Option* profile = inspect->get_option("--profile");
   inspect
       ->add_option("--threads", inspect_options.profile_threads,
                    "Threads for --profile (0: all available CPUs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->needs(profile);
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
     auto text = shoal::engine::InspectModel(model_path, inspect_options);

@@ -67,7 +67,7 @@ std::string Graph::Describe(int node_index) const {
   const Node& n = nodes[node_index];
   std::string who =
       n.name.empty() ? "node #" + std::to_string(node_index) : "node '" + n.name + "'";
-  return who + " (" + (n.domain.empty() ? "" : n.domain + ".") + n.op_type + ")";
+  return who + " (" + n.qualified_type() + ")";
 }
 
 Status Graph::Validate() const {

@@ -75,6 +75,8 @@ struct Node {
   std::vector<float> GetFloats(std::string_view name, std::vector<float> fallback = {}) const;
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] >= 0; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i] >= 0; }
+  // "Conv", or "shoal.FusedConv" outside the default domain.
+  std::string qualified_type() const { return (domain.empty() ? "" : domain + ".") + op_type; }
 };
 
 struct Graph {

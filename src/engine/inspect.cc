@@ -70,7 +70,7 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   std::map<std::string, std::pair<int, std::string>> unsupported;  // op -> count, first reason
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
-    const std::string op = (node.domain.empty() ? "" : node.domain + ".") + node.op_type;
+    const std::string op = node.qualified_type();
     ++histogram[op];
     Status s = CheckNode(graph, static_cast<int>(n));
     if (!s.ok()) {

@@ -92,9 +92,7 @@ std::vector<std::pair<std::string, std::string>> Plan::Implementations() const {
     if (step.skip || !step.kernel) continue;
     std::string impl = step.kernel->implementation();
     const Node& node = graph_->nodes[step.node];
-    if (!impl.empty())
-      out.emplace_back((node.domain.empty() ? "" : node.domain + ".") + node.op_type,
-                       std::move(impl));
+    if (!impl.empty()) out.emplace_back(node.qualified_type(), std::move(impl));
   }
   return out;
 }
@@ -387,7 +385,8 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     }
   }
   // Seen last before the first step, so that an observer timing the steps
-  // (ProfileOperators) counts the outputs' allocation above as no step's.
+  // (ProfileOperators) counts the outputs' allocation above as no step's (when the graph
+  // has inputs; without, the first step's interval starts with the run).
   if (observer) {
     for (size_t i = 0; i < inputs.size(); ++i) (*observer)(graph.inputs[i], *inputs[i]);
   }

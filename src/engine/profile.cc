@@ -71,7 +71,7 @@ StatusOr<OperatorProfile> ProfileOperators(const Model& model,
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     if (!ran[n]) continue;
     const Node& node = graph.nodes[n];
-    const std::string type = (node.domain.empty() ? "" : node.domain + ".") + node.op_type;
+    const std::string type = node.qualified_type();
     OperatorTime& t = by_type[type];
     t.op_type = type;
     ++t.nodes;

@@ -63,14 +63,15 @@ TEST(ProfileTest, CountsEveryNodeThatRuns) {
   auto profile = ProfileOperators(**model, inputs, 2, Opts(kTestThreads));
   ASSERT_TRUE(profile.ok()) << profile.status().ToString();
   std::map<std::string, int> in_graph;
-  for (const Node& n : (*model)->graph().nodes)
-    ++in_graph[(n.domain.empty() ? "" : n.domain + ".") + n.op_type];
+  for (const Node& n : (*model)->graph().nodes) ++in_graph[n.qualified_type()];
   int convs = 0;
   double sum = 0;
   for (size_t i = 0; i < profile->operators.size(); ++i) {
     const OperatorTime& t = profile->operators[i];
     sum += t.ms_per_run;
-    if (i > 0) EXPECT_GE(profile->operators[i - 1].ms_per_run, t.ms_per_run);
+    if (i > 0) {
+      EXPECT_GE(profile->operators[i - 1].ms_per_run, t.ms_per_run);
+    }
     ASSERT_EQ(in_graph.count(t.op_type), 1u) << t.op_type;
     EXPECT_LE(t.nodes, in_graph[t.op_type]) << t.op_type;
     if (t.op_type.find("Conv") != std::string::npos) {

@@ -420,8 +420,7 @@ Status CheckNode(const Graph& graph, int node_index) {
   const Node& node = graph.nodes[node_index];
   const OpDef* def = FindOp(node.domain, node.op_type);
   if (def == nullptr) {
-    return InvalidArgument(graph.Describe(node_index) + ": operator '" +
-                           (node.domain.empty() ? "" : node.domain + ".") + node.op_type +
+    return InvalidArgument(graph.Describe(node_index) + ": operator '" + node.qualified_type() +
                            "' is not supported");
   }
   for (const auto& [name, attr] : node.attributes) {
