@@ -18,8 +18,9 @@
 //   engine's NHWC layout), with the same threads and timing rule as the models, so a
 //   model's fraction of the peak can be read against what the library reaches on this
 //   machine in the same minute.
-// - Throughput: each timed run repeats Session::Run until it lasts MIN_SECONDS; the figure
-//   is the median items/s over RUNS runs after warm-up. A model's variants are all loaded
+// - Throughput: each timed run is a fixed number of Session::Run calls, sized after
+//   warm-up so that a run lasts about MIN_SECONDS; the figure is the median items/s over
+//   RUNS runs. A model's variants are all loaded
 //   first and their runs interleave (each of RUNS rounds times every variant once), so the
 //   ratios between tiers do not carry the machine's drift between minutes. GFLOP/s uses the FLOPs
 //   per sample `shoal inspect` estimates (engine/inspect.h), for direct fp32 only: Winograd does
@@ -632,7 +633,8 @@ class BatchTimer {
 };
 
 // Times every loaded variant at batch kBatches[i], interleaved: each of RUNS rounds does
-// one timed run of every variant in turn (direct fp32 after a probe of the FMA peak), so a
+// one timed run of every variant in turn, starting one variant later each round (direct
+// fp32 always right after a probe of the FMA peak), so a
 // slow minute of the shared machine falls on every variant alike and the ratios between
 // variants do not carry it. Each variant's figure is its median run.
 void TimeVariants(ModelResult& m, std::unique_ptr<Session> (&sessions)[kNumVariants],
@@ -649,7 +651,10 @@ void TimeVariants(ModelResult& m, std::unique_ptr<Session> (&sessions)[kNumVaria
     }
   }
   for (int r = 0; r < o.runs; ++r) {
-    for (int t = 0; t < kNumVariants; ++t) {
+    for (int k = 0; k < kNumVariants; ++k) {
+      // Each round starts one variant later, so that no variant always follows the same
+      // one (or the probe): what a run leaves behind falls on each in turn.
+      const int t = (r + k) % kNumVariants;
       if (!timers[t]) continue;
       if (t == 0) peaks.push_back(probe.Measure(kProbeSeconds));
       const double rate = timers[t]->Run();
@@ -807,7 +812,8 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
         }
         continue;
       }
-      std::unique_ptr<Model> model = std::move(*loaded);
+      models[t] = std::move(*loaded);  // held before any session is made from it
+      const Model* model = models[t].get();
       tr.load_s = Seconds(load_start, std::chrono::steady_clock::now());
       tr.available = true;
       if (reference) {
@@ -852,7 +858,6 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
           tr.accuracy_error = OneLine(a.status().ToString());
         }
       }
-      models[t] = std::move(model);
     }
     // Timed once every variant is loaded, so that their runs can interleave.
     for (int i = 0; i < 2; ++i) TimeVariants(m, sessions, w.timing[i], i, o, probe);
@@ -915,7 +920,8 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   std::printf(
       "FMA peak (measured, %s): %.1f GFLOP/s at the start of the run (median of 3). %% of peak "
       "is against the peak probed beside each timed run instead (FMA peak beside: the median "
-      "probe; %% of peak: the median over runs of the run's GFLOP/s over its probe).\n\n",
+      "probe; %% of peak: the median over runs of the run's GFLOP/s over its probe, which can "
+      "differ from the ratio of the two medians).\n\n",
       peak.isa.c_str(), peak.gflops);
   std::printf(
       "| model | batch | PyTorch items/s | shoal fp32 items/s | fp32/PyTorch | fp32 GFLOP/s | FMA "

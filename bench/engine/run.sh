@@ -132,7 +132,7 @@ TABLES=$("$BENCH" --dir "$WORK" --models "$MODELS" --threads "$THREADS" --runs "
 
 ELAPSED=$(( $(date +%s) - START ))
 STEAL=$(echo "$STAT_BEFORE $(head -1 /proc/stat)" | awk '{ a = 0; b = 0
-  for (i = 2; i <= 11; i++) { a += $i; b += $(i + 11) }
+  for (i = 2; i <= 9; i++) { a += $i; b += $(i + 11) }  # user..steal (guest is in user)
   if (b > a) printf "%.1f%%", 100 * ($20 - $9) / (b - a); else printf "?" }')
 TORCH=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("torch","?"))' \
   "$WORK/pytorch.json" 2>/dev/null || echo "not run")
