@@ -2,6 +2,12 @@
 
 namespace shoal::engine {
 
+SymbolicShape KnownShape(const Shape& shape) {
+  SymbolicShape s;
+  for (int64_t d : shape) s.push_back(Dim{d, ""});
+  return s;
+}
+
 std::string SymbolicShapeToString(const SymbolicShape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -37,6 +37,8 @@ struct Dim {
 using SymbolicShape = std::vector<Dim>;
 // "[batch,3,224,224]"; "?" for an anonymous symbolic dim.
 std::string SymbolicShapeToString(const SymbolicShape& shape);
+// A concrete shape as a symbolic one (every dim known).
+SymbolicShape KnownShape(const Shape& shape);
 
 struct Attribute {
   enum class Kind { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor, kOther };

@@ -71,7 +71,7 @@ class Importer {
       if (init.name().empty()) return InvalidArgument("an initialiser has no name");
       ASSIGN_OR_RETURN(Tensor t, ConvertTensor(init, "initialiser '" + init.name() + "'"));
       const int id = graph_.AddValue(init.name(), t.dtype());
-      graph_.values[id].shape = Concrete(t.shape());
+      graph_.values[id].shape = KnownShape(t.shape());
       graph_.values[id].constant = std::move(t);
       if (!by_name_.emplace(init.name(), id).second) {
         return InvalidArgument("initialiser '" + init.name() + "' is defined twice");
@@ -109,12 +109,6 @@ class Importer {
   }
 
  private:
-  static SymbolicShape Concrete(const Shape& shape) {
-    SymbolicShape s;
-    for (int64_t d : shape) s.push_back(Dim{d, ""});
-    return s;
-  }
-
   Status ReadOpset(const onnx::ModelProto& model) {
     for (const auto& op : model.opset_import()) {
       if (op.domain().empty() || op.domain() == "ai.onnx") graph_.opset = op.version();
@@ -392,7 +386,7 @@ class Importer {
     if (by_name_.count(name))
       return InvalidArgument(what + ": output '" + name + "' is already defined");
     const int id = graph_.AddValue(name, t.dtype());
-    graph_.values[id].shape = Concrete(t.shape());
+    graph_.values[id].shape = KnownShape(t.shape());
     graph_.values[id].constant = std::move(t);
     by_name_.emplace(name, id);
     return Status::Ok();

@@ -12,47 +12,7 @@ using namespace shoal::engine::testing;
 
 std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
 
-// A graph built node by node.
-class Builder {
- public:
-  Builder() { g_.opset = 17; }
-  int Input(const std::string& name, const Shape& shape) {
-    const int v = g_.AddValue(name, DataType::kFp32);
-    SymbolicShape s;
-    for (int64_t d : shape) s.push_back(Dim{d, ""});
-    g_.values[v].shape = s;
-    g_.inputs.push_back(v);
-    return v;
-  }
-  int Constant(const std::string& name, Tensor t) {
-    const int v = g_.AddValue(name, t.dtype());
-    SymbolicShape s;
-    for (int64_t d : t.shape()) s.push_back(Dim{d, ""});
-    g_.values[v].shape = s;
-    g_.values[v].constant = std::move(t);
-    return v;
-  }
-  int Op(const std::string& op, const std::string& out, std::vector<int> inputs,
-         std::map<std::string, Attribute, std::less<>> attrs = {}) {
-    Node node;
-    node.op_type = op;
-    node.name = out;
-    node.inputs = std::move(inputs);
-    node.attributes = std::move(attrs);
-    const int v = g_.AddValue(out);
-    g_.values[v].producer = static_cast<int>(g_.nodes.size());
-    node.outputs.push_back(v);
-    g_.nodes.push_back(std::move(node));
-    return v;
-  }
-  Graph Finish(std::vector<int> outputs) {
-    g_.outputs = std::move(outputs);
-    return std::move(g_);
-  }
-
- private:
-  Graph g_;
-};
+using Builder = GraphBuilder;
 
 // Runs `graph` optimised and as imported on the same inputs; returns the report and
 // the largest output difference.

@@ -25,9 +25,7 @@ TEST(ProfileTest, GivesEachStepTheIntervalItEnds) {
   const int mm = gb.Op("MatMul", "mm", {x, w});
   const int neg = gb.Op("Neg", "neg", {y});
   const int r = gb.Op("Relu", "r", {mm});
-  Graph g = gb.Finish(r);
-  g.outputs.push_back(neg);
-  auto model = Model::FromGraph(std::move(g));
+  auto model = Model::FromGraph(gb.Finish({r, neg}));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const std::vector<NamedTensor> inputs = {{"x", Random({16, 16}, 1)}, {"y", Random({4}, 2)}};
   double clock = 0;

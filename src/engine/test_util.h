@@ -80,14 +80,13 @@ class GraphBuilder {
   GraphBuilder() { g_.opset = 17; }
   int Input(const std::string& name, const Shape& shape, DataType dtype = DataType::kFp32) {
     const int v = g_.AddValue(name, dtype);
-    SymbolicShape s;
-    for (int64_t d : shape) s.push_back(Dim{d, ""});
-    g_.values[v].shape = s;
+    g_.values[v].shape = KnownShape(shape);
     g_.inputs.push_back(v);
     return v;
   }
   int Constant(const std::string& name, Tensor t) {
     const int v = g_.AddValue(name, t.dtype());
+    g_.values[v].shape = KnownShape(t.shape());
     g_.values[v].constant = std::move(t);
     return v;
   }
@@ -104,8 +103,9 @@ class GraphBuilder {
     g_.nodes.push_back(std::move(node));
     return v;
   }
-  Graph Finish(int output) {
-    g_.outputs.push_back(output);
+  Graph Finish(int output) { return Finish(std::vector<int>{output}); }
+  Graph Finish(std::vector<int> outputs) {
+    g_.outputs = std::move(outputs);
     return std::move(g_);
   }
 
