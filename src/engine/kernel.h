@@ -87,6 +87,16 @@ struct PrepareContext {
   // and it is no graph output)? When it does, it sets out_descs[o] to the layout.
   std::vector<char> out_any_layout;
   std::vector<dnnl::memory::desc> out_descs;
+  // Int8 values between operators (PlanOptions::precision kInt8). An input whose producer
+  // left it quantised has an s8 or u8 layout in in_descs and its scale here (the real
+  // value of one step: real = scale * stored); 0 for an unquantised input. Only
+  // operators whose OpDef::quantized_inputs allow it ever see one.
+  std::vector<float> in_scales;
+  // Per output: may `prepare` store it quantised (out_any_layout, and every reader
+  // accepts a quantised value at that input)? When it does, it sets out_descs[o] to an
+  // s8/u8 layout and out_scales[o] to its scale.
+  std::vector<char> out_quantizable;
+  std::vector<float> out_scales;
 
   const Node& node() const { return graph->nodes[node_index]; }
   int64_t opset() const { return graph->opset; }
@@ -103,12 +113,16 @@ struct PrepareContext {
     out_shapes.assign(n, Shape{});
     out_data.assign(n, Tensor());
     out_descs.assign(n, dnnl::memory::desc());
+    out_scales.assign(n, 0.f);
     if (out_any_layout.size() != n) out_any_layout.assign(n, 0);
+    if (out_quantizable.size() != n) out_quantizable.assign(n, 0);
   }
   // The layout of input i: its producer's choice, or plain.
   dnnl::memory::desc InDesc(size_t i, const dnnl::memory::desc& plain) const {
     return i < in_descs.size() && in_descs[i].data.ndims != 0 ? in_descs[i] : plain;
   }
+  // The scale of input i when it arrives quantised, else 0.
+  float InScale(size_t i) const { return i < in_scales.size() ? in_scales[i] : 0.f; }
 };
 
 struct RunContext {
@@ -147,6 +161,9 @@ struct OpDef {
   StatusOr<std::unique_ptr<Kernel>> (*prepare)(PrepareContext& ctx) = nullptr;
   // Bit i set: input i may arrive in any oneDNN layout (see PrepareContext::in_descs).
   uint32_t any_layout_inputs = 0;
+  // Bit i set (and in any_layout_inputs): input i may arrive quantised, as s8/u8 with a
+  // scale (PrepareContext::in_scales), in an int8 plan.
+  uint32_t quantized_inputs = 0;
 };
 
 // The operator for (domain, op_type), or null.

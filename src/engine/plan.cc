@@ -155,9 +155,11 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   plan->descs_.assign(nv, dnnl::memory::desc());
   // A value may stay in a layout its producer picks (blocked, for oneDNN's fastest
   // convolutions) when every node that reads it accepts any layout at that input.
-  std::vector<char> any_layout(nv, 0);
+  // In an int8 plan it may also stay quantised (s8/u8 with a scale) when every reader
+  // accepts that too.
+  std::vector<char> any_layout(nv, 0), quantizable(nv, 0);
   {
-    std::vector<int> readers(nv, 0), accepting(nv, 0);
+    std::vector<int> readers(nv, 0), accepting(nv, 0), dequantizing(nv, 0);
     for (const Node& node : graph.nodes) {
       const OpDef* def = FindOp(node.domain, node.op_type);
       for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -165,11 +167,17 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
         if (v < 0) continue;
         ++readers[v];
         if (def && i < 32 && ((def->any_layout_inputs >> i) & 1)) ++accepting[v];
+        if (def && i < 32 && ((def->any_layout_inputs & def->quantized_inputs) >> i & 1))
+          ++dequantizing[v];
       }
     }
-    for (size_t v = 0; v < nv; ++v)
+    const bool int8 = options.precision == Precision::kInt8;
+    for (size_t v = 0; v < nv; ++v) {
       any_layout[v] = readers[v] > 0 && readers[v] == accepting[v] && !plan->is_output_[v];
+      quantizable[v] = int8 && any_layout[v] && readers[v] == dequantizing[v];
+    }
   }
+  plan->scales_.assign(nv, 0.f);
 
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
@@ -190,12 +198,14 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
       ctx.in_shapes.push_back(v >= 0 ? plan->shapes_[v] : Shape{});
       ctx.in_data.push_back(v >= 0 && !plan->known_[v].empty() ? &plan->known_[v] : nullptr);
       ctx.in_descs.push_back(v >= 0 ? plan->descs_[v] : dnnl::memory::desc());
+      ctx.in_scales.push_back(v >= 0 ? plan->scales_[v] : 0.f);
       if (v >= 0 && plan->known_[v].empty()) all_known = false;
     }
     ctx.SetOutputs(node.outputs.size());
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       const int v = node.outputs[o];
       ctx.out_any_layout[o] = v >= 0 && any_layout[v] && !all_known;
+      ctx.out_quantizable[o] = ctx.out_any_layout[o] && quantizable[v];
     }
     std::unique_ptr<Kernel> kernel;
     RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
@@ -225,6 +235,15 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
           return Internal(graph.Describe(n) + ": operator chose a layout for a plain output");
         plan->descs_[v] = ctx.out_descs[o];
         ++plan->blocked_values_;
+      }
+      if (ctx.out_scales[o] != 0.f) {
+        const auto dt = static_cast<dnnl::memory::data_type>(ctx.out_descs[o].data.data_type);
+        if (!ctx.out_quantizable[o] || ctx.out_descs[o].data.ndims == 0 ||
+            (dt != dnnl::memory::data_type::s8 && dt != dnnl::memory::data_type::u8) ||
+            !(ctx.out_scales[o] > 0.f))
+          return Internal(graph.Describe(n) + ": operator quantised an output it may not");
+        plan->scales_[v] = ctx.out_scales[o];
+        ++plan->quantized_values_;
       }
       defined[v] = 1;
     }

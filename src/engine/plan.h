@@ -87,6 +87,9 @@ class Plan {
   // Intermediate values kept in a oneDNN-chosen (blocked) layout between the operators
   // that accept it.
   int blocked_values() const { return blocked_values_; }
+  // Of those, the values an int8 plan keeps quantised (s8/u8 with a scale) between
+  // operators that read them so (PrepareContext::in_scales).
+  int quantized_values() const { return quantized_values_; }
   int64_t planned_bytes() const { return memory_.planned_bytes; }
   int64_t liveness_bound_bytes() const { return memory_.liveness_bound_bytes; }
   int inplace_count() const { return memory_.inplace_count; }
@@ -122,7 +125,9 @@ class Plan {
   std::vector<int64_t> offsets_;  // per value: arena offset, -1 when not in the arena
   std::vector<char> is_output_;
   std::vector<dnnl::memory::desc> descs_;  // per value: its layout when not plain
+  std::vector<float> scales_;              // per value: its scale when quantised, else 0
   int blocked_values_ = 0;
+  int quantized_values_ = 0;
   std::vector<Step> steps_;
   int64_t arena_bytes_ = 0;
   PlanMemoryStats memory_;

@@ -135,6 +135,102 @@ TEST(ConvAlgorithmTest, WinogradTakesEligibleConvolutionsAndMatchesDirect) {
   EXPECT_LE(MaxAbsDiff(logits[1], logits[0]), 1e-4f * MaxAbs(logits[0]));
 }
 
+// An int8 plan keeps a value quantised (s8/u8 with its calibrated scale, one byte an
+// element) between operators that all read it so: convolutions and max pooling. A
+// convolution's output stays FP32 when a reader needs FP32 (average pooling, Add), when
+// its activation does not commute with the scale (Sigmoid), or when a residual is added.
+// x -> Conv -> act1 -> MaxPool -> Conv (no activation) -> Conv -> Relu -> average pool,
+// with an Add reading `side_from` ("act1", "pool" or none) and conv2's weights a graph
+// input ("w2") when `runtime_w2`.
+Graph BuildQuantisedChain(const std::string& act1, const std::string& side_from, bool runtime_w2) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 8, 12, 12});
+  auto conv = [&](const std::string& name, int in, int64_t cin, int64_t cout, int64_t k,
+                  uint32_t seed) {
+    const float r = 1.f / std::sqrt(static_cast<float>(cin * k * k));
+    const int w = b.Constant(name + ".w", Random({cout, cin, k, k}, seed, -r, r));
+    const int bias = b.Constant(name + ".b", Random({cout}, seed + 1, -0.1f, 0.1f));
+    return b.Op("Conv", name, {in, w, bias}, {{"pads", AInts({k / 2, k / 2, k / 2, k / 2})}});
+  };
+  const int act = b.Op(act1, "act1", {conv("conv1", x, 8, 16, 3, 1)});
+  const int pool =
+      b.Op("MaxPool", "pool", {act}, {{"kernel_shape", AInts({2, 2})}, {"strides", AInts({2, 2})}});
+  const int conv2 = runtime_w2 ? b.Op("Conv", "conv2", {pool, b.Input("w2", {16, 16, 3, 3})},
+                                      {{"pads", AInts({1, 1, 1, 1})}})
+                               : conv("conv2", pool, 16, 16, 3, 3);  // no activation: signed, s8
+  const int relu3 = b.Op("Relu", "relu3", {conv("conv3", conv2, 16, 16, 1, 5)});
+  int out = b.Op("GlobalAveragePool", "gap", {relu3});
+  if (!side_from.empty()) {
+    const int v = side_from == "act1" ? act : pool;
+    const int side = b.Op("ReduceMean", "side", {b.Op("Add", "sum", {v, v})},
+                          {{"axes", AInts({2, 3})}, {"keepdims", AInt(1)}});
+    out = b.Op("Add", "out", {out, side});
+  }
+  return b.Finish(out);
+}
+
+TEST(Int8PlanTest, KeepsValuesQuantisedBetweenOperatorsThatReadThem) {
+  struct Case {
+    std::string act1, side_from;
+    bool runtime_w2;
+    std::set<std::string> quantised;  // value names
+  };
+  // relu3 is read by average pooling, which needs FP32; so is a value an Add reads; a
+  // Sigmoid does not commute with the scale. A max pool whose reader needs FP32
+  // dequantises on the way out; a convolution with weights known only at run time runs
+  // in FP32 and dequantises its source.
+  for (const Case& tc : std::vector<Case>{{"Relu", "", false, {"act1", "pool", "conv2"}},
+                                          {"Relu", "act1", false, {"conv2"}},
+                                          {"Sigmoid", "", false, {"conv2"}},
+                                          {"Relu", "pool", false, {"act1", "conv2"}},
+                                          {"Relu", "", true, {"act1", "pool"}}}) {
+    SCOPED_TRACE(tc.act1 + ", Add reads '" + tc.side_from + "'" +
+                 (tc.runtime_w2 ? ", run-time conv2 weights" : ""));
+    const Graph graph = BuildQuantisedChain(tc.act1, tc.side_from, tc.runtime_w2);
+    auto fp32 = Model::FromGraph(graph);
+    ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+    std::vector<std::vector<NamedTensor>> batches;
+    for (uint32_t seed = 10; seed < 14; ++seed) {
+      batches.push_back({{"x", Random({2, 8, 12, 12}, seed)}});
+      if (tc.runtime_w2) batches.back().push_back({"w2", Random({16, 16, 3, 3}, 7, -0.08f, 0.08f)});
+    }
+    auto table = Calibrate(**fp32, batches);
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    LoadOptions lo;
+    lo.plan.precision = Precision::kInt8;
+    lo.plan.calibration = std::make_shared<const Calibration>(*table);
+    auto int8 = Model::FromGraph(graph, lo);
+    ASSERT_TRUE(int8.ok()) << int8.status().ToString();
+
+    std::vector<Shape> shapes = {{2, 8, 12, 12}};
+    if (tc.runtime_w2) shapes.push_back({16, 16, 3, 3});
+    auto plan = PreparePlan(**int8, shapes);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const Graph& g = (*int8)->graph();
+    CheckLayout(**plan, g);
+    // A quantised value takes one byte an element in the arena, the others four.
+    std::set<std::string> one_byte;
+    for (const PlanLayoutEntry& e : (*plan)->DebugLayout()) {
+      int64_t elements = 1;
+      for (const Dim& d : *g.values[e.value].shape) elements *= d.value;
+      EXPECT_EQ(e.bytes % elements, 0);
+      if (e.bytes == elements) one_byte.insert(g.values[e.value].name);
+    }
+    EXPECT_EQ(one_byte, tc.quantised);
+    EXPECT_EQ((*plan)->quantized_values(), static_cast<int>(tc.quantised.size()));
+
+    // The int8 model stays near fp32.
+    auto cmp = CompareTiers(**fp32, **int8, batches);
+    ASSERT_TRUE(cmp.ok()) << cmp.status().ToString();
+    auto session = Session::Create(**fp32, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok());
+    std::vector<NamedTensor> ref;
+    ASSERT_TRUE((*session)->Run(batches[0], &ref).ok());
+    EXPECT_GT(cmp->max_abs_diff, 0.0);
+    EXPECT_LT(cmp->max_abs_diff, 0.05 * std::max(1e-3f, MaxAbs(ref[0].tensor))) << cmp->ToString();
+  }
+}
+
 TEST(ConvAlgorithmTest, NamesParse) {
   for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
     auto parsed = ParseConvAlgorithm(ConvAlgorithmName(a));

@@ -7,7 +7,9 @@
 //         fp32; needs a CPU with AVX512_BF16 (CheckPrecision says why not).
 //   int8  post-training quantisation: weights symmetric per output channel; each
 //         convolution's or product's input quantised with a scale from its range over
-//         calibration inputs (u8 when it never went negative, else s8), fp32 out.
+//         calibration inputs (u8 when it never went negative, else s8), fp32 out, except
+//         that a convolution's output stays quantised (with its own range's scale) when
+//         only convolutions and max pools read it (kernel.h: quantized_inputs).
 //
 // A variant is a Model loaded with LoadOptions::plan.precision (and, for int8, the
 // Calibration that Calibrate measured on the fp32 model). CompareTiers then measures

@@ -191,14 +191,16 @@ void DnnlKernel::BindInputAs(int arg, const dnnl::memory::desc& outer,
 }
 
 void DnnlKernel::BindOutputAs(int arg, const dnnl::memory::desc& inner,
-                              const dnnl::memory::desc& outer, const dnnl::engine& eng,
-                              int output) {
-  if (outer == inner) return BindOutput(arg, outer, eng, output);
+                              const dnnl::memory::desc& outer, const dnnl::engine& eng, int output,
+                              float scale) {
+  if (outer == inner && scale == 1.f) return BindOutput(arg, outer, eng, output);
   Reorder r;
   r.buffer = Buffer::Allocate(inner.get_size());
   r.outer = dnnl::memory(outer, eng, DNNL_MEMORY_NONE);
   r.inner = dnnl::memory(inner, eng, r.buffer->data());
-  r.prim = dnnl::reorder(r.inner, r.outer);
+  dnnl::primitive_attr attr;
+  if (scale != 1.f) attr.set_output_scales(0, {scale});
+  r.prim = dnnl::reorder(r.inner, r.outer, attr);
   r.index = output;
   args_[arg] = r.inner;
   post_.push_back(std::move(r));
@@ -245,11 +247,14 @@ dnnl::memory::data_type ComputeType(const PrepareContext& ctx) {
                                                                    : dnnl::memory::data_type::f32;
 }
 
-bool QuantizeInput(const PrepareContext& ctx, size_t input, float* scale, bool* is_unsigned) {
+namespace {
+
+// Int8 scale of graph value `v` from the calibration table (see QuantizeInput).
+bool QuantizeValue(const PrepareContext& ctx, int v, float* scale, bool* is_unsigned) {
   if (!ctx.options || ctx.options->precision != Precision::kInt8 || !ctx.options->calibration)
     return false;
-  if (input >= ctx.in_values.size() || ctx.in_values[input] < 0) return false;
-  const auto& name = ctx.graph->values[ctx.in_values[input]].name;
+  if (v < 0) return false;
+  const auto& name = ctx.graph->values[v].name;
   auto it = ctx.options->calibration->find(name);
   if (it == ctx.options->calibration->end()) return false;
   const ValueRange& r = it->second;
@@ -258,6 +263,19 @@ bool QuantizeInput(const PrepareContext& ctx, size_t input, float* scale, bool* 
   if (!(amax > 0.f) || !std::isfinite(amax)) return false;
   *scale = amax / (*is_unsigned ? 255.f : 127.f);
   return true;
+}
+
+}  // namespace
+
+bool QuantizeInput(const PrepareContext& ctx, size_t input, float* scale, bool* is_unsigned) {
+  return input < ctx.in_values.size() &&
+         QuantizeValue(ctx, ctx.in_values[input], scale, is_unsigned);
+}
+
+bool QuantizeOutput(const PrepareContext& ctx, size_t output, float* scale, bool* is_unsigned) {
+  const auto& outputs = ctx.node().outputs;
+  return output < outputs.size() && output < ctx.out_quantizable.size() &&
+         ctx.out_quantizable[output] && QuantizeValue(ctx, outputs[output], scale, is_unsigned);
 }
 
 void QuantizeWeights(const Tensor& w, int64_t slices, bool contiguous, Tensor* q,

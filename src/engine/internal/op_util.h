@@ -71,8 +71,9 @@ class DnnlKernel : public Kernel {
                    const dnnl::engine& eng, int input, float scale = 1.f);
   // The primitive writes `inner` (kernel-owned), reordered into output `output` (laid out
   // as `outer`) after every run. Same as BindOutput when the two are equal.
+  // `scale` multiplies the values on the way (int8 dequantisation).
   void BindOutputAs(int arg, const dnnl::memory::desc& inner, const dnnl::memory::desc& outer,
-                    const dnnl::engine& eng, int output);
+                    const dnnl::engine& eng, int output, float scale = 1.f);
   Status Run(const RunContext& ctx) override;
   std::string implementation() const override;
   // Reorders added per run (for statistics and tests).
@@ -115,6 +116,9 @@ dnnl::memory::data_type ComputeType(const PrepareContext& ctx);
 // step) and whether the value is non-negative (u8) or signed (s8). False when the tier
 // is not int8 or the value has no range.
 bool QuantizeInput(const PrepareContext& ctx, size_t input, float* scale, bool* is_unsigned);
+// The same for output `output`, when the plan lets it be stored quantised
+// (PrepareContext::out_quantizable) and the value has a range.
+bool QuantizeOutput(const PrepareContext& ctx, size_t output, float* scale, bool* is_unsigned);
 // Symmetric per-slice int8 quantisation of constant weights: `w` is viewed as `slices`
 // rows (per output channel) of contiguous values when `contiguous`, else as columns
 // (the last dimension, per output column of a [K, N] matrix). Writes q and scales.

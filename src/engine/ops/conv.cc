@@ -144,21 +144,40 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   // FP32.
   const bool const_w = ctx.in_data[1] != nullptr;
   // Precision tier (precision.h): bf16 activations and weights between convolutions;
-  // or int8 source (quantised with the calibrated scale on the way in) and weights
-  // (per output channel), accumulating in int32, with FP32 out.
+  // or int8 source (quantised with the calibrated scale on the way in, unless it arrives
+  // quantised) and weights (per output channel), accumulating in int32, with FP32 out,
+  // or s8/u8 out when every reader takes it so (PrepareContext::out_quantizable).
+  const float in_scale = ctx.InScale(0);  // > 0: the source arrives as s8/u8
   float src_scale = 1.f;
   bool src_unsigned = false;
-  const bool int8 =
-      const_w && (!has_bias || ctx.in_data[2]) && QuantizeInput(ctx, 0, &src_scale, &src_unsigned);
+  bool int8 = const_w && (!has_bias || ctx.in_data[2]);
+  if (int8 && in_scale > 0.f) {
+    src_scale = in_scale;
+    src_unsigned = src_in.data.data_type == dnnl_u8;
+  } else if (int8) {
+    int8 = QuantizeInput(ctx, 0, &src_scale, &src_unsigned);
+  }
+  // The output is stored quantised when the activation commutes with a positive scale
+  // (none, Relu, LeakyRelu: then the scale folds into the output scales) and no
+  // residual is added (its bytes are FP32).
+  const std::string act = ctx.node().GetString("activation", "");
+  float out_scale = 0.f;
+  bool out_unsigned = false;
+  const bool int8_out = int8 && !ctx.has_input(3) &&
+                        (act.empty() || act == "Relu" || act == "LeakyRelu") &&
+                        ctx.node().GetString("post_activation", "").empty() &&
+                        QuantizeOutput(ctx, 0, &out_scale, &out_unsigned);
   const auto act_dt = const_w ? ComputeType(ctx) : memory::data_type::f32;
   const auto src_dt =
       int8 ? (src_unsigned ? memory::data_type::u8 : memory::data_type::s8) : act_dt;
   const auto w_dt = int8 ? memory::data_type::s8 : act_dt;
-  const auto dst_dt = int8 ? memory::data_type::f32 : act_dt;
+  const auto dst_dt = int8_out ? (out_unsigned ? memory::data_type::u8 : memory::data_type::s8)
+                      : int8   ? memory::data_type::f32
+                               : act_dt;
   const bool keep_src = src_in.data.format_kind == dnnl_blocked && src_in != src_md &&
                         static_cast<memory::data_type>(src_in.data.data_type) == src_dt;
   const memory::desc src_any = keep_src || (c < 8 && src_dt == memory::data_type::f32) || !const_w
-                                   ? src_in
+                                   ? (in_scale > 0.f && !int8 ? src_md : src_in)
                                    : memory::desc(ToDims(x), src_dt, memory::format_tag::any);
   // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
   // AVX-512, run; SHOAL_CONV_LAYOUT=any lets the library choose (nChw16c) instead.
@@ -209,7 +228,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   if (int8) {
     QuantizeWeights(*ctx.in_data[1], m, true, &w_q, &w_scales);
     std::vector<float> out_scales(m);
-    for (int64_t o = 0; o < m; ++o) out_scales[o] = src_scale * w_scales[o];
+    for (int64_t o = 0; o < m; ++o)
+      out_scales[o] = src_scale * w_scales[o] / (int8_out ? out_scale : 1.f);
     attr.set_output_scales(1 << 1, out_scales);  // per output channel
   }
   auto make_pd = [&](const memory::desc& s, const memory::desc& dd,
@@ -279,9 +299,13 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
     dst_out = pd->dst_desc();
     ctx.out_descs[0] = dst_out;
   }
+  if (int8_out) ctx.out_scales[0] = out_scale;
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::convolution_forward(*pd);
-  k->BindInputAs(DNNL_ARG_SRC, src_in, pd->src_desc(), eng, 0, int8 ? 1.f / src_scale : 1.f);
+  // The source on its way in: quantised with this convolution's scale, or dequantised
+  // when it arrives quantised but the convolution runs in FP32.
+  const float src_factor = in_scale > 0.f ? (int8 ? 1.f : in_scale) : int8 ? 1.f / src_scale : 1.f;
+  k->BindInputAs(DNNL_ARG_SRC, src_in, pd->src_desc(), eng, 0, src_factor);
   if (int8) {
     RETURN_IF_ERROR(BindWeightsData(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_q,
                                     PlainDesc(wdims, DataType::kInt8), pd->weights_desc()));
@@ -449,6 +473,12 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   // Pools in its source's layout (a convolution's blocked output stays blocked); the
   // result is reordered to plain only when a reader needs plain.
   const auto src_md = ctx.InDesc(0, src_plain);
+  // An int8 plan's source may arrive quantised (max pooling only, which commutes with
+  // the scale); it stays so when every reader takes that, else it is dequantised on
+  // the way out.
+  const float in_scale = ctx.InScale(0);
+  if (in_scale > 0.f && !is_max) return ctx.Error("internal: a quantised source to average");
+  const bool keep_quantized = in_scale > 0.f && ctx.out_quantizable[0];
   const memory::desc dst_any(ToDims(y), static_cast<memory::data_type>(src_md.data.data_type),
                              memory::format_tag::any);
   dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src_md, dst_any,
@@ -456,14 +486,16 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
                                    Dims(w, &Window::pad_begin), PadRight(w));
   dnnl::pooling_v2_forward::primitive_desc pd(d, eng);
   memory::desc dst_out = dst_md;
-  if (!ctx.out_any_layout.empty() && ctx.out_any_layout[0] && pd.dst_desc() != dst_md) {
+  if (ctx.out_any_layout[0] && pd.dst_desc() != dst_md && (in_scale == 0.f || keep_quantized)) {
     dst_out = pd.dst_desc();
     ctx.out_descs[0] = dst_out;
   }
+  if (keep_quantized) ctx.out_scales[0] = in_scale;
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::pooling_v2_forward(pd);
   k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
-  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
+  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0,
+                  in_scale > 0.f && !keep_quantized ? in_scale : 1.f);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
@@ -483,17 +515,19 @@ Status CheckMaxPool(const Node& node, const Graph& graph) {
 }  // namespace
 
 void RegisterConvOps(std::vector<OpDef>* ops) {
+  // Convolutions and max pooling read an int8 plan's quantised values (kernel.h).
   ops->push_back({"",
                   "Conv",
                   {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
                   CheckAutoPad,
                   PrepareConv,
+                  0b1,
                   0b1});
   // Conv with post-ops (optimizer.h): X, W, B (optional), residual (optional).
   std::vector<std::string_view> fused = {"auto_pad",     "dilations", "group",
                                          "kernel_shape", "pads",      "strides"};
   for (auto a : ActivationAttributes(true)) fused.push_back(a);
-  ops->push_back({"shoal", "FusedConv", fused, CheckAutoPad, PrepareConv, 0b1001});
+  ops->push_back({"shoal", "FusedConv", fused, CheckAutoPad, PrepareConv, 0b1001, 0b1});
   ops->push_back({"",
                   "ConvTranspose",
                   {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
@@ -506,6 +540,7 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
        {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"},
        CheckMaxPool,
        PreparePool,
+       0b1,
        0b1});
   ops->push_back({"",
                   "AveragePool",
@@ -514,7 +549,7 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
                   PreparePool,
                   0b1});
   ops->push_back({"", "GlobalAveragePool", {}, nullptr, PreparePool, 0b1});
-  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool, 0b1});
+  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool, 0b1, 0b1});
 }
 
 }  // namespace shoal::engine::internal
