@@ -231,6 +231,100 @@ TEST(Int8PlanTest, KeepsValuesQuantisedBetweenOperatorsThatReadThem) {
   }
 }
 
+// Max pooling of a quantised value (the engine's own loop over channels-last bytes):
+// every output byte is the maximum of its window's input bytes, with padding and
+// ceil_mode windows clipped to the input.
+TEST(Int8PlanTest, MaxPoolOfQuantisedValuesTakesEachWindowsMaximum) {
+  struct Case {
+    int64_t kernel, stride, pad, ceil;
+    bool is_signed;  // no Relu before the pool: s8, else u8
+  };
+  for (const Case& tc : std::vector<Case>{{2, 2, 0, 0, false},
+                                          {3, 2, 1, 0, false},
+                                          {3, 2, 0, 1, false},
+                                          {2, 1, 1, 0, false},
+                                          {3, 2, 1, 1, true}}) {
+    SCOPED_TRACE("kernel " + std::to_string(tc.kernel) + " stride " + std::to_string(tc.stride) +
+                 " pad " + std::to_string(tc.pad) + " ceil " + std::to_string(tc.ceil) +
+                 (tc.is_signed ? " s8" : " u8"));
+    GraphBuilder b;
+    const int x = b.Input("x", {2, 8, 13, 13});
+    const int w1 = b.Constant("w1", Random({24, 8, 3, 3}, 1, -0.2f, 0.2f));
+    const int conv1 = b.Op("Conv", "conv1", {x, w1}, {{"pads", AInts({1, 1, 1, 1})}});
+    const int act = tc.is_signed ? conv1 : b.Op("Relu", "act1", {conv1});
+    const std::string act_name = tc.is_signed ? "conv1" : "act1";
+    const int pool = b.Op("MaxPool", "pool", {act},
+                          {{"kernel_shape", AInts({tc.kernel, tc.kernel})},
+                           {"strides", AInts({tc.stride, tc.stride})},
+                           {"pads", AInts({tc.pad, tc.pad, tc.pad, tc.pad})},
+                           {"ceil_mode", AInt(tc.ceil)}});
+    const int w2 = b.Constant("w2", Random({8, 24, 1, 1}, 2, -0.2f, 0.2f));
+    const Graph graph =
+        b.Finish(b.Op("GlobalAveragePool", "gap", {b.Op("Conv", "conv2", {pool, w2})}));
+    auto fp32 = Model::FromGraph(graph);
+    ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+    const std::vector<NamedTensor> inputs = {{"x", Random({2, 8, 13, 13}, 3)}};
+    auto table = Calibrate(**fp32, {inputs});
+    ASSERT_TRUE(table.ok());
+    LoadOptions lo;
+    lo.plan.precision = Precision::kInt8;
+    lo.plan.calibration = std::make_shared<const Calibration>(*table);
+    auto int8 = Model::FromGraph(graph, lo);
+    ASSERT_TRUE(int8.ok()) << int8.status().ToString();
+    const Graph& g = (*int8)->graph();
+    auto session = Session::Create(**int8, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok());
+    // The observer sees values in their plan layout: here s8/u8, channels-last.
+    std::vector<uint8_t> in_bytes, out_bytes;
+    Shape out_shape;
+    std::vector<NamedTensor> outputs;
+    ASSERT_TRUE((*session)
+                    ->RunObserved(inputs, &outputs,
+                                  [&](int v, const Tensor& t) {
+                                    const auto* p = static_cast<const uint8_t*>(t.data());
+                                    if (g.values[v].name == act_name)
+                                      in_bytes.assign(p, p + t.byte_size());
+                                    if (g.values[v].name == "pool") {
+                                      out_bytes.assign(p, p + t.byte_size());
+                                      out_shape = t.shape();
+                                    }
+                                  })
+                    .ok());
+    const int64_t n = 2, c = 24, h = 13;
+    ASSERT_EQ(in_bytes.size(), static_cast<size_t>(n * c * h * h)) << act_name << " is not 8-bit";
+    ASSERT_EQ(out_shape.size(), 4u);
+    const int64_t oh = out_shape[2], ow = out_shape[3];
+    ASSERT_EQ(out_bytes.size(), static_cast<size_t>(n * c * oh * ow)) << "pool is not 8-bit";
+    auto value = [&](uint8_t byte) {
+      return tc.is_signed ? static_cast<int>(static_cast<int8_t>(byte)) : static_cast<int>(byte);
+    };
+    int least = 255, most = -255;
+    for (uint8_t byte : in_bytes) {
+      least = std::min(least, value(byte));
+      most = std::max(most, value(byte));
+    }
+    EXPECT_GT(most, tc.is_signed ? 100 : 200);  // the calibrated range is used
+    if (tc.is_signed) {
+      EXPECT_LT(least, -50);
+    }
+    int checked = 0;
+    for (int64_t bi = 0; bi < n; ++bi)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j)
+          for (int64_t ch = 0; ch < c; ++ch) {
+            int best = -1000;
+            for (int64_t r = i * tc.stride - tc.pad; r < i * tc.stride - tc.pad + tc.kernel; ++r)
+              for (int64_t q = j * tc.stride - tc.pad; q < j * tc.stride - tc.pad + tc.kernel; ++q)
+                if (r >= 0 && r < h && q >= 0 && q < h)
+                  best = std::max(best, value(in_bytes[((bi * h + r) * h + q) * c + ch]));
+            ASSERT_EQ(value(out_bytes[((bi * oh + i) * ow + j) * c + ch]), best)
+                << "at " << bi << "," << ch << "," << i << "," << j;
+            ++checked;
+          }
+    EXPECT_EQ(checked, n * c * oh * ow);
+  }
+}
+
 TEST(ConvAlgorithmTest, NamesParse) {
   for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
     auto parsed = ParseConvAlgorithm(ConvAlgorithmName(a));
