@@ -447,12 +447,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
 // oneDNN 2.6's int8 pooling moves about a fifth of the bytes per second its fp32 one
 // does on such tensors (24 us for an 8x32x32x32 2x2 pool where this loop takes 10).
 // Bytes compare as unsigned after XOR with `flip` (0x80 for s8, which orders signed
-// bytes; 0 for u8), 16 channels at a time.
+// bytes; 0 for u8), 16 channels at a time (PreparePool takes it for 16 channels or more;
+// the rest of C, byte by byte).
 void MaxPoolChannelsLast(const uint8_t* in, uint8_t* out, const Shape& x, const Shape& y,
                          const std::vector<Window>& w, uint8_t flip) {
   const int64_t n = x[0], c = x[1], h = x[2], wd = x[3], oh = y[2], ow = y[3];
   const Window &wh = w[0], &ww = w[1];
-#pragma omp parallel for collapse(2)
+  // Waking a second thread costs a few microseconds: not worth it on small tensors.
+#pragma omp parallel for collapse(2) if (n * c * h * wd >= (int64_t{1} << 16))
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t i = 0; i < oh; ++i) {
       const int64_t h0 = i * wh.stride - wh.pad_begin;
@@ -527,7 +529,7 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   const float in_scale = ctx.InScale(0);
   if (in_scale > 0.f && !is_max) return ctx.Error("internal: a quantised source to average");
   const bool keep_quantized = in_scale > 0.f && ctx.out_quantizable[0];
-  if (keep_quantized && x.size() == 4 &&
+  if (keep_quantized && x.size() == 4 && x[1] >= 16 &&
       src_md == memory::desc(ToDims(x), static_cast<memory::data_type>(src_md.data.data_type),
                              memory::format_tag::acdb) &&
       std::all_of(w.begin(), w.end(), [](const Window& a) { return a.dilation == 1; })) {

@@ -80,8 +80,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
   ctx.out_shapes[0] = out;
   ctx.out_dtypes[0] = DataType::kFp32;
   if (Product(out) == 0) return Noop();
-  if (k ==
-      0) {  // empty inner dimension: all zeros (outputs are zero-initialised per run? no: clear)
+  if (k == 0) {
+    // An empty inner dimension: every output is an empty sum. Arena outputs hold
+    // whatever an earlier value left, so the kernel writes the zeros itself.
     return MakeFn([](const RunContext& rc) {
       std::fill_n(static_cast<float*>(rc.outputs[0]->mutable_data()),
                   rc.outputs[0]->element_count(), 0.f);
