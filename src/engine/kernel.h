@@ -164,6 +164,9 @@ struct OpDef {
   // Bit i set (and in any_layout_inputs): input i may arrive quantised, as s8/u8 with a
   // scale (PrepareContext::in_scales), in an int8 plan.
   uint32_t quantized_inputs = 0;
+  // Output 0 keeps input 0's quantisation (max pooling): the plan quantises input 0
+  // only when output 0 can stay quantised too.
+  bool quantized_passthrough = false;
 };
 
 // The operator for (domain, op_type), or null.

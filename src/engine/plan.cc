@@ -1,5 +1,6 @@
 #include "engine/plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
@@ -156,25 +157,42 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   // A value may stay in a layout its producer picks (blocked, for oneDNN's fastest
   // convolutions) when every node that reads it accepts any layout at that input.
   // In an int8 plan it may also stay quantised (s8/u8 with a scale) when every reader
-  // accepts that too.
+  // accepts that too, and every reader that passes the scale on (max pooling) can keep
+  // its own output quantised: a value is not rounded to 8 bits on its way to a reader
+  // that wants FP32 (values are decided last reader first; nodes are in topological
+  // order).
   std::vector<char> any_layout(nv, 0), quantizable(nv, 0);
   {
-    std::vector<int> readers(nv, 0), accepting(nv, 0), dequantizing(nv, 0);
+    struct Reader {
+      const Node* node;
+      const OpDef* def;
+      size_t input;
+    };
+    std::vector<std::vector<Reader>> readers(nv);
     for (const Node& node : graph.nodes) {
       const OpDef* def = FindOp(node.domain, node.op_type);
-      for (size_t i = 0; i < node.inputs.size(); ++i) {
-        const int v = node.inputs[i];
-        if (v < 0) continue;
-        ++readers[v];
-        if (def && i < 32 && ((def->any_layout_inputs >> i) & 1)) ++accepting[v];
-        if (def && i < 32 && ((def->any_layout_inputs & def->quantized_inputs) >> i & 1))
-          ++dequantizing[v];
-      }
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        if (node.inputs[i] >= 0) readers[node.inputs[i]].push_back({&node, def, i});
     }
-    const bool int8 = options.precision == Precision::kInt8;
+    auto bit = [](uint32_t mask, size_t i) { return i < 32 && ((mask >> i) & 1); };
     for (size_t v = 0; v < nv; ++v) {
-      any_layout[v] = readers[v] > 0 && readers[v] == accepting[v] && !plan->is_output_[v];
-      quantizable[v] = int8 && any_layout[v] && readers[v] == dequantizing[v];
+      any_layout[v] = !readers[v].empty() && !plan->is_output_[v] &&
+                      std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
+                        return r.def && bit(r.def->any_layout_inputs, r.input);
+                      });
+    }
+    if (options.precision == Precision::kInt8) {
+      for (size_t n = graph.nodes.size(); n-- > 0;) {
+        for (int v : graph.nodes[n].outputs) {
+          if (v < 0 || !any_layout[v]) continue;
+          quantizable[v] = std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
+            if (!bit(r.def->quantized_inputs, r.input)) return false;
+            if (!r.def->quantized_passthrough) return true;
+            const int out = r.node->outputs.empty() ? -1 : r.node->outputs[0];
+            return out >= 0 && quantizable[out] != 0;
+          });
+        }
+      }
     }
   }
   plan->scales_.assign(nv, 0.f);
@@ -236,12 +254,17 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
         plan->descs_[v] = ctx.out_descs[o];
         ++plan->blocked_values_;
       }
+      // A quantised output has an s8/u8 layout and a scale, and is one the plan allowed;
+      // an FP32 value never gets an 8-bit layout without a scale.
+      const auto dt = static_cast<dnnl::memory::data_type>(ctx.out_descs[o].data.data_type);
+      const bool eight_bit =
+          ctx.out_descs[o].data.ndims != 0 &&
+          (dt == dnnl::memory::data_type::s8 || dt == dnnl::memory::data_type::u8);
+      if ((ctx.out_scales[o] != 0.f &&
+           (!ctx.out_quantizable[o] || !eight_bit || !(ctx.out_scales[o] > 0.f))) ||
+          (ctx.out_scales[o] == 0.f && eight_bit && ctx.out_dtypes[o] == DataType::kFp32))
+        return Internal(graph.Describe(n) + ": operator quantised an output it may not");
       if (ctx.out_scales[o] != 0.f) {
-        const auto dt = static_cast<dnnl::memory::data_type>(ctx.out_descs[o].data.data_type);
-        if (!ctx.out_quantizable[o] || ctx.out_descs[o].data.ndims == 0 ||
-            (dt != dnnl::memory::data_type::s8 && dt != dnnl::memory::data_type::u8) ||
-            !(ctx.out_scales[o] > 0.f))
-          return Internal(graph.Describe(n) + ": operator quantised an output it may not");
         plan->scales_[v] = ctx.out_scales[o];
         ++plan->quantized_values_;
       }
@@ -352,9 +375,12 @@ Status Plan::AssignOffsets() {
     const int src = step.inputs[k];
     const int out = step.outputs[0];
     // Only an arena value (not a view, input, constant or graph output) may be
-    // overwritten, and only with the same dtype and element count.
+    // overwritten, and only with the same dtype, element count and bytes (a quantised
+    // value takes fewer).
     if (src < 0 || out < 0 || tensor_of[src] < 0 || tensor_of[out] < 0) continue;
-    if (dtypes_[src] != dtypes_[out] || Product(shapes_[src]) != Product(shapes_[out])) continue;
+    if (dtypes_[src] != dtypes_[out] || Product(shapes_[src]) != Product(shapes_[out]) ||
+        ValueBytes(src) != ValueBytes(out))
+      continue;
     // Another input reading the same bytes would see them change under it.
     bool shared = false;
     for (size_t j = 0; j < step.inputs.size(); ++j) {

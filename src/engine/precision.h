@@ -9,7 +9,8 @@
 //         convolution's or product's input quantised with a scale from its range over
 //         calibration inputs (u8 when it never went negative, else s8), fp32 out, except
 //         that a convolution's output stays quantised (with its own range's scale) when
-//         only convolutions and max pools read it (kernel.h: quantized_inputs).
+//         only convolutions and max pools read it, and the max pools' outputs can stay
+//         quantised in turn (kernel.h: quantized_inputs, quantized_passthrough).
 //
 // A variant is a Model loaded with LoadOptions::plan.precision (and, for int8, the
 // Calibration that Calibrate measured on the fp32 model). CompareTiers then measures

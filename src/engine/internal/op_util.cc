@@ -191,16 +191,14 @@ void DnnlKernel::BindInputAs(int arg, const dnnl::memory::desc& outer,
 }
 
 void DnnlKernel::BindOutputAs(int arg, const dnnl::memory::desc& inner,
-                              const dnnl::memory::desc& outer, const dnnl::engine& eng, int output,
-                              float scale) {
-  if (outer == inner && scale == 1.f) return BindOutput(arg, outer, eng, output);
+                              const dnnl::memory::desc& outer, const dnnl::engine& eng,
+                              int output) {
+  if (outer == inner) return BindOutput(arg, outer, eng, output);
   Reorder r;
   r.buffer = Buffer::Allocate(inner.get_size());
   r.outer = dnnl::memory(outer, eng, DNNL_MEMORY_NONE);
   r.inner = dnnl::memory(inner, eng, r.buffer->data());
-  dnnl::primitive_attr attr;
-  if (scale != 1.f) attr.set_output_scales(0, {scale});
-  r.prim = dnnl::reorder(r.inner, r.outer, attr);
+  r.prim = dnnl::reorder(r.inner, r.outer);
   r.index = output;
   args_[arg] = r.inner;
   post_.push_back(std::move(r));

@@ -71,9 +71,8 @@ class DnnlKernel : public Kernel {
                    const dnnl::engine& eng, int input, float scale = 1.f);
   // The primitive writes `inner` (kernel-owned), reordered into output `output` (laid out
   // as `outer`) after every run. Same as BindOutput when the two are equal.
-  // `scale` multiplies the values on the way (int8 dequantisation).
   void BindOutputAs(int arg, const dnnl::memory::desc& inner, const dnnl::memory::desc& outer,
-                    const dnnl::engine& eng, int output, float scale = 1.f);
+                    const dnnl::engine& eng, int output);
   Status Run(const RunContext& ctx) override;
   std::string implementation() const override;
   // Reorders added per run (for statistics and tests).

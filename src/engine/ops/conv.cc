@@ -272,7 +272,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
         return a.stride == 1 && a.dilation == 1;
       })) {
     // The source as its producer left it when the kernel reads that, else reordered.
-    for (const memory::desc& s : {src_in, src_free}) {
+    // (A quantised source is never read as it is here: Winograd runs in fp32.)
+    for (const memory::desc& s : {in_scale > 0.f ? src_free : src_in, src_free}) {
       try {
         pd = make_pd(s, has_residual ? res_md : (out_free ? dst_free : dst_md),
                      dnnl::algorithm::convolution_winograd);
@@ -523,12 +524,12 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   // Pools in its source's layout (a convolution's blocked output stays blocked); the
   // result is reordered to plain only when a reader needs plain.
   const auto src_md = ctx.InDesc(0, src_plain);
-  // An int8 plan's source may arrive quantised (max pooling only, which commutes with
-  // the scale); it stays so when every reader takes that, else it is dequantised on
-  // the way out.
+  // An int8 plan's source may arrive quantised: only to max pooling (which commutes with
+  // the scale) whose output stays quantised too (OpDef::quantized_passthrough).
   const float in_scale = ctx.InScale(0);
-  if (in_scale > 0.f && !is_max) return ctx.Error("internal: a quantised source to average");
-  const bool keep_quantized = in_scale > 0.f && ctx.out_quantizable[0];
+  const bool keep_quantized = in_scale > 0.f;
+  if (keep_quantized && (!is_max || !ctx.out_quantizable[0]))
+    return ctx.Error("internal: a quantised source whose pooled output cannot stay quantised");
   if (keep_quantized && x.size() == 4 && x[1] >= 16 &&
       src_md == memory::desc(ToDims(x), static_cast<memory::data_type>(src_md.data.data_type),
                              memory::format_tag::acdb) &&
@@ -550,7 +551,7 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
                                    Dims(w, &Window::pad_begin), PadRight(w));
   dnnl::pooling_v2_forward::primitive_desc pd(d, eng);
   memory::desc dst_out = dst_md;
-  if (ctx.out_any_layout[0] && pd.dst_desc() != dst_md && (in_scale == 0.f || keep_quantized)) {
+  if (ctx.out_any_layout[0] && pd.dst_desc() != dst_md) {
     dst_out = pd.dst_desc();
     ctx.out_descs[0] = dst_out;
   }
@@ -558,8 +559,7 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::pooling_v2_forward(pd);
   k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
-  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0,
-                  in_scale > 0.f && !keep_quantized ? in_scale : 1.f);
+  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
@@ -605,7 +605,8 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
        CheckMaxPool,
        PreparePool,
        0b1,
-       0b1});
+       0b1,
+       true});
   ops->push_back({"",
                   "AveragePool",
                   {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"},
@@ -613,7 +614,7 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
                   PreparePool,
                   0b1});
   ops->push_back({"", "GlobalAveragePool", {}, nullptr, PreparePool, 0b1});
-  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool, 0b1, 0b1});
+  ops->push_back({"", "GlobalMaxPool", {}, nullptr, PreparePool, 0b1, 0b1, true});
 }
 
 }  // namespace shoal::engine::internal
