@@ -92,9 +92,10 @@ struct PrepareContext {
   // value of one step: real = scale * stored); 0 for an unquantised input. Only
   // operators whose OpDef::quantized_inputs allow it ever see one.
   std::vector<float> in_scales;
-  // Per output: may `prepare` store it quantised (out_any_layout, and every reader
-  // accepts a quantised value at that input)? When it does, it sets out_descs[o] to an
-  // s8/u8 layout and out_scales[o] to its scale.
+  // Per output: may `prepare` store it quantised (out_any_layout, every reader accepts a
+  // quantised value at that input, and a reader that passes it on keeps its own output
+  // quantised; see OpDef)? When it does, it sets out_descs[o] to an s8/u8 layout and
+  // out_scales[o] to its scale.
   std::vector<char> out_quantizable;
   std::vector<float> out_scales;
 
