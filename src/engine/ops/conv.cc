@@ -1,6 +1,9 @@
-// Convolution, transposed convolution and pooling, on oneDNN primitives. Activations
-// stay in the plain NCHW layout ONNX defines; constant weights are reordered once into
-// the primitive's preferred layout through the model's WeightCache.
+// Convolution, transposed convolution and pooling, on oneDNN primitives (and the
+// engine's own loop for max pooling of quantised values). Activations between these
+// operators may stay in the layout a convolution picks (channels-last or blocked), and
+// in an int8 plan quantised to s8/u8 (kernel.h); every other reader gets plain NCHW
+// fp32. Constant weights are reordered once into the primitive's preferred layout
+// through the model's WeightCache.
 #include <algorithm>
 #include <optional>
 #if defined(__SSE2__)
