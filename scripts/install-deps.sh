@@ -5,8 +5,9 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain
-  g++ cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
+  # toolchain; the fuzzers are built with clang, whose sanitizer runtimes and OpenMP
+  # runtime (the engine links OpenMP) are packages of their own
+  g++ cmake ninja-build pkg-config ccache clang libclang-rt-14-dev libomp-14-dev
   # libraries (oneDNN's CMake package needs the OpenCL headers it only recommends)
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libdnnl-dev ocl-icd-opencl-dev libonnx-dev libboost-dev libsimdjson-dev libspdlog-dev libfmt-dev
