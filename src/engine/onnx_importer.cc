@@ -8,6 +8,7 @@
 #include <fstream>
 #include <unordered_map>
 
+#include "core/dtype_visit.h"
 #include "engine/internal/onnx_dtype.h"
 
 namespace shoal::engine {
@@ -54,6 +55,24 @@ template <typename Dst, typename Field>
 void CopyRepeated(const Field& field, Tensor* out) {
   auto dst = out->mutable_values<Dst>();
   for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
+}
+
+// The repeated field of a TensorProto that holds values of type D when they are not in
+// raw_data (onnx.proto's TensorProto comments): the types narrower than 32 bits, FP16
+// and BF16 (as bit patterns) and BOOL travel in int32_data.
+template <DataType D>
+const auto& TypedData(const onnx::TensorProto& tp) {
+  if constexpr (D == DataType::kFp32) {
+    return tp.float_data();
+  } else if constexpr (D == DataType::kFp64) {
+    return tp.double_data();
+  } else if constexpr (D == DataType::kInt64) {
+    return tp.int64_data();
+  } else if constexpr (D == DataType::kUint32 || D == DataType::kUint64) {
+    return tp.uint64_data();
+  } else {
+    return tp.int32_data();
+  }
 }
 
 class Importer {
@@ -182,61 +201,19 @@ class Importer {
       if (bytes) std::memcpy(t.mutable_data(), tp.raw_data().data(), static_cast<size_t>(bytes));
       return t;
     }
-    auto check = [&](int n) -> Status {
-      if (n != *count) {
-        return InvalidArgument(what + ": holds " + std::to_string(n) + " values, shape " +
-                               ShapeToString(shape) + " needs " + std::to_string(*count));
-      }
-      return Status::Ok();
-    };
-    switch (*dtype) {
-      case DataType::kFp32:
-        RETURN_IF_ERROR(check(tp.float_data_size()));
-        CopyRepeated<float>(tp.float_data(), &t);
-        break;
-      case DataType::kFp64:
-        RETURN_IF_ERROR(check(tp.double_data_size()));
-        CopyRepeated<double>(tp.double_data(), &t);
-        break;
-      case DataType::kInt64:
-        RETURN_IF_ERROR(check(tp.int64_data_size()));
-        CopyRepeated<int64_t>(tp.int64_data(), &t);
-        break;
-      case DataType::kUint32:
-        RETURN_IF_ERROR(check(tp.uint64_data_size()));
-        CopyRepeated<uint32_t>(tp.uint64_data(), &t);
-        break;
-      case DataType::kUint64:
-        RETURN_IF_ERROR(check(tp.uint64_data_size()));
-        CopyRepeated<uint64_t>(tp.uint64_data(), &t);
-        break;
-      case DataType::kInt32:
-        RETURN_IF_ERROR(check(tp.int32_data_size()));
-        CopyRepeated<int32_t>(tp.int32_data(), &t);
-        break;
-      case DataType::kInt16:
-        RETURN_IF_ERROR(check(tp.int32_data_size()));
-        CopyRepeated<int16_t>(tp.int32_data(), &t);
-        break;
-      case DataType::kUint16:
-      case DataType::kFp16:
-      case DataType::kBf16:
-        RETURN_IF_ERROR(check(tp.int32_data_size()));
-        CopyRepeated<uint16_t>(tp.int32_data(), &t);
-        break;
-      case DataType::kInt8:
-        RETURN_IF_ERROR(check(tp.int32_data_size()));
-        CopyRepeated<int8_t>(tp.int32_data(), &t);
-        break;
-      case DataType::kUint8:
-      case DataType::kBool:
-        RETURN_IF_ERROR(check(tp.int32_data_size()));
-        CopyRepeated<uint8_t>(tp.int32_data(), &t);
-        break;
-      default:
-        return InvalidArgument(what + ": unsupported element type");
-    }
-    return t;
+    return VisitDType(
+        *dtype,
+        [&](auto tag) -> StatusOr<Tensor> {
+          const auto& field = TypedData<decltype(tag)::kType>(tp);
+          if (field.size() != *count) {
+            return InvalidArgument(what + ": holds " + std::to_string(field.size()) +
+                                   " values, shape " + ShapeToString(shape) + " needs " +
+                                   std::to_string(*count));
+          }
+          CopyRepeated<typename decltype(tag)::type>(field, &t);
+          return t;
+        },
+        [&]() -> StatusOr<Tensor> { return InvalidArgument(what + ": unsupported element type"); });
   }
 
   StatusOr<Tensor> ReadExternal(const onnx::TensorProto& tp, DataType dtype, Shape shape,

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/data_type.h"
+#include "core/dtype_visit.h"
 
 namespace shoal::loadgen {
 namespace {
@@ -27,61 +28,29 @@ void Append(std::string* out, T v) {
 
 // Appends one element of `type` holding `v` (numeric types only).
 Status AppendNumber(std::string* out, DataType type, double v) {
-  switch (type) {
-    case DataType::kBool:
-      Append<uint8_t>(out, v != 0);
-      break;
-    case DataType::kUint8:
-      Append<uint8_t>(out, static_cast<uint8_t>(v));
-      break;
-    case DataType::kUint16:
-      Append<uint16_t>(out, static_cast<uint16_t>(v));
-      break;
-    case DataType::kUint32:
-      Append<uint32_t>(out, static_cast<uint32_t>(v));
-      break;
-    case DataType::kUint64:
-      Append<uint64_t>(out, static_cast<uint64_t>(v));
-      break;
-    case DataType::kInt8:
-      Append<int8_t>(out, static_cast<int8_t>(v));
-      break;
-    case DataType::kInt16:
-      Append<int16_t>(out, static_cast<int16_t>(v));
-      break;
-    case DataType::kInt32:
-      Append<int32_t>(out, static_cast<int32_t>(v));
-      break;
-    case DataType::kInt64:
-      Append<int64_t>(out, static_cast<int64_t>(v));
-      break;
-    case DataType::kFp32:
-      Append<float>(out, static_cast<float>(v));
-      break;
-    case DataType::kFp64:
-      Append<double>(out, v);
-      break;
-    case DataType::kFp16:
-    case DataType::kBf16: {
-      // BF16 is the top half of an FP32. FP16 from a file: only 0 is encoded; other
-      // values are refused rather than sent wrong.
-      if (type == DataType::kBf16) {
-        float f = static_cast<float>(v);
-        uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        Append<uint16_t>(out, static_cast<uint16_t>(bits >> 16));
-      } else if (v == 0) {
-        Append<uint16_t>(out, 0);
-      } else {
-        return InvalidArgument(
-            "FP16 values from a data file are not supported; use zero or random");
-      }
-      break;
-    }
-    default:
-      return InvalidArgument(fmt::format("cannot encode datatype {}", DataTypeName(type)));
+  const size_t at = out->size();
+  if (HoldsPlainValues(type)) {
+    out->resize(at + DataTypeSize(type));
+    StoreElementFromDouble(type, out->data() + at, 0, v);
+    return Status::Ok();
   }
-  return Status::Ok();
+  if (type == DataType::kBf16) {
+    // BF16 is the top half of an FP32.
+    float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    Append<uint16_t>(out, static_cast<uint16_t>(bits >> 16));
+    return Status::Ok();
+  }
+  if (type == DataType::kFp16) {
+    // FP16 from a file: only 0 is encoded; other values are refused rather than sent wrong.
+    if (v != 0) {
+      return InvalidArgument("FP16 values from a data file are not supported; use zero or random");
+    }
+    Append<uint16_t>(out, 0);
+    return Status::Ok();
+  }
+  return InvalidArgument(fmt::format("cannot encode datatype {}", DataTypeName(type)));
 }
 
 void AppendString(std::string* out, std::string_view s) {

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/dtype_visit.h"
 #include "server/status_map.h"
 
 namespace shoal::server {
@@ -175,51 +176,32 @@ StatusOr<Tensor> CopyTyped(const Field& src, DataType dtype, const Shape& shape,
   return t;
 }
 
-StatusOr<Tensor> TensorFromContents(const InferTensorContents& c, DataType dtype,
-                                    const Shape& shape, int64_t count, const std::string& name) {
-  int64_t have = 0;
-  std::string_view field;
-  switch (dtype) {
-    case DataType::kBool:
-      have = c.bool_contents_size();
-      field = "bool_contents";
-      break;
-    case DataType::kUint8:
-    case DataType::kUint16:
-    case DataType::kUint32:
-      have = c.uint_contents_size();
-      field = "uint_contents";
-      break;
-    case DataType::kUint64:
-      have = c.uint64_contents_size();
-      field = "uint64_contents";
-      break;
-    case DataType::kInt8:
-    case DataType::kInt16:
-    case DataType::kInt32:
-      have = c.int_contents_size();
-      field = "int_contents";
-      break;
-    case DataType::kInt64:
-      have = c.int64_contents_size();
-      field = "int64_contents";
-      break;
-    case DataType::kFp32:
-      have = c.fp32_contents_size();
-      field = "fp32_contents";
-      break;
-    case DataType::kFp64:
-      have = c.fp64_contents_size();
-      field = "fp64_contents";
-      break;
-    case DataType::kBytes:
-      have = c.bytes_contents_size();
-      field = "bytes_contents";
-      break;
-    default:
-      return InvalidArgument("input '" + name + "': " + std::string(DataTypeName(dtype)) +
-                             " data can only be sent in raw_input_contents");
+// The typed field of InferTensorContents that carries type D, and its name
+// (docs/open-inference-protocol.md section 3.2). FP16 and BF16 have none.
+template <DataType D>
+auto ContentsField(const InferTensorContents& c) {
+  if constexpr (D == DataType::kBool) {
+    return std::pair{&c.bool_contents(), std::string_view("bool_contents")};
+  } else if constexpr (D == DataType::kUint8 || D == DataType::kUint16 || D == DataType::kUint32) {
+    return std::pair{&c.uint_contents(), std::string_view("uint_contents")};
+  } else if constexpr (D == DataType::kUint64) {
+    return std::pair{&c.uint64_contents(), std::string_view("uint64_contents")};
+  } else if constexpr (D == DataType::kInt8 || D == DataType::kInt16 || D == DataType::kInt32) {
+    return std::pair{&c.int_contents(), std::string_view("int_contents")};
+  } else if constexpr (D == DataType::kInt64) {
+    return std::pair{&c.int64_contents(), std::string_view("int64_contents")};
+  } else if constexpr (D == DataType::kFp32) {
+    return std::pair{&c.fp32_contents(), std::string_view("fp32_contents")};
+  } else {
+    static_assert(D == DataType::kFp64, "FP16 and BF16 travel only in raw_input_contents");
+    return std::pair{&c.fp64_contents(), std::string_view("fp64_contents")};
   }
+}
+
+// The typed field holds exactly the tensor's elements and no other typed field holds any.
+Status CheckContentsCount(const InferTensorContents& c, int64_t have, std::string_view field,
+                          DataType dtype, const Shape& shape, int64_t count,
+                          const std::string& name) {
   if (TotalTypedElements(c) != have) {
     return InvalidArgument("input '" + name + "': " + std::string(DataTypeName(dtype)) +
                            " contents belong in " + std::string(field) +
@@ -230,46 +212,48 @@ StatusOr<Tensor> TensorFromContents(const InferTensorContents& c, DataType dtype
                            std::string(field) + " but shape " + ShapeToString(shape) + " needs " +
                            std::to_string(count));
   }
-  switch (dtype) {
-    case DataType::kBool:
-      return CopyTyped<uint8_t>(c.bool_contents(), dtype, shape, name);
-    case DataType::kUint8:
-      return CopyTyped<uint8_t>(c.uint_contents(), dtype, shape, name);
-    case DataType::kUint16:
-      return CopyTyped<uint16_t>(c.uint_contents(), dtype, shape, name);
-    case DataType::kUint32:
-      return CopyTyped<uint32_t>(c.uint_contents(), dtype, shape, name);
-    case DataType::kUint64:
-      return CopyTyped<uint64_t>(c.uint64_contents(), dtype, shape, name);
-    case DataType::kInt8:
-      return CopyTyped<int8_t>(c.int_contents(), dtype, shape, name);
-    case DataType::kInt16:
-      return CopyTyped<int16_t>(c.int_contents(), dtype, shape, name);
-    case DataType::kInt32:
-      return CopyTyped<int32_t>(c.int_contents(), dtype, shape, name);
-    case DataType::kInt64:
-      return CopyTyped<int64_t>(c.int64_contents(), dtype, shape, name);
-    case DataType::kFp32:
-      return CopyTyped<float>(c.fp32_contents(), dtype, shape, name);
-    case DataType::kFp64:
-      return CopyTyped<double>(c.fp64_contents(), dtype, shape, name);
-    case DataType::kBytes: {
-      size_t bytes = 0;
-      for (const auto& s : c.bytes_contents()) bytes += 4 + s.size();
-      Tensor t = Tensor::Allocate(dtype, shape, bytes);
-      char* out = static_cast<char*>(t.mutable_data());
-      for (const auto& s : c.bytes_contents()) {
-        const auto len = static_cast<uint32_t>(s.size());  // < 2 GiB: it fit in a message
-        std::memcpy(out, &len, 4);                         // little-endian host
-        if (!s.empty()) std::memcpy(out + 4, s.data(), s.size());
-        out += 4 + s.size();
-      }
-      return t;
-    }
-    default:
-      break;
+  return Status::Ok();
+}
+
+Tensor BytesFromContents(const InferTensorContents& c, const Shape& shape) {
+  size_t bytes = 0;
+  for (const auto& s : c.bytes_contents()) bytes += 4 + s.size();
+  Tensor t = Tensor::Allocate(DataType::kBytes, shape, bytes);
+  char* out = static_cast<char*>(t.mutable_data());
+  for (const auto& s : c.bytes_contents()) {
+    const auto len = static_cast<uint32_t>(s.size());  // < 2 GiB: it fit in a message
+    std::memcpy(out, &len, 4);                         // little-endian host
+    if (!s.empty()) std::memcpy(out + 4, s.data(), s.size());
+    out += 4 + s.size();
   }
-  return Internal("unreachable datatype in TensorFromContents");
+  return t;
+}
+
+StatusOr<Tensor> TensorFromContents(const InferTensorContents& c, DataType dtype,
+                                    const Shape& shape, int64_t count, const std::string& name) {
+  auto raw_only = [&]() -> StatusOr<Tensor> {
+    return InvalidArgument("input '" + name + "': " + std::string(DataTypeName(dtype)) +
+                           " data can only be sent in raw_input_contents");
+  };
+  if (dtype == DataType::kBytes) {
+    RETURN_IF_ERROR(CheckContentsCount(c, c.bytes_contents_size(), "bytes_contents", dtype, shape,
+                                       count, name));
+    return BytesFromContents(c, shape);
+  }
+  return VisitDType(
+      dtype,
+      [&](auto tag) -> StatusOr<Tensor> {
+        using Tag = decltype(tag);
+        if constexpr (Tag::kType == DataType::kFp16 || Tag::kType == DataType::kBf16) {
+          return raw_only();
+        } else {
+          const auto [field, field_name] = ContentsField<Tag::kType>(c);
+          RETURN_IF_ERROR(
+              CheckContentsCount(c, field->size(), field_name, dtype, shape, count, name));
+          return CopyTyped<typename Tag::type>(*field, dtype, shape, name);
+        }
+      },
+      raw_only);
 }
 
 // ------------------------------------------------------------------ raw contents

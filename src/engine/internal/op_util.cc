@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace shoal::engine {
 namespace internal {
@@ -79,19 +80,13 @@ StatusOr<double> ReadScalar(const Tensor& t) {
 
 bool IsFloat(DataType t) { return t == DataType::kFp32 || t == DataType::kFp64; }
 bool IsInteger(DataType t) {
-  switch (t) {
-    case DataType::kInt8:
-    case DataType::kInt16:
-    case DataType::kInt32:
-    case DataType::kInt64:
-    case DataType::kUint8:
-    case DataType::kUint16:
-    case DataType::kUint32:
-    case DataType::kUint64:
-      return true;
-    default:
-      return false;
-  }
+  return VisitDType(
+      t,
+      [](auto tag) {
+        using Tag = decltype(tag);
+        return Tag::kPlainNumber && std::is_integral_v<typename Tag::type>;
+      },
+      [] { return false; });
 }
 
 void ForEachBroadcast(const Shape& out, const std::vector<int64_t>& sa,

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype_visit.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/kernel.h"
@@ -159,31 +160,27 @@ inline StatusOr<std::unique_ptr<Kernel>> MakeAlias(int input) {
       new FnKernel([](const RunContext&) { return Status::Ok(); }, input));
 }
 
-// Dispatches `fn.template operator()<T>()` on a numeric dtype; error for others.
+// Dispatches `fn.template operator()<T>()` on the dtypes the engine's own loops compute
+// in (FP32, FP64, INT64, INT32, INT8, UINT8); error for others.
 template <typename Fn>
 Status DispatchNumeric(DataType t, Fn&& fn) {
-  switch (t) {
-    case DataType::kFp32:
-      fn.template operator()<float>();
-      return Status::Ok();
-    case DataType::kFp64:
-      fn.template operator()<double>();
-      return Status::Ok();
-    case DataType::kInt64:
-      fn.template operator()<int64_t>();
-      return Status::Ok();
-    case DataType::kInt32:
-      fn.template operator()<int32_t>();
-      return Status::Ok();
-    case DataType::kInt8:
-      fn.template operator()<int8_t>();
-      return Status::Ok();
-    case DataType::kUint8:
-      fn.template operator()<uint8_t>();
-      return Status::Ok();
-    default:
-      return InvalidArgument("unsupported data type " + std::string(DataTypeName(t)));
-  }
+  auto unsupported = [t] {
+    return InvalidArgument("unsupported data type " + std::string(DataTypeName(t)));
+  };
+  return VisitDType(
+      t,
+      [&](auto tag) -> Status {
+        constexpr DataType kType = decltype(tag)::kType;
+        if constexpr (kType == DataType::kFp32 || kType == DataType::kFp64 ||
+                      kType == DataType::kInt64 || kType == DataType::kInt32 ||
+                      kType == DataType::kInt8 || kType == DataType::kUint8) {
+          fn.template operator()<typename decltype(tag)::type>();
+          return Status::Ok();
+        } else {
+          return unsupported();
+        }
+      },
+      unsupported);
 }
 
 // Dispatches on element size for type-agnostic data movement (1, 2, 4, 8 bytes).
