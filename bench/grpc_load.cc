@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "server/grpc_service.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 
 int main(int argc, char** argv) {
   std::string target = "127.0.0.1:8001", model = "identity";

@@ -9,6 +9,7 @@
 
 # Coverage feedback from the codec itself, not only from the fuzzers' own files.
 target_compile_options(shoal_http_codec PRIVATE -fsanitize=fuzzer-no-link)
+target_compile_options(shoal_proto PRIVATE -fsanitize=fuzzer-no-link)
 
 foreach(fuzzer http_infer_fuzzer binary_splitter_fuzzer)
   add_executable(${fuzzer} ${fuzzer}.cc)

@@ -4,21 +4,61 @@
 // infer parser; a request that parses is echoed back through the response serializer
 // (as an identity model would), in both encodings.
 //
+// An input that starts with "HTTP/" is read as a server's response instead, through the
+// client side's HttpResponseReader, fed in two pieces split where the input's last byte
+// says.
+//
 // Invariants checked (a violation traps): a parsed tensor's byte size matches its shape
-// and type; nothing is allocated beyond the limits given to the parser.
+// and type; nothing is allocated beyond the limits given to the parser; a serialized
+// response reads back through HttpResponseReader with its status and body; a response
+// the reader completes has the body its head declared.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
 
+#include "proto/http_message.h"
 #include "server/http_infer_codec.h"
-#include "server/http_message.h"
 
 using namespace shoal;
+using namespace shoal::proto;
 using namespace shoal::server;
+
+namespace {
+
+void ReadResponse(std::string_view input) {
+  const size_t split = std::min<size_t>(static_cast<uint8_t>(input.back()), input.size());
+  HttpResponseReader reader(/*keep_body=*/true, /*max_body_bytes=*/1 << 20);
+  reader.Feed(input.substr(0, split));
+  if (reader.Feed(input.substr(split)) != HttpResponseReader::State::kDone) return;
+  const HttpResponseHead& head = reader.head();
+  if (head.status < 200 || head.status > 999) __builtin_trap();
+  if (!head.chunked && static_cast<int64_t>(reader.body().size()) != head.content_length)
+    __builtin_trap();
+  if (reader.body().size() > (1 << 20)) __builtin_trap();
+  (void)reader.Next();
+}
+
+// The response as a server sends it, read back as a client reads it.
+void CheckRoundTrip(const HttpResponse& response, bool keep_alive) {
+  std::string wire = SerializeResponseHead(response, keep_alive, 1) + response.body;
+  for (const BodyChunk& c : response.tail) wire.append(c.bytes);
+  HttpResponseReader reader;
+  if (reader.Feed(wire) != HttpResponseReader::State::kDone) __builtin_trap();
+  if (reader.status() != response.status || reader.head().keep_alive != keep_alive)
+    __builtin_trap();
+  if (reader.body().size() != response.content_length()) __builtin_trap();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
+  if (input.substr(0, 5) == "HTTP/") {
+    ReadResponse(input);
+    return 0;
+  }
   const size_t end = input.find("\r\n\r\n");
   if (end == std::string_view::npos || end > (16 << 10)) return 0;
   HttpRequestHead head;
@@ -79,7 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   OutputEncoding binary_out;
   binary_out.default_binary = true;
   auto http = SerializeInferResponse(response, binary_out);
-  if (http.ok()) (void)SerializeResponseHead(*http, head.keep_alive, head.minor_version);
+  if (http.ok()) CheckRoundTrip(*http, head.keep_alive);
   (void)SerializeInferResponse(response, parsed->encoding);
   return 0;
 }

@@ -14,7 +14,10 @@
 #include <set>
 #include <sstream>
 
+#include "core/dtype_visit.h"
 #include "core/npy.h"
+#include "proto/json_writer.h"
+#include "proto/tensor_json.h"
 
 namespace shoal::cli {
 namespace {
@@ -24,91 +27,17 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool IsPlainNumeric(DataType t) {
-  return t != DataType::kBytes && t != DataType::kFp16 && t != DataType::kBf16 &&
-         t != DataType::kInvalid;
-}
-
-double LoadAsDouble(DataType t, const void* p, int64_t i) {
-  switch (t) {
-    case DataType::kBool:
-      return static_cast<const uint8_t*>(p)[i] != 0;
-    case DataType::kUint8:
-      return static_cast<const uint8_t*>(p)[i];
-    case DataType::kUint16:
-      return static_cast<const uint16_t*>(p)[i];
-    case DataType::kUint32:
-      return static_cast<const uint32_t*>(p)[i];
-    case DataType::kUint64:
-      return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
-    case DataType::kInt8:
-      return static_cast<const int8_t*>(p)[i];
-    case DataType::kInt16:
-      return static_cast<const int16_t*>(p)[i];
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(p)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::kFp32:
-      return static_cast<const float*>(p)[i];
-    case DataType::kFp64:
-      return static_cast<const double*>(p)[i];
-    default:
-      return 0;
-  }
-}
-
-void StoreDouble(DataType t, void* p, int64_t i, double v) {
-  switch (t) {
-    case DataType::kBool:
-      static_cast<uint8_t*>(p)[i] = v != 0;
-      break;
-    case DataType::kUint8:
-      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kUint16:
-      static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
-      break;
-    case DataType::kUint32:
-      static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
-      break;
-    case DataType::kUint64:
-      static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
-      break;
-    case DataType::kInt8:
-      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kInt16:
-      static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kFp32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFp64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    default:
-      break;
-  }
-}
-
 // Converts numeric tensors between types (numpy's float64 default into an FP32 input).
 StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name) {
   if (t.dtype() == to) return t;
-  if (!IsPlainNumeric(t.dtype()) || !IsPlainNumeric(to)) {
+  if (!HoldsPlainValues(t.dtype()) || !HoldsPlainValues(to)) {
     return InvalidArgument("input '" + name + "' is " + std::string(DataTypeName(t.dtype())) +
                            " but the model expects " + std::string(DataTypeName(to)));
   }
   const int64_t n = t.element_count();
   Tensor out = Tensor::Allocate(to, t.shape());
   for (int64_t i = 0; i < n; ++i)
-    StoreDouble(to, out.mutable_data(), i, LoadAsDouble(t.dtype(), t.data(), i));
+    StoreElementFromDouble(to, out.mutable_data(), i, LoadElementAsDouble(t.dtype(), t.data(), i));
   return out;
 }
 
@@ -225,7 +154,7 @@ class JsonlSource : public RowSource {
           values.emplace_back(sv);
         }
         t = Tensor::FromStrings(shape, values);
-      } else if (IsPlainNumeric(spec->dtype)) {
+      } else if (HoldsPlainValues(spec->dtype)) {
         auto count = ElementCount(shape, int64_t{1} << 28);
         if (!count.ok()) return count.status().WithPrefix("input '" + name + "'");
         t = Tensor::Allocate(spec->dtype, shape);
@@ -239,7 +168,7 @@ class JsonlSource : public RowSource {
             return InvalidArgument("input '" + name + "' element " + std::to_string(k) +
                                    " is not a number");
           }
-          StoreDouble(spec->dtype, t.mutable_data(), static_cast<int64_t>(k), v);
+          StoreElementFromDouble(spec->dtype, t.mutable_data(), static_cast<int64_t>(k), v);
         }
       } else {
         return InvalidArgument("input '" + name + "' has type " +
@@ -357,56 +286,26 @@ class DoneLog {
   std::set<int64_t> done_;
 };
 
-void AppendJsonValue(std::string* out, const Tensor& t) {
-  fmt::format_to(std::back_inserter(*out), "{{\"shape\":[{}],\"datatype\":\"{}\",\"data\":[",
-                 fmt::join(t.shape(), ","), DataTypeName(t.dtype()));
-  if (t.dtype() == DataType::kBytes) {
-    auto elems = t.BytesElements();
-    if (elems.ok()) {
-      for (size_t i = 0; i < elems->size(); ++i) {
-        if (i) out->push_back(',');
-        out->push_back('"');
-        for (char c : (*elems)[i]) {
-          if (c == '"' || c == '\\') {
-            out->push_back('\\');
-            out->push_back(c);
-          } else if (static_cast<unsigned char>(c) < 0x20) {
-            fmt::format_to(std::back_inserter(*out), "\\u{:04x}", static_cast<unsigned char>(c));
-          } else {
-            out->push_back(c);
-          }
-        }
-        out->push_back('"');
-      }
-    }
-  } else if (IsPlainNumeric(t.dtype())) {
-    const int64_t n = t.element_count();
-    for (int64_t i = 0; i < n; ++i) {
-      if (i) out->push_back(',');
-      const double v = LoadAsDouble(t.dtype(), t.data(), i);
-      if (t.dtype() == DataType::kFp32) {
-        fmt::format_to(std::back_inserter(*out), "{}", static_cast<float>(v));
-      } else if (t.dtype() == DataType::kBool) {
-        out->append(v != 0 ? "true" : "false");
-      } else {
-        fmt::format_to(std::back_inserter(*out), "{}", v);
-      }
-    }
-  }
-  out->append("]}");
+// {"shape":[...],"datatype":"FP32","data":[...]}, the data in the server's JSON encoding.
+Status AppendJsonValue(std::string* out, const Tensor& t) {
+  proto::JsonWriter w(out);
+  w.BeginObject().Key("shape").BeginArray();
+  for (int64_t d : t.shape()) w.Int(d);
+  w.EndArray().Member("datatype", DataTypeName(t.dtype())).Key("data").Raw("");
+  RETURN_IF_ERROR(proto::AppendTensorJsonData(t, out));
+  w.EndObject();
+  return Status::Ok();
 }
 
-std::string EscapeJson(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out;
+std::string ErrorLine(int64_t i, const Status& status) {
+  std::string line;
+  proto::JsonWriter(&line)
+      .BeginObject()
+      .MemberInt("index", i)
+      .Member("error", status.message())
+      .EndObject();
+  line.push_back('\n');
+  return line;
 }
 
 class RowSink {
@@ -427,19 +326,26 @@ class JsonlSink : public RowSink {
   ~JsonlSink() override {
     if (file_) std::fclose(file_);
   }
+  // An output that JSON cannot hold (FP16, BF16, BYTES that are not UTF-8) is
+  // INVALID_ARGUMENT, for the job to count as this row's failure; nothing is written.
   Status Write(int64_t i, const std::vector<NamedTensor>& outputs) override {
-    std::string line = fmt::format("{{\"index\":{},\"outputs\":{{", i);
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      if (k) line.push_back(',');
-      line += "\"" + EscapeJson(outputs[k].name) + "\":";
-      AppendJsonValue(&line, outputs[k].tensor);
+    std::string line;
+    proto::JsonWriter w(&line);
+    w.BeginObject().MemberInt("index", i).Key("outputs").BeginObject();
+    for (const NamedTensor& o : outputs) {
+      w.Key(o.name).Raw("");
+      const Status s = AppendJsonValue(&line, o.tensor);
+      if (!s.ok()) {
+        return Status(s.code(),
+                      "output '" + o.name + "' " + s.message() +
+                          (s.code() == StatusCode::kInvalidArgument ? "; write .npy" : ""));
+      }
     }
-    line += "}}\n";
+    w.EndObject().EndObject();
+    line.push_back('\n');
     return Put(line);
   }
-  Status WriteError(int64_t i, const Status& status) override {
-    return Put(fmt::format("{{\"index\":{},\"error\":\"{}\"}}\n", i, EscapeJson(status.message())));
-  }
+  Status WriteError(int64_t i, const Status& status) override { return Put(ErrorLine(i, status)); }
 
  private:
   Status Put(const std::string& line) {
@@ -475,8 +381,8 @@ class NpySink : public RowSink {
   Status WriteError(int64_t i, const Status& status) override {
     if (errors_ == nullptr) errors_ = std::fopen((path_ + ".errors.jsonl").c_str(), "a");
     if (errors_ == nullptr) return Internal("cannot write '" + path_ + ".errors.jsonl'");
-    std::fprintf(errors_, "{\"index\":%lld,\"error\":\"%s\"}\n", static_cast<long long>(i),
-                 EscapeJson(status.message()).c_str());
+    const std::string line = ErrorLine(i, status);
+    std::fwrite(line.data(), 1, line.size(), errors_);
     std::fflush(errors_);
     return Status::Ok();
   }
@@ -642,7 +548,9 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
     server.Infer(std::move(request), [&, i](runtime::InferResponse response) {
       std::lock_guard<std::mutex> guard(mu);
       if (response.status.ok()) {
-        if (Status w = sink->Write(i, response.outputs); !w.ok()) {
+        if (Status w = sink->Write(i, response.outputs); w.code() == StatusCode::kInvalidArgument) {
+          record_failure(i, w);
+        } else if (!w.ok()) {
           if (first_error.ok()) first_error = w;
         } else {
           (*done)->Append(i);

@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -33,6 +36,15 @@ name: "identity_b" backend: "identity" max_batch_size: 16
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 dynamic_batching { })";
+    // Echoes of other types, for the JSON encoding of outputs.
+    for (const char* type : {"INT64", "FP16"}) {
+      const std::string name = std::string("identity_") + type;
+      fs::create_directories(dir_ / "repo" / name / "1");
+      std::ofstream(dir_ / "repo" / name / "config.pbtxt")
+          << "name: \"" << name << "\" backend: \"identity\" max_batch_size: 16\n"
+          << "input [ { name: \"INPUT0\" data_type: TYPE_" << type << " dims: [ 2 ] } ]\n"
+          << "output [ { name: \"OUTPUT0\" data_type: TYPE_" << type << " dims: [ 2 ] } ]\n";
+    }
     fs::create_directories(dir_ / "repo" / "add_sub" / "1");
     std::ofstream(dir_ / "repo" / "add_sub" / "config.pbtxt") << R"(
 name: "add_sub" backend: "add_sub" max_batch_size: 8
@@ -62,6 +74,13 @@ dynamic_batching { })";
     }
     return p;
   }
+  // A [1, 2] array of `type` in `name`.
+  template <typename T>
+  void WriteOneRow(const std::string& name, DataType type, std::array<T, 2> row) {
+    auto w = NpyWriter::Open(Path(name), type, {1, 2}, false);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->WriteRow(0, row.data(), sizeof(row)).ok());
+  }
   std::vector<std::string> Lines(const std::string& p) {
     std::ifstream f(p);
     std::vector<std::string> out;
@@ -90,6 +109,51 @@ TEST_F(OfflineJobTest, NpyInToNpyOutKeepsEveryRowInPlace) {
   }
   auto stats = (*server_->GetModel("identity"))->stats();
   EXPECT_EQ(stats.inference_count, 100u);
+}
+
+// .jsonl output is the HTTP front end's JSON encoding: 64-bit integers exact (not through
+// a double), NaN and the infinities spelled as JSON readers of Triton's replies accept,
+// and a type JSON cannot hold failing its row with a hint instead of writing bad JSON.
+TEST_F(OfflineJobTest, JsonlOutputUsesTheServersJsonEncoding) {
+  WriteOneRow<int64_t>("i64.npy", DataType::kInt64,
+                       {9007199254740993, -9223372036854775807 - 1});  // 2^53 + 1, min
+  WriteOneRow<float>("f32.npy", DataType::kFp32,
+                     {std::nanf(""), -std::numeric_limits<float>::infinity()});
+  WriteOneRow<uint16_t>("f16.npy", DataType::kFp16, {0x3c00, 0});
+  OfflineJobOptions o;
+  o.model = "identity_INT64";
+  o.input_path = Path("i64.npy");
+  o.output_path = Path("i64.jsonl");
+  auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(
+      Lines(o.output_path),
+      std::vector<std::string>{
+          R"({"index":0,"outputs":{"OUTPUT0":{"shape":[1,2],"datatype":"INT64","data":[9007199254740993,-9223372036854775808]}}})"});
+
+  o.model = "identity";
+  o.input_path = Path("f32.npy");
+  o.output_path = Path("f32.jsonl");
+  r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(
+      Lines(o.output_path),
+      std::vector<std::string>{
+          R"({"index":0,"outputs":{"OUTPUT0":{"shape":[1,2],"datatype":"FP32","data":[NaN,-Infinity]}}})"});
+
+  o.model = "identity_FP16";
+  o.input_path = Path("f16.npy");
+  o.output_path = Path("f16.jsonl");
+  o.on_error = OfflineJobOptions::OnError::kSkip;
+  r = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.progress.failed_rows, 1);
+  const auto lines = Lines(o.output_path);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(
+                R"("error":"row 0: output 'OUTPUT0' is FP16, which has no JSON form; write .npy")"),
+            std::string::npos)
+      << lines[0];
 }
 
 TEST_F(OfflineJobTest, NpzRowsThatDoNotFitTheModelFailNamingRowAndInput) {

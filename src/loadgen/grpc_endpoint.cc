@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "loadgen/endpoint.h"
-#include "server/grpc_service.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 
 namespace shoal::loadgen {
 namespace {

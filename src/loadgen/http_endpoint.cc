@@ -17,6 +17,7 @@
 
 #include "loadgen/endpoint.h"
 #include "loadgen/http_wire.h"
+#include "proto/http_message.h"
 
 namespace shoal::loadgen {
 namespace {
@@ -67,14 +68,14 @@ class ControlClient {
       if (fd_ < 0) {
         ASSIGN_OR_RETURN(fd_, Connect(address_));
       }
-      const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + address_.host + ":" +
-                                  std::to_string(address_.port) + "\r\n\r\n";
+      const std::string request = proto::SerializeRequestHead(
+          "GET", path, {{"Host", address_.host + ":" + std::to_string(address_.port)}});
       if (send(fd_, request.data(), request.size(), MSG_NOSIGNAL) !=
           static_cast<ssize_t>(request.size())) {
         CloseFd();  // a stale keep-alive connection: try once more on a new one
         continue;
       }
-      HttpResponseParser parser(/*keep_body=*/true);
+      proto::HttpResponseReader parser(/*keep_body=*/true);
       char buf[16384];
       while (true) {
         pollfd p{fd_, POLLIN, 0};
@@ -86,12 +87,12 @@ class ControlClient {
         const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
         if (n <= 0) break;
         const auto state = parser.Feed(std::string_view(buf, static_cast<size_t>(n)));
-        if (state == HttpResponseParser::State::kError) {
+        if (state == proto::HttpResponseReader::State::kError) {
           CloseFd();
           return Internal(fmt::format("GET {}: {}", path, parser.error()));
         }
-        if (state == HttpResponseParser::State::kDone) {
-          if (parser.close_after()) CloseFd();
+        if (state == proto::HttpResponseReader::State::kDone) {
+          if (!parser.head().keep_alive) CloseFd();
           return Reply{parser.status(), parser.body()};
         }
       }
@@ -209,7 +210,7 @@ class HttpTransport final : public Transport {
     size_t written = 0;
     bool want_write = false;
     uint64_t tag = 0;
-    HttpResponseParser parser;
+    proto::HttpResponseReader parser{/*keep_body=*/false};
   };
 
   void Write(uint32_t id) {
@@ -247,9 +248,9 @@ class HttpTransport final : public Transport {
       const ssize_t n = recv(c.fd, buffer_, sizeof(buffer_), 0);
       if (n > 0) {
         const auto state = c.parser.Feed(std::string_view(buffer_, static_cast<size_t>(n)));
-        if (state == HttpResponseParser::State::kError) return Fail(id);
-        if (state == HttpResponseParser::State::kDone) {
-          const bool close_after = c.parser.close_after();
+        if (state == proto::HttpResponseReader::State::kError) return Fail(id);
+        if (state == proto::HttpResponseReader::State::kDone) {
+          const bool close_after = !c.parser.head().keep_alive;
           const int status = c.parser.status();
           Finish(id, status, status == 200);
           if (close_after) CloseConn(id);

@@ -140,29 +140,6 @@ TEST(HttpWireTest, EncodesBinaryTensorRequest) {
   EXPECT_EQ(ModelPath("m", -1, "/stats"), "/v2/models/m/stats");
 }
 
-TEST(HttpWireTest, ParsesResponsesInPieces) {
-  const std::string reply =
-      "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 5\r\nConnection: close\r\n\r\nhello";
-  for (size_t split = 1; split < reply.size(); ++split) {
-    HttpResponseParser p(true);
-    auto first = p.Feed(std::string_view(reply).substr(0, split));
-    ASSERT_EQ(first, HttpResponseParser::State::kIncomplete) << split;
-    ASSERT_EQ(p.Feed(std::string_view(reply).substr(split)), HttpResponseParser::State::kDone)
-        << split;
-    EXPECT_EQ(p.status(), 503);
-    EXPECT_TRUE(p.close_after());
-    EXPECT_EQ(p.body(), "hello");
-  }
-  HttpResponseParser p;
-  EXPECT_EQ(p.Feed("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
-            HttpResponseParser::State::kDone);
-  p.Reset();
-  EXPECT_EQ(p.Feed("junk\r\n\r\n"), HttpResponseParser::State::kError);
-  p.Reset();
-  EXPECT_EQ(p.Feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            HttpResponseParser::State::kError);
-}
-
 TEST(ServerStatsTest, ParsesAndSubtracts) {
   const char* json = R"({"model_stats":[
     {"name":"m","version":"1","inference_count":10,"execution_count":5,

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "server/json_writer.h"
+#include "proto/json_writer.h"
 
 namespace shoal::loadgen {
 namespace {
@@ -171,7 +171,7 @@ std::string FormatCsv(const std::vector<StepReport>& steps, const ReportContext&
 
 std::string FormatJson(const std::vector<StepReport>& steps, const ReportContext& context) {
   std::string out;
-  server::JsonWriter w(&out);
+  proto::JsonWriter w(&out);
   w.BeginObject();
   w.Member("model", context.model).Member("protocol", context.protocol).Member("url", context.url);
   w.MemberInt("batch_size", context.batch_size);

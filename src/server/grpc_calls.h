@@ -45,10 +45,10 @@
 #include <mutex>
 #include <set>
 
+#include "proto/grpc_health.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "runtime/server.h"
 #include "server/grpc_handlers.h"
-#include "server/grpc_health.grpc.pb.h"
-#include "server/grpc_service.grpc.pb.h"
 
 namespace shoal::server::internal {
 

@@ -36,10 +36,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "proto/grpc_service.pb.h"
 #include "runtime/batch_io.h"
 #include "runtime/infer_request.h"
 #include "runtime/model_stats.h"
-#include "server/grpc_service.pb.h"
 
 namespace shoal::server {
 

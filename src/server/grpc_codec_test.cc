@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "server/grpc_health.grpc.pb.h"
-#include "server/grpc_service.grpc.pb.h"
+#include "proto/grpc_health.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 
 namespace shoal::server {
 namespace {

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "proto/grpc_health.pb.h"
+#include "proto/grpc_service.pb.h"
 #include "runtime/server.h"
-#include "server/grpc_health.pb.h"
-#include "server/grpc_service.pb.h"
 
 namespace shoal::server {
 

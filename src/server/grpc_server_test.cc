@@ -10,8 +10,8 @@
 #include <cstring>
 #include <thread>
 
-#include "server/grpc_health.grpc.pb.h"
-#include "server/grpc_service.grpc.pb.h"
+#include "proto/grpc_health.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "server/grpc_test_util.h"
 
 namespace shoal::server {

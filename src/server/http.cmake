@@ -3,12 +3,13 @@
 find_package(ZLIB REQUIRED)
 find_package(simdjson REQUIRED)
 
-# Parsing and serialization without sockets or the runtime's code (only its request and
-# response structs): what the unit tests and the fuzzers (fuzz/http.cmake) exercise.
+# The infer codec: parsing and serialization without sockets (HTTP messages themselves
+# are src/proto's); it speaks in the runtime's request and response structs and limits.
+# What the unit tests and the fuzzers (fuzz/http.cmake) exercise.
 shoal_cc_library(NAME http_codec
-  SRCS json_writer.cc http_message.cc http_infer_parser.cc http_infer_codec.cc
-  HDRS json_writer.h http_message.h http_infer_codec.h
-  DEPS shoal_core simdjson::simdjson ZLIB::ZLIB)
+  SRCS http_infer_parser.cc http_infer_codec.cc
+  HDRS http_infer_codec.h
+  DEPS shoal_proto shoal_runtime simdjson::simdjson ZLIB::ZLIB)
 
 shoal_cc_library(NAME http
   SRCS http_core.cc http_loop.cc http_routes.cc http_server.cc
@@ -33,10 +34,8 @@ shoal_cc_library(NAME metrics
 shoal_cc_library(NAME http_test_client
   SRCS http_test_client.cc
   HDRS http_test_client.h
-  DEPS ZLIB::ZLIB)
+  DEPS shoal_proto ZLIB::ZLIB)
 
-shoal_cc_test(NAME server_json_writer_test SRCS json_writer_test.cc DEPS shoal_http_codec)
-shoal_cc_test(NAME server_http_message_test SRCS http_message_test.cc DEPS shoal_http_codec)
 shoal_cc_test(NAME server_http_infer_parser_test SRCS http_infer_parser_test.cc
   DEPS shoal_http_codec shoal_http_test_client)
 shoal_cc_test(NAME server_http_routes_test SRCS http_routes_test.cc DEPS shoal_http)

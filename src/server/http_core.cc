@@ -15,7 +15,7 @@
 
 namespace shoal::server {
 
-void HttpResponder::Send(HttpResponse response) const {
+void HttpResponder::Send(proto::HttpResponse response) const {
   if (!mailbox_) return;
   internal::Mailbox::Item item;
   item.connection = connection_;
@@ -25,7 +25,7 @@ void HttpResponder::Send(HttpResponse response) const {
   if (!mailbox_->Post(std::move(item))) mailbox_->posted_unwritten->fetch_sub(1);
 }
 
-void HttpResponder::SendLater(std::function<HttpResponse()> make) const {
+void HttpResponder::SendLater(std::function<proto::HttpResponse()> make) const {
   if (!mailbox_) return;
   internal::Mailbox::Item item;
   item.connection = connection_;

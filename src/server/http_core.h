@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "server/http_message.h"
+#include "proto/http_message.h"
 
 namespace shoal::server {
 
@@ -70,10 +70,10 @@ class HttpResponder {
  public:
   HttpResponder() = default;
   // Sends `response` (any thread).
-  void Send(HttpResponse response) const;
+  void Send(proto::HttpResponse response) const;
   // Runs `make` on the connection's loop thread and sends what it returns: for
   // answers whose serialization should not run on the caller's thread.
-  void SendLater(std::function<HttpResponse()> make) const;
+  void SendLater(std::function<proto::HttpResponse()> make) const;
 
  private:
   friend class internal::Loop;
@@ -83,8 +83,8 @@ class HttpResponder {
 };
 
 struct HttpRequest {
-  HttpRequestHead head;
-  std::shared_ptr<BodyBuffer> body;  // never null; may be empty
+  proto::HttpRequestHead head;
+  std::shared_ptr<proto::BodyBuffer> body;  // never null; may be empty
   std::string_view body_view() const { return body->view(); }
 };
 
@@ -95,7 +95,7 @@ class HttpHandler {
   // before returning). Returns a cancel hook or an empty function.
   virtual std::function<void()> Handle(HttpRequest request, HttpResponder responder) = 0;
   // Which body byte to align to 64 bytes (e.g. where binary data starts); 0 default.
-  virtual size_t BodyAlignment(const HttpRequestHead& head) { return 0; }
+  virtual size_t BodyAlignment(const proto::HttpRequestHead& head) { return 0; }
 };
 
 class HttpCore {

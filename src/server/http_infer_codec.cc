@@ -4,11 +4,10 @@
 
 #include <zlib.h>
 
-#include <charconv>
-#include <cmath>
 #include <cstring>
 
-#include "server/json_writer.h"
+#include "proto/json_writer.h"
+#include "proto/tensor_json.h"
 
 namespace shoal::server {
 
@@ -22,7 +21,7 @@ bool OutputEncoding::Binary(std::string_view output) const {
 StatusOr<BinarySplit> SplitBinaryBody(std::string_view body,
                                       std::optional<std::string_view> header_length) {
   if (!header_length) return BinarySplit{body, {}};
-  const int64_t n = ParseDecimal(*header_length);
+  const int64_t n = proto::ParseDecimal(*header_length);
   if (n < 0 || n > INT32_MAX) {
     return InvalidArgument("Inference-Header-Content-Length: '" +
                            std::string(header_length->substr(0, 32)) +
@@ -60,14 +59,14 @@ StatusOr<std::vector<std::string_view>> SliceBinaryRegion(std::string_view binar
   return out;
 }
 
-StatusOr<std::shared_ptr<BodyBuffer>> DecodeContentEncoding(std::string_view encoding,
-                                                            std::shared_ptr<BodyBuffer> body,
-                                                            int64_t max_bytes, size_t align_at) {
+StatusOr<std::shared_ptr<proto::BodyBuffer>> DecodeContentEncoding(
+    std::string_view encoding, std::shared_ptr<proto::BodyBuffer> body, int64_t max_bytes,
+    size_t align_at) {
   int window_bits;
-  if (encoding.empty() || EqualsIgnoreCase(encoding, "identity")) return body;
-  if (EqualsIgnoreCase(encoding, "gzip") || EqualsIgnoreCase(encoding, "x-gzip")) {
+  if (encoding.empty() || proto::EqualsIgnoreCase(encoding, "identity")) return body;
+  if (proto::EqualsIgnoreCase(encoding, "gzip") || proto::EqualsIgnoreCase(encoding, "x-gzip")) {
     window_bits = 15 + 16;
-  } else if (EqualsIgnoreCase(encoding, "deflate")) {
+  } else if (proto::EqualsIgnoreCase(encoding, "deflate")) {
     window_bits = 15;  // a zlib stream, as HTTP's "deflate" means
   } else {
     return InvalidArgument("Content-Encoding '" + std::string(encoding.substr(0, 64)) +
@@ -84,7 +83,7 @@ StatusOr<std::shared_ptr<BodyBuffer>> DecodeContentEncoding(std::string_view enc
   const std::string_view in = body->view();
   const size_t limit = static_cast<size_t>(std::max<int64_t>(max_bytes, 0));
   size_t capacity = std::min(limit, std::max<size_t>(in.size() * 4, 4096));
-  auto out = BodyBuffer::Create(capacity, align_at);
+  auto out = proto::BodyBuffer::Create(capacity, align_at);
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   zs.avail_in = 0;
   size_t in_pos = 0, out_size = 0;
@@ -132,119 +131,20 @@ StatusOr<std::shared_ptr<BodyBuffer>> DecodeContentEncoding(std::string_view enc
 
 namespace {
 
-template <typename T>
-T Load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-void AppendFloat(std::string* out, float f, bool first) {
-  if (!first) out->push_back(',');
-  if (std::isnan(f) || std::isinf(f)) {
-    out->append(std::isnan(f) ? "NaN" : (f > 0 ? "Infinity" : "-Infinity"));
-    return;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), f);
-  out->append(buf, r.ptr);
-}
-
-// Writes the tensor's elements as a flat JSON array.
+// Writes the output's elements as a flat JSON array.
 Status AppendJsonData(const NamedTensor& output, std::string* out) {
-  const Tensor& t = output.tensor;
-  const DataType dtype = t.dtype();
-  const char* p = static_cast<const char*>(t.data());
-  out->push_back('[');
-  if (dtype == DataType::kBytes) {
-    auto elements = t.BytesElements();
-    if (!elements.ok())
-      return Internal("output '" + output.name + "': " + elements.status().message());
-    bool first = true;
-    for (std::string_view e : *elements) {
-      if (!ValidUtf8(e)) {
-        return InvalidArgument(
-            "output '" + output.name +
-            "' holds bytes that are not valid UTF-8, which JSON cannot carry; request it "
-            "with \"binary_data\": true");
-      }
-      if (!first) out->push_back(',');
-      first = false;
-      AppendJsonString(out, e);
-    }
-    out->push_back(']');
-    return Status::Ok();
-  }
-  const size_t elem = DataTypeSize(dtype);
-  if (elem == 0 || dtype == DataType::kFp16 || dtype == DataType::kBf16) {
-    return InvalidArgument(
-        "output '" + output.name + "' is " + std::string(DataTypeName(dtype)) +
-        ", which cannot be returned as JSON; request it with \"binary_data\": true");
-  }
-  const size_t n = t.byte_size() / elem;
-  if (n * elem != t.byte_size() || static_cast<int64_t>(n) != t.element_count()) {
-    return Internal("output '" + output.name + "' has " + std::to_string(t.byte_size()) +
-                    " bytes, which does not match its shape " + ShapeToString(t.shape()));
-  }
-  char buf[32];
-  for (size_t i = 0; i < n; ++i) {
-    const char* e = p + i * elem;
-    if (dtype == DataType::kFp32) {
-      AppendFloat(out, Load<float>(e), i == 0);
-      continue;
-    }
-    if (i) out->push_back(',');
-    std::to_chars_result r{buf, {}};
-    switch (dtype) {
-      case DataType::kBool:
-        out->append(Load<uint8_t>(e) ? "true" : "false");
-        continue;
-      case DataType::kUint8:
-        r = std::to_chars(buf, buf + 32, Load<uint8_t>(e));
-        break;
-      case DataType::kUint16:
-        r = std::to_chars(buf, buf + 32, Load<uint16_t>(e));
-        break;
-      case DataType::kUint32:
-        r = std::to_chars(buf, buf + 32, Load<uint32_t>(e));
-        break;
-      case DataType::kUint64:
-        r = std::to_chars(buf, buf + 32, Load<uint64_t>(e));
-        break;
-      case DataType::kInt8:
-        r = std::to_chars(buf, buf + 32, Load<int8_t>(e));
-        break;
-      case DataType::kInt16:
-        r = std::to_chars(buf, buf + 32, Load<int16_t>(e));
-        break;
-      case DataType::kInt32:
-        r = std::to_chars(buf, buf + 32, Load<int32_t>(e));
-        break;
-      case DataType::kInt64:
-        r = std::to_chars(buf, buf + 32, Load<int64_t>(e));
-        break;
-      case DataType::kFp64: {
-        const double d = Load<double>(e);
-        if (std::isnan(d) || std::isinf(d)) {
-          out->append(std::isnan(d) ? "NaN" : (d > 0 ? "Infinity" : "-Infinity"));
-          continue;
-        }
-        r = std::to_chars(buf, buf + 32, d);
-        break;
-      }
-      default:
-        break;
-    }
-    out->append(buf, r.ptr);
-  }
-  out->push_back(']');
-  return Status::Ok();
+  const Status s = proto::AppendTensorJsonData(output.tensor, out);
+  if (s.ok()) return s;
+  std::string message = "output '" + output.name + "' " + s.message();
+  if (s.code() == StatusCode::kInvalidArgument)
+    message += "; request it with \"binary_data\": true";
+  return Status(s.code(), std::move(message));
 }
 
 }  // namespace
 
-StatusOr<HttpResponse> SerializeInferResponse(const runtime::InferResponse& response,
-                                              const OutputEncoding& encoding) {
+StatusOr<proto::HttpResponse> SerializeInferResponse(const runtime::InferResponse& response,
+                                                     const OutputEncoding& encoding) {
   // The outputs in reply order: the request's order when it named outputs.
   std::vector<const NamedTensor*> outputs;
   if (!encoding.requested.empty()) {
@@ -261,11 +161,11 @@ StatusOr<HttpResponse> SerializeInferResponse(const runtime::InferResponse& resp
     for (const auto& o : response.outputs) outputs.push_back(&o);
   }
 
-  HttpResponse http;
+  proto::HttpResponse http;
   http.status = 200;
   std::string& body = http.body;
   body.reserve(256);
-  JsonWriter w(&body);
+  proto::JsonWriter w(&body);
   w.BeginObject();
   w.Member("model_name", response.model_name);
   w.Member("model_version", std::to_string(response.model_version));
@@ -283,7 +183,7 @@ StatusOr<HttpResponse> SerializeInferResponse(const runtime::InferResponse& resp
       const size_t n = o->tensor.byte_size();
       w.Key("parameters").BeginObject().MemberUint("binary_data_size", n).EndObject();
       if (n > 0) {
-        http.tail.push_back(BodyChunk{
+        http.tail.push_back(proto::BodyChunk{
             std::string_view(static_cast<const char*>(o->tensor.data()), n), o->tensor.buffer()});
         any_binary_bytes = true;
       }

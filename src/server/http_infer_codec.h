@@ -38,9 +38,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "proto/http_message.h"
 #include "runtime/batch_io.h"
 #include "runtime/infer_request.h"
-#include "server/http_message.h"
 
 namespace shoal::server {
 
@@ -74,24 +74,24 @@ StatusOr<std::vector<std::string_view>> SliceBinaryRegion(std::string_view binar
                                                           const std::vector<uint64_t>& sizes);
 
 // `body` holds the whole (decompressed) body in body->view(), with
-// BodyBuffer::kPadding readable bytes after it. Tensors may keep `body` alive.
-StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<BodyBuffer>& body,
+// proto::BodyBuffer::kPadding readable bytes after it. Tensors may keep `body` alive.
+StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<proto::BodyBuffer>& body,
                                         std::optional<std::string_view> header_length,
                                         const runtime::RequestLimits& limits);
 
 // Decodes a body sent with Content-Encoding `encoding` ("gzip", "x-gzip", "deflate",
 // "identity", case-insensitive). The result is aligned at `align_at` (the JSON header
 // length, so binary tensors land aligned). For identity, returns `body` unchanged.
-StatusOr<std::shared_ptr<BodyBuffer>> DecodeContentEncoding(std::string_view encoding,
-                                                            std::shared_ptr<BodyBuffer> body,
-                                                            int64_t max_bytes, size_t align_at);
+StatusOr<std::shared_ptr<proto::BodyBuffer>> DecodeContentEncoding(
+    std::string_view encoding, std::shared_ptr<proto::BodyBuffer> body, int64_t max_bytes,
+    size_t align_at);
 
 // The HTTP reply for a successful runtime response (status 200). An output that cannot
 // be written as JSON (FP16/BF16, or BYTES that are not UTF-8) fails with
 // INVALID_ARGUMENT asking for binary_data; a requested output missing from the
 // response fails with INTERNAL.
-StatusOr<HttpResponse> SerializeInferResponse(const runtime::InferResponse& response,
-                                              const OutputEncoding& encoding);
+StatusOr<proto::HttpResponse> SerializeInferResponse(const runtime::InferResponse& response,
+                                                     const OutputEncoding& encoding);
 
 // Small JSON bodies of the repository endpoints.
 // POST /v2/repository/index: {"ready": bool} (body may be empty). Returns `ready`.

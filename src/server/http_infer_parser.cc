@@ -5,7 +5,10 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <type_traits>
+#include <utility>
 
+#include "core/dtype_visit.h"
 #include "server/http_infer_codec.h"
 
 namespace shoal::server {
@@ -135,32 +138,6 @@ Status ValidateDocument(od::document& doc) {
   return Status::Ok();
 }
 
-bool IntegerFits(DataType t, int64_t v) {
-  switch (t) {
-    case DataType::kInt8:
-      return v >= INT8_MIN && v <= INT8_MAX;
-    case DataType::kInt16:
-      return v >= INT16_MIN && v <= INT16_MAX;
-    case DataType::kInt32:
-      return v >= INT32_MIN && v <= INT32_MAX;
-    default:
-      return true;
-  }
-}
-
-uint64_t UnsignedMax(DataType t) {
-  switch (t) {
-    case DataType::kUint8:
-      return UINT8_MAX;
-    case DataType::kUint16:
-      return UINT16_MAX;
-    case DataType::kUint32:
-      return UINT32_MAX;
-    default:
-      return UINT64_MAX;
-  }
-}
-
 // Writes the flattened elements of a JSON `data` value into a tensor buffer.
 class DataReader {
  public:
@@ -205,71 +182,57 @@ class DataReader {
 
   Status Element(od::value& v) {
     const std::string where = field_ + "[" + std::to_string(count_) + "]";
-    switch (dtype_) {
-      case DataType::kBool: {
-        bool b;
-        JSON_GET(v.get_bool(), b, where, "true or false");
-        Put<uint8_t>(b ? 1 : 0);
-        return Status::Ok();
-      }
-      case DataType::kUint8:
-      case DataType::kUint16:
-      case DataType::kUint32:
-      case DataType::kUint64: {
-        uint64_t u;
-        JSON_GET(v.get_uint64(), u, where, "a non-negative integer");
-        if (u > UnsignedMax(dtype_)) {
-          return InvalidArgument(where + ": " + std::to_string(u) + " does not fit in " +
-                                 std::string(DataTypeName(dtype_)));
-        }
-        if (dtype_ == DataType::kUint8) Put<uint8_t>(static_cast<uint8_t>(u));
-        if (dtype_ == DataType::kUint16) Put<uint16_t>(static_cast<uint16_t>(u));
-        if (dtype_ == DataType::kUint32) Put<uint32_t>(static_cast<uint32_t>(u));
-        if (dtype_ == DataType::kUint64) Put<uint64_t>(u);
-        return Status::Ok();
-      }
-      case DataType::kInt8:
-      case DataType::kInt16:
-      case DataType::kInt32:
-      case DataType::kInt64: {
-        int64_t i;
-        JSON_GET(v.get_int64(), i, where, "an integer");
-        if (!IntegerFits(dtype_, i)) {
-          return InvalidArgument(where + ": " + std::to_string(i) + " does not fit in " +
-                                 std::string(DataTypeName(dtype_)));
-        }
-        if (dtype_ == DataType::kInt8) Put<int8_t>(static_cast<int8_t>(i));
-        if (dtype_ == DataType::kInt16) Put<int16_t>(static_cast<int16_t>(i));
-        if (dtype_ == DataType::kInt32) Put<int32_t>(static_cast<int32_t>(i));
-        if (dtype_ == DataType::kInt64) Put<int64_t>(i);
-        return Status::Ok();
-      }
-      case DataType::kFp32:
-      case DataType::kFp64: {
-        double d;
-        JSON_GET(v.get_double(), d, where, "a number");
-        if (dtype_ == DataType::kFp32) {
-          Put<float>(static_cast<float>(d));
-        } else {
-          Put<double>(d);
-        }
-        return Status::Ok();
-      }
-      case DataType::kBytes: {
-        std::string_view s;
-        JSON_GET(v.get_string(), s, where, "a string");
-        if (s.size() > UINT32_MAX) return InvalidArgument(where + ": string too long");
-        const uint32_t len = static_cast<uint32_t>(s.size());
-        char prefix[4];
-        std::memcpy(prefix, &len, 4);
-        bytes_out_->append(prefix, 4);
-        bytes_out_->append(s);
-        return Status::Ok();
-      }
-      default:
-        return InvalidArgument(where + ": " + std::string(DataTypeName(dtype_)) +
-                               " data cannot be sent as JSON; use binary data");
-    }
+    auto no_json = [&] {
+      return InvalidArgument(where + ": " + std::string(DataTypeName(dtype_)) +
+                             " data cannot be sent as JSON; use binary data");
+    };
+    if (dtype_ == DataType::kBytes) return PutString(v, where);
+    return VisitDType(
+        dtype_,
+        [&](auto tag) -> Status {
+          using Tag = decltype(tag);
+          using T = typename Tag::type;
+          if constexpr (Tag::kType == DataType::kBool) {
+            bool b;
+            JSON_GET(v.get_bool(), b, where, "true or false");
+            Put<T>(b ? 1 : 0);
+          } else if constexpr (!Tag::kPlainNumber) {
+            return no_json();  // FP16, BF16
+          } else if constexpr (std::is_floating_point_v<T>) {
+            double d;
+            JSON_GET(v.get_double(), d, where, "a number");
+            Put<T>(static_cast<T>(d));
+          } else if constexpr (std::is_unsigned_v<T>) {
+            uint64_t u;
+            JSON_GET(v.get_uint64(), u, where, "a non-negative integer");
+            if (!std::in_range<T>(u)) return DoesNotFit(where, std::to_string(u));
+            Put<T>(static_cast<T>(u));
+          } else {
+            int64_t i;
+            JSON_GET(v.get_int64(), i, where, "an integer");
+            if (!std::in_range<T>(i)) return DoesNotFit(where, std::to_string(i));
+            Put<T>(static_cast<T>(i));
+          }
+          return Status::Ok();
+        },
+        no_json);
+  }
+
+  Status DoesNotFit(const std::string& where, const std::string& value) const {
+    return InvalidArgument(where + ": " + value + " does not fit in " +
+                           std::string(DataTypeName(dtype_)));
+  }
+
+  Status PutString(od::value& v, const std::string& where) {
+    std::string_view s;
+    JSON_GET(v.get_string(), s, where, "a string");
+    if (s.size() > UINT32_MAX) return InvalidArgument(where + ": string too long");
+    const uint32_t len = static_cast<uint32_t>(s.size());
+    char prefix[4];
+    std::memcpy(prefix, &len, 4);
+    bytes_out_->append(prefix, 4);
+    bytes_out_->append(s);
+    return Status::Ok();
   }
 
   DataType dtype_;
@@ -609,7 +572,7 @@ Status CheckBytes(std::string_view data, int64_t count, const std::string& field
   return Status::Ok();
 }
 
-Status AttachBinary(const std::shared_ptr<BodyBuffer>& body, std::string_view binary,
+Status AttachBinary(const std::shared_ptr<proto::BodyBuffer>& body, std::string_view binary,
                     const std::vector<PendingBinary>& pending, std::vector<NamedTensor>* inputs) {
   std::vector<uint64_t> sizes;
   sizes.reserve(pending.size());
@@ -647,7 +610,7 @@ Status AttachBinary(const std::shared_ptr<BodyBuffer>& body, std::string_view bi
 
 StatusOr<ParsedInfer> ParseDocument(od::document& doc, std::string_view json,
                                     std::string_view binary, bool has_binary_region,
-                                    const std::shared_ptr<BodyBuffer>& body,
+                                    const std::shared_ptr<proto::BodyBuffer>& body,
                                     const runtime::RequestLimits& limits) {
   ParsedInfer parsed;
   od::object root;
@@ -702,7 +665,7 @@ StatusOr<ParsedInfer> ParseDocument(od::document& doc, std::string_view json,
 
 }  // namespace
 
-StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<BodyBuffer>& body,
+StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<proto::BodyBuffer>& body,
                                         std::optional<std::string_view> header_length,
                                         const runtime::RequestLimits& limits) {
   ASSIGN_OR_RETURN(BinarySplit split, SplitBinaryBody(body->view(), header_length));
@@ -717,7 +680,7 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<BodyBuffer>& body,
     }
     // The JSON header is followed by the binary region and the buffer's padding, so
     // kPadding bytes past it are always readable.
-    const size_t capacity = split.json.size() + split.binary.size() + BodyBuffer::kPadding;
+    const size_t capacity = split.json.size() + split.binary.size() + proto::BodyBuffer::kPadding;
     od::document doc;
     auto e =
         parser

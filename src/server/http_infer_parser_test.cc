@@ -15,8 +15,8 @@ using shoal::testing::RawBytes;
 using shoal::testing::SerializeStrings;
 using ::testing::HasSubstr;
 
-std::shared_ptr<BodyBuffer> Body(std::string_view s, size_t align_at = 0) {
-  auto b = BodyBuffer::Create(s.size(), align_at);
+std::shared_ptr<proto::BodyBuffer> Body(std::string_view s, size_t align_at = 0) {
+  auto b = proto::BodyBuffer::Create(s.size(), align_at);
   if (!s.empty()) std::memcpy(b->data(), s.data(), s.size());
   b->set_size(s.size());
   return b;

@@ -58,7 +58,7 @@ bool Mailbox::Post(Item item) {
 
 struct OutPiece {
   std::string owned;
-  BodyChunk external;
+  proto::BodyChunk external;
   bool is_owned = true;
   std::string_view bytes() const { return is_owned ? std::string_view(owned) : external.bytes; }
 };
@@ -70,16 +70,16 @@ struct Connection {
   int fd = -1;
   bool dead = false;
   State state = State::kReadingHead;
-  // Bytes read and not yet consumed. A BodyBuffer grows without zeroing what each recv
+  // Bytes read and not yet consumed. A proto::BodyBuffer grows without zeroing what each recv
   // is about to overwrite (zeroing a 16 KiB chunk per recv was 4% of the serving profile).
-  std::shared_ptr<BodyBuffer> in = BodyBuffer::Create(0);
+  std::shared_ptr<proto::BodyBuffer> in = proto::BodyBuffer::Create(0);
   size_t in_pos = 0;
-  size_t head_scan = 0;    // offset from in_pos already searched for the blank line
-  HttpRequestHead head;    // moved to the handler on dispatch
-  bool keep_alive = true;  // of the request in progress
+  size_t head_scan = 0;         // offset from in_pos already searched for the blank line
+  proto::HttpRequestHead head;  // moved to the handler on dispatch
+  bool keep_alive = true;       // of the request in progress
   int minor_version = 1;
-  std::shared_ptr<BodyBuffer> body;
-  std::unique_ptr<ChunkedDecoder> chunked;  // while reading a chunked body
+  std::shared_ptr<proto::BodyBuffer> body;
+  std::unique_ptr<proto::ChunkedDecoder> chunked;  // while reading a chunked body
   uint64_t sequence = 0;
   std::function<void()> cancel;
   bool in_progress = false;     // counted in in_progress_
@@ -366,8 +366,8 @@ void Loop::Advance(Connection& c) {
                     "the request head is larger than " + std::to_string(options_.max_header_bytes) +
                         " bytes");
       }
-      c.head = HttpRequestHead();
-      HttpError err = ParseRequestHead(avail.substr(0, head_len), &c.head);
+      c.head = proto::HttpRequestHead();
+      proto::HttpError err = proto::ParseRequestHead(avail.substr(0, head_len), &c.head);
       c.in_pos += head_len;
       c.head_scan = 0;
       if (!err.ok()) return Fail(c, err.status, err.message);
@@ -383,13 +383,13 @@ void Loop::Advance(Connection& c) {
         align_at = handler_->BodyAlignment(c.head);
         const size_t initial = c.head.chunked ? std::min<size_t>(options_.max_body_bytes, 16 << 10)
                                               : static_cast<size_t>(c.head.content_length);
-        c.body = BodyBuffer::Create(initial, align_at);
+        c.body = proto::BodyBuffer::Create(initial, align_at);
       } catch (const std::exception&) {
         return Fail(c, 503, "out of memory for the request body");
       }
       if (c.head.chunked)
-        c.chunked =
-            std::make_unique<ChunkedDecoder>(options_.max_body_bytes, options_.max_header_bytes);
+        c.chunked = std::make_unique<proto::ChunkedDecoder>(options_.max_body_bytes,
+                                                            options_.max_header_bytes);
       c.state = Connection::State::kReadingBody;
       if (c.head.expect_continue && !BodyComplete(c)) {
         OutPiece p;
@@ -426,18 +426,18 @@ bool Loop::BodyComplete(const Connection& c) const {
 
 bool Loop::DecodeChunks(Connection& c) {
   size_t consumed = 0;
-  HttpError error;
-  ChunkedDecoder::Result r;
+  proto::HttpError error;
+  proto::ChunkedDecoder::Result r;
   try {
     r = c.chunked->Feed(std::string_view(c.in->data() + c.in_pos, c.buffered()), &consumed,
                         c.body.get(), &error);
   } catch (const std::exception&) {
-    r = ChunkedDecoder::Result::kError;
-    error = HttpError{503, "out of memory for the request body"};
+    r = proto::ChunkedDecoder::Result::kError;
+    error = proto::HttpError{503, "out of memory for the request body"};
   }
   c.in_pos += consumed;
-  if (r == ChunkedDecoder::Result::kError) Fail(c, error.status, error.message);
-  return r == ChunkedDecoder::Result::kDone;
+  if (r == proto::ChunkedDecoder::Result::kError) Fail(c, error.status, error.message);
+  return r == proto::ChunkedDecoder::Result::kDone;
 }
 
 void Loop::CompactInput(Connection& c) {
@@ -467,7 +467,7 @@ void Loop::Dispatch(Connection& c) {
     c.cancel = handler_->Handle(std::move(request), responder);
   } catch (const std::exception& ex) {
     c.cancel = nullptr;
-    responder.Send(HttpResponse::Error(500, std::string("internal error: ") + ex.what()));
+    responder.Send(proto::HttpResponse::Error(500, std::string("internal error: ") + ex.what()));
   }
 }
 
@@ -493,12 +493,12 @@ void Loop::ProcessMailbox() {
     Connection& c = *it->second;
     c.counted_posted = true;
     c.cancel = nullptr;
-    HttpResponse response;
+    proto::HttpResponse response;
     if (item.make) {
       try {
         response = item.make();
       } catch (const std::exception& ex) {
-        response = HttpResponse::Error(500, std::string("internal error: ") + ex.what());
+        response = proto::HttpResponse::Error(500, std::string("internal error: ") + ex.what());
       }
     } else {
       response = std::move(item.response);
@@ -508,10 +508,10 @@ void Loop::ProcessMailbox() {
   }
 }
 
-void Loop::QueueResponse(Connection& c, HttpResponse response) {
+void Loop::QueueResponse(Connection& c, proto::HttpResponse response) {
   const bool keep_alive = c.keep_alive && !response.close && !draining_;
   OutPiece head;
-  head.owned = SerializeResponseHead(response, keep_alive, c.minor_version);
+  head.owned = proto::SerializeResponseHead(response, keep_alive, c.minor_version);
   c.out.push_back(std::move(head));
   if (!c.head_only) {
     if (!response.body.empty()) {
@@ -541,7 +541,7 @@ void Loop::Fail(Connection& c, int status, const std::string& message) {
   c.keep_alive = false;
   if (c.head.minor_version == 0 || c.head.minor_version == 1)
     c.minor_version = c.head.minor_version;
-  HttpResponse r = HttpResponse::Error(status, message);
+  proto::HttpResponse r = proto::HttpResponse::Error(status, message);
   r.close = true;
   QueueResponse(c, std::move(r));
 }
@@ -591,7 +591,7 @@ void Loop::Flush(Connection& c) {
     return;
   }
   c.state = Connection::State::kReadingHead;
-  c.head = HttpRequestHead();
+  c.head = proto::HttpRequestHead();
   c.body.reset();
   CompactInput(c);
   Advance(c);

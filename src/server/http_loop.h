@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "proto/http_message.h"
 #include "server/http_core.h"
-#include "server/http_message.h"
 
 namespace shoal::server::internal {
 
@@ -29,8 +29,8 @@ struct Mailbox {
   struct Item {
     uint64_t connection = 0;  // 0: `task`
     uint64_t sequence = 0;    // the connection's request the answer is for
-    HttpResponse response;
-    std::function<HttpResponse()> make;  // if set, builds the response on the loop
+    proto::HttpResponse response;
+    std::function<proto::HttpResponse()> make;  // if set, builds the response on the loop
     std::function<void()> task;
   };
 
@@ -80,7 +80,7 @@ class Loop {
   void CompactInput(Connection& c);
   void Dispatch(Connection& c);
   void ProcessMailbox();
-  void QueueResponse(Connection& c, HttpResponse response);
+  void QueueResponse(Connection& c, proto::HttpResponse response);
   void Fail(Connection& c, int status, const std::string& message);
   void Flush(Connection& c);
   // The request's answer is out (or the connection is gone): stop counting it.

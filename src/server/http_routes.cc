@@ -8,8 +8,8 @@
 #include <set>
 #include <unordered_set>
 
+#include "proto/json_writer.h"
 #include "server/http_infer_codec.h"
-#include "server/json_writer.h"
 #include "server/status_map.h"
 
 #ifndef SHOAL_VERSION
@@ -20,7 +20,7 @@ namespace shoal::server::internal {
 namespace {
 
 StatusOr<int64_t> ParseVersion(const std::string& s) {
-  const int64_t v = ParseDecimal(s);
+  const int64_t v = proto::ParseDecimal(s);
   if (v < 0)
     return InvalidArgument("model version must be a decimal number; was '" + s.substr(0, 64) + "'");
   return v;
@@ -53,11 +53,11 @@ RouteMatch MatchModel(const std::vector<std::string>& s) {
   return m;
 }
 
-void WriteDuration(JsonWriter& w, std::string_view key, const runtime::Duration& d) {
+void WriteDuration(proto::JsonWriter& w, std::string_view key, const runtime::Duration& d) {
   w.Key(key).BeginObject().MemberUint("count", d.count).MemberUint("ns", d.ns).EndObject();
 }
 
-void WriteVersionStats(JsonWriter& w, const runtime::ModelVersion& mv) {
+void WriteVersionStats(proto::JsonWriter& w, const runtime::ModelVersion& mv) {
   const runtime::ModelStatsSnapshot s = mv.stats();
   w.BeginObject();
   w.Member("name", mv.name());
@@ -90,7 +90,7 @@ void WriteVersionStats(JsonWriter& w, const runtime::ModelVersion& mv) {
   w.EndObject();
 }
 
-void WriteTensorMetadata(JsonWriter& w, const std::string& name, int data_type,
+void WriteTensorMetadata(proto::JsonWriter& w, const std::string& name, int data_type,
                          const google::protobuf::RepeatedField<int64_t>& dims, bool batched) {
   w.BeginObject();
   w.Member("name", name);
@@ -239,7 +239,7 @@ std::string_view RouteMethod(Route route) {
 
 std::string ServerMetadataJson() {
   std::string out;
-  JsonWriter w(&out);
+  proto::JsonWriter w(&out);
   w.BeginObject().Member("name", "shoal").Member("version", SHOAL_VERSION);
   w.Key("extensions").BeginArray();
   for (const char* e : {"model_repository", "schedule_policy", "model_configuration",
@@ -264,7 +264,7 @@ StatusOr<std::string> ModelMetadataJson(const runtime::Server& server, const std
     std::sort(versions.begin(), versions.end());
   }
   std::string out;
-  JsonWriter w(&out);
+  proto::JsonWriter w(&out);
   w.BeginObject().Member("name", model);
   w.Key("versions").BeginArray();
   for (int64_t v : versions) w.String(std::to_string(v));
@@ -311,7 +311,7 @@ StatusOr<std::string> StatisticsJson(const runtime::Server& server, const std::s
     return a->name() != b->name() ? a->name() < b->name() : a->version() < b->version();
   });
   std::string out;
-  JsonWriter w(&out);
+  proto::JsonWriter w(&out);
   w.BeginObject().Key("model_stats").BeginArray();
   for (const auto& v : versions) WriteVersionStats(w, *v);
   w.EndArray().EndObject();
@@ -320,7 +320,7 @@ StatusOr<std::string> StatisticsJson(const runtime::Server& server, const std::s
 
 std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, bool ready_only) {
   std::string out;
-  JsonWriter w(&out);
+  proto::JsonWriter w(&out);
   w.BeginArray();
   for (const auto& m : index) {
     if (ready_only && m.state != runtime::ModelState::kReady) continue;
@@ -334,8 +334,9 @@ std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, 
   return out;
 }
 
-HttpResponse ErrorResponse(const Status& status) {
-  HttpResponse r = HttpResponse::Error(HttpStatusFor(status.code()), status.message());
+proto::HttpResponse ErrorResponse(const Status& status) {
+  proto::HttpResponse r =
+      proto::HttpResponse::Error(HttpStatusFor(status.code()), status.message());
   if (status.retryable()) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
   return r;
 }
@@ -384,30 +385,30 @@ void HttpRoutes::WorkerLoop() {
   }
 }
 
-size_t HttpRoutes::BodyAlignment(const HttpRequestHead& head) {
+size_t HttpRoutes::BodyAlignment(const proto::HttpRequestHead& head) {
   if (const std::string* v = head.Find("inference-header-content-length")) {
-    const int64_t n = ParseDecimal(*v);
+    const int64_t n = proto::ParseDecimal(*v);
     if (n > 0) return static_cast<size_t>(n);
   }
   return 0;
 }
 
 std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder responder) {
-  auto segments = SplitPath(request.head.path);
+  auto segments = proto::SplitPath(request.head.path);
   if (!segments.ok()) {
     responder.Send(ErrorResponse(segments.status()));
     return {};
   }
   const RouteMatch match = MatchRoute(*segments);
   if (match.route == Route::kNotFound) {
-    responder.Send(match.error.ok() ? HttpResponse::Error(404, "Not Found")
+    responder.Send(match.error.ok() ? proto::HttpResponse::Error(404, "Not Found")
                                     : ErrorResponse(match.error));
     return {};
   }
   const std::string_view method = RouteMethod(match.route);
   const std::string& got = request.head.method;
   if (got != method && !(method == "GET" && got == "HEAD")) {
-    HttpResponse r = HttpResponse::Error(
+    proto::HttpResponse r = proto::HttpResponse::Error(
         405, "method " + got.substr(0, 16) + " is not allowed here; use " + std::string(method));
     r.headers.emplace_back("Allow", method == "GET" ? "GET, HEAD" : "POST");
     responder.Send(std::move(r));
@@ -418,14 +419,15 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
     return {};
   }
   auto reply = [&](const StatusOr<std::string>& json) {
-    responder.Send(json.ok() ? HttpResponse::Json(200, *json) : ErrorResponse(json.status()));
+    responder.Send(json.ok() ? proto::HttpResponse::Json(200, *json)
+                             : ErrorResponse(json.status()));
   };
   switch (match.route) {
     case Route::kServerMetadata:
-      responder.Send(HttpResponse::Json(200, server_metadata_));
+      responder.Send(proto::HttpResponse::Json(200, server_metadata_));
       break;
     case Route::kLive:
-      responder.Send(server_->live() ? HttpResponse::Empty(200)
+      responder.Send(server_->live() ? proto::HttpResponse::Empty(200)
                                      : ErrorResponse(Unavailable("server is not live")));
       break;
     case Route::kReady:
@@ -434,12 +436,12 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
       } else if (!server_->ready()) {
         responder.Send(ErrorResponse(Unavailable("server is not ready")));
       } else {
-        responder.Send(HttpResponse::Empty(200));
+        responder.Send(proto::HttpResponse::Empty(200));
       }
       break;
     case Route::kModelReady: {
       auto mv = server_->GetModel(match.model, match.version);
-      responder.Send(mv.ok() ? HttpResponse::Empty(200) : ErrorResponse(mv.status()));
+      responder.Send(mv.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(mv.status()));
       break;
     }
     case Route::kModelMetadata:
@@ -468,7 +470,7 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
 
 std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
                                         const HttpResponder& responder) {
-  std::shared_ptr<BodyBuffer> body = request.body;
+  std::shared_ptr<proto::BodyBuffer> body = request.body;
   const std::string* header_length = request.head.Find("inference-header-content-length");
   std::optional<std::string_view> header_length_view;
   if (header_length != nullptr) header_length_view = *header_length;
@@ -476,7 +478,7 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
     auto decoded = DecodeContentEncoding(*encoding, body, options_.max_body_bytes,
                                          BodyAlignment(request.head));
     if (!decoded.ok()) {
-      HttpResponse r = ErrorResponse(decoded.status());
+      proto::HttpResponse r = ErrorResponse(decoded.status());
       if (decoded.status().code() == StatusCode::kResourceExhausted) r.status = 413;
       r.headers.clear();
       responder.Send(std::move(r));
@@ -497,7 +499,7 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
   std::shared_ptr<runtime::RequestHandle> handle =
       server_->Infer(std::move(infer), [responder, encoding](runtime::InferResponse response) {
         auto shared = std::make_shared<runtime::InferResponse>(std::move(response));
-        responder.SendLater([shared, encoding]() -> HttpResponse {
+        responder.SendLater([shared, encoding]() -> proto::HttpResponse {
           if (!shared->status.ok()) return ErrorResponse(shared->status);
           auto http = SerializeInferResponse(*shared, *encoding);
           return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
@@ -510,7 +512,7 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
                             const HttpResponder& responder) {
   const std::string body(request.body_view());
   if (request.head.Find("content-encoding") != nullptr &&
-      !EqualsIgnoreCase(*request.head.Find("content-encoding"), "identity")) {
+      !proto::EqualsIgnoreCase(*request.head.Find("content-encoding"), "identity")) {
     responder.Send(ErrorResponse(InvalidArgument("compressed bodies are only accepted on infer")));
     return;
   }
@@ -527,7 +529,7 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
     const bool ready_only = *ready;
     if (!RunOnWorker(
             [server, responder, ready_only] {
-              responder.Send(HttpResponse::Json(
+              responder.Send(proto::HttpResponse::Json(
                   200, RepositoryIndexJson(server->RepositoryIndex(), ready_only)));
             },
             refused)) {
@@ -557,7 +559,7 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
   if (!RunOnWorker(
           [server, responder, load, model] {
             const Status s = load ? server->LoadModel(model) : server->UnloadModel(model);
-            responder.Send(s.ok() ? HttpResponse::Empty(200) : ErrorResponse(s));
+            responder.Send(s.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(s));
           },
           refused)) {
     refused();

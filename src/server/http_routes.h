@@ -61,7 +61,7 @@ StatusOr<std::string> StatisticsJson(const runtime::Server& server, const std::s
 std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, bool ready_only);
 
 // The HTTP reply for an error status (status_map; Retry-After when retryable).
-HttpResponse ErrorResponse(const Status& status);
+proto::HttpResponse ErrorResponse(const Status& status);
 
 class HttpRoutes final : public HttpHandler {
  public:
@@ -69,7 +69,7 @@ class HttpRoutes final : public HttpHandler {
   ~HttpRoutes() override;
 
   std::function<void()> Handle(HttpRequest request, HttpResponder responder) override;
-  size_t BodyAlignment(const HttpRequestHead& head) override;
+  size_t BodyAlignment(const proto::HttpRequestHead& head) override;
 
   // /v2/health/ready answers 503 from now on.
   void SetStopping() { stopping_ = true; }

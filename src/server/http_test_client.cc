@@ -17,8 +17,6 @@
 namespace shoal::testing {
 namespace {
 
-char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -60,7 +58,7 @@ std::string_view HttpReply::Binary() const { return std::string_view(body).subst
 
 bool HttpTestClient::Connect(int timeout_ms) {
   if (fd_ >= 0) return true;
-  buffer_.clear();
+  reader_.Reset();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -91,7 +89,7 @@ bool HttpTestClient::Connect(int timeout_ms) {
 void HttpTestClient::Close() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
-  buffer_.clear();
+  reader_.Reset();
 }
 
 bool HttpTestClient::SendRaw(std::string_view bytes) {
@@ -128,71 +126,27 @@ HttpReply HttpTestClient::ReadReply(int timeout_ms) {
   HttpReply reply;
   if (fd_ < 0) return reply;
   const int64_t deadline = NowMs() + timeout_ms;
-  bool eof = false;
-  auto fill = [&]() -> bool {
-    if (eof) return false;
+  // Bytes received past the previous reply are read first.
+  auto state = reader_.Next();
+  while (state == proto::HttpResponseReader::State::kIncomplete) {
     const int64_t left = deadline - NowMs();
-    if (left <= 0) return false;
     pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) break;
     char buf[65536];
     const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-    if (n <= 0) {
-      eof = true;
-      return false;
-    }
-    buffer_.append(buf, static_cast<size_t>(n));
-    return true;
-  };
-  while (true) {
-    size_t end;
-    while ((end = buffer_.find("\r\n\r\n")) == std::string::npos) {
-      if (!fill()) {
-        Close();
-        reply.status = 0;
-        return reply;
-      }
-    }
-    // Status line and headers.
-    std::string head = buffer_.substr(0, end + 2);
-    buffer_.erase(0, end + 4);
-    size_t eol = head.find("\r\n");
-    const std::string status_line = head.substr(0, eol);
-    if (status_line.size() < 12) {
-      Close();
-      return reply;
-    }
-    reply.status = std::atoi(status_line.c_str() + 9);
-    reply.headers.clear();
-    size_t pos = eol + 2;
-    while (pos < head.size()) {
-      eol = head.find("\r\n", pos);
-      std::string line = head.substr(pos, eol - pos);
-      pos = eol + 2;
-      const size_t colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string name = line.substr(0, colon);
-      for (char& c : name) c = Lower(c);
-      size_t v = colon + 1;
-      while (v < line.size() && line[v] == ' ') ++v;
-      reply.headers.emplace_back(name, line.substr(v));
-    }
-    if (reply.status == 100) continue;  // interim: read the real reply
-    break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    state = reader_.Feed(std::string_view(buf, static_cast<size_t>(n)));
   }
-  const std::string* cl = reply.Header("content-length");
-  const size_t length = cl ? std::stoul(*cl) : 0;
-  while (buffer_.size() < length) {
-    if (!fill()) {
-      reply.status = 0;
-      Close();
-      return reply;
-    }
+  if (state != proto::HttpResponseReader::State::kDone) {
+    Close();
+    return reply;
   }
-  reply.body = buffer_.substr(0, length);
-  buffer_.erase(0, length);
-  const std::string* conn = reply.Header("connection");
-  if (conn != nullptr && (*conn == "close" || *conn == "Close")) {
+  reply.status = reader_.status();
+  for (const proto::HttpHeader& h : reader_.head().headers)
+    reply.headers.emplace_back(h.name, h.value);
+  reply.body = reader_.body();
+  if (!reader_.head().keep_alive) {
     reply.server_closed = true;
     Close();
   }
@@ -201,18 +155,18 @@ HttpReply HttpTestClient::ReadReply(int timeout_ms) {
 
 HttpReply HttpTestClient::Request(const std::string& method, const std::string& path,
                                   std::string_view body, const Headers& headers, int timeout_ms) {
-  std::string req =
-      method + " " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) + "\r\n";
+  Headers all = {{"Host", host_ + ":" + std::to_string(port_)}};
   bool has_length = false;
   for (const auto& [k, v] : headers) {
-    req += k + ": " + v + "\r\n";
-    std::string lower = k;
-    for (char& c : lower) c = Lower(c);
-    if (lower == "content-length" || lower == "transfer-encoding") has_length = true;
+    all.emplace_back(k, v);
+    if (proto::EqualsIgnoreCase(k, "content-length") ||
+        proto::EqualsIgnoreCase(k, "transfer-encoding")) {
+      has_length = true;
+    }
   }
   if (!has_length && (!body.empty() || method == "POST"))
-    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  req += "\r\n";
+    all.emplace_back("Content-Length", std::to_string(body.size()));
+  std::string req = proto::SerializeRequestHead(method, path, all);
   req.append(body);
   // A kept-alive connection the server has closed fails on first use: retry once.
   for (int attempt = 0; attempt < 2; ++attempt) {

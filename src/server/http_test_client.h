@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "proto/http_message.h"
+
 namespace shoal::testing {
 
 struct HttpReply {
@@ -59,7 +61,7 @@ class HttpTestClient {
   int port_;
   int fd_ = -1;
   int connects_ = 0;
-  std::string buffer_;  // bytes received past the last reply
+  proto::HttpResponseReader reader_;  // holds bytes received past the last reply
 };
 
 // gzip and zlib ("deflate") compression, for request bodies.

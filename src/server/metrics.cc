@@ -328,16 +328,16 @@ class MetricsHandler final : public HttpHandler {
   std::function<void()> Handle(HttpRequest request, HttpResponder responder) override {
     const std::string& path = request.head.path;
     if (path != "/metrics" && path != "/metrics/") {
-      responder.Send(HttpResponse::Error(404, "Not Found"));
+      responder.Send(proto::HttpResponse::Error(404, "Not Found"));
       return {};
     }
     if (request.head.method != "GET" && request.head.method != "HEAD") {
-      HttpResponse r = HttpResponse::Error(405, "use GET");
+      proto::HttpResponse r = proto::HttpResponse::Error(405, "use GET");
       r.headers.emplace_back("Allow", "GET, HEAD");
       responder.Send(std::move(r));
       return {};
     }
-    HttpResponse r;
+    proto::HttpResponse r;
     r.status = 200;
     r.content_type = kPrometheusContentType;
     r.body = RenderPrometheus(*server_);

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "e2e_wait.h"
-#include "server/grpc_health.grpc.pb.h"
-#include "server/grpc_service.grpc.pb.h"
+#include "proto/grpc_health.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"

@@ -1,11 +1,11 @@
 // HTTP/1.1 head parsing, path splitting, body buffers and response heads.
-#include "server/http_message.h"
+#include "proto/http_message.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-namespace shoal::server {
+namespace shoal::proto {
 namespace {
 
 HttpError Parse(std::string_view block, HttpRequestHead* head) {
@@ -176,5 +176,111 @@ TEST(HttpMessageTest, ParseDecimal) {
   EXPECT_EQ(ParseDecimal("9999999999999999999"), -1);
 }
 
+TEST(HttpMessageTest, ParsesAResponseHead) {
+  HttpResponseHead h;
+  auto err = ParseResponseHead(
+      "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Length: 17\r\n"
+      "Connection: close\r\n\r\n",
+      &h);
+  ASSERT_TRUE(err.ok()) << err.message;
+  EXPECT_EQ(h.status, 429);
+  EXPECT_EQ(h.reason, "Too Many Requests");
+  EXPECT_EQ(h.content_length, 17);
+  EXPECT_FALSE(h.keep_alive);
+  ASSERT_NE(h.Find("retry-after"), nullptr);
+  EXPECT_EQ(*h.Find("retry-after"), "2");
+
+  ASSERT_TRUE(ParseResponseHead("HTTP/1.0 204\r\n\r\n", &h).ok());
+  EXPECT_EQ(h.status, 204);
+  EXPECT_EQ(h.reason, "");
+  EXPECT_FALSE(h.keep_alive);  // HTTP/1.0 without keep-alive
+  EXPECT_FALSE(h.has_content_length);
+}
+
+TEST(HttpMessageTest, RefusesMalformedResponseHeads) {
+  HttpResponseHead h;
+  for (std::string_view bad : {
+           "HTTP/2 200 OK\r\n\r\n",     // version
+           "HTTP/1.1 20 OK\r\n\r\n",    // two digits
+           "HTTP/1.1 2000 OK\r\n\r\n",  // four digits
+           "ICY 200 OK\r\n\r\n",        // not HTTP
+           "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+           "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+           "HTTP/1.1 200 OK\r\n folded: x\r\n\r\n",
+           "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n",  // incomplete
+       }) {
+    EXPECT_FALSE(ParseResponseHead(bad, &h).ok()) << bad;
+  }
+}
+
+TEST(HttpMessageTest, SerializesARequestHeadTheParserReadsBack) {
+  const std::string wire = SerializeRequestHead(
+      "POST", "/v2/models/m/infer", {{"Host", "127.0.0.1:8000"}, {"Content-Length", "4"}});
+  EXPECT_EQ(
+      wire,
+      "POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Length: 4\r\n\r\n");
+  HttpRequestHead h;
+  ASSERT_TRUE(ParseRequestHead(wire, &h).ok());
+  EXPECT_EQ(h.method, "POST");
+  EXPECT_EQ(h.content_length, 4);
+}
+
+TEST(HttpMessageTest, ReaderTakesResponsesByteByByteAndKeepsWhatFollows) {
+  const std::string wire =
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+      "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+  HttpResponseReader r;
+  size_t i = 0;
+  HttpResponseReader::State st = HttpResponseReader::State::kIncomplete;
+  while (st == HttpResponseReader::State::kIncomplete && i < wire.size()) {
+    st = r.Feed(std::string_view(wire).substr(i++, 1));
+  }
+  ASSERT_EQ(st, HttpResponseReader::State::kDone) << r.error();
+  EXPECT_EQ(r.status(), 200);
+  EXPECT_EQ(r.body(), "hello");
+  EXPECT_TRUE(r.head().keep_alive);
+  // The rest arrives in one read, and the reader is moved on to the next response.
+  r.Feed(std::string_view(wire).substr(i));
+  ASSERT_EQ(r.Next(), HttpResponseReader::State::kDone) << r.error();
+  EXPECT_EQ(r.status(), 404);
+  EXPECT_EQ(r.body(), "{}");
+  EXPECT_FALSE(r.head().keep_alive);
+  EXPECT_EQ(r.Next(), HttpResponseReader::State::kIncomplete);
+}
+
+TEST(HttpMessageTest, ReaderDecodesChunkedBodiesAndCanSkipBodies) {
+  const std::string wire =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+  HttpResponseReader keep;
+  ASSERT_EQ(keep.Feed(wire), HttpResponseReader::State::kDone) << keep.error();
+  EXPECT_EQ(keep.body(), "abcde");
+
+  HttpResponseReader skip(/*keep_body=*/false);
+  ASSERT_EQ(skip.Feed("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc"),
+            HttpResponseReader::State::kIncomplete);
+  ASSERT_EQ(skip.Feed("def"), HttpResponseReader::State::kDone);
+  EXPECT_EQ(skip.body(), "");
+}
+
+TEST(HttpMessageTest, ReaderReportsErrorsAndBoundsTheHead) {
+  HttpResponseReader r;
+  EXPECT_EQ(r.Feed("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n"),
+            HttpResponseReader::State::kError);
+  EXPECT_NE(r.error().find("Content-Length"), std::string::npos) << r.error();
+
+  HttpResponseReader big;
+  EXPECT_EQ(big.Feed("HTTP/1.1 200 OK\r\nX: " + std::string(70 * 1024, 'a')),
+            HttpResponseReader::State::kError);
+
+  HttpResponseReader chunk(/*keep_body=*/true, /*max_body_bytes=*/4);
+  EXPECT_EQ(chunk.Feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n"),
+            HttpResponseReader::State::kError);
+  // Reset starts afresh.
+  chunk.Reset();
+  EXPECT_EQ(chunk.Feed("HTTP/1.1 204 No Content\r\n\r\n"), HttpResponseReader::State::kDone);
+  EXPECT_EQ(chunk.status(), 204);
+}
+
 }  // namespace
-}  // namespace shoal::server
+}  // namespace shoal::proto

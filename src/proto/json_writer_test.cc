@@ -1,11 +1,11 @@
-#include "server/json_writer.h"
+#include "proto/json_writer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-namespace shoal::server {
+namespace shoal::proto {
 namespace {
 
 TEST(JsonWriterTest, NestedContainersAndCommas) {
@@ -61,4 +61,4 @@ TEST(JsonWriterTest, ErrorBodyIsAlwaysValidJson) {
 }
 
 }  // namespace
-}  // namespace shoal::server
+}  // namespace shoal::proto

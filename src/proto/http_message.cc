@@ -1,12 +1,13 @@
-#include "server/http_message.h"
+#include "proto/http_message.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
-#include "server/json_writer.h"
+#include "proto/json_writer.h"
 
-namespace shoal::server {
+namespace shoal::proto {
 namespace {
 
 constexpr size_t kMaxHeaders = 128;
@@ -98,45 +99,47 @@ const std::string* HttpRequestHead::Find(std::string_view lower_name) const {
   return nullptr;
 }
 
-HttpError ParseRequestHead(std::string_view block, HttpRequestHead* head) {
-  auto bad = [](std::string message) { return HttpError{400, std::move(message)}; };
-  if (block.size() < 4 || block.substr(block.size() - 4) != "\r\n\r\n") {
-    return bad("incomplete request head");
+namespace {
+
+HttpError Bad(std::string message) { return HttpError{400, std::move(message)}; }
+
+// "HTTP/1.0" or "HTTP/1.1" -> 0 or 1; -1 for another HTTP version, -2 for no version.
+int ParseVersion(std::string_view version) {
+  if (version.size() == 8 && version.substr(0, 7) == "HTTP/1." &&
+      (version[7] == '0' || version[7] == '1')) {
+    return version[7] - '0';
   }
-  // Request line: method SP target SP HTTP/1.x
-  size_t eol = block.find("\r\n");
-  std::string_view line = block.substr(0, eol);
+  return version.substr(0, 5) == "HTTP/" ? -1 : -2;
+}
+
+// method SP target SP HTTP/1.x
+HttpError ParseRequestLine(std::string_view line, HttpRequestHead* head) {
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
       line.find(' ', sp2 + 1) != std::string_view::npos) {
-    return bad("malformed request line");
+    return Bad("malformed request line");
   }
   std::string_view method = line.substr(0, sp1);
   std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  std::string_view version = line.substr(sp2 + 1);
-  if (!IsToken(method)) return bad("malformed request method");
-  if (version.size() != 8 || version.substr(0, 7) != "HTTP/1.") {
-    if (version.substr(0, 5) == "HTTP/")
-      return HttpError{505, "only HTTP/1.0 and HTTP/1.1 are supported"};
-    return bad("malformed HTTP version");
-  }
-  if (version[7] != '0' && version[7] != '1')
-    return HttpError{505, "only HTTP/1.0 and HTTP/1.1 are supported"};
-  if (target.empty()) return bad("empty request target");
+  if (!IsToken(method)) return Bad("malformed request method");
+  const int minor = ParseVersion(line.substr(sp2 + 1));
+  if (minor == -1) return HttpError{505, "only HTTP/1.0 and HTTP/1.1 are supported"};
+  if (minor < 0) return Bad("malformed HTTP version");
+  if (target.empty()) return Bad("empty request target");
   for (char c : target) {
     if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
-      return bad("request target holds a control character");
+      return Bad("request target holds a control character");
   }
   head->method.assign(method);
   head->target.assign(target);
-  head->minor_version = version[7] - '0';
+  head->minor_version = minor;
   // Absolute form (proxies): keep only the path and query.
   if (target.front() != '/') {
     const size_t scheme = target.find("://");
     if (scheme == std::string_view::npos) {
-      if (target == "*") return bad("'*' is not a valid target here");
-      return bad("malformed request target");
+      if (target == "*") return Bad("'*' is not a valid target here");
+      return Bad("malformed request target");
     }
     const size_t slash = target.find('/', scheme + 3);
     target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
@@ -146,70 +149,243 @@ HttpError ParseRequestHead(std::string_view block, HttpRequestHead* head) {
   head->query.assign(q == std::string_view::npos ? std::string_view() : target.substr(q + 1));
   const size_t hash = head->path.find('#');
   if (hash != std::string::npos) head->path.resize(hash);
+  return {};
+}
 
-  head->headers.clear();
-  std::string_view rest = block.substr(eol + 2);
-  bool te_seen = false;
-  std::string_view connection;
+// The header lines after the start line, through the blank line: names lower-cased,
+// values trimmed, with the checks RFC 9112 asks of a recipient.
+HttpError ParseHeaderFields(std::string_view rest, std::vector<HttpHeader>* headers) {
+  headers->clear();
   while (true) {
-    eol = rest.find("\r\n");
-    if (eol == std::string_view::npos) return bad("malformed header section");
-    if (eol == 0) break;  // the blank line
-    line = rest.substr(0, eol);
+    const size_t eol = rest.find("\r\n");
+    if (eol == std::string_view::npos) return Bad("malformed header section");
+    if (eol == 0) return {};  // the blank line
+    const std::string_view line = rest.substr(0, eol);
     rest.remove_prefix(eol + 2);
     if (line.front() == ' ' || line.front() == '\t')
-      return bad("obsolete header line folding is not accepted");
+      return Bad("obsolete header line folding is not accepted");
     const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return bad("header line without ':'");
-    std::string_view name = line.substr(0, colon);
-    if (!IsToken(name)) return bad("malformed header name");
-    std::string_view value = Trim(line.substr(colon + 1));
+    if (colon == std::string_view::npos) return Bad("header line without ':'");
+    const std::string_view name = line.substr(0, colon);
+    if (!IsToken(name)) return Bad("malformed header name");
+    const std::string_view value = Trim(line.substr(colon + 1));
     for (char c : value) {
       const unsigned char u = static_cast<unsigned char>(c);
       if ((u < 0x20 && c != '\t') || u == 0x7f)
-        return bad("header value holds a control character");
+        return Bad("header value holds a control character");
     }
-    if (head->headers.size() >= kMaxHeaders) return HttpError{431, "too many header fields"};
+    if (headers->size() >= kMaxHeaders) return HttpError{431, "too many header fields"};
     HttpHeader h;
     h.name.resize(name.size());
     for (size_t i = 0; i < name.size(); ++i) h.name[i] = Lower(name[i]);
     h.value.assign(value);
+    headers->push_back(std::move(h));
+  }
+}
+
+// How the body is delimited and whether the connection persists, from the fields both
+// kinds of message share: Content-Length (repeats must agree), Transfer-Encoding (only
+// a single "chunked"), never both; Connection, by the HTTP version's default.
+template <typename Head>
+HttpError ParseFraming(std::string_view what, Head* head) {
+  bool te_seen = false;
+  std::string_view connection;
+  for (const HttpHeader& h : head->headers) {
     if (h.name == "content-length") {
-      const int64_t n = ParseDecimal(value);
-      if (n < 0) return bad("invalid Content-Length '" + std::string(value) + "'");
+      const int64_t n = ParseDecimal(h.value);
+      if (n < 0) return Bad("invalid Content-Length '" + h.value + "'");
       if (head->has_content_length && n != head->content_length)
-        return bad("conflicting Content-Length values");
+        return Bad("conflicting Content-Length values");
       head->content_length = n;
       head->has_content_length = true;
     } else if (h.name == "transfer-encoding") {
       if (te_seen) return HttpError{501, "only a single Transfer-Encoding: chunked is supported"};
       te_seen = true;
-      if (!EqualsIgnoreCase(value, "chunked")) {
-        return HttpError{501, "Transfer-Encoding '" + std::string(value) + "' is not supported"};
+      if (!EqualsIgnoreCase(h.value, "chunked")) {
+        return HttpError{501, "Transfer-Encoding '" + h.value + "' is not supported"};
       }
       head->chunked = true;
-    } else if (h.name == "expect") {
-      if (!EqualsIgnoreCase(value, "100-continue") && !value.empty()) {
-        return HttpError{417, "Expect '" + std::string(value) + "' is not supported"};
-      }
-      head->expect_continue = !value.empty();
+    } else if (h.name == "connection") {
+      connection = h.value;
     }
-    head->headers.push_back(std::move(h));
   }
   if (head->chunked && head->has_content_length) {
-    return bad("a request must not carry both Content-Length and Transfer-Encoding");
-  }
-  for (const auto& h : head->headers) {
-    if (h.name == "connection") connection = h.value;
+    return Bad(std::string(what) + " must not carry both Content-Length and Transfer-Encoding");
   }
   if (head->minor_version == 0) {
     head->keep_alive = ListHas(connection, "keep-alive");
-    if (head->chunked) return bad("chunked transfer coding is not allowed in HTTP/1.0");
+    if (head->chunked) return Bad("chunked transfer coding is not allowed in HTTP/1.0");
   } else {
     head->keep_alive = !ListHas(connection, "close");
   }
-  if (head->minor_version == 0) head->expect_continue = false;
   return {};
+}
+
+}  // namespace
+
+HttpError ParseRequestHead(std::string_view block, HttpRequestHead* head) {
+  if (block.size() < 4 || block.substr(block.size() - 4) != "\r\n\r\n") {
+    return Bad("incomplete request head");
+  }
+  const size_t eol = block.find("\r\n");
+  if (HttpError e = ParseRequestLine(block.substr(0, eol), head); !e.ok()) return e;
+  if (HttpError e = ParseHeaderFields(block.substr(eol + 2), &head->headers); !e.ok()) return e;
+  if (HttpError e = ParseFraming("a request", head); !e.ok()) return e;
+  for (const HttpHeader& h : head->headers) {
+    if (h.name != "expect") continue;
+    if (!EqualsIgnoreCase(h.value, "100-continue") && !h.value.empty()) {
+      return HttpError{417, "Expect '" + h.value + "' is not supported"};
+    }
+    head->expect_continue = !h.value.empty() && head->minor_version == 1;
+  }
+  return {};
+}
+
+const std::string* HttpResponseHead::Find(std::string_view lower_name) const {
+  for (const auto& h : headers) {
+    if (h.name == lower_name) return &h.value;
+  }
+  return nullptr;
+}
+
+HttpError ParseResponseHead(std::string_view block, HttpResponseHead* head) {
+  if (block.size() < 4 || block.substr(block.size() - 4) != "\r\n\r\n") {
+    return Bad("incomplete response head");
+  }
+  // HTTP/1.x SP 3DIGIT SP reason
+  const size_t eol = block.find("\r\n");
+  const std::string_view line = block.substr(0, eol);
+  const size_t sp = line.find(' ');
+  const int minor = ParseVersion(line.substr(0, sp));
+  if (minor < 0) return Bad("not an HTTP/1.x status line");
+  const std::string_view code = sp == std::string_view::npos ? "" : line.substr(sp + 1, 3);
+  const int64_t status = ParseDecimal(code);
+  if (code.size() != 3 || status < 100 || (line.size() > sp + 4 && line[sp + 4] != ' ')) {
+    return Bad("malformed status line");
+  }
+  head->minor_version = minor;
+  head->status = static_cast<int>(status);
+  head->reason.assign(line.size() > sp + 5 ? line.substr(sp + 5) : std::string_view());
+  head->content_length = 0;
+  head->has_content_length = false;
+  head->chunked = false;
+  if (HttpError e = ParseHeaderFields(block.substr(eol + 2), &head->headers); !e.ok()) return e;
+  return ParseFraming("a response", head);
+}
+
+std::string SerializeRequestHead(std::string_view method, std::string_view target,
+                                 const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string out;
+  size_t size = method.size() + target.size() + 14;
+  for (const auto& [name, value] : headers) size += name.size() + value.size() + 4;
+  out.reserve(size);
+  out.append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
+  for (const auto& [name, value] : headers) {
+    out.append(name).append(": ").append(value).append("\r\n");
+  }
+  out.append("\r\n");
+  return out;
+}
+
+HttpResponseReader::State HttpResponseReader::Feed(std::string_view bytes) {
+  if (state_ != State::kIncomplete) {
+    pending_.append(bytes);
+    return state_;
+  }
+  if (pending_.empty()) {
+    const size_t used = Consume(bytes);
+    pending_.assign(bytes.substr(used));
+  } else {
+    pending_.append(bytes);
+    const size_t used = Consume(pending_);
+    pending_.erase(0, used);
+  }
+  return state_;
+}
+
+HttpResponseReader::State HttpResponseReader::Next() {
+  head_ = HttpResponseHead();
+  body_.clear();
+  error_.clear();
+  phase_ = Phase::kHead;
+  head_scanned_ = 0;
+  body_left_ = 0;
+  state_ = State::kIncomplete;
+  return Feed({});
+}
+
+void HttpResponseReader::Reset() {
+  pending_.clear();
+  Next();
+}
+
+size_t HttpResponseReader::Consume(std::string_view in) {
+  size_t pos = 0;
+  while (state_ == State::kIncomplete) {
+    const std::string_view avail = in.substr(pos);
+    switch (phase_) {
+      case Phase::kHead: {
+        // Resume the search a little before the bytes not yet scanned, in case the
+        // terminator straddles two reads.
+        const size_t from = head_scanned_ >= 3 ? head_scanned_ - 3 : 0;
+        const size_t end = avail.find("\r\n\r\n", from);
+        if (end == std::string_view::npos) {
+          head_scanned_ = avail.size();
+          if (avail.size() > kMaxHeadBytes) Fail("response head above 64 KiB");
+          return pos;
+        }
+        head_scanned_ = 0;
+        if (HttpError e = ParseResponseHead(avail.substr(0, end + 4), &head_); !e.ok()) {
+          Fail(e.message);
+          return pos;
+        }
+        pos += end + 4;
+        if (head_.status < 200) break;  // an interim response (100 Continue): read on
+        if (head_.chunked) {
+          phase_ = Phase::kChunked;
+          chunked_.emplace(max_body_bytes_, kMaxHeadBytes);
+          chunked_body_ = BodyBuffer::Create(0);
+        } else {
+          // A response without Content-Length is taken as bodiless (shoal and the
+          // servers it talks to always send one; a body up to EOF is not supported).
+          phase_ = Phase::kBody;
+          body_left_ = head_.content_length;
+          if (keep_body_) body_.reserve(static_cast<size_t>(body_left_));
+        }
+        if (body_left_ == 0 && phase_ == Phase::kBody) state_ = State::kDone;
+        break;
+      }
+      case Phase::kBody: {
+        const auto take =
+            static_cast<size_t>(std::min<int64_t>(body_left_, static_cast<int64_t>(avail.size())));
+        if (keep_body_) body_.append(avail.substr(0, take));
+        body_left_ -= static_cast<int64_t>(take);
+        pos += take;
+        if (body_left_ == 0) state_ = State::kDone;
+        return pos;
+      }
+      case Phase::kChunked: {
+        size_t used = 0;
+        HttpError e;
+        const auto r = chunked_->Feed(avail, &used, chunked_body_.get(), &e);
+        pos += used;
+        if (r == ChunkedDecoder::Result::kError) {
+          Fail(e.message);
+        } else if (r == ChunkedDecoder::Result::kDone) {
+          if (keep_body_) body_.assign(chunked_body_->view());
+          chunked_body_.reset();
+          state_ = State::kDone;
+        }
+        return pos;
+      }
+    }
+  }
+  return pos;
+}
+
+void HttpResponseReader::Fail(std::string message) {
+  error_ = std::move(message);
+  state_ = State::kError;
 }
 
 StatusOr<std::vector<std::string>> SplitPath(std::string_view path) {
@@ -458,4 +634,4 @@ std::string SerializeResponseHead(const HttpResponse& response, bool keep_alive,
   return out;
 }
 
-}  // namespace shoal::server
+}  // namespace shoal::proto

@@ -1,9 +1,9 @@
-#include "server/json_writer.h"
+#include "proto/json_writer.h"
 
 #include <charconv>
 #include <cmath>
 
-namespace shoal::server {
+namespace shoal::proto {
 
 void JsonWriter::Separate() {
   if (after_key_) {
@@ -197,4 +197,4 @@ std::string JsonError(std::string_view message) {
   return out;
 }
 
-}  // namespace shoal::server
+}  // namespace shoal::proto

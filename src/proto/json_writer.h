@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace shoal::server {
+namespace shoal::proto {
 
 class JsonWriter {
  public:
@@ -62,4 +62,4 @@ bool ValidUtf8(std::string_view s);
 // {"error":"<message>"}
 std::string JsonError(std::string_view message);
 
-}  // namespace shoal::server
+}  // namespace shoal::proto

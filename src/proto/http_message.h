@@ -1,23 +1,30 @@
-// HTTP/1.1 messages as the front ends see them: the parsed head of a request, its body
-// buffer, and the response a handler produces. Pure functions, no sockets, so the
-// parsing that faces the network is unit-tested and fuzzed on its own.
+// HTTP/1.1 messages, both ways, for everything in shoal that speaks HTTP: the server's
+// front end (requests in, responses out), the load generator and the test client
+// (requests out, responses in). Pure functions and small state machines, no sockets, so
+// the parsing that faces the network is unit-tested and fuzzed in one place.
 //
-// ParseRequestHead takes one complete head block (request line and header lines, up to
-// and including the blank line) and fills an HttpRequestHead. It accepts only what
-// RFC 9112 allows where ambiguity could be abused: CRLF line ends, no obsolete line
-// folding, no whitespace before a header's colon, one Content-Length value (repeats
-// must agree), never both Content-Length and Transfer-Encoding. Errors carry the HTTP
-// status to answer with (400, 501, 505) and a message for the client.
+// ParseRequestHead / ParseResponseHead take one complete head block (start line and
+// header lines, up to and including the blank line). Both accept only what RFC 9112
+// allows where ambiguity could be abused: CRLF line ends, no obsolete line folding, no
+// whitespace before a header's colon, one Content-Length value (repeats must agree),
+// never both Content-Length and Transfer-Encoding. Errors carry the HTTP status a
+// server answers with (400, 417, 431, 501, 505) and a message.
 //
 // BodyBuffer is where a request body is received: 64-byte aligned at a chosen byte
 // (so the binary tensors that follow the JSON header of an infer request can be used
 // in place), with BodyBuffer::kPadding readable bytes past the end (simdjson reads up to
-// 64 bytes past a document).
+// 64 bytes past a document). ChunkedDecoder decodes a chunked body into one.
+//
+// HttpResponse and SerializeResponseHead are what a server sends; SerializeRequestHead
+// and HttpResponseReader are a client's side: the reader takes the bytes of a
+// connection as they arrive and yields one response at a time (Content-Length or
+// chunked bodies; interim 1xx responses skipped).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,7 +32,7 @@
 
 #include "core/status.h"
 
-namespace shoal::server {
+namespace shoal::proto {
 
 struct HttpHeader {
   std::string name;   // lower case
@@ -49,6 +56,20 @@ struct HttpRequestHead {
   const std::string* Find(std::string_view lower_name) const;
 };
 
+struct HttpResponseHead {
+  int minor_version = 1;  // HTTP/1.<minor_version>
+  int status = 0;         // e.g. 200
+  std::string reason;     // as sent; may be empty
+  std::vector<HttpHeader> headers;
+  int64_t content_length = 0;  // 0 when absent
+  bool has_content_length = false;
+  bool chunked = false;    // Transfer-Encoding: chunked
+  bool keep_alive = true;  // from the version and Connection
+
+  // The first header of that (lower-case) name, or null.
+  const std::string* Find(std::string_view lower_name) const;
+};
+
 // An HTTP status to answer with and a message; status 0 means no error.
 struct HttpError {
   int status = 0;
@@ -58,6 +79,7 @@ struct HttpError {
 
 // `block` is the head through its terminating "\r\n\r\n".
 HttpError ParseRequestHead(std::string_view block, HttpRequestHead* head);
+HttpError ParseResponseHead(std::string_view block, HttpResponseHead* head);
 
 // Splits an (encoded) path into percent-decoded segments, dropping empty ones
 // ("/v2//models/" -> {"v2", "models"}). INVALID_ARGUMENT for a bad escape or %00.
@@ -150,4 +172,64 @@ struct HttpResponse {
 // false adds "Connection: close"; HTTP/1.0 keep-alive adds "Connection: keep-alive".
 std::string SerializeResponseHead(const HttpResponse& response, bool keep_alive, int minor_version);
 
-}  // namespace shoal::server
+// "<method> <target> HTTP/1.1\r\n", the headers as given, and the blank line. The caller
+// names Host, Content-Length and any other header it wants sent.
+std::string SerializeRequestHead(std::string_view method, std::string_view target,
+                                 const std::vector<std::pair<std::string, std::string>>& headers);
+
+// Reads responses from the bytes of one client connection, as they arrive.
+//
+//   HttpResponseReader r;
+//   while (r.Feed(received) == HttpResponseReader::State::kIncomplete) { receive more }
+//   ... r.head(), r.body() ...
+//   r.Next();  // the next response, starting with any bytes received past this one
+//
+// A response without Content-Length or chunked coding is taken as bodiless (servers
+// that delimit a body by closing the connection are not supported). Heads are bounded
+// by kMaxHeadBytes and chunked bodies by max_body_bytes; past them, kError.
+class HttpResponseReader {
+ public:
+  enum class State { kIncomplete, kDone, kError };
+  static constexpr size_t kMaxHeadBytes = 64 * 1024;
+
+  // keep_body false skips body bytes instead of storing them (a load generator needs
+  // only the status).
+  explicit HttpResponseReader(bool keep_body = true, int64_t max_body_bytes = int64_t{1} << 32)
+      : keep_body_(keep_body), max_body_bytes_(max_body_bytes) {}
+
+  // Consumes received bytes; kDone once a whole final response is in. After kDone or
+  // kError, Feed only keeps the bytes for the next response (see Next).
+  State Feed(std::string_view bytes);
+  // Starts on the next response, with the bytes already received past this one.
+  State Next();
+  // Starts afresh, dropping any bytes received past the current response.
+  void Reset();
+
+  State state() const { return state_; }
+  const HttpResponseHead& head() const { return head_; }
+  int status() const { return head_.status; }
+  const std::string& body() const { return body_; }  // empty unless keep_body
+  const std::string& error() const { return error_; }
+
+ private:
+  enum class Phase { kHead, kBody, kChunked };
+  // Parses what it can of `in` (which starts where the last call stopped); returns the
+  // bytes used.
+  size_t Consume(std::string_view in);
+  void Fail(std::string message);
+
+  bool keep_body_;
+  int64_t max_body_bytes_;
+  State state_ = State::kIncomplete;
+  Phase phase_ = Phase::kHead;
+  std::string pending_;      // received, not yet consumed
+  size_t head_scanned_ = 0;  // bytes of pending_ searched for the end of the head
+  HttpResponseHead head_;
+  std::string body_;
+  int64_t body_left_ = 0;
+  std::optional<ChunkedDecoder> chunked_;
+  std::shared_ptr<BodyBuffer> chunked_body_;
+  std::string error_;
+};
+
+}  // namespace shoal::proto
