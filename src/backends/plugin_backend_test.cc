@@ -380,6 +380,47 @@ TEST(PluginBackendTest, VersionMismatchNamesBothNumbers) {
                                                     std::to_string(SHOAL_BACKEND_API_VERSION)));
 }
 
+// A plugin compiled against the frozen 1.0 header (testdata/backend_api_v1_0.h) loads, runs,
+// and finds every field where 1.0 put it: the plugin spells out all it read, so a moved
+// field or a changed array stride would show up in the string.
+TEST(PluginBackendTest, PluginBuiltAgainstThe1_0HeaderLoadsAndReadsEveryField) {
+  ModelInfo info = Info("old", 0, {{"alpha", "1"}, {"beta", "two"}});
+  info.version = 7;
+  info.version_dir = "/nonexistent/old/7";
+  info.inputs = {TensorSpec{"INPUT0", DataType::kUint8, {2, -1}, false},
+                 TensorSpec{"INPUT1", DataType::kInt32, {3}, true}};
+  info.outputs = {TensorSpec{"SEEN", DataType::kBytes, {1}, false}};
+  auto backend = OpenOrDie("old", TestPluginPath("v1_0"));
+  ASSERT_NE(backend, nullptr);
+  auto model = backend->LoadModel(info);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+
+  std::vector<NamedTensor> outputs;
+  Status s = (*instance)->Execute(
+      Request(
+          1,
+          {{"INPUT0",
+            Tensor::FromVector(DataType::kUint8, {2, 2}, std::vector<uint8_t>{1, 2, 3, 4})},
+           {"INPUT1", Tensor::FromVector(DataType::kInt32, {3}, std::vector<int32_t>{1, 256, 2})}},
+          {"SEEN"}),
+      &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const Tensor* seen = FindOutput(outputs, "SEEN");
+  ASSERT_NE(seen, nullptr);
+  auto elements = seen->BytesElements();
+  ASSERT_TRUE(elements.ok()) << elements.status().ToString();
+  ASSERT_EQ(elements->size(), 1u);
+  // Datatypes are numbers: UINT8 2, INT32 8, BYTES 13. INT32 {1, 256, 2} is 12 bytes
+  // summing to 1 + 1 + 2.
+  EXPECT_EQ((*elements)[0],
+            "model old v7 batch 0 dir /nonexistent/old /nonexistent/old/7"
+            " in INPUT0:2[2,-1] INPUT1:8[3]? out SEEN:13[1] params alpha=1 beta=two"
+            " | instance old_1 #1 cores 2,3"
+            " | batch 1 in INPUT0:2[2,2] 4B sum 10 INPUT1:8[3] 12B sum 4 req SEEN");
+}
+
 TEST(PluginBackendTest, MissingSymbolIsNamed) {
   auto backend = PluginBackend::Open("missing_execute", TestPluginPath("missing_execute"));
   ASSERT_FALSE(backend.ok());
