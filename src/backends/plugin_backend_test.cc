@@ -369,15 +369,28 @@ TEST(PluginBackendTest, NotALibraryCarriesDlerror) {
   EXPECT_THAT(backend.status().message(), HasSubstr("libshoal_not_elf.so: "));
 }
 
-TEST(PluginBackendTest, VersionMismatchNamesBothNumbers) {
+TEST(PluginBackendTest, AnotherMajorVersionIsRefusedNamingBothVersions) {
   auto backend = PluginBackend::Open("bad_version", TestPluginPath("bad_version"));
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
+  const std::string theirs = std::to_string(SHOAL_BACKEND_API_VERSION + 1) + ".4";
+  const std::string ours = std::to_string(SHOAL_BACKEND_API_VERSION) + "." +
+                           std::to_string(SHOAL_BACKEND_API_VERSION_MINOR);
   EXPECT_THAT(backend.status().message(),
-              HasSubstr("built for backend API version " +
-                        std::to_string(SHOAL_BACKEND_API_VERSION + 1000)));
-  EXPECT_THAT(backend.status().message(), HasSubstr("this server implements version " +
-                                                    std::to_string(SHOAL_BACKEND_API_VERSION)));
+              HasSubstr("built for backend API version " + theirs +
+                        ", but this server implements version " + ours));
+  EXPECT_THAT(backend.status().message(),
+              HasSubstr("rebuild it against this server's shoal/backend_api.h"));
+}
+
+TEST(PluginBackendTest, ExamplesReportThisHeadersMinorVersion) {
+  for (const char* name : {"identity", "add_sub", "cost_model"}) {
+    auto backend = OpenOrDie(name, PluginPath(name));
+    ASSERT_NE(backend, nullptr) << name;
+    EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(backend)->api_minor_version(),
+              SHOAL_BACKEND_API_VERSION_MINOR)
+        << name;
+  }
 }
 
 // A plugin compiled against the frozen 1.0 header (testdata/backend_api_v1_0.h) loads, runs,
@@ -392,6 +405,7 @@ TEST(PluginBackendTest, PluginBuiltAgainstThe1_0HeaderLoadsAndReadsEveryField) {
   info.outputs = {TensorSpec{"SEEN", DataType::kBytes, {1}, false}};
   auto backend = OpenOrDie("old", TestPluginPath("v1_0"));
   ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(backend)->api_minor_version(), 0u);
   auto model = backend->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}});
@@ -419,6 +433,35 @@ TEST(PluginBackendTest, PluginBuiltAgainstThe1_0HeaderLoadsAndReadsEveryField) {
             " in INPUT0:2[2,-1] INPUT1:8[3]? out SEEN:13[1] params alpha=1 beta=two"
             " | instance old_1 #1 cores 2,3"
             " | batch 1 in INPUT0:2[2,2] 4B sum 10 INPUT1:8[3] 12B sum 4 req SEEN");
+}
+
+// A plugin built for a newer minor, whose structs are larger than this server's, loads;
+// struct_size tells it which of its fields this server fills, so it defaults the rest.
+TEST(PluginBackendTest, PluginOfANewerMinorLoadsAndSeesStructSizes) {
+  Loaded l = Load(TestPluginPath("next_minor"), Info("next", 0));
+  ASSERT_NE(l.instance, nullptr);
+  EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(l.backend)->api_minor_version(),
+            SHOAL_BACKEND_API_VERSION_MINOR + 1);
+  std::vector<NamedTensor> outputs;
+  Status s = l.instance->Execute(Request(1, {}), &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const Tensor* seen = FindOutput(outputs, "OUTPUT0");
+  ASSERT_NE(seen, nullptr);
+  // Per struct: the struct_size this server set, then the next minor's field: -1, absent.
+  EXPECT_EQ(Values<int64_t>(*seen), (std::vector<int64_t>{int64_t{sizeof(ShoalModelInfo)}, -1,
+                                                          int64_t{sizeof(ShoalInstanceInfo)}, -1,
+                                                          int64_t{sizeof(ShoalExecuteArgs)}, -1}));
+}
+
+TEST(PluginBackendTest, PluginOfANewerMinorWritesNoErrorFieldThisServerLacks) {
+  Loaded l = Load(TestPluginPath("next_minor"), Info("next", 0, {{"fail", "1"}}));
+  ASSERT_NE(l.instance, nullptr);
+  std::vector<NamedTensor> outputs;
+  Status s = l.instance->Execute(Request(1, {}), &outputs);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "plugin 'next': next_minor: failing as asked (error struct_size " +
+                             std::to_string(sizeof(ShoalError)) + ", no retry_after_ms)");
+  EXPECT_TRUE(outputs.empty());
 }
 
 TEST(PluginBackendTest, MissingSymbolIsNamed) {
