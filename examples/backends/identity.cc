@@ -55,7 +55,9 @@ int Execute(const ShoalExecuteArgs& args, ShoalError* error) {
 
 extern "C" {
 
-SHOAL_BACKEND_EXPORT uint32_t shoal_backend_api_version(void) { return SHOAL_BACKEND_API_VERSION; }
+SHOAL_BACKEND_EXPORT uint32_t shoal_backend_api_version(void) {
+  return SHOAL_BACKEND_API_VERSION_PACKED;
+}
 
 SHOAL_BACKEND_EXPORT int shoal_model_load(const ShoalModelInfo* info, void** model_state,
                                           ShoalError* error) {

@@ -7,11 +7,39 @@
  * with -fvisibility=hidden; SHOAL_BACKEND_EXPORT marks the six functions).
  *
  * Versioning
- *   SHOAL_BACKEND_API_VERSION is a single major number. Any change to a struct layout,
- *   a function signature or a rule on this page increments it. shoal_backend_api_version()
- *   must return the number the plugin was compiled with; the loader refuses a plugin whose
- *   number differs from its own, with an error naming both numbers. Rebuild the plugin
- *   against the server's copy of this header to fix it.
+ *   The API has a major and a minor version: SHOAL_BACKEND_API_VERSION (the major) and
+ *   SHOAL_BACKEND_API_VERSION_MINOR. shoal_backend_api_version() returns both as the
+ *   plugin was compiled, packed as SHOAL_BACKEND_API_VERSION_PACKED (minor << 16 | major);
+ *   return that, never the major alone. Plugins built before minors existed return 1,
+ *   which reads as 1.0.
+ *
+ *   The server loads a plugin of its own major and any minor, older or newer than its
+ *   own. It refuses another major with an error naming both versions; rebuild the plugin
+ *   against the server's copy of this header to fix it. (A server from before 1.1 compares
+ *   the whole packed number with 1, so it refuses a 1.1 plugin as "version 65537": right,
+ *   since it cannot say which fields it provides.)
+ *
+ *   A minor increment may only:
+ *     - append fields to the end of a struct that has struct_size, each commented with the
+ *       minor that added it and the value that stands for "absent";
+ *     - add a struct, whose first field is struct_size;
+ *     - add a function that a plugin may export: the server looks it up by name and keeps
+ *       the old behaviour when it is absent;
+ *     - add a SHOAL_STATUS_* code (the server reads codes it does not know as INTERNAL).
+ *   Anything else increments the major: removing, reordering or retyping a field, changing
+ *   a signature or a rule on this page, or growing ShoalTensorSpec, ShoalParameter or
+ *   ShoalTensor, which travel in arrays whose stride a plugin fixed when it was compiled
+ *   (data per element goes in a new array in the parent struct instead).
+ *
+ *   struct_size. Every struct that can grow carries uint32_t struct_size: sizeof the
+ *   struct as the side that allocates it was compiled, set by that side (so far the server
+ *   allocates every one, ShoalError included). The 1.0 structs have it after their 1.0
+ *   fields, since putting it first would have moved them. A field is present only when it
+ *   ends within struct_size: test a field added after 1.1 with SHOAL_HAS_FIELD before
+ *   reading or writing it, and take the value its comment names when it is absent. Never
+ *   read or write past struct_size; bytes beyond the fields you know are ignored. A plugin
+ *   that reports 1.1 or later may rely on struct_size itself, since only servers of 1.1
+ *   or later load it.
  *
  * Ownership
  *   - Every pointer the server passes in (ShoalModelInfo, ShoalInstanceInfo,
@@ -59,6 +87,7 @@
 #define SHOAL_BACKEND_API_H_
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -67,7 +96,21 @@
 extern "C" {
 #endif
 
+/* The major version: plugins of another major are refused. */
 #define SHOAL_BACKEND_API_VERSION 1u
+/* The minor version: 1.1 added struct_size and the minor version itself. */
+#define SHOAL_BACKEND_API_VERSION_MINOR 1u
+/* What shoal_backend_api_version() returns: 1.0 plugins returned the major alone, so the
+ * major takes the low 16 bits. */
+#define SHOAL_BACKEND_API_MAKE_VERSION(major, minor) \
+  ((uint32_t)(((uint32_t)(minor) << 16) | ((uint32_t)(major)&0xffffu)))
+#define SHOAL_BACKEND_API_VERSION_PACKED \
+  SHOAL_BACKEND_API_MAKE_VERSION(SHOAL_BACKEND_API_VERSION, SHOAL_BACKEND_API_VERSION_MINOR)
+
+/* Non-zero when `field` of *ptr, a struct of type `type` with a struct_size, lies within
+ * ptr->struct_size, i.e. when the side that allocated *ptr knew the field. */
+#define SHOAL_HAS_FIELD(ptr, type, field) \
+  ((size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((const type*)NULL)->field))
 
 #if defined(_WIN32)
 #define SHOAL_BACKEND_EXPORT __declspec(dllexport)
@@ -114,9 +157,11 @@ enum {
 typedef struct ShoalError {
   int32_t code; /* SHOAL_STATUS_*; the server sets 0 and an empty message before each call */
   char message[SHOAL_ERROR_MESSAGE_CAPACITY];
+  uint32_t struct_size; /* since 1.1; sizeof(ShoalError) as the server was compiled */
 } ShoalError;
 
-/* A tensor of the model's signature; dims exclude the batch dimension, -1 = variable. */
+/* A tensor of the model's signature; dims exclude the batch dimension, -1 = variable.
+ * Passed in arrays: frozen for major 1 (no struct_size). */
 typedef struct ShoalTensorSpec {
   const char* name;
   int32_t datatype;
@@ -125,6 +170,7 @@ typedef struct ShoalTensorSpec {
   int32_t optional; /* non-zero: the input may be absent */
 } ShoalTensorSpec;
 
+/* Passed in arrays: frozen for major 1 (no struct_size). */
 typedef struct ShoalParameter {
   const char* key;
   const char* value;
@@ -142,6 +188,7 @@ typedef struct ShoalModelInfo {
   uint32_t output_count;
   const ShoalParameter* parameters; /* the config's `parameters`, string values */
   uint32_t parameter_count;
+  uint32_t struct_size; /* since 1.1; sizeof(ShoalModelInfo) as the server was compiled */
 } ShoalModelInfo;
 
 typedef struct ShoalInstanceInfo {
@@ -149,9 +196,10 @@ typedef struct ShoalInstanceInfo {
   int32_t index;    /* 0-based across the model's instances */
   const int32_t* cpu_cores;
   uint32_t cpu_core_count; /* 0: not pinned */
+  uint32_t struct_size;    /* since 1.1; sizeof(ShoalInstanceInfo) as the server was compiled */
 } ShoalInstanceInfo;
 
-/* An input tensor of one execution. */
+/* An input tensor of one execution. Passed in arrays: frozen for major 1 (no struct_size). */
 typedef struct ShoalTensor {
   const char* name;
   int32_t datatype;
@@ -179,9 +227,11 @@ typedef struct ShoalExecuteArgs {
   uint32_t requested_output_count;
   ShoalAllocateOutputFn allocate_output;
   void* allocate_output_ctx; /* pass as the first argument of allocate_output */
+  uint32_t struct_size;      /* since 1.1; sizeof(ShoalExecuteArgs) as the server was compiled */
 } ShoalExecuteArgs;
 
 /* The six functions a plugin exports. */
+/* Returns SHOAL_BACKEND_API_VERSION_PACKED. */
 SHOAL_BACKEND_EXPORT uint32_t shoal_backend_api_version(void);
 SHOAL_BACKEND_EXPORT int shoal_model_load(const ShoalModelInfo* info, void** model_state,
                                           ShoalError* error);

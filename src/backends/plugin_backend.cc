@@ -40,6 +40,7 @@ struct PluginLibrary {
   std::string name;
   std::string path;
   void* handle = nullptr;
+  uint32_t api_minor_version = 0;  // the minor the plugin was built against
   ShoalModelLoadFn model_load = nullptr;
   ShoalModelUnloadFn model_unload = nullptr;
   ShoalInstanceCreateFn instance_create = nullptr;
@@ -73,6 +74,7 @@ Status CallPlugin(const std::string& context, Fn&& fn) {
   ShoalError error;
   error.code = SHOAL_STATUS_OK;
   error.message[0] = '\0';
+  error.struct_size = sizeof(ShoalError);
   int rc = 0;
   try {
     rc = fn(&error);
@@ -266,6 +268,7 @@ class PluginInstance final : public BackendInstance {
     args.requested_output_count = static_cast<uint32_t>(requested.size());
     args.allocate_output = &OutputCollector::Allocate;
     args.allocate_output_ctx = &collector;
+    args.struct_size = sizeof(ShoalExecuteArgs);
 
     Status status = CallPlugin(Prefix(library), [&](ShoalError* error) {
       return library.instance_execute(state_, &args, error);
@@ -311,6 +314,7 @@ class CModelInfo {
     c_.output_count = static_cast<uint32_t>(outputs_.size());
     c_.parameters = parameters_.data();
     c_.parameter_count = static_cast<uint32_t>(parameters_.size());
+    c_.struct_size = sizeof(ShoalModelInfo);
   }
   const ShoalModelInfo* get() const { return &c_; }
 
@@ -346,6 +350,7 @@ class PluginModel final : public BackendModel {
     c_info.index = info.index;
     c_info.cpu_cores = cores.data();
     c_info.cpu_core_count = static_cast<uint32_t>(cores.size());
+    c_info.struct_size = sizeof(ShoalInstanceInfo);
     void* instance_state = nullptr;
     RETURN_IF_ERROR(CallPlugin(
         Prefix(library) + " could not create instance '" + info.name + "'", [&](ShoalError* error) {
@@ -362,6 +367,10 @@ class PluginModel final : public BackendModel {
   const ModelInfo info_;
   std::vector<std::string> output_names_;
 };
+
+std::string VersionString(uint32_t major, uint32_t minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
 
 template <typename Fn>
 StatusOr<Fn> Resolve(const PluginLibrary& library, const char* symbol) {
@@ -400,18 +409,25 @@ StatusOr<std::shared_ptr<Backend>> PluginBackend::Open(const std::string& name,
   // The version first: a plugin from another API version may miss or mistype the rest.
   ASSIGN_OR_RETURN(auto api_version,
                    Resolve<ShoalBackendApiVersionFn>(*library, "shoal_backend_api_version"));
-  uint32_t version = 0;
+  uint32_t packed = 0;
   RETURN_IF_ERROR(CallPlugin(Prefix(*library), [&](ShoalError*) {
-    version = api_version();
+    packed = api_version();
     return 0;
   }));
-  if (version != SHOAL_BACKEND_API_VERSION) {
-    return FailedPrecondition("plugin library '" + library->path + "' for backend '" + name +
-                              "' was built for backend API version " + std::to_string(version) +
-                              ", but this server implements version " +
-                              std::to_string(SHOAL_BACKEND_API_VERSION) +
-                              "; rebuild it against this server's shoal/backend_api.h");
+  // SHOAL_BACKEND_API_MAKE_VERSION's layout; a 1.0 plugin's plain 1 reads as 1.0.
+  const uint32_t major = packed & 0xffffu;
+  const uint32_t minor = packed >> 16;
+  if (major != SHOAL_BACKEND_API_VERSION) {
+    return FailedPrecondition(
+        "plugin library '" + library->path + "' for backend '" + name +
+        "' was built for backend API version " + VersionString(major, minor) +
+        ", but this server implements version " +
+        VersionString(SHOAL_BACKEND_API_VERSION, SHOAL_BACKEND_API_VERSION_MINOR) +
+        " and loads plugins of major version " + std::to_string(SHOAL_BACKEND_API_VERSION) +
+        " only; rebuild it against this server's shoal/backend_api.h");
   }
+  // Any minor loads: struct_size tells an older or newer plugin which fields are there.
+  library->api_minor_version = minor;
   ASSIGN_OR_RETURN(library->model_load, Resolve<ShoalModelLoadFn>(*library, "shoal_model_load"));
   ASSIGN_OR_RETURN(library->model_unload,
                    Resolve<ShoalModelUnloadFn>(*library, "shoal_model_unload"));
@@ -430,6 +446,8 @@ PluginBackend::PluginBackend(std::shared_ptr<const internal::PluginLibrary> libr
 std::string PluginBackend::name() const { return library_->name; }
 
 const std::string& PluginBackend::library_path() const { return library_->path; }
+
+uint32_t PluginBackend::api_minor_version() const { return library_->api_minor_version; }
 
 StatusOr<std::unique_ptr<BackendModel>> PluginBackend::LoadModel(const ModelInfo& info) {
   const CModelInfo c_info(info);

@@ -4,11 +4,15 @@
 // only when you already have the library's path.
 //
 // Loading. Open dlopens the library (RTLD_NOW | RTLD_LOCAL), checks that it exports
-// shoal_backend_api_version and that the number it returns equals
-// SHOAL_BACKEND_API_VERSION, then resolves the other five functions. Errors:
+// shoal_backend_api_version and that the major version it reports is
+// SHOAL_BACKEND_API_VERSION, then resolves the other five functions. Any minor version
+// loads, older or newer than the server's (see "Versioning" in backend_api.h): every
+// struct handed to the plugin carries its struct_size, so the plugin can tell which fields
+// this server fills. Errors:
 //   kNotFound            the file does not exist
 //   kFailedPrecondition  dlopen failed (the message carries dlerror()), a function is
-//                        missing (named), or the API version differs (both numbers named)
+//                        missing (named), or the major version differs (both versions
+//                        named as major.minor)
 //
 // Lifetime. The library stays open while anything made from it lives: the backend, every
 // model it loaded and every instance of those (each holds a shared reference), so the
@@ -52,6 +56,9 @@ class PluginBackend final : public Backend {
 
   std::string name() const override;
   const std::string& library_path() const;
+  // The minor backend API version the plugin was built against; 0 for plugins that
+  // predate minor versions.
+  uint32_t api_minor_version() const;
   StatusOr<std::unique_ptr<BackendModel>> LoadModel(const ModelInfo& info) override;
 
  private:

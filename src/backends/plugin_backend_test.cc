@@ -369,15 +369,99 @@ TEST(PluginBackendTest, NotALibraryCarriesDlerror) {
   EXPECT_THAT(backend.status().message(), HasSubstr("libshoal_not_elf.so: "));
 }
 
-TEST(PluginBackendTest, VersionMismatchNamesBothNumbers) {
+TEST(PluginBackendTest, AnotherMajorVersionIsRefusedNamingBothVersions) {
   auto backend = PluginBackend::Open("bad_version", TestPluginPath("bad_version"));
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
+  const std::string theirs = std::to_string(SHOAL_BACKEND_API_VERSION + 1) + ".4";
+  const std::string ours = std::to_string(SHOAL_BACKEND_API_VERSION) + "." +
+                           std::to_string(SHOAL_BACKEND_API_VERSION_MINOR);
   EXPECT_THAT(backend.status().message(),
-              HasSubstr("built for backend API version " +
-                        std::to_string(SHOAL_BACKEND_API_VERSION + 1000)));
-  EXPECT_THAT(backend.status().message(), HasSubstr("this server implements version " +
-                                                    std::to_string(SHOAL_BACKEND_API_VERSION)));
+              HasSubstr("built for backend API version " + theirs +
+                        ", but this server implements version " + ours));
+  EXPECT_THAT(backend.status().message(),
+              HasSubstr("rebuild it against this server's shoal/backend_api.h"));
+}
+
+TEST(PluginBackendTest, ExamplesReportThisHeadersMinorVersion) {
+  for (const char* name : {"identity", "add_sub", "cost_model"}) {
+    auto backend = OpenOrDie(name, PluginPath(name));
+    ASSERT_NE(backend, nullptr) << name;
+    EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(backend)->api_minor_version(),
+              SHOAL_BACKEND_API_VERSION_MINOR)
+        << name;
+  }
+}
+
+// A plugin compiled against the frozen 1.0 header (testdata/backend_api_v1_0.h) loads, runs,
+// and finds every field where 1.0 put it: the plugin spells out all it read, so a moved
+// field or a changed array stride would show up in the string.
+TEST(PluginBackendTest, PluginBuiltAgainstThe1_0HeaderLoadsAndReadsEveryField) {
+  ModelInfo info = Info("old", 0, {{"alpha", "1"}, {"beta", "two"}});
+  info.version = 7;
+  info.version_dir = "/nonexistent/old/7";
+  info.inputs = {TensorSpec{"INPUT0", DataType::kUint8, {2, -1}, false},
+                 TensorSpec{"INPUT1", DataType::kInt32, {3}, true}};
+  info.outputs = {TensorSpec{"SEEN", DataType::kBytes, {1}, false}};
+  auto backend = OpenOrDie("old", TestPluginPath("v1_0"));
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(backend)->api_minor_version(), 0u);
+  auto model = backend->LoadModel(info);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+
+  std::vector<NamedTensor> outputs;
+  Status s = (*instance)->Execute(
+      Request(
+          1,
+          {{"INPUT0",
+            Tensor::FromVector(DataType::kUint8, {2, 2}, std::vector<uint8_t>{1, 2, 3, 4})},
+           {"INPUT1", Tensor::FromVector(DataType::kInt32, {3}, std::vector<int32_t>{1, 256, 2})}},
+          {"SEEN"}),
+      &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const Tensor* seen = FindOutput(outputs, "SEEN");
+  ASSERT_NE(seen, nullptr);
+  auto elements = seen->BytesElements();
+  ASSERT_TRUE(elements.ok()) << elements.status().ToString();
+  ASSERT_EQ(elements->size(), 1u);
+  // Datatypes are numbers: UINT8 2, INT32 8, BYTES 13. INT32 {1, 256, 2} is 12 bytes
+  // summing to 1 + 1 + 2.
+  EXPECT_EQ((*elements)[0],
+            "model old v7 batch 0 dir /nonexistent/old /nonexistent/old/7"
+            " in INPUT0:2[2,-1] INPUT1:8[3]? out SEEN:13[1] params alpha=1 beta=two"
+            " | instance old_1 #1 cores 2,3"
+            " | batch 1 in INPUT0:2[2,2] 4B sum 10 INPUT1:8[3] 12B sum 4 req SEEN");
+}
+
+// A plugin built for a newer minor, whose structs are larger than this server's, loads;
+// struct_size tells it which of its fields this server fills, so it defaults the rest.
+TEST(PluginBackendTest, PluginOfANewerMinorLoadsAndSeesStructSizes) {
+  Loaded l = Load(TestPluginPath("next_minor"), Info("next", 0));
+  ASSERT_NE(l.instance, nullptr);
+  EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(l.backend)->api_minor_version(),
+            SHOAL_BACKEND_API_VERSION_MINOR + 1);
+  std::vector<NamedTensor> outputs;
+  Status s = l.instance->Execute(Request(1, {}), &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const Tensor* seen = FindOutput(outputs, "OUTPUT0");
+  ASSERT_NE(seen, nullptr);
+  // Per struct: the struct_size this server set, then the next minor's field: -1, absent.
+  EXPECT_EQ(Values<int64_t>(*seen), (std::vector<int64_t>{int64_t{sizeof(ShoalModelInfo)}, -1,
+                                                          int64_t{sizeof(ShoalInstanceInfo)}, -1,
+                                                          int64_t{sizeof(ShoalExecuteArgs)}, -1}));
+}
+
+TEST(PluginBackendTest, PluginOfANewerMinorWritesNoErrorFieldThisServerLacks) {
+  Loaded l = Load(TestPluginPath("next_minor"), Info("next", 0, {{"fail", "1"}}));
+  ASSERT_NE(l.instance, nullptr);
+  std::vector<NamedTensor> outputs;
+  Status s = l.instance->Execute(Request(1, {}), &outputs);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "plugin 'next': next_minor: failing as asked (error struct_size " +
+                             std::to_string(sizeof(ShoalError)) + ", no retry_after_ms)");
+  EXPECT_TRUE(outputs.empty());
 }
 
 TEST(PluginBackendTest, MissingSymbolIsNamed) {

@@ -1,10 +1,10 @@
-/* A plugin built for another backend API version: the loader must refuse it, naming both
- * version numbers. Written in C, so that the build also checks that shoal/backend_api.h is
- * valid C. */
+/* A plugin built for the next major backend API version, 2.4: the loader must refuse it,
+ * naming both versions. Written in C, so that the build also checks that
+ * shoal/backend_api.h is valid C. */
 #include "shoal/backend_api.h"
 
 SHOAL_BACKEND_EXPORT uint32_t shoal_backend_api_version(void) {
-  return SHOAL_BACKEND_API_VERSION + 1000u;
+  return SHOAL_BACKEND_API_MAKE_VERSION(SHOAL_BACKEND_API_VERSION + 1u, 4u);
 }
 
 SHOAL_BACKEND_EXPORT int shoal_model_load(const ShoalModelInfo* info, void** model_state,
