@@ -186,18 +186,11 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
                                    ? (in_scale > 0.f && !int8 ? src_md : src_in)
                                    : memory::desc(ToDims(x), src_dt, memory::format_tag::any);
   // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
-  // AVX-512, run; SHOAL_CONV_LAYOUT=any lets the library choose (nChw16c) instead.
-  static const bool kAnyLayout = [] {
-    const char* e = std::getenv("SHOAL_CONV_LAYOUT");
-    return e && std::string(e) == "any";
-  }();
+  // AVX-512, run; the library's own choice (nChw16c) is only a fallback candidate below.
   const auto last_tag = x.size() == 4   ? memory::format_tag::acdb
                         : x.size() == 5 ? memory::format_tag::acdeb
                                         : memory::format_tag::acb;
-  const memory::desc dst_any = !const_w ? dst_md
-                               : kAnyLayout
-                                   ? memory::desc(ToDims(y), dst_dt, memory::format_tag::any)
-                                   : memory::desc(ToDims(y), dst_dt, last_tag);
+  const memory::desc dst_any = !const_w ? dst_md : memory::desc(ToDims(y), dst_dt, last_tag);
   const memory::desc w_desc =
       const_w ? memory::desc(ToDims(wdims), w_dt, memory::format_tag::any) : w_plain;
   // Fused post-ops (shoal.FusedConv, see optimizer.h): activation, residual add,
@@ -209,18 +202,15 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   memory::desc res_md;
   // The residual add is oneDNN's sum post-op (accumulate into the destination, which
   // starts as the residual: in place when the plan allows, else copied), which its
-  // brgemm kernels support; a binary post-op would push them to slower ones.
-  static const bool kBinaryResidual = [] {
-    const char* e = std::getenv("SHOAL_RESIDUAL");
-    return e && std::string(e) == "binary";
-  }();
+  // brgemm kernels support; a binary post-op would push them to slower ones, so it is
+  // used only when the destination cannot take the residual's layout.
   const bool out_free = !ctx.out_any_layout.empty() && ctx.out_any_layout[0];
   bool use_sum = false;
   if (has_residual) {
     if (ctx.in_shapes[3] != y) return ctx.Error("the residual must have the output's shape");
     res_md = ctx.InDesc(3, dst_md);
     // The destination takes the residual's layout; sum needs the output in it too.
-    use_sum = !kBinaryResidual && (out_free || res_md == dst_md);
+    use_sum = out_free || res_md == dst_md;
     if (!use_sum)
       po.append_binary(dnnl::algorithm::binary_add, res_md);
     else
