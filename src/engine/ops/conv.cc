@@ -457,26 +457,16 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
-  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
-    return ctx.Error("needs X and W");
+// ---- ConvTranspose ----
+
+// Reads strides/dilations/pads/output_padding/output_shape/auto_pad of a transposed
+// convolution over input `x` (N, C, spatial...) and computes its output windows, with
+// oneDNN's right padding per axis in `pad_r` (oneDNN has no output_padding: it is
+// negative right padding).
+Status TransposedWindows(PrepareContext& ctx, const Shape& x, const Shape& kernel,
+                         std::vector<Window>* w, memory::dims* pad_r) {
   const Node& node = ctx.node();
-  const Shape& x = ctx.in_shapes[0];
-  const Shape& wt = ctx.in_shapes[1];
-  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
-    return ctx.Error("only FP32 is supported");
-  }
-  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size())
-    return ctx.Error("X must be 3-D to 5-D and W of the same rank");
-  const int64_t group = node.GetInt("group", 1);
-  const int64_t c = x[1];
-  if (group < 1 || wt[0] != c || c % group != 0)
-    return ctx.Error("W's first dimension must equal X's channels");
-  const int64_t m = wt[1] * group;
   const size_t k = x.size() - 2;
-  Shape kernel(wt.begin() + 2, wt.end());
-  if (node.GetInts("kernel_shape", kernel) != kernel)
-    return ctx.Error("kernel_shape does not match W");
   auto strides = node.GetInts("strides", std::vector<int64_t>(k, 1));
   auto dilations = node.GetInts("dilations", std::vector<int64_t>(k, 1));
   auto pads = node.GetInts("pads", std::vector<int64_t>(2 * k, 0));
@@ -488,10 +478,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
     return ctx.Error(
         "strides, dilations, pads, output_padding and output_shape must match the spatial rank");
   }
-  std::vector<Window> w(k);
-  memory::dims pad_r;
+  w->assign(k, Window{});
   for (size_t i = 0; i < k; ++i) {
-    Window& a = w[i];
+    Window& a = (*w)[i];
     a.in = x[2 + i];
     a.kernel = kernel[i];
     a.stride = strides[i];
@@ -513,19 +502,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
     }
     if (a.pad_begin < 0 || a.pad_end < 0 || a.out < 1)
       return ctx.Error("pads and output_shape give no output");
-    // oneDNN has no output_padding: it is negative right padding.
-    pad_r.push_back(a.pad_end - out_pad[i]);
+    pad_r->push_back(a.pad_end - out_pad[i]);
   }
-  const bool has_bias = ctx.has_input(2);
-  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
-  Shape y{x[0], m};
-  for (const Window& a : w) y.push_back(a.out);
-  ctx.out_shapes[0] = y;
-  ctx.out_dtypes[0] = DataType::kFp32;
-  if (Product(y) == 0) return Noop();
+  return Status::Ok();
+}
 
-  // oneDNN's logical weights are [G,] O, I, spatial; ONNX stores [G*I/G], O/G, spatial.
-  const int64_t og = m / group, ig = c / group;
+// oneDNN's logical weights are [G,] O, I, spatial; ONNX stores [G*I/G], O/G, spatial:
+// the plain FP32 layout of ONNX's bytes seen as oneDNN's dimensions.
+memory::desc TransposedWeightsDesc(const Shape& kernel, int64_t group, int64_t og, int64_t ig) {
   memory::dims wdims, wstrides;
   const int64_t sp = Product(kernel);
   if (group > 1) {
@@ -535,13 +519,46 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
     wdims = {og, ig};
     wstrides = {sp, og * sp};
   }
-  for (size_t i = 0; i < k; ++i) {
+  for (size_t i = 0; i < kernel.size(); ++i) {
     wdims.push_back(kernel[i]);
     wstrides.push_back(Product(kernel, i + 1));
   }
+  return memory::desc(wdims, memory::data_type::f32, wstrides);
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs X and W");
+  const Node& node = ctx.node();
+  const Shape& x = ctx.in_shapes[0];
+  const Shape& wt = ctx.in_shapes[1];
+  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
+    return ctx.Error("only FP32 is supported");
+  }
+  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size())
+    return ctx.Error("X must be 3-D to 5-D and W of the same rank");
+  const int64_t group = node.GetInt("group", 1);
+  const int64_t c = x[1];
+  if (group < 1 || wt[0] != c || c % group != 0)
+    return ctx.Error("W's first dimension must equal X's channels");
+  const int64_t m = wt[1] * group;
+  Shape kernel(wt.begin() + 2, wt.end());
+  if (node.GetInts("kernel_shape", kernel) != kernel)
+    return ctx.Error("kernel_shape does not match W");
+  std::vector<Window> w;
+  memory::dims pad_r;
+  RETURN_IF_ERROR(TransposedWindows(ctx, x, kernel, &w, &pad_r));
+  const bool has_bias = ctx.has_input(2);
+  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
+  Shape y{x[0], m};
+  for (const Window& a : w) y.push_back(a.out);
+  ctx.out_shapes[0] = y;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(y) == 0) return Noop();
+
   const auto& eng = *ctx.dnnl_engine;
-  const memory::desc w_plain(wdims, memory::data_type::f32, wstrides);
-  const memory::desc w_any(wdims, memory::data_type::f32, memory::format_tag::any);
+  const memory::desc w_plain = TransposedWeightsDesc(kernel, group, m / group, c / group);
+  const memory::desc w_any(w_plain.dims(), memory::data_type::f32, memory::format_tag::any);
   const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
   const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
   dnnl::deconvolution_forward::desc d(
