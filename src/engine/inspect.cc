@@ -53,6 +53,139 @@ std::string MemoryLine(int64_t batch, const PlanMemoryStats& m) {
   return out.str();
 }
 
+// Per operator type (qualified): how many nodes, and for the unsupported ones how many
+// with the first reason.
+struct OperatorCensus {
+  std::map<std::string, int> histogram;
+  std::map<std::string, std::pair<int, std::string>> unsupported;  // op -> count, first reason
+};
+
+OperatorCensus CountOperators(const Graph& graph) {
+  OperatorCensus census;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    const std::string op = node.qualified_type();
+    ++census.histogram[op];
+    Status s = CheckNode(graph, static_cast<int>(n));
+    if (!s.ok()) {
+      auto& u = census.unsupported[op];
+      if (u.first++ == 0) u.second = s.message();
+    }
+  }
+  return census;
+}
+
+// The graph's declared inputs or outputs (`values`), for a model that does not load.
+std::vector<TensorInfo> DeclaredTensors(const Graph& graph, const std::vector<int>& values) {
+  std::vector<TensorInfo> list;
+  for (int v : values) {
+    TensorInfo t{
+        graph.values[v].name, graph.values[v].dtype, {}, graph.values[v].shape.has_value()};
+    if (t.rank_known) t.shape = *graph.values[v].shape;
+    list.push_back(t);
+  }
+  return list;
+}
+
+void PrintOperators(std::ostringstream& out, const OperatorCensus& census) {
+  std::vector<std::pair<int, std::string>> sorted;
+  for (const auto& [op, count] : census.histogram) sorted.push_back({-count, op});
+  std::sort(sorted.begin(), sorted.end());
+  out << "operators:\n";
+  for (const auto& [neg, op] : sorted) out << "  " << op << "  " << -neg << "\n";
+
+  out << "unsupported operators:";
+  if (census.unsupported.empty())
+    out << " none\n";
+  else
+    out << "\n";
+  for (const auto& [op, u] : census.unsupported)
+    out << "  " << op << "  " << u.first << "  (" << u.second << ")\n";
+}
+
+// Input shapes with the first dimension of every input at `batch` where it is symbolic,
+// and every other symbolic dimension at 1.
+std::vector<Shape> ShapesAt(const std::vector<TensorInfo>& inputs, int64_t batch) {
+  std::vector<Shape> shapes;
+  for (const auto& in : inputs) {
+    Shape s;
+    for (size_t d = 0; d < in.shape.size(); ++d)
+      s.push_back(in.shape[d].known() ? in.shape[d].value : d == 0 ? batch : 1);
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+// Prints the estimated FLOPs, the activation memory and the oneDNN kernels of a plan at
+// batch 1, and the activation memory at `batch` when it is above 1. False when the
+// batch-1 plan cannot be prepared (then only that is printed).
+bool PrintPlans(std::ostringstream& out, const Model& m, const std::vector<TensorInfo>& inputs,
+                int64_t batch) {
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  auto prepare = [&](int64_t b) -> StatusOr<std::unique_ptr<Plan>> {
+    const std::vector<Shape> shapes = ShapesAt(inputs, b);
+    try {
+      return Plan::Prepare(m.graph(), shapes, eng, stream, m.weight_cache(), m.options().plan,
+                           m.options().limits);
+    } catch (const std::exception& e) {
+      return Internal(e.what());
+    }
+  };
+  // FLOPs from a plan at batch 1 (every symbolic dimension set to 1).
+  StatusOr<std::unique_ptr<Plan>> plan = prepare(1);
+  if (!plan.ok()) {
+    out << "estimated FLOPs per sample: unknown (" << plan.status().message() << ")\n";
+    return false;
+  }
+  const int64_t flops = (*plan)->EstimatedFlops();
+  out << "estimated FLOPs per sample: " << Human(static_cast<double>(flops)) << " (" << flops
+      << ")\n";
+  out << MemoryLine(1, (*plan)->memory_stats());
+  std::map<std::pair<std::string, std::string>, int> kernels;  // (operator, impl) -> nodes
+  for (const auto& entry : (*plan)->Implementations()) ++kernels[entry];
+  out << "oneDNN kernels (batch 1):" << (kernels.empty() ? " none\n" : "\n");
+  for (const auto& [key, count] : kernels)
+    out << "  " << key.first << "  " << key.second << "  " << count << "\n";
+  if (batch > 1) {
+    plan = prepare(batch);
+    if (plan.ok())
+      out << MemoryLine(batch, (*plan)->memory_stats());
+    else
+      out << "activation memory (batch " << batch << "): unknown (" << plan.status().message()
+          << ")\n";
+  }
+  return true;
+}
+
+// Where a run's time goes, per operator type (InspectOptions::profile_runs).
+void PrintProfile(std::ostringstream& out, const Model& m, const std::vector<TensorInfo>& inputs,
+                  const InspectOptions& options) {
+  const int64_t batch = std::max<int64_t>(1, options.batch);
+  const std::vector<Shape> shapes = ShapesAt(inputs, batch);
+  std::vector<NamedTensor> feed;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    feed.push_back({inputs[i].name, Tensor::Allocate(inputs[i].dtype, shapes[i])});
+  SessionOptions so;
+  so.threads = options.profile_threads;
+  auto profile = ProfileOperators(m, feed, options.profile_runs, so);
+  if (!profile.ok()) {
+    out << "time per operator: unknown (" << profile.status().message() << ")\n";
+    return;
+  }
+  out << std::fixed << std::setprecision(3) << "time per operator (batch " << batch << ", "
+      << profile->runs << " runs, " << profile->threads
+      << " threads, zero inputs): " << profile->ms_per_run << " ms per run\n";
+  auto line = [&](const std::string& what, int nodes, double ms) {
+    out << "  " << what << "  ";
+    if (nodes > 0) out << nodes << (nodes == 1 ? " node  " : " nodes  ");
+    out << std::setprecision(3) << ms << " ms  " << std::setprecision(1)
+        << (profile->ms_per_run > 0 ? 100 * ms / profile->ms_per_run : 0.0) << "%\n";
+  };
+  for (const OperatorTime& t : profile->operators) line(t.op_type, t.nodes, t.ms_per_run);
+  line("(outside operators)", 0, profile->outside_ms_per_run);
+}
+
 }  // namespace
 
 StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options) {
@@ -66,138 +199,31 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   out << "opset: " << graph.opset << "\n";
   out << "nodes: " << graph.nodes.size() << "\n";
 
-  std::map<std::string, int> histogram;
-  std::map<std::string, std::pair<int, std::string>> unsupported;  // op -> count, first reason
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const Node& node = graph.nodes[n];
-    const std::string op = node.qualified_type();
-    ++histogram[op];
-    Status s = CheckNode(graph, static_cast<int>(n));
-    if (!s.ok()) {
-      auto& u = unsupported[op];
-      if (u.first++ == 0) u.second = s.message();
-    }
-  }
-
+  const OperatorCensus census = CountOperators(graph);
   LoadOptions load;
   load.plan.conv_algorithm = options.conv_algorithm;
-  auto model = unsupported.empty() ? Model::FromGraph(graph, load)
-                                   : StatusOr<std::unique_ptr<Model>>(Internal("skipped"));
-  std::vector<TensorInfo> inputs, outputs;
-  if (model.ok()) {
-    inputs = (*model)->inputs();
-    outputs = (*model)->outputs();
-  } else {
-    auto declared = [&](int v) {
-      TensorInfo t{
-          graph.values[v].name, graph.values[v].dtype, {}, graph.values[v].shape.has_value()};
-      if (t.rank_known) t.shape = *graph.values[v].shape;
-      return t;
-    };
-    for (int v : graph.inputs) inputs.push_back(declared(v));
-    for (int v : graph.outputs) outputs.push_back(declared(v));
-  }
+  auto model = census.unsupported.empty() ? Model::FromGraph(graph, load)
+                                          : StatusOr<std::unique_ptr<Model>>(Internal("skipped"));
+  const std::vector<TensorInfo> inputs =
+      model.ok() ? (*model)->inputs() : DeclaredTensors(graph, graph.inputs);
+  const std::vector<TensorInfo> outputs =
+      model.ok() ? (*model)->outputs() : DeclaredTensors(graph, graph.outputs);
   PrintTensors(out, "inputs", inputs);
   PrintTensors(out, "outputs", outputs);
-  if (model.ok())
+  if (model.ok()) {
     out << "batching: "
         << ((*model)->batch_dim_symbolic() ? "yes (first dimension symbolic)" : "no") << "\n";
-
-  if (model.ok()) {
     out << "optimised graph: " << (*model)->optimize_report().Summary() << "\n";
   }
-  std::vector<std::pair<int, std::string>> sorted;
-  for (const auto& [op, count] : histogram) sorted.push_back({-count, op});
-  std::sort(sorted.begin(), sorted.end());
-  out << "operators:\n";
-  for (const auto& [neg, op] : sorted) out << "  " << op << "  " << -neg << "\n";
-
-  out << "unsupported operators:";
-  if (unsupported.empty())
-    out << " none\n";
-  else
-    out << "\n";
-  for (const auto& [op, u] : unsupported)
-    out << "  " << op << "  " << u.first << "  (" << u.second << ")\n";
-  if (!unsupported.empty() || !model.ok()) {
-    if (!model.ok() && unsupported.empty())
+  PrintOperators(out, census);
+  if (!census.unsupported.empty() || !model.ok()) {
+    if (!model.ok() && census.unsupported.empty())
       out << "load error: " << model.status().message() << "\n";
     out << "estimated FLOPs per sample: unknown (the model does not load)\n";
     return out.str();
   }
-
-  // FLOPs from a plan at batch 1 (every symbolic dimension set to 1).
-  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(eng);
-  const Model& m = **model;
-  // A plan with the first dimension of every input at `batch` where it is symbolic, and
-  // every other symbolic dimension at 1.
-  auto shapes_at = [&](int64_t batch) {
-    std::vector<Shape> shapes;
-    for (const auto& in : inputs) {
-      Shape s;
-      for (size_t d = 0; d < in.shape.size(); ++d)
-        s.push_back(in.shape[d].known() ? in.shape[d].value : d == 0 ? batch : 1);
-      shapes.push_back(s);
-    }
-    return shapes;
-  };
-  auto prepare = [&](int64_t batch) -> StatusOr<std::unique_ptr<Plan>> {
-    const std::vector<Shape> shapes = shapes_at(batch);
-    try {
-      return Plan::Prepare(m.graph(), shapes, eng, stream, m.weight_cache(), m.options().plan,
-                           m.options().limits);
-    } catch (const std::exception& e) {
-      return Internal(e.what());
-    }
-  };
-  StatusOr<std::unique_ptr<Plan>> plan = prepare(1);
-  if (!plan.ok()) {
-    out << "estimated FLOPs per sample: unknown (" << plan.status().message() << ")\n";
-    return out.str();
-  }
-  const int64_t flops = (*plan)->EstimatedFlops();
-  out << "estimated FLOPs per sample: " << Human(static_cast<double>(flops)) << " (" << flops
-      << ")\n";
-  out << MemoryLine(1, (*plan)->memory_stats());
-  std::map<std::pair<std::string, std::string>, int> kernels;  // (operator, impl) -> nodes
-  for (const auto& entry : (*plan)->Implementations()) ++kernels[entry];
-  out << "oneDNN kernels (batch 1):" << (kernels.empty() ? " none\n" : "\n");
-  for (const auto& [key, count] : kernels)
-    out << "  " << key.first << "  " << key.second << "  " << count << "\n";
-  if (options.batch > 1) {
-    plan = prepare(options.batch);
-    if (plan.ok())
-      out << MemoryLine(options.batch, (*plan)->memory_stats());
-    else
-      out << "activation memory (batch " << options.batch << "): unknown ("
-          << plan.status().message() << ")\n";
-  }
-  if (options.profile_runs > 0) {
-    const int64_t batch = std::max<int64_t>(1, options.batch);
-    const std::vector<Shape> shapes = shapes_at(batch);
-    std::vector<NamedTensor> feed;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      feed.push_back({inputs[i].name, Tensor::Allocate(inputs[i].dtype, shapes[i])});
-    SessionOptions so;
-    so.threads = options.profile_threads;
-    auto profile = ProfileOperators(m, feed, options.profile_runs, so);
-    if (!profile.ok()) {
-      out << "time per operator: unknown (" << profile.status().message() << ")\n";
-      return out.str();
-    }
-    out << std::fixed << std::setprecision(3) << "time per operator (batch " << batch << ", "
-        << profile->runs << " runs, " << profile->threads
-        << " threads, zero inputs): " << profile->ms_per_run << " ms per run\n";
-    auto line = [&](const std::string& what, int nodes, double ms) {
-      out << "  " << what << "  ";
-      if (nodes > 0) out << nodes << (nodes == 1 ? " node  " : " nodes  ");
-      out << std::setprecision(3) << ms << " ms  " << std::setprecision(1)
-          << (profile->ms_per_run > 0 ? 100 * ms / profile->ms_per_run : 0.0) << "%\n";
-    };
-    for (const OperatorTime& t : profile->operators) line(t.op_type, t.nodes, t.ms_per_run);
-    line("(outside operators)", 0, profile->outside_ms_per_run);
-  }
+  if (!PrintPlans(out, **model, inputs, options.batch)) return out.str();
+  if (options.profile_runs > 0) PrintProfile(out, **model, inputs, options);
   return out.str();
 }
 

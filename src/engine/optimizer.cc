@@ -95,6 +95,40 @@ class Rewriter {
     return true;
   }
   bool ActivationOf(int n, Activation* a) const;
+  // A fusion pattern as it grows from its first node: the nodes absorbed so far, the
+  // value at its end, that value's sole reader (SoleUser, -1 when none) and the
+  // pattern's name for the report ("Conv+Relu+Add").
+  struct Chain {
+    std::vector<int> absorbed;
+    int out = -1;
+    int user = -1;
+    std::string what;
+  };
+  Chain StartChain(int n, int out, std::string what) const {
+    return Chain{{n}, out, SoleUser(out), std::move(what)};
+  }
+  // Absorbs node `n` (the chain's reader), whose output becomes the chain's end.
+  void Extend(Chain* c, int n, const std::string& label) const {
+    c->absorbed.push_back(n);
+    c->what += label;
+    c->out = g_.nodes[n].outputs.empty() ? -1 : g_.nodes[n].outputs[0];
+    c->user = SoleUser(c->out);
+  }
+  // Absorbs the chain's reader when it is an activation (described in `a`).
+  bool ExtendByActivation(Chain* c, Activation* a) const {
+    if (!ActivationOf(c->user, a)) return false;
+    Extend(c, c->user, "+" + g_.nodes[c->user].op_type);
+    return true;
+  }
+  // Absorbs the chain's reader when it is an Add of a residual: a computed value of the
+  // chain end's shape. Returns the residual, else -1.
+  int ExtendByResidualAdd(Chain* c) const {
+    if (!Is(c->user, "Add")) return -1;
+    const int other = Other(c->user, c->out);
+    if (other < 0 || other == c->out || Const(other) || !ShapesEqual(other, c->out)) return -1;
+    Extend(c, c->user, "+Add");
+    return other;
+  }
   int NewConstant(const std::string& name, Tensor t) {
     const int v = g_.AddValue(name, t.dtype());
     SymbolicShape s;
@@ -449,34 +483,14 @@ void Rewriter::FuseConv() {
   for (size_t n = 0; n < g_.nodes.size(); ++n) {
     if (!Is(n, "Conv")) continue;
     const int conv = static_cast<int>(n);
-    std::vector<int> absorbed = {conv};
-    int out = g_.nodes[conv].outputs.empty() ? -1 : g_.nodes[conv].outputs[0];
+    const int out = g_.nodes[conv].outputs.empty() ? -1 : g_.nodes[conv].outputs[0];
     if (out < 0) continue;
+    Chain c = StartChain(conv, out, "Conv");
     Activation act, post;
-    int residual = -1;
-    std::string what = "Conv";
-    int u = SoleUser(out);
-    if (ActivationOf(u, &act)) {
-      absorbed.push_back(u);
-      what += "+" + g_.nodes[u].op_type;
-      out = g_.nodes[u].outputs[0];
-      u = SoleUser(out);
-    }
-    if (Is(u, "Add")) {
-      const int other = Other(u, out);
-      if (other >= 0 && other != out && !Const(other) && ShapesEqual(other, out)) {
-        residual = other;
-        absorbed.push_back(u);
-        what += "+Add";
-        out = g_.nodes[u].outputs[0];
-        u = SoleUser(out);
-        if (ActivationOf(u, &post)) {
-          absorbed.push_back(u);
-          what += "+" + g_.nodes[u].op_type;
-        }
-      }
-    }
-    if (absorbed.size() == 1) continue;
+    ExtendByActivation(&c, &act);
+    const int residual = ExtendByResidualAdd(&c);
+    if (residual >= 0) ExtendByActivation(&c, &post);
+    if (c.absorbed.size() == 1) continue;
     Node fused = g_.nodes[conv];
     fused.domain = "shoal";
     fused.op_type = "FusedConv";
@@ -484,8 +498,8 @@ void Rewriter::FuseConv() {
     if (residual >= 0) fused.inputs.push_back(residual);
     SetActivation(&fused, "activation", act);
     SetActivation(&fused, "post_activation", post);
-    Replace(absorbed.back(), std::move(fused), absorbed);
-    Fired(what);
+    Replace(c.absorbed.back(), std::move(fused), c.absorbed);
+    Fired(c.what);
   }
 }
 
@@ -498,50 +512,28 @@ void Rewriter::FuseMatMul() {
     // B's shape bounds the bias; unknown (a computed B, as in attention) means no bias.
     const auto& bs = g_.values[node.inputs[1]].shape;
     if (bs && bs->size() < 2) continue;  // a vector: leave as is
-    std::vector<int> absorbed = {mm};
-    int out = node.outputs[0];
+    Chain ch = StartChain(mm, node.outputs[0], "MatMul");
     float alpha = 1.f, c = 0;
-    int bias = -1, residual = -1;
+    int bias = -1;
     Activation act;
-    std::string what = "MatMul";
-    int u = SoleUser(out);
-    if ((Is(u, "Mul") && Scalar(Other(u, out), &c)) ||
-        (Is(u, "Div") && g_.nodes[u].inputs[0] == out && Scalar(g_.nodes[u].inputs[1], &c))) {
+    const int u = ch.user;
+    if ((Is(u, "Mul") && Scalar(Other(u, ch.out), &c)) ||
+        (Is(u, "Div") && g_.nodes[u].inputs[0] == ch.out && Scalar(g_.nodes[u].inputs[1], &c))) {
       alpha = Is(u, "Mul") ? c : 1.f / c;
-      absorbed.push_back(u);
-      what += "+Scale";
-      out = g_.nodes[u].outputs[0];
-      u = SoleUser(out);
+      Extend(&ch, u, "+Scale");
     }
     const int64_t ncols = bs ? bs->back().value : -1;
-    if (Is(u, "Add")) {
-      const Tensor* t = Const(Other(u, out));
+    if (Is(ch.user, "Add")) {
+      const Tensor* t = Const(Other(ch.user, ch.out));
       if (t && t->dtype() == DataType::kFp32 && ncols > 0 && t->element_count() == ncols &&
           !t->shape().empty() && t->shape().back() == ncols) {
-        bias = Other(u, out);
-        absorbed.push_back(u);
-        what += "+Add(bias)";
-        out = g_.nodes[u].outputs[0];
-        u = SoleUser(out);
+        bias = Other(ch.user, ch.out);
+        Extend(&ch, ch.user, "+Add(bias)");
       }
     }
-    if (ActivationOf(u, &act)) {
-      absorbed.push_back(u);
-      what += "+" + g_.nodes[u].op_type;
-      out = g_.nodes[u].outputs[0];
-      u = SoleUser(out);
-    }
-    if (Is(u, "Add")) {
-      const int other = Other(u, out);
-      if (other >= 0 && other != out && !Const(other) && ShapesEqual(other, out)) {
-        residual = other;
-        absorbed.push_back(u);
-        what += "+Add";
-        out = g_.nodes[u].outputs[0];
-        u = SoleUser(out);
-      }
-    }
-    if (absorbed.size() == 1) continue;
+    ExtendByActivation(&ch, &act);
+    const int residual = ExtendByResidualAdd(&ch);
+    if (ch.absorbed.size() == 1) continue;
     if (alpha != 1.f && bias >= 0) {  // oneDNN scales the bias too: pass bias / alpha
       const Tensor* t = Const(bias);
       Tensor scaled = Tensor::Allocate(DataType::kFp32, t->shape());
@@ -561,9 +553,10 @@ void Rewriter::FuseMatMul() {
     fused.attributes["alpha"] = a;
     SetActivation(&fused, "activation", act);
     // Q·Kᵀ scaled, then (a mask added, then) Softmax: the attention score pattern.
-    const int after = Is(u, "Add") ? SoleUser(g_.nodes[u].outputs[0]) : u;
+    const int after = Is(ch.user, "Add") ? SoleUser(g_.nodes[ch.user].outputs[0]) : ch.user;
+    std::string what = ch.what;
     if (alpha != 1.f && Is(after, "Softmax")) what = "attention scores (" + what + ")";
-    Replace(absorbed.back(), std::move(fused), absorbed);
+    Replace(ch.absorbed.back(), std::move(fused), ch.absorbed);
     Fired(what);
   }
 }

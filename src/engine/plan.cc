@@ -118,6 +118,58 @@ Status WrapDnnl(const Graph& graph, int node, const std::function<Status()>& fn)
   }
 }
 
+// Which values may stay in the layout their producer picks, and (int8 plans) quantised:
+// per value, as PrepareContext::out_any_layout and out_quantizable describe.
+struct ValueLayouts {
+  std::vector<char> any_layout, quantizable;
+};
+
+// A value may stay in a layout its producer picks (blocked, for oneDNN's fastest
+// convolutions) when every node that reads it accepts any layout at that input.
+// In an int8 plan it may also stay quantised (s8/u8 with a scale) when every reader
+// accepts that too, and every reader that passes the scale on (max pooling) can keep
+// its own output quantised: a value is not rounded to 8 bits on its way to a reader
+// that wants FP32 (values are decided last reader first; nodes are in topological
+// order).
+ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_output,
+                                Precision precision) {
+  const size_t nv = graph.values.size();
+  ValueLayouts l;
+  l.any_layout.assign(nv, 0);
+  l.quantizable.assign(nv, 0);
+  struct Reader {
+    const Node* node;
+    const OpDef* def;
+    size_t input;
+  };
+  std::vector<std::vector<Reader>> readers(nv);
+  for (const Node& node : graph.nodes) {
+    const OpDef* def = FindOp(node.domain, node.op_type);
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (node.inputs[i] >= 0) readers[node.inputs[i]].push_back({&node, def, i});
+  }
+  auto bit = [](uint32_t mask, size_t i) { return i < 32 && ((mask >> i) & 1); };
+  for (size_t v = 0; v < nv; ++v) {
+    l.any_layout[v] = !readers[v].empty() && !is_output[v] &&
+                      std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
+                        return r.def && bit(r.def->any_layout_inputs, r.input);
+                      });
+  }
+  if (precision != Precision::kInt8) return l;
+  for (size_t n = graph.nodes.size(); n-- > 0;) {
+    for (int v : graph.nodes[n].outputs) {
+      if (v < 0 || !l.any_layout[v]) continue;
+      l.quantizable[v] = std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
+        if (!bit(r.def->quantized_inputs, r.input)) return false;
+        if (!r.def->quantized_passthrough) return true;
+        const int out = r.node->outputs.empty() ? -1 : r.node->outputs[0];
+        return out >= 0 && l.quantizable[out] != 0;
+      });
+    }
+  }
+  return l;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
@@ -130,205 +182,194 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
                            " input shapes, got " + std::to_string(input_shapes.size()));
   }
   std::unique_ptr<Plan> plan(new Plan(graph));
-  const size_t nv = graph.values.size();
-  plan->shapes_.assign(nv, Shape{});
-  plan->dtypes_.assign(nv, DataType::kInvalid);
-  plan->known_.assign(nv, Tensor());
-  plan->alias_of_.assign(nv, -1);
-  plan->offsets_.assign(nv, -1);
-  plan->is_output_.assign(nv, 0);
-  std::vector<char> defined(nv, 0);
-  for (size_t v = 0; v < nv; ++v) {
-    if (graph.values[v].is_constant()) {
-      plan->known_[v] = graph.values[v].constant;
-      plan->shapes_[v] = graph.values[v].constant.shape();
-      plan->dtypes_[v] = graph.values[v].constant.dtype();
-      defined[v] = 1;
-    }
-  }
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    const int v = graph.inputs[i];
-    plan->shapes_[v] = input_shapes[i];
-    plan->dtypes_[v] = graph.values[v].dtype;
-    defined[v] = 1;
-  }
-  for (int v : graph.outputs) plan->is_output_[v] = 1;
-  plan->descs_.assign(nv, dnnl::memory::desc());
-  // A value may stay in a layout its producer picks (blocked, for oneDNN's fastest
-  // convolutions) when every node that reads it accepts any layout at that input.
-  // In an int8 plan it may also stay quantised (s8/u8 with a scale) when every reader
-  // accepts that too, and every reader that passes the scale on (max pooling) can keep
-  // its own output quantised: a value is not rounded to 8 bits on its way to a reader
-  // that wants FP32 (values are decided last reader first; nodes are in topological
-  // order).
-  std::vector<char> any_layout(nv, 0), quantizable(nv, 0);
-  {
-    struct Reader {
-      const Node* node;
-      const OpDef* def;
-      size_t input;
-    };
-    std::vector<std::vector<Reader>> readers(nv);
-    for (const Node& node : graph.nodes) {
-      const OpDef* def = FindOp(node.domain, node.op_type);
-      for (size_t i = 0; i < node.inputs.size(); ++i)
-        if (node.inputs[i] >= 0) readers[node.inputs[i]].push_back({&node, def, i});
-    }
-    auto bit = [](uint32_t mask, size_t i) { return i < 32 && ((mask >> i) & 1); };
-    for (size_t v = 0; v < nv; ++v) {
-      any_layout[v] = !readers[v].empty() && !plan->is_output_[v] &&
-                      std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
-                        return r.def && bit(r.def->any_layout_inputs, r.input);
-                      });
-    }
-    if (options.precision == Precision::kInt8) {
-      for (size_t n = graph.nodes.size(); n-- > 0;) {
-        for (int v : graph.nodes[n].outputs) {
-          if (v < 0 || !any_layout[v]) continue;
-          quantizable[v] = std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
-            if (!bit(r.def->quantized_inputs, r.input)) return false;
-            if (!r.def->quantized_passthrough) return true;
-            const int out = r.node->outputs.empty() ? -1 : r.node->outputs[0];
-            return out >= 0 && quantizable[out] != 0;
-          });
-        }
-      }
-    }
-  }
-  plan->scales_.assign(nv, 0.f);
-
+  std::vector<char> defined;  // per value: its shape and dtype are known
+  plan->InitValues(input_shapes, &defined);
+  const ValueLayouts layouts = DecideValueLayouts(graph, plan->is_output_, options.precision);
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     const OpDef* def = FindOp(node.domain, node.op_type);
     if (def == nullptr) return InvalidArgument(graph.Describe(n) + ": operator is not supported");
     PrepareContext ctx;
-    ctx.graph = &graph;
-    ctx.node_index = static_cast<int>(n);
     ctx.options = &options;
     ctx.dnnl_engine = &engine;
     ctx.weights = weights;
     bool all_known = true;
-    for (int v : node.inputs) {
-      if (v >= 0 && !defined[v])
-        return InvalidArgument(graph.Describe(n) + ": input used before it is defined");
-      ctx.in_values.push_back(v);
-      ctx.in_dtypes.push_back(v >= 0 ? plan->dtypes_[v] : DataType::kInvalid);
-      ctx.in_shapes.push_back(v >= 0 ? plan->shapes_[v] : Shape{});
-      ctx.in_data.push_back(v >= 0 && !plan->known_[v].empty() ? &plan->known_[v] : nullptr);
-      ctx.in_descs.push_back(v >= 0 ? plan->descs_[v] : dnnl::memory::desc());
-      ctx.in_scales.push_back(v >= 0 ? plan->scales_[v] : 0.f);
-      if (v >= 0 && plan->known_[v].empty()) all_known = false;
-    }
-    ctx.SetOutputs(node.outputs.size());
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      const int v = node.outputs[o];
-      ctx.out_any_layout[o] = v >= 0 && any_layout[v] && !all_known;
-      ctx.out_quantizable[o] = ctx.out_any_layout[o] && quantizable[v];
-    }
+    RETURN_IF_ERROR(plan->FillContext(static_cast<int>(n), defined, layouts.any_layout,
+                                      layouts.quantizable, &ctx, &all_known));
     std::unique_ptr<Kernel> kernel;
     RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
       ASSIGN_OR_RETURN(kernel, def->prepare(ctx));
       return Status::Ok();
     }));
-    if (ctx.out_shapes.size() != node.outputs.size() ||
-        ctx.out_dtypes.size() != node.outputs.size()) {
-      return Internal(graph.Describe(n) + ": operator produced the wrong number of output shapes");
-    }
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      const int v = node.outputs[o];
-      if (v < 0) continue;
-      const int64_t elem =
-          std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.out_dtypes[o])));
-      auto count = ElementCount(ctx.out_shapes[o], limits.max_tensor_bytes / elem);
-      if (!count.ok())
-        return InvalidArgument(graph.Describe(n) + ": output " + std::to_string(o) + ": " +
-                               count.status().message());
-      if (ctx.out_dtypes[o] == DataType::kInvalid) {
-        return Internal(graph.Describe(n) + ": operator left an output without a data type");
-      }
-      plan->shapes_[v] = ctx.out_shapes[o];
-      plan->dtypes_[v] = ctx.out_dtypes[o];
-      if (ctx.out_descs[o].data.ndims != 0) {
-        if (!ctx.out_any_layout[o])
-          return Internal(graph.Describe(n) + ": operator chose a layout for a plain output");
-        plan->descs_[v] = ctx.out_descs[o];
-        ++plan->blocked_values_;
-      }
-      // A quantised output has an s8/u8 layout and a scale, and is one the plan allowed;
-      // an FP32 value never gets an 8-bit layout without a scale.
-      const auto dt = static_cast<dnnl::memory::data_type>(ctx.out_descs[o].data.data_type);
-      const bool eight_bit =
-          ctx.out_descs[o].data.ndims != 0 &&
-          (dt == dnnl::memory::data_type::s8 || dt == dnnl::memory::data_type::u8);
-      if ((ctx.out_scales[o] != 0.f &&
-           (!ctx.out_quantizable[o] || !eight_bit || !(ctx.out_scales[o] > 0.f))) ||
-          (ctx.out_scales[o] == 0.f && eight_bit && ctx.out_dtypes[o] == DataType::kFp32))
-        return Internal(graph.Describe(n) + ": operator quantised an output it may not");
-      if (ctx.out_scales[o] != 0.f) {
-        plan->scales_[v] = ctx.out_scales[o];
-        ++plan->quantized_values_;
-      }
-      defined[v] = 1;
-    }
-    bool computed = true;
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      if (node.outputs[o] >= 0 && ctx.out_data[o].empty()) computed = false;
-    }
-    if (computed) {
-      for (size_t o = 0; o < node.outputs.size(); ++o) {
-        if (node.outputs[o] >= 0) plan->known_[node.outputs[o]] = ctx.out_data[o];
-      }
-      continue;
-    }
+    RETURN_IF_ERROR(plan->RecordOutputs(static_cast<int>(n), ctx, limits, &defined));
+    if (plan->TakeComputedOutputs(node, ctx)) continue;
     if (!kernel) return Internal(graph.Describe(n) + ": operator returned no kernel");
-    Step step;
-    step.node = static_cast<int>(n);
-    step.inputs = node.inputs;
-    step.outputs = node.outputs;
-    step.kernel = std::move(kernel);
-    bool all_empty = true;
-    for (int v : node.outputs) {
-      if (v >= 0 && Product(plan->shapes_[v]) != 0) all_empty = false;
-    }
-    step.skip = all_empty;
-    if (step.kernel && step.kernel->alias_input() >= 0) {
-      const int src = node.inputs[step.kernel->alias_input()];
-      const int out = node.outputs[0];
-      plan->alias_of_[out] = plan->alias_of_[src] >= 0 ? plan->alias_of_[src] : src;
-      if (!plan->known_[src].empty()) {
-        plan->known_[out] = ViewOf(plan->known_[src], plan->dtypes_[out], plan->shapes_[out]);
-        continue;
-      }
-      plan->steps_.push_back(std::move(step));
-      continue;
-    }
-    if (all_known) {
-      // Evaluate now; the values become constants of this plan.
-      RunContext rc;
-      rc.stream = &stream;
-      for (int v : node.inputs) rc.inputs.push_back(v >= 0 ? &plan->known_[v] : nullptr);
-      for (int v : node.outputs) {
-        if (v >= 0) plan->known_[v] = Tensor::Allocate(plan->dtypes_[v], plan->shapes_[v]);
-        rc.outputs.push_back(v >= 0 ? &plan->known_[v] : nullptr);
-      }
-      if (!step.skip) {
-        RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
-          RETURN_IF_ERROR(step.kernel->Run(rc));
-          stream.wait();
-          return Status::Ok();
-        }));
-      }
-      continue;
-    }
-    plan->steps_.push_back(std::move(step));
+    RETURN_IF_ERROR(plan->AddStep(static_cast<int>(n), std::move(kernel), all_known, stream));
   }
   for (int v : graph.outputs) {
     if (!defined[v])
       return InvalidArgument("graph output '" + graph.values[v].name + "' is never produced");
   }
   RETURN_IF_ERROR(plan->AssignOffsets());
-  plan->bindings_.assign(nv, Tensor());
+  plan->bindings_.assign(graph.values.size(), Tensor());
   return plan;
+}
+
+void Plan::InitValues(const std::vector<Shape>& input_shapes, std::vector<char>* defined) {
+  const Graph& graph = *graph_;
+  const size_t nv = graph.values.size();
+  shapes_.assign(nv, Shape{});
+  dtypes_.assign(nv, DataType::kInvalid);
+  known_.assign(nv, Tensor());
+  alias_of_.assign(nv, -1);
+  offsets_.assign(nv, -1);
+  is_output_.assign(nv, 0);
+  defined->assign(nv, 0);
+  for (size_t v = 0; v < nv; ++v) {
+    if (graph.values[v].is_constant()) {
+      known_[v] = graph.values[v].constant;
+      shapes_[v] = graph.values[v].constant.shape();
+      dtypes_[v] = graph.values[v].constant.dtype();
+      (*defined)[v] = 1;
+    }
+  }
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    const int v = graph.inputs[i];
+    shapes_[v] = input_shapes[i];
+    dtypes_[v] = graph.values[v].dtype;
+    (*defined)[v] = 1;
+  }
+  for (int v : graph.outputs) is_output_[v] = 1;
+  descs_.assign(nv, dnnl::memory::desc());
+  scales_.assign(nv, 0.f);
+}
+
+Status Plan::FillContext(int n, const std::vector<char>& defined,
+                         const std::vector<char>& any_layout, const std::vector<char>& quantizable,
+                         PrepareContext* ctx, bool* all_known) const {
+  const Graph& graph = *graph_;
+  const Node& node = graph.nodes[n];
+  ctx->graph = &graph;
+  ctx->node_index = n;
+  *all_known = true;
+  for (int v : node.inputs) {
+    if (v >= 0 && !defined[v])
+      return InvalidArgument(graph.Describe(n) + ": input used before it is defined");
+    ctx->in_values.push_back(v);
+    ctx->in_dtypes.push_back(v >= 0 ? dtypes_[v] : DataType::kInvalid);
+    ctx->in_shapes.push_back(v >= 0 ? shapes_[v] : Shape{});
+    ctx->in_data.push_back(v >= 0 && !known_[v].empty() ? &known_[v] : nullptr);
+    ctx->in_descs.push_back(v >= 0 ? descs_[v] : dnnl::memory::desc());
+    ctx->in_scales.push_back(v >= 0 ? scales_[v] : 0.f);
+    if (v >= 0 && known_[v].empty()) *all_known = false;
+  }
+  ctx->SetOutputs(node.outputs.size());
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    const int v = node.outputs[o];
+    ctx->out_any_layout[o] = v >= 0 && any_layout[v] && !*all_known;
+    ctx->out_quantizable[o] = ctx->out_any_layout[o] && quantizable[v];
+  }
+  return Status::Ok();
+}
+
+Status Plan::RecordOutputs(int n, const PrepareContext& ctx, const PlanLimits& limits,
+                           std::vector<char>* defined) {
+  const Graph& graph = *graph_;
+  const Node& node = graph.nodes[n];
+  if (ctx.out_shapes.size() != node.outputs.size() ||
+      ctx.out_dtypes.size() != node.outputs.size()) {
+    return Internal(graph.Describe(n) + ": operator produced the wrong number of output shapes");
+  }
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    const int v = node.outputs[o];
+    if (v < 0) continue;
+    const int64_t elem =
+        std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.out_dtypes[o])));
+    auto count = ElementCount(ctx.out_shapes[o], limits.max_tensor_bytes / elem);
+    if (!count.ok())
+      return InvalidArgument(graph.Describe(n) + ": output " + std::to_string(o) + ": " +
+                             count.status().message());
+    if (ctx.out_dtypes[o] == DataType::kInvalid) {
+      return Internal(graph.Describe(n) + ": operator left an output without a data type");
+    }
+    shapes_[v] = ctx.out_shapes[o];
+    dtypes_[v] = ctx.out_dtypes[o];
+    if (ctx.out_descs[o].data.ndims != 0) {
+      if (!ctx.out_any_layout[o])
+        return Internal(graph.Describe(n) + ": operator chose a layout for a plain output");
+      descs_[v] = ctx.out_descs[o];
+      ++blocked_values_;
+    }
+    // A quantised output has an s8/u8 layout and a scale, and is one the plan allowed;
+    // an FP32 value never gets an 8-bit layout without a scale.
+    const auto dt = static_cast<dnnl::memory::data_type>(ctx.out_descs[o].data.data_type);
+    const bool eight_bit = ctx.out_descs[o].data.ndims != 0 &&
+                           (dt == dnnl::memory::data_type::s8 || dt == dnnl::memory::data_type::u8);
+    if ((ctx.out_scales[o] != 0.f &&
+         (!ctx.out_quantizable[o] || !eight_bit || !(ctx.out_scales[o] > 0.f))) ||
+        (ctx.out_scales[o] == 0.f && eight_bit && ctx.out_dtypes[o] == DataType::kFp32))
+      return Internal(graph.Describe(n) + ": operator quantised an output it may not");
+    if (ctx.out_scales[o] != 0.f) {
+      scales_[v] = ctx.out_scales[o];
+      ++quantized_values_;
+    }
+    (*defined)[v] = 1;
+  }
+  return Status::Ok();
+}
+
+bool Plan::TakeComputedOutputs(const Node& node, const PrepareContext& ctx) {
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    if (node.outputs[o] >= 0 && ctx.out_data[o].empty()) return false;
+  }
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    if (node.outputs[o] >= 0) known_[node.outputs[o]] = ctx.out_data[o];
+  }
+  return true;
+}
+
+Status Plan::AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl::stream& stream) {
+  const Node& node = graph_->nodes[n];
+  Step step;
+  step.node = n;
+  step.inputs = node.inputs;
+  step.outputs = node.outputs;
+  step.kernel = std::move(kernel);
+  bool all_empty = true;
+  for (int v : node.outputs) {
+    if (v >= 0 && Product(shapes_[v]) != 0) all_empty = false;
+  }
+  step.skip = all_empty;
+  if (step.kernel->alias_input() >= 0) {
+    const int src = node.inputs[step.kernel->alias_input()];
+    const int out = node.outputs[0];
+    alias_of_[out] = alias_of_[src] >= 0 ? alias_of_[src] : src;
+    if (!known_[src].empty()) {
+      known_[out] = ViewOf(known_[src], dtypes_[out], shapes_[out]);
+      return Status::Ok();
+    }
+    steps_.push_back(std::move(step));
+    return Status::Ok();
+  }
+  if (all_known) return RunNow(step, stream);
+  steps_.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Plan::RunNow(const Step& step, dnnl::stream& stream) {
+  RunContext rc;
+  rc.stream = &stream;
+  for (int v : step.inputs) rc.inputs.push_back(v >= 0 ? &known_[v] : nullptr);
+  for (int v : step.outputs) {
+    if (v >= 0) known_[v] = Tensor::Allocate(dtypes_[v], shapes_[v]);
+    rc.outputs.push_back(v >= 0 ? &known_[v] : nullptr);
+  }
+  if (step.skip) return Status::Ok();
+  return WrapDnnl(*graph_, step.node, [&]() -> Status {
+    RETURN_IF_ERROR(step.kernel->Run(rc));
+    stream.wait();
+    return Status::Ok();
+  });
 }
 
 int64_t Plan::ValueBytes(int v) const {

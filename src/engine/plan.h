@@ -112,6 +112,24 @@ class Plan {
     bool skip = false;         // all outputs empty: nothing to compute
   };
   Plan(const Graph& graph) : graph_(&graph) {}
+  // Steps of Prepare, in order.
+  // Sizes the per-value tables; constants and graph inputs become defined.
+  void InitValues(const std::vector<Shape>& input_shapes, std::vector<char>* defined);
+  // Node `n`'s inputs as prepared so far, and what it may do with its outputs (per value:
+  // `any_layout`, `quantizable`). `all_known`: every input's data is known now.
+  Status FillContext(int n, const std::vector<char>& defined, const std::vector<char>& any_layout,
+                     const std::vector<char>& quantizable, PrepareContext* ctx,
+                     bool* all_known) const;
+  // Checks and keeps what node `n`'s operator decided for its outputs (shape, dtype,
+  // layout, scale); they become defined.
+  Status RecordOutputs(int n, const PrepareContext& ctx, const PlanLimits& limits,
+                       std::vector<char>* defined);
+  // When the operator computed every output already, they become plan constants: true.
+  bool TakeComputedOutputs(const Node& node, const PrepareContext& ctx);
+  // Node `n`'s kernel becomes a step, a view of its input, or (all inputs known) runs now
+  // and its outputs become plan constants.
+  Status AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl::stream& stream);
+  Status RunNow(const Step& step, dnnl::stream& stream);
   Status AssignOffsets();
   // Bytes value `v` takes in memory: the one place that says how big a value is (its
   // oneDNN layout's size when blocked, which may pad channels to 16).

@@ -99,7 +99,20 @@ StatusOr<std::unique_ptr<Kernel>> Noop() {
   return MakeFn([](const RunContext&) { return Status::Ok(); });
 }
 
-StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
+// ---- Conv (and shoal.FusedConv) ----
+
+// A convolution's shapes, checked against each other: X [N, C, in...],
+// W [M, C/group, kernel...], Y [N, M, out...].
+struct ConvShapes {
+  int64_t group = 1, c = 0, m = 0;  // groups, input channels C, output channels M
+  Shape kernel;                     // W's spatial dimensions
+  Shape wdims;                      // oneDNN's logical weights: [G, M/G, C/G, kernel...]
+                                    // when grouped, else W's shape
+  std::vector<Window> w;
+  Shape y;
+};
+
+StatusOr<ConvShapes> CheckConvShapes(PrepareContext& ctx) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.Error("needs X and W");
   const Shape& x = ctx.in_shapes[0];
@@ -111,262 +124,349 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
     return ctx.Error("X must be 3-D to 5-D and W of the same rank; got " + ShapeToString(x) +
                      " and " + ShapeToString(wt));
   }
-  const int64_t group = ctx.node().GetInt("group", 1);
-  const int64_t c = x[1], m = wt[0];
-  if (group < 1 || c % group != 0 || m % group != 0 || wt[1] != c / group) {
+  ConvShapes s;
+  s.group = ctx.node().GetInt("group", 1);
+  s.c = x[1];
+  s.m = wt[0];
+  if (s.group < 1 || s.c % s.group != 0 || s.m % s.group != 0 || wt[1] != s.c / s.group) {
     return ctx.Error("channels do not match: X " + ShapeToString(x) + ", W " + ShapeToString(wt) +
-                     ", group " + std::to_string(group));
+                     ", group " + std::to_string(s.group));
   }
-  Shape kernel(wt.begin() + 2, wt.end());
-  auto ks = ctx.node().GetInts("kernel_shape", kernel);
-  if (ks != kernel) return ctx.Error("kernel_shape does not match W");
-  ASSIGN_OR_RETURN(auto w, ForwardWindows(ctx, x, kernel, false));
-  const bool has_bias = ctx.has_input(2);
-  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
-  Shape y{x[0], m};
-  for (const Window& a : w) y.push_back(a.out);
-  ctx.out_shapes[0] = y;
-  ctx.out_dtypes[0] = DataType::kFp32;
-  if (Product(y) == 0) return Noop();
+  s.kernel.assign(wt.begin() + 2, wt.end());
+  if (ctx.node().GetInts("kernel_shape", s.kernel) != s.kernel)
+    return ctx.Error("kernel_shape does not match W");
+  ASSIGN_OR_RETURN(s.w, ForwardWindows(ctx, x, s.kernel, false));
+  if (ctx.has_input(2) && ctx.in_shapes[2] != Shape{s.m}) return ctx.Error("B must have shape [M]");
+  s.y = {x[0], s.m};
+  for (const Window& a : s.w) s.y.push_back(a.out);
+  s.wdims = wt;
+  if (s.group > 1) {
+    s.wdims = {s.group, s.m / s.group};
+    s.wdims.insert(s.wdims.end(), wt.begin() + 1, wt.end());
+  }
+  return s;
+}
 
-  const auto& eng = *ctx.dnnl_engine;
-  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
-  Shape wdims = wt;
-  if (group > 1) {
-    wdims = {group, m / group};
-    wdims.insert(wdims.end(), wt.begin() + 1, wt.end());
-  }
-  const auto w_plain = PlainDesc(wdims, DataType::kFp32);
-  const memory::desc w_any(ToDims(wdims), memory::data_type::f32, memory::format_tag::any);
-  const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
-  // Layouts: the primitive picks its own (blocked, such as nChw16c) for source and
-  // destination. The source arrives in whatever layout its producer chose (see
-  // PrepareContext::in_descs) and is reordered when that differs; the destination stays
-  // in the chosen layout when every reader accepts it, else it is reordered to plain.
-  // A source with few channels (the first layer's image) stays plain: oneDNN has direct
-  // kernels for it, and padding 3 channels to 16 would waste the work.
-  const memory::desc src_in = ctx.InDesc(0, src_md);
-  // Weights computed at run time must be read as they are: then everything stays plain
-  // FP32.
-  const bool const_w = ctx.in_data[1] != nullptr;
-  // Precision tier (precision.h): bf16 activations and weights between convolutions;
-  // or int8 source (quantised with the calibrated scale on the way in, unless it arrives
-  // quantised) and weights (per output channel), accumulating in int32, with FP32 out,
-  // or s8/u8 out when every reader takes it so (PrepareContext::out_quantizable).
-  const float in_scale = ctx.InScale(0);  // > 0: the source arrives as s8/u8
-  float src_scale = 1.f;
+// Element types and scales under the plan's precision tier (precision.h): bf16
+// activations and weights between convolutions; or int8 source (quantised with the
+// calibrated scale on the way in, unless it arrives quantised) and weights (per output
+// channel), accumulating in int32, with FP32 out, or s8/u8 out when every reader takes
+// it so (PrepareContext::out_quantizable).
+struct ConvTypes {
+  bool int8 = false;
+  float src_scale = 1.f;  // int8: the source's real value per step
   bool src_unsigned = false;
-  bool int8 = const_w && (!has_bias || ctx.in_data[2]);
-  if (int8 && in_scale > 0.f) {
-    src_scale = in_scale;
-    src_unsigned = src_in.data.data_type == dnnl_u8;
-  } else if (int8) {
-    int8 = QuantizeInput(ctx, 0, &src_scale, &src_unsigned);
+  bool int8_out = false;  // the output is stored quantised
+  float out_scale = 0.f;  // int8_out: the output's real value per step
+  bool out_unsigned = false;
+  memory::data_type src_dt = memory::data_type::f32;
+  memory::data_type w_dt = memory::data_type::f32;
+  memory::data_type dst_dt = memory::data_type::f32;
+};
+
+// `src_in`: the source's layout as its producer left it.
+ConvTypes ChooseConvTypes(const PrepareContext& ctx, bool const_w, const memory::desc& src_in) {
+  ConvTypes t;
+  const float in_scale = ctx.InScale(0);  // > 0: the source arrives as s8/u8
+  t.int8 = const_w && (!ctx.has_input(2) || ctx.in_data[2]);
+  if (t.int8 && in_scale > 0.f) {
+    t.src_scale = in_scale;
+    t.src_unsigned = src_in.data.data_type == dnnl_u8;
+  } else if (t.int8) {
+    t.int8 = QuantizeInput(ctx, 0, &t.src_scale, &t.src_unsigned);
   }
   // The output is stored quantised when the activation commutes with a positive scale
   // (none, Relu, LeakyRelu: then the scale folds into the output scales) and no
   // residual is added (its bytes are FP32).
   const std::string act = ctx.node().GetString("activation", "");
-  float out_scale = 0.f;
-  bool out_unsigned = false;
-  const bool int8_out = int8 && !ctx.has_input(3) &&
-                        (act.empty() || act == "Relu" || act == "LeakyRelu") &&
-                        ctx.node().GetString("post_activation", "").empty() &&
-                        QuantizeOutput(ctx, 0, &out_scale, &out_unsigned);
+  t.int8_out = t.int8 && !ctx.has_input(3) &&
+               (act.empty() || act == "Relu" || act == "LeakyRelu") &&
+               ctx.node().GetString("post_activation", "").empty() &&
+               QuantizeOutput(ctx, 0, &t.out_scale, &t.out_unsigned);
   const auto act_dt = const_w ? ComputeType(ctx) : memory::data_type::f32;
-  const auto src_dt =
-      int8 ? (src_unsigned ? memory::data_type::u8 : memory::data_type::s8) : act_dt;
-  const auto w_dt = int8 ? memory::data_type::s8 : act_dt;
-  const auto dst_dt = int8_out ? (out_unsigned ? memory::data_type::u8 : memory::data_type::s8)
-                      : int8   ? memory::data_type::f32
-                               : act_dt;
-  const bool keep_src = src_in.data.format_kind == dnnl_blocked && src_in != src_md &&
-                        static_cast<memory::data_type>(src_in.data.data_type) == src_dt;
-  const memory::desc src_any = keep_src || (c < 8 && src_dt == memory::data_type::f32) || !const_w
-                                   ? (in_scale > 0.f && !int8 ? src_md : src_in)
-                                   : memory::desc(ToDims(x), src_dt, memory::format_tag::any);
-  // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
-  // AVX-512, run; SHOAL_CONV_LAYOUT=any lets the library choose (nChw16c) instead.
-  static const bool kAnyLayout = [] {
-    const char* e = std::getenv("SHOAL_CONV_LAYOUT");
-    return e && std::string(e) == "any";
-  }();
-  const auto last_tag = x.size() == 4   ? memory::format_tag::acdb
-                        : x.size() == 5 ? memory::format_tag::acdeb
-                                        : memory::format_tag::acb;
-  const memory::desc dst_any = !const_w ? dst_md
-                               : kAnyLayout
-                                   ? memory::desc(ToDims(y), dst_dt, memory::format_tag::any)
-                                   : memory::desc(ToDims(y), dst_dt, last_tag);
-  const memory::desc w_desc =
-      const_w ? memory::desc(ToDims(wdims), w_dt, memory::format_tag::any) : w_plain;
-  // Fused post-ops (shoal.FusedConv, see optimizer.h): activation, residual add,
-  // activation.
-  const Node& node = ctx.node();
+  t.src_dt = t.int8 ? (t.src_unsigned ? memory::data_type::u8 : memory::data_type::s8) : act_dt;
+  t.w_dt = t.int8 ? memory::data_type::s8 : act_dt;
+  t.dst_dt = t.int8_out ? (t.out_unsigned ? memory::data_type::u8 : memory::data_type::s8)
+             : t.int8   ? memory::data_type::f32
+                        : act_dt;
+  return t;
+}
+
+// Fused post-ops (shoal.FusedConv, see optimizer.h): activation, residual add,
+// activation.
+struct ConvPostOps {
   dnnl::post_ops po;
-  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
-  const bool has_residual = ctx.has_input(3);
-  memory::desc res_md;
+  memory::desc res_md;   // the residual's layout; empty without a residual
+  bool use_sum = false;  // the residual add is the sum post-op, else a binary one
+};
+
+// `out_free`: the output may take any layout (PrepareContext::out_any_layout).
+StatusOr<ConvPostOps> FusedPostOps(PrepareContext& ctx, const Shape& y, const memory::desc& dst_md,
+                                   bool out_free) {
+  const Node& node = ctx.node();
+  ConvPostOps p;
+  RETURN_IF_ERROR(AppendActivation(node, "activation", &p.po));
   // The residual add is oneDNN's sum post-op (accumulate into the destination, which
   // starts as the residual: in place when the plan allows, else copied), which its
-  // brgemm kernels support; a binary post-op would push them to slower ones.
-  static const bool kBinaryResidual = [] {
-    const char* e = std::getenv("SHOAL_RESIDUAL");
-    return e && std::string(e) == "binary";
-  }();
-  const bool out_free = !ctx.out_any_layout.empty() && ctx.out_any_layout[0];
-  bool use_sum = false;
-  if (has_residual) {
+  // brgemm kernels support; a binary post-op would push them to slower ones, so it is
+  // used only when the destination cannot take the residual's layout.
+  if (ctx.has_input(3)) {
     if (ctx.in_shapes[3] != y) return ctx.Error("the residual must have the output's shape");
-    res_md = ctx.InDesc(3, dst_md);
+    p.res_md = ctx.InDesc(3, dst_md);
     // The destination takes the residual's layout; sum needs the output in it too.
-    use_sum = !kBinaryResidual && (out_free || res_md == dst_md);
-    if (!use_sum)
-      po.append_binary(dnnl::algorithm::binary_add, res_md);
+    p.use_sum = out_free || p.res_md == dst_md;
+    if (!p.use_sum)
+      p.po.append_binary(dnnl::algorithm::binary_add, p.res_md);
     else
-      po.append_sum(1.f);
+      p.po.append_sum(1.f);
   }
-  RETURN_IF_ERROR(AppendActivation(node, "post_activation", &po));
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
-  Tensor w_q;  // int8 weights
-  std::vector<float> w_scales;
-  if (int8) {
-    QuantizeWeights(*ctx.in_data[1], m, true, &w_q, &w_scales);
-    std::vector<float> out_scales(m);
-    for (int64_t o = 0; o < m; ++o)
-      out_scales[o] = src_scale * w_scales[o] / (int8_out ? out_scale : 1.f);
-    attr.set_output_scales(1 << 1, out_scales);  // per output channel
-  }
-  auto make_pd = [&](const memory::desc& s, const memory::desc& dd,
-                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+  RETURN_IF_ERROR(AppendActivation(node, "post_activation", &p.po));
+  return p;
+}
+
+// Int8 weights, quantised per output channel, and the output scales that take the
+// int32 sums to real values (or to the output's steps when it stays quantised).
+void QuantizeConvWeights(const Tensor& w, int64_t m, const ConvTypes& t, Tensor* w_q,
+                         std::vector<float>* w_scales, dnnl::primitive_attr* attr) {
+  QuantizeWeights(w, m, true, w_q, w_scales);
+  std::vector<float> out_scales(m);
+  for (int64_t o = 0; o < m; ++o)
+    out_scales[o] = t.src_scale * (*w_scales)[o] / (t.int8_out ? t.out_scale : 1.f);
+  attr->set_output_scales(1 << 1, out_scales);  // per output channel
+}
+
+using ConvPd = dnnl::convolution_forward::primitive_desc;
+
+bool WantsWinograd(const PrepareContext& ctx) {
+  return ctx.options && ctx.options->conv_algorithm == ConvAlgorithm::kWinograd;
+}
+
+// Makes the primitive descriptor of one convolution for a given source and destination
+// layout and algorithm; throws dnnl::error when oneDNN has no kernel for it.
+struct ConvPdFactory {
+  const std::vector<Window>& w;
+  const memory::desc& w_desc;
+  const memory::desc& b_md;
+  const dnnl::primitive_attr& attr;
+  const dnnl::engine& eng;
+
+  ConvPd operator()(const memory::desc& s, const memory::desc& dd,
+                    dnnl::algorithm alg = dnnl::algorithm::convolution_direct) const {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, s, w_desc, b_md, dd,
                                       Dims(w, &Window::stride), Dilates(w),
                                       Dims(w, &Window::pad_begin), PadRight(w));
-    return dnnl::convolution_forward::primitive_desc(d, attr, eng);
-  };
-  // Candidates, best first: read the source in its producer's layout (no reorder) and
-  // write channels-last; then let the primitive pick the source layout; then let it
-  // pick both. The first that is not oneDNN's reference implementation wins.
-  const memory::desc src_free(ToDims(x), src_dt, memory::format_tag::any);
-  const memory::desc dst_free(ToDims(y), dst_dt, memory::format_tag::any);
-  std::vector<std::pair<memory::desc, memory::desc>> candidates = {{src_any, dst_any}};
-  const bool winograd = ctx.options && ctx.options->conv_algorithm == ConvAlgorithm::kWinograd;
+    return ConvPd(d, attr, eng);
+  }
+};
+
+// The source and destination layouts a direct convolution may read and write.
+struct ConvLayouts {
+  memory::desc src_free, dst_free;  // the primitive's choice
+  // (source, destination) pairs, best first: read the source in its producer's layout
+  // (no reorder) and write channels-last; then let the primitive pick the source
+  // layout; then let it pick both.
+  std::vector<std::pair<memory::desc, memory::desc>> candidates;
+};
+
+ConvLayouts ConvLayoutCandidates(const PrepareContext& ctx, const ConvShapes& s, const ConvTypes& t,
+                                 const memory::desc& src_in, bool const_w, bool out_free) {
+  const Shape& x = ctx.in_shapes[0];
+  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(s.y, DataType::kFp32);
+  // The source arrives in whatever layout its producer chose (PrepareContext::in_descs)
+  // and is reordered when that differs. A source with few channels (the first layer's
+  // image) stays plain: oneDNN has direct kernels for it, and padding 3 channels to 16
+  // would waste the work. Weights computed at run time keep everything plain FP32.
+  const bool keep_src = src_in.data.format_kind == dnnl_blocked && src_in != src_md &&
+                        static_cast<memory::data_type>(src_in.data.data_type) == t.src_dt;
+  const memory::desc src_any =
+      keep_src || (s.c < 8 && t.src_dt == memory::data_type::f32) || !const_w
+          ? (ctx.InScale(0) > 0.f && !t.int8 ? src_md : src_in)
+          : memory::desc(ToDims(x), t.src_dt, memory::format_tag::any);
+  // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
+  // AVX-512, run; the library's own choice (nChw16c) is only a fallback candidate.
+  const auto last_tag = x.size() == 4   ? memory::format_tag::acdb
+                        : x.size() == 5 ? memory::format_tag::acdeb
+                                        : memory::format_tag::acb;
+  const memory::desc dst_any = !const_w ? dst_md : memory::desc(ToDims(s.y), t.dst_dt, last_tag);
+  ConvLayouts l;
+  l.src_free = memory::desc(ToDims(x), t.src_dt, memory::format_tag::any);
+  l.dst_free = memory::desc(ToDims(s.y), t.dst_dt, memory::format_tag::any);
+  l.candidates = {{src_any, dst_any}};
   // Under Winograd, an image layer (few channels, read plain) writes nChw16c, the layout
   // the Winograd kernels after it read: oneDNN's direct kernel for that takes 20 us on a
   // 3x32x32 image where channels-last and the reorders on both sides take 44.
-  if (winograd && const_w && out_free && c < 8 && x.size() == 4 &&
-      src_dt == memory::data_type::f32) {
-    candidates.insert(candidates.begin(),
-                      {src_any, memory::desc(ToDims(y), dst_dt, memory::format_tag::aBcd16b)});
+  if (WantsWinograd(ctx) && const_w && out_free && s.c < 8 && x.size() == 4 &&
+      t.src_dt == memory::data_type::f32) {
+    l.candidates.insert(l.candidates.begin(), {src_any, memory::desc(ToDims(s.y), t.dst_dt,
+                                                                     memory::format_tag::aBcd16b)});
   }
   if (const_w) {
-    candidates.push_back({src_free, dst_any});
-    candidates.push_back({src_any, dst_free});
-    candidates.push_back({src_free, dst_free});
+    l.candidates.push_back({l.src_free, dst_any});
+    l.candidates.push_back({src_any, l.dst_free});
+    l.candidates.push_back({l.src_free, l.dst_free});
   }
-  std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  // Winograd (PlanOptions::conv_algorithm): fewer multiplications for fp32 3x3 stride-1
-  // convolutions, in oneDNN's blocked layouts. Below 16 input channels its transforms
-  // cost more than they save (the first layer's image), so those stay direct, as does
-  // every shape oneDNN has no Winograd kernel for.
-  if (winograd && const_w && !int8 && src_dt == memory::data_type::f32 && group == 1 && c >= 16 &&
-      kernel == Shape{3, 3} && std::all_of(w.begin(), w.end(), [](const Window& a) {
-        return a.stride == 1 && a.dilation == 1;
-      })) {
-    // The source as its producer left it when the kernel reads that, else reordered.
-    // (A quantised source is never read as it is here: Winograd runs in fp32.)
-    for (const memory::desc& s : {in_scale > 0.f ? src_free : src_in, src_free}) {
-      try {
-        pd = make_pd(s, has_residual ? res_md : (out_free ? dst_free : dst_md),
-                     dnnl::algorithm::convolution_winograd);
-        break;
-      } catch (const dnnl::error&) {
-        // No Winograd kernel for this case: next source layout, else direct below.
-      }
+  return l;
+}
+
+// Winograd (PlanOptions::conv_algorithm): fewer multiplications for fp32 3x3 stride-1
+// convolutions, in oneDNN's blocked layouts. Below 16 input channels its transforms
+// cost more than they save (the first layer's image), so those stay direct, as does
+// every shape oneDNN has no Winograd kernel for: then nullopt.
+std::optional<ConvPd> TryWinograd(const PrepareContext& ctx, const ConvPdFactory& make_pd,
+                                  const ConvShapes& s, const ConvTypes& t, bool const_w,
+                                  const memory::desc& src_in, const memory::desc& src_free,
+                                  const memory::desc& dst) {
+  if (!WantsWinograd(ctx) || !const_w || t.int8 || t.src_dt != memory::data_type::f32 ||
+      s.group != 1 || s.c < 16 || s.kernel != Shape{3, 3} ||
+      !std::all_of(s.w.begin(), s.w.end(),
+                   [](const Window& a) { return a.stride == 1 && a.dilation == 1; })) {
+    return std::nullopt;
+  }
+  // The source as its producer left it when the kernel reads that, else reordered.
+  // (A quantised source is never read as it is here: Winograd runs in fp32.)
+  for (const memory::desc& src : {ctx.InScale(0) > 0.f ? src_free : src_in, src_free}) {
+    try {
+      return make_pd(src, dst, dnnl::algorithm::convolution_winograd);
+    } catch (const dnnl::error&) {
+      // No Winograd kernel for this case: next source layout, else direct.
     }
   }
-  // Direct, unless a Winograd kernel was found above. When every candidate fails, the
-  // last one's error is what the caller sees.
-  const size_t tries = pd ? 0 : candidates.size();
-  for (size_t i = 0; i < tries; ++i) {
+  return std::nullopt;
+}
+
+// Direct: the first candidate that is not oneDNN's reference implementation, else the
+// first that builds. `residual`, when set, is the destination layout of every
+// candidate. When every candidate fails, the last one's error propagates.
+std::optional<ConvPd> FindDirect(
+    const ConvPdFactory& make_pd,
+    const std::vector<std::pair<memory::desc, memory::desc>>& candidates,
+    const memory::desc* residual) {
+  std::optional<ConvPd> pd;
+  for (size_t i = 0; i < candidates.size(); ++i) {
     const auto& [s, d] = candidates[i];
     try {
-      auto cand = make_pd(s, has_residual ? res_md : d);
+      auto cand = make_pd(s, residual ? *residual : d);
       const bool ref = std::string(cand.impl_info_str()).rfind("ref", 0) == 0;
       if (!pd || !ref) pd = cand;
       if (!ref) break;
     } catch (const dnnl::error&) {
-      if (i + 1 == tries && !pd) throw;
+      if (i + 1 == candidates.size() && !pd) throw;
     }
   }
+  return pd;
+}
+
+// oneDNN applies the output scales to the sum with the bias: an int8 convolution gets
+// bias / scale, fixed in the kernel.
+void BindConvBias(PrepareContext& ctx, DnnlKernel* k, const ConvTypes& t,
+                  const std::vector<float>& w_scales, const memory::desc& b_md, int64_t m) {
+  const auto& eng = *ctx.dnnl_engine;
+  if (!t.int8) {
+    k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
+    return;
+  }
+  Tensor scaled = Tensor::Allocate(DataType::kFp32, {m});
+  auto b = ctx.in_data[2]->values<float>();
+  for (int64_t o = 0; o < m; ++o)
+    scaled.mutable_values<float>()[o] = b[o] / (t.src_scale * w_scales[o]);
+  k->BindFixed(DNNL_ARG_BIAS, memory(b_md, eng, scaled.mutable_data()), scaled.buffer());
+}
+
+// The residual: a binary post-op's second source, or (sum) the destination's starting
+// bytes, in place when the plan allows.
+Status BindConvResidual(PrepareContext& ctx, DnnlKernel* k, const ConvPostOps& post,
+                        const ConvPd& pd, const memory::desc& dst_out) {
+  if (!post.use_sum) {
+    const bool has_post = !ctx.node().GetString("post_activation", "").empty();
+    k->BindInput(
+        DNNL_ARG_ATTR_MULTIPLE_POST_OP(post.po.len() - 1 - (has_post ? 1 : 0)) | DNNL_ARG_SRC_1,
+        post.res_md, *ctx.dnnl_engine, 3);
+    return Status::Ok();
+  }
+  // The destination is the residual's layout (FusedPostOps), so bytes copy as they are.
+  if (pd.dst_desc() != post.res_md || dst_out != pd.dst_desc())
+    return ctx.Error("internal: the residual's layout differs from the destination's");
+  k->prefill_from = 3;
+  k->inplace = 3;
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareConv(PrepareContext& ctx) {
+  ASSIGN_OR_RETURN(const ConvShapes s, CheckConvShapes(ctx));
+  ctx.out_shapes[0] = s.y;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(s.y) == 0) return Noop();
+
+  const auto& eng = *ctx.dnnl_engine;
+  const Shape& x = ctx.in_shapes[0];
+  const bool has_bias = ctx.has_input(2), has_residual = ctx.has_input(3);
+  const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(s.y, DataType::kFp32);
+  const auto w_plain = PlainDesc(s.wdims, DataType::kFp32);
+  const memory::desc b_md = has_bias ? PlainDesc({s.m}, DataType::kFp32) : memory::desc();
+  const memory::desc src_in = ctx.InDesc(0, src_md);
+  const float in_scale = ctx.InScale(0);  // > 0: the source arrives as s8/u8
+  // Weights computed at run time must be read as they are: then everything stays plain
+  // FP32.
+  const bool const_w = ctx.in_data[1] != nullptr;
+  const bool out_free = !ctx.out_any_layout.empty() && ctx.out_any_layout[0];
+  const ConvTypes t = ChooseConvTypes(ctx, const_w, src_in);
+  const memory::desc w_desc =
+      const_w ? memory::desc(ToDims(s.wdims), t.w_dt, memory::format_tag::any) : w_plain;
+  ASSIGN_OR_RETURN(const ConvPostOps post, FusedPostOps(ctx, s.y, dst_md, out_free));
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(post.po);
+  Tensor w_q;  // int8 weights
+  std::vector<float> w_scales;
+  if (t.int8) QuantizeConvWeights(*ctx.in_data[1], s.m, t, &w_q, &w_scales, &attr);
+
+  // Winograd first when asked for, else the first direct candidate that is not oneDNN's
+  // reference implementation.
+  const ConvPdFactory make_pd{s.w, w_desc, b_md, attr, eng};
+  const ConvLayouts layouts = ConvLayoutCandidates(ctx, s, t, src_in, const_w, out_free);
+  std::optional<ConvPd> pd =
+      TryWinograd(ctx, make_pd, s, t, const_w, src_in, layouts.src_free,
+                  has_residual ? post.res_md : (out_free ? layouts.dst_free : dst_md));
+  if (!pd) pd = FindDirect(make_pd, layouts.candidates, has_residual ? &post.res_md : nullptr);
   if (!pd) return ctx.Error("oneDNN has no convolution for these shapes");
+
+  // The destination stays in the primitive's layout when every reader accepts any,
+  // else it is reordered to plain.
   memory::desc dst_out = dst_md;
   if (out_free && pd->dst_desc() != dst_md) {
     dst_out = pd->dst_desc();
     ctx.out_descs[0] = dst_out;
   }
-  if (int8_out) ctx.out_scales[0] = out_scale;
+  if (t.int8_out) ctx.out_scales[0] = t.out_scale;
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::convolution_forward(*pd);
   // The source on its way in: quantised with this convolution's scale, or dequantised
   // when it arrives quantised but the convolution runs in FP32.
-  const float src_factor = in_scale > 0.f ? (int8 ? 1.f : in_scale) : int8 ? 1.f / src_scale : 1.f;
+  const float src_factor = in_scale > 0.f ? (t.int8 ? 1.f : in_scale)
+                           : t.int8       ? 1.f / t.src_scale
+                                          : 1.f;
   k->BindInputAs(DNNL_ARG_SRC, src_in, pd->src_desc(), eng, 0, src_factor);
-  if (int8) {
+  if (t.int8) {
     RETURN_IF_ERROR(BindWeightsData(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_q,
-                                    PlainDesc(wdims, DataType::kInt8), pd->weights_desc()));
+                                    PlainDesc(s.wdims, DataType::kInt8), pd->weights_desc()));
   } else {
-    RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1,
-                                const_w ? PlainDesc(wdims, DataType::kFp32) : w_plain,
-                                pd->weights_desc()));
+    RETURN_IF_ERROR(BindWeights(ctx, k.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd->weights_desc()));
   }
-  // oneDNN applies the output scales to the sum with the bias: pass bias / scale.
-  if (has_bias && int8) {
-    Tensor scaled = Tensor::Allocate(DataType::kFp32, {m});
-    auto b = ctx.in_data[2]->values<float>();
-    for (int64_t o = 0; o < m; ++o)
-      scaled.mutable_values<float>()[o] = b[o] / (src_scale * w_scales[o]);
-    k->BindFixed(DNNL_ARG_BIAS, memory(b_md, eng, scaled.mutable_data()), scaled.buffer());
-  } else if (has_bias) {
-    k->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
-  }
-  if (has_residual && !use_sum) {
-    k->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(
-                     po.len() - 1 - (node.GetString("post_activation", "").empty() ? 0 : 1)) |
-                     DNNL_ARG_SRC_1,
-                 res_md, eng, 3);
-  } else if (has_residual) {
-    // The destination is the residual's layout (make_pd above), so bytes copy as they are.
-    if (pd->dst_desc() != res_md || dst_out != pd->dst_desc())
-      return ctx.Error("internal: the residual's layout differs from the destination's");
-    k->prefill_from = 3;
-    k->inplace = 3;
-  }
+  if (has_bias) BindConvBias(ctx, k.get(), t, w_scales, b_md, s.m);
+  if (has_residual) RETURN_IF_ERROR(BindConvResidual(ctx, k.get(), post, *pd, dst_out));
   k->BindOutputAs(DNNL_ARG_DST, pd->dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
-  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
-    return ctx.Error("needs X and W");
+// ---- ConvTranspose ----
+
+// Reads strides/dilations/pads/output_padding/output_shape/auto_pad of a transposed
+// convolution over input `x` (N, C, spatial...) and computes its output windows, with
+// oneDNN's right padding per axis in `pad_r` (oneDNN has no output_padding: it is
+// negative right padding).
+Status TransposedWindows(PrepareContext& ctx, const Shape& x, const Shape& kernel,
+                         std::vector<Window>* w, memory::dims* pad_r) {
   const Node& node = ctx.node();
-  const Shape& x = ctx.in_shapes[0];
-  const Shape& wt = ctx.in_shapes[1];
-  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
-    return ctx.Error("only FP32 is supported");
-  }
-  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size())
-    return ctx.Error("X must be 3-D to 5-D and W of the same rank");
-  const int64_t group = node.GetInt("group", 1);
-  const int64_t c = x[1];
-  if (group < 1 || wt[0] != c || c % group != 0)
-    return ctx.Error("W's first dimension must equal X's channels");
-  const int64_t m = wt[1] * group;
   const size_t k = x.size() - 2;
-  Shape kernel(wt.begin() + 2, wt.end());
-  if (node.GetInts("kernel_shape", kernel) != kernel)
-    return ctx.Error("kernel_shape does not match W");
   auto strides = node.GetInts("strides", std::vector<int64_t>(k, 1));
   auto dilations = node.GetInts("dilations", std::vector<int64_t>(k, 1));
   auto pads = node.GetInts("pads", std::vector<int64_t>(2 * k, 0));
@@ -378,10 +478,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
     return ctx.Error(
         "strides, dilations, pads, output_padding and output_shape must match the spatial rank");
   }
-  std::vector<Window> w(k);
-  memory::dims pad_r;
+  w->assign(k, Window{});
   for (size_t i = 0; i < k; ++i) {
-    Window& a = w[i];
+    Window& a = (*w)[i];
     a.in = x[2 + i];
     a.kernel = kernel[i];
     a.stride = strides[i];
@@ -403,19 +502,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
     }
     if (a.pad_begin < 0 || a.pad_end < 0 || a.out < 1)
       return ctx.Error("pads and output_shape give no output");
-    // oneDNN has no output_padding: it is negative right padding.
-    pad_r.push_back(a.pad_end - out_pad[i]);
+    pad_r->push_back(a.pad_end - out_pad[i]);
   }
-  const bool has_bias = ctx.has_input(2);
-  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
-  Shape y{x[0], m};
-  for (const Window& a : w) y.push_back(a.out);
-  ctx.out_shapes[0] = y;
-  ctx.out_dtypes[0] = DataType::kFp32;
-  if (Product(y) == 0) return Noop();
+  return Status::Ok();
+}
 
-  // oneDNN's logical weights are [G,] O, I, spatial; ONNX stores [G*I/G], O/G, spatial.
-  const int64_t og = m / group, ig = c / group;
+// oneDNN's logical weights are [G,] O, I, spatial; ONNX stores [G*I/G], O/G, spatial:
+// the plain FP32 layout of ONNX's bytes seen as oneDNN's dimensions.
+memory::desc TransposedWeightsDesc(const Shape& kernel, int64_t group, int64_t og, int64_t ig) {
   memory::dims wdims, wstrides;
   const int64_t sp = Product(kernel);
   if (group > 1) {
@@ -425,13 +519,46 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
     wdims = {og, ig};
     wstrides = {sp, og * sp};
   }
-  for (size_t i = 0; i < k; ++i) {
+  for (size_t i = 0; i < kernel.size(); ++i) {
     wdims.push_back(kernel[i]);
     wstrides.push_back(Product(kernel, i + 1));
   }
+  return memory::desc(wdims, memory::data_type::f32, wstrides);
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs X and W");
+  const Node& node = ctx.node();
+  const Shape& x = ctx.in_shapes[0];
+  const Shape& wt = ctx.in_shapes[1];
+  if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
+    return ctx.Error("only FP32 is supported");
+  }
+  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size())
+    return ctx.Error("X must be 3-D to 5-D and W of the same rank");
+  const int64_t group = node.GetInt("group", 1);
+  const int64_t c = x[1];
+  if (group < 1 || wt[0] != c || c % group != 0)
+    return ctx.Error("W's first dimension must equal X's channels");
+  const int64_t m = wt[1] * group;
+  Shape kernel(wt.begin() + 2, wt.end());
+  if (node.GetInts("kernel_shape", kernel) != kernel)
+    return ctx.Error("kernel_shape does not match W");
+  std::vector<Window> w;
+  memory::dims pad_r;
+  RETURN_IF_ERROR(TransposedWindows(ctx, x, kernel, &w, &pad_r));
+  const bool has_bias = ctx.has_input(2);
+  if (has_bias && ctx.in_shapes[2] != Shape{m}) return ctx.Error("B must have shape [M]");
+  Shape y{x[0], m};
+  for (const Window& a : w) y.push_back(a.out);
+  ctx.out_shapes[0] = y;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(y) == 0) return Noop();
+
   const auto& eng = *ctx.dnnl_engine;
-  const memory::desc w_plain(wdims, memory::data_type::f32, wstrides);
-  const memory::desc w_any(wdims, memory::data_type::f32, memory::format_tag::any);
+  const memory::desc w_plain = TransposedWeightsDesc(kernel, group, m / group, c / group);
+  const memory::desc w_any(w_plain.dims(), memory::data_type::f32, memory::format_tag::any);
   const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
   const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
   dnnl::deconvolution_forward::desc d(

@@ -230,20 +230,26 @@ int64_t NearestIndex(const std::string& mode, double x) {
   return static_cast<int64_t>(std::ceil(x - 0.5));  // round_prefer_floor
 }
 
-StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
-  const Node& node = ctx.node();
-  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
+// Per axis and output coordinate: two input coordinates and the second one's weight
+// (nearest: the same coordinate twice).
+struct Tap {
+  int64_t lo, hi;
+  float w;
+};
+
+// Resize's output shape, from `sizes` (input 3) or else `scales` (input 2), and the
+// scale per axis.
+Status ResizeOutput(PrepareContext& ctx, Shape* out, std::vector<double>* scales) {
   const Shape& x = ctx.in_shapes[0];
   const size_t r = x.size();
-  std::vector<double> scales;
-  Shape out(r);
+  out->assign(r, 0);
   if (ctx.has_input(3) && ctx.in_shapes[3] != Shape{0}) {
     ASSIGN_OR_RETURN(auto sizes, KnownInts(ctx, 3, "sizes"));
     if (sizes.size() != r) return ctx.Error("sizes must have one entry per dimension");
     for (size_t i = 0; i < r; ++i) {
       if (sizes[i] < 0) return ctx.Error("sizes must be >= 0");
-      out[i] = sizes[i];
-      scales.push_back(x[i] > 0 ? static_cast<double>(sizes[i]) / static_cast<double>(x[i]) : 1.0);
+      (*out)[i] = sizes[i];
+      scales->push_back(x[i] > 0 ? static_cast<double>(sizes[i]) / static_cast<double>(x[i]) : 1.0);
     }
   } else if (ctx.has_input(2)) {
     if (!ctx.in_data[2] || ctx.in_dtypes[2] != DataType::kFp32)
@@ -252,28 +258,27 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
     if (s.size() != r) return ctx.Error("scales must have one entry per dimension");
     for (size_t i = 0; i < r; ++i) {
       if (!(s[i] > 0) || !std::isfinite(s[i])) return ctx.Error("scales must be positive");
-      scales.push_back(s[i]);
+      scales->push_back(s[i]);
       const double o = std::floor(static_cast<double>(x[i]) * s[i]);
       if (o > 1e12) return ctx.Error("output is too large");
-      out[i] = static_cast<int64_t>(o);
+      (*out)[i] = static_cast<int64_t>(o);
     }
   } else {
     return ctx.Error("needs scales or sizes");
   }
-  ctx.out_shapes[0] = out;
-  ctx.out_dtypes[0] = ctx.in_dtypes[0];
-  const std::string mode = node.GetString("mode", "nearest");
+  return Status::Ok();
+}
+
+// The taps of every output coordinate, per axis, for `mode` "nearest" or "linear".
+StatusOr<std::vector<std::vector<Tap>>> ResizeTaps(const PrepareContext& ctx, const Shape& x,
+                                                   const Shape& out,
+                                                   const std::vector<double>& scales,
+                                                   const std::string& mode) {
+  const Node& node = ctx.node();
   const std::string coord = node.GetString("coordinate_transformation_mode", "half_pixel");
   const std::string nearest = node.GetString("nearest_mode", "round_prefer_floor");
-  if (mode == "linear" && ctx.in_dtypes[0] != DataType::kFp32)
-    return ctx.Error("linear mode needs FP32");
-  // Per axis and output coordinate: two input coordinates and the second one's weight.
-  struct Tap {
-    int64_t lo, hi;
-    float w;
-  };
-  std::vector<std::vector<Tap>> taps(r);
-  for (size_t i = 0; i < r; ++i) {
+  std::vector<std::vector<Tap>> taps(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
     for (int64_t o = 0; o < out[i]; ++o) {
       if (x[i] == 0) return ctx.Error("cannot resize an empty axis to a non-empty one");
       const double c = OriginalCoordinate(coord, static_cast<double>(o), scales[i], x[i], out[i]);
@@ -288,31 +293,40 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
       }
     }
   }
-  const auto strides = RowMajorStrides(x);
-  const DataType t = ctx.in_dtypes[0];
-  if (mode == "nearest") {
-    return MakeFn([t, out, taps, strides](const RunContext& rc) {
-      return DispatchBySize(t, [&]<typename T>() {
-        const T* in = rc.inputs[0]->values<T>().data();
-        T* o = rc.outputs[0]->mutable_values<T>().data();
-        const int64_t n = Product(out);
-        std::vector<int64_t> idx(out.size(), 0);
-        for (int64_t i = 0; i < n; ++i) {
-          int64_t off = 0;
-          for (size_t d = 0; d < out.size(); ++d) off += taps[d][idx[d]].lo * strides[d];
-          o[i] = in[off];
-          for (size_t d = out.size(); d-- > 0;) {
-            if (++idx[d] < out[d]) break;
-            idx[d] = 0;
-          }
+  return taps;
+}
+
+// Nearest: each output element copies the input element its taps name.
+StatusOr<std::unique_ptr<Kernel>> NearestResizeKernel(DataType t, Shape out,
+                                                      std::vector<std::vector<Tap>> taps,
+                                                      std::vector<int64_t> strides) {
+  return MakeFn([t, out = std::move(out), taps = std::move(taps),
+                 strides = std::move(strides)](const RunContext& rc) {
+    return DispatchBySize(t, [&]<typename T>() {
+      const T* in = rc.inputs[0]->values<T>().data();
+      T* o = rc.outputs[0]->mutable_values<T>().data();
+      const int64_t n = Product(out);
+      std::vector<int64_t> idx(out.size(), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t off = 0;
+        for (size_t d = 0; d < out.size(); ++d) off += taps[d][idx[d]].lo * strides[d];
+        o[i] = in[off];
+        for (size_t d = out.size(); d-- > 0;) {
+          if (++idx[d] < out[d]) break;
+          idx[d] = 0;
         }
-      });
+      }
     });
-  }
-  std::vector<size_t> active;  // axes that actually interpolate
-  for (size_t i = 0; i < r; ++i)
-    if (out[i] != x[i] || scales[i] != 1.0) active.push_back(i);
-  return MakeFn([out, taps, strides, active](const RunContext& rc) {
+  });
+}
+
+// Linear (FP32): each output element is the weighted sum of the 2^k corners of its
+// taps over the `active` axes (those that interpolate).
+StatusOr<std::unique_ptr<Kernel>> LinearResizeKernel(Shape out, std::vector<std::vector<Tap>> taps,
+                                                     std::vector<int64_t> strides,
+                                                     std::vector<size_t> active) {
+  return MakeFn([out = std::move(out), taps = std::move(taps), strides = std::move(strides),
+                 active = std::move(active)](const RunContext& rc) {
     const float* in = rc.inputs[0]->values<float>().data();
     float* o = rc.outputs[0]->mutable_values<float>().data();
     const int64_t n = Product(out);
@@ -346,6 +360,28 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
     }
     return Status::Ok();
   });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
+  const Shape& x = ctx.in_shapes[0];
+  std::vector<double> scales;
+  Shape out;
+  RETURN_IF_ERROR(ResizeOutput(ctx, &out, &scales));
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  const std::string mode = ctx.node().GetString("mode", "nearest");
+  if (mode == "linear" && ctx.in_dtypes[0] != DataType::kFp32)
+    return ctx.Error("linear mode needs FP32");
+  ASSIGN_OR_RETURN(auto taps, ResizeTaps(ctx, x, out, scales, mode));
+  auto strides = RowMajorStrides(x);
+  if (mode == "nearest")
+    return NearestResizeKernel(ctx.in_dtypes[0], std::move(out), std::move(taps),
+                               std::move(strides));
+  std::vector<size_t> active;  // axes that actually interpolate
+  for (size_t i = 0; i < x.size(); ++i)
+    if (out[i] != x[i] || scales[i] != 1.0) active.push_back(i);
+  return LinearResizeKernel(std::move(out), std::move(taps), std::move(strides), std::move(active));
 }
 
 Status CheckResize(const Node& node, const Graph& graph) {

@@ -53,6 +53,117 @@ Tensor ScaledBias(const std::vector<float>& add, const std::vector<float>& scale
   return t;
 }
 
+// ---- MatMul (and shoal.FusedMatMul) ----
+
+// [..., M, K] x [..., K, N] = [..., M, N] as oneDNN's matmul sees a MatMul.
+struct MatMulDims {
+  Shape a, b, c;      // source, weights, destination
+  int64_t n = 0;      // columns
+  bool b_2d = false;  // B is one [K, N] matrix: A's batch folds into M
+};
+
+// `a` and `b` with vectors made matrices; `batch`: their batch dimensions, broadcast.
+StatusOr<MatMulDims> DnnlMatMulDims(const PrepareContext& ctx, const Shape& a, const Shape& b,
+                                    const Shape& batch) {
+  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+  MatMulDims d;
+  d.n = n;
+  d.b_2d = b_batch.empty() || Product(b_batch) == 1;
+  if (d.b_2d) {
+    // [..., M, K] x [K, N]: fold A's batch into M, one 2-D product.
+    d.a = {Product(batch) * m, k};
+    d.b = {k, n};
+    d.c = {Product(batch) * m, n};
+    if (Product(a_batch) != Product(batch)) {  // A's batch broadcasts against B's size-1 batch
+      return ctx.Error("unsupported broadcast");
+    }
+  } else {
+    const size_t r = batch.size() + 2;
+    d.a = a;
+    d.b = b;
+    d.a.insert(d.a.begin(), r - a.size(), 1);
+    d.b.insert(d.b.begin(), r - b.size(), 1);
+    d.c = batch;
+    d.c.push_back(m);
+    d.c.push_back(n);
+  }
+  return d;
+}
+
+// The bias of a shoal.FusedMatMul: an int8 product's is fixed in the kernel, divided
+// by the output scales (oneDNN applies them to the sum with the bias).
+void BindMatMulBias(PrepareContext& ctx, DnnlKernel* kern, const ProductTier& tier, float alpha,
+                    const memory::desc& bias_md) {
+  const auto& eng = *ctx.dnnl_engine;
+  if (!tier.int8) {
+    kern->BindInput(DNNL_ARG_BIAS, bias_md, eng, 2);
+    return;
+  }
+  // The given bias is already divided by alpha (optimizer.h).
+  auto b = ctx.in_data[2]->values<float>();
+  std::vector<float> add(b.begin(), b.end());
+  for (float& v : add) v *= alpha;
+  Tensor scaled = ScaledBias(add, tier.out_scales, ctx.in_shapes[2]);
+  kern->BindFixed(DNNL_ARG_BIAS, memory(bias_md, eng, scaled.mutable_data()), scaled.buffer());
+}
+
+// The matmul primitive for `d`, with shoal.FusedMatMul's post-ops (optimizer.h):
+// output scale, bias [N], activation, residual add (of shape `out`).
+StatusOr<std::unique_ptr<Kernel>> MatMulKernel(PrepareContext& ctx, const MatMulDims& d,
+                                               const Shape& out) {
+  const Node& node = ctx.node();
+  const auto& eng = *ctx.dnnl_engine;
+  const auto src = PlainDesc(d.a, DataType::kFp32), wplain = PlainDesc(d.b, DataType::kFp32);
+  const auto dst = PlainDesc(d.c, DataType::kFp32);
+  const bool const_b = ctx.in_data[1] != nullptr;
+  const float alpha = node.GetFloat("alpha", 1.f);
+  const ProductTier tier =
+      SetUpTier(ctx, const_b, d.b_2d, d.n, false, alpha, !ctx.has_input(2) || ctx.in_data[2]);
+  const memory::desc wdesc =
+      const_b ? memory::desc(ToDims(d.b), tier.w_dt, memory::format_tag::any) : wplain;
+  const memory::desc src_inner = PlainDesc(d.a, tier.src_dt);
+  dnnl::primitive_attr attr;
+  if (tier.int8)
+    attr.set_output_scales(1 << (d.c.size() - 1), tier.out_scales);
+  else if (alpha != 1.f)
+    attr.set_output_scales(0, {alpha});
+  memory::desc bias_md;
+  const bool has_bias = ctx.has_input(2);
+  if (has_bias) {
+    if (ctx.in_dtypes[2] != DataType::kFp32 || Product(ctx.in_shapes[2]) != d.n)
+      return ctx.Error("the bias must have N elements");
+    Shape bshape(d.c.size(), 1);
+    bshape.back() = d.n;
+    bias_md = PlainDesc(bshape, DataType::kFp32);
+  }
+  dnnl::post_ops po;
+  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
+  const bool has_residual = ctx.has_input(3);
+  if (has_residual) {
+    if (ctx.in_shapes[3] != out) return ctx.Error("the residual must have the output's shape");
+    po.append_binary(dnnl::algorithm::binary_add, dst);
+  }
+  attr.set_post_ops(po);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias_md, dst), attr, eng);
+  auto kern = std::make_unique<DnnlKernel>();
+  kern->primitive = dnnl::matmul(pd);
+  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
+                    tier.int8 ? 1.f / tier.src_scale : 1.f);
+  if (tier.int8) {
+    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q,
+                                    PlainDesc(d.b, DataType::kInt8), pd.weights_desc()));
+  } else {
+    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  }
+  if (has_bias) BindMatMulBias(ctx, kern.get(), tier, alpha, bias_md);
+  if (has_residual) {
+    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
+  }
+  kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(kern));
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
   const bool fused = !ctx.node().domain.empty();
   if ((fused ? ctx.num_inputs() < 2 : ctx.num_inputs() != 2) || !ctx.has_input(0) ||
@@ -71,8 +182,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
     return ctx.Error("inner dimensions differ: " + ShapeToString(ctx.in_shapes[0]) + " x " +
                      ShapeToString(ctx.in_shapes[1]));
   }
-  Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
-  auto batch = BroadcastShapes(a_batch, b_batch);
+  auto batch = BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
   if (!batch.ok()) return ctx.Error(batch.status().message());
   Shape out = *batch;
   if (!a_vec) out.push_back(m);
@@ -89,90 +199,23 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
       return Status::Ok();
     });
   }
-
-  Shape a_md, b_md, c_md;
-  if (b_batch.empty() || Product(b_batch) == 1) {
-    // [..., M, K] x [K, N]: fold A's batch into M, one 2-D product.
-    a_md = {Product(*batch) * m, k};
-    b_md = {k, n};
-    c_md = {Product(*batch) * m, n};
-    if (Product(a_batch) != Product(*batch)) {  // A's batch broadcasts against B's size-1 batch
-      return ctx.Error("unsupported broadcast");
-    }
-  } else {
-    const size_t r = batch->size() + 2;
-    a_md = a;
-    b_md = b;
-    a_md.insert(a_md.begin(), r - a.size(), 1);
-    b_md.insert(b_md.begin(), r - b.size(), 1);
-    c_md = *batch;
-    c_md.push_back(m);
-    c_md.push_back(n);
-  }
-  const auto& eng = *ctx.dnnl_engine;
-  const auto src = PlainDesc(a_md, DataType::kFp32), wplain = PlainDesc(b_md, DataType::kFp32);
-  const auto dst = PlainDesc(c_md, DataType::kFp32);
-  const bool const_b = ctx.in_data[1] != nullptr;
-  // shoal.FusedMatMul (optimizer.h): output scale, bias [N], activation, residual add.
-  const Node& node = ctx.node();
-  const float alpha = node.GetFloat("alpha", 1.f);
-  const bool b_2d = b_batch.empty() || Product(b_batch) == 1;
-  const ProductTier tier =
-      SetUpTier(ctx, const_b, b_2d, n, false, alpha, !ctx.has_input(2) || ctx.in_data[2]);
-  const memory::desc wdesc =
-      const_b ? memory::desc(ToDims(b_md), tier.w_dt, memory::format_tag::any) : wplain;
-  const memory::desc src_inner = PlainDesc(a_md, tier.src_dt);
-  dnnl::primitive_attr attr;
-  if (tier.int8)
-    attr.set_output_scales(1 << (c_md.size() - 1), tier.out_scales);
-  else if (alpha != 1.f)
-    attr.set_output_scales(0, {alpha});
-  memory::desc bias_md;
-  const bool has_bias = ctx.has_input(2);
-  if (has_bias) {
-    if (ctx.in_dtypes[2] != DataType::kFp32 || Product(ctx.in_shapes[2]) != n)
-      return ctx.Error("the bias must have N elements");
-    Shape bshape(c_md.size(), 1);
-    bshape.back() = n;
-    bias_md = PlainDesc(bshape, DataType::kFp32);
-  }
-  dnnl::post_ops po;
-  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
-  const bool has_residual = ctx.has_input(3);
-  if (has_residual) {
-    if (ctx.in_shapes[3] != out) return ctx.Error("the residual must have the output's shape");
-    po.append_binary(dnnl::algorithm::binary_add, dst);
-  }
-  attr.set_post_ops(po);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias_md, dst), attr, eng);
-  auto kern = std::make_unique<DnnlKernel>();
-  kern->primitive = dnnl::matmul(pd);
-  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
-                    tier.int8 ? 1.f / tier.src_scale : 1.f);
-  if (tier.int8) {
-    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q,
-                                    PlainDesc(b_md, DataType::kInt8), pd.weights_desc()));
-  } else {
-    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
-  }
-  if (has_bias && tier.int8) {
-    // The given bias is already divided by alpha (optimizer.h).
-    auto b = ctx.in_data[2]->values<float>();
-    std::vector<float> add(b.begin(), b.end());
-    for (float& v : add) v *= alpha;
-    Tensor scaled = ScaledBias(add, tier.out_scales, ctx.in_shapes[2]);
-    kern->BindFixed(DNNL_ARG_BIAS, memory(bias_md, eng, scaled.mutable_data()), scaled.buffer());
-  } else if (has_bias) {
-    kern->BindInput(DNNL_ARG_BIAS, bias_md, eng, 2);
-  }
-  if (has_residual) {
-    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
-  }
-  kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
-  return std::unique_ptr<Kernel>(std::move(kern));
+  ASSIGN_OR_RETURN(const MatMulDims d, DnnlMatMulDims(ctx, a, b, *batch));
+  return MatMulKernel(ctx, d, out);
 }
 
-StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
+// ---- Gemm (and shoal.FusedGemm) ----
+
+// A Gemm's attributes and shapes, checked: A' [M, K] x B' [K, N] (' when transposed),
+// plus C broadcast to [M, N].
+struct GemmShapes {
+  bool ta = false, tb = false;  // transA, transB
+  float alpha = 1.f, beta = 1.f;
+  int64_t m = 0, k = 0, n = 0;
+  bool has_c = false;  // C is given and beta != 0
+  Shape c2;            // has_c: C's shape as a matrix
+};
+
+StatusOr<GemmShapes> CheckGemmShapes(const PrepareContext& ctx) {
   const Node& node = ctx.node();
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.Error("needs A and B");
@@ -183,25 +226,60 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
   const Shape& a = ctx.in_shapes[0];
   const Shape& b = ctx.in_shapes[1];
   if (a.size() != 2 || b.size() != 2) return ctx.Error("A and B must be 2-D");
-  const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
-  const float alpha = node.GetFloat("alpha", 1.f), beta = node.GetFloat("beta", 1.f);
-  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
-  const int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-  if (k != kb)
+  GemmShapes g;
+  g.ta = node.GetInt("transA", 0) != 0;
+  g.tb = node.GetInt("transB", 0) != 0;
+  g.alpha = node.GetFloat("alpha", 1.f);
+  g.beta = node.GetFloat("beta", 1.f);
+  g.m = g.ta ? a[1] : a[0];
+  g.k = g.ta ? a[0] : a[1];
+  const int64_t kb = g.tb ? b[1] : b[0];
+  g.n = g.tb ? b[0] : b[1];
+  if (g.k != kb)
     return ctx.Error("inner dimensions differ: " + ShapeToString(a) + " x " + ShapeToString(b));
-  const bool has_c = ctx.has_input(2) && beta != 0.f;
-  Shape c2;
-  if (has_c) {
+  g.has_c = ctx.has_input(2) && g.beta != 0.f;
+  if (g.has_c) {
     const Shape& c = ctx.in_shapes[2];
     if (c.size() > 2) return ctx.Error("C must have rank <= 2");
-    c2 = c;
-    c2.insert(c2.begin(), 2 - c.size(), 1);
-    if ((c2[0] != 1 && c2[0] != m) || (c2[1] != 1 && c2[1] != n)) {
+    g.c2 = c;
+    g.c2.insert(g.c2.begin(), 2 - c.size(), 1);
+    if ((g.c2[0] != 1 && g.c2[0] != g.m) || (g.c2[1] != 1 && g.c2[1] != g.n)) {
       return ctx.Error("C of shape " + ShapeToString(c) + " does not broadcast to [" +
-                       std::to_string(m) + "," + std::to_string(n) + "]");
+                       std::to_string(g.m) + "," + std::to_string(g.n) + "]");
     }
-    if (beta != 1.f && !ctx.in_data[2]) return ctx.Error("beta != 1 needs a constant C");
+    if (g.beta != 1.f && !ctx.in_data[2]) return ctx.Error("beta != 1 needs a constant C");
   }
+  return g;
+}
+
+// C, the additive term, as the primitive's bias. oneDNN applies the output scales to the
+// whole sum: an int8 product gets beta * C divided by its scales, per column; an FP32
+// one C * beta / alpha, fixed in the kernel unless that factor is 1.
+void BindGemmC(PrepareContext& ctx, DnnlKernel* kern, const GemmShapes& g, const ProductTier& tier,
+               const memory::desc& bias) {
+  const auto& eng = *ctx.dnnl_engine;
+  if (tier.int8) {
+    auto cv = ctx.in_data[2]->values<float>();
+    std::vector<float> add(g.n);
+    for (int64_t j = 0; j < g.n; ++j) add[j] = g.beta * cv[g.c2[1] == 1 ? 0 : j];
+    Tensor scaled = ScaledBias(add, tier.out_scales, g.c2);
+    kern->BindFixed(DNNL_ARG_BIAS, memory(bias, eng, scaled.mutable_data()), scaled.buffer());
+    return;
+  }
+  const float c_scale = g.beta / g.alpha;
+  if (c_scale == 1.f) {
+    kern->BindInput(DNNL_ARG_BIAS, bias, eng, 2);
+    return;
+  }
+  Tensor scaled = Tensor::Allocate(DataType::kFp32, g.c2);
+  auto src_c = ctx.in_data[2]->values<float>();
+  for (size_t i = 0; i < src_c.size(); ++i) scaled.mutable_values<float>()[i] = src_c[i] * c_scale;
+  kern->BindFixed(DNNL_ARG_BIAS, memory(bias, eng, scaled.mutable_data()), scaled.buffer());
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
+  ASSIGN_OR_RETURN(const GemmShapes g, CheckGemmShapes(ctx));
+  const int64_t m = g.m, k = g.k, n = g.n;
   ctx.out_shapes[0] = {m, n};
   ctx.out_dtypes[0] = DataType::kFp32;
   if (m == 0 || n == 0) return Noop();
@@ -209,25 +287,25 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
 
   const auto& eng = *ctx.dnnl_engine;
   const memory::desc src({m, k}, memory::data_type::f32,
-                         ta ? memory::dims{1, m} : memory::dims{k, 1});
+                         g.ta ? memory::dims{1, m} : memory::dims{k, 1});
   const memory::desc wplain({k, n}, memory::data_type::f32,
-                            tb ? memory::dims{1, k} : memory::dims{n, 1});
+                            g.tb ? memory::dims{1, k} : memory::dims{n, 1});
   const memory::desc dst = PlainDesc({m, n}, DataType::kFp32);
   const bool const_b = ctx.in_data[1] != nullptr;
   // int8 needs the additive term per column and constant: C of shape [N] or [1, N].
-  const bool c_per_column = !has_c || (ctx.in_data[2] && c2[0] == 1 && c2[1] == n);
-  const ProductTier tier = SetUpTier(ctx, const_b, true, n, tb, alpha, c_per_column);
+  const bool c_per_column = !g.has_c || (ctx.in_data[2] && g.c2[0] == 1 && g.c2[1] == n);
+  const ProductTier tier = SetUpTier(ctx, const_b, true, n, g.tb, g.alpha, c_per_column);
   const memory::desc wdesc =
       const_b ? memory::desc({k, n}, tier.w_dt, memory::format_tag::any) : wplain;
   const memory::desc src_inner = PlainDesc({m, k}, tier.src_dt);
-  const memory::desc bias = has_c ? PlainDesc(c2, DataType::kFp32) : memory::desc();
+  const memory::desc bias = g.has_c ? PlainDesc(g.c2, DataType::kFp32) : memory::desc();
   dnnl::primitive_attr attr;
   if (tier.int8)
     attr.set_output_scales(1 << 1, tier.out_scales);
-  else if (alpha != 1.f)
-    attr.set_output_scales(0, {alpha});
+  else if (g.alpha != 1.f)
+    attr.set_output_scales(0, {g.alpha});
   dnnl::post_ops po;  // shoal.FusedGemm: Gemm + activation
-  RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
+  RETURN_IF_ERROR(AppendActivation(ctx.node(), "activation", &po));
   attr.set_post_ops(po);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias, dst), attr, eng);
   auto kern = std::make_unique<DnnlKernel>();
@@ -236,32 +314,13 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
                     tier.int8 ? 1.f / tier.src_scale : 1.f);
   if (tier.int8) {
     const memory::desc wplain_s8({k, n}, memory::data_type::s8,
-                                 tb ? memory::dims{1, k} : memory::dims{n, 1});
+                                 g.tb ? memory::dims{1, k} : memory::dims{n, 1});
     RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q, wplain_s8,
                                     pd.weights_desc()));
   } else {
     RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
   }
-  if (has_c && tier.int8) {
-    auto cv = ctx.in_data[2]->values<float>();
-    std::vector<float> add(n);
-    for (int64_t j = 0; j < n; ++j) add[j] = beta * cv[c2[1] == 1 ? 0 : j];
-    Tensor scaled = ScaledBias(add, tier.out_scales, c2);
-    kern->BindFixed(DNNL_ARG_BIAS, memory(bias, eng, scaled.mutable_data()), scaled.buffer());
-  } else if (has_c) {
-    // oneDNN scales the bias by alpha too (output scales apply to the whole sum), so the
-    // bias we pass is C * beta / alpha.
-    const float c_scale = beta / alpha;
-    if (c_scale != 1.f) {
-      Tensor scaled = Tensor::Allocate(DataType::kFp32, c2);
-      auto src_c = ctx.in_data[2]->values<float>();
-      for (size_t i = 0; i < src_c.size(); ++i)
-        scaled.mutable_values<float>()[i] = src_c[i] * c_scale;
-      kern->BindFixed(DNNL_ARG_BIAS, memory(bias, eng, scaled.mutable_data()), scaled.buffer());
-    } else {
-      kern->BindInput(DNNL_ARG_BIAS, bias, eng, 2);
-    }
-  }
+  if (g.has_c) BindGemmC(ctx, kern.get(), g, tier, bias);
   kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
   return std::unique_ptr<Kernel>(std::move(kern));
 }

@@ -10,65 +10,44 @@
 namespace shoal::engine::internal {
 namespace {
 
-StatusOr<std::unique_ptr<Kernel>> PrepareReduce(PrepareContext& ctx) {
-  const Node& node = ctx.node();
-  const std::string op = node.op_type;
-  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs data");
-  const Shape& x = ctx.in_shapes[0];
-  const int64_t r = static_cast<int64_t>(x.size());
-  std::vector<int64_t> axes = node.GetInts("axes", {});
+// The axes to reduce: from input 1 when given (opset 18, ReduceSum from 13), else the
+// `axes` attribute; empty means all (or none, with noop_with_empty_axes).
+StatusOr<std::vector<int64_t>> ReduceAxes(const PrepareContext& ctx) {
+  std::vector<int64_t> axes = ctx.node().GetInts("axes", {});
   if (ctx.has_input(1)) {
     if (!ctx.in_data[1]) return ctx.Error("axes must be a constant or computed from shapes");
     auto v = ReadInts(*ctx.in_data[1]);
     if (!v.ok()) return ctx.Error(v.status().message());
     axes = *v;
   }
-  const bool keep = node.GetInt("keepdims", 1) != 0;
-  const DataType t = ctx.in_dtypes[0];
-  ctx.out_dtypes[0] = t;
-  if (axes.empty() && node.GetInt("noop_with_empty_axes", 0) != 0) {
-    ctx.out_shapes[0] = x;
-    return MakeAlias(0);
-  }
-  std::vector<char> reduced(x.size(), axes.empty() ? 1 : 0);
-  for (int64_t a : axes) {
-    auto ax = NormalizeAxis(a, r);
-    if (!ax.ok() || r == 0) return ctx.Error("axis " + std::to_string(a) + " is out of range");
-    reduced[*ax] = 1;
-  }
-  Shape kept, out;
-  int64_t count = 1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    kept.push_back(reduced[i] ? 1 : x[i]);
-    if (reduced[i]) count *= x[i];
-    if (!reduced[i] || keep) out.push_back(reduced[i] ? 1 : x[i]);
-  }
-  ctx.out_shapes[0] = out;
-  if (Product(out) == 0) return MakeFn([](const RunContext&) { return Status::Ok(); });
-  // oneDNN rejects a reduction that reduces nothing (all reduced axes of size 1).
-  const bool dnnl_ok =
-      t == DataType::kFp32 && Product(x) > Product(kept) &&
-      (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin");
-  if (dnnl_ok) {
-    const auto a = op == "ReduceMean"  ? dnnl::algorithm::reduction_mean
-                   : op == "ReduceSum" ? dnnl::algorithm::reduction_sum
-                   : op == "ReduceMax" ? dnnl::algorithm::reduction_max
-                                       : dnnl::algorithm::reduction_min;
-    const auto& eng = *ctx.dnnl_engine;
-    const auto src = PlainDesc(x, t), dst = PlainDesc(kept, t);
-    dnnl::reduction::primitive_desc pd(dnnl::reduction::desc(a, src, dst, 0.f, 0.f), eng);
-    auto k = std::make_unique<DnnlKernel>();
-    k->primitive = dnnl::reduction(pd);
-    k->BindInput(DNNL_ARG_SRC, src, eng, 0);
-    k->BindOutput(DNNL_ARG_DST, dst, eng, 0);
-    return std::unique_ptr<Kernel>(std::move(k));
-  }
-  Status ok = DispatchNumeric(t, []<typename T>() {});
-  if (!ok.ok()) return ctx.Error(ok.message());
-  // Own loop: walk the input once, accumulating into the output through strides that
-  // are zero on the reduced axes.
-  const std::vector<int64_t> out_strides = BroadcastStrides(kept, x);
-  return MakeFn([op, t, x, out_strides, count](const RunContext& rc) {
+  return axes;
+}
+
+// FP32 Mean/Sum/Max/Min on oneDNN's reduction primitive, from `x` to `kept` (x with the
+// reduced axes at 1).
+StatusOr<std::unique_ptr<Kernel>> DnnlReduceKernel(const PrepareContext& ctx, const std::string& op,
+                                                   const Shape& x, const Shape& kept) {
+  const auto a = op == "ReduceMean"  ? dnnl::algorithm::reduction_mean
+                 : op == "ReduceSum" ? dnnl::algorithm::reduction_sum
+                 : op == "ReduceMax" ? dnnl::algorithm::reduction_max
+                                     : dnnl::algorithm::reduction_min;
+  const auto& eng = *ctx.dnnl_engine;
+  const auto src = PlainDesc(x, DataType::kFp32), dst = PlainDesc(kept, DataType::kFp32);
+  dnnl::reduction::primitive_desc pd(dnnl::reduction::desc(a, src, dst, 0.f, 0.f), eng);
+  auto k = std::make_unique<DnnlKernel>();
+  k->primitive = dnnl::reduction(pd);
+  k->BindInput(DNNL_ARG_SRC, src, eng, 0);
+  k->BindOutput(DNNL_ARG_DST, dst, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+// The engine's own loop: walks the input once, accumulating into the output through
+// strides that are zero on the reduced axes. `count`: input elements per output element.
+StatusOr<std::unique_ptr<Kernel>> LoopReduceKernel(std::string op, DataType t, Shape x,
+                                                   std::vector<int64_t> out_strides,
+                                                   int64_t count) {
+  return MakeFn([op = std::move(op), t, x = std::move(x), out_strides = std::move(out_strides),
+                 count](const RunContext& rc) {
     return DispatchNumeric(t, [&]<typename T>() {
       using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
       const T* in = rc.inputs[0]->values<T>().data();
@@ -107,6 +86,45 @@ StatusOr<std::unique_ptr<Kernel>> PrepareReduce(PrepareContext& ctx) {
       }
     });
   });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareReduce(PrepareContext& ctx) {
+  const Node& node = ctx.node();
+  const std::string op = node.op_type;
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs data");
+  const Shape& x = ctx.in_shapes[0];
+  const int64_t r = static_cast<int64_t>(x.size());
+  ASSIGN_OR_RETURN(const std::vector<int64_t> axes, ReduceAxes(ctx));
+  const bool keep = node.GetInt("keepdims", 1) != 0;
+  const DataType t = ctx.in_dtypes[0];
+  ctx.out_dtypes[0] = t;
+  if (axes.empty() && node.GetInt("noop_with_empty_axes", 0) != 0) {
+    ctx.out_shapes[0] = x;
+    return MakeAlias(0);
+  }
+  std::vector<char> reduced(x.size(), axes.empty() ? 1 : 0);
+  for (int64_t a : axes) {
+    auto ax = NormalizeAxis(a, r);
+    if (!ax.ok() || r == 0) return ctx.Error("axis " + std::to_string(a) + " is out of range");
+    reduced[*ax] = 1;
+  }
+  Shape kept, out;
+  int64_t count = 1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    kept.push_back(reduced[i] ? 1 : x[i]);
+    if (reduced[i]) count *= x[i];
+    if (!reduced[i] || keep) out.push_back(reduced[i] ? 1 : x[i]);
+  }
+  ctx.out_shapes[0] = out;
+  if (Product(out) == 0) return MakeFn([](const RunContext&) { return Status::Ok(); });
+  // oneDNN rejects a reduction that reduces nothing (all reduced axes of size 1).
+  const bool dnnl_ok =
+      t == DataType::kFp32 && Product(x) > Product(kept) &&
+      (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin");
+  if (dnnl_ok) return DnnlReduceKernel(ctx, op, x, kept);
+  Status ok = DispatchNumeric(t, []<typename T>() {});
+  if (!ok.ok()) return ctx.Error(ok.message());
+  return LoopReduceKernel(op, t, x, BroadcastStrides(kept, x), count);
 }
 
 }  // namespace
