@@ -1,7 +1,13 @@
 #include "cli/common.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <filesystem>
+
+#ifdef SHOAL_HAVE_ONNX
+#include "backends/onnx/onnx_backend.h"
+#endif
 
 namespace shoal::cli {
 
@@ -19,6 +25,26 @@ std::vector<std::string> DefaultBackendDirectories() {
     }
   }
   return dirs;
+}
+
+void SetUpBackends(const std::vector<std::string>& backend_directories,
+                   runtime::ServerOptions* options) {
+  options->registry = std::make_shared<backends::BackendRegistry>();
+#ifdef SHOAL_HAVE_ONNX
+  backends::RegisterOnnxBackend(options->registry.get());
+#endif
+  options->backend_directories =
+      backend_directories.empty() ? DefaultBackendDirectories() : backend_directories;
+}
+
+void LogServiceListening(std::string_view name, const std::string& address, int port) {
+  spdlog::info("{} service listening on {}:{}", name, address, port);
+}
+
+void LogServiceFailed(std::string_view name, const std::string& address, int port,
+                      const Status& status) {
+  spdlog::critical("cannot start the {} server on {}:{}: {}", name, address, port,
+                   status.message());
 }
 
 }  // namespace shoal::cli

@@ -13,9 +13,6 @@
 #include "cli/common.h"
 #include "cli/offline_job.h"
 #include "runtime/server.h"
-#ifdef SHOAL_HAVE_ONNX
-#include "backends/onnx/onnx_backend.h"
-#endif
 
 namespace shoal::cli {
 namespace {
@@ -34,45 +31,43 @@ struct RunFlags {
   std::vector<std::string> backend_directories;
 };
 
-int Run(const RunFlags& f) {
-  spdlog::set_pattern("%^%l%$ %v");
-  spdlog::set_level(f.quiet ? spdlog::level::warn : spdlog::level::info);
+// What the signal thread tells the job: whether to stop, and which signal asked.
+struct Interrupt {
+  std::atomic<bool> requested{false};
+  std::atomic<int> signal{SIGINT};
+};
+
+// Blocks SIGTERM and SIGINT and takes them on a thread of its own: the first one asks the
+// job to stop (it keeps the rows done), a second exits at once. Call once.
+const Interrupt& WatchInterrupts() {
+  static Interrupt interrupt;
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  static std::atomic<bool> interrupted{false};
-  static std::atomic<int> interrupt_signal{SIGINT};
   std::thread([signals]() mutable {
     int sig = 0;
     sigwait(&signals, &sig);
-    interrupt_signal = sig;
-    interrupted = true;
+    interrupt.signal = sig;
+    interrupt.requested = true;
     sigwait(&signals, &sig);  // a second signal: stop at once
     std::_Exit(128 + sig);
   }).detach();
+  return interrupt;
+}
 
+// An in-process server that loads only the job's model.
+StatusOr<std::unique_ptr<runtime::Server>> CreateServer(const RunFlags& f) {
   runtime::ServerOptions options;
   options.model_repository = f.model_repository;
   options.control_mode = runtime::ModelControlMode::kExplicit;
   options.startup_models = {f.model};
-  options.registry = std::make_shared<backends::BackendRegistry>();
-#ifdef SHOAL_HAVE_ONNX
-  backends::RegisterOnnxBackend(options.registry.get());
-#endif
-  options.backend_directories =
-      f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
-  auto server = runtime::Server::Create(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "shoal run: %s\n", server.status().message().c_str());
-    return 1;
-  }
-  if (auto mv = (*server)->GetModel(f.model, f.model_version); !mv.ok()) {
-    std::fprintf(stderr, "shoal run: %s\n", mv.status().message().c_str());
-    return 1;
-  }
+  SetUpBackends(f.backend_directories, &options);
+  return runtime::Server::Create(options);
+}
 
+OfflineJobOptions MakeJobOptions(const RunFlags& f) {
   OfflineJobOptions job;
   job.model = f.model;
   job.model_version = f.model_version;
@@ -83,25 +78,35 @@ int Run(const RunFlags& f) {
   job.concurrency = f.concurrency;
   job.resume = !f.no_resume;
   job.limit_rows = f.limit;
+  return job;
+}
 
-  const bool tty = isatty(STDERR_FILENO);
-  int last_decile = -1;
-  auto on_progress = [&](const OfflineJobProgress& p) {
-    if (f.quiet) return;
-    if (tty) {
+// Progress on stderr: on a terminal, a bar redrawn in place; otherwise a line each time
+// another tenth of the rows is done.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool tty) : tty_(tty) {}
+
+  void Print(const OfflineJobProgress& p) {
+    if (tty_) {
       std::fprintf(stderr, "\r%s ", FormatProgress(p).c_str());
     } else {
       const int decile = p.total_rows > 0 ? static_cast<int>(10 * p.done_rows / p.total_rows) : 10;
-      if (decile != last_decile) {
+      if (decile != last_decile_) {
         std::fprintf(stderr, "%s\n", FormatProgress(p).c_str());
-        last_decile = decile;
+        last_decile_ = decile;
       }
     }
-  };
-  OfflineJobResult r = RunOfflineJob(**server, job, &interrupted, on_progress);
-  if (tty && !f.quiet) std::fprintf(stderr, "\n");
-  (*server)->Shutdown();
+  }
 
+ private:
+  const bool tty_;
+  int last_decile_ = -1;
+};
+
+// Tells how the job ended (the summary on stdout, problems on stderr) and returns the
+// exit code: 0 when done or limited, 1 when failed, 128 + the signal when interrupted.
+int ReportResult(const RunFlags& f, const OfflineJobResult& r, int interrupt_signal) {
   const auto& p = r.progress;
   const int64_t computed = p.done_rows - p.resumed_rows;
   const double rate = p.elapsed_s > 0 ? static_cast<double>(computed) / p.elapsed_s : 0;
@@ -126,7 +131,7 @@ int Run(const RunFlags& f) {
         "command to resume.\n",
         static_cast<long long>(p.done_rows), static_cast<long long>(p.total_rows),
         f.output.c_str());
-    return 128 + interrupt_signal.load();
+    return 128 + interrupt_signal;
   }
   if (r.limited) {
     std::fprintf(stderr,
@@ -143,6 +148,31 @@ int Run(const RunFlags& f) {
     std::printf(", %lld malformed rows skipped", static_cast<long long>(p.failed_rows));
   std::printf("; output in %s\n", f.output.c_str());
   return 0;
+}
+
+int Run(const RunFlags& f) {
+  spdlog::set_pattern("%^%l%$ %v");
+  spdlog::set_level(f.quiet ? spdlog::level::warn : spdlog::level::info);
+  const Interrupt& interrupt = WatchInterrupts();
+
+  auto server = CreateServer(f);
+  if (!server.ok()) {
+    std::fprintf(stderr, "shoal run: %s\n", server.status().message().c_str());
+    return 1;
+  }
+  if (auto mv = (*server)->GetModel(f.model, f.model_version); !mv.ok()) {
+    std::fprintf(stderr, "shoal run: %s\n", mv.status().message().c_str());
+    return 1;
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  ProgressPrinter progress(tty);
+  OfflineJobResult r = RunOfflineJob(**server, MakeJobOptions(f), &interrupt.requested,
+                                     [&](const OfflineJobProgress& p) {
+                                       if (!f.quiet) progress.Print(p);
+                                     });
+  if (tty && !f.quiet) std::fprintf(stderr, "\n");
+  (*server)->Shutdown();
+  return ReportResult(f, r, interrupt.signal.load());
 }
 
 }  // namespace

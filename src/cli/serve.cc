@@ -16,9 +16,6 @@
 
 #include "cli/common.h"
 #include "runtime/server.h"
-#ifdef SHOAL_HAVE_ONNX
-#include "backends/onnx/onnx_backend.h"
-#endif
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -53,18 +50,18 @@ struct ServeFlags {
   int64_t max_inputs = 64;
 };
 
-int RunServe(const ServeFlags& f) {
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(f.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
-
-  // Signals are taken by one thread with sigwait; block them everywhere else first, so
-  // every thread created from here on inherits the mask.
+// Signals are taken by one thread with sigwait; block them everywhere else first, so
+// every thread created from here on inherits the mask. Returns the blocked set.
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
+runtime::ServerOptions MakeServerOptions(const ServeFlags& f) {
   runtime::ServerOptions options;
   options.model_repository = f.model_repository;
   if (f.model_control_mode == "none") {
@@ -75,32 +72,48 @@ int RunServe(const ServeFlags& f) {
     options.control_mode = runtime::ModelControlMode::kExplicit;
   }
   options.startup_models = f.load_models;
-  options.registry = std::make_shared<backends::BackendRegistry>();
-#ifdef SHOAL_HAVE_ONNX
-  backends::RegisterOnnxBackend(options.registry.get());
-#endif
-  options.backend_directories =
-      f.backend_directories.empty() ? DefaultBackendDirectories() : f.backend_directories;
+  SetUpBackends(f.backend_directories, &options);
   options.cache_size_bytes = f.cache_size_bytes;
   options.limits.max_elements_per_tensor = f.max_tensor_elements;
   options.limits.max_inputs = f.max_inputs;
+  return options;
+}
 
+// Loads the repository and logs each model's state; nullptr (logged) when the server
+// cannot start.
+std::unique_ptr<runtime::Server> CreateServer(const ServeFlags& f,
+                                              const runtime::ServerOptions& options) {
   spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
                f.model_repository, f.model_control_mode);
   auto created = runtime::Server::Create(options);
   if (!created.ok()) {
     spdlog::critical("cannot start: {}", created.status().message());
-    return 1;
+    return nullptr;
   }
   std::unique_ptr<runtime::Server> server = std::move(created).value();
   for (const auto& m : server->RepositoryIndex()) {
     spdlog::info("model '{}' version {}: {}{}{}", m.name, m.version,
                  runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", m.reason);
   }
+  return server;
+}
 
+// The network services; each is null when disabled by its flag (or not built in).
+struct Services {
 #ifdef SHOAL_HAVE_HTTP
   std::unique_ptr<server::HttpServer> http;
   std::unique_ptr<server::MetricsServer> metrics;
+#endif
+#ifdef SHOAL_HAVE_GRPC
+  std::unique_ptr<server::GrpcServer> grpc;
+#endif
+};
+
+// Starts the services the flags allow, in the order HTTP, metrics, gRPC; false (logged)
+// as soon as one cannot start.
+bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
+                   runtime::Server* server, Services* services) {
+#ifdef SHOAL_HAVE_HTTP
   if (f.allow_http) {
     server::HttpOptions o;
     o.address = f.address;
@@ -109,55 +122,41 @@ int RunServe(const ServeFlags& f) {
     o.max_body_bytes = f.max_body_bytes;
     o.max_header_bytes = f.max_header_bytes;
     o.limits = options.limits;
-    auto h = server::HttpServer::Start(server.get(), o);
-    if (!h.ok()) {
-      spdlog::critical("cannot start the HTTP server on {}:{}: {}", f.address, f.http_port,
-                       h.status().message());
-      return 1;
-    }
-    http = std::move(h).value();
-    spdlog::info("HTTP service listening on {}:{}", f.address, http->port());
+    services->http =
+        LogServiceStart(server::HttpServer::Start(server, o), "HTTP", f.address, f.http_port);
+    if (!services->http) return false;
   }
   if (f.allow_metrics) {
-    auto m = server::MetricsServer::Start(server.get(), f.address, f.metrics_port);
-    if (!m.ok()) {
-      spdlog::critical("cannot start the metrics server on {}:{}: {}", f.address, f.metrics_port,
-                       m.status().message());
-      return 1;
-    }
-    metrics = std::move(m).value();
-    spdlog::info("metrics service listening on {}:{}", f.address, metrics->port());
+    services->metrics =
+        LogServiceStart(server::MetricsServer::Start(server, f.address, f.metrics_port), "metrics",
+                        f.address, f.metrics_port);
+    if (!services->metrics) return false;
   }
 #endif
 #ifdef SHOAL_HAVE_GRPC
-  std::unique_ptr<server::GrpcServer> grpc;
   if (f.allow_grpc) {
     server::GrpcOptions o;
     o.address = f.address;
     o.port = f.grpc_port;
     o.threads = f.grpc_threads;
     o.limits = options.limits;
-    auto g = server::GrpcServer::Start(server.get(), o);
-    if (!g.ok()) {
-      spdlog::critical("cannot start the gRPC server on {}:{}: {}", f.address, f.grpc_port,
-                       g.status().message());
-      return 1;
-    }
-    grpc = std::move(g).value();
-    spdlog::info("gRPC service listening on {}:{}", f.address, grpc->port());
+    services->grpc =
+        LogServiceStart(server::GrpcServer::Start(server, o), "gRPC", f.address, f.grpc_port);
+    if (!services->grpc) return false;
   }
 #endif
+  return true;
+}
 
-  // Poll mode: reload what changed on disk every repository_poll_secs.
-  std::mutex poll_mu;
-  std::condition_variable poll_cv;
-  bool stop_polling = false;
-  std::thread poller;
-  if (options.control_mode == runtime::ModelControlMode::kPoll) {
-    poller = std::thread([&] {
-      std::unique_lock<std::mutex> lock(poll_mu);
-      while (!poll_cv.wait_for(lock, std::chrono::seconds(std::max(f.repository_poll_secs, 1)),
-                               [&] { return stop_polling; })) {
+// Poll mode: reloads what changed on disk every `interval_secs` (at least 1) on a
+// thread of its own, until Stop.
+class RepositoryPoller {
+ public:
+  RepositoryPoller(runtime::Server* server, int interval_secs) {
+    thread_ = std::thread([this, server, interval_secs] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::seconds(std::max(interval_secs, 1)),
+                           [&] { return stop_; })) {
         lock.unlock();
         if (Status s = server->PollRepository(); !s.ok())
           spdlog::warn("repository poll failed: {}", s.message());
@@ -165,9 +164,27 @@ int RunServe(const ServeFlags& f) {
       }
     });
   }
+  ~RepositoryPoller() { Stop(); }
 
-  spdlog::info("shoal is ready: {} (SIGTERM or Ctrl-C to stop)",
-               server->ready() ? "all models loaded" : "some models failed to load");
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+// Waits for SIGTERM or SIGINT (blocked in `signals`); from then on a second one exits
+// at once.
+void WaitForStopSignal(sigset_t signals) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("received {}: draining (a second signal exits at once)",
@@ -178,25 +195,44 @@ int RunServe(const ServeFlags& f) {
     std::_Exit(1);
   });
   second_signal.detach();
+}
 
-  {
-    std::lock_guard<std::mutex> lock(poll_mu);
-    stop_polling = true;
-  }
-  poll_cv.notify_all();
-  if (poller.joinable()) poller.join();
+// Graceful stop: no new connections, answer everything queued and in flight (requests
+// arriving meanwhile get 503), then close the services.
+void Drain(runtime::Server& server, Services& services) {
 #ifdef SHOAL_HAVE_HTTP
-  if (http) http->StopAccepting();
+  if (services.http) services.http->StopAccepting();
 #endif
-  // Answers everything queued and in flight; requests arriving meanwhile get 503.
-  server->Shutdown();
+  server.Shutdown();
 #ifdef SHOAL_HAVE_GRPC
-  if (grpc) grpc->Stop();
+  if (services.grpc) services.grpc->Stop();
 #endif
 #ifdef SHOAL_HAVE_HTTP
-  if (http) http->Stop();
-  if (metrics) metrics->Stop();
+  if (services.http) services.http->Stop();
+  if (services.metrics) services.metrics->Stop();
 #endif
+}
+
+int RunServe(const ServeFlags& f) {
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_level(f.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
+  const sigset_t signals = BlockStopSignals();
+
+  const runtime::ServerOptions options = MakeServerOptions(f);
+  std::unique_ptr<runtime::Server> server = CreateServer(f, options);
+  if (!server) return 1;
+  Services services;
+  if (!StartServices(f, options, server.get(), &services)) return 1;
+  std::unique_ptr<RepositoryPoller> poller;
+  if (options.control_mode == runtime::ModelControlMode::kPoll) {
+    poller = std::make_unique<RepositoryPoller>(server.get(), f.repository_poll_secs);
+  }
+
+  spdlog::info("shoal is ready: {} (SIGTERM or Ctrl-C to stop)",
+               server->ready() ? "all models loaded" : "some models failed to load");
+  WaitForStopSignal(signals);
+  if (poller) poller->Stop();
+  Drain(*server, services);
   spdlog::info("shoal stopped cleanly");
   return 0;
 }

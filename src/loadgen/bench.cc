@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "loadgen/driver.h"
@@ -52,6 +53,117 @@ void WarnAboutSchedule(const StepReport& r, const StepConfig& c, std::FILE* err)
   }
 }
 
+// Samples the client's CPU time and, when the server answers statistics requests (asked
+// once here; a note on `err` when it does not), the server's counters for the model.
+Sampler MakeSampler(Endpoint& ep, const BenchOptions& o, std::FILE* err) {
+  bool server_stats = true;
+  if (auto s = ep.GetStats(o.model, o.model_version); !s.ok()) {
+    server_stats = false;
+    std::fprintf(err, "shoal bench: no server-side statistics (%s)\n",
+                 s.status().message().c_str());
+  }
+  return [&ep, &o, server_stats] {
+    Sample sample;
+    sample.cpu_ns = ProcessCpuNs();
+    if (server_stats) {
+      auto s = ep.GetStats(o.model, o.model_version);
+      if (s.ok()) sample.server = *s;
+    }
+    return sample;
+  };
+}
+
+ReportContext MakeReportContext(const BenchOptions& o, bool grpc, const HostPort& address) {
+  ReportContext context;
+  context.model = o.model;
+  context.protocol = grpc ? "grpc" : "http";
+  context.url = fmt::format("{}:{}", address.host, address.port);
+  context.batch_size = o.batch_size;
+  context.percentile = o.percentile;
+  context.latency_threshold_ms = o.latency_threshold_ms;
+  context.measurement_interval_ms = o.measurement_interval_ms;
+  return context;
+}
+
+// "INPUT0 FP32 [1,16], INPUT1 INT32 [1,16]"
+std::string DescribeInputs(const std::vector<TensorInfo>& inputs) {
+  std::string shapes;
+  for (const TensorInfo& t : inputs) {
+    shapes += fmt::format("{}{} {} {}", shapes.empty() ? "" : ", ", t.name, t.datatype,
+                          FormatShape(t.shape));
+  }
+  return shapes;
+}
+
+// Step `i` of the sweep: the i-th request rate (open loop) or concurrency (closed loop).
+StepConfig MakeStepConfig(const BenchOptions& o, bool open_loop, size_t i, size_t payload_count) {
+  StepConfig c;
+  c.open_loop = open_loop;
+  if (open_loop) {
+    c.rate_per_s = o.request_rates[i];
+  } else {
+    c.concurrency = o.concurrency[i];
+  }
+  c.distribution = o.distribution;
+  c.seed = o.seed + i;
+  c.warmup_ns = o.warmup_ms * 1'000'000;
+  c.window_ns = o.measurement_interval_ms * 1'000'000;
+  c.max_windows = o.max_trials;
+  c.min_windows = std::min<int64_t>(3, o.max_trials);
+  c.stability_percentage = o.stability_percentage;
+  c.percentile = o.percentile;
+  c.late_threshold_ns = o.late_threshold_us * 1000;
+  c.payload_count = payload_count;
+  return c;
+}
+
+// The one-step summary on `err`, with its errors and warnings.
+void PrintStep(const StepReport& r, const StepConfig& c, const BenchOptions& o, std::FILE* err) {
+  std::fprintf(err, "  %.1f infer/s, %s %.0f us, %lld errors%s\n", r.inferences_per_s,
+               LatencyColumnName(o.percentile).c_str(), r.latency_us,
+               static_cast<long long>(r.errors_total), r.stable ? "" : " (not stable)");
+  for (const auto& [name, n] : r.errors) {
+    std::fprintf(err, "  error %s: %lld\n", name.c_str(), static_cast<long long>(n));
+  }
+  WarnAboutSchedule(r, c, err);
+  if (r.undrained > 0) {
+    std::fprintf(err, "shoal bench: warning: %lld requests still had no reply after the step\n",
+                 static_cast<long long>(r.undrained));
+  }
+}
+
+// Runs every step of the sweep in order, reporting each on `err`; stops at the first
+// step that fails.
+StatusOr<std::vector<StepReport>> RunSteps(Transport& transport, const Clock& clock,
+                                           const BenchOptions& o, size_t payload_count,
+                                           const Sampler& sampler, const ReportContext& context,
+                                           std::FILE* err) {
+  const bool open_loop = !o.request_rates.empty();
+  std::vector<StepReport> reports;
+  const size_t steps = open_loop ? o.request_rates.size() : o.concurrency.size();
+  for (size_t i = 0; i < steps; ++i) {
+    const StepConfig c = MakeStepConfig(o, open_loop, i, payload_count);
+    std::fprintf(err, "shoal bench: %s ...\n", LoadName(c).c_str());
+    StepResult result = RunStep(transport, clock, c, sampler);
+    if (!result.status.ok()) return result.status;
+    StepReport r = Summarize(result, context);
+    PrintStep(r, c, o, err);
+    reports.push_back(std::move(r));
+  }
+  return reports;
+}
+
+// The table on `out`, then the files asked for.
+Status WriteReports(const std::vector<StepReport>& reports, const ReportContext& context,
+                    const BenchOptions& o, std::FILE* out) {
+  std::fputs(FormatTable(reports, context).c_str(), out);
+  std::fflush(out);
+  if (!o.csv_file.empty()) RETURN_IF_ERROR(WriteFile(o.csv_file, FormatCsv(reports, context)));
+  if (!o.json_file.empty()) RETURN_IF_ERROR(WriteFile(o.json_file, FormatJson(reports, context)));
+  if (!o.svg_file.empty()) RETURN_IF_ERROR(WriteFile(o.svg_file, FormatSvg(reports, context)));
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunBench(BenchOptions o, std::FILE* out, std::FILE* err) {
@@ -79,92 +191,15 @@ int RunBench(BenchOptions o, std::FILE* out, std::FILE* err) {
   auto transport = ep.NewTransport(*clock, o.model, o.model_version, *payloads, capacity);
   if (!transport.ok()) return Fail(err, transport.status());
 
-  bool server_stats = true;
-  if (auto s = ep.GetStats(o.model, o.model_version); !s.ok()) {
-    server_stats = false;
-    std::fprintf(err, "shoal bench: no server-side statistics (%s)\n",
-                 s.status().message().c_str());
-  }
-  const Sampler sampler = [&] {
-    Sample sample;
-    sample.cpu_ns = ProcessCpuNs();
-    if (server_stats) {
-      auto s = ep.GetStats(o.model, o.model_version);
-      if (s.ok()) sample.server = *s;
-    }
-    return sample;
-  };
-
-  ReportContext context;
-  context.model = o.model;
-  context.protocol = grpc ? "grpc" : "http";
-  context.url = fmt::format("{}:{}", address->host, address->port);
-  context.batch_size = o.batch_size;
-  context.percentile = o.percentile;
-  context.latency_threshold_ms = o.latency_threshold_ms;
-  context.measurement_interval_ms = o.measurement_interval_ms;
-
-  std::string shapes;
-  for (const TensorInfo& t : *inputs) {
-    shapes += fmt::format("{}{} {} {}", shapes.empty() ? "" : ", ", t.name, t.datatype,
-                          FormatShape(t.shape));
-  }
+  const Sampler sampler = MakeSampler(ep, o, err);
+  const ReportContext context = MakeReportContext(o, grpc, *address);
   std::fprintf(err, "shoal bench: %s over %s at %s; inputs: %s\n", o.model.c_str(),
-               context.protocol.c_str(), context.url.c_str(), shapes.c_str());
-
-  std::vector<StepReport> reports;
-  const size_t steps = open_loop ? o.request_rates.size() : o.concurrency.size();
-  bool any_empty = false;
-  for (size_t i = 0; i < steps; ++i) {
-    StepConfig c;
-    c.open_loop = open_loop;
-    if (open_loop) {
-      c.rate_per_s = o.request_rates[i];
-    } else {
-      c.concurrency = o.concurrency[i];
-    }
-    c.distribution = o.distribution;
-    c.seed = o.seed + i;
-    c.warmup_ns = o.warmup_ms * 1'000'000;
-    c.window_ns = o.measurement_interval_ms * 1'000'000;
-    c.max_windows = o.max_trials;
-    c.min_windows = std::min<int64_t>(3, o.max_trials);
-    c.stability_percentage = o.stability_percentage;
-    c.percentile = o.percentile;
-    c.late_threshold_ns = o.late_threshold_us * 1000;
-    c.payload_count = payloads->size();
-    std::fprintf(err, "shoal bench: %s ...\n", LoadName(c).c_str());
-    StepResult result = RunStep(**transport, *clock, c, sampler);
-    if (!result.status.ok()) return Fail(err, result.status);
-    StepReport r = Summarize(result, context);
-    std::fprintf(err, "  %.1f infer/s, %s %.0f us, %lld errors%s\n", r.inferences_per_s,
-                 LatencyColumnName(o.percentile).c_str(), r.latency_us,
-                 static_cast<long long>(r.errors_total), r.stable ? "" : " (not stable)");
-    for (const auto& [name, n] : r.errors) {
-      std::fprintf(err, "  error %s: %lld\n", name.c_str(), static_cast<long long>(n));
-    }
-    WarnAboutSchedule(r, c, err);
-    if (r.undrained > 0) {
-      std::fprintf(err, "shoal bench: warning: %lld requests still had no reply after the step\n",
-                   static_cast<long long>(r.undrained));
-    }
-    any_empty |= r.requests == 0;
-    reports.push_back(std::move(r));
-  }
-
-  std::fputs(FormatTable(reports, context).c_str(), out);
-  std::fflush(out);
-  if (!o.csv_file.empty()) {
-    if (Status s = WriteFile(o.csv_file, FormatCsv(reports, context)); !s.ok()) return Fail(err, s);
-  }
-  if (!o.json_file.empty()) {
-    if (Status s = WriteFile(o.json_file, FormatJson(reports, context)); !s.ok()) {
-      return Fail(err, s);
-    }
-  }
-  if (!o.svg_file.empty()) {
-    if (Status s = WriteFile(o.svg_file, FormatSvg(reports, context)); !s.ok()) return Fail(err, s);
-  }
+               context.protocol.c_str(), context.url.c_str(), DescribeInputs(*inputs).c_str());
+  auto reports = RunSteps(**transport, *clock, o, payloads->size(), sampler, context, err);
+  if (!reports.ok()) return Fail(err, reports.status());
+  if (Status s = WriteReports(*reports, context, o, out); !s.ok()) return Fail(err, s);
+  const bool any_empty = std::any_of(reports->begin(), reports->end(),
+                                     [](const StepReport& r) { return r.requests == 0; });
   if (any_empty) {
     std::fprintf(err, "shoal bench: no request succeeded in at least one step\n");
     return 1;

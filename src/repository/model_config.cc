@@ -325,16 +325,18 @@ std::string StepLabel(const inference::ModelEnsembling& ensemble, int index) {
              Quote(ensemble.step(index).model_name()), ')');
 }
 
-void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
-  const auto& ensemble = config.ensemble_scheduling();
-  const int steps = ensemble.step_size();
-  std::set<std::string> ensemble_inputs;
-  for (const auto& input : config.input()) ensemble_inputs.insert(input.name());
-
-  // Tensor name -> steps producing it / steps consuming it (sorted maps: stable messages).
+// Which steps produce and consume each ensemble tensor (sorted maps: stable messages).
+struct EnsembleTensors {
+  std::set<std::string> inputs;  // the ensemble's own inputs
   std::map<std::string, std::vector<int>> producers;
   std::map<std::string, std::vector<int>> consumers;
-  for (int i = 0; i < steps; ++i) {
+};
+
+// Checks each step on its own and records the tensors it reads and writes.
+void CheckEnsembleSteps(const inference::ModelConfig& config, EnsembleTensors& tensors,
+                        Problems& problems) {
+  const auto& ensemble = config.ensemble_scheduling();
+  for (int i = 0; i < ensemble.step_size(); ++i) {
     const auto& step = ensemble.step(i);
     const std::string where = StepLabel(ensemble, i);
     if (step.model_name().empty()) {
@@ -353,20 +355,26 @@ void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
       if (tensor.empty()) {
         problems.Add(where, ".input_map[", Quote(model_tensor), "] must name a tensor; was \"\"");
       } else {
-        consumers[tensor].push_back(i);
+        tensors.consumers[tensor].push_back(i);
       }
     }
     for (const auto& [model_tensor, tensor] : outputs) {
       if (tensor.empty()) {
         problems.Add(where, ".output_map[", Quote(model_tensor), "] must name a tensor; was \"\"");
       } else {
-        producers[tensor].push_back(i);
+        tensors.producers[tensor].push_back(i);
       }
     }
   }
+}
 
-  for (const auto& [tensor, by] : producers) {
-    if (ensemble_inputs.count(tensor) != 0) {
+// Every tensor has one source (an ensemble input or one step), every ensemble output is
+// produced, every ensemble input is read, and every tensor read has a source.
+void CheckEnsembleDataFlow(const inference::ModelConfig& config, const EnsembleTensors& tensors,
+                           Problems& problems) {
+  const auto& ensemble = config.ensemble_scheduling();
+  for (const auto& [tensor, by] : tensors.producers) {
+    if (tensors.inputs.count(tensor) != 0) {
       problems.Add("ensemble tensor ", Quote(tensor), " is an ensemble input but ",
                    StepLabel(ensemble, by[0]), " also produces it");
     } else if (by.size() > 1) {
@@ -377,31 +385,35 @@ void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
     }
   }
   for (const auto& output : config.output()) {
-    if (!output.name().empty() && producers.count(output.name()) == 0) {
+    if (!output.name().empty() && tensors.producers.count(output.name()) == 0) {
       problems.Add("ensemble output ", Quote(output.name()),
                    " must be produced by a step's output_map; no step produces it");
     }
   }
-  for (const std::string& input : ensemble_inputs) {
-    if (!input.empty() && consumers.count(input) == 0) {
+  for (const std::string& input : tensors.inputs) {
+    if (!input.empty() && tensors.consumers.count(input) == 0) {
       problems.Add("ensemble input ", Quote(input),
                    " must be consumed by a step's input_map; no step reads it");
     }
   }
-  for (const auto& [tensor, by] : consumers) {
-    if (ensemble_inputs.count(tensor) == 0 && producers.count(tensor) == 0) {
+  for (const auto& [tensor, by] : tensors.consumers) {
+    if (tensors.inputs.count(tensor) == 0 && tensors.producers.count(tensor) == 0) {
       problems.Add(StepLabel(ensemble, by[0]), " reads tensor ", Quote(tensor),
                    ", which is neither an ensemble input nor produced by any step");
     }
   }
+}
 
-  // Kahn's algorithm on step -> step edges (producer feeds consumer); steps left over are
-  // on a cycle or behind one.
+// Kahn's algorithm on step -> step edges (producer feeds consumer); steps left over are
+// on a cycle or behind one.
+void CheckEnsembleAcyclic(const inference::ModelEnsembling& ensemble,
+                          const EnsembleTensors& tensors, Problems& problems) {
+  const int steps = ensemble.step_size();
   std::vector<std::set<int>> next(steps);
   std::vector<int> pending_inputs(steps, 0);
-  for (const auto& [tensor, by] : consumers) {
-    auto produced = producers.find(tensor);
-    if (produced == producers.end() || ensemble_inputs.count(tensor) != 0) continue;
+  for (const auto& [tensor, by] : tensors.consumers) {
+    auto produced = tensors.producers.find(tensor);
+    if (produced == tensors.producers.end() || tensors.inputs.count(tensor) != 0) continue;
     for (int from : produced->second) {
       for (int to : by) {
         if (next[from].insert(to).second) ++pending_inputs[to];
@@ -429,6 +441,14 @@ void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
     problems.Add("ensemble_scheduling steps must form an acyclic graph; these steps are on or ",
                  "behind a cycle: ", ListText(labels));
   }
+}
+
+void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
+  EnsembleTensors tensors;
+  for (const auto& input : config.input()) tensors.inputs.insert(input.name());
+  CheckEnsembleSteps(config, tensors, problems);
+  CheckEnsembleDataFlow(config, tensors, problems);
+  CheckEnsembleAcyclic(config.ensemble_scheduling(), tensors, problems);
 }
 
 }  // namespace

@@ -149,10 +149,9 @@ bool ModelVersion::DispatchOrWake() {
   return true;
 }
 
-std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCallback callback) {
-  const int64_t now = clock_->NowNs();
+std::shared_ptr<RequestControl> ModelVersion::NewRequestControl() {
   std::weak_ptr<ModelVersion> weak = weak_from_this();
-  auto control = std::make_shared<RequestControl>([weak] {
+  return std::make_shared<RequestControl>([weak] {
     if (auto self = weak.lock()) {
       {
         std::lock_guard<std::mutex> lock(self->mu_);
@@ -162,6 +161,11 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
       self->cv_.notify_one();
     }
   });
+}
+
+std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCallback callback) {
+  const int64_t now = clock_->NowNs();
+  auto control = NewRequestControl();
 
   auto validated = ValidateRequest(options_.signature, request, options_.limits);
   if (!validated.ok()) {
@@ -177,47 +181,56 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
   task->key = validated->shape_key;
   task->received_ns = now;
   task->control = control;
-
-  if (options_.cache) {
-    const CacheKey key = MakeCacheKey(options_.name, options_.version, request);
-    auto shared_cb = std::make_shared<InferCallback>(std::move(callback));
-    ResponseCache::Waiter waiter = [this, shared_cb, control, now, id = request.id](
-                                       const Status& status,
-                                       const std::vector<NamedTensor>& outputs) {
-      if (!control->Finish()) return;
-      const int64_t e2e = clock_->NowNs() - now;
-      if (status.ok()) {
-        stats_.RecordCacheHit(e2e, 0);
-      } else {
-        stats_.RecordFailure(e2e);
-      }
-      InferResponse response;
-      response.model_name = options_.name;
-      response.model_version = options_.version;
-      response.id = id;
-      response.status = status;
-      if (status.ok()) response.outputs = outputs;
-      response.cache_hit = status.ok();
-      (*shared_cb)(std::move(response));
-    };
-    std::vector<NamedTensor> hit;
-    const auto outcome = options_.cache->Lookup(key, waiter, &hit);
-    const int64_t lookup_ns = clock_->NowNs() - now;
-    if (outcome == ResponseCache::Outcome::kJoined) return control;
-    callback = std::move(*shared_cb);
-    if (outcome == ResponseCache::Outcome::kHit) {
-      control->Finish();
-      stats_.RecordCacheHit(clock_->NowNs() - now, lookup_ns);
-      AnswerDirect(request, callback, Status::Ok(), std::move(hit), true);
-      return control;
-    }
-    stats_.RecordCacheMiss(lookup_ns);
-    task->cache_leader = true;
-    task->cache_key = key;
-  }
+  if (options_.cache && AnswerFromCache(request, callback, *task, now)) return control;
 
   task->request = std::move(request);
   task->callback = std::move(callback);
+  Enqueue(std::move(task), now);
+  return control;
+}
+
+bool ModelVersion::AnswerFromCache(const InferRequest& request, InferCallback& callback,
+                                   RequestTask& task, int64_t now) {
+  const std::shared_ptr<RequestControl>& control = task.control;
+  const CacheKey key = MakeCacheKey(options_.name, options_.version, request);
+  auto shared_cb = std::make_shared<InferCallback>(std::move(callback));
+  ResponseCache::Waiter waiter = [this, shared_cb, control, now, id = request.id](
+                                     const Status& status,
+                                     const std::vector<NamedTensor>& outputs) {
+    if (!control->Finish()) return;
+    const int64_t e2e = clock_->NowNs() - now;
+    if (status.ok()) {
+      stats_.RecordCacheHit(e2e, 0);
+    } else {
+      stats_.RecordFailure(e2e);
+    }
+    InferResponse response;
+    response.model_name = options_.name;
+    response.model_version = options_.version;
+    response.id = id;
+    response.status = status;
+    if (status.ok()) response.outputs = outputs;
+    response.cache_hit = status.ok();
+    (*shared_cb)(std::move(response));
+  };
+  std::vector<NamedTensor> hit;
+  const auto outcome = options_.cache->Lookup(key, waiter, &hit);
+  const int64_t lookup_ns = clock_->NowNs() - now;
+  if (outcome == ResponseCache::Outcome::kJoined) return true;
+  callback = std::move(*shared_cb);
+  if (outcome == ResponseCache::Outcome::kHit) {
+    control->Finish();
+    stats_.RecordCacheHit(clock_->NowNs() - now, lookup_ns);
+    AnswerDirect(request, callback, Status::Ok(), std::move(hit), true);
+    return true;
+  }
+  stats_.RecordCacheMiss(lookup_ns);
+  task.cache_leader = true;
+  task.cache_key = key;
+  return false;
+}
+
+void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
   Status status;
   bool wake = false;
   {
@@ -226,7 +239,7 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
     if (!accepting_) {
       status = Unavailable("model '" + options_.name + "' is shutting down");
     } else {
-      control->Transition(RequestState::kReceived, RequestState::kQueued);
+      task->control->Transition(RequestState::kReceived, RequestState::kQueued);
       task->enqueued_ns = now;
       status = batcher_->Enqueue(task, now);
       if (status.ok()) wake = DispatchOrWake();
@@ -234,14 +247,13 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
   }
   if (status.ok()) {
     if (wake) cv_.notify_one();
-    return control;
+    return;
   }
   if (status.code() == StatusCode::kResourceExhausted) stats_.RecordRejectedQueueFull();
   // The batcher refuses a priority outside the model's levels: a request that failed
   // validation against the model, counted as such.
   if (status.code() == StatusCode::kInvalidArgument) stats_.RecordRejectedInvalid();
   Answer(std::move(task), status.WithPrefix("model '" + options_.name + "'"), {}, 0, 0, 0, 0);
-  return control;
 }
 
 void ModelVersion::AnswerDirect(const InferRequest& request, InferCallback& callback,

@@ -100,6 +100,18 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
                std::unique_ptr<Batcher<RequestTask>> batcher);
   void SchedulerLoop();
   void Poke();
+  // The handle Infer returns; cancelling through it wakes the scheduler to answer the
+  // request (it holds only a weak reference to this version).
+  std::shared_ptr<RequestControl> NewRequestControl();
+  // Infer's step for a model with a response cache. True when the request is done here:
+  // answered from the cache, or joined to an identical request in flight (which then owns
+  // `callback`). False on a miss: `task` is made the cache's leader for its key and
+  // `callback` is left to the caller.
+  bool AnswerFromCache(const InferRequest& request, InferCallback& callback, RequestTask& task,
+                       int64_t now);
+  // Infer's last step: queues `task` (received at `now`) in the batcher, or answers it
+  // with the reason it was refused (shutting down, queue full, bad priority).
+  void Enqueue(TaskPtr task, int64_t now);
   // Called by an instance's thread after each job.
   void OnInstanceIdle();
   // Requires mu_. Dispatches every batch due at `now` to idle instances; returns when the

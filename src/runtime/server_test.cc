@@ -5,62 +5,18 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <memory>
-#include <random>
+
+#include "runtime/testing/test_repository.h"
 
 namespace shoal::runtime {
 namespace {
 
-namespace fs = std::filesystem;
-
-class TempRepo {
- public:
-  TempRepo() {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("shoal_server_test_" + std::to_string(rd()));
-    fs::create_directories(dir_);
-  }
-  ~TempRepo() { fs::remove_all(dir_); }
-  void AddModel(const std::string& name, const std::string& config,
-                std::vector<int> versions = {1}) {
-    fs::create_directories(dir_ / name);
-    std::ofstream(dir_ / name / "config.pbtxt") << config;
-    for (int v : versions) fs::create_directories(dir_ / name / std::to_string(v));
-  }
-  void Remove(const std::string& name) { fs::remove_all(dir_ / name); }
-  std::string path() const { return dir_.string(); }
-
- private:
-  fs::path dir_;
-};
-
-std::string PluginDir() {
-  const char* b = std::getenv("SHOAL_BINARY_DIR");
-  return std::string(b ? b : ".") + "/backends";
-}
-
-const char* kIdentity = R"(
-name: "identity"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { }
-)";
-
-const char* kAddSub = R"(
-name: "add_sub"
-backend: "add_sub"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-)";
+using testing::kAddSubConfig;
+using testing::kIdentityConfig;
+using testing::RepositoryOptions;
+using testing::TempRepository;
 
 InferResponse InferSync(Server& server, InferRequest request) {
   // Shared, so that an answer arriving after the test gave up has somewhere to go.
@@ -84,18 +40,11 @@ InferRequest FloatRequest(const std::string& model, std::vector<float> values) {
   return r;
 }
 
-ServerOptions Options(const TempRepo& repo) {
-  ServerOptions o;
-  o.model_repository = repo.path();
-  o.backend_directories = {PluginDir()};
-  return o;
-}
-
 TEST(ServerTest, LoadsRepositoryAndServesPlugins) {
-  TempRepo repo;
-  repo.AddModel("identity", kIdentity);
-  repo.AddModel("add_sub", kAddSub);
-  auto server = Server::Create(Options(repo));
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  repo.AddModel("add_sub", kAddSubConfig);
+  auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   EXPECT_TRUE((*server)->ready());
 
@@ -120,14 +69,14 @@ TEST(ServerTest, LoadsRepositoryAndServesPlugins) {
 }
 
 TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
-  TempRepo repo;
-  repo.AddModel("identity", kIdentity);
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
   repo.AddModel("broken", "name: \"broken\"\nbackend: \"identity\"\nmax_batch_size: -3\n");
   repo.AddModel("nobackend",
                 "name: \"nobackend\"\nbackend: \"no_such_plugin\"\nmax_batch_size: 1\n"
                 "input [ { name: \"I\" data_type: TYPE_FP32 dims: [1] } ]\n"
                 "output [ { name: \"O\" data_type: TYPE_FP32 dims: [1] } ]\n");
-  auto server = Server::Create(Options(repo));
+  auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok());
   EXPECT_FALSE((*server)->ready());
   auto index = (*server)->RepositoryIndex();
@@ -147,9 +96,9 @@ TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
 }
 
 TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
-  TempRepo repo;
-  repo.AddModel("identity", kIdentity);
-  auto o = Options(repo);
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto o = RepositoryOptions(repo);
   o.control_mode = ModelControlMode::kExplicit;
   auto server = Server::Create(o);
   ASSERT_TRUE(server.ok());
@@ -165,11 +114,11 @@ TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
 }
 
 TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {
-  TempRepo repo;
-  std::string config = kIdentity;
+  TempRepository repo("shoal_server_test");
+  std::string config = kIdentityConfig;
   config += "version_policy: { all { } }\n";
   repo.AddModel("identity", config, {1, 3});
-  auto server = Server::Create(Options(repo));
+  auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok());
   EXPECT_EQ(InferSync(**server, FloatRequest("identity", {1})).model_version, 3);
   auto req = FloatRequest("identity", {1});
@@ -180,13 +129,13 @@ TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {
 }
 
 TEST(ServerTest, PollPicksUpNewChangedAndRemovedModels) {
-  TempRepo repo;
-  repo.AddModel("identity", kIdentity);
-  auto o = Options(repo);
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto o = RepositoryOptions(repo);
   o.control_mode = ModelControlMode::kPoll;
   auto server = Server::Create(o);
   ASSERT_TRUE(server.ok());
-  repo.AddModel("add_sub", kAddSub);
+  repo.AddModel("add_sub", kAddSubConfig);
   ASSERT_TRUE((*server)->PollRepository().ok());
   EXPECT_TRUE((*server)->GetModel("add_sub").ok());
   // A broken edit keeps the working version serving.
@@ -199,7 +148,7 @@ TEST(ServerTest, PollPicksUpNewChangedAndRemovedModels) {
 }
 
 TEST(ServerTest, CompletedConfigIsReturnedAndCostModelBatches) {
-  TempRepo repo;
+  TempRepository repo("shoal_server_test");
   repo.AddModel("cost", R"(
 name: "cost"
 backend: "cost_model"
@@ -211,7 +160,7 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 parameters { key: "a_us" value { string_value: "1000" } }
 parameters { key: "b_us" value { string_value: "10" } }
 )");
-  auto server = Server::Create(Options(repo));
+  auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok());
   auto config = (*server)->GetModelConfig("cost");
   ASSERT_TRUE(config.ok());
@@ -238,7 +187,7 @@ parameters { key: "b_us" value { string_value: "10" } }
 }
 
 TEST(ServerTest, ShutdownAnswersQueuedRequestsThenRejects) {
-  TempRepo repo;
+  TempRepository repo("shoal_server_test");
   repo.AddModel("cost", R"(
 name: "cost"
 backend: "cost_model"
@@ -248,7 +197,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 dynamic_batching { }
 parameters { key: "a_us" value { string_value: "2000" } }
 )");
-  auto server = Server::Create(Options(repo));
+  auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok());
   std::atomic<int> ok{0}, answered{0};
   for (int i = 0; i < 20; ++i) {

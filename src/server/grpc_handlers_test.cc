@@ -12,7 +12,7 @@ namespace shoal::server {
 namespace {
 
 using testing::MakeServer;
-using testing::TempRepo;
+using testing::TempRepository;
 
 class GrpcHandlersTest : public ::testing::Test {
  protected:
@@ -33,7 +33,7 @@ class GrpcHandlersTest : public ::testing::Test {
     ASSERT_TRUE(done.get_future().get().ok());
   }
 
-  TempRepo repo_;
+  TempRepository repo_{"shoal_grpc_test"};
   std::unique_ptr<runtime::Server> server_;
   std::unique_ptr<GrpcHandlers> handlers_;
 };
@@ -189,7 +189,7 @@ TEST_F(GrpcHandlersTest, RepositoryIndexAndControlModeNone) {
 }
 
 TEST(GrpcHandlersExplicitTest, LoadAndUnload) {
-  TempRepo repo;
+  TempRepository repo("shoal_grpc_test");
   repo.AddModel("identity", testing::kIdentityConfig);
   repo.AddModel("add_sub", testing::kAddSubConfig);
   auto server = MakeServer(repo, runtime::ModelControlMode::kExplicit, {"identity"});

@@ -20,7 +20,7 @@ namespace {
 using inference::GRPCInferenceService;
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
-using testing::TempRepo;
+using testing::TempRepository;
 
 std::shared_ptr<grpc::Channel> Connect(int port) {
   grpc::ChannelArguments args;
@@ -135,7 +135,7 @@ class GrpcServerTest : public ::testing::Test {
     return true;
   }
 
-  TempRepo repo_;
+  TempRepository repo_{"shoal_grpc_test"};
   std::unique_ptr<runtime::Server> runtime_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<GRPCInferenceService::Stub> stub_;

@@ -12,8 +12,8 @@ shoal_cc_library(NAME http_codec
   DEPS shoal_proto shoal_runtime simdjson::simdjson ZLIB::ZLIB)
 
 shoal_cc_library(NAME http
-  SRCS http_core.cc http_loop.cc http_routes.cc http_server.cc
-  HDRS http_core.h http_loop.h http_routes.h http_server.h
+  SRCS http_core.cc http_loop.cc http_loop_request.cc http_loop_response.cc http_routes.cc http_server.cc
+  HDRS http_core.h http_loop.h http_connection.h http_routes.h http_server.h
   DEPS shoal_http_codec shoal_server_common shoal_runtime protobuf::libprotobuf Threads::Threads)
 # simdjson's On-Demand API is compiled for the instruction set the compiler may assume;
 # without flags that is its slow scalar "fallback". SSE4.2 + PCLMUL ("westmere") runs on

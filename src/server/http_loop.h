@@ -5,6 +5,11 @@
 // mailbox's eventfd and the connections it accepted. Every method but RunTask, Stop,
 // Join and the constructor runs on the loop's own thread; the Mailbox is the only state
 // shared with other threads (responders post answers and tasks to it).
+//
+// Its methods live in three files by concern: http_loop.cc (the loop, accepting,
+// interest, timeouts, closing), http_loop_request.cc (reading and parsing a request and
+// handing it over) and http_loop_response.cc (answers from the mailbox, writing them).
+// The per-connection state they share is in http_connection.h.
 #pragma once
 
 #include <atomic>

@@ -9,13 +9,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
+#include "runtime/testing/test_repository.h"
 #include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "server/metrics.h"
@@ -23,7 +20,6 @@
 namespace shoal::server {
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 using shoal::testing::HttpReply;
 using shoal::testing::HttpTestClient;
@@ -31,55 +27,11 @@ using shoal::testing::RawBytes;
 using shoal::testing::SerializeStrings;
 using ::testing::HasSubstr;
 
-class TempRepo {
- public:
-  TempRepo() {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("shoal_http_test_" + std::to_string(rd()));
-    fs::create_directories(dir_);
-  }
-  ~TempRepo() { fs::remove_all(dir_); }
-  void AddModel(const std::string& name, const std::string& config) {
-    fs::create_directories(dir_ / name / "1");
-    std::ofstream(dir_ / name / "config.pbtxt") << config;
-  }
-  std::string path() const { return dir_.string(); }
-
- private:
-  fs::path dir_;
-};
-
-constexpr char kIdentity[] = R"(
-name: "identity"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { }
-)";
-
-constexpr char kStrings[] = R"(
-name: "strings"
-backend: "identity"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-)";
-
-constexpr char kAddSub[] = R"(
-name: "add_sub"
-backend: "add_sub"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-)";
-
-std::string PluginDir() {
-  const char* b = std::getenv("SHOAL_BINARY_DIR");
-  return std::string(b ? b : ".") + "/backends";
-}
+using runtime::testing::kAddSubConfig;
+using runtime::testing::kIdentityConfig;
+using runtime::testing::kStringsConfig;
+using runtime::testing::RepositoryOptions;
+using runtime::testing::TempRepository;
 
 std::string InferJson(const std::vector<float>& values) {
   json body = {{"inputs",
@@ -94,15 +46,11 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void Start(runtime::ModelControlMode mode = runtime::ModelControlMode::kNone,
              HttpOptions options = {}) {
-    repo_.AddModel("identity", kIdentity);
-    repo_.AddModel("strings", kStrings);
-    repo_.AddModel("add_sub", kAddSub);
+    repo_.AddModel("identity", kIdentityConfig);
+    repo_.AddModel("strings", kStringsConfig);
+    repo_.AddModel("add_sub", kAddSubConfig);
     repo_.AddModel("held", shoal::testing::HeldConfig("held"));
-    runtime::ServerOptions o;
-    o.model_repository = repo_.path();
-    o.backend_directories = {PluginDir()};
-    o.control_mode = mode;
-    auto server = runtime::Server::Create(o);
+    auto server = runtime::Server::Create(RepositoryOptions(repo_, mode));
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
     options.address = "127.0.0.1";
@@ -132,7 +80,7 @@ class HttpServerTest : public ::testing::Test {
     return true;
   }
 
-  TempRepo repo_;
+  TempRepository repo_{"shoal_http_test"};
   std::unique_ptr<runtime::Server> server_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<HttpTestClient> client_;

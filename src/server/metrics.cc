@@ -153,9 +153,8 @@ ProcessStats ReadProcessStats() {
   return p;
 }
 
-}  // namespace
-
-std::string RenderPrometheus(const runtime::Server& server) {
+// The ready versions, sorted by model then version so the text is stable between scrapes.
+std::vector<VersionView> CollectVersions(const runtime::Server& server) {
   std::vector<VersionView> views;
   for (const auto& mv : server.ReadyVersions()) {
     VersionView v;
@@ -170,18 +169,11 @@ std::string RenderPrometheus(const runtime::Server& server) {
   std::sort(views.begin(), views.end(), [](const VersionView& a, const VersionView& b) {
     return a.model != b.model ? a.model < b.model : a.version < b.version;
   });
-  const std::shared_ptr<Clock> clock =
-      server.options().clock ? server.options().clock : Clock::Real();
-  const int64_t now_ns = clock->NowNs();
+  return views;
+}
 
-  std::string out;
-  out.reserve(4096 + views.size() * 8192);
-  Writer w(&out);
-
-  w.Family("shoal_server_ready", "gauge",
-           "1 when the server is ready (every model that should be loaded is READY).");
-  w.Sample("shoal_server_ready", {}, server.ready() ? 1 : 0);
-
+// Requests by outcome and rejection reason, items, executions, per-model cache counters.
+void WriteRequestCounters(Writer& w, const std::vector<VersionView>& views) {
   w.Family(
       "shoal_inference_requests_total", "counter",
       "Requests answered, by outcome (success includes cache hits; failure includes rejections).");
@@ -221,7 +213,9 @@ std::string RenderPrometheus(const runtime::Server& server) {
   w.Family("shoal_cache_misses_total", "counter", "Response cache lookups that missed.");
   for (const auto& v : views)
     w.Sample("shoal_cache_misses_total", v.labels(), static_cast<double>(v.stats.cache_miss.count));
+}
 
+void WriteLatencyHistograms(Writer& w, const std::vector<VersionView>& views) {
   constexpr double kUsPerS = 1e6;
   w.Family("shoal_request_duration_seconds", "histogram",
            "End-to-end time of successful requests, in seconds.");
@@ -237,7 +231,9 @@ std::string RenderPrometheus(const runtime::Server& server) {
     w.Histogram("shoal_compute_duration_seconds", v.labels(), v.stats.compute_latency_us, kUsPerS);
   w.Family("shoal_batch_size", "histogram", "Items per backend execution.");
   for (const auto& v : views) w.Histogram("shoal_batch_size", v.labels(), v.stats.batch_size, 1.0);
+}
 
+void WriteLoadGauges(Writer& w, const std::vector<VersionView>& views) {
   w.Family("shoal_queue_depth", "gauge", "Requests waiting in the batcher queue.");
   for (const auto& v : views)
     w.Sample("shoal_queue_depth", v.labels(), static_cast<double>(v.queue_depth));
@@ -245,7 +241,11 @@ std::string RenderPrometheus(const runtime::Server& server) {
            "Requests accepted and not yet answered (queued or executing).");
   for (const auto& v : views)
     w.Sample("shoal_requests_in_flight", v.labels(), static_cast<double>(v.in_flight));
+}
 
+// Per model instance; the busy ratio is over the time since the instance became ready,
+// measured at `now_ns` on the server's clock.
+void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int64_t now_ns) {
   w.Family("shoal_instance_executions_total", "counter", "Executions run by each model instance.");
   for (const auto& v : views) {
     for (const auto& i : v.instances) {
@@ -277,31 +277,37 @@ std::string RenderPrometheus(const runtime::Server& server) {
       w.Sample("shoal_instance_busy_ratio", l, ratio);
     }
   }
+}
 
-  if (auto cache = server.cache()) {
-    const runtime::CacheStats c = cache->stats();
-    w.Family("shoal_response_cache_hits_total", "counter",
-             "Lookups in the shared response cache that hit.");
-    w.Sample("shoal_response_cache_hits_total", {}, static_cast<double>(c.hits));
-    w.Family("shoal_response_cache_misses_total", "counter",
-             "Lookups in the shared response cache that missed.");
-    w.Sample("shoal_response_cache_misses_total", {}, static_cast<double>(c.misses));
-    w.Family("shoal_response_cache_joins_total", "counter",
-             "Requests that joined an identical request already running instead of running again.");
-    w.Sample("shoal_response_cache_joins_total", {}, static_cast<double>(c.joins));
-    w.Family("shoal_response_cache_evictions_total", "counter",
-             "Entries evicted from the response cache.");
-    w.Sample("shoal_response_cache_evictions_total", {}, static_cast<double>(c.evictions));
-    w.Family("shoal_response_cache_entries", "gauge", "Entries in the response cache.");
-    w.Sample("shoal_response_cache_entries", {}, static_cast<double>(c.entries));
-    w.Family("shoal_response_cache_bytes", "gauge", "Bytes held by the response cache.");
-    w.Sample("shoal_response_cache_bytes", {}, static_cast<double>(c.bytes));
-    w.Family("shoal_response_cache_capacity_bytes", "gauge",
-             "Capacity of the response cache in bytes.");
-    w.Sample("shoal_response_cache_capacity_bytes", {},
-             static_cast<double>(cache->capacity_bytes()));
-  }
+// The shared response cache's families; none when the server has no cache.
+void WriteResponseCacheMetrics(Writer& w, const runtime::Server& server) {
+  auto cache = server.cache();
+  if (!cache) return;
+  const runtime::CacheStats c = cache->stats();
+  w.Family("shoal_response_cache_hits_total", "counter",
+           "Lookups in the shared response cache that hit.");
+  w.Sample("shoal_response_cache_hits_total", {}, static_cast<double>(c.hits));
+  w.Family("shoal_response_cache_misses_total", "counter",
+           "Lookups in the shared response cache that missed.");
+  w.Sample("shoal_response_cache_misses_total", {}, static_cast<double>(c.misses));
+  w.Family("shoal_response_cache_joins_total", "counter",
+           "Requests that joined an identical request already running instead of running again.");
+  w.Sample("shoal_response_cache_joins_total", {}, static_cast<double>(c.joins));
+  w.Family("shoal_response_cache_evictions_total", "counter",
+           "Entries evicted from the response cache.");
+  w.Sample("shoal_response_cache_evictions_total", {}, static_cast<double>(c.evictions));
+  w.Family("shoal_response_cache_entries", "gauge", "Entries in the response cache.");
+  w.Sample("shoal_response_cache_entries", {}, static_cast<double>(c.entries));
+  w.Family("shoal_response_cache_bytes", "gauge", "Bytes held by the response cache.");
+  w.Sample("shoal_response_cache_bytes", {}, static_cast<double>(c.bytes));
+  w.Family("shoal_response_cache_capacity_bytes", "gauge",
+           "Capacity of the response cache in bytes.");
+  w.Sample("shoal_response_cache_capacity_bytes", {}, static_cast<double>(cache->capacity_bytes()));
+}
 
+// The process_* families Prometheus' own clients export, from /proc/self; the ones that
+// cannot be read are left out.
+void WriteProcessMetrics(Writer& w) {
   const ProcessStats p = ReadProcessStats();
   if (p.ok) {
     w.Family("process_cpu_seconds_total", "counter",
@@ -316,6 +322,28 @@ std::string RenderPrometheus(const runtime::Server& server) {
     w.Family("process_open_fds", "gauge", "Open file descriptors of the process.");
     w.Sample("process_open_fds", {}, p.open_fds);
   }
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const runtime::Server& server) {
+  const std::vector<VersionView> views = CollectVersions(server);
+  const std::shared_ptr<Clock> clock =
+      server.options().clock ? server.options().clock : Clock::Real();
+  const int64_t now_ns = clock->NowNs();
+
+  std::string out;
+  out.reserve(4096 + views.size() * 8192);
+  Writer w(&out);
+  w.Family("shoal_server_ready", "gauge",
+           "1 when the server is ready (every model that should be loaded is READY).");
+  w.Sample("shoal_server_ready", {}, server.ready() ? 1 : 0);
+  WriteRequestCounters(w, views);
+  WriteLatencyHistograms(w, views);
+  WriteLoadGauges(w, views);
+  WriteInstanceMetrics(w, views, now_ns);
+  WriteResponseCacheMetrics(w, server);
+  WriteProcessMetrics(w);
   return out;
 }
 

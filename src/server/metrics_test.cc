@@ -6,18 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
-#include <random>
 #include <regex>
 #include <sstream>
+
+#include "runtime/testing/test_repository.h"
 
 namespace shoal::server {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 struct Sample {
@@ -51,23 +49,10 @@ std::vector<Sample> ParseExposition(const std::string& text,
 }
 
 TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
-  fs::path dir =
-      fs::temp_directory_path() / ("shoal_metrics_test_" + std::to_string(std::random_device()()));
-  fs::create_directories(dir / "identity" / "1");
-  std::ofstream(dir / "identity" / "config.pbtxt") << R"(
-name: "identity"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { }
-instance_group [ { count: 2 kind: KIND_CPU } ]
-)";
-  runtime::ServerOptions o;
-  o.model_repository = dir.string();
-  const char* b = std::getenv("SHOAL_BINARY_DIR");
-  o.backend_directories = {std::string(b ? b : ".") + "/backends"};
-  auto server = runtime::Server::Create(o);
+  runtime::testing::TempRepository repo("shoal_metrics_test");
+  repo.AddModel("identity", std::string(runtime::testing::kIdentityConfig) +
+                                "instance_group [ { count: 2 kind: KIND_CPU } ]\n");
+  auto server = runtime::Server::Create(runtime::testing::RepositoryOptions(repo));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   for (int i = 0; i < 3; ++i) {
     runtime::InferRequest r;
@@ -148,7 +133,6 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
     }
   }
   (*server)->Shutdown();
-  fs::remove_all(dir);
 }
 
 }  // namespace
