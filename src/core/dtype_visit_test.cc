@@ -20,7 +20,9 @@ TEST(VisitDTypeTest, StorageSizeMatchesDataTypeSizeForEveryType) {
     EXPECT_EQ(visited, DataTypeSize(type)) << DataTypeName(type);
     const DataType seen = VisitDType(
         type, [](auto tag) { return decltype(tag)::kType; }, [] { return DataType::kInvalid; });
-    if (DataTypeSize(type) != 0) EXPECT_EQ(seen, type) << DataTypeName(type);
+    if (DataTypeSize(type) != 0) {
+      EXPECT_EQ(seen, type) << DataTypeName(type);
+    }
   }
 }
 

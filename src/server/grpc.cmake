@@ -15,8 +15,10 @@ target_compile_definitions(shoal_grpc PRIVATE SHOAL_VERSION="${PROJECT_VERSION}"
 
 
 shoal_cc_test(NAME server_grpc_codec_test SRCS grpc_codec_test.cc DEPS shoal_grpc)
-shoal_cc_test(NAME server_grpc_handlers_test SRCS grpc_handlers_test.cc DEPS shoal_grpc)
-shoal_cc_test(NAME server_grpc_server_test SRCS grpc_server_test.cc DEPS shoal_grpc)
+shoal_cc_test(NAME server_grpc_handlers_test SRCS grpc_handlers_test.cc
+  DEPS shoal_grpc shoal_runtime_testing)
+shoal_cc_test(NAME server_grpc_server_test SRCS grpc_server_test.cc
+  DEPS shoal_grpc shoal_runtime_testing)
 if(SHOAL_BUILD_TESTS)
   # The example plugins (examples/backends, a folder added after this one).
   add_dependencies(server_grpc_handlers_test shoal_identity shoal_add_sub shoal_cost_model)

@@ -7,8 +7,8 @@ find_package(simdjson REQUIRED)
 # are src/proto's); it speaks in the runtime's request and response structs and limits.
 # What the unit tests and the fuzzers (fuzz/http.cmake) exercise.
 shoal_cc_library(NAME http_codec
-  SRCS http_infer_parser.cc http_infer_codec.cc
-  HDRS http_infer_codec.h
+  SRCS http_json.cc http_infer_parser.cc http_infer_codec.cc
+  HDRS http_json.h http_infer_codec.h
   DEPS shoal_proto shoal_runtime simdjson::simdjson ZLIB::ZLIB)
 
 shoal_cc_library(NAME http
@@ -19,7 +19,8 @@ shoal_cc_library(NAME http
 # without flags that is its slow scalar "fallback". SSE4.2 + PCLMUL ("westmere") runs on
 # every x86-64 CPU since 2010.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  set_source_files_properties(http_infer_parser.cc PROPERTIES COMPILE_OPTIONS "-msse4.2;-mpclmul")
+  set_source_files_properties(http_json.cc http_infer_parser.cc PROPERTIES
+    COMPILE_OPTIONS "-msse4.2;-mpclmul")
 endif()
 # The version reported by GET /v2.
 set_source_files_properties(http_routes.cc PROPERTIES
@@ -40,8 +41,8 @@ shoal_cc_test(NAME server_http_infer_parser_test SRCS http_infer_parser_test.cc
   DEPS shoal_http_codec shoal_http_test_client)
 shoal_cc_test(NAME server_http_routes_test SRCS http_routes_test.cc DEPS shoal_http)
 shoal_cc_test(NAME server_http_server_test SRCS http_server_test.cc
-  DEPS shoal_http shoal_metrics shoal_http_test_client)
-shoal_cc_test(NAME server_metrics_test SRCS metrics_test.cc DEPS shoal_metrics)
+  DEPS shoal_http shoal_metrics shoal_http_test_client shoal_runtime_testing)
+shoal_cc_test(NAME server_metrics_test SRCS metrics_test.cc DEPS shoal_metrics shoal_runtime_testing)
 if(SHOAL_BUILD_TESTS)
   # The in-process server tests load the example plugins (built in examples/backends).
   add_dependencies(server_http_server_test shoal_identity shoal_add_sub shoal_cost_model)

@@ -1,0 +1,42 @@
+// simdjson On-Demand helpers shared by the HTTP front end's body parsers (the infer
+// request in http_infer_parser.cc, the repository control bodies in http_json.cc):
+// errors named by the field they were found in, and ValidateDocument, which walks a
+// document once before it is read (On Demand does not check what it skips).
+// Files that include this compile simdjson for SSE4.2 (http.cmake).
+#pragma once
+
+#include <simdjson.h>
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace shoal::server {
+
+// Nesting limit of an infer request's `data` arrays.
+inline constexpr int kMaxDataDepth = 64;
+// Whole-document nesting limit of ValidateDocument: data nesting plus the request's own.
+inline constexpr int kMaxJsonDepth = kMaxDataDepth + 16;
+
+// INVALID_ARGUMENT for a simdjson error met at `field`, saying what was `expected`.
+Status JsonError(simdjson::error_code e, const std::string& field, std::string_view expected);
+
+// True when the document has nothing after its root value.
+inline bool AtEnd(simdjson::ondemand::document& doc) {
+  return doc.current_location().error() == simdjson::OUT_OF_BOUNDS;
+}
+
+// `out = expr` or return JsonError(field, expected).
+#define JSON_GET(expr, out, field, expected)                                                   \
+  do {                                                                                         \
+    if (auto shoal_json_err_ = std::move(expr).get(out); shoal_json_err_ != simdjson::SUCCESS) \
+      return ::shoal::server::JsonError(shoal_json_err_, field, expected);                     \
+  } while (0)
+
+// Walks a document whose root must be an object, checking every key and value (numbers
+// only for their first character) and the nesting limit, then rewinds it. An error names
+// the path to the bad value ("inputs[0].shape").
+Status ValidateDocument(simdjson::ondemand::document& doc);
+
+}  // namespace shoal::server
