@@ -88,6 +88,10 @@ StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, Htt
                            std::to_string(options.max_connections));
   std::unique_ptr<HttpCore> core(new HttpCore());
   core->options_ = options;
+  // The counters exist before anything can fail: the destructor's Stop() reads them.
+  core->connections_ = std::make_shared<std::atomic<int64_t>>(0);
+  core->in_progress_ = std::make_shared<std::atomic<int64_t>>(0);
+  core->posted_unwritten_ = std::make_shared<std::atomic<int64_t>>(0);
   ASSIGN_OR_RETURN(core->listen_fd_, OpenListener(options.address, options.port));
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
@@ -95,9 +99,6 @@ StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, Htt
   core->port_ = addr.ss_family == AF_INET6
                     ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                     : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  core->connections_ = std::make_shared<std::atomic<int64_t>>(0);
-  core->in_progress_ = std::make_shared<std::atomic<int64_t>>(0);
-  core->posted_unwritten_ = std::make_shared<std::atomic<int64_t>>(0);
   for (int i = 0; i < options.threads; ++i) {
     auto loop = std::make_unique<internal::Loop>(i, core->options_, handler, core->listen_fd_,
                                                  core->connections_, core->in_progress_,
