@@ -61,10 +61,9 @@ TEST(ParseHostPortTest, Forms) {
     const char* host;
     int port;
   };
-  for (const Case& c : {Case{"localhost:9000", 8000, "localhost", 9000},
-                        Case{"10.0.0.1", 8001, "10.0.0.1", 8001},
-                        Case{"[::1]:8000", 1, "::1", 8000},
-                        Case{"http://example.com:80", 1, "example.com", 80}}) {
+  for (const Case& c :
+       {Case{"localhost:9000", 8000, "localhost", 9000}, Case{"10.0.0.1", 8001, "10.0.0.1", 8001},
+        Case{"[::1]:8000", 1, "::1", 8000}, Case{"http://example.com:80", 1, "example.com", 80}}) {
     auto a = ParseHostPort(c.text, c.default_port);
     ASSERT_TRUE(a.ok()) << c.text;
     EXPECT_EQ(a->host, c.host) << c.text;
