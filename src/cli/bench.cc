@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "loadgen/bench.h"
 #include "loadgen/options.h"
@@ -20,6 +21,17 @@ struct BenchFlags {
   std::optional<double> percentile;  // unset: the average
 };
 
+// Stores a parsed flag value in `*out`, or prints the parse error and returns false.
+template <typename T>
+bool Parsed(StatusOr<T> value, T* out) {
+  if (!value.ok()) {
+    std::fprintf(stderr, "shoal bench: %s\n", value.status().message().c_str());
+    return false;
+  }
+  *out = std::move(value).value();
+  return true;
+}
+
 int Bench(BenchFlags& f) {
   loadgen::BenchOptions& o = f.options;
   o.protocol = f.protocol == "grpc" ? loadgen::Protocol::kGrpc : loadgen::Protocol::kHttp;
@@ -27,28 +39,17 @@ int Bench(BenchFlags& f) {
                                                : loadgen::Distribution::kConstant;
   o.percentile = f.percentile;
   for (const std::string& s : f.shapes) {
-    auto shape = loadgen::ParseShape(s);
-    if (!shape.ok()) {
-      std::fprintf(stderr, "shoal bench: %s\n", shape.status().message().c_str());
-      return 1;
-    }
-    o.shapes.push_back(*shape);
+    loadgen::ShapeOverride shape;
+    if (!Parsed(loadgen::ParseShape(s), &shape)) return 1;
+    o.shapes.push_back(std::move(shape));
   }
-  if (!f.concurrency_range.empty()) {
-    auto range = loadgen::ParseIntRange(f.concurrency_range);
-    if (!range.ok()) {
-      std::fprintf(stderr, "shoal bench: %s\n", range.status().message().c_str());
-      return 1;
-    }
-    o.concurrency = *range;
+  if (!f.concurrency_range.empty() &&
+      !Parsed(loadgen::ParseIntRange(f.concurrency_range), &o.concurrency)) {
+    return 1;
   }
-  if (!f.request_rate_range.empty()) {
-    auto range = loadgen::ParseRateRange(f.request_rate_range);
-    if (!range.ok()) {
-      std::fprintf(stderr, "shoal bench: %s\n", range.status().message().c_str());
-      return 1;
-    }
-    o.request_rates = *range;
+  if (!f.request_rate_range.empty() &&
+      !Parsed(loadgen::ParseRateRange(f.request_rate_range), &o.request_rates)) {
+    return 1;
   }
   return loadgen::RunBench(o, stdout, stderr);
 }

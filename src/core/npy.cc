@@ -312,6 +312,19 @@ void Put32(std::string* s, uint32_t v) {
   Put16(s, v & 0xffff);
   Put16(s, v >> 16);
 }
+// The fields a local file header and its central directory entry share, from the flags to
+// the extra field's length: a stored (uncompressed) entry of `size` bytes, no extra field.
+void PutEntryFields(std::string* s, uint32_t crc, uint32_t size, const std::string& file) {
+  Put16(s, 0);  // flags
+  Put16(s, 0);  // compression: stored
+  Put16(s, 0);  // modification time
+  Put16(s, 0);  // modification date
+  Put32(s, crc);
+  Put32(s, size);  // compressed
+  Put32(s, size);  // uncompressed
+  Put16(s, static_cast<uint32_t>(file.size()));
+  Put16(s, 0);  // extra field length
+}
 
 }  // namespace
 
@@ -329,37 +342,21 @@ Status WriteNpz(const std::string& path,
         crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
     const uint32_t offset = static_cast<uint32_t>(out.size());
     const uint32_t size = static_cast<uint32_t>(body.size());
-    // Local file header: stored (no compression).
+    // Local file header.
     Put32(&out, 0x04034b50);
     Put16(&out, 20);
-    Put16(&out, 0);
-    Put16(&out, 0);
-    Put16(&out, 0);
-    Put16(&out, 0);
-    Put32(&out, crc);
-    Put32(&out, size);
-    Put32(&out, size);
-    Put16(&out, static_cast<uint32_t>(file.size()));
-    Put16(&out, 0);
+    PutEntryFields(&out, crc, size, file);
     out += file;
     out += body;
     // Central directory entry.
     Put32(&central, 0x02014b50);
     Put16(&central, 20);
     Put16(&central, 20);
-    Put16(&central, 0);
-    Put16(&central, 0);
-    Put16(&central, 0);
-    Put16(&central, 0);
-    Put32(&central, crc);
-    Put32(&central, size);
-    Put32(&central, size);
-    Put16(&central, static_cast<uint32_t>(file.size()));
-    Put16(&central, 0);
-    Put16(&central, 0);
-    Put16(&central, 0);
-    Put16(&central, 0);
-    Put32(&central, 0);
+    PutEntryFields(&central, crc, size, file);
+    Put16(&central, 0);  // comment length
+    Put16(&central, 0);  // disk number
+    Put16(&central, 0);  // internal attributes
+    Put32(&central, 0);  // external attributes
     Put32(&central, offset);
     central += file;
   }

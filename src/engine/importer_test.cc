@@ -23,8 +23,6 @@ std::string ReadAll(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
-
 // y = Relu(x + c), with c from a Constant node; x is [batch, 3].
 onnx::ModelProto SmallModel(int64_t opset = 13) {
   onnx::ModelProto m;

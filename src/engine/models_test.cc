@@ -17,24 +17,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace shoal::engine::testing;
 
-std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
-
-struct Reference {
-  std::vector<NamedTensor> inputs, outputs;
-};
-
-Reference LoadReference(const std::string& file) {
-  auto tensors = ReadTensorFile(ModelPath(file));
-  EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
-  Reference ref;
-  if (!tensors.ok()) return ref;
-  for (auto& t : *tensors) {
-    if (t.name.rfind("in:", 0) == 0) ref.inputs.push_back({t.name.substr(3), t.tensor});
-    if (t.name.rfind("out:", 0) == 0) ref.outputs.push_back({t.name.substr(4), t.tensor});
-  }
-  return ref;
-}
-
 // fp32 acceptance: max abs error <= 1e-4 relative to the output's scale (max |ref|).
 void ExpectMatches(Session& session, const Reference& ref) {
   std::vector<NamedTensor> outputs;

@@ -15,13 +15,6 @@ using ::testing::HasSubstr;
 using ::testing::Pointwise;
 using namespace shoal::engine::testing;
 
-std::vector<Tensor> Run1(const std::string& op, const std::vector<In>& in,
-                         const std::map<std::string, Attribute>& attrs = {}, int64_t opset = 17) {
-  auto r = RunOp(op, in, attrs, 1, opset);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : std::vector<Tensor>(1);
-}
-
 // Naive 2-D convolution (NCHW, OIHW), or transposed convolution.
 Tensor NaiveConv2d(const Tensor& x, const Tensor& w, const Tensor* b, int64_t group,
                    std::array<int64_t, 2> stride, std::array<int64_t, 4> pads,
@@ -300,7 +293,7 @@ TEST(NormTest, SoftmaxAxisSemanticsChangeAtOpset13) {
   const float e = 1 / (1 + std::exp(2.f));
   EXPECT_THAT(Values(v13[0]), Pointwise(FloatNear(1e-6), std::vector<float>{e, e, 1 - e, 1 - e}));
   // Opset 11 coerces to 2-D at axis 0: a softmax over all four values.
-  auto v11 = Run1("Softmax", {{x}}, {{"axis", AInt(0)}}, 11);
+  auto v11 = Run1("Softmax", {{x}}, {{"axis", AInt(0)}}, 1, 11);
   double sum = 0;
   for (float v : Values(v11[0])) sum += v;
   EXPECT_NEAR(sum, 1.0, 1e-6);

@@ -18,14 +18,6 @@ using ::testing::HasSubstr;
 using ::testing::Pointwise;
 using namespace shoal::engine::testing;
 
-std::vector<Tensor> Run1(const std::string& op, const std::vector<In>& in,
-                         const std::map<std::string, Attribute>& attrs = {}, int outs = 1,
-                         int64_t opset = 17) {
-  auto r = RunOp(op, in, attrs, outs, opset);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : std::vector<Tensor>(outs);
-}
-
 TEST(ElementwiseTest, AddBroadcastsBothWays) {
   // [2,1] + [3] -> [2,3]: src0 broadcasts too, so this takes the engine's own loop.
   auto out = Run1("Add", {{F32({2, 1}, {1, 2})}, {F32({3}, {10, 20, 30})}});

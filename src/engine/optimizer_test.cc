@@ -10,8 +10,6 @@ namespace {
 
 using namespace shoal::engine::testing;
 
-std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
-
 using Builder = GraphBuilder;
 
 // Runs `graph` optimised and as imported on the same inputs; returns the report and

@@ -22,8 +22,6 @@ namespace {
 
 using namespace shoal::engine::testing;
 
-std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
-
 StatusOr<std::unique_ptr<Plan>> PreparePlan(const Model& model, const std::vector<Shape>& shapes) {
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
@@ -81,22 +79,6 @@ std::vector<std::pair<int, int>> CheckLayout(const Plan& plan, const Graph& grap
   EXPECT_GE(plan.planned_bytes(), plan.liveness_bound_bytes());
   EXPECT_LE(plan.planned_bytes(), plan.memory_stats().no_reuse_bytes);
   return inplace;
-}
-
-struct Reference {
-  std::vector<NamedTensor> inputs, outputs;
-};
-
-Reference LoadReference(const std::string& file) {
-  auto tensors = ReadTensorFile(ModelPath(file));
-  EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
-  Reference ref;
-  if (!tensors.ok()) return ref;
-  for (auto& t : *tensors) {
-    if (t.name.rfind("in:", 0) == 0) ref.inputs.push_back({t.name.substr(3), t.tensor});
-    if (t.name.rfind("out:", 0) == 0) ref.outputs.push_back({t.name.substr(4), t.tensor});
-  }
-  return ref;
 }
 
 // PlanOptions::conv_algorithm on the example repository's CNN (3 -> 32 -> 32 -> 64 -> 128

@@ -14,8 +14,6 @@ namespace {
 
 using namespace shoal::engine::testing;
 
-std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
-
 // The trained digits classifier's 450 held-out images and labels.
 struct Digits {
   Tensor images, labels;

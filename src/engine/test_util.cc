@@ -1,5 +1,7 @@
 #include "engine/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -199,6 +201,27 @@ StatusOr<std::vector<NamedTensor>> ReadTensorFile(const std::string& path) {
 std::string SourceDir() {
   const char* s = std::getenv("SHOAL_SOURCE_DIR");
   return s ? s : ".";
+}
+
+std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
+
+Reference LoadReference(const std::string& file) {
+  auto tensors = ReadTensorFile(ModelPath(file));
+  EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
+  Reference ref;
+  if (!tensors.ok()) return ref;
+  for (auto& t : *tensors) {
+    if (t.name.rfind("in:", 0) == 0) ref.inputs.push_back({t.name.substr(3), t.tensor});
+    if (t.name.rfind("out:", 0) == 0) ref.outputs.push_back({t.name.substr(4), t.tensor});
+  }
+  return ref;
+}
+
+std::vector<Tensor> Run1(const std::string& op, const std::vector<In>& in,
+                         const std::map<std::string, Attribute>& attrs, int outs, int64_t opset) {
+  auto r = RunOp(op, in, attrs, outs, opset);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : std::vector<Tensor>(outs);
 }
 
 }  // namespace shoal::engine::testing

@@ -73,6 +73,21 @@ float MaxAbs(const Tensor& t);
 // Reads the reference format written by models/generate.py (see models/README.md).
 StatusOr<std::vector<NamedTensor>> ReadTensorFile(const std::string& path);
 std::string SourceDir();
+// A file of the committed models (SourceDir()/models/).
+std::string ModelPath(const std::string& file);
+
+// A reference file's tensors split by their "in:" / "out:" name prefix (the prefix dropped).
+struct Reference {
+  std::vector<NamedTensor> inputs, outputs;
+};
+// Reads ModelPath(file); on error, records a test failure and returns an empty Reference.
+Reference LoadReference(const std::string& file);
+
+// As RunOp, expecting success: on failure, records a test failure and returns `outs` empty
+// tensors.
+std::vector<Tensor> Run1(const std::string& op, const std::vector<In>& in,
+                         const std::map<std::string, Attribute>& attrs = {}, int outs = 1,
+                         int64_t opset = 17);
 
 // A graph built node by node.
 class GraphBuilder {

@@ -183,13 +183,8 @@ class GrpcEndpoint final : public Endpoint {
         stub_(inference::GRPCInferenceService::NewStub(NewChannel(address, -1))) {}
 
   StatusOr<ModelInfo> GetModelInfo(const std::string& model, int64_t version) override {
-    inference::ModelMetadataRequest req;
-    req.set_name(model);
-    req.set_version(VersionString(version));
     inference::ModelMetadataResponse meta;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    grpc::Status s = stub_->ModelMetadata(&ctx, req, &meta);
+    grpc::Status s = CallForModel(&Stub::ModelMetadata, model, version, &meta);
     if (!s.ok()) return ErrorFor(fmt::format("model '{}'", model), s);
     ModelInfo info;
     info.name = meta.name();
@@ -200,26 +195,16 @@ class GrpcEndpoint final : public Endpoint {
       info.outputs.push_back({t.name(), t.datatype(), {t.shape().begin(), t.shape().end()}});
     }
     if (info.inputs.empty()) return InvalidArgument(fmt::format("model '{}' has no inputs", model));
-    inference::ModelConfigRequest creq;
-    creq.set_name(model);
-    creq.set_version(VersionString(version));
     inference::ModelConfigResponse config;
-    grpc::ClientContext cctx;
-    SetDeadline(&cctx);
-    if (stub_->ModelConfig(&cctx, creq, &config).ok()) {
+    if (CallForModel(&Stub::ModelConfig, model, version, &config).ok()) {
       info.max_batch_size = config.config().max_batch_size();
     }
     return info;
   }
 
   StatusOr<ServerStats> GetStats(const std::string& model, int64_t version) override {
-    inference::ModelStatisticsRequest req;
-    req.set_name(model);
-    req.set_version(VersionString(version));
     inference::ModelStatisticsResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    grpc::Status s = stub_->ModelStatistics(&ctx, req, &resp);
+    grpc::Status s = CallForModel(&Stub::ModelStatistics, model, version, &resp);
     if (!s.ok()) return ErrorFor("statistics", s);
     ServerStats out;
     for (const auto& m : resp.model_stats()) {
@@ -269,8 +254,24 @@ class GrpcEndpoint final : public Endpoint {
     return NotFound(text);
   }
 
+  using Stub = inference::GRPCInferenceService::Stub;
+
+  // A control call `rpc` naming the model and version (empty for the latest), under the
+  // control deadline.
+  template <typename Request, typename Response>
+  grpc::Status CallForModel(grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                      Response*),
+                            const std::string& model, int64_t version, Response* response) {
+    Request request;
+    request.set_name(model);
+    request.set_version(VersionString(version));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return (stub_.get()->*rpc)(&ctx, request, response);
+  }
+
   HostPort address_;
-  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  std::unique_ptr<Stub> stub_;
 };
 
 }  // namespace

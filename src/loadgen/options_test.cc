@@ -55,21 +55,20 @@ TEST(ParseRangeTest, RejectsBadRanges) {
 }
 
 TEST(ParseHostPortTest, Forms) {
-  auto a = ParseHostPort("localhost:9000", 8000);
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->host, "localhost");
-  EXPECT_EQ(a->port, 9000);
-  auto b = ParseHostPort("10.0.0.1", 8001);
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->host, "10.0.0.1");
-  EXPECT_EQ(b->port, 8001);
-  auto c = ParseHostPort("[::1]:8000", 1);
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->host, "::1");
-  EXPECT_EQ(c->port, 8000);
-  auto d = ParseHostPort("http://example.com:80", 1);
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->host, "example.com");
+  struct Case {
+    const char* text;
+    int default_port;
+    const char* host;
+    int port;
+  };
+  for (const Case& c :
+       {Case{"localhost:9000", 8000, "localhost", 9000}, Case{"10.0.0.1", 8001, "10.0.0.1", 8001},
+        Case{"[::1]:8000", 1, "::1", 8000}, Case{"http://example.com:80", 1, "example.com", 80}}) {
+    auto a = ParseHostPort(c.text, c.default_port);
+    ASSERT_TRUE(a.ok()) << c.text;
+    EXPECT_EQ(a->host, c.host) << c.text;
+    EXPECT_EQ(a->port, c.port) << c.text;
+  }
   EXPECT_FALSE(ParseHostPort("host:0", 1).ok());
   EXPECT_FALSE(ParseHostPort("host:70000", 1).ok());
   EXPECT_FALSE(ParseHostPort(":80", 1).ok());

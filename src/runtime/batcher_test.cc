@@ -46,6 +46,14 @@ std::unique_ptr<Batcher<FakeTask>> Make(BatcherOptions o) {
   return std::move(b).value();
 }
 
+// A batcher with only the size and delay bounds set.
+std::unique_ptr<Batcher<FakeTask>> Make(int64_t max_batch_size, uint64_t max_queue_delay_us = 0) {
+  BatcherOptions o;
+  o.max_batch_size = max_batch_size;
+  o.max_queue_delay_us = max_queue_delay_us;
+  return Make(std::move(o));
+}
+
 void Push(Batcher<FakeTask>& b, std::unique_ptr<FakeTask> t, int64_t now) {
   Status s = b.Enqueue(t, now);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -70,9 +78,7 @@ TEST(BatcherTest, CreateRejectsBadOptionsNamingTheValue) {
 }
 
 TEST(BatcherTest, ZeroDelayReleasesWhatIsQueuedInFifoOrder) {
-  BatcherOptions o;
-  o.max_batch_size = 8;
-  auto b = Make(o);
+  auto b = Make(8);
   const int64_t now = 100 * kMs;
   for (int i = 0; i < 3; ++i) Push(*b, T(i), now);
   auto d = b->FormBatch(now);
@@ -81,10 +87,7 @@ TEST(BatcherTest, ZeroDelayReleasesWhatIsQueuedInFifoOrder) {
 }
 
 TEST(BatcherTest, FullBatchReleasedAtOnceRestWaitsForDelay) {
-  BatcherOptions o;
-  o.max_batch_size = 4;
-  o.max_queue_delay_us = 500;
-  auto b = Make(o);
+  auto b = Make(4, 500);
   int64_t now = 100 * kMs;
   for (int i = 0; i < 6; ++i) Push(*b, T(i), now);
   auto d = b->FormBatch(now);
@@ -100,10 +103,7 @@ TEST(BatcherTest, FullBatchReleasedAtOnceRestWaitsForDelay) {
 }
 
 TEST(BatcherTest, DelayCountsFromTheOldestTask) {
-  BatcherOptions o;
-  o.max_batch_size = 8;
-  o.max_queue_delay_us = 1000;
-  auto b = Make(o);
+  auto b = Make(8, 1000);
   int64_t t0 = 100 * kMs;
   Push(*b, T(0), t0);
   Push(*b, T(1), t0 + 900 * kUs);
@@ -133,9 +133,7 @@ TEST(BatcherTest, LargestPreferredSizeReleasesWithoutWaiting) {
 }
 
 TEST(BatcherTest, TasksWithSeveralItemsFillByItemsNotCount) {
-  BatcherOptions o;
-  o.max_batch_size = 8;
-  auto b = Make(o);
+  auto b = Make(8);
   int64_t now = 100 * kMs;
   Push(*b, T(0, 3), now);
   Push(*b, T(1, 4), now);
@@ -146,9 +144,7 @@ TEST(BatcherTest, TasksWithSeveralItemsFillByItemsNotCount) {
 }
 
 TEST(BatcherTest, ShapeBucketsAreNeverMixed) {
-  BatcherOptions o;
-  o.max_batch_size = 8;
-  auto b = Make(o);
+  auto b = Make(8);
   int64_t now = 100 * kMs;
   Push(*b, T(0, 1, /*key=*/7), now);
   Push(*b, T(1, 1, /*key=*/9), now);
@@ -281,10 +277,7 @@ TEST(BatcherTest, DelayTimeoutMovesTaskBehindOthers) {
 }
 
 TEST(BatcherTest, DeadlineReleasesEarlyAccountingForExecutionTime) {
-  BatcherOptions o;
-  o.max_batch_size = 8;
-  o.max_queue_delay_us = 10'000;
-  auto b = Make(o);
+  auto b = Make(8, 10'000);
   auto t = T(0);
   t->deadline = 5 * kMs;
   Push(*b, std::move(t), 0);
@@ -295,9 +288,7 @@ TEST(BatcherTest, DeadlineReleasesEarlyAccountingForExecutionTime) {
 }
 
 TEST(BatcherTest, NonBatchingModelReleasesOneTaskPerBatch) {
-  BatcherOptions o;
-  o.max_batch_size = 0;
-  auto b = Make(o);
+  auto b = Make(0);
   Push(*b, T(0), 0);
   Push(*b, T(1), 0);
   EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{0}));
@@ -305,10 +296,7 @@ TEST(BatcherTest, NonBatchingModelReleasesOneTaskPerBatch) {
 }
 
 TEST(BatcherTest, RemoveIfAndTakeAllReturnEveryTaskOnce) {
-  BatcherOptions o;
-  o.max_batch_size = 4;
-  o.max_queue_delay_us = 1000;
-  auto b = Make(o);
+  auto b = Make(4, 1000);
   for (int i = 0; i < 5; ++i) Push(*b, T(i), 0);
   auto removed = b->RemoveIf([](const FakeTask& t) { return t.id % 2 == 1; });
   EXPECT_EQ(Ids(removed), (std::vector<int>{1, 3}));

@@ -85,6 +85,15 @@ StatusOr<Tensor> WarmupTensor(DataType dtype, const Shape& shape,
   return t;
 }
 
+// The name, data type and dims that a config input and output (ModelInput, ModelOutput)
+// both carry.
+template <typename ConfigTensor>
+void SetFromSpec(const backends::TensorSpec& spec, ConfigTensor* t) {
+  t->set_name(spec.name);
+  t->set_data_type(repository::ToConfigDataType(spec.dtype));
+  for (int64_t d : spec.dims) t->add_dims(d);
+}
+
 }  // namespace
 
 backends::ModelInfo ModelInfoFromConfig(const inference::ModelConfig& config,
@@ -110,19 +119,12 @@ void CompleteConfig(const backends::ModelInfo& from_backend, inference::ModelCon
   if (config->input_size() == 0) {
     for (const auto& spec : from_backend.inputs) {
       auto* in = config->add_input();
-      in->set_name(spec.name);
-      in->set_data_type(repository::ToConfigDataType(spec.dtype));
-      for (int64_t d : spec.dims) in->add_dims(d);
+      SetFromSpec(spec, in);
       in->set_optional(spec.optional);
     }
   }
   if (config->output_size() == 0) {
-    for (const auto& spec : from_backend.outputs) {
-      auto* out = config->add_output();
-      out->set_name(spec.name);
-      out->set_data_type(repository::ToConfigDataType(spec.dtype));
-      for (int64_t d : spec.dims) out->add_dims(d);
-    }
+    for (const auto& spec : from_backend.outputs) SetFromSpec(spec, config->add_output());
   }
 }
 

@@ -57,22 +57,14 @@ void ModelStats::RecordExecution(int64_t batch_size, int64_t input_ns, int64_t i
   b.compute_output.Add(output_ns);
 }
 
-void ModelStats::RecordRejectedQueueFull() {
+void ModelStats::Increment(uint64_t ModelStatsSnapshot::*field) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++s_.rejected_queue_full;
+  ++(s_.*field);
 }
-void ModelStats::RecordRejectedInvalid() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++s_.rejected_invalid;
-}
-void ModelStats::RecordTimedOut() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++s_.timed_out;
-}
-void ModelStats::RecordCancelled() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++s_.cancelled;
-}
+void ModelStats::RecordRejectedQueueFull() { Increment(&ModelStatsSnapshot::rejected_queue_full); }
+void ModelStats::RecordRejectedInvalid() { Increment(&ModelStatsSnapshot::rejected_invalid); }
+void ModelStats::RecordTimedOut() { Increment(&ModelStatsSnapshot::timed_out); }
+void ModelStats::RecordCancelled() { Increment(&ModelStatsSnapshot::cancelled); }
 
 ModelStatsSnapshot ModelStats::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -98,6 +98,9 @@ class ModelStats {
   ModelStatsSnapshot Snapshot() const;
 
  private:
+  // Adds one to the outcome counter `field` of s_.
+  void Increment(uint64_t ModelStatsSnapshot::*field);
+
   mutable std::mutex mu_;
   ModelStatsSnapshot s_;  // GUARDED_BY(mu_)
 };

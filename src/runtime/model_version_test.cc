@@ -87,6 +87,14 @@ class ModelVersionTest : public ::testing::Test {
     return o;
   }
 
+  // Sends request `id` (key 100) and waits until it holds an instance, blocked there until
+  // the test calls state_->Unblock(100). False if it never got there.
+  [[nodiscard]] bool Occupy(ModelVersion& mv, const std::string& id) {
+    state_->Block(100);
+    mv.Infer(Req(id, {100}), answers_.For(id));
+    return state_->WaitForWaiting(1);
+  }
+
   std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   std::shared_ptr<FakeBackendState> state_ = std::make_shared<FakeBackendState>();
   Answers answers_;
@@ -112,9 +120,7 @@ TEST_F(ModelVersionTest, AnswersOneRequestWithTheBackendsOutput) {
 
 TEST_F(ModelVersionTest, RequestsArrivingWhileBusyRunAsOneBatchAndGetTheirOwnRows) {
   auto mv = Make(Batching(8));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   for (int i = 1; i <= 3; ++i)
     mv->Infer(Req("r" + std::to_string(i), {float(i)}), answers_.For("r" + std::to_string(i)));
   EXPECT_EQ(mv->queue_depth(), 3u);
@@ -152,9 +158,7 @@ TEST_F(ModelVersionTest, QueueDelayHoldsABatchUntilTheClockPassesIt) {
 
 TEST_F(ModelVersionTest, DifferentShapesAreNeverBatchedTogether) {
   auto mv = Make(Batching(8));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("two_a", {1, 1}), answers_.For("two_a"));
   mv->Infer(Req("three", {2, 2, 2}), answers_.For("three"));
   mv->Infer(Req("two_b", {3, 3}), answers_.For("two_b"));
@@ -173,9 +177,7 @@ TEST_F(ModelVersionTest, HigherPriorityRunsFirst) {
   o.batching.priority_levels = 2;
   o.batching.default_priority_level = 2;
   auto mv = Make(std::move(o));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("low1", {1}, 2), answers_.For("low1"));
   mv->Infer(Req("low2", {2}, 0), answers_.For("low2"));
   mv->Infer(Req("high", {3}, 1), answers_.For("high"));
@@ -239,9 +241,7 @@ TEST_F(ModelVersionTest, QueueTimeoutIsAnsweredWhileTheInstanceIsStillBusy) {
   auto o = Batching(8);
   o.batching.default_queue_policy.default_timeout_us = 100;
   auto mv = Make(std::move(o));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("late", {1}), answers_.For("late"));
   clock_->AdvanceUs(100);
   ASSERT_TRUE(answers_.WaitFor("late"));
@@ -260,9 +260,7 @@ TEST_F(ModelVersionTest, DelayedRequestIsNotAnsweredAtTimeoutButRunsAfterOthers)
   o.batching.default_queue_policy.timeout_action = TimeoutAction::kDelay;
   o.batching.default_queue_policy.default_timeout_us = 100;
   auto mv = Make(std::move(o));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("old", {1}), answers_.For("old"));
   clock_->AdvanceUs(150);
   mv->Infer(Req("new", {2}), answers_.For("new"));
@@ -279,9 +277,7 @@ TEST_F(ModelVersionTest, FullQueueRejectsAtOnceWithRetryableStatus) {
   auto o = Batching(8);
   o.batching.default_queue_policy.max_queue_size = 1;
   auto mv = Make(std::move(o));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("queued", {1}), answers_.For("queued"));
   mv->Infer(Req("overflow", {2}), answers_.For("overflow"));
   ASSERT_TRUE(answers_.Has("overflow")) << "rejection must be immediate";
@@ -296,9 +292,7 @@ TEST_F(ModelVersionTest, FullQueueRejectsAtOnceWithRetryableStatus) {
 
 TEST_F(ModelVersionTest, CancelledQueuedRequestIsAnsweredAndNeverRuns) {
   auto mv = Make(Batching(8));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   auto handle = mv->Infer(Req("gone", {7}), answers_.For("gone"));
   mv->Infer(Req("stays", {8}), answers_.For("stays"));
   handle->Cancel();
@@ -338,9 +332,7 @@ TEST_F(ModelVersionTest, InvalidRequestsGetInvalidArgumentNamingTheInput) {
 
 TEST_F(ModelVersionTest, BackendErrorFailsItsBatchAndServingContinues) {
   auto mv = Make(Batching(8));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("bad", {-1}), answers_.For("bad"));
   mv->Infer(Req("neighbour", {5}), answers_.For("neighbour"));
   state_->Unblock(100);
@@ -358,9 +350,7 @@ TEST_F(ModelVersionTest, BackendErrorFailsItsBatchAndServingContinues) {
 // request that brought it: the batch is run again one request at a time.
 TEST_F(ModelVersionTest, BadInputFoundByTheBackendFailsOnlyItsOwnRequest) {
   auto mv = Make(Batching(8));
-  state_->Block(100);
-  mv->Infer(Req("first", {100}), answers_.For("first"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "first"));
   mv->Infer(Req("left", {5}), answers_.For("left"));
   mv->Infer(Req("bad", {-1000}), answers_.For("bad"));
   mv->Infer(Req("right", {6}), answers_.For("right"));
@@ -389,9 +379,7 @@ TEST_F(ModelVersionTest, CacheHitAndInFlightJoinRunTheModelOnce) {
   auto o = Batching(8);
   o.cache = std::make_shared<ResponseCache>(1 << 20);
   auto mv = Make(std::move(o));
-  state_->Block(100);
-  mv->Infer(Req("leader", {100}), answers_.For("leader"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "leader"));
   mv->Infer(Req("joiner", {100}), answers_.For("joiner"));
   EXPECT_FALSE(answers_.Has("joiner"));
   state_->Unblock(100);
@@ -419,9 +407,7 @@ TEST_F(ModelVersionTest, PreserveOrderingHoldsLaterBatchesUntilEarlierAnswered) 
   auto o = Batching(1);
   o.preserve_ordering = true;
   auto mv = Make(std::move(o), /*instances=*/2);
-  state_->Block(100);
-  mv->Infer(Req("slow", {100}), answers_.For("slow"));
-  ASSERT_TRUE(state_->WaitForWaiting(1));
+  ASSERT_TRUE(Occupy(*mv, "slow"));
   mv->Infer(Req("fast", {1}), answers_.For("fast"));
   ASSERT_TRUE(state_->WaitForExecutions(2));
   // "fast" has run on the other instance but must wait for "slow".

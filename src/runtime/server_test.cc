@@ -98,9 +98,7 @@ TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
 TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
   TempRepository repo("shoal_server_test");
   repo.AddModel("identity", kIdentityConfig);
-  auto o = RepositoryOptions(repo);
-  o.control_mode = ModelControlMode::kExplicit;
-  auto server = Server::Create(o);
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kExplicit));
   ASSERT_TRUE(server.ok());
   EXPECT_EQ(InferSync(**server, FloatRequest("identity", {1})).status.code(),
             StatusCode::kNotFound);
@@ -131,9 +129,7 @@ TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {
 TEST(ServerTest, PollPicksUpNewChangedAndRemovedModels) {
   TempRepository repo("shoal_server_test");
   repo.AddModel("identity", kIdentityConfig);
-  auto o = RepositoryOptions(repo);
-  o.control_mode = ModelControlMode::kPoll;
-  auto server = Server::Create(o);
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kPoll));
   ASSERT_TRUE(server.ok());
   repo.AddModel("add_sub", kAddSubConfig);
   ASSERT_TRUE((*server)->PollRepository().ok());

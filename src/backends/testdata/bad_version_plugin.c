@@ -2,26 +2,11 @@
  * naming both versions. Written in C, so that the build also checks that
  * shoal/backend_api.h is valid C. */
 #include "shoal/backend_api.h"
+#include "stub_entry_points.h"
 
 SHOAL_BACKEND_EXPORT uint32_t shoal_backend_api_version(void) {
   return SHOAL_BACKEND_API_MAKE_VERSION(SHOAL_BACKEND_API_VERSION + 1u, 4u);
 }
-
-SHOAL_BACKEND_EXPORT int shoal_model_load(const ShoalModelInfo* info, void** model_state,
-                                          ShoalError* error) {
-  *model_state = NULL;
-  return 0;
-}
-
-SHOAL_BACKEND_EXPORT void shoal_model_unload(void* model_state) {}
-
-SHOAL_BACKEND_EXPORT int shoal_instance_create(void* model_state, const ShoalInstanceInfo* info,
-                                               void** instance_state, ShoalError* error) {
-  *instance_state = NULL;
-  return 0;
-}
-
-SHOAL_BACKEND_EXPORT void shoal_instance_destroy(void* instance_state) {}
 
 SHOAL_BACKEND_EXPORT int shoal_instance_execute(void* instance_state, const ShoalExecuteArgs* args,
                                                 ShoalError* error) {

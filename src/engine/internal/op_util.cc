@@ -68,6 +68,14 @@ StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t) {
   return out;
 }
 
+Status CheckFp32Inputs(const PrepareContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (ctx.has_input(i) && ctx.in_dtypes[i] != DataType::kFp32)
+      return ctx.Error("only FP32 is supported");
+  }
+  return Status::Ok();
+}
+
 StatusOr<double> ReadScalar(const Tensor& t) {
   if (t.element_count() != 1)
     return InvalidArgument("expected one value, got shape " + ShapeToString(t.shape()));

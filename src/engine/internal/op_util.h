@@ -32,6 +32,8 @@ StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t);
 StatusOr<double> ReadScalar(const Tensor& t);
 bool IsFloat(DataType t);
 bool IsInteger(DataType t);  // signed and unsigned integers (not bool)
+// ctx.Error("only FP32 is supported") when an input that is present is not FP32.
+Status CheckFp32Inputs(const PrepareContext& ctx);
 
 // Calls `fn(offset_out, offset_a, offset_b)` for every element of `out` where a and b
 // broadcast into it (strides from BroadcastStrides).

@@ -108,6 +108,30 @@ void BindMatMulBias(PrepareContext& ctx, DnnlKernel* kern, const ProductTier& ti
   kern->BindFixed(DNNL_ARG_BIAS, memory(bias_md, eng, scaled.mutable_data()), scaled.buffer());
 }
 
+// The matmul primitive src_inner x wdesc (+ bias) -> dst under `attr`, shared by MatMul
+// and Gemm. A is bound from input 0, laid out as `src` (scaled into int8 on the way when
+// the tier quantises); B from input 1, laid out as `wplain`, or as `wplain_s8` when the
+// tier holds it quantised. The caller binds the bias, post-op inputs and output.
+StatusOr<std::unique_ptr<DnnlKernel>> ProductKernel(
+    PrepareContext& ctx, const ProductTier& tier, const dnnl::primitive_attr& attr,
+    const memory::desc& src, const memory::desc& src_inner, const memory::desc& wplain,
+    const memory::desc& wplain_s8, const memory::desc& wdesc, const memory::desc& bias,
+    const memory::desc& dst) {
+  const auto& eng = *ctx.dnnl_engine;
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias, dst), attr, eng);
+  auto kern = std::make_unique<DnnlKernel>();
+  kern->primitive = dnnl::matmul(pd);
+  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
+                    tier.int8 ? 1.f / tier.src_scale : 1.f);
+  if (tier.int8) {
+    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q, wplain_s8,
+                                    pd.weights_desc()));
+  } else {
+    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
+  }
+  return kern;
+}
+
 // The matmul primitive for `d`, with shoal.FusedMatMul's post-ops (optimizer.h):
 // output scale, bias [N], activation, residual add (of shape `out`).
 StatusOr<std::unique_ptr<Kernel>> MatMulKernel(PrepareContext& ctx, const MatMulDims& d,
@@ -145,17 +169,8 @@ StatusOr<std::unique_ptr<Kernel>> MatMulKernel(PrepareContext& ctx, const MatMul
     po.append_binary(dnnl::algorithm::binary_add, dst);
   }
   attr.set_post_ops(po);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias_md, dst), attr, eng);
-  auto kern = std::make_unique<DnnlKernel>();
-  kern->primitive = dnnl::matmul(pd);
-  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
-                    tier.int8 ? 1.f / tier.src_scale : 1.f);
-  if (tier.int8) {
-    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q,
-                                    PlainDesc(d.b, DataType::kInt8), pd.weights_desc()));
-  } else {
-    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
-  }
+  ASSIGN_OR_RETURN(auto kern, ProductKernel(ctx, tier, attr, src, src_inner, wplain,
+                                            PlainDesc(d.b, DataType::kInt8), wdesc, bias_md, dst));
   if (has_bias) BindMatMulBias(ctx, kern.get(), tier, alpha, bias_md);
   if (has_residual) {
     kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
@@ -219,10 +234,7 @@ StatusOr<GemmShapes> CheckGemmShapes(const PrepareContext& ctx) {
   const Node& node = ctx.node();
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.Error("needs A and B");
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    if (ctx.has_input(i) && ctx.in_dtypes[i] != DataType::kFp32)
-      return ctx.Error("only FP32 is supported");
-  }
+  RETURN_IF_ERROR(CheckFp32Inputs(ctx));
   const Shape& a = ctx.in_shapes[0];
   const Shape& b = ctx.in_shapes[1];
   if (a.size() != 2 || b.size() != 2) return ctx.Error("A and B must be 2-D");
@@ -307,19 +319,10 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGemm(PrepareContext& ctx) {
   dnnl::post_ops po;  // shoal.FusedGemm: Gemm + activation
   RETURN_IF_ERROR(AppendActivation(ctx.node(), "activation", &po));
   attr.set_post_ops(po);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_inner, wdesc, bias, dst), attr, eng);
-  auto kern = std::make_unique<DnnlKernel>();
-  kern->primitive = dnnl::matmul(pd);
-  kern->BindInputAs(DNNL_ARG_SRC, src, pd.src_desc(), eng, 0,
-                    tier.int8 ? 1.f / tier.src_scale : 1.f);
-  if (tier.int8) {
-    const memory::desc wplain_s8({k, n}, memory::data_type::s8,
-                                 g.tb ? memory::dims{1, k} : memory::dims{n, 1});
-    RETURN_IF_ERROR(BindWeightsData(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, tier.w_q, wplain_s8,
-                                    pd.weights_desc()));
-  } else {
-    RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, wplain, pd.weights_desc()));
-  }
+  const memory::desc wplain_s8({k, n}, memory::data_type::s8,
+                               g.tb ? memory::dims{1, k} : memory::dims{n, 1});
+  ASSIGN_OR_RETURN(auto kern, ProductKernel(ctx, tier, attr, src, src_inner, wplain, wplain_s8,
+                                            wdesc, bias, dst));
   if (g.has_c) BindGemmC(ctx, kern.get(), g, tier, bias);
   kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
   return std::unique_ptr<Kernel>(std::move(kern));

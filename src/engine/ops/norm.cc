@@ -11,6 +11,21 @@ StatusOr<std::unique_ptr<Kernel>> Noop() {
   return MakeFn([](const RunContext&) { return Status::Ok(); });
 }
 
+// The inference primitive of normalisation `Fwd` (batch or layer) over `md`, with the
+// node's epsilon and X bound from input 0; the caller binds the rest.
+template <typename Fwd>
+std::unique_ptr<DnnlKernel> NormKernel(PrepareContext& ctx, const memory::desc& md,
+                                       dnnl::normalization_flags flags) {
+  const auto& eng = *ctx.dnnl_engine;
+  typename Fwd::desc d(dnnl::prop_kind::forward_inference, md,
+                       ctx.node().GetFloat("epsilon", 1e-5f), flags);
+  typename Fwd::primitive_desc pd(d, eng);
+  auto k = std::make_unique<DnnlKernel>();
+  k->primitive = Fwd(pd);
+  k->BindInput(DNNL_ARG_SRC, md, eng, 0);
+  return k;
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareBatchNorm(PrepareContext& ctx) {
   if (ctx.num_inputs() != 5) return ctx.Error("needs X, scale, B, mean and var");
   for (size_t i = 0; i < 5; ++i) {
@@ -30,12 +45,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareBatchNorm(PrepareContext& ctx) {
   const auto md = PlainDesc(x, DataType::kFp32), c_md = PlainDesc({x[1]}, DataType::kFp32);
   const auto flags = dnnl::normalization_flags::use_global_stats |
                      dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md,
-                                            ctx.node().GetFloat("epsilon", 1e-5f), flags);
-  dnnl::batch_normalization_forward::primitive_desc pd(d, eng);
-  auto k = std::make_unique<DnnlKernel>();
-  k->primitive = dnnl::batch_normalization_forward(pd);
-  k->BindInput(DNNL_ARG_SRC, md, eng, 0);
+  auto k = NormKernel<dnnl::batch_normalization_forward>(ctx, md, flags);
   k->BindInput(DNNL_ARG_SCALE, c_md, eng, 1);
   k->BindInput(DNNL_ARG_SHIFT, c_md, eng, 2);
   k->BindInput(DNNL_ARG_MEAN, c_md, eng, 3);
@@ -55,10 +65,7 @@ Status CheckBatchNorm(const Node& node, const Graph& graph) {
 StatusOr<std::unique_ptr<Kernel>> PrepareLayerNorm(PrepareContext& ctx) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.Error("needs X and Scale");
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    if (ctx.has_input(i) && ctx.in_dtypes[i] != DataType::kFp32)
-      return ctx.Error("only FP32 is supported");
-  }
+  RETURN_IF_ERROR(CheckFp32Inputs(ctx));
   const Shape& x = ctx.in_shapes[0];
   auto axis = NormalizeAxis(ctx.node().GetInt("axis", -1), static_cast<int64_t>(x.size()));
   if (!axis.ok() || x.empty())
@@ -79,12 +86,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareLayerNorm(PrepareContext& ctx) {
              c_md = PlainDesc({inner}, DataType::kFp32);
   auto flags = dnnl::normalization_flags::use_scale;
   if (ctx.has_input(2)) flags = flags | dnnl::normalization_flags::use_shift;
-  dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md,
-                                            ctx.node().GetFloat("epsilon", 1e-5f), flags);
-  dnnl::layer_normalization_forward::primitive_desc pd(d, eng);
-  auto k = std::make_unique<DnnlKernel>();
-  k->primitive = dnnl::layer_normalization_forward(pd);
-  k->BindInput(DNNL_ARG_SRC, md, eng, 0);
+  auto k = NormKernel<dnnl::layer_normalization_forward>(ctx, md, flags);
   k->BindInput(DNNL_ARG_SCALE, c_md, eng, 1);
   if (ctx.has_input(2)) k->BindInput(DNNL_ARG_SHIFT, c_md, eng, 2);
   k->BindOutput(DNNL_ARG_DST, md, eng, 0);

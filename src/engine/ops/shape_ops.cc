@@ -35,6 +35,16 @@ StatusOr<std::optional<std::vector<int64_t>>> IntsFromInputOrAttr(PrepareContext
   return std::optional<std::vector<int64_t>>();
 }
 
+// A target shape given as IntsFromInputOrAttr: required, with no negative dimension.
+StatusOr<std::vector<int64_t>> ShapeFromInputOrAttr(PrepareContext& ctx, size_t i,
+                                                    std::string_view attr) {
+  ASSIGN_OR_RETURN(auto shape, IntsFromInputOrAttr(ctx, i, attr));
+  if (!shape) return ctx.Error("needs a shape");
+  for (int64_t d : *shape)
+    if (d < 0) return ctx.Error("shape has a negative dimension");
+  return *std::move(shape);
+}
+
 StatusOr<std::unique_ptr<Kernel>> View(PrepareContext& ctx, Shape out) {
   ctx.out_shapes[0] = std::move(out);
   ctx.out_dtypes[0] = ctx.in_dtypes[0];
@@ -292,11 +302,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareTranspose(PrepareContext& ctx) {
 
 StatusOr<std::unique_ptr<Kernel>> PrepareExpand(PrepareContext& ctx) {
   RETURN_IF_ERROR(NeedOne(ctx));
-  ASSIGN_OR_RETURN(auto shape, IntsFromInputOrAttr(ctx, 1, "shape"));
-  if (!shape) return ctx.Error("needs a shape");
-  for (int64_t d : *shape)
-    if (d < 0) return ctx.Error("shape has a negative dimension");
-  auto out = BroadcastShapes(ctx.in_shapes[0], *shape);
+  ASSIGN_OR_RETURN(const std::vector<int64_t> shape, ShapeFromInputOrAttr(ctx, 1, "shape"));
+  auto out = BroadcastShapes(ctx.in_shapes[0], shape);
   if (!out.ok()) return ctx.Error(out.status().message());
   ctx.out_shapes[0] = *out;
   ctx.out_dtypes[0] = ctx.in_dtypes[0];
@@ -434,17 +441,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareSplit(PrepareContext& ctx) {
 
 StatusOr<std::unique_ptr<Kernel>> PrepareConstantOfShape(PrepareContext& ctx) {
   RETURN_IF_ERROR(NeedOne(ctx));
-  ASSIGN_OR_RETURN(auto shape, IntsFromInputOrAttr(ctx, 0, ""));
-  if (!shape) return ctx.Error("needs a shape");
-  for (int64_t d : *shape)
-    if (d < 0) return ctx.Error("shape has a negative dimension");
+  ASSIGN_OR_RETURN(const std::vector<int64_t> shape, ShapeFromInputOrAttr(ctx, 0, ""));
   Tensor value = Tensor::FromVector<float>(DataType::kFp32, {1}, {0.f});
   if (const Attribute* a = ctx.node().attr("value")) {
     if (a->kind != Attribute::Kind::kTensor || a->t.element_count() != 1)
       return ctx.Error("value must be a one-element tensor");
     value = a->t;
   }
-  ctx.out_shapes[0] = *shape;
+  ctx.out_shapes[0] = shape;
   ctx.out_dtypes[0] = value.dtype();
   Status ok = DispatchBySize(value.dtype(), []<typename T>() {});
   if (!ok.ok()) return ctx.Error(ok.message());
