@@ -12,8 +12,8 @@
 #include <cstring>
 #include <string>
 
+#include "proto/http_message.h"
 #include "server/http_infer_codec.h"
-#include "server/http_message.h"
 
 using namespace shoal;
 using namespace shoal::server;
@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The whole body, with an odd JSON length so alignment varies.
   const std::string text = json + std::string(region);
-  auto body = BodyBuffer::Create(text.size(), json.size());
+  auto body = proto::BodyBuffer::Create(text.size(), json.size());
   std::memcpy(body->data(), text.data(), text.size());
   body->set_size(text.size());
   const std::string header_length = std::to_string(json.size());

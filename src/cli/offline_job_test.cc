@@ -120,40 +120,30 @@ TEST_F(OfflineJobTest, JsonlOutputUsesTheServersJsonEncoding) {
   WriteOneRow<float>("f32.npy", DataType::kFp32,
                      {std::nanf(""), -std::numeric_limits<float>::infinity()});
   WriteOneRow<uint16_t>("f16.npy", DataType::kFp16, {0x3c00, 0});
-  OfflineJobOptions o;
-  o.model = "identity_INT64";
-  o.input_path = Path("i64.npy");
-  o.output_path = Path("i64.jsonl");
-  auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  // Runs `model` over <stem>.npy (skipping failed rows) and returns <stem>.jsonl's lines.
+  auto run = [&](const std::string& model, const std::string& stem) {
+    OfflineJobOptions o;
+    o.model = model;
+    o.input_path = Path(stem + ".npy");
+    o.output_path = Path(stem + ".jsonl");
+    o.on_error = OfflineJobOptions::OnError::kSkip;
+    const auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(r.progress.failed_rows, model == "identity_FP16" ? 1 : 0);
+    return Lines(o.output_path);
+  };
   EXPECT_EQ(
-      Lines(o.output_path),
+      run("identity_INT64", "i64"),
       std::vector<std::string>{
           R"({"index":0,"outputs":{"OUTPUT0":{"shape":[1,2],"datatype":"INT64","data":[9007199254740993,-9223372036854775808]}}})"});
-
-  o.model = "identity";
-  o.input_path = Path("f32.npy");
-  o.output_path = Path("f32.jsonl");
-  r = RunOfflineJob(*server_, o, nullptr, nullptr);
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(
-      Lines(o.output_path),
+      run("identity", "f32"),
       std::vector<std::string>{
           R"({"index":0,"outputs":{"OUTPUT0":{"shape":[1,2],"datatype":"FP32","data":[NaN,-Infinity]}}})"});
-
-  o.model = "identity_FP16";
-  o.input_path = Path("f16.npy");
-  o.output_path = Path("f16.jsonl");
-  o.on_error = OfflineJobOptions::OnError::kSkip;
-  r = RunOfflineJob(*server_, o, nullptr, nullptr);
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_EQ(r.progress.failed_rows, 1);
-  const auto lines = Lines(o.output_path);
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find(
-                R"("error":"row 0: output 'OUTPUT0' is FP16, which has no JSON form; write .npy")"),
-            std::string::npos)
-      << lines[0];
+  EXPECT_EQ(
+      run("identity_FP16", "f16"),
+      std::vector<std::string>{
+          R"({"index":0,"error":"row 0: output 'OUTPUT0' is FP16, which has no JSON form; write .npy"})"});
 }
 
 TEST_F(OfflineJobTest, NpzRowsThatDoNotFitTheModelFailNamingRowAndInput) {

@@ -189,7 +189,9 @@ Status Server::PollRepository() {
       auto it = models_.find(e.name);
       if (it == models_.end() || it->second.fingerprint != e.fingerprint) changed.push_back(e.name);
     }
-    for (const auto& [name, record] : models_) {
+    for (const auto& model : models_) {
+      const std::string& name =
+          model.first;  // not a structured binding: clang 14 cannot capture one
       if (std::none_of(entries.begin(), entries.end(),
                        [&](const auto& e) { return e.name == name; })) {
         removed.push_back(name);

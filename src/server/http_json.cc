@@ -136,13 +136,7 @@ Status ForEachMember(std::string_view body, Fn fn) {
     RETURN_IF_ERROR(ValidateDocument(doc));
     od::object root;
     JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
-    for (auto fr : root) {
-      od::field f;
-      JSON_GET(fr, f, "the top level", "a JSON object");
-      std::string_view key;
-      JSON_GET(f.unescaped_key(), key, "the top level", "a JSON object");
-      RETURN_IF_ERROR(fn(std::string(key), f.value()));
-    }
+    RETURN_IF_ERROR(ForEachField(root, "the top level", "a JSON object", fn));
     if (!AtEnd(doc))
       return InvalidArgument(
           "invalid JSON in the request body: content after the top-level object");
@@ -156,7 +150,7 @@ Status ForEachMember(std::string_view body, Fn fn) {
 
 StatusOr<bool> ParseRepositoryIndexBody(std::string_view body) {
   bool ready = false;
-  RETURN_IF_ERROR(ForEachMember(body, [&](const std::string& key, od::value& v) -> Status {
+  RETURN_IF_ERROR(ForEachMember(body, [&](std::string_view key, od::value& v) -> Status {
     if (key == "ready") JSON_GET(v.get_bool(), ready, "ready", "true or false");
     return Status::Ok();
   }));
@@ -165,18 +159,14 @@ StatusOr<bool> ParseRepositoryIndexBody(std::string_view body) {
 
 StatusOr<std::vector<std::string>> ParseRepositoryParametersBody(std::string_view body) {
   std::vector<std::string> names;
-  RETURN_IF_ERROR(ForEachMember(body, [&](const std::string& key, od::value& v) -> Status {
+  RETURN_IF_ERROR(ForEachMember(body, [&](std::string_view key, od::value& v) -> Status {
     if (key != "parameters") return Status::Ok();
     od::object params;
     JSON_GET(v.get_object(), params, "parameters", "an object");
-    for (auto fr : params) {
-      od::field f;
-      JSON_GET(fr, f, "parameters", "an object");
-      std::string_view k;
-      JSON_GET(f.unescaped_key(), k, "parameters", "an object");
+    return ForEachField(params, "parameters", "an object", [&](std::string_view k, od::value&) {
       names.emplace_back(k);
-    }
-    return Status::Ok();
+      return Status::Ok();
+    });
   }));
   return names;
 }

@@ -34,6 +34,21 @@ inline bool AtEnd(simdjson::ondemand::document& doc) {
       return ::shoal::server::JsonError(shoal_json_err_, field, expected);                     \
   } while (0)
 
+// Calls fn(key, value) -> Status for each member of `obj`, in order, stopping at the
+// first error; a malformed member is JsonError(field, expected).
+template <typename Fn>
+Status ForEachField(simdjson::ondemand::object& obj, const std::string& field,
+                    std::string_view expected, Fn&& fn) {
+  for (auto member : obj) {
+    simdjson::ondemand::field f;
+    JSON_GET(member, f, field, expected);
+    std::string_view key;
+    JSON_GET(f.unescaped_key(), key, field, expected);
+    RETURN_IF_ERROR(fn(key, f.value()));
+  }
+  return Status::Ok();
+}
+
 // Walks a document whose root must be an object, checking every key and value (numbers
 // only for their first character) and the nesting limit, then rewinds it. An error names
 // the path to the bad value ("inputs[0].shape").
