@@ -229,7 +229,9 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) return Unavailable("the server is shutting down");
   auto it = models_.find(name);
-  if (it == models_.end()) return NotFound("unknown model '" + name + "'");
+  // Triton's wording, which client code matches on.
+  if (it == models_.end())
+    return NotFound("Request for unknown model: '" + name + "' is not found");
   const Record& r = it->second;
   if (r.versions.empty()) {
     return Unavailable("model '" + name + "' is not ready" +

@@ -104,7 +104,8 @@ TEST_F(HttpServerTest, HealthAndMetadata) {
   EXPECT_EQ(client_->Get("/v2/models/identity/ready").status, 200);
   EXPECT_EQ(client_->Get("/v2/models/identity/versions/1/ready").status, 200);
   ExpectError(client_->Get("/v2/models/identity/versions/2/ready"), 404, "no loaded version 2");
-  ExpectError(client_->Get("/v2/models/nope/ready"), 404, "unknown model 'nope'");
+  ExpectError(client_->Get("/v2/models/nope/ready"), 404,
+              "Request for unknown model: 'nope' is not found");
 
   auto meta = json::parse(client_->Get("/v2").body);
   EXPECT_EQ(meta["name"], "shoal");
@@ -243,7 +244,8 @@ TEST_F(HttpServerTest, ErrorsCarryTheirStatusAndNameTheField) {
   o.limits.max_elements_per_tensor = 1000;
   Start(runtime::ModelControlMode::kNone, o);
   ExpectError(client_->Post("/v2/models/identity/infer", "{not json"), 400, "invalid JSON");
-  ExpectError(client_->Post("/v2/models/nope/infer", InferJson({1})), 404, "unknown model 'nope'");
+  ExpectError(client_->Post("/v2/models/nope/infer", InferJson({1})), 404,
+              "Request for unknown model: 'nope' is not found");
   ExpectError(client_->Post(
                   "/v2/models/identity/infer",
                   R"({"inputs":[{"name":"INPUT0","shape":[1,-2],"datatype":"FP32","data":[1]}]})"),
