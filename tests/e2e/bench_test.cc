@@ -9,22 +9,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "runtime/testing/plugin_configs.h"
 #include "shoal_process.h"
 
 namespace shoal::e2e {
 namespace {
 
+using runtime::testing::kIdentityConfig;
+
 using json = nlohmann::json;
 using ::testing::HasSubstr;
-
-constexpr char kIdentity[] = R"(
-name: "identity"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { }
-)";
 
 // 2 ms per execution whatever the batch: the server's compute figure must show it.
 constexpr char kCost[] = R"(
@@ -48,7 +42,7 @@ std::string ReadFile(const std::string& path) {
 class BenchE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    repo_.WriteFile("identity/config.pbtxt", kIdentity);
+    repo_.WriteFile("identity/config.pbtxt", kIdentityConfig);
     repo_.WriteFile("identity/1/.keep", "");
     repo_.WriteFile("cost/config.pbtxt", kCost);
     repo_.WriteFile("cost/1/.keep", "");

@@ -14,6 +14,7 @@
 #include "e2e_wait.h"
 #include "proto/grpc_health.grpc.pb.h"
 #include "proto/grpc_service.grpc.pb.h"
+#include "runtime/testing/plugin_configs.h"
 #include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"
@@ -21,36 +22,13 @@
 namespace shoal::e2e {
 namespace {
 
+using runtime::testing::kAddSubConfig;
+using runtime::testing::kIdentityConfig;
+using runtime::testing::kStringsConfig;
+
 using inference::GRPCInferenceService;
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
-
-constexpr char kIdentity[] = R"(
-name: "identity"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { }
-)";
-
-constexpr char kStrings[] = R"(
-name: "strings"
-backend: "identity"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-)";
-
-constexpr char kAddSub[] = R"(
-name: "add_sub"
-backend: "add_sub"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-)";
 
 // One instance taking `a_us` per execution; `queue_policy` inside dynamic_batching.
 std::string Slow(const std::string& name, int a_us, const std::string& queue_policy = "") {
@@ -198,11 +176,11 @@ class Shoal {
 class GrpcE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    repo_.WriteFile("identity/config.pbtxt", kIdentity);
+    repo_.WriteFile("identity/config.pbtxt", kIdentityConfig);
     repo_.WriteFile("identity/1/.keep", "");
-    repo_.WriteFile("strings/config.pbtxt", kStrings);
+    repo_.WriteFile("strings/config.pbtxt", kStringsConfig);
     repo_.WriteFile("strings/1/.keep", "");
-    repo_.WriteFile("add_sub/config.pbtxt", kAddSub);
+    repo_.WriteFile("add_sub/config.pbtxt", kAddSubConfig);
     repo_.WriteFile("add_sub/1/.keep", "");
   }
   void AddModel(const std::string& name, const std::string& config) {

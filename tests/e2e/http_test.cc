@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "e2e_wait.h"
+#include "runtime/testing/plugin_configs.h"
 #include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"
@@ -17,39 +18,16 @@
 namespace shoal::e2e {
 namespace {
 
+using runtime::testing::kAddSubConfig;
+using runtime::testing::kIdentityConfig;
+using runtime::testing::kStringsConfig;
+
 using json = nlohmann::json;
 using shoal::testing::HttpReply;
 using shoal::testing::HttpTestClient;
 using shoal::testing::RawBytes;
 using shoal::testing::SerializeStrings;
 using ::testing::HasSubstr;
-
-constexpr char kIdentity[] = R"(
-name: "identity"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { }
-)";
-
-constexpr char kStrings[] = R"(
-name: "strings"
-backend: "identity"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-)";
-
-constexpr char kAddSub[] = R"(
-name: "add_sub"
-backend: "add_sub"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] },
-         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
-)";
 
 // One instance, one item per execution, 400 ms each: a second request waits in the queue;
 // at most two requests may wait (a third is refused with 429).
@@ -95,11 +73,11 @@ void ExpectError(const HttpReply& r, int status, std::string_view fragment) {
 class HttpE2eTest : public ::testing::Test {
  protected:
   void Start(std::vector<std::string> extra = {}) {
-    repo_.WriteFile("identity/config.pbtxt", kIdentity);
+    repo_.WriteFile("identity/config.pbtxt", kIdentityConfig);
     repo_.WriteFile("identity/1/.keep", "");
-    repo_.WriteFile("strings/config.pbtxt", kStrings);
+    repo_.WriteFile("strings/config.pbtxt", kStringsConfig);
     repo_.WriteFile("strings/1/.keep", "");
-    repo_.WriteFile("add_sub/config.pbtxt", kAddSub);
+    repo_.WriteFile("add_sub/config.pbtxt", kAddSubConfig);
     repo_.WriteFile("add_sub/1/.keep", "");
     repo_.WriteFile("slow/config.pbtxt", kSlow);
     repo_.WriteFile("slow/1/.keep", "");
