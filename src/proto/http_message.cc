@@ -350,7 +350,14 @@ size_t HttpResponseReader::Consume(std::string_view in) {
           // servers it talks to always send one; a body up to EOF is not supported).
           phase_ = Phase::kBody;
           body_left_ = head_.content_length;
-          if (keep_body_) body_.reserve(static_cast<size_t>(body_left_));
+          if (keep_body_ && body_left_ > max_body_bytes_) {
+            Fail("the response body of " + std::to_string(body_left_) +
+                 " bytes is larger than the limit of " + std::to_string(max_body_bytes_));
+            return pos;
+          }
+          // The body grows with the bytes that arrive, not with what the head declares.
+          if (keep_body_)
+            body_.reserve(static_cast<size_t>(std::min<int64_t>(body_left_, 1 << 16)));
         }
         if (body_left_ == 0 && phase_ == Phase::kBody) state_ = State::kDone;
         break;

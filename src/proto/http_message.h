@@ -186,7 +186,8 @@ std::string SerializeRequestHead(std::string_view method, std::string_view targe
 //
 // A response without Content-Length or chunked coding is taken as bodiless (servers
 // that delimit a body by closing the connection are not supported). Heads are bounded
-// by kMaxHeadBytes and chunked bodies by max_body_bytes; past them, kError.
+// by kMaxHeadBytes and kept bodies by max_body_bytes; past them, kError. Memory grows
+// with the bytes received, never with a length the head merely declares.
 class HttpResponseReader {
  public:
   enum class State { kIncomplete, kDone, kError };

@@ -273,6 +273,16 @@ TEST(HttpMessageTest, ReaderReportsErrorsAndBoundsTheHead) {
   EXPECT_EQ(big.Feed("HTTP/1.1 200 OK\r\nX: " + std::string(70 * 1024, 'a')),
             HttpResponseReader::State::kError);
 
+  // A declared length is not allocated up front, and a kept body is bounded (found by the
+  // fuzzer: a head claiming ~200 TB made the reader reserve it).
+  HttpResponseReader huge(/*keep_body=*/true, /*max_body_bytes=*/1 << 20);
+  EXPECT_EQ(huge.Feed("HTTP/1.1 200 OK\r\nContent-Length: 210000000000000\r\n\r\nab"),
+            HttpResponseReader::State::kError);
+  EXPECT_NE(huge.error().find("larger than the limit"), std::string::npos) << huge.error();
+  HttpResponseReader skipped(/*keep_body=*/false, /*max_body_bytes=*/4);
+  EXPECT_EQ(skipped.Feed("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabcdef"),
+            HttpResponseReader::State::kDone);
+
   HttpResponseReader chunk(/*keep_body=*/true, /*max_body_bytes=*/4);
   EXPECT_EQ(chunk.Feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n"),
             HttpResponseReader::State::kError);
