@@ -148,21 +148,17 @@ Status ParseInputParameters(od::value& v, const std::string& field,
                             std::optional<uint64_t>* binary_size) {
   od::object params;
   JSON_GET(v.get_object(), params, field, "an object");
-  for (auto fr : params) {
-    od::field f;
-    JSON_GET(fr, f, field, "an object");
-    std::string_view key;
-    JSON_GET(f.unescaped_key(), key, field, "an object");
+  return ForEachField(params, field, "an object", [&](std::string_view key, od::value& value) {
     const std::string where = field + "." + std::string(key);
     RETURN_IF_ERROR(RejectSharedMemory(key, where));
     if (key == "binary_data_size") {
       uint64_t n;
-      JSON_GET(f.value().get_uint64(), n, where, "a non-negative integer");
+      JSON_GET(value.get_uint64(), n, where, "a non-negative integer");
       *binary_size = n;
     }
     // Other input parameters are accepted and ignored, as Triton does.
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ParseShape(od::value& v, const std::string& field, Shape* shape) {
@@ -313,21 +309,19 @@ Status ParseOutputs(od::value& v, OutputEncoding* encoding) {
     if (e == simdjson::SUCCESS) {
       od::object params;
       JSON_GET(pv.get_object(), params, field + ".parameters", "an object");
-      for (auto fr : params) {
-        od::field f;
-        JSON_GET(fr, f, field + ".parameters", "an object");
-        std::string_view key;
-        JSON_GET(f.unescaped_key(), key, field + ".parameters", "an object");
-        const std::string where = field + ".parameters." + std::string(key);
-        RETURN_IF_ERROR(RejectSharedMemory(key, where));
-        if (key == "binary_data") {
-          bool b;
-          JSON_GET(f.value().get_bool(), b, where, "true or false");
-          binary = b;
-        } else if (key == "classification") {
-          return InvalidArgument(where + ": classification is not supported by this server");
-        }
-      }
+      RETURN_IF_ERROR(ForEachField(
+          params, field + ".parameters", "an object", [&](std::string_view key, od::value& value) {
+            const std::string where = field + ".parameters." + std::string(key);
+            RETURN_IF_ERROR(RejectSharedMemory(key, where));
+            if (key == "binary_data") {
+              bool b;
+              JSON_GET(value.get_bool(), b, where, "true or false");
+              binary = b;
+            } else if (key == "classification") {
+              return InvalidArgument(where + ": classification is not supported by this server");
+            }
+            return Status::Ok();
+          }));
     } else if (e != simdjson::NO_SUCH_FIELD) {
       return JsonError(e, field + ".parameters", "an object");
     }
@@ -344,88 +338,84 @@ Status ParseRequestParameters(od::value& v, runtime::InferRequest* request,
                               OutputEncoding* encoding) {
   od::object params;
   JSON_GET(v.get_object(), params, "parameters", "an object");
-  for (auto fr : params) {
-    od::field f;
-    JSON_GET(fr, f, "parameters", "an object");
-    std::string_view key;
-    JSON_GET(f.unescaped_key(), key, "parameters", "an object");
-    const std::string where = "parameters." + std::string(key);
-    od::value& value = f.value();
-    if (key == "priority") {
-      uint64_t p;
-      JSON_GET(value.get_uint64(), p, where, "a non-negative integer");
-      if (p > UINT32_MAX)
-        return InvalidArgument(where + ": " + std::to_string(p) + " is too large");
-      request->priority = static_cast<uint32_t>(p);
-    } else if (key == "timeout") {
-      uint64_t t;
-      JSON_GET(value.get_uint64(), t, where, "a non-negative integer (microseconds)");
-      request->timeout_us = t;
-    } else if (key == "binary_data_output") {
-      bool b;
-      JSON_GET(value.get_bool(), b, where, "true or false");
-      encoding->default_binary = b;
-    } else if (key == "sequence_id") {
-      od::json_type type;
-      JSON_GET(value.type(), type, where, "an integer or a string");
-      bool in_sequence = true;
-      if (type == od::json_type::string) {
-        std::string_view s;
-        JSON_GET(value.get_string(), s, where, "a string");
-        in_sequence = !s.empty();
-      } else {
-        uint64_t id;
-        JSON_GET(value.get_uint64(), id, where, "a non-negative integer or a string");
-        in_sequence = id != 0;
-      }
-      if (in_sequence)
-        return InvalidArgument(where + ": sequences are not supported by this server");
-    } else if (key == "sequence_start" || key == "sequence_end") {
-      bool b;
-      JSON_GET(value.get_bool(), b, where, "true or false");
-      if (b) return InvalidArgument(where + ": sequences are not supported by this server");
-    } else if (key == "headers") {
-      // Reserved by Triton for forwarded HTTP headers; not passed to the model.
-    } else if (key.rfind("triton_", 0) == 0) {
-      return InvalidArgument(where + ": unknown reserved parameter");
-    } else {
-      od::json_type type;
-      JSON_GET(value.type(), type, where, "a bool, number or string");
-      runtime::ParameterValue pv;
-      switch (type) {
-        case od::json_type::boolean: {
+  return ForEachField(
+      params, "parameters", "an object", [&](std::string_view key, od::value& value) -> Status {
+        const std::string where = "parameters." + std::string(key);
+        if (key == "priority") {
+          uint64_t p;
+          JSON_GET(value.get_uint64(), p, where, "a non-negative integer");
+          if (p > UINT32_MAX)
+            return InvalidArgument(where + ": " + std::to_string(p) + " is too large");
+          request->priority = static_cast<uint32_t>(p);
+        } else if (key == "timeout") {
+          uint64_t t;
+          JSON_GET(value.get_uint64(), t, where, "a non-negative integer (microseconds)");
+          request->timeout_us = t;
+        } else if (key == "binary_data_output") {
           bool b;
-          JSON_GET(value.get_bool(), b, where, "a bool");
-          pv = b;
-          break;
-        }
-        case od::json_type::string: {
-          std::string_view s;
-          JSON_GET(value.get_string(), s, where, "a string");
-          pv = std::string(s);
-          break;
-        }
-        case od::json_type::number: {
-          od::number_type nt;
-          JSON_GET(value.get_number_type(), nt, where, "a number");
-          if (nt == od::number_type::floating_point_number) {
-            double d;
-            JSON_GET(value.get_double(), d, where, "a number");
-            pv = d;
+          JSON_GET(value.get_bool(), b, where, "true or false");
+          encoding->default_binary = b;
+        } else if (key == "sequence_id") {
+          od::json_type type;
+          JSON_GET(value.type(), type, where, "an integer or a string");
+          bool in_sequence = true;
+          if (type == od::json_type::string) {
+            std::string_view s;
+            JSON_GET(value.get_string(), s, where, "a string");
+            in_sequence = !s.empty();
           } else {
-            int64_t i;
-            JSON_GET(value.get_int64(), i, where, "an integer that fits in int64");
-            pv = i;
+            uint64_t id;
+            JSON_GET(value.get_uint64(), id, where, "a non-negative integer or a string");
+            in_sequence = id != 0;
           }
-          break;
+          if (in_sequence)
+            return InvalidArgument(where + ": sequences are not supported by this server");
+        } else if (key == "sequence_start" || key == "sequence_end") {
+          bool b;
+          JSON_GET(value.get_bool(), b, where, "true or false");
+          if (b) return InvalidArgument(where + ": sequences are not supported by this server");
+        } else if (key == "headers") {
+          // Reserved by Triton for forwarded HTTP headers; not passed to the model.
+        } else if (key.rfind("triton_", 0) == 0) {
+          return InvalidArgument(where + ": unknown reserved parameter");
+        } else {
+          od::json_type type;
+          JSON_GET(value.type(), type, where, "a bool, number or string");
+          runtime::ParameterValue pv;
+          switch (type) {
+            case od::json_type::boolean: {
+              bool b;
+              JSON_GET(value.get_bool(), b, where, "a bool");
+              pv = b;
+              break;
+            }
+            case od::json_type::string: {
+              std::string_view s;
+              JSON_GET(value.get_string(), s, where, "a string");
+              pv = std::string(s);
+              break;
+            }
+            case od::json_type::number: {
+              od::number_type nt;
+              JSON_GET(value.get_number_type(), nt, where, "a number");
+              if (nt == od::number_type::floating_point_number) {
+                double d;
+                JSON_GET(value.get_double(), d, where, "a number");
+                pv = d;
+              } else {
+                int64_t i;
+                JSON_GET(value.get_int64(), i, where, "an integer that fits in int64");
+                pv = i;
+              }
+              break;
+            }
+            default:
+              return InvalidArgument(where + ": expected a bool, number or string");
+          }
+          request->parameters[std::string(key)] = std::move(pv);
         }
-        default:
-          return InvalidArgument(where + ": expected a bool, number or string");
-      }
-      request->parameters[std::string(key)] = std::move(pv);
-    }
-  }
-  return Status::Ok();
+        return Status::Ok();
+      });
 }
 
 // True when `p` is suitably aligned to be read as elements of `t` in place.
