@@ -52,7 +52,15 @@ Status Status::WithPrefix(std::string_view prefix) const {
   std::string m(prefix);
   m += ": ";
   m += message();
-  return Status(code(), std::move(m));
+  Status out(code(), std::move(m));
+  return retry_after_ms() >= 0 ? out.WithRetryAfterMs(retry_after_ms()) : out;
+}
+
+Status Status::WithRetryAfterMs(int64_t ms) const {
+  if (ok()) return *this;
+  Status out;
+  out.rep_ = std::make_shared<const Rep>(Rep{code(), message(), ms < 0 ? 0 : ms});
+  return out;
 }
 
 }  // namespace shoal

@@ -4,14 +4,17 @@
 // table (server/status_map), so a code chosen here decides what a client sees:
 //   kInvalidArgument   -> 400 / INVALID_ARGUMENT   malformed or inconsistent input
 //   kNotFound          -> 404 / NOT_FOUND          unknown model, version or route
-//   kResourceExhausted -> 429 / RESOURCE_EXHAUSTED queue full; retryable
-//   kUnavailable       -> 503 / UNAVAILABLE        not ready, shutting down; retryable
-//   kDeadlineExceeded  -> 504-ish / DEADLINE_EXCEEDED  queue timeout or deadline passed
+//   kResourceExhausted -> 429 / UNAVAILABLE        overload: queue full, predicted wait
+//                                                  past the deadline; retryable
+//   kUnavailable       -> 503 / UNAVAILABLE        not ready, shutting down, queue
+//                                                  timeout; retryable
+//   kDeadlineExceeded  -> 504 / DEADLINE_EXCEEDED  the request's own deadline passed
 //   kCancelled         -> 499 / CANCELLED          the client went away
 //   kInternal          -> 500 / INTERNAL           backend failure, broken invariant
 // Functions that return Status are [[nodiscard]]: an ignored error is a bug.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,8 +56,13 @@ class [[nodiscard]] Status {
   }
   // "INVALID_ARGUMENT: message", or "OK".
   std::string ToString() const;
-  // Returns a copy whose message is "prefix: message"; OK stays OK.
+  // Returns a copy whose message is "prefix: message"; OK stays OK. Keeps the retry hint.
   Status WithPrefix(std::string_view prefix) const;
+  // A retryable error may say when a retry is likely to succeed (an overloaded model's
+  // predicted drain time): milliseconds from now, or -1 when it does not say.
+  int64_t retry_after_ms() const { return rep_ ? rep_->retry_after_ms : -1; }
+  // Returns a copy carrying the hint (clamped to >= 0); OK stays OK.
+  Status WithRetryAfterMs(int64_t ms) const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code() == b.code() && a.message() == b.message();
@@ -64,6 +72,7 @@ class [[nodiscard]] Status {
   struct Rep {
     StatusCode code;
     std::string message;
+    int64_t retry_after_ms = -1;
   };
   // Null when OK, so an OK status costs one pointer and no allocation.
   std::shared_ptr<const Rep> rep_;

@@ -51,6 +51,16 @@ TEST(StatusTest, RetryableOnlyForOverloadCodes) {
   EXPECT_FALSE(Internal("q").retryable());
 }
 
+TEST(StatusTest, RetryHintSurvivesPrefixAndDefaultsToNone) {
+  EXPECT_EQ(ResourceExhausted("q").retry_after_ms(), -1);
+  const Status s = ResourceExhausted("q").WithRetryAfterMs(120).WithPrefix("model 'm'");
+  EXPECT_EQ(s.retry_after_ms(), 120);
+  EXPECT_EQ(s.message(), "model 'm': q");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ResourceExhausted("q").WithRetryAfterMs(-5).retry_after_ms(), 0);
+  EXPECT_TRUE(Status::Ok().WithRetryAfterMs(3).ok());
+}
+
 TEST(StatusTest, MacrosPropagateFirstError) {
   EXPECT_EQ(*Quarter(8), 2);
   StatusOr<int> r = Quarter(6);

@@ -417,8 +417,7 @@ TEST(GrpcCodecTest, StatusesMapThroughTheOneTable) {
   EXPECT_EQ(ToGrpcStatus(InvalidArgument("x")).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(ToGrpcStatus(InvalidArgument("x")).error_message(), "x");
   EXPECT_EQ(ToGrpcStatus(NotFound("x")).error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(ToGrpcStatus(ResourceExhausted("x")).error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(ToGrpcStatus(ResourceExhausted("x")).error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(ToGrpcStatus(Unavailable("x")).error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(ToGrpcStatus(DeadlineExceeded("x")).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(ToGrpcStatus(Cancelled("x")).error_code(), grpc::StatusCode::CANCELLED);

@@ -1,6 +1,8 @@
 #include "server/status_map.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 
 namespace shoal::server {
 namespace {
@@ -14,7 +16,9 @@ constexpr std::array<StatusMapping, 11> kTable = {{
     {StatusCode::kNotFound, 404, 5, "Not Found"},
     {StatusCode::kAlreadyExists, 409, 6, "Conflict"},
     {StatusCode::kFailedPrecondition, 400, 9, "Bad Request"},
-    {StatusCode::kResourceExhausted, 429, 8, "Too Many Requests"},
+    // Overload (queue full, predicted wait past the deadline): 429 over HTTP, and gRPC's
+    // UNAVAILABLE, the code gRPC clients (Triton's included) retry.
+    {StatusCode::kResourceExhausted, 429, 14, "Too Many Requests"},
     {StatusCode::kUnavailable, 503, 14, "Service Unavailable"},
     {StatusCode::kDeadlineExceeded, 504, 4, "Gateway Timeout"},
     {StatusCode::kCancelled, 499, 1, "Client Closed Request"},
@@ -23,6 +27,12 @@ constexpr std::array<StatusMapping, 11> kTable = {{
 }};
 
 }  // namespace
+
+int RetryAfterSeconds(const Status& status) {
+  const int64_t ms = status.retry_after_ms();
+  if (ms < 0) return kRetryAfterSeconds;
+  return static_cast<int>(std::max<int64_t>(1, (ms + 999) / 1000));
+}
 
 const StatusMapping& MappingFor(StatusCode code) {
   for (const auto& m : kTable) {

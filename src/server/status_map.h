@@ -20,7 +20,11 @@ const StatusMapping& MappingFor(StatusCode code);
 inline int HttpStatusFor(StatusCode code) { return MappingFor(code).http_status; }
 inline int GrpcCodeFor(StatusCode code) { return MappingFor(code).grpc_code; }
 
-// Seconds a client should wait before retrying a retryable error (Retry-After).
+// Seconds a client should wait before retrying a retryable error that carries no hint
+// of its own (Retry-After).
 inline constexpr int kRetryAfterSeconds = 1;
+// The Retry-After value for a retryable status, in whole seconds as HTTP requires: its
+// own hint rounded up (at least 1), or kRetryAfterSeconds.
+int RetryAfterSeconds(const Status& status);
 
 }  // namespace shoal::server
