@@ -1,25 +1,59 @@
 // Batcher<Task>: the dynamic batching policy of one model version, as a passive data
 // structure. It holds queued tasks and, when asked, says which of them form the next
 // batch or when to ask again. It owns no thread and reads no clock: the caller passes
-// `now_ns` into every call. In the server a BatchScheduler drives it from one thread;
-// tests drive it directly and step time, so batching behaviour is tested exactly.
+// `now_ns` into every call, and tells it how fast the model's instances are
+// (set_service). In the server a ModelVersion drives it under its lock; tests drive it
+// directly and step time, so batching behaviour is tested exactly.
 //
-// Semantics follow Triton's dynamic batcher for the same config fields:
+// Two policies (BatchingPolicy), chosen per model:
+//
+// kSlo (the default): latency is what it schedules for.
+//   - Admission: Enqueue predicts the request's wait (the items queued at its level and
+//     above, run in full batches by the instances, after the work they already hold) and
+//     its finish (wait + its own run). It refuses with RESOURCE_EXHAUSTED at once, with
+//     a retry hint (the predicted time to drain the queue), when the finish is past the
+//     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
+//   - Order: within a level, earliest deadline first. A task without a deadline is
+//     ordered as if its deadline were no_deadline_horizon_us after its arrival (so a
+//     stream of tasks with deadlines cannot starve it) but is never expired by it.
+//   - A queued task whose deadline can no longer be met (deadline minus its own
+//     predicted run time, at enqueue) leaves through TakeExpired with kDeadline and is
+//     never executed.
+//   - Batch formation is work-conserving: a batch is released as soon as an instance asks
+//     unless the queued items are fewer than the target batch, the smallest size whose
+//     throughput (instances · n / t(n)) covers the measured arrival rate with
+//     `throughput_headroom` to spare; only then does it wait for more, until the target
+//     is reached, max_queue_delay_us has passed for the oldest task, or a member's
+//     deadline is due. Under light load the target is 1 (a lone request runs at once);
+//     under heavy load it grows toward max_batch_size. The arrival rate is an
+//     exponentially decayed count over arrival_window_us.
+//   - A batch is never grown to a size whose predicted finish misses the deadline of a
+//     task already in it: the walk stops at the first task that would do so.
+//   - Aging: with priority_aging_us > 0, a task that has waited that long at its level
+//     moves up one level (and again after each further interval), so a task of level L
+//     competes at level 1 after (L-1)·priority_aging_us at most; from there it waits only
+//     behind level-1 tasks ordered before it.
+//
+// kFixedWindow: Triton's dynamic batcher for the same config fields, for users who want
+// its exact behaviour: FIFO within a level, higher levels strictly first, no admission
+// by predicted wait, deadlines ignored, and a batch that is not full waits until its
+// oldest task has waited max_queue_delay_us (releasing the largest preferred-size
+// prefix if any, else everything). Aging applies if configured.
+//
+// Common to both:
 //   - Priority levels 1..priority_levels, 1 the highest; a task's priority 0 means the
-//     default level. Higher levels are always batched first; FIFO within a level.
+//     default level.
 //   - Per level queue policy: max_queue_size (0 = unbounded; a full level rejects at once
 //     with RESOURCE_EXHAUSTED, retryable); a queue timeout (the task's own when
 //     allow_timeout_override, else default_timeout_us; 0 = none). When it passes,
-//     REJECT removes the task (TakeExpired returns it to be answered at that moment) and
-//     DELAY moves it behind every non-delayed task of every level.
+//     REJECT removes the task (TakeExpired returns it with kQueueTimeout) and DELAY moves
+//     it behind every non-delayed task of every level.
 //   - A batch never mixes tasks with different shape_key (shape buckets) and never holds
-//     more than max_batch_size items. Walking tasks in priority/FIFO order, the first task
-//     fixes the bucket; tasks of other buckets are skipped (they wait for a later batch);
-//     the walk stops at the first task of the bucket that does not fit.
+//     more than max_batch_size items. Walking tasks in order, the first task fixes the
+//     bucket; tasks of other buckets are skipped (they wait for a later batch); the walk
+//     stops at the first task of the bucket that does not fit.
 //   - A batch is released at once when it is full (max_batch_size, or the largest
-//     preferred size); otherwise when its oldest task has waited max_queue_delay_us
-//     (releasing the largest preferred-size prefix if any, else everything); or when a
-//     task's deadline minus the caller's execution estimate has arrived.
+//     preferred size).
 //   - max_batch_size == 0 (no dynamic batching): each task is its own batch.
 // Bound: a task that is not timed out waits at most max_queue_delay_us after an
 // instance is free and it is at the head of its bucket's walk.
@@ -34,10 +68,13 @@
 //   uint32_t priority() const;   // 0 = default level
 //   uint64_t timeout_us() const; // requested queue timeout, 0 = none
 //   int64_t deadline_ns() const; // absolute deadline on the caller's clock, 0 = none
+//   bool best_effort() const;    // offline work: no admission by predicted wait
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <memory>
@@ -47,10 +84,12 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/cost_model.h"
 
 namespace shoal::runtime {
 
 enum class TimeoutAction { kReject, kDelay };
+enum class BatchingPolicy { kSlo, kFixedWindow };
 
 struct QueuePolicy {
   TimeoutAction timeout_action = TimeoutAction::kReject;
@@ -60,13 +99,15 @@ struct QueuePolicy {
 };
 
 struct BatcherOptions {
+  BatchingPolicy policy = BatchingPolicy::kSlo;
   // Largest batch in items; 0 = no batching across requests: each task is its own
   // batch, whatever its size (the caller validates a task's size).
   int64_t max_batch_size = 0;
   // Batch sizes the backend prefers; each in 1..max_batch_size. Empty: none.
   std::vector<int64_t> preferred_batch_sizes;
-  // How long the oldest task may wait for more to arrive, in microseconds. Default 0:
-  // release whatever is queued as soon as an instance is free.
+  // The longest the oldest task may wait for more to arrive, in microseconds. Default 0:
+  // release whatever is queued as soon as an instance is free. Under kSlo an upper
+  // bound: the batch is released earlier once it reaches the target size.
   uint64_t max_queue_delay_us = 0;
   // Number of priority levels; 0 behaves as 1.
   uint32_t priority_levels = 0;
@@ -76,7 +117,26 @@ struct BatcherOptions {
   QueuePolicy default_queue_policy;
   // Per-level overrides, index = level (1-based); levels not listed use the default.
   std::vector<std::pair<uint32_t, QueuePolicy>> priority_queue_policy;
+  // A task moves up one level after waiting this long at its level (microseconds);
+  // 0 = never (strict priority).
+  uint64_t priority_aging_us = 0;
+  // kSlo: refuse a task whose predicted queue wait exceeds this (microseconds), whatever
+  // its deadline; this is what bounds the queue when requests carry no deadline.
+  // kAutoQueueWait (the default): the larger of 1 s and 10 runs of a full batch.
+  // 0 = no bound.
+  static constexpr int64_t kAutoQueueWait = -1;
+  int64_t max_queue_wait_us = kAutoQueueWait;
+  // kSlo: where a task without a deadline sorts among tasks with deadlines.
+  uint64_t no_deadline_horizon_us = 1'000'000;
+  // kSlo: the time constant of the arrival-rate estimate.
+  uint64_t arrival_window_us = 100'000;
+  // kSlo: how much throughput above the arrival rate the target batch must give (>= 1).
+  double throughput_headroom = 1.2;
 };
+
+enum class ExpiryReason { kQueueTimeout, kDeadline };
+// Why Enqueue refused a task with RESOURCE_EXHAUSTED.
+enum class RejectReason { kNone, kQueueFull, kOverload };
 
 template <typename Task>
 class Batcher {
@@ -85,22 +145,32 @@ class Batcher {
   static StatusOr<std::unique_ptr<Batcher>> Create(BatcherOptions options);
 
   // Takes the task iff OK. Errors: INVALID_ARGUMENT (priority outside the levels, size
-  // above max_batch_size), RESOURCE_EXHAUSTED (the level's queue is full).
-  Status Enqueue(std::unique_ptr<Task>& task, int64_t now_ns);
+  // above max_batch_size), RESOURCE_EXHAUSTED with a retry hint (the level's queue is
+  // full; kSlo: the predicted finish is past the deadline or the wait past
+  // max_queue_wait_us).
+  // `reason`, when given, says which refusal it was.
+  Status Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, RejectReason* reason = nullptr);
+
+  // The caller's current estimate of the instances; used by every later call.
+  void set_service(const ServiceEstimate& service) { service_ = service; }
+  const ServiceEstimate& service() const { return service_; }
 
   struct Decision {
     std::vector<std::unique_ptr<Task>> batch;  // empty: nothing to release now
     // When to call FormBatch again if nothing changes (max when the queue is empty).
     int64_t wake_at_ns = std::numeric_limits<int64_t>::max();
   };
-  // Forms the next batch if one is due. `exec_estimate_ns` is the caller's estimate of
-  // how long a batch takes, used for deadlines. `force` releases whatever is queued
-  // (used when draining at shutdown).
-  Decision FormBatch(int64_t now_ns, int64_t exec_estimate_ns = 0, bool force = false);
+  // Forms the next batch if one is due (call it when an instance is free). `force`
+  // releases whatever is queued (used when draining at shutdown).
+  Decision FormBatch(int64_t now_ns, bool force = false);
 
-  // Applies queue timeouts at `now_ns`: returns the tasks to answer as timed out (REJECT)
+  struct Expired {
+    std::unique_ptr<Task> task;
+    ExpiryReason reason;
+  };
+  // Applies queue timeouts and deadlines at `now_ns`: returns the tasks to answer now
   // and moves DELAY tasks behind the rest.
-  std::vector<std::unique_ptr<Task>> TakeExpired(int64_t now_ns);
+  std::vector<Expired> TakeExpired(int64_t now_ns);
   // The earliest time at which TakeExpired has work (max if none).
   int64_t next_expiry_ns() const { return next_expiry_ns_; }
 
@@ -112,35 +182,68 @@ class Batcher {
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // Items (not tasks) queued.
+  int64_t queued_items() const;
   // Queued tasks at a level (1-based), delayed ones included.
   size_t level_size(uint32_t level) const;
   const BatcherOptions& options() const { return options_; }
+  // kSlo: the measured arrival rate (items per second) and the batch size it calls for.
+  double arrival_rate_per_s(int64_t now_ns) const;
+  int64_t target_batch(int64_t now_ns) const;
+  // The predicted time (ns from now) until everything queued has run.
+  int64_t PredictDrainNs() const;
 
  private:
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   struct Entry {
     std::unique_ptr<Task> task;
     int64_t enqueue_ns;
-    int64_t expire_ns;  // max when none
+    int64_t order_ns;        // position within its level (FIFO or deadline)
+    int64_t expire_ns;       // queue timeout; kNever when none
+    int64_t doomed_ns;       // its deadline can no longer be met; kNever when none
+    int64_t level_since_ns;  // when it reached its current level (aging)
   };
   struct Level {
     QueuePolicy policy;
-    std::deque<Entry> queue;
-    std::deque<Entry> delayed;
+    std::deque<Entry> queue;    // sorted by order_ns, FIFO among equals
+    std::deque<Entry> delayed;  // FIFO
+    int64_t items = 0;          // in queue and delayed
   };
 
   explicit Batcher(BatcherOptions options);
+  bool slo() const { return options_.policy == BatchingPolicy::kSlo; }
+  int64_t max_items() const { return options_.max_batch_size > 0 ? options_.max_batch_size : 1; }
+  // Predicted ns for `items` queued items to run in full batches on every instance.
+  int64_t RunAheadNs(int64_t items) const;
+  // The queue wait bound in ns (0 = none), kAutoQueueWait resolved.
+  int64_t MaxQueueWaitNs() const;
+  static void InsertOrdered(std::deque<Entry>& dq, Entry e);
+  void Promote(int64_t now_ns);
   void RecomputeExpiry();
   // Queues in batching order: each level's main queue, then each level's delayed queue.
   std::vector<std::deque<Entry>*> QueuesInOrder();
+  Level& LevelOf(const std::deque<Entry>* dq);
 
   BatcherOptions options_;
+  ServiceEstimate service_;
   std::vector<Level> levels_;  // index 0 = level 1
   std::set<int64_t> preferred_;
   size_t size_ = 0;
-  int64_t next_expiry_ns_ = std::numeric_limits<int64_t>::max();
+  int64_t next_expiry_ns_ = kNever;
+  // Exponentially decayed count of arrived items, as of arrivals_at_ns_.
+  double arrivals_ = 0;
+  int64_t arrivals_at_ns_ = 0;
 };
 
 // Implementation details follow.
+
+namespace batcher_internal {
+inline std::string Ms(int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f ms", static_cast<double>(ns) / 1e6);
+  return buf;
+}
+}  // namespace batcher_internal
 
 template <typename Task>
 StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o) {
@@ -160,11 +263,20 @@ StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o)
                            std::to_string(o.priority_levels) + "; was " +
                            std::to_string(o.default_priority_level));
   }
-  for (const auto& [level, policy] : o.priority_queue_policy) {
-    if (level < 1 || level > levels) {
+  for (const auto& lp : o.priority_queue_policy) {
+    if (lp.first < 1 || lp.first > levels) {
       return InvalidArgument("priority_queue_policy level must be in 1.." + std::to_string(levels) +
-                             "; was " + std::to_string(level));
+                             "; was " + std::to_string(lp.first));
     }
+  }
+  if (!(o.throughput_headroom >= 1.0)) {
+    return InvalidArgument("throughput_headroom must be >= 1; was " +
+                           std::to_string(o.throughput_headroom));
+  }
+  if (o.arrival_window_us == 0) return InvalidArgument("arrival_window_us must be > 0; was 0");
+  if (o.max_queue_wait_us < 0 && o.max_queue_wait_us != BatcherOptions::kAutoQueueWait) {
+    return InvalidArgument("max_queue_wait_us must be >= 0; was " +
+                           std::to_string(o.max_queue_wait_us));
   }
   return std::unique_ptr<Batcher>(new Batcher(std::move(o)));
 }
@@ -174,13 +286,34 @@ Batcher<Task>::Batcher(BatcherOptions options) : options_(std::move(options)) {
   const uint32_t levels = std::max<uint32_t>(options_.priority_levels, 1);
   levels_ = std::vector<Level>(levels);
   for (Level& l : levels_) l.policy = options_.default_queue_policy;
-  for (const auto& [level, policy] : options_.priority_queue_policy)
-    levels_[level - 1].policy = policy;
+  for (const auto& lp : options_.priority_queue_policy) levels_[lp.first - 1].policy = lp.second;
   preferred_.insert(options_.preferred_batch_sizes.begin(), options_.preferred_batch_sizes.end());
 }
 
 template <typename Task>
-Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns) {
+int64_t Batcher<Task>::RunAheadNs(int64_t items) const {
+  const double per_item =
+      service_.a_ns / static_cast<double>(max_items()) + service_.b_ns;
+  return service_.backlog_ns +
+         static_cast<int64_t>(per_item * static_cast<double>(items) /
+                              std::max(service_.instances, 1));
+}
+
+template <typename Task>
+int64_t Batcher<Task>::MaxQueueWaitNs() const {
+  if (options_.max_queue_wait_us != BatcherOptions::kAutoQueueWait)
+    return options_.max_queue_wait_us * 1000;
+  return std::max<int64_t>(1'000'000'000, 10 * service_.PredictNs(max_items()));
+}
+
+template <typename Task>
+int64_t Batcher<Task>::PredictDrainNs() const {
+  return RunAheadNs(queued_items());
+}
+
+template <typename Task>
+Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, RejectReason* reason) {
+  if (reason != nullptr) *reason = RejectReason::kNone;
   const uint32_t levels = static_cast<uint32_t>(levels_.size());
   uint32_t level = task->priority();
   if (level == 0) {
@@ -192,22 +325,99 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns) {
   const int64_t items = task->batch_size();
   if (items < 1 || (options_.max_batch_size > 0 && items > options_.max_batch_size)) {
     return InvalidArgument("batch size " + std::to_string(items) + " is outside 1.." +
-                           std::to_string(std::max<int64_t>(options_.max_batch_size, 1)));
+                           std::to_string(max_items()));
   }
   Level& l = levels_[level - 1];
+  const auto drain_ms = [&] { return (PredictDrainNs() + 999'999) / 1'000'000; };
   if (l.policy.max_queue_size > 0 && l.queue.size() + l.delayed.size() >= l.policy.max_queue_size) {
-    return ResourceExhausted("the queue for priority level " + std::to_string(level) +
-                             " is full (" + std::to_string(l.policy.max_queue_size) +
-                             " requests); retry later");
+    if (reason != nullptr) *reason = RejectReason::kQueueFull;
+    const std::string which =
+        levels > 1 ? "the queue for priority level " + std::to_string(level) : "the queue";
+    return ResourceExhausted(which + " is full (" + std::to_string(l.policy.max_queue_size) +
+                             " requests); retry after " + std::to_string(drain_ms()) + " ms")
+        .WithRetryAfterMs(drain_ms());
   }
+  const int64_t deadline = task->deadline_ns();
+  if (slo() && !task->best_effort()) {
+    int64_t ahead = 0;
+    for (uint32_t i = 0; i < level; ++i) ahead += levels_[i].items;
+    const int64_t wait = RunAheadNs(ahead);
+    const int64_t finish = now_ns + wait + service_.PredictNs(items);
+    std::string why;
+    if (deadline > 0 && finish > deadline) {
+      why = "predicted to answer in " + batcher_internal::Ms(finish - now_ns) +
+            ", after the request's deadline (" + batcher_internal::Ms(deadline - now_ns) +
+            " left)";
+    } else if (const int64_t bound = MaxQueueWaitNs(); bound > 0 && wait > bound) {
+      why = "the predicted queue wait of " + batcher_internal::Ms(wait) + " exceeds the bound of " +
+            batcher_internal::Ms(bound);
+    }
+    if (!why.empty()) {
+      if (reason != nullptr) *reason = RejectReason::kOverload;
+      return ResourceExhausted("overloaded: " + why + "; retry after " +
+                               std::to_string(drain_ms()) + " ms")
+          .WithRetryAfterMs(drain_ms());
+    }
+  }
+  // The arrival rate counts every offered item, refused or not: it is the load.
+  const double tau = static_cast<double>(options_.arrival_window_us) * 1000.0;
+  if (now_ns > arrivals_at_ns_) {
+    arrivals_ *= std::exp(-static_cast<double>(now_ns - arrivals_at_ns_) / tau);
+    arrivals_at_ns_ = now_ns;
+  }
+  arrivals_ += static_cast<double>(items);
+
   uint64_t timeout_us = l.policy.default_timeout_us;
   if (l.policy.allow_timeout_override && task->timeout_us() > 0) timeout_us = task->timeout_us();
-  int64_t expire_ns = std::numeric_limits<int64_t>::max();
-  if (timeout_us > 0) expire_ns = now_ns + static_cast<int64_t>(timeout_us) * 1000;
-  l.queue.push_back(Entry{std::move(task), now_ns, expire_ns});
-  next_expiry_ns_ = std::min(next_expiry_ns_, expire_ns);
+  Entry e{nullptr, now_ns, now_ns, kNever, kNever, now_ns};
+  if (timeout_us > 0) e.expire_ns = now_ns + static_cast<int64_t>(timeout_us) * 1000;
+  if (slo()) {
+    e.order_ns = deadline > 0 ? deadline
+                              : now_ns + static_cast<int64_t>(options_.no_deadline_horizon_us) * 1000;
+    if (deadline > 0) e.doomed_ns = deadline - service_.PredictNs(items);
+  }
+  e.task = std::move(task);
+  next_expiry_ns_ = std::min({next_expiry_ns_, e.expire_ns, e.doomed_ns});
+  InsertOrdered(l.queue, std::move(e));
+  l.items += items;
   ++size_;
   return Status::Ok();
+}
+
+template <typename Task>
+void Batcher<Task>::InsertOrdered(std::deque<Entry>& dq, Entry e) {
+  // Arrivals mostly come in order: check the back first.
+  if (dq.empty() || dq.back().order_ns <= e.order_ns) {
+    dq.push_back(std::move(e));
+    return;
+  }
+  auto it = std::upper_bound(dq.begin(), dq.end(), e.order_ns,
+                             [](int64_t v, const Entry& x) { return v < x.order_ns; });
+  dq.insert(it, std::move(e));
+}
+
+template <typename Task>
+void Batcher<Task>::Promote(int64_t now_ns) {
+  const int64_t step = static_cast<int64_t>(options_.priority_aging_us) * 1000;
+  if (step <= 0 || levels_.size() < 2) return;
+  // From the lowest level up, so a task that waited several intervals climbs several.
+  for (size_t i = levels_.size() - 1; i >= 1; --i) {
+    Level& from = levels_[i];
+    Level& to = levels_[i - 1];
+    for (auto it = from.queue.begin(); it != from.queue.end();) {
+      if (now_ns - it->level_since_ns < step) {
+        ++it;
+        continue;
+      }
+      Entry e = std::move(*it);
+      it = from.queue.erase(it);
+      e.level_since_ns += step;
+      const int64_t n = e.task->batch_size();
+      from.items -= n;
+      to.items += n;
+      InsertOrdered(to.queue, std::move(e));
+    }
+  }
 }
 
 template <typename Task>
@@ -219,17 +429,53 @@ std::vector<std::deque<typename Batcher<Task>::Entry>*> Batcher<Task>::QueuesInO
 }
 
 template <typename Task>
-typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_t exec_estimate_ns,
-                                                          bool force) {
+typename Batcher<Task>::Level& Batcher<Task>::LevelOf(const std::deque<Entry>* dq) {
+  for (Level& l : levels_) {
+    if (&l.queue == dq || &l.delayed == dq) return l;
+  }
+  return levels_.front();  // unreachable: every queue belongs to a level
+}
+
+template <typename Task>
+double Batcher<Task>::arrival_rate_per_s(int64_t now_ns) const {
+  const double tau = static_cast<double>(options_.arrival_window_us) * 1000.0;
+  const double decayed =
+      arrivals_ * std::exp(-static_cast<double>(std::max<int64_t>(now_ns - arrivals_at_ns_, 0)) / tau);
+  return decayed / tau * 1e9;
+}
+
+template <typename Task>
+int64_t Batcher<Task>::target_batch(int64_t now_ns) const {
+  if (max_items() <= 1) return 1;
+  // Throughput with batches of n: instances·n / (a + b·n) items per ns. The target is the
+  // smallest n for which that covers the arrival rate with headroom.
+  const double rate = arrival_rate_per_s(now_ns) / 1e9 * options_.throughput_headroom;
+  const double m = std::max(service_.instances, 1);
+  const double spare = m - rate * service_.b_ns;
+  if (spare <= 0) return max_items();
+  const double n = std::ceil(rate * service_.a_ns / spare);
+  if (!(n < static_cast<double>(max_items()))) return max_items();
+  return std::max<int64_t>(1, static_cast<int64_t>(n));
+}
+
+template <typename Task>
+typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool force) {
   Decision d;
   if (size_ == 0) return d;
+  Promote(now_ns);
   auto queues = QueuesInOrder();
+  const auto take = [&](size_t q, size_t index) {
+    auto& dq = *queues[q];
+    Level& l = LevelOf(&dq);
+    l.items -= dq[index].task->batch_size();
+    d.batch.push_back(std::move(dq[index].task));
+  };
   if (options_.max_batch_size == 0) {
     // Not batching across requests: the head task alone, at once.
-    for (auto* dq : queues) {
-      if (dq->empty()) continue;
-      d.batch.push_back(std::move(dq->front().task));
-      dq->pop_front();
+    for (size_t q = 0; q < queues.size(); ++q) {
+      if (queues[q]->empty()) continue;
+      take(q, 0);
+      queues[q]->pop_front();
       --size_;
       RecomputeExpiry();
       if (size_ > 0) d.wake_at_ns = now_ns;
@@ -246,9 +492,9 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
   int64_t total = 0;
   size_t best_preferred_picks = 0;  // longest prefix whose size is a preferred size
   int64_t best_preferred_total = 0;
-  int64_t oldest_ns = std::numeric_limits<int64_t>::max();
-  int64_t earliest_deadline_ns = std::numeric_limits<int64_t>::max();
-  const int64_t max_items = options_.max_batch_size > 0 ? options_.max_batch_size : 1;
+  int64_t oldest_ns = kNever;
+  int64_t earliest_deadline_ns = kNever;
+  const int64_t max = max_items();
   bool have_bucket = false;
   uint64_t bucket = 0;
   bool stop = false;
@@ -262,20 +508,29 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
       } else if (t.shape_key() != bucket) {
         continue;
       }
-      if (total + t.batch_size() > max_items) {
+      if (total + t.batch_size() > max) {
+        stop = true;
+        break;
+      }
+      const int64_t deadline = t.deadline_ns() > 0 ? t.deadline_ns() : kNever;
+      const int64_t new_earliest = std::min(earliest_deadline_ns, deadline);
+      if (slo() && !picks.empty() && new_earliest != kNever &&
+          now_ns + service_.PredictNs(total + t.batch_size()) > new_earliest &&
+          now_ns + service_.PredictNs(total) <= earliest_deadline_ns) {
+        // Growing the batch would make a member miss its deadline; the smaller one meets
+        // every member's.
         stop = true;
         break;
       }
       total += t.batch_size();
       picks.push_back({q, i});
       oldest_ns = std::min(oldest_ns, dq[i].enqueue_ns);
-      if (t.deadline_ns() > 0)
-        earliest_deadline_ns = std::min(earliest_deadline_ns, t.deadline_ns());
+      earliest_deadline_ns = new_earliest;
       if (preferred_.count(total)) {
         best_preferred_picks = picks.size();
         best_preferred_total = total;
       }
-      if (total == max_items) {
+      if (total == max) {
         stop = true;
         break;
       }
@@ -286,19 +541,31 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
   const int64_t largest_preferred = preferred_.empty() ? 0 : *preferred_.rbegin();
   const int64_t delay_ns = static_cast<int64_t>(options_.max_queue_delay_us) * 1000;
   const bool delay_passed = now_ns - oldest_ns >= delay_ns;
-  const bool deadline_due = earliest_deadline_ns != std::numeric_limits<int64_t>::max() &&
-                            earliest_deadline_ns - exec_estimate_ns <= now_ns;
-  if (total == max_items || options_.max_batch_size == 0) {
+  // kSlo: a batch must leave by its earliest member's deadline minus its run time.
+  const int64_t due_ns = !slo() || earliest_deadline_ns == kNever
+                             ? kNever
+                             : earliest_deadline_ns - service_.PredictNs(total);
+  const bool deadline_due = due_ns <= now_ns;
+  const int64_t target = slo() ? target_batch(now_ns) : max;
+  if (total == max) {
     release = picks.size();
   } else if (largest_preferred > 0 && best_preferred_total == largest_preferred) {
     release = best_preferred_picks;
-  } else if (force || delay_passed || deadline_due) {
-    release =
-        best_preferred_picks > 0 && !force && !deadline_due ? best_preferred_picks : picks.size();
+  } else if (force || deadline_due) {
+    release = picks.size();
+  } else if (delay_passed || (slo() && total >= target)) {
+    // The largest preferred-size prefix if there is one worth sending, else everything.
+    release = best_preferred_picks > 0 && (!slo() || best_preferred_total >= target)
+                  ? best_preferred_picks
+                  : picks.size();
   } else {
-    d.wake_at_ns = oldest_ns + delay_ns;
-    if (earliest_deadline_ns != std::numeric_limits<int64_t>::max()) {
-      d.wake_at_ns = std::min(d.wake_at_ns, earliest_deadline_ns - exec_estimate_ns);
+    d.wake_at_ns = std::min(oldest_ns + delay_ns, due_ns);
+    const double rate_per_ns = arrival_rate_per_s(now_ns) / 1e9;
+    if (slo() && rate_per_ns > 0) {
+      // When the missing items are expected to have arrived.
+      const double wait = static_cast<double>(target - total) / rate_per_ns;
+      if (wait < static_cast<double>(d.wake_at_ns - now_ns))
+        d.wake_at_ns = now_ns + std::max<int64_t>(1, static_cast<int64_t>(wait));
     }
     return d;
   }
@@ -306,7 +573,7 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
   // Move the released picks out, then erase them (highest index first per queue).
   picks.resize(release);
   d.batch.reserve(release);
-  for (const Pick& p : picks) d.batch.push_back(std::move((*queues[p.queue])[p.index].task));
+  for (const Pick& p : picks) take(p.queue, p.index);
   for (auto it = picks.rbegin(); it != picks.rend(); ++it) {
     auto& dq = *queues[it->queue];
     dq.erase(dq.begin() + static_cast<std::ptrdiff_t>(it->index));
@@ -318,23 +585,35 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, int64_
 }
 
 template <typename Task>
-std::vector<std::unique_ptr<Task>> Batcher<Task>::TakeExpired(int64_t now_ns) {
-  std::vector<std::unique_ptr<Task>> out;
+std::vector<typename Batcher<Task>::Expired> Batcher<Task>::TakeExpired(int64_t now_ns) {
+  std::vector<Expired> out;
   if (now_ns < next_expiry_ns_) return out;
   for (Level& l : levels_) {
     for (auto it = l.queue.begin(); it != l.queue.end();) {
-      if (it->expire_ns > now_ns) {
+      const bool doomed = it->doomed_ns <= now_ns;
+      if (!doomed && it->expire_ns > now_ns) {
         ++it;
         continue;
       }
-      if (l.policy.timeout_action == TimeoutAction::kReject) {
-        out.push_back(std::move(it->task));
+      if (doomed || l.policy.timeout_action == TimeoutAction::kReject) {
+        l.items -= it->task->batch_size();
+        out.push_back({std::move(it->task), doomed ? ExpiryReason::kDeadline : ExpiryReason::kQueueTimeout});
         --size_;
       } else {
-        it->expire_ns = std::numeric_limits<int64_t>::max();
+        it->expire_ns = kNever;
         l.delayed.push_back(std::move(*it));
       }
       it = l.queue.erase(it);
+    }
+    for (auto it = l.delayed.begin(); it != l.delayed.end();) {
+      if (it->doomed_ns > now_ns) {
+        ++it;
+        continue;
+      }
+      l.items -= it->task->batch_size();
+      out.push_back({std::move(it->task), ExpiryReason::kDeadline});
+      --size_;
+      it = l.delayed.erase(it);
     }
   }
   RecomputeExpiry();
@@ -349,6 +628,7 @@ std::vector<std::unique_ptr<Task>> Batcher<Task>::RemoveIf(Pred pred) {
     for (auto* dq : {&l.queue, &l.delayed}) {
       for (auto it = dq->begin(); it != dq->end();) {
         if (pred(*it->task)) {
+          l.items -= it->task->batch_size();
           out.push_back(std::move(it->task));
           it = dq->erase(it);
           --size_;
@@ -368,6 +648,13 @@ std::vector<std::unique_ptr<Task>> Batcher<Task>::TakeAll() {
 }
 
 template <typename Task>
+int64_t Batcher<Task>::queued_items() const {
+  int64_t n = 0;
+  for (const Level& l : levels_) n += l.items;
+  return n;
+}
+
+template <typename Task>
 size_t Batcher<Task>::level_size(uint32_t level) const {
   if (level < 1 || level > levels_.size()) return 0;
   return levels_[level - 1].queue.size() + levels_[level - 1].delayed.size();
@@ -375,9 +662,11 @@ size_t Batcher<Task>::level_size(uint32_t level) const {
 
 template <typename Task>
 void Batcher<Task>::RecomputeExpiry() {
-  next_expiry_ns_ = std::numeric_limits<int64_t>::max();
+  next_expiry_ns_ = kNever;
   for (const Level& l : levels_) {
-    for (const Entry& e : l.queue) next_expiry_ns_ = std::min(next_expiry_ns_, e.expire_ns);
+    for (const Entry& e : l.queue)
+      next_expiry_ns_ = std::min({next_expiry_ns_, e.expire_ns, e.doomed_ns});
+    for (const Entry& e : l.delayed) next_expiry_ns_ = std::min(next_expiry_ns_, e.doomed_ns);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -15,11 +16,13 @@ struct FakeTask {
   uint32_t prio = 0;
   uint64_t timeout = 0;
   int64_t deadline = 0;
+  bool offline = false;
   int64_t batch_size() const { return size; }
   uint64_t shape_key() const { return key; }
   uint32_t priority() const { return prio; }
   uint64_t timeout_us() const { return timeout; }
   int64_t deadline_ns() const { return deadline; }
+  bool best_effort() const { return offline; }
 };
 
 constexpr int64_t kUs = 1000;
@@ -40,10 +43,22 @@ std::vector<int> Ids(const std::vector<std::unique_ptr<FakeTask>>& batch) {
   return ids;
 }
 
-std::unique_ptr<Batcher<FakeTask>> Make(BatcherOptions o) {
+std::vector<int> Ids(const std::vector<Batcher<FakeTask>::Expired>& expired) {
+  std::vector<int> ids;
+  for (const auto& e : expired) ids.push_back(e.task->id);
+  return ids;
+}
+
+std::unique_ptr<Batcher<FakeTask>> MakeWithPolicy(BatcherOptions o) {
   auto b = Batcher<FakeTask>::Create(std::move(o));
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return std::move(b).value();
+}
+
+// The tests up to the kSlo section check Triton's semantics: kFixedWindow.
+std::unique_ptr<Batcher<FakeTask>> Make(BatcherOptions o) {
+  o.policy = BatchingPolicy::kFixedWindow;
+  return MakeWithPolicy(std::move(o));
 }
 
 // A batcher with only the size and delay bounds set.
@@ -276,15 +291,44 @@ TEST(BatcherTest, DelayTimeoutMovesTaskBehindOthers) {
   EXPECT_EQ(Ids(b->FormBatch(60 * kUs).batch), (std::vector<int>{0}));
 }
 
-TEST(BatcherTest, DeadlineReleasesEarlyAccountingForExecutionTime) {
+TEST(BatcherTest, FixedWindowIgnoresDeadlinesAsTritonDoes) {
   auto b = Make(8, 10'000);
+  ServiceEstimate service;
+  service.a_ns = 2 * kMs;  // a batch takes 2 ms
+  b->set_service(service);
   auto t = T(0);
   t->deadline = 5 * kMs;
   Push(*b, std::move(t), 0);
-  auto d = b->FormBatch(1 * kMs, /*exec_estimate_ns=*/2 * kMs);
+  auto d = b->FormBatch(4 * kMs);
   EXPECT_TRUE(d.batch.empty());
-  EXPECT_EQ(d.wake_at_ns, 3 * kMs);
-  EXPECT_EQ(Ids(b->FormBatch(3 * kMs, 2 * kMs).batch), (std::vector<int>{0}));
+  EXPECT_EQ(d.wake_at_ns, 10 * kMs);
+  EXPECT_TRUE(b->TakeExpired(6 * kMs).empty()) << "not expired by its deadline either";
+  EXPECT_EQ(Ids(b->FormBatch(10 * kMs).batch), (std::vector<int>{0}));
+}
+
+TEST(BatcherSloTest, DeadlineReleasesABatchBeforeItReachesItsTarget) {
+  BatcherOptions o;
+  o.max_batch_size = 8;
+  o.max_queue_delay_us = 10'000;
+  auto b = MakeWithPolicy(o);
+  ServiceEstimate service;
+  service.a_ns = 2 * kMs;
+  b->set_service(service);
+  // A heavy arrival rate makes the target the full batch.
+  for (int i = 0; i < 500; ++i) {
+    Push(*b, T(100 + i), i * 10 * kUs);
+    (void)b->FormBatch(i * 10 * kUs, /*force=*/true);
+  }
+  const int64_t now = 5 * kMs;
+  ASSERT_GT(b->target_batch(now), 1);
+  auto t = T(0);
+  t->deadline = now + 5 * kMs;  // must start by now + 3 ms
+  Push(*b, std::move(t), now);
+  auto d = b->FormBatch(now + 1 * kMs);
+  EXPECT_TRUE(d.batch.empty());
+  EXPECT_LE(d.wake_at_ns, now + 3 * kMs);
+  EXPECT_TRUE(b->FormBatch(now + 2900 * kUs).batch.empty());
+  EXPECT_EQ(Ids(b->FormBatch(now + 3 * kMs).batch), (std::vector<int>{0}));
 }
 
 TEST(BatcherTest, NonBatchingModelReleasesOneTaskPerBatch) {
@@ -313,7 +357,206 @@ TEST(BatcherTest, ForceReleasesBeforeDelay) {
   auto b = Make(o);
   Push(*b, T(0), 0);
   EXPECT_TRUE(b->FormBatch(0).batch.empty());
-  EXPECT_EQ(Ids(b->FormBatch(0, 0, /*force=*/true).batch), (std::vector<int>{0}));
+  EXPECT_EQ(Ids(b->FormBatch(0, /*force=*/true).batch), (std::vector<int>{0}));
+}
+
+// ---- kSlo: work-conserving, deadline-aware batching and admission ----
+
+ServiceEstimate Service(int64_t a_ns, int64_t b_ns, int instances = 1, int64_t backlog_ns = 0) {
+  ServiceEstimate e;
+  e.a_ns = static_cast<double>(a_ns);
+  e.b_ns = static_cast<double>(b_ns);
+  e.instances = instances;
+  e.backlog_ns = backlog_ns;
+  return e;
+}
+
+std::unique_ptr<Batcher<FakeTask>> MakeSlo(int64_t max_batch_size, uint64_t max_queue_delay_us,
+                                           const ServiceEstimate& service) {
+  BatcherOptions o;
+  o.max_batch_size = max_batch_size;
+  o.max_queue_delay_us = max_queue_delay_us;
+  auto b = MakeWithPolicy(std::move(o));
+  b->set_service(service);
+  return b;
+}
+
+std::unique_ptr<FakeTask> D(int id, int64_t deadline_ns, int64_t size = 1) {
+  auto t = T(id, size);
+  t->deadline = deadline_ns;
+  return t;
+}
+
+TEST(BatcherSloTest, LoneRequestOnAnIdleInstanceIsReleasedWithoutWaitingForTheWindow) {
+  auto b = MakeSlo(8, /*delay_us=*/2000, Service(500 * kUs, 100 * kUs));
+  const int64_t now = 100 * kMs;
+  Push(*b, T(0), now);
+  EXPECT_EQ(b->target_batch(now), 1) << "one arrival in the window is light load";
+  EXPECT_EQ(Ids(b->FormBatch(now).batch), (std::vector<int>{0}));
+}
+
+TEST(BatcherSloTest, UnderHeavyLoadTheBatchWaitsForTheTargetSizeThenGoes) {
+  // t(n) = 400 us + 20 us·n on one instance; 5,000 items/s arrive (one per 200 us).
+  auto b = MakeSlo(16, /*delay_us=*/5000, Service(400 * kUs, 20 * kUs));
+  int64_t now = 0;
+  for (int i = 0; i < 2000; ++i, now += 200 * kUs) {
+    Push(*b, T(i), now);
+    ASSERT_EQ(b->FormBatch(now, /*force=*/true).batch.size(), 1u);  // keep the queue empty
+  }
+  EXPECT_NEAR(b->arrival_rate_per_s(now), 5000, 100);
+  // Batches of n give n / (400 + 20n) items per us: with 20% headroom (6,000/s) n must
+  // be at least 2.73, so 3.
+  const int64_t target = b->target_batch(now);
+  EXPECT_EQ(target, 3);
+  Push(*b, T(10'000), now);
+  Push(*b, T(10'001), now);
+  auto d = b->FormBatch(now);
+  EXPECT_TRUE(d.batch.empty()) << "2 < target: waiting is what keeps up with the load";
+  EXPECT_GT(d.wake_at_ns, now);
+  EXPECT_LE(d.wake_at_ns, now + 5 * kMs) << "max_queue_delay stays the bound";
+  Push(*b, T(10'002), now + 100 * kUs);
+  EXPECT_EQ(Ids(b->FormBatch(now + 100 * kUs).batch), (std::vector<int>{10'000, 10'001, 10'002}));
+}
+
+TEST(BatcherSloTest, TargetIsTheFullBatchWhenNothingSmallerKeepsUp) {
+  auto b = MakeSlo(8, 0, Service(400 * kUs, 200 * kUs));
+  int64_t now = 0;
+  // 10,000 items/s against at most 1 / 200 us = 5,000/s at any size.
+  for (int i = 0; i < 3000; ++i, now += 100 * kUs) {
+    Push(*b, T(i), now);
+    (void)b->FormBatch(now, true);
+  }
+  EXPECT_EQ(b->target_batch(now), 8);
+}
+
+TEST(BatcherSloTest, EarliestDeadlineFirstWithinALevel) {
+  auto b = MakeSlo(2, 0, Service(0, 0));
+  Push(*b, D(0, 30 * kMs), 0);
+  Push(*b, D(1, 10 * kMs), 0);
+  Push(*b, D(2, 20 * kMs), 0);
+  Push(*b, T(3), 0);  // no deadline: ordered as if 1 s after its arrival
+  Push(*b, D(4, 2000 * kMs), 0);
+  EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{1, 2}));
+  EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{0, 3}));
+  EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{4}));
+}
+
+TEST(BatcherSloTest, BatchIsNotGrownPastAMembersDeadline) {
+  // t(n) = 1 ms + 1 ms·n. Task 0 must finish by 3 ms: a batch of 2 (3 ms) meets it, 3 not.
+  auto b = MakeSlo(8, 0, Service(1 * kMs, 1 * kMs));
+  Push(*b, D(0, 3 * kMs), 0);
+  for (int i = 1; i <= 3; ++i) Push(*b, D(i, 100 * kMs), 0);
+  EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{0, 1}));
+  EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{2, 3}));
+}
+
+TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
+  // No batching, 1 ms a run: five queued requests are 5 ms of work ahead.
+  auto b = MakeSlo(1, 0, Service(1 * kMs, 0));
+  for (int i = 0; i < 5; ++i) Push(*b, T(i), 0);
+  auto late = D(5, 4 * kMs);
+  RejectReason reason;
+  Status s = b->Enqueue(late, 0, &reason);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reason, RejectReason::kOverload);
+  EXPECT_NE(s.message().find("deadline"), std::string::npos) << s.message();
+  EXPECT_EQ(s.retry_after_ms(), 5) << "the predicted time to drain the queue";
+  ASSERT_NE(late, nullptr) << "a refused task stays the caller's";
+  // 6 ms of predicted finish fits a 6 ms deadline.
+  Push(*b, D(6, 6 * kMs), 0);
+  // With 2 ms of work already on the instance, the retry hint grows by it.
+  b->set_service(Service(1 * kMs, 0, 1, 2 * kMs));
+  auto later = D(7, 1 * kMs);
+  EXPECT_EQ(b->Enqueue(later, 0).retry_after_ms(), 8);
+}
+
+TEST(BatcherSloTest, PredictedWaitIsBoundedWithoutDeadlinesAndOfflineWorkIsExempt) {
+  BatcherOptions o;
+  o.max_batch_size = 1;
+  o.max_queue_wait_us = 2000;
+  auto b = MakeWithPolicy(o);
+  b->set_service(Service(1 * kMs, 0));
+  Push(*b, T(0), 0);
+  Push(*b, T(1), 0);
+  Push(*b, T(2), 0);  // waits 2 ms: at the bound, accepted
+  auto t = T(3);
+  RejectReason reason;
+  EXPECT_EQ(b->Enqueue(t, 0, &reason).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reason, RejectReason::kOverload);
+  t->offline = true;
+  Push(*b, std::move(t), 0);
+  EXPECT_EQ(b->size(), 4u);
+}
+
+TEST(BatcherSloTest, AutomaticWaitBoundIsTheLargerOfOneSecondAndTenFullBatches) {
+  auto b = MakeSlo(1, 0, Service(200 * kMs, 0));  // 10 runs = 2 s
+  for (int i = 0; i < 10; ++i) Push(*b, T(i), 0);  // the last waits 1.8 s
+  auto t = T(10);                                    // would wait 2 s: accepted
+  EXPECT_TRUE(b->Enqueue(t, 0).ok());
+  auto over = T(11);  // 2.2 s
+  EXPECT_EQ(b->Enqueue(over, 0).code(), StatusCode::kResourceExhausted);
+}
+
+TEST(BatcherSloTest, TaskWhoseDeadlineCannotBeMetExpiresUnrunWithItsReason) {
+  auto b = MakeSlo(8, 10'000, Service(2 * kMs, 0));
+  Push(*b, D(0, 5 * kMs), 0);  // a run takes 2 ms: doomed from 3 ms on
+  Push(*b, D(1, 50 * kMs), 0);
+  EXPECT_EQ(b->next_expiry_ns(), 3 * kMs);
+  EXPECT_TRUE(b->TakeExpired(3 * kMs - 1).empty());
+  auto expired = b->TakeExpired(3 * kMs);
+  ASSERT_EQ(Ids(expired), (std::vector<int>{0}));
+  EXPECT_EQ(expired[0].reason, ExpiryReason::kDeadline);
+  EXPECT_EQ(b->size(), 1u);
+  EXPECT_EQ(b->queued_items(), 1);
+}
+
+TEST(BatcherSloTest, AgingLiftsAStarvedLowPriorityTaskAfterItsInterval) {
+  BatcherOptions o;
+  o.max_batch_size = 1;
+  o.priority_levels = 3;
+  o.default_priority_level = 1;
+  o.priority_aging_us = 10'000;  // 10 ms per level
+  auto b = MakeWithPolicy(o);
+  b->set_service(Service(0, 0));
+  Push(*b, T(0, 1, 0, /*prio=*/3), 0);
+  // A steady flood of level-1 work: one new task per ms, one batch per ms.
+  int64_t now = 0;
+  std::vector<int> order;
+  for (int i = 1; i <= 30; ++i, now += kMs) {
+    Push(*b, T(i, 1, 0, /*prio=*/1), now);
+    for (auto& t : b->FormBatch(now).batch) order.push_back(t->id);
+  }
+  // Level 3 → 2 at 10 ms, 2 → 1 at 20 ms; at level 1 it sorts before newer arrivals.
+  const auto pos = std::find(order.begin(), order.end(), 0) - order.begin();
+  EXPECT_EQ(pos, 20) << "ran at 20 ms, after exactly two aging intervals";
+}
+
+TEST(BatcherSloTest, StrictPriorityWithoutAgingStillStarves) {
+  BatcherOptions o;
+  o.max_batch_size = 1;
+  o.priority_levels = 2;
+  o.default_priority_level = 1;
+  auto b = MakeWithPolicy(o);
+  b->set_service(Service(0, 0));
+  Push(*b, T(0, 1, 0, 2), 0);
+  for (int i = 1; i <= 50; ++i) {
+    Push(*b, T(i, 1, 0, 1), i * kMs);
+    EXPECT_EQ(Ids(b->FormBatch(i * kMs).batch), (std::vector<int>{i}));
+  }
+}
+
+TEST(BatcherSloTest, FullQueueMessageNamesNoLevelOnASingleLevelModel) {
+  BatcherOptions o;
+  o.max_batch_size = 4;
+  o.default_queue_policy.max_queue_size = 1;
+  auto b = MakeWithPolicy(o);
+  Push(*b, T(0), 0);
+  auto t = T(1);
+  RejectReason reason;
+  Status s = b->Enqueue(t, 0, &reason);
+  EXPECT_EQ(reason, RejectReason::kQueueFull);
+  EXPECT_EQ(s.message().find("priority"), std::string::npos) << s.message();
+  EXPECT_GE(s.retry_after_ms(), 0);
 }
 
 }  // namespace

@@ -34,4 +34,18 @@ class CostModel {
   int64_t count_ = 0;
 };
 
+// How fast a model version runs, over all its instances, as the instance pool currently
+// estimates it: a batch of n items takes a_ns + b_ns·n on one of `instances` instances,
+// and the instances are busy for backlog_ns more, on average, with work already handed
+// to them. The batcher plans with it.
+struct ServiceEstimate {
+  double a_ns = 0;
+  double b_ns = 0;
+  int instances = 1;
+  int64_t backlog_ns = 0;
+  int64_t PredictNs(int64_t items) const {
+    return static_cast<int64_t>(a_ns + b_ns * static_cast<double>(items));
+  }
+};
+
 }  // namespace shoal::runtime
