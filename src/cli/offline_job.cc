@@ -215,6 +215,7 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
     request.model_name = options.model;
     request.model_version = options.model_version;
     request.id = std::to_string(i);
+    request.best_effort = true;  // offline: no deadline, no admission by predicted wait
     request.inputs = std::move(inputs).value();
     server.Infer(std::move(request), [&, i](runtime::InferResponse response) {
       std::lock_guard<std::mutex> guard(mu);

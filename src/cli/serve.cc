@@ -48,6 +48,7 @@ struct ServeFlags {
   int64_t max_header_bytes = int64_t{16} << 10;
   int64_t max_tensor_elements = int64_t{1} << 28;
   int64_t max_inputs = 64;
+  int64_t max_inflight_requests = 4096;
 };
 
 // Signals are taken by one thread with sigwait; block them everywhere else first, so
@@ -76,6 +77,7 @@ runtime::ServerOptions MakeServerOptions(const ServeFlags& f) {
   options.cache_size_bytes = f.cache_size_bytes;
   options.limits.max_elements_per_tensor = f.max_tensor_elements;
   options.limits.max_inputs = f.max_inputs;
+  options.max_inflight_requests = f.max_inflight_requests;
   return options;
 }
 
@@ -312,6 +314,12 @@ void AddServeCommand(CLI::App& app) {
   serve->add_option("--max-inputs", flags->max_inputs, "Most input tensors in one request")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-inflight-requests", flags->max_inflight_requests,
+                   "Inference requests accepted and not yet answered, over all models; beyond "
+                   "it requests get 429 at once. 0 = no cap")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   serve->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

@@ -1,6 +1,8 @@
 #include "runtime/config_adapter.h"
 
+#include <charconv>
 #include <cstring>
+#include <optional>
 #include <fstream>
 #include <random>
 #include <set>
@@ -30,6 +32,50 @@ QueuePolicy PolicyFrom(const inference::ModelQueuePolicy& p) {
   q.allow_timeout_override = p.allow_timeout_override();
   q.max_queue_size = p.max_queue_size();
   return q;
+}
+
+// The value of a non-negative integer parameter of the model's config, if present.
+StatusOr<std::optional<int64_t>> IntegerParameter(const inference::ModelConfig& config,
+                                                  const std::string& key) {
+  auto it = config.parameters().find(key);
+  if (it == config.parameters().end()) return std::optional<int64_t>();
+  const std::string& text = it->second.string_value();
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 0) {
+    return InvalidArgument("parameter '" + key + "' must be a non-negative integer; was '" + text +
+                           "'");
+  }
+  return std::optional<int64_t>(value);
+}
+
+// shoal's scheduling extensions, given as config parameters (docs/model-repository.md):
+// latency_slo_us, batching_policy, max_queue_wait_us, priority_aging_us.
+Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVersionOptions* o) {
+  ASSIGN_OR_RETURN(auto slo, IntegerParameter(config, "latency_slo_us"));
+  if (slo) o->latency_slo_us = static_cast<uint64_t>(*slo);
+  if (auto it = config.parameters().find("batching_policy"); it != config.parameters().end()) {
+    const std::string& v = it->second.string_value();
+    if (v == "slo") {
+      o->batching.policy = BatchingPolicy::kSlo;
+    } else if (v == "fixed_window") {
+      o->batching.policy = BatchingPolicy::kFixedWindow;
+    } else {
+      return InvalidArgument("parameter 'batching_policy' must be 'slo' or 'fixed_window'; was '" +
+                             v + "'");
+    }
+  }
+  ASSIGN_OR_RETURN(auto wait, IntegerParameter(config, "max_queue_wait_us"));
+  if (wait) {
+    o->batching.max_queue_wait_us = *wait;
+  } else if (slo && *slo > 0) {
+    // Whoever waits longer than the SLO misses it anyway.
+    o->batching.max_queue_wait_us = *slo;
+  }
+  ASSIGN_OR_RETURN(auto aging, IntegerParameter(config, "priority_aging_us"));
+  o->batching.priority_aging_us = aging ? static_cast<uint64_t>(*aging) : kDefaultPriorityAgingUs;
+  return Status::Ok();
 }
 
 // A tensor of `shape` filled as a warmup input asks.
@@ -182,6 +228,7 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
     }
     o.preserve_ordering = db.preserve_ordering();
   }
+  RETURN_IF_ERROR(ApplySchedulingParameters(config, &o).WithPrefix("model '" + config.name() + "'"));
 
   int index = 0;
   for (const auto& group : config.instance_group()) {

@@ -30,7 +30,13 @@ void CompleteConfig(const backends::ModelInfo& from_backend, inference::ModelCon
 // ("onnxruntime_onnx" -> "onnx"). INVALID_ARGUMENT when neither names one.
 StatusOr<std::string> BackendNameForConfig(const inference::ModelConfig& config);
 
-// Everything a ModelVersion needs, from a validated (and completed) config. Reads
+// How long a request waits at its priority level before it moves up one, unless the
+// config's `priority_aging_us` parameter says otherwise.
+inline constexpr uint64_t kDefaultPriorityAgingUs = 1'000'000;
+
+// Everything a ModelVersion needs, from a validated (and completed) config. shoal's
+// scheduling extensions come from the config's parameters: latency_slo_us,
+// batching_policy, max_queue_wait_us, priority_aging_us (docs/model-repository.md). Reads
 // warmup data files under <model_dir>/warmup/. `cache` is used only when the config
 // enables response_cache.
 StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelConfig& config,

@@ -31,8 +31,18 @@ struct InferRequest {
   std::vector<NamedTensor> inputs;
   std::vector<std::string> requested_outputs;  // empty: all outputs
   uint32_t priority = 0;                       // 0: the model's default level; 1 is the highest
-  uint64_t timeout_us = 0;                     // queue timeout override, 0 = the model's default
-  int64_t deadline_ns = 0;                     // absolute, on the server's clock; 0 = none
+  // The KServe `timeout` parameter (microseconds): the request's deadline, counted from
+  // its arrival, and its queue timeout where the model allows the override. 0 = none.
+  uint64_t timeout_us = 0;
+  // The client's own deadline as a budget from arrival (gRPC deadline, Shoal-Timeout-Us
+  // header), microseconds; 0 = none. The earlier of this and timeout_us wins.
+  uint64_t client_deadline_us = 0;
+  // Absolute, on the server's clock; 0 = none. Set by the model version from the two
+  // budgets above, or else from the model's latency SLO; a caller may set it directly.
+  int64_t deadline_ns = 0;
+  // Offline work (`shoal run`): no deadline, not even the model's SLO, and no admission
+  // by predicted wait (a full queue is still refused).
+  bool best_effort = false;
   // Request parameters other than priority/timeout; they enter the cache key.
   Parameters parameters;
 };

@@ -165,6 +165,28 @@ int64_t InstancePool::PredictNs(int64_t batch_size) const {
   return best;
 }
 
+ServiceEstimate InstancePool::Service() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ServiceEstimate e;
+  e.instances = static_cast<int>(instances_.size());
+  if (instances_.empty()) return e;
+  const int64_t now = options_.clock->NowNs();
+  int64_t backlog = 0;
+  for (const auto& inst : instances_) {
+    e.a_ns += inst->cost.a_ns();
+    e.b_ns += inst->cost.b_ns();
+    if (inst->running.has_value()) {
+      const int64_t end = inst->started_ns + inst->cost.PredictNs(inst->running->batch_size);
+      backlog += std::max<int64_t>(0, end - now);
+    }
+    if (inst->pending.has_value()) backlog += inst->cost.PredictNs(inst->pending->batch_size);
+  }
+  e.a_ns /= e.instances;
+  e.b_ns /= e.instances;
+  e.backlog_ns = backlog / e.instances;
+  return e;
+}
+
 std::vector<InstanceStats> InstancePool::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<InstanceStats> out;

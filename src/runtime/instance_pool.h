@@ -78,6 +78,9 @@ class InstancePool {
   void Submit(int index, PoolJob job);
   // The lowest predicted time for n items over all instances.
   int64_t PredictNs(int64_t batch_size) const;
+  // The instances' cost models averaged, and the work already handed to them: the
+  // predicted rest of each running job plus its pending one, averaged over instances.
+  ServiceEstimate Service() const;
   std::vector<InstanceStats> Stats() const;
   // Jobs running or pending across instances.
   int busy_count() const;

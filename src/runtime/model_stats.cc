@@ -64,6 +64,8 @@ void ModelStats::Increment(uint64_t ModelStatsSnapshot::*field) {
 void ModelStats::RecordRejectedQueueFull() { Increment(&ModelStatsSnapshot::rejected_queue_full); }
 void ModelStats::RecordRejectedInvalid() { Increment(&ModelStatsSnapshot::rejected_invalid); }
 void ModelStats::RecordTimedOut() { Increment(&ModelStatsSnapshot::timed_out); }
+void ModelStats::RecordRejectedOverload() { Increment(&ModelStatsSnapshot::rejected_overload); }
+void ModelStats::RecordDeadlineMissed() { Increment(&ModelStatsSnapshot::deadline_missed); }
 void ModelStats::RecordCancelled() { Increment(&ModelStatsSnapshot::cancelled); }
 
 ModelStatsSnapshot ModelStats::Snapshot() const {

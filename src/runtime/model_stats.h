@@ -75,6 +75,9 @@ struct ModelStatsSnapshot {
   std::map<int64_t, BatchSizeStats> batch_stats;
   // Outcomes beyond Triton's fields, for metrics.
   uint64_t rejected_queue_full = 0, rejected_invalid = 0, timed_out = 0, cancelled = 0;
+  // Refused at admission because the predicted wait missed the deadline or the bound;
+  // dropped unrun because the deadline could no longer be met.
+  uint64_t rejected_overload = 0, deadline_missed = 0;
   // Histograms for the metrics exporter (microseconds; batch size in items).
   Histogram request_latency_us{Histogram::LatencyBoundsUs()};  // end to end, successes
   Histogram queue_latency_us{Histogram::LatencyBoundsUs()};
@@ -94,6 +97,8 @@ class ModelStats {
   void RecordRejectedQueueFull();
   void RecordRejectedInvalid();
   void RecordTimedOut();
+  void RecordRejectedOverload();
+  void RecordDeadlineMissed();
   void RecordCancelled();
   ModelStatsSnapshot Snapshot() const;
 

@@ -120,9 +120,8 @@ void ModelVersion::OnInstanceIdle() {
 int64_t ModelVersion::DispatchDue(int64_t now) {
   int64_t wake_at = std::numeric_limits<int64_t>::max();
   while (!batcher_->empty() && pool_->HasIdle()) {
-    const int64_t estimate =
-        pool_->PredictNs(std::max<int64_t>(options_.batching.max_batch_size, 1));
-    auto decision = batcher_->FormBatch(now, estimate, /*force=*/!accepting_);
+    batcher_->set_service(pool_->Service());
+    auto decision = batcher_->FormBatch(now, /*force=*/!accepting_);
     if (decision.batch.empty()) {
       wake_at = decision.wake_at_ns;
       break;
@@ -174,6 +173,16 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
     stats_.RecordFailure(clock_->NowNs() - now);
     AnswerDirect(request, callback, validated.status(), {}, false);
     return control;
+  }
+
+  if (request.best_effort) {
+    request.deadline_ns = 0;
+  } else if (request.deadline_ns == 0) {
+    uint64_t budget_us = request.timeout_us;
+    if (request.client_deadline_us > 0 && (budget_us == 0 || request.client_deadline_us < budget_us))
+      budget_us = request.client_deadline_us;
+    if (budget_us == 0) budget_us = options_.latency_slo_us;
+    if (budget_us > 0) request.deadline_ns = now + static_cast<int64_t>(budget_us) * 1000;
   }
 
   auto task = std::make_unique<RequestTask>();
@@ -232,6 +241,7 @@ bool ModelVersion::AnswerFromCache(const InferRequest& request, InferCallback& c
 
 void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
   Status status;
+  RejectReason reason = RejectReason::kNone;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -241,7 +251,8 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
     } else {
       task->control->Transition(RequestState::kReceived, RequestState::kQueued);
       task->enqueued_ns = now;
-      status = batcher_->Enqueue(task, now);
+      batcher_->set_service(pool_->Service());
+      status = batcher_->Enqueue(task, now, &reason);
       if (status.ok()) wake = DispatchOrWake();
     }
   }
@@ -249,11 +260,21 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
     if (wake) cv_.notify_one();
     return;
   }
-  if (status.code() == StatusCode::kResourceExhausted) stats_.RecordRejectedQueueFull();
+  if (reason == RejectReason::kQueueFull) stats_.RecordRejectedQueueFull();
+  if (reason == RejectReason::kOverload) stats_.RecordRejectedOverload();
   // The batcher refuses a priority outside the model's levels: a request that failed
   // validation against the model, counted as such.
   if (status.code() == StatusCode::kInvalidArgument) stats_.RecordRejectedInvalid();
   Answer(std::move(task), status.WithPrefix("model '" + options_.name + "'"), {}, 0, 0, 0, 0);
+}
+
+Status ModelVersion::MissedDeadline(const RequestTask& task, int64_t now, const char* where) const {
+  return DeadlineExceeded(
+      "model '" + options_.name + "' cannot answer by the request's deadline: " +
+      std::to_string(std::max<int64_t>(0, task.request.deadline_ns - now) / 1000) +
+      " us were left after " + std::to_string((now - task.received_ns) / 1000) + " us " + where +
+      ", and a run takes about " + std::to_string(pool_->PredictNs(task.items) / 1000) +
+      " us; it was not run");
 }
 
 void ModelVersion::AnswerDirect(const InferRequest& request, InferCallback& callback,
@@ -306,7 +327,7 @@ void ModelVersion::SchedulerLoop() {
     poked_ = false;
     sched_sleeping_ = false;
     const int64_t now = clock_->NowNs();
-    std::vector<TaskPtr> expired = batcher_->TakeExpired(now);
+    std::vector<Batcher<RequestTask>::Expired> expired = batcher_->TakeExpired(now);
     std::vector<TaskPtr> cancelled;
     if (cancel_pending_) {
       cancel_pending_ = false;
@@ -318,13 +339,20 @@ void ModelVersion::SchedulerLoop() {
 
     if (!expired.empty() || !cancelled.empty()) {
       lock.unlock();
-      for (auto& t : expired) {
-        stats_.RecordTimedOut();
-        const int64_t waited_us = (now - t->enqueued_ns) / 1000;
-        Answer(std::move(t),
-               DeadlineExceeded("request timed out after " + std::to_string(waited_us) +
-                                " us in the queue of model '" + options_.name + "'"),
-               {}, now - t->enqueued_ns, 0, 0, 0);
+      for (auto& e : expired) {
+        const int64_t queued_ns = now - e.task->enqueued_ns;
+        Status status;
+        if (e.reason == ExpiryReason::kDeadline) {
+          stats_.RecordDeadlineMissed();
+          status = MissedDeadline(*e.task, now, "in its queue");
+        } else {
+          // The model's queue timeout, not the client's deadline: UNAVAILABLE (retryable),
+          // as Triton answers it.
+          stats_.RecordTimedOut();
+          status = Unavailable("request timed out after " + std::to_string(queued_ns / 1000) +
+                               " us in the queue of model '" + options_.name + "'");
+        }
+        Answer(std::move(e.task), status, {}, queued_ns, 0, 0, 0);
       }
       for (auto& t : cancelled) {
         stats_.RecordCancelled();
@@ -367,11 +395,20 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   // The scheduler removes cancelled requests only while they are queued. A cancel that
   // lands after the batch was formed (or while its flag was set but the scheduler not yet
   // told) still saves the work: such requests leave here, answered, before the merge.
+  // Likewise a request whose deadline passed while the batch waited for this instance is
+  // answered now, unrun: so one that runs is answered by its deadline plus the batch time.
+  const int64_t start_ns = clock_->NowNs();
   size_t kept = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t deadline = batch[i]->request.deadline_ns;
     if (batch[i]->control->cancel_requested()) {
       stats_.RecordCancelled();
       Answer(std::move(batch[i]), Cancelled("request cancelled by the client"), {}, 0, 0, 0, 0);
+    } else if (deadline > 0 && start_ns > deadline) {
+      stats_.RecordDeadlineMissed();
+      const Status status = MissedDeadline(*batch[i], start_ns, "before its batch started");
+      const int64_t queued_ns = start_ns - batch[i]->enqueued_ns;
+      Answer(std::move(batch[i]), status, {}, queued_ns, 0, 0, 0);
     } else if (kept != i) {
       batch[kept++] = std::move(batch[i]);
     } else {

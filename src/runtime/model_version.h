@@ -62,6 +62,8 @@ struct ModelVersionOptions {
   std::vector<backends::InstanceInfo> instances;  // at least one
   std::vector<WarmupSample> warmup;               // run on every instance before ready
   RequestLimits limits;
+  // The deadline of a request that brings none (microseconds from arrival); 0 = none.
+  uint64_t latency_slo_us = 0;
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
@@ -136,6 +138,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // Answers one task; `result` outputs are per request. Handles cache and stats.
   void Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
               int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns);
+  // DEADLINE_EXCEEDED for a task dropped unrun at `now`; `where` says at which step.
+  Status MissedDeadline(const RequestTask& task, int64_t now, const char* where) const;
   // Answers a request that never became a task (invalid, hit, rejected).
   void AnswerDirect(const InferRequest& request, InferCallback& callback, const Status& status,
                     std::vector<NamedTensor> outputs, bool cache_hit);

@@ -142,7 +142,9 @@ TEST_F(ModelVersionTest, RequestsArrivingWhileBusyRunAsOneBatchAndGetTheirOwnRow
 }
 
 TEST_F(ModelVersionTest, QueueDelayHoldsABatchUntilTheClockPassesIt) {
-  auto mv = Make(Batching(8, /*delay_us=*/1000));
+  auto o = Batching(8, /*delay_us=*/1000);
+  o.batching.policy = BatchingPolicy::kFixedWindow;  // Triton's fixed window
+  auto mv = Make(std::move(o));
   mv->Infer(Req("a", {1}), answers_.For("a"));
   mv->Infer(Req("b", {2}), answers_.For("b"));
   clock_->AdvanceUs(999);
@@ -245,7 +247,9 @@ TEST_F(ModelVersionTest, QueueTimeoutIsAnsweredWhileTheInstanceIsStillBusy) {
   mv->Infer(Req("late", {1}), answers_.For("late"));
   clock_->AdvanceUs(100);
   ASSERT_TRUE(answers_.WaitFor("late"));
-  EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kDeadlineExceeded);
+  // The model's queue timeout is UNAVAILABLE, as Triton answers it: not the client's
+  // own deadline expiring.
+  EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kUnavailable);
   EXPECT_FALSE(answers_.Has("first")) << "the running batch is still blocked";
   state_->Unblock(100);
   ASSERT_TRUE(answers_.WaitFor("first"));
@@ -435,6 +439,75 @@ TEST_F(ModelVersionTest, ShutdownDrainsQueuedWorkAndThenRejects) {
   mv->Infer(Req("late", {1}), answers_.For("late"));
   ASSERT_TRUE(answers_.Has("late"));
   EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kUnavailable);
+}
+
+TEST_F(ModelVersionTest, LoneRequestDoesNotWaitOutTheBatchingWindow) {
+  auto mv = Make(Batching(8, /*delay_us=*/2000));
+  mv->Infer(Req("a", {1}), answers_.For("a"));
+  // The fake clock never moves: only a work-conserving release can answer it.
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_TRUE(answers_.Get("a").status.ok());
+}
+
+TEST_F(ModelVersionTest, RequestThatCanNoLongerMeetItsDeadlineIsAnsweredUnrun) {
+  auto mv = Make(Batching(8));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  InferRequest r = Req("late", {1});
+  r.timeout_us = 5000;  // the KServe `timeout` parameter: a 5 ms deadline
+  mv->Infer(std::move(r), answers_.For("late"));
+  InferRequest g = Req("grpc", {2});
+  g.client_deadline_us = 8000;  // a gRPC deadline
+  g.timeout_us = 60'000'000;    // the earlier of the two counts
+  mv->Infer(std::move(g), answers_.For("grpc"));
+  clock_->AdvanceUs(5000);
+  ASSERT_TRUE(answers_.WaitFor("late"));
+  EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(answers_.Get("late").status.message().find("not run"), std::string::npos)
+      << answers_.Get("late").status.message();
+  EXPECT_FALSE(answers_.Has("grpc"));
+  clock_->AdvanceUs(3000);
+  ASSERT_TRUE(answers_.WaitFor("grpc"));
+  EXPECT_EQ(answers_.Get("grpc").status.code(), StatusCode::kDeadlineExceeded);
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("first"));
+  mv->Shutdown();
+  EXPECT_EQ(state_->executions().size(), 1u) << "neither late request ran";
+  EXPECT_EQ(mv->stats().deadline_missed, 2u);
+}
+
+TEST_F(ModelVersionTest, ModelSloIsTheDeadlineOfRequestsWithoutOneButNotOfOfflineWork) {
+  auto o = Batching(8);
+  o.latency_slo_us = 1000;
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));  // its own deadline is 1 ms too, but it is running
+  mv->Infer(Req("served", {1}), answers_.For("served"));
+  InferRequest offline = Req("offline", {2});
+  offline.best_effort = true;
+  mv->Infer(std::move(offline), answers_.For("offline"));
+  clock_->AdvanceUs(1000);
+  ASSERT_TRUE(answers_.WaitFor("served"));
+  EXPECT_EQ(answers_.Get("served").status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(answers_.Has("offline"));
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("offline"));
+  EXPECT_TRUE(answers_.Get("offline").status.ok());
+}
+
+TEST_F(ModelVersionTest, OverloadIsRefusedAtOnceWithARetryHint) {
+  auto o = Batching(1);
+  o.batching.max_queue_wait_us = 1;  // any wait behind a running request is too long
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  mv->Infer(Req("over", {1}), answers_.For("over"));
+  ASSERT_TRUE(answers_.Has("over")) << "refused before queueing";
+  const Status s = answers_.Get("over").status;
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_GE(s.retry_after_ms(), 0);
+  EXPECT_NE(s.message().find("model 'fake'"), std::string::npos) << s.message();
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("first"));
+  mv->Shutdown();
+  EXPECT_EQ(mv->stats().rejected_overload, 1u);
 }
 
 TEST_F(ModelVersionTest, DestroyingWithWorkQueuedAnswersEverything) {

@@ -63,6 +63,7 @@ struct RequestTask {
   uint32_t priority() const { return request.priority; }
   uint64_t timeout_us() const { return request.timeout_us; }
   int64_t deadline_ns() const { return request.deadline_ns; }
+  bool best_effort() const { return request.best_effort; }
 };
 
 }  // namespace shoal::runtime

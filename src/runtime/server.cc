@@ -208,20 +208,34 @@ Status Server::PollRepository() {
 }
 
 std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback callback) {
-  auto mv = GetModel(request.model_name, request.model_version);
-  if (!mv.ok()) {
+  auto answer_now = [&](const Status& status) -> std::shared_ptr<RequestHandle> {
     InferResponse response;
     response.model_name = request.model_name;
     response.model_version = request.model_version;
     response.id = request.id;
-    response.status = mv.status();
+    response.status = status;
     callback(std::move(response));
     struct Noop : RequestHandle {
       void Cancel() override {}
     };
     return std::make_shared<Noop>();
+  };
+  auto mv = GetModel(request.model_name, request.model_version);
+  if (!mv.ok()) return answer_now(mv.status());
+  const int64_t cap = options_.max_inflight_requests;
+  if (cap <= 0) return (*mv)->Infer(std::move(request), std::move(callback));
+  if (inflight_->fetch_add(1, std::memory_order_acq_rel) >= cap) {
+    inflight_->fetch_sub(1, std::memory_order_acq_rel);
+    return answer_now(ResourceExhausted("the server has " + std::to_string(cap) +
+                                        " requests in flight, its limit; retry after 1000 ms")
+                          .WithRetryAfterMs(1000));
   }
-  return (*mv)->Infer(std::move(request), std::move(callback));
+  // The counter outlives the server: a callback may run after it is destroyed.
+  return (*mv)->Infer(std::move(request),
+                      [inflight = inflight_, callback = std::move(callback)](InferResponse r) {
+                        inflight->fetch_sub(1, std::memory_order_acq_rel);
+                        callback(std::move(r));
+                      });
 }
 
 StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name,

@@ -18,6 +18,7 @@
 // Lock order: load_mu_ → mu_; mu_ is never held while a model loads or drains.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,6 +49,10 @@ struct ServerOptions {
   // response_cache. 0 disables caching for every model. Default 64 MiB.
   int64_t cache_size_bytes = int64_t{64} << 20;
   RequestLimits limits;
+  // Inference requests accepted and not yet answered, over all models; beyond it Infer
+  // answers RESOURCE_EXHAUSTED (HTTP 429) at once. Protects the process's memory when
+  // many models are overloaded together. 0 = no cap. Default 4096.
+  int64_t max_inflight_requests = 4096;
   std::shared_ptr<Clock> clock;  // default: the real clock
   // Default: a registry with only the plugin directories above.
   std::shared_ptr<backends::BackendRegistry> registry;
@@ -122,6 +127,8 @@ class Server {
   mutable std::mutex mu_;
   std::map<std::string, Record> models_;  // GUARDED_BY(mu_)
   bool shutting_down_ = false;            // GUARDED_BY(mu_)
+  // Inference requests accepted and not yet answered (max_inflight_requests).
+  std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace shoal::runtime

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <utility>
@@ -46,6 +47,19 @@ void RunCompletionQueue(grpc::ServerCompletionQueue* cq) {
 namespace {
 
 enum Event { kRequest = 0, kFinish = 1, kDone = 2 };
+
+// The client's deadline as microseconds left (at least 1 when already passed), or 0 when
+// it set none.
+uint64_t DeadlineBudgetUs(const grpc::ServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+                        deadline - std::chrono::system_clock::now())
+                        .count();
+  // Years away is the same as none (and would overflow the server's clock).
+  if (left > int64_t{1} << 40) return 0;
+  return left < 1 ? 1 : static_cast<uint64_t>(left);
+}
 
 grpc::Status InternalError(const std::exception& e) {
   return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
@@ -197,6 +211,7 @@ class InferCall final : public Call {
       writer_.FinishWithError(ToGrpcStatus(decoded.status()), &finish_tag_);
       return;
     }
+    decoded->client_deadline_us = DeadlineBudgetUs(server_ctx_);
     Ref();  // the runtime callback
     auto handle = ctx_->runtime->Infer(
         std::move(decoded).value(), [this](runtime::InferResponse r) { OnAnswer(std::move(r)); });

@@ -1,3 +1,4 @@
+#include <charconv>
 #include "server/http_routes.h"
 
 #include <google/protobuf/descriptor.h>
@@ -337,7 +338,12 @@ std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, 
 proto::HttpResponse ErrorResponse(const Status& status) {
   proto::HttpResponse r =
       proto::HttpResponse::Error(HttpStatusFor(status.code()), status.message());
-  if (status.retryable()) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+  if (status.retryable()) {
+    r.headers.emplace_back("Retry-After", std::to_string(RetryAfterSeconds(status)));
+    // Retry-After counts whole seconds; the model's own estimate is often milliseconds.
+    if (status.retry_after_ms() >= 0)
+      r.headers.emplace_back("Shoal-Retry-After-Ms", std::to_string(status.retry_after_ms()));
+  }
   return r;
 }
 
@@ -493,6 +499,18 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
     return {};
   }
   runtime::InferRequest infer = std::move(parsed->request);
+  if (const std::string* timeout = request.head.Find(kTimeoutHeader)) {
+    uint64_t us = 0;
+    const char* end = timeout->data() + timeout->size();
+    auto [ptr, ec] = std::from_chars(timeout->data(), end, us);
+    if (timeout->empty() || ec != std::errc() || ptr != end || us == 0) {
+      responder.Send(ErrorResponse(InvalidArgument(
+          std::string(kTimeoutHeader) + " must be a positive integer (microseconds); was '" +
+          *timeout + "'")));
+      return {};
+    }
+    infer.client_deadline_us = us;
+  }
   infer.model_name = match.model;
   infer.model_version = match.version;
   auto encoding = std::make_shared<const OutputEncoding>(std::move(parsed->encoding));

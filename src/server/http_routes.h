@@ -39,6 +39,10 @@ enum class Route {
   kRepositoryUnload,
 };
 
+// The request header that carries the client's deadline, in microseconds from arrival
+// (lower case, as header names are stored).
+inline constexpr char kTimeoutHeader[] = "shoal-timeout-us";
+
 struct RouteMatch {
   Route route = Route::kNotFound;
   std::string model;     // empty for server-wide routes and all-model stats

@@ -185,11 +185,14 @@ void WriteRequestCounters(Writer& w, const std::vector<VersionView>& views) {
     w.Sample("shoal_inference_requests_total", l, static_cast<double>(v.stats.fail.count));
   }
   w.Family("shoal_inference_rejections_total", "counter",
-           "Failed requests that never ran, by reason: queue_full, invalid, timeout, cancelled.");
+           "Failed requests that never ran, by reason: queue_full, overload, invalid, timeout, "
+           "deadline, cancelled.");
   for (const auto& v : views) {
     const std::pair<const char*, uint64_t> reasons[] = {{"queue_full", v.stats.rejected_queue_full},
+                                                        {"overload", v.stats.rejected_overload},
                                                         {"invalid", v.stats.rejected_invalid},
                                                         {"timeout", v.stats.timed_out},
+                                                        {"deadline", v.stats.deadline_missed},
                                                         {"cancelled", v.stats.cancelled}};
     for (const auto& [reason, n] : reasons) {
       Labels l = v.labels();

@@ -382,7 +382,7 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
     EXPECT_TRUE(queued) << shoal.InFlight("held_q1");
     if (queued) {
       s = shoal.Infer(FloatRequest("held_q1", {2}), &resp);
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
     }
     held_ctx.TryCancel();
     holder.join();
@@ -392,9 +392,9 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
   }
 
   // A queue timeout: held_timeout would keep a lone request queued for ten minutes, so it
-  // stays past its 1 ms timeout, and REJECT answers it with DEADLINE_EXCEEDED.
+  // stays past its 1 ms timeout, and REJECT answers it with UNAVAILABLE, as Triton does.
   s = shoal.Infer(FloatRequest("held_timeout", {1}), &resp);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_NE(s.error_message().find("in the queue"), std::string::npos)
       << "the server's queue timeout, not the client's deadline: " << s.error_message();
 
@@ -432,6 +432,45 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
     EXPECT_EQ(shoal.stub().ModelInfer(&ctx, FloatRequest("held_q1", {2}), &r).error_code(),
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
+TEST_F(GrpcE2eTest, ClientDeadlineAndTimeoutParameterAreTheRequestsDeadline) {
+  AddModel("slow",
+           "name: \"slow\"\nbackend: \"cost_model\"\nmax_batch_size: 1\n"
+           "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+           "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+           "dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
+           "parameters { key: \"a_us\" value { string_value: \"300000\" } }\n"
+           "parameters { key: \"b_us\" value { string_value: \"0\" } }\n");
+  Shoal shoal(repo_);
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  ModelInferResponse resp;
+  // One run teaches the server that "slow" takes 300 ms.
+  ASSERT_TRUE(shoal.Infer(FloatRequest("slow", {1}), &resp).ok());
+  std::thread running([&] {
+    ModelInferResponse r;
+    EXPECT_TRUE(shoal.Infer(FloatRequest("slow", {2}), &r).ok());
+  });
+  ASSERT_TRUE(WaitUntil([&] { return shoal.InFlight("slow") == 1; })) << shoal.InFlight("slow");
+  {
+    // Behind a running request, a 100 ms gRPC deadline cannot be met: refused at once
+    // with UNAVAILABLE (which gRPC clients retry), well before the deadline.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    ModelInferResponse r;
+    const auto sent = std::chrono::steady_clock::now();
+    grpc::Status st = shoal.stub().ModelInfer(&ctx, FloatRequest("slow", {3}), &r);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    EXPECT_NE(st.error_message().find("deadline"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("retry after"), std::string::npos) << st.error_message();
+    EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::milliseconds(100));
+  }
+  ModelInferRequest with_timeout = FloatRequest("slow", {4});
+  (*with_timeout.mutable_parameters())["timeout"].set_int64_param(100000);
+  grpc::Status st = shoal.Infer(with_timeout, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  running.join();
   EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
 }
 

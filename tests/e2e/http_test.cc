@@ -266,6 +266,50 @@ TEST_F(HttpE2eTest, EveryErrorHasItsStatus) {
   EXPECT_EQ(client_->Get("/v2/health/live").status, 200) << "the server is still up";
 }
 
+TEST_F(HttpE2eTest, DeadlinesAndOverloadAnswerWithTheirStatuses) {
+  Start();
+  // Before "slow" has run, the server predicts it fast: a request with a 100 ms `timeout`
+  // queued behind a running one is admitted, then answered 504 when its deadline can no
+  // longer be met, long before the running one (400 ms) ends, and never runs.
+  auto first = NewClient();
+  ASSERT_TRUE(first->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(1))));
+  ASSERT_TRUE(WaitUntil([&] { return InFlight("slow") == 1; })) << InFlight("slow");
+  json body = json::parse(SlowJson(2));
+  body["parameters"] = {{"timeout", 100000}};
+  const auto sent = std::chrono::steady_clock::now();
+  HttpReply late = client_->Post("/v2/models/slow/infer", body.dump());
+  const auto waited = std::chrono::steady_clock::now() - sent;
+  ExpectError(late, 504, "deadline");
+  EXPECT_LT(waited, std::chrono::milliseconds(350)) << "answered before the running request ended";
+  HttpReply first_reply = first->ReadReply();
+  EXPECT_EQ(first_reply.status, 200) << first_reply.body;
+  EXPECT_EQ(Stats("slow")["execution_count"], 1) << "the late request never ran";
+
+  // Now it has learned a run takes 400 ms: behind a running request, a deadline of 100 ms
+  // (the parameter, or the Shoal-Timeout-Us header) is refused at once with 429 and the
+  // predicted drain time.
+  ASSERT_TRUE(first->SendRaw(RawPost("/v2/models/slow/infer", SlowJson(3))));
+  ASSERT_TRUE(WaitUntil([&] { return InFlight("slow") == 1; })) << InFlight("slow");
+  HttpReply refused = client_->Post("/v2/models/slow/infer", body.dump());
+  ExpectError(refused, 429, "deadline");
+  ASSERT_NE(refused.Header("retry-after"), nullptr);
+  EXPECT_EQ(*refused.Header("retry-after"), "1");
+  ASSERT_NE(refused.Header("shoal-retry-after-ms"), nullptr);
+  EXPECT_GT(std::stoll(*refused.Header("shoal-retry-after-ms")), 0);
+  HttpReply by_header = client_->Post("/v2/models/slow/infer", SlowJson(4),
+                                      {{"Shoal-Timeout-Us", "100000"}});
+  ExpectError(by_header, 429, "deadline");
+  ExpectError(client_->Post("/v2/models/slow/infer", SlowJson(4), {{"Shoal-Timeout-Us", "soon"}}),
+              400, "shoal-timeout-us");
+  EXPECT_EQ(first->ReadReply().status, 200);
+  HttpTestClient metrics("127.0.0.1", metrics_port_);
+  const std::string text = metrics.Get("/metrics").body;
+  EXPECT_THAT(text, HasSubstr("shoal_inference_rejections_total{model=\"slow\",version=\"1\","
+                              "reason=\"deadline\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("shoal_inference_rejections_total{model=\"slow\",version=\"1\","
+                              "reason=\"overload\"} 2\n"));
+}
+
 TEST_F(HttpE2eTest, KeepAliveReusesOneConnection) {
   Start();
   for (int i = 0; i < 25; ++i) {
