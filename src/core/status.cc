@@ -1,5 +1,8 @@
 #include "core/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace shoal {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -54,5 +57,15 @@ Status Status::WithPrefix(std::string_view prefix) const {
   m += message();
   return Status(code(), std::move(m));
 }
+
+namespace internal_status {
+
+void DieOfBadValueAccess(const Status& status) {
+  std::fprintf(stderr, "StatusOr value accessed on an error: %s\n", status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal_status
 
 }  // namespace shoal
