@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "runtime/testing/test_repository.h"
 
@@ -180,6 +184,61 @@ parameters { key: "b_us" value { string_value: "10" } }
   EXPECT_LT(stats.execution_count, 64u) << "requests sent together must be batched";
   auto inst = (*mv)->instance_stats();
   ASSERT_EQ(inst.size(), 2u);
+}
+
+// GetModelConfig used to look the model up twice; a model removed from the repository
+// between the looks made the second throw, and a front end answered 500 instead of 404.
+// Readers race polls that remove and restore the model: every answer must be the config
+// or NOT_FOUND / UNAVAILABLE.
+TEST(ServerTest, ConfigOfAModelRemovedMeanwhileIsNotFoundNeverAnError) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kPoll));
+  ASSERT_TRUE(server.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> found{0}, missing{0};
+  std::mutex mu;
+  std::vector<std::string> unexpected;  // GUARDED_BY(mu)
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        try {
+          auto config = (*server)->GetModelConfig("identity");
+          if (config.ok()) {
+            ++found;
+            if (config->name() != "identity") {
+              std::lock_guard<std::mutex> lock(mu);
+              unexpected.push_back("config of '" + config->name() + "'");
+            }
+          } else if (config.status().code() == StatusCode::kNotFound ||
+                     config.status().code() == StatusCode::kUnavailable) {
+            ++missing;
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            unexpected.push_back(config.status().ToString());
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          unexpected.push_back(std::string("exception: ") + e.what());
+        }
+      }
+    });
+  }
+  for (int cycle = 0; cycle < 300; ++cycle) {
+    repo.Remove("identity");
+    ASSERT_TRUE((*server)->PollRepository().ok());
+    repo.AddModel("identity", kIdentityConfig);
+    ASSERT_TRUE((*server)->PollRepository().ok());
+    std::lock_guard<std::mutex> lock(mu);
+    if (!unexpected.empty()) break;
+  }
+  stop = true;
+  for (auto& r : readers) r.join();
+  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " bad answers, the first: "
+                                  << unexpected.front();
+  EXPECT_GT(found.load(), 0);
+  EXPECT_GT(missing.load(), 0);
 }
 
 TEST(ServerTest, ShutdownAnswersQueuedRequestsThenRejects) {
