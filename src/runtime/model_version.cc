@@ -4,6 +4,8 @@
 #include <exception>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "core/thread_util.h"
 
 namespace shoal::runtime {
@@ -94,7 +96,12 @@ Status ModelVersion::RunWarmup(backends::BackendInstance& instance,
       } catch (const std::exception& e) {
         s = Internal(std::string("exception: ") + e.what());
       }
-      if (!s.ok()) return s.WithPrefix("warmup '" + sample.name + "'");
+      if (s.ok()) continue;
+      if (sample.required) return s.WithPrefix("warmup '" + sample.name + "'");
+      spdlog::warn("model '{}' instance {}: default warmup '{}' failed, so the model loads "
+                   "without it (configure model_warmup to choose its inputs): {}",
+                   options_.name, info.name, sample.name, s.message());
+      return Status::Ok();
     }
   }
   return Status::Ok();

@@ -50,6 +50,11 @@ struct WarmupSample {
   int64_t batch_size = 1;
   int count = 1;
   std::vector<NamedTensor> inputs;
+  // A configured sample must succeed for the version to load. One made up by default
+  // (zeros at each batch size, when the config has no model_warmup) need not: a model
+  // may refuse zeros as data, and nobody asked for that warmup; its failure is logged
+  // as a warning and the remaining default samples are skipped.
+  bool required = true;
 };
 
 struct ModelVersionOptions {

@@ -482,6 +482,25 @@ TEST_F(ModelVersionTest, FailingWarmupFailsCreateWithItsName) {
       << mv.status().ToString();
 }
 
+// A warmup nobody configured (the zeros a config without model_warmup gets) must not
+// keep a model from loading: a model may refuse zeros as data.
+TEST_F(ModelVersionTest, FailingDefaultWarmupOnlyWarns) {
+  auto o = Batching(4);
+  WarmupSample w;
+  w.name = "default_batch_1";
+  w.required = false;
+  w.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 1}, {-5})});
+  o.warmup.push_back(w);
+  w.name = "default_batch_4";
+  o.warmup.push_back(w);
+  auto mv = Make(std::move(o));
+  ASSERT_NE(mv, nullptr);
+  EXPECT_EQ(state_->executions().size(), 1u) << "the default samples after a failure are skipped";
+  mv->Infer(Req("a", {1}), answers_.For("a"));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_TRUE(answers_.Get("a").status.ok()) << answers_.Get("a").status.ToString();
+}
+
 TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {
   auto mv = Make(Batching(8), /*instances=*/2);
   constexpr int kThreads = 4, kPerThread = 200;

@@ -19,6 +19,7 @@ namespace {
 
 using testing::kAddSubConfig;
 using testing::kIdentityConfig;
+using testing::PluginDir;
 using testing::RepositoryOptions;
 using testing::TempRepository;
 
@@ -239,6 +240,39 @@ TEST(ServerTest, ConfigOfAModelRemovedMeanwhileIsNotFoundNeverAnError) {
                                   << unexpected.front();
   EXPECT_GT(found.load(), 0);
   EXPECT_GT(missing.load(), 0);
+}
+
+// A config without model_warmup gets a default warmup (zeros at each batch size) that
+// nobody asked for: when the model refuses it, the model still loads, with a warning.
+// A warmup the config names must still succeed.
+TEST(ServerTest, FailingDefaultWarmupDoesNotFailTheLoad) {
+  TempRepository repo("shoal_server_test");
+  const std::string config = R"(
+name: "NAME" backend: "test_misbehaving" max_batch_size: 2
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+parameters { key: "mode" value { string_value: "wrong_size" } }
+)";
+  auto named = [&](const std::string& name) {
+    return std::string(config).replace(config.find("NAME"), 4, name);
+  };
+  repo.AddModel("unwarmed", named("unwarmed"));
+  repo.AddModel("warmed", named("warmed") + R"(
+model_warmup [ { name: "asked_for" batch_size: 1
+  inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } } ]
+)");
+  ServerOptions options = RepositoryOptions(repo);
+  options.backend_directories.push_back(PluginDir() + "_testdata");
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->GetModel("unwarmed").ok()) << (*server)->GetModel("unwarmed").status().ToString();
+  auto warmed = (*server)->GetModel("warmed");
+  ASSERT_FALSE(warmed.ok());
+  EXPECT_NE(warmed.status().message().find("warmup 'asked_for'"), std::string::npos)
+      << warmed.status().ToString();
+  // The model's own failure reaches each request instead.
+  auto r = InferSync(**server, FloatRequest("unwarmed", {1, 2}));
+  EXPECT_FALSE(r.status.ok());
 }
 
 TEST(ServerTest, ShutdownAnswersQueuedRequestsThenRejects) {
