@@ -23,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -70,6 +71,9 @@ struct ModelVersionOptions {
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
+  // Tests only: replaces each request's batch key (ValidatedRequest::shape_key, the
+  // argument), so that a test can make requests of different shapes collide.
+  std::function<uint64_t(const InferRequest&, uint64_t)> shape_key_for_testing;
 };
 
 class ModelVersion : public std::enable_shared_from_this<ModelVersion> {

@@ -501,6 +501,36 @@ TEST_F(ModelVersionTest, FailingDefaultWarmupOnlyWarns) {
   EXPECT_TRUE(answers_.Get("a").status.ok()) << answers_.Get("a").status.ToString();
 }
 
+// The batcher buckets requests by a 64-bit hash of their shapes. Two different shapes
+// that hash alike (forced here) must not be merged into one batch: each runs with its
+// own shape and gets its own answer.
+TEST_F(ModelVersionTest, ShapeKeyCollisionIsNotMergedIntoOneBatch) {
+  auto o = Batching(8, /*delay_us=*/1'000'000);
+  o.batching.preferred_batch_sizes = {3};
+  o.shape_key_for_testing = [](const InferRequest&, uint64_t) { return uint64_t{7}; };
+  auto mv = Make(std::move(o));
+  mv->Infer(Req("two", {1, 2}), answers_.For("two"));
+  mv->Infer(Req("three", {10, 20, 30}), answers_.For("three"));
+  mv->Infer(Req("two_b", {3, 4}), answers_.For("two_b"));  // the third makes the batch
+  clock_->AdvanceUs(1'000'000);
+  for (const char* id : {"two", "three", "two_b"}) ASSERT_TRUE(answers_.WaitFor(id)) << id;
+  auto values = [&](const std::string& id) {
+    const InferResponse r = answers_.Get(id);
+    EXPECT_TRUE(r.status.ok()) << id << ": " << r.status.ToString();
+    if (r.outputs.empty()) return std::vector<float>{};
+    auto v = r.outputs[0].tensor.values<float>();
+    return std::vector<float>(v.begin(), v.end());
+  };
+  EXPECT_EQ(values("two"), (std::vector<float>{2, 4}));
+  EXPECT_EQ(values("three"), (std::vector<float>{20, 40, 60}));
+  EXPECT_EQ(values("two_b"), (std::vector<float>{6, 8}));
+  // One batch was formed; it ran as two backend calls, one per true shape.
+  const auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].row_keys, (std::vector<float>{1, 3}));
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{10}));
+}
+
 TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {
   auto mv = Make(Batching(8), /*instances=*/2);
   constexpr int kThreads = 4, kPerThread = 200;
