@@ -50,6 +50,17 @@ class Answers {
   std::map<std::string, InferResponse> got_;
 };
 
+// Polls `done` (real time, at most 10 s) for state that has no event to wait on.
+template <typename Pred>
+bool WaitUntil(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 ModelSignature Sig(int64_t max_batch) {
   ModelSignature sig;
   sig.max_batch_size = max_batch;
@@ -410,8 +421,13 @@ TEST_F(ModelVersionTest, PreserveOrderingHoldsLaterBatchesUntilEarlierAnswered) 
   ASSERT_TRUE(Occupy(*mv, "slow"));
   mv->Infer(Req("fast", {1}), answers_.For("fast"));
   ASSERT_TRUE(state_->WaitForExecutions(2));
-  // "fast" has run on the other instance but must wait for "slow".
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // "fast" has run on the other instance, whose job is over (the pool counts a job when
+  // it returns, after its answers were given or held), but must wait for "slow".
+  ASSERT_TRUE(WaitUntil([&] {
+    int64_t jobs = 0;
+    for (const auto& s : mv->instance_stats()) jobs += s.executions;
+    return jobs == 1;
+  }));
   EXPECT_FALSE(answers_.Has("fast"));
   state_->Unblock(100);
   ASSERT_TRUE(answers_.WaitFor("fast"));
@@ -427,11 +443,20 @@ TEST_F(ModelVersionTest, ShutdownDrainsQueuedWorkAndThenRejects) {
   for (int i = 0; i < 5; ++i)
     mv->Infer(Req("q" + std::to_string(i), {float(i)}), answers_.For("q" + std::to_string(i)));
   std::thread stopper([&] { mv->Shutdown(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Shutdown has begun once a new request is refused at once; those sent before that
+  // were accepted and must be answered like the queued ones.
+  int probes = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::string id = "probe" + std::to_string(probes++);
+    mv->Infer(Req(id, {1}), answers_.For(id));
+    return answers_.Has(id) && answers_.Get(id).status.code() == StatusCode::kUnavailable;
+  }));
   state_->Unblock(100);
   stopper.join();
-  EXPECT_EQ(answers_.size(), 6u);
+  EXPECT_EQ(answers_.size(), 6u + static_cast<size_t>(probes));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(answers_.Get("q" + std::to_string(i)).status.ok());
+  for (int i = 0; i + 1 < probes; ++i)
+    EXPECT_TRUE(answers_.Get("probe" + std::to_string(i)).status.ok());
   mv->Infer(Req("late", {1}), answers_.For("late"));
   ASSERT_TRUE(answers_.Has("late"));
   EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kUnavailable);
