@@ -1,8 +1,13 @@
 #include "cli/internal/offline_rows.h"
 
 #include <simdjson.h>
+#include <xxhash.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -14,6 +19,38 @@
 
 namespace shoal::cli::internal {
 namespace {
+
+// XXH3-128 of a file's bytes, fed as they are read.
+class ContentHash {
+ public:
+  ContentHash() : state_(XXH3_createState()) { XXH3_128bits_reset(state_); }
+  ~ContentHash() { XXH3_freeState(state_); }
+  ContentHash(const ContentHash&) = delete;
+  ContentHash& operator=(const ContentHash&) = delete;
+  void Update(const void* data, size_t size) {
+    bytes_ += size;
+    XXH3_128bits_update(state_, data, size);
+  }
+  // Feeds a mapped file a megabyte at a time: the mapping is read once, here.
+  void UpdateMapped(const Buffer& file) {
+    constexpr size_t kChunk = size_t{1} << 20;
+    const auto* p = static_cast<const char*>(file.data());
+    for (size_t at = 0; at < file.size(); at += kChunk)
+      Update(p + at, std::min(kChunk, file.size() - at));
+  }
+  uint64_t bytes() const { return bytes_; }
+  std::string Hex() const {
+    const XXH128_hash_t h = XXH3_128bits_digest(state_);
+    char out[33];
+    std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    return out;
+  }
+
+ private:
+  XXH3_state_t* state_;
+  uint64_t bytes_ = 0;
+};
 
 // Converts numeric tensors between types (numpy's float64 default into an FP32 input).
 StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name) {
@@ -40,8 +77,12 @@ Tensor ForModel(Tensor t, const runtime::ModelSignature& sig) {
 
 class ArraySource : public RowSource {
  public:
-  ArraySource(runtime::ModelSignature sig, std::map<std::string, NpyArray> arrays)
-      : sig_(std::move(sig)), arrays_(std::move(arrays)) {}
+  ArraySource(runtime::ModelSignature sig, std::map<std::string, NpyArray> arrays,
+              const ContentHash& hash)
+      : sig_(std::move(sig)), arrays_(std::move(arrays)) {
+    content_bytes_ = hash.bytes();
+    content_hash_ = hash.Hex();
+  }
   int64_t rows() const override { return arrays_.empty() ? 0 : arrays_.begin()->second.rows(); }
   StatusOr<std::vector<NamedTensor>> Row(int64_t i) override {
     std::vector<NamedTensor> out;
@@ -84,13 +125,21 @@ class JsonlSource : public RowSource {
  public:
   static StatusOr<std::unique_ptr<JsonlSource>> Open(const std::string& path,
                                                      runtime::ModelSignature sig) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return NotFound("cannot open '" + path + "'");
-    std::stringstream ss;
-    ss << f.rdbuf();
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return NotFound("cannot open '" + path + "': " + std::strerror(errno));
     auto src = std::unique_ptr<JsonlSource>(new JsonlSource());
     src->sig_ = std::move(sig);
-    src->text_ = ss.str();
+    ContentHash hash;
+    char chunk[1 << 16];
+    for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), f)) > 0;) {
+      hash.Update(chunk, n);
+      src->text_.append(chunk, n);
+    }
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) return Internal("cannot read '" + path + "'");
+    src->content_bytes_ = hash.bytes();
+    src->content_hash_ = hash.Hex();
     size_t start = 0;
     while (start < src->text_.size()) {
       size_t end = src->text_.find('\n', start);
@@ -234,10 +283,20 @@ class JsonlSink : public RowSink {
   std::FILE* file_ = nullptr;
 };
 
+std::string NpyPathFor(const std::string& path, const runtime::ModelSignature& sig,
+                       const std::string& output) {
+  if (sig.outputs.size() <= 1) return path;
+  return path.substr(0, path.size() - 4) + "." + output + ".npy";
+}
+
 class NpySink : public RowSink {
  public:
   NpySink(std::string path, runtime::ModelSignature sig, int64_t rows, bool resume)
-      : path_(std::move(path)), sig_(std::move(sig)), rows_(rows), resume_(resume) {}
+      : path_(std::move(path)), sig_(std::move(sig)), rows_(rows), resume_(resume) {
+    // A fresh job's errors are its own, not an earlier run's.
+    std::error_code ec;
+    if (!resume_) std::filesystem::remove(path_ + ".errors.jsonl", ec);
+  }
   Status Write(int64_t i, const std::vector<NamedTensor>& outputs) override {
     for (const auto& o : outputs) {
       auto it = writers_.find(o.name);
@@ -265,10 +324,7 @@ class NpySink : public RowSink {
   ~NpySink() override {
     if (errors_) std::fclose(errors_);
   }
-  std::string PathFor(const std::string& output) const {
-    if (sig_.outputs.size() <= 1) return path_;
-    return path_.substr(0, path_.size() - 4) + "." + output + ".npy";
-  }
+  std::string PathFor(const std::string& output) const { return NpyPathFor(path_, sig_, output); }
 
  private:
   std::string path_;
@@ -293,16 +349,21 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
     return std::unique_ptr<RowSource>(std::move(src));
   }
   std::map<std::string, NpyArray> arrays;
+  ContentHash hash;
   if (EndsWith(path, ".npy")) {
     if (sig.inputs.size() != 1) {
       return InvalidArgument(
           "the model has " + std::to_string(sig.inputs.size()) +
           " inputs; give them as an .npz with one array per input name, or as .jsonl");
     }
-    ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path));
+    ASSIGN_OR_RETURN(auto file, MapFile(path));
+    hash.UpdateMapped(*file);
+    ASSIGN_OR_RETURN(NpyArray a, ParseNpy(file, path));
     arrays.emplace(sig.inputs[0].name, std::move(a));
   } else if (EndsWith(path, ".npz")) {
-    ASSIGN_OR_RETURN(auto all, ReadNpz(path));
+    ASSIGN_OR_RETURN(auto file, MapFile(path));
+    hash.UpdateMapped(*file);
+    ASSIGN_OR_RETURN(auto all, ParseNpz(file, path));
     std::string names;
     for (const auto& [n, a] : all) names += (names.empty() ? "" : ", ") + n;
     for (const auto& spec : sig.inputs) {
@@ -327,7 +388,15 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
     }
     rows = a.rows();
   }
-  return std::unique_ptr<RowSource>(new ArraySource(sig, std::move(arrays)));
+  return std::unique_ptr<RowSource>(new ArraySource(sig, std::move(arrays), hash));
+}
+
+std::vector<std::string> OutputFiles(const std::string& path, const runtime::ModelSignature& sig) {
+  if (!EndsWith(path, ".npy")) return {path};
+  std::vector<std::string> out;
+  for (const auto& o : sig.outputs) out.push_back(NpyPathFor(path, sig, o.name));
+  if (out.empty()) out.push_back(path);
+  return out;
 }
 
 StatusOr<std::unique_ptr<RowSink>> OpenJsonlSink(const std::string& path, bool append) {
