@@ -9,6 +9,9 @@
 //          "data"}}} or {"index": i, "error": "..."}), or .npy (one file per output:
 //          the path itself for a single-output model, <stem>.<OUTPUT>.npy otherwise;
 //          a skipped row is left as zeros and listed in <output>.errors.jsonl).
+// Values convert to the model's input types only when they keep their value (a whole
+// number into an integer input, a number within FP32's range into FP32); anything else
+// makes the row malformed, with the input, element and value named.
 // Progress is kept beside the output (<output>.done, internal/done_log.h: a header naming
 // the input by size and XXH3-128 of its bytes and the model, then one finished row index
 // per line), written as rows finish, so an interrupted or failed job loses nothing

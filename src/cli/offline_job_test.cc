@@ -386,6 +386,46 @@ TEST_F(OfflineJobTest, DamagedDoneLogIsRefusedNamingTheLine) {
   EXPECT_EQ(Lines(log_path).size(), 501u);
 }
 
+// Values convert to the model's input type only when they keep their value: a float into
+// an INT64 input used to be truncated, and a number beyond FP32's range became infinity.
+TEST_F(OfflineJobTest, ValuesTheInputTypeCannotHoldAreMalformedRows) {
+  std::ofstream(Path("ints.jsonl")) << R"({"INPUT0": [9007199254740993, -2]}
+{"INPUT0": [1.5, 2]}
+{"INPUT0": [3.0, 4]}
+)";
+  std::ofstream(Path("floats.jsonl")) << R"({"INPUT0": [1e39, 2]}
+{"INPUT0": [3.4028235e38, 1e-50]}
+)";
+  WriteOneRow<double>("f64.npy", DataType::kFp64, std::array<double, 2>{2.5, 1});
+  auto run = [&](const std::string& model, const std::string& in) {
+    OfflineJobOptions o;
+    o.model = model;
+    o.input_path = Path(in);
+    o.output_path = Path(in + ".out.jsonl");
+    o.on_error = OfflineJobOptions::OnError::kSkip;
+    const auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    std::map<int, std::string> by_index;
+    for (const auto& l : Lines(o.output_path)) by_index[std::stoi(l.substr(9))] = l;
+    return by_index;
+  };
+  auto ints = run("identity_INT64", "ints.jsonl");
+  EXPECT_NE(ints[0].find("\"data\":[9007199254740993,-2]"), std::string::npos) << ints[0];
+  EXPECT_NE(ints[1].find("row 1: input 'INPUT0' element 0: 1.5 is not a whole number, as INT64 needs"),
+            std::string::npos)
+      << ints[1];
+  EXPECT_NE(ints[2].find("\"data\":[3,4]"), std::string::npos) << ints[2];
+  auto floats = run("identity", "floats.jsonl");
+  EXPECT_NE(floats[0].find("input 'INPUT0' element 0: 1e+39 is beyond the range of FP32"),
+            std::string::npos)
+      << floats[0];
+  EXPECT_NE(floats[1].find("\"data\":[3.4028235e+38,0]"), std::string::npos) << floats[1];
+  auto f64 = run("identity_INT64", "f64.npy");
+  EXPECT_NE(f64[0].find("input 'INPUT0' element 0: 2.5 is not a whole number"),
+            std::string::npos)
+      << f64[0];
+}
+
 TEST(FormatProgressTest, ShowsBarRateAndEta) {
   OfflineJobProgress p;
   p.total_rows = 1000;

@@ -52,7 +52,8 @@ class ContentHash {
   uint64_t bytes_ = 0;
 };
 
-// Converts numeric tensors between types (numpy's float64 default into an FP32 input).
+// Converts numeric tensors between types (numpy's float64 default into an FP32 input),
+// refusing a value the model's type cannot hold (1.5 into INT64, 1e39 into FP32).
 StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name) {
   if (t.dtype() == to) return t;
   if (!HoldsPlainValues(t.dtype()) || !HoldsPlainValues(to)) {
@@ -61,9 +62,35 @@ StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name
   }
   const int64_t n = t.element_count();
   Tensor out = Tensor::Allocate(to, t.shape());
-  for (int64_t i = 0; i < n; ++i)
-    StoreElementFromDouble(to, out.mutable_data(), i, LoadElementAsDouble(t.dtype(), t.data(), i));
+  for (int64_t i = 0; i < n; ++i) {
+    if (Status s = ConvertElementChecked(t.dtype(), t.data(), to, out.mutable_data(), i); !s.ok())
+      return s.WithPrefix("input '" + name + "' element " + std::to_string(i));
+  }
   return out;
+}
+
+// Stores JSON number `leaf` as element k of `t`, exactly for integers; INVALID_ARGUMENT
+// naming the input, the element and the value when the input's type cannot hold it.
+Status StoreJsonNumber(simdjson::dom::element leaf, Tensor& t, int64_t k, const std::string& name) {
+  const DataType type = t.dtype();
+  void* at = static_cast<char*>(t.mutable_data()) + k * static_cast<int64_t>(DataTypeSize(type));
+  Status s;
+  int64_t i;
+  uint64_t u;
+  double d;
+  bool b;
+  if (!leaf.get_int64().get(i)) {
+    s = ConvertElementChecked(DataType::kInt64, &i, type, at, 0);
+  } else if (!leaf.get_uint64().get(u)) {
+    s = ConvertElementChecked(DataType::kUint64, &u, type, at, 0);
+  } else if (!leaf.get_double().get(d)) {
+    s = StoreElementChecked(type, at, 0, d);
+  } else if (!leaf.get_bool().get(b)) {
+    s = StoreElementChecked(type, at, 0, b ? 1 : 0);
+  } else {
+    s = InvalidArgument("is not a number");
+  }
+  return s.WithPrefix("input '" + name + "' element " + std::to_string(k));
 }
 
 // Shapes a row tensor ([1, ...]) for the model: drops the leading 1 when it does not batch.
@@ -188,18 +215,8 @@ class JsonlSource : public RowSource {
         auto count = ElementCount(shape, int64_t{1} << 28);
         if (!count.ok()) return count.status().WithPrefix("input '" + name + "'");
         t = Tensor::Allocate(spec->dtype, shape);
-        for (size_t k = 0; k < leaves.size(); ++k) {
-          double v;
-          bool b;
-          if (!leaves[k].get_double().get(v)) {
-          } else if (!leaves[k].get_bool().get(b)) {
-            v = b;
-          } else {
-            return InvalidArgument("input '" + name + "' element " + std::to_string(k) +
-                                   " is not a number");
-          }
-          StoreElementFromDouble(spec->dtype, t.mutable_data(), static_cast<int64_t>(k), v);
-        }
+        for (size_t k = 0; k < leaves.size(); ++k)
+          RETURN_IF_ERROR(StoreJsonNumber(leaves[k], t, static_cast<int64_t>(k), name));
       } else {
         return InvalidArgument("input '" + name + "' has type " +
                                std::string(DataTypeName(spec->dtype)) +

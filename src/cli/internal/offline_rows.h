@@ -38,7 +38,9 @@ class RowSource {
   std::string content_hash_;
 };
 
-// By the path's extension: .npy (a single-input model), .npz, .jsonl.
+// By the path's extension: .npy (a single-input model), .npz, .jsonl. Values convert to
+// the model's types only when they keep their value (a float into an integer input must
+// be whole, a number into FP32 within its range); otherwise the row is malformed.
 StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
                                                 const runtime::ModelSignature& sig);
 
