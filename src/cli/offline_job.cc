@@ -1,78 +1,23 @@
 #include "cli/offline_job.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <set>
 
+#include "cli/internal/done_log.h"
 #include "cli/internal/offline_rows.h"
 
 namespace shoal::cli {
 namespace {
 
+using internal::DoneLog;
 using internal::EndsWith;
 using internal::OpenSource;
 using internal::RowSink;
-
-// The finished-rows log: "<output>.done", a header line naming the input, then one index
-// per line. Appended as rows finish, so it survives an interruption.
-class DoneLog {
- public:
-  // `model` names the model and version that computed the rows: resuming with another
-  // would mix two models' outputs in one file.
-  static StatusOr<std::unique_ptr<DoneLog>> Open(const std::string& output,
-                                                 const std::string& input, const std::string& model,
-                                                 bool resume, bool output_exists) {
-    auto log = std::unique_ptr<DoneLog>(new DoneLog());
-    log->path_ = output + ".done";
-    struct stat st {};
-    stat(input.c_str(), &st);
-    const std::string header = "# shoal run input=" + input +
-                               " bytes=" + std::to_string(st.st_size) +
-                               " mtime=" + std::to_string(st.st_mtime) + " model=" + model;
-    if (resume && output_exists) {
-      std::ifstream f(log->path_);
-      std::string line;
-      if (f && std::getline(f, line)) {
-        if (line != header) {
-          return FailedPrecondition("'" + output +
-                                    "' was written from a different or changed input, or by "
-                                    "another model (" +
-                                    line.substr(12) + "; now " + header.substr(12) +
-                                    "); delete it or pass --no-resume to start over");
-        }
-        while (std::getline(f, line)) {
-          if (!line.empty()) log->done_.insert(std::stoll(line));
-        }
-      }
-    }
-    const bool append = resume && output_exists && !log->done_.empty();
-    log->file_ = std::fopen(log->path_.c_str(), append ? "a" : "w");
-    if (log->file_ == nullptr) return Internal("cannot write '" + log->path_ + "'");
-    if (!append) std::fprintf(log->file_, "%s\n", header.c_str());
-    std::fflush(log->file_);
-    return log;
-  }
-  ~DoneLog() {
-    if (file_) std::fclose(file_);
-  }
-  const std::set<int64_t>& done() const { return done_; }
-  void Append(int64_t i) {
-    std::fprintf(file_, "%lld\n", static_cast<long long>(i));
-    std::fflush(file_);
-  }
-
- private:
-  std::string path_;
-  std::FILE* file_ = nullptr;
-  std::set<int64_t> done_;
-};
 
 }  // namespace
 
@@ -130,15 +75,31 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
       }
     }
   }
-  const bool output_exists = std::filesystem::exists(options.output_path);
-  auto done = DoneLog::Open(options.output_path, options.input_path,
-                            options.model + ":" + std::to_string((*mv)->version()), options.resume,
-                            output_exists);
+  internal::JobIdentity identity;
+  identity.input_path = options.input_path;
+  identity.input_bytes = (*source)->content_bytes();
+  identity.input_hash = (*source)->content_hash();
+  identity.model = options.model + ":" + std::to_string((*mv)->version());
+  auto done = DoneLog::Read(options.output_path + ".done", identity, rows, options.resume);
   if (!done.ok()) {
     result.status = done.status();
     return result;
   }
   const bool resuming = !(*done)->done().empty();
+  if (resuming) {
+    // The rows the log records live in these files: without one, resuming would leave
+    // them missing (or zero) in the result.
+    for (const std::string& file : internal::OutputFiles(options.output_path, sig)) {
+      if (!std::filesystem::exists(file)) {
+        result.status = FailedPrecondition(
+            "cannot resume: '" + file + "' is missing, but '" + (*done)->path() + "' records " +
+            std::to_string((*done)->done().size()) +
+            " finished rows written to it; nothing was changed. Delete '" + (*done)->path() +
+            "', or pass --no-resume, to compute every row again");
+        return result;
+      }
+    }
+  }
   std::unique_ptr<RowSink> sink;
   if (jsonl_out) {
     auto s = internal::OpenJsonlSink(options.output_path, resuming);
@@ -149,6 +110,10 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
     sink = std::move(s).value();
   } else {
     sink = internal::MakeNpySink(options.output_path, sig, rows, resuming);
+  }
+  if (Status s = (*done)->Start(); !s.ok()) {
+    result.status = s;
+    return result;
   }
 
   OfflineJobProgress& progress = result.progress;
@@ -175,7 +140,7 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
       ++progress.failed_rows;
       ++progress.done_rows;
       if (Status w = sink->WriteError(i, row_error); !w.ok() && first_error.ok()) first_error = w;
-      (*done)->Append(i);
+      if (Status w = (*done)->Append(i); !w.ok() && first_error.ok()) first_error = w;
     } else if (first_error.ok()) {
       first_error = row_error;
       result.failed_row = i;
@@ -224,8 +189,9 @@ OfflineJobResult RunOfflineJob(runtime::Server& server, const OfflineJobOptions&
           record_failure(i, w);
         } else if (!w.ok()) {
           if (first_error.ok()) first_error = w;
+        } else if (Status a = (*done)->Append(i); !a.ok()) {
+          if (first_error.ok()) first_error = a;
         } else {
-          (*done)->Append(i);
           ++progress.done_rows;
         }
       } else {

@@ -9,10 +9,17 @@
 //          "data"}}} or {"index": i, "error": "..."}), or .npy (one file per output:
 //          the path itself for a single-output model, <stem>.<OUTPUT>.npy otherwise;
 //          a skipped row is left as zeros and listed in <output>.errors.jsonl).
-// Progress is kept beside the output (<output>.done, one finished row index per line),
-// written as rows finish, so an interrupted or failed job loses nothing computed: a
-// rerun of the same command skips finished rows (unless resume is off). A malformed row
-// is reported with its index and either skipped or fails the job (OnError).
+// Values convert to the model's input types only when they keep their value (a whole
+// number into an integer input, a number within FP32's range into FP32); anything else
+// makes the row malformed, with the input, element and value named.
+// Progress is kept beside the output (<output>.done, internal/done_log.h: a header naming
+// the input by size and XXH3-128 of its bytes and the model, then one finished row index
+// per line), written as rows finish, so an interrupted or failed job loses nothing
+// computed: a rerun skips finished rows (unless resume is off) when its input has the
+// same content (under any path) and its model the same name and version, and every
+// output file of the earlier run is there. Otherwise, or when the log is damaged, the job
+// fails with FAILED_PRECONDITION before changing any file. A malformed row is reported
+// with its index and either skipped or fails the job (OnError).
 //
 // Threading: RunOfflineJob submits from the calling thread, keeping at most
 // `concurrency` requests in flight; completions arrive on runtime threads and are

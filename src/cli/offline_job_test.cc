@@ -10,6 +10,8 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "core/npy.h"
@@ -245,6 +247,183 @@ TEST_F(OfflineJobTest, InterruptedJobResumesWithoutRedoingFinishedRows) {
   WriteNpy("in.npy", 501);
   auto third = RunOfflineJob(*server_, o, nullptr, nullptr);
   EXPECT_EQ(third.status.code(), StatusCode::kFailedPrecondition) << third.status.ToString();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A multi-output model written as .npy (one file per output) used to start over on every
+// rerun: the job looked for the output path itself, which only a single output creates.
+TEST_F(OfflineJobTest, MultiOutputNpyResumesIntoEveryOutputFile) {
+  constexpr int kRows = 50;
+  std::vector<float> a, b;
+  for (int i = 0; i < kRows * 4; ++i) {
+    a.push_back(float(i));
+    b.push_back(float(2 * i));
+  }
+  ASSERT_TRUE(WriteNpz(Path("in.npz"),
+                       {{"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {kRows, 4}, a)},
+                        {"INPUT1", Tensor::FromVector<float>(DataType::kFp32, {kRows, 4}, b)}})
+                  .ok());
+  OfflineJobOptions o;
+  o.model = "add_sub";
+  o.input_path = Path("in.npz");
+  o.output_path = Path("out.npy");
+  o.limit_rows = 20;
+  auto first = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  EXPECT_TRUE(first.limited);
+  o.limit_rows = 0;
+  auto second = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(second.status.ok()) << second.status.ToString();
+  EXPECT_EQ(second.progress.resumed_rows, 20);
+  EXPECT_EQ(second.progress.done_rows, kRows);
+  auto sum = ReadNpy(Path("out.OUTPUT0.npy"));
+  auto diff = ReadNpy(Path("out.OUTPUT1.npy"));
+  ASSERT_TRUE(sum.ok() && diff.ok());
+  for (int row = 0; row < kRows; ++row) {
+    for (int k = 0; k < 4; ++k) {
+      const float x = float(row * 4 + k);
+      ASSERT_EQ(sum->Row(row).values<float>()[k], 3 * x) << "row " << row;
+      ASSERT_EQ(diff->Row(row).values<float>()[k], -x) << "row " << row;
+    }
+  }
+  EXPECT_EQ(Lines(Path("out.npy.done")).size(), 1u + kRows);
+
+  // Without one of the files the finished rows live in, a resume refuses and keeps the log.
+  const std::string log = ReadAll(Path("out.npy.done"));
+  fs::remove(Path("out.OUTPUT1.npy"));
+  auto third = RunOfflineJob(*server_, o, nullptr, nullptr);
+  EXPECT_EQ(third.status.code(), StatusCode::kFailedPrecondition) << third.status.ToString();
+  EXPECT_NE(third.status.message().find("out.OUTPUT1.npy' is missing"), std::string::npos)
+      << third.status.message();
+  EXPECT_EQ(ReadAll(Path("out.npy.done")), log);
+}
+
+// Resume identifies the input by its content: the same bytes under another path resume,
+// other bytes of the same size and modification time (cp -p) do not.
+TEST_F(OfflineJobTest, ResumeIdentifiesTheInputByContent) {
+  OfflineJobOptions o;
+  o.model = "identity";
+  o.input_path = WriteNpy("in.npy", 500);
+  o.output_path = Path("out.jsonl");
+  o.limit_rows = 120;
+  ASSERT_TRUE(RunOfflineJob(*server_, o, nullptr, nullptr).status.ok());
+  fs::copy_file(o.input_path, Path("moved.npy"));
+  o.input_path = Path("moved.npy");
+  o.limit_rows = 10;
+  auto moved = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(moved.status.ok()) << moved.status.ToString();
+  EXPECT_EQ(moved.progress.resumed_rows, 120);
+  EXPECT_EQ(moved.progress.done_rows, 130);
+
+  // Same size, other values, the old modification time.
+  o.input_path = Path("in.npy");
+  const auto mtime = fs::last_write_time(o.input_path);
+  {
+    auto w = NpyWriter::Open(o.input_path, DataType::kFp32, {500, 2}, /*resume=*/true);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    const float row[2] = {7, 7};
+    ASSERT_TRUE((*w)->WriteRow(3, row, sizeof(row)).ok());
+  }
+  fs::last_write_time(o.input_path, mtime);
+  const std::string before = ReadAll(o.output_path);
+  auto replaced = RunOfflineJob(*server_, o, nullptr, nullptr);
+  EXPECT_EQ(replaced.status.code(), StatusCode::kFailedPrecondition)
+      << replaced.status.ToString();
+  EXPECT_NE(replaced.status.message().find("different input data"), std::string::npos)
+      << replaced.status.message();
+  EXPECT_EQ(ReadAll(o.output_path), before) << "nothing lost";
+}
+
+// A damaged done-log stops the job with the file and line named, and nothing changed; it
+// used to throw (std::stoll), read "12ab" as row 12, or count rows that do not exist.
+TEST_F(OfflineJobTest, DamagedDoneLogIsRefusedNamingTheLine) {
+  OfflineJobOptions o;
+  o.model = "identity";
+  o.input_path = WriteNpy("in.npy", 500);
+  o.output_path = Path("out.jsonl");
+  o.limit_rows = 120;
+  ASSERT_TRUE(RunOfflineJob(*server_, o, nullptr, nullptr).status.ok());
+  o.limit_rows = 0;
+  const std::string log_path = o.output_path + ".done";
+  const std::string good_log = ReadAll(log_path);
+  const std::string output = ReadAll(o.output_path);
+  const std::vector<std::string> bad_lines = {"12ab", "-1", "500", "99999999999999999999", "",
+                                              " 7", "abc"};
+  for (const std::string& bad : bad_lines) {
+    std::ofstream(log_path, std::ios::binary) << good_log << "4\n" << bad << "\n5\n";
+    const std::string damaged = ReadAll(log_path);
+    auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+    EXPECT_EQ(r.status.code(), StatusCode::kFailedPrecondition) << "'" << bad << "'";
+    EXPECT_NE(r.status.message().find("line 123 is '" + bad + "'"), std::string::npos)
+        << r.status.message();
+    EXPECT_EQ(ReadAll(log_path), damaged) << "'" << bad << "'";
+    EXPECT_EQ(ReadAll(o.output_path), output) << "'" << bad << "'";
+  }
+  // A log from before content hashes cannot be matched to the input.
+  std::ofstream(log_path, std::ios::binary)
+      << "# shoal run input=" << o.input_path << " bytes=4128 mtime=1 model=identity:1\n0\n";
+  auto old = RunOfflineJob(*server_, o, nullptr, nullptr);
+  EXPECT_EQ(old.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.status.message().find("older one"), std::string::npos) << old.status.message();
+
+  // A last line cut short (the job killed while appending) is not a finished row: that
+  // row is computed again, and every row ends up in the output exactly once.
+  std::ofstream(log_path, std::ios::binary) << good_log << "13";
+  auto resumed = RunOfflineJob(*server_, o, nullptr, nullptr);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.ToString();
+  EXPECT_EQ(resumed.progress.resumed_rows, 120);
+  EXPECT_EQ(resumed.progress.done_rows, 500);
+  std::multiset<int> seen;
+  for (const auto& l : Lines(o.output_path)) seen.insert(std::stoi(l.substr(9)));
+  EXPECT_EQ(seen.size(), 500u);
+  EXPECT_EQ(std::set<int>(seen.begin(), seen.end()).size(), 500u);
+  EXPECT_EQ(Lines(log_path).size(), 501u);
+}
+
+// Values convert to the model's input type only when they keep their value: a float into
+// an INT64 input used to be truncated, and a number beyond FP32's range became infinity.
+TEST_F(OfflineJobTest, ValuesTheInputTypeCannotHoldAreMalformedRows) {
+  std::ofstream(Path("ints.jsonl")) << R"({"INPUT0": [9007199254740993, -2]}
+{"INPUT0": [1.5, 2]}
+{"INPUT0": [3.0, 4]}
+)";
+  std::ofstream(Path("floats.jsonl")) << R"({"INPUT0": [1e39, 2]}
+{"INPUT0": [3.4028235e38, 1e-50]}
+)";
+  WriteOneRow<double>("f64.npy", DataType::kFp64, std::array<double, 2>{2.5, 1});
+  auto run = [&](const std::string& model, const std::string& in) {
+    OfflineJobOptions o;
+    o.model = model;
+    o.input_path = Path(in);
+    o.output_path = Path(in + ".out.jsonl");
+    o.on_error = OfflineJobOptions::OnError::kSkip;
+    const auto r = RunOfflineJob(*server_, o, nullptr, nullptr);
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    std::map<int, std::string> by_index;
+    for (const auto& l : Lines(o.output_path)) by_index[std::stoi(l.substr(9))] = l;
+    return by_index;
+  };
+  auto ints = run("identity_INT64", "ints.jsonl");
+  EXPECT_NE(ints[0].find("\"data\":[9007199254740993,-2]"), std::string::npos) << ints[0];
+  EXPECT_NE(ints[1].find("row 1: input 'INPUT0' element 0: 1.5 is not a whole number, as INT64 needs"),
+            std::string::npos)
+      << ints[1];
+  EXPECT_NE(ints[2].find("\"data\":[3,4]"), std::string::npos) << ints[2];
+  auto floats = run("identity", "floats.jsonl");
+  EXPECT_NE(floats[0].find("input 'INPUT0' element 0: 1e+39 is beyond the range of FP32"),
+            std::string::npos)
+      << floats[0];
+  EXPECT_NE(floats[1].find("\"data\":[3.4028235e+38,0]"), std::string::npos) << floats[1];
+  auto f64 = run("identity_INT64", "f64.npy");
+  EXPECT_NE(f64[0].find("input 'INPUT0' element 0: 2.5 is not a whole number"),
+            std::string::npos)
+      << f64[0];
 }
 
 TEST(FormatProgressTest, ShowsBarRateAndEta) {

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "core/data_type.h"
+#include "core/status.h"
 
 namespace shoal {
 
@@ -137,5 +138,17 @@ double LoadElementAsDouble(DataType type, const void* data, int64_t i);
 // Stores `v` as element i of `data` (of `type`): BOOL as v != 0, others by static_cast
 // (the caller checks the range). Does nothing for types HoldsPlainValues rejects.
 void StoreElementFromDouble(DataType type, void* data, int64_t i, double v);
+
+// Stores `v` as element i of `data` (of `type`) only if it keeps its value there: an
+// integer type takes whole numbers in its range, FP32 anything but a finite number beyond
+// its largest (which would become infinity), FP64 anything, BOOL any number (v != 0).
+// Otherwise INVALID_ARGUMENT saying why, with the value ("1.5 is not a whole number, as
+// INT64 needs", "300 does not fit in INT8", "1e+39 is beyond the range of FP32"), and
+// nothing is stored. INVALID_ARGUMENT for types HoldsPlainValues rejects.
+Status StoreElementChecked(DataType type, void* data, int64_t i, double v);
+
+// Element i of `src` (of `from`) stored as element i of `dst` (of `to`), under the rules of
+// StoreElementChecked; integers convert exactly (not through a double), so 2^53 + 1 stays.
+Status ConvertElementChecked(DataType from, const void* src, DataType to, void* dst, int64_t i);
 
 }  // namespace shoal

@@ -37,7 +37,7 @@ uint32_t Le32(const unsigned char* p) {
 }
 uint16_t Le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
-std::shared_ptr<Buffer> MapFile(const std::string& path, Status* status) {
+std::shared_ptr<Buffer> MapFileOrNull(const std::string& path, Status* status) {
   const int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) {
     *status = NotFound("cannot open '" + path + "': " + std::strerror(errno));
@@ -155,17 +155,25 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
   return a;
 }
 
-StatusOr<NpyArray> ReadNpy(const std::string& path) {
+StatusOr<std::shared_ptr<Buffer>> MapFile(const std::string& path) {
   Status s;
-  auto file = MapFile(path, &s);
+  auto file = MapFileOrNull(path, &s);
   if (!file) return s;
+  return file;
+}
+
+StatusOr<NpyArray> ReadNpy(const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, MapFile(path));
   return ParseNpy(file, path);
 }
 
 StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path) {
-  Status s;
-  auto file = MapFile(path, &s);
-  if (!file) return s;
+  ASSIGN_OR_RETURN(auto file, MapFile(path));
+  return ParseNpz(file, path);
+}
+
+StatusOr<std::map<std::string, NpyArray>> ParseNpz(std::shared_ptr<Buffer> file,
+                                                   const std::string& path) {
   const auto* p = static_cast<const unsigned char*>(file->data());
   const size_t size = file->size();
   // Walk the central directory (sizes are reliable there even when the local header

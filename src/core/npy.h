@@ -30,10 +30,16 @@ struct NpyArray {
   Tensor Row(int64_t i) const;
 };
 
+// The file's bytes, mapped read-only (not copied). NOT_FOUND when it cannot be opened,
+// INVALID_ARGUMENT when it is empty. A caller that must know what it read (a hash of the
+// input, say) maps the file once and hashes and parses the same bytes.
+StatusOr<std::shared_ptr<Buffer>> MapFile(const std::string& path);
 // Parses the bytes of an .npy file (the header and the data after it).
 StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& name_for_errors);
 StatusOr<NpyArray> ReadNpy(const std::string& path);
-// Arrays by name ("x.npy" in the archive is named "x").
+// Arrays by name ("x.npy" in the archive is named "x"); the stored ones view `file`.
+StatusOr<std::map<std::string, NpyArray>> ParseNpz(std::shared_ptr<Buffer> file,
+                                                   const std::string& name_for_errors);
 StatusOr<std::map<std::string, NpyArray>> ReadNpz(const std::string& path);
 
 // The .npy header for `dtype` and `shape` (version 1.0, padded to 64 bytes).

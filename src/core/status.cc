@@ -1,5 +1,8 @@
 #include "core/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace shoal {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -62,5 +65,15 @@ Status Status::WithRetryAfterMs(int64_t ms) const {
   out.rep_ = std::make_shared<const Rep>(Rep{code(), message(), ms < 0 ? 0 : ms});
   return out;
 }
+
+namespace internal_status {
+
+void DieOfBadValueAccess(const Status& status) {
+  std::fprintf(stderr, "StatusOr value accessed on an error: %s\n", status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal_status
 
 }  // namespace shoal

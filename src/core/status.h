@@ -97,7 +97,12 @@ inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::mo
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
-// Holds either a T or a non-OK Status.
+namespace internal_status {
+// Prints "StatusOr value accessed on an error: CODE: message" to stderr and aborts.
+[[noreturn]] void DieOfBadValueAccess(const Status& status);
+}  // namespace internal_status
+
+// Holds either a T or a non-OK Status. Reading the value of an error aborts (see value()).
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
@@ -109,16 +114,27 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // The value. On an error these print the status to stderr and abort: reading a
+  // value that is not there is a bug in the caller, never something to carry on from.
+  T& value() & { return CheckedValue(); }
+  const T& value() const& { return CheckedValue(); }
+  T&& value() && { return std::move(CheckedValue()); }
+  T& operator*() & { return CheckedValue(); }
+  const T& operator*() const& { return CheckedValue(); }
+  T&& operator*() && { return std::move(CheckedValue()); }
+  T* operator->() { return &CheckedValue(); }
+  const T* operator->() const { return &CheckedValue(); }
 
  private:
+  T& CheckedValue() {
+    if (!value_.has_value()) internal_status::DieOfBadValueAccess(status_);
+    return *value_;
+  }
+  const T& CheckedValue() const {
+    if (!value_.has_value()) internal_status::DieOfBadValueAccess(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -76,5 +76,15 @@ TEST(StatusTest, StatusOrFromOkStatusIsAnError) {
   EXPECT_EQ(r.status().code(), StatusCode::kInternal);
 }
 
+// Reading the value of an error used to be undefined behaviour (an empty optional
+// dereferenced); it must stop the process and say which error was ignored.
+TEST(StatusOrDeathTest, ValueOfAnErrorAbortsPrintingTheStatus) {
+  StatusOr<std::string> r = InvalidArgument("shape [3] does not fit");
+  EXPECT_DEATH((void)r.value(), "INVALID_ARGUMENT: shape \\[3\\] does not fit");
+  EXPECT_DEATH((void)*r, "StatusOr.*INVALID_ARGUMENT");
+  EXPECT_DEATH((void)r->size(), "StatusOr.*INVALID_ARGUMENT");
+  EXPECT_DEATH((void)std::move(r).value(), "StatusOr.*INVALID_ARGUMENT");
+}
+
 }  // namespace
 }  // namespace shoal

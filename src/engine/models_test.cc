@@ -146,6 +146,22 @@ TEST(SessionTest, RejectsInputsThatDoNotMatchTheModel) {
   EXPECT_FALSE(Session::Create(**model, Opts(0, {}, 0)).ok());
 }
 
+// PlanLimits::max_tensor_bytes is in bytes: an FP32 input may hold a quarter as many
+// elements (it used to be taken as an element count, allowing 4x the limit). The model
+// reduces its input, so only the input check can catch an input over the limit.
+TEST(SessionTest, InputSizeLimitIsInBytes) {
+  LoadOptions load;
+  load.limits.max_tensor_bytes = 48;  // 12 FP32 elements
+  auto at_limit =
+      RunOp("ReduceSum", {{F32({4, 3}, std::vector<float>(12, 1))}}, {{"axes", AInts({1})}}, 1,
+            11, load);
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
+  auto over = RunOp("ReduceSum", {{F32({5, 3}, std::vector<float>(15, 1))}},
+                    {{"axes", AInts({1})}}, 1, 11, load);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("has more than 12 elements"));
+}
+
 TEST(SessionTest, PlanCacheEvictsLeastRecentlyUsed) {
   auto model = Model::Load(ModelPath("mlp_op13.onnx"));
   ASSERT_TRUE(model.ok());

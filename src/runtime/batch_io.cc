@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <string>
+#include <variant>
 
 namespace shoal::runtime {
 namespace {
@@ -121,9 +123,38 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
   return out;
 }
 
+bool SameBatchShape(const ModelSignature& sig, const InferRequest& a, const InferRequest& b) {
+  const size_t batch_dims = sig.max_batch_size > 0 ? 1 : 0;
+  for (const auto& spec : sig.inputs) {
+    const NamedTensor* x = FindInput(a, spec.name);
+    const NamedTensor* y = FindInput(b, spec.name);
+    if ((x == nullptr) != (y == nullptr)) return false;
+    if (x == nullptr) continue;
+    const Shape& sx = x->tensor.shape();
+    const Shape& sy = y->tensor.shape();
+    if (sx.size() != sy.size() || sx.size() < batch_dims ||
+        !std::equal(sx.begin() + batch_dims, sx.end(), sy.begin() + batch_dims)) {
+      return false;
+    }
+  }
+  auto variant = [](const InferRequest& r) -> std::string {
+    auto it = r.parameters.find("precision");
+    if (it == r.parameters.end()) return "";
+    const auto* tier = std::get_if<std::string>(&it->second);
+    return tier ? *tier : "";
+  };
+  return variant(a) == variant(b);
+}
+
 StatusOr<backends::ExecuteRequest> MergeInputs(const ModelSignature& sig,
                                                const std::vector<const InferRequest*>& requests,
                                                const std::vector<int64_t>& batch_sizes) {
+  for (size_t i = 1; i < requests.size(); ++i) {
+    if (!SameBatchShape(sig, *requests[0], *requests[i])) {
+      return Internal("requests '" + requests[0]->id + "' and '" + requests[i]->id +
+                      "' differ in shape or precision and cannot be merged into one batch");
+    }
+  }
   backends::ExecuteRequest exec;
   if (!requests.empty()) {
     auto it = requests[0]->parameters.find("precision");

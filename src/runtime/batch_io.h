@@ -37,14 +37,24 @@ struct RequestLimits {
 
 struct ValidatedRequest {
   int64_t batch_size = 1;  // items, 1 for a model without batching
-  uint64_t shape_key = 0;  // equal keys may be batched together
+  // A 64-bit hash of what must match for requests to share a batch (each input's shape
+  // past the batch dimension, the precision variant): the batcher's bucket. Unequal keys
+  // never share a batch; equal keys usually may, but two different shapes can hash alike
+  // (a client can even make them: a zero dimension lets the others take any value), so
+  // whoever merges a bucket checks SameBatchShape first.
+  uint64_t shape_key = 0;
 };
 
 // Errors are INVALID_ARGUMENT naming the input and what is wrong.
 StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const InferRequest& request,
                                            const RequestLimits& limits = {});
 
-// `requests` all passed validation and share a shape key.
+// True when `a` and `b` (both validated) may run in one batch: the same inputs given,
+// each with the same shape past the batch dimension, and the same precision variant.
+bool SameBatchShape(const ModelSignature& sig, const InferRequest& a, const InferRequest& b);
+
+// `requests` all passed validation and share a shape key. INTERNAL, merging nothing, when
+// they are not all SameBatchShape (their keys collided).
 StatusOr<backends::ExecuteRequest> MergeInputs(const ModelSignature& sig,
                                                const std::vector<const InferRequest*>& requests,
                                                const std::vector<int64_t>& batch_sizes);

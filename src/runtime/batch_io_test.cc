@@ -148,6 +148,33 @@ TEST(MergeScatterTest, ConcatenatesAndSplitsBackWithoutCopyingOutputs) {
   EXPECT_EQ((*per)[1][0].tensor.buffer(), merged->inputs[0].tensor.buffer());
 }
 
+// What a shape-key collision would hand MergeInputs: requests of different shapes. It must
+// refuse them rather than concatenate rows of different widths into one tensor.
+TEST(MergeScatterTest, RequestsOfDifferentShapesAreNeverMerged) {
+  ModelSignature sig;
+  sig.max_batch_size = 4;
+  sig.inputs = {{"A", DataType::kFp32, {-1}, false}};
+  sig.outputs = {{"X", DataType::kFp32, {-1}, false}};
+  InferRequest two, three, two_b, int8;
+  two.id = "two";
+  three.id = "three";
+  two.inputs.push_back({"A", Tensor::FromVector<float>(DataType::kFp32, {1, 2}, {1, 2})});
+  three.inputs.push_back({"A", Tensor::FromVector<float>(DataType::kFp32, {1, 3}, {1, 2, 3})});
+  two_b.inputs.push_back({"A", Tensor::FromVector<float>(DataType::kFp32, {2, 2}, {1, 2, 3, 4})});
+  int8 = two;
+  int8.parameters["precision"] = std::string("int8");
+  EXPECT_TRUE(SameBatchShape(sig, two, two_b)) << "the batch dimension may differ";
+  EXPECT_FALSE(SameBatchShape(sig, two, three));
+  EXPECT_FALSE(SameBatchShape(sig, two, int8));
+  auto merged = MergeInputs(sig, {&two, &three}, {1, 1});
+  ASSERT_FALSE(merged.ok());
+  EXPECT_EQ(merged.status().code(), StatusCode::kInternal);
+  EXPECT_NE(merged.status().message().find("'two' and 'three' differ in shape"),
+            std::string::npos)
+      << merged.status().ToString();
+  EXPECT_TRUE(MergeInputs(sig, {&two, &two_b}, {1, 2}).ok());
+}
+
 TEST(MergeScatterTest, SingleRequestPassesTensorsThrough) {
   InferRequest r = Req(2, 0);
   auto merged = MergeInputs(Sig(), {&r}, {2});

@@ -249,7 +249,8 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
 
   if (config.response_cache().enable() && cache != nullptr) o.cache = std::move(cache);
 
-  // Warmup: the configured samples, or one run per preferred/maximum batch size.
+  // Warmup: the configured samples, or one run per preferred/maximum batch size (zeros),
+  // which may fail without failing the load.
   const int64_t max_batch = config.max_batch_size();
   for (const auto& w : config.model_warmup()) {
     WarmupSample sample;
@@ -275,6 +276,7 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
       WarmupSample sample;
       sample.name = "default_batch_" + std::to_string(n);
       sample.batch_size = n;
+      sample.required = false;  // nobody asked for it: a failure only warns (model_version.h)
       bool ok = true;
       for (const auto& spec : o.signature.inputs) {
         Shape shape = spec.dims;

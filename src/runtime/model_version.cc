@@ -4,6 +4,8 @@
 #include <exception>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "core/thread_util.h"
 
 namespace shoal::runtime {
@@ -94,7 +96,12 @@ Status ModelVersion::RunWarmup(backends::BackendInstance& instance,
       } catch (const std::exception& e) {
         s = Internal(std::string("exception: ") + e.what());
       }
-      if (!s.ok()) return s.WithPrefix("warmup '" + sample.name + "'");
+      if (s.ok()) continue;
+      if (sample.required) return s.WithPrefix("warmup '" + sample.name + "'");
+      spdlog::warn("model '{}' instance {}: default warmup '{}' failed, so the model loads "
+                   "without it (configure model_warmup to choose its inputs): {}",
+                   options_.name, info.name, sample.name, s.message());
+      return Status::Ok();
     }
   }
   return Status::Ok();
@@ -187,7 +194,9 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
 
   auto task = std::make_unique<RequestTask>();
   task->items = validated->batch_size;
-  task->key = validated->shape_key;
+  task->key = options_.shape_key_for_testing
+                  ? options_.shape_key_for_testing(request, validated->shape_key)
+                  : validated->shape_key;
   task->received_ns = now;
   task->control = control;
   if (options_.cache && AnswerFromCache(request, callback, *task, now)) return control;
@@ -428,23 +437,55 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     sizes.push_back(t->items);
     items += t->items;
   }
-  std::vector<GroupRun> runs;  // one for the batch, or one per request after a split
-  runs.push_back(RunGroup(requests, sizes, instance));
-  const int64_t t0 = runs[0].t0;
-  bool split = false;
-  if (runs[0].status.code() == StatusCode::kInvalidArgument && batch.size() > 1) {
-    // The backend refused the batch's data (an index out of range, say): the fault may be
-    // one request's. Each runs alone, so that only requests whose own inputs are bad fail.
-    split = true;
-    runs.clear();
-    for (size_t i = 0; i < batch.size(); ++i)
-      runs.push_back(RunGroup({requests[i]}, {sizes[i]}, instance));
+  // The batcher grouped the batch by a hash of the shapes; requests whose shapes differ
+  // but hash alike are told apart here and run in groups of their true shape.
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
+      return SameBatchShape(options_.signature, *requests[g[0]], *requests[i]);
+    });
+    if (same == groups.end()) {
+      groups.push_back({i});
+    } else {
+      same->push_back(i);
+    }
+  }
+  const int64_t t0 = clock_->NowNs();
+  std::vector<GroupRun> runs;
+  // Request i's answer is runs[run_of[i]].per_request[slot_of[i]].
+  std::vector<size_t> run_of(batch.size()), slot_of(batch.size());
+  bool split = groups.size() > 1;
+  for (const auto& group : groups) {
+    std::vector<const InferRequest*> group_requests;
+    std::vector<int64_t> group_sizes;
+    for (size_t i : group) {
+      group_requests.push_back(requests[i]);
+      group_sizes.push_back(sizes[i]);
+    }
+    GroupRun run = RunGroup(group_requests, group_sizes, instance);
+    if (run.status.code() == StatusCode::kInvalidArgument && group.size() > 1) {
+      // The backend refused the batch's data (an index out of range, say): the fault may
+      // be one request's. Each runs alone, so that only requests whose own inputs are bad
+      // fail.
+      split = true;
+      for (size_t i : group) {
+        run_of[i] = runs.size();
+        slot_of[i] = 0;
+        runs.push_back(RunGroup({requests[i]}, {sizes[i]}, instance));
+      }
+      continue;
+    }
+    for (size_t k = 0; k < group.size(); ++k) {
+      run_of[group[k]] = runs.size();
+      slot_of[group[k]] = k;
+    }
+    runs.push_back(std::move(run));
   }
 
   std::vector<std::function<void()>> answers;
   for (size_t i = 0; i < batch.size(); ++i) {
-    GroupRun& run = runs[split ? i : 0];
-    const size_t slot = split ? 0 : i;
+    GroupRun& run = runs[run_of[i]];
+    const size_t slot = slot_of[i];
     std::vector<NamedTensor> outs =
         run.status.ok() ? std::move(run.per_request[slot]) : std::vector<NamedTensor>{};
     const int64_t queue_ns = t0 - batch[i]->enqueued_ns;

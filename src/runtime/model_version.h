@@ -23,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -50,6 +51,11 @@ struct WarmupSample {
   int64_t batch_size = 1;
   int count = 1;
   std::vector<NamedTensor> inputs;
+  // A configured sample must succeed for the version to load. One made up by default
+  // (zeros at each batch size, when the config has no model_warmup) need not: a model
+  // may refuse zeros as data, and nobody asked for that warmup; its failure is logged
+  // as a warning and the remaining default samples are skipped.
+  bool required = true;
 };
 
 struct ModelVersionOptions {
@@ -67,6 +73,9 @@ struct ModelVersionOptions {
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
+  // Tests only: replaces each request's batch key (ValidatedRequest::shape_key, the
+  // argument), so that a test can make requests of different shapes collide.
+  std::function<uint64_t(const InferRequest&, uint64_t)> shape_key_for_testing;
 };
 
 class ModelVersion : public std::enable_shared_from_this<ModelVersion> {

@@ -50,6 +50,17 @@ class Answers {
   std::map<std::string, InferResponse> got_;
 };
 
+// Polls `done` (real time, at most 10 s) for state that has no event to wait on.
+template <typename Pred>
+bool WaitUntil(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 ModelSignature Sig(int64_t max_batch) {
   ModelSignature sig;
   sig.max_batch_size = max_batch;
@@ -414,8 +425,13 @@ TEST_F(ModelVersionTest, PreserveOrderingHoldsLaterBatchesUntilEarlierAnswered) 
   ASSERT_TRUE(Occupy(*mv, "slow"));
   mv->Infer(Req("fast", {1}), answers_.For("fast"));
   ASSERT_TRUE(state_->WaitForExecutions(2));
-  // "fast" has run on the other instance but must wait for "slow".
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // "fast" has run on the other instance, whose job is over (the pool counts a job when
+  // it returns, after its answers were given or held), but must wait for "slow".
+  ASSERT_TRUE(WaitUntil([&] {
+    int64_t jobs = 0;
+    for (const auto& s : mv->instance_stats()) jobs += s.executions;
+    return jobs == 1;
+  }));
   EXPECT_FALSE(answers_.Has("fast"));
   state_->Unblock(100);
   ASSERT_TRUE(answers_.WaitFor("fast"));
@@ -431,11 +447,20 @@ TEST_F(ModelVersionTest, ShutdownDrainsQueuedWorkAndThenRejects) {
   for (int i = 0; i < 5; ++i)
     mv->Infer(Req("q" + std::to_string(i), {float(i)}), answers_.For("q" + std::to_string(i)));
   std::thread stopper([&] { mv->Shutdown(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Shutdown has begun once a new request is refused at once; those sent before that
+  // were accepted and must be answered like the queued ones.
+  int probes = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::string id = "probe" + std::to_string(probes++);
+    mv->Infer(Req(id, {1}), answers_.For(id));
+    return answers_.Has(id) && answers_.Get(id).status.code() == StatusCode::kUnavailable;
+  }));
   state_->Unblock(100);
   stopper.join();
-  EXPECT_EQ(answers_.size(), 6u);
+  EXPECT_EQ(answers_.size(), 6u + static_cast<size_t>(probes));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(answers_.Get("q" + std::to_string(i)).status.ok());
+  for (int i = 0; i + 1 < probes; ++i)
+    EXPECT_TRUE(answers_.Get("probe" + std::to_string(i)).status.ok());
   mv->Infer(Req("late", {1}), answers_.For("late"));
   ASSERT_TRUE(answers_.Has("late"));
   EXPECT_EQ(answers_.Get("late").status.code(), StatusCode::kUnavailable);
@@ -553,6 +578,55 @@ TEST_F(ModelVersionTest, FailingWarmupFailsCreateWithItsName) {
   ASSERT_FALSE(mv.ok());
   EXPECT_NE(mv.status().message().find("warmup 'poison'"), std::string::npos)
       << mv.status().ToString();
+}
+
+// A warmup nobody configured (the zeros a config without model_warmup gets) must not
+// keep a model from loading: a model may refuse zeros as data.
+TEST_F(ModelVersionTest, FailingDefaultWarmupOnlyWarns) {
+  auto o = Batching(4);
+  WarmupSample w;
+  w.name = "default_batch_1";
+  w.required = false;
+  w.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 1}, {-5})});
+  o.warmup.push_back(w);
+  w.name = "default_batch_4";
+  o.warmup.push_back(w);
+  auto mv = Make(std::move(o));
+  ASSERT_NE(mv, nullptr);
+  EXPECT_EQ(state_->executions().size(), 1u) << "the default samples after a failure are skipped";
+  mv->Infer(Req("a", {1}), answers_.For("a"));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_TRUE(answers_.Get("a").status.ok()) << answers_.Get("a").status.ToString();
+}
+
+// The batcher buckets requests by a 64-bit hash of their shapes. Two different shapes
+// that hash alike (forced here) must not be merged into one batch: each runs with its
+// own shape and gets its own answer.
+TEST_F(ModelVersionTest, ShapeKeyCollisionIsNotMergedIntoOneBatch) {
+  auto o = Batching(8, /*delay_us=*/1'000'000);
+  o.batching.preferred_batch_sizes = {3};
+  o.shape_key_for_testing = [](const InferRequest&, uint64_t) { return uint64_t{7}; };
+  auto mv = Make(std::move(o));
+  mv->Infer(Req("two", {1, 2}), answers_.For("two"));
+  mv->Infer(Req("three", {10, 20, 30}), answers_.For("three"));
+  mv->Infer(Req("two_b", {3, 4}), answers_.For("two_b"));  // the third makes the batch
+  clock_->AdvanceUs(1'000'000);
+  for (const char* id : {"two", "three", "two_b"}) ASSERT_TRUE(answers_.WaitFor(id)) << id;
+  auto values = [&](const std::string& id) {
+    const InferResponse r = answers_.Get(id);
+    EXPECT_TRUE(r.status.ok()) << id << ": " << r.status.ToString();
+    if (r.outputs.empty()) return std::vector<float>{};
+    auto v = r.outputs[0].tensor.values<float>();
+    return std::vector<float>(v.begin(), v.end());
+  };
+  EXPECT_EQ(values("two"), (std::vector<float>{2, 4}));
+  EXPECT_EQ(values("three"), (std::vector<float>{20, 40, 60}));
+  EXPECT_EQ(values("two_b"), (std::vector<float>{6, 8}));
+  // One batch was formed; it ran as two backend calls, one per true shape.
+  const auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].row_keys, (std::vector<float>{1, 3}));
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{10}));
 }
 
 TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {

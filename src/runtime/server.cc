@@ -241,6 +241,11 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
 StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name,
                                                          int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return GetModelLocked(name, version);
+}
+
+StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string& name,
+                                                               int64_t version) const {
   if (shutting_down_) return Unavailable("the server is shutting down");
   auto it = models_.find(name);
   // Triton's wording, which client code matches on.
@@ -261,9 +266,11 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name
 
 StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name,
                                                         int64_t version) const {
-  RETURN_IF_ERROR(GetModel(name, version).status());
+  // One look under one lock: a model unloaded or removed from the repository between two
+  // looks made the second one throw (a 500 where the client should see 404).
   std::lock_guard<std::mutex> lock(mu_);
-  return models_.at(name).config;
+  RETURN_IF_ERROR(GetModelLocked(name, version).status());
+  return models_.find(name)->second.config;
 }
 
 std::vector<ModelStatus> Server::RepositoryIndex() const {

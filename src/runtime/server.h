@@ -116,6 +116,9 @@ class Server {
   };
   explicit Server(ServerOptions options);
   Status LoadModelLocked(const std::string& name);  // requires load_mu_
+  // GetModel's lookup; requires mu_.
+  StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name,
+                                                         int64_t version) const;
   Status UnloadModelLocked(const std::string& name);
 
   const ServerOptions options_;

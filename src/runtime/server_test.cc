@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "runtime/testing/test_repository.h"
 
@@ -15,6 +19,7 @@ namespace {
 
 using testing::kAddSubConfig;
 using testing::kIdentityConfig;
+using testing::PluginDir;
 using testing::RepositoryOptions;
 using testing::TempRepository;
 
@@ -180,6 +185,94 @@ parameters { key: "b_us" value { string_value: "10" } }
   EXPECT_LT(stats.execution_count, 64u) << "requests sent together must be batched";
   auto inst = (*mv)->instance_stats();
   ASSERT_EQ(inst.size(), 2u);
+}
+
+// GetModelConfig used to look the model up twice; a model removed from the repository
+// between the looks made the second throw, and a front end answered 500 instead of 404.
+// Readers race polls that remove and restore the model: every answer must be the config
+// or NOT_FOUND / UNAVAILABLE.
+TEST(ServerTest, ConfigOfAModelRemovedMeanwhileIsNotFoundNeverAnError) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kPoll));
+  ASSERT_TRUE(server.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> found{0}, missing{0};
+  std::mutex mu;
+  std::vector<std::string> unexpected;  // GUARDED_BY(mu)
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        try {
+          auto config = (*server)->GetModelConfig("identity");
+          if (config.ok()) {
+            ++found;
+            if (config->name() != "identity") {
+              std::lock_guard<std::mutex> lock(mu);
+              unexpected.push_back("config of '" + config->name() + "'");
+            }
+          } else if (config.status().code() == StatusCode::kNotFound ||
+                     config.status().code() == StatusCode::kUnavailable) {
+            ++missing;
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            unexpected.push_back(config.status().ToString());
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          unexpected.push_back(std::string("exception: ") + e.what());
+        }
+      }
+    });
+  }
+  for (int cycle = 0; cycle < 300; ++cycle) {
+    repo.Remove("identity");
+    ASSERT_TRUE((*server)->PollRepository().ok());
+    repo.AddModel("identity", kIdentityConfig);
+    ASSERT_TRUE((*server)->PollRepository().ok());
+    std::lock_guard<std::mutex> lock(mu);
+    if (!unexpected.empty()) break;
+  }
+  stop = true;
+  for (auto& r : readers) r.join();
+  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " bad answers, the first: "
+                                  << unexpected.front();
+  EXPECT_GT(found.load(), 0);
+  EXPECT_GT(missing.load(), 0);
+}
+
+// A config without model_warmup gets a default warmup (zeros at each batch size) that
+// nobody asked for: when the model refuses it, the model still loads, with a warning.
+// A warmup the config names must still succeed.
+TEST(ServerTest, FailingDefaultWarmupDoesNotFailTheLoad) {
+  TempRepository repo("shoal_server_test");
+  const std::string config = R"(
+name: "NAME" backend: "test_misbehaving" max_batch_size: 2
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+parameters { key: "mode" value { string_value: "wrong_size" } }
+)";
+  auto named = [&](const std::string& name) {
+    return std::string(config).replace(config.find("NAME"), 4, name);
+  };
+  repo.AddModel("unwarmed", named("unwarmed"));
+  repo.AddModel("warmed", named("warmed") + R"(
+model_warmup [ { name: "asked_for" batch_size: 1
+  inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } } ]
+)");
+  ServerOptions options = RepositoryOptions(repo);
+  options.backend_directories.push_back(PluginDir() + "_testdata");
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->GetModel("unwarmed").ok()) << (*server)->GetModel("unwarmed").status().ToString();
+  auto warmed = (*server)->GetModel("warmed");
+  ASSERT_FALSE(warmed.ok());
+  EXPECT_NE(warmed.status().message().find("warmup 'asked_for'"), std::string::npos)
+      << warmed.status().ToString();
+  // The model's own failure reaches each request instead.
+  auto r = InferSync(**server, FloatRequest("unwarmed", {1, 2}));
+  EXPECT_FALSE(r.status.ok());
 }
 
 TEST(ServerTest, ShutdownAnswersQueuedRequestsThenRejects) {

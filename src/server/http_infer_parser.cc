@@ -88,21 +88,50 @@ class DataReader {
           } else if constexpr (std::is_floating_point_v<T>) {
             double d;
             JSON_GET(v.get_double(), d, where, "a number");
-            Put<T>(static_cast<T>(d));
+            // FP32 cannot hold every double: a finite number beyond its range would turn
+            // into infinity. StoreElementChecked says so, with the value.
+            T stored;
+            if (Status s = StoreElementChecked(dtype_, &stored, 0, d); !s.ok())
+              return InvalidArgument(where + ": " + s.message());
+            Put<T>(stored);
           } else if constexpr (std::is_unsigned_v<T>) {
             uint64_t u;
-            JSON_GET(v.get_uint64(), u, where, "a non-negative integer");
+            if (v.get_uint64().get(u) != simdjson::SUCCESS) return NotAnInteger(v, where);
             if (!std::in_range<T>(u)) return DoesNotFit(where, std::to_string(u));
             Put<T>(static_cast<T>(u));
           } else {
             int64_t i;
-            JSON_GET(v.get_int64(), i, where, "an integer");
+            if (v.get_int64().get(i) != simdjson::SUCCESS) return NotAnInteger(v, where);
             if (!std::in_range<T>(i)) return DoesNotFit(where, std::to_string(i));
             Put<T>(static_cast<T>(i));
           }
           return Status::Ok();
         },
         no_json);
+  }
+
+  // The error for an integer element that did not parse as one: a number with a fraction
+  // or exponent (never truncated), one out of range, or not a number at all. A failed
+  // get_int64 leaves `v` unread, so its text can still be quoted.
+  Status NotAnInteger(od::value& v, const std::string& where) const {
+    od::json_type type;
+    if (v.type().get(type) != simdjson::SUCCESS || type != od::json_type::number) {
+      const bool is_unsigned = dtype_ == DataType::kUint8 || dtype_ == DataType::kUint16 ||
+                               dtype_ == DataType::kUint32 || dtype_ == DataType::kUint64;
+      return InvalidArgument(where + ": expected " +
+                             (is_unsigned ? "a non-negative integer" : "an integer"));
+    }
+    std::string_view text = v.raw_json_token();
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\t' ||
+                             text.back() == '\r'))
+      text.remove_suffix(1);
+    std::string shown(text.substr(0, 40));
+    if (text.size() > 40) shown += "...";
+    if (text.find_first_of(".eE") != std::string_view::npos) {
+      return InvalidArgument(where + ": " + shown + " is not an integer, as " +
+                             std::string(DataTypeName(dtype_)) + " needs");
+    }
+    return DoesNotFit(where, shown);
   }
 
   Status DoesNotFit(const std::string& where, const std::string& value) const {

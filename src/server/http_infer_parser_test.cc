@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "server/http_infer_codec.h"
 #include "server/http_test_client.h"
@@ -48,7 +49,7 @@ void ExpectError(const StatusOr<ParsedInfer>& r, std::string_view fragment) {
 
 TEST(HttpInferParserTest, JsonInputsOfEveryJsonType) {
   auto r = Parse(R"({"id":"req-1","inputs":[
-    {"name":"F","shape":[2,2],"datatype":"FP32","data":[[1.5,2],[3,-4.25]]},
+    {"name":"F","shape":[2,2],"datatype":"FP32","data":[[1.5,2],[3.4028235e38,-4.25]]},
     {"name":"D","shape":[1],"datatype":"FP64","data":[1e300]},
     {"name":"I8","shape":[2],"datatype":"INT8","data":[-128,127]},
     {"name":"U16","shape":[1],"datatype":"UINT16","data":[65535]},
@@ -63,7 +64,9 @@ TEST(HttpInferParserTest, JsonInputsOfEveryJsonType) {
   EXPECT_EQ(in[0].name, "F");
   EXPECT_EQ(in[0].tensor.dtype(), DataType::kFp32);
   EXPECT_EQ(in[0].tensor.shape(), (Shape{2, 2}));
-  EXPECT_EQ(Values<float>(in[0].tensor), (std::vector<float>{1.5f, 2.f, 3.f, -4.25f}));
+  // FLT_MAX in its shortest text is a little above it, and still FLT_MAX.
+  EXPECT_EQ(Values<float>(in[0].tensor),
+            (std::vector<float>{1.5f, 2.f, std::numeric_limits<float>::max(), -4.25f}));
   EXPECT_EQ(Values<double>(in[1].tensor), (std::vector<double>{1e300}));
   EXPECT_EQ(Values<int8_t>(in[2].tensor), (std::vector<int8_t>{-128, 127}));
   EXPECT_EQ(Values<uint16_t>(in[3].tensor), (std::vector<uint16_t>{65535}));
@@ -174,6 +177,21 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
               "data[0]: 300 does not fit in INT8");
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"UINT8","data":[-1]}]})"),
               "data[0]");
+  // A fraction is never truncated into an integer type, and a number beyond FP32's range
+  // never becomes infinity: both name the input and the value.
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[2],"datatype":"INT64","data":[1,1.5]}]})"),
+              "inputs[0] ('X').data[1]: 1.5 is not an integer, as INT64 needs");
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT32","data":[2e3]}]})"),
+              "inputs[0] ('X').data[0]: 2e3 is not an integer");
+  ExpectError(
+      Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT64","data":[9223372036854775808]}]})"),
+      "inputs[0] ('X').data[0]: 9223372036854775808 does not fit in INT64");
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT64","data":[true]}]})"),
+              "inputs[0] ('X').data[0]: expected an integer");
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[2],"datatype":"FP32","data":[1,1e39]}]})"),
+              "inputs[0] ('X').data[1]: 1e+39 is beyond the range of FP32");
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[-4e38]}]})"),
+              "inputs[0] ('X').data[0]: -4e+38 is beyond the range of FP32");
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"FP16","data":[1]}]})"),
               "FP16 data cannot be sent as JSON");
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"BOOL","data":[1]}]})"),

@@ -1,8 +1,13 @@
 #include "cli/internal/offline_rows.h"
 
 #include <simdjson.h>
+#include <xxhash.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -15,7 +20,40 @@
 namespace shoal::cli::internal {
 namespace {
 
-// Converts numeric tensors between types (numpy's float64 default into an FP32 input).
+// XXH3-128 of a file's bytes, fed as they are read.
+class ContentHash {
+ public:
+  ContentHash() : state_(XXH3_createState()) { XXH3_128bits_reset(state_); }
+  ~ContentHash() { XXH3_freeState(state_); }
+  ContentHash(const ContentHash&) = delete;
+  ContentHash& operator=(const ContentHash&) = delete;
+  void Update(const void* data, size_t size) {
+    bytes_ += size;
+    XXH3_128bits_update(state_, data, size);
+  }
+  // Feeds a mapped file a megabyte at a time: the mapping is read once, here.
+  void UpdateMapped(const Buffer& file) {
+    constexpr size_t kChunk = size_t{1} << 20;
+    const auto* p = static_cast<const char*>(file.data());
+    for (size_t at = 0; at < file.size(); at += kChunk)
+      Update(p + at, std::min(kChunk, file.size() - at));
+  }
+  uint64_t bytes() const { return bytes_; }
+  std::string Hex() const {
+    const XXH128_hash_t h = XXH3_128bits_digest(state_);
+    char out[33];
+    std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    return out;
+  }
+
+ private:
+  XXH3_state_t* state_;
+  uint64_t bytes_ = 0;
+};
+
+// Converts numeric tensors between types (numpy's float64 default into an FP32 input),
+// refusing a value the model's type cannot hold (1.5 into INT64, 1e39 into FP32).
 StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name) {
   if (t.dtype() == to) return t;
   if (!HoldsPlainValues(t.dtype()) || !HoldsPlainValues(to)) {
@@ -24,9 +62,35 @@ StatusOr<Tensor> ConvertTo(const Tensor& t, DataType to, const std::string& name
   }
   const int64_t n = t.element_count();
   Tensor out = Tensor::Allocate(to, t.shape());
-  for (int64_t i = 0; i < n; ++i)
-    StoreElementFromDouble(to, out.mutable_data(), i, LoadElementAsDouble(t.dtype(), t.data(), i));
+  for (int64_t i = 0; i < n; ++i) {
+    if (Status s = ConvertElementChecked(t.dtype(), t.data(), to, out.mutable_data(), i); !s.ok())
+      return s.WithPrefix("input '" + name + "' element " + std::to_string(i));
+  }
   return out;
+}
+
+// Stores JSON number `leaf` as element k of `t`, exactly for integers; INVALID_ARGUMENT
+// naming the input, the element and the value when the input's type cannot hold it.
+Status StoreJsonNumber(simdjson::dom::element leaf, Tensor& t, int64_t k, const std::string& name) {
+  const DataType type = t.dtype();
+  void* at = static_cast<char*>(t.mutable_data()) + k * static_cast<int64_t>(DataTypeSize(type));
+  Status s;
+  int64_t i;
+  uint64_t u;
+  double d;
+  bool b;
+  if (!leaf.get_int64().get(i)) {
+    s = ConvertElementChecked(DataType::kInt64, &i, type, at, 0);
+  } else if (!leaf.get_uint64().get(u)) {
+    s = ConvertElementChecked(DataType::kUint64, &u, type, at, 0);
+  } else if (!leaf.get_double().get(d)) {
+    s = StoreElementChecked(type, at, 0, d);
+  } else if (!leaf.get_bool().get(b)) {
+    s = StoreElementChecked(type, at, 0, b ? 1 : 0);
+  } else {
+    s = InvalidArgument("is not a number");
+  }
+  return s.WithPrefix("input '" + name + "' element " + std::to_string(k));
 }
 
 // Shapes a row tensor ([1, ...]) for the model: drops the leading 1 when it does not batch.
@@ -40,8 +104,12 @@ Tensor ForModel(Tensor t, const runtime::ModelSignature& sig) {
 
 class ArraySource : public RowSource {
  public:
-  ArraySource(runtime::ModelSignature sig, std::map<std::string, NpyArray> arrays)
-      : sig_(std::move(sig)), arrays_(std::move(arrays)) {}
+  ArraySource(runtime::ModelSignature sig, std::map<std::string, NpyArray> arrays,
+              const ContentHash& hash)
+      : sig_(std::move(sig)), arrays_(std::move(arrays)) {
+    content_bytes_ = hash.bytes();
+    content_hash_ = hash.Hex();
+  }
   int64_t rows() const override { return arrays_.empty() ? 0 : arrays_.begin()->second.rows(); }
   StatusOr<std::vector<NamedTensor>> Row(int64_t i) override {
     std::vector<NamedTensor> out;
@@ -84,13 +152,21 @@ class JsonlSource : public RowSource {
  public:
   static StatusOr<std::unique_ptr<JsonlSource>> Open(const std::string& path,
                                                      runtime::ModelSignature sig) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return NotFound("cannot open '" + path + "'");
-    std::stringstream ss;
-    ss << f.rdbuf();
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return NotFound("cannot open '" + path + "': " + std::strerror(errno));
     auto src = std::unique_ptr<JsonlSource>(new JsonlSource());
     src->sig_ = std::move(sig);
-    src->text_ = ss.str();
+    ContentHash hash;
+    char chunk[1 << 16];
+    for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), f)) > 0;) {
+      hash.Update(chunk, n);
+      src->text_.append(chunk, n);
+    }
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) return Internal("cannot read '" + path + "'");
+    src->content_bytes_ = hash.bytes();
+    src->content_hash_ = hash.Hex();
     size_t start = 0;
     while (start < src->text_.size()) {
       size_t end = src->text_.find('\n', start);
@@ -139,18 +215,8 @@ class JsonlSource : public RowSource {
         auto count = ElementCount(shape, int64_t{1} << 28);
         if (!count.ok()) return count.status().WithPrefix("input '" + name + "'");
         t = Tensor::Allocate(spec->dtype, shape);
-        for (size_t k = 0; k < leaves.size(); ++k) {
-          double v;
-          bool b;
-          if (!leaves[k].get_double().get(v)) {
-          } else if (!leaves[k].get_bool().get(b)) {
-            v = b;
-          } else {
-            return InvalidArgument("input '" + name + "' element " + std::to_string(k) +
-                                   " is not a number");
-          }
-          StoreElementFromDouble(spec->dtype, t.mutable_data(), static_cast<int64_t>(k), v);
-        }
+        for (size_t k = 0; k < leaves.size(); ++k)
+          RETURN_IF_ERROR(StoreJsonNumber(leaves[k], t, static_cast<int64_t>(k), name));
       } else {
         return InvalidArgument("input '" + name + "' has type " +
                                std::string(DataTypeName(spec->dtype)) +
@@ -234,10 +300,20 @@ class JsonlSink : public RowSink {
   std::FILE* file_ = nullptr;
 };
 
+std::string NpyPathFor(const std::string& path, const runtime::ModelSignature& sig,
+                       const std::string& output) {
+  if (sig.outputs.size() <= 1) return path;
+  return path.substr(0, path.size() - 4) + "." + output + ".npy";
+}
+
 class NpySink : public RowSink {
  public:
   NpySink(std::string path, runtime::ModelSignature sig, int64_t rows, bool resume)
-      : path_(std::move(path)), sig_(std::move(sig)), rows_(rows), resume_(resume) {}
+      : path_(std::move(path)), sig_(std::move(sig)), rows_(rows), resume_(resume) {
+    // A fresh job's errors are its own, not an earlier run's.
+    std::error_code ec;
+    if (!resume_) std::filesystem::remove(path_ + ".errors.jsonl", ec);
+  }
   Status Write(int64_t i, const std::vector<NamedTensor>& outputs) override {
     for (const auto& o : outputs) {
       auto it = writers_.find(o.name);
@@ -265,10 +341,7 @@ class NpySink : public RowSink {
   ~NpySink() override {
     if (errors_) std::fclose(errors_);
   }
-  std::string PathFor(const std::string& output) const {
-    if (sig_.outputs.size() <= 1) return path_;
-    return path_.substr(0, path_.size() - 4) + "." + output + ".npy";
-  }
+  std::string PathFor(const std::string& output) const { return NpyPathFor(path_, sig_, output); }
 
  private:
   std::string path_;
@@ -293,16 +366,21 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
     return std::unique_ptr<RowSource>(std::move(src));
   }
   std::map<std::string, NpyArray> arrays;
+  ContentHash hash;
   if (EndsWith(path, ".npy")) {
     if (sig.inputs.size() != 1) {
       return InvalidArgument(
           "the model has " + std::to_string(sig.inputs.size()) +
           " inputs; give them as an .npz with one array per input name, or as .jsonl");
     }
-    ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path));
+    ASSIGN_OR_RETURN(auto file, MapFile(path));
+    hash.UpdateMapped(*file);
+    ASSIGN_OR_RETURN(NpyArray a, ParseNpy(file, path));
     arrays.emplace(sig.inputs[0].name, std::move(a));
   } else if (EndsWith(path, ".npz")) {
-    ASSIGN_OR_RETURN(auto all, ReadNpz(path));
+    ASSIGN_OR_RETURN(auto file, MapFile(path));
+    hash.UpdateMapped(*file);
+    ASSIGN_OR_RETURN(auto all, ParseNpz(file, path));
     std::string names;
     for (const auto& [n, a] : all) names += (names.empty() ? "" : ", ") + n;
     for (const auto& spec : sig.inputs) {
@@ -327,7 +405,15 @@ StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
     }
     rows = a.rows();
   }
-  return std::unique_ptr<RowSource>(new ArraySource(sig, std::move(arrays)));
+  return std::unique_ptr<RowSource>(new ArraySource(sig, std::move(arrays), hash));
+}
+
+std::vector<std::string> OutputFiles(const std::string& path, const runtime::ModelSignature& sig) {
+  if (!EndsWith(path, ".npy")) return {path};
+  std::vector<std::string> out;
+  for (const auto& o : sig.outputs) out.push_back(NpyPathFor(path, sig, o.name));
+  if (out.empty()) out.push_back(path);
+  return out;
 }
 
 StatusOr<std::unique_ptr<RowSink>> OpenJsonlSink(const std::string& path, bool append) {

@@ -28,9 +28,19 @@ class RowSource {
   virtual ~RowSource() = default;
   virtual int64_t rows() const = 0;
   virtual StatusOr<std::vector<NamedTensor>> Row(int64_t i) = 0;
+  // The size and XXH3-128 (hex) of the bytes the rows are read from, hashed as the file
+  // was read, so they describe exactly what this job computes from.
+  uint64_t content_bytes() const { return content_bytes_; }
+  const std::string& content_hash() const { return content_hash_; }
+
+ protected:
+  uint64_t content_bytes_ = 0;
+  std::string content_hash_;
 };
 
-// By the path's extension: .npy (a single-input model), .npz, .jsonl.
+// By the path's extension: .npy (a single-input model), .npz, .jsonl. Values convert to
+// the model's types only when they keep their value (a float into an integer input must
+// be whole, a number into FP32 within its range); otherwise the row is malformed.
 StatusOr<std::unique_ptr<RowSource>> OpenSource(const std::string& path,
                                                 const runtime::ModelSignature& sig);
 
@@ -43,8 +53,12 @@ class RowSink {
 
 // One JSON line per row, appended to (`append`) or replacing the file.
 StatusOr<std::unique_ptr<RowSink>> OpenJsonlSink(const std::string& path, bool append);
-// One .npy per output (the path itself for a single output), `rows` long, opened on
-// the first row written; errors go to <path>.errors.jsonl.
+// The files a sink for `path` writes: the path itself for .jsonl and for a single-output
+// model's .npy, else <stem>.<OUTPUT>.npy per output.
+std::vector<std::string> OutputFiles(const std::string& path, const runtime::ModelSignature& sig);
+// One .npy per output (OutputFiles), `rows` long, opened on the first row written (when
+// `resume`, reopened and checked); errors go to <path>.errors.jsonl, which is started
+// afresh unless `resume`.
 std::unique_ptr<RowSink> MakeNpySink(std::string path, runtime::ModelSignature sig, int64_t rows,
                                      bool resume);
 
