@@ -390,6 +390,37 @@ TEST_F(ModelVersionTest, BadInputFoundByTheBackendFailsOnlyItsOwnRequest) {
   EXPECT_EQ(s.fail.count, 1u);
 }
 
+TEST_F(ModelVersionTest, OneBadRequestInALargeBatchIsFoundByBisectingNotByRunningEveryone) {
+  auto mv = Make(Batching(8));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  for (int i = 0; i < 8; ++i) {
+    const float v = i == 5 ? -1000.0f : static_cast<float>(i + 1);
+    mv->Infer(Req("r" + std::to_string(i), {v}), answers_.For("r" + std::to_string(i)));
+  }
+  state_->Unblock(100);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(answers_.WaitFor("r" + std::to_string(i)));
+  for (int i = 0; i < 8; ++i) {
+    const InferResponse r = answers_.Get("r" + std::to_string(i));
+    if (i == 5) {
+      EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+    } else {
+      ASSERT_TRUE(r.status.ok()) << i << ": " << r.status.ToString();
+      EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 2.0f * (i + 1));
+    }
+  }
+  auto ex = state_->executions();
+  // The first; the batch of 8 (fails); its halves (the second fails); that one's halves
+  // (the first fails); its two requests alone: 8 runs, where running everyone alone after
+  // the failure takes 10.
+  ASSERT_EQ(ex.size(), 8u);
+  EXPECT_EQ(ex[2].row_keys, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ex[3].row_keys, (std::vector<float>{5, -1000, 7, 8}));
+  EXPECT_EQ(ex[4].row_keys, (std::vector<float>{5, -1000}));
+  EXPECT_EQ(ex[5].row_keys, (std::vector<float>{5}));
+  EXPECT_EQ(ex[6].row_keys, (std::vector<float>{-1000}));
+  EXPECT_EQ(ex[7].row_keys, (std::vector<float>{7, 8}));
+}
+
 TEST_F(ModelVersionTest, CacheHitAndInFlightJoinRunTheModelOnce) {
   auto o = Batching(8);
   o.cache = std::make_shared<ResponseCache>(1 << 20);
@@ -604,6 +635,7 @@ TEST_F(ModelVersionTest, FailingDefaultWarmupOnlyWarns) {
 // own shape and gets its own answer.
 TEST_F(ModelVersionTest, ShapeKeyCollisionIsNotMergedIntoOneBatch) {
   auto o = Batching(8, /*delay_us=*/1'000'000);
+  o.batching.policy = BatchingPolicy::kFixedWindow;  // hold all three for one batch
   o.batching.preferred_batch_sizes = {3};
   o.shape_key_for_testing = [](const InferRequest&, uint64_t) { return uint64_t{7}; };
   auto mv = Make(std::move(o));
