@@ -70,9 +70,12 @@ void Loop::Advance(Connection& c) {
     if (c.state == Connection::State::kReadingHead) {
       if (c.buffered() == 0) return;
       const std::string_view avail(c.in->data() + c.in_pos, c.buffered());
-      const size_t from = c.head_scan >= 3 ? c.head_scan - 3 : 0;
-      const size_t end = avail.find("\r\n\r\n", from);
-      if (end == std::string_view::npos) {
+      const int64_t end = proto::FindHeadEnd(avail, c.head_scan);
+      if (end < 0) {
+        return Fail(c, 400,
+                    "a line of the request head ends with a bare LF; lines must end with CRLF");
+      }
+      if (end == 0) {
         c.head_scan = avail.size();
         if (avail.size() > static_cast<size_t>(options_.max_header_bytes)) {
           return Fail(c, 431,
@@ -81,7 +84,7 @@ void Loop::Advance(Connection& c) {
         }
         return;
       }
-      const size_t head_len = end + 4;
+      const size_t head_len = static_cast<size_t>(end);
       if (head_len > static_cast<size_t>(options_.max_header_bytes)) {
         return Fail(c, 431,
                     "the request head is larger than " + std::to_string(options_.max_header_bytes) +
