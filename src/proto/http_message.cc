@@ -552,11 +552,6 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
           return fail(413, "the chunked request body is larger than the limit of " +
                                std::to_string(max_body_bytes_) + " bytes");
         }
-        const size_t need = body->size() + static_cast<size_t>(size);
-        if (need > body->capacity()) {
-          body->Reserve(std::min<size_t>(static_cast<size_t>(max_body_bytes_),
-                                         std::max(need, body->capacity() * 2)));
-        }
         remaining_ = size;
         phase_ = Phase::kData;
         break;
@@ -566,6 +561,12 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
         if (n == 0) {
           *consumed = pos;
           return Result::kNeedMore;
+        }
+        // The body grows with the data that arrives, not with the size a chunk declares.
+        const size_t need = body->size() + n;
+        if (need > body->capacity()) {
+          body->Reserve(std::min<size_t>(static_cast<size_t>(max_body_bytes_),
+                                         std::max(need, body->capacity() * 2)));
         }
         std::memcpy(body->data() + body->size(), avail.data(), n);
         body->set_size(body->size() + n);

@@ -133,7 +133,8 @@ class BodyBuffer {
 };
 
 // Decodes a chunked request body (RFC 9112 section 7.1) incrementally, as bytes
-// arrive, into a BodyBuffer that grows within max_body_bytes. Chunk extensions are
+// arrive, into a BodyBuffer that grows within max_body_bytes with the data received
+// (doubling), never to a size a chunk only declares. Chunk extensions are
 // ignored; trailer fields are skipped (bounded by max_trailer_bytes).
 class ChunkedDecoder {
  public:

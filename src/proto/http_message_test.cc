@@ -205,6 +205,18 @@ TEST(HttpMessageTest, ChunkedDecoderRefusesBareLineFeeds) {
   }
 }
 
+// A chunk that declares 60 MB and sends 10 bytes once made the decoder reserve the 60 MB.
+TEST(HttpMessageTest, ChunkedDecoderGrowsWithTheDataNotTheDeclaredSize) {
+  ChunkedDecoder d(64 << 20, 100);
+  auto body = BodyBuffer::Create(0);
+  HttpError err;
+  size_t consumed = 0;
+  EXPECT_EQ(d.Feed("3938700\r\n0123456789", &consumed, body.get(), &err),
+            ChunkedDecoder::Result::kNeedMore);
+  EXPECT_EQ(body->view(), "0123456789");
+  EXPECT_LT(body->capacity(), size_t{1} << 10);
+}
+
 TEST(HttpMessageTest, ParseDecimal) {
   EXPECT_EQ(ParseDecimal("0"), 0);
   EXPECT_EQ(ParseDecimal("123"), 123);
