@@ -30,9 +30,7 @@ void HttpResponder::SendLater(std::function<proto::HttpResponse()> make) const {
   if (!mailbox_->Post(std::move(item))) mailbox_->posted_unwritten->fetch_sub(1);
 }
 
-namespace {
-
-Status ValidateOptions(const HttpCoreOptions& options) {
+Status HttpCore::Validate(const HttpCoreOptions& options) {
   if (options.threads < 1)
     return InvalidArgument("HTTP threads must be at least 1; was " +
                            std::to_string(options.threads));
@@ -65,10 +63,8 @@ Status ValidateOptions(const HttpCoreOptions& options) {
   return Status::Ok();
 }
 
-}  // namespace
-
 StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, HttpHandler* handler) {
-  RETURN_IF_ERROR(ValidateOptions(options));
+  RETURN_IF_ERROR(Validate(options));
   ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(options.address, options.port));
   return Start(std::move(options), handler, std::move(listener));
 }
@@ -77,7 +73,7 @@ StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, Htt
                                                     TcpListener listener) {
   if (!listener.valid()) return InvalidArgument("HttpCore needs a listening socket");
   options.port = listener.port();
-  RETURN_IF_ERROR(ValidateOptions(options));
+  RETURN_IF_ERROR(Validate(options));
   std::unique_ptr<HttpCore> core(new HttpCore());
   core->options_ = options;
   // The counters exist before anything can fail: the destructor's Stop() reads them.

@@ -126,6 +126,9 @@ class HttpCore {
   // `handler` must outlive the core. INVALID_ARGUMENT for bad options (naming the
   // value), UNAVAILABLE when the address cannot be bound.
   static StatusOr<std::unique_ptr<HttpCore>> Start(HttpCoreOptions options, HttpHandler* handler);
+  // The checks Start makes of `options` before it binds: INVALID_ARGUMENT naming the
+  // value, or OK.
+  static Status Validate(const HttpCoreOptions& options);
   // The same on a socket bound beforehand (options.address and port are then ignored).
   static StatusOr<std::unique_ptr<HttpCore>> Start(HttpCoreOptions options, HttpHandler* handler,
                                                    TcpListener listener);

@@ -9,19 +9,6 @@ namespace shoal::server {
 
 namespace {
 
-Status ValidateOptions(const runtime::Server* server, const HttpOptions& options) {
-  if (server == nullptr) return InvalidArgument("HttpServer needs a runtime::Server");
-  if (options.limits.max_elements_per_tensor < 1) {
-    return InvalidArgument("limits.max_elements_per_tensor must be positive; was " +
-                           std::to_string(options.limits.max_elements_per_tensor));
-  }
-  if (options.limits.max_inputs < 1) {
-    return InvalidArgument("limits.max_inputs must be positive; was " +
-                           std::to_string(options.limits.max_inputs));
-  }
-  return Status::Ok();
-}
-
 HttpCoreOptions CoreOptions(const HttpOptions& options) {
   HttpCoreOptions core;
   core.address = options.address;
@@ -39,7 +26,24 @@ HttpCoreOptions CoreOptions(const HttpOptions& options) {
   return core;
 }
 
+Status ValidateOptions(const runtime::Server* server, const HttpOptions& options) {
+  if (server == nullptr) return InvalidArgument("HttpServer needs a runtime::Server");
+  return HttpServer::Validate(options);
+}
+
 }  // namespace
+
+Status HttpServer::Validate(const HttpOptions& options) {
+  if (options.limits.max_elements_per_tensor < 1) {
+    return InvalidArgument("limits.max_elements_per_tensor must be positive; was " +
+                           std::to_string(options.limits.max_elements_per_tensor));
+  }
+  if (options.limits.max_inputs < 1) {
+    return InvalidArgument("limits.max_inputs must be positive; was " +
+                           std::to_string(options.limits.max_inputs));
+  }
+  return HttpCore::Validate(CoreOptions(options));
+}
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
                                                         HttpOptions options) {

@@ -72,6 +72,9 @@ class HttpServer {
   // Validates the options, binds, and starts serving `server` (which must outlive
   // the HttpServer). UNAVAILABLE when the address cannot be bound.
   static StatusOr<std::unique_ptr<HttpServer>> Start(runtime::Server* server, HttpOptions options);
+  // The checks Start makes of `options` before it binds: INVALID_ARGUMENT naming the
+  // value, or OK.
+  static Status Validate(const HttpOptions& options);
   // The same on a socket bound beforehand (options.address and port are then ignored).
   static StatusOr<std::unique_ptr<HttpServer>> Start(runtime::Server* server, HttpOptions options,
                                                      TcpListener listener);
