@@ -13,9 +13,11 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cli/common.h"
 #include "runtime/server.h"
+#include "server/tcp_listener.h"
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -29,7 +31,10 @@ namespace {
 
 struct ServeFlags {
   std::string model_repository;
-  std::string address = "0.0.0.0";
+  std::string address = "0.0.0.0";  // the default of the three below
+  std::string http_address;         // empty: `address`
+  std::string grpc_address;
+  std::string metrics_address;
   int http_port = 8000;
   int grpc_port = 8001;
   int metrics_port = 8002;
@@ -49,6 +54,17 @@ struct ServeFlags {
   int64_t max_tensor_elements = int64_t{1} << 28;
   int64_t max_inputs = 64;
   int64_t max_inflight_requests = 4096;
+  int http_max_connections = 10000;
+  int64_t http_receiving_body_budget_bytes = int64_t{1} << 30;
+  int64_t http_idle_timeout_ms = 300'000;
+  int64_t http_header_timeout_ms = 30'000;
+  int64_t http_body_timeout_ms = 300'000;
+
+  const std::string& HttpAddress() const { return http_address.empty() ? address : http_address; }
+  const std::string& GrpcAddress() const { return grpc_address.empty() ? address : grpc_address; }
+  const std::string& MetricsAddress() const {
+    return metrics_address.empty() ? address : metrics_address;
+  }
 };
 
 // Signals are taken by one thread with sigwait; block them everywhere else first, so
@@ -100,6 +116,63 @@ std::unique_ptr<runtime::Server> CreateServer(const ServeFlags& f,
   return server;
 }
 
+#ifdef SHOAL_HAVE_HTTP
+server::HttpOptions MakeHttpOptions(const ServeFlags& f, const runtime::ServerOptions& options) {
+  server::HttpOptions o;
+  o.address = f.HttpAddress();
+  o.port = f.http_port;
+  o.threads = f.http_threads;
+  o.max_body_bytes = f.max_body_bytes;
+  o.max_header_bytes = f.max_header_bytes;
+  o.limits = options.limits;
+  o.max_connections = f.http_max_connections;
+  o.receiving_body_budget_bytes = f.http_receiving_body_budget_bytes;
+  o.idle_timeout_ms = f.http_idle_timeout_ms;
+  o.header_timeout_ms = f.http_header_timeout_ms;
+  o.body_timeout_ms = f.http_body_timeout_ms;
+  return o;
+}
+#endif
+
+// The sockets of the enabled services, bound before any model loads so that a port
+// clash ends `shoal serve` at once. HTTP and metrics adopt theirs; gRPC binds its own
+// sockets, so its listener only holds the port until the gRPC server takes it.
+struct Listeners {
+  server::TcpListener http;
+  server::TcpListener metrics;
+  server::TcpListener grpc;
+};
+
+// Binds the ports of the services the flags allow (HTTP, metrics, gRPC); false (logged:
+// one line naming the address) as soon as one cannot be bound.
+bool BindPorts(const ServeFlags& f, Listeners* out) {
+  struct Port {
+    bool enabled;
+    const char* name;
+    std::string address;
+    int port;
+    server::TcpListener* listener;
+  };
+  std::vector<Port> ports;
+#ifdef SHOAL_HAVE_HTTP
+  ports.push_back({f.allow_http, "HTTP", f.HttpAddress(), f.http_port, &out->http});
+  ports.push_back({f.allow_metrics, "metrics", f.MetricsAddress(), f.metrics_port, &out->metrics});
+#endif
+#ifdef SHOAL_HAVE_GRPC
+  ports.push_back({f.allow_grpc, "gRPC", f.GrpcAddress(), f.grpc_port, &out->grpc});
+#endif
+  for (const auto& p : ports) {
+    if (!p.enabled) continue;
+    auto bound = server::TcpListener::Listen(p.address, p.port);
+    if (!bound.ok()) {
+      LogServiceFailed(p.name, p.address, p.port, bound.status());
+      return false;
+    }
+    *p.listener = std::move(bound).value();
+  }
+  return true;
+}
+
 // The network services; each is null when disabled by its flag (or not built in).
 struct Services {
 #ifdef SHOAL_HAVE_HTTP
@@ -111,39 +184,38 @@ struct Services {
 #endif
 };
 
-// Starts the services the flags allow, in the order HTTP, metrics, gRPC; false (logged)
-// as soon as one cannot start.
+// Starts the services the flags allow on the bound `listeners`, in the order HTTP,
+// metrics, gRPC; false (logged) as soon as one cannot start.
 bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
-                   runtime::Server* server, Services* services) {
+                   runtime::Server* server, Listeners listeners, Services* services) {
 #ifdef SHOAL_HAVE_HTTP
-  if (f.allow_http) {
-    server::HttpOptions o;
-    o.address = f.address;
-    o.port = f.http_port;
-    o.threads = f.http_threads;
-    o.max_body_bytes = f.max_body_bytes;
-    o.max_header_bytes = f.max_header_bytes;
-    o.limits = options.limits;
-    services->http =
-        LogServiceStart(server::HttpServer::Start(server, o), "HTTP", f.address, f.http_port);
+  if (listeners.http.valid()) {
+    const int port = listeners.http.port();
+    services->http = LogServiceStart(
+        server::HttpServer::Start(server, MakeHttpOptions(f, options), std::move(listeners.http)),
+        "HTTP", f.HttpAddress(), port);
     if (!services->http) return false;
   }
-  if (f.allow_metrics) {
+  if (listeners.metrics.valid()) {
+    const int port = listeners.metrics.port();
     services->metrics =
-        LogServiceStart(server::MetricsServer::Start(server, f.address, f.metrics_port), "metrics",
-                        f.address, f.metrics_port);
+        LogServiceStart(server::MetricsServer::Start(server, std::move(listeners.metrics)),
+                        "metrics", f.MetricsAddress(), port);
     if (!services->metrics) return false;
   }
 #endif
 #ifdef SHOAL_HAVE_GRPC
-  if (f.allow_grpc) {
+  if (listeners.grpc.valid()) {
     server::GrpcOptions o;
-    o.address = f.address;
-    o.port = f.grpc_port;
+    o.address = f.GrpcAddress();
+    o.port = listeners.grpc.port();  // the one bound, also when the flag asked for any (0)
     o.threads = f.grpc_threads;
     o.limits = options.limits;
+    // Handed over by closing: gRPC binds the port again at once. (Only another process
+    // binding it in between can make this fail.)
+    listeners.grpc.Close();
     services->grpc =
-        LogServiceStart(server::GrpcServer::Start(server, o), "gRPC", f.address, f.grpc_port);
+        LogServiceStart(server::GrpcServer::Start(server, o), "gRPC", f.GrpcAddress(), o.port);
     if (!services->grpc) return false;
   }
 #endif
@@ -221,10 +293,22 @@ int RunServe(const ServeFlags& f) {
   const sigset_t signals = BlockStopSignals();
 
   const runtime::ServerOptions options = MakeServerOptions(f);
+#ifdef SHOAL_HAVE_HTTP
+  if (f.allow_http) {
+    if (Status s = server::HttpServer::Validate(MakeHttpOptions(f, options)); !s.ok()) {
+      spdlog::critical("cannot start: {}", s.message());
+      return 1;
+    }
+  }
+#endif
+  // Every port first, so that a clash is reported before minutes of loading models;
+  // clients that connect meanwhile wait in the listen backlog.
+  Listeners listeners;
+  if (!BindPorts(f, &listeners)) return 1;
   std::unique_ptr<runtime::Server> server = CreateServer(f, options);
   if (!server) return 1;
   Services services;
-  if (!StartServices(f, options, server.get(), &services)) return 1;
+  if (!StartServices(f, options, server.get(), std::move(listeners), &services)) return 1;
   std::unique_ptr<RepositoryPoller> poller;
   if (options.control_mode == runtime::ModelControlMode::kPoll) {
     poller = std::make_unique<RepositoryPoller>(server.get(), f.repository_poll_secs);
@@ -250,8 +334,17 @@ void AddServeCommand(CLI::App& app) {
                    "Model repository folder (Triton layout)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  serve->add_option("--http-address,--grpc-address", flags->address, "Address the services bind to")
+  serve
+      ->add_option("--address", flags->address,
+                   "Address every service binds to unless its own --*-address says otherwise "
+                   "(0.0.0.0: all IPv4 interfaces; :: all interfaces)")
       ->capture_default_str();
+  serve->add_option("--http-address", flags->http_address,
+                    "Address the HTTP/REST service binds to (default: --address)");
+  serve->add_option("--grpc-address", flags->grpc_address,
+                    "Address the gRPC service binds to (default: --address)");
+  serve->add_option("--metrics-address", flags->metrics_address,
+                    "Address the metrics service binds to (default: --address)");
   serve->add_option("--http-port", flags->http_port, "HTTP/REST port (0: any free port)")
       ->capture_default_str();
   serve->add_option("--grpc-port", flags->grpc_port, "gRPC port (0: any free port)")
@@ -320,6 +413,33 @@ void AddServeCommand(CLI::App& app) {
                    "it requests get 429 at once. 0 = no cap")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  serve
+      ->add_option("--http-max-connections", flags->http_max_connections,
+                   "Most open HTTP connections (at least --http-thread-count); at the cap, the "
+                   "oldest idle keep-alive connection is closed to let a new client in")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--http-receiving-body-budget-bytes", flags->http_receiving_body_budget_bytes,
+                   "Bytes all HTTP request bodies still being received may hold together (at "
+                   "least --max-body-bytes); a body past it gets 503")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--http-idle-timeout-ms", flags->http_idle_timeout_ms,
+                   "Close an HTTP keep-alive connection idle this long, ms")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--http-header-timeout-ms", flags->http_header_timeout_ms,
+                   "A request head must be complete this long after its first byte (408), ms")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--http-body-timeout-ms", flags->http_body_timeout_ms,
+                   "A request body must be complete this long after its head (408), ms")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   serve->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

@@ -223,6 +223,20 @@ HttpError ParseFraming(std::string_view what, Head* head) {
 
 }  // namespace
 
+int64_t FindHeadEnd(std::string_view buffered, size_t scanned) {
+  // Each LF must follow a CR, and the head ends at the first LF that closes an empty
+  // line. The LFs before `scanned` were checked already.
+  size_t at = std::min(scanned, buffered.size());
+  while (true) {
+    const void* lf = std::memchr(buffered.data() + at, '\n', buffered.size() - at);
+    if (lf == nullptr) return 0;
+    const size_t i = static_cast<size_t>(static_cast<const char*>(lf) - buffered.data());
+    if (i == 0 || buffered[i - 1] != '\r') return -1;
+    if (i >= 3 && buffered[i - 2] == '\n') return static_cast<int64_t>(i + 1);
+    at = i + 1;
+  }
+}
+
 HttpError ParseRequestHead(std::string_view block, HttpRequestHead* head) {
   if (block.size() < 4 || block.substr(block.size() - 4) != "\r\n\r\n") {
     return Bad("incomplete request head");
@@ -511,13 +525,15 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
     const std::string_view avail = in.substr(pos);
     switch (phase_) {
       case Phase::kSize: {
-        const size_t eol = avail.find("\r\n");
+        const size_t eol = avail.find('\n');
+        if (eol != std::string_view::npos && (eol == 0 || avail[eol - 1] != '\r'))
+          return fail(400, "a chunk size line ends with a bare LF; lines must end with CRLF");
         if (eol == std::string_view::npos) {
           if (avail.size() > kMaxSizeLine) return fail(400, "malformed chunk size line");
           *consumed = pos;
           return Result::kNeedMore;
         }
-        std::string_view line = avail.substr(0, eol);
+        std::string_view line = avail.substr(0, eol - 1);
         line = line.substr(0, line.find(';'));
         while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
         if (line.empty() || line.size() > 15) return fail(400, "malformed chunk size");
@@ -527,7 +543,7 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
           if (v < 0) return fail(400, "malformed chunk size");
           size = size * 16 + static_cast<uint64_t>(v);
         }
-        pos += eol + 2;
+        pos += eol + 1;
         if (size == 0) {
           phase_ = Phase::kTrailer;
           break;
@@ -535,11 +551,6 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
         if (body->size() + size > static_cast<uint64_t>(max_body_bytes_)) {
           return fail(413, "the chunked request body is larger than the limit of " +
                                std::to_string(max_body_bytes_) + " bytes");
-        }
-        const size_t need = body->size() + static_cast<size_t>(size);
-        if (need > body->capacity()) {
-          body->Reserve(std::min<size_t>(static_cast<size_t>(max_body_bytes_),
-                                         std::max(need, body->capacity() * 2)));
         }
         remaining_ = size;
         phase_ = Phase::kData;
@@ -550,6 +561,12 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
         if (n == 0) {
           *consumed = pos;
           return Result::kNeedMore;
+        }
+        // The body grows with the data that arrives, not with the size a chunk declares.
+        const size_t need = body->size() + n;
+        if (need > body->capacity()) {
+          body->Reserve(std::min<size_t>(static_cast<size_t>(max_body_bytes_),
+                                         std::max(need, body->capacity() * 2)));
         }
         std::memcpy(body->data() + body->size(), avail.data(), n);
         body->set_size(body->size() + n);
@@ -569,7 +586,13 @@ ChunkedDecoder::Result ChunkedDecoder::Feed(std::string_view in, size_t* consume
         phase_ = Phase::kSize;
         break;
       case Phase::kTrailer: {
-        const size_t eol = avail.find("\r\n");
+        size_t eol = avail.find('\n');
+        if (eol != std::string_view::npos) {
+          if (eol == 0 || avail[eol - 1] != '\r')
+            return fail(400,
+                        "a chunked trailer line ends with a bare LF; lines must end with CRLF");
+          --eol;  // at the CR
+        }
         if (eol == std::string_view::npos) {
           if (trailer_bytes_ + avail.size() > static_cast<size_t>(max_trailer_bytes_)) {
             return fail(431, "the chunked trailer section is too large");

@@ -5,7 +5,8 @@
 //
 // ParseRequestHead / ParseResponseHead take one complete head block (start line and
 // header lines, up to and including the blank line). Both accept only what RFC 9112
-// allows where ambiguity could be abused: CRLF line ends, no obsolete line folding, no
+// allows where ambiguity could be abused: CRLF line ends (a bare LF is a 400, never a
+// wait for a CRLF that will not come), no obsolete line folding, no
 // whitespace before a header's colon, one Content-Length value (repeats must agree),
 // never both Content-Length and Transfer-Encoding. Errors carry the HTTP status a
 // server answers with (400, 417, 431, 501, 505) and a message.
@@ -77,6 +78,13 @@ struct HttpError {
   bool ok() const { return status == 0; }
 };
 
+// Where the head that starts `buffered` ends: its length through the blank line
+// ("\r\n\r\n"), 0 while it is incomplete, or -1 when a line ends with a bare LF (no CR
+// before it), which the parser refuses (400) rather than wait for a CRLF that a client
+// writing bare LFs never sends. `scanned` is what an earlier call already searched (its
+// buffered.size()); pass 0 the first time.
+int64_t FindHeadEnd(std::string_view buffered, size_t scanned);
+
 // `block` is the head through its terminating "\r\n\r\n".
 HttpError ParseRequestHead(std::string_view block, HttpRequestHead* head);
 HttpError ParseResponseHead(std::string_view block, HttpResponseHead* head);
@@ -125,7 +133,8 @@ class BodyBuffer {
 };
 
 // Decodes a chunked request body (RFC 9112 section 7.1) incrementally, as bytes
-// arrive, into a BodyBuffer that grows within max_body_bytes. Chunk extensions are
+// arrive, into a BodyBuffer that grows within max_body_bytes with the data received
+// (doubling), never to a size a chunk only declares. Chunk extensions are
 // ignored; trailer fields are skipped (bounded by max_trailer_bytes).
 class ChunkedDecoder {
  public:

@@ -167,6 +167,56 @@ TEST(HttpMessageTest, ChunkedDecoder) {
   }
 }
 
+// A client that ends lines with a bare LF never sends "\r\n\r\n": its head must be
+// refused as soon as the first such line is in, not waited for until a timeout.
+TEST(HttpMessageTest, FindHeadEndRefusesBareLineFeeds) {
+  const std::string good = "GET / HTTP/1.1\r\nHost: a\r\n\r\nNEXT";
+  EXPECT_EQ(FindHeadEnd(good, 0), static_cast<int64_t>(good.size() - 4));
+  // Byte by byte, resuming where the last call stopped: complete only at the blank line.
+  size_t scanned = 0;
+  for (size_t n = 1; n <= good.size(); ++n) {
+    const int64_t end = FindHeadEnd(std::string_view(good).substr(0, n), scanned);
+    if (n < good.size() - 4) {
+      EXPECT_EQ(end, 0) << n;
+      scanned = n;
+    } else {
+      EXPECT_EQ(end, static_cast<int64_t>(good.size() - 4)) << n;
+    }
+  }
+  EXPECT_EQ(FindHeadEnd("GET / HTTP/1.1\nHost: a\n\n", 0), -1);
+  EXPECT_EQ(FindHeadEnd("GET / HTTP/1.1\r\nHost: a\n", 0), -1);
+  EXPECT_EQ(FindHeadEnd("GET / HTTP/1.1\r\nHost: a\r\n\n", 0), -1);
+  EXPECT_EQ(FindHeadEnd("\n", 0), -1);
+  EXPECT_EQ(FindHeadEnd("GET / HTTP/1.1\r\nHost: a", 0), 0);
+  // A bare LF after bytes already scanned is still found.
+  EXPECT_EQ(FindHeadEnd("GET / HTTP/1.1\r\nHost: a\n", 23), -1);
+}
+
+TEST(HttpMessageTest, ChunkedDecoderRefusesBareLineFeeds) {
+  for (const std::string wire :
+       {"5\nhello\r\n0\r\n\r\n", "5\r\nhello\r\n0\n\n", "5\r\nhello\r\n0\r\nX-T: 1\n\r\n"}) {
+    ChunkedDecoder d(100, 100);
+    auto body = BodyBuffer::Create(0);
+    HttpError err;
+    size_t consumed = 0;
+    EXPECT_EQ(d.Feed(wire, &consumed, body.get(), &err), ChunkedDecoder::Result::kError) << wire;
+    EXPECT_EQ(err.status, 400) << wire;
+    EXPECT_NE(err.message.find("bare LF"), std::string::npos) << err.message;
+  }
+}
+
+// A chunk that declares 60 MB and sends 10 bytes once made the decoder reserve the 60 MB.
+TEST(HttpMessageTest, ChunkedDecoderGrowsWithTheDataNotTheDeclaredSize) {
+  ChunkedDecoder d(64 << 20, 100);
+  auto body = BodyBuffer::Create(0);
+  HttpError err;
+  size_t consumed = 0;
+  EXPECT_EQ(d.Feed("3938700\r\n0123456789", &consumed, body.get(), &err),
+            ChunkedDecoder::Result::kNeedMore);
+  EXPECT_EQ(body->view(), "0123456789");
+  EXPECT_LT(body->capacity(), size_t{1} << 10);
+}
+
 TEST(HttpMessageTest, ParseDecimal) {
   EXPECT_EQ(ParseDecimal("0"), 0);
   EXPECT_EQ(ParseDecimal("123"), 123);

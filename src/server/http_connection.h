@@ -56,7 +56,10 @@ struct Connection {
   std::deque<OutPiece> out;
   size_t out_offset = 0;  // into out.front()
   uint32_t interest = 0;
-  int64_t last_progress_ms = 0;
+  int64_t last_progress_ms = 0;  // last byte read or written (idle since, between requests)
+  int64_t head_started_ms = -1;  // first byte of the head being read; -1 when none
+  int64_t body_started_ms = 0;   // end of the head whose body is being read
+  size_t body_charged = 0;       // bytes of `body` charged to the receiving-body budget
   size_t lingered = 0;
 
   size_t buffered() const { return in->size() - in_pos; }

@@ -1,15 +1,10 @@
 #include "server/http_core.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <thread>
+#include <utility>
 
 #include "server/http_loop.h"
 
@@ -35,43 +30,7 @@ void HttpResponder::SendLater(std::function<proto::HttpResponse()> make) const {
   if (!mailbox_->Post(std::move(item))) mailbox_->posted_unwritten->fetch_sub(1);
 }
 
-namespace {
-
-StatusOr<int> OpenListener(const std::string& address, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  const int rc =
-      getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0)
-    return InvalidArgument("cannot resolve listen address '" + address + "': " + gai_strerror(rc));
-  std::string last_error = "no address";
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    const int fd =
-        socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      last_error = std::strerror(errno);
-      continue;
-    }
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) {
-      freeaddrinfo(res);
-      return fd;
-    }
-    last_error = std::strerror(errno);
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return Unavailable("cannot listen on " + address + ":" + service + ": " + last_error);
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, HttpHandler* handler) {
+Status HttpCore::Validate(const HttpCoreOptions& options) {
   if (options.threads < 1)
     return InvalidArgument("HTTP threads must be at least 1; was " +
                            std::to_string(options.threads));
@@ -83,26 +42,54 @@ StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, Htt
   if (options.max_header_bytes < 64)
     return InvalidArgument("max_header_bytes must be >= 64; was " +
                            std::to_string(options.max_header_bytes));
-  if (options.max_connections < 1)
-    return InvalidArgument("max_connections must be >= 1; was " +
+  if (options.max_connections < options.threads)
+    return InvalidArgument("max_connections must be at least the number of threads (" +
+                           std::to_string(options.threads) + "); was " +
                            std::to_string(options.max_connections));
+  if (options.receiving_body_budget_bytes < options.max_body_bytes)
+    return InvalidArgument("receiving_body_budget_bytes must be at least max_body_bytes (" +
+                           std::to_string(options.max_body_bytes) + "); was " +
+                           std::to_string(options.receiving_body_budget_bytes));
+  const std::pair<const char*, int64_t> timeouts[] = {
+      {"idle_timeout_ms", options.idle_timeout_ms},
+      {"header_timeout_ms", options.header_timeout_ms},
+      {"body_timeout_ms", options.body_timeout_ms},
+      {"write_timeout_ms", options.write_timeout_ms}};
+  for (const auto& timeout : timeouts) {
+    if (timeout.second <= 0)
+      return InvalidArgument(std::string(timeout.first) + " must be positive; was " +
+                             std::to_string(timeout.second));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, HttpHandler* handler) {
+  RETURN_IF_ERROR(Validate(options));
+  ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(options.address, options.port));
+  return Start(std::move(options), handler, std::move(listener));
+}
+
+StatusOr<std::unique_ptr<HttpCore>> HttpCore::Start(HttpCoreOptions options, HttpHandler* handler,
+                                                    TcpListener listener) {
+  if (!listener.valid()) return InvalidArgument("HttpCore needs a listening socket");
+  options.port = listener.port();
+  RETURN_IF_ERROR(Validate(options));
   std::unique_ptr<HttpCore> core(new HttpCore());
   core->options_ = options;
   // The counters exist before anything can fail: the destructor's Stop() reads them.
   core->connections_ = std::make_shared<std::atomic<int64_t>>(0);
   core->in_progress_ = std::make_shared<std::atomic<int64_t>>(0);
   core->posted_unwritten_ = std::make_shared<std::atomic<int64_t>>(0);
-  ASSIGN_OR_RETURN(core->listen_fd_, OpenListener(options.address, options.port));
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  getsockname(core->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  core->port_ = addr.ss_family == AF_INET6
-                    ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  core->receiving_body_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
+  core->port_ = listener.port();
+  core->listen_fd_ = listener.Release();
   for (int i = 0; i < options.threads; ++i) {
-    auto loop = std::make_unique<internal::Loop>(i, core->options_, handler, core->listen_fd_,
-                                                 core->connections_, core->in_progress_,
-                                                 core->posted_unwritten_);
+    // The connection cap split evenly, the first loops taking the remainder.
+    const int share =
+        options.max_connections / options.threads + (i < options.max_connections % options.threads);
+    auto loop = std::make_unique<internal::Loop>(
+        i, core->options_, share, handler, core->listen_fd_, core->connections_, core->in_progress_,
+        core->posted_unwritten_, core->receiving_body_bytes_);
     RETURN_IF_ERROR(loop->Init());
     core->loops_.push_back(std::move(loop));
   }
@@ -149,5 +136,8 @@ void HttpCore::Stop() {
 
 int64_t HttpCore::open_connections() const { return connections_ ? connections_->load() : 0; }
 int64_t HttpCore::requests_in_progress() const { return in_progress_ ? in_progress_->load() : 0; }
+int64_t HttpCore::receiving_body_bytes() const {
+  return receiving_body_bytes_ ? receiving_body_bytes_->load() : 0;
+}
 
 }  // namespace shoal::server

@@ -21,9 +21,24 @@
 //
 // Bounds: a head over max_header_bytes gets 431; a Content-Length (or chunked total)
 // over max_body_bytes gets 413 before anything is allocated for the body; both then
-// close the connection. At most max_connections are open; more are accepted and closed
-// at once. Connections idle (between requests) for idle_timeout_ms, or stalled mid-
-// request for io_timeout_ms, are closed.
+// close the connection. A body buffer grows with the bytes that arrive (doubling, up to
+// the declared length), never with what a head merely declares; every loop charges the
+// buffers of bodies still being received against one budget (receiving_body_budget_bytes)
+// and answers 503 (Retry-After: 1) to a body that would go past it.
+//
+// Connections: at most max_connections are open, split evenly among the loops. A loop
+// at its share that accepts one more closes its oldest idle connection (keep-alive,
+// no request in progress, nothing buffered) to make room, so that new clients and
+// health checks get in while idle ones hold every slot; when none of its connections
+// is idle, it closes the new one and stops accepting (leaving new connections to the
+// other loops or the listen backlog) until one of its own closes or goes idle.
+//
+// Deadlines (each a total, not reset by the bytes that trickle in): a head must be
+// complete header_timeout_ms after its first byte, a body body_timeout_ms after its
+// head; past them the request gets 408 and the connection closes. A connection idle
+// (between requests) for idle_timeout_ms, or whose answer makes no progress for
+// write_timeout_ms, is closed. Deadlines are checked every quarter of the smallest
+// timeout (at most every second), so one may overrun by that much.
 //
 // Shutdown: StopAccepting closes the listener; requests in progress finish and their
 // connections close after the answer (Connection: close), idle ones close at once.
@@ -44,6 +59,7 @@
 
 #include "core/status.h"
 #include "proto/http_message.h"
+#include "server/tcp_listener.h"
 
 namespace shoal::server {
 
@@ -53,11 +69,17 @@ struct HttpCoreOptions {
   int threads = 2;                             // event loops, >= 1
   int64_t max_body_bytes = int64_t{64} << 20;  // as received (before decompression)
   int64_t max_header_bytes = int64_t{16} << 10;
+  // Open connections, >= threads; each loop holds at most its share (see above).
   int max_connections = 10000;
-  int64_t idle_timeout_ms = 300'000;  // keep-alive connections with no request
-  int64_t io_timeout_ms = 60'000;     // no progress reading a request or writing a reply
-  int64_t stop_flush_ms = 2'000;      // Stop: time allowed for posted answers to go out
-  std::string thread_name = "http";   // loops are named <thread_name>:<i>
+  // Bytes all loops together may hold for request bodies still being received (buffer
+  // capacity, which grows with what arrives); >= max_body_bytes. Default 1 GiB.
+  int64_t receiving_body_budget_bytes = int64_t{1} << 30;
+  int64_t idle_timeout_ms = 300'000;   // keep-alive connection with no request, > 0
+  int64_t header_timeout_ms = 30'000;  // first byte of a head to its end, in total, > 0
+  int64_t body_timeout_ms = 300'000;   // end of a head to the end of its body, in total, > 0
+  int64_t write_timeout_ms = 60'000;   // no progress writing an answer, > 0
+  int64_t stop_flush_ms = 2'000;       // Stop: time allowed for posted answers to go out
+  std::string thread_name = "http";    // loops are named <thread_name>:<i>
 };
 
 namespace internal {
@@ -100,8 +122,16 @@ class HttpHandler {
 
 class HttpCore {
  public:
-  // Binds and listens, then starts the loops. `handler` must outlive the core.
+  // Binds and listens on options.address:options.port, then starts the loops.
+  // `handler` must outlive the core. INVALID_ARGUMENT for bad options (naming the
+  // value), UNAVAILABLE when the address cannot be bound.
   static StatusOr<std::unique_ptr<HttpCore>> Start(HttpCoreOptions options, HttpHandler* handler);
+  // The checks Start makes of `options` before it binds: INVALID_ARGUMENT naming the
+  // value, or OK.
+  static Status Validate(const HttpCoreOptions& options);
+  // The same on a socket bound beforehand (options.address and port are then ignored).
+  static StatusOr<std::unique_ptr<HttpCore>> Start(HttpCoreOptions options, HttpHandler* handler,
+                                                   TcpListener listener);
   ~HttpCore();
   HttpCore(const HttpCore&) = delete;
   HttpCore& operator=(const HttpCore&) = delete;
@@ -115,6 +145,9 @@ class HttpCore {
 
   int64_t open_connections() const;
   int64_t requests_in_progress() const;
+  // Bytes currently reserved for request bodies still being received (what
+  // receiving_body_budget_bytes bounds).
+  int64_t receiving_body_bytes() const;
 
  private:
   HttpCore() = default;
@@ -128,6 +161,7 @@ class HttpCore {
   std::shared_ptr<std::atomic<int64_t>> connections_;
   std::shared_ptr<std::atomic<int64_t>> in_progress_;
   std::shared_ptr<std::atomic<int64_t>> posted_unwritten_;
+  std::shared_ptr<std::atomic<int64_t>> receiving_body_bytes_;
 };
 
 }  // namespace shoal::server

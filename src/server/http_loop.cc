@@ -56,16 +56,27 @@ bool Mailbox::Post(Item item) {
   return true;
 }
 
-Loop::Loop(int index, const HttpCoreOptions& options, HttpHandler* handler, int listen_fd,
-           std::shared_ptr<std::atomic<int64_t>> connections,
+// Deadlines are checked every quarter of the smallest timeout, at most every second.
+int64_t SweepInterval(const HttpCoreOptions& o) {
+  const int64_t smallest = std::min(std::min(o.idle_timeout_ms, o.header_timeout_ms),
+                                    std::min(o.body_timeout_ms, o.write_timeout_ms));
+  return std::clamp<int64_t>(smallest / 4, 5, 1000);
+}
+
+Loop::Loop(int index, const HttpCoreOptions& options, int max_connections, HttpHandler* handler,
+           int listen_fd, std::shared_ptr<std::atomic<int64_t>> connections,
            std::shared_ptr<std::atomic<int64_t>> in_progress,
-           std::shared_ptr<std::atomic<int64_t>> posted_unwritten)
+           std::shared_ptr<std::atomic<int64_t>> posted_unwritten,
+           std::shared_ptr<std::atomic<int64_t>> receiving_body_bytes)
     : index_(index),
       options_(options),
+      max_connections_(max_connections),
+      sweep_interval_ms_(SweepInterval(options)),
       handler_(handler),
       listen_fd_(listen_fd),
       connections_(std::move(connections)),
       in_progress_(std::move(in_progress)),
+      receiving_body_bytes_(std::move(receiving_body_bytes)),
       mailbox_(std::make_shared<Mailbox>()),
       now_ms_(NowMs()) {
   mailbox_->posted_unwritten = std::move(posted_unwritten);
@@ -165,8 +176,8 @@ void Loop::Run() {
   std::vector<epoll_event> events(256);
   int64_t last_sweep = NowMs();
   while (running_) {
-    int timeout = 1000;
-    if (accept_paused_until_ > 0) timeout = 100;
+    int timeout = static_cast<int>(sweep_interval_ms_);
+    if (accept_paused_until_ > 0) timeout = std::min(timeout, 100);
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     now_ms_ = NowMs();
     for (int i = 0; i < n; ++i) {
@@ -183,9 +194,9 @@ void Loop::Run() {
     }
     if (accept_paused_until_ > 0 && now_ms_ >= accept_paused_until_ && !draining_) {
       accept_paused_until_ = 0;
-      (void)Listen(true);
+      if (!full_) (void)Listen(true);
     }
-    if (now_ms_ - last_sweep >= 1000) {
+    if (now_ms_ - last_sweep >= sweep_interval_ms_) {
       last_sweep = now_ms_;
       Sweep();
     }
@@ -209,6 +220,17 @@ void Loop::Run() {
 
 void Loop::Accept() {
   for (int i = 0; i < 64; ++i) {
+    // At this loop's share of the cap, a new connection takes the place of the oldest
+    // idle one; with none idle, it is left to the other loops or the listen backlog.
+    Connection* evict = nullptr;
+    if (static_cast<int64_t>(connections_map_.size()) >= max_connections_) {
+      evict = OldestIdle();
+      if (evict == nullptr) {
+        full_ = true;
+        (void)Listen(false);
+        return;
+      }
+    }
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -219,11 +241,11 @@ void Loop::Accept() {
       }
       return;
     }
-    if (connections_->fetch_add(1) >= options_.max_connections) {
-      connections_->fetch_sub(1);
-      close(fd);
-      continue;
+    if (evict != nullptr) {
+      Close(*evict);
+      EraseDead();  // out of the map, which counts this loop's connections
     }
+    connections_->fetch_add(1);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_unique<Connection>();
@@ -241,6 +263,25 @@ void Loop::Accept() {
     c->interest = ev.events;
     connections_map_.emplace(c->id, std::move(c));
   }
+}
+
+Connection* Loop::OldestIdle() {
+  Connection* oldest = nullptr;
+  for (auto& [id, cp] : connections_map_) {
+    Connection& c = *cp;
+    if (c.dead || c.state != Connection::State::kReadingHead || c.buffered() != 0) continue;
+    // Idle since the earliest; within one millisecond, the older connection.
+    if (oldest == nullptr || c.last_progress_ms < oldest->last_progress_ms ||
+        (c.last_progress_ms == oldest->last_progress_ms && c.id < oldest->id))
+      oldest = &c;
+  }
+  return oldest;
+}
+
+void Loop::ResumeAcceptingIfFull() {
+  if (!full_ || draining_ || !running_) return;
+  full_ = false;
+  if (accept_paused_until_ == 0) (void)Listen(true);
 }
 
 void Loop::OnEvent(Connection& c, uint32_t events) {
@@ -287,9 +328,11 @@ void Loop::Close(Connection& c) {
   close(c.fd);
   c.fd = -1;
   c.out.clear();
+  ReleaseBody(c);
   c.body.reset();
   connections_->fetch_sub(1);
   dead_.push_back(c.id);
+  ResumeAcceptingIfFull();
 }
 
 void Loop::EraseDead() {
@@ -301,21 +344,28 @@ void Loop::Sweep() {
   for (auto& [id, cp] : connections_map_) {
     Connection& c = *cp;
     if (c.dead) continue;
-    const int64_t quiet = now_ms_ - c.last_progress_ms;
     switch (c.state) {
       case Connection::State::kReadingHead:
-        if (c.buffered() == 0) {
-          if (draining_ || quiet > options_.idle_timeout_ms) Close(c);
-        } else if (quiet > options_.io_timeout_ms) {
-          Close(c);
+        if (c.head_started_ms < 0) {
+          if (draining_ || now_ms_ - c.last_progress_ms > options_.idle_timeout_ms) Close(c);
+        } else if (now_ms_ - c.head_started_ms > options_.header_timeout_ms) {
+          Fail(c, 408,
+               "the request head was not complete within " +
+                   std::to_string(options_.header_timeout_ms) + " ms");
         }
         break;
       case Connection::State::kReadingBody:
+        if (now_ms_ - c.body_started_ms > options_.body_timeout_ms) {
+          Fail(c, 408,
+               "the request body was not complete within " +
+                   std::to_string(options_.body_timeout_ms) + " ms");
+        }
+        break;
       case Connection::State::kWriting:
-        if (quiet > options_.io_timeout_ms) Close(c);
+        if (now_ms_ - c.last_progress_ms > options_.write_timeout_ms) Close(c);
         break;
       case Connection::State::kLingering:
-        if (quiet > kLingerMs) Close(c);
+        if (now_ms_ - c.last_progress_ms > kLingerMs) Close(c);
         break;
       case Connection::State::kWaiting:
         break;

@@ -54,10 +54,13 @@ struct Connection;
 
 class Loop {
  public:
-  Loop(int index, const HttpCoreOptions& options, HttpHandler* handler, int listen_fd,
-       std::shared_ptr<std::atomic<int64_t>> connections,
+  // `max_connections`: this loop's share of the core's cap. The counters are the
+  // core's, shared by its loops.
+  Loop(int index, const HttpCoreOptions& options, int max_connections, HttpHandler* handler,
+       int listen_fd, std::shared_ptr<std::atomic<int64_t>> connections,
        std::shared_ptr<std::atomic<int64_t>> in_progress,
-       std::shared_ptr<std::atomic<int64_t>> posted_unwritten);
+       std::shared_ptr<std::atomic<int64_t>> posted_unwritten,
+       std::shared_ptr<std::atomic<int64_t>> receiving_body_bytes);
   ~Loop();
   Status Init();
   void Start();
@@ -74,6 +77,19 @@ class Loop {
   Status Listen(bool on);
   void Run();
   void Accept();
+  // The connection idle the longest (keep-alive, nothing buffered, no request in
+  // progress), or null. A linear scan: it runs only when this loop is at its cap.
+  Connection* OldestIdle();
+  // Listens again if accepting stopped because every connection was busy.
+  void ResumeAcceptingIfFull();
+  // Charges the growth of c.body's capacity to the receiving-body budget: false (and
+  // nothing charged) when it would go past it. ReleaseBody gives the charge back.
+  bool ChargeBody(Connection& c, size_t new_capacity);
+  void ReleaseBody(Connection& c);
+  // Grows c.body for at least `need` bytes (doubling, at most `limit`) within the budget;
+  // false after answering 503 when the budget (or memory) is exhausted.
+  bool GrowBody(Connection& c, size_t need, size_t limit);
+  void FailOverBudget(Connection& c);
   void OnEvent(Connection& c, uint32_t events);
   size_t PipelineCap() const { return static_cast<size_t>(options_.max_header_bytes) + (64 << 10); }
   void OnReadable(Connection& c);
@@ -86,7 +102,9 @@ class Loop {
   void Dispatch(Connection& c);
   void ProcessMailbox();
   void QueueResponse(Connection& c, proto::HttpResponse response);
-  void Fail(Connection& c, int status, const std::string& message);
+  // Answers an error and closes the connection after writing it.
+  void Fail(Connection& c, int status, const std::string& message,
+            std::vector<std::pair<std::string, std::string>> headers = {});
   void Flush(Connection& c);
   // The request's answer is out (or the connection is gone): stop counting it.
   void FinishRequest(Connection& c);
@@ -96,10 +114,13 @@ class Loop {
   void Sweep();
   const int index_;
   const HttpCoreOptions options_;
+  const int max_connections_;
+  const int64_t sweep_interval_ms_;
   HttpHandler* const handler_;
   const int listen_fd_;
   std::shared_ptr<std::atomic<int64_t>> connections_;
   std::shared_ptr<std::atomic<int64_t>> in_progress_;
+  std::shared_ptr<std::atomic<int64_t>> receiving_body_bytes_;
   std::shared_ptr<Mailbox> mailbox_;
   int epoll_fd_ = -1;
   std::thread thread_;
@@ -108,6 +129,7 @@ class Loop {
   bool running_ = true;
   bool listening_ = false;
   bool draining_ = false;
+  bool full_ = false;  // stopped listening: at max_connections_ with none idle
   int64_t accept_paused_until_ = 0;
   int64_t now_ms_ = 0;
   uint64_t next_id_ = 2;

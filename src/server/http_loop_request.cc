@@ -14,6 +14,8 @@ namespace shoal::server::internal {
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
+// A body's first buffer (or the whole body, when smaller): most infer requests fit.
+constexpr size_t kInitialBody = 64 << 10;
 constexpr size_t kLingerMaxBytes = 1 << 20;
 
 }  // namespace
@@ -40,8 +42,14 @@ void Loop::OnReadable(Connection& c) {
     const bool direct =
         c.state == Connection::State::kReadingBody && !c.head.chunked && c.buffered() == 0;
     if (direct) {
+      // Straight into the body, which grows as its bytes arrive (not to the declared
+      // length at once: a head alone must not make the server allocate that).
+      const size_t declared = static_cast<size_t>(c.head.content_length);
+      if (c.body->size() == c.body->capacity() && c.body->size() < declared &&
+          !GrowBody(c, c.body->size() + 1, declared))
+        return;
       dst = c.body->data() + c.body->size();
-      room = static_cast<size_t>(c.head.content_length) - c.body->size();
+      room = c.body->capacity() - c.body->size();
     } else {
       if (c.in->capacity() - c.in->size() < kReadChunk)
         c.in->Reserve(std::max(c.in->size() + kReadChunk, 2 * c.in->capacity()));
@@ -69,10 +77,14 @@ void Loop::Advance(Connection& c) {
   while (!c.dead) {
     if (c.state == Connection::State::kReadingHead) {
       if (c.buffered() == 0) return;
+      if (c.head_started_ms < 0) c.head_started_ms = now_ms_;
       const std::string_view avail(c.in->data() + c.in_pos, c.buffered());
-      const size_t from = c.head_scan >= 3 ? c.head_scan - 3 : 0;
-      const size_t end = avail.find("\r\n\r\n", from);
-      if (end == std::string_view::npos) {
+      const int64_t end = proto::FindHeadEnd(avail, c.head_scan);
+      if (end < 0) {
+        return Fail(c, 400,
+                    "a line of the request head ends with a bare LF; lines must end with CRLF");
+      }
+      if (end == 0) {
         c.head_scan = avail.size();
         if (avail.size() > static_cast<size_t>(options_.max_header_bytes)) {
           return Fail(c, 431,
@@ -81,7 +93,7 @@ void Loop::Advance(Connection& c) {
         }
         return;
       }
-      const size_t head_len = end + 4;
+      const size_t head_len = static_cast<size_t>(end);
       if (head_len > static_cast<size_t>(options_.max_header_bytes)) {
         return Fail(c, 431,
                     "the request head is larger than " + std::to_string(options_.max_header_bytes) +
@@ -91,6 +103,8 @@ void Loop::Advance(Connection& c) {
       proto::HttpError err = proto::ParseRequestHead(avail.substr(0, head_len), &c.head);
       c.in_pos += head_len;
       c.head_scan = 0;
+      c.head_started_ms = -1;
+      c.body_started_ms = now_ms_;
       if (!err.ok()) return Fail(c, err.status, err.message);
       c.head_only = c.head.method == "HEAD";
       if (!c.head.chunked && c.head.content_length > options_.max_body_bytes) {
@@ -99,15 +113,16 @@ void Loop::Advance(Connection& c) {
                         " bytes) is larger than the limit of " +
                         std::to_string(options_.max_body_bytes));
       }
-      size_t align_at = 0;
       try {
-        align_at = handler_->BodyAlignment(c.head);
-        const size_t initial = c.head.chunked ? std::min<size_t>(options_.max_body_bytes, 16 << 10)
-                                              : static_cast<size_t>(c.head.content_length);
-        c.body = proto::BodyBuffer::Create(initial, align_at);
+        c.body = proto::BodyBuffer::Create(0, handler_->BodyAlignment(c.head));
       } catch (const std::exception&) {
         return Fail(c, 503, "out of memory for the request body");
       }
+      // The first piece of the body; the rest grows with what arrives.
+      const size_t initial = std::min<size_t>(
+          c.head.chunked ? static_cast<size_t>(options_.max_body_bytes) : c.head.content_length,
+          kInitialBody);
+      if (initial > 0 && !GrowBody(c, initial, initial)) return;
       if (c.head.chunked)
         c.chunked = std::make_unique<proto::ChunkedDecoder>(options_.max_body_bytes,
                                                             options_.max_header_bytes);
@@ -125,8 +140,10 @@ void Loop::Advance(Connection& c) {
       if (c.head.chunked) {
         if (!DecodeChunks(c)) return;
       } else {
-        const size_t want = static_cast<size_t>(c.head.content_length) - c.body->size();
-        const size_t n = std::min(want, c.buffered());
+        const size_t declared = static_cast<size_t>(c.head.content_length);
+        const size_t n = std::min(declared - c.body->size(), c.buffered());
+        if (c.body->size() + n > c.body->capacity() && !GrowBody(c, c.body->size() + n, declared))
+          return;
         if (n > 0) {
           std::memcpy(c.body->data() + c.body->size(), c.in->data() + c.in_pos, n);
           c.body->set_size(c.body->size() + n);
@@ -157,8 +174,56 @@ bool Loop::DecodeChunks(Connection& c) {
     error = proto::HttpError{503, "out of memory for the request body"};
   }
   c.in_pos += consumed;
-  if (r == proto::ChunkedDecoder::Result::kError) Fail(c, error.status, error.message);
+  if (r == proto::ChunkedDecoder::Result::kError) {
+    Fail(c, error.status, error.message);
+    return false;
+  }
+  // The decoder grows the body with the data it copies; charged once it has (so the
+  // budget may be overrun by one growth of one connection's buffer).
+  if (c.body->capacity() > c.body_charged && !ChargeBody(c, c.body->capacity())) {
+    FailOverBudget(c);
+    return false;
+  }
   return r == proto::ChunkedDecoder::Result::kDone;
+}
+
+bool Loop::ChargeBody(Connection& c, size_t new_capacity) {
+  if (new_capacity <= c.body_charged) return true;
+  const auto delta = static_cast<int64_t>(new_capacity - c.body_charged);
+  if (receiving_body_bytes_->fetch_add(delta) + delta > options_.receiving_body_budget_bytes) {
+    receiving_body_bytes_->fetch_sub(delta);
+    return false;
+  }
+  c.body_charged = new_capacity;
+  return true;
+}
+
+void Loop::ReleaseBody(Connection& c) {
+  if (c.body_charged == 0) return;
+  receiving_body_bytes_->fetch_sub(static_cast<int64_t>(c.body_charged));
+  c.body_charged = 0;
+}
+
+bool Loop::GrowBody(Connection& c, size_t need, size_t limit) {
+  const size_t capacity = std::min(limit, std::max(need, 2 * c.body->capacity()));
+  if (!ChargeBody(c, capacity)) {
+    FailOverBudget(c);
+    return false;
+  }
+  try {
+    c.body->Reserve(capacity);
+  } catch (const std::exception&) {
+    Fail(c, 503, "out of memory for the request body");
+    return false;
+  }
+  return true;
+}
+
+void Loop::FailOverBudget(Connection& c) {
+  Fail(c, 503,
+       "the server is receiving too many request bodies at once (more than " +
+           std::to_string(options_.receiving_body_budget_bytes) + " bytes); retry later",
+       {{"Retry-After", "1"}});
 }
 
 void Loop::CompactInput(Connection& c) {
@@ -173,6 +238,7 @@ void Loop::CompactInput(Connection& c) {
 }
 
 void Loop::Dispatch(Connection& c) {
+  ReleaseBody(c);  // the body is the request's now, no longer being received
   c.state = Connection::State::kWaiting;
   c.in_progress = true;
   in_progress_->fetch_add(1);

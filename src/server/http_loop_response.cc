@@ -75,7 +75,8 @@ void Loop::QueueResponse(Connection& c, proto::HttpResponse response) {
   Flush(c);
 }
 
-void Loop::Fail(Connection& c, int status, const std::string& message) {
+void Loop::Fail(Connection& c, int status, const std::string& message,
+                std::vector<std::pair<std::string, std::string>> headers) {
   if (c.state == Connection::State::kWaiting || c.state == Connection::State::kWriting)
     return Close(c);
   c.in->set_size(0);
@@ -83,7 +84,9 @@ void Loop::Fail(Connection& c, int status, const std::string& message) {
   c.keep_alive = false;
   if (c.head.minor_version == 0 || c.head.minor_version == 1)
     c.minor_version = c.head.minor_version;
+  ReleaseBody(c);
   proto::HttpResponse r = proto::HttpResponse::Error(status, message);
+  r.headers = std::move(headers);
   r.close = true;
   QueueResponse(c, std::move(r));
 }
@@ -137,6 +140,8 @@ void Loop::Flush(Connection& c) {
   c.body.reset();
   CompactInput(c);
   Advance(c);
+  if (!c.dead && c.state == Connection::State::kReadingHead && c.buffered() == 0)
+    ResumeAcceptingIfFull();  // an idle connection can make room for a new one
 }
 
 void Loop::FinishRequest(Connection& c) {

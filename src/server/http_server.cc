@@ -1,13 +1,39 @@
 #include "server/http_server.h"
 
+#include <utility>
+
 #include "server/http_core.h"
 #include "server/http_routes.h"
 
 namespace shoal::server {
 
-StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
-                                                        HttpOptions options) {
+namespace {
+
+HttpCoreOptions CoreOptions(const HttpOptions& options) {
+  HttpCoreOptions core;
+  core.address = options.address;
+  core.port = options.port;
+  core.threads = options.threads;
+  core.max_body_bytes = options.max_body_bytes;
+  core.max_header_bytes = options.max_header_bytes;
+  core.max_connections = options.max_connections;
+  core.receiving_body_budget_bytes = options.receiving_body_budget_bytes;
+  core.idle_timeout_ms = options.idle_timeout_ms;
+  core.header_timeout_ms = options.header_timeout_ms;
+  core.body_timeout_ms = options.body_timeout_ms;
+  core.write_timeout_ms = options.write_timeout_ms;
+  core.thread_name = "http";
+  return core;
+}
+
+Status ValidateOptions(const runtime::Server* server, const HttpOptions& options) {
   if (server == nullptr) return InvalidArgument("HttpServer needs a runtime::Server");
+  return HttpServer::Validate(options);
+}
+
+}  // namespace
+
+Status HttpServer::Validate(const HttpOptions& options) {
   if (options.limits.max_elements_per_tensor < 1) {
     return InvalidArgument("limits.max_elements_per_tensor must be positive; was " +
                            std::to_string(options.limits.max_elements_per_tensor));
@@ -16,19 +42,24 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
     return InvalidArgument("limits.max_inputs must be positive; was " +
                            std::to_string(options.limits.max_inputs));
   }
+  return HttpCore::Validate(CoreOptions(options));
+}
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
+                                                        HttpOptions options) {
+  RETURN_IF_ERROR(ValidateOptions(server, options));
+  ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(options.address, options.port));
+  return Start(server, std::move(options), std::move(listener));
+}
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
+                                                        HttpOptions options, TcpListener listener) {
+  RETURN_IF_ERROR(ValidateOptions(server, options));
   std::unique_ptr<HttpServer> http(new HttpServer());
-  HttpCoreOptions core;
-  core.address = options.address;
-  core.port = options.port;
-  core.threads = options.threads;
-  core.max_body_bytes = options.max_body_bytes;
-  core.max_header_bytes = options.max_header_bytes;
-  core.max_connections = options.max_connections;
-  core.idle_timeout_ms = options.idle_timeout_ms;
-  core.io_timeout_ms = options.io_timeout_ms;
-  core.thread_name = "http";
+  HttpCoreOptions core = CoreOptions(options);
   http->routes_ = std::make_unique<internal::HttpRoutes>(server, std::move(options));
-  ASSIGN_OR_RETURN(http->core_, HttpCore::Start(std::move(core), http->routes_.get()));
+  ASSIGN_OR_RETURN(http->core_,
+                   HttpCore::Start(std::move(core), http->routes_.get(), std::move(listener)));
   return http;
 }
 

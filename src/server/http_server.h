@@ -34,6 +34,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/tcp_listener.h"
 
 namespace shoal::server {
 
@@ -48,9 +49,17 @@ struct HttpOptions {
   // Per-tensor element limit and input count, checked while parsing (before any
   // allocation); the runtime checks them again against the model.
   runtime::RequestLimits limits;
-  int max_connections = 10000;        // further connections are closed at once
-  int64_t idle_timeout_ms = 300'000;  // keep-alive connection without a request
-  int64_t io_timeout_ms = 60'000;     // stalled mid-request or mid-reply
+  // Connection handling, as HttpCoreOptions (http_core.h) describes it: at most
+  // max_connections open (>= threads; idle ones are closed, oldest first, to let new
+  // clients in); bodies being received hold at most receiving_body_budget_bytes in all
+  // (>= max_body_bytes; past it 503); total deadlines for a head and for a body (408);
+  // idle keep-alive connections and stalled answers are closed.
+  int max_connections = 10000;
+  int64_t receiving_body_budget_bytes = int64_t{1} << 30;
+  int64_t idle_timeout_ms = 300'000;
+  int64_t header_timeout_ms = 30'000;
+  int64_t body_timeout_ms = 300'000;
+  int64_t write_timeout_ms = 60'000;
 };
 
 namespace internal {
@@ -63,6 +72,12 @@ class HttpServer {
   // Validates the options, binds, and starts serving `server` (which must outlive
   // the HttpServer). UNAVAILABLE when the address cannot be bound.
   static StatusOr<std::unique_ptr<HttpServer>> Start(runtime::Server* server, HttpOptions options);
+  // The checks Start makes of `options` before it binds: INVALID_ARGUMENT naming the
+  // value, or OK.
+  static Status Validate(const HttpOptions& options);
+  // The same on a socket bound beforehand (options.address and port are then ignored).
+  static StatusOr<std::unique_ptr<HttpServer>> Start(runtime::Server* server, HttpOptions options,
+                                                     TcpListener listener);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -313,6 +313,21 @@ TEST_F(HttpServerTest, PipeliningChunkedAndContinue) {
   EXPECT_EQ(c2->connects(), 1);
 }
 
+// Lines ended by a bare LF never make the "\r\n\r\n" the head scan waited for, so such a
+// request once hung until the I/O timeout. Now it is answered 400 at once.
+TEST_F(HttpServerTest, BareLineFeedsAreAnsweredWith400) {
+  Start();
+  ASSERT_TRUE(client_->SendRaw("GET /v2/health/live HTTP/1.1\nHost: x\n\n"));
+  HttpReply r = client_->ReadReply();
+  ExpectError(r, 400, "bare LF");
+  EXPECT_TRUE(r.server_closed);
+  // A chunked body with bare LFs too.
+  auto c2 = NewClient();
+  ASSERT_TRUE(c2->SendRaw(
+      "POST /v2/models/identity/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\n"));
+  ExpectError(c2->ReadReply(), 400, "bare LF");
+}
+
 TEST_F(HttpServerTest, StatisticsCountRequests) {
   Start();
   for (int i = 0; i < 5; ++i)

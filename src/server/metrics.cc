@@ -385,16 +385,22 @@ class MetricsHandler final : public HttpHandler {
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
                                                               std::string address, int port) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
+  ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(address, port));
+  return Start(server, std::move(listener));
+}
+
+StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
+                                                              TcpListener listener) {
+  if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   m->handler_ = std::make_unique<internal::MetricsHandler>(server);
   HttpCoreOptions options;
-  options.address = std::move(address);
-  options.port = port;
   options.threads = 1;
   options.max_body_bytes = 1 << 20;
   options.max_connections = 256;
   options.thread_name = "metrics";
-  ASSIGN_OR_RETURN(m->core_, HttpCore::Start(std::move(options), m->handler_.get()));
+  ASSIGN_OR_RETURN(m->core_,
+                   HttpCore::Start(std::move(options), m->handler_.get(), std::move(listener)));
   return m;
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "runtime/server.h"
+#include "server/tcp_listener.h"
 
 namespace shoal::server {
 
@@ -37,6 +38,9 @@ class MetricsServer {
   // address:port (port 0: any free port). UNAVAILABLE when it cannot bind.
   static StatusOr<std::unique_ptr<MetricsServer>> Start(runtime::Server* server,
                                                         std::string address, int port);
+  // The same on a socket bound beforehand.
+  static StatusOr<std::unique_ptr<MetricsServer>> Start(runtime::Server* server,
+                                                        TcpListener listener);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
