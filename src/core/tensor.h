@@ -49,6 +49,9 @@ class Buffer {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
+  // True for an allocation of its own (Allocate), false for a view (Wrap), which keeps
+  // its owner's memory alive, whatever its size.
+  bool owns_data() const { return owned_; }
 
  private:
   Buffer(void* data, size_t size, bool owned, std::shared_ptr<const void> owner)

@@ -142,6 +142,7 @@ Status Server::LoadModelLocked(const std::string& name) {
   }
   for (auto& [version, mv] : replaced) {
     mv->Shutdown();
+    if (cache_) cache_->Purge(mv->cache_owner_id());
     spdlog::info("unloaded model '{}' version {} (replaced by a reload)", name, version);
   }
   return Status::Ok();
@@ -166,6 +167,7 @@ Status Server::UnloadModelLocked(const std::string& name) {
   }
   for (auto& [version, mv] : versions) {
     mv->Shutdown();
+    if (cache_) cache_->Purge(mv->cache_owner_id());
     spdlog::info("unloaded model '{}' version {}", name, version);
   }
   std::lock_guard<std::mutex> lock(mu_);
