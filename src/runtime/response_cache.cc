@@ -22,7 +22,7 @@ Tensor OwnedCopy(const Tensor& t) {
   if (buffer == nullptr) return t;
   if (buffer->owns_data() && buffer->data() == t.data() && buffer->size() == t.byte_size())
     return t;
-  Tensor copy = Tensor::Allocate(t.dtype(), t.shape(), t.byte_size());
+  Tensor copy = Tensor::AllocateUninitialized(t.dtype(), t.shape(), t.byte_size());
   if (t.byte_size() > 0) std::memcpy(copy.mutable_data(), t.data(), t.byte_size());
   return copy;
 }

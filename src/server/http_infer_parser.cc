@@ -477,7 +477,7 @@ Status AttachBinary(const std::shared_ptr<proto::BodyBuffer>& body, std::string_
       auto buffer = Buffer::Wrap(const_cast<char*>(bytes.data()), bytes.size(), body);
       in.tensor = Tensor(t, std::move(shape), std::move(buffer), 0, bytes.size());
     } else {
-      Tensor copy = Tensor::Allocate(t, std::move(shape), bytes.size());
+      Tensor copy = Tensor::AllocateUninitialized(t, std::move(shape), bytes.size());
       if (!bytes.empty()) std::memcpy(copy.mutable_data(), bytes.data(), bytes.size());
       in.tensor = std::move(copy);
     }
