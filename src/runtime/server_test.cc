@@ -111,6 +111,26 @@ TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
   EXPECT_EQ((*server)->LoadModel("missing").code(), StatusCode::kNotFound);
 }
 
+TEST(ServerTest, ReloadAndUnloadDropTheModelsCachedResults) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", std::string(kIdentityConfig) + "response_cache { enable: true }\n");
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kExplicit));
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->LoadModel("identity").ok());
+  EXPECT_FALSE(InferSync(**server, FloatRequest("identity", {1})).cache_hit);
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).cache_hit);
+  EXPECT_EQ((*server)->cache()->stats().entries, 1);
+  // Reloaded under the same version number: the old model's results are gone.
+  ASSERT_TRUE((*server)->LoadModel("identity").ok());
+  EXPECT_EQ((*server)->cache()->stats().entries, 0);
+  auto fresh = InferSync(**server, FloatRequest("identity", {1}));
+  EXPECT_TRUE(fresh.status.ok()) << fresh.status.ToString();
+  EXPECT_FALSE(fresh.cache_hit) << "a reloaded model answered with the old model's result";
+  EXPECT_EQ((*server)->cache()->stats().entries, 1);
+  ASSERT_TRUE((*server)->UnloadModel("identity").ok());
+  EXPECT_EQ((*server)->cache()->stats().entries, 0);
+}
+
 TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {
   TempRepository repo("shoal_server_test");
   std::string config = kIdentityConfig;
