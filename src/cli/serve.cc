@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/common.h"
+#include "core/log_text.h"
 #include "runtime/server.h"
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
@@ -84,16 +85,16 @@ runtime::ServerOptions MakeServerOptions(const ServeFlags& f) {
 std::unique_ptr<runtime::Server> CreateServer(const ServeFlags& f,
                                               const runtime::ServerOptions& options) {
   spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
-               f.model_repository, f.model_control_mode);
+               LogSafe(f.model_repository), f.model_control_mode);
   auto created = runtime::Server::Create(options);
   if (!created.ok()) {
-    spdlog::critical("cannot start: {}", created.status().message());
+    spdlog::critical("cannot start: {}", LogSafe(created.status().message()));
     return nullptr;
   }
   std::unique_ptr<runtime::Server> server = std::move(created).value();
   for (const auto& m : server->RepositoryIndex()) {
-    spdlog::info("model '{}' version {}: {}{}{}", m.name, m.version,
-                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", m.reason);
+    spdlog::info("model '{}' version {}: {}{}{}", LogSafe(m.name), m.version,
+                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", LogSafe(m.reason));
   }
   return server;
 }
@@ -159,7 +160,7 @@ class RepositoryPoller {
                            [&] { return stop_; })) {
         lock.unlock();
         if (Status s = server->PollRepository(); !s.ok())
-          spdlog::warn("repository poll failed: {}", s.message());
+          spdlog::warn("repository poll failed: {}", LogSafe(s.message()));
         lock.lock();
       }
     });

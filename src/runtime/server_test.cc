@@ -2,11 +2,14 @@
 #include "runtime/server.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <future>
 #include <memory>
+#include <sstream>
 
 #include "runtime/testing/test_repository.h"
 
@@ -129,6 +132,25 @@ TEST(ServerTest, ReloadAndUnloadDropTheModelsCachedResults) {
   EXPECT_EQ((*server)->cache()->stats().entries, 1);
   ASSERT_TRUE((*server)->UnloadModel("identity").ok());
   EXPECT_EQ((*server)->cache()->stats().entries, 0);
+}
+
+TEST(ServerTest, UntrustedModelNamesAreEscapedInTheLog) {
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_st>(log)));
+  {
+    TempRepository repo("shoal_server_test");
+    auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kExplicit));
+    ASSERT_TRUE(server.ok());
+    // What a client can send as the model name of a load request.
+    EXPECT_FALSE((*server)->LoadModel("x\n[critical] forged line \x1b[2J").ok());
+  }
+  spdlog::set_default_logger(previous);
+  const std::string text = log.str();
+  EXPECT_EQ(text.find("\n[critical] forged"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_NE(text.find("x\\n[critical] forged line \\x1b[2J"), std::string::npos) << text;
 }
 
 TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {
