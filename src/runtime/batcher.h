@@ -196,8 +196,9 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns) {
   }
   Level& l = levels_[level - 1];
   if (l.policy.max_queue_size > 0 && l.queue.size() + l.delayed.size() >= l.policy.max_queue_size) {
-    return ResourceExhausted("the queue for priority level " + std::to_string(level) +
-                             " is full (" + std::to_string(l.policy.max_queue_size) +
+    const std::string queue =  // a model without priority levels has just one
+        levels > 1 ? "the queue for priority level " + std::to_string(level) : "the queue";
+    return ResourceExhausted(queue + " is full (" + std::to_string(l.policy.max_queue_size) +
                              " requests); retry later");
   }
   uint64_t timeout_us = l.policy.default_timeout_us;
