@@ -219,6 +219,15 @@ int RunServe(const ServeFlags& f) {
   spdlog::set_level(f.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
   const sigset_t signals = BlockStopSignals();
 
+  if (!f.load_models.empty() && f.model_control_mode != "explicit") {
+    // Outside explicit mode every model loads at start, and --load-model would be
+    // silently ignored: refuse, so a configuration does not mean something it does not.
+    spdlog::critical(
+        "cannot start: --load-model applies only with --model-control-mode explicit (the mode "
+        "is '{}', which loads every model in the repository)",
+        f.model_control_mode);
+    return 1;
+  }
   const runtime::ServerOptions options = MakeServerOptions(f);
   std::unique_ptr<runtime::Server> server = CreateServer(f, options);
   if (!server) return 1;
@@ -281,7 +290,8 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve->add_option("--load-model", flags->load_models,
-                    "In explicit mode, a model to load at start (repeatable; '*' loads all)");
+                    "A model to load at start (repeatable; '*' loads all). Explicit mode "
+                    "only: with another --model-control-mode, shoal refuses to start");
   serve->add_option("--backend-directory", flags->backend_directories,
                     "Folder searched for plugin backends libshoal_<name>.so (repeatable). Default: "
                     "$SHOAL_BACKEND_DIR, then the build or install tree's backends folder");
