@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -46,6 +48,7 @@ struct ServeFlags {
   int log_verbose = 0;
   int64_t cache_size_bytes = int64_t{64} << 20;
   int64_t max_body_bytes = int64_t{64} << 20;
+  int64_t grpc_max_message_bytes = 0;  // 0: max_body_bytes (up to INT32_MAX)
   int64_t max_header_bytes = int64_t{16} << 10;
   int64_t max_tensor_elements = int64_t{1} << 28;
   int64_t max_inputs = 64;
@@ -140,6 +143,9 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
     o.address = f.address;
     o.port = f.grpc_port;
     o.threads = f.grpc_threads;
+    o.max_message_bytes = f.grpc_max_message_bytes > 0
+                              ? f.grpc_max_message_bytes
+                              : std::min<int64_t>(f.max_body_bytes, INT32_MAX);
     o.limits = options.limits;
     services->grpc =
         LogServiceStart(server::GrpcServer::Start(server, o), "gRPC", f.address, f.grpc_port);
@@ -310,6 +316,11 @@ void AddServeCommand(CLI::App& app) {
                    "Largest HTTP request body, after decompression")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--grpc-max-message-bytes", flags->grpc_max_message_bytes,
+                   "Largest gRPC message received or sent, 1..2147483647 (default: "
+                   "--max-body-bytes)")
+      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}));
   serve
       ->add_option("--max-header-bytes", flags->max_header_bytes,
                    "Largest HTTP request header block")
