@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("shoal ") + SHOAL_VERSION);
   app.set_config("--config", "",
                  "Read options from a TOML or INI file whose keys are the long flag names");
+  // A misspelled key would otherwise be ignored and the server start on defaults.
+  // Subcommands inherit this when they are added, so it comes first.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.require_subcommand(1);
   shoal::cli::AddServeCommand(app);
   shoal::cli::AddRunCommand(app);
@@ -54,16 +57,32 @@ int main(int argc, char** argv) {
       ->needs(profile);
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
-    auto text = shoal::engine::InspectModel(model_path, inspect_options);
+    shoal::engine::InspectSummary summary;
+    auto text = shoal::engine::InspectModel(model_path, inspect_options, &summary);
     if (!text.ok()) {
       std::cerr << "shoal inspect: " << text.status().message() << "\n";
       std::exit(1);
     }
     std::cout << *text;
-    std::exit(0);
+    // The report is printed either way; a model shoal cannot serve exits 2, so scripts
+    // that gate on `shoal inspect` stop there.
+    std::exit(summary.loads ? 0 : 2);
   });
 #endif
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 words an unknown key "INI was not able to parse serve.http-prot".
+    const std::string what = e.what();
+    const std::string prefix = "INI was not able to parse ";
+    if (what.rfind(prefix, 0) != 0) return app.exit(e);
+    std::cerr << "shoal: unknown key '" << what.substr(prefix.size())
+              << "' in the --config file (keys are the long option names under the "
+                 "subcommand's section, e.g. [serve] http-port = 8000)\n";
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   return 0;
 }

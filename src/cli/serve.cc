@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "cli/common.h"
+#include "core/log_text.h"
 #include "runtime/server.h"
 #include "server/tcp_listener.h"
 #ifdef SHOAL_HAVE_HTTP
@@ -50,6 +53,7 @@ struct ServeFlags {
   int log_verbose = 0;
   int64_t cache_size_bytes = int64_t{64} << 20;
   int64_t max_body_bytes = int64_t{64} << 20;
+  int64_t grpc_max_message_bytes = 0;  // 0: max_body_bytes (up to INT32_MAX)
   int64_t max_header_bytes = int64_t{16} << 10;
   int64_t max_tensor_elements = int64_t{1} << 28;
   int64_t max_inputs = 64;
@@ -102,16 +106,16 @@ runtime::ServerOptions MakeServerOptions(const ServeFlags& f) {
 std::unique_ptr<runtime::Server> CreateServer(const ServeFlags& f,
                                               const runtime::ServerOptions& options) {
   spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
-               f.model_repository, f.model_control_mode);
+               LogSafe(f.model_repository), f.model_control_mode);
   auto created = runtime::Server::Create(options);
   if (!created.ok()) {
-    spdlog::critical("cannot start: {}", created.status().message());
+    spdlog::critical("cannot start: {}", LogSafe(created.status().message()));
     return nullptr;
   }
   std::unique_ptr<runtime::Server> server = std::move(created).value();
   for (const auto& m : server->RepositoryIndex()) {
-    spdlog::info("model '{}' version {}: {}{}{}", m.name, m.version,
-                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", m.reason);
+    spdlog::info("model '{}' version {}: {}{}{}", LogSafe(m.name), m.version,
+                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", LogSafe(m.reason));
   }
   return server;
 }
@@ -210,6 +214,9 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
     o.address = f.GrpcAddress();
     o.port = listeners.grpc.port();  // the one bound, also when the flag asked for any (0)
     o.threads = f.grpc_threads;
+    o.max_message_bytes = f.grpc_max_message_bytes > 0
+                              ? f.grpc_max_message_bytes
+                              : std::min<int64_t>(f.max_body_bytes, INT32_MAX);
     o.limits = options.limits;
     // Handed over by closing: gRPC binds the port again at once. (Only another process
     // binding it in between can make this fail.)
@@ -233,7 +240,7 @@ class RepositoryPoller {
                            [&] { return stop_; })) {
         lock.unlock();
         if (Status s = server->PollRepository(); !s.ok())
-          spdlog::warn("repository poll failed: {}", s.message());
+          spdlog::warn("repository poll failed: {}", LogSafe(s.message()));
         lock.lock();
       }
     });
@@ -292,6 +299,15 @@ int RunServe(const ServeFlags& f) {
   spdlog::set_level(f.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
   const sigset_t signals = BlockStopSignals();
 
+  if (!f.load_models.empty() && f.model_control_mode != "explicit") {
+    // Outside explicit mode every model loads at start, and --load-model would be
+    // silently ignored: refuse, so a configuration does not mean something it does not.
+    spdlog::critical(
+        "cannot start: --load-model applies only with --model-control-mode explicit (the mode "
+        "is '{}', which loads every model in the repository)",
+        f.model_control_mode);
+    return 1;
+  }
   const runtime::ServerOptions options = MakeServerOptions(f);
 #ifdef SHOAL_HAVE_HTTP
   if (f.allow_http) {
@@ -375,7 +391,8 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve->add_option("--load-model", flags->load_models,
-                    "In explicit mode, a model to load at start (repeatable; '*' loads all)");
+                    "A model to load at start (repeatable; '*' loads all). Explicit mode "
+                    "only: with another --model-control-mode, shoal refuses to start");
   serve->add_option("--backend-directory", flags->backend_directories,
                     "Folder searched for plugin backends libshoal_<name>.so (repeatable). Default: "
                     "$SHOAL_BACKEND_DIR, then the build or install tree's backends folder");
@@ -394,6 +411,11 @@ void AddServeCommand(CLI::App& app) {
                    "Largest HTTP request body, after decompression")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--grpc-max-message-bytes", flags->grpc_max_message_bytes,
+                   "Largest gRPC message received or sent, 1..2147483647 (default: "
+                   "--max-body-bytes)")
+      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}));
   serve
       ->add_option("--max-header-bytes", flags->max_header_bytes,
                    "Largest HTTP request header block")

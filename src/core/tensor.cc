@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -36,15 +37,39 @@ std::string ShapeToString(std::span<const int64_t> shape) {
   return out + "]";
 }
 
-std::shared_ptr<Buffer> Buffer::Allocate(size_t bytes) {
+namespace {
+
+std::atomic<int64_t> zeroed_bytes{0};
+
+// An aligned allocation of at least `bytes`, whose padding past `bytes` is zeroed.
+void* AllocateAligned(size_t bytes, size_t* rounded_out) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
-  const size_t rounded =
-      std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  const size_t rounded = std::max<size_t>(
+      Buffer::kAlignment, (bytes + Buffer::kAlignment - 1) / Buffer::kAlignment * Buffer::kAlignment);
+  void* p = std::aligned_alloc(Buffer::kAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  std::memset(static_cast<char*>(p) + bytes, 0, rounded - bytes);
+  *rounded_out = rounded;
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<Buffer> Buffer::Allocate(size_t bytes) {
+  size_t rounded = 0;
+  void* p = AllocateAligned(bytes, &rounded);
+  std::memset(p, 0, bytes);
+  zeroed_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   return std::shared_ptr<Buffer>(new Buffer(p, bytes, /*owned=*/true, nullptr));
 }
+
+std::shared_ptr<Buffer> Buffer::AllocateUninitialized(size_t bytes) {
+  size_t rounded = 0;
+  void* p = AllocateAligned(bytes, &rounded);
+  return std::shared_ptr<Buffer>(new Buffer(p, bytes, /*owned=*/true, nullptr));
+}
+
+int64_t Buffer::zeroed_bytes_total() { return zeroed_bytes.load(std::memory_order_relaxed); }
 
 std::shared_ptr<Buffer> Buffer::Wrap(void* data, size_t bytes, std::shared_ptr<const void> owner) {
   return std::shared_ptr<Buffer>(new Buffer(data, bytes, /*owned=*/false, std::move(owner)));
@@ -56,6 +81,11 @@ Buffer::~Buffer() {
 
 Tensor Tensor::Allocate(DataType type, Shape shape, size_t bytes) {
   auto buffer = Buffer::Allocate(bytes);
+  return Tensor(type, std::move(shape), std::move(buffer), 0, bytes);
+}
+
+Tensor Tensor::AllocateUninitialized(DataType type, Shape shape, size_t bytes) {
+  auto buffer = Buffer::AllocateUninitialized(bytes);
   return Tensor(type, std::move(shape), std::move(buffer), 0, bytes);
 }
 

@@ -40,6 +40,12 @@ class Buffer {
 
   // A zero-initialised allocation of `bytes` (aligned to kAlignment).
   static std::shared_ptr<Buffer> Allocate(size_t bytes);
+  // The same without zeroing its `bytes` (alignment padding past them is still zeroed):
+  // for buffers that the caller overwrites in full at once (merges, copies), where
+  // zeroing would touch every byte twice on the request path.
+  static std::shared_ptr<Buffer> AllocateUninitialized(size_t bytes);
+  // Bytes zeroed by Allocate in this process, so far (tests check that hot paths do not).
+  static int64_t zeroed_bytes_total();
   // A view of [data, data + bytes) kept alive by `owner` (may be null for static data).
   static std::shared_ptr<Buffer> Wrap(void* data, size_t bytes, std::shared_ptr<const void> owner);
 
@@ -49,6 +55,9 @@ class Buffer {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
+  // True for an allocation of its own (Allocate), false for a view (Wrap), which keeps
+  // its owner's memory alive, whatever its size.
+  bool owns_data() const { return owned_; }
 
  private:
   Buffer(void* data, size_t size, bool owned, std::shared_ptr<const void> owner)
@@ -64,6 +73,9 @@ class Tensor {
   Tensor() = default;
   // A new zero-filled tensor; for kBytes, `bytes` gives the serialized size.
   static Tensor Allocate(DataType type, Shape shape, size_t bytes);
+  // A new tensor whose bytes are not initialised (Buffer::AllocateUninitialized): only
+  // for a producer that writes all `bytes` before anyone reads them.
+  static Tensor AllocateUninitialized(DataType type, Shape shape, size_t bytes);
   // Fixed-size types only: allocates ElementCount(shape) * DataTypeSize(type) bytes.
   static Tensor Allocate(DataType type, Shape shape);
   // A tensor over `bytes` bytes at `offset` in `buffer`.

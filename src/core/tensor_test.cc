@@ -23,6 +23,17 @@ TEST(TensorTest, AllocateIsAlignedAndZeroed) {
   for (float v : t.values<float>()) EXPECT_EQ(v, 0.0f);
 }
 
+TEST(TensorTest, AllocateUninitializedSkipsZeroingButKeepsAlignment) {
+  const int64_t before = Buffer::zeroed_bytes_total();
+  Tensor t = Tensor::AllocateUninitialized(DataType::kFp32, {1000, 100}, 400'000);
+  EXPECT_EQ(t.byte_size(), 400'000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % Buffer::kAlignment, 0u);
+  EXPECT_TRUE(t.buffer()->owns_data());
+  EXPECT_EQ(Buffer::zeroed_bytes_total(), before) << "an uninitialised allocation was zeroed";
+  Tensor z = Tensor::Allocate(DataType::kFp32, {3, 5});
+  EXPECT_EQ(Buffer::zeroed_bytes_total(), before + 60);
+}
+
 TEST(TensorTest, SliceRowsSharesTheBuffer) {
   Tensor t = Tensor::FromVector<float>(DataType::kFp32, {3, 2}, {1, 2, 3, 4, 5, 6});
   auto rows = t.SliceRows(1, 3);

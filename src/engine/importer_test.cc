@@ -192,8 +192,11 @@ TEST(ImporterTest, RandomCorruptionNeverCrashes) {
 }
 
 TEST(InspectTest, ReportsSignatureHistogramAndFlops) {
-  auto report = InspectModel(ModelPath("resnet_op13.onnx"));
+  InspectSummary summary;
+  auto report = InspectModel(ModelPath("resnet_op13.onnx"), {}, &summary);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(summary.loads);
+  EXPECT_EQ(summary.unsupported_operator_types, 0);
   EXPECT_THAT(*report, HasSubstr("input  FP32  [batch,3,32,32]"));
   EXPECT_THAT(*report, HasSubstr("logits  FP32  [batch,10]"));
   EXPECT_THAT(*report, HasSubstr("Conv  "));
@@ -217,9 +220,12 @@ TEST(InspectTest, ListsUnsupportedOperators) {
     std::ofstream out(path, std::ios::binary);
     out << m.SerializeAsString();
   }
-  auto report = InspectModel(path);
+  InspectSummary summary;
+  auto report = InspectModel(path, {}, &summary);
   std::filesystem::remove(path);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_FALSE(summary.loads) << "`shoal inspect` would exit 0 on a model it cannot serve";
+  EXPECT_EQ(summary.unsupported_operator_types, 1);
   EXPECT_THAT(*report, HasSubstr("unsupported operators:\n  Celu  1"));
   EXPECT_THAT(*report, HasSubstr("nodes: 2"));
   EXPECT_THAT(*report, HasSubstr("FLOPs per sample: unknown"));

@@ -188,7 +188,8 @@ void PrintProfile(std::ostringstream& out, const Model& m, const std::vector<Ten
 
 }  // namespace
 
-StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options) {
+StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options,
+                                   InspectSummary* summary) {
   if (options.batch < 0)
     return InvalidArgument("batch must be >= 0; was " + std::to_string(options.batch));
   if (options.profile_runs < 0 || options.profile_threads < 0)
@@ -216,6 +217,10 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
     out << "optimised graph: " << (*model)->optimize_report().Summary() << "\n";
   }
   PrintOperators(out, census);
+  if (summary != nullptr) {
+    summary->unsupported_operator_types = static_cast<int>(census.unsupported.size());
+    summary->loads = census.unsupported.empty() && model.ok();
+  }
   if (!census.unsupported.empty() || !model.ok()) {
     if (!model.ok() && census.unsupported.empty())
       out << "load error: " << model.status().message() << "\n";

@@ -38,6 +38,15 @@ struct InspectOptions {
   int profile_threads = 0;
 };
 
-StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options = {});
+// What a report found, for callers that act on it (`shoal inspect`'s exit status).
+struct InspectSummary {
+  int unsupported_operator_types = 0;  // distinct operator types the engine lacks
+  bool loads = true;  // false: unsupported operators, or the model failed to load
+};
+
+// The report's text. A model that does not load is still reported (OK, with the reason
+// in the text); `summary`, when given, says so.
+StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions& options = {},
+                                   InspectSummary* summary = nullptr);
 
 }  // namespace shoal::engine

@@ -511,7 +511,7 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     // A view into the arena must not outlive this run, and a plan constant must not be
     // written through by the caller: both leave as copies.
     if (t.buffer() == arena_ || (!known_[v].empty() && t.buffer() == known_[v].buffer())) {
-      Tensor copy = Tensor::Allocate(t.dtype(), t.shape(), t.byte_size());
+      Tensor copy = Tensor::AllocateUninitialized(t.dtype(), t.shape(), t.byte_size());
       if (t.byte_size()) std::memcpy(copy.mutable_data(), t.data(), t.byte_size());
       t = std::move(copy);
     }

@@ -190,7 +190,7 @@ StatusOr<backends::ExecuteRequest> MergeInputs(const ModelSignature& sig,
       for (const auto* r : requests) bytes += FindInput(*r, spec.name)->tensor.byte_size();
       Shape shape = first->tensor.shape();
       shape[0] = exec.batch_size;
-      merged = Tensor::Allocate(spec.dtype, shape, bytes);
+      merged = Tensor::AllocateUninitialized(spec.dtype, shape, bytes);  // filled below
       char* dst = static_cast<char*>(merged.mutable_data());
       for (const auto* r : requests) {
         const Tensor& t = FindInput(*r, spec.name)->tensor;

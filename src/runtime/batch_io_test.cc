@@ -175,6 +175,20 @@ TEST(MergeScatterTest, RequestsOfDifferentShapesAreNeverMerged) {
   EXPECT_TRUE(MergeInputs(sig, {&two, &two_b}, {1, 2}).ok());
 }
 
+TEST(MergeScatterTest, MergeBufferIsNotZeroedBeforeItIsOverwritten) {
+  InferRequest a = Req(3, 0), b = Req(5, 100);
+  const int64_t before = Buffer::zeroed_bytes_total();
+  auto merged = MergeInputs(Sig(), {&a, &b}, {3, 5});
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_EQ(Buffer::zeroed_bytes_total(), before) << "the merge buffer was zeroed first";
+  const auto values = merged->inputs[0].tensor.values<float>();
+  ASSERT_EQ(values.size(), 16u);
+  EXPECT_EQ(values[0], 0.0f);
+  EXPECT_EQ(values[5], 5.0f);
+  EXPECT_EQ(values[6], 100.0f);
+  EXPECT_EQ(values[15], 109.0f);
+}
+
 TEST(MergeScatterTest, SingleRequestPassesTensorsThrough) {
   InferRequest r = Req(2, 0);
   auto merged = MergeInputs(Sig(), {&r}, {2});

@@ -216,6 +216,8 @@ TEST(BatcherTest, QueueOverflowRejectedAtOnceAndRetryable) {
   EXPECT_TRUE(s.retryable());
   EXPECT_NE(t, nullptr);
   EXPECT_EQ(b->size(), 2u);
+  // A model without priority levels has one queue: the message names no level.
+  EXPECT_EQ(s.message(), "the queue is full (2 requests); retry after 0 ms");
 }
 
 TEST(BatcherTest, PerLevelQueuePolicyOverridesDefault) {
@@ -231,7 +233,9 @@ TEST(BatcherTest, PerLevelQueuePolicyOverridesDefault) {
   Push(*b, T(1, 1, 0, 1), 0);
   Push(*b, T(2, 1, 0, 2), 0);
   auto t = T(3, 1, 0, 2);
-  EXPECT_EQ(b->Enqueue(t, 0).code(), StatusCode::kResourceExhausted);
+  const Status s = b->Enqueue(t, 0);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "the queue for priority level 2 is full (1 requests); retry after 0 ms");
 }
 
 TEST(BatcherTest, RejectTimeoutAnswersAtThatMoment) {

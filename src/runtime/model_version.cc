@@ -11,8 +11,9 @@
 
 namespace shoal::runtime {
 
-CacheKey MakeCacheKey(const std::string& model, int64_t version, const InferRequest& request) {
-  CacheKeyBuilder b;
+CacheKey MakeCacheKey(const std::string& model, int64_t version, uint64_t owner,
+                      const InferRequest& request) {
+  CacheKeyBuilder b(owner);
   b.Add(model).Add(version);
   std::vector<const NamedTensor*> inputs;
   for (const auto& in : request.inputs) inputs.push_back(&in);
@@ -200,53 +201,67 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
                   : validated->shape_key;
   task->received_ns = now;
   task->control = control;
-  if (options_.cache && AnswerFromCache(request, callback, *task, now)) return control;
-
   task->request = std::move(request);
   task->callback = std::move(callback);
+  if (options_.cache) {
+    task = AnswerFromCache(std::move(task), now);
+    if (task == nullptr) return control;
+  }
   Enqueue(std::move(task), now);
   return control;
 }
 
-bool ModelVersion::AnswerFromCache(const InferRequest& request, InferCallback& callback,
-                                   RequestTask& task, int64_t now) {
-  const std::shared_ptr<RequestControl>& control = task.control;
-  const CacheKey key = MakeCacheKey(options_.name, options_.version, request);
-  auto shared_cb = std::make_shared<InferCallback>(std::move(callback));
-  ResponseCache::Waiter waiter = [this, shared_cb, control, now, id = request.id](
-                                     const Status& status,
-                                     const std::vector<NamedTensor>& outputs) {
-    if (!control->Finish()) return;
-    const int64_t e2e = clock_->NowNs() - now;
+ModelVersion::TaskPtr ModelVersion::AnswerFromCache(TaskPtr task, int64_t now) {
+  CacheKey key = MakeCacheKey(options_.name, options_.version, cache_owner_id_, task->request);
+  // The task goes into the waiter before the lookup: once joined, the leader may end (and
+  // call the waiter) on another thread before Lookup returns here.
+  auto held = std::make_shared<TaskPtr>(std::move(task));
+  ResponseCache::Waiter waiter = [this, held](bool shared, const Status& status,
+                                              const std::vector<NamedTensor>& outputs) {
+    TaskPtr joiner = std::move(*held);
+    if (!shared) {
+      // The leader ended for reasons of its own client (cancelled, timed out, refused):
+      // this request runs for itself, as if it had just arrived (or joins another).
+      if (TaskPtr t = AnswerFromCache(std::move(joiner), clock_->NowNs()))
+        Enqueue(std::move(t), clock_->NowNs());
+      return;
+    }
+    if (!joiner->control->Finish()) return;
+    const int64_t e2e = clock_->NowNs() - joiner->received_ns;
     if (status.ok()) {
       stats_.RecordCacheHit(e2e, 0);
     } else {
       stats_.RecordFailure(e2e);
     }
-    InferResponse response;
-    response.model_name = options_.name;
-    response.model_version = options_.version;
-    response.id = id;
-    response.status = status;
-    if (status.ok()) response.outputs = outputs;
-    response.cache_hit = status.ok();
-    (*shared_cb)(std::move(response));
+    AnswerDirect(joiner->request, joiner->callback, status,
+                 status.ok() ? outputs : std::vector<NamedTensor>{}, status.ok());
   };
   std::vector<NamedTensor> hit;
   const auto outcome = options_.cache->Lookup(key, waiter, &hit);
   const int64_t lookup_ns = clock_->NowNs() - now;
-  if (outcome == ResponseCache::Outcome::kJoined) return true;
-  callback = std::move(*shared_cb);
+  if (outcome == ResponseCache::Outcome::kJoined) return nullptr;
+  task = std::move(*held);
   if (outcome == ResponseCache::Outcome::kHit) {
-    control->Finish();
-    stats_.RecordCacheHit(clock_->NowNs() - now, lookup_ns);
-    AnswerDirect(request, callback, Status::Ok(), std::move(hit), true);
-    return true;
+    task->control->Finish();
+    stats_.RecordCacheHit(clock_->NowNs() - task->received_ns, lookup_ns);
+    AnswerDirect(task->request, task->callback, Status::Ok(), std::move(hit), true);
+    return nullptr;
   }
   stats_.RecordCacheMiss(lookup_ns);
-  task.cache_leader = true;
-  task.cache_key = key;
-  return false;
+  task->cache_leader = true;
+  task->cache_key = std::move(key);
+  return task;
+}
+
+void ModelVersion::CompleteCacheLeader(const RequestTask& leader, bool ran, const Status& status,
+                                       const std::vector<NamedTensor>& outputs) {
+  // Only the result of running the request belongs to its content, and so to its joiners.
+  // A leader refused at admission, timed out or cancelled (even on the instance, before
+  // the merge) ended for its own client's reasons.
+  const bool shared = ran && status.code() != StatusCode::kCancelled &&
+                      status.code() != StatusCode::kDeadlineExceeded;
+  auto waiters = options_.cache->Complete(leader.cache_key, status, outputs);
+  for (auto& w : waiters) w(shared, status, outputs);
 }
 
 void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
@@ -302,6 +317,7 @@ void ModelVersion::AnswerDirect(const InferRequest& request, InferCallback& call
 
 void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
                           int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns) {
+  const bool ran = task->control->state() == RequestState::kExecuting;  // read before Finish
   if (task->control->Finish()) {
     const int64_t e2e = clock_->NowNs() - task->received_ns;
     if (status.ok()) {
@@ -309,10 +325,7 @@ void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedT
     } else {
       stats_.RecordFailure(e2e);
     }
-    if (task->cache_leader) {
-      auto waiters = options_.cache->Complete(task->cache_key, status, outputs);
-      for (auto& w : waiters) w(status, outputs);
-    }
+    if (task->cache_leader) CompleteCacheLeader(*task, ran, status, outputs);
     InferResponse response;
     response.model_name = options_.name;
     response.model_version = options_.version;

@@ -93,6 +93,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   void Shutdown();
 
   const std::string& name() const { return options_.name; }
+  // This loaded instance's owner id in the response cache: unique per ModelVersion object,
+  // so a reload under the same version number never hits the old model's entries.
+  uint64_t cache_owner_id() const { return cache_owner_id_; }
   int64_t version() const { return options_.version; }
   const ModelSignature& signature() const { return options_.signature; }
   const ModelVersionOptions& options() const { return options_; }
@@ -114,12 +117,16 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // The handle Infer returns; cancelling through it wakes the scheduler to answer the
   // request (it holds only a weak reference to this version).
   std::shared_ptr<RequestControl> NewRequestControl();
-  // Infer's step for a model with a response cache. True when the request is done here:
-  // answered from the cache, or joined to an identical request in flight (which then owns
-  // `callback`). False on a miss: `task` is made the cache's leader for its key and
-  // `callback` is left to the caller.
-  bool AnswerFromCache(const InferRequest& request, InferCallback& callback, RequestTask& task,
-                       int64_t now);
+  // Infer's step for a model with a response cache (`now`: when the lookup began). Null
+  // when the request is done here: answered from the cache, or joined to an identical
+  // request in flight (whose waiter then holds the task). On a miss, returns `task` made
+  // the cache's leader for its key, for the caller to enqueue.
+  TaskPtr AnswerFromCache(TaskPtr task, int64_t now);
+  // Hands a cache leader's outcome to its joiners: its result if it ran (`ran`: it reached
+  // an instance) and was not cancelled or timed out; otherwise each joiner runs its own
+  // request (AnswerFromCache again).
+  void CompleteCacheLeader(const RequestTask& leader, bool ran, const Status& status,
+                           const std::vector<NamedTensor>& outputs);
   // Infer's last step: queues `task` (received at `now`) in the batcher, or answers it
   // with the reason it was refused (shutting down, queue full, bad priority).
   void Enqueue(TaskPtr task, int64_t now);
@@ -156,6 +163,7 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   Status RunWarmup(backends::BackendInstance& instance, const backends::InstanceInfo& info);
 
   const ModelVersionOptions options_;
+  const uint64_t cache_owner_id_ = ResponseCache::NewOwnerId();
   std::shared_ptr<Clock> clock_;
   std::unique_ptr<backends::BackendModel> model_;
   std::unique_ptr<InstancePool> pool_;
@@ -186,7 +194,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::map<uint64_t, std::vector<std::function<void()>>> held_;  // GUARDED_BY(order_mu_)
 };
 
-// The cache key of a request for a model version.
-CacheKey MakeCacheKey(const std::string& model, int64_t version, const InferRequest& request);
+// The cache key of a request for a loaded model version (`owner`: its cache_owner_id()).
+CacheKey MakeCacheKey(const std::string& model, int64_t version, uint64_t owner,
+                      const InferRequest& request);
 
 }  // namespace shoal::runtime

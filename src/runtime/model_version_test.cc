@@ -449,6 +449,78 @@ TEST_F(ModelVersionTest, CacheHitAndInFlightJoinRunTheModelOnce) {
   EXPECT_EQ(mv->stats().cache_miss.count, 2u);
 }
 
+TEST_F(ModelVersionTest, ReloadUnderTheSameVersionNeverHitsTheOldModelsResults) {
+  auto cache = std::make_shared<ResponseCache>(1 << 20);
+  auto o = Batching(8);
+  o.cache = cache;
+  auto old_mv = Make(o);
+  old_mv->Infer(Req("old", {1}), answers_.For("old"));
+  ASSERT_TRUE(answers_.WaitFor("old"));
+  old_mv->Shutdown();
+  // The same name and version number, reloaded: another backend, sharing the cache.
+  auto reloaded_state = std::make_shared<FakeBackendState>();
+  o.name = "fake";
+  o.instances = {{"fake_0", 0, {}}};
+  o.clock = clock_;
+  auto mv = ModelVersion::Create(o, std::make_unique<FakeBackendModel>(reloaded_state));
+  ASSERT_TRUE(mv.ok()) << mv.status().ToString();
+  EXPECT_NE((*mv)->cache_owner_id(), old_mv->cache_owner_id());
+  (*mv)->Infer(Req("new", {1}), answers_.For("new"));
+  ASSERT_TRUE(answers_.WaitFor("new"));
+  EXPECT_TRUE(answers_.Get("new").status.ok());
+  EXPECT_FALSE(answers_.Get("new").cache_hit) << "served the old model's result";
+  EXPECT_EQ(reloaded_state->executions().size(), 1u);
+  (*mv)->Shutdown();
+}
+
+TEST_F(ModelVersionTest, JoinerOfALeaderThatTimedOutInTheQueueRunsItsOwnRequest) {
+  auto o = Batching(8);
+  o.cache = std::make_shared<ResponseCache>(1 << 20);
+  o.batching.default_queue_policy.allow_timeout_override = true;
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  InferRequest impatient = Req("leader", {1});
+  impatient.timeout_us = 100;
+  mv->Infer(std::move(impatient), answers_.For("leader"));
+  mv->Infer(Req("joiner", {1}), answers_.For("joiner"));  // no timeout of its own
+  EXPECT_EQ(mv->options().cache->stats().joins, 1);
+  clock_->AdvanceUs(100);
+  ASSERT_TRUE(answers_.WaitFor("leader"));
+  EXPECT_EQ(answers_.Get("leader").status.code(), StatusCode::kDeadlineExceeded);
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("joiner"));
+  InferResponse joiner = answers_.Get("joiner");
+  ASSERT_TRUE(joiner.status.ok()) << "inherited the leader's timeout: " << joiner.status.ToString();
+  ASSERT_EQ(joiner.outputs.size(), 1u);
+  EXPECT_EQ(joiner.outputs[0].tensor.values<float>()[0], 2.0f);
+  mv->Shutdown();
+  EXPECT_EQ(state_->executions().size(), 2u);  // "first", then the joiner's own run
+}
+
+TEST_F(ModelVersionTest, JoinersOfACancelledLeaderGetTheirOwnResultsFromOneRun) {
+  auto o = Batching(8);
+  o.cache = std::make_shared<ResponseCache>(1 << 20);
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  auto leader = mv->Infer(Req("leader", {4}), answers_.For("leader"));
+  mv->Infer(Req("joiner1", {4}), answers_.For("joiner1"));
+  mv->Infer(Req("joiner2", {4}), answers_.For("joiner2"));
+  leader->Cancel();
+  ASSERT_TRUE(answers_.WaitFor("leader"));
+  EXPECT_EQ(answers_.Get("leader").status.code(), StatusCode::kCancelled);
+  state_->Unblock(100);
+  for (const char* id : {"joiner1", "joiner2"}) {
+    ASSERT_TRUE(answers_.WaitFor(id));
+    InferResponse r = answers_.Get(id);
+    ASSERT_TRUE(r.status.ok()) << id << " inherited the leader's cancel: " << r.status.ToString();
+    EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 8.0f);
+  }
+  mv->Shutdown();
+  // One joiner led the second run and the other joined it.
+  EXPECT_EQ(state_->executions().size(), 2u);
+  EXPECT_EQ(answers_.size(), 4u);
+}
+
 TEST_F(ModelVersionTest, PreserveOrderingHoldsLaterBatchesUntilEarlierAnswered) {
   auto o = Batching(1);
   o.preserve_ordering = true;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/log_text.h"
 #include "repository/repository.h"
 #include "runtime/config_adapter.h"
 
@@ -76,7 +77,8 @@ Status Server::LoadModel(const std::string& name) {
 Status Server::LoadModelLocked(const std::string& name) {
   auto scanned = repository::ScanModel(options_.model_repository, name);
   if (!scanned.ok()) {
-    spdlog::error("model '{}' failed to load: {}", name, scanned.status().message());
+    spdlog::error("model '{}' failed to load: {}", LogSafe(name),
+                  LogSafe(scanned.status().message()));
     return scanned.status();
   }
   repository::ModelEntry entry = std::move(scanned).value();
@@ -87,7 +89,7 @@ Status Server::LoadModelLocked(const std::string& name) {
     if (r.versions.empty()) r.state = ModelState::kLoading;
   }
   auto fail = [&](const Status& s) {
-    spdlog::error("model '{}' failed to load: {}", name, s.message());
+    spdlog::error("model '{}' failed to load: {}", LogSafe(name), LogSafe(s.message()));
     std::lock_guard<std::mutex> lock(mu_);
     Record& r = models_[name];
     // A model that was serving keeps serving its old versions.
@@ -124,8 +126,8 @@ Status Server::LoadModelLocked(const std::string& name) {
           mv.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
     config = completed;
     loaded[version] = std::move(mv).value();
-    spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)", name,
-                 version, backend_name, loaded[version]->options().instances.size(),
+    spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)",
+                 LogSafe(name), version, LogSafe(backend_name), loaded[version]->options().instances.size(),
                  static_cast<double>(clock_->NowNs() - start_ns) / 1e6);
   }
 
@@ -142,7 +144,8 @@ Status Server::LoadModelLocked(const std::string& name) {
   }
   for (auto& [version, mv] : replaced) {
     mv->Shutdown();
-    spdlog::info("unloaded model '{}' version {} (replaced by a reload)", name, version);
+    if (cache_) cache_->Purge(mv->cache_owner_id());
+    spdlog::info("unloaded model '{}' version {} (replaced by a reload)", LogSafe(name), version);
   }
   return Status::Ok();
 }
@@ -166,7 +169,8 @@ Status Server::UnloadModelLocked(const std::string& name) {
   }
   for (auto& [version, mv] : versions) {
     mv->Shutdown();
-    spdlog::info("unloaded model '{}' version {}", name, version);
+    if (cache_) cache_->Purge(mv->cache_owner_id());
+    spdlog::info("unloaded model '{}' version {}", LogSafe(name), version);
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);

@@ -2,6 +2,8 @@
 #include "runtime/server.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -114,6 +117,45 @@ TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
   EXPECT_TRUE((*server)->ready()) << "an unload on request is not a failure";
   EXPECT_EQ((*server)->UnloadModel("identity").code(), StatusCode::kNotFound);
   EXPECT_EQ((*server)->LoadModel("missing").code(), StatusCode::kNotFound);
+}
+
+TEST(ServerTest, ReloadAndUnloadDropTheModelsCachedResults) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", std::string(kIdentityConfig) + "response_cache { enable: true }\n");
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kExplicit));
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->LoadModel("identity").ok());
+  EXPECT_FALSE(InferSync(**server, FloatRequest("identity", {1})).cache_hit);
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).cache_hit);
+  EXPECT_EQ((*server)->cache()->stats().entries, 1);
+  // Reloaded under the same version number: the old model's results are gone.
+  ASSERT_TRUE((*server)->LoadModel("identity").ok());
+  EXPECT_EQ((*server)->cache()->stats().entries, 0);
+  auto fresh = InferSync(**server, FloatRequest("identity", {1}));
+  EXPECT_TRUE(fresh.status.ok()) << fresh.status.ToString();
+  EXPECT_FALSE(fresh.cache_hit) << "a reloaded model answered with the old model's result";
+  EXPECT_EQ((*server)->cache()->stats().entries, 1);
+  ASSERT_TRUE((*server)->UnloadModel("identity").ok());
+  EXPECT_EQ((*server)->cache()->stats().entries, 0);
+}
+
+TEST(ServerTest, UntrustedModelNamesAreEscapedInTheLog) {
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_st>(log)));
+  {
+    TempRepository repo("shoal_server_test");
+    auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kExplicit));
+    ASSERT_TRUE(server.ok());
+    // What a client can send as the model name of a load request.
+    EXPECT_FALSE((*server)->LoadModel("x\n[critical] forged line \x1b[2J").ok());
+  }
+  spdlog::set_default_logger(previous);
+  const std::string text = log.str();
+  EXPECT_EQ(text.find("\n[critical] forged"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_NE(text.find("x\\n[critical] forged line \\x1b[2J"), std::string::npos) << text;
 }
 
 TEST(ServerTest, VersionPolicySelectsVersionsAndLatestIsDefault) {

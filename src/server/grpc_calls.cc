@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/log_text.h"
 #include "server/grpc_codec.h"
 
 namespace shoal::server::internal {
@@ -39,7 +40,7 @@ void RunCompletionQueue(grpc::ServerCompletionQueue* cq) {
     } catch (const std::exception& e) {
       // Only allocation can throw here; the call's state is then unknown, so it is
       // leaked rather than touched again.
-      spdlog::error("gRPC call event {} failed: {}", tag->event, e.what());
+      spdlog::error("gRPC call event {} failed: {}", tag->event, LogSafe(e.what()));
     }
   }
 }

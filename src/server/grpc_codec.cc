@@ -273,7 +273,7 @@ StatusOr<Tensor> TensorFromRaw(std::string* raw, const std::shared_ptr<const voi
     }
     const size_t align = DataTypeSize(dtype);
     if (reinterpret_cast<uintptr_t>(raw->data()) % align != 0) {
-      Tensor copy = Tensor::Allocate(dtype, shape, raw->size());
+      Tensor copy = Tensor::AllocateUninitialized(dtype, shape, raw->size());
       if (!raw->empty()) std::memcpy(copy.mutable_data(), raw->data(), raw->size());
       return copy;
     }

@@ -506,7 +506,7 @@ Status AttachBinary(const std::shared_ptr<proto::BodyBuffer>& body, std::string_
       auto buffer = Buffer::Wrap(const_cast<char*>(bytes.data()), bytes.size(), body);
       in.tensor = Tensor(t, std::move(shape), std::move(buffer), 0, bytes.size());
     } else {
-      Tensor copy = Tensor::Allocate(t, std::move(shape), bytes.size());
+      Tensor copy = Tensor::AllocateUninitialized(t, std::move(shape), bytes.size());
       if (!bytes.empty()) std::memcpy(copy.mutable_data(), bytes.data(), bytes.size());
       in.tensor = std::move(copy);
     }
@@ -550,8 +550,7 @@ StatusOr<ParsedInfer> ParseDocument(od::document& doc, std::string_view json,
     }
     // Unknown members are ignored.
   }
-  if (!AtEnd(doc))
-    return InvalidArgument("invalid JSON in the request body: content after the top-level object");
+  if (!AtEnd(doc)) return TrailingBytesError();
   if (!seen_inputs) return InvalidArgument("inputs: missing");
   if (!has_binary_region) {
     for (const auto& p : pending) {
@@ -593,7 +592,7 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::shared_ptr<proto::BodyBuffer>
             ->iterate(simdjson::padded_string_view(split.json.data(), split.json.size(), capacity))
             .get(doc);
     if (e != simdjson::SUCCESS) return JsonError(e, "the top level", "a JSON object");
-    RETURN_IF_ERROR(ValidateDocument(doc));
+    RETURN_IF_ERROR(ValidateDocument(doc, split.json));
     return ParseDocument(doc, split.json, split.binary, header_length.has_value(), body, limits);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("out of memory while parsing the request");

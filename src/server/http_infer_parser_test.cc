@@ -231,6 +231,21 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
 // Values the parser never reads (unknown parameters, fields skipped while looking up
 // others) are still checked: a malformed one used to leave simdjson's On Demand iterator
 // in an undefined state (a fuzzer finding, the first case).
+TEST(HttpInferParserTest, TrailingBytesAreReportedAsSuchNotAsAnEarlyEnd) {
+  for (const char* body : {R"({"inputs":[]} x)", R"({"inputs":[]} 5)", R"({"inputs":[]}])",
+                           R"({"inputs":[]}})", R"({"inputs":[]} {"b":2})",
+                           R"({"inputs":[{"name":"}"}]} x)"}) {
+    auto r = Parse(body);
+    ExpectError(r, "trailing bytes after the JSON document");
+    if (!r.ok()) {
+      EXPECT_THAT(r.status().message(), ::testing::Not(HasSubstr("ended early"))) << body;
+    }
+  }
+  ExpectError(Parse(R"({"inputs":[)"), "invalid JSON");  // a truncated one still is
+  auto truncated = Parse(R"({"inputs":[)");
+  EXPECT_THAT(truncated.status().message(), ::testing::Not(HasSubstr("trailing")));
+}
+
 TEST(HttpInferParserTest, MalformedJsonInFieldsNobodyReadsIsRefused) {
   ExpectError(Parse(R"({"inputs": [{"name": "A", "shape": [1], "datatype": "INT32",)"
                     R"( "parameters": {"binary_dype": "IN?32", "paremevers": }}}}}}}}})"),

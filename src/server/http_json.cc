@@ -94,11 +94,49 @@ simdjson::error_code WalkJson(od::value v, int depth, std::vector<std::string>* 
   return simdjson::TAPE_ERROR;
 }
 
+// True when `json` holds one complete object or array followed by more than whitespace.
+// simdjson reports a root followed by other bytes as a document that "ended early".
+bool HasTrailingBytes(std::string_view json) {
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  size_t i = 0;
+  while (i < json.size() && space(json[i])) ++i;
+  if (i == json.size() || (json[i] != '{' && json[i] != '[')) return false;
+  int depth = 0;
+  bool in_string = false;
+  for (; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      for (size_t j = i + 1; j < json.size(); ++j) {
+        if (!space(json[j])) return true;
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
-Status ValidateDocument(od::document& doc) {
+Status TrailingBytesError() {
+  return InvalidArgument("invalid JSON in the request body: trailing bytes after the JSON document");
+}
+
+Status ValidateDocument(od::document& doc, std::string_view json) {
   od::object root;
-  JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
+  if (auto e = doc.get_object().get(root)) {
+    if (HasTrailingBytes(json)) return TrailingBytesError();
+    return JsonError(e, "the top level", "a JSON object");
+  }
   std::vector<std::string> where;
   if (auto e = WalkObject(root, 0, &where)) {
     if (e == simdjson::UTF8_ERROR) return JsonError(e, "the top level", "a JSON object");
@@ -109,8 +147,7 @@ Status ValidateDocument(od::document& doc) {
                            (path.empty() ? std::string() : " at " + path) + ": " +
                            simdjson::error_message(e));
   }
-  if (!AtEnd(doc))
-    return InvalidArgument("invalid JSON in the request body: content after the top-level object");
+  if (!AtEnd(doc)) return TrailingBytesError();
   doc.rewind();
   return Status::Ok();
 }
@@ -133,13 +170,11 @@ Status ForEachMember(std::string_view body, Fn fn) {
     od::document doc;
     auto e = parser.iterate(padded).get(doc);
     if (e != simdjson::SUCCESS) return JsonError(e, "the top level", "a JSON object");
-    RETURN_IF_ERROR(ValidateDocument(doc));
+    RETURN_IF_ERROR(ValidateDocument(doc, body));
     od::object root;
     JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
     RETURN_IF_ERROR(ForEachField(root, "the top level", "a JSON object", fn));
-    if (!AtEnd(doc))
-      return InvalidArgument(
-          "invalid JSON in the request body: content after the top-level object");
+    if (!AtEnd(doc)) return TrailingBytesError();
     return Status::Ok();
   } catch (const std::exception& ex) {
     return InvalidArgument(std::string("invalid request body: ") + ex.what());

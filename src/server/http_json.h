@@ -51,7 +51,13 @@ Status ForEachField(simdjson::ondemand::object& obj, const std::string& field,
 
 // Walks a document whose root must be an object, checking every key and value (numbers
 // only for their first character) and the nesting limit, then rewinds it. An error names
-// the path to the bad value ("inputs[0].shape").
-Status ValidateDocument(simdjson::ondemand::document& doc);
+// the path to the bad value ("inputs[0].shape"). `json` is the document's text: a
+// complete object followed by more than whitespace gets TrailingBytesError(), not the
+// parser's "document ended early".
+Status ValidateDocument(simdjson::ondemand::document& doc, std::string_view json);
+
+// INVALID_ARGUMENT "invalid JSON in the request body: trailing bytes after the JSON
+// document".
+Status TrailingBytesError();
 
 }  // namespace shoal::server

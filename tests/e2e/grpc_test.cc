@@ -310,6 +310,18 @@ TEST_F(GrpcE2eTest, UnaryInferRawTypedAndBytes) {
   EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
 }
 
+TEST_F(GrpcE2eTest, MessageLimitIsAnOption) {
+  Shoal shoal(repo_, {"--grpc-max-message-bytes", std::to_string(1 << 20)});
+  ASSERT_TRUE(shoal.ready()) << shoal.log();
+  ModelInferResponse resp;
+  auto s = shoal.Infer(FloatRequest("identity", std::vector<float>(1 << 10, 0.5f)), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // 2 MiB of floats: over the 1 MiB limit set above.
+  s = shoal.Infer(FloatRequest("identity", std::vector<float>(512 << 10, 0.5f)), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_EQ(shoal.process().Terminate(), 0) << shoal.log();
+}
+
 TEST_F(GrpcE2eTest, StreamingWithAnErrorInTheMiddle) {
   Shoal shoal(repo_);
   ASSERT_TRUE(shoal.ready()) << shoal.log();

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "backends/backend_registry.h"
+#include "core/log_text.h"
 #include "engine/model.h"
 #include "engine/precision.h"
 
@@ -190,7 +191,7 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
     return FailedPrecondition(figures + "; refused: top-1 agreement is below min_top1_agreement " +
                               std::to_string(min_top1));
   }
-  spdlog::info("model '{}' version {}: {}", info.name, info.version, figures);
+  spdlog::info("model '{}' version {}: {}", LogSafe(info.name), info.version, figures);
   return variant;
 }
 
