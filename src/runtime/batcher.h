@@ -10,7 +10,7 @@
 // kSlo (the default): latency is what it schedules for.
 //   - Admission: Enqueue predicts the request's wait (the items queued at its level and
 //     above, run in full batches by the instances, after the work they already hold) and
-//     its finish (wait + its own run). It refuses with RESOURCE_EXHAUSTED at once, with
+//     its finish (wait + the run of the batch it will join). It refuses with RESOURCE_EXHAUSTED at once, with
 //     a retry hint (the predicted time to drain the queue), when the finish is past the
 //     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
 //   - Order: within a level, earliest deadline first. A task without a deadline is
@@ -27,8 +27,11 @@
 //     deadline is due. Under light load the target is 1 (a lone request runs at once);
 //     under heavy load it grows toward max_batch_size. The arrival rate is an
 //     exponentially decayed count over arrival_window_us.
-//   - A batch is never grown to a size whose predicted finish misses the deadline of a
-//     task already in it: the walk stops at the first task that would do so.
+//   - A batch is never grown past the target to a size whose predicted finish misses the
+//     deadline of a task in it: the walk stops at the first task that would do so. A task
+//     that would miss its deadline even in a batch of the target size is left out of
+//     every batch (it expires unrun): under overload, shrinking batches to save the
+//     tightest deadline would fall behind the arrivals and make every request late.
 //   - Aging: with priority_aging_us > 0, a task that has waited that long at its level
 //     moves up one level (and again after each further interval), so a task of level L
 //     competes at level 1 after (L-1)·priority_aging_us at most; from there it waits only
@@ -341,8 +344,15 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
   if (slo() && !task->best_effort()) {
     int64_t ahead = 0;
     for (uint32_t i = 0; i < level; ++i) ahead += levels_[i].items;
-    const int64_t wait = RunAheadNs(ahead);
-    const int64_t finish = now_ns + wait + service_.PredictNs(items);
+    // Under a backlog the queue leaves in full batches: those ahead of this task's batch
+    // run first, then the batch it joins (with the rest of the items ahead), which takes
+    // as long as its size says, not as long as this task alone.
+    const int64_t full = max_items();
+    const int64_t batches_ahead = ahead / full;
+    const int64_t own_batch = std::min(full, ahead % full + items);
+    const int64_t wait =
+        service_.backlog_ns + batches_ahead * service_.PredictNs(full) / std::max(service_.instances, 1);
+    const int64_t finish = now_ns + wait + service_.PredictNs(own_batch);
     std::string why;
     if (deadline > 0 && finish > deadline) {
       why = "predicted to answer in " + batcher_internal::Ms(finish - now_ns) +
@@ -498,10 +508,17 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
   bool have_bucket = false;
   uint64_t bucket = 0;
   bool stop = false;
+  // kSlo: the batch size the arrival rate needs. A task that cannot meet its deadline even
+  // in a batch that small is left out (it expires unrun at its doomed time): shrinking
+  // every batch to save the tightest deadline would fall behind the load and make
+  // everyone late.
+  const int64_t target = slo() ? target_batch(now_ns) : max;
+  const int64_t needed_ns = slo() ? service_.PredictNs(target) : 0;
   for (size_t q = 0; q < queues.size() && !stop; ++q) {
     auto& dq = *queues[q];
     for (size_t i = 0; i < dq.size(); ++i) {
       const Task& t = *dq[i].task;
+      if (slo() && !force && t.deadline_ns() > 0 && now_ns + needed_ns > t.deadline_ns()) continue;
       if (!have_bucket) {
         bucket = t.shape_key();
         have_bucket = true;
@@ -514,11 +531,11 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
       }
       const int64_t deadline = t.deadline_ns() > 0 ? t.deadline_ns() : kNever;
       const int64_t new_earliest = std::min(earliest_deadline_ns, deadline);
-      if (slo() && !picks.empty() && new_earliest != kNever &&
+      if (slo() && total >= target && new_earliest != kNever &&
           now_ns + service_.PredictNs(total + t.batch_size()) > new_earliest &&
           now_ns + service_.PredictNs(total) <= earliest_deadline_ns) {
-        // Growing the batch would make a member miss its deadline; the smaller one meets
-        // every member's.
+        // Growing the batch past the target would make a member miss its deadline; the
+        // smaller one meets every member's and still keeps up with the load.
         stop = true;
         break;
       }
@@ -546,7 +563,7 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
                              ? kNever
                              : earliest_deadline_ns - service_.PredictNs(total);
   const bool deadline_due = due_ns <= now_ns;
-  const int64_t target = slo() ? target_batch(now_ns) : max;
+  if (picks.empty()) return d;  // every task is left to expire: TakeExpired's time comes
   if (total == max) {
     release = picks.size();
   } else if (largest_preferred > 0 && best_preferred_total == largest_preferred) {

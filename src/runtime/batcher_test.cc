@@ -454,6 +454,24 @@ TEST(BatcherSloTest, BatchIsNotGrownPastAMembersDeadline) {
   EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{2, 3}));
 }
 
+TEST(BatcherSloTest, UnderOverloadATaskThatCannotMakeItInATargetBatchIsLeftToExpire) {
+  // t(n) = 1 ms + 1 ms·n: at the arrival rate below only full batches of 8 (9 ms) keep up.
+  auto b = MakeSlo(8, 0, Service(1 * kMs, 1 * kMs));
+  for (int i = 0; i < 500; ++i) {
+    Push(*b, T(100 + i), i * 10 * kUs);
+    (void)b->FormBatch(i * 10 * kUs, /*force=*/true);
+  }
+  const int64_t now = 5 * kMs;
+  ASSERT_EQ(b->target_batch(now), 8);
+  Push(*b, D(0, now + 5 * kMs), now);  // alone it would make it; in a batch of 8, not
+  for (int i = 1; i <= 8; ++i) Push(*b, D(i, now + 50 * kMs), now);
+  EXPECT_EQ(Ids(b->FormBatch(now).batch), (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}))
+      << "a batch of 8 for those who can make it, not a batch of 3 to save one";
+  auto expired = b->TakeExpired(now + 3 * kMs);  // its deadline minus a run alone
+  ASSERT_EQ(Ids(expired), (std::vector<int>{0}));
+  EXPECT_EQ(expired[0].reason, ExpiryReason::kDeadline);
+}
+
 TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
   // No batching, 1 ms a run: five queued requests are 5 ms of work ahead.
   auto b = MakeSlo(1, 0, Service(1 * kMs, 0));

@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""The latency-SLO benchmark behind bench/slo/run.sh (stdlib only).
+
+For each model, two `shoal serve` processes side by side on the same model and the same
+instances: (a) a Triton-style configuration (batching_policy "fixed_window": every batch
+waits out max_queue_delay_microseconds, FIFO, no admission, an unbounded queue) and
+(b) shoal's SLO scheduling (batching_policy "slo" with latency_slo_us: work-conserving
+release, earliest deadline first, admission by predicted wait with 429 + Retry-After).
+Both are driven by `shoal bench` over HTTP:
+  - one request at a time on the idle SLO server (closed loop, concurrency 1): the
+    latency a lone request can have;
+  - saturation: closed loop at high concurrency, on each server;
+  - open loop, Poisson arrivals, at 25, 50, 80, 95, 120, 150 and 200% of the fixed-window
+    server's saturation rate, the two servers measured in turn at each level.
+Per level: goodput (answers within the SLO per second, `shoal bench -l`), p50/p99/p99.9 of
+the answered requests, requests refused (429), and the server's peak RSS. Writes
+bench/results/slo.md and slo.json.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+_spec = importlib.util.spec_from_file_location("serving", os.path.join(ROOT, "bench", "serving", "serving.py"))
+serving = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(serving)
+
+LEVELS = [25, 50, 80, 95, 120, 150, 200]
+
+# Per model: its config body (tensors, batch size, instances), its batching window (the
+# fixed-window server waits it out; the SLO server uses it as an upper bound only), the
+# SLO, and where its files come from.
+MODELS = {
+    "cost_model": {
+        "label": "cost_model plugin: a batch of n takes 2 ms + 0.25 ms·n (1 instance)",
+        "config": 'backend: "cost_model"\nmax_batch_size: 32\n'
+                  'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+                  'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+                  'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+                  'parameters { key: "a_us" value { string_value: "2000" } }\n'
+                  'parameters { key: "b_us" value { string_value: "250" } }\n',
+        "files": [], "delay_us": 2000, "slo_ms": 50,
+    },
+    "recommender": {
+        "label": "recommender MLP (example repository), 1 instance, 2 threads",
+        "config": 'platform: "onnxruntime_onnx"\nmax_batch_size: 256\n'
+                  'input [ { name: "features" data_type: TYPE_FP32 dims: [ 64 ] } ]\n'
+                  'output [ { name: "score" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+                  'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+                  'parameters { key: "intra_op_thread_count" value { string_value: "2" } }\n',
+        "files": ["model.onnx"], "delay_us": 500, "slo_ms": 25,
+    },
+    "image_classifier": {
+        "label": "image_classifier CNN (example repository), 1 instance, 2 threads",
+        "config": 'platform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
+                  'input [ { name: "image" data_type: TYPE_FP32 dims: [ 3, 32, 32 ] } ]\n'
+                  'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] } ]\n'
+                  'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+                  'parameters { key: "intra_op_thread_count" value { string_value: "2" } }\n'
+                  'parameters { key: "conv_algorithm" value { string_value: "winograd" } }\n',
+        "files": ["model.onnx"], "delay_us": 2000, "slo_ms": 25,
+    },
+}
+
+POLICIES = [("fixed", "fixed window (Triton-style)"), ("slo", "SLO scheduling")]
+
+
+def write_repo(root, model, policy):
+    m = MODELS[model]
+    d = os.path.join(root, model, "1")
+    os.makedirs(d, exist_ok=True)
+    for f in m["files"]:
+        shutil.copy(os.path.join(ROOT, "examples", "models", model, "1", f), d)
+    cfg = 'name: "%s"\n' % model + m["config"]
+    cfg += "dynamic_batching { max_queue_delay_microseconds: %d }\n" % m["delay_us"]
+    if policy == "fixed":
+        cfg += 'parameters { key: "batching_policy" value { string_value: "fixed_window" } }\n'
+    else:
+        cfg += 'parameters { key: "latency_slo_us" value { string_value: "%d" } }\n' % (m["slo_ms"] * 1000)
+    open(os.path.join(root, model, "config.pbtxt"), "w").write(cfg)
+
+
+def start(opts, work, model, policy):
+    repo = os.path.join(work, "repo_%s_%s" % (model, policy))
+    write_repo(repo, model, policy)
+    port = serving.free_port()
+    argv = [opts.shoal, "serve", "--model-repository", repo, "--http-address", "127.0.0.1",
+            "--http-port", str(port), "--allow-grpc", "false", "--allow-metrics", "false",
+            "--backend-directory", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(opts.shoal))),
+                                                "backends")]
+    return serving.Server(argv, port, os.path.join(work, "shoal_%s_%s.log" % (model, policy)))
+
+
+def vm_rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def bench(opts, work, server, model, load_args, n=[0]):
+    n[0] += 1
+    out = os.path.join(work, "bench%d.json" % n[0])
+    argv = [opts.shoal, "bench", "-m", model, "-u", "127.0.0.1:%d" % server.port,
+            "-p", str(opts.window_ms), "--warmup", str(opts.warmup_ms), "--max-trials", "1",
+            "--percentile", "99", "-l", str(MODELS[model]["slo_ms"]), "--json", out] + load_args
+    r = serving.subprocess.run(argv, stdout=serving.subprocess.PIPE, stderr=serving.subprocess.PIPE, text=True)
+    if r.returncode != 0 or not os.path.exists(out):
+        raise RuntimeError("shoal bench failed (%d): %s\n%s" % (r.returncode, " ".join(argv), r.stderr))
+    s = json.load(open(out))["steps"][0]
+    lat = s["latency_us"]
+    return {"throughput": s["inferences_per_s"], "goodput": s["goodput_per_s"], "p50_us": lat["p50"],
+            "p99_us": lat["p99"], "p999_us": lat["p99.9"], "answered": s["requests"],
+            "errors": s["errors"], "errors_total": s["errors_total"], "sent": s.get("sent", s["requests"]),
+            "duration_s": s["duration_s"], "rss_kb": vm_rss_kb(server.proc.pid),
+            "peak_rss_kb": serving.vm_hwm_kb(server.proc.pid)}
+
+
+def run_model(opts, work, model):
+    serving.log("%s: starting both servers" % model)
+    servers = {p: start(opts, work, model, p) for p, _ in POLICIES}
+    try:
+        res = {"label": MODELS[model]["label"], "slo_ms": MODELS[model]["slo_ms"],
+               "delay_us": MODELS[model]["delay_us"], "levels": {}}
+        res["alone"] = bench(opts, work, servers["slo"], model, ["--concurrency-range", "1"])
+        res["alone_fixed"] = bench(opts, work, servers["fixed"], model, ["--concurrency-range", "1"])
+        res["saturation"] = {p: bench(opts, work, servers[p], model,
+                                      ["--concurrency-range", str(opts.saturation_concurrency)])
+                             for p, _ in POLICIES}
+        sat = res["saturation"]["fixed"]["throughput"]
+        res["saturation_rate"] = sat
+        serving.log("%s: alone p50 %.0f us; saturation %.0f/s (fixed) %.0f/s (slo)" % (
+            model, res["alone"]["p50_us"], sat, res["saturation"]["slo"]["throughput"]))
+        for pct in opts.levels:
+            rate = max(1.0, sat * pct / 100.0)
+            level = {}
+            for p, _ in POLICIES:
+                level[p] = bench(opts, work, servers[p], model,
+                                 ["--request-rate-range", "%.1f" % rate, "--request-distribution", "poisson"])
+                level[p]["rate"] = rate
+                serving.log("%s %3d%% %-5s goodput %.0f/s p99 %.1f ms refused %d" % (
+                    model, pct, p, level[p]["goodput"], level[p]["p99_us"] / 1000, level[p]["errors_total"]))
+            res["levels"][str(pct)] = level
+        return res
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+def report(opts, results, info, elapsed):
+    L = ["# Latency SLOs: fixed-window batching beside SLO scheduling", "",
+         "Written by `bench/slo/run.sh` (%s, commit %s, %s, %d cores; %d s; load average after: %s). "
+         "Each model is served twice from the same files: a Triton-style configuration "
+         "(`batching_policy: fixed_window`: every batch waits out the window, FIFO, unbounded queue) and "
+         "shoal's SLO scheduling (`latency_slo_us` set: work-conserving release, earliest deadline first, "
+         "admission by predicted wait). Open-loop levels are Poisson arrivals at a percentage of the "
+         "fixed-window server's closed-loop saturation rate (concurrency %d); each level runs %d ms per "
+         "server after %d ms of warm-up. Goodput counts answers within the SLO; latencies are of answered "
+         "requests; *refused* are 429s (SLO server) and other errors. The machine is shared: compare "
+         "the two columns of one run." % (info["date"], info["commit"], info["cpu"], info["cores"], elapsed,
+                                         serving.loadavg(), opts.saturation_concurrency, opts.window_ms,
+                                         opts.warmup_ms), ""]
+    for model, r in results.items():
+        alone = r["alone"]["p50_us"]
+        L += ["## %s" % r["label"], "",
+              "SLO %d ms; window %d us. One request at a time on the idle server: p50 %.2f ms (SLO "
+              "server), %.2f ms (fixed window). Saturation (closed loop): %.0f/s fixed window, %.0f/s SLO "
+              "(ratio %.2f)." % (r["slo_ms"], r["delay_us"], alone / 1000, r["alone_fixed"]["p50_us"] / 1000,
+                                 r["saturation"]["fixed"]["throughput"], r["saturation"]["slo"]["throughput"],
+                                 r["saturation"]["slo"]["throughput"] / max(r["saturation"]["fixed"]["throughput"], 1e-9)),
+              "",
+              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | refused | RSS MB (peak) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        sat = r["saturation_rate"]
+        for pct, level in r["levels"].items():
+            for p, label in POLICIES:
+                x = level[p]
+                within = x["goodput"] * x["duration_s"]
+                frac = within / x["answered"] if x["answered"] else 0
+                L.append("| %s%% | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %d | %.0f (%.0f) |" % (
+                    pct, x["rate"], label, x["goodput"], x["goodput"] / max(sat, 1e-9), x["p50_us"] / 1000,
+                    x["p99_us"] / 1000, x["p999_us"] / 1000, 100 * frac, x["errors_total"], x["rss_kb"] / 1024,
+                    x["peak_rss_kb"] / 1024))
+        low = r["levels"].get("25", {}).get("slo")
+        if low:
+            L += ["", "At 25%% load the SLO server's p50 is %.2fx one request at a time (target <= 1.25x)."
+                  % (low["p50_us"] / max(alone, 1e-9))]
+        L.append("")
+    L += ["Not measured here yet: the on/off burst pattern, how fast refusals are answered, and the "
+          "precision ladder's tier mix (issue 17).", ""]
+    return "\n".join(L)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shoal", required=True)
+    ap.add_argument("--models", default="cost_model,recommender,image_classifier")
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    ap.add_argument("--window-ms", type=int, default=4000)
+    ap.add_argument("--warmup-ms", type=int, default=1000)
+    ap.add_argument("--saturation-concurrency", type=int, default=64)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--keep", help="keep logs and bench JSON in this folder")
+    opts = ap.parse_args()
+    opts.levels = [int(x) for x in opts.levels.split(",")]
+    models = opts.models.split(",")
+    for m in models:
+        if m not in MODELS:
+            sys.exit("unknown model %s (one of %s)" % (m, ", ".join(MODELS)))
+    work = opts.keep or tempfile.mkdtemp(prefix="shoal_slo_")
+    os.makedirs(work, exist_ok=True)
+    t0 = time.time()
+    results = {}
+    try:
+        for m in models:
+            results[m] = run_model(opts, work, m)
+    finally:
+        if not opts.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    elapsed = int(time.time() - t0)
+    info = serving.machine()
+    os.makedirs(opts.out, exist_ok=True)
+    json.dump({"machine": info, "results": results}, open(os.path.join(opts.out, "slo.json"), "w"), indent=1)
+    open(os.path.join(opts.out, "slo.md"), "w").write(report(opts, results, info, elapsed))
+    serving.log("wrote %s/slo.md and slo.json in %d s" % (opts.out, elapsed))
+
+
+if __name__ == "__main__":
+    main()
