@@ -1,5 +1,6 @@
 #include "runtime/config_adapter.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <optional>
@@ -50,6 +51,52 @@ StatusOr<std::optional<int64_t>> IntegerParameter(const inference::ModelConfig& 
   return std::optional<int64_t>(value);
 }
 
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// precision_ladder and its thresholds (docs/model-repository.md). Every tier after the
+// first must be one the backend loads beside its default (the precision_tiers parameter).
+Status ApplyPrecisionLadder(const inference::ModelConfig& config, ModelVersionOptions* o) {
+  auto it = config.parameters().find("precision_ladder");
+  if (it == config.parameters().end()) return Status::Ok();
+  o->precision_ladder = SplitList(it->second.string_value());
+  if (o->precision_ladder.size() < 2) {
+    return InvalidArgument("parameter 'precision_ladder' needs at least two tiers, dearest first "
+                           "(e.g. \"fp32,int8\"); was '" + it->second.string_value() + "'");
+  }
+  std::vector<std::string> loaded;
+  if (auto t = config.parameters().find("precision_tiers"); t != config.parameters().end())
+    loaded = SplitList(t->second.string_value());
+  for (size_t i = 1; i < o->precision_ladder.size(); ++i) {
+    const std::string& tier = o->precision_ladder[i];
+    if (std::find(loaded.begin(), loaded.end(), tier) == loaded.end()) {
+      return InvalidArgument("parameter 'precision_ladder' names tier '" + tier +
+                             "', which parameter 'precision_tiers' does not load");
+    }
+  }
+  const uint64_t slo = o->latency_slo_us;
+  ASSIGN_OR_RETURN(auto above, IntegerParameter(config, "degrade_above_us"));
+  o->degrade_above_us = above ? static_cast<uint64_t>(*above) : (slo > 0 ? slo / 2 : 50'000);
+  ASSIGN_OR_RETURN(auto below, IntegerParameter(config, "restore_below_us"));
+  o->restore_below_us = below ? static_cast<uint64_t>(*below) : o->degrade_above_us / 4;
+  ASSIGN_OR_RETURN(auto after, IntegerParameter(config, "degrade_after_us"));
+  o->degrade_after_us = after ? static_cast<uint64_t>(*after) : 200'000;
+  if (o->restore_below_us >= o->degrade_above_us) {
+    return InvalidArgument("parameter 'restore_below_us' (" + std::to_string(o->restore_below_us) +
+                           ") must be below 'degrade_above_us' (" +
+                           std::to_string(o->degrade_above_us) + ")");
+  }
+  return Status::Ok();
+}
+
 // shoal's scheduling extensions, given as config parameters (docs/model-repository.md):
 // latency_slo_us, batching_policy, max_queue_wait_us, priority_aging_us.
 Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVersionOptions* o) {
@@ -75,7 +122,7 @@ Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVers
   }
   ASSIGN_OR_RETURN(auto aging, IntegerParameter(config, "priority_aging_us"));
   o->batching.priority_aging_us = aging ? static_cast<uint64_t>(*aging) : kDefaultPriorityAgingUs;
-  return Status::Ok();
+  return ApplyPrecisionLadder(config, o);
 }
 
 // A tensor of `shape` filled as a warmup input asks.

@@ -54,6 +54,9 @@ struct InferResponse {
   Status status;
   std::vector<NamedTensor> outputs;
   bool cache_hit = false;
+  // Response parameters for the client: `precision`, the tier that answered, when the
+  // model has a precision ladder or the request chose a tier.
+  Parameters parameters;
 };
 
 using InferCallback = std::function<void(InferResponse)>;

@@ -66,6 +66,12 @@ void ModelStats::RecordRejectedInvalid() { Increment(&ModelStatsSnapshot::reject
 void ModelStats::RecordTimedOut() { Increment(&ModelStatsSnapshot::timed_out); }
 void ModelStats::RecordRejectedOverload() { Increment(&ModelStatsSnapshot::rejected_overload); }
 void ModelStats::RecordDeadlineMissed() { Increment(&ModelStatsSnapshot::deadline_missed); }
+void ModelStats::RecordPrecisionSwitch() { Increment(&ModelStatsSnapshot::precision_switches); }
+
+void ModelStats::RecordPrecision(const std::string& tier) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++s_.precision_requests[tier];
+}
 void ModelStats::RecordCancelled() { Increment(&ModelStatsSnapshot::cancelled); }
 
 ModelStatsSnapshot ModelStats::Snapshot() const {

@@ -78,6 +78,10 @@ struct ModelStatsSnapshot {
   // Refused at admission because the predicted wait missed the deadline or the bound;
   // dropped unrun because the deadline could no longer be met.
   uint64_t rejected_overload = 0, deadline_missed = 0;
+  // The precision ladder: requests answered per tier (models with a ladder, or requests
+  // that chose a tier), and how often the ladder moved.
+  std::map<std::string, uint64_t> precision_requests;
+  uint64_t precision_switches = 0;
   // Histograms for the metrics exporter (microseconds; batch size in items).
   Histogram request_latency_us{Histogram::LatencyBoundsUs()};  // end to end, successes
   Histogram queue_latency_us{Histogram::LatencyBoundsUs()};
@@ -100,6 +104,8 @@ class ModelStats {
   void RecordRejectedOverload();
   void RecordDeadlineMissed();
   void RecordCancelled();
+  void RecordPrecision(const std::string& tier);
+  void RecordPrecisionSwitch();
   ModelStatsSnapshot Snapshot() const;
 
  private:

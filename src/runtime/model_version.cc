@@ -175,6 +175,12 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
   const int64_t now = clock_->NowNs();
   auto control = NewRequestControl();
 
+  // Requests that do not choose a tier go where the precision ladder stands; the tier is
+  // a request parameter, so it enters the batch key and the cache key like a chosen one.
+  if (!options_.precision_ladder.empty() && request.parameters.count("precision") == 0) {
+    const int tier = tier_.load(std::memory_order_acquire);
+    if (tier > 0) request.parameters["precision"] = options_.precision_ladder[tier];
+  }
   auto validated = ValidateRequest(options_.signature, request, options_.limits);
   if (!validated.ok()) {
     control->Finish();
@@ -278,6 +284,7 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
       task->enqueued_ns = now;
       batcher_->set_service(pool_->Service());
       status = batcher_->Enqueue(task, now, &reason);
+      if (!options_.precision_ladder.empty()) UpdatePrecisionTierLocked(now);
       if (status.ok()) wake = DispatchOrWake();
     }
   }
@@ -291,6 +298,42 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
   // validation against the model, counted as such.
   if (status.code() == StatusCode::kInvalidArgument) stats_.RecordRejectedInvalid();
   Answer(std::move(task), status.WithPrefix("model '" + options_.name + "'"), {}, 0, 0, 0, 0);
+}
+
+void ModelVersion::UpdatePrecisionTierLocked(int64_t now) {
+  const int64_t drain_ns = batcher_->PredictDrainNs();
+  const int64_t after_ns = static_cast<int64_t>(options_.degrade_after_us) * 1000;
+  const int tier = tier_.load(std::memory_order_relaxed);
+  const int last = static_cast<int>(options_.precision_ladder.size()) - 1;
+  int next = tier;
+  if (drain_ns > static_cast<int64_t>(options_.degrade_above_us) * 1000) {
+    drain_below_since_ns_ = -1;
+    if (drain_above_since_ns_ < 0) drain_above_since_ns_ = now;
+    if (tier < last && now - drain_above_since_ns_ >= after_ns) next = tier + 1;
+  } else if (drain_ns < static_cast<int64_t>(options_.restore_below_us) * 1000) {
+    drain_above_since_ns_ = -1;
+    if (drain_below_since_ns_ < 0) drain_below_since_ns_ = now;
+    if (tier > 0 && now - drain_below_since_ns_ >= after_ns) next = tier - 1;
+  } else {
+    // Between the thresholds: stay (the hysteresis band), and start either count afresh.
+    drain_above_since_ns_ = -1;
+    drain_below_since_ns_ = -1;
+  }
+  if (next == tier) return;
+  tier_.store(next, std::memory_order_release);
+  // A further step needs a further sustained period.
+  if (next > tier) drain_above_since_ns_ = now;
+  if (next < tier) drain_below_since_ns_ = now;
+  stats_.RecordPrecisionSwitch();
+  spdlog::info("model '{}' version {}: precision {} -> {} (predicted queue drain {} us)", options_.name,
+               options_.version, options_.precision_ladder[tier], options_.precision_ladder[next],
+               drain_ns / 1000);
+}
+
+const std::string* ModelVersion::TierOf(const InferRequest& request) const {
+  auto it = request.parameters.find("precision");
+  if (it != request.parameters.end()) return std::get_if<std::string>(&it->second);
+  return options_.precision_ladder.empty() ? nullptr : &options_.precision_ladder.front();
 }
 
 Status ModelVersion::MissedDeadline(const RequestTask& task, int64_t now, const char* where) const {
@@ -332,6 +375,12 @@ void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedT
     response.id = task->request.id;
     response.status = status;
     response.outputs = std::move(outputs);
+    if (status.ok()) {
+      if (const std::string* tier = TierOf(task->request)) {
+        response.parameters["precision"] = *tier;
+        stats_.RecordPrecision(*tier);
+      }
+    }
     task->callback(std::move(response));
   }
   task.reset();  // release input tensors before reporting the request gone

@@ -70,6 +70,16 @@ struct ModelVersionOptions {
   RequestLimits limits;
   // The deadline of a request that brings none (microseconds from arrival); 0 = none.
   uint64_t latency_slo_us = 0;
+  // Degrading precision under overload: the precision tiers from the default (first) to
+  // the cheapest (last), all loaded by the backend (the onnx backend's precision_tiers);
+  // empty: none. When the predicted time to drain the queue stays above
+  // degrade_above_us for degrade_after_us, requests that do not choose a tier (their
+  // `precision` parameter) go to the next cheaper one; when it stays below
+  // restore_below_us as long, to the next dearer one. One step per period.
+  std::vector<std::string> precision_ladder;
+  uint64_t degrade_above_us = 50'000;
+  uint64_t restore_below_us = 10'000;
+  uint64_t degrade_after_us = 200'000;
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
@@ -105,6 +115,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   size_t queue_depth() const;
   // Requests accepted and not yet answered (queued or executing).
   int64_t in_flight() const;
+  // The precision ladder's current step (0 = the default tier).
+  int precision_tier() const { return tier_.load(std::memory_order_acquire); }
 
  private:
   using TaskPtr = std::unique_ptr<RequestTask>;
@@ -154,6 +166,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // Answers one task; `result` outputs are per request. Handles cache and stats.
   void Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
               int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns);
+  // The precision tier that answers `request`: its `precision` parameter, else the
+  // ladder's default tier; null when neither says.
+  const std::string* TierOf(const InferRequest& request) const;
   // DEADLINE_EXCEEDED for a task dropped unrun at `now`; `where` says at which step.
   Status MissedDeadline(const RequestTask& task, int64_t now, const char* where) const;
   // Answers a request that never became a task (invalid, hit, rejected).
@@ -186,6 +201,14 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // (once per answer), taking mu_ only to wake Shutdown when it reaches 0.
   std::atomic<int64_t> in_flight_{0};
   uint64_t next_batch_seq_ = 0;  // GUARDED_BY(mu_)
+  // The precision ladder: the step requests go to (read by Infer without the lock), and
+  // since when the predicted drain time has been above / below its thresholds (-1: not).
+  std::atomic<int> tier_{0};
+  int64_t drain_above_since_ns_ = -1;  // GUARDED_BY(mu_)
+  int64_t drain_below_since_ns_ = -1;  // GUARDED_BY(mu_)
+  // Requires mu_. Moves the ladder one step when the drain time predicted at `now` has
+  // stayed past a threshold long enough.
+  void UpdatePrecisionTierLocked(int64_t now);
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.

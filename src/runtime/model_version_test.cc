@@ -638,6 +638,70 @@ TEST_F(ModelVersionTest, OverloadIsRefusedAtOnceWithARetryHint) {
   EXPECT_EQ(mv->stats().rejected_overload, 1u);
 }
 
+TEST_F(ModelVersionTest, PrecisionLadderStepsDownUnderSustainedLoadAndBackWithHysteresis) {
+  auto o = Batching(1);  // one request per run: ten queued are ~1.1 ms of predicted work
+  o.precision_ladder = {"fp32", "int8"};
+  o.degrade_above_us = 1000;
+  // Below 0.9 ms: a lone queued request once the instance is idle. (The blocked first run
+  // takes 10 ms of fake time, which the cost model remembers for a while.)
+  o.restore_below_us = 900;
+  o.degrade_after_us = 10'000;
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  for (int i = 0; i < 10; ++i) mv->Infer(Req("q" + std::to_string(i), {1}), answers_.For("q" + std::to_string(i)));
+  EXPECT_EQ(mv->precision_tier(), 0) << "above the threshold, but not for long yet";
+  clock_->AdvanceUs(10'000);
+  mv->Infer(Req("turn", {2}), answers_.For("turn"));  // its arrival finds 10 ms above: step down
+  EXPECT_EQ(mv->precision_tier(), 1);
+  mv->Infer(Req("cheap", {3}), answers_.For("cheap"));
+  InferRequest optout = Req("optout", {4});
+  optout.parameters["precision"] = std::string("fp32");  // a request may insist
+  mv->Infer(std::move(optout), answers_.For("optout"));
+  state_->Unblock(100);
+  for (const char* id : {"turn", "cheap", "optout", "q9"}) ASSERT_TRUE(answers_.WaitFor(id)) << id;
+  auto tier_of = [&](const std::string& id) {
+    const InferResponse r = answers_.Get(id);
+    EXPECT_TRUE(r.status.ok()) << id << ": " << r.status.ToString();
+    auto it = r.parameters.find("precision");
+    return it == r.parameters.end() ? std::string("none") : std::get<std::string>(it->second);
+  };
+  EXPECT_EQ(tier_of("q0"), "fp32");
+  EXPECT_EQ(tier_of("turn"), "fp32");
+  EXPECT_EQ(tier_of("cheap"), "int8");
+  EXPECT_EQ(tier_of("optout"), "fp32");
+  std::map<float, std::string> variant_of_row;
+  for (const auto& e : state_->executions()) variant_of_row[e.row_keys[0]] = e.variant;
+  EXPECT_EQ(variant_of_row[3], "int8") << "the backend was asked for the cheaper tier";
+  EXPECT_EQ(variant_of_row[4], "fp32");
+
+  // Idle now: the ladder comes back only after the drain time stays low for 10 ms. (An
+  // instance is idle once its run is counted, a moment after it answered.)
+  auto wait_runs = [&](uint64_t n) {
+    for (int i = 0; i < 10'000; ++i) {
+      if (mv->instance_stats()[0].executions >= static_cast<int64_t>(n)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_runs(14));
+  mv->Infer(Req("calm1", {5}), answers_.For("calm1"));
+  ASSERT_TRUE(answers_.WaitFor("calm1"));
+  EXPECT_EQ(mv->precision_tier(), 1);
+  ASSERT_TRUE(wait_runs(15));
+  clock_->AdvanceUs(10'000);
+  mv->Infer(Req("calm2", {6}), answers_.For("calm2"));
+  EXPECT_EQ(mv->precision_tier(), 0);
+  mv->Infer(Req("calm3", {7}), answers_.For("calm3"));
+  ASSERT_TRUE(answers_.WaitFor("calm3"));
+  EXPECT_EQ(tier_of("calm3"), "fp32");
+  mv->Shutdown();
+  const auto stats = mv->stats();
+  EXPECT_EQ(stats.precision_switches, 2u);
+  // "cheap", and "calm1" and "calm2", which arrived before the ladder returned (the step
+  // is decided after the arrival that finds the period over).
+  EXPECT_EQ(stats.precision_requests.at("int8"), 3u);
+}
+
 TEST_F(ModelVersionTest, DestroyingWithWorkQueuedAnswersEverything) {
   {
     auto mv = Make(Batching(4, /*delay_us=*/5'000'000));

@@ -375,6 +375,23 @@ void InferResponseToProto(const runtime::InferResponse& response,
   out->set_model_name(response.model_name);
   out->set_model_version(std::to_string(response.model_version));
   out->set_id(response.id);
+  for (const auto& [key, value] : response.parameters) {
+    InferParameter& p = (*out->mutable_parameters())[key];
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::string>) {
+            p.set_string_param(v);
+          } else if constexpr (std::is_same_v<V, bool>) {
+            p.set_bool_param(v);
+          } else if constexpr (std::is_same_v<V, double>) {
+            p.set_double_param(v);
+          } else {
+            p.set_int64_param(v);
+          }
+        },
+        value);
+  }
   for (const auto& named : response.outputs) {
     auto* o = out->add_outputs();
     o->set_name(named.name);

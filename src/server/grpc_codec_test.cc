@@ -410,6 +410,12 @@ TEST(GrpcCodecTest, ResponseHasOneRawEntryPerOutputInOrder) {
   EXPECT_EQ(out.outputs(2).datatype(), "BYTES");
   EXPECT_EQ(out.raw_output_contents(2), BytesElements({"xyz"}));
   EXPECT_FALSE(out.outputs(0).has_contents()) << "typed contents are never filled";
+  EXPECT_TRUE(out.parameters().empty());
+  r.parameters["precision"] = std::string("int8");
+  inference::ModelInferResponse with_tier;
+  InferResponseToProto(r, &with_tier);
+  ASSERT_EQ(with_tier.parameters().count("precision"), 1u);
+  EXPECT_EQ(with_tier.parameters().at("precision").string_param(), "int8");
 }
 
 TEST(GrpcCodecTest, StatusesMapThroughTheOneTable) {

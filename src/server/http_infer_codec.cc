@@ -5,6 +5,8 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include "proto/json_writer.h"
 #include "proto/tensor_json.h"
@@ -170,6 +172,27 @@ StatusOr<proto::HttpResponse> SerializeInferResponse(const runtime::InferRespons
   w.Member("model_name", response.model_name);
   w.Member("model_version", std::to_string(response.model_version));
   if (!response.id.empty()) w.Member("id", response.id);
+  if (!response.parameters.empty()) {
+    w.Key("parameters").BeginObject();
+    for (const auto& [key, value] : response.parameters) {
+      w.Key(key);
+      std::visit(
+          [&](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, std::string>) {
+              w.String(v);
+            } else if constexpr (std::is_same_v<V, bool>) {
+              w.Bool(v);
+            } else if constexpr (std::is_same_v<V, double>) {
+              w.Double(v);
+            } else {
+              w.Int(v);
+            }
+          },
+          value);
+    }
+    w.EndObject();
+  }
   w.Key("outputs").BeginArray();
   bool any_binary_bytes = false;
   for (const NamedTensor* o : outputs) {

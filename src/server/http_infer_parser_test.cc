@@ -394,6 +394,18 @@ TEST(HttpInferCodecTest, JsonResponse) {
                         R"({"name":"B","datatype":"BOOL","shape":[2],"data":[true,false]}]})");
 }
 
+TEST(HttpInferCodecTest, ResponseParametersAreAnObjectBeforeTheOutputs) {
+  runtime::InferResponse r;
+  r.model_name = "m";
+  r.model_version = 1;
+  r.parameters["precision"] = std::string("int8");
+  r.parameters["n"] = int64_t{3};
+  auto http = SerializeInferResponse(r, OutputEncoding{});
+  ASSERT_TRUE(http.ok()) << http.status().ToString();
+  EXPECT_EQ(http->body, R"({"model_name":"m","model_version":"1",)"
+                        R"("parameters":{"n":3,"precision":"int8"},"outputs":[]})");
+}
+
 TEST(HttpInferCodecTest, BinaryResponseInRequestedOrder) {
   OutputEncoding enc;
   enc.requested = {{"I", true}, {"F", std::nullopt}, {"S", true}};

@@ -200,6 +200,22 @@ void WriteRequestCounters(Writer& w, const std::vector<VersionView>& views) {
       w.Sample("shoal_inference_rejections_total", l, static_cast<double>(n));
     }
   }
+  w.Family("shoal_precision_requests_total", "counter",
+           "Requests answered per precision tier (models with a precision ladder, or requests "
+           "that chose a tier).");
+  for (const auto& v : views) {
+    for (const auto& [tier, n] : v.stats.precision_requests) {
+      Labels l = v.labels();
+      l.emplace_back("precision", tier);
+      w.Sample("shoal_precision_requests_total", l, static_cast<double>(n));
+    }
+  }
+  w.Family("shoal_precision_switches_total", "counter",
+           "Times the precision ladder moved a step, down under sustained load or back up.");
+  for (const auto& v : views) {
+    w.Sample("shoal_precision_switches_total", v.labels(),
+             static_cast<double>(v.stats.precision_switches));
+  }
   w.Family("shoal_inference_items_total", "counter",
            "Batch items executed by the backend (cache hits excluded).");
   for (const auto& v : views)

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backends/backend.h"
@@ -23,6 +24,7 @@ struct Execution {
   int instance = 0;
   int64_t batch_size = 0;
   std::vector<float> row_keys;  // first value of each row
+  std::string variant;          // the precision tier the batch asked for ("" = default)
 };
 
 class FakeBackendState {
@@ -61,7 +63,7 @@ class FakeBackendState {
     const Tensor& in = req.inputs.at(0).tensor;
     const int64_t rows = in.shape()[0];
     const int64_t cols = in.shape().size() > 1 ? in.shape()[1] : 1;
-    Execution e{instance, req.batch_size, {}};
+    Execution e{instance, req.batch_size, {}, req.variant};
     for (int64_t r = 0; r < rows; ++r) e.row_keys.push_back(in.values<float>()[r * cols]);
     {
       std::unique_lock<std::mutex> lock(mu_);
