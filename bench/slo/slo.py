@@ -20,10 +20,13 @@ import argparse
 import importlib.util
 import json
 import os
+import random
 import shutil
+import struct
 import sys
 import tempfile
 import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -64,11 +67,30 @@ MODELS = {
                   'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
                   'parameters { key: "intra_op_thread_count" value { string_value: "2" } }\n'
                   'parameters { key: "conv_algorithm" value { string_value: "winograd" } }\n',
-        "files": ["model.onnx"], "delay_us": 2000, "slo_ms": 25,
+        "files": ["model.onnx"], "delay_us": 2000, "slo_ms": 25, "ladder": True,
     },
 }
 
-POLICIES = [("fixed", "fixed window (Triton-style)"), ("slo", "SLO scheduling")]
+POLICIES = [("fixed", "fixed window (Triton-style)"), ("slo", "SLO scheduling"),
+            ("ladder", "SLO + precision ladder fp32 -> int8")]
+
+
+def policies(model):
+    return [(p, label) for p, label in POLICIES if p != "ladder" or MODELS[model].get("ladder")]
+
+
+def write_calibration(path, n=64):
+    """Random images in [0, 1] as the int8 tier's calibration inputs (an .npz with one
+    array, `image`, samples first). The accuracy figures the server logs are against fp32
+    on these inputs."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 3, 32, 32), }" % n
+    header += " " * (((len(header) + 11 + 63) // 64) * 64 - len(header) - 11) + "\n"
+    rng = random.Random(7)
+    count = n * 3 * 32 * 32
+    data = struct.pack("<%df" % count, *(rng.random() for _ in range(count)))
+    npy = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("image.npy", npy)
 
 
 def write_repo(root, model, policy):
@@ -83,18 +105,43 @@ def write_repo(root, model, policy):
         cfg += 'parameters { key: "batching_policy" value { string_value: "fixed_window" } }\n'
     else:
         cfg += 'parameters { key: "latency_slo_us" value { string_value: "%d" } }\n' % (m["slo_ms"] * 1000)
+    if policy == "ladder":
+        write_calibration(os.path.join(root, model, "calibration.npz"))
+        cfg += 'parameters { key: "precision_tiers" value { string_value: "int8" } }\n'
+        cfg += 'parameters { key: "precision_ladder" value { string_value: "fp32,int8" } }\n'
     open(os.path.join(root, model, "config.pbtxt"), "w").write(cfg)
 
 
 def start(opts, work, model, policy):
     repo = os.path.join(work, "repo_%s_%s" % (model, policy))
     write_repo(repo, model, policy)
-    port = serving.free_port()
-    argv = [opts.shoal, "serve", "--model-repository", repo, "--http-address", "127.0.0.1",
-            "--http-port", str(port), "--allow-grpc", "false", "--allow-metrics", "false",
+    port, metrics_port = serving.free_port(), serving.free_port()
+    argv = [opts.shoal, "serve", "--model-repository", repo, "--address", "127.0.0.1",
+            "--http-port", str(port), "--allow-grpc", "false", "--metrics-port", str(metrics_port),
             "--backend-directory", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(opts.shoal))),
                                                 "backends")]
-    return serving.Server(argv, port, os.path.join(work, "shoal_%s_%s.log" % (model, policy)))
+    server = serving.Server(argv, port, os.path.join(work, "shoal_%s_%s.log" % (model, policy)))
+    server.metrics_port = metrics_port
+    return server
+
+
+def tier_counts(server):
+    """shoal_precision_requests_total by tier, from the server's metrics."""
+    counts = {}
+    with serving.urllib.request.urlopen("http://127.0.0.1:%d/metrics" % server.metrics_port, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("shoal_precision_requests_total{"):
+                tier = line.split('precision="', 1)[1].split('"', 1)[0]
+                counts[tier] = counts.get(tier, 0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def accuracy_line(server):
+    """The int8 tier's accuracy against fp32 that the server logged at load."""
+    for line in open(server.log_path):
+        if "precision int8 against fp32" in line:
+            return line.split("precision int8 against fp32: ", 1)[1].strip()
+    return None
 
 
 def vm_rss_kb(pid):
@@ -125,7 +172,7 @@ def bench(opts, work, server, model, load_args, n=[0]):
 
 def run_model(opts, work, model):
     serving.log("%s: starting both servers" % model)
-    servers = {p: start(opts, work, model, p) for p, _ in POLICIES}
+    servers = {p: start(opts, work, model, p) for p, _ in policies(model)}
     try:
         res = {"label": MODELS[model]["label"], "slo_ms": MODELS[model]["slo_ms"],
                "delay_us": MODELS[model]["delay_us"], "levels": {}}
@@ -133,7 +180,7 @@ def run_model(opts, work, model):
         res["alone_fixed"] = bench(opts, work, servers["fixed"], model, ["--concurrency-range", "1"])
         res["saturation"] = {p: bench(opts, work, servers[p], model,
                                       ["--concurrency-range", str(opts.saturation_concurrency)])
-                             for p, _ in POLICIES}
+                             for p, _ in policies(model)}
         sat = res["saturation"]["fixed"]["throughput"]
         res["saturation_rate"] = sat
         serving.log("%s: alone p50 %.0f us; saturation %.0f/s (fixed) %.0f/s (slo)" % (
@@ -141,13 +188,18 @@ def run_model(opts, work, model):
         for pct in opts.levels:
             rate = max(1.0, sat * pct / 100.0)
             level = {}
-            for p, _ in POLICIES:
+            for p, _ in policies(model):
+                before = tier_counts(servers[p])
                 level[p] = bench(opts, work, servers[p], model,
                                  ["--request-rate-range", "%.1f" % rate, "--request-distribution", "poisson"])
                 level[p]["rate"] = rate
+                after = tier_counts(servers[p])
+                level[p]["tiers"] = {t: after[t] - before.get(t, 0) for t in after if after[t] > before.get(t, 0)}
                 serving.log("%s %3d%% %-5s goodput %.0f/s p99 %.1f ms refused %d" % (
                     model, pct, p, level[p]["goodput"], level[p]["p99_us"] / 1000, level[p]["errors_total"]))
             res["levels"][str(pct)] = level
+        if "ladder" in servers:
+            res["int8_accuracy"] = accuracy_line(servers["ladder"])
         return res
     finally:
         for s in servers.values():
@@ -176,25 +228,33 @@ def report(opts, results, info, elapsed):
                                  r["saturation"]["fixed"]["throughput"], r["saturation"]["slo"]["throughput"],
                                  r["saturation"]["slo"]["throughput"] / max(r["saturation"]["fixed"]["throughput"], 1e-9)),
               "",
-              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | refused | RSS MB (peak) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | refused | tiers | RSS MB (peak) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         sat = r["saturation_rate"]
         for pct, level in r["levels"].items():
-            for p, label in POLICIES:
+            for p, label in policies(model):
                 x = level[p]
+                tiers = ", ".join("%s %.0f%%" % (t, 100 * n / max(sum(x["tiers"].values()), 1))
+                                  for t, n in sorted(x["tiers"].items())) or "-"
                 within = x["goodput"] * x["duration_s"]
                 frac = within / x["answered"] if x["answered"] else 0
-                L.append("| %s%% | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %d | %.0f (%.0f) |" % (
+                L.append("| %s%% | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %d | %s | %.0f (%.0f) |" % (
                     pct, x["rate"], label, x["goodput"], x["goodput"] / max(sat, 1e-9), x["p50_us"] / 1000,
-                    x["p99_us"] / 1000, x["p999_us"] / 1000, 100 * frac, x["errors_total"], x["rss_kb"] / 1024,
-                    x["peak_rss_kb"] / 1024))
+                    x["p99_us"] / 1000, x["p999_us"] / 1000, 100 * frac, x["errors_total"], tiers,
+                    x["rss_kb"] / 1024, x["peak_rss_kb"] / 1024))
+        if r.get("int8_accuracy"):
+            L += ["", "The int8 tier against fp32 at load, on the random calibration images: %s." % r["int8_accuracy"]]
+        top = r["levels"].get("200", {})
+        if "ladder" in top and "fixed" in top:
+            L += ["", "At 200%% load the ladder's goodput is %.2fx the fixed window's and %.2fx fixed-precision "
+                  "SLO scheduling's." % (top["ladder"]["goodput"] / max(top["fixed"]["goodput"], 1e-9),
+                                         top["ladder"]["goodput"] / max(top["slo"]["goodput"], 1e-9))]
         low = r["levels"].get("25", {}).get("slo")
         if low:
             L += ["", "At 25%% load the SLO server's p50 is %.2fx one request at a time (target <= 1.25x)."
                   % (low["p50_us"] / max(alone, 1e-9))]
         L.append("")
-    L += ["Not measured here yet: the on/off burst pattern, how fast refusals are answered, and the "
-          "precision ladder's tier mix (issue 17).", ""]
+    L += ["Not measured here yet: the on/off burst pattern and how fast refusals are answered (issue 17).", ""]
     return "\n".join(L)
 
 

@@ -19,6 +19,9 @@
 //   - A queued task whose deadline can no longer be met (deadline minus its own
 //     predicted run time, at enqueue) leaves through TakeExpired with kDeadline and is
 //     never executed.
+//   - Except a probe: a task that finds the model idle (nothing queued, an instance free) is
+//     admitted, and neither expired nor left out of a batch for its deadline, whatever
+//     the prediction: so a stale estimate is always refreshed by a run.
 //   - Batch formation is work-conserving: a batch is released as soon as an instance asks
 //     unless the queued items are fewer than the target batch, the smallest size whose
 //     throughput (instances · n / t(n)) covers the measured arrival rate with
@@ -205,6 +208,7 @@ class Batcher {
     int64_t expire_ns;       // queue timeout; kNever when none
     int64_t doomed_ns;       // its deadline can no longer be met; kNever when none
     int64_t level_since_ns;  // when it reached its current level (aging)
+    bool probe = false;      // found the model idle: runs whatever the prediction
   };
   struct Level {
     QueuePolicy policy;
@@ -341,7 +345,12 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
         .WithRetryAfterMs(drain_ms());
   }
   const int64_t deadline = task->deadline_ns();
-  if (slo() && !task->best_effort()) {
+  // A task that finds the model idle (nothing queued, an instance free) runs at once,
+  // whatever the prediction says: it cannot be served sooner, and its run refreshes
+  // a cost estimate that may be stale (one slow first run must not make every later
+  // request look hopeless, refused or expired unrun, with nothing ever running again).
+  const bool probe = slo() && size_ == 0 && service_.idle_instances > 0;
+  if (slo() && !task->best_effort() && !probe) {
     int64_t ahead = 0;
     for (uint32_t i = 0; i < level; ++i) ahead += levels_[i].items;
     // Under a backlog the queue leaves in full batches: those ahead of this task's batch
@@ -379,12 +388,13 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
 
   uint64_t timeout_us = l.policy.default_timeout_us;
   if (l.policy.allow_timeout_override && task->timeout_us() > 0) timeout_us = task->timeout_us();
-  Entry e{nullptr, now_ns, now_ns, kNever, kNever, now_ns};
+  Entry e{nullptr, now_ns, now_ns, kNever, kNever, now_ns, false};
   if (timeout_us > 0) e.expire_ns = now_ns + static_cast<int64_t>(timeout_us) * 1000;
   if (slo()) {
     e.order_ns = deadline > 0 ? deadline
                               : now_ns + static_cast<int64_t>(options_.no_deadline_horizon_us) * 1000;
-    if (deadline > 0) e.doomed_ns = deadline - service_.PredictNs(items);
+    if (deadline > 0 && !probe) e.doomed_ns = deadline - service_.PredictNs(items);
+    e.probe = probe;
   }
   e.task = std::move(task);
   next_expiry_ns_ = std::min({next_expiry_ns_, e.expire_ns, e.doomed_ns});
@@ -518,7 +528,8 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
     auto& dq = *queues[q];
     for (size_t i = 0; i < dq.size(); ++i) {
       const Task& t = *dq[i].task;
-      if (slo() && !force && t.deadline_ns() > 0 && now_ns + needed_ns > t.deadline_ns()) continue;
+      if (slo() && !force && !dq[i].probe && t.deadline_ns() > 0 && now_ns + needed_ns > t.deadline_ns())
+        continue;
       if (!have_bucket) {
         bucket = t.shape_key();
         have_bucket = true;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -372,6 +373,7 @@ ServiceEstimate Service(int64_t a_ns, int64_t b_ns, int instances = 1, int64_t b
   e.b_ns = static_cast<double>(b_ns);
   e.instances = instances;
   e.backlog_ns = backlog_ns;
+  e.idle_instances = backlog_ns > 0 ? 0 : instances;  // work on hand: every instance busy
   return e;
 }
 
@@ -463,6 +465,7 @@ TEST(BatcherSloTest, UnderOverloadATaskThatCannotMakeItInATargetBatchIsLeftToExp
   }
   const int64_t now = 5 * kMs;
   ASSERT_EQ(b->target_batch(now), 8);
+  b->set_service(Service(1 * kMs, 1 * kMs, 1, 1 * kMs));  // busy: no probe
   Push(*b, D(0, now + 5 * kMs), now);  // alone it would make it; in a batch of 8, not
   for (int i = 1; i <= 8; ++i) Push(*b, D(i, now + 50 * kMs), now);
   EXPECT_EQ(Ids(b->FormBatch(now).batch), (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}))
@@ -470,6 +473,18 @@ TEST(BatcherSloTest, UnderOverloadATaskThatCannotMakeItInATargetBatchIsLeftToExp
   auto expired = b->TakeExpired(now + 3 * kMs);  // its deadline minus a run alone
   ASSERT_EQ(Ids(expired), (std::vector<int>{0}));
   EXPECT_EQ(expired[0].reason, ExpiryReason::kDeadline);
+}
+
+TEST(BatcherSloTest, ATaskThatFindsTheModelIdleRunsWhateverThePrediction) {
+  // A stale estimate (one slow first run) says a run takes 50 ms; the SLO is 25 ms.
+  auto b = MakeSlo(8, 0, Service(50 * kMs, 0));
+  Push(*b, D(0, 25 * kMs), 0);  // idle model: admitted as a probe
+  EXPECT_EQ(b->next_expiry_ns(), std::numeric_limits<int64_t>::max()) << "never expired";
+  EXPECT_EQ(Ids(b->FormBatch(0).batch), (std::vector<int>{0}));
+  // With that run in progress, the same estimate refuses the next one at once.
+  b->set_service(Service(50 * kMs, 0, 1, 50 * kMs));
+  auto next = D(1, 25 * kMs);
+  EXPECT_EQ(b->Enqueue(next, 0).code(), StatusCode::kResourceExhausted);
 }
 
 TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
@@ -520,8 +535,9 @@ TEST(BatcherSloTest, AutomaticWaitBoundIsTheLargerOfOneSecondAndTenFullBatches) 
 }
 
 TEST(BatcherSloTest, TaskWhoseDeadlineCannotBeMetExpiresUnrunWithItsReason) {
-  auto b = MakeSlo(8, 10'000, Service(2 * kMs, 0));
-  Push(*b, D(0, 5 * kMs), 0);  // a run takes 2 ms: doomed from 3 ms on
+  // A run takes 2 ms; the instance is busy (an idle model would run it as a probe).
+  auto b = MakeSlo(8, 10'000, Service(2 * kMs, 0, 1, 1 * kMs));
+  Push(*b, D(0, 5 * kMs), 0);  // doomed from 3 ms on
   Push(*b, D(1, 50 * kMs), 0);
   EXPECT_EQ(b->next_expiry_ns(), 3 * kMs);
   EXPECT_TRUE(b->TakeExpired(3 * kMs - 1).empty());

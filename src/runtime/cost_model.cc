@@ -10,7 +10,12 @@ CostModel::CostModel(double prior_a_ns, double prior_b_ns, double decay)
 
 void CostModel::Observe(int64_t batch_size, int64_t elapsed_ns) {
   const double n = static_cast<double>(std::max<int64_t>(batch_size, 1));
-  const double t = static_cast<double>(std::max<int64_t>(elapsed_ns, 0));
+  double t = static_cast<double>(std::max<int64_t>(elapsed_ns, 0));
+  // A one-off stall (the first run of a new input shape builds its plan; a burst of page
+  // faults) must not make the instance look a hundred times slower for many runs: once
+  // fitted, an observation counts at most kMaxJump times the prediction. A real slowdown
+  // still shows within a few runs, each lifting the prediction by up to that factor.
+  if (count_ > 0) t = std::min(t, kMaxJump * static_cast<double>(PredictNs(batch_size)));
   sw_ = sw_ * decay_ + 1;
   sn_ = sn_ * decay_ + n;
   snn_ = snn_ * decay_ + n * n;

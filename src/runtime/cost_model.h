@@ -17,6 +17,8 @@ class CostModel {
  public:
   // `decay` in (0, 1]: weight kept by old observations at each new one.
   explicit CostModel(double prior_a_ns = 100'000, double prior_b_ns = 10'000, double decay = 0.95);
+  // Once fitted, one observation counts at most this many times the prediction.
+  static constexpr double kMaxJump = 8.0;
 
   void Observe(int64_t batch_size, int64_t elapsed_ns);
   int64_t PredictNs(int64_t batch_size) const;
@@ -43,6 +45,7 @@ struct ServiceEstimate {
   double b_ns = 0;
   int instances = 1;
   int64_t backlog_ns = 0;
+  int idle_instances = 1;  // instances running nothing right now
   int64_t PredictNs(int64_t items) const {
     return static_cast<int64_t>(a_ns + b_ns * static_cast<double>(items));
   }

@@ -35,6 +35,17 @@ TEST(CostModelTest, AdaptsWhenTheInstanceSlowsDown) {
   EXPECT_NEAR(static_cast<double>(m.PredictNs(2)), 3.0 * before, 0.05 * 3 * before);
 }
 
+TEST(CostModelTest, AOneOffStallMovesThePredictionOnlyBoundedly) {
+  CostModel m(100'000, 10'000);
+  for (int i = 0; i < 20; ++i) m.Observe(4, 1'000'000);  // 1 ms for 4 items
+  ASSERT_NEAR(m.PredictNs(4), 1'000'000, 1000);
+  m.Observe(4, 500'000'000);  // one 500 ms stall
+  EXPECT_LT(m.PredictNs(4), 2'000'000) << "counted as 8 ms at most, one sample among ~20";
+  // A sustained slowdown to 100 ms still shows within a few dozen runs.
+  for (int i = 0; i < 40; ++i) m.Observe(4, 100'000'000);
+  EXPECT_GT(m.PredictNs(4), 50'000'000);
+}
+
 TEST(CostModelTest, NeverPredictsNegative) {
   CostModel m(1, 1);
   // Time falls with size: the slope is clamped at 0.

@@ -172,7 +172,9 @@ ServiceEstimate InstancePool::Service() const {
   if (instances_.empty()) return e;
   const int64_t now = options_.clock->NowNs();
   int64_t backlog = 0;
+  e.idle_instances = 0;
   for (const auto& inst : instances_) {
+    if (!inst->running.has_value()) ++e.idle_instances;
     e.a_ns += inst->cost.a_ns();
     e.b_ns += inst->cost.b_ns();
     if (inst->running.has_value()) {

@@ -296,6 +296,19 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
       w.Sample("shoal_instance_busy_ratio", l, ratio);
     }
   }
+  w.Family("shoal_instance_cost_seconds", "gauge",
+           "The scheduler's online estimate of each model instance's run time t(n) = a + b*n: "
+           "term=\"fixed\" is a (per run), term=\"per_item\" is b (per item), in seconds.");
+  for (const auto& v : views) {
+    for (const auto& i : v.instances) {
+      Labels l = v.labels();
+      l.emplace_back("instance", i.name);
+      l.emplace_back("term", "fixed");
+      w.Sample("shoal_instance_cost_seconds", l, i.cost_a_ns * 1e-9);
+      l.back().second = "per_item";
+      w.Sample("shoal_instance_cost_seconds", l, i.cost_b_ns * 1e-9);
+    }
+  }
 }
 
 // The shared response cache's families; none when the server has no cache.
