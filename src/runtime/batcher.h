@@ -10,7 +10,8 @@
 // kSlo (the default): latency is what it schedules for.
 //   - Admission: Enqueue predicts the request's wait (the items queued at its level and
 //     above, run in full batches by the instances, after the work they already hold) and
-//     its finish (wait + the run of the batch it will join). It refuses with RESOURCE_EXHAUSTED at once, with
+//     its finish (wait + the run of the batch it will join), and keeps deadline_reserve
+//     (10%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at once, with
 //     a retry hint (the predicted time to drain the queue), when the finish is past the
 //     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
 //   - Order: within a level, earliest deadline first. A task without a deadline is
@@ -34,7 +35,9 @@
 //     deadline of a task in it: the walk stops at the first task that would do so. A task
 //     that would miss its deadline even in a batch of the target size is left out of
 //     every batch (it expires unrun): under overload, shrinking batches to save the
-//     tightest deadline would fall behind the arrivals and make every request late.
+//     tightest deadline would fall behind the arrivals and make every request late. When
+//     that would leave out every queued task, none is left out: something always runs,
+//     so a stale estimate cannot stop the model.
 //   - Aging: with priority_aging_us > 0, a task that has waited that long at its level
 //     moves up one level (and again after each further interval), so a task of level L
 //     competes at level 1 after (L-1)·priority_aging_us at most; from there it waits only
@@ -138,6 +141,9 @@ struct BatcherOptions {
   uint64_t arrival_window_us = 100'000;
   // kSlo: how much throughput above the arrival rate the target batch must give (>= 1).
   double throughput_headroom = 1.2;
+  // kSlo: the share of a task's remaining time to its deadline that admission keeps in
+  // reserve for the prediction's error and the time outside the server (0..1).
+  double deadline_reserve = 0.1;
 };
 
 enum class ExpiryReason { kQueueTimeout, kDeadline };
@@ -281,6 +287,10 @@ StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o)
                            std::to_string(o.throughput_headroom));
   }
   if (o.arrival_window_us == 0) return InvalidArgument("arrival_window_us must be > 0; was 0");
+  if (!(o.deadline_reserve >= 0 && o.deadline_reserve < 1)) {
+    return InvalidArgument("deadline_reserve must be in [0, 1); was " +
+                           std::to_string(o.deadline_reserve));
+  }
   if (o.max_queue_wait_us < 0 && o.max_queue_wait_us != BatcherOptions::kAutoQueueWait) {
     return InvalidArgument("max_queue_wait_us must be >= 0; was " +
                            std::to_string(o.max_queue_wait_us));
@@ -363,10 +373,13 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
         service_.backlog_ns + batches_ahead * service_.PredictNs(full) / std::max(service_.instances, 1);
     const int64_t finish = now_ns + wait + service_.PredictNs(own_batch);
     std::string why;
-    if (deadline > 0 && finish > deadline) {
+    const int64_t usable =
+        deadline - static_cast<int64_t>(options_.deadline_reserve * static_cast<double>(deadline - now_ns));
+    if (deadline > 0 && finish > usable) {
       why = "predicted to answer in " + batcher_internal::Ms(finish - now_ns) +
-            ", after the request's deadline (" + batcher_internal::Ms(deadline - now_ns) +
-            " left)";
+            ", too late for the request's deadline (" + batcher_internal::Ms(deadline - now_ns) +
+            " left, " + std::to_string(static_cast<int>(options_.deadline_reserve * 100)) +
+            "% of it kept in reserve)";
     } else if (const int64_t bound = MaxQueueWaitNs(); bound > 0 && wait > bound) {
       why = "the predicted queue wait of " + batcher_internal::Ms(wait) + " exceeds the bound of " +
             batcher_internal::Ms(bound);
@@ -515,52 +528,61 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
   int64_t oldest_ns = kNever;
   int64_t earliest_deadline_ns = kNever;
   const int64_t max = max_items();
-  bool have_bucket = false;
-  uint64_t bucket = 0;
-  bool stop = false;
   // kSlo: the batch size the arrival rate needs. A task that cannot meet its deadline even
   // in a batch that small is left out (it expires unrun at its doomed time): shrinking
   // every batch to save the tightest deadline would fall behind the load and make
-  // everyone late.
+  // everyone late. But never every task: if all would be left out (the estimate may be
+  // stale), the walk is made again without that rule, so something runs and the estimate
+  // is refreshed.
   const int64_t target = slo() ? target_batch(now_ns) : max;
   const int64_t needed_ns = slo() ? service_.PredictNs(target) : 0;
-  for (size_t q = 0; q < queues.size() && !stop; ++q) {
-    auto& dq = *queues[q];
-    for (size_t i = 0; i < dq.size(); ++i) {
-      const Task& t = *dq[i].task;
-      if (slo() && !force && !dq[i].probe && t.deadline_ns() > 0 && now_ns + needed_ns > t.deadline_ns())
-        continue;
-      if (!have_bucket) {
-        bucket = t.shape_key();
-        have_bucket = true;
-      } else if (t.shape_key() != bucket) {
-        continue;
-      }
-      if (total + t.batch_size() > max) {
-        stop = true;
-        break;
-      }
-      const int64_t deadline = t.deadline_ns() > 0 ? t.deadline_ns() : kNever;
-      const int64_t new_earliest = std::min(earliest_deadline_ns, deadline);
-      if (slo() && total >= target && new_earliest != kNever &&
-          now_ns + service_.PredictNs(total + t.batch_size()) > new_earliest &&
-          now_ns + service_.PredictNs(total) <= earliest_deadline_ns) {
-        // Growing the batch past the target would make a member miss its deadline; the
-        // smaller one meets every member's and still keeps up with the load.
-        stop = true;
-        break;
-      }
-      total += t.batch_size();
-      picks.push_back({q, i});
-      oldest_ns = std::min(oldest_ns, dq[i].enqueue_ns);
-      earliest_deadline_ns = new_earliest;
-      if (preferred_.count(total)) {
-        best_preferred_picks = picks.size();
-        best_preferred_total = total;
-      }
-      if (total == max) {
-        stop = true;
-        break;
+  bool skipped = false;
+  for (int pass = 0; pass < 2 && picks.empty(); ++pass) {
+    const bool may_skip = slo() && !force && pass == 0;
+    if (pass == 1 && !skipped) break;
+    bool have_bucket = false;
+    uint64_t bucket = 0;
+    bool stop = false;
+    for (size_t q = 0; q < queues.size() && !stop; ++q) {
+      auto& dq = *queues[q];
+      for (size_t i = 0; i < dq.size(); ++i) {
+        const Task& t = *dq[i].task;
+        if (may_skip && !dq[i].probe && t.deadline_ns() > 0 && now_ns + needed_ns > t.deadline_ns()) {
+          skipped = true;
+          continue;
+        }
+        if (!have_bucket) {
+          bucket = t.shape_key();
+          have_bucket = true;
+        } else if (t.shape_key() != bucket) {
+          continue;
+        }
+        if (total + t.batch_size() > max) {
+          stop = true;
+          break;
+        }
+        const int64_t deadline = t.deadline_ns() > 0 ? t.deadline_ns() : kNever;
+        const int64_t new_earliest = std::min(earliest_deadline_ns, deadline);
+        if (slo() && total >= target && new_earliest != kNever &&
+            now_ns + service_.PredictNs(total + t.batch_size()) > new_earliest &&
+            now_ns + service_.PredictNs(total) <= earliest_deadline_ns) {
+          // Growing the batch past the target would make a member miss its deadline; the
+          // smaller one meets every member's and still keeps up with the load.
+          stop = true;
+          break;
+        }
+        total += t.batch_size();
+        picks.push_back({q, i});
+        oldest_ns = std::min(oldest_ns, dq[i].enqueue_ns);
+        earliest_deadline_ns = new_earliest;
+        if (preferred_.count(total)) {
+          best_preferred_picks = picks.size();
+          best_preferred_total = total;
+        }
+        if (total == max) {
+          stop = true;
+          break;
+        }
       }
     }
   }
@@ -574,7 +596,7 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
                              ? kNever
                              : earliest_deadline_ns - service_.PredictNs(total);
   const bool deadline_due = due_ns <= now_ns;
-  if (picks.empty()) return d;  // every task is left to expire: TakeExpired's time comes
+  if (picks.empty()) return d;
   if (total == max) {
     release = picks.size();
   } else if (largest_preferred > 0 && best_preferred_total == largest_preferred) {

@@ -487,6 +487,21 @@ TEST(BatcherSloTest, ATaskThatFindsTheModelIdleRunsWhateverThePrediction) {
   EXPECT_EQ(b->Enqueue(next, 0).code(), StatusCode::kResourceExhausted);
 }
 
+TEST(BatcherSloTest, WhenEveryTaskWouldBeLeftOutTheBatchRunsAnyway) {
+  // A stale estimate: a full batch "takes" 30 ms against deadlines 25 ms away, and the
+  // arrival rate calls for full batches. Leaving every task out would run nothing, and
+  // nothing would ever correct the estimate.
+  auto b = MakeSlo(8, 0, Service(2 * kMs, 3500 * kUs, 1, 1 * kMs));
+  for (int i = 0; i < 500; ++i) {
+    Push(*b, T(100 + i), i * 10 * kUs);
+    (void)b->FormBatch(i * 10 * kUs, /*force=*/true);
+  }
+  const int64_t now = 5 * kMs;
+  ASSERT_EQ(b->target_batch(now), 8);
+  for (int i = 0; i < 3; ++i) Push(*b, D(i, now + 25 * kMs), now);
+  EXPECT_EQ(Ids(b->FormBatch(now).batch), (std::vector<int>{0, 1, 2})) << "something must run";
+}
+
 TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
   // No batching, 1 ms a run: five queued requests are 5 ms of work ahead.
   auto b = MakeSlo(1, 0, Service(1 * kMs, 0));
@@ -499,8 +514,10 @@ TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
   EXPECT_NE(s.message().find("deadline"), std::string::npos) << s.message();
   EXPECT_EQ(s.retry_after_ms(), 5) << "the predicted time to drain the queue";
   ASSERT_NE(late, nullptr) << "a refused task stays the caller's";
-  // 6 ms of predicted finish fits a 6 ms deadline.
-  Push(*b, D(6, 6 * kMs), 0);
+  // 6 ms of predicted finish fits a 7 ms deadline (10% of it is kept in reserve), not 6.
+  auto tight = D(6, 6 * kMs);
+  EXPECT_EQ(b->Enqueue(tight, 0).code(), StatusCode::kResourceExhausted);
+  Push(*b, D(6, 7 * kMs), 0);
   // With 2 ms of work already on the instance, the retry hint grows by it.
   b->set_service(Service(1 * kMs, 0, 1, 2 * kMs));
   auto later = D(7, 1 * kMs);
