@@ -161,8 +161,11 @@ Status Server::UnloadModelLocked(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
     if (it == models_.end() || it->second.versions.empty()) {
+      // As Triton: unloading what is not loaded succeeds (defensive cleanup code relies
+      // on it), and a model that had failed to load no longer counts against readiness.
       if (it != models_.end()) models_.erase(it);
-      return NotFound("model '" + name + "' is not loaded");
+      spdlog::info("unload of model '{}': not loaded, nothing to do", LogSafe(name));
+      return Status::Ok();
     }
     versions = std::move(it->second.versions);
     it->second.state = ModelState::kUnloading;

@@ -80,7 +80,8 @@ class Server {
   // Loads (or reloads) one model from the repository. NOT_FOUND when the repository
   // has no such folder; otherwise the reason of a failed load.
   Status LoadModel(const std::string& name);
-  // Drains and removes a model. NOT_FOUND if it is not loaded.
+  // Drains and removes a model. A model that is not loaded (or unknown) is a no-op
+  // success, as in Triton.
   Status UnloadModel(const std::string& name);
   // Reloads models whose files changed, loads new ones, unloads removed ones.
   Status PollRepository();
