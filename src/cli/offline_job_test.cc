@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <random>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -333,8 +333,7 @@ TEST_F(OfflineJobTest, ResumeIdentifiesTheInputByContent) {
   fs::last_write_time(o.input_path, mtime);
   const std::string before = ReadAll(o.output_path);
   auto replaced = RunOfflineJob(*server_, o, nullptr, nullptr);
-  EXPECT_EQ(replaced.status.code(), StatusCode::kFailedPrecondition)
-      << replaced.status.ToString();
+  EXPECT_EQ(replaced.status.code(), StatusCode::kFailedPrecondition) << replaced.status.ToString();
   EXPECT_NE(replaced.status.message().find("different input data"), std::string::npos)
       << replaced.status.message();
   EXPECT_EQ(ReadAll(o.output_path), before) << "nothing lost";
@@ -353,8 +352,8 @@ TEST_F(OfflineJobTest, DamagedDoneLogIsRefusedNamingTheLine) {
   const std::string log_path = o.output_path + ".done";
   const std::string good_log = ReadAll(log_path);
   const std::string output = ReadAll(o.output_path);
-  const std::vector<std::string> bad_lines = {"12ab", "-1", "500", "99999999999999999999", "",
-                                              " 7", "abc"};
+  const std::vector<std::string> bad_lines = {"12ab", "-1", "500", "99999999999999999999",
+                                              "",     " 7", "abc"};
   for (const std::string& bad : bad_lines) {
     std::ofstream(log_path, std::ios::binary) << good_log << "4\n" << bad << "\n5\n";
     const std::string damaged = ReadAll(log_path);
@@ -411,8 +410,9 @@ TEST_F(OfflineJobTest, ValuesTheInputTypeCannotHoldAreMalformedRows) {
   };
   auto ints = run("identity_INT64", "ints.jsonl");
   EXPECT_NE(ints[0].find("\"data\":[9007199254740993,-2]"), std::string::npos) << ints[0];
-  EXPECT_NE(ints[1].find("row 1: input 'INPUT0' element 0: 1.5 is not a whole number, as INT64 needs"),
-            std::string::npos)
+  EXPECT_NE(
+      ints[1].find("row 1: input 'INPUT0' element 0: 1.5 is not a whole number, as INT64 needs"),
+      std::string::npos)
       << ints[1];
   EXPECT_NE(ints[2].find("\"data\":[3,4]"), std::string::npos) << ints[2];
   auto floats = run("identity", "floats.jsonl");
@@ -421,8 +421,7 @@ TEST_F(OfflineJobTest, ValuesTheInputTypeCannotHoldAreMalformedRows) {
       << floats[0];
   EXPECT_NE(floats[1].find("\"data\":[3.4028235e+38,0]"), std::string::npos) << floats[1];
   auto f64 = run("identity_INT64", "f64.npy");
-  EXPECT_NE(f64[0].find("input 'INPUT0' element 0: 2.5 is not a whole number"),
-            std::string::npos)
+  EXPECT_NE(f64[0].find("input 'INPUT0' element 0: 2.5 is not a whole number"), std::string::npos)
       << f64[0];
 }
 

@@ -115,7 +115,8 @@ std::unique_ptr<runtime::Server> CreateServer(const ServeFlags& f,
   std::unique_ptr<runtime::Server> server = std::move(created).value();
   for (const auto& m : server->RepositoryIndex()) {
     spdlog::info("model '{}' version {}: {}{}{}", LogSafe(m.name), m.version,
-                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ", LogSafe(m.reason));
+                 runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ",
+                 LogSafe(m.reason));
   }
   return server;
 }

@@ -98,7 +98,8 @@ Status StoreElementChecked(DataType type, void* data, int64_t i, double v) {
           }
           // [min, max + 1) in doubles: both bounds are powers of two, so exact.
           constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-          constexpr double hi_excl = 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
+          constexpr double hi_excl =
+              2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
           if (v < lo || v >= hi_excl) {
             return InvalidArgument(FormatDouble(v) + " does not fit in " +
                                    std::string(DataTypeName(type)));
@@ -107,9 +108,7 @@ Status StoreElementChecked(DataType type, void* data, int64_t i, double v) {
         }
         return Status::Ok();
       },
-      [&] {
-        return InvalidArgument(std::string(DataTypeName(type)) + " holds no plain numbers");
-      });
+      [&] { return InvalidArgument(std::string(DataTypeName(type)) + " holds no plain numbers"); });
 }
 
 Status ConvertElementChecked(DataType from, const void* src, DataType to, void* dst, int64_t i) {

@@ -126,13 +126,12 @@ TEST(VisitDTypeTest, CheckedStoresRefuseValuesTheTypeCannotHold) {
 TEST(VisitDTypeTest, CheckedConversionsKeepIntegersExact) {
   const std::vector<uint64_t> big = {(uint64_t{1} << 53) + 1, uint64_t{1} << 63};
   std::vector<int64_t> out(2);
-  ASSERT_TRUE(ConvertElementChecked(DataType::kUint64, big.data(), DataType::kInt64, out.data(), 0)
-                  .ok());
+  ASSERT_TRUE(
+      ConvertElementChecked(DataType::kUint64, big.data(), DataType::kInt64, out.data(), 0).ok());
   EXPECT_EQ(out[0], (int64_t{1} << 53) + 1);
-  EXPECT_EQ(
-      ConvertElementChecked(DataType::kUint64, big.data(), DataType::kInt64, out.data(), 1)
-          .message(),
-      "9223372036854775808 does not fit in INT64");
+  EXPECT_EQ(ConvertElementChecked(DataType::kUint64, big.data(), DataType::kInt64, out.data(), 1)
+                .message(),
+            "9223372036854775808 does not fit in INT64");
   const std::vector<double> f64 = {3.0, 2.5};
   ASSERT_TRUE(
       ConvertElementChecked(DataType::kFp64, f64.data(), DataType::kInt64, out.data(), 0).ok());

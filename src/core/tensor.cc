@@ -44,8 +44,9 @@ std::atomic<int64_t> zeroed_bytes{0};
 // An aligned allocation of at least `bytes`, whose padding past `bytes` is zeroed.
 void* AllocateAligned(size_t bytes, size_t* rounded_out) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
-  const size_t rounded = std::max<size_t>(
-      Buffer::kAlignment, (bytes + Buffer::kAlignment - 1) / Buffer::kAlignment * Buffer::kAlignment);
+  const size_t rounded =
+      std::max<size_t>(Buffer::kAlignment,
+                       (bytes + Buffer::kAlignment - 1) / Buffer::kAlignment * Buffer::kAlignment);
   void* p = std::aligned_alloc(Buffer::kAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(static_cast<char*>(p) + bytes, 0, rounded - bytes);

@@ -41,7 +41,7 @@ struct InspectOptions {
 // What a report found, for callers that act on it (`shoal inspect`'s exit status).
 struct InspectSummary {
   int unsupported_operator_types = 0;  // distinct operator types the engine lacks
-  bool loads = true;  // false: unsupported operators, or the model failed to load
+  bool loads = true;                   // false: unsupported operators, or the model failed to load
 };
 
 // The report's text. A model that does not load is still reported (OK, with the reason

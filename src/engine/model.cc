@@ -345,8 +345,8 @@ Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<Name
     }
     // The limit is in bytes; ElementCount's is in elements.
     const int64_t elem_bytes = static_cast<int64_t>(DataTypeSize(in.tensor.dtype()));
-    auto count = ElementCount(s, model_.options().limits.max_tensor_bytes /
-                                     std::max<int64_t>(elem_bytes, 1));
+    auto count = ElementCount(
+        s, model_.options().limits.max_tensor_bytes / std::max<int64_t>(elem_bytes, 1));
     if (!count.ok()) return InvalidArgument("input '" + in.name + "': " + count.status().message());
     if (static_cast<size_t>(*count) * DataTypeSize(in.tensor.dtype()) != in.tensor.byte_size()) {
       return InvalidArgument(

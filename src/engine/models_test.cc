@@ -152,12 +152,11 @@ TEST(SessionTest, RejectsInputsThatDoNotMatchTheModel) {
 TEST(SessionTest, InputSizeLimitIsInBytes) {
   LoadOptions load;
   load.limits.max_tensor_bytes = 48;  // 12 FP32 elements
-  auto at_limit =
-      RunOp("ReduceSum", {{F32({4, 3}, std::vector<float>(12, 1))}}, {{"axes", AInts({1})}}, 1,
-            11, load);
+  auto at_limit = RunOp("ReduceSum", {{F32({4, 3}, std::vector<float>(12, 1))}},
+                        {{"axes", AInts({1})}}, 1, 11, load);
   ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
-  auto over = RunOp("ReduceSum", {{F32({5, 3}, std::vector<float>(15, 1))}},
-                    {{"axes", AInts({1})}}, 1, 11, load);
+  auto over = RunOp("ReduceSum", {{F32({5, 3}, std::vector<float>(15, 1))}}, {{"axes", AInts({1})}},
+                    1, 11, load);
   ASSERT_FALSE(over.ok());
   EXPECT_THAT(over.status().message(), HasSubstr("has more than 12 elements"));
 }

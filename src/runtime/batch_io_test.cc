@@ -169,8 +169,7 @@ TEST(MergeScatterTest, RequestsOfDifferentShapesAreNeverMerged) {
   auto merged = MergeInputs(sig, {&two, &three}, {1, 1});
   ASSERT_FALSE(merged.ok());
   EXPECT_EQ(merged.status().code(), StatusCode::kInternal);
-  EXPECT_NE(merged.status().message().find("'two' and 'three' differ in shape"),
-            std::string::npos)
+  EXPECT_NE(merged.status().message().find("'two' and 'three' differ in shape"), std::string::npos)
       << merged.status().ToString();
   EXPECT_TRUE(MergeInputs(sig, {&two, &two_b}, {1, 2}).ok());
 }

@@ -11,8 +11,8 @@
 //   - Admission: Enqueue predicts the request's wait (the items queued at its level and
 //     above, run in full batches by the instances, after the work they already hold) and
 //     its finish (wait + the run of the batch it will join), and keeps deadline_reserve
-//     (10%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at once, with
-//     a retry hint (the predicted time to drain the queue), when the finish is past the
+//     (10%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at
+//     once, with a retry hint (the predicted time to drain the queue), when the finish is past the
 //     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
 //   - Order: within a level, earliest deadline first. A task without a deadline is
 //     ordered as if its deadline were no_deadline_horizon_us after its arrival (so a
@@ -309,11 +309,9 @@ Batcher<Task>::Batcher(BatcherOptions options) : options_(std::move(options)) {
 
 template <typename Task>
 int64_t Batcher<Task>::RunAheadNs(int64_t items) const {
-  const double per_item =
-      service_.a_ns / static_cast<double>(max_items()) + service_.b_ns;
-  return service_.backlog_ns +
-         static_cast<int64_t>(per_item * static_cast<double>(items) /
-                              std::max(service_.instances, 1));
+  const double per_item = service_.a_ns / static_cast<double>(max_items()) + service_.b_ns;
+  return service_.backlog_ns + static_cast<int64_t>(per_item * static_cast<double>(items) /
+                                                    std::max(service_.instances, 1));
 }
 
 template <typename Task>
@@ -369,12 +367,12 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
     const int64_t full = max_items();
     const int64_t batches_ahead = ahead / full;
     const int64_t own_batch = std::min(full, ahead % full + items);
-    const int64_t wait =
-        service_.backlog_ns + batches_ahead * service_.PredictNs(full) / std::max(service_.instances, 1);
+    const int64_t wait = service_.backlog_ns +
+                         batches_ahead * service_.PredictNs(full) / std::max(service_.instances, 1);
     const int64_t finish = now_ns + wait + service_.PredictNs(own_batch);
     std::string why;
-    const int64_t usable =
-        deadline - static_cast<int64_t>(options_.deadline_reserve * static_cast<double>(deadline - now_ns));
+    const int64_t usable = deadline - static_cast<int64_t>(options_.deadline_reserve *
+                                                           static_cast<double>(deadline - now_ns));
     if (deadline > 0 && finish > usable) {
       why = "predicted to answer in " + batcher_internal::Ms(finish - now_ns) +
             ", too late for the request's deadline (" + batcher_internal::Ms(deadline - now_ns) +
@@ -404,8 +402,9 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
   Entry e{nullptr, now_ns, now_ns, kNever, kNever, now_ns, false};
   if (timeout_us > 0) e.expire_ns = now_ns + static_cast<int64_t>(timeout_us) * 1000;
   if (slo()) {
-    e.order_ns = deadline > 0 ? deadline
-                              : now_ns + static_cast<int64_t>(options_.no_deadline_horizon_us) * 1000;
+    e.order_ns = deadline > 0
+                     ? deadline
+                     : now_ns + static_cast<int64_t>(options_.no_deadline_horizon_us) * 1000;
     if (deadline > 0 && !probe) e.doomed_ns = deadline - service_.PredictNs(items);
     e.probe = probe;
   }
@@ -473,7 +472,8 @@ template <typename Task>
 double Batcher<Task>::arrival_rate_per_s(int64_t now_ns) const {
   const double tau = static_cast<double>(options_.arrival_window_us) * 1000.0;
   const double decayed =
-      arrivals_ * std::exp(-static_cast<double>(std::max<int64_t>(now_ns - arrivals_at_ns_, 0)) / tau);
+      arrivals_ *
+      std::exp(-static_cast<double>(std::max<int64_t>(now_ns - arrivals_at_ns_, 0)) / tau);
   return decayed / tau * 1e9;
 }
 
@@ -547,7 +547,8 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
       auto& dq = *queues[q];
       for (size_t i = 0; i < dq.size(); ++i) {
         const Task& t = *dq[i].task;
-        if (may_skip && !dq[i].probe && t.deadline_ns() > 0 && now_ns + needed_ns > t.deadline_ns()) {
+        if (may_skip && !dq[i].probe && t.deadline_ns() > 0 &&
+            now_ns + needed_ns > t.deadline_ns()) {
           skipped = true;
           continue;
         }
@@ -647,7 +648,8 @@ std::vector<typename Batcher<Task>::Expired> Batcher<Task>::TakeExpired(int64_t 
       }
       if (doomed || l.policy.timeout_action == TimeoutAction::kReject) {
         l.items -= it->task->batch_size();
-        out.push_back({std::move(it->task), doomed ? ExpiryReason::kDeadline : ExpiryReason::kQueueTimeout});
+        out.push_back(
+            {std::move(it->task), doomed ? ExpiryReason::kDeadline : ExpiryReason::kQueueTimeout});
         --size_;
       } else {
         it->expire_ns = kNever;

@@ -543,9 +543,9 @@ TEST(BatcherSloTest, PredictedWaitIsBoundedWithoutDeadlinesAndOfflineWorkIsExemp
 }
 
 TEST(BatcherSloTest, AutomaticWaitBoundIsTheLargerOfOneSecondAndTenFullBatches) {
-  auto b = MakeSlo(1, 0, Service(200 * kMs, 0));  // 10 runs = 2 s
+  auto b = MakeSlo(1, 0, Service(200 * kMs, 0));   // 10 runs = 2 s
   for (int i = 0; i < 10; ++i) Push(*b, T(i), 0);  // the last waits 1.8 s
-  auto t = T(10);                                    // would wait 2 s: accepted
+  auto t = T(10);                                  // would wait 2 s: accepted
   EXPECT_TRUE(b->Enqueue(t, 0).ok());
   auto over = T(11);  // 2.2 s
   EXPECT_EQ(b->Enqueue(over, 0).code(), StatusCode::kResourceExhausted);

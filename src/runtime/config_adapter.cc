@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -69,8 +69,10 @@ Status ApplyPrecisionLadder(const inference::ModelConfig& config, ModelVersionOp
   if (it == config.parameters().end()) return Status::Ok();
   o->precision_ladder = SplitList(it->second.string_value());
   if (o->precision_ladder.size() < 2) {
-    return InvalidArgument("parameter 'precision_ladder' needs at least two tiers, dearest first "
-                           "(e.g. \"fp32,int8\"); was '" + it->second.string_value() + "'");
+    return InvalidArgument(
+        "parameter 'precision_ladder' needs at least two tiers, dearest first "
+        "(e.g. \"fp32,int8\"); was '" +
+        it->second.string_value() + "'");
   }
   std::vector<std::string> loaded;
   if (auto t = config.parameters().find("precision_tiers"); t != config.parameters().end())
@@ -275,7 +277,8 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
     }
     o.preserve_ordering = db.preserve_ordering();
   }
-  RETURN_IF_ERROR(ApplySchedulingParameters(config, &o).WithPrefix("model '" + config.name() + "'"));
+  RETURN_IF_ERROR(
+      ApplySchedulingParameters(config, &o).WithPrefix("model '" + config.name() + "'"));
 
   int index = 0;
   for (const auto& group : config.instance_group()) {

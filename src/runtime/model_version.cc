@@ -1,11 +1,11 @@
 #include "runtime/model_version.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <exception>
 #include <functional>
 #include <limits>
-
-#include <spdlog/spdlog.h>
 
 #include "core/thread_util.h"
 
@@ -100,9 +100,10 @@ Status ModelVersion::RunWarmup(backends::BackendInstance& instance,
       }
       if (s.ok()) continue;
       if (sample.required) return s.WithPrefix("warmup '" + sample.name + "'");
-      spdlog::warn("model '{}' instance {}: default warmup '{}' failed, so the model loads "
-                   "without it (configure model_warmup to choose its inputs): {}",
-                   options_.name, info.name, sample.name, s.message());
+      spdlog::warn(
+          "model '{}' instance {}: default warmup '{}' failed, so the model loads "
+          "without it (configure model_warmup to choose its inputs): {}",
+          options_.name, info.name, sample.name, s.message());
       return Status::Ok();
     }
   }
@@ -194,7 +195,8 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
     request.deadline_ns = 0;
   } else if (request.deadline_ns == 0) {
     uint64_t budget_us = request.timeout_us;
-    if (request.client_deadline_us > 0 && (budget_us == 0 || request.client_deadline_us < budget_us))
+    if (request.client_deadline_us > 0 &&
+        (budget_us == 0 || request.client_deadline_us < budget_us))
       budget_us = request.client_deadline_us;
     if (budget_us == 0) budget_us = options_.latency_slo_us;
     if (budget_us > 0) request.deadline_ns = now + static_cast<int64_t>(budget_us) * 1000;
@@ -325,9 +327,9 @@ void ModelVersion::UpdatePrecisionTierLocked(int64_t now) {
   if (next > tier) drain_above_since_ns_ = now;
   if (next < tier) drain_below_since_ns_ = now;
   stats_.RecordPrecisionSwitch();
-  spdlog::info("model '{}' version {}: precision {} -> {} (predicted queue drain {} us)", options_.name,
-               options_.version, options_.precision_ladder[tier], options_.precision_ladder[next],
-               drain_ns / 1000);
+  spdlog::info("model '{}' version {}: precision {} -> {} (predicted queue drain {} us)",
+               options_.name, options_.version, options_.precision_ladder[tier],
+               options_.precision_ladder[next], drain_ns / 1000);
 }
 
 const std::string* ModelVersion::TierOf(const InferRequest& request) const {
@@ -522,31 +524,32 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   // index out of range, say) the fault may be one request's: each half is run again (each
   // request, from three down), so that only requests whose own inputs are bad fail, and one
   // bad request among n costs about 2·log2(n) extra runs rather than n.
-  std::function<void(const std::vector<size_t>&)> run_group = [&](const std::vector<size_t>& group) {
-    std::vector<const InferRequest*> group_requests;
-    std::vector<int64_t> group_sizes;
-    for (size_t i : group) {
-      group_requests.push_back(requests[i]);
-      group_sizes.push_back(sizes[i]);
-    }
-    GroupRun run = RunGroup(group_requests, group_sizes, instance);
-    if (run.status.code() == StatusCode::kInvalidArgument && group.size() > 1) {
-      split = true;
-      if (group.size() <= 3) {
-        for (size_t i : group) run_group({i});
-        return;
-      }
-      const auto mid = group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2);
-      run_group(std::vector<size_t>(group.begin(), mid));
-      run_group(std::vector<size_t>(mid, group.end()));
-      return;
-    }
-    for (size_t k = 0; k < group.size(); ++k) {
-      run_of[group[k]] = runs.size();
-      slot_of[group[k]] = k;
-    }
-    runs.push_back(std::move(run));
-  };
+  std::function<void(const std::vector<size_t>&)> run_group =
+      [&](const std::vector<size_t>& group) {
+        std::vector<const InferRequest*> group_requests;
+        std::vector<int64_t> group_sizes;
+        for (size_t i : group) {
+          group_requests.push_back(requests[i]);
+          group_sizes.push_back(sizes[i]);
+        }
+        GroupRun run = RunGroup(group_requests, group_sizes, instance);
+        if (run.status.code() == StatusCode::kInvalidArgument && group.size() > 1) {
+          split = true;
+          if (group.size() <= 3) {
+            for (size_t i : group) run_group({i});
+            return;
+          }
+          const auto mid = group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2);
+          run_group(std::vector<size_t>(group.begin(), mid));
+          run_group(std::vector<size_t>(mid, group.end()));
+          return;
+        }
+        for (size_t k = 0; k < group.size(); ++k) {
+          run_of[group[k]] = runs.size();
+          slot_of[group[k]] = k;
+        }
+        runs.push_back(std::move(run));
+      };
   for (const auto& group : groups) run_group(group);
 
   std::vector<std::function<void()>> answers;

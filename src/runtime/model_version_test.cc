@@ -648,7 +648,8 @@ TEST_F(ModelVersionTest, PrecisionLadderStepsDownUnderSustainedLoadAndBackWithHy
   o.degrade_after_us = 10'000;
   auto mv = Make(std::move(o));
   ASSERT_TRUE(Occupy(*mv, "first"));
-  for (int i = 0; i < 10; ++i) mv->Infer(Req("q" + std::to_string(i), {1}), answers_.For("q" + std::to_string(i)));
+  for (int i = 0; i < 10; ++i)
+    mv->Infer(Req("q" + std::to_string(i), {1}), answers_.For("q" + std::to_string(i)));
   EXPECT_EQ(mv->precision_tier(), 0) << "above the threshold, but not for long yet";
   clock_->AdvanceUs(10'000);
   mv->Infer(Req("turn", {2}), answers_.For("turn"));  // its arrival finds 10 ms above: step down

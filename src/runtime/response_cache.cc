@@ -91,7 +91,8 @@ std::vector<ResponseCache::Waiter> ResponseCache::Complete(
   std::vector<NamedTensor> stored;
   int64_t bytes = kEntryOverheadBytes + static_cast<int64_t>(key.bytes.size());
   if (status.ok()) {
-    for (const auto& t : outputs) bytes += static_cast<int64_t>(t.tensor.byte_size() + t.name.size());
+    for (const auto& t : outputs)
+      bytes += static_cast<int64_t>(t.tensor.byte_size() + t.name.size());
     // Copied outside the lock; wasted only if the entry is refused below.
     if (bytes <= capacity_bytes_) {
       for (const auto& t : outputs) stored.push_back(NamedTensor{t.name, OwnedCopy(t.tensor)});

@@ -126,8 +126,8 @@ class ResponseCache {
   const uint64_t seed_;
   const std::function<uint64_t(const CacheKey&)> hash_for_testing_;
   mutable std::mutex mu_;
-  Index index_;                      // GUARDED_BY(mu_)
-  std::list<const CacheKey*> lru_;   // GUARDED_BY(mu_); index_'s keys, front = most recent
+  Index index_;                     // GUARDED_BY(mu_)
+  std::list<const CacheKey*> lru_;  // GUARDED_BY(mu_); index_'s keys, front = most recent
   std::unordered_map<CacheKey, std::vector<Waiter>, KeyHash> in_flight_;  // GUARDED_BY(mu_)
   CacheStats stats_;                                                      // GUARDED_BY(mu_)
 };

@@ -64,7 +64,8 @@ TEST(ResponseCacheTest, JoinersGetTheLeadersResultOrError) {
 }
 
 TEST(ResponseCacheTest, EvictsLeastRecentlyUsedToStayWithinBytes) {
-  const int64_t entry = 1000 + ResponseCache::kEntryOverheadBytes + 1 + KeyBytes("a");  // + name "O"
+  const int64_t entry =
+      1000 + ResponseCache::kEntryOverheadBytes + 1 + KeyBytes("a");  // + name "O"
   ResponseCache cache(3 * entry);
   ResponseCache::Waiter noop = [](bool, const Status&, const std::vector<NamedTensor>&) {};
   std::vector<NamedTensor> got;

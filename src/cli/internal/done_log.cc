@@ -32,8 +32,8 @@ std::string Quote(std::string_view line) {
 
 // The identity a header holds; INVALID_ARGUMENT if it is not one this version writes.
 StatusOr<JobIdentity> ParseHeader(std::string_view line) {
-  if (line.substr(0, kHeaderPrefix.size()) != kHeaderPrefix || line.size() == kHeaderPrefix.size() ||
-      line[kHeaderPrefix.size()] != '{') {
+  if (line.substr(0, kHeaderPrefix.size()) != kHeaderPrefix ||
+      line.size() == kHeaderPrefix.size() || line[kHeaderPrefix.size()] != '{') {
     return InvalidArgument("no header");
   }
   line.remove_prefix(kHeaderPrefix.size());
@@ -42,8 +42,8 @@ StatusOr<JobIdentity> ParseHeader(std::string_view line) {
   if (parser.parse(line.data(), line.size()).get(doc)) return InvalidArgument("bad header");
   JobIdentity id;
   std::string_view input, hash, model;
-  if (doc["input"].get(input) || doc["bytes"].get(id.input_bytes) ||
-      doc["xxh3_128"].get(hash) || doc["model"].get(model)) {
+  if (doc["input"].get(input) || doc["bytes"].get(id.input_bytes) || doc["xxh3_128"].get(hash) ||
+      doc["model"].get(model)) {
     return InvalidArgument("bad header");
   }
   id.input_path = std::string(input);
@@ -123,8 +123,7 @@ StatusOr<std::unique_ptr<DoneLog>> DoneLog::Read(const std::string& path,
       if (line.empty() || ec != std::errc() || ptr != last || index < 0 || index >= rows) {
         return FailedPrecondition("'" + path + "' line " + std::to_string(line_no) + " is " +
                                   Quote(line) + ", not a row index of this input (0 to " +
-                                  std::to_string(rows - 1) + "): the file is damaged" +
-                                  Remedy());
+                                  std::to_string(rows - 1) + "): the file is damaged" + Remedy());
       }
       log->done_.insert(index);
     }
@@ -146,8 +145,7 @@ Status DoneLog::Start() {
   }
   file_ = std::fopen(path_.c_str(), append ? "a" : "w");
   if (file_ == nullptr) return Internal("cannot write '" + path_ + "': " + std::strerror(errno));
-  if (!append &&
-      (std::fprintf(file_, "%s\n", header_.c_str()) < 0 || std::fflush(file_) != 0)) {
+  if (!append && (std::fprintf(file_, "%s\n", header_.c_str()) < 0 || std::fflush(file_) != 0)) {
     return Internal("cannot write '" + path_ + "'");
   }
   return Status::Ok();

@@ -26,10 +26,10 @@
 namespace shoal::cli::internal {
 
 struct JobIdentity {
-  std::string input_path;   // as given; informational
+  std::string input_path;  // as given; informational
   uint64_t input_bytes = 0;
-  std::string input_hash;   // XXH3-128 of the input's bytes, hex
-  std::string model;        // "<name>:<version>"
+  std::string input_hash;  // XXH3-128 of the input's bytes, hex
+  std::string model;       // "<name>:<version>"
 };
 
 class DoneLog {
