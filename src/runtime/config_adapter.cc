@@ -100,7 +100,8 @@ Status ApplyPrecisionLadder(const inference::ModelConfig& config, ModelVersionOp
 }
 
 // shoal's scheduling extensions, given as config parameters (docs/model-repository.md):
-// latency_slo_us, batching_policy, max_queue_wait_us, priority_aging_us.
+// latency_slo_us, batching_policy, max_queue_wait_us, deadline_reserve_percent,
+// priority_aging_us.
 Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVersionOptions* o) {
   ASSIGN_OR_RETURN(auto slo, IntegerParameter(config, "latency_slo_us"));
   if (slo) o->latency_slo_us = static_cast<uint64_t>(*slo);
@@ -121,6 +122,14 @@ Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVers
   } else if (slo && *slo > 0) {
     // Whoever waits longer than the SLO misses it anyway.
     o->batching.max_queue_wait_us = *slo;
+  }
+  ASSIGN_OR_RETURN(auto reserve, IntegerParameter(config, "deadline_reserve_percent"));
+  if (reserve) {
+    if (*reserve >= 100) {
+      return InvalidArgument("parameter 'deadline_reserve_percent' must be below 100; was " +
+                             std::to_string(*reserve));
+    }
+    o->batching.deadline_reserve = static_cast<double>(*reserve) / 100.0;
   }
   ASSIGN_OR_RETURN(auto aging, IntegerParameter(config, "priority_aging_us"));
   o->batching.priority_aging_us = aging ? static_cast<uint64_t>(*aging) : kDefaultPriorityAgingUs;
