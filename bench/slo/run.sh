@@ -26,10 +26,10 @@ SHOAL="${SHOAL_BUILD:-build}/src/cli/shoal"
 [ -x "$SHOAL" ] || { echo "build first: scripts/build.sh ${SHOAL_BUILD:-build} (no $SHOAL)" >&2; exit 1; }
 # The image classifier's precision ladder is calibrated and its top-1 measured on the
 # example's own held-out colour digits, rendered as examples/models/generate.py renders
-# them (python3-torch and python3-sklearn, installed on demand).
+# them (python3-torch, python3-onnx and python3-sklearn, installed on demand).
 if [[ " ${ARGS[*]} " != *" --models "* || " ${ARGS[*]} " == *image_classifier* ]]; then
   missing=()
-  for p in python3-torch python3-sklearn python3-numpy; do
+  for p in python3-torch python3-onnx python3-sklearn python3-numpy; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
