@@ -11,6 +11,7 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer   JSON and binary tensor data, gzip/deflate
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats Triton statistics
 //   POST /v2/repository[/{repo}]/index, .../models/{m}/load, .../models/{m}/unload
+//   Triton's shared-memory, logging and trace endpoints: http_extensions.h
 // Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}. Errors are
 // {"error": "..."} with the status of server/status_map (429 and 503 add Retry-After).
 //
@@ -34,6 +35,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/protocol_settings.h"
 #include "server/tcp_listener.h"
 
 namespace shoal::server {
@@ -60,6 +62,9 @@ struct HttpOptions {
   int64_t header_timeout_ms = 30'000;
   int64_t body_timeout_ms = 300'000;
   int64_t write_timeout_ms = 60'000;
+  // Registered shared memory regions and trace settings (Triton's extensions), shared
+  // with the gRPC front end of the same server. Null: the HTTP server keeps its own.
+  std::shared_ptr<ExtensionState> extension_state;
 };
 
 namespace internal {
