@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/common.h"
+#include "core/log_settings.h"
 #include "core/log_text.h"
 #include "runtime/server.h"
 #include "server/tcp_listener.h"
@@ -197,11 +198,17 @@ struct Services {
 // metrics, gRPC; false (logged) as soon as one cannot start.
 bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
                    runtime::Server* server, Listeners listeners, Services* services) {
+#if defined(SHOAL_HAVE_HTTP) || defined(SHOAL_HAVE_GRPC)
+  // Shared memory regions and trace settings are the server's, whichever protocol set them.
+  auto extension_state = std::make_shared<server::ExtensionState>();
+#endif
 #ifdef SHOAL_HAVE_HTTP
   if (listeners.http.valid()) {
     const int port = listeners.http.port();
+    server::HttpOptions http_options = MakeHttpOptions(f, options);
+    http_options.extension_state = extension_state;
     services->http = LogServiceStart(
-        server::HttpServer::Start(server, MakeHttpOptions(f, options), std::move(listeners.http)),
+        server::HttpServer::Start(server, std::move(http_options), std::move(listeners.http)),
         "HTTP", f.HttpAddress(), port);
     if (!services->http) return false;
   }
@@ -223,6 +230,7 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
                               ? f.grpc_max_message_bytes
                               : std::min<int64_t>(f.max_body_bytes, INT32_MAX);
     o.limits = options.limits;
+    o.extension_state = extension_state;
     // Handed over by closing: gRPC binds the port again at once. (Only another process
     // binding it in between can make this fail.)
     listeners.grpc.Close();
@@ -302,6 +310,8 @@ void Drain(runtime::Server& server, Services& services) {
 int RunServe(const ServeFlags& f) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(f.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
+  // The one place the verbose level lives (also set by the logging extension).
+  SetLogVerboseLevel(static_cast<uint32_t>(std::max(f.log_verbose, 0)));
   const sigset_t signals = BlockStopSignals();
 
   if (!f.load_models.empty() && f.model_control_mode != "explicit") {

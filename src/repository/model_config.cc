@@ -3,6 +3,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <climits>
@@ -452,6 +453,20 @@ void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
 }
 
 }  // namespace
+
+StatusOr<inference::ModelConfig> ParseModelConfigJson(std::string_view json,
+                                                      const std::string& path) {
+  inference::ModelConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status =
+      google::protobuf::util::JsonStringToMessage(std::string(json), &config, options);
+  if (!status.ok()) {
+    return InvalidArgument(path +
+                           ": not a valid model config in JSON: " + std::string(status.message()));
+  }
+  return config;
+}
 
 StatusOr<inference::ModelConfig> ParseModelConfig(std::string_view text, const std::string& path) {
   if (text.size() > static_cast<size_t>(INT_MAX)) {

@@ -36,6 +36,13 @@ inline constexpr std::string_view kEnsemblePlatform = "ensemble";
 // column). Does not validate; call ValidateModelConfig next.
 StatusOr<inference::ModelConfig> ParseModelConfig(std::string_view text, const std::string& path);
 
+// Parses a config in Triton's JSON form of inference.ModelConfig (the `config` parameter
+// of a model load request: field names as in the .proto, 64-bit integers as numbers or
+// strings). Unknown fields and malformed JSON give kInvalidArgument "path: <reason>".
+// Does not validate; ScanModel with the override validates it like a config.pbtxt.
+StatusOr<inference::ModelConfig> ParseModelConfigJson(std::string_view json,
+                                                      const std::string& path);
+
 // Checks the rules protobuf cannot express (full list in model_config.cc):
 //   * name non-empty; max_batch_size >= 0;
 //   * each input/output: non-empty unique name, data_type set, non-empty dims unless it

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -269,6 +270,15 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   }
   for (const auto& out : config.output()) {
     o.signature.outputs.push_back(SpecFrom(out.name(), out.data_type(), out.dims(), false));
+    if (!out.label_filename().empty()) {
+      auto labels =
+          ReadLabelFile((std::filesystem::path(model_dir) / out.label_filename()).string());
+      if (!labels.ok()) {
+        return labels.status().WithPrefix("model '" + config.name() + "' output '" + out.name() +
+                                          "' label_filename");
+      }
+      o.output_labels[out.name()] = std::move(labels).value();
+    }
   }
 
   if (config.has_dynamic_batching()) {

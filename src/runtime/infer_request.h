@@ -45,6 +45,10 @@ struct InferRequest {
   bool best_effort = false;
   // Request parameters other than priority/timeout; they enter the cache key.
   Parameters parameters;
+  // Triton's classification extension: output name -> K. Those outputs are answered as
+  // their top K classes (runtime/classification.h) instead of raw scores. Applied after
+  // the model and the cache ran, so it is not part of the cache key.
+  std::map<std::string, int64_t> classification;
 };
 
 struct InferResponse {

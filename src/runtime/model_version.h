@@ -37,6 +37,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/batcher.h"
+#include "runtime/classification.h"
 #include "runtime/infer_request.h"
 #include "runtime/instance_pool.h"
 #include "runtime/model_stats.h"
@@ -83,6 +84,9 @@ struct ModelVersionOptions {
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
+  // Class labels of the outputs whose config names a label_filename, read at load
+  // (classification extension, runtime/classification.h).
+  std::map<std::string, OutputLabels> output_labels;
   // Tests only: replaces each request's batch key (ValidatedRequest::shape_key, the
   // argument), so that a test can make requests of different shapes collide.
   std::function<uint64_t(const InferRequest&, uint64_t)> shape_key_for_testing;

@@ -65,17 +65,19 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 
 Server::~Server() { Shutdown(); }
 
-Status Server::LoadModel(const std::string& name) {
+Status Server::LoadModel(const std::string& name,
+                         const std::optional<inference::ModelConfig>& config) {
   std::lock_guard<std::mutex> load_lock(load_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return Unavailable("the server is shutting down");
   }
-  return LoadModelLocked(name);
+  return LoadModelLocked(name, config ? &*config : nullptr);
 }
 
-Status Server::LoadModelLocked(const std::string& name) {
-  auto scanned = repository::ScanModel(options_.model_repository, name);
+Status Server::LoadModelLocked(const std::string& name,
+                               const inference::ModelConfig* config_override) {
+  auto scanned = repository::ScanModel(options_.model_repository, name, config_override);
   if (!scanned.ok()) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name),
                   LogSafe(scanned.status().message()));
@@ -214,6 +216,52 @@ Status Server::PollRepository() {
   return Status::Ok();
 }
 
+namespace {
+
+// Wraps `callback` so that the outputs `request` asks to classify are replaced by their
+// top K classes. Checks the request first, leaving `callback` as it was on error:
+// INVALID_ARGUMENT for an output the model does not have or a count below 1.
+Status WrapForClassification(const ModelVersion& mv, const InferRequest& request,
+                             InferCallback& callback) {
+  const ModelSignature& sig = mv.signature();
+  for (const auto& [output, k] : request.classification) {
+    const bool known = std::any_of(sig.outputs.begin(), sig.outputs.end(),
+                                   [&](const auto& o) { return o.name == output; });
+    if (!known) {
+      return InvalidArgument("classification requested for unknown output '" + output +
+                             "' of model '" + mv.name() + "'");
+    }
+    if (k < 1) {
+      return InvalidArgument("output '" + output + "': classification count must be >= 1; was " +
+                             std::to_string(k));
+    }
+  }
+  const bool batched = sig.max_batch_size > 0;
+  callback = InferCallback([classification = request.classification, batched,
+                            labels = mv.options().output_labels,
+                            callback = std::move(callback)](InferResponse r) mutable {
+    if (r.status.ok()) {
+      for (auto& out : r.outputs) {
+        auto it = classification.find(out.name);
+        if (it == classification.end()) continue;
+        auto l = labels.find(out.name);
+        auto classified = Classify(out.tensor, it->second, batched,
+                                   l == labels.end() ? nullptr : l->second.get());
+        if (!classified.ok()) {
+          r.status = classified.status().WithPrefix("output '" + out.name + "'");
+          r.outputs.clear();
+          break;
+        }
+        out.tensor = std::move(classified).value();
+      }
+    }
+    callback(std::move(r));
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
 std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback callback) {
   auto answer_now = [&](const Status& status) -> std::shared_ptr<RequestHandle> {
     InferResponse response;
@@ -229,6 +277,9 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
   };
   auto mv = GetModel(request.model_name, request.model_version);
   if (!mv.ok()) return answer_now(mv.status());
+  if (!request.classification.empty()) {
+    if (Status s = WrapForClassification(**mv, request, callback); !s.ok()) return answer_now(s);
+  }
   const int64_t cap = options_.max_inflight_requests;
   if (cap <= 0) return (*mv)->Infer(std::move(request), std::move(callback));
   if (inflight_->fetch_add(1, std::memory_order_acq_rel) >= cap) {

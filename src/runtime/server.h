@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,8 +79,12 @@ class Server {
   std::shared_ptr<RequestHandle> Infer(InferRequest request, InferCallback callback);
 
   // Loads (or reloads) one model from the repository. NOT_FOUND when the repository
-  // has no such folder; otherwise the reason of a failed load.
-  Status LoadModel(const std::string& name);
+  // has no such folder; otherwise the reason of a failed load. `config`, when given,
+  // is used instead of the folder's config.pbtxt (Triton's load-time config override;
+  // INVALID_ARGUMENT when it does not validate). A later load without it reads
+  // config.pbtxt again.
+  Status LoadModel(const std::string& name,
+                   const std::optional<inference::ModelConfig>& config = std::nullopt);
   // Drains and removes a model. A model that is not loaded (or unknown) is a no-op
   // success, as in Triton.
   Status UnloadModel(const std::string& name);
@@ -116,7 +121,9 @@ class Server {
     std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   };
   explicit Server(ServerOptions options);
-  Status LoadModelLocked(const std::string& name);  // requires load_mu_
+  // Requires load_mu_. `config_override`: replaces config.pbtxt, or null.
+  Status LoadModelLocked(const std::string& name,
+                         const inference::ModelConfig* config_override = nullptr);
   // GetModel's lookup; requires mu_.
   StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name,
                                                          int64_t version) const;

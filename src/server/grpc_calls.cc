@@ -142,20 +142,6 @@ void ArmUnary(CallContext* ctx, grpc::ServerCompletionQueue* cq, Svc* service, R
   C::Arm(ctx, cq, std::move(spec));
 }
 
-// Arms an RPC that shoal declares but does not implement.
-template <typename Req, typename Resp, typename RequestFn>
-void ArmUnimplemented(CallContext* ctx, grpc::ServerCompletionQueue* cq, RequestFn request,
-                      const std::string& what) {
-  using C = UnaryCall<InferenceService, Req, Resp>;
-  auto spec = std::make_shared<const typename C::Spec>(typename C::Spec{
-      ctx->service, request,
-      [what](const Req&, Resp*) {
-        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, what + " is not supported by shoal");
-      },
-      false});
-  C::Arm(ctx, cq, std::move(spec));
-}
-
 // ------------------------------------------------------------------ ModelInfer
 
 class InferCall final : public Call {
@@ -203,7 +189,9 @@ class InferCall final : public Call {
     }
     StatusOr<runtime::InferRequest> decoded = Internal("not decoded");
     try {
-      decoded = InferRequestFromProto(request_, ctx_->limits);
+      decoded = InferRequestFromProto(request_, ctx_->limits,
+                                      &ctx_->handlers->extension_state().shared_memory,
+                                      &shared_memory_outputs_);
     } catch (const std::exception& e) {
       decoded = Internal(std::string("internal error: ") + e.what());
     }
@@ -234,7 +222,7 @@ class InferCall final : public Call {
     grpc::Status status = ToGrpcStatus(answer.status);
     if (status.ok()) {
       try {
-        InferResponseToProto(answer, &response_);
+        status = ToGrpcStatus(InferResponseToProto(answer, shared_memory_outputs_, &response_));
       } catch (const std::exception& e) {
         status = InternalError(e);
       }
@@ -266,6 +254,7 @@ class InferCall final : public Call {
   // Shared: the decoded tensors view its raw_input_contents and keep it alive.
   const std::shared_ptr<inference::ModelInferRequest> request_;
   inference::ModelInferResponse response_;
+  SharedMemoryOutputs shared_memory_outputs_;  // set by Start, read by OnAnswer
   grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> writer_{&server_ctx_};
   Tag request_tag_{this, kRequest};
   Tag finish_tag_{this, kFinish};
@@ -299,23 +288,19 @@ void ArmCalls(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
            /*blocking=*/true);
   ArmUnary(ctx, cq, ctx->health, &HealthService::RequestCheck, &GrpcHandlers::HealthCheck);
 
-  using namespace inference;  // NOLINT: the message names below
-  ArmUnimplemented<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
-      ctx, cq, &S::RequestSystemSharedMemoryStatus, "system shared memory");
-  ArmUnimplemented<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
-      ctx, cq, &S::RequestSystemSharedMemoryRegister, "system shared memory");
-  ArmUnimplemented<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
-      ctx, cq, &S::RequestSystemSharedMemoryUnregister, "system shared memory");
-  ArmUnimplemented<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
-      ctx, cq, &S::RequestCudaSharedMemoryStatus, "CUDA shared memory");
-  ArmUnimplemented<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
-      ctx, cq, &S::RequestCudaSharedMemoryRegister, "CUDA shared memory");
-  ArmUnimplemented<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
-      ctx, cq, &S::RequestCudaSharedMemoryUnregister, "CUDA shared memory");
-  ArmUnimplemented<TraceSettingRequest, TraceSettingResponse>(ctx, cq, &S::RequestTraceSetting,
-                                                              "trace");
-  ArmUnimplemented<LogSettingsRequest, LogSettingsResponse>(ctx, cq, &S::RequestLogSettings,
-                                                            "logging");
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryStatus,
+           &GrpcHandlers::SystemSharedMemoryStatus);
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryRegister,
+           &GrpcHandlers::SystemSharedMemoryRegister);
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryUnregister,
+           &GrpcHandlers::SystemSharedMemoryUnregister);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryStatus, &GrpcHandlers::CudaSharedMemoryStatus);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryRegister,
+           &GrpcHandlers::CudaSharedMemoryRegister);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryUnregister,
+           &GrpcHandlers::CudaSharedMemoryUnregister);
+  ArmUnary(ctx, cq, s, &S::RequestTraceSetting, &GrpcHandlers::TraceSetting);
+  ArmUnary(ctx, cq, s, &S::RequestLogSettings, &GrpcHandlers::LogSettings);
 
   for (int i = 0; i < kArmedInferCalls; ++i) InferCall::Arm(ctx, cq);
   ArmStreamInferCall(ctx, cq);

@@ -150,9 +150,11 @@ class StreamInferCall final : public Call {
       message = std::move(reading_);
     }
     StatusOr<runtime::InferRequest> decoded = Unavailable("the server is shutting down");
+    SharedMemoryOutputs shm;
     if (!ctx_->draining.load()) {
       try {
-        decoded = InferRequestFromProto(message, ctx_->limits);
+        decoded = InferRequestFromProto(message, ctx_->limits,
+                                        &ctx_->handlers->extension_state().shared_memory, &shm);
       } catch (const std::exception& e) {
         decoded = Internal(std::string("internal error: ") + e.what());
       }
@@ -173,9 +175,10 @@ class StreamInferCall final : public Call {
       handles_[seq] = nullptr;  // erased by the answer, which may come inside Infer
     }
     Ref();  // the runtime callback
-    auto handle = ctx_->runtime->Infer(
-        std::move(decoded).value(),
-        [this, seq](runtime::InferResponse r) { OnAnswer(seq, std::move(r)); });
+    auto handle = ctx_->runtime->Infer(std::move(decoded).value(),
+                                       [this, seq, shm = std::move(shm)](runtime::InferResponse r) {
+                                         OnAnswer(seq, std::move(r), shm);
+                                       });
     bool cancel = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -189,15 +192,18 @@ class StreamInferCall final : public Call {
   }
 
   // On a runtime thread (or inside Infer when answered at once).
-  void OnAnswer(uint64_t seq, runtime::InferResponse answer) {
+  void OnAnswer(uint64_t seq, runtime::InferResponse answer, const SharedMemoryOutputs& shm) {
     std::unique_ptr<Response> response;
     try {
       if (answer.status.ok()) {
         response = std::make_unique<Response>();
         auto* ir = response->mutable_infer_response();
-        InferResponseToProto(answer, ir);
-        // One response per request (no decoupled models): each is the final one.
-        (*ir->mutable_parameters())["triton_final_response"].set_bool_param(true);
+        if (Status written = InferResponseToProto(answer, shm, ir); !written.ok()) {
+          response = ErrorResponse(written.message(), answer.id, answer.model_name, "");
+        } else {
+          // One response per request (no decoupled models): each is the final one.
+          (*ir->mutable_parameters())["triton_final_response"].set_bool_param(true);
+        }
       } else {
         response = ErrorResponse(
             answer.status.message(), answer.id, answer.model_name,

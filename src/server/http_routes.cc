@@ -13,6 +13,8 @@
 #include <unordered_set>
 
 #include "proto/json_writer.h"
+#include "repository/model_config.h"
+#include "server/http_extensions.h"
 #include "server/http_infer_codec.h"
 #include "server/status_map.h"
 
@@ -246,8 +248,11 @@ std::string ServerMetadataJson() {
   proto::JsonWriter w(&out);
   w.BeginObject().Member("name", "shoal").Member("version", SHOAL_VERSION);
   w.Key("extensions").BeginArray();
-  for (const char* e : {"model_repository", "schedule_policy", "model_configuration",
-                        "binary_tensor_data", "parameters", "statistics"}) {
+  // Not listed: "cuda_shared_memory" (its endpoints answer, but no region can be
+  // registered without a GPU) and "trace" (settings only; no traces are produced).
+  for (const char* e :
+       {"model_repository", "schedule_policy", "model_configuration", "binary_tensor_data",
+        "parameters", "statistics", "classification", "system_shared_memory", "logging"}) {
     w.String(e);
   }
   w.EndArray().EndObject();
@@ -353,6 +358,8 @@ proto::HttpResponse ErrorResponse(const Status& status) {
 HttpRoutes::HttpRoutes(runtime::Server* server, HttpOptions options)
     : server_(server),
       options_(std::move(options)),
+      extensions_(options_.extension_state ? options_.extension_state
+                                           : std::make_shared<ExtensionState>()),
       server_metadata_(ServerMetadataJson()),
       worker_(1, "http-repo"),
       codec_(options_.codec_threads > 0
@@ -382,6 +389,11 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
   auto segments = proto::SplitPath(request.head.path);
   if (!segments.ok()) {
     responder.Send(ErrorResponse(segments.status()));
+    return {};
+  }
+  if (auto answer = HandleExtension(*segments, request.head.method, request.body_view(), *server_,
+                                    *extensions_)) {
+    responder.Send(std::move(*answer));
     return {};
   }
   const RouteMatch match = MatchRoute(*segments);
@@ -554,6 +566,10 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
     responder.Send(ErrorResponse(parsed.status()));
     return;
   }
+  if (Status shm = ResolveSharedMemory(extensions_->shared_memory, &*parsed); !shm.ok()) {
+    responder.Send(ErrorResponse(shm));
+    return;
+  }
   runtime::InferRequest infer = std::move(parsed->request);
   if (const std::string* timeout = head.Find(kTimeoutHeader)) {
     uint64_t us = 0;
@@ -634,8 +650,8 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
     responder.Send(ErrorResponse(params.status()));
     return;
   }
-  for (const auto& p : *params) {
-    if (p == "config" || p.rfind("file:", 0) == 0) {
+  for (const auto& p : params->names) {
+    if (p.rfind("file:", 0) == 0) {
       responder.Send(ErrorResponse(
           Unimplemented("load parameter '" + p + "' is not supported by this server")));
       return;
@@ -648,9 +664,18 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
   }
   const bool load = match.route == Route::kRepositoryLoad;
   const std::string model = match.model;
+  std::optional<inference::ModelConfig> config;
+  if (load && params->config) {
+    auto parsed = repository::ParseModelConfigJson(*params->config, "parameters.config");
+    if (!parsed.ok()) {
+      responder.Send(ErrorResponse(parsed.status()));
+      return;
+    }
+    config = std::move(parsed).value();
+  }
   if (!RunOnWorker(
-          [server, responder, load, model] {
-            const Status s = load ? server->LoadModel(model) : server->UnloadModel(model);
+          [server, responder, load, model, config] {
+            const Status s = load ? server->LoadModel(model, config) : server->UnloadModel(model);
             responder.Send(s.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(s));
           },
           refused)) {

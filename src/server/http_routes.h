@@ -101,6 +101,7 @@ class HttpRoutes final : public HttpHandler {
 
   runtime::Server* const server_;
   const HttpOptions options_;
+  const std::shared_ptr<ExtensionState> extensions_;
   const std::string server_metadata_;
   std::atomic<bool> stopping_{false};
 

@@ -11,6 +11,7 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer   JSON and binary tensor data, gzip/deflate
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats Triton statistics
 //   POST /v2/repository[/{repo}]/index, .../models/{m}/load, .../models/{m}/unload
+//   Triton's shared-memory, logging and trace endpoints: http_extensions.h
 // Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}. Errors are
 // {"error": "..."} with the status of server/status_map (429 and 503 add Retry-After).
 //
@@ -36,6 +37,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/protocol_settings.h"
 #include "server/tcp_listener.h"
 
 namespace shoal::server {
@@ -68,6 +70,9 @@ struct HttpOptions {
   // An infer body above this many bytes as received (or any compressed body), and an
   // answer with more tensor bytes to write as JSON, is handled by the codec threads.
   int64_t offload_bytes = int64_t{256} << 10;
+  // Registered shared memory regions and trace settings (Triton's extensions), shared
+  // with the gRPC front end of the same server. Null: the HTTP server keeps its own.
+  std::shared_ptr<ExtensionState> extension_state;
 };
 
 namespace internal {

@@ -511,9 +511,13 @@ TEST_F(HttpServerTest, RepositoryIndexLoadUnload) {
             200);
   EXPECT_NE(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
   ExpectError(client_->Post("/v2/repository/models/nope/load", ""), 404, "nope");
+  // A config override that does not validate (no backend) is refused with the reason.
   ExpectError(
       client_->Post("/v2/repository/models/identity/load", R"({"parameters":{"config":"{}"}})"),
-      501, "config");
+      400, "config override");
+  ExpectError(client_->Post("/v2/repository/models/identity/load",
+                            R"({"parameters":{"file:1/model.onnx":"eA=="}})"),
+              501, "file:1/model.onnx");
   EXPECT_EQ(client_->Post("/v2/repository/myrepo/models/add_sub/load", "").status, 200);
   ExpectError(client_->Post("/v2/repository/index", "{"), 400, "invalid JSON");
 }
