@@ -1,4 +1,3 @@
-#include <charconv>
 #include "server/http_routes.h"
 
 #include <google/protobuf/descriptor.h>
@@ -6,11 +5,13 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 #include <unordered_set>
 
 #include "proto/json_writer.h"
 #include "server/http_infer_codec.h"
+#include "server/request_log.h"
 #include "server/status_map.h"
 
 #ifndef SHOAL_VERSION
@@ -425,6 +426,7 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
     return {};
   }
   auto reply = [&](const StatusOr<std::string>& json) {
+    if (!json.ok()) LogInternalError("HTTP", match.model, json.status());
     responder.Send(json.ok() ? proto::HttpResponse::Json(200, *json)
                              : ErrorResponse(json.status()));
   };
@@ -476,6 +478,12 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
 
 std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
                                         const HttpResponder& responder) {
+  const int64_t start_ns = RequestLogNowNs();
+  // Answers an error found before the runtime saw the request, logging it.
+  auto refuse = [&](proto::HttpResponse r, const Status& status) {
+    LogRequest({"HTTP", match.model, 0, {}, status, 0, 0, RequestLogNowNs() - start_ns});
+    responder.Send(std::move(r));
+  };
   std::shared_ptr<proto::BodyBuffer> body = request.body;
   const std::string* header_length = request.head.Find("inference-header-content-length");
   std::optional<std::string_view> header_length_view;
@@ -487,7 +495,7 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
       proto::HttpResponse r = ErrorResponse(decoded.status());
       if (decoded.status().code() == StatusCode::kResourceExhausted) r.status = 413;
       r.headers.clear();
-      responder.Send(std::move(r));
+      refuse(std::move(r), decoded.status());
       return {};
     }
     body = std::move(decoded).value();
@@ -495,7 +503,7 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
   }
   auto parsed = ParseInferRequest(body, header_length_view, options_.limits);
   if (!parsed.ok()) {
-    responder.Send(ErrorResponse(parsed.status()));
+    refuse(ErrorResponse(parsed.status()), parsed.status());
     return {};
   }
   runtime::InferRequest infer = std::move(parsed->request);
@@ -504,9 +512,10 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
     const char* end = timeout->data() + timeout->size();
     auto [ptr, ec] = std::from_chars(timeout->data(), end, us);
     if (timeout->empty() || ec != std::errc() || ptr != end || us == 0) {
-      responder.Send(ErrorResponse(InvalidArgument(
-          std::string(kTimeoutHeader) + " must be a positive integer (microseconds); was '" +
-          *timeout + "'")));
+      const Status bad =
+          InvalidArgument(std::string(kTimeoutHeader) +
+                          " must be a positive integer (microseconds); was '" + *timeout + "'");
+      refuse(ErrorResponse(bad), bad);
       return {};
     }
     infer.client_deadline_us = us;
@@ -514,12 +523,22 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
   infer.model_name = match.model;
   infer.model_version = match.version;
   auto encoding = std::make_shared<const OutputEncoding>(std::move(parsed->encoding));
-  std::shared_ptr<runtime::RequestHandle> handle =
-      server_->Infer(std::move(infer), [responder, encoding](runtime::InferResponse response) {
+  std::shared_ptr<runtime::RequestHandle> handle = server_->Infer(
+      std::move(infer),
+      [responder, encoding, start_ns, model = match.model](runtime::InferResponse response) {
         auto shared = std::make_shared<runtime::InferResponse>(std::move(response));
-        responder.SendLater([shared, encoding]() -> proto::HttpResponse {
-          if (!shared->status.ok()) return ErrorResponse(shared->status);
-          auto http = SerializeInferResponse(*shared, *encoding);
+        responder.SendLater([shared, encoding, start_ns, model]() -> proto::HttpResponse {
+          const runtime::InferResponse& r = *shared;
+          auto log = [&](const Status& status) {
+            LogRequest({"HTTP", model, r.model_version, r.id, status, r.queue_ns, r.compute_ns,
+                        RequestLogNowNs() - start_ns});
+          };
+          if (!r.status.ok()) {
+            log(r.status);
+            return ErrorResponse(r.status);
+          }
+          auto http = SerializeInferResponse(r, *encoding);
+          log(http.status());
           return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
         });
       });
