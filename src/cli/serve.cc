@@ -426,6 +426,12 @@ void AddServeCommand(CLI::App& app) {
                    "total time). Internal errors (500) are logged at every level")
       ->capture_default_str();
   serve
+      ->add_option("--strict-readiness", flags->strict_readiness,
+                   "true: ready only when every model that should be loaded is READY; false: "
+                   "ready once start-up loading finished, even if some models failed (Triton's "
+                   "option). Never ready before start-up loading finished or while stopping")
+      ->capture_default_str();
+  serve
       ->add_option(
           "--cache-size-bytes", flags->cache_size_bytes,
           "Response cache size for models with response_cache { enable: true }; 0 disables")
