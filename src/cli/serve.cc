@@ -108,7 +108,7 @@ runtime::ServerOptions MakeServerOptions(const ServeFlags& f) {
 // when the server cannot start.
 std::unique_ptr<runtime::Server> OpenServer(const ServeFlags& f,
                                             const runtime::ServerOptions& options) {
-  spdlog::info("shoal {} opening model repository '{}' (control mode {})", SHOAL_VERSION,
+  spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
                LogSafe(f.model_repository), f.model_control_mode);
   auto opened = runtime::Server::Open(options);
   if (!opened.ok()) {
