@@ -156,6 +156,28 @@ TEST(CompatE2eTest, HealthAnswersWhileModelsLoadThenReady) {
   EXPECT_EQ(p->Terminate(), 0) << p->log();
 }
 
+// SIGTERM while models load: the model loading at that moment finishes, the rest are
+// not started, and the server stops cleanly instead of loading everything first.
+TEST(CompatE2eTest, SigtermDuringStartupLoadingStopsAfterTheCurrentModel) {
+  TempDir repo;
+  std::string second = kSlowConfig;
+  second.replace(second.find("\"slow\""), 6, "\"slow2\"");
+  repo.WriteFile("slow/config.pbtxt", kSlowConfig);
+  repo.WriteFile("slow/1/.keep", "");
+  repo.WriteFile("slow2/config.pbtxt", second);
+  repo.WriteFile("slow2/1/.keep", "");
+  Ports ports;
+  auto p = Serve(repo, ports);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->WaitForListening(ports.http)) << p->log();
+  HttpTestClient client("127.0.0.1", ports.http);
+  EXPECT_EQ(client.Get("/v2/health/live").status, 200);
+  EXPECT_EQ(p->Terminate(), 0) << p->log();
+  const std::string log = p->log();
+  EXPECT_NE(log.find("start-up loading was cancelled"), std::string::npos) << log;
+  EXPECT_NE(log.find("shoal stopped cleanly"), std::string::npos) << log;
+}
+
 TEST(CompatE2eTest, StrictReadinessDecidesWhetherABrokenModelKeepsTheServerUnready) {
   TempDir repo;
   repo.WriteFile("identity/config.pbtxt", kIdentityConfig);
