@@ -46,6 +46,8 @@ struct ServeFlags {
   bool allow_grpc = true;
   bool allow_metrics = true;
   int http_threads = 2;
+  int http_codec_threads = 2;
+  int64_t http_offload_bytes = int64_t{256} << 10;
   int grpc_threads = 2;
   std::string model_control_mode = "none";
   int repository_poll_secs = 15;
@@ -142,6 +144,8 @@ server::HttpOptions MakeHttpOptions(const ServeFlags& f, const runtime::ServerOp
   o.address = f.HttpAddress();
   o.port = f.http_port;
   o.threads = f.http_threads;
+  o.codec_threads = f.http_codec_threads;
+  o.offload_bytes = f.http_offload_bytes;
   o.max_body_bytes = f.max_body_bytes;
   o.max_header_bytes = f.max_header_bytes;
   o.limits = options.limits;
@@ -399,6 +403,18 @@ void AddServeCommand(CLI::App& app) {
   serve->add_option("--http-thread-count", flags->http_threads, "HTTP I/O threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  serve
+      ->add_option("--http-codec-thread-count", flags->http_codec_threads,
+                   "Threads decoding large or compressed HTTP requests and encoding large JSON "
+                   "answers off the I/O threads (0: on the I/O threads)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  serve
+      ->add_option("--http-offload-bytes", flags->http_offload_bytes,
+                   "Infer bodies larger than this (and all compressed ones), and answers with "
+                   "more tensor bytes to write as JSON, go to the codec threads")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   serve->add_option("--grpc-thread-count", flags->grpc_threads, "gRPC completion-queue threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -349,47 +352,23 @@ proto::HttpResponse ErrorResponse(const Status& status) {
 }
 
 HttpRoutes::HttpRoutes(runtime::Server* server, HttpOptions options)
-    : server_(server), options_(std::move(options)), server_metadata_(ServerMetadataJson()) {
-  worker_ = std::thread([this] { WorkerLoop(); });
-}
+    : server_(server),
+      options_(std::move(options)),
+      server_metadata_(ServerMetadataJson()),
+      worker_(1, "http-repo"),
+      codec_(options_.codec_threads > 0
+                 ? std::make_shared<TaskPool>(options_.codec_threads, "http-codec")
+                 : nullptr) {}
 
 HttpRoutes::~HttpRoutes() { Shutdown(); }
 
 void HttpRoutes::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    worker_stop_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  worker_.Shutdown();
+  if (codec_) codec_->Shutdown();
 }
 
 bool HttpRoutes::RunOnWorker(std::function<void()> work, std::function<void()> on_refused) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (worker_stop_) return false;
-    work_.emplace_back(std::move(work), std::move(on_refused));
-  }
-  cv_.notify_one();
-  return true;
-}
-
-void HttpRoutes::WorkerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    cv_.wait(lock, [&] { return worker_stop_ || !work_.empty(); });
-    if (work_.empty()) return;
-    auto [work, refused] = std::move(work_.front());
-    work_.pop_front();
-    const bool stop = worker_stop_;
-    lock.unlock();
-    if (stop) {
-      refused();
-    } else {
-      work();
-    }
-    lock.lock();
-  }
+  return worker_.Submit(std::move(work), std::move(on_refused));
 }
 
 size_t HttpRoutes::BodyAlignment(const proto::HttpRequestHead& head) {
@@ -476,38 +455,118 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
   return {};
 }
 
+// An infer request handed to the codec pool: the loop's cancel hook and the pool's
+// submission meet here, in whichever order they come.
+struct HttpRoutes::InferCall {
+  int64_t start_ns = 0;  // RequestLogNowNs() when the request reached Infer
+  proto::HttpRequestHead head;
+  std::shared_ptr<proto::BodyBuffer> body;
+  RouteMatch match;
+  HttpResponder responder;
+
+  std::mutex mu;
+  bool cancelled = false;                          // GUARDED_BY(mu)
+  std::shared_ptr<runtime::RequestHandle> handle;  // GUARDED_BY(mu)
+
+  void Cancel() {
+    std::shared_ptr<runtime::RequestHandle> h;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      cancelled = true;
+      h = handle;
+    }
+    if (h) h->Cancel();
+  }
+};
+
+namespace {
+
+bool Compressed(const proto::HttpRequestHead& head) {
+  const std::string* encoding = head.Find("content-encoding");
+  return encoding != nullptr && !proto::EqualsIgnoreCase(*encoding, "identity");
+}
+
+// Tensor bytes of the outputs an answer writes as JSON text (binary ones are zero-copy).
+size_t JsonOutputBytes(const runtime::InferResponse& response, const OutputEncoding& encoding) {
+  size_t bytes = 0;
+  for (const NamedTensor& output : response.outputs) {
+    if (!encoding.Binary(output.name)) bytes += output.tensor.byte_size();
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
                                         const HttpResponder& responder) {
-  const int64_t start_ns = RequestLogNowNs();
+  auto call = std::make_shared<InferCall>();
+  call->start_ns = RequestLogNowNs();
+  call->head = std::move(request.head);
+  call->body = std::move(request.body);
+  call->match = match;
+  call->responder = responder;
+  const bool offload =
+      codec_ != nullptr &&
+      (call->body->size() > static_cast<size_t>(options_.offload_bytes) || Compressed(call->head));
+  if (!offload) {
+    StartInfer(call);
+    std::shared_ptr<runtime::RequestHandle> handle = std::move(call->handle);
+    if (!handle) return {};
+    return [handle] { handle->Cancel(); };
+  }
+  const bool queued = codec_->Submit(
+      [this, call] {
+        {
+          std::lock_guard<std::mutex> lock(call->mu);
+          if (call->cancelled) {  // the client left while this waited: nothing to run
+            call->responder.Send(ErrorResponse(Cancelled("the client went away")));
+            return;
+          }
+        }
+        StartInfer(call);
+      },
+      [call] { call->responder.Send(ErrorResponse(Unavailable("server is shutting down"))); });
+  if (!queued) {
+    responder.Send(ErrorResponse(Unavailable("server is shutting down")));
+    return {};
+  }
+  return [call] { call->Cancel(); };
+}
+
+void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
+  const proto::HttpRequestHead& head = call->head;
+  const HttpResponder& responder = call->responder;
+  const int64_t start_ns = call->start_ns;
+  const std::string model = call->match.model;
   // Answers an error found before the runtime saw the request, logging it.
   auto refuse = [&](proto::HttpResponse r, const Status& status) {
-    LogRequest({"HTTP", match.model, 0, {}, status, 0, 0, RequestLogNowNs() - start_ns});
+    LogRequest({"HTTP", model, 0, {}, status, 0, 0, RequestLogNowNs() - start_ns});
     responder.Send(std::move(r));
   };
-  std::shared_ptr<proto::BodyBuffer> body = request.body;
-  const std::string* header_length = request.head.Find("inference-header-content-length");
+  std::shared_ptr<proto::BodyBuffer> body = std::move(call->body);
+  const std::string* header_length = head.Find("inference-header-content-length");
   std::optional<std::string_view> header_length_view;
   if (header_length != nullptr) header_length_view = *header_length;
-  if (const std::string* encoding = request.head.Find("content-encoding")) {
-    auto decoded = DecodeContentEncoding(*encoding, body, options_.max_body_bytes,
-                                         BodyAlignment(request.head));
+  if (const std::string* encoding = head.Find("content-encoding")) {
+    auto decoded =
+        DecodeContentEncoding(*encoding, std::move(body), options_.max_body_bytes,
+                              BodyAlignment(head));  // the compressed bytes go with `body`
     if (!decoded.ok()) {
       proto::HttpResponse r = ErrorResponse(decoded.status());
       if (decoded.status().code() == StatusCode::kResourceExhausted) r.status = 413;
       r.headers.clear();
       refuse(std::move(r), decoded.status());
-      return {};
+      return;
     }
     body = std::move(decoded).value();
-    request.body.reset();  // the compressed bytes are no longer needed
   }
   auto parsed = ParseInferRequest(body, header_length_view, options_.limits);
   if (!parsed.ok()) {
     refuse(ErrorResponse(parsed.status()), parsed.status());
-    return {};
+    return;
   }
   runtime::InferRequest infer = std::move(parsed->request);
-  if (const std::string* timeout = request.head.Find(kTimeoutHeader)) {
+  if (const std::string* timeout = head.Find(kTimeoutHeader)) {
     uint64_t us = 0;
     const char* end = timeout->data() + timeout->size();
     auto [ptr, ec] = std::from_chars(timeout->data(), end, us);
@@ -516,18 +575,19 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
           InvalidArgument(std::string(kTimeoutHeader) +
                           " must be a positive integer (microseconds); was '" + *timeout + "'");
       refuse(ErrorResponse(bad), bad);
-      return {};
+      return;
     }
     infer.client_deadline_us = us;
   }
-  infer.model_name = match.model;
-  infer.model_version = match.version;
+  infer.model_name = call->match.model;
+  infer.model_version = call->match.version;
   auto encoding = std::make_shared<const OutputEncoding>(std::move(parsed->encoding));
-  std::shared_ptr<runtime::RequestHandle> handle = server_->Infer(
-      std::move(infer),
-      [responder, encoding, start_ns, model = match.model](runtime::InferResponse response) {
+  std::shared_ptr<runtime::RequestHandle> handle =
+      server_->Infer(std::move(infer), [responder, encoding, pool = std::weak_ptr<TaskPool>(codec_),
+                                        offload = static_cast<size_t>(options_.offload_bytes),
+                                        start_ns, model](runtime::InferResponse response) {
         auto shared = std::make_shared<runtime::InferResponse>(std::move(response));
-        responder.SendLater([shared, encoding, start_ns, model]() -> proto::HttpResponse {
+        auto make = [shared, encoding, start_ns, model]() -> proto::HttpResponse {
           const runtime::InferResponse& r = *shared;
           auto log = [&](const Status& status) {
             LogRequest({"HTTP", model, r.model_version, r.id, status, r.queue_ns, r.compute_ns,
@@ -540,9 +600,25 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
           auto http = SerializeInferResponse(r, *encoding);
           log(http.status());
           return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
-        });
+        };
+        // A large JSON answer is written on the codec pool; the rest on the loop.
+        if (shared->status.ok() && JsonOutputBytes(*shared, *encoding) > offload) {
+          if (std::shared_ptr<TaskPool> p = pool.lock()) {
+            if (p->Submit([responder, make] { responder.Send(make()); },
+                          [responder, make] { responder.SendLater(make); })) {
+              return;
+            }
+          }
+        }
+        responder.SendLater(std::move(make));
       });
-  return [handle] { handle->Cancel(); };
+  std::shared_ptr<runtime::RequestHandle> cancel_now;
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    call->handle = handle;
+    if (call->cancelled) cancel_now = handle;
+  }
+  if (cancel_now) cancel_now->Cancel();
 }
 
 void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
