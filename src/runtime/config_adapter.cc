@@ -300,7 +300,8 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
       ApplySchedulingParameters(config, &o).WithPrefix("model '" + config.name() + "'"));
 
   int index = 0;
-  for (const auto& group : config.instance_group()) {
+  for (int g = 0; g < config.instance_group_size(); ++g) {
+    const auto& group = config.instance_group(g);
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
       return InvalidArgument("model '" + config.name() +
                              "' asks for KIND_GPU instances; shoal runs on CPUs");
@@ -310,11 +311,12 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
       backends::InstanceInfo info;
       info.name = config.name() + "_" + std::to_string(index);
       info.index = index;
-      info.cpu_cores = repository::InstanceCores(group, i);
+      info.cpu_cores = repository::InstanceCores(config, g, i);
+      info.threads = repository::GroupThreads(config, g);
       o.instances.push_back(std::move(info));
     }
   }
-  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}});
+  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}, 0});
 
   if (config.response_cache().enable() && cache != nullptr) o.cache = std::move(cache);
 

@@ -58,6 +58,11 @@ struct InferResponse {
   Status status;
   std::vector<NamedTensor> outputs;
   bool cache_hit = false;
+  // Where the request's time went, for the request log: ns queued before its batch ran,
+  // and ns of its batch's execution (merging inputs, the backend, scattering outputs).
+  // 0 for requests that were answered without running (cache hits, rejections).
+  int64_t queue_ns = 0;
+  int64_t compute_ns = 0;
   // Response parameters for the client: `precision`, the tier that answered, when the
   // model has a precision ladder or the request chose a tier.
   Parameters parameters;

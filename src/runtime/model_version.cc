@@ -377,6 +377,8 @@ void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedT
     response.id = task->request.id;
     response.status = status;
     response.outputs = std::move(outputs);
+    response.queue_ns = queue_ns;
+    response.compute_ns = input_ns + infer_ns + output_ns;
     if (status.ok()) {
       if (const std::string* tier = TierOf(task->request)) {
         response.parameters["precision"] = *tier;

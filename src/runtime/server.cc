@@ -35,6 +35,12 @@ Server::Server(ServerOptions options)
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Open(std::move(options)));
+  server->LoadStartupModels();
+  return server;
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Open(ServerOptions options) {
   std::unique_ptr<Server> server(new Server(std::move(options)));
   ASSIGN_OR_RETURN(auto entries, repository::ScanRepository(server->options_.model_repository));
   std::vector<std::string> to_load;
@@ -55,13 +61,41 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   } else {
     for (const auto& e : entries) to_load.push_back(e.name);
   }
-  std::lock_guard<std::mutex> load_lock(server->load_mu_);
-  for (const auto& name : to_load) {
-    // A failed model is recorded UNAVAILABLE and logged; the others still load.
-    (void)server->LoadModelLocked(name);
+  {
+    // LOADING from now: readiness counts them, and inference on them says so.
+    std::lock_guard<std::mutex> lock(server->mu_);
+    for (const auto& name : to_load) server->models_[name].state = ModelState::kLoading;
   }
+  server->startup_models_ = std::move(to_load);
   return server;
 }
+
+void Server::LoadStartupModels() {
+  for (const auto& name : startup_models_) {
+    std::lock_guard<std::mutex> load_lock(load_mu_);
+    bool shutting_down = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutting_down = shutting_down_;
+    }
+    if (shutting_down) break;  // Shutdown took every record
+    if (startup_cancelled_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = models_.find(name);
+      if (it != models_.end() && it->second.state == ModelState::kLoading &&
+          it->second.versions.empty()) {
+        it->second.state = ModelState::kUnavailable;
+        it->second.reason = "start-up loading was cancelled";
+      }
+      continue;
+    }
+    // A failed model is recorded UNAVAILABLE and logged; the others still load.
+    (void)LoadModelLocked(name);
+  }
+  startup_finished_.store(true, std::memory_order_release);
+}
+
+void Server::CancelStartupLoading() { startup_cancelled_.store(true, std::memory_order_release); }
 
 Server::~Server() { Shutdown(); }
 
@@ -81,6 +115,12 @@ Status Server::LoadModelLocked(const std::string& name,
   if (!scanned.ok()) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name),
                   LogSafe(scanned.status().message()));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = models_.find(name);
+        it != models_.end() && it->second.state == ModelState::kLoading) {
+      it->second.state = ModelState::kUnavailable;  // recorded LOADING by Open
+      it->second.reason = scanned.status().message();
+    }
     return scanned.status();
   }
   repository::ModelEntry entry = std::move(scanned).value();
@@ -129,7 +169,8 @@ Status Server::LoadModelLocked(const std::string& name,
     config = completed;
     loaded[version] = std::move(mv).value();
     spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)",
-                 LogSafe(name), version, LogSafe(backend_name), loaded[version]->options().instances.size(),
+                 LogSafe(name), version, LogSafe(backend_name),
+                 loaded[version]->options().instances.size(),
                  static_cast<double>(clock_->NowNs() - start_ns) / 1e6);
   }
 
@@ -310,6 +351,9 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string
   if (it == models_.end())
     return NotFound("Request for unknown model: '" + name + "' is not found");
   const Record& r = it->second;
+  if (r.versions.empty() && r.state == ModelState::kLoading) {
+    return Unavailable("model '" + name + "' is not ready: it is still loading");
+  }
   if (r.versions.empty()) {
     return Unavailable("model '" + name + "' is not ready" +
                        (r.reason.empty() ? "" : ": " + r.reason));
@@ -369,7 +413,8 @@ std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
 
 bool Server::ready() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (shutting_down_) return false;
+  if (shutting_down_ || !startup_finished()) return false;
+  if (!options_.strict_readiness) return true;
   for (const auto& [name, r] : models_) {
     // A model unloaded on request is not a failure (Triton stays ready too).
     if (r.state != ModelState::kReady && !r.unloaded_on_request) return false;
@@ -378,6 +423,7 @@ bool Server::ready() const {
 }
 
 void Server::Shutdown() {
+  CancelStartupLoading();  // before waiting for the model loading now, if any
   std::lock_guard<std::mutex> load_lock(load_mu_);
   std::map<std::string, Record> models;
   {

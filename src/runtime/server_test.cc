@@ -103,6 +103,64 @@ TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
   EXPECT_EQ(InferSync(**server, FloatRequest("nope", {1})).status.code(), StatusCode::kNotFound);
 }
 
+TEST(ServerTest, OpenRecordsStartupModelsLoadingUntilLoadStartupModels) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto server = Server::Open(RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE((*server)->live());
+  EXPECT_FALSE((*server)->ready()) << "not ready before the start-up models loaded";
+  EXPECT_FALSE((*server)->startup_finished());
+  auto index = (*server)->RepositoryIndex();
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index[0].state, ModelState::kLoading);
+  const InferResponse early = InferSync(**server, FloatRequest("identity", {1}));
+  EXPECT_EQ(early.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(early.status.message().find("still loading"), std::string::npos)
+      << early.status.message();
+
+  (*server)->LoadStartupModels();
+  EXPECT_TRUE((*server)->startup_finished());
+  EXPECT_TRUE((*server)->ready());
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
+}
+
+TEST(ServerTest, CancelledStartupLeavesTheRestUnavailableAndFinishes) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto server = Server::Open(RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok());
+  (*server)->CancelStartupLoading();
+  (*server)->LoadStartupModels();
+  EXPECT_TRUE((*server)->startup_finished());
+  EXPECT_FALSE((*server)->ready());
+  auto index = (*server)->RepositoryIndex();
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index[0].state, ModelState::kUnavailable);
+  EXPECT_NE(index[0].reason.find("cancelled"), std::string::npos) << index[0].reason;
+}
+
+TEST(ServerTest, WithoutStrictReadinessABrokenModelDoesNotKeepTheServerUnready) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  repo.AddModel("broken", "name: \"broken\"\nbackend: \"identity\"\nmax_batch_size: -3\n");
+  ServerOptions strict = RepositoryOptions(repo);
+  auto strict_server = Server::Create(strict);
+  ASSERT_TRUE(strict_server.ok());
+  EXPECT_FALSE((*strict_server)->ready()) << "strict: one model failed";
+  (*strict_server)->Shutdown();
+
+  ServerOptions lenient = RepositoryOptions(repo);
+  lenient.strict_readiness = false;
+  auto opened = Server::Open(lenient);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_FALSE((*opened)->ready()) << "not even lenient readiness before start-up loading";
+  (*opened)->LoadStartupModels();
+  EXPECT_TRUE((*opened)->ready());
+  (*opened)->Shutdown();
+  EXPECT_FALSE((*opened)->ready()) << "never ready while shutting down";
+}
+
 TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
   TempRepository repo("shoal_server_test");
   repo.AddModel("identity", kIdentityConfig);

@@ -9,6 +9,7 @@
 
 #include "core/log_text.h"
 #include "server/grpc_codec.h"
+#include "server/request_log.h"
 
 namespace shoal::server::internal {
 
@@ -181,7 +182,10 @@ class InferCall final : public Call {
       : Call(ctx, cq), request_(std::make_shared<inference::ModelInferRequest>()) {}
 
   void Start() {
+    start_ns_ = RequestLogNowNs();
     if (ctx_->draining.load()) {
+      LogRequest({"gRPC", request_->model_name(), 0, request_->id(),
+                  Unavailable("the server is shutting down"), 0, 0, 0});
       Ref();  // the finish
       writer_.FinishWithError(ToGrpcStatus(Unavailable("the server is shutting down")),
                               &finish_tag_);
@@ -196,6 +200,8 @@ class InferCall final : public Call {
       decoded = Internal(std::string("internal error: ") + e.what());
     }
     if (!decoded.ok()) {
+      LogRequest({"gRPC", request_->model_name(), 0, request_->id(), decoded.status(), 0, 0,
+                  RequestLogNowNs() - start_ns_});
       Ref();  // the finish
       writer_.FinishWithError(ToGrpcStatus(decoded.status()), &finish_tag_);
       return;
@@ -220,13 +226,17 @@ class InferCall final : public Call {
       answered_ = true;
     }
     grpc::Status status = ToGrpcStatus(answer.status);
+    Status logged = answer.status;
     if (status.ok()) {
       try {
         status = ToGrpcStatus(InferResponseToProto(answer, shared_memory_outputs_, &response_));
       } catch (const std::exception& e) {
         status = InternalError(e);
+        logged = Internal(status.error_message());
       }
     }
+    LogRequest({"gRPC", request_->model_name(), answer.model_version, answer.id, logged,
+                answer.queue_ns, answer.compute_ns, RequestLogNowNs() - start_ns_});
     // Release the runtime's output buffers before the (possibly slow) network send.
     answer = runtime::InferResponse();
     Ref();  // the finish
@@ -259,6 +269,8 @@ class InferCall final : public Call {
   Tag request_tag_{this, kRequest};
   Tag finish_tag_{this, kFinish};
   Tag done_tag_{this, kDone};
+
+  int64_t start_ns_ = 0;  // RequestLogNowNs() at Start, for the request log
 
   std::mutex mu_;
   std::shared_ptr<runtime::RequestHandle> handle_;  // GUARDED_BY(mu_)

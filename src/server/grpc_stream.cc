@@ -9,6 +9,7 @@
 
 #include "server/grpc_calls.h"
 #include "server/grpc_codec.h"
+#include "server/request_log.h"
 
 namespace shoal::server::internal {
 namespace {
@@ -149,6 +150,7 @@ class StreamInferCall final : public Call {
       std::lock_guard<std::mutex> lock(mu_);
       message = std::move(reading_);
     }
+    const int64_t start_ns = RequestLogNowNs();
     StatusOr<runtime::InferRequest> decoded = Unavailable("the server is shutting down");
     SharedMemoryOutputs shm;
     if (!ctx_->draining.load()) {
@@ -160,6 +162,8 @@ class StreamInferCall final : public Call {
       }
     }
     if (!decoded.ok()) {
+      LogRequest({"gRPC stream", message->model_name(), 0, message->id(), decoded.status(), 0, 0,
+                  RequestLogNowNs() - start_ns});
       auto error = ErrorResponse(decoded.status().message(), message->id(), message->model_name(),
                                  message->model_version());
       std::lock_guard<std::mutex> lock(mu_);
@@ -175,10 +179,11 @@ class StreamInferCall final : public Call {
       handles_[seq] = nullptr;  // erased by the answer, which may come inside Infer
     }
     Ref();  // the runtime callback
-    auto handle = ctx_->runtime->Infer(std::move(decoded).value(),
-                                       [this, seq, shm = std::move(shm)](runtime::InferResponse r) {
-                                         OnAnswer(seq, std::move(r), shm);
-                                       });
+    auto handle = ctx_->runtime->Infer(
+        std::move(decoded).value(),
+        [this, seq, start_ns, shm = std::move(shm)](runtime::InferResponse r) {
+          OnAnswer(seq, start_ns, std::move(r), shm);
+        });
     bool cancel = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -192,8 +197,10 @@ class StreamInferCall final : public Call {
   }
 
   // On a runtime thread (or inside Infer when answered at once).
-  void OnAnswer(uint64_t seq, runtime::InferResponse answer, const SharedMemoryOutputs& shm) {
+  void OnAnswer(uint64_t seq, int64_t start_ns, runtime::InferResponse answer,
+                const SharedMemoryOutputs& shm) {
     std::unique_ptr<Response> response;
+    Status logged = answer.status;
     try {
       if (answer.status.ok()) {
         response = std::make_unique<Response>();
@@ -210,9 +217,11 @@ class StreamInferCall final : public Call {
             answer.model_version > 0 ? std::to_string(answer.model_version) : std::string());
       }
     } catch (const std::exception& e) {
-      response = ErrorResponse(std::string("internal error: ") + e.what(), answer.id,
-                               answer.model_name, "");
+      logged = Internal(std::string("internal error: ") + e.what());
+      response = ErrorResponse(logged.message(), answer.id, answer.model_name, "");
     }
+    LogRequest({"gRPC stream", answer.model_name, answer.model_version, answer.id, logged,
+                answer.queue_ns, answer.compute_ns, RequestLogNowNs() - start_ns});
     answer = runtime::InferResponse();  // release output buffers before the send
     {
       std::lock_guard<std::mutex> lock(mu_);

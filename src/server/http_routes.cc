@@ -16,6 +16,7 @@
 #include "repository/model_config.h"
 #include "server/http_extensions.h"
 #include "server/http_infer_codec.h"
+#include "server/request_log.h"
 #include "server/status_map.h"
 
 #ifndef SHOAL_VERSION
@@ -416,6 +417,7 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
     return {};
   }
   auto reply = [&](const StatusOr<std::string>& json) {
+    if (!json.ok()) LogInternalError("HTTP", match.model, json.status());
     responder.Send(json.ok() ? proto::HttpResponse::Json(200, *json)
                              : ErrorResponse(json.status()));
   };
@@ -468,6 +470,7 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
 // An infer request handed to the codec pool: the loop's cancel hook and the pool's
 // submission meet here, in whichever order they come.
 struct HttpRoutes::InferCall {
+  int64_t start_ns = 0;  // RequestLogNowNs() when the request reached Infer
   proto::HttpRequestHead head;
   std::shared_ptr<proto::BodyBuffer> body;
   RouteMatch match;
@@ -509,6 +512,7 @@ size_t JsonOutputBytes(const runtime::InferResponse& response, const OutputEncod
 std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
                                         const HttpResponder& responder) {
   auto call = std::make_shared<InferCall>();
+  call->start_ns = RequestLogNowNs();
   call->head = std::move(request.head);
   call->body = std::move(request.body);
   call->match = match;
@@ -544,6 +548,13 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
 void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
   const proto::HttpRequestHead& head = call->head;
   const HttpResponder& responder = call->responder;
+  const int64_t start_ns = call->start_ns;
+  const std::string model = call->match.model;
+  // Answers an error found before the runtime saw the request, logging it.
+  auto refuse = [&](proto::HttpResponse r, const Status& status) {
+    LogRequest({"HTTP", model, 0, {}, status, 0, 0, RequestLogNowNs() - start_ns});
+    responder.Send(std::move(r));
+  };
   std::shared_ptr<proto::BodyBuffer> body = std::move(call->body);
   const std::string* header_length = head.Find("inference-header-content-length");
   std::optional<std::string_view> header_length_view;
@@ -556,14 +567,14 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
       proto::HttpResponse r = ErrorResponse(decoded.status());
       if (decoded.status().code() == StatusCode::kResourceExhausted) r.status = 413;
       r.headers.clear();
-      responder.Send(std::move(r));
+      refuse(std::move(r), decoded.status());
       return;
     }
     body = std::move(decoded).value();
   }
   auto parsed = ParseInferRequest(body, header_length_view, options_.limits);
   if (!parsed.ok()) {
-    responder.Send(ErrorResponse(parsed.status()));
+    refuse(ErrorResponse(parsed.status()), parsed.status());
     return;
   }
   if (Status shm = ResolveSharedMemory(extensions_->shared_memory, &*parsed); !shm.ok()) {
@@ -576,9 +587,10 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
     const char* end = timeout->data() + timeout->size();
     auto [ptr, ec] = std::from_chars(timeout->data(), end, us);
     if (timeout->empty() || ec != std::errc() || ptr != end || us == 0) {
-      responder.Send(ErrorResponse(
+      const Status bad =
           InvalidArgument(std::string(kTimeoutHeader) +
-                          " must be a positive integer (microseconds); was '" + *timeout + "'")));
+                          " must be a positive integer (microseconds); was '" + *timeout + "'");
+      refuse(ErrorResponse(bad), bad);
       return;
     }
     infer.client_deadline_us = us;
@@ -586,14 +598,23 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
   infer.model_name = call->match.model;
   infer.model_version = call->match.version;
   auto encoding = std::make_shared<const OutputEncoding>(std::move(parsed->encoding));
-  std::shared_ptr<runtime::RequestHandle> handle = server_->Infer(
-      std::move(infer),
-      [responder, encoding, pool = std::weak_ptr<TaskPool>(codec_),
-       offload = static_cast<size_t>(options_.offload_bytes)](runtime::InferResponse response) {
+  std::shared_ptr<runtime::RequestHandle> handle =
+      server_->Infer(std::move(infer), [responder, encoding, pool = std::weak_ptr<TaskPool>(codec_),
+                                        offload = static_cast<size_t>(options_.offload_bytes),
+                                        start_ns, model](runtime::InferResponse response) {
         auto shared = std::make_shared<runtime::InferResponse>(std::move(response));
-        auto make = [shared, encoding]() -> proto::HttpResponse {
-          if (!shared->status.ok()) return ErrorResponse(shared->status);
-          auto http = SerializeInferResponse(*shared, *encoding);
+        auto make = [shared, encoding, start_ns, model]() -> proto::HttpResponse {
+          const runtime::InferResponse& r = *shared;
+          auto log = [&](const Status& status) {
+            LogRequest({"HTTP", model, r.model_version, r.id, status, r.queue_ns, r.compute_ns,
+                        RequestLogNowNs() - start_ns});
+          };
+          if (!r.status.ok()) {
+            log(r.status);
+            return ErrorResponse(r.status);
+          }
+          auto http = SerializeInferResponse(r, *encoding);
+          log(http.status());
           return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
         };
         // A large JSON answer is written on the codec pool; the rest on the loop.
