@@ -208,11 +208,13 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // The precision ladder: the step requests go to (read by Infer without the lock), and
   // since when the predicted drain time has been above / below its thresholds (-1: not).
   std::atomic<int> tier_{0};
-  int64_t drain_above_since_ns_ = -1;  // GUARDED_BY(mu_)
-  int64_t drain_below_since_ns_ = -1;  // GUARDED_BY(mu_)
+  int64_t drain_above_since_ns_ = -1;      // GUARDED_BY(mu_)
+  int64_t drain_below_since_ns_ = -1;      // GUARDED_BY(mu_)
+  int64_t last_overload_refusal_ns_ = -1;  // GUARDED_BY(mu_)
   // Requires mu_. Moves the ladder one step when the drain time predicted at `now` has
   // stayed past a threshold long enough.
-  void UpdatePrecisionTierLocked(int64_t now);
+  // `refused_overload`: the arrival that calls it was just refused for overload.
+  void UpdatePrecisionTierLocked(int64_t now, bool refused_overload);
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.
