@@ -1,7 +1,8 @@
 // Runtime benchmark: what the serving core costs and what batching buys, in process.
 //
 // 1. Overhead per request: the `identity` plugin at concurrency 1, through
-//    runtime::Server::Infer and back through the callback (p50, p90, p99 in us), with
+//    runtime::Server::Infer and back through the callback (p50, p90, p99 in us), with the
+//    caller and the instance thread unpinned, pinned to one core and pinned to two, and
 //    the figures that do not depend on the machine's noise: context switches (the
 //    process's, voluntary and involuntary) and heap allocations (operator new) per request.
 //    Target (issue 17): p50 <= 20 us, p99 <= 100 us.
@@ -12,6 +13,8 @@
 //    Target: batching >= 0.9 of the bound.
 //
 // Usage: runtime_benchmark [--seconds S] [--requests N] [--part overhead|batching|all]
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -100,13 +103,13 @@ runtime::InferRequest FloatRequest(const std::string& model, int64_t cols) {
   return r;
 }
 
-void Overhead(int requests) {
-  Repo repo;
-  repo.Add("identity", R"(name: "identity" backend: "identity" max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { })");
-  auto server = StartServer(repo);
+struct OverheadRow {
+  double p50 = 0, p90 = 0, p99 = 0, switches = 0, allocations = 0;
+};
+
+// `requests` measured requests (after 1000 unmeasured) to `model`, one at a time, from
+// this thread.
+OverheadRow MeasureOverhead(runtime::Server& server, const std::string& model, int requests) {
   std::vector<double> us;
   us.reserve(requests);
   std::mutex mu;
@@ -119,9 +122,9 @@ dynamic_batching { })");
       allocations = g_allocations.load();
     }
     bool done = false;
-    auto req = FloatRequest("identity", 16);
+    auto req = FloatRequest(model, 16);
     const auto t0 = std::chrono::steady_clock::now();
-    server->Infer(std::move(req), [&](runtime::InferResponse r) {
+    server.Infer(std::move(req), [&](runtime::InferResponse r) {
       if (!r.status.ok()) std::abort();
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -136,21 +139,62 @@ dynamic_batching { })");
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 1000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
-  const double per_request_switches = static_cast<double>(ContextSwitches() - switches) / requests;
-  const double per_request_allocations =
-      static_cast<double>(g_allocations.load() - allocations) / requests;
+  OverheadRow row;
+  row.switches = static_cast<double>(ContextSwitches() - switches) / requests;
+  row.allocations = static_cast<double>(g_allocations.load() - allocations) / requests;
+  row.p50 = Percentile(us, 0.5);
+  row.p90 = Percentile(us, 0.9);
+  row.p99 = Percentile(us, 0.99);
+  return row;
+}
+
+bool PinThisThread(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+void Overhead(int requests) {
+  // Three placements of the caller and the instance thread: as the scheduler puts them
+  // (unpinned), pinned to one core (each hand-off is a switch on that core), and pinned
+  // to two cores (each hand-off wakes a thread on the other core).
+  auto config = [](const std::string& name, const std::string& cores) {
+    return "name: \"" + name + R"(" backend: "identity" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)" + (cores.empty() ? "" : "instance_group [ { count: 1 cpu_cores: [ " + cores + " ] } ]\n");
+  };
+  const bool two_cores = std::thread::hardware_concurrency() >= 2;
+  Repo repo;
+  repo.Add("identity", config("identity", ""));
+  repo.Add("identity_core0", config("identity_core0", "0"));
+  if (two_cores) repo.Add("identity_core1", config("identity_core1", "1"));
+  auto server = StartServer(repo);
+  cpu_set_t original;
+  pthread_getaffinity_np(pthread_self(), sizeof(original), &original);
+
   std::printf(
       "## In-process overhead per request (identity, 16 floats, concurrency 1, %d requests)\n\n",
       requests);
   std::printf(
-      "| p50 us | p90 us | p99 us | context switches | allocations | target |\n"
-      "|---|---|---|---|---|---|\n");
-  std::printf("| %.1f | %.1f | %.1f | %.2f | %.1f | p50 <= 20, p99 <= 100 |\n\n",
-              Percentile(us, 0.5), Percentile(us, 0.9), Percentile(us, 0.99), per_request_switches,
-              per_request_allocations);
+      "| caller and instance thread | p50 us | p90 us | p99 us | context switches | allocations "
+      "| target |\n|---|---|---|---|---|---|---|\n");
+  auto print = [](const char* label, const OverheadRow& r) {
+    std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.1f | p50 <= 20, p99 <= 100 |\n", label, r.p50,
+                r.p90, r.p99, r.switches, r.allocations);
+    std::fflush(stdout);
+  };
+  print("unpinned", MeasureOverhead(*server, "identity", requests));
+  if (PinThisThread(0)) {
+    print("both on core 0", MeasureOverhead(*server, "identity_core0", requests));
+    if (two_cores) print("core 0 and core 1", MeasureOverhead(*server, "identity_core1", requests));
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof(original), &original);
   std::printf(
-      "Context switches and allocations are per request, over the whole process (the\n"
-      "request's creation by this client included: its tensor and its callback).\n\n");
+      "\nContext switches and allocations (operator new) are per request, over the whole "
+      "process:\nthe client's own included (its request's tensor and callback, its wakeup).\n\n");
 }
 
 struct LoopResult {
