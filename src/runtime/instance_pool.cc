@@ -9,6 +9,10 @@
 #include "core/thread_util.h"
 
 namespace shoal::runtime {
+namespace {
+// The instance whose thread this is (null on other threads).
+thread_local const void* current_instance = nullptr;
+}  // namespace
 
 InstancePool::InstancePool(Options options) : options_(std::move(options)) {}
 
@@ -64,6 +68,7 @@ void InstancePool::StopAll() {
 
 void InstancePool::Run(Instance* inst) {
   NameCurrentThread(inst->info.name);
+  current_instance = inst;
   std::unique_ptr<backends::BackendInstance> backend;
   Status status = PinCurrentThread(inst->info.cpu_cores);
   if (status.ok()) {
@@ -192,7 +197,9 @@ void InstancePool::Submit(int index, PoolJob job) {
       inst.running = std::move(job);
       inst.started_ns = options_.clock->NowNs();
       inst.wake.store(true, std::memory_order_release);
-      inst.submit_cpu = sched_getcpu();
+      // A job the instance's own thread dispatched (when it went idle) says nothing about
+      // where other submitters run.
+      if (current_instance != &inst) inst.submit_cpu = sched_getcpu();
     } else {
       inst.pending = std::move(job);
     }

@@ -19,8 +19,8 @@
 // more on a busy host). It spins only while jobs have been coming soon after it went idle:
 // when its last idle period outlasted the bound, it sleeps at once, so sparse traffic
 // burns nothing, and a busy instance (a job pending) never spins. Nor does it spin when
-// its last job was submitted from the CPU it is on: that submitter could not run while it
-// spun. At most idle_spin_us of CPU per job.
+// the last job another thread submitted came from the CPU it is on: that submitter could
+// not run while it spun. At most idle_spin_us of CPU per job.
 //
 // Threading: Choose/Submit/HasIdle are called by any thread holding the model version's
 // lock (the one that queued work or finished a job, or the scheduler); jobs run on
@@ -121,7 +121,8 @@ class InstancePool {
     // Instance thread only: the real ns its last idle period lasted (from finding no job
     // to finding one); it spins only while this stays under the bound.
     int64_t last_idle_ns = 0;
-    int submit_cpu = -1;  // GUARDED_BY(mu_) the CPU its last job was submitted on
+    // GUARDED_BY(mu_) the CPU its last job from another thread was submitted on.
+    int submit_cpu = -1;
     Status init_status;
     bool init_done = false;  // GUARDED_BY(mu_)
     explicit Instance(const Options& o) : cost(o.prior_a_ns, o.prior_b_ns) {}

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -159,6 +160,41 @@ TEST_F(InstancePoolTest, AJobSubmittedFromAnotherCoreWhileTheInstanceSpinsNeedsN
   const InstanceStats s = pool->Stats()[0];
   EXPECT_EQ(s.executions, 20);
   EXPECT_GE(s.idle_spins, 20);
+  EXPECT_EQ(s.idle_sleeps, 0);
+}
+
+TEST_F(InstancePoolTest, JobsAnInstanceDispatchesToItselfDoNotStopItsSpin) {
+  if (!HaveCores({0, 1})) GTEST_SKIP() << "needs cores 0 and 1";
+  ScopedPin pin(0);
+  ASSERT_TRUE(pin.ok());
+  InstancePool::Options o;
+  o.model = &model_;
+  o.instances = {{"inst_0", 0, {1}}};
+  o.clock = clock_;
+  o.idle_spin_us = 60'000'000;
+  // As a model version does when its instance goes idle with work queued: the instance's
+  // own thread submits the next job, from its own core, once in every two idle periods.
+  InstancePool* raw = nullptr;
+  std::atomic<int> self_submits{0};
+  std::atomic<bool> own_turn{false};
+  o.on_idle = [&] {
+    if (raw == nullptr || !own_turn.exchange(false)) return;
+    ++self_submits;
+    raw->Submit(0, PoolJob{1, [](backends::BackendInstance&, int) { return int64_t{1}; }});
+  };
+  auto created = InstancePool::Create(std::move(o));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto pool = std::move(created).value();
+  raw = pool.get();
+  for (int i = 0; i < 10; ++i) {
+    own_turn = true;
+    RunJob(*pool, 0, 1, 1000);  // then the instance submits one job to itself
+  }
+  while (pool->busy_count() > 0 || self_submits < 10) std::this_thread::yield();
+  const InstanceStats s = pool->Stats()[0];
+  EXPECT_EQ(s.executions, 20);
+  // Every job from this thread (core 0) was caught spinning: the self-submitted ones
+  // (core 1) did not count as submitters on the instance's core.
   EXPECT_EQ(s.idle_sleeps, 0);
 }
 
