@@ -166,14 +166,16 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 dynamic_batching { }
 )" + (cores.empty() ? "" : "instance_group [ { count: 1 cpu_cores: [ " + cores + " ] } ]\n");
   };
-  const bool two_cores = std::thread::hardware_concurrency() >= 2;
-  Repo repo;
-  repo.Add("identity", config("identity", ""));
-  repo.Add("identity_core0", config("identity_core0", "0"));
-  if (two_cores) repo.Add("identity_core1", config("identity_core1", "1"));
-  auto server = StartServer(repo);
+  // Only the cores this process may use (under taskset, say), or pinning would fail.
   cpu_set_t original;
   pthread_getaffinity_np(pthread_self(), sizeof(original), &original);
+  const bool core0 = CPU_ISSET(0, &original) != 0;
+  const bool two_cores = core0 && CPU_ISSET(1, &original) != 0;
+  Repo repo;
+  repo.Add("identity", config("identity", ""));
+  if (core0) repo.Add("identity_core0", config("identity_core0", "0"));
+  if (two_cores) repo.Add("identity_core1", config("identity_core1", "1"));
+  auto server = StartServer(repo);
 
   std::printf(
       "## In-process overhead per request (identity, 16 floats, concurrency 1, %d requests)\n\n",
@@ -187,7 +189,7 @@ dynamic_batching { }
     std::fflush(stdout);
   };
   print("unpinned", MeasureOverhead(*server, "identity", requests));
-  if (PinThisThread(0)) {
+  if (core0 && PinThisThread(0)) {
     print("both on core 0", MeasureOverhead(*server, "identity_core0", requests));
     if (two_cores) print("core 0 and core 1", MeasureOverhead(*server, "identity_core1", requests));
   }
