@@ -1,11 +1,18 @@
 #include "runtime/instance_pool.h"
 
+#include <sched.h>
+
+#include <chrono>
 #include <exception>
 #include <limits>
 
 #include "core/thread_util.h"
 
 namespace shoal::runtime {
+namespace {
+// The instance whose thread this is (null on other threads).
+thread_local const void* current_instance = nullptr;
+}  // namespace
 
 InstancePool::InstancePool(Options options) : options_(std::move(options)) {}
 
@@ -51,6 +58,7 @@ void InstancePool::StopAll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    for (auto& inst : instances_) inst->wake.store(true, std::memory_order_release);
   }
   for (auto& inst : instances_) inst->cv.notify_all();
   for (auto& inst : instances_) {
@@ -60,6 +68,7 @@ void InstancePool::StopAll() {
 
 void InstancePool::Run(Instance* inst) {
   NameCurrentThread(inst->info.name);
+  current_instance = inst;
   std::unique_ptr<backends::BackendInstance> backend;
   Status status = PinCurrentThread(inst->info.cpu_cores);
   if (status.ok()) {
@@ -86,7 +95,26 @@ void InstancePool::Run(Instance* inst) {
 
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    inst->cv.wait(lock, [&] { return stopping_ || inst->running.has_value(); });
+    if (!stopping_ && !inst->running.has_value()) {
+      // Idle. A job submitted from here on sets `wake` (it was cleared under mu_, after
+      // the check above, so none is missed).
+      inst->wake.store(false, std::memory_order_relaxed);
+      const auto idle_since = std::chrono::steady_clock::now();
+      if (options_.idle_spin_us > 0 && inst->last_idle_ns < options_.idle_spin_us * 1000 &&
+          inst->submit_cpu != sched_getcpu()) {
+        ++inst->stats.idle_spins;
+        lock.unlock();
+        SpinForJob(inst);
+        lock.lock();
+      }
+      if (!stopping_ && !inst->running.has_value()) {
+        ++inst->stats.idle_sleeps;
+        inst->cv.wait(lock, [&] { return stopping_ || inst->running.has_value(); });
+      }
+      inst->last_idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - idle_since)
+                               .count();
+    }
     if (!inst->running.has_value()) break;  // stopping with nothing left
     PoolJob& job = *inst->running;
     lock.unlock();
@@ -109,6 +137,23 @@ void InstancePool::Run(Instance* inst) {
   }
   lock.unlock();
   backend.reset();  // destroyed on its own thread
+}
+
+void InstancePool::SpinForJob(Instance* inst) const {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(options_.idle_spin_us);
+  while (!inst->wake.load(std::memory_order_acquire)) {
+    // A few pauses between clock reads: the pause lets a sibling hyperthread run, and
+    // the clock is read about every microsecond, not every iteration.
+    for (int i = 0; i < 32; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield");
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= until) return;
+  }
 }
 
 bool InstancePool::HasIdle() const {
@@ -151,6 +196,10 @@ void InstancePool::Submit(int index, PoolJob job) {
     if (!inst.running.has_value()) {
       inst.running = std::move(job);
       inst.started_ns = options_.clock->NowNs();
+      inst.wake.store(true, std::memory_order_release);
+      // A job the instance's own thread dispatched (when it went idle) says nothing about
+      // where other submitters run.
+      if (current_instance != &inst) inst.submit_cpu = sched_getcpu();
     } else {
       inst.pending = std::move(job);
     }
