@@ -40,6 +40,8 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/auth.h"
+#include "server/tls.h"
 
 namespace shoal::server {
 
@@ -62,6 +64,13 @@ struct GrpcOptions {
   int64_t shutdown_grace_ms = 5000;
   // What ServerMetadata lists; empty: GrpcHandlers::DefaultExtensions().
   std::vector<std::string> extensions;
+  // When set, the RPCs its scope covers need its bearer token in the "authorization"
+  // metadata ("Bearer <token>"), else UNAUTHENTICATED; health RPCs stay open.
+  std::shared_ptr<const Authenticator> auth;
+  // TLS when tls.cert_file is set (gRPC's SslServerCredentials): certificate and key and,
+  // for mutual TLS, the CAs client certificates must be signed by (then required).
+  // Empty: plaintext. Files are checked by Start (INVALID_ARGUMENT naming the file).
+  TlsOptions tls;
 };
 
 class GrpcServer {

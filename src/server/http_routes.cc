@@ -1,4 +1,3 @@
-#include <charconv>
 #include "server/http_routes.h"
 
 #include <google/protobuf/descriptor.h>
@@ -6,6 +5,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 #include <unordered_set>
 
@@ -335,6 +335,28 @@ std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, 
   return out;
 }
 
+EndpointClass RouteEndpointClass(Route route) {
+  switch (route) {
+    case Route::kLive:
+    case Route::kReady:
+    case Route::kModelReady:
+    case Route::kNotFound:
+      return EndpointClass::kHealth;
+    case Route::kServerMetadata:
+    case Route::kModelMetadata:
+    case Route::kModelConfig:
+    case Route::kStats:
+      return EndpointClass::kMetadata;
+    case Route::kInfer:
+      return EndpointClass::kInference;
+    case Route::kRepositoryIndex:
+    case Route::kRepositoryLoad:
+    case Route::kRepositoryUnload:
+      return EndpointClass::kControl;
+  }
+  return EndpointClass::kControl;  // a route added without a class stays closed
+}
+
 proto::HttpResponse ErrorResponse(const Status& status) {
   proto::HttpResponse r =
       proto::HttpResponse::Error(HttpStatusFor(status.code()), status.message());
@@ -424,6 +446,19 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
     responder.Send(ErrorResponse(match.error));
     return {};
   }
+  if (options_.auth != nullptr) {
+    const std::string* header = request.head.Find("authorization");
+    const std::string_view value = header != nullptr ? std::string_view(*header) : "";
+    const std::string_view* presented = header != nullptr ? &value : nullptr;
+    const AuthResult auth = options_.auth->Authorize(RouteEndpointClass(match.route), presented);
+    if (!auth.ok) {
+      proto::HttpResponse r = proto::HttpResponse::Error(401, auth.message);
+      r.headers.emplace_back("WWW-Authenticate",
+                             Authenticator::Challenge(auth.credential_presented));
+      responder.Send(std::move(r));
+      return {};
+    }
+  }
   auto reply = [&](const StatusOr<std::string>& json) {
     responder.Send(json.ok() ? proto::HttpResponse::Json(200, *json)
                              : ErrorResponse(json.status()));
@@ -504,9 +539,9 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
     const char* end = timeout->data() + timeout->size();
     auto [ptr, ec] = std::from_chars(timeout->data(), end, us);
     if (timeout->empty() || ec != std::errc() || ptr != end || us == 0) {
-      responder.Send(ErrorResponse(InvalidArgument(
-          std::string(kTimeoutHeader) + " must be a positive integer (microseconds); was '" +
-          *timeout + "'")));
+      responder.Send(ErrorResponse(
+          InvalidArgument(std::string(kTimeoutHeader) +
+                          " must be a positive integer (microseconds); was '" + *timeout + "'")));
       return {};
     }
     infer.client_deadline_us = us;

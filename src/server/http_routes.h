@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/http_core.h"
 #include "server/http_server.h"
 
@@ -49,6 +50,9 @@ struct RouteMatch {
   int64_t version = -1;  // -1: not given
   Status error;          // a malformed path element (400)
 };
+
+// What a route does, for the authentication check (server/auth.h).
+EndpointClass RouteEndpointClass(Route route);
 
 // Matches percent-decoded path segments to a route (method not considered).
 RouteMatch MatchRoute(const std::vector<std::string>& segments);

@@ -34,7 +34,9 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/tcp_listener.h"
+#include "server/tls.h"
 
 namespace shoal::server {
 
@@ -60,6 +62,12 @@ struct HttpOptions {
   int64_t header_timeout_ms = 30'000;
   int64_t body_timeout_ms = 300'000;
   int64_t write_timeout_ms = 60'000;
+  // When set, the endpoints its scope covers need its bearer token (401 otherwise, with
+  // WWW-Authenticate: Bearer); health checks stay open. See server/auth.h.
+  std::shared_ptr<const Authenticator> auth;
+  // TLS (HTTPS) when tls.cert_file is set: certificate, key and, for mutual TLS, the
+  // client CAs (server/tls.h). Empty: plaintext HTTP.
+  TlsOptions tls;
 };
 
 namespace internal {
