@@ -13,6 +13,10 @@
 // inline; inference is handed to runtime::Server::Infer and answered from its callback,
 // so no queue thread waits on a model; model load/unload run on one worker thread.
 //
+// With options.auth, an RPC its scope covers is answered UNAUTHENTICATED, before its
+// handler runs, unless the "authorization" metadata carries the bearer token; with
+// options.tls, the port speaks TLS only.
+//
 // Errors reach clients as gRPC statuses mapped by server/status_map (INVALID_ARGUMENT
 // naming the input, NOT_FOUND for an unknown model, RESOURCE_EXHAUSTED when a queue is
 // full, UNAVAILABLE while shutting down, ...); on ModelStreamInfer each failed request

@@ -11,7 +11,9 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer   JSON and binary tensor data, gzip/deflate
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats Triton statistics
 //   POST /v2/repository[/{repo}]/index, .../models/{m}/load, .../models/{m}/unload
-// Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}. Errors are
+// Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}; a route the
+// authenticator's scope covers, without the right bearer token: 401 with
+// WWW-Authenticate (options.auth; server/auth.h). Errors are
 // {"error": "..."} with the status of server/status_map (429 and 503 add Retry-After).
 //
 // Threads: `threads` I/O event loops (see http_core.h) parse, route and serialize;
