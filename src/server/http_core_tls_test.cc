@@ -191,6 +191,26 @@ TEST(HttpCoreTlsTest, HandshakeAndHeadDeadlinesHoldForTls) {
   EXPECT_TRUE(r.server_closed);
 }
 
+TEST(HttpCoreTlsTest, IdleAndBodyDeadlinesHoldForTls) {
+  EchoHandler handler;
+  HttpCoreOptions options;
+  options.threads = 1;
+  options.idle_timeout_ms = 200;
+  options.body_timeout_ms = 300;
+  auto core = StartTlsCore(options, &handler);
+  ASSERT_NE(core, nullptr);
+  HttpTestClient idle("127.0.0.1", core->port(), Trusting());
+  ASSERT_EQ(idle.Get("/x").status, 200) << idle.tls_error();
+  EXPECT_TRUE(idle.WaitForClose(10000)) << "an idle TLS keep-alive connection is closed";
+
+  HttpTestClient slow("127.0.0.1", core->port(), Trusting());
+  ASSERT_TRUE(slow.Connect()) << slow.tls_error();
+  ASSERT_TRUE(slow.SendRaw("POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc"));
+  HttpReply r = slow.ReadReply(10000);
+  EXPECT_EQ(r.status, 408) << "the body never completed";
+  EXPECT_TRUE(r.server_closed);
+}
+
 TEST(HttpCoreTlsTest, BodyLimitAndConnectionCapHoldForTls) {
   EchoHandler handler;
   HttpCoreOptions options;
