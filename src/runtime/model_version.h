@@ -37,6 +37,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/batcher.h"
+#include "runtime/classification.h"
 #include "runtime/infer_request.h"
 #include "runtime/instance_pool.h"
 #include "runtime/model_stats.h"
@@ -83,6 +84,9 @@ struct ModelVersionOptions {
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
+  // Class labels of the outputs whose config names a label_filename, read at load
+  // (classification extension, runtime/classification.h).
+  std::map<std::string, OutputLabels> output_labels;
   // Tests only: replaces each request's batch key (ValidatedRequest::shape_key, the
   // argument), so that a test can make requests of different shapes collide.
   std::function<uint64_t(const InferRequest&, uint64_t)> shape_key_for_testing;
@@ -204,11 +208,13 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // The precision ladder: the step requests go to (read by Infer without the lock), and
   // since when the predicted drain time has been above / below its thresholds (-1: not).
   std::atomic<int> tier_{0};
-  int64_t drain_above_since_ns_ = -1;  // GUARDED_BY(mu_)
-  int64_t drain_below_since_ns_ = -1;  // GUARDED_BY(mu_)
+  int64_t drain_above_since_ns_ = -1;      // GUARDED_BY(mu_)
+  int64_t drain_below_since_ns_ = -1;      // GUARDED_BY(mu_)
+  int64_t last_overload_refusal_ns_ = -1;  // GUARDED_BY(mu_)
   // Requires mu_. Moves the ladder one step when the drain time predicted at `now` has
   // stayed past a threshold long enough.
-  void UpdatePrecisionTierLocked(int64_t now);
+  // `refused_overload`: the arrival that calls it was just refused for overload.
+  void UpdatePrecisionTierLocked(int64_t now, bool refused_overload);
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.

@@ -5,7 +5,9 @@
 //
 // RPCs: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig,
 // ModelInfer, ModelStreamInfer, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
-// RepositoryModelUnload. The shared-memory, trace and log RPCs answer UNIMPLEMENTED.
+// RepositoryModelUnload, and Triton's extensions: SystemSharedMemory*, CudaSharedMemory*
+// (registration answers UNIMPLEMENTED: no GPU), TraceSetting, LogSettings
+// (docs/protocol-extensions.md).
 // Conversions: grpc_codec.h; the per-RPC answers: grpc_handlers.h; the state machines:
 // grpc_calls.h.
 //
@@ -45,6 +47,7 @@
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
 #include "server/auth.h"
+#include "server/protocol_settings.h"
 #include "server/tls.h"
 
 namespace shoal::server {
@@ -75,6 +78,9 @@ struct GrpcOptions {
   // for mutual TLS, the CAs client certificates must be signed by (then required).
   // Empty: plaintext. Files are checked by Start (INVALID_ARGUMENT naming the file).
   TlsOptions tls;
+  // Registered shared memory regions and trace settings (Triton's extensions), shared
+  // with the HTTP front end of the same server. Null: the gRPC server keeps its own.
+  std::shared_ptr<ExtensionState> extension_state;
 };
 
 class GrpcServer {

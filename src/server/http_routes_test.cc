@@ -59,6 +59,22 @@ TEST(HttpRoutesTest, EveryRouteHasTheEndpointClassTheAuthScopeNames) {
   EXPECT_EQ(cls({"v2", "repository", "models", "m", "unload"}), EndpointClass::kControl);
 }
 
+TEST(HttpRoutesTest, TritonExtensionsHaveEndpointClassesToo) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "systemsharedmemory", "status"}),
+            EndpointClass::kInference);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "systemsharedmemory", "region", "r", "register"}),
+            EndpointClass::kInference);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "cudasharedmemory", "status"}),
+            EndpointClass::kInference);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "logging"}), EndpointClass::kControl);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "trace", "setting"}), EndpointClass::kControl);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "models", "m", "trace", "setting"}),
+            EndpointClass::kControl);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "models", "m", "infer"}), std::nullopt);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "health", "ready"}), std::nullopt);
+}
+
 TEST(HttpRoutesTest, UnknownAndMalformed) {
   EXPECT_EQ(Match({}).route, Route::kNotFound);
   EXPECT_EQ(Match({"v1"}).route, Route::kNotFound);
@@ -76,9 +92,11 @@ TEST(HttpRoutesTest, ServerMetadataListsOnlyWhatIsImplemented) {
   auto j = json::parse(ServerMetadataJson());
   EXPECT_EQ(j["name"], "shoal");
   auto ext = j["extensions"].get<std::vector<std::string>>();
-  for (const char* missing : {"sequence", "system_shared_memory", "cuda_shared_memory",
-                              "classification", "trace", "logging"}) {
+  for (const char* missing : {"sequence", "cuda_shared_memory", "trace"}) {
     EXPECT_EQ(std::count(ext.begin(), ext.end(), missing), 0) << missing;
+  }
+  for (const char* present : {"system_shared_memory", "classification", "logging"}) {
+    EXPECT_EQ(std::count(ext.begin(), ext.end(), present), 1) << present;
   }
 }
 
