@@ -185,11 +185,11 @@ class StreamInferCall final : public Call {
       handles_[seq] = nullptr;  // erased by the answer, which may come inside Infer
     }
     Ref();  // the runtime callback
-    auto handle = ctx_->runtime->Infer(
-        std::move(decoded).value(),
-        [this, seq, start_ns, shm = std::move(shm)](runtime::InferResponse r) {
-          OnAnswer(seq, start_ns, std::move(r), shm);
-        });
+    auto handle =
+        ctx_->runtime->Infer(std::move(decoded).value(),
+                             [this, seq, start_ns, shm = std::move(shm)](runtime::InferResponse r) {
+                               OnAnswer(seq, start_ns, std::move(r), shm);
+                             });
     bool cancel = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
