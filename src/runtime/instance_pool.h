@@ -17,11 +17,9 @@
 // any pool lock held. Lock order: the pool's mu_ only; never held while running a job.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -29,6 +27,7 @@
 
 #include "backends/backend.h"
 #include "core/clock.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "runtime/cost_model.h"
 
@@ -86,29 +85,36 @@ class InstancePool {
   int busy_count() const;
 
  private:
+  // What an instance's thread owns. Its state under mu_ is the InstanceState of the same
+  // index in states_ (kept apart so the lock annotations can name mu_).
   struct Instance {
     backends::InstanceInfo info;
     std::thread thread;
-    std::optional<PoolJob> running;  // GUARDED_BY(mu_)
-    std::optional<PoolJob> pending;  // GUARDED_BY(mu_)
-    int64_t started_ns = 0;          // GUARDED_BY(mu_) when `running` began
-    CostModel cost;                  // GUARDED_BY(mu_)
-    InstanceStats stats;             // GUARDED_BY(mu_)
-    std::condition_variable cv;
+    CondVar cv;
+  };
+  struct InstanceState {
+    std::optional<PoolJob> running;
+    std::optional<PoolJob> pending;
+    int64_t started_ns = 0;  // when `running` began
+    CostModel cost;
+    InstanceStats stats;
     Status init_status;
-    bool init_done = false;  // GUARDED_BY(mu_)
-    explicit Instance(const Options& o) : cost(o.prior_a_ns, o.prior_b_ns) {}
+    bool init_done = false;
+    explicit InstanceState(const Options& o) : cost(o.prior_a_ns, o.prior_b_ns) {}
   };
 
   explicit InstancePool(Options options);
-  void Run(Instance* inst);
-  void StopAll();
+  void Run(size_t index) EXCLUDES(mu_);
+  void StopAll() EXCLUDES(mu_);
+  bool AllInitDoneLocked() const REQUIRES(mu_);
 
   Options options_;
-  mutable std::mutex mu_;
-  std::condition_variable init_cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar init_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  // Fixed after Create; instances_[i] and states_[i] are the same instance.
   std::vector<std::unique_ptr<Instance>> instances_;
+  std::vector<InstanceState> states_ GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::runtime

@@ -55,7 +55,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   } else {
     for (const auto& e : entries) to_load.push_back(e.name);
   }
-  std::lock_guard<std::mutex> load_lock(server->load_mu_);
+  MutexLock load_lock(&server->load_mu_);
   for (const auto& name : to_load) {
     // A failed model is recorded UNAVAILABLE and logged; the others still load.
     (void)server->LoadModelLocked(name);
@@ -66,9 +66,9 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 Server::~Server() { Shutdown(); }
 
 Status Server::LoadModel(const std::string& name) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return Unavailable("the server is shutting down");
   }
   return LoadModelLocked(name);
@@ -83,14 +83,14 @@ Status Server::LoadModelLocked(const std::string& name) {
   }
   repository::ModelEntry entry = std::move(scanned).value();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Record& r = models_[name];
     r.fingerprint = entry.fingerprint;
     if (r.versions.empty()) r.state = ModelState::kLoading;
   }
   auto fail = [&](const Status& s) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name), LogSafe(s.message()));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Record& r = models_[name];
     // A model that was serving keeps serving its old versions.
     r.state = r.versions.empty() ? ModelState::kUnavailable : ModelState::kReady;
@@ -133,7 +133,7 @@ Status Server::LoadModelLocked(const std::string& name) {
 
   std::map<int64_t, std::shared_ptr<ModelVersion>> replaced;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Record& r = models_[name];
     r.unloaded_on_request = false;
     replaced = std::move(r.versions);
@@ -151,14 +151,14 @@ Status Server::LoadModelLocked(const std::string& name) {
 }
 
 Status Server::UnloadModel(const std::string& name) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   return UnloadModelLocked(name);
 }
 
 Status Server::UnloadModelLocked(const std::string& name) {
   std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end() || it->second.versions.empty()) {
       // As Triton: unloading what is not loaded succeeds (defensive cleanup code relies
@@ -175,7 +175,7 @@ Status Server::UnloadModelLocked(const std::string& name) {
     if (cache_) cache_->Purge(mv->cache_owner_id());
     spdlog::info("unloaded model '{}' version {}", LogSafe(name), version);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it != models_.end()) {
     it->second.state = ModelState::kUnavailable;
@@ -186,11 +186,11 @@ Status Server::UnloadModelLocked(const std::string& name) {
 }
 
 Status Server::PollRepository() {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   ASSIGN_OR_RETURN(auto entries, repository::ScanRepository(options_.model_repository));
   std::vector<std::string> changed, removed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return Unavailable("the server is shutting down");
     for (const auto& e : entries) {
       auto it = models_.find(e.name);
@@ -208,7 +208,7 @@ Status Server::PollRepository() {
   for (const auto& name : changed) (void)LoadModelLocked(name);
   for (const auto& name : removed) {
     (void)UnloadModelLocked(name);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     models_.erase(name);
   }
   return Status::Ok();
@@ -247,7 +247,7 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
 
 StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name,
                                                          int64_t version) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return GetModelLocked(name, version);
 }
 
@@ -275,7 +275,7 @@ StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name,
                                                         int64_t version) const {
   // One look under one lock: a model unloaded or removed from the repository between two
   // looks made the second one throw (a 500 where the client should see 404).
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(GetModelLocked(name, version).status());
   return models_.find(name)->second.config;
 }
@@ -286,7 +286,7 @@ std::vector<ModelStatus> Server::RepositoryIndex() const {
   if (auto entries = repository::ScanRepository(options_.model_repository); entries.ok()) {
     for (const auto& e : *entries) names.push_back(e.name);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [name, r] : models_) {
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
@@ -308,7 +308,7 @@ std::vector<ModelStatus> Server::RepositoryIndex() const {
 }
 
 std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::shared_ptr<ModelVersion>> out;
   for (const auto& [name, r] : models_) {
     for (const auto& [v, mv] : r.versions) out.push_back(mv);
@@ -317,7 +317,7 @@ std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
 }
 
 bool Server::ready() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return false;
   for (const auto& [name, r] : models_) {
     // A model unloaded on request is not a failure (Triton stays ready too).
@@ -327,10 +327,10 @@ bool Server::ready() const {
 }
 
 void Server::Shutdown() {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   std::map<std::string, Record> models;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_ && models_.empty()) return;
     shutting_down_ = true;
     models = std::move(models_);

@@ -22,12 +22,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backends/backend_registry.h"
 #include "core/clock.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "repository/model_config.pb.h"
 #include "runtime/infer_request.h"
@@ -116,21 +116,21 @@ class Server {
     std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   };
   explicit Server(ServerOptions options);
-  Status LoadModelLocked(const std::string& name);  // requires load_mu_
-  // GetModel's lookup; requires mu_.
+  Status LoadModelLocked(const std::string& name) REQUIRES(load_mu_) EXCLUDES(mu_);
+  // GetModel's lookup.
   StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name,
-                                                         int64_t version) const;
-  Status UnloadModelLocked(const std::string& name);
+                                                         int64_t version) const REQUIRES(mu_);
+  Status UnloadModelLocked(const std::string& name) REQUIRES(load_mu_) EXCLUDES(mu_);
 
   const ServerOptions options_;
   std::shared_ptr<Clock> clock_;
   std::shared_ptr<backends::BackendRegistry> registry_;
   std::shared_ptr<ResponseCache> cache_;
 
-  std::mutex load_mu_;  // serialises Load/Unload/Poll/Shutdown
-  mutable std::mutex mu_;
-  std::map<std::string, Record> models_;  // GUARDED_BY(mu_)
-  bool shutting_down_ = false;            // GUARDED_BY(mu_)
+  Mutex load_mu_ ACQUIRED_BEFORE(mu_);  // serialises Load/Unload/Poll/Shutdown
+  mutable Mutex mu_;
+  std::map<std::string, Record> models_ GUARDED_BY(mu_);
+  bool shutting_down_ GUARDED_BY(mu_) = false;
   // Inference requests accepted and not yet answered (max_inflight_requests).
   std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);
 };

@@ -356,38 +356,38 @@ HttpRoutes::~HttpRoutes() { Shutdown(); }
 
 void HttpRoutes::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     worker_stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (worker_.joinable()) worker_.join();
 }
 
 bool HttpRoutes::RunOnWorker(std::function<void()> work, std::function<void()> on_refused) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (worker_stop_) return false;
     work_.emplace_back(std::move(work), std::move(on_refused));
   }
-  cv_.notify_one();
+  cv_.Signal();
   return true;
 }
 
 void HttpRoutes::WorkerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [&] { return worker_stop_ || !work_.empty(); });
+    while (!worker_stop_ && work_.empty()) cv_.Wait(&mu_);
     if (work_.empty()) return;
     auto [work, refused] = std::move(work_.front());
     work_.pop_front();
     const bool stop = worker_stop_;
-    lock.unlock();
+    lock.Unlock();
     if (stop) {
       refused();
     } else {
       work();
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -8,15 +8,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "runtime/server.h"
 #include "server/http_core.h"
@@ -93,10 +92,10 @@ class HttpRoutes final : public HttpHandler {
   const std::string server_metadata_;
   std::atomic<bool> stopping_{false};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::function<void()>, std::function<void()>>> work_;  // GUARDED_BY(mu_)
-  bool worker_stop_ = false;                                                  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::pair<std::function<void()>, std::function<void()>>> work_ GUARDED_BY(mu_);
+  bool worker_stop_ GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
 
