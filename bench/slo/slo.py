@@ -11,10 +11,14 @@ Both are driven by `shoal bench` over HTTP:
     latency a lone request can have;
   - saturation: closed loop at high concurrency, on each server;
   - open loop, Poisson arrivals, at 25, 50, 80, 95, 120, 150 and 200% of the fixed-window
-    server's saturation rate, the two servers measured in turn at each level.
+    server's saturation rate, the two servers measured in turn at each level;
+  - an on/off burst: Poisson at 200% of saturation for 0.5 s of every 2 s (a mean of 50%).
 Per level: goodput (answers within the SLO per second, `shoal bench -l`), p50/p99/p99.9 of
-the answered requests, requests refused (429), and the server's peak RSS. Writes
-bench/results/slo.md and slo.json.
+the answered requests, requests refused (429) and how fast they were answered, the tier
+mix, and the server's RSS. With --heldout (the example's held-out colour digits and their
+labels, an .npz written by run.sh), the image classifier's int8 tier is calibrated on the
+first 100 and each tier's top-1 accuracy is measured on the other 350 through the server
+that runs the ladder. Writes bench/results/slo.md and slo.json.
 """
 import argparse
 import importlib.util
@@ -35,6 +39,10 @@ serving = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(serving)
 
 LEVELS = [25, 50, 80, 95, 120, 150, 200]
+# The burst level: Poisson at BURST_PEAK% of saturation during the first BURST_ON of
+# every BURST_PERIOD_MS, silence for the rest.
+BURST_PERIOD_MS, BURST_ON, BURST_PEAK = 2000, 0.25, 200
+CALIBRATION_IMAGES = 100
 
 # Per model: its config body (tensors, batch size, instances), its batching window (the
 # fixed-window server waits it out; the SLO server uses it as an upper bound only), the
@@ -79,21 +87,70 @@ def policies(model):
     return [(p, label) for p, label in POLICIES if p != "ladder" or MODELS[model].get("ladder")]
 
 
-def write_calibration(path, n=64):
-    """Random images in [0, 1] as the int8 tier's calibration inputs (an .npz with one
-    array, `image`, samples first). The accuracy figures the server logs are against fp32
-    on these inputs."""
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 3, 32, 32), }" % n
+def npy_bytes(descr, shape, data):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d, " % d for d in shape))
     header += " " * (((len(header) + 11 + 63) // 64) * 64 - len(header) - 11) + "\n"
-    rng = random.Random(7)
-    count = n * 3 * 32 * 32
-    data = struct.pack("<%df" % count, *(rng.random() for _ in range(count)))
-    npy = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def read_npz(path):
+    """{name: (descr, shape, raw bytes)} of an .npz of little-endian arrays (stdlib only)."""
+    out = {}
+    with zipfile.ZipFile(path) as z:
+        for name in z.namelist():
+            b = z.read(name)
+            n = struct.unpack("<H", b[8:10])[0]
+            header = eval(b[10:10 + n].decode())  # numpy's own header: a Python dict literal
+            out[name[:-4]] = (header["descr"], tuple(header["shape"]), b[10 + n:])
+    return out
+
+
+def write_calibration(path, heldout=None, n=64):
+    """The int8 tier's calibration inputs (an .npz with one array, `image`, samples first):
+    the first CALIBRATION_IMAGES held-out images when given, else n random images in [0, 1]
+    (the accuracy the server logs at load is against fp32 on these inputs)."""
+    if heldout:
+        descr, shape, data = heldout["image"]
+        per = 3 * 32 * 32 * 4
+        npy = npy_bytes(descr, (CALIBRATION_IMAGES,) + shape[1:], data[:CALIBRATION_IMAGES * per])
+    else:
+        rng = random.Random(7)
+        count = n * 3 * 32 * 32
+        npy = npy_bytes("<f4", (n, 3, 32, 32), struct.pack("<%df" % count, *(rng.random() for _ in range(count))))
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("image.npy", npy)
 
 
-def write_repo(root, model, policy):
+def top1(server, model, heldout, tier, batch=25):
+    """Top-1 accuracy of `tier` (the request's `precision` parameter) on the held-out
+    images after the calibration ones, through the server."""
+    _, shape, data = heldout["image"]
+    _, _, label_bytes = heldout["labels"]
+    labels = struct.unpack("<%dq" % (len(label_bytes) // 8), label_bytes)
+    per = 3 * 32 * 32
+    floats = struct.unpack("<%df" % (len(data) // 4), data)
+    right = total = 0
+    answered_by = set()
+    for i in range(CALIBRATION_IMAGES, shape[0], batch):
+        n = min(batch, shape[0] - i)
+        body = json.dumps({"parameters": {"precision": tier}, "inputs": [
+            {"name": "image", "shape": [n, 3, 32, 32], "datatype": "FP32",
+             "data": floats[i * per:(i + n) * per]}]}).encode()
+        req = serving.urllib.request.Request("http://127.0.0.1:%d/v2/models/%s/infer" % (server.port, model),
+                                             data=body, headers={"Content-Type": "application/json"})
+        with serving.urllib.request.urlopen(req, timeout=60) as r:
+            reply = json.load(r)
+        answered_by.add(reply.get("parameters", {}).get("precision", "?"))
+        logits = reply["outputs"][0]["data"]
+        for j in range(n):
+            row = logits[j * 10:(j + 1) * 10]
+            right += int(max(range(10), key=row.__getitem__) == labels[i + j])
+            total += 1
+    return {"top1": right / total, "images": total, "answered_by": sorted(answered_by)}
+
+
+def write_repo(root, model, policy, heldout=None):
     m = MODELS[model]
     d = os.path.join(root, model, "1")
     os.makedirs(d, exist_ok=True)
@@ -106,7 +163,7 @@ def write_repo(root, model, policy):
     else:
         cfg += 'parameters { key: "latency_slo_us" value { string_value: "%d" } }\n' % (m["slo_ms"] * 1000)
     if policy == "ladder":
-        write_calibration(os.path.join(root, model, "calibration.npz"))
+        write_calibration(os.path.join(root, model, "calibration.npz"), heldout)
         cfg += 'parameters { key: "precision_tiers" value { string_value: "int8" } }\n'
         cfg += 'parameters { key: "precision_ladder" value { string_value: "fp32,int8" } }\n'
     open(os.path.join(root, model, "config.pbtxt"), "w").write(cfg)
@@ -114,7 +171,7 @@ def write_repo(root, model, policy):
 
 def start(opts, work, model, policy):
     repo = os.path.join(work, "repo_%s_%s" % (model, policy))
-    write_repo(repo, model, policy)
+    write_repo(repo, model, policy, opts.heldout_arrays)
     port, metrics_port = serving.free_port(), serving.free_port()
     argv = [opts.shoal, "serve", "--model-repository", repo, "--address", "127.0.0.1",
             "--http-port", str(port), "--allow-grpc", "false", "--metrics-port", str(metrics_port),
@@ -152,11 +209,11 @@ def vm_rss_kb(pid):
     return 0
 
 
-def bench(opts, work, server, model, load_args, n=[0]):
+def bench(opts, work, server, model, load_args, window_ms=None, warmup_ms=None, n=[0]):
     n[0] += 1
     out = os.path.join(work, "bench%d.json" % n[0])
     argv = [opts.shoal, "bench", "-m", model, "-u", "127.0.0.1:%d" % server.port,
-            "-p", str(opts.window_ms), "--warmup", str(opts.warmup_ms), "--max-trials", "1",
+            "-p", str(window_ms or opts.window_ms), "--warmup", str(warmup_ms or opts.warmup_ms), "--max-trials", "1",
             "--percentile", "99", "-l", str(MODELS[model]["slo_ms"]), "--json", out] + load_args
     r = serving.subprocess.run(argv, stdout=serving.subprocess.PIPE, stderr=serving.subprocess.PIPE, text=True)
     if r.returncode != 0 or not os.path.exists(out):
@@ -167,6 +224,9 @@ def bench(opts, work, server, model, load_args, n=[0]):
             "p99_us": lat["p99"], "p999_us": lat["p99.9"], "answered": s["requests"],
             "errors": s["errors"], "errors_total": s["errors_total"], "sent": s.get("sent", s["requests"]),
             "duration_s": s["duration_s"], "rss_kb": vm_rss_kb(server.proc.pid),
+            "refusals": s["errors"].get("HTTP 429", 0), "expired": s["errors"].get("HTTP 504", 0),
+            "refusal_p50_us": s.get("error_latency_us", {}).get("HTTP 429", {}).get("p50", 0),
+            "refusal_p99_us": s.get("error_latency_us", {}).get("HTTP 429", {}).get("p99", 0),
             "peak_rss_kb": serving.vm_hwm_kb(server.proc.pid)}
 
 
@@ -185,21 +245,30 @@ def run_model(opts, work, model):
         res["saturation_rate"] = sat
         serving.log("%s: alone p50 %.0f us; saturation %.0f/s (fixed) %.0f/s (slo)" % (
             model, res["alone"]["p50_us"], sat, res["saturation"]["slo"]["throughput"]))
-        for pct in opts.levels:
-            rate = max(1.0, sat * pct / 100.0)
+        burst_mean = BURST_PEAK * BURST_ON
+        for pct in opts.levels + (["burst"] if opts.burst else []):
+            burst = pct == "burst"
+            rate = max(1.0, sat * (burst_mean if burst else pct) / 100.0)
+            load = (["--request-distribution", "burst", "--burst-period-ms", str(BURST_PERIOD_MS),
+                     "--burst-on-fraction", str(BURST_ON)] if burst
+                    else ["--request-distribution", "poisson"])
             level = {}
             for p, _ in policies(model):
                 before = tier_counts(servers[p])
-                level[p] = bench(opts, work, servers[p], model,
-                                 ["--request-rate-range", "%.1f" % rate, "--request-distribution", "poisson"])
+                # A burst level measures whole periods: warm-up one, windows of two.
+                timing = (2 * BURST_PERIOD_MS, BURST_PERIOD_MS) if burst else (None, None)
+                level[p] = bench(opts, work, servers[p], model, ["--request-rate-range", "%.1f" % rate] + load, *timing)
                 level[p]["rate"] = rate
                 after = tier_counts(servers[p])
                 level[p]["tiers"] = {t: after[t] - before.get(t, 0) for t in after if after[t] > before.get(t, 0)}
-                serving.log("%s %3d%% %-5s goodput %.0f/s p99 %.1f ms refused %d" % (
+                serving.log("%s %5s%% %-6s goodput %.0f/s p99 %.1f ms refused %d" % (
                     model, pct, p, level[p]["goodput"], level[p]["p99_us"] / 1000, level[p]["errors_total"]))
             res["levels"][str(pct)] = level
         if "ladder" in servers:
             res["int8_accuracy"] = accuracy_line(servers["ladder"])
+            if opts.heldout_arrays:
+                res["top1"] = {t: top1(servers["ladder"], model, opts.heldout_arrays, t) for t in ("fp32", "int8")}
+                serving.log("%s top-1 on held-out images: %s" % (model, res["top1"]))
         return res
     finally:
         for s in servers.values():
@@ -215,7 +284,7 @@ def report(opts, results, info, elapsed):
          "admission by predicted wait). Open-loop levels are Poisson arrivals at a percentage of the "
          "fixed-window server's closed-loop saturation rate (concurrency %d); each level runs %d ms per "
          "server after %d ms of warm-up. Goodput counts answers within the SLO; latencies are of answered "
-         "requests; *refused* are 429s (SLO server) and other errors. The machine is shared: compare "
+         "requests; *refused* are 429s (admission said the deadline could not be met), *expired* 504s (admitted, then found unable to make its deadline in the queue and dropped unrun). The machine is shared: compare "
          "the two columns of one run." % (info["date"], info["commit"], info["cpu"], info["cores"], elapsed,
                                          serving.loadavg(), opts.saturation_concurrency, opts.window_ms,
                                          opts.warmup_ms), ""]
@@ -228,8 +297,8 @@ def report(opts, results, info, elapsed):
                                  r["saturation"]["fixed"]["throughput"], r["saturation"]["slo"]["throughput"],
                                  r["saturation"]["slo"]["throughput"] / max(r["saturation"]["fixed"]["throughput"], 1e-9)),
               "",
-              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | refused | tiers | RSS MB (peak) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | refused (429) | 429 p50 / p99 ms | expired (504) | tiers | RSS MB (peak) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         sat = r["saturation_rate"]
         for pct, level in r["levels"].items():
             for p, label in policies(model):
@@ -238,12 +307,23 @@ def report(opts, results, info, elapsed):
                                   for t, n in sorted(x["tiers"].items())) or "-"
                 within = x["goodput"] * x["duration_s"]
                 frac = within / x["answered"] if x["answered"] else 0
-                L.append("| %s%% | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %d | %s | %.0f (%.0f) |" % (
-                    pct, x["rate"], label, x["goodput"], x["goodput"] / max(sat, 1e-9), x["p50_us"] / 1000,
-                    x["p99_us"] / 1000, x["p999_us"] / 1000, 100 * frac, x["errors_total"], tiers,
+                refusals = ("%.2f / %.2f" % (x["refusal_p50_us"] / 1000, x["refusal_p99_us"] / 1000)
+                            if x["refusals"] else "-")
+                load = ("burst %d%% %.1f s / %.0f s" % (BURST_PEAK, BURST_ON * BURST_PERIOD_MS / 1000,
+                                                         BURST_PERIOD_MS / 1000)
+                        if pct == "burst" else "%s%%" % pct)
+                L.append("| %s | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %d | %s | %d | %s | %.0f (%.0f) |" % (
+                    load, x["rate"], label, x["goodput"], x["goodput"] / max(sat, 1e-9), x["p50_us"] / 1000,
+                    x["p99_us"] / 1000, x["p999_us"] / 1000, 100 * frac, x["refusals"], refusals, x["expired"], tiers,
                     x["rss_kb"] / 1024, x["peak_rss_kb"] / 1024))
         if r.get("int8_accuracy"):
-            L += ["", "The int8 tier against fp32 at load, on the random calibration images: %s." % r["int8_accuracy"]]
+            L += ["", "The int8 tier against fp32 at load, on its calibration images: %s." % r["int8_accuracy"]]
+        if r.get("top1"):
+            t = r["top1"]
+            L += ["", "Top-1 accuracy through the ladder's server on %d held-out images (labels; int8 calibrated "
+                  "on %d others): fp32 %.2f%%, int8 %.2f%%, a change of %+.2f percentage points (target: at most "
+                  "1)." % (t["fp32"]["images"], CALIBRATION_IMAGES, 100 * t["fp32"]["top1"], 100 * t["int8"]["top1"],
+                           100 * (t["int8"]["top1"] - t["fp32"]["top1"]))]
         top = r["levels"].get("200", {})
         if "ladder" in top and "fixed" in top:
             fixed = top["fixed"]["goodput"]
@@ -258,8 +338,10 @@ def report(opts, results, info, elapsed):
         L.append("")
     L += ["The load generator shares the 2 cores with the server: where a level's send rate is more than "
           "it can keep (the recommender above ~25,000/s), its latencies include the client's own lag and "
-          "the level says nothing about the server. Not measured here yet: the on/off burst pattern and how "
-          "fast refusals are answered (issue 17).", ""]
+          "the level says nothing about the server. *burst* sends Poisson arrivals at %d%% of saturation for "
+          "%.1f s of every %.0f s and nothing in between (a mean of %.0f%%); its rate/s column is that mean. "
+          "Refusal latency runs from a request's scheduled send to its 429, as the client sees it." % (
+              BURST_PEAK, BURST_ON * BURST_PERIOD_MS / 1000, BURST_PERIOD_MS / 1000, BURST_PEAK * BURST_ON), ""]
     return "\n".join(L)
 
 
@@ -273,7 +355,10 @@ def main():
     ap.add_argument("--saturation-concurrency", type=int, default=64)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--keep", help="keep logs and bench JSON in this folder")
+    ap.add_argument("--heldout", help="an .npz of held-out images (`image`) and `labels` for the ladder")
+    ap.add_argument("--no-burst", dest="burst", action="store_false", help="skip the burst level")
     opts = ap.parse_args()
+    opts.heldout_arrays = read_npz(opts.heldout) if opts.heldout else None
     opts.levels = [int(x) for x in opts.levels.split(",")]
     models = opts.models.split(",")
     for m in models:

@@ -56,6 +56,9 @@ struct InstanceInfo {
   std::string name;            // "<model>_<index>"
   int index = 0;               // 0-based across the model's instances
   std::vector<int> cpu_cores;  // empty: not pinned
+  // Intra-op threads this instance may use (the group's `threads` setting); 0: the
+  // backend's own default for the model.
+  int threads = 0;
 };
 
 // One execution. When the model batches, every input's first dimension is

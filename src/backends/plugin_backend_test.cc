@@ -61,7 +61,7 @@ Loaded Load(const std::string& path, const ModelInfo& info) {
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   if (!model.ok()) return l;
   l.model = std::move(*model);
-  auto instance = l.model->CreateInstance(InstanceInfo{info.name + "_0", 0, {}});
+  auto instance = l.model->CreateInstance(InstanceInfo{info.name + "_0", 0, {}, 0});
   EXPECT_TRUE(instance.ok()) << instance.status().ToString();
   if (instance.ok()) l.instance = std::move(*instance);
   return l;
@@ -305,7 +305,7 @@ TEST(PluginBackendTest, InstancesOfOneModelExecuteConcurrently) {
   std::vector<Status> results(4);
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
-      auto instance = (*model)->CreateInstance(InstanceInfo{"m_" + std::to_string(i), i, {}});
+      auto instance = (*model)->CreateInstance(InstanceInfo{"m_" + std::to_string(i), i, {}, 0});
       if (!instance.ok()) {
         results[i] = instance.status();
         return;
@@ -408,7 +408,7 @@ TEST(PluginBackendTest, PluginBuiltAgainstThe1_0HeaderLoadsAndReadsEveryField) {
   EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(backend)->api_minor_version(), 0u);
   auto model = backend->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}, 0});
   ASSERT_TRUE(instance.ok()) << instance.status().ToString();
 
   std::vector<NamedTensor> outputs;
@@ -531,8 +531,8 @@ TEST(PluginBackendTest, LoadAndCreateErrorsCarryThePluginsCodeAndMessage) {
 
   auto model = backend->LoadModel(Info("m", 0, {{"mode", "throw"}}));
   ASSERT_TRUE(model.ok());
-  EXPECT_TRUE((*model)->CreateInstance(InstanceInfo{"m_0", 0, {}}).ok());
-  auto thrown = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {0}});
+  EXPECT_TRUE((*model)->CreateInstance(InstanceInfo{"m_0", 0, {}, 0}).ok());
+  auto thrown = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {0}, 0});
   ASSERT_FALSE(thrown.ok());
   EXPECT_EQ(thrown.status().code(), StatusCode::kInternal);
   EXPECT_THAT(thrown.status().message(),

@@ -36,6 +36,7 @@ int Bench(BenchFlags& f) {
   loadgen::BenchOptions& o = f.options;
   o.protocol = f.protocol == "grpc" ? loadgen::Protocol::kGrpc : loadgen::Protocol::kHttp;
   o.distribution = f.distribution == "poisson" ? loadgen::Distribution::kPoisson
+                   : f.distribution == "burst" ? loadgen::Distribution::kBurst
                                                : loadgen::Distribution::kConstant;
   o.percentile = f.percentile;
   for (const std::string& s : f.shapes) {
@@ -87,9 +88,18 @@ void AddBenchCommand(CLI::App& app) {
                     "START[:END[:STEP]] open loop: requests per second");
   bench
       ->add_option("--request-distribution", f->distribution,
-                   "Open loop send times: constant or poisson")
+                   "Open loop send times: constant, poisson, or burst (on/off: Poisson at "
+                   "rate / on-fraction for the first on-fraction of every period, then silence)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"constant", "poisson"}));
+      ->check(CLI::IsMember({"constant", "poisson", "burst"}));
+  bench
+      ->add_option("--burst-period-ms", o.burst_period_ms,
+                   "burst: the period of the on/off pattern, ms")
+      ->capture_default_str();
+  bench
+      ->add_option("--burst-on-fraction", o.burst_on_fraction,
+                   "burst: the share of each period that sends, (0, 1]")
+      ->capture_default_str();
   bench
       ->add_option("-p,--measurement-interval", o.measurement_interval_ms,
                    "One measurement window, ms")

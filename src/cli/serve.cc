@@ -19,6 +19,7 @@
 #include "core/log_text.h"
 #include "core/mutex.h"
 #include "runtime/server.h"
+#include "server/request_log.h"
 #include "server/tcp_listener.h"
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
@@ -44,12 +45,15 @@ struct ServeFlags {
   bool allow_grpc = true;
   bool allow_metrics = true;
   int http_threads = 2;
+  int http_codec_threads = 2;
+  int64_t http_offload_bytes = int64_t{256} << 10;
   int grpc_threads = 2;
   std::string model_control_mode = "none";
   int repository_poll_secs = 15;
   std::vector<std::string> load_models;
   std::vector<std::string> backend_directories;
   int log_verbose = 0;
+  bool strict_readiness = true;
   int64_t cache_size_bytes = int64_t{64} << 20;
   int64_t max_body_bytes = int64_t{64} << 20;
   int64_t grpc_max_message_bytes = 0;  // 0: max_body_bytes (up to INT32_MAX)
@@ -97,27 +101,40 @@ runtime::ServerOptions MakeServerOptions(const ServeFlags& f) {
   options.limits.max_elements_per_tensor = f.max_tensor_elements;
   options.limits.max_inputs = f.max_inputs;
   options.max_inflight_requests = f.max_inflight_requests;
+  options.strict_readiness = f.strict_readiness;
   return options;
 }
 
-// Loads the repository and logs each model's state; nullptr (logged) when the server
-// cannot start.
-std::unique_ptr<runtime::Server> CreateServer(const ServeFlags& f,
-                                              const runtime::ServerOptions& options) {
+// Scans the repository without loading a model (see LoadAndReport); nullptr (logged)
+// when the server cannot start.
+std::unique_ptr<runtime::Server> OpenServer(const ServeFlags& f,
+                                            const runtime::ServerOptions& options) {
   spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
                LogSafe(f.model_repository), f.model_control_mode);
-  auto created = runtime::Server::Create(options);
-  if (!created.ok()) {
-    spdlog::critical("cannot start: {}", LogSafe(created.status().message()));
+  auto opened = runtime::Server::Open(options);
+  if (!opened.ok()) {
+    spdlog::critical("cannot start: {}", LogSafe(opened.status().message()));
     return nullptr;
   }
-  std::unique_ptr<runtime::Server> server = std::move(created).value();
-  for (const auto& m : server->RepositoryIndex()) {
+  return std::move(opened).value();
+}
+
+// Loads the start-up models (the front ends already answer health checks: live, not
+// ready) and logs each model's state, then whether the server is ready.
+void LoadAndReport(runtime::Server& server) {
+  server.LoadStartupModels();
+  int failed = 0;
+  for (const auto& m : server.RepositoryIndex()) {
     spdlog::info("model '{}' version {}: {}{}{}", LogSafe(m.name), m.version,
                  runtime::ModelStateName(m.state), m.reason.empty() ? "" : " - ",
                  LogSafe(m.reason));
+    if (m.state != runtime::ModelState::kReady && m.reason != "not loaded") ++failed;
   }
-  return server;
+  // The e2e tests' ShoalProcess::WaitForPort waits for "start-up loading finished".
+  spdlog::info("start-up loading finished: {}; the server is {}ready (SIGTERM or Ctrl-C to stop)",
+               failed == 0 ? std::string("every model loaded")
+                           : std::to_string(failed) + " model(s) failed to load",
+               server.ready() ? "" : "not ");
 }
 
 #ifdef SHOAL_HAVE_HTTP
@@ -126,6 +143,8 @@ server::HttpOptions MakeHttpOptions(const ServeFlags& f, const runtime::ServerOp
   o.address = f.HttpAddress();
   o.port = f.http_port;
   o.threads = f.http_threads;
+  o.codec_threads = f.http_codec_threads;
+  o.offload_bytes = f.http_offload_bytes;
   o.max_body_bytes = f.max_body_bytes;
   o.max_header_bytes = f.max_header_bytes;
   o.limits = options.limits;
@@ -192,11 +211,17 @@ struct Services {
 // metrics, gRPC; false (logged) as soon as one cannot start.
 bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
                    runtime::Server* server, Listeners listeners, Services* services) {
+#if defined(SHOAL_HAVE_HTTP) || defined(SHOAL_HAVE_GRPC)
+  // Shared memory regions and trace settings are the server's, whichever protocol set them.
+  auto extension_state = std::make_shared<server::ExtensionState>();
+#endif
 #ifdef SHOAL_HAVE_HTTP
   if (listeners.http.valid()) {
     const int port = listeners.http.port();
+    server::HttpOptions http_options = MakeHttpOptions(f, options);
+    http_options.extension_state = extension_state;
     services->http = LogServiceStart(
-        server::HttpServer::Start(server, MakeHttpOptions(f, options), std::move(listeners.http)),
+        server::HttpServer::Start(server, std::move(http_options), std::move(listeners.http)),
         "HTTP", f.HttpAddress(), port);
     if (!services->http) return false;
   }
@@ -218,6 +243,7 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
                               ? f.grpc_max_message_bytes
                               : std::min<int64_t>(f.max_body_bytes, INT32_MAX);
     o.limits = options.limits;
+    o.extension_state = extension_state;
     // Handed over by closing: gRPC binds the port again at once. (Only another process
     // binding it in between can make this fail.)
     listeners.grpc.Close();
@@ -301,7 +327,9 @@ void Drain(runtime::Server& server, Services& services) {
 
 int RunServe(const ServeFlags& f) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(f.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
+  // The process's one verbose level (core/log_settings.h; also set by the logging
+  // extension), and spdlog's level with it.
+  server::SetLogVerboseLevel(std::max(f.log_verbose, 0));
   const sigset_t signals = BlockStopSignals();
 
   if (!f.load_models.empty() && f.model_control_mode != "explicit") {
@@ -326,18 +354,25 @@ int RunServe(const ServeFlags& f) {
   // clients that connect meanwhile wait in the listen backlog.
   Listeners listeners;
   if (!BindPorts(f, &listeners)) return 1;
-  std::unique_ptr<runtime::Server> server = CreateServer(f, options);
+  std::unique_ptr<runtime::Server> server = OpenServer(f, options);
   if (!server) return 1;
+  // The front ends start before any model loads, so health checks are answered (live,
+  // not ready) however long loading takes; inference on a model still loading answers
+  // 503 / UNAVAILABLE.
   Services services;
   if (!StartServices(f, options, server.get(), std::move(listeners), &services)) return 1;
+  // Loading runs beside the signal wait, so SIGTERM during a long load stops it after
+  // the model loading now. `poller` is written by `loader` only, and read after the join.
   std::unique_ptr<RepositoryPoller> poller;
-  if (options.control_mode == runtime::ModelControlMode::kPoll) {
-    poller = std::make_unique<RepositoryPoller>(server.get(), f.repository_poll_secs);
-  }
-
-  spdlog::info("shoal is ready: {} (SIGTERM or Ctrl-C to stop)",
-               server->ready() ? "all models loaded" : "some models failed to load");
+  std::thread loader([&] {
+    LoadAndReport(*server);
+    if (options.control_mode == runtime::ModelControlMode::kPoll) {
+      poller = std::make_unique<RepositoryPoller>(server.get(), f.repository_poll_secs);
+    }
+  });
   WaitForStopSignal(signals);
+  server->CancelStartupLoading();
+  loader.join();
   if (poller) poller->Stop();
   Drain(*server, services);
   spdlog::info("shoal stopped cleanly");
@@ -381,6 +416,18 @@ void AddServeCommand(CLI::App& app) {
   serve->add_option("--http-thread-count", flags->http_threads, "HTTP I/O threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  serve
+      ->add_option("--http-codec-thread-count", flags->http_codec_threads,
+                   "Threads decoding large or compressed HTTP requests and encoding large JSON "
+                   "answers off the I/O threads (0: on the I/O threads)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  serve
+      ->add_option("--http-offload-bytes", flags->http_offload_bytes,
+                   "Infer bodies larger than this (and all compressed ones), and answers with "
+                   "more tensor bytes to write as JSON, go to the codec threads")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   serve->add_option("--grpc-thread-count", flags->grpc_threads, "gRPC completion-queue threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -403,7 +450,15 @@ void AddServeCommand(CLI::App& app) {
                     "$SHOAL_BACKEND_DIR, then the build or install tree's backends folder");
   serve
       ->add_option("--log-verbose", flags->log_verbose,
-                   "Verbose logging level (0: info; 1 or more: debug)")
+                   "Verbose logging level, as Triton's (0: info; 1 or more: debug, with one line "
+                   "per inference request: model, version, protocol, status, queue, compute and "
+                   "total time). Internal errors (500) are logged at every level")
+      ->capture_default_str();
+  serve
+      ->add_option("--strict-readiness", flags->strict_readiness,
+                   "true: ready only when every model that should be loaded is READY; false: "
+                   "ready once start-up loading finished, even if some models failed (Triton's "
+                   "option). Never ready before start-up loading finished or while stopping")
       ->capture_default_str();
   serve
       ->add_option(

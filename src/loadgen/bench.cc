@@ -105,6 +105,8 @@ StepConfig MakeStepConfig(const BenchOptions& o, bool open_loop, size_t i, size_
     c.concurrency = o.concurrency[i];
   }
   c.distribution = o.distribution;
+  c.burst_period_ns = o.burst_period_ms * 1'000'000;
+  c.burst_on_fraction = o.burst_on_fraction;
   c.seed = o.seed + i;
   c.warmup_ns = o.warmup_ms * 1'000'000;
   c.window_ns = o.measurement_interval_ms * 1'000'000;

@@ -53,7 +53,8 @@ class StepRunner {
     const int64_t start = clock_.NowNs();
     measure_from_ = start + config_.warmup_ns;
     if (config_.open_loop) {
-      schedule_.emplace(start, config_.rate_per_s, config_.distribution, config_.seed);
+      schedule_.emplace(start, config_.rate_per_s, config_.distribution, config_.seed,
+                        config_.burst_period_ns, config_.burst_on_fraction);
     } else {
       for (int64_t i = 0; i < config_.concurrency && result_.status.ok(); ++i) Send(start);
     }
@@ -147,7 +148,9 @@ class StepRunner {
         ++current_->ok;
         current_->latency_ns.Record(c.end_ns - static_cast<int64_t>(c.tag));
       } else {
-        ++current_->errors[transport_.CodeName(c.code)];
+        const std::string code = transport_.CodeName(c.code);
+        ++current_->errors[code];
+        current_->error_latency_ns[code].Record(c.end_ns - static_cast<int64_t>(c.tag));
       }
     }
     if (!config_.open_loop) Send(static_cast<uint64_t>(clock_.NowNs()));

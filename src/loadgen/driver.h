@@ -43,6 +43,8 @@ struct StepConfig {
   int64_t concurrency = 1;  // closed loop: requests outstanding (<= transport capacity)
   double rate_per_s = 0;    // open loop: requests per second (> 0)
   Distribution distribution = Distribution::kConstant;
+  int64_t burst_period_ns = 2'000'000'000;  // kBurst (options.h)
+  double burst_on_fraction = 0.25;
   uint64_t seed = 1;
   int64_t warmup_ns = 0;
   int64_t window_ns = 5'000'000'000;
@@ -66,6 +68,9 @@ struct Window {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   Histogram latency_ns;
+  // How long the requests answered with an error took, by Transport::CodeName: a 429
+  // refusal should be fast, a 504 comes after a wait.
+  std::map<std::string, Histogram> error_latency_ns;
   int64_t ok = 0;
   std::map<std::string, int64_t> errors;  // by Transport::CodeName
   int64_t sent = 0;

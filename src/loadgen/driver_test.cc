@@ -106,6 +106,28 @@ TEST(ArrivalScheduleTest, PoissonGapsAreExponentialWithTheRightMean) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.Pop(), b.Pop());
 }
 
+TEST(ArrivalScheduleTest, BurstsSendOnlyInTheOnPartAtTheMeanRate) {
+  // 1000/s on average, in bursts: the first quarter of every 200 ms sends at 4000/s.
+  constexpr int64_t kPeriod = 200 * kMs;
+  ArrivalSchedule s(5 * kMs, 1000, Distribution::kBurst, 99, kPeriod, 0.25);
+  int64_t count = 0, last = 0;
+  std::map<int64_t, int64_t> per_period;
+  while (true) {
+    const int64_t t = s.Pop();
+    if (t >= 5 * kMs + 100 * kPeriod) break;  // 20 s
+    EXPECT_GE(t, last) << "send times never go back";
+    last = t;
+    const int64_t into = (t - 5 * kMs) % kPeriod;
+    EXPECT_LT(into, kPeriod / 4) << "a send at " << into
+                                 << " ns into its period is outside the burst";
+    ++per_period[(t - 5 * kMs) / kPeriod];
+    ++count;
+  }
+  EXPECT_NEAR(static_cast<double>(count), 20'000, 0.03 * 20'000);  // the mean rate holds
+  EXPECT_EQ(per_period.size(), 100u) << "every period has its burst";
+  for (const auto& [period, n] : per_period) EXPECT_NEAR(static_cast<double>(n), 200, 70) << period;
+}
+
 TEST(DriverTest, ClosedLoopKeepsConcurrencyOutstanding) {
   FakeClock clock(0);
   FakeTransport transport(&clock, 2 * kMs, 16);
@@ -151,6 +173,11 @@ TEST(DriverTest, ClosedLoopCountsErrorsByCode) {
   // Replies at 1..99 ms; the one at 100 ms belongs to the next window, which never runs.
   EXPECT_EQ(r.windows[0].errors.at("HTTP 503"), 9);
   EXPECT_EQ(r.windows[0].ok, 90);
+  // How long the errors took is measured apart from the successes.
+  ASSERT_EQ(r.windows[0].error_latency_ns.count("HTTP 503"), 1u);
+  EXPECT_EQ(r.windows[0].error_latency_ns.at("HTTP 503").count(), 9);
+  EXPECT_EQ(r.windows[0].error_latency_ns.at("HTTP 503").max(), 1 * kMs);
+  EXPECT_EQ(r.windows[0].latency_ns.count(), 90);
 }
 
 TEST(DriverTest, OpenLoopFollowsTheSchedule) {

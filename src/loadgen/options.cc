@@ -137,6 +137,16 @@ Status ValidateBenchOptions(BenchOptions* o) {
     return InvalidArgument("give --concurrency-range or --request-rate-range, not both");
   }
   if (o->concurrency.empty() && o->request_rates.empty()) o->concurrency = {1};
+  if (o->distribution == Distribution::kBurst) {
+    if (o->burst_period_ms <= 0) {
+      return InvalidArgument("--burst-period-ms must be positive; was " +
+                             std::to_string(o->burst_period_ms));
+    }
+    if (!(o->burst_on_fraction > 0 && o->burst_on_fraction <= 1)) {
+      return InvalidArgument("--burst-on-fraction must be in (0, 1]; was " +
+                             std::to_string(o->burst_on_fraction));
+    }
+  }
   if (o->measurement_interval_ms < 1) {
     return InvalidArgument(
         fmt::format("--measurement-interval must be >= 1 ms; was {}", o->measurement_interval_ms));

@@ -17,7 +17,10 @@
 namespace shoal::loadgen {
 
 enum class Protocol { kHttp, kGrpc };
-enum class Distribution { kConstant, kPoisson };
+// kBurst: on/off. Each burst_period_ms starts with an "on" part of burst_on_fraction of
+// it, with Poisson arrivals at rate / burst_on_fraction, then sends nothing for the rest:
+// the same mean rate, delivered in bursts.
+enum class Distribution { kConstant, kPoisson, kBurst };
 
 // --shape NAME:D1,D2,...: the dims of one input, without the batch axis.
 struct ShapeOverride {
@@ -46,6 +49,8 @@ struct BenchOptions {
   std::vector<int64_t> concurrency;
   std::vector<double> request_rates;
   Distribution distribution = Distribution::kConstant;
+  int64_t burst_period_ms = 2000;   // kBurst: the period of the on/off pattern, > 0
+  double burst_on_fraction = 0.25;  // kBurst: the share of each period that sends, (0, 1]
   // One measurement window, ms (default 5000). Windows repeat until the last three agree
   // within stability_percentage (throughput and latency), or max_trials windows ran.
   int64_t measurement_interval_ms = 5000;

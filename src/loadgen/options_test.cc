@@ -102,6 +102,18 @@ TEST(ValidateBenchOptionsTest, DefaultsAndErrors) {
   late.late_threshold_us = -5;
   EXPECT_THAT(ValidateBenchOptions(&late).message(), HasSubstr("--late-threshold-us"));
 
+  BenchOptions burst = o;
+  burst.distribution = Distribution::kBurst;
+  burst.burst_on_fraction = 0;
+  EXPECT_THAT(ValidateBenchOptions(&burst).message(), HasSubstr("--burst-on-fraction"));
+  burst.burst_on_fraction = 1.5;
+  EXPECT_THAT(ValidateBenchOptions(&burst).message(), HasSubstr("--burst-on-fraction"));
+  burst.burst_on_fraction = 0.5;
+  burst.burst_period_ms = 0;
+  EXPECT_THAT(ValidateBenchOptions(&burst).message(), HasSubstr("--burst-period-ms"));
+  burst.burst_period_ms = 1000;
+  EXPECT_TRUE(ValidateBenchOptions(&burst).ok());
+
   BenchOptions interval = o;
   interval.measurement_interval_ms = 0;
   EXPECT_FALSE(ValidateBenchOptions(&interval).ok());

@@ -77,9 +77,13 @@ StepReport Summarize(const StepResult& step, const ReportContext& context) {
   r.windows = static_cast<int64_t>(n);
   if (n == 0) return r;
   Histogram merged(step.windows[first].latency_ns.highest_trackable_value());
+  std::map<std::string, Histogram> errors_merged;
   for (size_t i = first; i < n; ++i) {
     const Window& w = step.windows[i];
     merged.Merge(w.latency_ns);
+    for (const auto& [code, h] : w.error_latency_ns) {
+      errors_merged.try_emplace(code, h.highest_trackable_value()).first->second.Merge(h);
+    }
     r.duration_s += w.duration_s();
     r.requests += w.ok;
     r.sent += w.sent;
@@ -100,6 +104,10 @@ StepReport Summarize(const StepResult& step, const ReportContext& context) {
   r.latency_p999_us = Us(merged.ValueAtPercentile(99.9));
   r.latency_max_us = Us(merged.max());
   r.latency_us = StabilityLatencyNs(merged, context.percentile) / 1000.0;
+  for (const auto& [code, h] : errors_merged) {
+    if (h.count() == 0) continue;
+    r.error_latency[code] = {Us(h.ValueAtPercentile(50)), Us(h.ValueAtPercentile(99)), Us(h.max())};
+  }
   const int64_t within =
       context.latency_threshold_ms > 0
           ? merged.CountAtOrBelow(static_cast<int64_t>(context.latency_threshold_ms * 1e6))
@@ -198,6 +206,13 @@ std::string FormatJson(const std::vector<StepReport>& steps, const ReportContext
     w.MemberInt("errors_total", s.errors_total);
     w.Key("errors").BeginObject();
     for (const auto& [name, n] : s.errors) w.MemberInt(name, n);
+    w.EndObject();
+    w.Key("error_latency_us").BeginObject();
+    for (const auto& [code, e] : s.error_latency) {
+      w.Key(code).BeginObject();
+      w.Key("p50").Double(e.p50_us).Key("p99").Double(e.p99_us).Key("max").Double(e.max_us);
+      w.EndObject();
+    }
     w.EndObject();
     w.MemberInt("sent", s.sent).MemberInt("late_sends", s.late_sends);
     w.MemberInt("capacity_waits", s.capacity_waits);

@@ -40,6 +40,13 @@ struct StepReport {
 
   std::map<std::string, int64_t> errors;
   int64_t errors_total = 0;
+  // How fast the errors of each code were answered (a refusal's 429 should be at once).
+  struct ErrorLatency {
+    double p50_us = 0;
+    double p99_us = 0;
+    double max_us = 0;
+  };
+  std::map<std::string, ErrorLatency> error_latency;
   int64_t sent = 0;
   int64_t late_sends = 0;
   int64_t capacity_waits = 0;

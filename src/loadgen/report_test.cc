@@ -29,6 +29,8 @@ StepResult MakeStep(int64_t concurrency, int windows, double latency_scale = 1.0
     win.ok = 1000;
     win.sent = 1000;
     win.errors["HTTP 503"] = 2;
+    win.error_latency_ns["HTTP 503"].Record(20'000);  // answered in 20 and 40 us
+    win.error_latency_ns["HTTP 503"].Record(40'000);
     win.start_sample.cpu_ns = w * 10 * kMs;
     win.end_sample.cpu_ns = (w + 1) * 10 * kMs;
     ServerStats a, b;
@@ -76,6 +78,10 @@ TEST(SummarizeTest, UsesTheLastThreeWindows) {
   EXPECT_NEAR(r.goodput_per_s, 500, 1);  // half within 0.5 ms
   EXPECT_EQ(r.errors_total, 6);
   EXPECT_EQ(r.errors.at("HTTP 503"), 6);
+  ASSERT_EQ(r.error_latency.count("HTTP 503"), 1u);
+  EXPECT_NEAR(r.error_latency.at("HTTP 503").p50_us, 20, 0.1);
+  EXPECT_NEAR(r.error_latency.at("HTTP 503").p99_us, 40, 0.1);
+  EXPECT_NEAR(r.error_latency.at("HTTP 503").max_us, 40, 0.1);
   // 30 ms of CPU over 3006 requests.
   EXPECT_NEAR(r.client_cpu_us_per_request, 30'000.0 / 3006, 1e-6);
   ASSERT_TRUE(r.server.has_value());
@@ -144,6 +150,7 @@ TEST(FormatTest, JsonParsesAndHoldsTheFigures) {
   EXPECT_DOUBLE_EQ(s["inferences_per_s"].get<double>(), 2000);
   EXPECT_NEAR(s["latency_us"]["p50"].get<double>(), 2000, 2);
   EXPECT_EQ(s["errors"]["HTTP 503"], 6);
+  EXPECT_NEAR(s["error_latency_us"]["HTTP 503"]["p99"].get<double>(), 40, 0.1);
   EXPECT_DOUBLE_EQ(s["server"]["queue_us"].get<double>(), 50);
   EXPECT_TRUE(s.contains("client_cpu_us_per_request"));
 }

@@ -1,10 +1,17 @@
 #include "repository/model_config.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -12,6 +19,8 @@
 #include <set>
 #include <sstream>
 #include <utility>
+
+#include "core/log_text.h"
 
 namespace shoal::repository {
 
@@ -236,29 +245,155 @@ void CheckDynamicBatching(const inference::ModelConfig& config, Problems& proble
   }
 }
 
+constexpr std::string_view kGroupParameterPrefix = "shoal.instance_group.";
+
+// Checks the "shoal.instance_group.*" parameters: known settings of existing groups, with
+// valid values.
+void CheckInstanceGroupParameters(const inference::ModelConfig& config, Problems& problems) {
+  for (const auto& [key, value] : config.parameters()) {
+    if (key.rfind(kGroupParameterPrefix, 0) != 0) continue;
+    const std::string_view rest = std::string_view(key).substr(kGroupParameterPrefix.size());
+    const size_t dot = rest.find('.');
+    int index = -1;
+    const std::string_view number = rest.substr(0, dot == std::string_view::npos ? 0 : dot);
+    auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), index);
+    const std::string_view setting =
+        dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1);
+    if (number.empty() || ec != std::errc() || ptr != number.data() + number.size() ||
+        (setting != "cpu_cores" && setting != "threads")) {
+      problems.Add("parameter ", Quote(key), " must be ", Quote(kGroupParameterPrefix),
+                   "<group index>.cpu_cores or .threads");
+      continue;
+    }
+    if (index < 0 || index >= config.instance_group_size()) {
+      problems.Add("parameter ", Quote(key), " names instance_group[", index,
+                   "], but the config has ", config.instance_group_size(), " instance group(s)");
+      continue;
+    }
+    const std::string& text = value.string_value();
+    if (setting == "threads") {
+      int threads = -1;
+      auto [tptr, tec] = std::from_chars(text.data(), text.data() + text.size(), threads);
+      if (text.empty() || tec != std::errc() || tptr != text.data() + text.size() || threads < 0) {
+        problems.Add("parameter ", Quote(key), " must be an integer >= 0; was ", Quote(text));
+      }
+      continue;
+    }
+    auto cores = ParseCoreList(text);
+    if (!cores.ok()) {
+      problems.Add("parameter ", Quote(key), ": ", cores.status().message());
+      continue;
+    }
+    std::set<int> seen;
+    for (int core : *cores) {
+      if (!seen.insert(core).second) {
+        problems.Add("parameter ", Quote(key), " must not list a core twice; was ", core, " again");
+        break;
+      }
+    }
+    const auto& group = config.instance_group(index);
+    const int instances = InstanceCount(group);
+    if (group.count() >= 0 && cores->size() % static_cast<size_t>(instances) != 0) {
+      problems.Add("parameter ", Quote(key), " must split evenly among count (", instances,
+                   ") instances: one core each, or a multiple of ", instances, " cores; was ",
+                   ListText(*cores));
+    }
+  }
+}
+
 void CheckInstanceGroups(const inference::ModelConfig& config, Problems& problems) {
   for (int i = 0; i < config.instance_group_size(); ++i) {
     const auto& group = config.instance_group(i);
     const std::string where = Cat("instance_group[", i, ']');
     if (group.count() < 0) problems.Add(where, ".count must be >= 0; was ", group.count());
-    if (group.threads() < 0) problems.Add(where, ".threads must be >= 0; was ", group.threads());
-    std::set<int> seen;
-    for (int j = 0; j < group.cpu_cores_size(); ++j) {
-      const int core = group.cpu_cores(j);
-      if (core < 0) {
-        problems.Add(where, ".cpu_cores[", j, "] must be >= 0; was ", core);
-      } else if (!seen.insert(core).second) {
-        problems.Add(where, ".cpu_cores must not list a core twice; was ", core, " again at [", j,
-                     ']');
+  }
+  CheckInstanceGroupParameters(config, problems);
+}
+
+// config.pbtxt's old spelling of the group extensions: the schema of ModelConfig with
+// ModelInstanceGroup's former fields cpu_cores (100) and threads (101) put back, built
+// once into a pool of its own. Its messages have inference.ModelConfig's names, so parse
+// errors read the same.
+struct LegacySchema {
+  google::protobuf::DescriptorPool pool;
+  google::protobuf::DynamicMessageFactory factory;
+  const google::protobuf::Message* prototype = nullptr;
+  const google::protobuf::FieldDescriptor* instance_group = nullptr;
+  const google::protobuf::FieldDescriptor* cpu_cores = nullptr;
+  const google::protobuf::FieldDescriptor* threads = nullptr;
+};
+
+const LegacySchema& Legacy() {
+  static const LegacySchema* const schema = [] {
+    using google::protobuf::FieldDescriptorProto;
+    auto* s = new LegacySchema();
+    google::protobuf::FileDescriptorProto file;
+    inference::ModelConfig::descriptor()->file()->CopyTo(&file);
+    for (auto& message : *file.mutable_message_type()) {
+      if (message.name() != "ModelInstanceGroup") continue;
+      auto* reserved = message.mutable_reserved_range();
+      for (int i = reserved->size() - 1; i >= 0; --i) {
+        if (reserved->Get(i).start() >= 100) reserved->DeleteSubrange(i, 1);
       }
+      auto* cores = message.add_field();
+      cores->set_name("cpu_cores");
+      cores->set_json_name("cpuCores");
+      cores->set_number(100);
+      cores->set_label(FieldDescriptorProto::LABEL_REPEATED);
+      cores->set_type(FieldDescriptorProto::TYPE_INT32);
+      auto* threads = message.add_field();
+      threads->set_name("threads");
+      threads->set_json_name("threads");
+      threads->set_number(101);
+      threads->set_label(FieldDescriptorProto::LABEL_OPTIONAL);
+      threads->set_type(FieldDescriptorProto::TYPE_INT32);
     }
-    const int instances = InstanceCount(group);
-    if (group.count() >= 0 && group.cpu_cores_size() % instances != 0) {
-      problems.Add(where, ".cpu_cores must split evenly among count (", instances,
-                   ") instances: one core each, or a multiple of ", instances, " cores; was ",
-                   ListText(group.cpu_cores()));
+    const google::protobuf::FileDescriptor* built = s->pool.BuildFile(file);
+    if (built == nullptr) return s;  // prototype stays null: ParseModelConfig says so
+    const auto* config = built->FindMessageTypeByName("ModelConfig");
+    const auto* group = built->FindMessageTypeByName("ModelInstanceGroup");
+    s->prototype = s->factory.GetPrototype(config);
+    s->instance_group = config->FindFieldByName("instance_group");
+    s->cpu_cores = group->FindFieldByName("cpu_cores");
+    s->threads = group->FindFieldByName("threads");
+    return s;
+  }();
+  return *schema;
+}
+
+// Moves the old-spelling group settings of `legacy` into `config`'s parameters; reports
+// whether there were any.
+StatusOr<bool> MoveLegacyGroupSettings(const google::protobuf::Message& legacy,
+                                       const std::string& path, inference::ModelConfig* config) {
+  const LegacySchema& schema = Legacy();
+  const auto* reflection = legacy.GetReflection();
+  bool found = false;
+  for (int i = 0; i < reflection->FieldSize(legacy, schema.instance_group); ++i) {
+    const auto& group = reflection->GetRepeatedMessage(legacy, schema.instance_group, i);
+    const auto* g = group.GetReflection();
+    std::vector<std::pair<std::string, std::string>> moved;
+    if (const int n = g->FieldSize(group, schema.cpu_cores); n > 0) {
+      std::string list;
+      for (int j = 0; j < n; ++j) {
+        list += (j ? "," : "") + std::to_string(g->GetRepeatedInt32(group, schema.cpu_cores, j));
+      }
+      moved.emplace_back("cpu_cores", std::move(list));
+    }
+    if (const int threads = g->GetInt32(group, schema.threads); threads != 0) {
+      moved.emplace_back("threads", std::to_string(threads));
+    }
+    for (auto& [setting, value] : moved) {
+      const std::string key = InstanceGroupParameter(i, setting);
+      if (config->parameters().count(key) != 0) {
+        return InvalidArgument(Cat(path, ": instance_group[", i, "] sets ", setting,
+                                   " twice: as the deprecated field and as parameter ", Quote(key),
+                                   "; keep the parameter"));
+      }
+      (*config->mutable_parameters())[key].set_string_value(std::move(value));
+      found = true;
     }
   }
+  return found;
 }
 
 void CheckVersionPolicy(const inference::ModelConfig& config, Problems& problems) {
@@ -453,6 +588,20 @@ void CheckEnsemble(const inference::ModelConfig& config, Problems& problems) {
 
 }  // namespace
 
+StatusOr<inference::ModelConfig> ParseModelConfigJson(std::string_view json,
+                                                      const std::string& path) {
+  inference::ModelConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status =
+      google::protobuf::util::JsonStringToMessage(std::string(json), &config, options);
+  if (!status.ok()) {
+    return InvalidArgument(path +
+                           ": not a valid model config in JSON: " + std::string(status.message()));
+  }
+  return config;
+}
+
 StatusOr<inference::ModelConfig> ParseModelConfig(std::string_view text, const std::string& path) {
   if (text.size() > static_cast<size_t>(INT_MAX)) {
     return InvalidArgument(Cat(path, ": config is ", text.size(), " bytes; too large to parse"));
@@ -461,9 +610,89 @@ StatusOr<inference::ModelConfig> ParseModelConfig(std::string_view text, const s
   ParseErrors errors(text);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
+  const LegacySchema& legacy_schema = Legacy();
+  if (legacy_schema.prototype == nullptr) {
+    return Internal("cannot build the config.pbtxt schema with the deprecated group fields");
+  }
+  // Parsed with the old spelling allowed, then carried over by field number: what the
+  // old fields held is moved into parameters, and only Triton's schema remains.
+  std::unique_ptr<google::protobuf::Message> legacy(legacy_schema.prototype->New());
+  if (!parser.Parse(&input, legacy.get())) return errors.ToStatus(path);
   inference::ModelConfig config;
-  if (!parser.Parse(&input, &config)) return errors.ToStatus(path);
+  if (!config.ParseFromString(legacy->SerializeAsString())) {
+    return Internal(Cat(path, ": cannot convert the parsed config"));
+  }
+  config.DiscardUnknownFields();
+  ASSIGN_OR_RETURN(const bool moved, MoveLegacyGroupSettings(*legacy, path, &config));
+  static std::atomic<bool> warned{false};
+  if (moved && !warned.exchange(true)) {
+    spdlog::warn(
+        "{}: instance_group fields cpu_cores and threads are deprecated (Triton's schema has no "
+        "such fields); write them as parameters, e.g. parameters {{ key: "
+        "\"shoal.instance_group.0.cpu_cores\" value {{ string_value: \"0-3\" }} }} "
+        "(docs/model-repository.md). Read as such this time; this warning is shown once",
+        LogSafe(path));
+  }
   return config;
+}
+
+std::string InstanceGroupParameter(int group_index, std::string_view setting) {
+  return Cat(kGroupParameterPrefix, group_index, '.', setting);
+}
+
+StatusOr<std::vector<int>> ParseCoreList(std::string_view text) {
+  // A CPU id above this is surely a typo, and a range up to it stays a small allocation.
+  constexpr int kMaxCore = 65535;
+  std::vector<int> cores;
+  auto number = [&](std::string_view item, std::string_view part) -> StatusOr<int> {
+    int v = -1;
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc() || ptr != part.data() + part.size() || v < 0 ||
+        v > kMaxCore) {
+      return InvalidArgument(Cat("core list items must be cores 0..", kMaxCore,
+                                 " or ranges a-b of them; was ", Quote(item)));
+    }
+    return v;
+  };
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = text.substr(begin, end - begin);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const size_t dash = item.find('-', 1);  // a leading '-' is a negative number: refused
+    ASSIGN_OR_RETURN(const int first, number(item, item.substr(0, dash)));
+    int last = first;
+    if (dash != std::string_view::npos) {
+      ASSIGN_OR_RETURN(last, number(item, item.substr(dash + 1)));
+      if (last < first) {
+        return InvalidArgument(Cat("core range ", Quote(item), " must not run backwards"));
+      }
+    }
+    for (int core = first; core <= last; ++core) cores.push_back(core);
+    if (cores.size() > static_cast<size_t>(kMaxCore) + 1) {
+      return InvalidArgument("core list names more cores than there can be");
+    }
+    begin = end + 1;
+  }
+  return cores;
+}
+
+std::vector<int> GroupCpuCores(const inference::ModelConfig& config, int group_index) {
+  auto it = config.parameters().find(InstanceGroupParameter(group_index, "cpu_cores"));
+  if (it == config.parameters().end()) return {};
+  auto cores = ParseCoreList(it->second.string_value());
+  return cores.ok() ? std::move(cores).value() : std::vector<int>();
+}
+
+int GroupThreads(const inference::ModelConfig& config, int group_index) {
+  auto it = config.parameters().find(InstanceGroupParameter(group_index, "threads"));
+  if (it == config.parameters().end()) return 0;
+  const std::string& text = it->second.string_value();
+  int threads = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);
+  return ec == std::errc() && ptr == text.data() + text.size() && threads > 0 ? threads : 0;
 }
 
 Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& path) {
@@ -501,15 +730,16 @@ int InstanceCount(const inference::ModelInstanceGroup& group) {
   return group.count() > 0 ? group.count() : 1;
 }
 
-std::vector<int> InstanceCores(const inference::ModelInstanceGroup& group, int instance_index) {
-  const int instances = InstanceCount(group);
-  const int cores = group.cpu_cores_size();
-  if (cores == 0 || instance_index < 0 || instance_index >= instances) return {};
-  const int per_instance = cores / instances;
+std::vector<int> InstanceCores(const inference::ModelConfig& config, int group_index,
+                               int instance_index) {
+  if (group_index < 0 || group_index >= config.instance_group_size()) return {};
+  const int instances = InstanceCount(config.instance_group(group_index));
+  const std::vector<int> cores = GroupCpuCores(config, group_index);
+  if (cores.empty() || instance_index < 0 || instance_index >= instances) return {};
+  const size_t per_instance = cores.size() / static_cast<size_t>(instances);
   if (per_instance == 0) return {};  // unvalidated group with fewer cores than instances
-  const auto begin =
-      group.cpu_cores().begin() + static_cast<ptrdiff_t>(instance_index) * per_instance;
-  return std::vector<int>(begin, begin + per_instance);
+  const auto begin = cores.begin() + static_cast<ptrdiff_t>(instance_index * per_instance);
+  return std::vector<int>(begin, begin + static_cast<ptrdiff_t>(per_instance));
 }
 
 }  // namespace shoal::repository

@@ -1,10 +1,13 @@
 #include "repository/model_config.h"
 
 #include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kPath[] = "models/x/config.pbtxt";
@@ -190,8 +194,9 @@ TEST(ParseModelConfigTest, FullTritonConfigParsesWithEveryValue) {
   EXPECT_THAT(group.gpus(), testing::ElementsAre(0));
   EXPECT_THAT(group.profile(), testing::ElementsAre("p1"));
   EXPECT_EQ(group.host_policy(), "numa0");
-  EXPECT_THAT(group.cpu_cores(), testing::ElementsAre(0, 1, 2, 3));
-  EXPECT_EQ(group.threads(), 2);
+  // The old spelling of shoal's group settings, moved into parameters.
+  EXPECT_EQ(c.parameters().at("shoal.instance_group.0.cpu_cores").string_value(), "0,1,2,3");
+  EXPECT_EQ(c.parameters().at("shoal.instance_group.0.threads").string_value(), "2");
 
   EXPECT_EQ(c.default_model_filename(), "model.onnx");
   EXPECT_EQ(c.cc_model_filenames().at("7.5"), "model_sm75.onnx");
@@ -210,10 +215,25 @@ TEST(ParseModelConfigTest, FullTritonConfigParsesWithEveryValue) {
   EXPECT_TRUE(ValidateModelConfig(c, kPath).ok()) << ValidateModelConfig(c, kPath).ToString();
 }
 
-TEST(ParseModelConfigTest, ExtensionFieldsUseNumbersAboveTritonRange) {
+// Every field of every message is one of Triton's (numbers below 100; shoal's settings
+// are parameters), so the config JSON and the gRPC message stay within Triton's schema.
+void ExpectOnlyTritonFieldNumbers(const google::protobuf::Descriptor* message,
+                                  std::set<const google::protobuf::Descriptor*>* seen) {
+  if (!seen->insert(message).second) return;
+  for (int i = 0; i < message->field_count(); ++i) {
+    const auto* field = message->field(i);
+    EXPECT_LT(field->number(), 100) << field->full_name();
+    if (field->message_type() != nullptr) ExpectOnlyTritonFieldNumbers(field->message_type(), seen);
+  }
+}
+
+TEST(ParseModelConfigTest, SchemaHasNoFieldsBeyondTritons) {
+  std::set<const google::protobuf::Descriptor*> seen;
+  ExpectOnlyTritonFieldNumbers(inference::ModelConfig::descriptor(), &seen);
+  EXPECT_GT(seen.size(), 10u);
   const auto* group = inference::ModelInstanceGroup::descriptor();
-  EXPECT_EQ(group->FindFieldByName("cpu_cores")->number(), 100);
-  EXPECT_EQ(group->FindFieldByName("threads")->number(), 101);
+  EXPECT_EQ(group->FindFieldByName("cpu_cores"), nullptr);
+  EXPECT_EQ(group->FindFieldByName("threads"), nullptr);
   const auto* config = inference::ModelConfig::descriptor();
   EXPECT_EQ(config->FindFieldByName("response_cache")->number(), 24);
   EXPECT_EQ(config->FindFieldByName("ensemble_scheduling")->number(), 15);
@@ -268,6 +288,10 @@ TEST(ParseModelConfigTest, TwoSchedulersAreRejected) {
   EXPECT_THAT(config.status().message(),
               AllOf(StartsWith("models/x/config.pbtxt:2:"), HasSubstr("ensemble_scheduling"),
                     HasSubstr("dynamic_batching")));
+}
+
+void SetParameter(inference::ModelConfig& c, const std::string& key, const std::string& value) {
+  (*c.mutable_parameters())[key].set_string_value(value);
 }
 
 // A small valid config every validation case starts from.
@@ -379,26 +403,29 @@ INSTANTIATE_TEST_SUITE_P(
                  [](C& c) { c.mutable_instance_group(0)->set_count(-1); },
                  {"instance_group[0].count must be >= 0; was -1"}},
         RuleCase{"NegativeThreads",
-                 [](C& c) { c.mutable_instance_group(0)->set_threads(-2); },
-                 {"instance_group[0].threads must be >= 0; was -2"}},
+                 [](C& c) { SetParameter(c, "shoal.instance_group.0.threads", "-2"); },
+                 {"parameter \"shoal.instance_group.0.threads\" must be an integer >= 0; was "
+                  "\"-2\""}},
         RuleCase{"NegativeCore",
-                 [](C& c) {
-                   c.mutable_instance_group(0)->add_cpu_cores(0);
-                   c.mutable_instance_group(0)->add_cpu_cores(-4);
-                 },
-                 {"instance_group[0].cpu_cores[1] must be >= 0; was -4"}},
+                 [](C& c) { SetParameter(c, "shoal.instance_group.0.cpu_cores", "0,-4"); },
+                 {"parameter \"shoal.instance_group.0.cpu_cores\"", "was \"-4\""}},
         RuleCase{"DuplicateCore",
-                 [](C& c) {
-                   c.mutable_instance_group(0)->add_cpu_cores(3);
-                   c.mutable_instance_group(0)->add_cpu_cores(3);
-                 },
-                 {"instance_group[0].cpu_cores must not list a core twice; was 3"}},
-        RuleCase{
-            "CoresDoNotSplit",
-            [](C& c) {
-              for (int core : {0, 1, 2}) c.mutable_instance_group(0)->add_cpu_cores(core);
-            },
-            {"instance_group[0].cpu_cores must split evenly among count (2)", "was [0, 1, 2]"}},
+                 [](C& c) { SetParameter(c, "shoal.instance_group.0.cpu_cores", "2-3,3"); },
+                 {"must not list a core twice; was 3"}},
+        RuleCase{"CoresDoNotSplit",
+                 [](C& c) { SetParameter(c, "shoal.instance_group.0.cpu_cores", "0-2"); },
+                 {"\"shoal.instance_group.0.cpu_cores\" must split evenly among count (2)",
+                  "was [0, 1, 2]"}},
+        RuleCase{"BackwardsRange",
+                 [](C& c) { SetParameter(c, "shoal.instance_group.0.cpu_cores", "3-1"); },
+                 {"core range \"3-1\" must not run backwards"}},
+        RuleCase{"GroupParameterForMissingGroup",
+                 [](C& c) { SetParameter(c, "shoal.instance_group.1.threads", "2"); },
+                 {"\"shoal.instance_group.1.threads\" names instance_group[1], but the config "
+                  "has 1 instance group(s)"}},
+        RuleCase{"UnknownGroupSetting",
+                 [](C& c) { SetParameter(c, "shoal.instance_group.0.cores", "1"); },
+                 {"\"shoal.instance_group.0.cores\" must be"}},
         RuleCase{"SpecificVersionZero",
                  [](C& c) { c.mutable_version_policy()->mutable_specific()->add_versions(0); },
                  {"version_policy.specific.versions[0] must be > 0; was 0"}},
@@ -568,22 +595,85 @@ TEST(EnsembleValidationTest, StepRunningTheEnsembleItself) {
 }
 
 TEST(InstanceCoresTest, SplitRule) {
-  inference::ModelInstanceGroup group;
+  inference::ModelConfig config;
+  inference::ModelInstanceGroup& group = *config.add_instance_group();
   EXPECT_EQ(InstanceCount(group), 1);
-  EXPECT_TRUE(InstanceCores(group, 0).empty());
+  EXPECT_TRUE(InstanceCores(config, 0, 0).empty());
 
   group.set_count(2);
-  for (int core : {4, 5, 6, 7}) group.add_cpu_cores(core);
-  EXPECT_EQ(InstanceCores(group, 0), (std::vector<int>{4, 5}));
-  EXPECT_EQ(InstanceCores(group, 1), (std::vector<int>{6, 7}));
-  EXPECT_TRUE(InstanceCores(group, 2).empty());
-  EXPECT_TRUE(InstanceCores(group, -1).empty());
+  SetParameter(config, InstanceGroupParameter(0, "cpu_cores"), "4-6, 7");
+  EXPECT_EQ(InstanceCores(config, 0, 0), (std::vector<int>{4, 5}));
+  EXPECT_EQ(InstanceCores(config, 0, 1), (std::vector<int>{6, 7}));
+  EXPECT_TRUE(InstanceCores(config, 0, 2).empty());
+  EXPECT_TRUE(InstanceCores(config, 0, -1).empty());
+  EXPECT_TRUE(InstanceCores(config, 1, 0).empty()) << "no group 1";
 
   group.set_count(4);  // one core each
-  EXPECT_EQ(InstanceCores(group, 3), (std::vector<int>{7}));
+  EXPECT_EQ(InstanceCores(config, 0, 3), (std::vector<int>{7}));
 
   group.set_count(0);  // default one instance gets every core
-  EXPECT_EQ(InstanceCores(group, 0), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(InstanceCores(config, 0, 0), (std::vector<int>{4, 5, 6, 7}));
+}
+
+TEST(InstanceGroupParameterTest, KeysListsAndThreads) {
+  EXPECT_EQ(InstanceGroupParameter(3, "cpu_cores"), "shoal.instance_group.3.cpu_cores");
+  EXPECT_EQ(*ParseCoreList("0-3,8, 10-11"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  for (const char* bad : {"", "1,", "a", "-1", "1-", "2-1", "70000", "0-65536"}) {
+    EXPECT_FALSE(ParseCoreList(bad).ok()) << bad;
+  }
+  inference::ModelConfig config;
+  config.add_instance_group();
+  EXPECT_EQ(GroupThreads(config, 0), 0);
+  SetParameter(config, "shoal.instance_group.0.threads", "3");
+  EXPECT_EQ(GroupThreads(config, 0), 3);
+}
+
+// The old spelling inside instance_group still loads, as parameters; the config then has
+// only Triton's fields, so its JSON parses strictly (unknown fields refused) as
+// inference.ModelConfig, the way Triton's tools parse it, and round-trips.
+TEST(ParseModelConfigTest, OldGroupSpellingBecomesParametersAndJsonStaysInTritonsSchema) {
+  auto c = ParseModelConfig(R"cfg(
+    name: "x"
+    backend: "onnx"
+    instance_group [ { count: 2 kind: KIND_CPU cpu_cores: [ 0, 1 ] threads: 1 },
+                     { count: 1 kind: KIND_CPU } ]
+    parameters { key: "shoal.instance_group.1.cpu_cores" value { string_value: "4-5" } }
+  )cfg",
+                            kPath);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(ValidateModelConfig(*c, kPath).ok()) << ValidateModelConfig(*c, kPath).ToString();
+  EXPECT_EQ(c->parameters().at("shoal.instance_group.0.cpu_cores").string_value(), "0,1");
+  EXPECT_EQ(c->parameters().at("shoal.instance_group.0.threads").string_value(), "1");
+  EXPECT_EQ(InstanceCores(*c, 0, 1), (std::vector<int>{1}));
+  EXPECT_EQ(InstanceCores(*c, 1, 0), (std::vector<int>{4, 5}));
+  EXPECT_EQ(GroupThreads(*c, 0), 1);
+
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  std::string json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(*c, &json, print).ok());
+  EXPECT_THAT(json, Not(HasSubstr("\"cpu_cores\"")));
+  EXPECT_THAT(json, Not(HasSubstr("\"threads\"")));
+  google::protobuf::util::JsonParseOptions strict;
+  strict.ignore_unknown_fields = false;
+  inference::ModelConfig back;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(json, &back, strict);
+  ASSERT_TRUE(parsed.ok()) << parsed.ToString() << "\n" << json;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(back, *c));
+}
+
+TEST(ParseModelConfigTest, BothSpellingsForOneGroupAreRefused) {
+  auto c = ParseModelConfig(R"cfg(
+    name: "x"
+    instance_group [ { count: 1 threads: 2 } ]
+    parameters { key: "shoal.instance_group.0.threads" value { string_value: "4" } }
+  )cfg",
+                            kPath);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              AllOf(StartsWith(kPath), HasSubstr("instance_group[0] sets threads twice"),
+                    HasSubstr("shoal.instance_group.0.threads")));
 }
 
 // Not a fuzzer: feeds every prefix of a real config and seeded random garbage to the

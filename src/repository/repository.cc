@@ -164,12 +164,18 @@ std::string VersionList(const std::vector<int64_t>& versions) {
 }
 
 // Fills entry.config, has_config_file and platform_inferred; returns the config's status.
-Status LoadConfig(const std::vector<int64_t>& available, ModelEntry& entry) {
+// With an override, uses it in place of config.pbtxt.
+Status LoadConfig(const std::vector<int64_t>& available, ModelEntry& entry,
+                  const inference::ModelConfig* config_override) {
   const fs::path config_path = entry.dir / kConfigFileName;
-  const std::string shown = config_path.string();
+  const std::string shown =
+      config_override != nullptr ? entry.dir.string() + " (config override)" : config_path.string();
   std::error_code ec;
   const fs::file_status file = fs::status(config_path, ec);
-  if (fs::exists(file)) {
+  if (config_override != nullptr) {
+    entry.config = *config_override;
+    entry.has_config_file = true;
+  } else if (fs::exists(file)) {
     if (!fs::is_regular_file(file)) return InvalidArgument(shown + ": must be a regular file");
     ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(config_path));
     ASSIGN_OR_RETURN(entry.config, ParseModelConfig(text, shown));
@@ -229,13 +235,14 @@ Status SelectEntryVersions(const std::vector<int64_t>& available, ModelEntry& en
   return Status::Ok();
 }
 
-ModelEntry ScanModelDir(const fs::path& dir, const std::string& name) {
+ModelEntry ScanModelDir(const fs::path& dir, const std::string& name,
+                        const inference::ModelConfig* config_override = nullptr) {
   ModelEntry entry;
   entry.name = name;
   entry.dir = dir;
   entry.fingerprint = Fingerprint(dir);
   const std::vector<int64_t> available = ListVersions(dir);
-  entry.status = LoadConfig(available, entry);
+  entry.status = LoadConfig(available, entry, config_override);
   if (entry.status.ok()) entry.status = SelectEntryVersions(available, entry);
   return entry;
 }
@@ -325,7 +332,8 @@ StatusOr<std::vector<ModelEntry>> ScanRepository(const fs::path& repo) {
   return entries;
 }
 
-StatusOr<ModelEntry> ScanModel(const fs::path& repo, const std::string& name) {
+StatusOr<ModelEntry> ScanModel(const fs::path& repo, const std::string& name,
+                               const inference::ModelConfig* config_override) {
   if (name.empty() || name[0] == '.' ||
       name.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
     return InvalidArgument(
@@ -339,7 +347,7 @@ StatusOr<ModelEntry> ScanModel(const fs::path& repo, const std::string& name) {
   if (!fs::is_directory(dir, ec)) {
     return NotFound("model \"" + name + "\" has no folder " + dir.string());
   }
-  return ScanModelDir(dir, name);
+  return ScanModelDir(dir, name, config_override);
 }
 
 }  // namespace shoal::repository

@@ -64,7 +64,11 @@ StatusOr<std::vector<ModelEntry>> ScanRepository(const std::filesystem::path& re
 // (empty, hidden, ".." or containing a path separator); kNotFound when the repository
 // or the model folder does not exist. A broken config is not an error here: the entry
 // comes back with a non-OK status.
-StatusOr<ModelEntry> ScanModel(const std::filesystem::path& repo, const std::string& name);
+// `config_override` (Triton's load-time `config` parameter), when given, replaces
+// config.pbtxt: it is completed (name, platform) and validated as the file would be,
+// its messages naming "<dir> (config override)". The fingerprint is the folder's as usual.
+StatusOr<ModelEntry> ScanModel(const std::filesystem::path& repo, const std::string& name,
+                               const inference::ModelConfig* config_override = nullptr);
 
 // The versions `policy` serves among `available` (any order, duplicates allowed),
 // ascending: latest -> the num_versions highest; all -> all; specific -> those listed

@@ -11,7 +11,7 @@
 //   - Admission: Enqueue predicts the request's wait (the items queued at its level and
 //     above, run in full batches by the instances, after the work they already hold) and
 //     its finish (wait + the run of the batch it will join), and keeps deadline_reserve
-//     (10%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at
+//     (25%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at
 //     once, with a retry hint (the predicted time to drain the queue), when the finish is past the
 //     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
 //   - Order: within a level, earliest deadline first. A task without a deadline is
@@ -143,7 +143,7 @@ struct BatcherOptions {
   double throughput_headroom = 1.2;
   // kSlo: the share of a task's remaining time to its deadline that admission keeps in
   // reserve for the prediction's error and the time outside the server (0..1).
-  double deadline_reserve = 0.1;
+  double deadline_reserve = 0.25;
 };
 
 enum class ExpiryReason { kQueueTimeout, kDeadline };

@@ -514,10 +514,10 @@ TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
   EXPECT_NE(s.message().find("deadline"), std::string::npos) << s.message();
   EXPECT_EQ(s.retry_after_ms(), 5) << "the predicted time to drain the queue";
   ASSERT_NE(late, nullptr) << "a refused task stays the caller's";
-  // 6 ms of predicted finish fits a 7 ms deadline (10% of it is kept in reserve), not 6.
-  auto tight = D(6, 6 * kMs);
+  // 6 ms of predicted finish fits an 8 ms deadline (25% of it is kept in reserve), not 7.
+  auto tight = D(6, 7 * kMs);
   EXPECT_EQ(b->Enqueue(tight, 0).code(), StatusCode::kResourceExhausted);
-  Push(*b, D(6, 7 * kMs), 0);
+  Push(*b, D(6, 8 * kMs), 0);
   // With 2 ms of work already on the instance, the retry hint grows by it.
   b->set_service(Service(1 * kMs, 0, 1, 2 * kMs));
   auto later = D(7, 1 * kMs);

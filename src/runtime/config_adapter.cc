@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -100,7 +101,8 @@ Status ApplyPrecisionLadder(const inference::ModelConfig& config, ModelVersionOp
 }
 
 // shoal's scheduling extensions, given as config parameters (docs/model-repository.md):
-// latency_slo_us, batching_policy, max_queue_wait_us, priority_aging_us.
+// latency_slo_us, batching_policy, max_queue_wait_us, deadline_reserve_percent,
+// priority_aging_us.
 Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVersionOptions* o) {
   ASSIGN_OR_RETURN(auto slo, IntegerParameter(config, "latency_slo_us"));
   if (slo) o->latency_slo_us = static_cast<uint64_t>(*slo);
@@ -121,6 +123,14 @@ Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVers
   } else if (slo && *slo > 0) {
     // Whoever waits longer than the SLO misses it anyway.
     o->batching.max_queue_wait_us = *slo;
+  }
+  ASSIGN_OR_RETURN(auto reserve, IntegerParameter(config, "deadline_reserve_percent"));
+  if (reserve) {
+    if (*reserve >= 100) {
+      return InvalidArgument("parameter 'deadline_reserve_percent' must be below 100; was " +
+                             std::to_string(*reserve));
+    }
+    o->batching.deadline_reserve = static_cast<double>(*reserve) / 100.0;
   }
   ASSIGN_OR_RETURN(auto aging, IntegerParameter(config, "priority_aging_us"));
   o->batching.priority_aging_us = aging ? static_cast<uint64_t>(*aging) : kDefaultPriorityAgingUs;
@@ -260,6 +270,15 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   }
   for (const auto& out : config.output()) {
     o.signature.outputs.push_back(SpecFrom(out.name(), out.data_type(), out.dims(), false));
+    if (!out.label_filename().empty()) {
+      auto labels =
+          ReadLabelFile((std::filesystem::path(model_dir) / out.label_filename()).string());
+      if (!labels.ok()) {
+        return labels.status().WithPrefix("model '" + config.name() + "' output '" + out.name() +
+                                          "' label_filename");
+      }
+      o.output_labels[out.name()] = std::move(labels).value();
+    }
   }
 
   if (config.has_dynamic_batching()) {
@@ -281,7 +300,8 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
       ApplySchedulingParameters(config, &o).WithPrefix("model '" + config.name() + "'"));
 
   int index = 0;
-  for (const auto& group : config.instance_group()) {
+  for (int g = 0; g < config.instance_group_size(); ++g) {
+    const auto& group = config.instance_group(g);
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
       return InvalidArgument("model '" + config.name() +
                              "' asks for KIND_GPU instances; shoal runs on CPUs");
@@ -291,11 +311,12 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
       backends::InstanceInfo info;
       info.name = config.name() + "_" + std::to_string(index);
       info.index = index;
-      info.cpu_cores = repository::InstanceCores(group, i);
+      info.cpu_cores = repository::InstanceCores(config, g, i);
+      info.threads = repository::GroupThreads(config, g);
       o.instances.push_back(std::move(info));
     }
   }
-  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}});
+  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}, 0});
 
   if (config.response_cache().enable() && cache != nullptr) o.cache = std::move(cache);
 

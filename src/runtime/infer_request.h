@@ -45,6 +45,10 @@ struct InferRequest {
   bool best_effort = false;
   // Request parameters other than priority/timeout; they enter the cache key.
   Parameters parameters;
+  // Triton's classification extension: output name -> K. Those outputs are answered as
+  // their top K classes (runtime/classification.h) instead of raw scores. Applied after
+  // the model and the cache ran, so it is not part of the cache key.
+  std::map<std::string, int64_t> classification;
 };
 
 struct InferResponse {
@@ -54,6 +58,11 @@ struct InferResponse {
   Status status;
   std::vector<NamedTensor> outputs;
   bool cache_hit = false;
+  // Where the request's time went, for the request log: ns queued before its batch ran,
+  // and ns of its batch's execution (merging inputs, the backend, scattering outputs).
+  // 0 for requests that were answered without running (cache hits, rejections).
+  int64_t queue_ns = 0;
+  int64_t compute_ns = 0;
   // Response parameters for the client: `precision`, the tier that answered, when the
   // model has a precision ladder or the request chose a tier.
   Parameters parameters;

@@ -286,7 +286,8 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
       task->enqueued_ns = now;
       batcher_->set_service(pool_->Service());
       status = batcher_->Enqueue(task, now, &reason);
-      if (!options_.precision_ladder.empty()) UpdatePrecisionTierLocked(now);
+      if (!options_.precision_ladder.empty())
+        UpdatePrecisionTierLocked(now, !status.ok() && reason == RejectReason::kOverload);
       if (status.ok()) wake = DispatchOrWake();
     }
   }
@@ -302,13 +303,19 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
   Answer(std::move(task), status.WithPrefix("model '" + options_.name + "'"), {}, 0, 0, 0, 0);
 }
 
-void ModelVersion::UpdatePrecisionTierLocked(int64_t now) {
+void ModelVersion::UpdatePrecisionTierLocked(int64_t now, bool refused_overload) {
   const int64_t drain_ns = batcher_->PredictDrainNs();
   const int64_t after_ns = static_cast<int64_t>(options_.degrade_after_us) * 1000;
   const int tier = tier_.load(std::memory_order_relaxed);
   const int last = static_cast<int>(options_.precision_ladder.size()) - 1;
   int next = tier;
-  if (drain_ns > static_cast<int64_t>(options_.degrade_above_us) * 1000) {
+  // Refusals for overload are pressure too: a model whose batches take most of the SLO
+  // keeps its queue short by refusing, so its drain time swings below the threshold at
+  // every dispatch while half the arrivals are turned away.
+  if (refused_overload) last_overload_refusal_ns_ = now;
+  const bool refusing =
+      last_overload_refusal_ns_ >= 0 && now - last_overload_refusal_ns_ <= after_ns / 4;
+  if (refusing || drain_ns > static_cast<int64_t>(options_.degrade_above_us) * 1000) {
     drain_below_since_ns_ = -1;
     if (drain_above_since_ns_ < 0) drain_above_since_ns_ = now;
     if (tier < last && now - drain_above_since_ns_ >= after_ns) next = tier + 1;
@@ -377,6 +384,8 @@ void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedT
     response.id = task->request.id;
     response.status = status;
     response.outputs = std::move(outputs);
+    response.queue_ns = queue_ns;
+    response.compute_ns = input_ns + infer_ns + output_ns;
     if (status.ok()) {
       if (const std::string* tier = TierOf(task->request)) {
         response.parameters["precision"] = *tier;

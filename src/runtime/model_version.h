@@ -36,6 +36,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/batcher.h"
+#include "runtime/classification.h"
 #include "runtime/infer_request.h"
 #include "runtime/instance_pool.h"
 #include "runtime/model_stats.h"
@@ -82,6 +83,9 @@ struct ModelVersionOptions {
   // Non-null enables the response cache for this version (the cache may be shared).
   std::shared_ptr<ResponseCache> cache;
   std::shared_ptr<Clock> clock;  // default: the real clock
+  // Class labels of the outputs whose config names a label_filename, read at load
+  // (classification extension, runtime/classification.h).
+  std::map<std::string, OutputLabels> output_labels;
   // Tests only: replaces each request's batch key (ValidatedRequest::shape_key, the
   // argument), so that a test can make requests of different shapes collide.
   std::function<uint64_t(const InferRequest&, uint64_t)> shape_key_for_testing;
@@ -205,9 +209,11 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::atomic<int> tier_{0};
   int64_t drain_above_since_ns_ GUARDED_BY(mu_) = -1;
   int64_t drain_below_since_ns_ GUARDED_BY(mu_) = -1;
+  int64_t last_overload_refusal_ns_ GUARDED_BY(mu_) = -1;
   // Moves the ladder one step when the drain time predicted at `now` has stayed past a
   // threshold long enough.
-  void UpdatePrecisionTierLocked(int64_t now) REQUIRES(mu_);
+  // `refused_overload`: the arrival that calls it was just refused for overload.
+  void UpdatePrecisionTierLocked(int64_t now, bool refused_overload) REQUIRES(mu_);
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.

@@ -703,6 +703,46 @@ TEST_F(ModelVersionTest, PrecisionLadderStepsDownUnderSustainedLoadAndBackWithHy
   EXPECT_EQ(stats.precision_requests.at("int8"), 3u);
 }
 
+// A model that keeps its queue short by refusing (here: any wait is too long) never shows a
+// long drain time; its refusals, sustained, step the ladder down all the same.
+TEST_F(ModelVersionTest, PrecisionLadderStepsDownWhenOverloadRefusalsAreSustained) {
+  auto o = Batching(1);
+  o.batching.max_queue_wait_us = 1;
+  o.precision_ladder = {"fp32", "int8"};
+  o.degrade_above_us = 1'000'000'000;  // the drain time alone never would
+  o.restore_below_us = 1;
+  o.degrade_after_us = 10'000;
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  // Refusals 3 ms apart (more than a quarter of degrade_after_us): not sustained. (Once
+  // the fake clock passes the running batch's predicted end, one arrival finds no wait
+  // and queues; every later one waits behind it and is refused.)
+  auto refused = [&](const std::string& id) {
+    return answers_.Has(id) && answers_.Get(id).status.code() == StatusCode::kResourceExhausted;
+  };
+  int sparse_refused = 0;
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "sparse" + std::to_string(i);
+    mv->Infer(Req(id, {1}), answers_.For(id));
+    sparse_refused += refused(id);
+    clock_->AdvanceUs(3'000);
+  }
+  EXPECT_GE(sparse_refused, 5);
+  EXPECT_EQ(mv->precision_tier(), 0) << "refusals with gaps are not sustained pressure";
+  // Refusals 1 ms apart for 10 ms: sustained.
+  for (int i = 0; i <= 10; ++i) {
+    const std::string id = "dense" + std::to_string(i);
+    mv->Infer(Req(id, {1}), answers_.For(id));
+    EXPECT_TRUE(refused(id)) << id;
+    if (i < 10) clock_->AdvanceUs(1'000);
+  }
+  EXPECT_EQ(mv->precision_tier(), 1);
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("first"));
+  mv->Shutdown();
+  EXPECT_EQ(mv->stats().precision_switches, 1u);
+}
+
 TEST_F(ModelVersionTest, DestroyingWithWorkQueuedAnswersEverything) {
   {
     auto mv = Make(Batching(4, /*delay_us=*/5'000'000));

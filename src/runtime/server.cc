@@ -35,6 +35,12 @@ Server::Server(ServerOptions options)
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Open(std::move(options)));
+  server->LoadStartupModels();
+  return server;
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Open(ServerOptions options) {
   std::unique_ptr<Server> server(new Server(std::move(options)));
   ASSIGN_OR_RETURN(auto entries, repository::ScanRepository(server->options_.model_repository));
   std::vector<std::string> to_load;
@@ -55,30 +61,66 @@ StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   } else {
     for (const auto& e : entries) to_load.push_back(e.name);
   }
-  MutexLock load_lock(&server->load_mu_);
-  for (const auto& name : to_load) {
-    // A failed model is recorded UNAVAILABLE and logged; the others still load.
-    (void)server->LoadModelLocked(name);
+  {
+    // LOADING from now: readiness counts them, and inference on them says so.
+    MutexLock lock(&server->mu_);
+    for (const auto& name : to_load) server->models_[name].state = ModelState::kLoading;
   }
+  server->startup_models_ = std::move(to_load);
   return server;
 }
 
+void Server::LoadStartupModels() {
+  for (const auto& name : startup_models_) {
+    MutexLock load_lock(&load_mu_);
+    bool shutting_down = false;
+    {
+      MutexLock lock(&mu_);
+      shutting_down = shutting_down_;
+    }
+    if (shutting_down) break;  // Shutdown took every record
+    if (startup_cancelled_.load(std::memory_order_acquire)) {
+      MutexLock lock(&mu_);
+      auto it = models_.find(name);
+      if (it != models_.end() && it->second.state == ModelState::kLoading &&
+          it->second.versions.empty()) {
+        it->second.state = ModelState::kUnavailable;
+        it->second.reason = "start-up loading was cancelled";
+      }
+      continue;
+    }
+    // A failed model is recorded UNAVAILABLE and logged; the others still load.
+    (void)LoadModelLocked(name);
+  }
+  startup_finished_.store(true, std::memory_order_release);
+}
+
+void Server::CancelStartupLoading() { startup_cancelled_.store(true, std::memory_order_release); }
+
 Server::~Server() { Shutdown(); }
 
-Status Server::LoadModel(const std::string& name) {
+Status Server::LoadModel(const std::string& name,
+                         const std::optional<inference::ModelConfig>& config) {
   MutexLock load_lock(&load_mu_);
   {
     MutexLock lock(&mu_);
     if (shutting_down_) return Unavailable("the server is shutting down");
   }
-  return LoadModelLocked(name);
+  return LoadModelLocked(name, config ? &*config : nullptr);
 }
 
-Status Server::LoadModelLocked(const std::string& name) {
-  auto scanned = repository::ScanModel(options_.model_repository, name);
+Status Server::LoadModelLocked(const std::string& name,
+                               const inference::ModelConfig* config_override) {
+  auto scanned = repository::ScanModel(options_.model_repository, name, config_override);
   if (!scanned.ok()) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name),
                   LogSafe(scanned.status().message()));
+    MutexLock lock(&mu_);
+    if (auto it = models_.find(name);
+        it != models_.end() && it->second.state == ModelState::kLoading) {
+      it->second.state = ModelState::kUnavailable;  // recorded LOADING by Open
+      it->second.reason = scanned.status().message();
+    }
     return scanned.status();
   }
   repository::ModelEntry entry = std::move(scanned).value();
@@ -127,7 +169,8 @@ Status Server::LoadModelLocked(const std::string& name) {
     config = completed;
     loaded[version] = std::move(mv).value();
     spdlog::info("loaded model '{}' version {} (backend {}, {} instance(s), {:.1f} ms)",
-                 LogSafe(name), version, LogSafe(backend_name), loaded[version]->options().instances.size(),
+                 LogSafe(name), version, LogSafe(backend_name),
+                 loaded[version]->options().instances.size(),
                  static_cast<double>(clock_->NowNs() - start_ns) / 1e6);
   }
 
@@ -214,6 +257,55 @@ Status Server::PollRepository() {
   return Status::Ok();
 }
 
+namespace {
+
+// Wraps `callback` so that the outputs `request` asks to classify are replaced by their
+// top K classes. Checks the request first, leaving `callback` as it was on error:
+// INVALID_ARGUMENT for an output the model does not have or a count below 1.
+Status WrapForClassification(const ModelVersion& mv, const InferRequest& request,
+                             InferCallback& callback) {
+  const ModelSignature& sig = mv.signature();
+  for (const auto& entry : request.classification) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const std::string& output = entry.first;
+    const auto k = entry.second;
+    const bool known = std::any_of(sig.outputs.begin(), sig.outputs.end(),
+                                   [&](const auto& o) { return o.name == output; });
+    if (!known) {
+      return InvalidArgument("classification requested for unknown output '" + output +
+                             "' of model '" + mv.name() + "'");
+    }
+    if (k < 1) {
+      return InvalidArgument("output '" + output + "': classification count must be >= 1; was " +
+                             std::to_string(k));
+    }
+  }
+  const bool batched = sig.max_batch_size > 0;
+  callback = InferCallback([classification = request.classification, batched,
+                            labels = mv.options().output_labels,
+                            callback = std::move(callback)](InferResponse r) mutable {
+    if (r.status.ok()) {
+      for (auto& out : r.outputs) {
+        auto it = classification.find(out.name);
+        if (it == classification.end()) continue;
+        auto l = labels.find(out.name);
+        auto classified = Classify(out.tensor, it->second, batched,
+                                   l == labels.end() ? nullptr : l->second.get());
+        if (!classified.ok()) {
+          r.status = classified.status().WithPrefix("output '" + out.name + "'");
+          r.outputs.clear();
+          break;
+        }
+        out.tensor = std::move(classified).value();
+      }
+    }
+    callback(std::move(r));
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
 std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback callback) {
   auto answer_now = [&](const Status& status) -> std::shared_ptr<RequestHandle> {
     InferResponse response;
@@ -229,6 +321,9 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
   };
   auto mv = GetModel(request.model_name, request.model_version);
   if (!mv.ok()) return answer_now(mv.status());
+  if (!request.classification.empty()) {
+    if (Status s = WrapForClassification(**mv, request, callback); !s.ok()) return answer_now(s);
+  }
   const int64_t cap = options_.max_inflight_requests;
   if (cap <= 0) return (*mv)->Infer(std::move(request), std::move(callback));
   if (inflight_->fetch_add(1, std::memory_order_acq_rel) >= cap) {
@@ -259,6 +354,9 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string
   if (it == models_.end())
     return NotFound("Request for unknown model: '" + name + "' is not found");
   const Record& r = it->second;
+  if (r.versions.empty() && r.state == ModelState::kLoading) {
+    return Unavailable("model '" + name + "' is not ready: it is still loading");
+  }
   if (r.versions.empty()) {
     return Unavailable("model '" + name + "' is not ready" +
                        (r.reason.empty() ? "" : ": " + r.reason));
@@ -318,7 +416,8 @@ std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
 
 bool Server::ready() const {
   MutexLock lock(&mu_);
-  if (shutting_down_) return false;
+  if (shutting_down_ || !startup_finished()) return false;
+  if (!options_.strict_readiness) return true;
   for (const auto& [name, r] : models_) {
     // A model unloaded on request is not a failure (Triton stays ready too).
     if (r.state != ModelState::kReady && !r.unloaded_on_request) return false;
@@ -327,6 +426,7 @@ bool Server::ready() const {
 }
 
 void Server::Shutdown() {
+  CancelStartupLoading();  // before waiting for the model loading now, if any
   MutexLock load_lock(&load_mu_);
   std::map<std::string, Record> models;
   {

@@ -13,6 +13,16 @@
 // kExplicit loads `startup_models` (or nothing) and then only on LoadModel/UnloadModel;
 // kPoll loads everything and PollRepository() applies changes on disk.
 //
+// Start-up: Create scans the repository and loads the start-up models before it
+// returns. A server that must answer health checks while it loads (`shoal serve`) calls
+// Open instead, starts its front ends, then LoadStartupModels: meanwhile live() is true,
+// ready() false, and the models still to load are LOADING (inference on them answers
+// UNAVAILABLE "... is still loading").
+//
+// Readiness (Triton's --strict-readiness): never while shutting down or before the
+// start-up loading finished; after it, with strict_readiness every model that should be
+// loaded must be READY, without it the server is ready however its models fared.
+//
 // Thread safety: every method may be called from any thread. Infer never blocks on
 // inference. Load/Unload/Poll are serialised among themselves.
 // Lock order: load_mu_ → mu_; mu_ is never held while a model loads or drains.
@@ -22,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +64,10 @@ struct ServerOptions {
   // answers RESOURCE_EXHAUSTED (HTTP 429) at once. Protects the process's memory when
   // many models are overloaded together. 0 = no cap. Default 4096.
   int64_t max_inflight_requests = 4096;
+  // Triton's --strict-readiness. true: ready() needs every model that should be loaded
+  // READY. false: ready() once the start-up loading finished (and until shutdown), even
+  // when some models failed to load. Default true.
+  bool strict_readiness = true;
   std::shared_ptr<Clock> clock;  // default: the real clock
   // Default: a registry with only the plugin directories above.
   std::shared_ptr<backends::BackendRegistry> registry;
@@ -73,13 +88,29 @@ class Server {
   // Scans the repository and loads models as the control mode says. Fails only when
   // the repository itself cannot be read; a broken model is recorded UNAVAILABLE.
   static StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
+  // The first half of Create: scans the repository and records every start-up model
+  // LOADING, loading none. Fails as Create does (unreadable repository, or an explicit
+  // start-up model the repository lacks). Call LoadStartupModels next.
+  static StatusOr<std::unique_ptr<Server>> Open(ServerOptions options);
+  // The second half: loads the start-up models one after another (a failed one is
+  // recorded UNAVAILABLE, as in Create) and marks the start-up loading finished. Call it
+  // once, from any thread; CancelStartupLoading or Shutdown from another thread stops it
+  // before the next model (the rest become UNAVAILABLE).
+  void LoadStartupModels();
+  void CancelStartupLoading();
+  // True once LoadStartupModels returned (always, after Create).
+  bool startup_finished() const { return startup_finished_.load(std::memory_order_acquire); }
   ~Server();
 
   std::shared_ptr<RequestHandle> Infer(InferRequest request, InferCallback callback);
 
   // Loads (or reloads) one model from the repository. NOT_FOUND when the repository
-  // has no such folder; otherwise the reason of a failed load.
-  Status LoadModel(const std::string& name);
+  // has no such folder; otherwise the reason of a failed load. `config`, when given,
+  // is used instead of the folder's config.pbtxt (Triton's load-time config override;
+  // INVALID_ARGUMENT when it does not validate). A later load without it reads
+  // config.pbtxt again.
+  Status LoadModel(const std::string& name,
+                   const std::optional<inference::ModelConfig>& config = std::nullopt);
   // Drains and removes a model. A model that is not loaded (or unknown) is a no-op
   // success, as in Triton.
   Status UnloadModel(const std::string& name);
@@ -97,7 +128,8 @@ class Server {
   std::vector<std::shared_ptr<ModelVersion>> ReadyVersions() const;
 
   bool live() const { return true; }
-  // Not shutting down, and every model that should be loaded is READY.
+  // Not shutting down, the start-up loading finished, and (with strict_readiness) every
+  // model that should be loaded is READY.
   bool ready() const;
 
   // Stops accepting (requests get UNAVAILABLE), answers everything queued, unloads
@@ -116,7 +148,10 @@ class Server {
     std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   };
   explicit Server(ServerOptions options);
-  Status LoadModelLocked(const std::string& name) REQUIRES(load_mu_) EXCLUDES(mu_);
+  // `config_override`: replaces config.pbtxt, or null.
+  Status LoadModelLocked(const std::string& name,
+                         const inference::ModelConfig* config_override = nullptr) REQUIRES(load_mu_)
+      EXCLUDES(mu_);
   // GetModel's lookup.
   StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name,
                                                          int64_t version) const REQUIRES(mu_);
@@ -131,6 +166,9 @@ class Server {
   mutable Mutex mu_;
   std::map<std::string, Record> models_ GUARDED_BY(mu_);
   bool shutting_down_ GUARDED_BY(mu_) = false;
+  std::vector<std::string> startup_models_;  // set by Open, read by LoadStartupModels
+  std::atomic<bool> startup_finished_{false};
+  std::atomic<bool> startup_cancelled_{false};
   // Inference requests accepted and not yet answered (max_inflight_requests).
   std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);
 };

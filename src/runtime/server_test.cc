@@ -103,6 +103,64 @@ TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {
   EXPECT_EQ(InferSync(**server, FloatRequest("nope", {1})).status.code(), StatusCode::kNotFound);
 }
 
+TEST(ServerTest, OpenRecordsStartupModelsLoadingUntilLoadStartupModels) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto server = Server::Open(RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE((*server)->live());
+  EXPECT_FALSE((*server)->ready()) << "not ready before the start-up models loaded";
+  EXPECT_FALSE((*server)->startup_finished());
+  auto index = (*server)->RepositoryIndex();
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index[0].state, ModelState::kLoading);
+  const InferResponse early = InferSync(**server, FloatRequest("identity", {1}));
+  EXPECT_EQ(early.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(early.status.message().find("still loading"), std::string::npos)
+      << early.status.message();
+
+  (*server)->LoadStartupModels();
+  EXPECT_TRUE((*server)->startup_finished());
+  EXPECT_TRUE((*server)->ready());
+  EXPECT_TRUE(InferSync(**server, FloatRequest("identity", {1})).status.ok());
+}
+
+TEST(ServerTest, CancelledStartupLeavesTheRestUnavailableAndFinishes) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  auto server = Server::Open(RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok());
+  (*server)->CancelStartupLoading();
+  (*server)->LoadStartupModels();
+  EXPECT_TRUE((*server)->startup_finished());
+  EXPECT_FALSE((*server)->ready());
+  auto index = (*server)->RepositoryIndex();
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index[0].state, ModelState::kUnavailable);
+  EXPECT_NE(index[0].reason.find("cancelled"), std::string::npos) << index[0].reason;
+}
+
+TEST(ServerTest, WithoutStrictReadinessABrokenModelDoesNotKeepTheServerUnready) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("identity", kIdentityConfig);
+  repo.AddModel("broken", "name: \"broken\"\nbackend: \"identity\"\nmax_batch_size: -3\n");
+  ServerOptions strict = RepositoryOptions(repo);
+  auto strict_server = Server::Create(strict);
+  ASSERT_TRUE(strict_server.ok());
+  EXPECT_FALSE((*strict_server)->ready()) << "strict: one model failed";
+  (*strict_server)->Shutdown();
+
+  ServerOptions lenient = RepositoryOptions(repo);
+  lenient.strict_readiness = false;
+  auto opened = Server::Open(lenient);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_FALSE((*opened)->ready()) << "not even lenient readiness before start-up loading";
+  (*opened)->LoadStartupModels();
+  EXPECT_TRUE((*opened)->ready());
+  (*opened)->Shutdown();
+  EXPECT_FALSE((*opened)->ready()) << "never ready while shutting down";
+}
+
 TEST(ServerTest, ExplicitModeLoadsAndUnloadsOnRequest) {
   TempRepository repo("shoal_server_test");
   repo.AddModel("identity", kIdentityConfig);
@@ -281,8 +339,8 @@ TEST(ServerTest, ConfigOfAModelRemovedMeanwhileIsNotFoundNeverAnError) {
   }
   stop = true;
   for (auto& r : readers) r.join();
-  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " bad answers, the first: "
-                                  << unexpected.front();
+  EXPECT_TRUE(unexpected.empty()) << unexpected.size()
+                                  << " bad answers, the first: " << unexpected.front();
   EXPECT_GT(found.load(), 0);
   EXPECT_GT(missing.load(), 0);
 }
@@ -310,7 +368,8 @@ model_warmup [ { name: "asked_for" batch_size: 1
   options.backend_directories.push_back(PluginDir() + "_testdata");
   auto server = Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  ASSERT_TRUE((*server)->GetModel("unwarmed").ok()) << (*server)->GetModel("unwarmed").status().ToString();
+  ASSERT_TRUE((*server)->GetModel("unwarmed").ok())
+      << (*server)->GetModel("unwarmed").status().ToString();
   auto warmed = (*server)->GetModel("warmed");
   ASSERT_FALSE(warmed.ok());
   EXPECT_NE(warmed.status().message().find("warmup 'asked_for'"), std::string::npos)
@@ -318,6 +377,35 @@ model_warmup [ { name: "asked_for" batch_size: 1
   // The model's own failure reaches each request instead.
   auto r = InferSync(**server, FloatRequest("unwarmed", {1, 2}));
   EXPECT_FALSE(r.status.ok());
+}
+
+// The scheduling parameters are checked when the model loads; a bad one fails that model
+// alone, naming the parameter.
+TEST(ServerTest, SchedulingParametersAreValidatedAtLoad) {
+  TempRepository repo("shoal_server_test");
+  auto config = [](const std::string& name, const std::string& key, const std::string& value) {
+    return "name: \"" + name +
+           "\" backend: \"cost_model\" max_batch_size: 2\n"
+           "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+           "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n"
+           "parameters { key: \"" +
+           key + "\" value { string_value: \"" + value + "\" } }\n";
+  };
+  repo.AddModel("reserve_ok", config("reserve_ok", "deadline_reserve_percent", "40"));
+  repo.AddModel("reserve_100", config("reserve_100", "deadline_reserve_percent", "100"));
+  repo.AddModel("reserve_text", config("reserve_text", "deadline_reserve_percent", "0.3"));
+  repo.AddModel("policy_bad", config("policy_bad", "batching_policy", "fifo"));
+  auto server = Server::Create(RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE((*server)->GetModel("reserve_ok").ok());
+  for (const auto& [model, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"reserve_100", "'deadline_reserve_percent' must be below 100"},
+           {"reserve_text", "'deadline_reserve_percent' must be a non-negative integer"},
+           {"policy_bad", "'batching_policy' must be 'slo' or 'fixed_window'"}}) {
+    auto mv = (*server)->GetModel(model);
+    ASSERT_FALSE(mv.ok()) << model;
+    EXPECT_NE(mv.status().message().find(fragment), std::string::npos) << mv.status().ToString();
+  }
 }
 
 TEST(ServerTest, ShutdownAnswersQueuedRequestsThenRejects) {

@@ -8,9 +8,10 @@
 
 # The service's messages and stubs are src/proto's shoal_proto_grpc.
 shoal_cc_library(NAME grpc
-  SRCS grpc_server.cc grpc_calls.cc grpc_stream.cc grpc_handlers.cc grpc_codec.cc
+  SRCS grpc_server.cc grpc_calls.cc grpc_stream.cc grpc_handlers.cc grpc_extensions.cc
+       grpc_codec.cc
   HDRS grpc_server.h grpc_calls.h grpc_handlers.h grpc_codec.h
-  DEPS shoal_server_common shoal_proto_grpc gRPC::grpc++ spdlog::spdlog)
+  DEPS shoal_server_common shoal_server_extensions shoal_proto_grpc gRPC::grpc++ spdlog::spdlog)
 target_compile_definitions(shoal_grpc PRIVATE SHOAL_VERSION="${PROJECT_VERSION}")
 
 

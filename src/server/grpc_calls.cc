@@ -9,6 +9,7 @@
 
 #include "core/log_text.h"
 #include "server/grpc_codec.h"
+#include "server/request_log.h"
 
 namespace shoal::server::internal {
 
@@ -142,20 +143,6 @@ void ArmUnary(CallContext* ctx, grpc::ServerCompletionQueue* cq, Svc* service, R
   C::Arm(ctx, cq, std::move(spec));
 }
 
-// Arms an RPC that shoal declares but does not implement.
-template <typename Req, typename Resp, typename RequestFn>
-void ArmUnimplemented(CallContext* ctx, grpc::ServerCompletionQueue* cq, RequestFn request,
-                      const std::string& what) {
-  using C = UnaryCall<InferenceService, Req, Resp>;
-  auto spec = std::make_shared<const typename C::Spec>(typename C::Spec{
-      ctx->service, request,
-      [what](const Req&, Resp*) {
-        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, what + " is not supported by shoal");
-      },
-      false});
-  C::Arm(ctx, cq, std::move(spec));
-}
-
 // ------------------------------------------------------------------ ModelInfer
 
 class InferCall final : public Call {
@@ -195,7 +182,10 @@ class InferCall final : public Call {
       : Call(ctx, cq), request_(std::make_shared<inference::ModelInferRequest>()) {}
 
   void Start() {
+    start_ns_ = RequestLogNowNs();
     if (ctx_->draining.load()) {
+      LogRequest({"gRPC", request_->model_name(), 0, request_->id(),
+                  Unavailable("the server is shutting down"), 0, 0, 0});
       Ref();  // the finish
       writer_.FinishWithError(ToGrpcStatus(Unavailable("the server is shutting down")),
                               &finish_tag_);
@@ -203,11 +193,15 @@ class InferCall final : public Call {
     }
     StatusOr<runtime::InferRequest> decoded = Internal("not decoded");
     try {
-      decoded = InferRequestFromProto(request_, ctx_->limits);
+      decoded = InferRequestFromProto(request_, ctx_->limits,
+                                      &ctx_->handlers->extension_state().shared_memory,
+                                      &shared_memory_outputs_);
     } catch (const std::exception& e) {
       decoded = Internal(std::string("internal error: ") + e.what());
     }
     if (!decoded.ok()) {
+      LogRequest({"gRPC", request_->model_name(), 0, request_->id(), decoded.status(), 0, 0,
+                  RequestLogNowNs() - start_ns_});
       Ref();  // the finish
       writer_.FinishWithError(ToGrpcStatus(decoded.status()), &finish_tag_);
       return;
@@ -232,13 +226,17 @@ class InferCall final : public Call {
       answered_ = true;
     }
     grpc::Status status = ToGrpcStatus(answer.status);
+    Status logged = answer.status;
     if (status.ok()) {
       try {
-        InferResponseToProto(answer, &response_);
+        status = ToGrpcStatus(InferResponseToProto(answer, shared_memory_outputs_, &response_));
       } catch (const std::exception& e) {
         status = InternalError(e);
+        logged = Internal(status.error_message());
       }
     }
+    LogRequest({"gRPC", request_->model_name(), answer.model_version, answer.id, logged,
+                answer.queue_ns, answer.compute_ns, RequestLogNowNs() - start_ns_});
     // Release the runtime's output buffers before the (possibly slow) network send.
     answer = runtime::InferResponse();
     Ref();  // the finish
@@ -266,10 +264,13 @@ class InferCall final : public Call {
   // Shared: the decoded tensors view its raw_input_contents and keep it alive.
   const std::shared_ptr<inference::ModelInferRequest> request_;
   inference::ModelInferResponse response_;
+  SharedMemoryOutputs shared_memory_outputs_;  // set by Start, read by OnAnswer
   grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> writer_{&server_ctx_};
   Tag request_tag_{this, kRequest};
   Tag finish_tag_{this, kFinish};
   Tag done_tag_{this, kDone};
+
+  int64_t start_ns_ = 0;  // RequestLogNowNs() at Start, for the request log
 
   Mutex mu_;
   std::shared_ptr<runtime::RequestHandle> handle_ GUARDED_BY(mu_);
@@ -299,23 +300,19 @@ void ArmCalls(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
            /*blocking=*/true);
   ArmUnary(ctx, cq, ctx->health, &HealthService::RequestCheck, &GrpcHandlers::HealthCheck);
 
-  using namespace inference;  // NOLINT: the message names below
-  ArmUnimplemented<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
-      ctx, cq, &S::RequestSystemSharedMemoryStatus, "system shared memory");
-  ArmUnimplemented<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
-      ctx, cq, &S::RequestSystemSharedMemoryRegister, "system shared memory");
-  ArmUnimplemented<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
-      ctx, cq, &S::RequestSystemSharedMemoryUnregister, "system shared memory");
-  ArmUnimplemented<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
-      ctx, cq, &S::RequestCudaSharedMemoryStatus, "CUDA shared memory");
-  ArmUnimplemented<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
-      ctx, cq, &S::RequestCudaSharedMemoryRegister, "CUDA shared memory");
-  ArmUnimplemented<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
-      ctx, cq, &S::RequestCudaSharedMemoryUnregister, "CUDA shared memory");
-  ArmUnimplemented<TraceSettingRequest, TraceSettingResponse>(ctx, cq, &S::RequestTraceSetting,
-                                                              "trace");
-  ArmUnimplemented<LogSettingsRequest, LogSettingsResponse>(ctx, cq, &S::RequestLogSettings,
-                                                            "logging");
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryStatus,
+           &GrpcHandlers::SystemSharedMemoryStatus);
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryRegister,
+           &GrpcHandlers::SystemSharedMemoryRegister);
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryUnregister,
+           &GrpcHandlers::SystemSharedMemoryUnregister);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryStatus, &GrpcHandlers::CudaSharedMemoryStatus);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryRegister,
+           &GrpcHandlers::CudaSharedMemoryRegister);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryUnregister,
+           &GrpcHandlers::CudaSharedMemoryUnregister);
+  ArmUnary(ctx, cq, s, &S::RequestTraceSetting, &GrpcHandlers::TraceSetting);
+  ArmUnary(ctx, cq, s, &S::RequestLogSettings, &GrpcHandlers::LogSettings);
 
   for (int i = 0; i < kArmedInferCalls; ++i) InferCall::Arm(ctx, cq);
   ArmStreamInferCall(ctx, cq);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 #include <type_traits>
 #include <utility>
@@ -132,18 +133,52 @@ Status ApplyParameter(const std::string& key, const InferParameter& p,
   return Status::Ok();
 }
 
-// Tensor-level parameters: shared memory is not implemented; the rest are ignored.
-Status CheckTensorParameters(const google::protobuf::Map<std::string, InferParameter>& parameters,
-                             const std::string& what) {
+// An unsigned integer tensor parameter (int64_param >= 0 or uint64_param).
+StatusOr<uint64_t> UnsignedParameter(const InferParameter& p, const std::string& where) {
+  if (p.parameter_choice_case() == InferParameter::kInt64Param && p.int64_param() >= 0) {
+    return static_cast<uint64_t>(p.int64_param());
+  }
+  if (p.parameter_choice_case() == InferParameter::kUint64Param) return p.uint64_param();
+  return InvalidArgument(where + " must be a non-negative int64_param or a uint64_param");
+}
+
+// Tensor-level parameters: the shared-memory ones (returned when given) and, on outputs,
+// classification (stored in *class_count); the rest are ignored, as Triton does.
+StatusOr<std::optional<SharedMemoryRef>> ReadTensorParameters(
+    const google::protobuf::Map<std::string, InferParameter>& parameters, const std::string& what,
+    std::optional<int64_t>* class_count) {
+  std::optional<std::string> region;
+  std::optional<uint64_t> byte_size, offset;
   for (const auto& [key, value] : parameters) {
-    if (key.rfind("shared_memory_", 0) == 0) {
-      return InvalidArgument(what + ": shared memory is not supported (parameter '" + key + "')");
-    }
-    if (key == "classification") {
-      return InvalidArgument(what + ": classification is not supported");
+    const std::string where = what + ": parameter '" + key + "'";
+    if (key == "shared_memory_region") {
+      if (value.parameter_choice_case() != InferParameter::kStringParam) {
+        return InvalidArgument(where + " must be a string_param");
+      }
+      region = value.string_param();
+    } else if (key == "shared_memory_byte_size") {
+      ASSIGN_OR_RETURN(byte_size, UnsignedParameter(value, where));
+    } else if (key == "shared_memory_offset") {
+      ASSIGN_OR_RETURN(offset, UnsignedParameter(value, where));
+    } else if (key == "classification") {
+      if (class_count == nullptr) return InvalidArgument(where + ": only outputs take it");
+      ASSIGN_OR_RETURN(const uint64_t k, UnsignedParameter(value, where));
+      if (k < 1 || k > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return InvalidArgument(where + " must be a positive integer; was " + std::to_string(k));
+      }
+      *class_count = static_cast<int64_t>(k);
     }
   }
-  return Status::Ok();
+  if (!region) {
+    if (byte_size || offset) {
+      return InvalidArgument(what + ": shared_memory_byte_size and shared_memory_offset need " +
+                             "shared_memory_region");
+    }
+    return std::optional<SharedMemoryRef>();
+  }
+  if (!byte_size)
+    return InvalidArgument(what + ": shared_memory_region needs shared_memory_byte_size");
+  return std::optional<SharedMemoryRef>(SharedMemoryRef{*region, offset.value_or(0), *byte_size});
 }
 
 // ------------------------------------------------------------------ typed contents
@@ -301,6 +336,12 @@ StatusOr<int64_t> ParseModelVersion(std::string_view version) {
 
 StatusOr<runtime::InferRequest> InferRequestFromProto(
     std::shared_ptr<inference::ModelInferRequest> message, const runtime::RequestLimits& limits) {
+  return InferRequestFromProto(std::move(message), limits, nullptr, nullptr);
+}
+
+StatusOr<runtime::InferRequest> InferRequestFromProto(
+    std::shared_ptr<inference::ModelInferRequest> message, const runtime::RequestLimits& limits,
+    const SharedMemoryManager* shared_memory, SharedMemoryOutputs* shared_memory_outputs) {
   inference::ModelInferRequest& m = *message;
   runtime::InferRequest request;
   request.model_name = m.model_name();
@@ -318,6 +359,9 @@ StatusOr<runtime::InferRequest> InferRequestFromProto(
   }
   bool any_typed = false;
   for (const auto& in : m.inputs()) any_typed |= in.has_contents();
+  auto no_shared_memory = [](const std::string& what) {
+    return InvalidArgument(what + ": shared memory is not available here");
+  };
   if (any_typed && m.raw_input_contents_size() > 0) {
     return InvalidArgument(
         "contents and raw_input_contents cannot be mixed in one request: send every input's "
@@ -339,7 +383,19 @@ StatusOr<runtime::InferRequest> InferRequestFromProto(
     Shape shape(in.shape().begin(), in.shape().end());
     auto count = ElementCount(shape, limits.max_elements_per_tensor);
     if (!count.ok()) return count.status().WithPrefix("input '" + name + "'");
-    RETURN_IF_ERROR(CheckTensorParameters(in.parameters(), "input " + Quote(name)));
+    ASSIGN_OR_RETURN(std::optional<SharedMemoryRef> shm,
+                     ReadTensorParameters(in.parameters(), "input " + Quote(name), nullptr));
+    if (shm) {
+      if (shared_memory == nullptr) return no_shared_memory("input " + Quote(name));
+      if (in.has_contents()) {
+        return InvalidArgument("input " + Quote(name) +
+                               ": an input in shared memory takes no contents");
+      }
+      ASSIGN_OR_RETURN(Tensor tensor,
+                       shared_memory->InputTensor(*shm, *dtype, shape, "input " + Quote(name)));
+      request.inputs.push_back({name, std::move(tensor)});
+      continue;
+    }
 
     if (!in.has_contents() && next_raw >= m.raw_input_contents_size()) {
       return InvalidArgument("unable to find data for input tensor '" + name +
@@ -364,7 +420,19 @@ StatusOr<runtime::InferRequest> InferRequestFromProto(
     if (!wanted.insert(out.name()).second) {
       return InvalidArgument("output '" + out.name() + "' is requested twice");
     }
-    RETURN_IF_ERROR(CheckTensorParameters(out.parameters(), "output " + Quote(out.name())));
+    std::optional<int64_t> class_count;
+    ASSIGN_OR_RETURN(
+        std::optional<SharedMemoryRef> shm,
+        ReadTensorParameters(out.parameters(), "output " + Quote(out.name()), &class_count));
+    if (class_count) request.classification[out.name()] = *class_count;
+    if (shm) {
+      if (shared_memory == nullptr || shared_memory_outputs == nullptr) {
+        return no_shared_memory("output " + Quote(out.name()));
+      }
+      ASSIGN_OR_RETURN(SharedMemoryView view,
+                       shared_memory->View(*shm, "output " + Quote(out.name())));
+      (*shared_memory_outputs)[out.name()] = {*shm, std::move(view)};
+    }
     request.requested_outputs.push_back(out.name());
   }
   return request;
@@ -372,6 +440,13 @@ StatusOr<runtime::InferRequest> InferRequestFromProto(
 
 void InferResponseToProto(const runtime::InferResponse& response,
                           inference::ModelInferResponse* out) {
+  const Status s = InferResponseToProto(response, {}, out);
+  (void)s;  // nothing can fail without shared memory
+}
+
+Status InferResponseToProto(const runtime::InferResponse& response,
+                            const SharedMemoryOutputs& shared_memory,
+                            inference::ModelInferResponse* out) {
   out->set_model_name(response.model_name);
   out->set_model_version(std::to_string(response.model_version));
   out->set_id(response.id);
@@ -397,9 +472,22 @@ void InferResponseToProto(const runtime::InferResponse& response,
     o->set_name(named.name);
     o->set_datatype(std::string(DataTypeName(named.tensor.dtype())));
     for (int64_t d : named.tensor.shape()) o->add_shape(d);
+    if (auto shm = shared_memory.find(named.name); shm != shared_memory.end()) {
+      const auto& [ref, view] = shm->second;
+      RETURN_IF_ERROR(WriteToSharedMemory(view, named.tensor, named.name));
+      auto& params = *o->mutable_parameters();
+      params["shared_memory_region"].set_string_param(ref.region);
+      params["shared_memory_byte_size"].set_int64_param(
+          static_cast<int64_t>(named.tensor.byte_size()));
+      if (ref.offset != 0)
+        params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(ref.offset));
+      out->add_raw_output_contents();  // empty: keeps one entry per output
+      continue;
+    }
     std::string_view bytes = named.tensor.empty() ? std::string_view() : named.tensor.bytes();
     out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
   }
+  return Status::Ok();
 }
 
 grpc::Status ToGrpcStatus(const Status& status) {

@@ -20,7 +20,14 @@
 //     batching); `triton_enable_empty_final_response`, `headers` and
 //     `binary_data_output` are dropped; any other `triton_*` key is rejected; the rest
 //     go to InferRequest::parameters.
-//   - Shared-memory and classification parameters are rejected (not implemented).
+//   - Shared memory (Triton's extension): an input with shared_memory_region /
+//     shared_memory_byte_size (/ shared_memory_offset) parameters is read from the
+//     registered region (a view when aligned, bounds-checked); an output with them is
+//     resolved before the request runs and written there by InferResponseToProto, which
+//     then answers its parameters and an empty raw_output_contents entry. Without a
+//     SharedMemoryManager they are INVALID_ARGUMENT.
+//   - An output parameter `classification` (int64/uint64 >= 1) goes to
+//     InferRequest::classification.
 // Responses (InferResponseToProto): one raw_output_contents entry per output, in
 // output order, always present (empty for a zero-size tensor); typed contents never.
 //
@@ -30,6 +37,7 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,6 +48,7 @@
 #include "runtime/batch_io.h"
 #include "runtime/infer_request.h"
 #include "runtime/model_stats.h"
+#include "server/shared_memory.h"
 
 namespace shoal::server {
 
@@ -52,9 +61,23 @@ StatusOr<int64_t> ParseModelVersion(std::string_view version);
 StatusOr<runtime::InferRequest> InferRequestFromProto(
     std::shared_ptr<inference::ModelInferRequest> message, const runtime::RequestLimits& limits);
 
+// Outputs a request asked to receive in shared memory: name -> (where, its window).
+using SharedMemoryOutputs = std::map<std::string, std::pair<SharedMemoryRef, SharedMemoryView>>;
+
+// The same with the shared-memory extension: inputs may come from `shared_memory`'s
+// regions and the outputs to write there are resolved into *shared_memory_outputs.
+StatusOr<runtime::InferRequest> InferRequestFromProto(
+    std::shared_ptr<inference::ModelInferRequest> message, const runtime::RequestLimits& limits,
+    const SharedMemoryManager* shared_memory, SharedMemoryOutputs* shared_memory_outputs);
+
 // Fills `out` (expected empty) from an OK response.
 void InferResponseToProto(const runtime::InferResponse& response,
                           inference::ModelInferResponse* out);
+// The same, writing the outputs of `shared_memory` there; INVALID_ARGUMENT when one does
+// not fit its window.
+Status InferResponseToProto(const runtime::InferResponse& response,
+                            const SharedMemoryOutputs& shared_memory,
+                            inference::ModelInferResponse* out);
 
 // The gRPC status for a shoal status, through server/status_map (the one table).
 grpc::Status ToGrpcStatus(const Status& status);

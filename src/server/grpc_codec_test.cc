@@ -2,7 +2,10 @@
 // 3.2-3.3, 4.1, 4.4) and the wire identity of grpc_service.proto.
 #include "server/grpc_codec.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -320,15 +323,78 @@ TEST(GrpcCodecTest, MalformedRequests) {
     auto m = NewRequest();
     auto* in = AddInput(*m, "SHM", "FP32", {1});
     (*in->mutable_parameters())["shared_memory_region"].set_string_param("r");
-    ExpectInvalid(m, "input 'SHM': shared memory is not supported");
+    ExpectInvalid(m, "input 'SHM': shared_memory_region needs shared_memory_byte_size");
+    (*in->mutable_parameters())["shared_memory_byte_size"].set_int64_param(4);
+    ExpectInvalid(m, "input 'SHM': shared memory is not available here");
   }
   {
     auto m = NewRequest();
     auto* out = m->add_outputs();
     out->set_name("CLS");
-    (*out->mutable_parameters())["classification"].set_int64_param(3);
-    ExpectInvalid(m, "output 'CLS': classification is not supported");
+    (*out->mutable_parameters())["classification"].set_int64_param(0);
+    ExpectInvalid(m, "output 'CLS': parameter 'classification' must be a positive integer");
   }
+}
+
+TEST(GrpcCodecTest, SharedMemoryInputsOutputsAndClassification) {
+  const std::string key = "/shoal_grpc_codec_test_" + std::to_string(::getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64), 0);
+  auto* shm = static_cast<char*>(mmap(nullptr, 64, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  const int32_t in[2] = {5, 6};
+  std::memcpy(shm + 8, in, 8);
+  SharedMemoryManager manager;
+  ASSERT_TRUE(manager.Register("region", key, 0, 64).ok());
+
+  auto m = NewRequest();
+  auto& ip = *AddInput(*m, "X", "INT32", {2})->mutable_parameters();
+  ip["shared_memory_region"].set_string_param("region");
+  ip["shared_memory_byte_size"].set_int64_param(8);
+  ip["shared_memory_offset"].set_uint64_param(8);
+  auto* out = m->add_outputs();
+  out->set_name("Y");
+  auto& op = *out->mutable_parameters();
+  op["shared_memory_region"].set_string_param("region");
+  op["shared_memory_byte_size"].set_int64_param(16);
+  op["shared_memory_offset"].set_int64_param(32);
+  auto* cls = m->add_outputs();
+  cls->set_name("Z");
+  (*cls->mutable_parameters())["classification"].set_int64_param(2);
+  SharedMemoryOutputs outputs;
+  auto r = InferRequestFromProto(m, {}, &manager, &outputs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->inputs.size(), 1u);
+  EXPECT_EQ(r->inputs[0].tensor.values<int32_t>()[1], 6);
+  const int32_t changed = 9;
+  std::memcpy(shm + 8, &changed, 4);
+  EXPECT_EQ(r->inputs[0].tensor.values<int32_t>()[0], 9) << "a view, not a copy";
+  EXPECT_EQ(r->classification, (std::map<std::string, int64_t>{{"Z", 2}}));
+  ASSERT_EQ(outputs.count("Y"), 1u);
+
+  runtime::InferResponse answer;
+  answer.model_name = "m";
+  answer.outputs.push_back({"Y", Tensor::FromVector<int32_t>(DataType::kInt32, {2}, {11, 12})});
+  inference::ModelInferResponse proto;
+  ASSERT_TRUE(InferResponseToProto(answer, outputs, &proto).ok());
+  int32_t written[2];
+  std::memcpy(written, shm + 32, 8);
+  EXPECT_EQ(written[0], 11);
+  EXPECT_EQ(written[1], 12);
+  ASSERT_EQ(proto.raw_output_contents_size(), 1);
+  EXPECT_TRUE(proto.raw_output_contents(0).empty());
+  EXPECT_EQ(proto.outputs(0).parameters().at("shared_memory_region").string_param(), "region");
+  EXPECT_EQ(proto.outputs(0).parameters().at("shared_memory_byte_size").int64_param(), 8);
+
+  // Out of the region's bounds: refused before the request runs.
+  op["shared_memory_offset"].set_int64_param(60);
+  SharedMemoryOutputs none;
+  auto past = InferRequestFromProto(m, {}, &manager, &none);
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(past.status().message().find("past the end"), std::string::npos);
+  munmap(shm, 64);
+  shm_unlink(key.c_str());
 }
 
 TEST(GrpcCodecTest, RequestParameters) {

@@ -1,7 +1,9 @@
 #include "server/grpc_handlers.h"
 
+#include <optional>
 #include <utility>
 
+#include "repository/model_config.h"
 #include "server/grpc_codec.h"
 
 #ifndef SHOAL_VERSION
@@ -31,11 +33,15 @@ std::vector<std::string> GrpcHandlers::DefaultExtensions() {
   // "parameters": request parameters other than the reserved ones reach the runtime
   // (InferRequest::parameters). binary_tensor_data is HTTP's; GrpcOptions::extensions
   // can give one list for both protocols.
-  return {"model_configuration", "model_repository", "parameters", "schedule_policy", "statistics"};
+  return {"model_configuration", "model_repository", "parameters",           "schedule_policy",
+          "statistics",          "classification",   "system_shared_memory", "logging"};
 }
 
-GrpcHandlers::GrpcHandlers(runtime::Server* server, std::vector<std::string> extensions)
-    : server_(server), extensions_(std::move(extensions)) {}
+GrpcHandlers::GrpcHandlers(runtime::Server* server, std::vector<std::string> extensions,
+                           std::shared_ptr<ExtensionState> state)
+    : server_(server),
+      extensions_(std::move(extensions)),
+      state_(state ? std::move(state) : std::make_shared<ExtensionState>()) {}
 
 grpc::Status GrpcHandlers::ServerLive(const inference::ServerLiveRequest&,
                                       inference::ServerLiveResponse* response) {
@@ -158,12 +164,23 @@ grpc::Status GrpcHandlers::RepositoryModelLoad(const inference::RepositoryModelL
   if (auto s = CheckRepositoryChange(request.repository_name(), request.model_name()); !s.ok()) {
     return s;
   }
-  if (!request.parameters().empty()) {
-    return Error(grpc::StatusCode::UNIMPLEMENTED,
-                 "load parameter '" + request.parameters().begin()->first +
-                     "' is not supported: shoal loads models from the repository as they are");
+  std::optional<inference::ModelConfig> config;
+  for (const auto& [key, value] : request.parameters()) {
+    if (key != "config") {
+      return Error(grpc::StatusCode::UNIMPLEMENTED,
+                   "load parameter '" + key +
+                       "' is not supported (only 'config', the model config as JSON)");
+    }
+    if (value.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   "load parameter 'config' must be a string_param holding the model config "
+                   "as JSON");
+    }
+    auto parsed = repository::ParseModelConfigJson(value.string_param(), "parameters.config");
+    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+    config = std::move(parsed).value();
   }
-  return ToGrpcStatus(server_->LoadModel(request.model_name()));
+  return ToGrpcStatus(server_->LoadModel(request.model_name(), config));
 }
 
 grpc::Status GrpcHandlers::RepositoryModelUnload(

@@ -13,18 +13,20 @@
 // Errors go through server/status_map: an unknown model is NOT_FOUND, a model that is
 // not ready UNAVAILABLE, a malformed version INVALID_ARGUMENT, a repository change when
 // the control mode is not "explicit" FAILED_PRECONDITION, features shoal lacks
-// (load-time config overrides, a named repository) UNIMPLEMENTED. ModelReady answers
+// (a named repository, load parameters other than `config`) UNIMPLEMENTED. ModelReady answers
 // ready=false (status OK) for a model that is unknown or not ready.
 #pragma once
 
 #include <grpcpp/support/status.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "proto/grpc_health.pb.h"
 #include "proto/grpc_service.pb.h"
 #include "runtime/server.h"
+#include "server/protocol_settings.h"
 
 namespace shoal::server {
 
@@ -34,7 +36,12 @@ class GrpcHandlers {
   static std::vector<std::string> DefaultExtensions();
 
   // `server` must outlive the handlers. `extensions` is what ServerMetadata lists.
-  GrpcHandlers(runtime::Server* server, std::vector<std::string> extensions);
+  // `state`: shared-memory regions and trace settings shared with the HTTP front end
+  // (null: the handlers keep their own).
+  GrpcHandlers(runtime::Server* server, std::vector<std::string> extensions,
+               std::shared_ptr<ExtensionState> state = nullptr);
+
+  ExtensionState& extension_state() { return *state_; }
 
   grpc::Status ServerLive(const inference::ServerLiveRequest& request,
                           inference::ServerLiveResponse* response);
@@ -60,6 +67,29 @@ class GrpcHandlers {
                                    inference::RepositoryModelLoadResponse* response);
   grpc::Status RepositoryModelUnload(const inference::RepositoryModelUnloadRequest& request,
                                      inference::RepositoryModelUnloadResponse* response);
+  // Triton's extensions (grpc_extensions.cc), with the semantics of protocol_settings.h
+  // and shared_memory.h; errors as their HTTP twins (http_extensions.h), through
+  // status_map, except CUDA shared memory registration: UNIMPLEMENTED (no GPU).
+  grpc::Status SystemSharedMemoryStatus(const inference::SystemSharedMemoryStatusRequest& request,
+                                        inference::SystemSharedMemoryStatusResponse* response);
+  grpc::Status SystemSharedMemoryRegister(
+      const inference::SystemSharedMemoryRegisterRequest& request,
+      inference::SystemSharedMemoryRegisterResponse* response);
+  grpc::Status SystemSharedMemoryUnregister(
+      const inference::SystemSharedMemoryUnregisterRequest& request,
+      inference::SystemSharedMemoryUnregisterResponse* response);
+  grpc::Status CudaSharedMemoryStatus(const inference::CudaSharedMemoryStatusRequest& request,
+                                      inference::CudaSharedMemoryStatusResponse* response);
+  grpc::Status CudaSharedMemoryRegister(const inference::CudaSharedMemoryRegisterRequest& request,
+                                        inference::CudaSharedMemoryRegisterResponse* response);
+  grpc::Status CudaSharedMemoryUnregister(
+      const inference::CudaSharedMemoryUnregisterRequest& request,
+      inference::CudaSharedMemoryUnregisterResponse* response);
+  grpc::Status TraceSetting(const inference::TraceSettingRequest& request,
+                            inference::TraceSettingResponse* response);
+  grpc::Status LogSettings(const inference::LogSettingsRequest& request,
+                           inference::LogSettingsResponse* response);
+
   // Service "" or "inference.GRPCInferenceService": SERVING when the server is ready,
   // else NOT_SERVING; any other service NOT_FOUND (the health protocol's rule).
   grpc::Status HealthCheck(const grpc::health::v1::HealthCheckRequest& request,
@@ -71,6 +101,7 @@ class GrpcHandlers {
 
   runtime::Server* const server_;
   const std::vector<std::string> extensions_;
+  const std::shared_ptr<ExtensionState> state_;
 };
 
 }  // namespace shoal::server

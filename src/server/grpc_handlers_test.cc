@@ -232,13 +232,108 @@ TEST(GrpcHandlersExplicitTest, LoadAndUnload) {
   EXPECT_EQ(handlers.RepositoryModelLoad(load, &load_resp).error_code(),
             grpc::StatusCode::NOT_FOUND);
   load.set_model_name("add_sub");
-  (*load.mutable_parameters())["config"].set_string_param("{}");
+  (*load.mutable_parameters())["config"].set_string_param("{");
+  EXPECT_EQ(handlers.RepositoryModelLoad(load, &load_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  (*load.mutable_parameters())["config"].set_string_param(R"({"max_batch_sizes": 4})");
+  auto unknown = handlers.RepositoryModelLoad(load, &load_resp);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(unknown.error_message().find("max_batch_sizes"), std::string::npos)
+      << unknown.error_message();
+  (*load.mutable_parameters())["config"].set_bytes_param("{}");
+  EXPECT_EQ(handlers.RepositoryModelLoad(load, &load_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  load.clear_parameters();
+  (*load.mutable_parameters())["file:1/model.onnx"].set_bytes_param("x");
   EXPECT_EQ(handlers.RepositoryModelLoad(load, &load_resp).error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
+  load.clear_parameters();
+  // The config override replaces config.pbtxt: here, two instances instead of one.
+  (*load.mutable_parameters())["config"].set_string_param(R"({
+      "name": "add_sub", "backend": "add_sub", "max_batch_size": 0,
+      "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [4]},
+                {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": ["4"]}],
+      "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [4]},
+                 {"name": "OUTPUT1", "data_type": "TYPE_INT32", "dims": [4]}],
+      "instance_group": [{"count": 2, "kind": "KIND_CPU"}]})");
+  auto overridden = handlers.RepositoryModelLoad(load, &load_resp);
+  ASSERT_TRUE(overridden.ok()) << overridden.error_message();
+  inference::ModelConfigRequest creq;
+  creq.set_name("add_sub");
+  inference::ModelConfigResponse config;
+  ASSERT_TRUE(handlers.ModelConfig(creq, &config).ok());
+  ASSERT_EQ(config.config().instance_group_size(), 1);
+  EXPECT_EQ(config.config().instance_group(0).count(), 2);
+  // A broken override is refused with the reason, and the loaded model keeps serving.
+  (*load.mutable_parameters())["config"].set_string_param(R"({"name": "other"})");
+  auto wrong_name = handlers.RepositoryModelLoad(load, &load_resp);
+  EXPECT_EQ(wrong_name.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(wrong_name.error_message().find("config override"), std::string::npos)
+      << wrong_name.error_message();
+  ASSERT_TRUE(handlers.ModelReady(ready_req, &ready).ok());
+  EXPECT_TRUE(ready.ready());
   load.clear_parameters();
   load.clear_model_name();
   EXPECT_EQ(handlers.RepositoryModelLoad(load, &load_resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(GrpcHandlersTest, SharedMemoryTraceAndLogSettings) {
+  inference::SystemSharedMemoryStatusResponse status;
+  ASSERT_TRUE(handlers_->SystemSharedMemoryStatus({}, &status).ok());
+  EXPECT_TRUE(status.regions().empty());
+  inference::SystemSharedMemoryStatusRequest named;
+  named.set_name("nope");
+  EXPECT_EQ(handlers_->SystemSharedMemoryStatus(named, &status).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  inference::SystemSharedMemoryRegisterRequest reg;
+  reg.set_name("r");
+  reg.set_key("/shoal_no_such_shm_object");
+  reg.set_byte_size(16);
+  inference::SystemSharedMemoryRegisterResponse reg_resp;
+  auto s = handlers_->SystemSharedMemoryRegister(reg, &reg_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("'r'"), std::string::npos) << s.error_message();
+  inference::SystemSharedMemoryUnregisterResponse unreg_resp;
+  EXPECT_TRUE(handlers_->SystemSharedMemoryUnregister({}, &unreg_resp).ok());
+
+  inference::CudaSharedMemoryStatusResponse cuda;
+  EXPECT_TRUE(handlers_->CudaSharedMemoryStatus({}, &cuda).ok());
+  EXPECT_TRUE(cuda.regions().empty());
+  inference::CudaSharedMemoryRegisterResponse cuda_reg;
+  auto no_gpu = handlers_->CudaSharedMemoryRegister({}, &cuda_reg);
+  EXPECT_EQ(no_gpu.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(no_gpu.error_message().find("no GPU"), std::string::npos);
+
+  inference::TraceSettingRequest trace;
+  inference::TraceSettingResponse trace_resp;
+  ASSERT_TRUE(handlers_->TraceSetting(trace, &trace_resp).ok());
+  EXPECT_EQ(trace_resp.settings().at("trace_level").value(0), "OFF");
+  (*trace.mutable_settings())["trace_level"].add_value("TIMESTAMPS");
+  EXPECT_EQ(handlers_->TraceSetting(trace, &trace_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  trace.clear_settings();
+  (*trace.mutable_settings())["trace_rate"].add_value("7");
+  trace.set_model_name("identity");
+  inference::TraceSettingResponse model_trace;
+  ASSERT_TRUE(handlers_->TraceSetting(trace, &model_trace).ok());
+  EXPECT_EQ(model_trace.settings().at("trace_rate").value(0), "7");
+  trace.set_model_name("nope");
+  EXPECT_EQ(handlers_->TraceSetting(trace, &model_trace).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  inference::LogSettingsRequest log;
+  inference::LogSettingsResponse log_resp;
+  ASSERT_TRUE(handlers_->LogSettings(log, &log_resp).ok());
+  EXPECT_TRUE(log_resp.settings().at("log_error").bool_param());
+  (*log.mutable_settings())["log_verbose_level"].set_uint32_param(1);
+  ASSERT_TRUE(handlers_->LogSettings(log, &log_resp).ok());
+  EXPECT_EQ(log_resp.settings().at("log_verbose_level").uint32_param(), 1u);
+  (*log.mutable_settings())["log_verbose_level"].set_uint32_param(0);
+  ASSERT_TRUE(handlers_->LogSettings(log, &log_resp).ok());
+  (*log.mutable_settings())["log_rotation"].set_bool_param(true);
+  auto unknown = handlers_->LogSettings(log, &log_resp);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(unknown.error_message().find("log_rotation"), std::string::npos);
 }
 
 }  // namespace

@@ -63,8 +63,10 @@ class GrpcServer::Impl {
  public:
   Impl(runtime::Server* runtime, GrpcOptions options)
       : options_(std::move(options)),
-        handlers_(runtime, options_.extensions.empty() ? GrpcHandlers::DefaultExtensions()
-                                                       : options_.extensions) {
+        handlers_(
+            runtime,
+            options_.extensions.empty() ? GrpcHandlers::DefaultExtensions() : options_.extensions,
+            options_.extension_state) {
     ctx_.runtime = runtime;
     ctx_.service = &service_;
     ctx_.health = &health_;

@@ -5,7 +5,9 @@
 //
 // RPCs: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig,
 // ModelInfer, ModelStreamInfer, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
-// RepositoryModelUnload. The shared-memory, trace and log RPCs answer UNIMPLEMENTED.
+// RepositoryModelUnload, and Triton's extensions: SystemSharedMemory*, CudaSharedMemory*
+// (registration answers UNIMPLEMENTED: no GPU), TraceSetting, LogSettings
+// (docs/protocol-extensions.md).
 // Conversions: grpc_codec.h; the per-RPC answers: grpc_handlers.h; the state machines:
 // grpc_calls.h.
 //
@@ -40,6 +42,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/protocol_settings.h"
 
 namespace shoal::server {
 
@@ -62,6 +65,9 @@ struct GrpcOptions {
   int64_t shutdown_grace_ms = 5000;
   // What ServerMetadata lists; empty: GrpcHandlers::DefaultExtensions().
   std::vector<std::string> extensions;
+  // Registered shared memory regions and trace settings (Triton's extensions), shared
+  // with the HTTP front end of the same server. Null: the gRPC server keeps its own.
+  std::shared_ptr<ExtensionState> extension_state;
 };
 
 class GrpcServer {

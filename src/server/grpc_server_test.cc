@@ -193,7 +193,13 @@ TEST_F(GrpcServerTest, UnaryRpcsOverTheNetwork) {
   {
     grpc::ClientContext ctx;
     inference::SystemSharedMemoryStatusResponse resp;
-    EXPECT_EQ(stub_->SystemSharedMemoryStatus(&ctx, {}, &resp).error_code(),
+    EXPECT_TRUE(stub_->SystemSharedMemoryStatus(&ctx, {}, &resp).ok());
+    EXPECT_TRUE(resp.regions().empty());
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::CudaSharedMemoryRegisterResponse resp;
+    EXPECT_EQ(stub_->CudaSharedMemoryRegister(&ctx, {}, &resp).error_code(),
               grpc::StatusCode::UNIMPLEMENTED);
   }
   {

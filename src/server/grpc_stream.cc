@@ -10,6 +10,7 @@
 #include "core/mutex.h"
 #include "server/grpc_calls.h"
 #include "server/grpc_codec.h"
+#include "server/request_log.h"
 
 namespace shoal::server::internal {
 namespace {
@@ -151,15 +152,20 @@ class StreamInferCall final : public Call {
       MutexLock lock(&mu_);
       message = std::move(reading_);
     }
+    const int64_t start_ns = RequestLogNowNs();
     StatusOr<runtime::InferRequest> decoded = Unavailable("the server is shutting down");
+    SharedMemoryOutputs shm;
     if (!ctx_->draining.load()) {
       try {
-        decoded = InferRequestFromProto(message, ctx_->limits);
+        decoded = InferRequestFromProto(message, ctx_->limits,
+                                        &ctx_->handlers->extension_state().shared_memory, &shm);
       } catch (const std::exception& e) {
         decoded = Internal(std::string("internal error: ") + e.what());
       }
     }
     if (!decoded.ok()) {
+      LogRequest({"gRPC stream", message->model_name(), 0, message->id(), decoded.status(), 0, 0,
+                  RequestLogNowNs() - start_ns});
       auto error = ErrorResponse(decoded.status().message(), message->id(), message->model_name(),
                                  message->model_version());
       MutexLock lock(&mu_);
@@ -177,7 +183,9 @@ class StreamInferCall final : public Call {
     Ref();  // the runtime callback
     auto handle = ctx_->runtime->Infer(
         std::move(decoded).value(),
-        [this, seq](runtime::InferResponse r) { OnAnswer(seq, std::move(r)); });
+        [this, seq, start_ns, shm = std::move(shm)](runtime::InferResponse r) {
+          OnAnswer(seq, start_ns, std::move(r), shm);
+        });
     bool cancel = false;
     {
       MutexLock lock(&mu_);
@@ -191,24 +199,31 @@ class StreamInferCall final : public Call {
   }
 
   // On a runtime thread (or inside Infer when answered at once).
-  void OnAnswer(uint64_t seq, runtime::InferResponse answer) {
+  void OnAnswer(uint64_t seq, int64_t start_ns, runtime::InferResponse answer,
+                const SharedMemoryOutputs& shm) {
     std::unique_ptr<Response> response;
+    Status logged = answer.status;
     try {
       if (answer.status.ok()) {
         response = std::make_unique<Response>();
         auto* ir = response->mutable_infer_response();
-        InferResponseToProto(answer, ir);
-        // One response per request (no decoupled models): each is the final one.
-        (*ir->mutable_parameters())["triton_final_response"].set_bool_param(true);
+        if (Status written = InferResponseToProto(answer, shm, ir); !written.ok()) {
+          response = ErrorResponse(written.message(), answer.id, answer.model_name, "");
+        } else {
+          // One response per request (no decoupled models): each is the final one.
+          (*ir->mutable_parameters())["triton_final_response"].set_bool_param(true);
+        }
       } else {
         response = ErrorResponse(
             answer.status.message(), answer.id, answer.model_name,
             answer.model_version > 0 ? std::to_string(answer.model_version) : std::string());
       }
     } catch (const std::exception& e) {
-      response = ErrorResponse(std::string("internal error: ") + e.what(), answer.id,
-                               answer.model_name, "");
+      logged = Internal(std::string("internal error: ") + e.what());
+      response = ErrorResponse(logged.message(), answer.id, answer.model_name, "");
     }
+    LogRequest({"gRPC stream", answer.model_name, answer.model_version, answer.id, logged,
+                answer.queue_ns, answer.compute_ns, RequestLogNowNs() - start_ns});
     answer = runtime::InferResponse();  // release output buffers before the send
     {
       MutexLock lock(&mu_);

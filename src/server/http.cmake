@@ -9,17 +9,18 @@ find_package(simdjson REQUIRED)
 shoal_cc_library(NAME http_codec
   SRCS http_json.cc http_infer_parser.cc http_infer_codec.cc
   HDRS http_json.h http_infer_codec.h
-  DEPS shoal_proto shoal_runtime simdjson::simdjson ZLIB::ZLIB)
+  DEPS shoal_proto shoal_runtime shoal_server_extensions simdjson::simdjson ZLIB::ZLIB)
 
 shoal_cc_library(NAME http
   SRCS http_core.cc http_loop.cc http_loop_request.cc http_loop_response.cc http_routes.cc http_server.cc
-  HDRS http_core.h http_loop.h http_connection.h http_routes.h http_server.h
+       http_extensions.cc
+  HDRS http_core.h http_loop.h http_connection.h http_routes.h http_server.h http_extensions.h
   DEPS shoal_http_codec shoal_server_common shoal_runtime protobuf::libprotobuf Threads::Threads)
 # simdjson's On-Demand API is compiled for the instruction set the compiler may assume;
 # without flags that is its slow scalar "fallback". SSE4.2 + PCLMUL ("westmere") runs on
 # every x86-64 CPU since 2010.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  set_source_files_properties(http_json.cc http_infer_parser.cc PROPERTIES
+  set_source_files_properties(http_json.cc http_infer_parser.cc http_extensions.cc PROPERTIES
     COMPILE_OPTIONS "-msse4.2;-mpclmul")
 endif()
 # The version reported by GET /v2.

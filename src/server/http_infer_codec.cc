@@ -145,6 +145,20 @@ Status AppendJsonData(const NamedTensor& output, std::string* out) {
 
 }  // namespace
 
+Status ResolveSharedMemory(const SharedMemoryManager& manager, ParsedInfer* parsed) {
+  for (const auto& [index, ref] : parsed->shared_memory_inputs) {
+    NamedTensor& in = parsed->request.inputs[index];
+    const std::string field = "inputs[" + std::to_string(index) + "] ('" + in.name + "')";
+    ASSIGN_OR_RETURN(in.tensor,
+                     manager.InputTensor(ref, in.tensor.dtype(), in.tensor.shape(), field));
+  }
+  for (const auto& [name, ref] : parsed->encoding.shared_memory) {
+    ASSIGN_OR_RETURN(SharedMemoryView view, manager.View(ref, "output '" + name + "'"));
+    parsed->encoding.shared_memory_views[name] = std::move(view);
+  }
+  return Status::Ok();
+}
+
 StatusOr<proto::HttpResponse> SerializeInferResponse(const runtime::InferResponse& response,
                                                      const OutputEncoding& encoding) {
   // The outputs in reply order: the request's order when it named outputs.
@@ -202,7 +216,16 @@ StatusOr<proto::HttpResponse> SerializeInferResponse(const runtime::InferRespons
     w.Key("shape").BeginArray();
     for (int64_t d : o->tensor.shape()) w.Int(d);
     w.EndArray();
-    if (encoding.Binary(o->name)) {
+    if (auto shm = encoding.shared_memory_views.find(o->name);
+        shm != encoding.shared_memory_views.end()) {
+      RETURN_IF_ERROR(WriteToSharedMemory(shm->second, o->tensor, o->name));
+      const SharedMemoryRef& ref = encoding.shared_memory.at(o->name);
+      w.Key("parameters").BeginObject();
+      w.Member("shared_memory_region", ref.region);
+      w.MemberUint("shared_memory_byte_size", o->tensor.byte_size());
+      if (ref.offset != 0) w.MemberUint("shared_memory_offset", ref.offset);
+      w.EndObject();
+    } else if (encoding.Binary(o->name)) {
       const size_t n = o->tensor.byte_size();
       w.Key("parameters").BeginObject().MemberUint("binary_data_size", n).EndObject();
       if (n > 0) {

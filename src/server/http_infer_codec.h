@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,21 +42,36 @@
 #include "proto/http_message.h"
 #include "runtime/batch_io.h"
 #include "runtime/infer_request.h"
+#include "server/shared_memory.h"
 
 namespace shoal::server {
 
-// How each output of a response is encoded (binary extension or JSON `data`).
+// How each output of a response is encoded (binary extension, JSON `data`, or written
+// to shared memory).
 struct OutputEncoding {
   bool default_binary = false;  // request parameter binary_data_output
   // The request's `outputs`, in order, with their own binary_data flag if given.
   std::vector<std::pair<std::string, std::optional<bool>>> requested;
   bool Binary(std::string_view output) const;
+  // Outputs the request asked to receive in shared memory (their shared_memory_*
+  // parameters), and, once ResolveSharedMemory ran, the windows they go to.
+  std::map<std::string, SharedMemoryRef> shared_memory;
+  std::map<std::string, SharedMemoryView> shared_memory_views;
 };
 
 struct ParsedInfer {
   runtime::InferRequest request;  // model name and version are left to the caller
   OutputEncoding encoding;
+  // Inputs read from shared memory: their index in request.inputs (a tensor with dtype
+  // and shape but no data until ResolveSharedMemory) and where they are.
+  std::vector<std::pair<size_t, SharedMemoryRef>> shared_memory_inputs;
 };
+
+// Shared memory extension: fills the shared-memory inputs of `parsed` from `manager`
+// (views when aligned) and resolves its shared-memory outputs, so an unknown region or
+// a window out of bounds is refused (INVALID_ARGUMENT naming the tensor) before the
+// request runs. A no-op for a request that uses no shared memory.
+Status ResolveSharedMemory(const SharedMemoryManager& manager, ParsedInfer* parsed);
 
 struct BinarySplit {
   std::string_view json;
@@ -86,7 +102,9 @@ StatusOr<std::shared_ptr<proto::BodyBuffer>> DecodeContentEncoding(
     std::string_view encoding, std::shared_ptr<proto::BodyBuffer> body, int64_t max_bytes,
     size_t align_at);
 
-// The HTTP reply for a successful runtime response (status 200). An output that cannot
+// The HTTP reply for a successful runtime response (status 200). An output resolved to
+// shared memory is written there and answered with its shared_memory_* parameters and no
+// data (INVALID_ARGUMENT when it does not fit the window). An output that cannot
 // be written as JSON (FP16/BF16, or BYTES that are not UTF-8) fails with
 // INVALID_ARGUMENT asking for binary_data; a requested output missing from the
 // response fails with INTERNAL.
@@ -97,7 +115,12 @@ StatusOr<proto::HttpResponse> SerializeInferResponse(const runtime::InferRespons
 // POST /v2/repository/index: {"ready": bool} (body may be empty). Returns `ready`.
 StatusOr<bool> ParseRepositoryIndexBody(std::string_view body);
 // POST .../load and .../unload: {"parameters": {...}} (may be empty). Returns the
-// parameter names given (their values are not used by this server).
-StatusOr<std::vector<std::string>> ParseRepositoryParametersBody(std::string_view body);
+// parameter names given and the value of `config` (a string: the model config as JSON,
+// Triton's load override), the only value this server uses.
+struct RepositoryParameters {
+  std::vector<std::string> names;
+  std::optional<std::string> config;
+};
+StatusOr<RepositoryParameters> ParseRepositoryParametersBody(std::string_view body);
 
 }  // namespace shoal::server

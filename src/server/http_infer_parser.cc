@@ -165,29 +165,69 @@ struct PendingBinary {
   int64_t elements;
 };
 
-// Rejects the shared-memory parameters, which this server does not implement.
-Status RejectSharedMemory(std::string_view key, const std::string& field) {
-  if (key.rfind("shared_memory_", 0) == 0) {
-    return InvalidArgument(field + ": shared memory is not supported by this server");
-  }
-  return Status::Ok();
-}
+// The shared_memory_* parameters of one input or output, as given.
+struct SharedMemoryParams {
+  std::optional<std::string> region;
+  std::optional<uint64_t> byte_size;
+  std::optional<uint64_t> offset;
 
-Status ParseInputParameters(od::value& v, const std::string& field,
-                            std::optional<uint64_t>* binary_size) {
-  od::object params;
-  JSON_GET(v.get_object(), params, field, "an object");
-  return ForEachField(params, field, "an object", [&](std::string_view key, od::value& value) {
-    const std::string where = field + "." + std::string(key);
-    RETURN_IF_ERROR(RejectSharedMemory(key, where));
-    if (key == "binary_data_size") {
+  // Reads `key` if it is one of them; false when it is not.
+  StatusOr<bool> Read(std::string_view key, od::value& value, const std::string& where) {
+    if (key == "shared_memory_region") {
+      std::string_view r;
+      JSON_GET(value.get_string(), r, where, "a string");
+      region.emplace(r);
+    } else if (key == "shared_memory_byte_size") {
       uint64_t n;
       JSON_GET(value.get_uint64(), n, where, "a non-negative integer");
-      *binary_size = n;
+      byte_size = n;
+    } else if (key == "shared_memory_offset") {
+      uint64_t n;
+      JSON_GET(value.get_uint64(), n, where, "a non-negative integer");
+      offset = n;
+    } else {
+      return false;
     }
-    // Other input parameters are accepted and ignored, as Triton does.
-    return Status::Ok();
-  });
+    return true;
+  }
+
+  // The reference, if any: a region needs its byte size; the others need a region.
+  StatusOr<std::optional<SharedMemoryRef>> Ref(const std::string& field) const {
+    if (!region) {
+      if (byte_size || offset) {
+        return InvalidArgument(field + ": shared_memory_byte_size and shared_memory_offset " +
+                               "need shared_memory_region");
+      }
+      return std::optional<SharedMemoryRef>();
+    }
+    if (!byte_size) {
+      return InvalidArgument(field + ": shared_memory_region needs shared_memory_byte_size");
+    }
+    return std::optional<SharedMemoryRef>(SharedMemoryRef{*region, offset.value_or(0), *byte_size});
+  }
+};
+
+Status ParseInputParameters(od::value& v, const std::string& field,
+                            std::optional<uint64_t>* binary_size,
+                            std::optional<SharedMemoryRef>* shm) {
+  od::object params;
+  JSON_GET(v.get_object(), params, field, "an object");
+  SharedMemoryParams shm_params;
+  RETURN_IF_ERROR(
+      ForEachField(params, field, "an object", [&](std::string_view key, od::value& value) {
+        const std::string where = field + "." + std::string(key);
+        ASSIGN_OR_RETURN(const bool is_shm, shm_params.Read(key, value, where));
+        if (is_shm) return Status::Ok();
+        if (key == "binary_data_size") {
+          uint64_t n;
+          JSON_GET(value.get_uint64(), n, where, "a non-negative integer");
+          *binary_size = n;
+        }
+        // Other input parameters are accepted and ignored, as Triton does.
+        return Status::Ok();
+      }));
+  ASSIGN_OR_RETURN(*shm, shm_params.Ref(field));
+  return Status::Ok();
 }
 
 Status ParseShape(od::value& v, const std::string& field, Shape* shape) {
@@ -207,7 +247,8 @@ Status ParseShape(od::value& v, const std::string& field, Shape* shape) {
 
 Status ParseInput(od::object& obj, size_t index, const std::string& field, std::string_view json,
                   const runtime::RequestLimits& limits, NamedTensor* out,
-                  std::vector<PendingBinary>* binary) {
+                  std::vector<PendingBinary>* binary,
+                  std::vector<std::pair<size_t, SharedMemoryRef>>* shm_inputs) {
   std::string_view name;
   JSON_GET(obj.find_field_unordered("name").get_string(), name, field + ".name", "a string");
   out->name.assign(name);
@@ -233,11 +274,12 @@ Status ParseInput(od::object& obj, size_t index, const std::string& field, std::
   const int64_t elements = *count;
 
   std::optional<uint64_t> binary_size;
+  std::optional<SharedMemoryRef> shm;
   {
     od::value v;
     auto e = obj.find_field_unordered("parameters").get(v);
     if (e == simdjson::SUCCESS) {
-      RETURN_IF_ERROR(ParseInputParameters(v, label + ".parameters", &binary_size));
+      RETURN_IF_ERROR(ParseInputParameters(v, label + ".parameters", &binary_size, &shm));
     } else if (e != simdjson::NO_SUCH_FIELD) {
       return JsonError(e, label + ".parameters", "an object");
     }
@@ -248,6 +290,16 @@ Status ParseInput(od::object& obj, size_t index, const std::string& field, std::
   if (e != simdjson::SUCCESS && e != simdjson::NO_SUCH_FIELD)
     return JsonError(e, label + ".data", "an array");
   const bool has_data = e == simdjson::SUCCESS;
+  if (shm) {
+    if (has_data || binary_size) {
+      return InvalidArgument(label +
+                             ": an input in shared memory takes neither 'data' nor "
+                             "'parameters.binary_data_size'");
+    }
+    shm_inputs->emplace_back(index, std::move(*shm));
+    out->tensor = Tensor(*dtype, std::move(shape), nullptr, 0, 0);  // filled in later
+    return Status::Ok();
+  }
   if (has_data == binary_size.has_value()) {
     return InvalidArgument(
         label + ": exactly one of 'data' and 'parameters.binary_data_size' must be given");
@@ -298,7 +350,8 @@ Status ParseInput(od::object& obj, size_t index, const std::string& field, std::
 }
 
 Status ParseInputs(od::value& v, std::string_view json, const runtime::RequestLimits& limits,
-                   std::vector<NamedTensor>* inputs, std::vector<PendingBinary>* binary) {
+                   std::vector<NamedTensor>* inputs, std::vector<PendingBinary>* binary,
+                   std::vector<std::pair<size_t, SharedMemoryRef>>* shm_inputs) {
   od::array arr;
   JSON_GET(v.get_array(), arr, "inputs", "an array of objects");
   for (auto ir : arr) {
@@ -309,7 +362,7 @@ Status ParseInputs(od::value& v, std::string_view json, const runtime::RequestLi
     od::object obj;
     JSON_GET(ir.get_object(), obj, field, "an object");
     NamedTensor t;
-    RETURN_IF_ERROR(ParseInput(obj, inputs->size(), field, json, limits, &t, binary));
+    RETURN_IF_ERROR(ParseInput(obj, inputs->size(), field, json, limits, &t, binary, shm_inputs));
     for (const auto& other : *inputs) {
       if (other.name == t.name)
         return InvalidArgument(field + ": input '" + t.name + "' is given twice");
@@ -319,7 +372,8 @@ Status ParseInputs(od::value& v, std::string_view json, const runtime::RequestLi
   return Status::Ok();
 }
 
-Status ParseOutputs(od::value& v, OutputEncoding* encoding) {
+Status ParseOutputs(od::value& v, OutputEncoding* encoding,
+                    std::map<std::string, int64_t>* classification) {
   od::array arr;
   JSON_GET(v.get_array(), arr, "outputs", "an array of objects");
   for (auto orr : arr) {
@@ -333,24 +387,35 @@ Status ParseOutputs(od::value& v, OutputEncoding* encoding) {
     std::string_view name;
     JSON_GET(obj.find_field_unordered("name").get_string(), name, field + ".name", "a string");
     std::optional<bool> binary;
+    std::optional<SharedMemoryRef> shm;
+    std::optional<int64_t> class_count;
     od::value pv;
     auto e = obj.find_field_unordered("parameters").get(pv);
     if (e == simdjson::SUCCESS) {
       od::object params;
       JSON_GET(pv.get_object(), params, field + ".parameters", "an object");
+      SharedMemoryParams shm_params;
       RETURN_IF_ERROR(ForEachField(
           params, field + ".parameters", "an object", [&](std::string_view key, od::value& value) {
             const std::string where = field + ".parameters." + std::string(key);
-            RETURN_IF_ERROR(RejectSharedMemory(key, where));
+            ASSIGN_OR_RETURN(const bool is_shm, shm_params.Read(key, value, where));
+            if (is_shm) return Status::Ok();
             if (key == "binary_data") {
               bool b;
               JSON_GET(value.get_bool(), b, where, "true or false");
               binary = b;
             } else if (key == "classification") {
-              return InvalidArgument(where + ": classification is not supported by this server");
+              int64_t k;
+              JSON_GET(value.get_int64(), k, where, "a positive integer");
+              if (k < 1) {
+                return InvalidArgument(where + ": must be a positive integer; was " +
+                                       std::to_string(k));
+              }
+              class_count = k;
             }
             return Status::Ok();
           }));
+      ASSIGN_OR_RETURN(shm, shm_params.Ref(field + ".parameters"));
     } else if (e != simdjson::NO_SUCH_FIELD) {
       return JsonError(e, field + ".parameters", "an object");
     }
@@ -359,6 +424,8 @@ Status ParseOutputs(od::value& v, OutputEncoding* encoding) {
         return InvalidArgument(field + ": output '" + std::string(name) + "' is requested twice");
     }
     encoding->requested.emplace_back(std::string(name), binary);
+    if (shm) encoding->shared_memory[std::string(name)] = std::move(*shm);
+    if (class_count) (*classification)[std::string(name)] = *class_count;
   }
   return Status::Ok();
 }
@@ -543,10 +610,11 @@ StatusOr<ParsedInfer> ParseDocument(od::document& doc, std::string_view json,
       RETURN_IF_ERROR(ParseRequestParameters(f.value(), &parsed.request, &parsed.encoding));
     } else if (key == "inputs") {
       RETURN_IF_ERROR(once(&seen_inputs, key));
-      RETURN_IF_ERROR(ParseInputs(f.value(), json, limits, &parsed.request.inputs, &pending));
+      RETURN_IF_ERROR(ParseInputs(f.value(), json, limits, &parsed.request.inputs, &pending,
+                                  &parsed.shared_memory_inputs));
     } else if (key == "outputs") {
       RETURN_IF_ERROR(once(&seen_outputs, key));
-      RETURN_IF_ERROR(ParseOutputs(f.value(), &parsed.encoding));
+      RETURN_IF_ERROR(ParseOutputs(f.value(), &parsed.encoding, &parsed.request.classification));
     }
     // Unknown members are ignored.
   }

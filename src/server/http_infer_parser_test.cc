@@ -205,7 +205,13 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
               "exactly one of");
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"FP32",
                         "parameters":{"shared_memory_region":"r"}}]})"),
-              "shared memory is not supported");
+              "shared_memory_region needs shared_memory_byte_size");
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[1],
+                        "parameters":{"shared_memory_region":"r","shared_memory_byte_size":4}}]})"),
+              "an input in shared memory takes neither");
+  ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"FP32",
+                        "parameters":{"shared_memory_offset":4}}]})"),
+              "need shared_memory_region");
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[1]},
                                   {"name":"X","shape":[1],"datatype":"FP32","data":[1]}]})"),
               "given twice");
@@ -219,8 +225,11 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
   ExpectError(Parse(R"({"inputs":[],"parameters":{"obj":{}}})"), "parameters.obj");
   ExpectError(Parse(R"({"inputs":[],"parameters":{"big":18446744073709551615}})"),
               "parameters.big");
-  ExpectError(Parse(R"({"inputs":[],"outputs":[{"name":"A","parameters":{"classification":3}}]})"),
-              "classification is not supported");
+  ExpectError(Parse(R"({"inputs":[],"outputs":[{"name":"A","parameters":{"classification":0}}]})"),
+              "outputs[0].parameters.classification: must be a positive integer");
+  ExpectError(
+      Parse(R"({"inputs":[],"outputs":[{"name":"A","parameters":{"classification":"3"}}]})"),
+      "outputs[0].parameters.classification");
   ExpectError(Parse(R"({"inputs":[],"outputs":[{"name":"A","parameters":{"binary_data":1}}]})"),
               "outputs[0].parameters.binary_data");
   ExpectError(Parse(R"({"inputs":[],"outputs":[{"name":"A"},{"name":"A"}]})"), "requested twice");
@@ -464,9 +473,39 @@ TEST(HttpInferCodecTest, RepositoryBodies) {
   auto p =
       ParseRepositoryParametersBody(R"({"parameters":{"config":"{}","unload_dependents":true}})");
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(*p, (std::vector<std::string>{"config", "unload_dependents"}));
+  EXPECT_EQ(p->names, (std::vector<std::string>{"config", "unload_dependents"}));
+  EXPECT_EQ(p->config, std::optional<std::string>("{}"));
+  EXPECT_FALSE(ParseRepositoryParametersBody(R"({"parameters":{"config":{}}})").ok());
   EXPECT_TRUE(ParseRepositoryParametersBody("  ").ok());
   EXPECT_FALSE(ParseRepositoryParametersBody(R"({"parameters":[]})").ok());
+}
+
+TEST(HttpInferParserTest, SharedMemoryInputsAndOutputsAndClassification) {
+  auto r = Parse(R"({"inputs":[{"name":"X","shape":[2],"datatype":"FP32",
+      "parameters":{"shared_memory_region":"in","shared_memory_byte_size":8,
+                    "shared_memory_offset":16}}],
+    "outputs":[{"name":"Y","parameters":{"shared_memory_region":"out",
+                                         "shared_memory_byte_size":32}},
+               {"name":"Z","parameters":{"classification":2}}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->shared_memory_inputs.size(), 1u);
+  EXPECT_EQ(r->shared_memory_inputs[0].first, 0u);
+  EXPECT_EQ(r->shared_memory_inputs[0].second.region, "in");
+  EXPECT_EQ(r->shared_memory_inputs[0].second.offset, 16u);
+  EXPECT_EQ(r->shared_memory_inputs[0].second.byte_size, 8u);
+  EXPECT_EQ(r->request.inputs[0].tensor.shape(), (Shape{2}));
+  ASSERT_EQ(r->encoding.shared_memory.count("Y"), 1u);
+  EXPECT_EQ(r->encoding.shared_memory.at("Y").region, "out");
+  EXPECT_EQ(r->encoding.shared_memory.at("Y").offset, 0u);
+  EXPECT_EQ(r->encoding.shared_memory.at("Y").byte_size, 32u);
+  EXPECT_EQ(r->request.classification, (std::map<std::string, int64_t>{{"Z", 2}}));
+
+  // Resolving against a manager without those regions names the input.
+  SharedMemoryManager none;
+  Status s = ResolveSharedMemory(none, &*r);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("inputs[0] ('X')"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'in'"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -152,37 +152,6 @@ Status ValidateDocument(od::document& doc, std::string_view json) {
   return Status::Ok();
 }
 
-namespace {
-
-// Parses a small JSON body (copied into a padded string); calls fn(key, value) per
-// top-level member.
-template <typename Fn>
-Status ForEachMember(std::string_view body, Fn fn) {
-  size_t start = 0;
-  while (start < body.size() && (body[start] == ' ' || body[start] == '\n' || body[start] == '\r' ||
-                                 body[start] == '\t')) {
-    ++start;
-  }
-  if (start == body.size()) return Status::Ok();  // empty body
-  try {
-    simdjson::padded_string padded(body);
-    od::parser parser;
-    od::document doc;
-    auto e = parser.iterate(padded).get(doc);
-    if (e != simdjson::SUCCESS) return JsonError(e, "the top level", "a JSON object");
-    RETURN_IF_ERROR(ValidateDocument(doc, body));
-    od::object root;
-    JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
-    RETURN_IF_ERROR(ForEachField(root, "the top level", "a JSON object", fn));
-    if (!AtEnd(doc)) return TrailingBytesError();
-    return Status::Ok();
-  } catch (const std::exception& ex) {
-    return InvalidArgument(std::string("invalid request body: ") + ex.what());
-  }
-}
-
-}  // namespace
-
 StatusOr<bool> ParseRepositoryIndexBody(std::string_view body) {
   bool ready = false;
   RETURN_IF_ERROR(ForEachMember(body, [&](std::string_view key, od::value& v) -> Status {
@@ -192,18 +161,24 @@ StatusOr<bool> ParseRepositoryIndexBody(std::string_view body) {
   return ready;
 }
 
-StatusOr<std::vector<std::string>> ParseRepositoryParametersBody(std::string_view body) {
-  std::vector<std::string> names;
+StatusOr<RepositoryParameters> ParseRepositoryParametersBody(std::string_view body) {
+  RepositoryParameters out;
   RETURN_IF_ERROR(ForEachMember(body, [&](std::string_view key, od::value& v) -> Status {
     if (key != "parameters") return Status::Ok();
     od::object params;
     JSON_GET(v.get_object(), params, "parameters", "an object");
-    return ForEachField(params, "parameters", "an object", [&](std::string_view k, od::value&) {
-      names.emplace_back(k);
+    return ForEachField(params, "parameters", "an object", [&](std::string_view k, od::value& pv) {
+      out.names.emplace_back(k);
+      if (k == "config") {
+        std::string_view config;
+        JSON_GET(pv.get_string(), config, "parameters.config",
+                 "a string holding the model config as JSON");
+        out.config.emplace(config);
+      }
       return Status::Ok();
     });
   }));
-  return names;
+  return out;
 }
 
 }  // namespace shoal::server

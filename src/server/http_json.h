@@ -60,4 +60,31 @@ Status ValidateDocument(simdjson::ondemand::document& doc, std::string_view json
 // document".
 Status TrailingBytesError();
 
+// Parses a small JSON body (copied into a padded string) whose root is an object, and
+// calls fn(key, value) -> Status per top-level member. An empty body has no members.
+template <typename Fn>
+Status ForEachMember(std::string_view body, Fn fn) {
+  size_t start = 0;
+  while (start < body.size() && (body[start] == ' ' || body[start] == '\n' || body[start] == '\r' ||
+                                 body[start] == '\t')) {
+    ++start;
+  }
+  if (start == body.size()) return Status::Ok();  // empty body
+  try {
+    simdjson::padded_string padded(body);
+    simdjson::ondemand::parser parser;
+    simdjson::ondemand::document doc;
+    auto e = parser.iterate(padded).get(doc);
+    if (e != simdjson::SUCCESS) return JsonError(e, "the top level", "a JSON object");
+    RETURN_IF_ERROR(ValidateDocument(doc, body));
+    simdjson::ondemand::object root;
+    JSON_GET(doc.get_object(), root, "the top level", "a JSON object");
+    RETURN_IF_ERROR(ForEachField(root, "the top level", "a JSON object", fn));
+    if (!AtEnd(doc)) return TrailingBytesError();
+    return Status::Ok();
+  } catch (const std::exception& ex) {
+    return InvalidArgument(std::string("invalid request body: ") + ex.what());
+  }
+}
+
 }  // namespace shoal::server

@@ -1,4 +1,3 @@
-#include <charconv>
 #include "server/http_routes.h"
 
 #include <google/protobuf/descriptor.h>
@@ -6,11 +5,18 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <charconv>
+#include <memory>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
+#include "core/mutex.h"
 #include "proto/json_writer.h"
+#include "repository/model_config.h"
+#include "server/http_extensions.h"
 #include "server/http_infer_codec.h"
+#include "server/request_log.h"
 #include "server/status_map.h"
 
 #ifndef SHOAL_VERSION
@@ -243,8 +249,11 @@ std::string ServerMetadataJson() {
   proto::JsonWriter w(&out);
   w.BeginObject().Member("name", "shoal").Member("version", SHOAL_VERSION);
   w.Key("extensions").BeginArray();
-  for (const char* e : {"model_repository", "schedule_policy", "model_configuration",
-                        "binary_tensor_data", "parameters", "statistics"}) {
+  // Not listed: "cuda_shared_memory" (its endpoints answer, but no region can be
+  // registered without a GPU) and "trace" (settings only; no traces are produced).
+  for (const char* e :
+       {"model_repository", "schedule_policy", "model_configuration", "binary_tensor_data",
+        "parameters", "statistics", "classification", "system_shared_memory", "logging"}) {
     w.String(e);
   }
   w.EndArray().EndObject();
@@ -348,47 +357,25 @@ proto::HttpResponse ErrorResponse(const Status& status) {
 }
 
 HttpRoutes::HttpRoutes(runtime::Server* server, HttpOptions options)
-    : server_(server), options_(std::move(options)), server_metadata_(ServerMetadataJson()) {
-  worker_ = std::thread([this] { WorkerLoop(); });
-}
+    : server_(server),
+      options_(std::move(options)),
+      extensions_(options_.extension_state ? options_.extension_state
+                                           : std::make_shared<ExtensionState>()),
+      server_metadata_(ServerMetadataJson()),
+      worker_(1, "http-repo"),
+      codec_(options_.codec_threads > 0
+                 ? std::make_shared<TaskPool>(options_.codec_threads, "http-codec")
+                 : nullptr) {}
 
 HttpRoutes::~HttpRoutes() { Shutdown(); }
 
 void HttpRoutes::Shutdown() {
-  {
-    MutexLock lock(&mu_);
-    worker_stop_ = true;
-  }
-  cv_.SignalAll();
-  if (worker_.joinable()) worker_.join();
+  worker_.Shutdown();
+  if (codec_) codec_->Shutdown();
 }
 
 bool HttpRoutes::RunOnWorker(std::function<void()> work, std::function<void()> on_refused) {
-  {
-    MutexLock lock(&mu_);
-    if (worker_stop_) return false;
-    work_.emplace_back(std::move(work), std::move(on_refused));
-  }
-  cv_.Signal();
-  return true;
-}
-
-void HttpRoutes::WorkerLoop() {
-  MutexLock lock(&mu_);
-  while (true) {
-    while (!worker_stop_ && work_.empty()) cv_.Wait(&mu_);
-    if (work_.empty()) return;
-    auto [work, refused] = std::move(work_.front());
-    work_.pop_front();
-    const bool stop = worker_stop_;
-    lock.Unlock();
-    if (stop) {
-      refused();
-    } else {
-      work();
-    }
-    lock.Lock();
-  }
+  return worker_.Submit(std::move(work), std::move(on_refused));
 }
 
 size_t HttpRoutes::BodyAlignment(const proto::HttpRequestHead& head) {
@@ -403,6 +390,11 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
   auto segments = proto::SplitPath(request.head.path);
   if (!segments.ok()) {
     responder.Send(ErrorResponse(segments.status()));
+    return {};
+  }
+  if (auto answer = HandleExtension(*segments, request.head.method, request.body_view(), *server_,
+                                    *extensions_)) {
+    responder.Send(std::move(*answer));
     return {};
   }
   const RouteMatch match = MatchRoute(*segments);
@@ -425,6 +417,7 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
     return {};
   }
   auto reply = [&](const StatusOr<std::string>& json) {
+    if (!json.ok()) LogInternalError("HTTP", match.model, json.status());
     responder.Send(json.ok() ? proto::HttpResponse::Json(200, *json)
                              : ErrorResponse(json.status()));
   };
@@ -474,56 +467,178 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
   return {};
 }
 
+// An infer request handed to the codec pool: the loop's cancel hook and the pool's
+// submission meet here, in whichever order they come.
+struct HttpRoutes::InferCall {
+  int64_t start_ns = 0;  // RequestLogNowNs() when the request reached Infer
+  proto::HttpRequestHead head;
+  std::shared_ptr<proto::BodyBuffer> body;
+  RouteMatch match;
+  HttpResponder responder;
+
+  Mutex mu;
+  bool cancelled GUARDED_BY(mu) = false;
+  std::shared_ptr<runtime::RequestHandle> handle GUARDED_BY(mu);
+
+  void Cancel() {
+    std::shared_ptr<runtime::RequestHandle> h;
+    {
+      MutexLock lock(&mu);
+      cancelled = true;
+      h = handle;
+    }
+    if (h) h->Cancel();
+  }
+};
+
+namespace {
+
+bool Compressed(const proto::HttpRequestHead& head) {
+  const std::string* encoding = head.Find("content-encoding");
+  return encoding != nullptr && !proto::EqualsIgnoreCase(*encoding, "identity");
+}
+
+// Tensor bytes of the outputs an answer writes as JSON text (binary ones are zero-copy).
+size_t JsonOutputBytes(const runtime::InferResponse& response, const OutputEncoding& encoding) {
+  size_t bytes = 0;
+  for (const NamedTensor& output : response.outputs) {
+    if (!encoding.Binary(output.name)) bytes += output.tensor.byte_size();
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
                                         const HttpResponder& responder) {
-  std::shared_ptr<proto::BodyBuffer> body = request.body;
-  const std::string* header_length = request.head.Find("inference-header-content-length");
+  auto call = std::make_shared<InferCall>();
+  call->start_ns = RequestLogNowNs();
+  call->head = std::move(request.head);
+  call->body = std::move(request.body);
+  call->match = match;
+  call->responder = responder;
+  const bool offload =
+      codec_ != nullptr &&
+      (call->body->size() > static_cast<size_t>(options_.offload_bytes) || Compressed(call->head));
+  if (!offload) {
+    StartInfer(call);
+    std::shared_ptr<runtime::RequestHandle> handle;
+    {
+      MutexLock lock(&call->mu);  // uncontended: nothing else holds the call yet
+      handle = std::move(call->handle);
+    }
+    if (!handle) return {};
+    return [handle] { handle->Cancel(); };
+  }
+  const bool queued = codec_->Submit(
+      [this, call] {
+        {
+          MutexLock lock(&call->mu);
+          if (call->cancelled) {  // the client left while this waited: nothing to run
+            call->responder.Send(ErrorResponse(Cancelled("the client went away")));
+            return;
+          }
+        }
+        StartInfer(call);
+      },
+      [call] { call->responder.Send(ErrorResponse(Unavailable("server is shutting down"))); });
+  if (!queued) {
+    responder.Send(ErrorResponse(Unavailable("server is shutting down")));
+    return {};
+  }
+  return [call] { call->Cancel(); };
+}
+
+void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
+  const proto::HttpRequestHead& head = call->head;
+  const HttpResponder& responder = call->responder;
+  const int64_t start_ns = call->start_ns;
+  const std::string model = call->match.model;
+  // Answers an error found before the runtime saw the request, logging it.
+  auto refuse = [&](proto::HttpResponse r, const Status& status) {
+    LogRequest({"HTTP", model, 0, {}, status, 0, 0, RequestLogNowNs() - start_ns});
+    responder.Send(std::move(r));
+  };
+  std::shared_ptr<proto::BodyBuffer> body = std::move(call->body);
+  const std::string* header_length = head.Find("inference-header-content-length");
   std::optional<std::string_view> header_length_view;
   if (header_length != nullptr) header_length_view = *header_length;
-  if (const std::string* encoding = request.head.Find("content-encoding")) {
-    auto decoded = DecodeContentEncoding(*encoding, body, options_.max_body_bytes,
-                                         BodyAlignment(request.head));
+  if (const std::string* encoding = head.Find("content-encoding")) {
+    auto decoded =
+        DecodeContentEncoding(*encoding, std::move(body), options_.max_body_bytes,
+                              BodyAlignment(head));  // the compressed bytes go with `body`
     if (!decoded.ok()) {
       proto::HttpResponse r = ErrorResponse(decoded.status());
       if (decoded.status().code() == StatusCode::kResourceExhausted) r.status = 413;
       r.headers.clear();
-      responder.Send(std::move(r));
-      return {};
+      refuse(std::move(r), decoded.status());
+      return;
     }
     body = std::move(decoded).value();
-    request.body.reset();  // the compressed bytes are no longer needed
   }
   auto parsed = ParseInferRequest(body, header_length_view, options_.limits);
   if (!parsed.ok()) {
-    responder.Send(ErrorResponse(parsed.status()));
-    return {};
+    refuse(ErrorResponse(parsed.status()), parsed.status());
+    return;
+  }
+  if (Status shm = ResolveSharedMemory(extensions_->shared_memory, &*parsed); !shm.ok()) {
+    responder.Send(ErrorResponse(shm));
+    return;
   }
   runtime::InferRequest infer = std::move(parsed->request);
-  if (const std::string* timeout = request.head.Find(kTimeoutHeader)) {
+  if (const std::string* timeout = head.Find(kTimeoutHeader)) {
     uint64_t us = 0;
     const char* end = timeout->data() + timeout->size();
     auto [ptr, ec] = std::from_chars(timeout->data(), end, us);
     if (timeout->empty() || ec != std::errc() || ptr != end || us == 0) {
-      responder.Send(ErrorResponse(InvalidArgument(
-          std::string(kTimeoutHeader) + " must be a positive integer (microseconds); was '" +
-          *timeout + "'")));
-      return {};
+      const Status bad =
+          InvalidArgument(std::string(kTimeoutHeader) +
+                          " must be a positive integer (microseconds); was '" + *timeout + "'");
+      refuse(ErrorResponse(bad), bad);
+      return;
     }
     infer.client_deadline_us = us;
   }
-  infer.model_name = match.model;
-  infer.model_version = match.version;
+  infer.model_name = call->match.model;
+  infer.model_version = call->match.version;
   auto encoding = std::make_shared<const OutputEncoding>(std::move(parsed->encoding));
   std::shared_ptr<runtime::RequestHandle> handle =
-      server_->Infer(std::move(infer), [responder, encoding](runtime::InferResponse response) {
+      server_->Infer(std::move(infer), [responder, encoding, pool = std::weak_ptr<TaskPool>(codec_),
+                                        offload = static_cast<size_t>(options_.offload_bytes),
+                                        start_ns, model](runtime::InferResponse response) {
         auto shared = std::make_shared<runtime::InferResponse>(std::move(response));
-        responder.SendLater([shared, encoding]() -> proto::HttpResponse {
-          if (!shared->status.ok()) return ErrorResponse(shared->status);
-          auto http = SerializeInferResponse(*shared, *encoding);
+        auto make = [shared, encoding, start_ns, model]() -> proto::HttpResponse {
+          const runtime::InferResponse& r = *shared;
+          auto log = [&](const Status& status) {
+            LogRequest({"HTTP", model, r.model_version, r.id, status, r.queue_ns, r.compute_ns,
+                        RequestLogNowNs() - start_ns});
+          };
+          if (!r.status.ok()) {
+            log(r.status);
+            return ErrorResponse(r.status);
+          }
+          auto http = SerializeInferResponse(r, *encoding);
+          log(http.status());
           return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
-        });
+        };
+        // A large JSON answer is written on the codec pool; the rest on the loop.
+        if (shared->status.ok() && JsonOutputBytes(*shared, *encoding) > offload) {
+          if (std::shared_ptr<TaskPool> p = pool.lock()) {
+            if (p->Submit([responder, make] { responder.Send(make()); },
+                          [responder, make] { responder.SendLater(make); })) {
+              return;
+            }
+          }
+        }
+        responder.SendLater(std::move(make));
       });
-  return [handle] { handle->Cancel(); };
+  std::shared_ptr<runtime::RequestHandle> cancel_now;
+  {
+    MutexLock lock(&call->mu);
+    call->handle = handle;
+    if (call->cancelled) cancel_now = handle;
+  }
+  if (cancel_now) cancel_now->Cancel();
 }
 
 void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
@@ -560,8 +675,8 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
     responder.Send(ErrorResponse(params.status()));
     return;
   }
-  for (const auto& p : *params) {
-    if (p == "config" || p.rfind("file:", 0) == 0) {
+  for (const auto& p : params->names) {
+    if (p.rfind("file:", 0) == 0) {
       responder.Send(ErrorResponse(
           Unimplemented("load parameter '" + p + "' is not supported by this server")));
       return;
@@ -574,9 +689,18 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
   }
   const bool load = match.route == Route::kRepositoryLoad;
   const std::string model = match.model;
+  std::optional<inference::ModelConfig> config;
+  if (load && params->config) {
+    auto parsed = repository::ParseModelConfigJson(*params->config, "parameters.config");
+    if (!parsed.ok()) {
+      responder.Send(ErrorResponse(parsed.status()));
+      return;
+    }
+    config = std::move(parsed).value();
+  }
   if (!RunOnWorker(
-          [server, responder, load, model] {
-            const Status s = load ? server->LoadModel(model) : server->UnloadModel(model);
+          [server, responder, load, model, config] {
+            const Status s = load ? server->LoadModel(model, config) : server->UnloadModel(model);
             responder.Send(s.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(s));
           },
           refused)) {

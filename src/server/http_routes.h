@@ -5,21 +5,28 @@
 // Threads: Handle runs on HttpCore's loop threads and never blocks: inference answers
 // arrive through the runtime callback, and repository load/unload/index run on the
 // routes' own worker thread (Shutdown joins it; queued work then answers 503).
+//
+// Work that grows with a request's size stays off the loops, so one large request
+// cannot stall every connection of its loop: an infer body larger than
+// HttpOptions::offload_bytes, or compressed at all (its inflated size is unknown until
+// inflated), is decoded, parsed and submitted (which hashes it for the response cache)
+// on the codec pool; an answer whose JSON-encoded outputs hold more than offload_bytes
+// of tensor data is serialized there too. Smaller requests and answers stay on the
+// loop, where they cost less than the hand-over. codec_threads 0 keeps all on the loops.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "core/mutex.h"
 #include "core/status.h"
 #include "runtime/server.h"
 #include "server/http_core.h"
 #include "server/http_server.h"
+#include "server/task_pool.h"
 
 namespace shoal::server::internal {
 
@@ -78,25 +85,30 @@ class HttpRoutes final : public HttpHandler {
   void SetStopping() { stopping_ = true; }
   // Joins the worker thread; queued repository work answers 503. Idempotent.
   void Shutdown();
+  // Requests and answers handled on the codec pool so far (0 without one).
+  int64_t offloaded() const { return codec_ ? codec_->started() : 0; }
 
  private:
+  struct InferCall;
+
   std::function<void()> Infer(HttpRequest& request, const RouteMatch& match,
                               const HttpResponder& responder);
+  // Decodes, parses and submits one infer request; answers through call->responder.
+  void StartInfer(const std::shared_ptr<InferCall>& call);
   void Repository(HttpRequest& request, const RouteMatch& match, const HttpResponder& responder);
   // Queues blocking work for the worker thread; false once shut down.
   bool RunOnWorker(std::function<void()> work, std::function<void()> on_refused);
-  void WorkerLoop();
 
   runtime::Server* const server_;
   const HttpOptions options_;
+  const std::shared_ptr<ExtensionState> extensions_;
   const std::string server_metadata_;
   std::atomic<bool> stopping_{false};
 
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<std::pair<std::function<void()>, std::function<void()>>> work_ GUARDED_BY(mu_);
-  bool worker_stop_ GUARDED_BY(mu_) = false;
-  std::thread worker_;
+  TaskPool worker_;
+  // Null when options_.codec_threads is 0. Shared with runtime callbacks, which may
+  // outlive a request's connection.
+  std::shared_ptr<TaskPool> codec_;
 };
 
 }  // namespace shoal::server::internal

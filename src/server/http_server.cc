@@ -42,6 +42,14 @@ Status HttpServer::Validate(const HttpOptions& options) {
     return InvalidArgument("limits.max_inputs must be positive; was " +
                            std::to_string(options.limits.max_inputs));
   }
+  if (options.codec_threads < 0) {
+    return InvalidArgument("codec_threads must be 0 or more; was " +
+                           std::to_string(options.codec_threads));
+  }
+  if (options.offload_bytes < 0) {
+    return InvalidArgument("offload_bytes must be 0 or more; was " +
+                           std::to_string(options.offload_bytes));
+  }
   return HttpCore::Validate(CoreOptions(options));
 }
 
@@ -66,6 +74,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
 HttpServer::~HttpServer() { Stop(); }
 
 int HttpServer::port() const { return core_ ? core_->port() : 0; }
+
+int64_t HttpServer::offloaded() const { return routes_ ? routes_->offloaded() : 0; }
 
 void HttpServer::StopAccepting() {
   if (routes_) routes_->SetStopping();

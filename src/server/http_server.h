@@ -11,14 +11,17 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer   JSON and binary tensor data, gzip/deflate
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats Triton statistics
 //   POST /v2/repository[/{repo}]/index, .../models/{m}/load, .../models/{m}/unload
+//   Triton's shared-memory, logging and trace endpoints: http_extensions.h
 // Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}. Errors are
 // {"error": "..."} with the status of server/status_map (429 and 503 add Retry-After).
 //
 // Threads: `threads` I/O event loops (see http_core.h) parse, route and serialize;
 // they never wait for inference: Server::Infer's callback posts the answer back to the
-// connection's loop. Repository load/unload/index run on one extra worker thread,
-// because loading a model blocks. A client that disconnects before its answer cancels
-// its request (RequestHandle::Cancel).
+// connection's loop. Large or compressed infer bodies and large JSON answers are
+// decoded and encoded on `codec_threads` threads instead, so that one large request
+// does not stall the other connections of its loop (http_routes.h). Repository load/unload/index
+// run on one extra worker thread, because loading a model blocks. A client that disconnects before
+// its answer cancels its request (RequestHandle::Cancel).
 //
 // Shutdown (what `shoal serve` does on SIGTERM):
 //   http->StopAccepting();    // listener closed; open connections finish their requests
@@ -34,6 +37,7 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/protocol_settings.h"
 #include "server/tcp_listener.h"
 
 namespace shoal::server {
@@ -60,6 +64,15 @@ struct HttpOptions {
   int64_t header_timeout_ms = 30'000;
   int64_t body_timeout_ms = 300'000;
   int64_t write_timeout_ms = 60'000;
+  // Threads that decode, parse and serialize large or compressed requests and large
+  // JSON answers off the I/O loops (http_routes.h); 0: all of it on the loops.
+  int codec_threads = 2;
+  // An infer body above this many bytes as received (or any compressed body), and an
+  // answer with more tensor bytes to write as JSON, is handled by the codec threads.
+  int64_t offload_bytes = int64_t{256} << 10;
+  // Registered shared memory regions and trace settings (Triton's extensions), shared
+  // with the gRPC front end of the same server. Null: the HTTP server keeps its own.
+  std::shared_ptr<ExtensionState> extension_state;
 };
 
 namespace internal {
@@ -83,6 +96,8 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
+  // Infer requests and answers decoded or encoded off the I/O loops so far (codec_threads).
+  int64_t offloaded() const;
   // Closes the listener; /v2/health/ready answers 503 from now on. Requests in progress
   // are answered (with Connection: close); idle connections are closed.
   void StopAccepting();

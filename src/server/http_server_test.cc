@@ -237,6 +237,80 @@ TEST_F(HttpServerTest, GzipAndDeflateBodies) {
               400, "corrupt");
 }
 
+TEST_F(HttpServerTest, LargeAndCompressedRequestsAreHandledOffTheLoops) {
+  HttpOptions o;
+  o.threads = 1;
+  o.codec_threads = 2;
+  o.offload_bytes = 2048;
+  Start(runtime::ModelControlMode::kNone, o);
+  std::vector<float> small = {1, 2, 3};
+  std::vector<float> large(1000);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<float>(i);
+
+  // Small body, small answer: both on the loop.
+  HttpReply r = client_->Post("/v2/models/identity/infer", InferJson(small));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json(small));
+  EXPECT_EQ(http_->offloaded(), 0);
+
+  // A compressed body, however small, is inflated off the loop; its answer is small.
+  r = client_->Post("/v2/models/identity/infer", testing::GzipCompress(InferJson(small)),
+                    {{"Content-Encoding", "gzip"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json(small));
+  EXPECT_EQ(http_->offloaded(), 1);
+
+  // A large body (4 KB of JSON) with a large JSON answer (4000 tensor bytes): both off.
+  ASSERT_GT(InferJson(large).size(), 2048u);
+  r = client_->Post("/v2/models/identity/infer", InferJson(large));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json(large));
+  EXPECT_EQ(http_->offloaded(), 3);
+
+  // The same answer as binary data is zero-copy, so only the request goes.
+  json header = json::parse(InferJson(large));
+  header["outputs"] = {{{"name", "OUTPUT0"}, {"parameters", {{"binary_data", true}}}}};
+  r = client_->Post("/v2/models/identity/infer", header.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(http_->offloaded(), 4);
+
+  // Errors found off the loop are answered as on it.
+  ExpectError(client_->Post("/v2/models/identity/infer", "garbage", {{"Content-Encoding", "gzip"}}),
+              400, "corrupt");
+  std::string bad = InferJson(large);
+  bad.replace(bad.find("FP32"), 4, "FP99");
+  ExpectError(client_->Post("/v2/models/identity/infer", bad), 400, "FP99");
+  EXPECT_EQ(http_->offloaded(), 6);
+}
+
+TEST_F(HttpServerTest, NoCodecThreadsKeepsEverythingOnTheLoops) {
+  HttpOptions o;
+  o.codec_threads = 0;
+  o.offload_bytes = 0;
+  Start(runtime::ModelControlMode::kNone, o);
+  HttpReply r = client_->Post("/v2/models/identity/infer", testing::GzipCompress(InferJson({7, 8})),
+                              {{"Content-Encoding", "gzip"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["outputs"][0]["data"], json({7, 8}));
+  EXPECT_EQ(http_->offloaded(), 0);
+}
+
+TEST_F(HttpServerTest, DisconnectCancelsARequestParsedOffTheLoop) {
+  HttpOptions o;
+  o.offload_bytes = 0;  // every body goes to the codec threads
+  Start(runtime::ModelControlMode::kNone, o);
+  auto leaver = NewClient();
+  ASSERT_TRUE(leaver->SendRaw("POST /v2/models/held/infer HTTP/1.1\r\nContent-Length: " +
+                              std::to_string(InferJson({2}).size()) + "\r\n\r\n" + InferJson({2})));
+  ASSERT_TRUE(WaitModel("held", [](const auto& m) { return m.in_flight() == 1; }));
+  EXPECT_EQ(http_->offloaded(), 1);
+  leaver->Close();
+  ASSERT_TRUE(WaitModel("held", [](const auto& m) { return m.stats().cancelled == 1; }));
+  auto mv = server_->GetModel("held");
+  ASSERT_TRUE(mv.ok());
+  EXPECT_EQ((*mv)->stats().execution_count, 0u) << "the cancelled request never ran";
+}
+
 TEST_F(HttpServerTest, ErrorsCarryTheirStatusAndNameTheField) {
   HttpOptions o;
   o.max_body_bytes = 4096;
@@ -437,9 +511,13 @@ TEST_F(HttpServerTest, RepositoryIndexLoadUnload) {
             200);
   EXPECT_NE(client_->Post("/v2/models/identity/infer", InferJson({1})).status, 200);
   ExpectError(client_->Post("/v2/repository/models/nope/load", ""), 404, "nope");
+  // A config override that does not validate (no backend) is refused with the reason.
   ExpectError(
       client_->Post("/v2/repository/models/identity/load", R"({"parameters":{"config":"{}"}})"),
-      501, "config");
+      400, "config override");
+  ExpectError(client_->Post("/v2/repository/models/identity/load",
+                            R"({"parameters":{"file:1/model.onnx":"eA=="}})"),
+              501, "file:1/model.onnx");
   EXPECT_EQ(client_->Post("/v2/repository/myrepo/models/add_sub/load", "").status, 200);
   ExpectError(client_->Post("/v2/repository/index", "{"), 400, "invalid JSON");
 }

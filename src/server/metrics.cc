@@ -188,12 +188,10 @@ void WriteRequestCounters(Writer& w, const std::vector<VersionView>& views) {
            "Failed requests that never ran, by reason: queue_full, overload, invalid, timeout, "
            "deadline, cancelled.");
   for (const auto& v : views) {
-    const std::pair<const char*, uint64_t> reasons[] = {{"queue_full", v.stats.rejected_queue_full},
-                                                        {"overload", v.stats.rejected_overload},
-                                                        {"invalid", v.stats.rejected_invalid},
-                                                        {"timeout", v.stats.timed_out},
-                                                        {"deadline", v.stats.deadline_missed},
-                                                        {"cancelled", v.stats.cancelled}};
+    const std::pair<const char*, uint64_t> reasons[] = {
+        {"queue_full", v.stats.rejected_queue_full}, {"overload", v.stats.rejected_overload},
+        {"invalid", v.stats.rejected_invalid},       {"timeout", v.stats.timed_out},
+        {"deadline", v.stats.deadline_missed},       {"cancelled", v.stats.cancelled}};
     for (const auto& [reason, n] : reasons) {
       Labels l = v.labels();
       l.emplace_back("reason", reason);
@@ -311,6 +309,68 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
   }
 }
 
+// Triton's per-model families (nv_*), with Triton's names, labels (model, version) and
+// types, so that dashboards and alerts written for Triton read shoal unchanged. Durations
+// are cumulative counters in microseconds, as Triton exports them by default; each request
+// is charged its batch's compute time, as in Triton's statistics. Computed from the same
+// snapshot as shoal's own families, so the two always agree.
+void WriteTritonMetrics(Writer& w, const std::vector<VersionView>& views) {
+  auto counter = [&](const char* name, const char* help, auto value) {
+    w.Family(name, "counter", help);
+    for (const auto& v : views) w.Sample(name, v.labels(), static_cast<double>(value(v.stats)));
+  };
+  using Stats = runtime::ModelStatsSnapshot;
+  counter("nv_inference_request_success",
+          "Number of successful inference requests, all batch sizes (cache hits included)",
+          [](const Stats& s) { return s.success.count; });
+  // Triton's failure reasons: REJECTED (queue full, overload, timed out or past the
+  // deadline before running), CANCELED, OTHER (invalid requests), BACKEND (the rest:
+  // executions that failed).
+  w.Family("nv_inference_request_failure", "counter",
+           "Number of failed inference requests, all batch sizes, by reason");
+  for (const auto& v : views) {
+    const Stats& s = v.stats;
+    const uint64_t rejected =
+        s.rejected_queue_full + s.rejected_overload + s.timed_out + s.deadline_missed;
+    const uint64_t known = rejected + s.cancelled + s.rejected_invalid;
+    const std::pair<const char*, uint64_t> reasons[] = {
+        {"REJECTED", rejected},
+        {"CANCELED", s.cancelled},
+        {"BACKEND", s.fail.count > known ? s.fail.count - known : 0},
+        {"OTHER", s.rejected_invalid}};
+    for (const auto& [reason, n] : reasons) {
+      Labels l = v.labels();
+      l.emplace_back("reason", reason);
+      w.Sample("nv_inference_request_failure", l, static_cast<double>(n));
+    }
+  }
+  counter("nv_inference_count",
+          "Number of inferences performed (a batch of n counts n; cache hits excluded)",
+          [](const Stats& s) { return s.inference_count; });
+  counter("nv_inference_exec_count", "Number of model executions performed (cache hits excluded)",
+          [](const Stats& s) { return s.execution_count; });
+  counter("nv_inference_request_duration_us",
+          "Cumulative inference request duration in microseconds (cache hits included)",
+          [](const Stats& s) { return s.success.ns / 1000; });
+  counter("nv_inference_queue_duration_us",
+          "Cumulative inference queuing duration in microseconds (cache hits included)",
+          [](const Stats& s) { return s.queue.ns / 1000; });
+  counter("nv_inference_compute_input_duration_us",
+          "Cumulative compute input duration in microseconds (cache hits excluded)",
+          [](const Stats& s) { return s.compute_input.ns / 1000; });
+  counter("nv_inference_compute_infer_duration_us",
+          "Cumulative compute inference duration in microseconds (cache hits excluded)",
+          [](const Stats& s) { return s.compute_infer.ns / 1000; });
+  counter("nv_inference_compute_output_duration_us",
+          "Cumulative inference compute output duration in microseconds (cache hits excluded)",
+          [](const Stats& s) { return s.compute_output.ns / 1000; });
+  w.Family("nv_inference_pending_request_count", "gauge",
+           "Instantaneous number of pending requests awaiting execution per-model.");
+  for (const auto& v : views) {
+    w.Sample("nv_inference_pending_request_count", v.labels(), static_cast<double>(v.queue_depth));
+  }
+}
+
 // The shared response cache's families; none when the server has no cache.
 void WriteResponseCacheMetrics(Writer& w, const runtime::Server& server) {
   auto cache = server.cache();
@@ -368,12 +428,14 @@ std::string RenderPrometheus(const runtime::Server& server) {
   out.reserve(4096 + views.size() * 8192);
   Writer w(&out);
   w.Family("shoal_server_ready", "gauge",
-           "1 when the server is ready (every model that should be loaded is READY).");
+           "1 when the server is ready, as GET /v2/health/ready says (start-up loading "
+           "finished and, with --strict-readiness, every model that should be loaded is READY).");
   w.Sample("shoal_server_ready", {}, server.ready() ? 1 : 0);
   WriteRequestCounters(w, views);
   WriteLatencyHistograms(w, views);
   WriteLoadGauges(w, views);
   WriteInstanceMetrics(w, views, now_ns);
+  WriteTritonMetrics(w, views);
   WriteResponseCacheMetrics(w, server);
   WriteProcessMetrics(w);
   return out;

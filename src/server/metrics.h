@@ -7,7 +7,10 @@
 // end-to-end / queue / compute latency histograms (seconds), batch size histogram,
 // queue depth and in-flight gauges, rejections by reason, cache hits and misses; per
 // instance (labels model, version, instance) executions, busy time and busy ratio;
-// the shared response cache; process CPU time and resident memory (from /proc/self).
+// the shared response cache; process CPU time and resident memory (from /proc/self);
+// and, beside shoal's own, Triton's per-model families (nv_inference_request_success,
+// nv_inference_queue_duration_us, ...) with Triton's labels, types and units, so that
+// dashboards written for Triton work unchanged.
 //
 // Threads: RenderPrometheus reads snapshots and may be called from any thread.
 // MetricsServer runs one HttpCore loop thread; a scrape renders on it.

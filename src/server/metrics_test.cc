@@ -135,5 +135,83 @@ TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
   (*server)->Shutdown();
 }
 
+// Triton's nv_* families: Triton's names, types and labels, and values that agree with
+// shoal's own families and with the model's statistics.
+TEST(MetricsTest, TritonFamiliesAgreeWithShoalsOwn) {
+  runtime::testing::TempRepository repo("shoal_metrics_test");
+  repo.AddModel("failing", R"(
+name: "failing"
+backend: "cost_model"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+parameters { key: "a_us" value { string_value: "100" } }
+parameters { key: "b_us" value { string_value: "0" } }
+parameters { key: "fail_on_value" value { string_value: "7" } }
+)");
+  auto server = runtime::Server::Create(runtime::testing::RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto infer = [&](float value, DataType dtype) {
+    runtime::InferRequest r;
+    r.model_name = "failing";
+    if (dtype == DataType::kFp32) {
+      r.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 1}, {value})});
+    } else {
+      r.inputs.push_back({"INPUT0", Tensor::FromVector<int32_t>(DataType::kInt32, {1, 1}, {1})});
+    }
+    std::promise<Status> done;
+    (*server)->Infer(std::move(r),
+                     [&](runtime::InferResponse resp) { done.set_value(resp.status); });
+    return done.get_future().get();
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(infer(1, DataType::kFp32).ok());
+  EXPECT_EQ(infer(7, DataType::kFp32).code(), StatusCode::kInternal);          // BACKEND
+  EXPECT_EQ(infer(1, DataType::kInt32).code(), StatusCode::kInvalidArgument);  // OTHER
+
+  const std::string text = RenderPrometheus(**server);
+  std::map<std::string, std::string> types;
+  std::map<std::string, double> value;  // name + labels -> value
+  for (const auto& s : ParseExposition(text, &types)) value[s.name + s.labels] = s.value;
+  for (const char* counter :
+       {"nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+        "nv_inference_exec_count", "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us", "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us", "nv_inference_compute_output_duration_us"}) {
+    EXPECT_EQ(types[counter], "counter") << counter;
+  }
+  EXPECT_EQ(types["nv_inference_pending_request_count"], "gauge");
+
+  const std::string l = "{model=\"failing\",version=\"1\"}";
+  auto failure = [&](const std::string& reason) {
+    return value["nv_inference_request_failure{model=\"failing\",version=\"1\",reason=\"" + reason +
+                 "\"}"];
+  };
+  EXPECT_EQ(value["nv_inference_request_success" + l], 3);
+  EXPECT_EQ(failure("BACKEND"), 1);
+  EXPECT_EQ(failure("OTHER"), 1);
+  EXPECT_EQ(failure("REJECTED"), 0);
+  EXPECT_EQ(failure("CANCELED"), 0);
+  EXPECT_EQ(
+      value["shoal_inference_requests_total{model=\"failing\",version=\"1\",outcome=\"failure\"}"],
+      failure("BACKEND") + failure("OTHER") + failure("REJECTED") + failure("CANCELED"));
+  EXPECT_EQ(value["nv_inference_count" + l], value["shoal_inference_items_total" + l]);
+  EXPECT_EQ(value["nv_inference_exec_count" + l], value["shoal_inference_executions_total" + l]);
+  EXPECT_EQ(value["nv_inference_exec_count" + l], 3) << "failed executions are not counted";
+  EXPECT_EQ(value["nv_inference_pending_request_count" + l], 0);
+
+  // Cumulative microseconds, from the statistics the stats endpoint reports in ns.
+  auto mv = (*server)->GetModel("failing");
+  ASSERT_TRUE(mv.ok());
+  const runtime::ModelStatsSnapshot stats = (*mv)->stats();
+  EXPECT_EQ(value["nv_inference_request_duration_us" + l], stats.success.ns / 1000);
+  EXPECT_EQ(value["nv_inference_queue_duration_us" + l], stats.queue.ns / 1000);
+  EXPECT_EQ(value["nv_inference_compute_infer_duration_us" + l], stats.compute_infer.ns / 1000);
+  // Three runs of at least a_us = 100 us each.
+  EXPECT_GE(value["nv_inference_compute_infer_duration_us" + l], 300);
+  EXPECT_GE(value["nv_inference_request_duration_us" + l],
+            value["nv_inference_compute_infer_duration_us" + l]);
+  (*server)->Shutdown();
+}
+
 }  // namespace
 }  // namespace shoal::server

@@ -413,8 +413,8 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    inference::SystemSharedMemoryStatusResponse r;
-    EXPECT_EQ(shoal.stub().SystemSharedMemoryStatus(&ctx, {}, &r).error_code(),
+    inference::CudaSharedMemoryRegisterResponse r;
+    EXPECT_EQ(shoal.stub().CudaSharedMemoryRegister(&ctx, {}, &r).error_code(),
               grpc::StatusCode::UNIMPLEMENTED);
   }
   {

@@ -123,6 +123,17 @@ bool ShoalProcess::running() {
 
 bool ShoalProcess::WaitForPort(int port, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (!WaitForListening(port, timeout_ms)) return false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (log().find("start-up loading finished") != std::string::npos) return true;
+    if (!running()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+bool ShoalProcess::WaitForListening(int port, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!running()) return false;
     int fd = socket(AF_INET, SOCK_STREAM, 0);

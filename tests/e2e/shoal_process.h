@@ -40,8 +40,13 @@ class ShoalProcess {
   static std::unique_ptr<ShoalProcess> Start(const std::vector<std::string>& args);
   ~ShoalProcess();  // SIGKILL if still running
 
-  // True once a TCP connection to 127.0.0.1:port succeeds (bounded wait).
+  // True once a TCP connection to 127.0.0.1:port succeeds and, for `shoal serve`, the
+  // start-up models finished loading (its log says "start-up loading finished"): the
+  // front ends answer before models load, and a test should not race the loading
+  // (bounded wait).
   bool WaitForPort(int port, int timeout_ms = 20000);
+  // Only the first half: true once a TCP connection to 127.0.0.1:port succeeds.
+  bool WaitForListening(int port, int timeout_ms = 20000);
   // Sends SIGTERM and waits (bounded); returns the exit status, or -signal if killed,
   // or -1000 on timeout (then it is killed).
   int Terminate(int timeout_ms = 20000);

@@ -114,6 +114,7 @@ class OnnxModel : public BackendModel {
   StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
     engine::SessionOptions options = session_;
     options.cpu_cores = info.cpu_cores;
+    if (info.threads > 0) options.threads = info.threads;  // the group's, over the model's
     std::map<std::string, std::unique_ptr<engine::Session>> sessions;
     for (const auto& [tier, model] : tiers_.models) {
       ASSIGN_OR_RETURN(sessions[tier], engine::Session::Create(*model, options));
@@ -127,7 +128,7 @@ class OnnxModel : public BackendModel {
  private:
   Tiers tiers_;
   ModelInfo info_;
-  engine::SessionOptions session_;  // all but cpu_cores, which are per instance
+  engine::SessionOptions session_;  // all but cpu_cores (and threads), set per instance
 };
 
 StatusOr<double> NumberParameter(const ModelInfo& info, const std::string& key, double fallback) {

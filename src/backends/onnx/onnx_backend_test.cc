@@ -92,7 +92,7 @@ TEST_F(OnnxBackendTest, UnbatchedConfigKeepsFullShapes) {
 TEST_F(OnnxBackendTest, ExecuteMatchesTheReference) {
   auto model = MakeOnnxBackend()->LoadModel(Info());
   ASSERT_TRUE(model.ok());
-  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 0});
   ASSERT_TRUE(instance.ok()) << instance.status().ToString();
   auto ref = ReadTensorFile(SourceDir() + "/models/resnet_op13.b4.sht");
   ASSERT_TRUE(ref.ok());
@@ -166,7 +166,7 @@ class OnnxTierTest : public OnnxBackendTest {
   }
   // Held-out accuracy of a loaded model over all 450 images.
   double Accuracy(BackendModel& model) {
-    auto instance = model.CreateInstance(InstanceInfo{"digits_0", 0, {}});
+    auto instance = model.CreateInstance(InstanceInfo{"digits_0", 0, {}, 0});
     EXPECT_TRUE(instance.ok());
     ExecuteRequest request;
     request.batch_size = images_.shape()[0];
@@ -210,7 +210,7 @@ TEST_F(OnnxTierTest, RequestsPickATierThatTheConfigLoaded) {
   info.parameters["precision_tiers"] = "int8";
   auto model = MakeOnnxBackend()->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}, 0});
   ASSERT_TRUE(instance.ok());
   ExecuteRequest request;
   request.batch_size = images_.shape()[0];
