@@ -1,15 +1,22 @@
 // Runtime benchmark: what the serving core costs and what batching buys, in process.
 //
 // 1. Overhead per request: the `identity` plugin at concurrency 1, through
-//    runtime::Server::Infer and back through the callback (p50, p99 in us).
-//    Target (design.md): p50 <= 50 us, p99 <= 200 us.
+//    runtime::Server::Infer and back through the callback (p50, p90, p99 in us), with the
+//    caller and the instance thread unpinned, pinned to one core and pinned to two, and
+//    the figures that do not depend on the machine's noise: context switches (the
+//    process's, voluntary and involuntary) and heap allocations (operator new) per request.
+//    Target (issue 17): p50 <= 20 us, p99 <= 100 us.
 // 2. The `cost_model` plugin (a = 2 ms, b = 0.1 ms per item, max batch 32) under a
 //    closed loop of 64 concurrent callers: one request at a time vs dynamic batching vs
 //    dynamic batching with 2 instances; throughput, mean batch size, and throughput as a
 //    fraction of what the cost model allows for that configuration.
 //    Target: batching >= 0.9 of the bound.
 //
-// Usage: runtime_benchmark [--seconds S] [--requests N]
+// Usage: runtime_benchmark [--seconds S] [--requests N] [--part overhead|batching|all]
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,7 +37,25 @@
 namespace fs = std::filesystem;
 using namespace shoal;
 
+// Every operator new in the process (the runtime's and the plugins' included) is counted.
+static std::atomic<uint64_t> g_allocations{0};
+
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+// Not inlined: GCC would then see free() on operator new's pointer and warn.
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
 namespace {
+
+int64_t ContextSwitches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw + u.ru_nivcsw;
+}
 
 std::string PluginDir() {
   return (fs::read_symlink("/proc/self/exe").parent_path() / ".." / "backends")
@@ -77,25 +103,35 @@ runtime::InferRequest FloatRequest(const std::string& model, int64_t cols) {
   return r;
 }
 
-void Overhead(int requests) {
-  Repo repo;
-  repo.Add("identity", R"(name: "identity" backend: "identity" max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { })");
-  auto server = StartServer(repo);
+struct OverheadRow {
+  double p50 = 0, p90 = 0, p99 = 0, switches = 0, allocations = 0;
+};
+
+// `requests` measured requests (after 1000 unmeasured) to `model`, one at a time, from
+// this thread.
+OverheadRow MeasureOverhead(runtime::Server& server, const std::string& model, int requests) {
   std::vector<double> us;
   us.reserve(requests);
   std::mutex mu;
   std::condition_variable cv;
+  int64_t switches = 0;
+  uint64_t allocations = 0;
   for (int i = 0; i < requests + 1000; ++i) {
+    if (i == 1000) {
+      switches = ContextSwitches();
+      allocations = g_allocations.load();
+    }
     bool done = false;
-    auto req = FloatRequest("identity", 16);
+    auto req = FloatRequest(model, 16);
     const auto t0 = std::chrono::steady_clock::now();
-    server->Infer(std::move(req), [&](runtime::InferResponse r) {
+    server.Infer(std::move(req), [&](runtime::InferResponse r) {
       if (!r.status.ok()) std::abort();
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        done = true;
+      }
+      // Notified after unlocking: a waiter woken while the lock is still held would only
+      // block on it again, adding two context switches that are the client's, not shoal's.
       cv.notify_one();
     });
     std::unique_lock<std::mutex> lock(mu);
@@ -103,12 +139,64 @@ dynamic_batching { })");
     const auto t1 = std::chrono::steady_clock::now();
     if (i >= 1000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
+  OverheadRow row;
+  row.switches = static_cast<double>(ContextSwitches() - switches) / requests;
+  row.allocations = static_cast<double>(g_allocations.load() - allocations) / requests;
+  row.p50 = Percentile(us, 0.5);
+  row.p90 = Percentile(us, 0.9);
+  row.p99 = Percentile(us, 0.99);
+  return row;
+}
+
+bool PinThisThread(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+void Overhead(int requests) {
+  // Three placements of the caller and the instance thread: as the scheduler puts them
+  // (unpinned), pinned to one core (each hand-off is a switch on that core), and pinned
+  // to two cores (each hand-off wakes a thread on the other core).
+  auto config = [](const std::string& name, const std::string& cores) {
+    return "name: \"" + name + R"(" backend: "identity" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)" + (cores.empty() ? "" : "instance_group [ { count: 1 cpu_cores: [ " + cores + " ] } ]\n");
+  };
+  // Only the cores this process may use (under taskset, say), or pinning would fail.
+  cpu_set_t original;
+  pthread_getaffinity_np(pthread_self(), sizeof(original), &original);
+  const bool core0 = CPU_ISSET(0, &original) != 0;
+  const bool two_cores = core0 && CPU_ISSET(1, &original) != 0;
+  Repo repo;
+  repo.Add("identity", config("identity", ""));
+  if (core0) repo.Add("identity_core0", config("identity_core0", "0"));
+  if (two_cores) repo.Add("identity_core1", config("identity_core1", "1"));
+  auto server = StartServer(repo);
+
   std::printf(
       "## In-process overhead per request (identity, 16 floats, concurrency 1, %d requests)\n\n",
       requests);
-  std::printf("| p50 us | p90 us | p99 us | target |\n|---|---|---|---|\n");
-  std::printf("| %.1f | %.1f | %.1f | p50 <= 50, p99 <= 200 |\n\n", Percentile(us, 0.5),
-              Percentile(us, 0.9), Percentile(us, 0.99));
+  std::printf(
+      "| caller and instance thread | p50 us | p90 us | p99 us | context switches | allocations "
+      "| target |\n|---|---|---|---|---|---|---|\n");
+  auto print = [](const char* label, const OverheadRow& r) {
+    std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.1f | p50 <= 20, p99 <= 100 |\n", label, r.p50,
+                r.p90, r.p99, r.switches, r.allocations);
+    std::fflush(stdout);
+  };
+  print("unpinned", MeasureOverhead(*server, "identity", requests));
+  if (core0 && PinThisThread(0)) {
+    print("both on core 0", MeasureOverhead(*server, "identity_core0", requests));
+    if (two_cores) print("core 0 and core 1", MeasureOverhead(*server, "identity_core1", requests));
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof(original), &original);
+  std::printf(
+      "\nContext switches and allocations (operator new) are per request, over the whole "
+      "process:\nthe client's own included (its request's tensor and callback, its wakeup).\n\n");
 }
 
 struct LoopResult {
@@ -243,13 +331,19 @@ void Batching(double seconds) {
 int main(int argc, char** argv) {
   double seconds = 3;
   int requests = 20000;
+  std::string part = "all";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     if (a == "--requests") requests = std::atoi(argv[i + 1]);
+    if (a == "--part") part = argv[i + 1];
+  }
+  if (part != "all" && part != "overhead" && part != "batching") {
+    std::fprintf(stderr, "--part must be overhead, batching or all; was %s\n", part.c_str());
+    return 2;
   }
   std::printf("# shoal runtime benchmark (%u CPUs)\n\n", std::thread::hardware_concurrency());
-  Overhead(requests);
-  Batching(seconds);
+  if (part != "batching") Overhead(requests);
+  if (part != "overhead") Batching(seconds);
   return 0;
 }

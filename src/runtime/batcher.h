@@ -455,6 +455,7 @@ void Batcher<Task>::Promote(int64_t now_ns) {
 template <typename Task>
 std::vector<std::deque<typename Batcher<Task>::Entry>*> Batcher<Task>::QueuesInOrder() {
   std::vector<std::deque<Entry>*> out;
+  out.reserve(2 * levels_.size());
   for (Level& l : levels_) out.push_back(&l.queue);
   for (Level& l : levels_) out.push_back(&l.delayed);
   return out;

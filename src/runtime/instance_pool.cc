@@ -1,11 +1,18 @@
 #include "runtime/instance_pool.h"
 
+#include <sched.h>
+
+#include <chrono>
 #include <exception>
 #include <limits>
 
 #include "core/thread_util.h"
 
 namespace shoal::runtime {
+namespace {
+// The instance whose thread this is (null on other threads).
+thread_local const void* current_instance = nullptr;
+}  // namespace
 
 InstancePool::InstancePool(Options options) : options_(std::move(options)) {}
 
@@ -57,6 +64,7 @@ void InstancePool::StopAll() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    for (auto& inst : instances_) inst->wake.store(true, std::memory_order_release);
   }
   for (auto& inst : instances_) inst->cv.SignalAll();
   for (auto& inst : instances_) {
@@ -66,6 +74,7 @@ void InstancePool::StopAll() {
 
 void InstancePool::Run(size_t index) {
   Instance* inst = instances_[index].get();
+  current_instance = inst;
   NameCurrentThread(inst->info.name);
   std::unique_ptr<backends::BackendInstance> backend;
   Status status = PinCurrentThread(inst->info.cpu_cores);
@@ -94,7 +103,26 @@ void InstancePool::Run(size_t index) {
 
   MutexLock lock(&mu_);
   while (true) {
-    while (!stopping_ && !states_[index].running.has_value()) inst->cv.Wait(&mu_);
+    if (!stopping_ && !states_[index].running.has_value()) {
+      // Idle. A job submitted from here on sets `wake` (it was cleared under mu_, after
+      // the check above, so none is missed).
+      inst->wake.store(false, std::memory_order_relaxed);
+      const auto idle_since = std::chrono::steady_clock::now();
+      if (options_.idle_spin_us > 0 && inst->last_idle_ns < options_.idle_spin_us * 1000 &&
+          states_[index].submit_cpu != sched_getcpu()) {
+        ++states_[index].stats.idle_spins;
+        lock.Unlock();
+        SpinForJob(inst);
+        lock.Lock();
+      }
+      if (!stopping_ && !states_[index].running.has_value()) {
+        ++states_[index].stats.idle_sleeps;
+        while (!stopping_ && !states_[index].running.has_value()) inst->cv.Wait(&mu_);
+      }
+      inst->last_idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - idle_since)
+                               .count();
+    }
     if (!states_[index].running.has_value()) break;  // stopping with nothing left
     // Stays valid without the lock: only this thread resets `running`, and Submit fills
     // `pending` while a job runs.
@@ -120,6 +148,23 @@ void InstancePool::Run(size_t index) {
   }
   lock.Unlock();
   backend.reset();  // destroyed on its own thread
+}
+
+void InstancePool::SpinForJob(Instance* inst) const {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(options_.idle_spin_us);
+  while (!inst->wake.load(std::memory_order_acquire)) {
+    // A few pauses between clock reads: the pause lets a sibling hyperthread run, and
+    // the clock is read about every microsecond, not every iteration.
+    for (int i = 0; i < 32; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield");
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= until) return;
+  }
 }
 
 bool InstancePool::HasIdle() const {
@@ -163,6 +208,10 @@ void InstancePool::Submit(int index, PoolJob job) {
     if (!inst.running.has_value()) {
       inst.running = std::move(job);
       inst.started_ns = options_.clock->NowNs();
+      instance.wake.store(true, std::memory_order_release);
+      // A job the instance's own thread dispatched (when it went idle) says nothing about
+      // where other submitters run.
+      if (current_instance != &instance) inst.submit_cpu = sched_getcpu();
     } else {
       inst.pending = std::move(job);
     }

@@ -536,52 +536,59 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   // index out of range, say) the fault may be one request's: each half is run again (each
   // request, from three down), so that only requests whose own inputs are bad fail, and one
   // bad request among n costs about 2·log2(n) extra runs rather than n.
-  std::function<void(const std::vector<size_t>&)> run_group =
-      [&](const std::vector<size_t>& group) {
-        std::vector<const InferRequest*> group_requests;
-        std::vector<int64_t> group_sizes;
-        for (size_t i : group) {
-          group_requests.push_back(requests[i]);
-          group_sizes.push_back(sizes[i]);
-        }
-        GroupRun run = RunGroup(group_requests, group_sizes, instance);
-        if (run.status.code() == StatusCode::kInvalidArgument && group.size() > 1) {
-          split = true;
-          if (group.size() <= 3) {
-            for (size_t i : group) run_group({i});
-            return;
-          }
-          const auto mid = group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2);
-          run_group(std::vector<size_t>(group.begin(), mid));
-          run_group(std::vector<size_t>(mid, group.end()));
-          return;
-        }
-        for (size_t k = 0; k < group.size(); ++k) {
-          run_of[group[k]] = runs.size();
-          slot_of[group[k]] = k;
-        }
-        runs.push_back(std::move(run));
-      };
-  for (const auto& group : groups) run_group(group);
+  // A generic lambda that takes itself: recursive without a std::function's allocation.
+  const auto run_group = [&](const auto& self, const std::vector<size_t>& group) -> void {
+    std::vector<const InferRequest*> group_requests;
+    std::vector<int64_t> group_sizes;
+    for (size_t i : group) {
+      group_requests.push_back(requests[i]);
+      group_sizes.push_back(sizes[i]);
+    }
+    GroupRun run = RunGroup(group_requests, group_sizes, instance);
+    if (run.status.code() == StatusCode::kInvalidArgument && group.size() > 1) {
+      split = true;
+      if (group.size() <= 3) {
+        for (size_t i : group) self(self, {i});
+        return;
+      }
+      const auto mid = group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2);
+      self(self, std::vector<size_t>(group.begin(), mid));
+      self(self, std::vector<size_t>(mid, group.end()));
+      return;
+    }
+    for (size_t k = 0; k < group.size(); ++k) {
+      run_of[group[k]] = runs.size();
+      slot_of[group[k]] = k;
+    }
+    runs.push_back(std::move(run));
+  };
+  for (const auto& group : groups) run_group(run_group, group);
 
-  std::vector<std::function<void()>> answers;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    GroupRun& run = runs[run_of[i]];
-    const size_t slot = slot_of[i];
-    std::vector<NamedTensor> outs =
-        run.status.ok() ? std::move(run.per_request[slot]) : std::vector<NamedTensor>{};
-    const int64_t queue_ns = t0 - batch[i]->enqueued_ns;
-    answers.push_back([this, task = std::make_shared<TaskPtr>(std::move(batch[i])),
-                       status = run.status, outs = std::move(outs), queue_ns,
-                       input_ns = run.t1 - run.t0, infer_ns = run.t2 - run.t1,
-                       output_ns = run.t3 - run.t2]() mutable {
-      Answer(std::move(*task), status, std::move(outs), queue_ns, input_ns, infer_ns, output_ns);
-    });
-  }
   if (options_.preserve_ordering) {
+    std::vector<std::function<void()>> answers;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      GroupRun& run = runs[run_of[i]];
+      std::vector<NamedTensor> outs =
+          run.status.ok() ? std::move(run.per_request[slot_of[i]]) : std::vector<NamedTensor>{};
+      const int64_t queue_ns = t0 - batch[i]->enqueued_ns;
+      answers.push_back([this, task = std::make_shared<TaskPtr>(std::move(batch[i])),
+                         status = run.status, outs = std::move(outs), queue_ns,
+                         input_ns = run.t1 - run.t0, infer_ns = run.t2 - run.t1,
+                         output_ns = run.t3 - run.t2]() mutable {
+        Answer(std::move(*task), status, std::move(outs), queue_ns, input_ns, infer_ns, output_ns);
+      });
+    }
     Release(seq, std::move(answers));
   } else {
-    for (auto& a : answers) a();
+    // Answered in place: no closure and no shared task per request.
+    for (size_t i = 0; i < batch.size(); ++i) {
+      GroupRun& run = runs[run_of[i]];
+      std::vector<NamedTensor> outs =
+          run.status.ok() ? std::move(run.per_request[slot_of[i]]) : std::vector<NamedTensor>{};
+      const int64_t queue_ns = t0 - batch[i]->enqueued_ns;  // before the task moves
+      Answer(std::move(batch[i]), run.status, std::move(outs), queue_ns, run.t1 - run.t0,
+             run.t2 - run.t1, run.t3 - run.t2);
+    }
   }
   // After a split the time covers several calls: the cost model learns nothing from it.
   return split ? 0 : items;
