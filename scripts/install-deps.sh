@@ -11,7 +11,7 @@ PACKAGES=(
   # libraries (oneDNN's CMake package needs the OpenCL headers it only recommends)
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libdnnl-dev ocl-icd-opencl-dev libonnx-dev libboost-dev libsimdjson-dev libspdlog-dev libfmt-dev
-  libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev libjemalloc-dev libxxhash-dev
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev libjemalloc-dev libxxhash-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

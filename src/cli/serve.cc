@@ -19,8 +19,10 @@
 #include "core/log_text.h"
 #include "core/mutex.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/request_log.h"
 #include "server/tcp_listener.h"
+#include "server/tls.h"
 #ifdef SHOAL_HAVE_HTTP
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -66,6 +68,22 @@ struct ServeFlags {
   int64_t http_idle_timeout_ms = 300'000;
   int64_t http_header_timeout_ms = 30'000;
   int64_t http_body_timeout_ms = 300'000;
+  std::string auth_token_file;  // empty: no authentication
+  std::string auth_scope = "control";
+  // TLS for both front ends, unless the per-service flags say otherwise.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;
+  bool http_use_tls = false;
+  bool http_use_tls_given = false;  // else: on when tls_cert_file is set
+  // Triton's spellings for gRPC; its certificate and key override --tls-*.
+  bool grpc_use_ssl = false;
+  bool grpc_use_ssl_given = false;  // else: on when gRPC has a certificate
+  bool grpc_use_ssl_mutual = false;
+  bool grpc_use_ssl_mutual_given = false;  // else: on when --tls-ca-file is set
+  std::string grpc_server_cert;
+  std::string grpc_server_key;
+  std::string grpc_root_cert;
 
   const std::string& HttpAddress() const { return http_address.empty() ? address : http_address; }
   const std::string& GrpcAddress() const { return grpc_address.empty() ? address : grpc_address; }
@@ -73,6 +91,46 @@ struct ServeFlags {
     return metrics_address.empty() ? address : metrics_address;
   }
 };
+
+// The TLS settings of each front end, resolved from the flags (see AddServeCommand).
+struct TlsPlan {
+  server::TlsOptions http;  // cert_file empty: plaintext
+  server::TlsOptions grpc;
+};
+
+// INVALID_ARGUMENT naming the flags when TLS is asked for without what it needs.
+StatusOr<TlsPlan> PlanTls(const ServeFlags& f) {
+  TlsPlan plan;
+  if (f.tls_cert_file.empty() != f.tls_key_file.empty())
+    return InvalidArgument("--tls-cert-file and --tls-key-file go together");
+  if (!f.tls_ca_file.empty() && f.tls_cert_file.empty() && f.grpc_server_cert.empty())
+    return InvalidArgument("--tls-ca-file needs a server certificate (--tls-cert-file)");
+  const bool http_tls = f.http_use_tls_given ? f.http_use_tls : !f.tls_cert_file.empty();
+  if (http_tls) {
+    if (f.tls_cert_file.empty())
+      return InvalidArgument("--http-use-tls needs --tls-cert-file and --tls-key-file");
+    plan.http = {f.tls_cert_file, f.tls_key_file, f.tls_ca_file};
+  }
+  const std::string cert = f.grpc_server_cert.empty() ? f.tls_cert_file : f.grpc_server_cert;
+  const std::string key = f.grpc_server_key.empty() ? f.tls_key_file : f.grpc_server_key;
+  const bool mutual = f.grpc_use_ssl_mutual_given ? f.grpc_use_ssl_mutual : !f.tls_ca_file.empty();
+  // As in Triton, mutual TLS implies TLS.
+  const bool grpc_tls = mutual || (f.grpc_use_ssl_given ? f.grpc_use_ssl : !cert.empty());
+  if (grpc_tls) {
+    if (cert.empty() || key.empty()) {
+      return InvalidArgument(
+          "gRPC TLS needs a certificate and a key (--tls-cert-file and --tls-key-file, or "
+          "--grpc-server-cert and --grpc-server-key)");
+    }
+    plan.grpc = {cert, key, ""};
+    if (mutual) {
+      plan.grpc.ca_file = f.grpc_root_cert.empty() ? f.tls_ca_file : f.grpc_root_cert;
+      if (plan.grpc.ca_file.empty())
+        return InvalidArgument("--grpc-use-ssl-mutual needs --grpc-root-cert or --tls-ca-file");
+    }
+  }
+  return plan;
+}
 
 // Signals are taken by one thread with sigwait; block them everywhere else first, so
 // every thread created from here on inherits the mask. Returns the blocked set.
@@ -138,7 +196,9 @@ void LoadAndReport(runtime::Server& server) {
 }
 
 #ifdef SHOAL_HAVE_HTTP
-server::HttpOptions MakeHttpOptions(const ServeFlags& f, const runtime::ServerOptions& options) {
+server::HttpOptions MakeHttpOptions(const ServeFlags& f, const runtime::ServerOptions& options,
+                                    std::shared_ptr<const server::Authenticator> auth,
+                                    const server::TlsOptions& tls) {
   server::HttpOptions o;
   o.address = f.HttpAddress();
   o.port = f.http_port;
@@ -153,6 +213,8 @@ server::HttpOptions MakeHttpOptions(const ServeFlags& f, const runtime::ServerOp
   o.idle_timeout_ms = f.http_idle_timeout_ms;
   o.header_timeout_ms = f.http_header_timeout_ms;
   o.body_timeout_ms = f.http_body_timeout_ms;
+  o.auth = std::move(auth);
+  o.tls = tls;
   return o;
 }
 #endif
@@ -210,6 +272,7 @@ struct Services {
 // Starts the services the flags allow on the bound `listeners`, in the order HTTP,
 // metrics, gRPC; false (logged) as soon as one cannot start.
 bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
+                   const std::shared_ptr<const server::Authenticator>& auth, const TlsPlan& tls,
                    runtime::Server* server, Listeners listeners, Services* services) {
 #if defined(SHOAL_HAVE_HTTP) || defined(SHOAL_HAVE_GRPC)
   // Shared memory regions and trace settings are the server's, whichever protocol set them.
@@ -218,7 +281,7 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
 #ifdef SHOAL_HAVE_HTTP
   if (listeners.http.valid()) {
     const int port = listeners.http.port();
-    server::HttpOptions http_options = MakeHttpOptions(f, options);
+    server::HttpOptions http_options = MakeHttpOptions(f, options, auth, tls.http);
     http_options.extension_state = extension_state;
     services->http = LogServiceStart(
         server::HttpServer::Start(server, std::move(http_options), std::move(listeners.http)),
@@ -243,6 +306,8 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
                               ? f.grpc_max_message_bytes
                               : std::min<int64_t>(f.max_body_bytes, INT32_MAX);
     o.limits = options.limits;
+    o.auth = auth;
+    o.tls = tls.grpc;
     o.extension_state = extension_state;
     // Handed over by closing: gRPC binds the port again at once. (Only another process
     // binding it in between can make this fail.)
@@ -342,12 +407,46 @@ int RunServe(const ServeFlags& f) {
     return 1;
   }
   const runtime::ServerOptions options = MakeServerOptions(f);
-#ifdef SHOAL_HAVE_HTTP
-  if (f.allow_http) {
-    if (Status s = server::HttpServer::Validate(MakeHttpOptions(f, options)); !s.ok()) {
-      spdlog::critical("cannot start: {}", s.message());
+  std::shared_ptr<const server::Authenticator> auth;
+  if (!f.auth_token_file.empty()) {
+    auto created =
+        server::Authenticator::FromFile(f.auth_token_file, *server::ParseAuthScope(f.auth_scope));
+    if (!created.ok()) {
+      spdlog::critical("cannot start: {}", LogSafe(created.status().message()));
       return 1;
     }
+    auth = std::move(created).value();
+    spdlog::info("authentication: a bearer token is required for {}",
+                 auth->scope() == server::AuthScope::kAll
+                     ? "every endpoint but health checks (scope all)"
+                     : "model control (scope control)");
+  }
+  auto tls = PlanTls(f);
+  if (!tls.ok()) {
+    spdlog::critical("cannot start: {}", tls.status().message());
+    return 1;
+  }
+#ifdef SHOAL_HAVE_HTTP
+  if (f.allow_http) {
+    if (Status s = server::HttpServer::Validate(MakeHttpOptions(f, options, auth, tls->http));
+        !s.ok()) {
+      spdlog::critical("cannot start: {}", LogSafe(s.message()));
+      return 1;
+    }
+    if (!tls->http.cert_file.empty()) {
+      spdlog::info("HTTP speaks TLS{}",
+                   tls->http.ca_file.empty() ? "" : " and requires client certificates");
+    }
+  }
+#endif
+#ifdef SHOAL_HAVE_GRPC
+  if (f.allow_grpc && !tls->grpc.cert_file.empty()) {
+    if (auto files = server::LoadTlsFiles(tls->grpc); !files.ok()) {
+      spdlog::critical("cannot start: {}", LogSafe(files.status().message()));
+      return 1;
+    }
+    spdlog::info("gRPC speaks TLS{}",
+                 tls->grpc.ca_file.empty() ? "" : " and requires client certificates");
   }
 #endif
   // Every port first, so that a clash is reported before minutes of loading models;
@@ -360,7 +459,8 @@ int RunServe(const ServeFlags& f) {
   // not ready) however long loading takes; inference on a model still loading answers
   // 503 / UNAVAILABLE.
   Services services;
-  if (!StartServices(f, options, server.get(), std::move(listeners), &services)) return 1;
+  if (!StartServices(f, options, auth, *tls, server.get(), std::move(listeners), &services))
+    return 1;
   // Loading runs beside the signal wait, so SIGTERM during a long load stops it after
   // the model loading now. `poller` is written by `loader` only, and read after the join.
   std::unique_ptr<RepositoryPoller> poller;
@@ -522,7 +622,53 @@ void AddServeCommand(CLI::App& app) {
                    "A request body must be complete this long after its head (408), ms")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  serve->callback([flags] { std::exit(RunServe(*flags)); });
+  CLI::Option* token_file =
+      serve->add_option("--auth-token-file", flags->auth_token_file,
+                        "File holding a bearer token (its trailing newline removed) that "
+                        "clients must send as 'Authorization: Bearer <token>' (HTTP) or "
+                        "'authorization' metadata (gRPC) on the endpoints of --auth-scope; "
+                        "health checks and the metrics port stay open");
+  serve
+      ->add_option("--auth-scope", flags->auth_scope,
+                   "What the token guards: control (repository index, load, unload) or all "
+                   "(also inference, metadata, configuration, statistics)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"control", "all"}))
+      ->needs(token_file);
+  CLI::Option* tls_cert = serve->add_option(
+      "--tls-cert-file", flags->tls_cert_file,
+      "PEM certificate chain (server certificate first): HTTP and gRPC speak TLS with it "
+      "unless --http-use-tls / --grpc-use-ssl turn one off");
+  CLI::Option* tls_key = serve->add_option("--tls-key-file", flags->tls_key_file,
+                                           "PEM private key of --tls-cert-file (unencrypted)");
+  tls_cert->needs(tls_key);
+  tls_key->needs(tls_cert);
+  serve->add_option("--tls-ca-file", flags->tls_ca_file,
+                    "PEM CA certificates: clients must present a certificate signed by one "
+                    "(mutual TLS) on every TLS front end");
+  CLI::Option* http_use_tls =
+      serve->add_option("--http-use-tls", flags->http_use_tls,
+                        "Serve HTTP over TLS (default: on when --tls-cert-file is given)");
+  CLI::Option* grpc_use_ssl = serve->add_option(
+      "--grpc-use-ssl", flags->grpc_use_ssl,
+      "Serve gRPC over TLS, as Triton's flag (default: on when gRPC has a certificate)");
+  CLI::Option* grpc_use_ssl_mutual = serve->add_option(
+      "--grpc-use-ssl-mutual", flags->grpc_use_ssl_mutual,
+      "Require client certificates on gRPC, as Triton's flag; implies --grpc-use-ssl "
+      "(default: on when --tls-ca-file is given)");
+  serve->add_option("--grpc-server-cert", flags->grpc_server_cert,
+                    "Triton's spelling: gRPC's PEM certificate (default: --tls-cert-file)");
+  serve->add_option("--grpc-server-key", flags->grpc_server_key,
+                    "Triton's spelling: gRPC's PEM key (default: --tls-key-file)");
+  serve->add_option("--grpc-root-cert", flags->grpc_root_cert,
+                    "Triton's spelling: the CA certificates gRPC checks client certificates "
+                    "against with --grpc-use-ssl-mutual (default: --tls-ca-file)");
+  serve->callback([flags, http_use_tls, grpc_use_ssl, grpc_use_ssl_mutual] {
+    flags->http_use_tls_given = http_use_tls->count() > 0;
+    flags->grpc_use_ssl_given = grpc_use_ssl->count() > 0;
+    flags->grpc_use_ssl_mutual_given = grpc_use_ssl_mutual->count() > 0;
+    std::exit(RunServe(*flags));
+  });
 }
 
 }  // namespace shoal::cli

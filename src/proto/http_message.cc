@@ -448,6 +448,8 @@ std::string_view ReasonPhrase(int status) {
       return "No Content";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
     case 404:
       return "Not Found";
     case 405:

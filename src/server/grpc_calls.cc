@@ -46,6 +46,17 @@ void RunCompletionQueue(grpc::ServerCompletionQueue* cq) {
   }
 }
 
+grpc::Status Authorize(const CallContext& ctx, const grpc::ServerContext& server_ctx,
+                       EndpointClass endpoint) {
+  if (ctx.auth == nullptr || !ctx.auth->Requires(endpoint)) return grpc::Status::OK;
+  const auto& metadata = server_ctx.client_metadata();
+  const auto it = metadata.find("authorization");
+  const std::string_view value =
+      it != metadata.end() ? std::string_view(it->second.data(), it->second.size()) : "";
+  const AuthResult auth = ctx.auth->Check(it != metadata.end() ? &value : nullptr);
+  return auth.ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNAUTHENTICATED, auth.message);
+}
+
 namespace {
 
 enum Event { kRequest = 0, kFinish = 1, kDone = 2 };
@@ -79,7 +90,8 @@ class UnaryCall final : public Call {
     Svc* service;
     RequestFn request;
     std::function<grpc::Status(const Req&, Resp*)> handler;
-    bool blocking;  // run on the worker thread
+    EndpointClass endpoint;  // whether the RPC needs the bearer token
+    bool blocking;           // run on the worker thread
   };
 
   static void Arm(CallContext* ctx, grpc::ServerCompletionQueue* cq,
@@ -96,6 +108,10 @@ class UnaryCall final : public Call {
     }
     MarkStarted();
     Arm(ctx_, cq_, spec_);
+    if (grpc::Status denied = Authorize(*ctx_, server_ctx_, spec_->endpoint); !denied.ok()) {
+      writer_.FinishWithError(denied, &finish_tag_);
+      return;
+    }
     if (spec_->blocking) {
       ctx_->run_blocking([this] { Respond(); });
     } else {
@@ -133,13 +149,14 @@ class UnaryCall final : public Call {
 // Arms the first call of one unary RPC answered by a GrpcHandlers method.
 template <typename Svc, typename Req, typename Resp, typename RequestFn>
 void ArmUnary(CallContext* ctx, grpc::ServerCompletionQueue* cq, Svc* service, RequestFn request,
-              grpc::Status (GrpcHandlers::*method)(const Req&, Resp*), bool blocking = false) {
+              grpc::Status (GrpcHandlers::*method)(const Req&, Resp*), EndpointClass endpoint,
+              bool blocking = false) {
   using C = UnaryCall<Svc, Req, Resp>;
   GrpcHandlers* handlers = ctx->handlers;
   auto spec = std::make_shared<const typename C::Spec>(typename C::Spec{
       service, request,
       [handlers, method](const Req& req, Resp* resp) { return (handlers->*method)(req, resp); },
-      blocking});
+      endpoint, blocking});
   C::Arm(ctx, cq, std::move(spec));
 }
 
@@ -189,6 +206,12 @@ class InferCall final : public Call {
       Ref();  // the finish
       writer_.FinishWithError(ToGrpcStatus(Unavailable("the server is shutting down")),
                               &finish_tag_);
+      return;
+    }
+    if (grpc::Status denied = Authorize(*ctx_, server_ctx_, EndpointClass::kInference);
+        !denied.ok()) {
+      Ref();  // the finish
+      writer_.FinishWithError(denied, &finish_tag_);
       return;
     }
     StatusOr<runtime::InferRequest> decoded = Internal("not decoded");
@@ -286,33 +309,38 @@ constexpr int kArmedInferCalls = 4;
 void ArmCalls(CallContext* ctx, grpc::ServerCompletionQueue* cq) {
   using S = InferenceService;
   S* s = ctx->service;
-  ArmUnary(ctx, cq, s, &S::RequestServerLive, &GrpcHandlers::ServerLive);
-  ArmUnary(ctx, cq, s, &S::RequestServerReady, &GrpcHandlers::ServerReady);
-  ArmUnary(ctx, cq, s, &S::RequestModelReady, &GrpcHandlers::ModelReady);
-  ArmUnary(ctx, cq, s, &S::RequestServerMetadata, &GrpcHandlers::ServerMetadata);
-  ArmUnary(ctx, cq, s, &S::RequestModelMetadata, &GrpcHandlers::ModelMetadata);
-  ArmUnary(ctx, cq, s, &S::RequestModelConfig, &GrpcHandlers::ModelConfig);
-  ArmUnary(ctx, cq, s, &S::RequestModelStatistics, &GrpcHandlers::ModelStatistics);
-  ArmUnary(ctx, cq, s, &S::RequestRepositoryIndex, &GrpcHandlers::RepositoryIndex);
+  using E = EndpointClass;
+  ArmUnary(ctx, cq, s, &S::RequestServerLive, &GrpcHandlers::ServerLive, E::kHealth);
+  ArmUnary(ctx, cq, s, &S::RequestServerReady, &GrpcHandlers::ServerReady, E::kHealth);
+  ArmUnary(ctx, cq, s, &S::RequestModelReady, &GrpcHandlers::ModelReady, E::kHealth);
+  ArmUnary(ctx, cq, s, &S::RequestServerMetadata, &GrpcHandlers::ServerMetadata, E::kMetadata);
+  ArmUnary(ctx, cq, s, &S::RequestModelMetadata, &GrpcHandlers::ModelMetadata, E::kMetadata);
+  ArmUnary(ctx, cq, s, &S::RequestModelConfig, &GrpcHandlers::ModelConfig, E::kMetadata);
+  ArmUnary(ctx, cq, s, &S::RequestModelStatistics, &GrpcHandlers::ModelStatistics, E::kMetadata);
+  ArmUnary(ctx, cq, s, &S::RequestRepositoryIndex, &GrpcHandlers::RepositoryIndex, E::kControl);
   ArmUnary(ctx, cq, s, &S::RequestRepositoryModelLoad, &GrpcHandlers::RepositoryModelLoad,
-           /*blocking=*/true);
+           E::kControl, /*blocking=*/true);
   ArmUnary(ctx, cq, s, &S::RequestRepositoryModelUnload, &GrpcHandlers::RepositoryModelUnload,
-           /*blocking=*/true);
-  ArmUnary(ctx, cq, ctx->health, &HealthService::RequestCheck, &GrpcHandlers::HealthCheck);
+           E::kControl, /*blocking=*/true);
+  ArmUnary(ctx, cq, ctx->health, &HealthService::RequestCheck, &GrpcHandlers::HealthCheck,
+           E::kHealth);
 
-  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryStatus,
-           &GrpcHandlers::SystemSharedMemoryStatus);
+  // Shared memory is part of how a client sends inference; trace and log settings
+  // change the server for everyone, as model control does.
+  ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryStatus, &GrpcHandlers::SystemSharedMemoryStatus,
+           E::kInference);
   ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryRegister,
-           &GrpcHandlers::SystemSharedMemoryRegister);
+           &GrpcHandlers::SystemSharedMemoryRegister, E::kInference);
   ArmUnary(ctx, cq, s, &S::RequestSystemSharedMemoryUnregister,
-           &GrpcHandlers::SystemSharedMemoryUnregister);
-  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryStatus, &GrpcHandlers::CudaSharedMemoryStatus);
-  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryRegister,
-           &GrpcHandlers::CudaSharedMemoryRegister);
+           &GrpcHandlers::SystemSharedMemoryUnregister, E::kInference);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryStatus, &GrpcHandlers::CudaSharedMemoryStatus,
+           E::kInference);
+  ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryRegister, &GrpcHandlers::CudaSharedMemoryRegister,
+           E::kInference);
   ArmUnary(ctx, cq, s, &S::RequestCudaSharedMemoryUnregister,
-           &GrpcHandlers::CudaSharedMemoryUnregister);
-  ArmUnary(ctx, cq, s, &S::RequestTraceSetting, &GrpcHandlers::TraceSetting);
-  ArmUnary(ctx, cq, s, &S::RequestLogSettings, &GrpcHandlers::LogSettings);
+           &GrpcHandlers::CudaSharedMemoryUnregister, E::kInference);
+  ArmUnary(ctx, cq, s, &S::RequestTraceSetting, &GrpcHandlers::TraceSetting, E::kControl);
+  ArmUnary(ctx, cq, s, &S::RequestLogSettings, &GrpcHandlers::LogSettings, E::kControl);
 
   for (int i = 0; i < kArmedInferCalls; ++i) InferCall::Arm(ctx, cq);
   ArmStreamInferCall(ctx, cq);

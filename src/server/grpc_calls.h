@@ -47,6 +47,7 @@
 #include "proto/grpc_health.grpc.pb.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/grpc_handlers.h"
 
 namespace shoal::server::internal {
@@ -65,6 +66,9 @@ struct CallContext {
   GrpcHandlers* handlers = nullptr;
   runtime::RequestLimits limits;
   int64_t stream_max_in_flight = 256;
+  // When set, RPCs its scope covers need its bearer token in the "authorization"
+  // metadata; checked when a call starts, before any handler runs.
+  std::shared_ptr<const Authenticator> auth;
   // Runs `fn` on the worker thread (for handlers that block).
   std::function<void(std::function<void()>)> run_blocking;
 
@@ -117,6 +121,11 @@ class Call {
   std::atomic<int> refs_{1};  // the armed request
   bool started_ GUARDED_BY(ctx_->mu) = false;
 };
+
+// OK when a call of this class may go on; UNAUTHENTICATED when ctx.auth requires a
+// token that the call's "authorization" metadata does not carry.
+grpc::Status Authorize(const CallContext& ctx, const grpc::ServerContext& server_ctx,
+                       EndpointClass endpoint);
 
 // Arms the first call of every RPC on `cq` (after the server started).
 void ArmCalls(CallContext* ctx, grpc::ServerCompletionQueue* cq);

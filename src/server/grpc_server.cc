@@ -73,6 +73,7 @@ class GrpcServer::Impl {
     ctx_.handlers = &handlers_;
     ctx_.limits = options_.limits;
     ctx_.stream_max_in_flight = options_.stream_max_in_flight;
+    ctx_.auth = options_.auth;
     ctx_.run_blocking = [this](std::function<void()> fn) { worker_->Post(std::move(fn)); };
   }
 
@@ -83,8 +84,18 @@ class GrpcServer::Impl {
     if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
     const std::string address = host + ":" + std::to_string(options_.port);
 
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!options_.tls.cert_file.empty()) {
+      ASSIGN_OR_RETURN(TlsFiles files, LoadTlsFiles(options_.tls));
+      grpc::SslServerCredentialsOptions ssl(
+          files.ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                               : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      ssl.pem_root_certs = files.ca_pem;
+      ssl.pem_key_cert_pairs.push_back({files.key_pem, files.cert_pem});
+      credentials = grpc::SslServerCredentials(ssl);
+    }
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(address, credentials, &port_);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     // Without this, gRPC sets SO_REUSEPORT and a second server on a busy port would

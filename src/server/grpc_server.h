@@ -15,6 +15,10 @@
 // inline; inference is handed to runtime::Server::Infer and answered from its callback,
 // so no queue thread waits on a model; model load/unload run on one worker thread.
 //
+// With options.auth, an RPC its scope covers is answered UNAUTHENTICATED, before its
+// handler runs, unless the "authorization" metadata carries the bearer token; with
+// options.tls, the port speaks TLS only.
+//
 // Errors reach clients as gRPC statuses mapped by server/status_map (INVALID_ARGUMENT
 // naming the input, NOT_FOUND for an unknown model, RESOURCE_EXHAUSTED when a queue is
 // full, UNAVAILABLE while shutting down, ...); on ModelStreamInfer each failed request
@@ -42,7 +46,9 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/protocol_settings.h"
+#include "server/tls.h"
 
 namespace shoal::server {
 
@@ -65,6 +71,13 @@ struct GrpcOptions {
   int64_t shutdown_grace_ms = 5000;
   // What ServerMetadata lists; empty: GrpcHandlers::DefaultExtensions().
   std::vector<std::string> extensions;
+  // When set, the RPCs its scope covers need its bearer token in the "authorization"
+  // metadata ("Bearer <token>"), else UNAUTHENTICATED; health RPCs stay open.
+  std::shared_ptr<const Authenticator> auth;
+  // TLS when tls.cert_file is set (gRPC's SslServerCredentials): certificate and key and,
+  // for mutual TLS, the CAs client certificates must be signed by (then required).
+  // Empty: plaintext. Files are checked by Start (INVALID_ARGUMENT naming the file).
+  TlsOptions tls;
   // Registered shared memory regions and trace settings (Triton's extensions), shared
   // with the HTTP front end of the same server. Null: the gRPC server keeps its own.
   std::shared_ptr<ExtensionState> extension_state;

@@ -59,7 +59,13 @@ class StreamInferCall final : public Call {
           ctx_->streams.insert(this);
           MutexLock lock(&mu_);
           draining_ = ctx_->draining.load();
-          if (draining_) {
+          if (grpc::Status denied = Authorize(*ctx_, server_ctx_, EndpointClass::kInference);
+              !denied.ok()) {
+            // Refused before reading anything: the stream ends with the status.
+            finishing_ = true;
+            Ref();  // the finish
+            stream_.Finish(denied, &finish_tag_);
+          } else if (draining_) {
             MaybeFinishLocked();
           } else {
             StartReadLocked();

@@ -36,11 +36,13 @@ shoal_cc_library(NAME metrics
 shoal_cc_library(NAME http_test_client
   SRCS http_test_client.cc
   HDRS http_test_client.h
-  DEPS shoal_proto ZLIB::ZLIB)
+  DEPS shoal_proto ZLIB::ZLIB OpenSSL::SSL)
 
 shoal_cc_test(NAME server_http_infer_parser_test SRCS http_infer_parser_test.cc
   DEPS shoal_http_codec shoal_http_test_client)
 shoal_cc_test(NAME server_http_core_test SRCS http_core_test.cc DEPS shoal_http shoal_http_test_client)
+shoal_cc_test(NAME server_http_core_tls_test SRCS http_core_tls_test.cc
+  DEPS shoal_http shoal_http_test_client)
 shoal_cc_test(NAME server_http_routes_test SRCS http_routes_test.cc DEPS shoal_http)
 shoal_cc_test(NAME server_http_server_test SRCS http_server_test.cc
   DEPS shoal_http shoal_metrics shoal_http_test_client shoal_runtime_testing)

@@ -7,6 +7,11 @@
 // and dropped) until the close. A malformed request goes from either reading state
 // straight to kWriting with its error; draining moves an idle connection from
 // kReadingHead to kLingering.
+//
+// On a TLS port a connection first completes its handshake (tls->handshake_done()) in
+// kReadingHead, reading or writing as the handshake asks (tls_handshake_wants_write),
+// then reads and writes through the session; the tls_*_wants_* flags record that a
+// read needs the socket writable or a write needs it readable.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +23,7 @@
 #include <string_view>
 
 #include "proto/http_message.h"
+#include "server/tls.h"
 
 namespace shoal::server::internal {
 
@@ -61,6 +67,12 @@ struct Connection {
   int64_t body_started_ms = 0;   // end of the head whose body is being read
   size_t body_charged = 0;       // bytes of `body` charged to the receiving-body budget
   size_t lingered = 0;
+  // TLS (null on a plaintext port).
+  std::unique_ptr<TlsSession> tls;
+  int64_t accepted_ms = 0;  // the handshake must be done header_timeout_ms after this
+  bool tls_handshake_wants_write = false;
+  bool tls_read_wants_write = false;
+  bool tls_write_wants_read = false;
 
   size_t buffered() const { return in->size() - in_pos; }
 };

@@ -40,6 +40,13 @@
 // write_timeout_ms, is closed. Deadlines are checked every quarter of the smallest
 // timeout (at most every second), so one may overrun by that much.
 //
+// TLS (options.tls set): each accepted connection first completes a TLS handshake, which
+// must be done header_timeout_ms after the accept (else the connection is closed; a
+// handshake in progress counts as idle for the connection cap). The bounds and
+// deadlines above then apply to the decrypted bytes as they do to plaintext. A client
+// that sends plain HTTP to a TLS port gets a plaintext 400 saying so, and the
+// connection closes. Closing sends TLS close_notify before the TCP shutdown.
+//
 // Shutdown: StopAccepting closes the listener; requests in progress finish and their
 // connections close after the answer (Connection: close), idle ones close at once.
 // Drain waits for in-progress requests to be answered and written. Stop closes every
@@ -60,6 +67,7 @@
 #include "core/status.h"
 #include "proto/http_message.h"
 #include "server/tcp_listener.h"
+#include "server/tls.h"
 
 namespace shoal::server {
 
@@ -80,6 +88,8 @@ struct HttpCoreOptions {
   int64_t write_timeout_ms = 60'000;   // no progress writing an answer, > 0
   int64_t stop_flush_ms = 2'000;       // Stop: time allowed for posted answers to go out
   std::string thread_name = "http";    // loops are named <thread_name>:<i>
+  // Set: every connection speaks TLS (see TLS above); null: plaintext.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 namespace internal {

@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -125,6 +126,10 @@ void Loop::StopAcceptingOnLoop() {
   draining_ = true;
   for (auto& [id, c] : connections_map_) {
     if (c->dead || c->state != Connection::State::kReadingHead || c->buffered() != 0) continue;
+    if (c->tls && !c->tls->handshake_done()) {
+      Close(*c);  // no request yet, and none can be answered before the handshake
+      continue;
+    }
     // A request the client sent before the stop may still sit in the socket, unread: read
     // it now, so that it is answered (with Connection: close) rather than reset by the close.
     OnReadable(*c);
@@ -132,7 +137,7 @@ void Loop::StopAcceptingOnLoop() {
     if (c->state == Connection::State::kReadingHead && c->buffered() == 0) {
       // Idle: close our side but read (and drop) for a moment, so that a request that
       // crosses the close sees it end rather than a reset.
-      shutdown(c->fd, SHUT_WR);
+      ShutdownWrite(*c);
       c->state = Connection::State::kLingering;
       c->last_progress_ms = now_ms_;
     }
@@ -178,6 +183,7 @@ void Loop::Run() {
   while (running_) {
     int timeout = static_cast<int>(sweep_interval_ms_);
     if (accept_paused_until_ > 0) timeout = std::min(timeout, 100);
+    if (!tls_ready_.empty()) timeout = 0;
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     now_ms_ = NowMs();
     for (int i = 0; i < n; ++i) {
@@ -190,6 +196,16 @@ void Loop::Run() {
         auto it = connections_map_.find(id);
         if (it != connections_map_.end() && !it->second->dead)
           OnEvent(*it->second, events[i].events);
+      }
+    }
+    if (!tls_ready_.empty()) {
+      std::vector<uint64_t> ready;
+      ready.swap(tls_ready_);
+      for (uint64_t id : ready) {
+        auto it = connections_map_.find(id);
+        if (it != connections_map_.end() && !it->second->dead &&
+            (it->second->interest & EPOLLIN) != 0)
+          OnEvent(*it->second, EPOLLIN);
       }
     }
     if (accept_paused_until_ > 0 && now_ms_ >= accept_paused_until_ && !draining_) {
@@ -252,6 +268,15 @@ void Loop::Accept() {
     c->id = next_id_++;
     c->fd = fd;
     c->last_progress_ms = now_ms_;
+    c->accepted_ms = now_ms_;
+    if (options_.tls != nullptr) {
+      c->tls = TlsSession::Create(*options_.tls, fd);
+      if (c->tls == nullptr) {  // out of memory
+        connections_->fetch_sub(1);
+        close(fd);
+        continue;
+      }
+    }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
@@ -286,6 +311,11 @@ void Loop::ResumeAcceptingIfFull() {
 
 void Loop::OnEvent(Connection& c, uint32_t events) {
   if (events & EPOLLERR) return Close(c);
+  if (c.tls && !c.tls->handshake_done()) {
+    ContinueHandshake(c);
+    if (!c.dead) UpdateInterest(c);
+    return;
+  }
   const bool waiting =
       c.state == Connection::State::kWaiting || c.state == Connection::State::kWriting;
   // The client shut its side while its request is in progress: it is gone (and with
@@ -295,16 +325,123 @@ void Loop::OnEvent(Connection& c, uint32_t events) {
     OnReadable(c);
     if (c.dead) return;
   }
-  if (events & EPOLLOUT) Flush(c);
+  // A TLS read that had to write (a key update) goes on when the socket is writable; a
+  // TLS write that had to read, when it is readable.
+  if ((events & EPOLLOUT) && c.tls_read_wants_write) {
+    OnReadable(c);
+    if (c.dead) return;
+  }
+  if ((events & EPOLLOUT) || ((events & EPOLLIN) && c.tls_write_wants_read)) Flush(c);
   if (!c.dead) UpdateInterest(c);
+}
+
+void Loop::ContinueHandshake(Connection& c) {
+  c.tls_handshake_wants_write = false;
+  switch (c.tls->Handshake()) {
+    case TlsSession::Io::kOk:
+      c.last_progress_ms = now_ms_;
+      return OnReadable(c);  // a request may have come right behind the handshake
+    case TlsSession::Io::kWantRead:
+      return;
+    case TlsSession::Io::kWantWrite:
+      c.tls_handshake_wants_write = true;
+      return;
+    case TlsSession::Io::kClosed:
+      return Close(c);
+    case TlsSession::Io::kError:
+      if (c.tls->plaintext_http()) {
+        // A plain HTTP request on the TLS port: say so in plain HTTP, then close.
+        c.tls.reset();
+        return Fail(c, 400, "this port speaks HTTPS (TLS); the request was sent as plain HTTP");
+      }
+      return Close(c);
+  }
+}
+
+ssize_t Loop::Receive(Connection& c, char* dst, size_t n) {
+  if (!c.tls) return recv(c.fd, dst, n, 0);
+  c.tls_read_wants_write = false;
+  size_t got = 0;
+  switch (c.tls->Read(dst, n, &got)) {
+    case TlsSession::Io::kOk:
+      return static_cast<ssize_t>(got);
+    case TlsSession::Io::kWantWrite:
+      c.tls_read_wants_write = true;
+      errno = EAGAIN;
+      return -1;
+    case TlsSession::Io::kWantRead:
+      errno = EAGAIN;
+      return -1;
+    case TlsSession::Io::kClosed:
+      return 0;
+    case TlsSession::Io::kError:
+      break;
+  }
+  errno = ECONNRESET;
+  return -1;
+}
+
+ssize_t Loop::Send(Connection& c, const iovec* iov, int count) {
+  if (!c.tls) {
+    msghdr msg{};
+    msg.msg_iov = const_cast<iovec*>(iov);
+    msg.msg_iovlen = static_cast<size_t>(count);
+    return sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+  }
+  // One TLS write: the first piece, or, when it is shorter than a record, the pieces
+  // coalesced up to one record (a head and a short body then go out as one). Retried
+  // after kWant*, this starts with the same bytes and is no shorter, as OpenSSL needs.
+  constexpr size_t kRecord = 16 << 10;
+  const char* src = static_cast<const char*>(iov[0].iov_base);
+  size_t len = iov[0].iov_len;
+  if (len < kRecord && count > 1) {
+    tls_scratch_.clear();
+    for (int i = 0; i < count && tls_scratch_.size() < kRecord; ++i) {
+      const size_t take = std::min(iov[i].iov_len, kRecord - tls_scratch_.size());
+      tls_scratch_.append(static_cast<const char*>(iov[i].iov_base), take);
+    }
+    src = tls_scratch_.data();
+    len = tls_scratch_.size();
+  }
+  c.tls_write_wants_read = false;
+  size_t written = 0;
+  switch (c.tls->Write(src, len, &written)) {
+    case TlsSession::Io::kOk:
+      return static_cast<ssize_t>(written);
+    case TlsSession::Io::kWantRead:
+      c.tls_write_wants_read = true;
+      errno = EAGAIN;
+      return -1;
+    case TlsSession::Io::kWantWrite:
+      errno = EAGAIN;
+      return -1;
+    case TlsSession::Io::kClosed:
+    case TlsSession::Io::kError:
+      break;
+  }
+  errno = EPIPE;
+  return -1;
+}
+
+void Loop::ShutdownWrite(Connection& c) {
+  if (c.tls) c.tls->Shutdown();
+  shutdown(c.fd, SHUT_WR);
 }
 
 void Loop::UpdateInterest(Connection& c) {
   uint32_t want = EPOLLRDHUP;
-  const bool waiting =
-      c.state == Connection::State::kWaiting || c.state == Connection::State::kWriting;
-  if (!waiting || c.buffered() < PipelineCap()) want |= EPOLLIN;
-  if (!c.out.empty()) want |= EPOLLOUT;
+  if (c.tls && !c.tls->handshake_done()) {
+    want |= c.tls_handshake_wants_write ? EPOLLOUT : EPOLLIN;
+  } else {
+    const bool waiting =
+        c.state == Connection::State::kWaiting || c.state == Connection::State::kWriting;
+    if (!waiting || c.buffered() < PipelineCap()) want |= EPOLLIN;
+    if (!c.out.empty() || c.tls_read_wants_write) want |= EPOLLOUT;
+    if (c.tls_write_wants_read) want |= EPOLLIN;
+    if (c.tls && (want & EPOLLIN) && c.state != Connection::State::kLingering &&
+        c.tls->HasPending())
+      tls_ready_.push_back(c.id);
+  }
   if (want == c.interest) return;
   epoll_event ev{};
   ev.events = want;
@@ -325,6 +462,10 @@ void Loop::Close(Connection& c) {
   }
   FinishRequest(c);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  if (c.tls) {
+    c.tls->Shutdown();  // close_notify, when the session is healthy and not yet shut
+    c.tls.reset();
+  }
   close(c.fd);
   c.fd = -1;
   c.out.clear();
@@ -346,7 +487,9 @@ void Loop::Sweep() {
     if (c.dead) continue;
     switch (c.state) {
       case Connection::State::kReadingHead:
-        if (c.head_started_ms < 0) {
+        if (c.tls && !c.tls->handshake_done()) {
+          if (draining_ || now_ms_ - c.accepted_ms > options_.header_timeout_ms) Close(c);
+        } else if (c.head_started_ms < 0) {
           if (draining_ || now_ms_ - c.last_progress_ms > options_.idle_timeout_ms) Close(c);
         } else if (now_ms_ - c.head_started_ms > options_.header_timeout_ms) {
           Fail(c, 408,

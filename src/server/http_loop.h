@@ -12,6 +12,9 @@
 // The per-connection state they share is in http_connection.h.
 #pragma once
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -91,6 +94,14 @@ class Loop {
   bool GrowBody(Connection& c, size_t need, size_t limit);
   void FailOverBudget(Connection& c);
   void OnEvent(Connection& c, uint32_t events);
+  // TLS: advances c's handshake; once done, reads what followed it.
+  void ContinueHandshake(Connection& c);
+  // recv / sendmsg, or their TLS equivalents: bytes moved, 0 at EOF (Receive only), or -1
+  // with errno (EAGAIN: wait for the interest UpdateInterest sets).
+  ssize_t Receive(Connection& c, char* dst, size_t n);
+  ssize_t Send(Connection& c, const iovec* iov, int count);
+  // Lingering close: close_notify on TLS, then no more writes.
+  void ShutdownWrite(Connection& c);
   size_t PipelineCap() const { return static_cast<size_t>(options_.max_header_bytes) + (64 << 10); }
   void OnReadable(Connection& c);
   // Moves the request state machine as far as the buffered bytes allow.
@@ -135,6 +146,10 @@ class Loop {
   uint64_t next_id_ = 2;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_map_;
   std::vector<uint64_t> dead_;
+  // TLS connections with decrypted bytes buffered that want to read: epoll cannot see
+  // those bytes, so the loop reads them without waiting (see UpdateInterest).
+  std::vector<uint64_t> tls_ready_;
+  std::string tls_scratch_;  // small pieces of output coalesced into one TLS record
 };
 
 }  // namespace shoal::server::internal

@@ -57,14 +57,16 @@ void Loop::OnReadable(Connection& c) {
       room = kReadChunk;
     }
     if (room == 0) return Advance(c);
-    const ssize_t n = recv(c.fd, dst, room, 0);
+    const ssize_t n = Receive(c, dst, room);
     if (!direct && n > 0) c.in->set_size(c.in->size() + static_cast<size_t>(n));
     if (n > 0) {
       c.last_progress_ms = now_ms_;
       if (direct) c.body->set_size(c.body->size() + static_cast<size_t>(n));
       Advance(c);
       if (c.dead) return;
-      if (static_cast<size_t>(n) < room) return;
+      // Plaintext: a short read emptied the socket. TLS hands out one record per read,
+      // so it reads on until the session wants more from the socket.
+      if (static_cast<size_t>(n) < room && !c.tls) return;
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;

@@ -102,10 +102,7 @@ void Loop::Flush(Connection& c) {
       iov[count].iov_len = b.size();
       ++count;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(count);
-    const ssize_t n = sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+    const ssize_t n = Send(c, iov, count);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -130,7 +127,7 @@ void Loop::Flush(Connection& c) {
   if (c.close_after_write) {
     // Lingering close: stop sending, but read (and drop) what the client still sends
     // for a moment, so that it sees our answer rather than a reset.
-    shutdown(c.fd, SHUT_WR);
+    ShutdownWrite(c);
     c.state = Connection::State::kLingering;
     c.last_progress_ms = now_ms_;
     return;

@@ -344,6 +344,28 @@ std::string RepositoryIndexJson(const std::vector<runtime::ModelStatus>& index, 
   return out;
 }
 
+EndpointClass RouteEndpointClass(Route route) {
+  switch (route) {
+    case Route::kLive:
+    case Route::kReady:
+    case Route::kModelReady:
+    case Route::kNotFound:
+      return EndpointClass::kHealth;
+    case Route::kServerMetadata:
+    case Route::kModelMetadata:
+    case Route::kModelConfig:
+    case Route::kStats:
+      return EndpointClass::kMetadata;
+    case Route::kInfer:
+      return EndpointClass::kInference;
+    case Route::kRepositoryIndex:
+    case Route::kRepositoryLoad:
+    case Route::kRepositoryUnload:
+      return EndpointClass::kControl;
+  }
+  return EndpointClass::kControl;  // a route added without a class stays closed
+}
+
 proto::HttpResponse ErrorResponse(const Status& status) {
   proto::HttpResponse r =
       proto::HttpResponse::Error(HttpStatusFor(status.code()), status.message());
@@ -386,10 +408,37 @@ size_t HttpRoutes::BodyAlignment(const proto::HttpRequestHead& head) {
   return 0;
 }
 
+std::optional<EndpointClass> ExtensionEndpointClass(const std::vector<std::string>& segments) {
+  if (segments.size() < 2 || segments[0] != "v2") return std::nullopt;
+  const std::string& s = segments[1];
+  if (s == "systemsharedmemory" || s == "cudasharedmemory") return EndpointClass::kInference;
+  if (s == "logging" || s == "trace") return EndpointClass::kControl;
+  if (s == "models" && segments.size() >= 4 && segments[segments.size() - 2] == "trace")
+    return EndpointClass::kControl;
+  return std::nullopt;
+}
+
+bool HttpRoutes::Authorized(const HttpRequest& request, EndpointClass endpoint,
+                            const HttpResponder& responder) {
+  if (options_.auth == nullptr) return true;
+  const std::string* header = request.head.Find("authorization");
+  const std::string_view value = header != nullptr ? std::string_view(*header) : "";
+  const AuthResult auth = options_.auth->Authorize(endpoint, header != nullptr ? &value : nullptr);
+  if (auth.ok) return true;
+  proto::HttpResponse r = proto::HttpResponse::Error(401, auth.message);
+  r.headers.emplace_back("WWW-Authenticate", Authenticator::Challenge(auth.credential_presented));
+  responder.Send(std::move(r));
+  return false;
+}
+
 std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder responder) {
   auto segments = proto::SplitPath(request.head.path);
   if (!segments.ok()) {
     responder.Send(ErrorResponse(segments.status()));
+    return {};
+  }
+  if (auto endpoint = ExtensionEndpointClass(*segments);
+      endpoint.has_value() && !Authorized(request, *endpoint, responder)) {
     return {};
   }
   if (auto answer = HandleExtension(*segments, request.head.method, request.body_view(), *server_,
@@ -416,6 +465,7 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
     responder.Send(ErrorResponse(match.error));
     return {};
   }
+  if (!Authorized(request, RouteEndpointClass(match.route), responder)) return {};
   auto reply = [&](const StatusOr<std::string>& json) {
     if (!json.ok()) LogInternalError("HTTP", match.model, json.status());
     responder.Send(json.ok() ? proto::HttpResponse::Json(200, *json)

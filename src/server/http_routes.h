@@ -19,11 +19,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/http_core.h"
 #include "server/http_server.h"
 #include "server/task_pool.h"
@@ -55,6 +57,12 @@ struct RouteMatch {
   int64_t version = -1;  // -1: not given
   Status error;          // a malformed path element (400)
 };
+
+// What a route does, for the authentication check (server/auth.h).
+EndpointClass RouteEndpointClass(Route route);
+// The same for Triton's extension endpoints (http_extensions.h): shared memory is
+// inference, trace and log settings are control; nullopt for other paths.
+std::optional<EndpointClass> ExtensionEndpointClass(const std::vector<std::string>& segments);
 
 // Matches percent-decoded path segments to a route (method not considered).
 RouteMatch MatchRoute(const std::vector<std::string>& segments);
@@ -89,6 +97,10 @@ class HttpRoutes final : public HttpHandler {
   int64_t offloaded() const { return codec_ ? codec_->started() : 0; }
 
  private:
+  // True when `endpoint` may be served to `request` (options_.auth); else answers 401 with
+  // WWW-Authenticate and returns false.
+  bool Authorized(const HttpRequest& request, EndpointClass endpoint,
+                  const HttpResponder& responder);
   struct InferCall;
 
   std::function<void()> Infer(HttpRequest& request, const RouteMatch& match,

@@ -42,6 +42,39 @@ TEST(HttpRoutesTest, MatchesEveryEndpoint) {
   EXPECT_EQ(RouteMethod(Route::kModelConfig), "GET");
 }
 
+// What --auth-scope guards: health never, control always, the rest under "all".
+TEST(HttpRoutesTest, EveryRouteHasTheEndpointClassTheAuthScopeNames) {
+  auto cls = [](std::vector<std::string> s) { return RouteEndpointClass(MatchRoute(s).route); };
+  EXPECT_EQ(cls({"v2", "health", "live"}), EndpointClass::kHealth);
+  EXPECT_EQ(cls({"v2", "health", "ready"}), EndpointClass::kHealth);
+  EXPECT_EQ(cls({"v2", "models", "m", "ready"}), EndpointClass::kHealth);
+  EXPECT_EQ(cls({"v2", "models", "m", "versions", "3", "ready"}), EndpointClass::kHealth);
+  EXPECT_EQ(cls({"v2"}), EndpointClass::kMetadata);
+  EXPECT_EQ(cls({"v2", "models", "m"}), EndpointClass::kMetadata);
+  EXPECT_EQ(cls({"v2", "models", "m", "config"}), EndpointClass::kMetadata);
+  EXPECT_EQ(cls({"v2", "models", "stats"}), EndpointClass::kMetadata);
+  EXPECT_EQ(cls({"v2", "models", "m", "infer"}), EndpointClass::kInference);
+  EXPECT_EQ(cls({"v2", "repository", "index"}), EndpointClass::kControl);
+  EXPECT_EQ(cls({"v2", "repository", "models", "m", "load"}), EndpointClass::kControl);
+  EXPECT_EQ(cls({"v2", "repository", "models", "m", "unload"}), EndpointClass::kControl);
+}
+
+TEST(HttpRoutesTest, TritonExtensionsHaveEndpointClassesToo) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "systemsharedmemory", "status"}),
+            EndpointClass::kInference);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "systemsharedmemory", "region", "r", "register"}),
+            EndpointClass::kInference);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "cudasharedmemory", "status"}),
+            EndpointClass::kInference);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "logging"}), EndpointClass::kControl);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "trace", "setting"}), EndpointClass::kControl);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "models", "m", "trace", "setting"}),
+            EndpointClass::kControl);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "models", "m", "infer"}), std::nullopt);
+  EXPECT_EQ(ExtensionEndpointClass(V{"v2", "health", "ready"}), std::nullopt);
+}
+
 TEST(HttpRoutesTest, UnknownAndMalformed) {
   EXPECT_EQ(Match({}).route, Route::kNotFound);
   EXPECT_EQ(Match({"v1"}).route, Route::kNotFound);

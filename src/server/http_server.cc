@@ -50,6 +50,10 @@ Status HttpServer::Validate(const HttpOptions& options) {
     return InvalidArgument("offload_bytes must be 0 or more; was " +
                            std::to_string(options.offload_bytes));
   }
+  if (!options.tls.cert_file.empty() || !options.tls.key_file.empty() ||
+      !options.tls.ca_file.empty()) {
+    RETURN_IF_ERROR(TlsContext::Create(options.tls).status());
+  }
   return HttpCore::Validate(CoreOptions(options));
 }
 
@@ -65,6 +69,9 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(runtime::Server* server,
   RETURN_IF_ERROR(ValidateOptions(server, options));
   std::unique_ptr<HttpServer> http(new HttpServer());
   HttpCoreOptions core = CoreOptions(options);
+  if (!options.tls.cert_file.empty()) {
+    ASSIGN_OR_RETURN(core.tls, TlsContext::Create(options.tls));
+  }
   http->routes_ = std::make_unique<internal::HttpRoutes>(server, std::move(options));
   ASSIGN_OR_RETURN(http->core_,
                    HttpCore::Start(std::move(core), http->routes_.get(), std::move(listener)));

@@ -12,7 +12,9 @@
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats Triton statistics
 //   POST /v2/repository[/{repo}]/index, .../models/{m}/load, .../models/{m}/unload
 //   Triton's shared-memory, logging and trace endpoints: http_extensions.h
-// Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}. Errors are
+// Wrong method: 405 with Allow; unknown path: 404 {"error":"Not Found"}; a route the
+// authenticator's scope covers, without the right bearer token: 401 with
+// WWW-Authenticate (options.auth; server/auth.h). Errors are
 // {"error": "..."} with the status of server/status_map (429 and 503 add Retry-After).
 //
 // Threads: `threads` I/O event loops (see http_core.h) parse, route and serialize;
@@ -37,8 +39,10 @@
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/server.h"
+#include "server/auth.h"
 #include "server/protocol_settings.h"
 #include "server/tcp_listener.h"
+#include "server/tls.h"
 
 namespace shoal::server {
 
@@ -64,6 +68,12 @@ struct HttpOptions {
   int64_t header_timeout_ms = 30'000;
   int64_t body_timeout_ms = 300'000;
   int64_t write_timeout_ms = 60'000;
+  // When set, the endpoints its scope covers need its bearer token (401 otherwise, with
+  // WWW-Authenticate: Bearer); health checks stay open. See server/auth.h.
+  std::shared_ptr<const Authenticator> auth;
+  // TLS (HTTPS) when tls.cert_file is set: certificate, key and, for mutual TLS, the
+  // client CAs (server/tls.h). Empty: plaintext HTTP.
+  TlsOptions tls;
   // Threads that decode, parse and serialize large or compressed requests and large
   // JSON answers off the I/O loops (http_routes.h); 0: all of it on the loops.
   int codec_threads = 2;

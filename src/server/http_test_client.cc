@@ -1,9 +1,12 @@
 #include "server/http_test_client.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -38,7 +41,132 @@ std::string Compress(std::string_view data, int window_bits) {
   return out;
 }
 
+// Waits until fd is readable (POLLIN) or writable (POLLOUT); false on timeout.
+bool WaitFor(int fd, short events, int64_t deadline_ms) {
+  while (true) {
+    const int64_t left = deadline_ms - NowMs();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int r = poll(&p, 1, static_cast<int>(left));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+std::string SslErrors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out;
+}
+
 }  // namespace
+
+HttpTestClient::HttpTestClient(std::string host, int port, TlsClientOptions tls)
+    : host_(std::move(host)), port_(port), use_tls_(true), tls_(std::move(tls)) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  if (!tls_.ca_file.empty()) SSL_CTX_load_verify_locations(ctx, tls_.ca_file.c_str(), nullptr);
+  if (!tls_.cert_file.empty()) {
+    SSL_CTX_use_certificate_chain_file(ctx, tls_.cert_file.c_str());
+    SSL_CTX_use_PrivateKey_file(ctx, tls_.key_file.c_str(), SSL_FILETYPE_PEM);
+  }
+  ERR_clear_error();
+  tls_ctx_ = ctx;
+}
+
+HttpTestClient::~HttpTestClient() {
+  Close();
+  if (tls_ctx_ != nullptr) SSL_CTX_free(static_cast<SSL_CTX*>(tls_ctx_));
+}
+
+bool HttpTestClient::Handshake() {
+  tls_error_.clear();
+  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  SSL* ssl = SSL_new(static_cast<SSL_CTX*>(tls_ctx_));
+  ssl_ = ssl;
+  SSL_set_fd(ssl, fd_);
+  SSL_set_tlsext_host_name(ssl, tls_.server_name.c_str());
+  SSL_set1_host(ssl, tls_.server_name.c_str());
+  const int64_t deadline = NowMs() + 10000;
+  while (true) {
+    ERR_clear_error();
+    const int r = SSL_connect(ssl);
+    if (r == 1) return true;
+    const int e = SSL_get_error(ssl, r);
+    if ((e == SSL_ERROR_WANT_READ && WaitFor(fd_, POLLIN, deadline)) ||
+        (e == SSL_ERROR_WANT_WRITE && WaitFor(fd_, POLLOUT, deadline)))
+      continue;
+    tls_error_ = "TLS handshake failed: " + SslErrors();
+    const long verify = SSL_get_verify_result(ssl);
+    if (verify != X509_V_OK)
+      tls_error_ += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
+    return false;
+  }
+}
+
+ssize_t HttpTestClient::SendSome(const char* data, size_t n) {
+  if (ssl_ == nullptr) {
+    while (true) {
+      const ssize_t r = send(fd_, data, n, MSG_NOSIGNAL);
+      if (r < 0 && errno == EINTR) continue;
+      return r;
+    }
+  }
+  SSL* ssl = static_cast<SSL*>(ssl_);
+  const int64_t deadline = NowMs() + 20000;
+  while (true) {
+    ERR_clear_error();
+    size_t written = 0;
+    if (SSL_write_ex(ssl, data, n, &written) == 1) return static_cast<ssize_t>(written);
+    const int e = SSL_get_error(ssl, 0);
+    if ((e == SSL_ERROR_WANT_READ && WaitFor(fd_, POLLIN, deadline)) ||
+        (e == SSL_ERROR_WANT_WRITE && WaitFor(fd_, POLLOUT, deadline)))
+      continue;
+    return -1;
+  }
+}
+
+ssize_t HttpTestClient::RecvSome(char* data, size_t n, int timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  if (ssl_ == nullptr) {
+    if (!WaitFor(fd_, POLLIN, deadline)) return -2;
+    while (true) {
+      const ssize_t r = recv(fd_, data, n, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EAGAIN) return -2;
+      return r;
+    }
+  }
+  SSL* ssl = static_cast<SSL*>(ssl_);
+  while (true) {
+    ERR_clear_error();
+    errno = 0;
+    size_t got = 0;
+    const int r = SSL_read_ex(ssl, data, n, &got);
+    if (r == 1) return static_cast<ssize_t>(got);
+    const int e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ) {
+      if (!WaitFor(fd_, POLLIN, deadline)) return -2;
+      continue;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+      if (!WaitFor(fd_, POLLOUT, deadline)) return -2;
+      continue;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN) return 0;
+    // EOF without close_notify (OpenSSL 3 reports it as an SSL error) counts as EOF.
+    const unsigned long last = ERR_peek_last_error();
+    ERR_clear_error();
+    if (e == SSL_ERROR_SYSCALL && errno == 0) return 0;
+    if (ERR_GET_REASON(last) == SSL_R_UNEXPECTED_EOF_WHILE_READING) return 0;
+    return -1;
+  }
+}
 
 const std::string* HttpReply::Header(std::string_view lower_name) const {
   for (const auto& [k, v] : headers) {
@@ -82,11 +210,17 @@ bool HttpTestClient::Connect(int timeout_ms) {
     if (!ok) usleep(20'000);
   }
   freeaddrinfo(res);
+  if (ok && use_tls_ && !Handshake()) {
+    Close();
+    return false;
+  }
   if (ok) ++connects_;
   return ok;
 }
 
 void HttpTestClient::Close() {
+  if (ssl_ != nullptr) SSL_free(static_cast<SSL*>(ssl_));
+  ssl_ = nullptr;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   reader_.Reset();
@@ -96,11 +230,8 @@ bool HttpTestClient::SendRaw(std::string_view bytes) {
   if (!Connect()) return false;
   size_t sent = 0;
   while (sent < bytes.size()) {
-    const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
+    const ssize_t n = SendSome(bytes.data() + sent, bytes.size() - sent);
+    if (n < 0) return false;
     sent += static_cast<size_t>(n);
   }
   return true;
@@ -111,10 +242,9 @@ bool HttpTestClient::WaitForClose(int timeout_ms) {
   const int64_t deadline = NowMs() + timeout_ms;
   char buf[4096];
   while (NowMs() < deadline) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(1, deadline - NowMs()))) <= 0) continue;
-    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+    const ssize_t n =
+        RecvSome(buf, sizeof(buf), static_cast<int>(std::max<int64_t>(1, deadline - NowMs())));
+    if (n == 0 || n == -1) {
       Close();
       return true;
     }
@@ -130,11 +260,9 @@ HttpReply HttpTestClient::ReadReply(int timeout_ms) {
   auto state = reader_.Next();
   while (state == proto::HttpResponseReader::State::kIncomplete) {
     const int64_t left = deadline - NowMs();
-    pollfd p{fd_, POLLIN, 0};
-    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) break;
+    if (left <= 0) break;
     char buf[65536];
-    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = RecvSome(buf, sizeof(buf), static_cast<int>(left));
     if (n <= 0) break;
     state = reader_.Feed(std::string_view(buf, static_cast<size_t>(n)));
   }
