@@ -30,9 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // What ScanModel fills in from the folder before it validates.
   if (config->name().empty()) config->set_name("fuzz");
   if (!repository::ValidateModelConfig(*config, "fuzz/config.pbtxt").ok()) return 0;
-  for (const auto& group : config->instance_group()) {
-    const int count = repository::InstanceCount(group);
-    for (int i = 0; i < count && i < 8; ++i) (void)repository::InstanceCores(group, i);
+  for (int g = 0; g < config->instance_group_size(); ++g) {
+    const int count = repository::InstanceCount(config->instance_group(g));
+    for (int i = 0; i < count && i < 8; ++i) (void)repository::InstanceCores(*config, g, i);
   }
   if (!runtime::BackendNameForConfig(*config).ok()) return 0;
   const std::string model_dir = "/nonexistent/shoal-fuzz-model";
