@@ -12,6 +12,8 @@
 //
 //   cmake --build build-fuzz --target model_config_fuzzer
 //   build-fuzz/fuzz/model_config_fuzzer fuzz/config_corpus -max_len=4096
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,6 +24,12 @@
 #include "runtime/config_adapter.h"
 
 using namespace shoal;
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  // Invalid UTF-8 in string fields is logged by protobuf for every such config.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
