@@ -21,6 +21,7 @@ rm -f "$BUILD_DIR.configure.log"
 TARGETS=()
 for a in "$@"; do
   # --target-fuzzers (for test.sh): build only the libFuzzer targets.
-  if [ "$a" = "--target-fuzzers" ]; then TARGETS=(--target importer_fuzzer http_infer_fuzzer binary_splitter_fuzzer); fi
+  if [ "$a" = "--target-fuzzers" ]; then TARGETS=(--target importer_fuzzer http_infer_fuzzer binary_splitter_fuzzer grpc_infer_fuzzer
+    npz_fuzzer model_config_fuzzer); fi
 done
 cmake --build "$BUILD_DIR" -j "${SHOAL_JOBS:-$(nproc)}" "${TARGETS[@]}"

@@ -4,7 +4,9 @@
 #   2. an ASan+UBSan build and the unit tests;
 #   3. a TSan build and the unit tests;
 #   4. the libFuzzer targets (clang, ASan+UBSan), each for SHOAL_FUZZ_SECONDS (default 30)
-#      from its committed seed corpus.
+#      from its committed seed corpus;
+#   5. the lock annotations: every source compiled with clang -Wthread-safety -Werror
+#      (syntax only; scripts/check_thread_safety.sh).
 # Options: --quick runs step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,5 +58,10 @@ if [ "$QUICK" -eq 0 ]; then
   run_fuzzer importer_fuzzer fuzz/corpus
   run_fuzzer http_infer_fuzzer fuzz/http_corpus/infer -max_len=65536
   run_fuzzer binary_splitter_fuzzer fuzz/http_corpus/binary_splitter
+  run_fuzzer grpc_infer_fuzzer fuzz/grpc_corpus/infer -max_len=65536
+  run_fuzzer npz_fuzzer fuzz/npz_corpus -max_len=65536
+  run_fuzzer model_config_fuzzer fuzz/config_corpus -max_len=8192
+  step "lock annotations (clang -Wthread-safety)"
+  scripts/check_thread_safety.sh build-tsa
 fi
 step "all tests passed"

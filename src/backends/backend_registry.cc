@@ -31,22 +31,22 @@ Status ValidatePluginName(const std::string& name) {
 
 void BackendRegistry::Register(std::shared_ptr<Backend> backend) {
   std::string name = backend->name();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   builtins_[std::move(name)] = std::move(backend);
 }
 
 void BackendRegistry::RegisterAlias(std::string alias, std::string target) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   aliases_[std::move(alias)] = std::move(target);
 }
 
 void BackendRegistry::AddPluginDirectory(std::string directory) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   plugin_directories_.push_back(std::move(directory));
 }
 
 std::vector<std::string> BackendRegistry::plugin_directories() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return plugin_directories_;
 }
 
@@ -65,7 +65,7 @@ std::vector<std::string> BackendRegistry::PluginCandidatesLocked(
 
 StatusOr<std::shared_ptr<Backend>> BackendRegistry::Find(const std::string& requested,
                                                          const std::string& model_dir) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::string name = requested;
   std::string described = "'" + requested + "'";
   if (auto alias = aliases_.find(requested); alias != aliases_.end()) {

@@ -26,11 +26,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/mutex.h"
 #include "core/status.h"
 
 namespace shoal::backends {
@@ -55,13 +55,13 @@ class BackendRegistry {
 
  private:
   std::vector<std::string> PluginCandidatesLocked(const std::string& name,
-                                                  const std::string& model_dir) const;
+                                                  const std::string& model_dir) const REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> aliases_;                // GUARDED_BY(mu_)
-  std::map<std::string, std::shared_ptr<Backend>> builtins_;  // GUARDED_BY(mu_)
-  std::vector<std::string> plugin_directories_;               // GUARDED_BY(mu_)
-  std::map<std::string, std::shared_ptr<Backend>> plugins_;   // GUARDED_BY(mu_); by path
+  mutable Mutex mu_;
+  std::map<std::string, std::string> aliases_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Backend>> builtins_ GUARDED_BY(mu_);
+  std::vector<std::string> plugin_directories_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Backend>> plugins_ GUARDED_BY(mu_);  // by path
 };
 
 }  // namespace shoal::backends

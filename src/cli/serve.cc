@@ -9,16 +9,15 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "cli/common.h"
 #include "core/log_text.h"
+#include "core/mutex.h"
 #include "runtime/server.h"
 #include "server/auth.h"
 #include "server/request_log.h"
@@ -326,32 +325,37 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
 class RepositoryPoller {
  public:
   RepositoryPoller(runtime::Server* server, int interval_secs) {
-    thread_ = std::thread([this, server, interval_secs] {
-      std::unique_lock<std::mutex> lock(mu_);
-      while (!cv_.wait_for(lock, std::chrono::seconds(std::max(interval_secs, 1)),
-                           [&] { return stop_; })) {
-        lock.unlock();
-        if (Status s = server->PollRepository(); !s.ok())
-          spdlog::warn("repository poll failed: {}", LogSafe(s.message()));
-        lock.lock();
-      }
-    });
+    thread_ = std::thread([this, server, interval_secs] { Run(server, interval_secs); });
   }
   ~RepositoryPoller() { Stop(); }
 
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
+  void Run(runtime::Server* server, int interval_secs) EXCLUDES(mu_) {
+    const auto interval = std::chrono::seconds(std::max(interval_secs, 1));
+    MutexLock lock(&mu_);
+    auto next_poll = std::chrono::steady_clock::now() + interval;
+    while (!stop_) {
+      if (cv_.WaitUntil(&mu_, next_poll) == std::cv_status::no_timeout || stop_) continue;
+      lock.Unlock();
+      if (Status s = server->PollRepository(); !s.ok())
+        spdlog::warn("repository poll failed: {}", LogSafe(s.message()));
+      lock.Lock();
+      next_poll = std::chrono::steady_clock::now() + interval;
+    }
+  }
+
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -17,25 +17,25 @@ int64_t RealClock::NowNs() const {
 }
 
 int64_t FakeClock::NowNs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return now_ns_;
 }
 
 int FakeClock::Subscribe(std::function<void()> on_advance) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   subscribers_.emplace_back(next_id_, std::move(on_advance));
   return next_id_++;
 }
 
 void FakeClock::Unsubscribe(int id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::erase_if(subscribers_, [id](const auto& s) { return s.first == id; });
 }
 
 void FakeClock::AdvanceNs(int64_t ns) {
   std::vector<std::function<void()>> to_call;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     now_ns_ += ns;
     for (const auto& s : subscribers_) to_call.push_back(s.second);
   }

@@ -11,8 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace shoal {
 
@@ -50,10 +51,10 @@ class FakeClock final : public Clock {
   void AdvanceMs(int64_t ms) { AdvanceNs(ms * 1'000'000); }
 
  private:
-  mutable std::mutex mu_;
-  int64_t now_ns_;  // GUARDED_BY(mu_)
-  int next_id_ = 0;
-  std::vector<std::pair<int, std::function<void()>>> subscribers_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  int64_t now_ns_ GUARDED_BY(mu_);
+  int next_id_ GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<int, std::function<void()>>> subscribers_ GUARDED_BY(mu_);
 };
 
 // Wall-clock milliseconds since the Unix epoch (for "last_inference" style fields).

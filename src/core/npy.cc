@@ -37,6 +37,13 @@ uint32_t Le32(const unsigned char* p) {
 }
 uint16_t Le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
+// numpy (1.24 and later) refuses longer headers by default: its parser is not safe on
+// arbitrary input. Ours uses std::regex, which recurses per character matched.
+constexpr size_t kMaxHeaderBytes = 10000;
+// Deflate cannot expand input by more than about 1032:1 (258-byte matches coded in
+// 2 bits); a member claiming more is corrupt, and is refused before its size is allocated.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
 std::shared_ptr<Buffer> MapFileOrNull(const std::string& path, Status* status) {
   const int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) {
@@ -95,6 +102,11 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
     return InvalidArgument("'" + name + "' has .npy version " + std::to_string(major) +
                            ", which is not supported");
   }
+  if (header_len > kMaxHeaderBytes) {
+    return InvalidArgument("'" + name + "' has a header of " + std::to_string(header_len) +
+                           " bytes; at most " + std::to_string(kMaxHeaderBytes) +
+                           " are read (as numpy does)");
+  }
   if (offset + header_len > size)
     return InvalidArgument("'" + name + "' is truncated in its header");
   const std::string header(reinterpret_cast<const char*>(p + offset), header_len);
@@ -133,9 +145,12 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
       return InvalidArgument("'" + name + "' has a malformed shape '" + m[1].str() + "'");
     }
   }
-  auto count = ElementCount(a.shape);
+  // Bounded so that the byte count cannot overflow (a wrapped count would pass the size
+  // check below with a shape far larger than the data).
+  const size_t element = DataTypeSize(a.dtype);
+  auto count = ElementCount(a.shape, static_cast<int64_t>(INT64_MAX / element));
   if (!count.ok()) return count.status().WithPrefix("'" + name + "'");
-  const size_t data_bytes = static_cast<size_t>(*count) * DataTypeSize(a.dtype);
+  const size_t data_bytes = static_cast<size_t>(*count) * element;
   const size_t data_offset = offset + header_len;
   if (size - data_offset < data_bytes) {
     return InvalidArgument("'" + name + "' is truncated: shape " + ShapeToString(a.shape) +
@@ -143,7 +158,6 @@ StatusOr<NpyArray> ParseNpy(std::shared_ptr<Buffer> file, const std::string& nam
                            " bytes of data, the file has " + std::to_string(size - data_offset));
   }
   const unsigned char* data = p + data_offset;
-  const size_t element = DataTypeSize(a.dtype);
   if (reinterpret_cast<uintptr_t>(data) % element != 0) {
     // Members of an uncompressed .npz sit at arbitrary offsets: copy them to aligned
     // memory so elements can be read as their type.
@@ -200,18 +214,25 @@ StatusOr<std::map<std::string, NpyArray>> ParseNpz(std::shared_ptr<Buffer> file,
       return InvalidArgument("'" + path + "' member '" + member +
                              "' is a zip64 entry (over 4 GiB), not supported");
     }
-    if (local + 30 > size || Le32(p + local) != 0x04034b50)
+    // In size_t: `local` near 4 GiB must not wrap past the check.
+    if (size_t{local} + 30 > size || Le32(p + local) != 0x04034b50)
       return InvalidArgument("'" + path + "' has a broken zip entry");
-    const size_t data = local + 30 + Le16(p + local + 26) + Le16(p + local + 28);
+    const size_t data = size_t{local} + 30 + Le16(p + local + 26) + Le16(p + local + 28);
     if (data + csize > size)
       return InvalidArgument("'" + path + "' member '" + member + "' is truncated");
     std::shared_ptr<Buffer> bytes;
     if (method == 0) {
       bytes = Buffer::Wrap(const_cast<unsigned char*>(p) + data, csize, file);
     } else if (method == 8) {
-      bytes = Buffer::Allocate(usize);
+      if (usize > uint64_t{csize} * kMaxDeflateRatio + 1024) {
+        return InvalidArgument("'" + path + "' member '" + member + "' claims " +
+                               std::to_string(usize) + " bytes from " + std::to_string(csize) +
+                               " compressed, more than deflate can produce");
+      }
+      bytes = Buffer::AllocateUninitialized(usize);
       z_stream zs{};
-      inflateInit2(&zs, -MAX_WBITS);
+      if (inflateInit2(&zs, -MAX_WBITS) != Z_OK)
+        return Internal("'" + path + "': zlib could not start inflating");
       zs.next_in = const_cast<Bytef*>(p + data);
       zs.avail_in = csize;
       zs.next_out = static_cast<Bytef*>(bytes->data());

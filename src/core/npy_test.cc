@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -18,6 +19,35 @@ std::string TestData(const std::string& name) {
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (std::to_string(std::random_device{}()) + name))
       .string();
+}
+
+std::shared_ptr<Buffer> BufferOf(const std::string& bytes) {
+  auto b = Buffer::Allocate(bytes.size());
+  std::memcpy(b->data(), bytes.data(), bytes.size());
+  return b;
+}
+
+std::string Le16(uint16_t v) { return {static_cast<char>(v & 0xff), static_cast<char>(v >> 8)}; }
+std::string Le32(uint32_t v) {
+  return Le16(static_cast<uint16_t>(v)) + Le16(static_cast<uint16_t>(v >> 16));
+}
+
+// A zip archive of one member whose headers say what the arguments say (sizes and offsets
+// may lie): what ParseNpz walks.
+std::string OneMemberZip(const std::string& name, const std::string& data, uint16_t method,
+                         uint32_t uncompressed_size, uint32_t local_offset) {
+  const uint32_t csize = static_cast<uint32_t>(data.size());
+  const std::string local = "PK\x03\x04" + Le16(20) + Le16(0) + Le16(method) + Le32(0) + Le32(0) +
+                            Le32(csize) + Le32(uncompressed_size) +
+                            Le16(static_cast<uint16_t>(name.size())) + Le16(0) + name + data;
+  const std::string central = "PK\x01\x02" + Le16(20) + Le16(20) + Le16(0) + Le16(method) +
+                              Le32(0) + Le32(0) + Le32(csize) + Le32(uncompressed_size) +
+                              Le16(static_cast<uint16_t>(name.size())) + Le16(0) + Le16(0) +
+                              Le16(0) + Le16(0) + Le32(0) + Le32(local_offset) + name;
+  const std::string end = "PK\x05\x06" + Le16(0) + Le16(0) + Le16(1) + Le16(1) +
+                          Le32(static_cast<uint32_t>(central.size())) +
+                          Le32(static_cast<uint32_t>(local.size())) + Le16(0);
+  return local + central + end;
 }
 
 TEST(NpyTest, ReadsNumpyWrittenFloat64) {
@@ -113,6 +143,54 @@ TEST(NpyTest, RejectsMalformedFilesWithAMessage) {
   const std::string p = write("PK not really a zip");
   EXPECT_FALSE(ReadNpz(p).ok());
   std::filesystem::remove(p);
+}
+
+// A member's local header offset near 4 GiB wrapped the bounds check (32-bit arithmetic)
+// and the reader dereferenced far outside the file.
+TEST(NpyTest, LocalHeaderOffsetPastTheFileIsRefused) {
+  const std::string npy = *NpyHeader(DataType::kUint8, {1}) + std::string(1, '\x07');
+  ASSERT_TRUE(ParseNpz(BufferOf(OneMemberZip("x.npy", npy, 0, 0, 0)), "ok.npz").ok());
+  for (uint32_t offset : {0xffffffffu, 0xfffffff0u, 0xffffffe3u}) {
+    auto arrays = ParseNpz(BufferOf(OneMemberZip("x.npy", npy, 0, 0, offset)), "bad.npz");
+    ASSERT_FALSE(arrays.ok()) << offset;
+    EXPECT_NE(arrays.status().message().find("broken zip entry"), std::string::npos)
+        << arrays.status().message();
+  }
+}
+
+// Found by npz_fuzzer (a 451-byte file made it allocate 1.6 GB): a deflated member's
+// claimed size was allocated (and zeroed) before inflating, so a few bytes could make the
+// reader take up to 4 GiB.
+TEST(NpyTest, DeflatedMemberClaimingMoreThanDeflateCanProduceIsRefused) {
+  auto arrays =
+      ParseNpz(BufferOf(OneMemberZip("x.npy", "0123456789", 8, 0xfffffff0u, 0)), "bomb.npz");
+  ASSERT_FALSE(arrays.ok());
+  EXPECT_NE(arrays.status().message().find("more than deflate can produce"), std::string::npos)
+      << arrays.status().message();
+  // Real compressed archives (numpy.savez_compressed) still read.
+  EXPECT_TRUE(ReadNpz(TestData("two_arrays_compressed.npz")).ok());
+}
+
+// A version 2 header may claim 4 GiB; std::regex recursed once per character of a long
+// header and overflowed the stack.
+TEST(NpyTest, HeaderLongerThanNumpyWritesIsRefused) {
+  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': '" +
+                           std::string(200000, 'a') + "'}\n";
+  const std::string file = std::string("\x93NUMPY\x02\x00", 8) +
+                           Le32(static_cast<uint32_t>(dict.size())) + dict + std::string(4, '\0');
+  auto a = ParseNpy(BufferOf(file), "long.npy");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("header of"), std::string::npos) << a.status().message();
+}
+
+// A shape whose byte count overflows 64 bits wrapped to a small number, passed the size
+// check, and described 2^61 elements over no data.
+TEST(NpyTest, ShapeWhoseBytesOverflowIsRefused) {
+  std::string header = *NpyHeader(DataType::kFp64, {1});
+  header.replace(header.find("(1,)"), 4, "(2305843009213693952,)");
+  auto a = ParseNpy(BufferOf(header), "huge.npy");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

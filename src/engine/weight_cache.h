@@ -11,10 +11,10 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -36,8 +36,8 @@ class WeightCache {
     dnnl::memory::desc desc;
     std::shared_ptr<Buffer> buffer;
   };
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<Entry> entries_ GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::engine

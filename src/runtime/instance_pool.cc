@@ -22,28 +22,27 @@ StatusOr<std::unique_ptr<InstancePool>> InstancePool::Create(Options options) {
     return InvalidArgument("instance pool needs at least one instance");
   if (!options.clock) options.clock = Clock::Real();
   std::unique_ptr<InstancePool> pool(new InstancePool(std::move(options)));
-  for (const auto& info : pool->options_.instances) {
-    auto inst = std::make_unique<Instance>(pool->options_);
-    inst->info = info;
-    inst->stats.name = info.name;
-    pool->instances_.push_back(std::move(inst));
+  {
+    MutexLock lock(&pool->mu_);
+    for (const auto& info : pool->options_.instances) {
+      auto inst = std::make_unique<Instance>();
+      inst->info = info;
+      pool->instances_.push_back(std::move(inst));
+      pool->states_.emplace_back(pool->options_);
+      pool->states_.back().stats.name = info.name;
+    }
   }
-  for (auto& inst : pool->instances_) {
-    Instance* raw = inst.get();
-    inst->thread = std::thread([p = pool.get(), raw] { p->Run(raw); });
+  for (size_t i = 0; i < pool->instances_.size(); ++i) {
+    pool->instances_[i]->thread = std::thread([p = pool.get(), i] { p->Run(i); });
   }
   Status first_error;
   {
-    std::unique_lock<std::mutex> lock(pool->mu_);
-    pool->init_cv_.wait(lock, [&] {
-      for (auto& inst : pool->instances_) {
-        if (!inst->init_done) return false;
-      }
-      return true;
-    });
-    for (auto& inst : pool->instances_) {
-      if (!inst->init_status.ok()) {
-        first_error = inst->init_status.WithPrefix("instance " + inst->info.name);
+    MutexLock lock(&pool->mu_);
+    while (!pool->AllInitDoneLocked()) pool->init_cv_.Wait(&pool->mu_);
+    for (size_t i = 0; i < pool->states_.size(); ++i) {
+      if (!pool->states_[i].init_status.ok()) {
+        first_error =
+            pool->states_[i].init_status.WithPrefix("instance " + pool->instances_[i]->info.name);
         break;
       }
     }
@@ -54,21 +53,29 @@ StatusOr<std::unique_ptr<InstancePool>> InstancePool::Create(Options options) {
 
 InstancePool::~InstancePool() { StopAll(); }
 
+bool InstancePool::AllInitDoneLocked() const {
+  for (const auto& state : states_) {
+    if (!state.init_done) return false;
+  }
+  return true;
+}
+
 void InstancePool::StopAll() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& inst : instances_) inst->wake.store(true, std::memory_order_release);
   }
-  for (auto& inst : instances_) inst->cv.notify_all();
+  for (auto& inst : instances_) inst->cv.SignalAll();
   for (auto& inst : instances_) {
     if (inst->thread.joinable()) inst->thread.join();
   }
 }
 
-void InstancePool::Run(Instance* inst) {
-  NameCurrentThread(inst->info.name);
+void InstancePool::Run(size_t index) {
+  Instance* inst = instances_[index].get();
   current_instance = inst;
+  NameCurrentThread(inst->info.name);
   std::unique_ptr<backends::BackendInstance> backend;
   Status status = PinCurrentThread(inst->info.cpu_cores);
   if (status.ok()) {
@@ -85,57 +92,61 @@ void InstancePool::Run(Instance* inst) {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    inst->init_status = status;
-    inst->init_done = true;
-    inst->stats.created_ns = options_.clock->NowNs();
+    MutexLock lock(&mu_);
+    InstanceState& state = states_[index];
+    state.init_status = status;
+    state.init_done = true;
+    state.stats.created_ns = options_.clock->NowNs();
   }
-  init_cv_.notify_all();
+  init_cv_.SignalAll();
   if (!status.ok()) return;
 
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    if (!stopping_ && !inst->running.has_value()) {
+    if (!stopping_ && !states_[index].running.has_value()) {
       // Idle. A job submitted from here on sets `wake` (it was cleared under mu_, after
       // the check above, so none is missed).
       inst->wake.store(false, std::memory_order_relaxed);
       const auto idle_since = std::chrono::steady_clock::now();
       if (options_.idle_spin_us > 0 && inst->last_idle_ns < options_.idle_spin_us * 1000 &&
-          inst->submit_cpu != sched_getcpu()) {
-        ++inst->stats.idle_spins;
-        lock.unlock();
+          states_[index].submit_cpu != sched_getcpu()) {
+        ++states_[index].stats.idle_spins;
+        lock.Unlock();
         SpinForJob(inst);
-        lock.lock();
+        lock.Lock();
       }
-      if (!stopping_ && !inst->running.has_value()) {
-        ++inst->stats.idle_sleeps;
-        inst->cv.wait(lock, [&] { return stopping_ || inst->running.has_value(); });
+      if (!stopping_ && !states_[index].running.has_value()) {
+        ++states_[index].stats.idle_sleeps;
+        while (!stopping_ && !states_[index].running.has_value()) inst->cv.Wait(&mu_);
       }
       inst->last_idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now() - idle_since)
                                .count();
     }
-    if (!inst->running.has_value()) break;  // stopping with nothing left
-    PoolJob& job = *inst->running;
-    lock.unlock();
+    if (!states_[index].running.has_value()) break;  // stopping with nothing left
+    // Stays valid without the lock: only this thread resets `running`, and Submit fills
+    // `pending` while a job runs.
+    PoolJob& job = *states_[index].running;
+    lock.Unlock();
     const int64_t start = options_.clock->NowNs();
     const int64_t ran = job.run(*backend, inst->info.index);
     const int64_t elapsed = options_.clock->NowNs() - start;
-    lock.lock();
-    if (ran > 0) inst->cost.Observe(ran, elapsed);
-    inst->stats.executions++;
-    inst->stats.busy_ns += elapsed;
-    inst->running.reset();
-    if (inst->pending.has_value()) {
-      inst->running = std::move(inst->pending);
-      inst->pending.reset();
-      inst->started_ns = options_.clock->NowNs();
+    lock.Lock();
+    InstanceState& state = states_[index];
+    if (ran > 0) state.cost.Observe(ran, elapsed);
+    state.stats.executions++;
+    state.stats.busy_ns += elapsed;
+    state.running.reset();
+    if (state.pending.has_value()) {
+      state.running = std::move(state.pending);
+      state.pending.reset();
+      state.started_ns = options_.clock->NowNs();
     }
-    lock.unlock();
+    lock.Unlock();
     if (options_.on_idle) options_.on_idle();
-    lock.lock();
+    lock.Lock();
   }
-  lock.unlock();
+  lock.Unlock();
   backend.reset();  // destroyed on its own thread
 }
 
@@ -157,20 +168,20 @@ void InstancePool::SpinForJob(Instance* inst) const {
 }
 
 bool InstancePool::HasIdle() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& inst : instances_) {
-    if (!inst->running.has_value()) return true;
+  MutexLock lock(&mu_);
+  for (const auto& state : states_) {
+    if (!state.running.has_value()) return true;
   }
   return false;
 }
 
 int InstancePool::Choose(int64_t batch_size) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t now = options_.clock->NowNs();
   int best = -1;
   int64_t best_finish = std::numeric_limits<int64_t>::max();
-  for (size_t i = 0; i < instances_.size(); ++i) {
-    const Instance& inst = *instances_[i];
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const InstanceState& inst = states_[i];
     int64_t start;
     if (!inst.running.has_value()) {
       start = now;
@@ -190,47 +201,48 @@ int InstancePool::Choose(int64_t batch_size) const {
 }
 
 void InstancePool::Submit(int index, PoolJob job) {
-  Instance& inst = *instances_.at(static_cast<size_t>(index));
+  Instance& instance = *instances_.at(static_cast<size_t>(index));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
+    InstanceState& inst = states_[static_cast<size_t>(index)];
     if (!inst.running.has_value()) {
       inst.running = std::move(job);
       inst.started_ns = options_.clock->NowNs();
-      inst.wake.store(true, std::memory_order_release);
+      instance.wake.store(true, std::memory_order_release);
       // A job the instance's own thread dispatched (when it went idle) says nothing about
       // where other submitters run.
-      if (current_instance != &inst) inst.submit_cpu = sched_getcpu();
+      if (current_instance != &instance) inst.submit_cpu = sched_getcpu();
     } else {
       inst.pending = std::move(job);
     }
   }
-  inst.cv.notify_one();
+  instance.cv.Signal();
 }
 
 int64_t InstancePool::PredictNs(int64_t batch_size) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int64_t best = std::numeric_limits<int64_t>::max();
-  for (const auto& inst : instances_) best = std::min(best, inst->cost.PredictNs(batch_size));
+  for (const auto& inst : states_) best = std::min(best, inst.cost.PredictNs(batch_size));
   return best;
 }
 
 ServiceEstimate InstancePool::Service() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ServiceEstimate e;
   e.instances = static_cast<int>(instances_.size());
   if (instances_.empty()) return e;
   const int64_t now = options_.clock->NowNs();
   int64_t backlog = 0;
   e.idle_instances = 0;
-  for (const auto& inst : instances_) {
-    if (!inst->running.has_value()) ++e.idle_instances;
-    e.a_ns += inst->cost.a_ns();
-    e.b_ns += inst->cost.b_ns();
-    if (inst->running.has_value()) {
-      const int64_t end = inst->started_ns + inst->cost.PredictNs(inst->running->batch_size);
+  for (const auto& inst : states_) {
+    if (!inst.running.has_value()) ++e.idle_instances;
+    e.a_ns += inst.cost.a_ns();
+    e.b_ns += inst.cost.b_ns();
+    if (inst.running.has_value()) {
+      const int64_t end = inst.started_ns + inst.cost.PredictNs(inst.running->batch_size);
       backlog += std::max<int64_t>(0, end - now);
     }
-    if (inst->pending.has_value()) backlog += inst->cost.PredictNs(inst->pending->batch_size);
+    if (inst.pending.has_value()) backlog += inst.cost.PredictNs(inst.pending->batch_size);
   }
   e.a_ns /= e.instances;
   e.b_ns /= e.instances;
@@ -239,21 +251,21 @@ ServiceEstimate InstancePool::Service() const {
 }
 
 std::vector<InstanceStats> InstancePool::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<InstanceStats> out;
-  for (const auto& inst : instances_) {
-    InstanceStats s = inst->stats;
-    s.cost_a_ns = inst->cost.a_ns();
-    s.cost_b_ns = inst->cost.b_ns();
+  for (const auto& inst : states_) {
+    InstanceStats s = inst.stats;
+    s.cost_a_ns = inst.cost.a_ns();
+    s.cost_b_ns = inst.cost.b_ns();
     out.push_back(s);
   }
   return out;
 }
 
 int InstancePool::busy_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int n = 0;
-  for (const auto& inst : instances_) n += inst->running.has_value() + inst->pending.has_value();
+  for (const auto& inst : states_) n += inst.running.has_value() + inst.pending.has_value();
   return n;
 }
 

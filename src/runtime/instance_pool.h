@@ -29,11 +29,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -41,6 +39,7 @@
 
 #include "backends/backend.h"
 #include "core/clock.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "runtime/cost_model.h"
 
@@ -106,39 +105,45 @@ class InstancePool {
   int busy_count() const;
 
  private:
+  // What an instance's thread owns. Its state under mu_ is the InstanceState of the same
+  // index in states_ (kept apart so the lock annotations can name mu_).
   struct Instance {
     backends::InstanceInfo info;
     std::thread thread;
-    std::optional<PoolJob> running;  // GUARDED_BY(mu_)
-    std::optional<PoolJob> pending;  // GUARDED_BY(mu_)
-    int64_t started_ns = 0;          // GUARDED_BY(mu_) when `running` began
-    CostModel cost;                  // GUARDED_BY(mu_)
-    InstanceStats stats;             // GUARDED_BY(mu_)
-    std::condition_variable cv;
-    // Set under mu_ whenever `running` is set or stopping_; read without the lock by the
-    // thread's idle spin.
+    CondVar cv;
+    // Set under mu_ whenever its `running` is set or stopping_; read without the lock by
+    // the thread's idle spin.
     std::atomic<bool> wake{false};
     // Instance thread only: the real ns its last idle period lasted (from finding no job
     // to finding one); it spins only while this stays under the bound.
     int64_t last_idle_ns = 0;
-    // GUARDED_BY(mu_) the CPU its last job from another thread was submitted on.
-    int submit_cpu = -1;
+  };
+  struct InstanceState {
+    std::optional<PoolJob> running;
+    std::optional<PoolJob> pending;
+    int64_t started_ns = 0;  // when `running` began
+    CostModel cost;
+    InstanceStats stats;
     Status init_status;
-    bool init_done = false;  // GUARDED_BY(mu_)
-    explicit Instance(const Options& o) : cost(o.prior_a_ns, o.prior_b_ns) {}
+    bool init_done = false;
+    int submit_cpu = -1;  // the CPU its last job from another thread was submitted on
+    explicit InstanceState(const Options& o) : cost(o.prior_a_ns, o.prior_b_ns) {}
   };
 
   explicit InstancePool(Options options);
-  void Run(Instance* inst);
+  void Run(size_t index) EXCLUDES(mu_);
   // Instance thread, without mu_: spins until inst->wake or idle_spin_us have passed.
   void SpinForJob(Instance* inst) const;
-  void StopAll();
+  void StopAll() EXCLUDES(mu_);
+  bool AllInitDoneLocked() const REQUIRES(mu_);
 
   Options options_;
-  mutable std::mutex mu_;
-  std::condition_variable init_cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar init_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  // Fixed after Create; instances_[i] and states_[i] are the same instance.
   std::vector<std::unique_ptr<Instance>> instances_;
+  std::vector<InstanceState> states_ GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::runtime

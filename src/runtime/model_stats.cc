@@ -15,7 +15,7 @@ std::vector<double> Histogram::BatchSizeBounds() {
 
 void ModelStats::RecordSuccess(int64_t e2e_ns, int64_t queue_ns, int64_t input_ns, int64_t infer_ns,
                                int64_t output_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s_.request_latency_us.Observe(static_cast<double>(e2e_ns) / 1000.0);
   s_.queue_latency_us.Observe(static_cast<double>(queue_ns) / 1000.0);
   s_.success.Add(e2e_ns);
@@ -27,7 +27,7 @@ void ModelStats::RecordSuccess(int64_t e2e_ns, int64_t queue_ns, int64_t input_n
 }
 
 void ModelStats::RecordCacheHit(int64_t e2e_ns, int64_t lookup_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s_.request_latency_us.Observe(static_cast<double>(e2e_ns) / 1000.0);
   s_.success.Add(e2e_ns);
   s_.cache_hit.Add(lookup_ns);
@@ -35,18 +35,18 @@ void ModelStats::RecordCacheHit(int64_t e2e_ns, int64_t lookup_ns) {
 }
 
 void ModelStats::RecordCacheMiss(int64_t lookup_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s_.cache_miss.Add(lookup_ns);
 }
 
 void ModelStats::RecordFailure(int64_t e2e_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s_.fail.Add(e2e_ns);
 }
 
 void ModelStats::RecordExecution(int64_t batch_size, int64_t input_ns, int64_t infer_ns,
                                  int64_t output_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s_.inference_count += static_cast<uint64_t>(batch_size);
   s_.compute_latency_us.Observe(static_cast<double>(infer_ns) / 1000.0);
   s_.batch_size.Observe(static_cast<double>(batch_size));
@@ -58,7 +58,7 @@ void ModelStats::RecordExecution(int64_t batch_size, int64_t input_ns, int64_t i
 }
 
 void ModelStats::Increment(uint64_t ModelStatsSnapshot::*field) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++(s_.*field);
 }
 void ModelStats::RecordRejectedQueueFull() { Increment(&ModelStatsSnapshot::rejected_queue_full); }
@@ -69,13 +69,13 @@ void ModelStats::RecordDeadlineMissed() { Increment(&ModelStatsSnapshot::deadlin
 void ModelStats::RecordPrecisionSwitch() { Increment(&ModelStatsSnapshot::precision_switches); }
 
 void ModelStats::RecordPrecision(const std::string& tier) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++s_.precision_requests[tier];
 }
 void ModelStats::RecordCancelled() { Increment(&ModelStatsSnapshot::cancelled); }
 
 ModelStatsSnapshot ModelStats::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return s_;
 }
 

@@ -17,8 +17,10 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
+#include <string>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace shoal::runtime {
 
@@ -112,8 +114,8 @@ class ModelStats {
   // Adds one to the outcome counter `field` of s_.
   void Increment(uint64_t ModelStatsSnapshot::*field);
 
-  mutable std::mutex mu_;
-  ModelStatsSnapshot s_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  ModelStatsSnapshot s_ GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::runtime

@@ -112,19 +112,19 @@ Status ModelVersion::RunWarmup(backends::BackendInstance& instance,
 
 void ModelVersion::Poke() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     poked_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void ModelVersion::OnInstanceIdle() {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     wake = DispatchOrWake();
   }
-  if (wake) cv_.notify_one();
+  if (wake) cv_.Signal();
 }
 
 int64_t ModelVersion::DispatchDue(int64_t now) {
@@ -163,11 +163,11 @@ std::shared_ptr<RequestControl> ModelVersion::NewRequestControl() {
   return std::make_shared<RequestControl>([weak] {
     if (auto self = weak.lock()) {
       {
-        std::lock_guard<std::mutex> lock(self->mu_);
+        MutexLock lock(&self->mu_);
         self->cancel_pending_ = true;
         self->poked_ = true;
       }
-      self->cv_.notify_one();
+      self->cv_.Signal();
     }
   });
 }
@@ -277,7 +277,7 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
   RejectReason reason = RejectReason::kNone;
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++in_flight_;
     if (!accepting_) {
       status = Unavailable("model '" + options_.name + "' is shutting down");
@@ -292,7 +292,7 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
     }
   }
   if (status.ok()) {
-    if (wake) cv_.notify_one();
+    if (wake) cv_.Signal();
     return;
   }
   if (reason == RejectReason::kQueueFull) stats_.RecordRejectedQueueFull();
@@ -398,14 +398,14 @@ void ModelVersion::Answer(TaskPtr task, const Status& status, std::vector<NamedT
   if (in_flight_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     // Shutdown checks in_flight_ under mu_: taking it here means the wake cannot fall
     // between its check and its wait.
-    std::lock_guard<std::mutex> lock(mu_);
-    idle_cv_.notify_all();
+    MutexLock lock(&mu_);
+    idle_cv_.SignalAll();
   }
 }
 
 void ModelVersion::SchedulerLoop() {
   NameCurrentThread("sched:" + options_.name);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     poked_ = false;
     sched_sleeping_ = false;
@@ -421,7 +421,7 @@ void ModelVersion::SchedulerLoop() {
     if (stop_scheduler_ && batcher_->empty()) break;
 
     if (!expired.empty() || !cancelled.empty()) {
-      lock.unlock();
+      lock.Unlock();
       for (auto& e : expired) {
         const int64_t queued_ns = now - e.task->enqueued_ns;
         Status status;
@@ -441,19 +441,22 @@ void ModelVersion::SchedulerLoop() {
         stats_.RecordCancelled();
         Answer(std::move(t), Cancelled("request cancelled by the client"), {}, 0, 0, 0, 0);
       }
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (poked_) continue;
     sched_wake_at_ = wake_at;
     if (wake_at == std::numeric_limits<int64_t>::max() || clock_->is_fake()) {
       sched_sleeping_ = true;
-      cv_.wait(lock, [&] { return poked_; });
+      while (!poked_) cv_.Wait(&mu_);
     } else {
       const int64_t wait_ns = wake_at - clock_->NowNs();
       if (wait_ns > 0) {
         sched_sleeping_ = true;
-        cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return poked_; });
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
+        while (!poked_) {
+          if (cv_.WaitUntil(&mu_, deadline) == std::cv_status::timeout) break;
+        }
       }
     }
   }
@@ -631,7 +634,7 @@ ModelVersion::GroupRun ModelVersion::RunGroup(const std::vector<const InferReque
 }
 
 void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answers) {
-  std::lock_guard<std::mutex> lock(order_mu_);
+  MutexLock lock(&order_mu_);
   held_[seq] = std::move(answers);
   while (!held_.empty() && held_.begin()->first == next_release_seq_) {
     auto ready = std::move(held_.begin()->second);
@@ -643,16 +646,16 @@ void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answ
 
 void ModelVersion::Shutdown() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!scheduler_.joinable()) return;  // never started, or already shut down
     accepting_ = false;
     poked_ = true;
-    cv_.notify_one();
-    idle_cv_.wait(lock, [&] { return in_flight_ == 0; });
+    cv_.Signal();
+    while (in_flight_ != 0) idle_cv_.Wait(&mu_);
     stop_scheduler_ = true;
     poked_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
   scheduler_.join();
   pool_.reset();
   if (clock_subscription_ >= 0) clock_->Unsubscribe(clock_subscription_);
@@ -660,7 +663,7 @@ void ModelVersion::Shutdown() {
 }
 
 size_t ModelVersion::queue_depth() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return batcher_->size();
 }
 

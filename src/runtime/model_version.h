@@ -21,19 +21,18 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/backend.h"
 #include "core/clock.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "runtime/batch_io.h"
 #include "runtime/batcher.h"
@@ -128,8 +127,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
 
   ModelVersion(ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model,
                std::unique_ptr<Batcher<RequestTask>> batcher);
-  void SchedulerLoop();
-  void Poke();
+  void SchedulerLoop() EXCLUDES(mu_);
+  void Poke() EXCLUDES(mu_);
   // The handle Infer returns; cancelling through it wakes the scheduler to answer the
   // request (it holds only a weak reference to this version).
   std::shared_ptr<RequestControl> NewRequestControl();
@@ -145,16 +144,16 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
                            const std::vector<NamedTensor>& outputs);
   // Infer's last step: queues `task` (received at `now`) in the batcher, or answers it
   // with the reason it was refused (shutting down, queue full, bad priority).
-  void Enqueue(TaskPtr task, int64_t now);
+  void Enqueue(TaskPtr task, int64_t now) EXCLUDES(mu_);
   // Called by an instance's thread after each job.
-  void OnInstanceIdle();
-  // Requires mu_. Dispatches every batch due at `now` to idle instances; returns when the
-  // queue next needs the scheduler (a held batch's release, an expiry; max if never).
-  int64_t DispatchDue(int64_t now);
-  // Requires mu_. After work was queued or an instance went idle: dispatches what is due on
-  // the calling thread; returns true (with poked_ set) if the scheduler must be notified.
-  bool DispatchOrWake();
-  void Dispatch(Batch batch);  // requires mu_
+  void OnInstanceIdle() EXCLUDES(mu_);
+  // Dispatches every batch due at `now` to idle instances; returns when the queue next
+  // needs the scheduler (a held batch's release, an expiry; max if never).
+  int64_t DispatchDue(int64_t now) REQUIRES(mu_);
+  // After work was queued or an instance went idle: dispatches what is due on the calling
+  // thread; returns true (with poked_ set) if the scheduler must be notified.
+  bool DispatchOrWake() REQUIRES(mu_);
+  void Dispatch(Batch batch) REQUIRES(mu_);
   // Runs `batch` on `instance` and answers its requests; returns the items executed
   // (requests cancelled since the batch was formed are answered without running).
   int64_t ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
@@ -178,7 +177,7 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // Answers a request that never became a task (invalid, hit, rejected).
   void AnswerDirect(const InferRequest& request, InferCallback& callback, const Status& status,
                     std::vector<NamedTensor> outputs, bool cache_hit);
-  void Release(uint64_t seq, std::vector<std::function<void()>> answers);
+  void Release(uint64_t seq, std::vector<std::function<void()>> answers) EXCLUDES(order_mu_);
   Status RunWarmup(backends::BackendInstance& instance, const backends::InstanceInfo& info);
 
   const ModelVersionOptions options_;
@@ -189,38 +188,38 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   ModelStats stats_;
   int clock_subscription_ = -1;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;                     // scheduler wakeups
-  std::condition_variable idle_cv_;                // in_flight_ reached 0
-  std::unique_ptr<Batcher<RequestTask>> batcher_;  // GUARDED_BY(mu_)
-  bool poked_ = false;                             // GUARDED_BY(mu_)
-  bool cancel_pending_ = false;                    // GUARDED_BY(mu_)
-  bool accepting_ = true;                          // GUARDED_BY(mu_)
-  bool stop_scheduler_ = false;                    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;       // scheduler wakeups
+  CondVar idle_cv_;  // in_flight_ reached 0
+  std::unique_ptr<Batcher<RequestTask>> batcher_ GUARDED_BY(mu_);
+  bool poked_ GUARDED_BY(mu_) = false;
+  bool cancel_pending_ GUARDED_BY(mu_) = false;
+  bool accepting_ GUARDED_BY(mu_) = true;
+  bool stop_scheduler_ GUARDED_BY(mu_) = false;
   // While the scheduler sleeps: sched_wake_at_ is when it wakes by itself (max: only when
   // poked). Arrivals and idle instances poke it only if it must wake sooner.
-  bool sched_sleeping_ = false;                                  // GUARDED_BY(mu_)
-  int64_t sched_wake_at_ = std::numeric_limits<int64_t>::max();  // GUARDED_BY(mu_)
+  bool sched_sleeping_ GUARDED_BY(mu_) = false;
+  int64_t sched_wake_at_ GUARDED_BY(mu_) = std::numeric_limits<int64_t>::max();
   // Requests accepted and not yet answered. Incremented under mu_; decremented without it
   // (once per answer), taking mu_ only to wake Shutdown when it reaches 0.
   std::atomic<int64_t> in_flight_{0};
-  uint64_t next_batch_seq_ = 0;  // GUARDED_BY(mu_)
+  uint64_t next_batch_seq_ GUARDED_BY(mu_) = 0;
   // The precision ladder: the step requests go to (read by Infer without the lock), and
   // since when the predicted drain time has been above / below its thresholds (-1: not).
   std::atomic<int> tier_{0};
-  int64_t drain_above_since_ns_ = -1;      // GUARDED_BY(mu_)
-  int64_t drain_below_since_ns_ = -1;      // GUARDED_BY(mu_)
-  int64_t last_overload_refusal_ns_ = -1;  // GUARDED_BY(mu_)
-  // Requires mu_. Moves the ladder one step when the drain time predicted at `now` has
-  // stayed past a threshold long enough.
+  int64_t drain_above_since_ns_ GUARDED_BY(mu_) = -1;
+  int64_t drain_below_since_ns_ GUARDED_BY(mu_) = -1;
+  int64_t last_overload_refusal_ns_ GUARDED_BY(mu_) = -1;
+  // Moves the ladder one step when the drain time predicted at `now` has stayed past a
+  // threshold long enough.
   // `refused_overload`: the arrival that calls it was just refused for overload.
-  void UpdatePrecisionTierLocked(int64_t now, bool refused_overload);
+  void UpdatePrecisionTierLocked(int64_t now, bool refused_overload) REQUIRES(mu_);
   std::thread scheduler_;
 
   // preserve_ordering: answers of batch `seq` wait until every earlier batch is answered.
-  std::mutex order_mu_;
-  uint64_t next_release_seq_ = 0;                                // GUARDED_BY(order_mu_)
-  std::map<uint64_t, std::vector<std::function<void()>>> held_;  // GUARDED_BY(order_mu_)
+  Mutex order_mu_;
+  uint64_t next_release_seq_ GUARDED_BY(order_mu_) = 0;
+  std::map<uint64_t, std::vector<std::function<void()>>> held_ GUARDED_BY(order_mu_);
 };
 
 // The cache key of a request for a loaded model version (`owner`: its cache_owner_id()).

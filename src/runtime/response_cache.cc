@@ -66,7 +66,7 @@ uint64_t ResponseCache::Hash(const CacheKey& key) const {
 
 ResponseCache::Outcome ResponseCache::Lookup(const CacheKey& key, Waiter& waiter,
                                              std::vector<NamedTensor>* outputs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
@@ -98,7 +98,7 @@ std::vector<ResponseCache::Waiter> ResponseCache::Complete(
       for (const auto& t : outputs) stored.push_back(NamedTensor{t.name, OwnedCopy(t.tensor)});
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto fl = in_flight_.find(key);
   if (fl != in_flight_.end()) {
     waiters = std::move(fl->second);
@@ -115,7 +115,7 @@ std::vector<ResponseCache::Waiter> ResponseCache::Complete(
 }
 
 void ResponseCache::Purge(uint64_t owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = index_.begin(); it != index_.end();) {
     auto next = std::next(it);
     if (it->first.owner == owner) EraseLocked(it);
@@ -138,7 +138,7 @@ void ResponseCache::EvictLocked() {
 }
 
 CacheStats ResponseCache::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -27,12 +27,12 @@
 #include <cstdint>
 #include <functional>
 #include <list>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -119,17 +119,17 @@ class ResponseCache {
     std::list<const CacheKey*>::iterator lru_pos;
   };
   using Index = std::unordered_map<CacheKey, Entry, KeyHash>;
-  void EraseLocked(Index::iterator it);
-  void EvictLocked();
+  void EraseLocked(Index::iterator it) REQUIRES(mu_);
+  void EvictLocked() REQUIRES(mu_);
 
   const int64_t capacity_bytes_;
   const uint64_t seed_;
   const std::function<uint64_t(const CacheKey&)> hash_for_testing_;
-  mutable std::mutex mu_;
-  Index index_;                     // GUARDED_BY(mu_)
-  std::list<const CacheKey*> lru_;  // GUARDED_BY(mu_); index_'s keys, front = most recent
-  std::unordered_map<CacheKey, std::vector<Waiter>, KeyHash> in_flight_;  // GUARDED_BY(mu_)
-  CacheStats stats_;                                                      // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Index index_ GUARDED_BY(mu_);
+  std::list<const CacheKey*> lru_ GUARDED_BY(mu_);  // index_'s keys, front = most recent
+  std::unordered_map<CacheKey, std::vector<Waiter>, KeyHash> in_flight_ GUARDED_BY(mu_);
+  CacheStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::runtime

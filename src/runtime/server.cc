@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<Server>> Server::Open(ServerOptions options) {
   }
   {
     // LOADING from now: readiness counts them, and inference on them says so.
-    std::lock_guard<std::mutex> lock(server->mu_);
+    MutexLock lock(&server->mu_);
     for (const auto& name : to_load) server->models_[name].state = ModelState::kLoading;
   }
   server->startup_models_ = std::move(to_load);
@@ -72,15 +72,15 @@ StatusOr<std::unique_ptr<Server>> Server::Open(ServerOptions options) {
 
 void Server::LoadStartupModels() {
   for (const auto& name : startup_models_) {
-    std::lock_guard<std::mutex> load_lock(load_mu_);
+    MutexLock load_lock(&load_mu_);
     bool shutting_down = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       shutting_down = shutting_down_;
     }
     if (shutting_down) break;  // Shutdown took every record
     if (startup_cancelled_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = models_.find(name);
       if (it != models_.end() && it->second.state == ModelState::kLoading &&
           it->second.versions.empty()) {
@@ -101,9 +101,9 @@ Server::~Server() { Shutdown(); }
 
 Status Server::LoadModel(const std::string& name,
                          const std::optional<inference::ModelConfig>& config) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return Unavailable("the server is shutting down");
   }
   return LoadModelLocked(name, config ? &*config : nullptr);
@@ -115,7 +115,7 @@ Status Server::LoadModelLocked(const std::string& name,
   if (!scanned.ok()) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name),
                   LogSafe(scanned.status().message()));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = models_.find(name);
         it != models_.end() && it->second.state == ModelState::kLoading) {
       it->second.state = ModelState::kUnavailable;  // recorded LOADING by Open
@@ -125,14 +125,14 @@ Status Server::LoadModelLocked(const std::string& name,
   }
   repository::ModelEntry entry = std::move(scanned).value();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Record& r = models_[name];
     r.fingerprint = entry.fingerprint;
     if (r.versions.empty()) r.state = ModelState::kLoading;
   }
   auto fail = [&](const Status& s) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name), LogSafe(s.message()));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Record& r = models_[name];
     // A model that was serving keeps serving its old versions.
     r.state = r.versions.empty() ? ModelState::kUnavailable : ModelState::kReady;
@@ -176,7 +176,7 @@ Status Server::LoadModelLocked(const std::string& name,
 
   std::map<int64_t, std::shared_ptr<ModelVersion>> replaced;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Record& r = models_[name];
     r.unloaded_on_request = false;
     replaced = std::move(r.versions);
@@ -194,14 +194,14 @@ Status Server::LoadModelLocked(const std::string& name,
 }
 
 Status Server::UnloadModel(const std::string& name) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   return UnloadModelLocked(name);
 }
 
 Status Server::UnloadModelLocked(const std::string& name) {
   std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end() || it->second.versions.empty()) {
       // As Triton: unloading what is not loaded succeeds (defensive cleanup code relies
@@ -218,7 +218,7 @@ Status Server::UnloadModelLocked(const std::string& name) {
     if (cache_) cache_->Purge(mv->cache_owner_id());
     spdlog::info("unloaded model '{}' version {}", LogSafe(name), version);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it != models_.end()) {
     it->second.state = ModelState::kUnavailable;
@@ -229,11 +229,11 @@ Status Server::UnloadModelLocked(const std::string& name) {
 }
 
 Status Server::PollRepository() {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   ASSIGN_OR_RETURN(auto entries, repository::ScanRepository(options_.model_repository));
   std::vector<std::string> changed, removed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return Unavailable("the server is shutting down");
     for (const auto& e : entries) {
       auto it = models_.find(e.name);
@@ -251,7 +251,7 @@ Status Server::PollRepository() {
   for (const auto& name : changed) (void)LoadModelLocked(name);
   for (const auto& name : removed) {
     (void)UnloadModelLocked(name);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     models_.erase(name);
   }
   return Status::Ok();
@@ -265,7 +265,10 @@ namespace {
 Status WrapForClassification(const ModelVersion& mv, const InferRequest& request,
                              InferCallback& callback) {
   const ModelSignature& sig = mv.signature();
-  for (const auto& [output, k] : request.classification) {
+  for (const auto& entry : request.classification) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const std::string& output = entry.first;
+    const auto k = entry.second;
     const bool known = std::any_of(sig.outputs.begin(), sig.outputs.end(),
                                    [&](const auto& o) { return o.name == output; });
     if (!known) {
@@ -339,7 +342,7 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
 
 StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name,
                                                          int64_t version) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return GetModelLocked(name, version);
 }
 
@@ -370,7 +373,7 @@ StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name,
                                                         int64_t version) const {
   // One look under one lock: a model unloaded or removed from the repository between two
   // looks made the second one throw (a 500 where the client should see 404).
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(GetModelLocked(name, version).status());
   return models_.find(name)->second.config;
 }
@@ -381,7 +384,7 @@ std::vector<ModelStatus> Server::RepositoryIndex() const {
   if (auto entries = repository::ScanRepository(options_.model_repository); entries.ok()) {
     for (const auto& e : *entries) names.push_back(e.name);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [name, r] : models_) {
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
@@ -403,7 +406,7 @@ std::vector<ModelStatus> Server::RepositoryIndex() const {
 }
 
 std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::shared_ptr<ModelVersion>> out;
   for (const auto& [name, r] : models_) {
     for (const auto& [v, mv] : r.versions) out.push_back(mv);
@@ -412,7 +415,7 @@ std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
 }
 
 bool Server::ready() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_ || !startup_finished()) return false;
   if (!options_.strict_readiness) return true;
   for (const auto& [name, r] : models_) {
@@ -424,10 +427,10 @@ bool Server::ready() const {
 
 void Server::Shutdown() {
   CancelStartupLoading();  // before waiting for the model loading now, if any
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  MutexLock load_lock(&load_mu_);
   std::map<std::string, Record> models;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_ && models_.empty()) return;
     shutting_down_ = true;
     models = std::move(models_);

@@ -32,13 +32,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/backend_registry.h"
 #include "core/clock.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "repository/model_config.pb.h"
 #include "runtime/infer_request.h"
@@ -148,23 +148,24 @@ class Server {
     std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   };
   explicit Server(ServerOptions options);
-  // Requires load_mu_. `config_override`: replaces config.pbtxt, or null.
+  // `config_override`: replaces config.pbtxt, or null.
   Status LoadModelLocked(const std::string& name,
-                         const inference::ModelConfig* config_override = nullptr);
-  // GetModel's lookup; requires mu_.
+                         const inference::ModelConfig* config_override = nullptr) REQUIRES(load_mu_)
+      EXCLUDES(mu_);
+  // GetModel's lookup.
   StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name,
-                                                         int64_t version) const;
-  Status UnloadModelLocked(const std::string& name);
+                                                         int64_t version) const REQUIRES(mu_);
+  Status UnloadModelLocked(const std::string& name) REQUIRES(load_mu_) EXCLUDES(mu_);
 
   const ServerOptions options_;
   std::shared_ptr<Clock> clock_;
   std::shared_ptr<backends::BackendRegistry> registry_;
   std::shared_ptr<ResponseCache> cache_;
 
-  std::mutex load_mu_;  // serialises Load/Unload/Poll/Shutdown
-  mutable std::mutex mu_;
-  std::map<std::string, Record> models_;     // GUARDED_BY(mu_)
-  bool shutting_down_ = false;               // GUARDED_BY(mu_)
+  Mutex load_mu_ ACQUIRED_BEFORE(mu_);  // serialises Load/Unload/Poll/Shutdown
+  mutable Mutex mu_;
+  std::map<std::string, Record> models_ GUARDED_BY(mu_);
+  bool shutting_down_ GUARDED_BY(mu_) = false;
   std::vector<std::string> startup_models_;  // set by Open, read by LoadStartupModels
   std::atomic<bool> startup_finished_{false};
   std::atomic<bool> startup_cancelled_{false};

@@ -302,7 +302,7 @@ TEST(ServerTest, ConfigOfAModelRemovedMeanwhileIsNotFoundNeverAnError) {
   std::atomic<bool> stop{false};
   std::atomic<int> found{0}, missing{0};
   std::mutex mu;
-  std::vector<std::string> unexpected;  // GUARDED_BY(mu)
+  std::vector<std::string> unexpected;  // under mu (a local: no GUARDED_BY attribute)
   std::vector<std::thread> readers;
   for (int t = 0; t < 2; ++t) {
     readers.emplace_back([&] {

@@ -14,19 +14,19 @@
 namespace shoal::server::internal {
 
 Call::Call(CallContext* ctx, grpc::ServerCompletionQueue* cq) : ctx_(ctx), cq_(cq) {
-  std::lock_guard<std::mutex> lock(ctx_->mu);
+  MutexLock lock(&ctx_->mu);
   ++ctx_->live_calls;
 }
 
 Call::~Call() {
-  std::lock_guard<std::mutex> lock(ctx_->mu);
+  MutexLock lock(&ctx_->mu);
   --ctx_->live_calls;
   if (started_) --ctx_->active_calls;
-  ctx_->cv.notify_all();
+  ctx_->cv.SignalAll();
 }
 
 void Call::MarkStarted() {
-  std::lock_guard<std::mutex> lock(ctx_->mu);
+  MutexLock lock(&ctx_->mu);
   started_ = true;
   ++ctx_->active_calls;
 }
@@ -235,7 +235,7 @@ class InferCall final : public Call {
         std::move(decoded).value(), [this](runtime::InferResponse r) { OnAnswer(std::move(r)); });
     bool cancel = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       handle_ = handle;
       cancel = cancelled_ && !answered_;
     }
@@ -245,7 +245,7 @@ class InferCall final : public Call {
   // On a runtime thread (or inside Infer when answered at once).
   void OnAnswer(runtime::InferResponse answer) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       answered_ = true;
     }
     grpc::Status status = ToGrpcStatus(answer.status);
@@ -274,7 +274,7 @@ class InferCall final : public Call {
   void OnDone() {
     std::shared_ptr<runtime::RequestHandle> handle;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (server_ctx_.IsCancelled()) {
         cancelled_ = true;
         if (!answered_) handle = handle_;
@@ -295,10 +295,10 @@ class InferCall final : public Call {
 
   int64_t start_ns_ = 0;  // RequestLogNowNs() at Start, for the request log
 
-  std::mutex mu_;
-  std::shared_ptr<runtime::RequestHandle> handle_;  // GUARDED_BY(mu_)
-  bool answered_ = false;                           // GUARDED_BY(mu_)
-  bool cancelled_ = false;                          // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::shared_ptr<runtime::RequestHandle> handle_ GUARDED_BY(mu_);
+  bool answered_ GUARDED_BY(mu_) = false;
+  bool cancelled_ GUARDED_BY(mu_) = false;
 };
 
 // ModelInfer calls kept armed per queue, so a burst of new calls finds one waiting.

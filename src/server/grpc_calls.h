@@ -39,12 +39,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <set>
 
+#include "core/mutex.h"
 #include "proto/grpc_health.grpc.pb.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "runtime/server.h"
@@ -78,12 +77,12 @@ struct CallContext {
   std::atomic<bool> draining{false};
 
   // Lock order: mu -> a call's own mutex.
-  std::mutex mu;
-  std::condition_variable cv;  // live_calls or active_calls went down
-  int64_t live_calls = 0;      // GUARDED_BY(mu): call objects, armed ones included
-  int64_t active_calls = 0;    // GUARDED_BY(mu): calls matched to a client call
+  Mutex mu;
+  CondVar cv;                               // live_calls or active_calls went down
+  int64_t live_calls GUARDED_BY(mu) = 0;    // call objects, armed ones included
+  int64_t active_calls GUARDED_BY(mu) = 0;  // calls matched to a client call
   // Started ModelStreamInfer calls, told to Drain when the server stops.
-  std::set<Call*> streams;  // GUARDED_BY(mu)
+  std::set<Call*> streams GUARDED_BY(mu);
 };
 
 // The tag of one asynchronous operation.
@@ -120,7 +119,7 @@ class Call {
 
  private:
   std::atomic<int> refs_{1};  // the armed request
-  bool started_ = false;      // GUARDED_BY(ctx_->mu)
+  bool started_ GUARDED_BY(ctx_->mu) = false;
 };
 
 // OK when a call of this class may go on; UNAUTHENTICATED when ctx.auth requires a

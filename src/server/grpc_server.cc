@@ -5,12 +5,11 @@
 
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 
+#include "core/mutex.h"
 #include "server/grpc_calls.h"
 #include "server/grpc_handlers.h"
 
@@ -23,38 +22,38 @@ class BlockingWorker {
   BlockingWorker() : thread_([this] { Run(); }) {}
   ~BlockingWorker() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_one();
+    cv_.Signal();
     thread_.join();
   }
   void Post(std::function<void()> fn) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       work_.push_back(std::move(fn));
     }
-    cv_.notify_one();
+    cv_.Signal();
   }
 
  private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Run() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
+      while (!stop_ && work_.empty()) cv_.Wait(&mu_);
       if (work_.empty()) return;  // stop_, and everything posted has run
       auto fn = std::move(work_.front());
       work_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       fn();
-      lock.lock();
+      lock.Lock();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> work_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                       // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> work_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
@@ -122,13 +121,16 @@ class GrpcServer::Impl {
     for (auto& cq : cqs_) {
       threads_.emplace_back([q = cq.get()] { internal::RunCompletionQueue(q); });
     }
-    started_ = true;
+    {
+      MutexLock lock(&stop_mu_);
+      started_ = true;
+    }
     spdlog::debug("gRPC server listening on {}:{}", host, port_);
     return Status::Ok();
   }
 
   void Stop() {
-    std::lock_guard<std::mutex> stop_lock(stop_mu_);
+    MutexLock stop_lock(&stop_mu_);
     if (!started_ || stopped_) return;
     stopped_ = true;
     const auto grace_end =
@@ -136,10 +138,12 @@ class GrpcServer::Impl {
     // 1. Drain: new inference calls are answered UNAVAILABLE; streams end once idle.
     //    Calls in flight get the grace period to finish.
     {
-      std::unique_lock<std::mutex> lock(ctx_.mu);
+      MutexLock lock(&ctx_.mu);
       ctx_.draining = true;
       for (internal::Call* stream : ctx_.streams) stream->Drain();
-      ctx_.cv.wait_until(lock, grace_end, [&] { return ctx_.active_calls == 0; });
+      while (ctx_.active_calls != 0) {
+        if (ctx_.cv.WaitUntil(&ctx_.mu, grace_end) == std::cv_status::timeout) break;
+      }
     }
     // 2. Shut gRPC down now: refuse calls, fail the armed ones, cancel what still runs
     //    (those calls cancel their runtime requests) and close client connections, which
@@ -148,10 +152,13 @@ class GrpcServer::Impl {
     // Every call object must be gone (each one's last operation completed) before the
     // queues shut down: a runtime callback may still start a Finish or a Write.
     {
-      std::unique_lock<std::mutex> lock(ctx_.mu);
-      while (
-          !ctx_.cv.wait_for(lock, std::chrono::seconds(5), [&] { return ctx_.live_calls == 0; })) {
-        spdlog::warn("gRPC server stopping: waiting for {} call(s) to finish", ctx_.live_calls);
+      MutexLock lock(&ctx_.mu);
+      auto warn_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (ctx_.live_calls != 0) {
+        if (ctx_.cv.WaitUntil(&ctx_.mu, warn_at) == std::cv_status::timeout) {
+          spdlog::warn("gRPC server stopping: waiting for {} call(s) to finish", ctx_.live_calls);
+          warn_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        }
       }
     }
     for (auto& cq : cqs_) cq->Shutdown();
@@ -174,9 +181,9 @@ class GrpcServer::Impl {
   std::unique_ptr<BlockingWorker> worker_;
   std::vector<std::thread> threads_;
   int port_ = 0;
-  std::mutex stop_mu_;
-  bool started_ = false;  // GUARDED_BY(stop_mu_) after Start
-  bool stopped_ = false;  // GUARDED_BY(stop_mu_)
+  Mutex stop_mu_;
+  bool started_ GUARDED_BY(stop_mu_) = false;  // after Start
+  bool stopped_ GUARDED_BY(stop_mu_) = false;
 };
 
 StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(runtime::Server* server,

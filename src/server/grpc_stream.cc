@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/mutex.h"
 #include "server/grpc_calls.h"
 #include "server/grpc_codec.h"
 #include "server/request_log.h"
@@ -54,9 +55,9 @@ class StreamInferCall final : public Call {
         {
           // Registered and checked under one lock, so Stop either sees this stream or
           // this stream sees `draining`.
-          std::lock_guard<std::mutex> ctx_lock(ctx_->mu);
+          MutexLock ctx_lock(&ctx_->mu);
           ctx_->streams.insert(this);
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           draining_ = ctx_->draining.load();
           if (grpc::Status denied = Authorize(*ctx_, server_ctx_, EndpointClass::kInference);
               !denied.ok()) {
@@ -76,14 +77,14 @@ class StreamInferCall final : public Call {
         if (ok) {
           OnRead();
         } else {  // the client half-closed, or the call is gone
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           reads_done_ = true;
           MaybeFinishLocked();
         }
         Unref();  // the read
         return;
       case kWrite: {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         writing_ = false;
         queue_.pop_front();
         if (!ok) {
@@ -111,13 +112,14 @@ class StreamInferCall final : public Call {
   // with work left to start: its last reference goes only after its Finish completed,
   // so MaybeFinishLocked then does nothing.
   void Drain() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    ctx_->mu.AssertHeld();
+    MutexLock lock(&mu_);
     draining_ = true;
     MaybeFinishLocked();
   }
 
   ~StreamInferCall() override {
-    std::lock_guard<std::mutex> lock(ctx_->mu);
+    MutexLock lock(&ctx_->mu);
     ctx_->streams.erase(this);
   }
 
@@ -126,7 +128,7 @@ class StreamInferCall final : public Call {
 
   // One read in flight at a time, into a fresh message (earlier ones may still be viewed
   // by tensors in the runtime).
-  void StartReadLocked() {
+  void StartReadLocked() REQUIRES(mu_) {
     reading_ = std::make_shared<inference::ModelInferRequest>();
     Ref();  // the read
     stream_.Read(reading_.get(), &read_tag_);
@@ -134,7 +136,7 @@ class StreamInferCall final : public Call {
 
   // Reads the next request unless too many are unanswered (back-pressure: the client's
   // sends then wait in gRPC's flow control).
-  void ContinueReadingLocked() {
+  void ContinueReadingLocked() REQUIRES(mu_) {
     if (in_flight_ + static_cast<int64_t>(queue_.size()) < ctx_->stream_max_in_flight) {
       StartReadLocked();
     } else {
@@ -142,7 +144,7 @@ class StreamInferCall final : public Call {
     }
   }
 
-  void ResumeReadingLocked() {
+  void ResumeReadingLocked() REQUIRES(mu_) {
     if (read_paused_ &&
         in_flight_ + static_cast<int64_t>(queue_.size()) < ctx_->stream_max_in_flight) {
       read_paused_ = false;
@@ -153,7 +155,7 @@ class StreamInferCall final : public Call {
   void OnRead() {
     std::shared_ptr<inference::ModelInferRequest> message;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       message = std::move(reading_);
     }
     const int64_t start_ns = RequestLogNowNs();
@@ -172,14 +174,14 @@ class StreamInferCall final : public Call {
                   RequestLogNowNs() - start_ns});
       auto error = ErrorResponse(decoded.status().message(), message->id(), message->model_name(),
                                  message->model_version());
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       EnqueueLocked(std::move(error));
       ContinueReadingLocked();
       return;
     }
     uint64_t seq;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       seq = next_seq_++;
       ++in_flight_;
       handles_[seq] = nullptr;  // erased by the answer, which may come inside Infer
@@ -192,7 +194,7 @@ class StreamInferCall final : public Call {
                              });
     bool cancel = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (auto it = handles_.find(seq); it != handles_.end()) {
         it->second = handle;
         cancel = cancelled_;
@@ -230,7 +232,7 @@ class StreamInferCall final : public Call {
                 answer.queue_ns, answer.compute_ns, RequestLogNowNs() - start_ns});
     answer = runtime::InferResponse();  // release output buffers before the send
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       handles_.erase(seq);
       --in_flight_;
       EnqueueLocked(std::move(response));
@@ -240,14 +242,14 @@ class StreamInferCall final : public Call {
     Unref();  // the runtime callback
   }
 
-  void EnqueueLocked(std::unique_ptr<Response> response) {
+  void EnqueueLocked(std::unique_ptr<Response> response) REQUIRES(mu_) {
     if (broken_) return;
     queue_.push_back(std::move(response));
     WriteNextLocked();
   }
 
   // One write in flight at a time; the message written is queue_.front().
-  void WriteNextLocked() {
+  void WriteNextLocked() REQUIRES(mu_) {
     if (writing_ || queue_.empty()) return;
     writing_ = true;
     Ref();  // the write
@@ -256,7 +258,7 @@ class StreamInferCall final : public Call {
 
   // Finishes once nothing is in flight: with OK after the client half-closed, or with
   // UNAVAILABLE when the server is stopping (a read may then be pending; it fails).
-  void MaybeFinishLocked() {
+  void MaybeFinishLocked() REQUIRES(mu_) {
     if (finishing_ || in_flight_ > 0 || writing_ || !queue_.empty()) return;
     if (!reads_done_ && !draining_) return;
     finishing_ = true;
@@ -269,7 +271,7 @@ class StreamInferCall final : public Call {
   void OnDone() {
     std::vector<std::shared_ptr<runtime::RequestHandle>> to_cancel;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!server_ctx_.IsCancelled()) return;
       cancelled_ = true;
       for (const auto& [seq, handle] : handles_) {
@@ -287,20 +289,20 @@ class StreamInferCall final : public Call {
   Tag finish_tag_{this, kFinish};
   Tag done_tag_{this, kDone};
 
-  std::mutex mu_;
-  std::shared_ptr<inference::ModelInferRequest> reading_;  // GUARDED_BY(mu_)
-  std::deque<std::unique_ptr<Response>> queue_;  // GUARDED_BY(mu_); front is being written
-  bool writing_ = false;                         // GUARDED_BY(mu_)
-  bool reads_done_ = false;                      // GUARDED_BY(mu_)
-  bool read_paused_ = false;                     // GUARDED_BY(mu_)
-  bool finishing_ = false;                       // GUARDED_BY(mu_)
-  bool draining_ = false;                        // GUARDED_BY(mu_)
-  bool broken_ = false;                          // GUARDED_BY(mu_)
-  bool cancelled_ = false;                       // GUARDED_BY(mu_)
-  int64_t in_flight_ = 0;                        // GUARDED_BY(mu_): runtime requests
-  uint64_t next_seq_ = 0;                        // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::shared_ptr<inference::ModelInferRequest> reading_ GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Response>> queue_ GUARDED_BY(mu_);  // front is being written
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool reads_done_ GUARDED_BY(mu_) = false;
+  bool read_paused_ GUARDED_BY(mu_) = false;
+  bool finishing_ GUARDED_BY(mu_) = false;
+  bool draining_ GUARDED_BY(mu_) = false;
+  bool broken_ GUARDED_BY(mu_) = false;
+  bool cancelled_ GUARDED_BY(mu_) = false;
+  int64_t in_flight_ GUARDED_BY(mu_) = 0;  // runtime requests
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   // Unanswered runtime requests, for cancellation; null until Infer returns.
-  std::map<uint64_t, std::shared_ptr<runtime::RequestHandle>> handles_;  // GUARDED_BY(mu_)
+  std::map<uint64_t, std::shared_ptr<runtime::RequestHandle>> handles_ GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "server/http_test_client.h"
 
 namespace shoal::server {
@@ -43,7 +43,7 @@ class TestHandler : public HttpHandler {
  public:
   std::function<void()> Handle(HttpRequest request, HttpResponder responder) override {
     if (request.head.path == "/hold") {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       held_.push_back(responder);
       return {};
     }
@@ -51,18 +51,18 @@ class TestHandler : public HttpHandler {
     return {};
   }
   size_t held() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return held_.size();
   }
   void ReleaseOne() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     held_.front().Send(proto::HttpResponse::Json(200, "released"));
     held_.erase(held_.begin());
   }
 
  private:
-  std::mutex mu_;
-  std::vector<HttpResponder> held_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<HttpResponder> held_ GUARDED_BY(mu_);
 };
 
 // A bare loopback connection, for clients that misbehave in ways HttpTestClient won't.

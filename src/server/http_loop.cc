@@ -44,7 +44,7 @@ Mailbox::~Mailbox() {
 bool Mailbox::Post(Item item) {
   bool was_empty;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (closed) return false;
     was_empty = items.empty();
     items.push_back(std::move(item));
@@ -224,7 +224,7 @@ void Loop::Run() {
   EraseDead();
   std::vector<Mailbox::Item> dropped;
   {
-    std::lock_guard<std::mutex> lock(mailbox_->mu);
+    MutexLock lock(&mailbox_->mu);
     mailbox_->closed = true;
     dropped.swap(mailbox_->items);
   }

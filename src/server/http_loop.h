@@ -19,12 +19,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "proto/http_message.h"
 #include "server/http_core.h"
@@ -46,9 +46,9 @@ struct Mailbox {
   // False when the loop is gone (the item is dropped).
   bool Post(Item item);
 
-  std::mutex mu;
-  std::vector<Item> items;  // GUARDED_BY(mu)
-  bool closed = false;      // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<Item> items GUARDED_BY(mu);
+  bool closed GUARDED_BY(mu) = false;
   int event_fd = -1;
   std::shared_ptr<std::atomic<int64_t>> posted_unwritten;
 };

@@ -18,7 +18,7 @@ void Loop::ProcessMailbox() {
   [[maybe_unused]] ssize_t r = read(mailbox_->event_fd, &value, sizeof(value));
   std::vector<Mailbox::Item> items;
   {
-    std::lock_guard<std::mutex> lock(mailbox_->mu);
+    MutexLock lock(&mailbox_->mu);
     items.swap(mailbox_->items);
   }
   for (auto& item : items) {

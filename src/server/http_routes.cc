@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <charconv>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_set>
 
+#include "core/mutex.h"
 #include "proto/json_writer.h"
 #include "repository/model_config.h"
 #include "server/http_extensions.h"
@@ -526,14 +526,14 @@ struct HttpRoutes::InferCall {
   RouteMatch match;
   HttpResponder responder;
 
-  std::mutex mu;
-  bool cancelled = false;                          // GUARDED_BY(mu)
-  std::shared_ptr<runtime::RequestHandle> handle;  // GUARDED_BY(mu)
+  Mutex mu;
+  bool cancelled GUARDED_BY(mu) = false;
+  std::shared_ptr<runtime::RequestHandle> handle GUARDED_BY(mu);
 
   void Cancel() {
     std::shared_ptr<runtime::RequestHandle> h;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       cancelled = true;
       h = handle;
     }
@@ -572,14 +572,18 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
       (call->body->size() > static_cast<size_t>(options_.offload_bytes) || Compressed(call->head));
   if (!offload) {
     StartInfer(call);
-    std::shared_ptr<runtime::RequestHandle> handle = std::move(call->handle);
+    std::shared_ptr<runtime::RequestHandle> handle;
+    {
+      MutexLock lock(&call->mu);  // uncontended: nothing else holds the call yet
+      handle = std::move(call->handle);
+    }
     if (!handle) return {};
     return [handle] { handle->Cancel(); };
   }
   const bool queued = codec_->Submit(
       [this, call] {
         {
-          std::lock_guard<std::mutex> lock(call->mu);
+          MutexLock lock(&call->mu);
           if (call->cancelled) {  // the client left while this waited: nothing to run
             call->responder.Send(ErrorResponse(Cancelled("the client went away")));
             return;
@@ -680,7 +684,7 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
       });
   std::shared_ptr<runtime::RequestHandle> cancel_now;
   {
-    std::lock_guard<std::mutex> lock(call->mu);
+    MutexLock lock(&call->mu);
     call->handle = handle;
     if (call->cancelled) cancel_now = handle;
   }

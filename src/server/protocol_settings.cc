@@ -162,7 +162,7 @@ Status UpdateLogSettings(const LogSettingsMap& update) {
 
 TraceSettings::Values TraceSettings::Get(const std::string& model) const {
   Values out = TraceDefaults();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [k, v] : global_) out[k] = v;
   if (!model.empty()) {
     if (auto it = model_.find(model); it != model_.end()) {
@@ -182,7 +182,7 @@ StatusOr<TraceSettings::Values> TraceSettings::Apply(const std::string& model,
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Values& target = model.empty() ? global_ : model_[model];
     for (const auto& [key, value] : update) {
       if (value) {

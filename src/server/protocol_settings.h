@@ -25,12 +25,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "server/shared_memory.h"
 
@@ -57,9 +57,9 @@ class TraceSettings {
   StatusOr<Values> Apply(const std::string& model, const Update& update);
 
  private:
-  mutable std::mutex mu_;
-  Values global_;                        // GUARDED_BY(mu_): set keys only
-  std::map<std::string, Values> model_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Values global_ GUARDED_BY(mu_);  // set keys only
+  std::map<std::string, Values> model_ GUARDED_BY(mu_);
 };
 
 // What one server's front ends share.

@@ -45,7 +45,7 @@ Status SharedMemoryManager::Register(const std::string& name, const std::string&
     return InvalidArgument("shared memory region " + Quoted(name) + ": byte_size must be > 0");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (regions_.count(name) != 0) {
       return AlreadyExists("shared memory region " + Quoted(name) +
                            " is already registered; unregister it first");
@@ -83,7 +83,7 @@ Status SharedMemoryManager::Register(const std::string& name, const std::string&
     return InvalidArgument("Unable to map shared memory region " + Quoted(name) + ": " +
                            std::strerror(err));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!regions_.emplace(name, std::move(region)).second) {
     return AlreadyExists("shared memory region " + Quoted(name) +
                          " is already registered; unregister it first");
@@ -93,7 +93,7 @@ Status SharedMemoryManager::Register(const std::string& name, const std::string&
 
 Status SharedMemoryManager::Unregister(const std::string& name) {
   std::map<std::string, std::shared_ptr<const Region>> removed;  // unmapped outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (name.empty()) {
     removed.swap(regions_);
   } else if (auto it = regions_.find(name); it != regions_.end()) {
@@ -106,7 +106,7 @@ Status SharedMemoryManager::Unregister(const std::string& name) {
 StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryManager::GetStatus(
     const std::string& name) const {
   std::vector<SharedMemoryRegionStatus> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!name.empty()) {
     auto it = regions_.find(name);
     if (it == regions_.end()) return UnknownRegion(name);
@@ -121,7 +121,7 @@ StatusOr<SharedMemoryView> SharedMemoryManager::View(const SharedMemoryRef& ref,
                                                      const std::string& field) const {
   std::shared_ptr<const Region> region;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = regions_.find(ref.region);
     if (it == regions_.end()) return UnknownRegion(ref.region).WithPrefix(field);
     region = it->second;

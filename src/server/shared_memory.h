@@ -19,10 +19,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -82,8 +82,8 @@ class SharedMemoryManager {
 
  private:
   struct Region;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const Region>> regions_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<const Region>> regions_ GUARDED_BY(mu_);
 };
 
 // Copies `tensor`'s bytes to the start of `view`. INVALID_ARGUMENT naming `output` when

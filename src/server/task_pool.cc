@@ -14,27 +14,27 @@ TaskPool::~TaskPool() { Shutdown(); }
 
 bool TaskPool::Submit(std::function<void()> work, std::function<void()> refused) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stop_) return false;
     queue_.emplace_back(std::move(work), std::move(refused));
   }
-  cv_.notify_one();
+  cv_.Signal();
   return true;
 }
 
 int64_t TaskPool::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int64_t>(queue_.size());
 }
 
 void TaskPool::Shutdown() {
   std::deque<std::pair<std::function<void()>, std::function<void()>>> refused;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     refused.swap(queue_);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& [work, refuse] : refused) {
     if (refuse) refuse();
   }
@@ -45,17 +45,17 @@ void TaskPool::Shutdown() {
 
 void TaskPool::Run(int index) {
   NameCurrentThread(name_ + ":" + std::to_string(index));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
     if (queue_.empty()) return;  // stopped
     auto task = std::move(queue_.front());
     queue_.pop_front();
     started_.fetch_add(1, std::memory_order_relaxed);
-    lock.unlock();
+    lock.Unlock();
     task.first();
     task = {};  // captured state is released outside the lock
-    lock.lock();
+    lock.Lock();
   }
 }
 

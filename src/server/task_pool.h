@@ -9,15 +9,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace shoal::server {
 
@@ -41,13 +41,13 @@ class TaskPool {
   int64_t started() const { return started_.load(std::memory_order_relaxed); }
 
  private:
-  void Run(int index);
+  void Run(int index) EXCLUDES(mu_);
 
   const std::string name_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::function<void()>, std::function<void()>>> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                                                          // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::pair<std::function<void()>, std::function<void()>>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::atomic<int64_t> started_{0};
   std::vector<std::thread> threads_;
 };

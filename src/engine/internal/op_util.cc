@@ -382,7 +382,7 @@ StatusOr<std::shared_ptr<Buffer>> WeightCache::Get(int value_id, const Tensor& w
                                                    const dnnl::memory::desc& from,
                                                    const dnnl::memory::desc& to,
                                                    const dnnl::engine& engine) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const Entry& e : entries_) {
     if (e.value_id == value_id && e.desc == to) return e.buffer;
   }
@@ -401,7 +401,7 @@ StatusOr<std::shared_ptr<Buffer>> WeightCache::Get(int value_id, const Tensor& w
 }
 
 size_t WeightCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 
