@@ -412,6 +412,44 @@ void CheckVersionPolicy(const inference::ModelConfig& config, Problems& problems
   }
 }
 
+// A file a config names (label_filename, a warmup's input_data_file) must stay inside the
+// model's folder: a config can come from the network (a load with a config override), and
+// the server reads these files and, for labels, sends their contents to clients.
+bool IsContainedRelativePath(std::string_view path) {
+  if (path.empty() || path.front() == '/') return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    if (path.substr(start, end - start) == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+void CheckFileNames(const inference::ModelConfig& config, Problems& problems) {
+  for (int i = 0; i < config.output_size(); ++i) {
+    const auto& output = config.output(i);
+    if (!output.label_filename().empty() && !IsContainedRelativePath(output.label_filename())) {
+      problems.Add(TensorLabel("output", i, output.name()),
+                   ": label_filename must be a path inside the model's folder (relative, no "
+                   "'..'); was ",
+                   Quote(output.label_filename()));
+    }
+  }
+  for (int i = 0; i < config.model_warmup_size(); ++i) {
+    const auto& warmup = config.model_warmup(i);
+    for (const auto& [name, input] : warmup.inputs()) {
+      if (input.input_data_type_case() == inference::ModelWarmup::Input::kInputDataFile &&
+          !IsContainedRelativePath(input.input_data_file())) {
+        problems.Add(TensorLabel("model_warmup", i, warmup.name()), " input ", Quote(name),
+                     ": input_data_file must be a path inside the model's warmup folder "
+                     "(relative, no '..'); was ",
+                     Quote(input.input_data_file()));
+      }
+    }
+  }
+}
+
 void CheckWarmup(const inference::ModelConfig& config, Problems& problems) {
   std::map<std::string, inference::DataType> declared;
   for (const auto& input : config.input()) declared.emplace(input.name(), input.data_type());
@@ -707,6 +745,7 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
   CheckInstanceGroups(config, problems);
   CheckVersionPolicy(config, problems);
   CheckWarmup(config, problems);
+  CheckFileNames(config, problems);
 
   const bool is_ensemble = config.platform() == kEnsemblePlatform;
   if (is_ensemble) {

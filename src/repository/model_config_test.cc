@@ -464,6 +464,25 @@ INSTANTIATE_TEST_SUITE_P(
                  },
                  {"model_warmup \"w\" input \"in\": dims[0] must be >= 1; was -1",
                   "one of zero_data, random_data or input_data_file must be set"}},
+        RuleCase{"WarmupFileOutsideTheModel",
+                 [](C& c) {
+                   auto* w = c.add_model_warmup();
+                   w->set_name("w");
+                   w->set_batch_size(1);
+                   auto& in = (*w->mutable_inputs())["in"];
+                   in.set_data_type(inference::TYPE_FP32);
+                   in.add_dims(4);
+                   in.set_input_data_file("../../secret.bin");
+                 },
+                 {"model_warmup \"w\" input \"in\": input_data_file must be a path inside the "
+                  "model's warmup folder (relative, no '..'); was \"../../secret.bin\""}},
+        RuleCase{"LabelFileOutsideTheModel",
+                 [](C& c) { c.mutable_output(0)->set_label_filename("/etc/passwd"); },
+                 {"label_filename must be a path inside the model's folder (relative, no "
+                  "'..'); was \"/etc/passwd\""}},
+        RuleCase{"LabelFileClimbingOut",
+                 [](C& c) { c.mutable_output(0)->set_label_filename("labels/../../x.txt"); },
+                 {"label_filename must be a path inside the model's folder"}},
         RuleCase{"NoPlatformOrBackend",
                  [](C& c) { c.clear_platform(); },
                  {"platform or backend must be set", "was neither"}},
@@ -484,6 +503,13 @@ TEST(ValidateModelConfigTest, ListsEveryBrokenRule) {
   const Status status = ValidateModelConfig(config, kPath);
   EXPECT_THAT(status.message(), HasSubstr("max_batch_size must be >= 0; was -1\n"));
   EXPECT_THAT(status.message(), HasSubstr("\nmodels/x/config.pbtxt: input \"in\": dims[0]"));
+}
+
+TEST(ValidateModelConfigTest, FilesInsideTheModelFolderAreFine) {
+  inference::ModelConfig config = ValidConfig();
+  config.mutable_output(0)->set_label_filename("labels/classes..v2.txt");
+  EXPECT_TRUE(ValidateModelConfig(config, kPath).ok())
+      << ValidateModelConfig(config, kPath).ToString();
 }
 
 TEST(ValidateModelConfigTest, BackendAloneIsEnough) {
