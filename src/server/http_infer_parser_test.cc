@@ -184,7 +184,8 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT32","data":[2e3]}]})"),
               "inputs[0] ('X').data[0]: 2e3 is not an integer");
   ExpectError(
-      Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT64","data":[9223372036854775808]}]})"),
+      Parse(
+          R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT64","data":[9223372036854775808]}]})"),
       "inputs[0] ('X').data[0]: 9223372036854775808 does not fit in INT64");
   ExpectError(Parse(R"({"inputs":[{"name":"X","shape":[1],"datatype":"INT64","data":[true]}]})"),
               "inputs[0] ('X').data[0]: expected an integer");
@@ -241,9 +242,9 @@ TEST(HttpInferParserTest, MalformedRequestsNameTheField) {
 // others) are still checked: a malformed one used to leave simdjson's On Demand iterator
 // in an undefined state (a fuzzer finding, the first case).
 TEST(HttpInferParserTest, TrailingBytesAreReportedAsSuchNotAsAnEarlyEnd) {
-  for (const char* body : {R"({"inputs":[]} x)", R"({"inputs":[]} 5)", R"({"inputs":[]}])",
-                           R"({"inputs":[]}})", R"({"inputs":[]} {"b":2})",
-                           R"({"inputs":[{"name":"}"}]} x)"}) {
+  for (const char* body :
+       {R"({"inputs":[]} x)", R"({"inputs":[]} 5)", R"({"inputs":[]}])", R"({"inputs":[]}})",
+        R"({"inputs":[]} {"b":2})", R"({"inputs":[{"name":"}"}]} x)"}) {
     auto r = Parse(body);
     ExpectError(r, "trailing bytes after the JSON document");
     if (!r.ok()) {

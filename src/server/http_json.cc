@@ -128,7 +128,8 @@ bool HasTrailingBytes(std::string_view json) {
 }  // namespace
 
 Status TrailingBytesError() {
-  return InvalidArgument("invalid JSON in the request body: trailing bytes after the JSON document");
+  return InvalidArgument(
+      "invalid JSON in the request body: trailing bytes after the JSON document");
 }
 
 Status ValidateDocument(od::document& doc, std::string_view json) {
