@@ -12,8 +12,8 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libdnnl-dev ocl-icd-opencl-dev libonnx-dev libboost-dev libsimdjson-dev libspdlog-dev libfmt-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev libjemalloc-dev libxxhash-dev libssl-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks (python3 drives the lock-annotation check over compile_commands.json)
+  libgtest-dev libgmock-dev libbenchmark-dev python3
 )
 
 missing=()
