@@ -694,8 +694,7 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
 void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
                             const HttpResponder& responder) {
   const std::string body(request.body_view());
-  if (request.head.Find("content-encoding") != nullptr &&
-      !proto::EqualsIgnoreCase(*request.head.Find("content-encoding"), "identity")) {
+  if (Compressed(request.head)) {
     responder.Send(ErrorResponse(InvalidArgument("compressed bodies are only accepted on infer")));
     return;
   }
