@@ -9,7 +9,7 @@ Prometheus's HTTP API for
   - a histogram quantile over shoal_request_duration_seconds_bucket,
   - the recording rule shoal:request_duration_seconds:p99_5m and shoal:requests:rate5m,
   - the relabelled per-instance series (model_instance, no exported_instance),
-  - every rule's health, and
+  - every rule's health, every query of the Grafana dashboard, and
   - the alert ShoalModelNotReady going pending for `add_sub` once it is unloaded from one
     replica (it stays loaded on the other).
 """
@@ -154,6 +154,19 @@ def main():
                for r in g["rules"] if r.get("health") != "ok"]
         assert not bad, f"rules in error: {bad}"
         assert not query(port, 'ALERTS{alertname="ShoalModelNotReady"}'), "alert before unload"
+
+        # Every query of the Grafana dashboard is valid PromQL that Prometheus evaluates
+        # (variables replaced as Grafana would); the throughput panel has data.
+        exprs = subprocess.run([sys.executable, os.path.join(sd.SOURCE_DIR, "deploy", "tests",
+                                                             "check_grafana.py"),
+                                "--print-exprs"], stdout=subprocess.PIPE, check=True,
+                               universal_newlines=True).stdout.splitlines()
+        assert len(exprs) > 10, exprs
+        for expr in exprs:
+            query(port, expr)  # raises on a parse or evaluation error
+        assert any(v > 0 for _, v in query(port, next(e for e in exprs if "outcome=" in e))), \
+            "the dashboard's throughput query has no data"
+        print(f"{len(exprs)} dashboard queries evaluated")
 
         # Unload add_sub from one replica: it is now ready on fewer replicas than are up.
         status, body = sd.http_request(replicas[1].http_port, "POST",
