@@ -8,7 +8,8 @@ replica 0 gets SIGKILL; at --restart-at it is started again on the same ports. P
 requests, errors, throughput and latency before, during and after, and with
   --check    asserts what the configuration promises (CTest e2e_deploy_nginx_failover):
              no client-visible failure, retries seen in nginx's log, the restarted
-             replica serving again, throughput after >= half of before, gRPC via nginx;
+             replica taking at least half its fair share again, throughput after >= 40%
+             of before (the CI machine is noisy), gRPC via nginx;
   --report F writes the figures as Markdown (bench/scale_out/run.sh).
 """
 import argparse
@@ -133,11 +134,20 @@ def scenario(a, work):
         restart_t = time.monotonic() - load.t0
         victim.start().wait_ready()
         ready_t = time.monotonic() - load.t0
+
+        def served():
+            return sd.metric_sum(victim.metrics(), "shoal_inference_requests_total",
+                                 model="identity", outcome="success") or 0
+        # "after": once the restarted replica is ready and nginx's fail_timeout has passed
+        # (then nginx sends it requests again).
+        after_t = min(a.duration - 2.0, ready_t + float(a.fail_timeout.rstrip("s")))
+        time.sleep(max(0.0, after_t - (time.monotonic() - load.t0)))
+        after_t = time.monotonic() - load.t0
+        served_at_after = served()
         time.sleep(max(0.0, a.duration - (time.monotonic() - load.t0)))
         load.join()
         end_t = time.monotonic() - load.t0
-        served_after = sd.metric_sum(victim.metrics(), "shoal_inference_requests_total",
-                                     model="identity", outcome="success") or 0
+        served_after = served()
         grpc = grpc_through_nginx(nginx, work.path) if a.grpc else None
         access = nginx.access_log()
     except BaseException:
@@ -153,8 +163,7 @@ def scenario(a, work):
             r.stop()
 
     samples = sorted(load.samples)
-    # "after": once the restarted replica is ready and nginx's fail_timeout has passed.
-    after_start = min(end_t - 2.0, ready_t + float(a.fail_timeout.rstrip("s")))
+    after_start = after_t
     phases = {
         "before": summarize(samples, a.warmup, kill_t),
         "during": summarize(samples, kill_t, restart_t),
@@ -171,7 +180,10 @@ def scenario(a, work):
             "per_second": per_second, "total": len(samples), "errors": len(failures),
             "first_failures": [s[3] for s in failures[:5]], "retried_requests": len(retried),
             "retried_example": retried[0] if retried else "",
-            "restarted_replica_served": served_after, "grpc": grpc}
+            "restarted_replica_served": served_after,
+            # Of the requests answered in the "after" window, the restarted replica's share.
+            "restarted_share_after": (served_after - served_at_after) /
+            max(1, phases["after"]["requests"]), "grpc": grpc}
 
 
 def print_result(r):
@@ -185,7 +197,8 @@ def print_result(r):
               f"{p['max_ms']:>8.1f}")
     print(f"total {r['total']} requests, {r['errors']} client-visible errors; "
           f"{r['retried_requests']} requests retried by nginx on another replica; restarted "
-          f"replica answered {r['restarted_replica_served']:.0f} after its restart")
+          f"replica answered {r['restarted_replica_served']:.0f} after its restart, "
+          f"{r['restarted_share_after']:.0%} of the requests in the after window")
     if r["first_failures"]:
         print("first failures:", *r["first_failures"], sep="\n  ")
     if r["grpc"]:
@@ -201,9 +214,15 @@ def check(r):
         problems.append(f"{r['errors']} client-visible failures: {r['first_failures']}")
     if before["requests"] == 0 or after["requests"] == 0:
         problems.append("no requests measured before or after")
-    elif after["rps"] < 0.5 * before["rps"]:
+    elif after["rps"] < 0.4 * before["rps"]:
+        # Lenient: the machine that runs CI is shared and noisy; the share below is the
+        # load-independent sign that the capacity came back.
         problems.append(f"throughput did not recover: {after['rps']:.0f} req/s after, "
                         f"{before['rps']:.0f} before")
+    if r["restarted_share_after"] < 1.0 / (2 * r["replicas"]):
+        problems.append(f"the restarted replica answered {r['restarted_share_after']:.0%} of "
+                        f"the requests after its return, under half its fair share "
+                        f"(1/{r['replicas']})")
     if r["phases"]["during"]["requests"] == 0:
         problems.append("no requests answered while a replica was down")
     if r["retried_requests"] == 0:
@@ -247,7 +266,9 @@ def write_report(r, path, note):
         f"Total: {r['total']} requests, {r['errors']} client-visible errors; "
         f"{r['retried_requests']} requests were retried by nginx on another replica "
         f"(access log, e.g. `{r['retried_example'].strip()}`); the restarted replica "
-        f"answered {r['restarted_replica_served']:.0f} requests after its restart.",
+        f"answered {r['restarted_replica_served']:.0f} requests after its restart, "
+        f"{r['restarted_share_after']:.0%} of all requests in the after window "
+        f"(a fair share is {1 / r['replicas']:.0%}).",
         "",
         "Throughput per second (req/s; K = kill, R = restart):",
         "",
