@@ -15,6 +15,10 @@ PACKAGES=(
   # tests and benchmarks (python3 drives the lock-annotation check over compile_commands.json)
   libgtest-dev libgmock-dev libbenchmark-dev python3
 )
+# deploy/ checks and end-to-end tests (deploy/CMakeLists.txt): promtool and prometheus, nginx, PyYAML
+PACKAGES+=(prometheus nginx python3-yaml)
+# kubectl (kubectl kustomize in deploy_kubernetes_manifests): Debian's kubernetes-client, unless a kubectl is already installed (Kubernetes' own kubectl package conflicts with it)
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
