@@ -14,7 +14,12 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev libjemalloc-dev libxxhash-dev libssl-dev
   # tests and benchmarks (python3 drives the lock-annotation check over compile_commands.json)
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # the dashboard: npm installs uPlot at build time; its end-to-end test runs node and chromium
+  nodejs chromium
 )
+# npm (the dashboard's build): Debian's, unless one is on PATH already (NodeSource's nodejs
+# bundles its own npm and conflicts with Debian's npm package)
+command -v npm >/dev/null || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
