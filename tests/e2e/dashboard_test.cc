@@ -1,12 +1,13 @@
 // End-to-end test of the live dashboard: the real `shoal serve` on two models of the
-// example repository (cost_model with a latency SLO added, and identity), under load from
-// this test, with the page opened in headless Chromium (Debian's `chromium`, driven by
-// puppeteer-core from the npm packages the build installed: dashboard_browser.cjs). The
-// charts must draw data that moves, the model unloaded through the repository API must
-// lose its card, and the page must fit a narrow window. Screenshots are left in
-// <build>/tests/e2e/dashboard_test_output/.
+// example repository (cost_model with a latency SLO and a precision ladder added, and
+// identity), under load from this test, with the page opened in headless Chromium
+// (Debian's `chromium`, driven by puppeteer-core from the npm packages the build
+// installed: dashboard_browser.cjs). The charts must draw data that moves, the model
+// unloaded through the repository API must lose its card, and the page must fit a narrow
+// window. Screenshots are left in <build>/tests/e2e/dashboard_test_output/.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -99,7 +100,11 @@ TEST(DashboardE2eTest, ChartsMoveUnloadedModelDisappearsAndNarrowWindowFits) {
   const fs::path examples = fs::path(SourceDir()) / "examples" / "models";
   repo.WriteFile("cost_model/config.pbtxt",
                  ReadFile(examples / "cost_model" / "config.pbtxt") +
-                     "parameters { key: \"latency_slo_us\" value { string_value: \"50000\" } }\n");
+                     "parameters { key: \"latency_slo_us\" value { string_value: \"50000\" } }\n"
+                     // A precision ladder (the plugin ignores the tier; the runtime keeps it).
+                     "parameters { key: \"precision_tiers\" value { string_value: \"int8\" } }\n"
+                     "parameters { key: \"precision_ladder\" value { string_value: "
+                     "\"fp32,int8\" } }\n");
   repo.WriteFile("identity/config.pbtxt", ReadFile(examples / "identity" / "config.pbtxt"));
   fs::create_directories(fs::path(repo.path()) / "cost_model" / "1");
   fs::create_directories(fs::path(repo.path()) / "identity" / "1");
@@ -187,9 +192,17 @@ TEST(DashboardE2eTest, ChartsMoveUnloadedModelDisappearsAndNarrowWindowFits) {
   ASSERT_FALSE(slo.empty());
   EXPECT_DOUBLE_EQ(slo.back().get<double>(), 50.0);
   EXPECT_TRUE(Series(report["after"], "identity/1", "latency", "slo").empty());
-  // Neither model has a cache or a precision ladder, and the page says so.
+  // Neither model has a cache, and the page says so. cost_model's precision tier is drawn
+  // and named on its card; identity has no ladder, and the page says so.
   EXPECT_EQ(after["cards"]["identity/1"]["charts"]["cache"]["value"], "off");
   EXPECT_FALSE(after["cards"]["identity/1"]["charts"]["precision"]["note"].is_null());
+  EXPECT_FALSE(Series(report["after"], "cost_model/1", "precision", "tier").empty());
+  const json& badges = after["cards"]["cost_model/1"]["badges"];
+  EXPECT_TRUE(std::find(badges.begin(), badges.end(), "precision fp32") != badges.end() ||
+              std::find(badges.begin(), badges.end(), "precision int8") != badges.end())
+      << badges.dump();
+  EXPECT_TRUE(std::find(badges.begin(), badges.end(), "SLO 50.0 ms") != badges.end())
+      << badges.dump();
 
   // Unloaded through the repository API, identity's card goes; cost_model's stays.
   EXPECT_EQ(report["unload_status"], 200);

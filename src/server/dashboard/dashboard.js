@@ -329,8 +329,8 @@
     });
     const total = sums.reduce((a, b) => a + b, 0);
     const batch = card.chart('batch_size', {
-      title: 'Batch sizes (% of executions, last 30 s)', kind: 'bars', yMin: 0, yMax: 100,
-      xLabels: batchLabels(bs.bounds), series: [{ name: 'share', label: 'executions %' }],
+      title: 'Batch sizes (last 30 s)', kind: 'bars', yMin: 0, yMax: 100,
+      xLabels: batchLabels(bs.bounds), series: [{ name: 'share', label: '% of executions' }],
     });
     batch.replace(sums.map((_, i) => i),
       { share: sums.map((c) => (total > 0 ? (100 * c) / total : 0)) });
