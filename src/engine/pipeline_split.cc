@@ -64,9 +64,10 @@ StatusOr<std::vector<int>> StageStartsFromNames(const Graph& graph,
     for (size_t n = 0; n < graph.nodes.size() && found < 0; ++n)
       if (graph.nodes[n].name == name) found = static_cast<int>(n);
     if (found < 0) {
-      return InvalidArgument("pipeline stage boundary '" + name +
-                             "' is not a node of the optimised graph (`shoal inspect --nodes` "
-                             "lists them)");
+      return InvalidArgument(
+          "pipeline stage boundary '" + name +
+          "' is not a node of the optimised graph (`shoal inspect MODEL --profile 3 "
+          "--stages K` prints the names of a balanced cut)");
     }
     if (found == 0) {
       return InvalidArgument("pipeline stage boundary '" + name +

@@ -75,6 +75,11 @@ int64_t StagePipeline::Now() const {
       .count();
 }
 
+bool StagePipeline::shutting_down() const {
+  MutexLock lock(&mu_);
+  return shutdown_;
+}
+
 std::vector<int> StagePipeline::QueueDepths() const {
   MutexLock lock(&mu_);
   std::vector<int> depths;

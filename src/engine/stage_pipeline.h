@@ -16,8 +16,8 @@
 // Errors: an item whose stage fails keeps the first error and passes through the later
 // stages without running them; `done` sees it. A failing `init` fails Create.
 // Destruction with work inside: items waiting in queues are answered with CANCELLED
-// ("pipeline shut down"), stages finish the item they hold, threads are joined. Submit
-// after shutdown began answers CANCELLED at once.
+// ("pipeline shut down"), stages finish the item they hold, threads are joined. The
+// owner must not call Submit or Run once destruction has begun.
 //
 // Bubble: while at least one item is inside (the pipeline is busy), each stage is either
 // running an item or idle; Stats::bubble_ratio is the idle share,
@@ -83,6 +83,8 @@ class StagePipeline {
   Status Run(std::vector<MicroBatch>* items);
 
   StagePipelineStats stats() const;
+  // True once destruction has begun: a stage function may check it to cut long work short.
+  bool shutting_down() const;
   int stages() const { return options_.stages; }
   // Items waiting in each stage's queue now (tests watch the bounds with it).
   std::vector<int> QueueDepths() const;
