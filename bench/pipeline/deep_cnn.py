@@ -124,6 +124,7 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--cores", default="0-1")
     ap.add_argument("--depth", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--loadavg", default="?")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "pipeline.md"))
     opts = ap.parse_args()
@@ -144,14 +145,23 @@ def main():
         onnx = os.path.join(work, "deep_cnn.onnx")
         serving.log("exporting the deep CNN (depth %d)" % opts.depth)
         export_model(onnx, 32, opts.depth, 64)
+        runs = {s["key"]: [] for s in strategies}
+        for rep in range(opts.repeats):
+            # Rounds interleave the strategies, so a slow minute of the shared machine falls on each alike.
+            for s in strategies:
+                serving.log("round %d/%d, strategy: %s" % (rep + 1, opts.repeats, s["label"]))
+                x = run_strategy(opts, work, onnx, dict(s, key="%s_%d" % (s["key"], rep)))
+                runs[s["key"]].append(x)
+                serving.log("  %.1f/s p50 %.1f ms p99 %.1f ms cpu %.2f rss %.0f MB bubble %s" % (
+                    x["throughput"], x["p50_us"] / 1000, x["p99_us"] / 1000, x["cpu_cores_busy"],
+                    x["peak_rss_mb"], x["bubble"]))
+        # Per strategy, the run with the median throughput (all of a run's figures together).
         results = []
         for s in strategies:
-            serving.log("strategy: %s" % s["label"])
-            results.append(run_strategy(opts, work, onnx, s))
-            x = results[-1]
-            serving.log("  %.1f/s p50 %.1f ms p99 %.1f ms cpu %.2f rss %.0f MB bubble %s" % (
-                x["throughput"], x["p50_us"] / 1000, x["p99_us"] / 1000, x["cpu_cores_busy"], x["peak_rss_mb"],
-                x["bubble"]))
+            ordered = sorted(runs[s["key"]], key=lambda r: r["throughput"])
+            pick = dict(ordered[len(ordered) // 2])
+            pick["p50_all_ms"] = [round(r["p50_us"] / 1000, 1) for r in runs[s["key"]]]
+            results.append(pick)
     info = serving.machine()
     by = {r["strategy"]: r for r in results}
     lines = [SECTION, "",
@@ -166,20 +176,24 @@ def main():
              "clients except serial (1). Every strategy on the same cores (%s); hybrid's instances are unpinned "
              "(two instances x two stages = four stage threads on the two cores). CPU use: the server's "
              "user+system time over warmup and window (cores busy). Memory: peak RSS. Bubble: "
-             "`shoal_pipeline_bubble_ratio` after the run." % (opts.depth + 1, n, opts.cores),
+             "`shoal_pipeline_bubble_ratio` after the run. %d rounds, strategies interleaved in each; the "
+             "table shows each strategy's median-throughput run, and the last column every round's p50." % (
+                 opts.depth + 1, n, opts.cores, opts.repeats),
              "",
-             "| strategy | throughput (img/s) | p50 (ms) | p99 (ms) | CPU use (cores) | memory (MB, peak RSS) | bubble |",
-             "|---|---|---|---|---|---|---|"]
+             "| strategy | throughput (img/s) | p50 (ms) | p99 (ms) | CPU use (cores) | memory (MB, peak RSS) | bubble | p50 of each round (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append("| %s | %.1f | %.1f | %.1f | %.2f | %.0f | %s |" % (
+        lines.append("| %s | %.1f | %.1f | %.1f | %.2f | %.0f | %s | %s |" % (
             r["strategy"], r["throughput"], r["p50_us"] / 1000, r["p99_us"] / 1000, r["cpu_cores_busy"],
-            r["peak_rss_mb"], "%.2f" % r["bubble"] if r["bubble"] is not None else "-"))
+            r["peak_rss_mb"], "%.2f" % r["bubble"] if r["bubble"] is not None else "-",
+            ", ".join("%.1f" % v for v in r["p50_all_ms"])))
     serial = results[0]
     whole, pipe, hybrid = results[1], results[3], results[4]
     lines += ["",
               "Ratios: pipeline p50 / whole-model-instance p50 at the same load and cores: %.2f (target < 1: %s). "
-              "Hybrid throughput / serial: %.2fx (the issue's 4.3x comes from many-core machines; two cores "
-              "bound it near 2x plus what batching adds). Errors: %d." % (
+              "Hybrid throughput / serial: %.2fx (issue target: 4.3x at no worse p99; on this shared machine "
+              "the serial row's one request at a time on two threads suffers most from the other tenants, so "
+              "the ratio says more about contention than about the strategies). Errors: %d." % (
                   pipe["p50_us"] / max(whole["p50_us"], 1e-9),
                   "met" if pipe["p50_us"] < whole["p50_us"] else "missed",
                   hybrid["throughput"] / max(serial["throughput"], 1e-9), sum(r["errors"] for r in results)),
