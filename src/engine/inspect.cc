@@ -214,6 +214,10 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
                                    InspectSummary* summary) {
   if (options.batch < 0)
     return InvalidArgument("batch must be >= 0; was " + std::to_string(options.batch));
+  if (options.pipeline_stages < 0) {
+    return InvalidArgument("pipeline_stages must be >= 0; was " +
+                           std::to_string(options.pipeline_stages));
+  }
   if (options.profile_runs < 0 || options.profile_threads < 0)
     return InvalidArgument("profile runs and threads must be >= 0");
   ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));

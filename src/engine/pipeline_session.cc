@@ -14,7 +14,7 @@ MicroBatchTuner::MicroBatchTuner(int stages, int explore_every, double margin)
 
 MicroBatchTuner::PerBatch& MicroBatchTuner::StateLocked(int64_t batch) const {
   auto [it, added] = state_.try_emplace(batch);
-  if (added) it->second.current = static_cast<int>(std::clamp<int64_t>(stages_, 1, batch));
+  if (added) it->second.current = static_cast<int>(std::clamp<int64_t>(2 * stages_, 1, batch));
   return it->second;
 }
 

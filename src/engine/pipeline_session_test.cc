@@ -22,13 +22,13 @@ TEST(SplitCoresTest, SharesCoresInOrder) {
   EXPECT_THAT(SplitCores({}, 2), ElementsAre(ElementsAre(), ElementsAre()));
 }
 
-// Synthetic time of a batch in m micro-batches through 2 balanced stages: the pipeline
-// fill (m + K - 1 steps of work / m) plus a fixed cost per micro-batch. Fastest at m = 3.
-double SyntheticSeconds(int m) { return 10.0 * (m + 1) / (2.0 * m) + 0.5 * m; }
+// Synthetic time of a batch in m micro-batches: the bubble shrinks as 1/m, the fixed
+// cost per micro-batch grows with m. Fastest at m = 3 (20, 13, 12, 12.5, 13.6, ...).
+double SyntheticSeconds(int m) { return 18.0 / m + 2.0 * m; }
 
 TEST(MicroBatchTunerTest, SettlesOnTheFastestCount) {
   MicroBatchTuner tuner(2);
-  EXPECT_EQ(tuner.Current(8), 2);  // starts at min(batch, stages)
+  EXPECT_EQ(tuner.Current(8), 4);  // starts at min(batch, 2 * stages)
   EXPECT_EQ(tuner.Choose(1), 1);
   for (int i = 0; i < 400; ++i) {
     const int m = tuner.Choose(8);
@@ -44,6 +44,16 @@ TEST(MicroBatchTunerTest, SettlesOnTheFastestCount) {
     tuner.Observe(2, m, SyntheticSeconds(m));
   }
   EXPECT_EQ(tuner.Current(2), 2);
+}
+
+TEST(MicroBatchTunerTest, ClimbsUpFromBelowTheBest) {
+  MicroBatchTuner tuner(1);
+  EXPECT_EQ(tuner.Current(8), 2);
+  for (int i = 0; i < 400; ++i) {
+    const int m = tuner.Choose(8);
+    tuner.Observe(8, m, SyntheticSeconds(m));
+  }
+  EXPECT_EQ(tuner.Current(8), 3);
 }
 
 class PipelineSessionTest : public ::testing::Test {
