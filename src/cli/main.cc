@@ -55,6 +55,12 @@ int main(int argc, char** argv) {
                    "Threads for --profile (0: all available CPUs)")
       ->check(CLI::NonNegativeNumber)
       ->needs(profile);
+  inspect
+      ->add_option("--stages", inspect_options.pipeline_stages,
+                   "With --profile: the cut into this many pipeline stages that balances the "
+                   "measured times, and its pipeline_stage_boundaries")
+      ->check(CLI::PositiveNumber)
+      ->needs(profile);
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
     shoal::engine::InspectSummary summary;

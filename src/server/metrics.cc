@@ -242,6 +242,22 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
       w.Sample("shoal_instance_busy_ratio", l, ratio);
     }
   }
+  bool pipelined = false;
+  for (const auto& v : views)
+    for (const auto& i : v.instances) pipelined |= i.pipeline_bubble_ratio >= 0;
+  if (pipelined) {
+    w.Family("shoal_pipeline_bubble_ratio", "gauge",
+             "Share of a pipelined instance's stage time spent idle while its pipeline held "
+             "work (0..1), since the instance became ready.");
+    for (const auto& v : views) {
+      for (const auto& i : v.instances) {
+        if (i.pipeline_bubble_ratio < 0) continue;
+        Labels l = v.labels();
+        l.emplace_back("instance", i.name);
+        w.Sample("shoal_pipeline_bubble_ratio", l, i.pipeline_bubble_ratio);
+      }
+    }
+  }
   w.Family("shoal_instance_cost_seconds", "gauge",
            "The scheduler's online estimate of each model instance's run time t(n) = a + b*n: "
            "term=\"fixed\" is a (per run), term=\"per_item\" is b (per item), in seconds.");
