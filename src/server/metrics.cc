@@ -445,7 +445,8 @@ namespace internal {
 
 class MetricsHandler final : public HttpHandler {
  public:
-  explicit MetricsHandler(runtime::Server* server) : server_(server) {}
+  MetricsHandler(runtime::Server* server, MetricsServer::ExtraMetrics extra)
+      : server_(server), extra_(std::move(extra)) {}
 
   std::function<void()> Handle(HttpRequest request, HttpResponder responder) override {
     const std::string& path = request.head.path;
@@ -463,28 +464,32 @@ class MetricsHandler final : public HttpHandler {
     r.status = 200;
     r.content_type = kPrometheusContentType;
     r.body = RenderPrometheus(*server_);
+    if (extra_) r.body += extra_();
     responder.Send(std::move(r));
     return {};
   }
 
  private:
   runtime::Server* const server_;
+  const MetricsServer::ExtraMetrics extra_;
 };
 
 }  // namespace internal
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
-                                                              std::string address, int port) {
+                                                              std::string address, int port,
+                                                              ExtraMetrics extra) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(address, port));
-  return Start(server, std::move(listener));
+  return Start(server, std::move(listener), std::move(extra));
 }
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
-                                                              TcpListener listener) {
+                                                              TcpListener listener,
+                                                              ExtraMetrics extra) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   std::unique_ptr<MetricsServer> m(new MetricsServer());
-  m->handler_ = std::make_unique<internal::MetricsHandler>(server);
+  m->handler_ = std::make_unique<internal::MetricsHandler>(server, std::move(extra));
   HttpCoreOptions options;
   options.threads = 1;
   options.max_body_bytes = 1 << 20;

@@ -65,7 +65,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions o, runtime::Serve
   ASSIGN_OR_RETURN(w->reader_, RedisClient::Connect(w->options_.redis, timeout_ms));
   ASSIGN_OR_RETURN(w->writer_, RedisClient::Connect(w->options_.redis, timeout_ms));
   ASSIGN_OR_RETURN(RedisReply r, w->reader_->Command({"XGROUP", "CREATE", w->options_.stream,
-                                                      w->options_.group, "$", "MKSTREAM"}));
+                                                      w->options_.group, "0", "MKSTREAM"}));
   if (r.is_error() && r.str.rfind("BUSYGROUP", 0) != 0) {
     return FailedPrecondition("cannot create group '" + w->options_.group + "' on stream '" +
                               w->options_.stream + "': " + r.str);
@@ -222,7 +222,7 @@ void Worker::ReadNew(int64_t room) {
     NoteRedisError(Unavailable("XREADGROUP: " + reply->str));
     if (reply->str.rfind("NOGROUP", 0) == 0) {
       (void)reader_->Command(
-          {"XGROUP", "CREATE", options_.stream, options_.group, "$", "MKSTREAM"});
+          {"XGROUP", "CREATE", options_.stream, options_.group, "0", "MKSTREAM"});
     }
     return;
   }

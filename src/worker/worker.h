@@ -49,7 +49,8 @@ namespace shoal::worker {
 struct WorkerOptions {
   RedisAddress redis;
   std::string stream;  // the request stream; required
-  std::string group;   // the consumer group (created at the stream's end if missing); required
+  std::string group;   // the consumer group; required. Created if missing, reading the
+                       // stream from its start (entries added before any worker ran too)
   // This worker's name in the group; must be unique among live workers. Default:
   // "<hostname>-<pid>".
   std::string consumer;
