@@ -14,6 +14,8 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev libjemalloc-dev libxxhash-dev libssl-dev
   # tests and benchmarks (python3 drives the lock-annotation check over compile_commands.json)
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # `shoal worker` tests: a real Redis server, started by worker_redis_test and e2e_worker_test
+  redis-server
 )
 
 missing=()
