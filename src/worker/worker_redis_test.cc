@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/testing/fake_backend.h"
 #include "runtime/testing/test_repository.h"
 #include "worker/internal/result_script.h"
 #include "worker/testing/redis_server.h"
@@ -17,7 +18,32 @@
 namespace shoal::worker {
 namespace {
 
+using runtime::testing::FakeBackendModel;
+using runtime::testing::FakeBackendState;
 using runtime::testing::TempRepository;
+
+// The runtime's scriptable fake backend (OUTPUT0 = 2 * INPUT0; a negative value fails
+// with INTERNAL; a blocked value waits) as a built-in backend called "fake".
+class FakeBackend : public backends::Backend {
+ public:
+  explicit FakeBackend(std::shared_ptr<FakeBackendState> state) : state_(std::move(state)) {}
+  std::string name() const override { return "fake"; }
+  StatusOr<std::unique_ptr<backends::BackendModel>> LoadModel(const backends::ModelInfo&) override {
+    return std::unique_ptr<backends::BackendModel>(new FakeBackendModel(state_));
+  }
+
+ private:
+  std::shared_ptr<FakeBackendState> state_;
+};
+
+constexpr char kFakeConfig[] = R"(
+name: "fake"
+backend: "fake"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)";
 using testing::RedisTestServer;
 
 // Payload: a decimal number v. Request: INPUT0 = [[v]]. Result: OUTPUT0's value, "%g".
@@ -58,12 +84,18 @@ class WorkerRedisTest : public ::testing::Test {
     ASSERT_NE(redis_, nullptr) << error;
     repo_ = new TempRepository("worker_redis_test");
     repo_->AddModel("identity", runtime::testing::kIdentityConfig);
-    auto server = runtime::Server::Create(runtime::testing::RepositoryOptions(*repo_));
+    repo_->AddModel("fake", kFakeConfig);
+    fake_ = new std::shared_ptr<FakeBackendState>(std::make_shared<FakeBackendState>());
+    runtime::ServerOptions options = runtime::testing::RepositoryOptions(*repo_);
+    options.registry = std::make_shared<backends::BackendRegistry>();
+    options.registry->Register(std::make_shared<FakeBackend>(*fake_));
+    auto server = runtime::Server::Create(options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = server->release();
   }
   static void TearDownTestSuite() {
     delete server_;
+    delete fake_;
     delete repo_;
     delete redis_;
   }
@@ -73,7 +105,7 @@ class WorkerRedisTest : public ::testing::Test {
     stream_ = std::string("s_") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
   void TearDown() override {
-    if (worker_) {
+    if (thread_.joinable()) {
       worker_->Stop();
       thread_.join();
     }
@@ -130,6 +162,7 @@ class WorkerRedisTest : public ::testing::Test {
   static RedisTestServer* redis_;
   static TempRepository* repo_;
   static runtime::Server* server_;
+  static std::shared_ptr<FakeBackendState>* fake_;
   std::unique_ptr<RedisClient> client_;
   std::string stream_;
   std::unique_ptr<Worker> worker_;
@@ -139,6 +172,7 @@ class WorkerRedisTest : public ::testing::Test {
 RedisTestServer* WorkerRedisTest::redis_ = nullptr;
 TempRepository* WorkerRedisTest::repo_ = nullptr;
 runtime::Server* WorkerRedisTest::server_ = nullptr;
+std::shared_ptr<FakeBackendState>* WorkerRedisTest::fake_ = nullptr;
 
 TEST_F(WorkerRedisTest, AnswersEveryRequestOnceAndAcknowledgesIt) {
   CreateGroup();
@@ -262,6 +296,44 @@ TEST_F(WorkerRedisTest, AnEntryDeliveredTooOftenIsDeadLettered) {
       << dead->elements[0].elements[1].elements[1].str;
   EXPECT_EQ(HashField(stream_ + ":result:crashy", "status"), "UNAVAILABLE");
   EXPECT_EQ(worker_->stats().dead_deliveries, 1);
+}
+
+// INTERNAL from the backend is transient: the entry stays pending, is claimed again after
+// the idle time (here by the same worker), and is dead-lettered on its last delivery.
+TEST_F(WorkerRedisTest, TransientFailuresAreRedeliveredThenDeadLettered) {
+  CreateGroup();
+  Add({"id", "flaky", "model", "fake", "payload", "-1"});
+  WorkerOptions o = Options();
+  o.max_deliveries = 3;
+  StartWorker(o);
+  ASSERT_TRUE(WaitUntil([&] { return Integer({"XLEN", stream_ + ":dead"}) == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return Pending() == 0; }));
+  auto dead = client_->Command({"XRANGE", stream_ + ":dead", "-", "+"});
+  ASSERT_TRUE(dead.ok() && dead->elements.size() == 1);
+  const std::string reason = dead->elements[0].elements[1].elements[1].str;
+  EXPECT_EQ(reason.find("failed: INTERNAL"), 0u) << reason;
+  EXPECT_NE(reason.find("(delivery 3)"), std::string::npos) << reason;
+  EXPECT_EQ(HashField(stream_ + ":result:flaky", "status"), "INTERNAL");
+  const WorkerStats s = worker_->stats();
+  EXPECT_EQ(s.retries_later, 2);
+  EXPECT_EQ(s.claimed, 2);
+  EXPECT_EQ(s.dead_failed, 1);
+}
+
+// Stop() while a request runs: Run() returns only once it is answered, stored and
+// acknowledged.
+TEST_F(WorkerRedisTest, StopFinishesWhatItHoldsBeforeRunReturns) {
+  CreateGroup();
+  (*fake_)->Block(5);
+  Add({"id", "slow", "model", "fake", "payload", "5"});
+  StartWorker(Options());
+  ASSERT_TRUE((*fake_)->WaitForWaiting(1));
+  worker_->Stop();
+  EXPECT_EQ(Pending(), 1);
+  (*fake_)->Unblock(5);
+  thread_.join();
+  EXPECT_EQ(Pending(), 0);
+  EXPECT_EQ(HashField(stream_ + ":result:slow", "body"), "10");
 }
 
 // The script that stores results: two answers for one request id leave the first.
