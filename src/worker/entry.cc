@@ -126,7 +126,9 @@ StatusOr<GroupInfo> GroupFromInfoReply(const RedisReply& reply, std::string_view
 StatusOr<WorkItem> ParseEntry(const StreamEntry& entry, int64_t max_payload_bytes) {
   WorkItem item;
   bool seen_id = false, seen_model = false, seen_version = false, seen_payload = false;
-  for (const auto& [key, value] : entry.fields) {
+  for (const auto& field : entry.fields) {
+    const std::string& key = field.first;
+    const std::string& value = field.second;
     auto once = [&](bool* seen) -> Status {
       if (*seen) return InvalidArgument("field '" + key + "' given twice");
       *seen = true;
