@@ -170,7 +170,8 @@ void Worker::Run() {
 
 int64_t Worker::WaitForRoom(std::vector<JobPtr>* due) {
   MutexLock lock(&mu_);
-  while (!stopping_) {
+  // At most one wait, so that a full worker still refreshes the lag for its metrics.
+  for (int pass = 0; pass < 2 && !stopping_; ++pass) {
     const auto now = SteadyClock::now();
     auto next_retry = SteadyClock::time_point::max();
     for (size_t i = 0; i < retry_.size();) {
@@ -184,8 +185,8 @@ int64_t Worker::WaitForRoom(std::vector<JobPtr>* due) {
       }
     }
     const int64_t room = window_.limit() - held_;
-    if (room > 0 || !due->empty()) return std::max<int64_t>(room, 0);
-    // Full: wake for room, a retry, or a claim or lag refresh that may be due.
+    if (room > 0 || !due->empty() || pass == 1) return std::max<int64_t>(room, 0);
+    // Full: wake for room, a retry that is due, or after block_ms.
     const auto wake = std::min(next_retry, now + std::chrono::milliseconds(options_.block_ms));
     reader_cv_.WaitUntil(&mu_, wake);
   }

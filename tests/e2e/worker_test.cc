@@ -254,5 +254,44 @@ TEST_F(WorkerE2eTest, SigtermFinishesWhatItHoldsAndExitsZero) {
   EXPECT_NE(w->log().find("every entry it ran is answered and acknowledged"), std::string::npos);
 }
 
+// The binary form (Triton's binary data extension) in and out, and a malformed payload
+// dead-lettered with the parser's reason, through the real KServe codec.
+TEST_F(WorkerE2eTest, BinaryPayloadsAndMalformedOnes) {
+  std::unique_ptr<ShoalProcess> w;
+  const int metrics = StartWorker("b0", &w);
+  ASSERT_TRUE(w->WaitForListening(metrics)) << w->log();
+  const std::string json = R"({"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"FP32",)"
+                           R"("parameters":{"binary_data_size":16}}],)"
+                           R"("outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]})";
+  const float values[4] = {1.5f, -2.0f, 3.25f, 1e-3f};
+  const std::string data(reinterpret_cast<const char*>(values), sizeof(values));
+  auto add = client_->Pipeline(
+      {{"XADD", "jobs", "*", "id", "bin", "model", "identity", "payload", json + data,
+        "header_length", std::to_string(json.size())},
+       {"XADD", "jobs", "*", "id", "bad", "model", "identity", "payload",
+        R"({"inputs":[{"name":"INPUT0","shape":[1,3],"datatype":"FP32","data":[1,2]}]})"}});
+  ASSERT_TRUE(add.ok());
+  ASSERT_TRUE(WaitUntil([&] { return Integer({"XLEN", "jobs:results"}) == 2; })) << w->log();
+
+  auto bin = client_->Command({"HMGET", "jobs:result:bin", "status", "header_length", "body"});
+  ASSERT_TRUE(bin.ok() && bin->elements.size() == 3);
+  EXPECT_EQ(bin->elements[0].str, "OK");
+  const std::string& body = bin->elements[2].str;
+  const size_t header_length = std::stoul(bin->elements[1].str);
+  ASSERT_EQ(body.size(), header_length + sizeof(values)) << body;
+  EXPECT_NE(body.find(R"("binary_data_size":16)"), std::string::npos) << body;
+  EXPECT_EQ(body.substr(header_length), data);
+
+  auto bad = client_->Command({"HMGET", "jobs:result:bad", "status", "error"});
+  ASSERT_TRUE(bad.ok() && bad->elements.size() == 2);
+  EXPECT_EQ(bad->elements[0].str, "INVALID_ARGUMENT");
+  auto dead = client_->Command({"XRANGE", "jobs:dead", "-", "+"});
+  ASSERT_TRUE(dead.ok() && dead->elements.size() == 1);
+  const std::string& reason = dead->elements[0].elements[1].elements[1].str;
+  EXPECT_EQ(reason.rfind("malformed: ", 0), 0u) << reason;
+  EXPECT_NE(reason.find("inputs[0]"), std::string::npos) << reason;
+  EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
 }  // namespace
 }  // namespace shoal::e2e
