@@ -251,8 +251,9 @@ void Worker::ClaimIdle(int64_t room) {
   }
   claim_cursor_ = claimed->next_cursor;
   if (claimed->entries.empty()) return;
-  claimed_ += static_cast<int64_t>(claimed->entries.size());
+  // Entries claimed from ourselves while they still run here are not counted again.
   std::vector<JobPtr> jobs = Hold(std::move(claimed->entries));
+  claimed_ += static_cast<int64_t>(jobs.size());
   if (jobs.empty()) return;
   // One round trip: each entry's delivery count, and whether its request was answered.
   std::vector<std::vector<std::string>> commands;

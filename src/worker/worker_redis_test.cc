@@ -44,6 +44,16 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 dynamic_batching { }
 )";
+
+// One request at a time and a queue of two: the third waiting request is refused (429).
+constexpr char kTightConfig[] = R"(
+name: "tight"
+backend: "fake"
+max_batch_size: 1
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { default_queue_policy { max_queue_size: 2 } }
+)";
 using testing::RedisTestServer;
 
 // Payload: a decimal number v. Request: INPUT0 = [[v]]. Result: OUTPUT0's value, "%g".
@@ -85,6 +95,7 @@ class WorkerRedisTest : public ::testing::Test {
     repo_ = new TempRepository("worker_redis_test");
     repo_->AddModel("identity", runtime::testing::kIdentityConfig);
     repo_->AddModel("fake", kFakeConfig);
+    repo_->AddModel("tight", kTightConfig);
     fake_ = new std::shared_ptr<FakeBackendState>(std::make_shared<FakeBackendState>());
     runtime::ServerOptions options = runtime::testing::RepositoryOptions(*repo_);
     options.registry = std::make_shared<backends::BackendRegistry>();
@@ -334,6 +345,30 @@ TEST_F(WorkerRedisTest, StopFinishesWhatItHoldsBeforeRunReturns) {
   thread_.join();
   EXPECT_EQ(Pending(), 0);
   EXPECT_EQ(HashField(stream_ + ":result:slow", "body"), "10");
+}
+
+// The runtime refuses what it cannot queue: the worker narrows its window and runs the
+// refused requests again here, without a redelivery, until they are answered.
+TEST_F(WorkerRedisTest, RefusedRequestsNarrowTheWindowAndRunAgainHere) {
+  CreateGroup();
+  (*fake_)->Block(101);
+  for (int i = 101; i <= 106; ++i) {
+    Add({"id", "t" + std::to_string(i), "model", "tight", "payload", std::to_string(i)});
+  }
+  WorkerOptions o = Options();
+  o.claim_idle_ms = 60000;  // nothing is claimed, however slow this machine is
+  StartWorker(o);
+  // 101 runs (blocked), two wait in the queue, the rest are refused and retried.
+  ASSERT_TRUE(WaitUntil([&] { return worker_->stats().retries_here >= 3; }));
+  EXPECT_LT(worker_->stats().capacity, 64);
+  (*fake_)->Unblock(101);
+  ASSERT_TRUE(WaitUntil([&] { return Integer({"XLEN", stream_ + ":results"}) == 6; }));
+  ASSERT_TRUE(WaitUntil([&] { return Pending() == 0; }));
+  for (int i = 101; i <= 106; ++i) {
+    EXPECT_EQ(HashField(stream_ + ":result:t" + std::to_string(i), "body"), std::to_string(2 * i));
+  }
+  EXPECT_EQ(Integer({"XLEN", stream_ + ":dead"}), 0);
+  EXPECT_EQ(worker_->stats().claimed, 0);  // no redelivery
 }
 
 // The script that stores results: two answers for one request id leave the first.
