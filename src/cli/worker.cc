@@ -169,7 +169,8 @@ void AddWorkerCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "worker", "Consume inference requests from a Redis stream through a consumer group");
   worker::WorkerOptions& o = flags->worker;
-  cmd->add_option("--redis", flags->redis, "Redis server, redis://[:password@]host[:port][/db]")
+  cmd->add_option("--redis", flags->redis,
+                  "Redis server, redis://[[user]:password@]host[:port][/db]")
       ->capture_default_str();
   cmd->add_option("--stream", o.stream, "The request stream")->required();
   cmd->add_option("--group", o.group,

@@ -164,6 +164,11 @@ TEST(ParseRedisUrl, ReadsHostPortDbAndPassword) {
   EXPECT_EQ(a->port, 6380);
   EXPECT_EQ(a->db, 3);
   EXPECT_EQ(a->password, "secret");
+  EXPECT_EQ(a->user, "");
+  auto u = ParseRedisUrl("redis://shoal:pw@h");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->user, "shoal");
+  EXPECT_EQ(u->password, "pw");
   auto b = ParseRedisUrl("localhost");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->host, "localhost");

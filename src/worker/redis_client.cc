@@ -59,6 +59,7 @@ StatusOr<RedisAddress> ParseRedisUrl(std::string_view url) {
   if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
     std::string_view userinfo = rest.substr(0, at);
     if (const size_t colon = userinfo.find(':'); colon != std::string_view::npos) {
+      a.user = std::string(userinfo.substr(0, colon));
       a.password = std::string(userinfo.substr(colon + 1));
     } else {
       a.password = std::string(userinfo);
@@ -141,7 +142,11 @@ Status RedisClient::EnsureConnected() {
     }
     return Status::Ok();
   };
-  if (!address_.password.empty()) RETURN_IF_ERROR(setup({"AUTH", address_.password}));
+  if (!address_.user.empty()) {
+    RETURN_IF_ERROR(setup({"AUTH", address_.user, address_.password}));
+  } else if (!address_.password.empty()) {
+    RETURN_IF_ERROR(setup({"AUTH", address_.password}));
+  }
   if (address_.db != 0) RETURN_IF_ERROR(setup({"SELECT", std::to_string(address_.db)}));
   return Status::Ok();
 }

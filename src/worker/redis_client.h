@@ -33,12 +33,15 @@ struct RedisReply {
   bool is_string() const { return type == Type::kString || type == Type::kStatus; }
 };
 
-// redis://[:password@]host[:port][/db] (default port 6379, db 0). A bare host:port is
-// accepted as well. INVALID_ARGUMENT naming what is wrong.
+// redis://[[user]:password@]host[:port][/db] (default port 6379, db 0). A bare
+// host:port is accepted as well. INVALID_ARGUMENT naming what is wrong. With a user, the
+// connection authenticates as that ACL user (Redis 6+); with only a password, as the
+// default user.
 struct RedisAddress {
   std::string host = "127.0.0.1";
   int port = 6379;
   int db = 0;
+  std::string user;
   std::string password;
 };
 StatusOr<RedisAddress> ParseRedisUrl(std::string_view url);

@@ -387,6 +387,26 @@ TEST_F(WorkerRedisTest, TheResultScriptStoresTheFirstAnswerOnly) {
   EXPECT_EQ(Integer({"TTL", stream_ + ":result:once"}), -1);  // ttl 0: kept
 }
 
+TEST_F(WorkerRedisTest, ClientLogsInAsAnAclUserAndRefusesAWrongPassword) {
+  auto r = client_->Command({"ACL", "SETUSER", "shoal", "on", ">pw", "~*", "&*", "+@all"});
+  ASSERT_TRUE(r.ok() && !r->is_error());
+  RedisAddress a = redis_->address();
+  a.user = "shoal";
+  a.password = "pw";
+  a.db = 2;
+  auto ok = RedisClient::Connect(a, 5000);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto who = (*ok)->Command({"ACL", "WHOAMI"});
+  ASSERT_TRUE(who.ok());
+  EXPECT_EQ(who->str, "shoal");
+  a.password = "wrong";
+  auto refused = RedisClient::Connect(a, 5000);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("AUTH"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(WorkerCreate, RefusesBadOptionsNamingThem) {
   WorkerOptions o;
   o.stream = "s";
