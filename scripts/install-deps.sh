@@ -16,6 +16,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # the dashboard: npm installs uPlot at build time; its end-to-end test runs node and chromium
   nodejs chromium
+  # `shoal worker` tests: a real Redis server, started by worker_redis_test and e2e_worker_test
+  redis-server
 )
 # deploy/ checks and end-to-end tests (deploy/CMakeLists.txt): promtool and prometheus, nginx, PyYAML
 PACKAGES+=(prometheus nginx python3-yaml)

@@ -409,8 +409,8 @@ namespace internal {
 
 class MetricsHandler final : public HttpHandler {
  public:
-  MetricsHandler(runtime::Server* server, Dashboard* dashboard)
-      : server_(server), dashboard_(dashboard) {}
+  MetricsHandler(runtime::Server* server, Dashboard* dashboard, MetricsServer::ExtraMetrics extra)
+      : server_(server), dashboard_(dashboard), extra_(std::move(extra)) {}
 
   std::function<void()> Handle(HttpRequest request, HttpResponder responder) override {
     const std::string& path = request.head.path;
@@ -433,6 +433,7 @@ class MetricsHandler final : public HttpHandler {
     r.status = 200;
     r.content_type = kPrometheusContentType;
     r.body = RenderPrometheus(*server_);
+    if (extra_) r.body += extra_();
     responder.Send(std::move(r));
     return {};
   }
@@ -440,23 +441,27 @@ class MetricsHandler final : public HttpHandler {
  private:
   runtime::Server* const server_;
   Dashboard* const dashboard_;
+  const MetricsServer::ExtraMetrics extra_;
 };
 
 }  // namespace internal
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
-                                                              std::string address, int port) {
+                                                              std::string address, int port,
+                                                              ExtraMetrics extra) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(address, port));
-  return Start(server, std::move(listener));
+  return Start(server, std::move(listener), std::move(extra));
 }
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
-                                                              TcpListener listener) {
+                                                              TcpListener listener,
+                                                              ExtraMetrics extra) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   ASSIGN_OR_RETURN(m->dashboard_, Dashboard::Create(server, Dashboard::Options()));
-  m->handler_ = std::make_unique<internal::MetricsHandler>(server, m->dashboard_.get());
+  m->handler_ =
+      std::make_unique<internal::MetricsHandler>(server, m->dashboard_.get(), std::move(extra));
   HttpCoreOptions options;
   options.threads = 1;
   options.max_body_bytes = 1 << 20;

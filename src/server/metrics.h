@@ -20,6 +20,7 @@
 // on it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,13 +43,19 @@ class MetricsHandler;
 
 class MetricsServer {
  public:
+  // More families for the same page, in the text format, rendered after the server's on
+  // each scrape, on the metrics thread (`shoal worker` adds its queue metrics).
+  using ExtraMetrics = std::function<std::string()>;
+
   // Serves GET /metrics (and the dashboard) for `server` (which must outlive the MetricsServer) on
   // address:port (port 0: any free port). UNAVAILABLE when it cannot bind.
   static StatusOr<std::unique_ptr<MetricsServer>> Start(runtime::Server* server,
-                                                        std::string address, int port);
+                                                        std::string address, int port,
+                                                        ExtraMetrics extra = {});
   // The same on a socket bound beforehand.
   static StatusOr<std::unique_ptr<MetricsServer>> Start(runtime::Server* server,
-                                                        TcpListener listener);
+                                                        TcpListener listener,
+                                                        ExtraMetrics extra = {});
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
