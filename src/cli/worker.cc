@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "runtime/server.h"
 #include "worker/worker.h"
 #ifdef SHOAL_HAVE_HTTP
+#include "server/dashboard.h"
 #include "server/http_infer_codec.h"
 #include "server/metrics.h"
 #endif
@@ -143,6 +145,29 @@ int RunWorker(WorkerFlags& f) {
                                      [raw] { return worker::RenderWorkerMetrics(*raw); }),
         "metrics", f.metrics_address, f.metrics_port);
     if (!metrics) return 1;
+    // The dashboard on the same port shows the worker's progress and the group's lag.
+    Status added = metrics->dashboard().AddSection("worker", [raw] {
+      const worker::WorkerStats s = raw->stats();
+      const auto known = [](int64_t v) { return v < 0 ? std::nan("") : static_cast<double>(v); };
+      server::DashboardSection section;
+      section.title = "Redis Streams worker";
+      section.charts.push_back({"progress (entries, total)",
+                                {{"acknowledged", static_cast<double>(s.acked)},
+                                 {"read", static_cast<double>(s.read_new)},
+                                 {"claimed", static_cast<double>(s.claimed)}}});
+      section.charts.push_back(
+          {"group lag and pending (entries)",
+           {{"lag", known(s.group_lag)}, {"pending", known(s.group_pending)}}});
+      section.charts.push_back(
+          {"held by this worker (entries)",
+           {{"held", static_cast<double>(s.held)}, {"capacity", static_cast<double>(s.capacity)}}});
+      section.charts.push_back(
+          {"dead-lettered and retried (entries, total)",
+           {{"dead", static_cast<double>(s.dead_malformed + s.dead_failed + s.dead_deliveries)},
+            {"retried", static_cast<double>(s.retries_here + s.retries_later)}}});
+      return section;
+    });
+    if (!added.ok()) spdlog::warn("dashboard: {}", LogSafe(added.message()));
   }
 
   std::thread([signals, raw = w.get()]() mutable {

@@ -221,6 +221,14 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
               true);
   }
   EXPECT_GE(claimed, static_cast<double>(orphaned));
+  // The dashboard on the metrics port shows the worker's section with its progress.
+  {
+    HttpTestClient page("127.0.0.1", metrics[1]);
+    const HttpReply data = page.Get("/dashboard/data.json");
+    EXPECT_EQ(data.status, 200);
+    EXPECT_NE(data.body.find("\"Redis Streams worker\""), std::string::npos) << data.body;
+    EXPECT_NE(data.body.find("\"acknowledged\""), std::string::npos) << data.body;
+  }
   std::printf(
       "worker fail-over: %d requests, 3 workers, one SIGKILLed holding %lld entries; "
       "reclaimed in %.0f ms (claim idle 1000 ms, claim interval 100 ms); all answered in "
