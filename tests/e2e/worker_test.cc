@@ -224,7 +224,7 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
   // The dashboard on the metrics port shows the worker's section with its progress.
   {
     HttpTestClient page("127.0.0.1", metrics[1]);
-    const HttpReply data = page.Get("/dashboard/data.json");
+    const testing::HttpReply data = page.Get("/dashboard/data.json");
     EXPECT_EQ(data.status, 200);
     EXPECT_NE(data.body.find("\"Redis Streams worker\""), std::string::npos) << data.body;
     EXPECT_NE(data.body.find("\"acknowledged\""), std::string::npos) << data.body;
