@@ -416,6 +416,7 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterShapeOps(&v);
     internal::RegisterIndexingOps(&v);
     internal::RegisterReduceOps(&v);
+    internal::RegisterRecurrentOps(&v);
     return v;
   }();
   return ops;

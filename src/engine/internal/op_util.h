@@ -214,5 +214,6 @@ void RegisterNormOps(std::vector<OpDef>* ops);
 void RegisterShapeOps(std::vector<OpDef>* ops);
 void RegisterIndexingOps(std::vector<OpDef>* ops);
 void RegisterReduceOps(std::vector<OpDef>* ops);
+void RegisterRecurrentOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal
