@@ -417,6 +417,8 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterIndexingOps(&v);
     internal::RegisterReduceOps(&v);
     internal::RegisterRecurrentOps(&v);
+    internal::RegisterSortScanOps(&v);
+    internal::RegisterDataMovementOps(&v);
     return v;
   }();
   return ops;
