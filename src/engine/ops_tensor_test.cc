@@ -1,8 +1,11 @@
 // TopK, CumSum, Mod (ops/sort_scan.cc) and DepthToSpace, SpaceToDepth, Trilu, GatherND,
-// ScatterND, ScatterElements (ops/data_movement.cc) against results worked out by hand
+// ScatterND, ScatterElements (ops/data_movement.cc), InstanceNormalization and
+// GroupNormalization (ops/group_norm.cc) against results worked out by hand
 // (the examples of ONNX's operator documentation where it has them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "engine/test_util.h"
 
@@ -171,6 +174,37 @@ TEST(ScatterElementsTest, AlongEitherAxisWithReductions) {
              {{F32({1, 3}, {1, 5, 3})}, {I64({1, 2}, {1, 2})}, {F32({1, 2}, {4, 4})}},
              {{"axis", AInt(1)}, {"reduction", AString("max")}});
   EXPECT_THAT(Values(out[0]), ElementsAre(1, 5, 4));
+}
+
+TEST(InstanceNormalizationTest, NormalisesEachChannelOfEachItem) {
+  // Channel 0 {1, 3}: mean 2, variance 1; channel 1 {0, 4}: mean 2, variance 4.
+  auto out =
+      Run1("InstanceNormalization",
+           {{F32({1, 2, 2}, {1, 3, 0, 4})}, Const(F32({2}, {2, 1})), Const(F32({2}, {0.5f, 0}))},
+           {{"epsilon", AFloat(0.f)}});
+  EXPECT_LE(MaxAbsDiff(out[0], F32({1, 2, 2}, {-1.5f, 2.5f, -1, 1})), 1e-6f);
+  out = Run1("InstanceNormalization",
+             {{F32({2, 1, 1, 2}, {5, 5, -1, 1})}, Const(F32({1}, {1})), Const(F32({1}, {0}))});
+  EXPECT_LE(MaxAbsDiff(out[0], F32({2, 1, 1, 2},
+                                   {0, 0, -1 / std::sqrt(1 + 1e-5f), 1 / std::sqrt(1 + 1e-5f)})),
+            1e-6f);
+}
+
+TEST(GroupNormalizationTest, NormalisesEachGroupWithScalesPerGroupOrChannel) {
+  // Groups {1, 3} and {0, 4} over channels {0, 1} and {2, 3}.
+  const Tensor x = F32({1, 4, 1}, {1, 3, 0, 4});
+  auto out = Run1("GroupNormalization", {{x}, Const(F32({2}, {1, 2})), Const(F32({2}, {0, 1}))},
+                  {{"num_groups", AInt(2)}, {"epsilon", AFloat(0.f)}});
+  EXPECT_LE(MaxAbsDiff(out[0], F32({1, 4, 1}, {-1, 1, -1, 3})), 1e-6f);
+  out = Run1("GroupNormalization",
+             {{x}, Const(F32({4}, {1, 1, 1, 2})), Const(F32({4}, {0, 0, 0, 1}))},
+             {{"num_groups", AInt(2)}, {"epsilon", AFloat(0.f)}});
+  EXPECT_LE(MaxAbsDiff(out[0], F32({1, 4, 1}, {-1, 1, -1, 3})), 1e-6f);
+  auto bad =
+      RunOp("GroupNormalization", {{x}, Const(F32({3}, {1, 1, 1})), Const(F32({3}, {0, 0, 0}))},
+            {{"num_groups", AInt(3)}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("num_groups must divide the 4 channels"));
 }
 
 }  // namespace

@@ -419,6 +419,7 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterRecurrentOps(&v);
     internal::RegisterSortScanOps(&v);
     internal::RegisterDataMovementOps(&v);
+    internal::RegisterGroupNormOps(&v);
     return v;
   }();
   return ops;

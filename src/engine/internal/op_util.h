@@ -217,5 +217,6 @@ void RegisterReduceOps(std::vector<OpDef>* ops);
 void RegisterRecurrentOps(std::vector<OpDef>* ops);
 void RegisterSortScanOps(std::vector<OpDef>* ops);
 void RegisterDataMovementOps(std::vector<OpDef>* ops);
+void RegisterGroupNormOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal

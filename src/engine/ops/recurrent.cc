@@ -246,7 +246,7 @@ bool DnnlFits(const PrepareContext& ctx, const RecurrentAttributes& a, const Rec
   }
 }
 
-// Builds the oneDNN primitive for the node into `kernel`; false (and the loop runs
+// Builds the oneDNN primitive for the node into `kernel`: true when it did, false (the loop runs
 // every time) when oneDNN does not take it.
 StatusOr<bool> BuildDnnl(PrepareContext& ctx, const RecurrentAttributes& a, const RecurrentDims& n,
                          RecurrentKernel* kernel) {
@@ -396,8 +396,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareRecurrent(PrepareContext& ctx) {
     ctx.out_dtypes[o] = DataType::kFp32;
   }
   auto kernel = std::make_unique<RecurrentKernel>(a, n);
-  ASSIGN_OR_RETURN(bool on_dnnl, BuildDnnl(ctx, a, n, kernel.get()));
-  (void)on_dnnl;
+  RETURN_IF_ERROR(BuildDnnl(ctx, a, n, kernel.get()).status());
   return std::unique_ptr<Kernel>(std::move(kernel));
 }
 
