@@ -1,5 +1,6 @@
 // Engine benchmark: shoal's ONNX engine on the models bench/engine/export_models.py writes
-// (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender) and on the
+// (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender, LSTM and GRU
+// text classifiers at 64 tokens) and on the
 // trained classifiers models/digits.onnx and the example repository's image_classifier (a
 // small CNN on 3x32x32 colour digits), at batch 1 and 8, in each precision tier (fp32,
 // bf16, int8) and in fp32 with Winograd convolutions ("winograd", a variant timed and
@@ -107,8 +108,9 @@ bool Labelled(const std::string& name) { return name == "digits" || name == "ima
 
 struct Options {
   std::string dir;
-  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",       "vae",
-                                     "mlp",      "digits",       "image_classifier"};
+  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",
+                                     "vae",      "mlp",          "lstm",
+                                     "gru",      "digits",       "image_classifier"};
   int threads = 2;
   int runs = 5;
   double min_seconds = 0.5;

@@ -2,7 +2,7 @@
 """Exports the engine benchmark's models to ONNX and times PyTorch on them.
 
     /usr/bin/python3 bench/engine/export_models.py OUT_DIR [--threads 2] [--runs 5]
-        [--min-seconds 0.5] [--models resnet50,mobilenet_v2,bert_base,vae,mlp] [--no-time]
+        [--min-seconds 0.5] [--models resnet50,mobilenet_v2,bert_base,vae,mlp,lstm,gru] [--no-time]
         [--skip-existing]
 
 Builds each model with random weights, writes OUT_DIR/<model>.onnx (opset 17, symbolic
@@ -32,6 +32,7 @@ import generate  # noqa: E402  (the test models' architectures, reused at full s
 
 BATCHES = (1, 8)
 SEQ = 128
+RNN_SEQ = 64  # tokens per sample for the recurrent classifiers
 
 
 class MlpRecommender(nn.Module):
@@ -71,6 +72,26 @@ class Vae(nn.Module):
         return torch.sigmoid(self.dec(z)), mu, torch.exp(0.5 * logvar)
 
 
+class RecurrentClassifier(nn.Module):
+    """Text classifier: token embedding (10000 x 128) -> two-layer LSTM or GRU (hidden 256,
+    batch first) -> linear layer (10 classes) on the last layer's final hidden state."""
+
+    def __init__(self, cell, vocab=10000, emb=128, hidden=256, layers=2, classes=10):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.rnn = cell(emb, hidden, num_layers=layers, batch_first=True)
+        self.fc = nn.Linear(hidden, classes)
+
+    def forward(self, ids):
+        _, h = self.rnn(self.emb(ids))
+        h = h[0] if isinstance(h, tuple) else h  # LSTM: (h, c)
+        return self.fc(h[-1])
+
+
+def token_inputs(b, g):
+    return [torch.randint(0, 10000, (b, RNN_SEQ), generator=g)]
+
+
 def bert_base():
     # generate.TinyBert with LayerNormalization at BERT-base size: 12 layers, hidden 768,
     # 12 heads, FFN 3072, vocabulary 30522, 512 positions.
@@ -97,6 +118,8 @@ MODELS = {
     "bert_base": (bert_base, ["input_ids", "attention_mask"], ["hidden", "pooled"], bert_inputs),
     "vae": (Vae, ["input"], ["reconstruction", "mu", "std"], images((1, 64, 64))),
     "mlp": (MlpRecommender, ["dense", "ids"], ["score"], mlp_inputs),
+    "lstm": (lambda: RecurrentClassifier(nn.LSTM), ["ids"], ["logits"], token_inputs),
+    "gru": (lambda: RecurrentClassifier(nn.GRU), ["ids"], ["logits"], token_inputs),
 }
 
 

@@ -37,6 +37,12 @@ int64_t NodeFlops(const Graph& g, const Node& node, const std::vector<Shape>& sh
     if (op == "Gemm" && node.GetInt("transA", 0) && a.size() == 2) k = a[0];
     return 2 * Product(out) * k;
   }
+  // Recurrent layers: every step multiplies the input by W and the state by R.
+  if ((op == "LSTM" || op == "GRU" || op == "RNN") && node.has_input(1) && node.has_input(2)) {
+    const Shape& x = shape(node.inputs[0]);
+    if (x.size() != 3) return 0;
+    return 2 * x[0] * x[1] * (Product(shape(node.inputs[1])) + Product(shape(node.inputs[2])));
+  }
   static const std::set<std::string> kElementwise = {"Add",
                                                      "Sub",
                                                      "Mul",

@@ -1,6 +1,6 @@
 // Precision tiers: variants of one model that run its convolutions and matrix products
 // in bf16 or int8 instead of fp32 (everything else, and the model's inputs and outputs,
-// stay fp32).
+// stay fp32; so do recurrent layers, RNN, GRU and LSTM, whose products are inside them).
 //
 //   fp32  always available.
 //   bf16  weights and activations between convolutions in bfloat16, accumulation in

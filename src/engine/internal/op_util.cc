@@ -416,6 +416,10 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterShapeOps(&v);
     internal::RegisterIndexingOps(&v);
     internal::RegisterReduceOps(&v);
+    internal::RegisterRecurrentOps(&v);
+    internal::RegisterSortScanOps(&v);
+    internal::RegisterDataMovementOps(&v);
+    internal::RegisterGroupNormOps(&v);
     return v;
   }();
   return ops;

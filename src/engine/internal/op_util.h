@@ -214,5 +214,9 @@ void RegisterNormOps(std::vector<OpDef>* ops);
 void RegisterShapeOps(std::vector<OpDef>* ops);
 void RegisterIndexingOps(std::vector<OpDef>* ops);
 void RegisterReduceOps(std::vector<OpDef>* ops);
+void RegisterRecurrentOps(std::vector<OpDef>* ops);
+void RegisterSortScanOps(std::vector<OpDef>* ops);
+void RegisterDataMovementOps(std::vector<OpDef>* ops);
+void RegisterGroupNormOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal
