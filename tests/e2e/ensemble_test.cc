@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/npy.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"
@@ -231,6 +232,37 @@ TEST_F(EnsembleE2eTest, MetadataConfigStatisticsAndReadinessFollowTheSteps) {
   EXPECT_EQ(http_->Post("/v2/repository/models/latent_walk/load", "{}").status, 200);
   EXPECT_EQ(http_->Get("/v2/models/vae_walk/ready").status, 200);
   EXPECT_EQ(Infer("vae_walk", ref["inputs"]).count("walked"), 1u);
+}
+
+TEST(EnsembleRunE2eTest, ShoalRunServesAnEnsembleOffline) {
+  // `shoal run` loads only the model it is asked for; the ensemble loads its steps.
+  const json ref = Reference("vae_walk");
+  constexpr int kCopies = 20;  // 40 rows, several batches through each step
+  std::vector<float> images, steps, want;
+  for (int i = 0; i < kCopies; ++i) {
+    for (float v : Floats(ref["inputs"][0])) images.push_back(v);
+    for (float v : Floats(ref["inputs"][1])) steps.push_back(v);
+    for (float v : Floats(ref["outputs"][0])) want.push_back(v);
+  }
+  TempDir files;
+  const std::string in = files.path() + "/in.npz", out = files.path() + "/out.npy";
+  const int64_t rows = 2 * kCopies;
+  ASSERT_TRUE(
+      WriteNpz(in, {{"image", Tensor::FromVector<float>(DataType::kFp32, {rows, 1, 8, 8}, images)},
+                    {"step", Tensor::FromVector<float>(DataType::kFp32, {rows, 1}, steps)}})
+          .ok());
+  auto p = ShoalProcess::Start({"run", "--model-repository", SourceDir() + "/examples/models", "-m",
+                                "vae_walk", "--input", in, "--output", out, "-q"});
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->Wait(60'000), 0) << p->log();
+  auto got = ReadNpy(out);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<float> values;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float v : got->Row(r).values<float>()) values.push_back(v);
+  }
+  // Against PyTorch's outputs (the examples' reference), as examples_test.cc checks them.
+  EXPECT_LE(MaxDiff(values, want), 1e-4f);
 }
 
 }  // namespace
