@@ -297,9 +297,33 @@ Status Server::EnsembleStepsReadyLocked(const inference::ModelConfig& config, in
   return Status::Ok();
 }
 
-Status Server::UnloadModel(const std::string& name) {
+Status Server::UnloadModel(const std::string& name, bool unload_dependents) {
   MutexLock load_lock(&load_mu_);
-  return UnloadModelLocked(name);
+  std::vector<std::string> steps;
+  if (unload_dependents) {
+    MutexLock lock(&mu_);
+    auto it = models_.find(name);
+    if (it != models_.end() && IsEnsemble(it->second.config)) {
+      for (const auto& step : it->second.config.ensemble_scheduling().step())
+        steps.push_back(step.model_name());
+    }
+  }
+  RETURN_IF_ERROR(UnloadModelLocked(name));
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  for (const auto& step : steps) {
+    bool used = false;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [other, r] : models_) {
+        if (r.versions.empty() || !IsEnsemble(r.config)) continue;
+        for (const auto& s : r.config.ensemble_scheduling().step())
+          used = used || s.model_name() == step;
+      }
+    }
+    if (!used) RETURN_IF_ERROR(UnloadModelLocked(step));
+  }
+  return Status::Ok();
 }
 
 Status Server::UnloadModelLocked(const std::string& name) {

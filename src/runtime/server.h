@@ -112,8 +112,9 @@ class Server {
   Status LoadModel(const std::string& name,
                    const std::optional<inference::ModelConfig>& config = std::nullopt);
   // Drains and removes a model. A model that is not loaded (or unknown) is a no-op
-  // success, as in Triton.
-  Status UnloadModel(const std::string& name);
+  // success, as in Triton. `unload_dependents` (Triton's parameter): an ensemble's step
+  // models are unloaded after it, except those another loaded ensemble still uses.
+  Status UnloadModel(const std::string& name, bool unload_dependents = false);
   // Reloads models whose files changed, loads new ones, unloads removed ones.
   Status PollRepository();
 

@@ -135,6 +135,24 @@ TEST(ServerEnsembleTest, ExplicitLoadLoadsStepsAndUnloadingAStepMakesTheEnsemble
   EXPECT_TRUE(InferSync(s, TwiceRequest()).status.ok());
 }
 
+TEST(ServerEnsembleTest, UnloadDependentsUnloadsTheStepsNoOtherEnsembleUses) {
+  TempRepository repo("shoal_server_ensemble_test");
+  repo.AddModel("add_sub", kAddSubConfig);
+  repo.AddModel("twice", kTwiceConfig);
+  std::string other = kTwiceConfig;
+  other.replace(other.find("\"twice\""), 7, "\"again\"");
+  repo.AddModel("again", other);
+  auto server = Server::Create(RepositoryOptions(repo, ModelControlMode::kExplicit));
+  ASSERT_TRUE(server.ok());
+  Server& s = **server;
+  ASSERT_TRUE(s.LoadModel("twice").ok());
+  ASSERT_TRUE(s.LoadModel("again").ok());
+  ASSERT_TRUE(s.UnloadModel("twice", /*unload_dependents=*/true).ok());
+  EXPECT_TRUE(s.GetModel("add_sub").ok()) << "'again' still uses it";
+  ASSERT_TRUE(s.UnloadModel("again", /*unload_dependents=*/true).ok());
+  EXPECT_FALSE(s.GetModel("add_sub").ok());
+}
+
 TEST(ServerEnsembleTest, EnsembleWithAMissingStepFailsToLoadNamingIt) {
   TempRepository repo("shoal_server_ensemble_test");
   repo.AddModel("twice", kTwiceConfig);
