@@ -324,7 +324,10 @@ void Ensemble::OnStepAnswer(const std::shared_ptr<RunState>& run, int s, InferRe
     if (!run->finished) {
       Status status = response.status;
       if (status.ok()) {
-        for (const auto& [model_output, tensor] : step.output_map) {
+        for (const auto& mapped : step.output_map) {
+          // Not a structured binding: clang 14 cannot capture one in the lambda below.
+          const std::string& model_output = mapped.first;
+          const std::string& tensor = mapped.second;
           auto it = std::find_if(response.outputs.begin(), response.outputs.end(),
                                  [&](const NamedTensor& o) { return o.name == model_output; });
           if (it == response.outputs.end()) {
