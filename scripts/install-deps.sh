@@ -14,7 +14,18 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev libhiredis-dev libjemalloc-dev libxxhash-dev libssl-dev
   # tests and benchmarks (python3 drives the lock-annotation check over compile_commands.json)
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # the dashboard: npm installs uPlot at build time; its end-to-end test runs node and chromium
+  nodejs chromium
+  # `shoal worker` tests: a real Redis server, started by worker_redis_test and e2e_worker_test
+  redis-server
 )
+# deploy/ checks and end-to-end tests (deploy/CMakeLists.txt): promtool and prometheus, nginx, PyYAML
+PACKAGES+=(prometheus nginx python3-yaml)
+# kubectl (kubectl kustomize in deploy_kubernetes_manifests): Debian's kubernetes-client, unless a kubectl is already installed (Kubernetes' own kubectl package conflicts with it)
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
+# npm (the dashboard's build): Debian's, unless one is on PATH already (NodeSource's nodejs
+# bundles its own npm and conflicts with Debian's npm package)
+command -v npm >/dev/null || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -81,6 +81,11 @@ class BackendInstance {
   virtual ~BackendInstance() = default;
   // Runs one batch and appends the outputs. See the threading contract above.
   virtual Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) = 0;
+  // For an instance that runs its model as a pipeline of stages (the onnx backend's
+  // `pipeline_stages`): the share of its stages' time spent idle while the pipeline held
+  // work, 0..1, since the instance was created. -1 (the default) for any other instance.
+  // Called on the instance's thread between executions.
+  virtual double pipeline_bubble_ratio() const { return -1; }
 };
 
 class BackendModel {

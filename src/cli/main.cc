@@ -1,11 +1,12 @@
 // The `shoal` command. Subcommands: serve (serve.cc), run (run.cc), bench (bench.cc),
-// inspect (an ONNX model's summary).
+// worker (worker.cc), inspect (an ONNX model's summary).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "cli/bench.h"
 #include "cli/run.h"
 #include "cli/serve.h"
+#include "cli/worker.h"
 #ifdef SHOAL_HAVE_ENGINE
 #include "engine/inspect.h"
 #include "engine/precision.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   shoal::cli::AddServeCommand(app);
   shoal::cli::AddRunCommand(app);
   shoal::cli::AddBenchCommand(app);
+  shoal::cli::AddWorkerCommand(app);
 
 #ifdef SHOAL_HAVE_ENGINE
   std::string model_path;
@@ -54,6 +56,12 @@ int main(int argc, char** argv) {
       ->add_option("--threads", inspect_options.profile_threads,
                    "Threads for --profile (0: all available CPUs)")
       ->check(CLI::NonNegativeNumber)
+      ->needs(profile);
+  inspect
+      ->add_option("--stages", inspect_options.pipeline_stages,
+                   "With --profile: the cut into this many pipeline stages that balances the "
+                   "measured times, and its pipeline_stage_boundaries")
+      ->check(CLI::PositiveNumber)
       ->needs(profile);
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/model.h"
+#include "engine/pipeline_split.h"
 
 namespace shoal::engine {
 namespace {
@@ -184,6 +185,27 @@ void PrintProfile(std::ostringstream& out, const Model& m, const std::vector<Ten
   };
   for (const OperatorTime& t : profile->operators) line(t.op_type, t.nodes, t.ms_per_run);
   line("(outside operators)", 0, profile->outside_ms_per_run);
+  if (options.pipeline_stages < 1) return;
+  // The cut the onnx backend's pipeline_stages would pick from these times, and the
+  // names that pin it (pipeline_stage_boundaries).
+  auto starts = BalanceStages(profile->node_ms, options.pipeline_stages);
+  if (!starts.ok()) {
+    out << "pipeline stages: " << starts.status().message() << "\n";
+    return;
+  }
+  const Graph& g = m.graph();
+  out << "pipeline stages (" << options.pipeline_stages << ", balanced on the times above):\n";
+  std::string names;
+  for (size_t s = 0; s < starts->size(); ++s) {
+    const int begin = (*starts)[s];
+    const int end = s + 1 < starts->size() ? (*starts)[s + 1] : static_cast<int>(g.nodes.size());
+    double ms = 0;
+    for (int n = begin; n < end; ++n) ms += profile->node_ms[static_cast<size_t>(n)];
+    out << "  stage " << s + 1 << "  nodes " << begin << ".." << end - 1 << "  from "
+        << g.Describe(begin) << "  " << std::setprecision(3) << ms << " ms\n";
+    if (s > 0) names += (s > 1 ? "," : "") + g.nodes[static_cast<size_t>(begin)].name;
+  }
+  if (starts->size() > 1) out << "  pipeline_stage_boundaries: \"" << names << "\"\n";
 }
 
 }  // namespace
@@ -192,6 +214,10 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
                                    InspectSummary* summary) {
   if (options.batch < 0)
     return InvalidArgument("batch must be >= 0; was " + std::to_string(options.batch));
+  if (options.pipeline_stages < 0) {
+    return InvalidArgument("pipeline_stages must be >= 0; was " +
+                           std::to_string(options.pipeline_stages));
+  }
   if (options.profile_runs < 0 || options.profile_threads < 0)
     return InvalidArgument("profile runs and threads must be >= 0");
   ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));

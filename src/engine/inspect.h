@@ -36,6 +36,10 @@ struct InspectOptions {
   int profile_runs = 0;
   // Threads for those runs (SessionOptions::threads; 0: all available CPUs). >= 0.
   int profile_threads = 0;
+  // With profile_runs > 0: also print the cut into this many pipeline stages that
+  // balances the measured per-node times (as the onnx backend's pipeline_stages picks
+  // it) and the node names that pin it (pipeline_stage_boundaries). 0: none.
+  int pipeline_stages = 0;
 };
 
 // What a report found, for callers that act on it (`shoal inspect`'s exit status).

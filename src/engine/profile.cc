@@ -84,6 +84,8 @@ StatusOr<OperatorProfile> ProfileOperators(const Model& model,
               return a.ms_per_run != b.ms_per_run ? a.ms_per_run > b.ms_per_run
                                                   : a.op_type < b.op_type;
             });
+  profile.node_ms.resize(node_ms.size());
+  for (size_t n = 0; n < node_ms.size(); ++n) profile.node_ms[n] = node_ms[n] / runs;
   profile.ms_per_run = total_ms / runs;
   profile.outside_ms_per_run = std::max(0.0, profile.ms_per_run - steps_ms);
   return profile;

@@ -35,6 +35,10 @@ struct OperatorProfile {
   double outside_ms_per_run = 0;        // ms_per_run minus the operators' sum, >= 0
   int runs = 0;
   int threads = 0;  // the threads the plan ran on
+  // Per node of the optimised graph (Model::graph()), averaged over the runs; 0 for a
+  // node that never ran (computed when the plan was prepared). Pipeline stages are
+  // balanced on these (pipeline_split.h).
+  std::vector<double> node_ms;
 };
 
 // INVALID_ARGUMENT when `runs` < 1; otherwise Session::Create's and Run's errors.

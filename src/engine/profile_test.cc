@@ -6,6 +6,7 @@
 #include <map>
 
 #include "engine/inspect.h"
+#include "engine/pipeline_split.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine {
@@ -80,6 +81,14 @@ TEST(ProfileTest, CountsEveryNodeThatRuns) {
   EXPECT_GT(convs, 0);
   EXPECT_LE(sum, profile->ms_per_run * (1 + 1e-9));  // steps happen within their run
   EXPECT_NEAR(sum + profile->outside_ms_per_run, profile->ms_per_run, 1e-9);
+  // Per node: one entry per node of the optimised graph, adding up to the operators'.
+  ASSERT_EQ(profile->node_ms.size(), (*model)->graph().nodes.size());
+  double node_sum = 0;
+  for (double ms : profile->node_ms) {
+    EXPECT_GE(ms, 0);
+    node_sum += ms;
+  }
+  EXPECT_NEAR(node_sum, sum, 1e-9);
 }
 
 TEST(ProfileTest, RefusesBadArguments) {
@@ -104,6 +113,34 @@ TEST(ProfileTest, InspectPrintsTheProfile) {
   EXPECT_THAT(*report, HasSubstr("(outside operators)  "));
   options.profile_runs = -1;
   EXPECT_FALSE(InspectModel(SourceDir() + "/models/resnet_op13.onnx", options).ok());
+}
+
+TEST(ProfileTest, InspectPrintsABalancedPipelineCutByName) {
+  InspectOptions options;
+  options.profile_runs = 2;
+  options.profile_threads = kTestThreads;
+  options.pipeline_stages = 3;
+  const std::string path = SourceDir() + "/models/resnet_op13.onnx";
+  auto report = InspectModel(path, options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_THAT(*report, HasSubstr("pipeline stages (3, balanced on the times above):"));
+  EXPECT_THAT(*report, HasSubstr("  stage 3  nodes "));
+  // The printed names are a cut the backend's pipeline_stage_boundaries accepts.
+  const std::string key = "pipeline_stage_boundaries: \"";
+  const size_t at = report->find(key);
+  ASSERT_NE(at, std::string::npos) << *report;
+  const size_t end = report->find('"', at + key.size());
+  const std::string list = report->substr(at + key.size(), end - at - key.size());
+  const size_t comma = list.find(',');
+  ASSERT_NE(comma, std::string::npos) << list;
+  auto model = Model::Load(path);
+  ASSERT_TRUE(model.ok());
+  auto starts =
+      StageStartsFromNames((*model)->graph(), {list.substr(0, comma), list.substr(comma + 1)});
+  ASSERT_TRUE(starts.ok()) << starts.status().ToString();
+  EXPECT_EQ(starts->size(), 3u);
+  options.pipeline_stages = -1;
+  EXPECT_FALSE(InspectModel(path, options).ok());
 }
 
 }  // namespace

@@ -446,6 +446,8 @@ std::string_view ReasonPhrase(int status) {
       return "OK";
     case 204:
       return "No Content";
+    case 301:
+      return "Moved Permanently";
     case 400:
       return "Bad Request";
     case 401:

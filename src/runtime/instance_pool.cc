@@ -131,8 +131,10 @@ void InstancePool::Run(size_t index) {
     const int64_t start = options_.clock->NowNs();
     const int64_t ran = job.run(*backend, inst->info.index);
     const int64_t elapsed = options_.clock->NowNs() - start;
+    const double bubble = backend->pipeline_bubble_ratio();
     lock.Lock();
     InstanceState& state = states_[index];
+    state.stats.pipeline_bubble_ratio = bubble;
     if (ran > 0) state.cost.Observe(ran, elapsed);
     state.stats.executions++;
     state.stats.busy_ns += elapsed;

@@ -62,6 +62,8 @@ struct InstanceStats {
   // variable (a spin that ended without a job counts in both).
   int64_t idle_spins = 0, idle_sleeps = 0;
   double cost_a_ns = 0, cost_b_ns = 0;
+  // BackendInstance::pipeline_bubble_ratio after its last job; -1 when not pipelined.
+  double pipeline_bubble_ratio = -1;
 };
 
 class InstancePool {

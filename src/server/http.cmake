@@ -30,7 +30,7 @@ set_source_files_properties(http_routes.cc PROPERTIES
 shoal_cc_library(NAME metrics
   SRCS metrics.cc
   HDRS metrics.h
-  DEPS shoal_http)
+  DEPS shoal_http shoal_dashboard)
 
 # A small blocking HTTP/1.1 client for tests (unit and end-to-end).
 shoal_cc_library(NAME http_test_client

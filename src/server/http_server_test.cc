@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runtime/testing/test_repository.h"
+#include "server/dashboard_assets.h"
 #include "server/held_model.h"
 #include "server/http_test_client.h"
 #include "server/metrics.h"
@@ -542,6 +543,39 @@ TEST_F(HttpServerTest, MetricsServerScrapes) {
   EXPECT_THAT(r.body, HasSubstr("shoal_request_duration_seconds_bucket{model=\"identity\",version="
                                 "\"1\",le=\"+Inf\"} 1\n"));
   EXPECT_EQ(m.Get("/other").status, 404);
+  (*metrics)->Stop();
+}
+
+// The dashboard shares the metrics port: its data, its page, a section added through
+// the MetricsServer, and GET only.
+TEST_F(HttpServerTest, MetricsServerServesTheDashboard) {
+  Start();
+  auto metrics = MetricsServer::Start(server_.get(), "127.0.0.1", 0);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  ASSERT_TRUE((*metrics)
+                  ->dashboard()
+                  .AddSection("extra",
+                              [] {
+                                return DashboardSection{
+                                    .title = "Extra",
+                                    .charts = {{.title = "t", .series = {{"x", 1}}}}};
+                              })
+                  .ok());
+  HttpTestClient m("127.0.0.1", (*metrics)->port());
+  HttpReply r = m.Get("/dashboard/data.json");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_THAT(*r.Header("content-type"), HasSubstr("application/json"));
+  const json j = json::parse(r.body);
+  bool identity = false;
+  for (const json& model : j["models"]) identity |= model["model"] == "identity";
+  EXPECT_TRUE(identity) << r.body;
+  EXPECT_EQ(j["sections"][0]["title"], "Extra");
+  r = m.Get("/dashboard");
+  EXPECT_EQ(r.status, 301);
+  EXPECT_EQ(*r.Header("location"), "dashboard/");
+  r = m.Get("/dashboard/");
+  EXPECT_EQ(r.status, DashboardAssets().empty() ? 404 : 200);
+  EXPECT_EQ(m.Post("/dashboard/data.json", "").status, 405);
   (*metrics)->Stop();
 }
 

@@ -1,16 +1,12 @@
 #include "server/metrics.h"
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "server/http_core.h"
+#include "server/process_stats.h"
 
 namespace shoal::server {
 namespace {
@@ -104,54 +100,6 @@ struct VersionView {
   int64_t queue_depth = 0, in_flight = 0;
   Labels labels() const { return {{"model", model}, {"version", version}}; }
 };
-
-struct ProcessStats {
-  bool ok = false;
-  double cpu_seconds = 0;
-  double resident_bytes = 0;
-  double virtual_bytes = 0;
-  double open_fds = -1;
-};
-
-ProcessStats ReadProcessStats() {
-  ProcessStats p;
-  const long ticks = sysconf(_SC_CLK_TCK);
-  const long page = sysconf(_SC_PAGESIZE);
-  std::ifstream stat("/proc/self/stat");
-  std::string line;
-  if (stat && std::getline(stat, line)) {
-    const size_t close = line.rfind(')');
-    if (close != std::string::npos) {
-      std::istringstream rest(line.substr(close + 1));
-      std::string field;
-      double utime = 0, stime = 0;
-      for (int i = 0; i < 13 && rest >> field; ++i) {
-        // After the command name: state(0) ppid(1) ... utime(11) stime(12).
-        if (i == 11) utime = std::strtod(field.c_str(), nullptr);
-        if (i == 12) stime = std::strtod(field.c_str(), nullptr);
-      }
-      if (ticks > 0) p.cpu_seconds = (utime + stime) / static_cast<double>(ticks);
-      p.ok = true;
-    }
-  }
-  std::ifstream statm("/proc/self/statm");
-  double size_pages = 0, resident_pages = 0;
-  if (statm >> size_pages >> resident_pages) {
-    p.virtual_bytes = size_pages * static_cast<double>(page);
-    p.resident_bytes = resident_pages * static_cast<double>(page);
-  } else {
-    p.ok = false;
-  }
-  if (DIR* d = opendir("/proc/self/fd")) {
-    int n = 0;
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') ++n;
-    }
-    closedir(d);
-    p.open_fds = n - 1;  // not counting the directory stream itself
-  }
-  return p;
-}
 
 // The ready versions, sorted by model then version so the text is stable between scrapes.
 std::vector<VersionView> CollectVersions(const runtime::Server& server) {
@@ -292,6 +240,22 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
               ? std::clamp(static_cast<double>(i.busy_ns) / static_cast<double>(alive), 0.0, 1.0)
               : 0.0;
       w.Sample("shoal_instance_busy_ratio", l, ratio);
+    }
+  }
+  bool pipelined = false;
+  for (const auto& v : views)
+    for (const auto& i : v.instances) pipelined |= i.pipeline_bubble_ratio >= 0;
+  if (pipelined) {
+    w.Family("shoal_pipeline_bubble_ratio", "gauge",
+             "Share of a pipelined instance's stage time spent idle while its pipeline held "
+             "work (0..1), since the instance became ready.");
+    for (const auto& v : views) {
+      for (const auto& i : v.instances) {
+        if (i.pipeline_bubble_ratio < 0) continue;
+        Labels l = v.labels();
+        l.emplace_back("instance", i.name);
+        w.Sample("shoal_pipeline_bubble_ratio", l, i.pipeline_bubble_ratio);
+      }
     }
   }
   w.Family("shoal_instance_cost_seconds", "gauge",
@@ -445,11 +409,13 @@ namespace internal {
 
 class MetricsHandler final : public HttpHandler {
  public:
-  explicit MetricsHandler(runtime::Server* server) : server_(server) {}
+  MetricsHandler(runtime::Server* server, Dashboard* dashboard, MetricsServer::ExtraMetrics extra)
+      : server_(server), dashboard_(dashboard), extra_(std::move(extra)) {}
 
   std::function<void()> Handle(HttpRequest request, HttpResponder responder) override {
     const std::string& path = request.head.path;
-    if (path != "/metrics" && path != "/metrics/") {
+    const bool dashboard = path == "/dashboard" || path.starts_with("/dashboard/");
+    if (path != "/metrics" && path != "/metrics/" && !dashboard) {
       responder.Send(proto::HttpResponse::Error(404, "Not Found"));
       return {};
     }
@@ -459,32 +425,43 @@ class MetricsHandler final : public HttpHandler {
       responder.Send(std::move(r));
       return {};
     }
+    if (dashboard) {
+      responder.Send(dashboard_->Respond(path));
+      return {};
+    }
     proto::HttpResponse r;
     r.status = 200;
     r.content_type = kPrometheusContentType;
     r.body = RenderPrometheus(*server_);
+    if (extra_) r.body += extra_();
     responder.Send(std::move(r));
     return {};
   }
 
  private:
   runtime::Server* const server_;
+  Dashboard* const dashboard_;
+  const MetricsServer::ExtraMetrics extra_;
 };
 
 }  // namespace internal
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
-                                                              std::string address, int port) {
+                                                              std::string address, int port,
+                                                              ExtraMetrics extra) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   ASSIGN_OR_RETURN(TcpListener listener, TcpListener::Listen(address, port));
-  return Start(server, std::move(listener));
+  return Start(server, std::move(listener), std::move(extra));
 }
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(runtime::Server* server,
-                                                              TcpListener listener) {
+                                                              TcpListener listener,
+                                                              ExtraMetrics extra) {
   if (server == nullptr) return InvalidArgument("MetricsServer needs a runtime::Server");
   std::unique_ptr<MetricsServer> m(new MetricsServer());
-  m->handler_ = std::make_unique<internal::MetricsHandler>(server);
+  ASSIGN_OR_RETURN(m->dashboard_, Dashboard::Create(server, Dashboard::Options()));
+  m->handler_ =
+      std::make_unique<internal::MetricsHandler>(server, m->dashboard_.get(), std::move(extra));
   HttpCoreOptions options;
   options.threads = 1;
   options.max_body_bytes = 1 << 20;

@@ -10,7 +10,10 @@
 #include "backends/backend_registry.h"
 #include "core/log_text.h"
 #include "engine/model.h"
+#include "engine/pipeline_session.h"
+#include "engine/pipeline_split.h"
 #include "engine/precision.h"
+#include "engine/profile.h"
 
 namespace shoal::backends {
 namespace {
@@ -106,12 +109,54 @@ class OnnxInstance : public BackendInstance {
   std::string default_tier_;
 };
 
+// An instance of a model split into pipeline stages: its batches run through a
+// PipelineSession, one stage thread per share of the instance's cores.
+class PipelinedInstance : public BackendInstance {
+ public:
+  explicit PipelinedInstance(std::unique_ptr<engine::PipelineSession> pipeline)
+      : pipeline_(std::move(pipeline)) {}
+
+  Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) override {
+    if (!request.variant.empty() && request.variant != "fp32") {
+      return InvalidArgument("precision '" + request.variant +
+                             "' is not loaded for this model (loaded: fp32; a pipelined model "
+                             "runs fp32 only)");
+    }
+    try {
+      std::vector<NamedTensor> results;
+      RETURN_IF_ERROR(pipeline_->Run(request.inputs, &results));
+      for (auto& r : results) outputs->push_back(std::move(r));
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Internal(std::string("onnx backend: ") + e.what());
+    }
+  }
+
+  double pipeline_bubble_ratio() const override { return pipeline_->stats().bubble_ratio(); }
+
+ private:
+  std::unique_ptr<engine::PipelineSession> pipeline_;
+};
+
+// What the config's pipeline_* parameters ask for (see onnx_backend.h).
+struct PipelineConfig {
+  int stages = 1;  // 1: the model runs whole
+  std::vector<std::string> boundaries;
+  int micro_batches = 0;  // 0: adaptive
+};
+
 class OnnxModel : public BackendModel {
  public:
-  OnnxModel(Tiers tiers, ModelInfo info, engine::SessionOptions session)
-      : tiers_(std::move(tiers)), info_(std::move(info)), session_(std::move(session)) {}
+  OnnxModel(Tiers tiers, ModelInfo info, engine::SessionOptions session,
+            std::unique_ptr<engine::ModelStages> stages = nullptr, PipelineConfig pipeline = {})
+      : tiers_(std::move(tiers)),
+        info_(std::move(info)),
+        session_(std::move(session)),
+        stages_(std::move(stages)),
+        pipeline_(std::move(pipeline)) {}
 
   StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
+    if (stages_) return CreatePipelined(info);
     engine::SessionOptions options = session_;
     options.cpu_cores = info.cpu_cores;
     if (info.threads > 0) options.threads = info.threads;  // the group's, over the model's
@@ -126,10 +171,122 @@ class OnnxModel : public BackendModel {
   ModelInfo info() const override { return info_; }
 
  private:
+  StatusOr<std::unique_ptr<BackendInstance>> CreatePipelined(const InstanceInfo& info) {
+    const int k = static_cast<int>(stages_->models.size());
+    engine::PipelineOptions options;
+    options.session = session_;
+    options.micro_batches = pipeline_.micro_batches;
+    options.stage_cores = engine::SplitCores(info.cpu_cores, k);
+    const int threads = info.threads > 0 ? info.threads : session_.threads;
+    if (threads > 0) options.threads_per_stage = std::max(1, threads / k);
+    ASSIGN_OR_RETURN(auto pipeline,
+                     engine::PipelineSession::Create(*tiers_.models.at("fp32"), *stages_, options));
+    return std::unique_ptr<BackendInstance>(new PipelinedInstance(std::move(pipeline)));
+  }
+
   Tiers tiers_;
   ModelInfo info_;
   engine::SessionOptions session_;  // all but cpu_cores (and threads), set per instance
+  std::unique_ptr<engine::ModelStages> stages_;  // set when the model runs as a pipeline
+  PipelineConfig pipeline_;
 };
+
+// Reads pipeline_stages, pipeline_stage_boundaries and pipeline_micro_batches.
+StatusOr<PipelineConfig> ReadPipelineConfig(const ModelInfo& info) {
+  PipelineConfig c;
+  auto integer = [&](const std::string& key, int min, int* out) -> Status {
+    auto it = info.parameters.find(key);
+    if (it == info.parameters.end()) return Status::Ok();
+    try {
+      size_t used = 0;
+      const long v = std::stol(it->second, &used);
+      if (used == it->second.size() && v >= min && v <= 1024) {
+        *out = static_cast<int>(v);
+        return Status::Ok();
+      }
+    } catch (const std::exception&) {
+    }
+    return InvalidArgument("parameter " + key + " must be a whole number from " +
+                           std::to_string(min) + " to 1024; was '" + it->second + "'");
+  };
+  RETURN_IF_ERROR(integer("pipeline_stages", 1, &c.stages));
+  if (auto it = info.parameters.find("pipeline_micro_batches");
+      it != info.parameters.end() && it->second != "auto") {
+    RETURN_IF_ERROR(integer("pipeline_micro_batches", 1, &c.micro_batches));
+  }
+  if (auto it = info.parameters.find("pipeline_stage_boundaries"); it != info.parameters.end()) {
+    const std::string& list = it->second;
+    for (size_t start = 0; start <= list.size();) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      std::string name = list.substr(start, end - start);
+      name.erase(0, name.find_first_not_of(' '));
+      name.erase(name.find_last_not_of(' ') + 1);
+      if (name.empty()) {
+        return InvalidArgument("parameter pipeline_stage_boundaries has an empty node name: '" +
+                               list + "'");
+      }
+      c.boundaries.push_back(name);
+      start = end + 1;
+    }
+    const int k = static_cast<int>(c.boundaries.size()) + 1;
+    if (info.parameters.count("pipeline_stages") && c.stages != k) {
+      return InvalidArgument("parameter pipeline_stages is " + std::to_string(c.stages) + " but " +
+                             "pipeline_stage_boundaries names " +
+                             std::to_string(c.boundaries.size()) + " boundaries (" +
+                             std::to_string(k) + " stages)");
+    }
+    c.stages = k;
+  }
+  return c;
+}
+
+// Zero inputs of `batch` rows (other symbolic dims 1) to time the model on.
+std::vector<NamedTensor> ProfileInputs(const engine::Model& model, int64_t batch) {
+  std::vector<NamedTensor> inputs;
+  for (const engine::TensorInfo& t : model.inputs()) {
+    Shape shape;
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      shape.push_back(t.shape[d].known() ? t.shape[d].value : d == 0 ? batch : 1);
+    inputs.push_back(NamedTensor{t.name, Tensor::Allocate(t.dtype, shape)});
+  }
+  return inputs;
+}
+
+// The stages the config asks for: the cut named by pipeline_stage_boundaries, or else
+// the one that balances the per-node times measured on one thread at `batch` rows.
+StatusOr<std::unique_ptr<engine::ModelStages>> SplitForConfig(const ModelInfo& info,
+                                                              const engine::Model& model,
+                                                              const PipelineConfig& config,
+                                                              int64_t batch) {
+  std::vector<int> starts;
+  std::vector<double> costs;
+  if (!config.boundaries.empty()) {
+    ASSIGN_OR_RETURN(starts, engine::StageStartsFromNames(model.graph(), config.boundaries));
+  } else {
+    const int nodes = static_cast<int>(model.graph().nodes.size());
+    if (config.stages > nodes) {
+      return InvalidArgument("parameter pipeline_stages (" + std::to_string(config.stages) +
+                             ") is larger than the model's node count (" + std::to_string(nodes) +
+                             ")");
+    }
+    engine::SessionOptions one;
+    one.threads = 1;
+    ASSIGN_OR_RETURN(auto profile,
+                     engine::ProfileOperators(model, ProfileInputs(model, batch), 3, one));
+    costs = profile.node_ms;
+    ASSIGN_OR_RETURN(starts, engine::BalanceStages(costs, config.stages));
+  }
+  ASSIGN_OR_RETURN(engine::ModelStages stages, engine::SplitModel(model, starts, costs));
+  std::string plan;
+  for (size_t s = 0; s < stages.models.size(); ++s) {
+    plan += (s ? ", " : "") + std::to_string(stages.models[s]->graph().nodes.size()) + " nodes";
+    if (!stages.costs.empty()) plan += fmt::format(" ({:.2f} ms)", stages.costs[s]);
+  }
+  spdlog::info("model '{}' version {}: {} pipeline stages: {}", LogSafe(info.name), info.version,
+               stages.models.size(), plan);
+  return std::make_unique<engine::ModelStages>(std::move(stages));
+}
 
 StatusOr<double> NumberParameter(const ModelInfo& info, const std::string& key, double fallback) {
   auto it = info.parameters.find(key);
@@ -297,8 +454,22 @@ class OnnxBackend : public Backend {
     }
     RETURN_IF_ERROR(Complete("input", any->inputs(), batching, &done.inputs));
     RETURN_IF_ERROR(Complete("output", any->outputs(), batching, &done.outputs));
-    return std::unique_ptr<BackendModel>(
-        new OnnxModel(std::move(tiers), std::move(done), std::move(session)));
+    ASSIGN_OR_RETURN(PipelineConfig pipeline, ReadPipelineConfig(info));
+    std::unique_ptr<engine::ModelStages> stages;
+    if (pipeline.stages > 1) {
+      if (tiers.models.size() != 1 || !tiers.models.count("fp32")) {
+        return InvalidArgument(
+            "pipeline_stages runs the fp32 model only; it cannot be combined with other "
+            "precision tiers");
+      }
+      auto split = SplitForConfig(info, *tiers.models.at("fp32"), pipeline,
+                                  std::max(1, done.max_batch_size));
+      if (!split.ok()) return split.status().WithPrefix("pipeline_stages");
+      stages = std::move(split).value();
+    }
+    return std::unique_ptr<BackendModel>(new OnnxModel(std::move(tiers), std::move(done),
+                                                       std::move(session), std::move(stages),
+                                                       std::move(pipeline)));
   }
 };
 

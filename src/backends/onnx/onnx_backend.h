@@ -18,7 +18,13 @@
 //
 // Config parameters (strings): `intra_op_thread_count` (threads per instance; default:
 // the number of the instance's cores, or all CPUs when it is not pinned),
-// `default_model_filename`.
+// `default_model_filename`, and the pipeline extension (docs/model-repository.md):
+// `pipeline_stages` K > 1 cuts the fp32 model into K stages (engine/pipeline_split.h), at
+// the cut balancing per-node times measured at load or at the nodes named by
+// `pipeline_stage_boundaries`; each instance then runs a PipelineSession
+// (engine/pipeline_session.h) with the instance's cores shared among its stages, batches
+// cut into `pipeline_micro_batches` (a number, or `auto`) micro-batches, and reports
+// BackendInstance::pipeline_bubble_ratio.
 //
 // Errors: NOT_FOUND when the model file is missing; INVALID_ARGUMENT for a model the
 // engine cannot load (message names the node, operator and what is missing) or a config

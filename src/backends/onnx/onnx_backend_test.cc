@@ -270,3 +270,101 @@ TEST(OnnxBackendRegistryTest, TritonPlatformNameFindsTheBackend) {
 
 }  // namespace
 }  // namespace shoal::backends
+
+namespace shoal::backends {
+namespace {
+
+// pipeline_stages: the model runs as stages on their own threads (engine/pipeline_session.h).
+class OnnxPipelineTest : public OnnxBackendTest {
+ protected:
+  ModelInfo Pipelined(std::map<std::string, std::string> parameters) const {
+    ModelInfo info = Info();
+    info.parameters = std::move(parameters);
+    return info;
+  }
+  static void ExpectRunsLikeReference(BackendModel& model) {
+    auto instance = model.CreateInstance(InstanceInfo{"resnet_0", 0, {}, 2});
+    ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+    const Reference ref = LoadReference("resnet_op13.b4.sht");
+    for (int run = 0; run < 2; ++run) {
+      ExecuteRequest request;
+      request.batch_size = 4;
+      request.inputs = ref.inputs;
+      std::vector<NamedTensor> outputs;
+      Status s = (*instance)->Execute(request, &outputs);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_EQ(outputs.size(), ref.outputs.size());
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        EXPECT_EQ(outputs[i].name, ref.outputs[i].name);
+        const float scale = std::max(MaxAbs(ref.outputs[i].tensor), 1e-6f);
+        EXPECT_LE(MaxAbsDiff(outputs[i].tensor, ref.outputs[i].tensor), 1e-4f * scale);
+      }
+    }
+    const double bubble = (*instance)->pipeline_bubble_ratio();
+    EXPECT_GE(bubble, 0.0);
+    EXPECT_LE(bubble, 1.0);
+  }
+};
+
+TEST_F(OnnxPipelineTest, AutoBalancedStagesMatchTheReference) {
+  auto model = MakeOnnxBackend()->LoadModel(
+      Pipelined({{"pipeline_stages", "3"}, {"pipeline_micro_batches", "2"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->info().max_batch_size, kDefaultMaxBatchSize);
+  ExpectRunsLikeReference(**model);
+  auto adaptive = MakeOnnxBackend()->LoadModel(
+      Pipelined({{"pipeline_stages", "2"}, {"pipeline_micro_batches", "auto"}}));
+  ASSERT_TRUE(adaptive.ok()) << adaptive.status().ToString();
+  ExpectRunsLikeReference(**adaptive);
+}
+
+TEST_F(OnnxPipelineTest, StagesCutAtNamedNodes) {
+  auto whole = engine::Model::Load((root_ / "resnet" / "1" / "model.onnx").string());
+  ASSERT_TRUE(whole.ok());
+  const auto& nodes = (*whole)->graph().nodes;
+  ASSERT_GT(nodes.size(), 10u);
+  const std::string names = nodes[4].name + ", " + nodes[9].name;
+  auto model = MakeOnnxBackend()->LoadModel(Pipelined({{"pipeline_stage_boundaries", names}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ExpectRunsLikeReference(**model);
+  // pipeline_stages, when given too, must agree with the names.
+  auto agree = MakeOnnxBackend()->LoadModel(
+      Pipelined({{"pipeline_stages", "3"}, {"pipeline_stage_boundaries", names}}));
+  EXPECT_TRUE(agree.ok()) << agree.status().ToString();
+}
+
+TEST_F(OnnxPipelineTest, WholeModelInstancesReportNoBubble) {
+  auto model = MakeOnnxBackend()->LoadModel(Info());
+  ASSERT_TRUE(model.ok());
+  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 1});
+  ASSERT_TRUE(instance.ok());
+  EXPECT_EQ((*instance)->pipeline_bubble_ratio(), -1);
+}
+
+TEST_F(OnnxPipelineTest, BadPipelineParametersAreRefusedByName) {
+  struct Case {
+    std::map<std::string, std::string> parameters;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"pipeline_stages", "0"}}, "pipeline_stages must be a whole number from 1 to 1024"},
+      {{{"pipeline_stages", "two"}}, "was 'two'"},
+      {{{"pipeline_stages", "4x"}}, "was '4x'"},
+      {{{"pipeline_stages", "1000"}}, "larger than the model's node count"},
+      {{{"pipeline_stages", "2"}, {"pipeline_micro_batches", "0"}},
+       "pipeline_micro_batches must be a whole number from 1"},
+      {{{"pipeline_stage_boundaries", "no_such_node"}}, "'no_such_node' is not a node"},
+      {{{"pipeline_stage_boundaries", "a,,b"}}, "empty node name"},
+      {{{"pipeline_stages", "2"}, {"pipeline_stage_boundaries", "a,b"}},
+       "pipeline_stages is 2 but pipeline_stage_boundaries names 2 boundaries"},
+  };
+  for (const Case& c : cases) {
+    auto model = MakeOnnxBackend()->LoadModel(Pipelined(c.parameters));
+    ASSERT_FALSE(model.ok()) << c.message;
+    EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(model.status().message(), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace shoal::backends
