@@ -11,8 +11,12 @@
 //    dynamic batching with 2 instances; throughput, mean batch size, and throughput as a
 //    fraction of what the cost model allows for that configuration.
 //    Target: batching >= 0.9 of the bound.
+// 3. Ensemble overhead: a one-step ensemble over `identity` vs `identity` called directly,
+//    at concurrency 1, measured in alternating rounds so that both see the same noise;
+//    what the DAG adds per request (p50, in us). Target: <= 20 us at p50.
 //
-// Usage: runtime_benchmark [--seconds S] [--requests N] [--part overhead|batching|all]
+// Usage: runtime_benchmark [--seconds S] [--requests N]
+//                          [--part overhead|batching|ensemble|all]
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -326,6 +330,53 @@ void Batching(double seconds) {
       "per batch instead, separating the runtime's losses from the plugin's sleep overshoot.\n");
 }
 
+void EnsembleOverhead(int requests) {
+  Repo repo;
+  repo.Add("identity", R"(name: "identity" backend: "identity" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { }
+)");
+  repo.Add("one_step", R"(name: "one_step" platform: "ensemble" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "identity"
+  input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } } ] }
+)");
+  auto server = StartServer(repo);
+  // Alternating rounds: both see the same background load (others' builds, say).
+  constexpr int kRounds = 5;
+  const int per_round = std::max(requests / kRounds, 1000);
+  std::vector<OverheadRow> direct, ensemble;
+  for (int i = 0; i < kRounds; ++i) {
+    direct.push_back(MeasureOverhead(*server, "identity", per_round));
+    ensemble.push_back(MeasureOverhead(*server, "one_step", per_round));
+  }
+  auto median = [](const std::vector<OverheadRow>& rows, double OverheadRow::*field) {
+    std::vector<double> v;
+    for (const auto& r : rows) v.push_back(r.*field);
+    return Percentile(v, 0.5);
+  };
+  std::printf(
+      "## Ensemble overhead (one-step ensemble over identity vs identity, 16 floats, "
+      "concurrency 1, %d rounds of %d requests each)\n\n",
+      kRounds, per_round);
+  std::printf(
+      "| model | p50 us | p90 us | p99 us | context switches | allocations |\n"
+      "|---|---|---|---|---|---|\n");
+  const std::pair<const char*, const std::vector<OverheadRow>*> rows[] = {
+      {"identity (direct)", &direct}, {"one_step (ensemble)", &ensemble}};
+  for (const auto& [label, r] : rows) {
+    std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.1f |\n", label, median(*r, &OverheadRow::p50),
+                median(*r, &OverheadRow::p90), median(*r, &OverheadRow::p99),
+                median(*r, &OverheadRow::switches), median(*r, &OverheadRow::allocations));
+  }
+  std::printf("\nadded by the ensemble: p50 %.1f us (target <= 20 us), p99 %.1f us\n\n",
+              median(ensemble, &OverheadRow::p50) - median(direct, &OverheadRow::p50),
+              median(ensemble, &OverheadRow::p99) - median(direct, &OverheadRow::p99));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -338,12 +389,14 @@ int main(int argc, char** argv) {
     if (a == "--requests") requests = std::atoi(argv[i + 1]);
     if (a == "--part") part = argv[i + 1];
   }
-  if (part != "all" && part != "overhead" && part != "batching") {
-    std::fprintf(stderr, "--part must be overhead, batching or all; was %s\n", part.c_str());
+  if (part != "all" && part != "overhead" && part != "batching" && part != "ensemble") {
+    std::fprintf(stderr, "--part must be overhead, batching, ensemble or all; was %s\n",
+                 part.c_str());
     return 2;
   }
   std::printf("# shoal runtime benchmark (%u CPUs)\n\n", std::thread::hardware_concurrency());
-  if (part != "batching") Overhead(requests);
-  if (part != "overhead") Batching(seconds);
+  if (part == "all" || part == "overhead") Overhead(requests);
+  if (part == "all" || part == "batching") Batching(seconds);
+  if (part == "all" || part == "ensemble") EnsembleOverhead(requests);
   return 0;
 }

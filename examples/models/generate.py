@@ -24,6 +24,14 @@ It trains, with fixed seeds, on a single thread (so reruns give the same weights
                     encoder image [1,8,8] -> mu [16], logvar [16]; decoder z [16] -> image
                     [1,8,8] in 0..1, so encoder -> decoder -> digits chains.
 
+- latent_walk       no training: z = mu + step * exp(logvar / 2), a step of `step` posterior
+                    standard deviations away from the encoder's mean (perturbing a latent code).
+- latent_mix        no training: z = (1 - alpha) * z_a + alpha * z_b (interpolating two codes).
+  The ensembles vae_walk (encoder -> latent_walk -> decoder) and vae_blend (two encoders
+  in parallel -> latent_mix -> decoder) run them between the VAE's halves; `--only
+  pipeline` rebuilds these two models and the four references from the committed encoder
+  and decoder weights, without retraining.
+
 Every model is exported at opset 17 with a symbolic batch dimension to
 examples/models/<model>/1/model.onnx. `digits` is not retrained here: it is a copy of
 models/digits.onnx, written by models/generate.py.
@@ -148,6 +156,16 @@ class VaeDecoder(nn.Module):
 
     def forward(self, z):
         return torch.sigmoid(self.deconv(self.fc(z).reshape(-1, 64, 4, 4)))
+
+
+class LatentWalk(nn.Module):
+    def forward(self, mu, logvar, step):
+        return mu + step * torch.exp(0.5 * logvar)
+
+
+class LatentMix(nn.Module):
+    def forward(self, z_a, z_b, alpha):
+        return (1 - alpha) * z_a + alpha * z_b
 
 
 # ---------------------------------------------------------------- data and training
@@ -304,7 +322,8 @@ def export(model, example, name, inputs, outputs):
     path = os.path.join(HERE, name, "1", "model.onnx")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     axes = {n: {0: "batch"} for n in inputs + outputs}
-    torch.onnx.export(model, (example,), path, input_names=inputs, output_names=outputs, opset_version=OPSET,
+    example = example if isinstance(example, tuple) else (example,)
+    torch.onnx.export(model, example, path, input_names=inputs, output_names=outputs, opset_version=OPSET,
                       dynamic_axes=axes, do_constant_folding=True)
     m = onnx.load(path)
     onnx.checker.check_model(m)
@@ -392,14 +411,58 @@ def plugin_and_digits_refs():
               "8 held-out digits (models/digits.test.sht) and PyTorch's logits", labels, "logits")
 
 
+def load_vae():
+    """The committed encoder and decoder, as PyTorch modules (their ONNX initializers carry
+    the state_dict names)."""
+    from onnx import numpy_helper
+    mods = []
+    for name, module in (("encoder", VaeEncoder()), ("decoder", VaeDecoder())):
+        m = onnx.load(os.path.join(HERE, name, "1", "model.onnx"))
+        state = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()) for i in m.graph.initializer}
+        module.load_state_dict(state)
+        mods.append(module.eval())
+    return mods
+
+
+def pipeline_models_and_refs():
+    enc, dec = load_vae()
+    walk, mix = LatentWalk(), LatentMix()
+    z16 = torch.zeros(2, LATENT)
+    one = torch.full((2, 1), 0.5)
+    export(walk, (z16, z16, one), "latent_walk", ["mu", "logvar", "step"], ["z"])
+    export(mix, (z16, z16, one), "latent_mix", ["z_a", "z_b", "alpha"], ["z"])
+    ref = json.load(open(os.path.join(REFS, "encoder.json")))
+    images = np.array(ref["inputs"][0]["data"], dtype=np.float32).reshape(ref["inputs"][0]["shape"])
+    x = torch.from_numpy(images)
+    mu, logvar = run(enc, x)
+    step = np.array([[1.5], [-1.0]], dtype=np.float32)
+    write_ref("latent_walk", [("mu", mu), ("logvar", logvar), ("step", step)],
+              [("z", *run(walk, torch.from_numpy(mu), torch.from_numpy(logvar), torch.from_numpy(step)))],
+              "the encoder's outputs for 2 held-out digits, stepped 1.5 and -1 standard deviations")
+    alpha = np.array([[0.25], [0.75]], dtype=np.float32)
+    write_ref("latent_mix", [("z_a", mu), ("z_b", mu[::-1].copy()), ("alpha", alpha)],
+              [("z", *run(mix, torch.from_numpy(mu), torch.from_numpy(mu[::-1].copy()), torch.from_numpy(alpha)))],
+              "two latent codes mixed a quarter and three quarters of the way")
+    # The ensembles: PyTorch runs the same steps one after another.
+    (z,) = run(walk, torch.from_numpy(mu), torch.from_numpy(logvar), torch.from_numpy(step))
+    write_ref("vae_walk", [("image", images), ("step", step)], [("walked", *run(dec, torch.from_numpy(z)))],
+              "ensemble encoder -> latent_walk -> decoder on 2 held-out digits")
+    images_b = images[::-1].copy()
+    (mu_b, _) = run(enc, torch.from_numpy(images_b))
+    (zm,) = run(mix, torch.from_numpy(mu), torch.from_numpy(mu_b), torch.from_numpy(alpha))
+    write_ref("vae_blend", [("image_a", images), ("image_b", images_b), ("alpha", alpha)],
+              [("blended", *run(dec, torch.from_numpy(zm)))],
+              "ensemble: two encoders in parallel -> latent_mix -> decoder, 2 pairs of held-out digits")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma-separated: recommender, image_classifier, "
-                        "text_classifier, vae, refs")
+                        "text_classifier, vae, refs, pipeline")
     opts = parser.parse_args()
     want = set(opts.only.split(",")) if opts.only else None
     torch.set_num_threads(1)  # reproducible floating-point sums
-    split = load_digits_split()
+    split = load_digits_split() if want is None or want - {"refs", "pipeline"} else None
 
     if want is None or "recommender" in want:
         model, x = train_recommender()
@@ -437,6 +500,8 @@ def main():
                   "the encoder's mu for 2 held-out digits (4 decimals) and PyTorch's reconstruction")
     if want is None or "refs" in want:
         plugin_and_digits_refs()
+    if want is None or "pipeline" in want:
+        pipeline_models_and_refs()
 
 
 if __name__ == "__main__":

@@ -237,9 +237,8 @@ StatusOr<std::string> BackendNameForConfig(const inference::ModelConfig& config)
   if (!config.backend().empty()) return config.backend();
   if (config.platform() == repository::kOnnxPlatform) return std::string("onnx");
   if (config.platform() == repository::kEnsemblePlatform) {
-    return Unimplemented(
-        "model '" + config.name() +
-        "' is an ensemble; ensembles are validated but not yet executed by this version of shoal");
+    // The server runs ensembles itself (runtime/ensemble.h), without a backend.
+    return InvalidArgument("model '" + config.name() + "' is an ensemble, which has no backend");
   }
   if (config.platform().empty()) {
     return InvalidArgument("model '" + config.name() + "' names neither a backend nor a platform");

@@ -82,6 +82,20 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(
   return mv;
 }
 
+StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::CreateEnsemble(
+    ModelVersionOptions options, std::unique_ptr<Ensemble> ensemble) {
+  if (ensemble == nullptr)
+    return InvalidArgument("model version '" + options.name + "' has no ensemble");
+  options.instances.clear();
+  options.warmup.clear();
+  options.precision_ladder.clear();
+  ASSIGN_OR_RETURN(auto batcher, Batcher<RequestTask>::Create(BatcherOptions{}));
+  std::shared_ptr<ModelVersion> mv(
+      new ModelVersion(std::move(options), nullptr, std::move(batcher)));
+  mv->ensemble_ = std::move(ensemble);
+  return mv;
+}
+
 ModelVersion::~ModelVersion() { Shutdown(); }
 
 Status ModelVersion::RunWarmup(backends::BackendInstance& instance,
@@ -174,7 +188,15 @@ std::shared_ptr<RequestControl> ModelVersion::NewRequestControl() {
 
 std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCallback callback) {
   const int64_t now = clock_->NowNs();
-  auto control = NewRequestControl();
+  std::shared_ptr<CancelForwarder> forward_cancel;
+  std::shared_ptr<RequestControl> control;
+  if (ensemble_) {
+    forward_cancel = std::make_shared<CancelForwarder>();
+    control = std::make_shared<RequestControl>([forward_cancel] { forward_cancel->Cancel(); },
+                                               /*notify_while_executing=*/true);
+  } else {
+    control = NewRequestControl();
+  }
 
   // Requests that do not choose a tier go where the precision ladder stands; the tier is
   // a request parameter, so it enters the batch key and the cache key like a chosen one.
@@ -209,6 +231,7 @@ std::shared_ptr<RequestHandle> ModelVersion::Infer(InferRequest request, InferCa
                   : validated->shape_key;
   task->received_ns = now;
   task->control = control;
+  task->forward_cancel = std::move(forward_cancel);
   task->request = std::move(request);
   task->callback = std::move(callback);
   if (options_.cache) {
@@ -272,7 +295,48 @@ void ModelVersion::CompleteCacheLeader(const RequestTask& leader, bool ran, cons
   for (auto& w : waiters) w(shared, status, outputs);
 }
 
+void ModelVersion::RunEnsemble(TaskPtr task, int64_t now) {
+  {
+    MutexLock lock(&mu_);
+    ++in_flight_;
+    if (!accepting_) {
+      lock.Unlock();
+      Answer(std::move(task), Unavailable("model '" + options_.name + "' is shutting down"), {}, 0,
+             0, 0, 0);
+      return;
+    }
+  }
+  task->control->Transition(RequestState::kReceived, RequestState::kQueued);
+  task->control->Transition(RequestState::kQueued, RequestState::kExecuting);
+  task->enqueued_ns = now;
+  // The DAG takes the inputs; the task keeps what its answer needs (id, deadline, cache key).
+  InferRequest request;
+  request.id = task->request.id;
+  request.inputs = std::move(task->request.inputs);
+  request.requested_outputs = task->request.requested_outputs;
+  request.priority = task->request.priority;
+  request.deadline_ns = task->request.deadline_ns;
+  request.best_effort = task->request.best_effort;
+  std::shared_ptr<CancelForwarder> forward = task->forward_cancel;
+  std::shared_ptr<RequestControl> control = task->control;
+  auto held = std::make_shared<TaskPtr>(std::move(task));
+  auto handle = ensemble_->Run(std::move(request), [this, held](InferResponse r) {
+    TaskPtr t = std::move(*held);
+    if (r.status.code() == StatusCode::kCancelled) stats_.RecordCancelled();
+    if (r.status.code() == StatusCode::kDeadlineExceeded) stats_.RecordDeadlineMissed();
+    const int64_t run_ns = clock_->NowNs() - t->enqueued_ns;
+    Answer(std::move(t), r.status, std::move(r.outputs), 0, 0, run_ns, 0);
+  });
+  if (forward) forward->Set(std::move(handle));
+  // A cancel that came before the request executed did not reach the forwarder.
+  if (forward && control->cancel_requested()) forward->Cancel();
+}
+
 void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
+  if (ensemble_) {
+    RunEnsemble(std::move(task), now);
+    return;
+  }
   Status status;
   RejectReason reason = RejectReason::kNone;
   bool wake = false;
@@ -645,6 +709,15 @@ void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answ
 }
 
 void ModelVersion::Shutdown() {
+  if (ensemble_) {
+    {
+      MutexLock lock(&mu_);
+      accepting_ = false;
+      while (in_flight_ != 0) idle_cv_.Wait(&mu_);
+    }
+    ensemble_->Shutdown();  // the steps still in flight of requests already answered
+    return;
+  }
   {
     MutexLock lock(&mu_);
     if (!scheduler_.joinable()) return;  // never started, or already shut down

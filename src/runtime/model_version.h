@@ -37,6 +37,7 @@
 #include "runtime/batch_io.h"
 #include "runtime/batcher.h"
 #include "runtime/classification.h"
+#include "runtime/ensemble.h"
 #include "runtime/infer_request.h"
 #include "runtime/instance_pool.h"
 #include "runtime/model_stats.h"
@@ -95,6 +96,13 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
  public:
   static StatusOr<std::shared_ptr<ModelVersion>> Create(
       ModelVersionOptions options, std::unique_ptr<backends::BackendModel> model);
+  // A version of an ensemble model: no backend, no instances, no batcher of its own;
+  // requests are validated, cached, counted and answered here as for any model, and run
+  // by `ensemble` (runtime/ensemble.h) as requests to the step models. Shutdown waits for
+  // every request, then for every step the ensemble submitted.
+  static StatusOr<std::shared_ptr<ModelVersion>> CreateEnsemble(ModelVersionOptions options,
+                                                                std::unique_ptr<Ensemble> ensemble);
+  bool is_ensemble() const { return ensemble_ != nullptr; }
   ~ModelVersion();
   ModelVersion(const ModelVersion&) = delete;
   ModelVersion& operator=(const ModelVersion&) = delete;
@@ -113,7 +121,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   const ModelSignature& signature() const { return options_.signature; }
   const ModelVersionOptions& options() const { return options_; }
   ModelStatsSnapshot stats() const { return stats_.Snapshot(); }
-  std::vector<InstanceStats> instance_stats() const { return pool_->Stats(); }
+  std::vector<InstanceStats> instance_stats() const {
+    return pool_ ? pool_->Stats() : std::vector<InstanceStats>{};
+  }
   // Requests waiting in the batcher.
   size_t queue_depth() const;
   // Requests accepted and not yet answered (queued or executing).
@@ -145,6 +155,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // Infer's last step: queues `task` (received at `now`) in the batcher, or answers it
   // with the reason it was refused (shutting down, queue full, bad priority).
   void Enqueue(TaskPtr task, int64_t now) EXCLUDES(mu_);
+  // Enqueue's step for an ensemble: hands `task` to the DAG.
+  void RunEnsemble(TaskPtr task, int64_t now) EXCLUDES(mu_);
   // Called by an instance's thread after each job.
   void OnInstanceIdle() EXCLUDES(mu_);
   // Dispatches every batch due at `now` to idle instances; returns when the queue next
@@ -184,7 +196,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   const uint64_t cache_owner_id_ = ResponseCache::NewOwnerId();
   std::shared_ptr<Clock> clock_;
   std::unique_ptr<backends::BackendModel> model_;
-  std::unique_ptr<InstancePool> pool_;
+  std::unique_ptr<InstancePool> pool_;  // null for an ensemble
+  std::unique_ptr<Ensemble> ensemble_;  // null but for an ensemble
   ModelStats stats_;
   int clock_subscription_ = -1;
 

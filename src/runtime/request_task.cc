@@ -32,7 +32,31 @@ bool RequestControl::Finish() {
 
 void RequestControl::Cancel() {
   if (cancel_.exchange(true, std::memory_order_acq_rel)) return;
-  if (state() == RequestState::kQueued && on_cancel_) on_cancel_();
+  const RequestState s = state();
+  if (on_cancel_ &&
+      (s == RequestState::kQueued || (notify_while_executing_ && s == RequestState::kExecuting))) {
+    on_cancel_();
+  }
+}
+
+void CancelForwarder::Cancel() {
+  std::shared_ptr<RequestHandle> target;
+  {
+    MutexLock lock(&mu_);
+    cancelled_ = true;
+    target = target_;
+  }
+  if (target) target->Cancel();
+}
+
+void CancelForwarder::Set(std::shared_ptr<RequestHandle> target) {
+  bool cancelled;
+  {
+    MutexLock lock(&mu_);
+    target_ = target;
+    cancelled = cancelled_;
+  }
+  if (cancelled && target) target->Cancel();
 }
 
 }  // namespace shoal::runtime

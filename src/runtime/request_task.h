@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/mutex.h"
 #include "runtime/infer_request.h"
 #include "runtime/response_cache.h"
 
@@ -26,7 +27,11 @@ enum class RequestState : int { kReceived, kQueued, kExecuting, kDone };
 
 class RequestControl final : public RequestHandle {
  public:
-  explicit RequestControl(std::function<void()> on_cancel) : on_cancel_(std::move(on_cancel)) {}
+  // `on_cancel` runs on the first Cancel while the request is queued, or, with
+  // `notify_while_executing` (ensembles: their DAG runs while the request executes), also
+  // while it executes.
+  explicit RequestControl(std::function<void()> on_cancel, bool notify_while_executing = false)
+      : on_cancel_(std::move(on_cancel)), notify_while_executing_(notify_while_executing) {}
 
   // Moves from `from` to `to` if that is an allowed transition and the current state
   // is `from`. Returns false otherwise (someone else won, or the move is illegal).
@@ -44,6 +49,20 @@ class RequestControl final : public RequestHandle {
   std::atomic<RequestState> state_{RequestState::kReceived};
   std::atomic<bool> cancel_{false};
   std::function<void()> on_cancel_;  // pokes the scheduler; set once at construction
+  const bool notify_while_executing_;
+};
+
+// Forwards a cancel to a handle that exists only later: an ensemble's DAG run, started
+// after validation and the cache lookup. A cancel before Set reaches the handle at Set.
+class CancelForwarder {
+ public:
+  void Cancel() EXCLUDES(mu_);
+  void Set(std::shared_ptr<RequestHandle> target) EXCLUDES(mu_);
+
+ private:
+  Mutex mu_;
+  bool cancelled_ GUARDED_BY(mu_) = false;
+  std::shared_ptr<RequestHandle> target_ GUARDED_BY(mu_);
 };
 
 struct RequestTask {
@@ -56,6 +75,8 @@ struct RequestTask {
   int64_t enqueued_ns = 0;
   bool cache_leader = false;
   CacheKey cache_key;
+  // Ensembles only: where the request's control sends a cancel (to the DAG run).
+  std::shared_ptr<CancelForwarder> forward_cancel;
 
   // Batcher interface.
   int64_t batch_size() const { return items; }

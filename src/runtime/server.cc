@@ -7,8 +7,18 @@
 #include "core/log_text.h"
 #include "repository/repository.h"
 #include "runtime/config_adapter.h"
+#include "runtime/ensemble.h"
 
 namespace shoal::runtime {
+
+namespace {
+// Ensembles of ensembles nest at most this deep (a deeper chain is most likely a cycle
+// across configs, which no one config's validation can see).
+constexpr int kMaxEnsembleDepth = 8;
+bool IsEnsemble(const inference::ModelConfig& config) {
+  return config.platform() == repository::kEnsemblePlatform;
+}
+}  // namespace
 
 std::string_view ModelStateName(ModelState state) {
   switch (state) {
@@ -89,6 +99,12 @@ void Server::LoadStartupModels() {
       }
       continue;
     }
+    {
+      // Loaded already as the step of an ensemble loaded before it.
+      MutexLock lock(&mu_);
+      auto it = models_.find(name);
+      if (it != models_.end() && !it->second.versions.empty()) continue;
+    }
     // A failed model is recorded UNAVAILABLE and logged; the others still load.
     (void)LoadModelLocked(name);
   }
@@ -110,7 +126,7 @@ Status Server::LoadModel(const std::string& name,
 }
 
 Status Server::LoadModelLocked(const std::string& name,
-                               const inference::ModelConfig* config_override) {
+                               const inference::ModelConfig* config_override, int depth) {
   auto scanned = repository::ScanModel(options_.model_repository, name, config_override);
   if (!scanned.ok()) {
     spdlog::error("model '{}' failed to load: {}", LogSafe(name),
@@ -142,17 +158,34 @@ Status Server::LoadModelLocked(const std::string& name,
   if (!entry.status.ok()) return fail(entry.status);
 
   inference::ModelConfig config = entry.config;
-  auto backend_name_or = BackendNameForConfig(config);
-  if (!backend_name_or.ok()) return fail(backend_name_or.status());
-  const std::string backend_name = *backend_name_or;
-  auto backend = registry_->Find(backend_name, entry.dir.string());
-  if (!backend.ok()) return fail(backend.status().WithPrefix("model '" + name + "'"));
+  const bool ensemble = IsEnsemble(config);
+  std::string backend_name = "ensemble";
+  std::shared_ptr<backends::Backend> backend;
+  if (ensemble) {
+    if (Status s = LoadEnsembleStepsLocked(config, depth); !s.ok())
+      return fail(s.WithPrefix("ensemble '" + name + "'"));
+  } else {
+    auto backend_name_or = BackendNameForConfig(config);
+    if (!backend_name_or.ok()) return fail(backend_name_or.status());
+    backend_name = *backend_name_or;
+    auto found = registry_->Find(backend_name, entry.dir.string());
+    if (!found.ok()) return fail(found.status().WithPrefix("model '" + name + "'"));
+    backend = *found;
+  }
 
   std::map<int64_t, std::shared_ptr<ModelVersion>> loaded;
   for (int64_t version : entry.versions) {
     const int64_t start_ns = clock_->NowNs();
+    if (ensemble) {
+      auto mv = CreateEnsembleVersion(config, entry.dir.string(), version);
+      if (!mv.ok()) return fail(mv.status());
+      loaded[version] = std::move(mv).value();
+      spdlog::info("loaded ensemble '{}' version {} ({} steps)", LogSafe(name), version,
+                   config.ensemble_scheduling().step_size());
+      continue;
+    }
     auto info = ModelInfoFromConfig(config, entry.dir.string(), version);
-    auto model = (*backend)->LoadModel(info);
+    auto model = backend->LoadModel(info);
     if (!model.ok()) {
       return fail(
           model.status().WithPrefix("model '" + name + "' version " + std::to_string(version)));
@@ -193,9 +226,104 @@ Status Server::LoadModelLocked(const std::string& name,
   return Status::Ok();
 }
 
-Status Server::UnloadModel(const std::string& name) {
+Status Server::LoadEnsembleStepsLocked(const inference::ModelConfig& config, int depth) {
+  if (depth >= kMaxEnsembleDepth) {
+    return InvalidArgument("ensembles nest more than " + std::to_string(kMaxEnsembleDepth) +
+                           " deep (do two ensembles run each other?)");
+  }
+  for (const auto& step : config.ensemble_scheduling().step()) {
+    {
+      MutexLock lock(&mu_);
+      auto it = models_.find(step.model_name());
+      if (it != models_.end() && !it->second.versions.empty()) continue;
+    }
+    if (Status s = LoadModelLocked(step.model_name(), nullptr, depth + 1); !s.ok())
+      return s.WithPrefix("step model '" + step.model_name() + "' failed to load");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<ModelVersion>> Server::CreateEnsembleVersion(
+    const inference::ModelConfig& config, const std::string& dir, int64_t version) {
+  const std::string where = "ensemble '" + config.name() + "' version " + std::to_string(version);
+  EnsembleOptions eo = EnsembleOptionsFromConfig(config);
+  eo.clock = clock_;
+  // The server outlives its ensembles: Shutdown drains them before anything else.
+  eo.step_infer = [this](InferRequest r, InferCallback cb) {
+    return InferStep(std::move(r), std::move(cb));
+  };
+  auto ensemble = Ensemble::Create(std::move(eo));
+  if (!ensemble.ok()) return ensemble.status().WithPrefix(where);
+  auto options = VersionOptionsFromConfig(config, dir, version, cache_, clock_, options_.limits);
+  if (!options.ok()) return options.status().WithPrefix(where);
+  auto mv = ModelVersion::CreateEnsemble(std::move(options).value(), std::move(ensemble).value());
+  if (!mv.ok()) return mv.status().WithPrefix(where);
+  return mv;
+}
+
+std::shared_ptr<RequestHandle> Server::InferStep(InferRequest request, InferCallback callback) {
+  StatusOr<std::shared_ptr<ModelVersion>> mv = Unavailable("");
+  {
+    MutexLock lock(&mu_);
+    mv = GetModelLocked(request.model_name, request.model_version, /*draining=*/true);
+  }
+  if (!mv.ok()) {
+    InferResponse response;
+    response.model_name = request.model_name;
+    response.status = mv.status();
+    callback(std::move(response));
+    return nullptr;
+  }
+  return (*mv)->Infer(std::move(request), std::move(callback));
+}
+
+Status Server::EnsembleStepsReadyLocked(const inference::ModelConfig& config, int depth) const {
+  if (depth >= kMaxEnsembleDepth) {
+    return Unavailable("ensemble '" + config.name() + "' nests more than " +
+                       std::to_string(kMaxEnsembleDepth) + " ensembles deep");
+  }
+  for (const auto& step : config.ensemble_scheduling().step()) {
+    auto it = models_.find(step.model_name());
+    const bool ready =
+        it != models_.end() && !it->second.versions.empty() &&
+        (step.model_version() <= 0 || it->second.versions.count(step.model_version()) > 0);
+    if (!ready) {
+      return Unavailable("ensemble '" + config.name() + "' is not ready: its step model '" +
+                         step.model_name() + "' is not loaded");
+    }
+    if (IsEnsemble(it->second.config))
+      RETURN_IF_ERROR(EnsembleStepsReadyLocked(it->second.config, depth + 1));
+  }
+  return Status::Ok();
+}
+
+Status Server::UnloadModel(const std::string& name, bool unload_dependents) {
   MutexLock load_lock(&load_mu_);
-  return UnloadModelLocked(name);
+  std::vector<std::string> steps;
+  if (unload_dependents) {
+    MutexLock lock(&mu_);
+    auto it = models_.find(name);
+    if (it != models_.end() && IsEnsemble(it->second.config)) {
+      for (const auto& step : it->second.config.ensemble_scheduling().step())
+        steps.push_back(step.model_name());
+    }
+  }
+  RETURN_IF_ERROR(UnloadModelLocked(name));
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  for (const auto& step : steps) {
+    bool used = false;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [other, r] : models_) {
+        if (r.versions.empty() || !IsEnsemble(r.config)) continue;
+        for (const auto& s : r.config.ensemble_scheduling().step())
+          used = used || s.model_name() == step;
+      }
+    }
+    if (!used) RETURN_IF_ERROR(UnloadModelLocked(step));
+  }
+  return Status::Ok();
 }
 
 Status Server::UnloadModelLocked(const std::string& name) {
@@ -347,8 +475,9 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModel(const std::string& name
 }
 
 StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string& name,
-                                                               int64_t version) const {
-  if (shutting_down_) return Unavailable("the server is shutting down");
+                                                               int64_t version,
+                                                               bool draining) const {
+  if (shutting_down_ && !draining) return Unavailable("the server is shutting down");
   auto it = models_.find(name);
   // Triton's wording, which client code matches on.
   if (it == models_.end())
@@ -361,6 +490,7 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string
     return Unavailable("model '" + name + "' is not ready" +
                        (r.reason.empty() ? "" : ": " + r.reason));
   }
+  if (IsEnsemble(r.config)) RETURN_IF_ERROR(EnsembleStepsReadyLocked(r.config, 0));
   if (version < 0) return r.versions.rbegin()->second;
   auto v = r.versions.find(version);
   if (v == r.versions.end()) {
@@ -399,7 +529,15 @@ std::vector<ModelStatus> Server::RepositoryIndex() const {
     if (r.versions.empty()) {
       out.push_back({name, 0, r.state, r.reason});
     } else {
-      for (const auto& [v, mv] : r.versions) out.push_back({name, v, r.state, r.reason});
+      ModelState state = r.state;
+      std::string reason = r.reason;
+      if (state == ModelState::kReady && IsEnsemble(r.config)) {
+        if (Status s = EnsembleStepsReadyLocked(r.config, 0); !s.ok()) {
+          state = ModelState::kUnavailable;
+          reason = s.message();
+        }
+      }
+      for (const auto& [v, mv] : r.versions) out.push_back({name, v, state, reason});
     }
   }
   return out;
@@ -421,6 +559,9 @@ bool Server::ready() const {
   for (const auto& [name, r] : models_) {
     // A model unloaded on request is not a failure (Triton stays ready too).
     if (r.state != ModelState::kReady && !r.unloaded_on_request) return false;
+    if (r.state == ModelState::kReady && IsEnsemble(r.config) &&
+        !EnsembleStepsReadyLocked(r.config, 0).ok())
+      return false;
   }
   return true;
 }
@@ -429,10 +570,22 @@ void Server::Shutdown() {
   CancelStartupLoading();  // before waiting for the model loading now, if any
   MutexLock load_lock(&load_mu_);
   std::map<std::string, Record> models;
+  std::vector<std::shared_ptr<ModelVersion>> ensembles;
   {
     MutexLock lock(&mu_);
     if (shutting_down_ && models_.empty()) return;
     shutting_down_ = true;
+    for (const auto& [name, r] : models_) {
+      for (const auto& [v, mv] : r.versions) {
+        if (mv->is_ensemble()) ensembles.push_back(mv);
+      }
+    }
+  }
+  // Ensembles first, while their steps still serve (InferStep finds them while draining):
+  // what they accepted finishes, then no step request comes from them any more.
+  for (auto& mv : ensembles) mv->Shutdown();
+  {
+    MutexLock lock(&mu_);
     models = std::move(models_);
     models_.clear();
   }

@@ -112,8 +112,9 @@ class Server {
   Status LoadModel(const std::string& name,
                    const std::optional<inference::ModelConfig>& config = std::nullopt);
   // Drains and removes a model. A model that is not loaded (or unknown) is a no-op
-  // success, as in Triton.
-  Status UnloadModel(const std::string& name);
+  // success, as in Triton. `unload_dependents` (Triton's parameter): an ensemble's step
+  // models are unloaded after it, except those another loaded ensemble still uses.
+  Status UnloadModel(const std::string& name, bool unload_dependents = false);
   // Reloads models whose files changed, loads new ones, unloads removed ones.
   Status PollRepository();
 
@@ -148,13 +149,28 @@ class Server {
     std::map<int64_t, std::shared_ptr<ModelVersion>> versions;
   };
   explicit Server(ServerOptions options);
-  // `config_override`: replaces config.pbtxt, or null.
+  // `config_override`: replaces config.pbtxt, or null. `depth`: how many ensembles up
+  // this load was asked for (an ensemble loads its steps that are not loaded).
   Status LoadModelLocked(const std::string& name,
-                         const inference::ModelConfig* config_override = nullptr) REQUIRES(load_mu_)
+                         const inference::ModelConfig* config_override = nullptr, int depth = 0)
+      REQUIRES(load_mu_) EXCLUDES(mu_);
+  // LoadModelLocked's part for an ensemble: loads the step models not loaded yet, then
+  // one ensemble ModelVersion per version.
+  Status LoadEnsembleStepsLocked(const inference::ModelConfig& config, int depth) REQUIRES(load_mu_)
       EXCLUDES(mu_);
+  StatusOr<std::shared_ptr<ModelVersion>> CreateEnsembleVersion(
+      const inference::ModelConfig& config, const std::string& dir, int64_t version);
+  // Submits one ensemble step to its model; also while the server drains its ensembles.
+  std::shared_ptr<RequestHandle> InferStep(InferRequest request, InferCallback callback)
+      EXCLUDES(mu_);
+  // OK when every step model of the ensemble `config` (and of its nested ensembles) has a
+  // ready version; else UNAVAILABLE naming the first that has none.
+  Status EnsembleStepsReadyLocked(const inference::ModelConfig& config, int depth) const
+      REQUIRES(mu_);
   // GetModel's lookup.
-  StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name,
-                                                         int64_t version) const REQUIRES(mu_);
+  // `draining`: also while shutting down (ensemble steps of requests being drained).
+  StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name, int64_t version,
+                                                         bool draining = false) const REQUIRES(mu_);
   Status UnloadModelLocked(const std::string& name) REQUIRES(load_mu_) EXCLUDES(mu_);
 
   const ServerOptions options_;

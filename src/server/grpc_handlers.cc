@@ -189,16 +189,18 @@ grpc::Status GrpcHandlers::RepositoryModelUnload(
   if (auto s = CheckRepositoryChange(request.repository_name(), request.model_name()); !s.ok()) {
     return s;
   }
+  bool unload_dependents = false;
   for (const auto& [key, value] : request.parameters()) {
-    // No ensembles yet, so there are no dependents to unload.
+    // An ensemble's step models go with it (runtime::Server::UnloadModel).
     if (key == "unload_dependents" &&
         value.parameter_choice_case() == inference::ModelRepositoryParameter::kBoolParam) {
+      unload_dependents = value.bool_param();
       continue;
     }
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
                  "unload parameter '" + key + "' is not supported (only unload_dependents, bool)");
   }
-  return ToGrpcStatus(server_->UnloadModel(request.model_name()));
+  return ToGrpcStatus(server_->UnloadModel(request.model_name(), unload_dependents));
 }
 
 grpc::Status GrpcHandlers::HealthCheck(const grpc::health::v1::HealthCheckRequest& request,

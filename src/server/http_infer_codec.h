@@ -120,6 +120,7 @@ StatusOr<bool> ParseRepositoryIndexBody(std::string_view body);
 struct RepositoryParameters {
   std::vector<std::string> names;
   std::optional<std::string> config;
+  bool unload_dependents = false;  // unload: an ensemble's steps go with it
 };
 StatusOr<RepositoryParameters> ParseRepositoryParametersBody(std::string_view body);
 

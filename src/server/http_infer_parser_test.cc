@@ -475,6 +475,7 @@ TEST(HttpInferCodecTest, RepositoryBodies) {
       ParseRepositoryParametersBody(R"({"parameters":{"config":"{}","unload_dependents":true}})");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->names, (std::vector<std::string>{"config", "unload_dependents"}));
+  EXPECT_TRUE(p->unload_dependents);
   EXPECT_EQ(p->config, std::optional<std::string>("{}"));
   EXPECT_FALSE(ParseRepositoryParametersBody(R"({"parameters":{"config":{}}})").ok());
   EXPECT_TRUE(ParseRepositoryParametersBody("  ").ok());

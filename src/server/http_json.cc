@@ -175,6 +175,10 @@ StatusOr<RepositoryParameters> ParseRepositoryParametersBody(std::string_view bo
         JSON_GET(pv.get_string(), config, "parameters.config",
                  "a string holding the model config as JSON");
         out.config.emplace(config);
+      } else if (k == "unload_dependents") {
+        bool unload_dependents = false;
+        JSON_GET(pv.get_bool(), unload_dependents, "parameters.unload_dependents", "a boolean");
+        out.unload_dependents = unload_dependents;
       }
       return Status::Ok();
     });

@@ -747,9 +747,11 @@ void HttpRoutes::Repository(HttpRequest& request, const RouteMatch& match,
     }
     config = std::move(parsed).value();
   }
+  const bool unload_dependents = params->unload_dependents;
   if (!RunOnWorker(
-          [server, responder, load, model, config] {
-            const Status s = load ? server->LoadModel(model, config) : server->UnloadModel(model);
+          [server, responder, load, model, config, unload_dependents] {
+            const Status s = load ? server->LoadModel(model, config)
+                                  : server->UnloadModel(model, unload_dependents);
             responder.Send(s.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(s));
           },
           refused)) {
