@@ -420,6 +420,7 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterSortScanOps(&v);
     internal::RegisterDataMovementOps(&v);
     internal::RegisterGroupNormOps(&v);
+    internal::RegisterDetectionOps(&v);
     return v;
   }();
   return ops;

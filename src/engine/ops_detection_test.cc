@@ -1,0 +1,162 @@
+// NonZero and NonMaxSuppression (ops/detection.cc), whose output shapes depend on their
+// input data, against the examples of ONNX's operator documentation; and plans in which
+// such a value feeds further operators (plan.h, "Data-dependent shapes").
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/plan.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using namespace shoal::engine::testing;
+
+TEST(NonZeroTest, IndicesOfNonZeroElementsInRowMajorOrder) {
+  // Run-time input: the shape is learned when the kernel runs.
+  auto out = Run1("NonZero", {{F32({2, 2}, {1, 0, 1, 1})}});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 3}));
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(0, 1, 1, 0, 0, 1));
+  out = Run1("NonZero", {{Bool({3}, {0, 1, 1})}});
+  EXPECT_EQ(out[0].shape(), (Shape{1, 2}));
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(1, 2));
+  out = Run1("NonZero", {{I64({2, 3}, {0, 0, 0, 0, 0, 0})}});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 0}));
+  // A constant input: computed when the plan is prepared.
+  out = Run1("NonZero", {Const(I32({2, 2, 2}, {0, 3, 0, 0, 0, 0, -1, 0}))});
+  EXPECT_EQ(out[0].shape(), (Shape{3, 2}));
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(0, 1, 0, 1, 1, 0));
+}
+
+// The boxes of ONNX's NonMaxSuppression examples: three near [0, 0, 1, 1], two near
+// [0, 10, 1, 11], one at [0, 100, 1, 101].
+Tensor ExampleBoxes() {
+  return F32({1, 6, 4}, {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                         0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101});
+}
+Tensor ExampleScores() { return F32({1, 1, 6}, {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f}); }
+
+std::vector<int64_t> Nms(const std::vector<In>& in, int64_t center = 0) {
+  auto out = Run1("NonMaxSuppression", in, {{"center_point_box", AInt(center)}});
+  if (out[0].empty()) return {};
+  EXPECT_EQ(out[0].shape().size(), 2u);
+  EXPECT_EQ(out[0].shape()[1], 3);
+  return IntValues(out[0]);
+}
+
+TEST(NonMaxSuppressionTest, OnnxExamples) {
+  const In max3 = Const(I64({1}, {3})), iou = Const(F32({1}, {0.5f})),
+           score0 = Const(F32({1}, {0.f}));
+  // suppress_by_IOU
+  EXPECT_THAT(Nms({{ExampleBoxes()}, {ExampleScores()}, max3, iou, score0}),
+              ElementsAre(0, 0, 3, 0, 0, 0, 0, 0, 5));
+  // suppress_by_IOU_and_scores
+  EXPECT_THAT(Nms({{ExampleBoxes()}, {ExampleScores()}, max3, iou, Const(F32({1}, {0.4f}))}),
+              ElementsAre(0, 0, 3, 0, 0, 0));
+  // limit_output_size
+  EXPECT_THAT(Nms({{ExampleBoxes()}, {ExampleScores()}, Const(I64({1}, {2})), iou, score0}),
+              ElementsAre(0, 0, 3, 0, 0, 0));
+  // flipped_coordinates
+  EXPECT_THAT(Nms({{F32({1, 6, 4}, {1, 1,  0, 0,  0, 0.1f,  1, 1.1f,  0, 0.9f, 1, -0.1f,
+                                    0, 10, 1, 11, 1, 10.1f, 0, 11.1f, 1, 101,  0, 100})},
+                   {ExampleScores()},
+                   max3,
+                   iou,
+                   score0}),
+              ElementsAre(0, 0, 3, 0, 0, 0, 0, 0, 5));
+  // center_point_box
+  EXPECT_THAT(Nms({{F32({1, 6, 4}, {0.5f, 0.5f,  1, 1, 0.5f, 0.6f,  1, 1, 0.5f, 0.4f,   1, 1,
+                                    0.5f, 10.5f, 1, 1, 0.5f, 10.6f, 1, 1, 0.5f, 100.5f, 1, 1})},
+                   {ExampleScores()},
+                   max3,
+                   iou,
+                   score0},
+                  1),
+              ElementsAre(0, 0, 3, 0, 0, 0, 0, 0, 5));
+  // identical_boxes
+  std::vector<float> same;
+  for (int i = 0; i < 10; ++i) same.insert(same.end(), {0, 0, 1, 1});
+  EXPECT_THAT(Nms({{F32({1, 10, 4}, same)},
+                   {F32({1, 1, 10}, std::vector<float>(10, 0.9f))},
+                   max3,
+                   iou,
+                   score0}),
+              ElementsAre(0, 0, 0));
+  // two_batches
+  std::vector<float> two = Values(ExampleBoxes());
+  two.insert(two.end(), two.begin(), two.end());
+  std::vector<float> s2 = Values(ExampleScores());
+  s2.insert(s2.end(), s2.begin(), s2.end());
+  EXPECT_THAT(Nms({{F32({2, 6, 4}, two)}, {F32({2, 1, 6}, s2)}, Const(I64({1}, {2})), iou, score0}),
+              ElementsAre(0, 0, 3, 0, 0, 0, 1, 0, 3, 1, 0, 0));
+  // two_classes
+  EXPECT_THAT(Nms({{ExampleBoxes()}, {F32({1, 2, 6}, s2)}, Const(I64({1}, {2})), iou, score0}),
+              ElementsAre(0, 0, 3, 0, 0, 0, 0, 1, 3, 0, 1, 0));
+  // Without max_output_boxes_per_class nothing is selected.
+  EXPECT_THAT(Nms({{ExampleBoxes()}, {ExampleScores()}}), ElementsAre());
+  // Everything known at plan time: computed then.
+  EXPECT_THAT(Nms({Const(ExampleBoxes()), Const(ExampleScores()), max3, iou, score0}),
+              ElementsAre(0, 0, 3, 0, 0, 0, 0, 0, 5));
+}
+
+TEST(NonMaxSuppressionTest, RejectsMismatchedShapes) {
+  auto out = RunOp("NonMaxSuppression",
+                   {{ExampleBoxes()}, {F32({1, 1, 5}, {1, 2, 3, 4, 5})}, Const(I64({1}, {3}))});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("scores must be"));
+}
+
+// NMS -> Gather(box index) -> Gather(boxes) -> Mul, plus a static branch and a Shape of a
+// dynamic value: the selected boxes' count changes from run to run in one plan.
+TEST(DynamicShapePlanTest, ValuesAfterADataDependentShapeArePreparedPerRun) {
+  GraphBuilder b;
+  const int boxes = b.Input("boxes", {1, 6, 4});
+  const int scores = b.Input("scores", {1, 1, 6});
+  const int sel = b.Op("NonMaxSuppression", "sel",
+                       {boxes, scores, b.Constant("max", I64({1}, {3})),
+                        b.Constant("iou", F32({1}, {0.5f})), b.Constant("smin", F32({1}, {0.f}))});
+  const int idx =
+      b.Op("Gather", "idx", {sel, b.Constant("two", I64({}, {2}))}, {{"axis", AInt(1)}});
+  const int flat = b.Op("Reshape", "flat", {boxes, b.Constant("shape", I64({2}, {6, 4}))});
+  const int relu = b.Op("Relu", "relu", {flat});  // static: stays in the arena
+  const int picked = b.Op("Gather", "picked", {relu, idx}, {{"axis", AInt(0)}});
+  const int scaled = b.Op("Mul", "scaled", {picked, b.Constant("k", F32({}, {2.f}))});
+  const int count = b.Op("Shape", "count", {scaled});
+  const int side = b.Op("Neg", "side", {relu});
+  auto model = Model::FromGraph(b.Finish({scaled, count, side, picked}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  const std::vector<float> bx = Values(ExampleBoxes());
+  for (float cut : {0.f, 1.f, 0.f}) {
+    SCOPED_TRACE(cut);
+    // Boxes 3, 0 and 5 survive; a negative score for box 5 drops it below the score
+    // threshold (0), leaving two.
+    std::vector<float> sc = Values(ExampleScores());
+    if (cut > 0) sc[5] = -1.f;
+    std::vector<NamedTensor> outs;
+    Status s =
+        (*session)->Run({{"boxes", F32({1, 6, 4}, bx)}, {"scores", F32({1, 1, 6}, sc)}}, &outs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(outs.size(), 4u);
+    const std::vector<int64_t> want_idx =
+        cut > 0 ? std::vector<int64_t>{3, 0} : std::vector<int64_t>{3, 0, 5};
+    const int64_t m = static_cast<int64_t>(want_idx.size());
+    std::vector<float> want;
+    for (int64_t i : want_idx)
+      for (int j = 0; j < 4; ++j) want.push_back(2.f * std::max(0.f, bx[i * 4 + j]));
+    EXPECT_EQ(outs[0].tensor.shape(), (Shape{m, 4}));
+    EXPECT_THAT(Values(outs[0].tensor), ElementsAreArray(want));
+    EXPECT_THAT(IntValues(outs[1].tensor), ElementsAre(m, 4));
+    std::vector<float> neg;
+    for (float v : bx) neg.push_back(-std::max(0.f, v));
+    EXPECT_THAT(Values(outs[2].tensor), ElementsAreArray(neg));
+    EXPECT_EQ(outs[3].tensor.shape(), (Shape{m, 4}));
+  }
+}
+
+}  // namespace
+}  // namespace shoal::engine
