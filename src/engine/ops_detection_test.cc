@@ -1,6 +1,7 @@
 // NonZero and NonMaxSuppression (ops/detection.cc), whose output shapes depend on their
-// input data, against the examples of ONNX's operator documentation; and plans in which
-// such a value feeds further operators (plan.h, "Data-dependent shapes").
+// input data, against the examples of ONNX's operator documentation; plans in which
+// such a value feeds further operators (plan.h, "Data-dependent shapes"); and Einsum
+// (ops/einsum.cc) against results worked out by hand.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +157,62 @@ TEST(DynamicShapePlanTest, ValuesAfterADataDependentShapeArePreparedPerRun) {
     EXPECT_THAT(Values(outs[2].tensor), ElementsAreArray(neg));
     EXPECT_EQ(outs[3].tensor.shape(), (Shape{m, 4}));
   }
+}
+
+std::vector<float> Iota(int n) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+  return v;
+}
+
+std::vector<float> Einsum(const std::string& eq, const std::vector<In>& in, Shape want) {
+  auto out = Run1("Einsum", in, {{"equation", AString(eq)}});
+  EXPECT_EQ(out[0].shape(), want) << eq;
+  return out[0].empty() ? std::vector<float>{} : Values(out[0]);
+}
+
+// Einsum (ops/einsum.cc) against results worked out by hand.
+TEST(EinsumTest, ProductsTransposesReductionsTracesAndEllipses) {
+  const Tensor a = F32({2, 3}, Iota(6));  // [[0 1 2] [3 4 5]]
+  const Tensor b = F32({3, 2}, Iota(6));  // [[0 1] [2 3] [4 5]]
+  EXPECT_THAT(Einsum("ij,jk->ik", {{a}, {b}}, {2, 2}), ElementsAre(10, 13, 28, 40));
+  EXPECT_THAT(Einsum("ij,jk", {{a}, {b}}, {2, 2}), ElementsAre(10, 13, 28, 40));
+  EXPECT_THAT(Einsum("ij->ji", {{a}}, {3, 2}), ElementsAre(0, 3, 1, 4, 2, 5));
+  EXPECT_THAT(Einsum("ba", {{a}}, {3, 2}), ElementsAre(0, 3, 1, 4, 2, 5));
+  EXPECT_THAT(Einsum("ij->i", {{a}}, {2}), ElementsAre(3, 12));
+  EXPECT_THAT(Einsum("ij->j", {{a}}, {3}), ElementsAre(3, 5, 7));
+  EXPECT_THAT(Einsum("ij->", {{a}}, {}), ElementsAre(15));
+  const Tensor sq = F32({2, 2}, {1, 2, 3, 4});
+  EXPECT_THAT(Einsum("ii->", {{sq}}, {}), ElementsAre(5));
+  EXPECT_THAT(Einsum("ii->i", {{sq}}, {2}), ElementsAre(1, 4));
+  EXPECT_THAT(Einsum("i,j->ij", {{F32({2}, {1, 2})}, {F32({3}, {3, 4, 5})}}, {2, 3}),
+              ElementsAre(3, 4, 5, 6, 8, 10));
+  EXPECT_THAT(Einsum("i,i->", {{F32({3}, {1, 2, 3})}, {F32({3}, {4, 5, 6})}}, {}), ElementsAre(32));
+  // Batched product, with the batch as a letter and as an ellipsis.
+  const Tensor a3 = F32({2, 2, 3}, Iota(12));
+  const std::vector<float> want = {10, 13, 28, 40, 46, 67, 64, 94};
+  const Tensor b3 = F32({2, 3, 2}, {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5});
+  EXPECT_THAT(Einsum("bij,bjk->bik", {{a3}, {b3}}, {2, 2, 2}), ElementsAreArray(want));
+  EXPECT_THAT(Einsum("...ij,jk->...ik", {{a3}, {b}}, {2, 2, 2}), ElementsAreArray(want));
+  EXPECT_THAT(Einsum("...ij,...jk", {{a3}, {F32({1, 3, 2}, Iota(6))}}, {2, 2, 2}),
+              ElementsAreArray(want));
+  // Attention-style: batch and head kept, transposed operand.
+  EXPECT_THAT(Einsum("bhid,bhjd->bhij",
+                     {{F32({1, 1, 2, 3}, Iota(6))}, {F32({1, 1, 2, 3}, Iota(6))}}, {1, 1, 2, 2}),
+              ElementsAre(5, 14, 14, 50));
+  const Tensor i64 = I64({2, 2}, {1, 2, 3, 4});
+  auto out = Run1("Einsum", {{i64}, {i64}}, {{"equation", AString("ij,jk->ik")}});
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(7, 10, 15, 22));
+}
+
+TEST(EinsumTest, RejectsMismatchedExtentsAndTerms) {
+  auto out = RunOp("Einsum", {{F32({2, 3}, Iota(6))}, {F32({2, 2}, Iota(4))}},
+                   {{"equation", AString("ij,jk->ik")}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("label extents disagree"));
+  out = RunOp("Einsum", {{F32({2, 3}, Iota(6))}}, {{"equation", AString("ijk->i")}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("does not match input rank"));
 }
 
 }  // namespace

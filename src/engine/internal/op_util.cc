@@ -421,6 +421,7 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterDataMovementOps(&v);
     internal::RegisterGroupNormOps(&v);
     internal::RegisterDetectionOps(&v);
+    internal::RegisterEinsumOps(&v);
     return v;
   }();
   return ops;

@@ -219,5 +219,6 @@ void RegisterSortScanOps(std::vector<OpDef>* ops);
 void RegisterDataMovementOps(std::vector<OpDef>* ops);
 void RegisterGroupNormOps(std::vector<OpDef>* ops);
 void RegisterDetectionOps(std::vector<OpDef>* ops);
+void RegisterEinsumOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal
