@@ -215,5 +215,81 @@ TEST(EinsumTest, RejectsMismatchedExtentsAndTerms) {
   EXPECT_THAT(out.status().message(), HasSubstr("does not match input rank"));
 }
 
+// RoiAlign and GridSample (ops/sampling.cc). On X = 4y + x (or 2y + x), a linear
+// function, bilinear sampling is exact and an average over a bin's symmetric samples is
+// the value at the bin's centre: the expected values are worked out from that.
+TEST(RoiAlignTest, AverageAndMaxInBothCoordinateModes) {
+  std::vector<float> img = Iota(16);  // 4y + x on 4x4
+  std::vector<float> two = img;
+  for (float v : img) two.push_back(v + 100);  // a second image
+  const Tensor x = F32({2, 1, 4, 4}, two);
+  auto roi = [&](std::vector<float> box, int64_t batch, std::map<std::string, Attribute> attrs) {
+    auto out = Run1("RoiAlign", {{x}, {F32({1, 4}, box)}, {I64({1}, {batch})}}, attrs);
+    return out[0].empty() ? std::vector<float>{} : Values(out[0]);
+  };
+  const auto o2 = [](std::string coord) {
+    return std::map<std::string, Attribute>{{"output_height", AInt(2)},
+                                            {"output_width", AInt(2)},
+                                            {"coordinate_transformation_mode", AString(coord)}};
+  };
+  // half_pixel: the box [0.5, 2.5] starts at 0; bins of 1, one sample at each centre.
+  EXPECT_THAT(roi({0.5f, 0.5f, 2.5f, 2.5f}, 0, o2("half_pixel")),
+              ElementsAre(2.5f, 3.5f, 6.5f, 7.5f));
+  // output_half_pixel: the same box starts at 0.5: centres 1 and 2.
+  EXPECT_THAT(roi({0.5f, 0.5f, 2.5f, 2.5f}, 0, o2("output_half_pixel")), ElementsAre(5, 6, 9, 10));
+  // spatial_scale halves the box; the second image adds 100.
+  auto scaled = o2("output_half_pixel");
+  scaled["spatial_scale"] = AFloat(0.5f);
+  EXPECT_THAT(roi({1, 1, 5, 5}, 1, scaled), ElementsAre(105, 106, 109, 110));
+  // Two by two samples at 1 and 3 of the whole image: values 5, 7, 13, 15.
+  std::map<std::string, Attribute> whole = {
+      {"sampling_ratio", AInt(2)},
+      {"coordinate_transformation_mode", AString("output_half_pixel")}};
+  EXPECT_THAT(roi({0, 0, 4, 4}, 0, whole), ElementsAre(10));
+  whole["mode"] = AString("max");
+  EXPECT_THAT(roi({0, 0, 4, 4}, 0, whole), ElementsAre(15));
+  // Max takes the largest weighted corner: at (0.5, 0.5) of [[0 1] [4 5]] each corner
+  // weighs 1/4, so 5/4; the average is 2.5.
+  std::map<std::string, Attribute> mid = {
+      {"sampling_ratio", AInt(1)},
+      {"coordinate_transformation_mode", AString("output_half_pixel")}};
+  EXPECT_THAT(roi({0, 0, 1, 1}, 0, mid), ElementsAre(2.5f));
+  mid["mode"] = AString("max");
+  EXPECT_THAT(roi({0, 0, 1, 1}, 0, mid), ElementsAre(1.25f));
+  auto bad = RunOp("RoiAlign", {{x}, {F32({1, 4}, {0, 0, 1, 1})}, {I64({1}, {2})}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("batch index 2 is out of range"));
+}
+
+TEST(GridSampleTest, BilinearAndNearestWithEachPaddingMode) {
+  const Tensor x = F32({1, 1, 2, 2}, {0, 1, 2, 3});  // 2y + x
+  auto sample = [&](std::vector<float> grid, std::string mode, std::string pad, int64_t align) {
+    const int64_t n = static_cast<int64_t>(grid.size() / 2);
+    auto out = Run1(
+        "GridSample", {{x}, {F32({1, 1, n, 2}, grid)}},
+        {{"mode", AString(mode)}, {"padding_mode", AString(pad)}, {"align_corners", AInt(align)}});
+    return out[0].empty() ? std::vector<float>{} : Values(out[0]);
+  };
+  // align_corners: -1 and 1 are the corner pixels' centres.
+  EXPECT_THAT(sample({-1, -1, 1, 1, 0, 0, 0.5f, -1}, "bilinear", "zeros", 1),
+              ElementsAre(0, 3, 1.5f, 0.75f));
+  // Without: -1 and 1 are the image's edges; (1, 1) is pixel (1.5, 1.5), a quarter of
+  // which is pixel (1, 1) under zeros padding.
+  EXPECT_THAT(sample({0, 0, 1, 1}, "bilinear", "zeros", 0), ElementsAre(1.5f, 0.75f));
+  EXPECT_THAT(sample({0, 0, 1, 1}, "bilinear", "border", 0), ElementsAre(1.5f, 3));
+  // (1.5, 0) is pixel (2, 0.5): outside under zeros, x clamped to 1 under border,
+  // reflected about 1.5 to 1 under reflection.
+  EXPECT_THAT(sample({1.5f, 0}, "bilinear", "zeros", 0), ElementsAre(0));
+  EXPECT_THAT(sample({1.5f, 0}, "bilinear", "border", 0), ElementsAre(2));
+  EXPECT_THAT(sample({1.5f, 0}, "bilinear", "reflection", 0), ElementsAre(2));
+  // align_corners reflection about 0 and 1: x = -0.25 -> 0.25 (g = -1.5), y = 1.5 -> 0.5.
+  EXPECT_THAT(sample({-1.5f, 2}, "bilinear", "reflection", 1), ElementsAre(1.25f));
+  // Nearest: (0.1, -0.6) is pixel (0.6, -0.1): x rounds to 1, y to 0.
+  EXPECT_THAT(sample({0.1f, -0.6f, 1.5f, 0}, "nearest", "zeros", 0), ElementsAre(1, 0));
+  // Border clamps x = 2 to 1; y = 0.5 rounds half to even, to 0.
+  EXPECT_THAT(sample({1.5f, 0}, "nearest", "border", 0), ElementsAre(1));
+  EXPECT_THAT(sample({1.5f, 0.5f}, "nearest", "border", 0), ElementsAre(3));
+}
+
 }  // namespace
 }  // namespace shoal::engine

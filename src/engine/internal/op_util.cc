@@ -422,6 +422,7 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterGroupNormOps(&v);
     internal::RegisterDetectionOps(&v);
     internal::RegisterEinsumOps(&v);
+    internal::RegisterSamplingOps(&v);
     return v;
   }();
   return ops;

@@ -220,5 +220,6 @@ void RegisterDataMovementOps(std::vector<OpDef>* ops);
 void RegisterGroupNormOps(std::vector<OpDef>* ops);
 void RegisterDetectionOps(std::vector<OpDef>* ops);
 void RegisterEinsumOps(std::vector<OpDef>* ops);
+void RegisterSamplingOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal
