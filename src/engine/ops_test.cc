@@ -402,8 +402,58 @@ TEST(IndexingTest, ResizeNearestAndLinear) {
       Run1("Resize", {{F32({1, 1, 1, 2}, {0, 1})}, Omitted(), {Const(F32({4}, {1, 1, 1, 2}))}},
            {{"mode", AString("linear")}});
   EXPECT_THAT(Values(hp[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
-  EXPECT_THAT(LoadOp("Resize", {{x}, Omitted(), scales}, {{"mode", AString("cubic")}}).message(),
-              HasSubstr("mode 'cubic' is not supported"));
+  EXPECT_THAT(LoadOp("Resize", {{x}, Omitted(), scales}, {{"mode", AString("lanczos")}}).message(),
+              HasSubstr("mode 'lanczos' is not supported"));
+}
+
+// The examples of ONNX's Resize documentation (first rows of the 8x8 cubic outputs).
+TEST(IndexingTest, ResizeCubicAndTfCropAndResize) {
+  std::vector<float> iota16;
+  for (int i = 1; i <= 16; ++i) iota16.push_back(static_cast<float>(i));
+  const Tensor x = F32({1, 1, 4, 4}, iota16);
+  const In up2 = Const(F32({4}, {1, 1, 2, 2}));
+  auto first_row = [](const Tensor& t) {
+    auto v = Values(t);
+    return std::vector<float>(v.begin(), v.begin() + std::min<size_t>(8, v.size()));
+  };
+  auto c = Run1("Resize", {{x}, Omitted(), up2}, {{"mode", AString("cubic")}});
+  EXPECT_EQ(c[0].shape(), (Shape{1, 1, 8, 8}));
+  EXPECT_THAT(first_row(c[0]),
+              Pointwise(FloatNear(1e-5),
+                        std::vector<float>{0.47265625f, 0.76953125f, 1.24609375f, 1.875f, 2.28125f,
+                                           2.91015625f, 3.38671875f, 3.68359375f}));
+  EXPECT_THAT(Values(c[0])[8], FloatNear(1.66015625f, 1e-5));
+  auto ex = Run1(
+      "Resize", {{x}, Omitted(), up2},
+      {{"mode", AString("cubic")}, {"cubic_coeff_a", AFloat(-0.5f)}, {"exclude_outside", AInt(1)}});
+  EXPECT_THAT(first_row(ex[0]),
+              Pointwise(FloatNear(1e-5),
+                        std::vector<float>{0.55882353f, 0.81494204f, 1.35698249f, 1.89705882f,
+                                           2.39705882f, 2.93713516f, 3.47917561f, 3.73529412f}));
+  auto as =
+      Run1("Resize", {{x}, Omitted(), up2},
+           {{"mode", AString("cubic")}, {"coordinate_transformation_mode", AString("asymmetric")}});
+  EXPECT_THAT(first_row(as[0]),
+              Pointwise(FloatNear(1e-5),
+                        std::vector<float>{1, 1.40625f, 2, 2.5f, 3, 3.59375f, 4, 4.09375f}));
+  const In sizes = Const(I64({4}, {1, 1, 3, 3}));
+  const std::map<std::string, Attribute> crop = {
+      {"mode", AString("linear")},
+      {"coordinate_transformation_mode", AString("tf_crop_and_resize")}};
+  auto cr =
+      Run1("Resize", {{x}, Const(F32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 0.6f, 0.8f})), Omitted(), sizes},
+           crop);
+  EXPECT_EQ(cr[0].shape(), (Shape{1, 1, 3, 3}));
+  EXPECT_THAT(Values(cr[0]),
+              Pointwise(FloatNear(1e-4),
+                        std::vector<float>{7.6f, 7.9f, 8.2f, 8.8f, 9.1f, 9.4f, 10, 10.3f, 10.6f}));
+  auto extrap = crop;
+  extrap["extrapolation_value"] = AFloat(10);
+  auto ce =
+      Run1("Resize", {{x}, Const(F32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 1.7f})), Omitted(), sizes},
+           extrap);
+  EXPECT_THAT(Values(ce[0]), Pointwise(FloatNear(1e-4), std::vector<float>{7.6f, 10, 10, 12.4f, 10,
+                                                                           10, 10, 10, 10}));
 }
 
 TEST(ReduceTest, AxesKeepdimsAndOpsetForms) {
