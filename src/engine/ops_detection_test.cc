@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/plan.h"
 #include "engine/test_util.h"
 
@@ -157,6 +159,28 @@ TEST(DynamicShapePlanTest, ValuesAfterADataDependentShapeArePreparedPerRun) {
     EXPECT_THAT(Values(outs[2].tensor), ElementsAreArray(neg));
     EXPECT_EQ(outs[3].tensor.shape(), (Shape{m, 4}));
   }
+}
+
+// A dynamic Reshape of an arena value, whose bytes the planner gives to a later step:
+// the reshaped output must keep the values it had.
+TEST(DynamicShapePlanTest, AViewOfAnArenaValueOutlivesItsBytes) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3});
+  const int twice = b.Op("Add", "twice", {x, x});  // arena; last read by `flat`
+  const int nz = b.Op("NonZero", "nz", {x});
+  const int len =
+      b.Op("Gather", "len", {b.Op("Shape", "nz_shape", {nz}), b.Constant("one", I64({1}, {1}))});
+  const int flat = b.Op("Reshape", "flat", {twice, len});  // dynamic: shape from NonZero
+  const int neg = b.Op("Neg", "neg", {b.Op("Exp", "e", {x})});
+  auto model = Model::FromGraph(b.Finish({flat, neg}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> outs;
+  Status s = (*session)->Run({{"x", F32({2, 3}, {1, 2, 3, 4, 5, 6})}}, &outs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_THAT(Values(outs[0].tensor), ElementsAre(2, 4, 6, 8, 10, 12));
+  EXPECT_FLOAT_EQ(Values(outs[1].tensor)[0], -std::exp(1.f));
 }
 
 std::vector<float> Iota(int n) {

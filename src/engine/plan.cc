@@ -114,6 +114,12 @@ Tensor ViewOf(const Tensor& src, DataType dtype, const Shape& shape) {
   return Tensor(dtype, shape, src.buffer(), offset, src.byte_size());
 }
 
+Tensor CopyOf(const Tensor& t) {
+  Tensor copy = Tensor::AllocateUninitialized(t.dtype(), t.shape(), t.byte_size());
+  if (t.byte_size()) std::memcpy(copy.mutable_data(), t.data(), t.byte_size());
+  return copy;
+}
+
 Status WrapDnnl(const Graph& graph, int node, const std::function<Status()>& fn) {
   try {
     return fn();
@@ -454,7 +460,17 @@ Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
   }
   if (computed) {
     for (size_t o = 0; o < node.outputs.size(); ++o) {
-      if (node.outputs[o] >= 0) bindings_[node.outputs[o]] = ctx.out_data[o];
+      if (node.outputs[o] < 0) continue;
+      Tensor t = ctx.out_data[o];
+      // A result that shares a static input's bytes (a view of an arena value or of a
+      // plan constant) would outlive them or let the caller write through: a copy.
+      bool shared = false;
+      for (int v : step.inputs) {
+        if (v >= 0 && !dynamic_[v] && !t.empty() && bindings_[v].buffer() == t.buffer())
+          shared = true;
+      }
+      if (shared) t = CopyOf(t);
+      bindings_[node.outputs[o]] = std::move(t);
     }
     return Status::Ok();
   }
@@ -463,15 +479,9 @@ Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
     const int out = node.outputs[0];
     const int src = step.inputs[kernel->alias_input()];
     Tensor view = ViewOf(bindings_[src], ctx.out_dtypes[0], ctx.out_shapes[0]);
-    if (dynamic_[src]) {
-      bindings_[out] = std::move(view);
-    } else {
-      // The arena's bytes are planned without this view's readers, and a plan constant
-      // must not be written through: a copy.
-      Tensor copy = Tensor::AllocateUninitialized(view.dtype(), view.shape(), view.byte_size());
-      if (view.byte_size()) std::memcpy(copy.mutable_data(), view.data(), view.byte_size());
-      bindings_[out] = std::move(copy);
-    }
+    // The arena's bytes are planned without this view's readers, and a plan constant
+    // must not be written through: a view of either is a copy.
+    bindings_[out] = dynamic_[src] ? std::move(view) : CopyOf(view);
     return Status::Ok();
   }
   RunContext rc;
