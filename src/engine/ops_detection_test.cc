@@ -15,7 +15,9 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
+using ::testing::FloatNear;
 using ::testing::HasSubstr;
+using ::testing::Pointwise;
 using namespace shoal::engine::testing;
 
 TEST(NonZeroTest, IndicesOfNonZeroElementsInRowMajorOrder) {
@@ -313,6 +315,39 @@ TEST(GridSampleTest, BilinearAndNearestWithEachPaddingMode) {
   // Border clamps x = 2 to 1; y = 0.5 rounds half to even, to 0.
   EXPECT_THAT(sample({1.5f, 0}, "nearest", "border", 0), ElementsAre(1));
   EXPECT_THAT(sample({1.5f, 0.5f}, "nearest", "border", 0), ElementsAre(3));
+}
+
+// Bicubic (Keys, a = -0.75) on X = 4y + x (4x4), align_corners: at whole pixels the
+// weights are (0, 1, 0, 0); halfway they are symmetric, (-3/32, 19/32, 19/32, -3/32), so
+// the middle of the image reads 7.5, and at x = 0.5 on row 1 the tap at x = -1 reads 0
+// (zeros: 19/32 * (4 + 5) - 3/32 * 6 = 4.78125), pixel 0 (border: 4.40625) or pixel 1
+// (reflection: 4.3125).
+TEST(GridSampleTest, BicubicWithEachPaddingMode) {
+  const Tensor x = F32({1, 1, 4, 4}, Iota(16));
+  auto sample = [&](std::vector<float> grid, std::string pad) {
+    const int64_t n = static_cast<int64_t>(grid.size() / 2);
+    auto out = Run1(
+        "GridSample", {{x}, {F32({1, 1, n, 2}, grid)}},
+        {{"mode", AString("bicubic")}, {"padding_mode", AString(pad)}, {"align_corners", AInt(1)}});
+    return out[0].empty() ? std::vector<float>{} : Values(out[0]);
+  };
+  const float third = 1.f / 3;
+  EXPECT_THAT(sample({0, 0, -1, -1, third, -third}, "zeros"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{7.5f, 0, 6}));
+  EXPECT_THAT(sample({-2 * third, -third}, "zeros"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{4.78125f}));
+  EXPECT_THAT(sample({-2 * third, -third}, "border"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{4.40625f}));
+  EXPECT_THAT(sample({-2 * third, -third}, "reflection"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{4.3125f}));
+  // x = -1 exactly: the pixel left of the image: 0 (zeros), pixel 0 (border), pixel 1
+  // (reflection) of row 1.
+  EXPECT_THAT(sample({-1 - 2 * third, -third}, "zeros"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{0.f}));
+  EXPECT_THAT(sample({-1 - 2 * third, -third}, "border"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{4.f}));
+  EXPECT_THAT(sample({-1 - 2 * third, -third}, "reflection"),
+              Pointwise(FloatNear(1e-5), std::vector<float>{5.f}));
 }
 
 }  // namespace

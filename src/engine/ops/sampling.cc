@@ -2,6 +2,7 @@
 // fixed size) and GridSample (the image read at a grid of normalised coordinates). FP32,
 // 4-D (N, C, H, W), the engine's own loops.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "engine/internal/op_util.h"
@@ -157,7 +158,7 @@ Status CheckRoiAlign(const Node& node, const Graph& graph) {
 enum class Padding { kZeros, kBorder, kReflection };
 
 struct GridParams {
-  bool nearest = false, align_corners = false;
+  bool nearest = false, cubic = false, align_corners = false;
   Padding padding = Padding::kZeros;
   int64_t n = 0, c = 0, h = 0, w = 0, out_h = 0, out_w = 0;
 };
@@ -172,11 +173,15 @@ float Reflect(float x, float lo, float hi) {
   return static_cast<int64_t>(flips) % 2 == 0 ? lo + extra : hi - extra;
 }
 
-// The pixel coordinate of normalised `g` along an axis of `size`, after border or
-// reflection padding.
-float SourceCoordinate(const GridParams& p, float g, int64_t size) {
+// The pixel coordinate of normalised `g` along an axis of `size`.
+float Unnormalize(const GridParams& p, float g, int64_t size) {
   const float s = static_cast<float>(size);
-  float x = p.align_corners ? (g + 1.f) / 2.f * (s - 1.f) : ((g + 1.f) * s - 1.f) / 2.f;
+  return p.align_corners ? (g + 1.f) / 2.f * (s - 1.f) : ((g + 1.f) * s - 1.f) / 2.f;
+}
+
+// `x` after border or reflection padding (unchanged for zeros).
+float Pad(const GridParams& p, float x, int64_t size) {
+  const float s = static_cast<float>(size);
   if (p.padding == Padding::kBorder) {
     x = std::clamp(x, 0.f, s - 1.f);
   } else if (p.padding == Padding::kReflection) {
@@ -199,6 +204,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
   GridParams p;
   const std::string mode = node.GetString("mode", ctx.opset() >= 20 ? "linear" : "bilinear");
   p.nearest = mode == "nearest";
+  p.cubic = mode == "bicubic" || mode == "cubic";
   p.align_corners = node.GetInt("align_corners", 0) != 0;
   const std::string pad = node.GetString("padding_mode", "zeros");
   p.padding = pad == "border"       ? Padding::kBorder
@@ -215,6 +221,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
   return MakeFn([p](const RunContext& rc) -> Status {
     const float* xs = rc.inputs[0]->values<float>().data();
     const float* grid = rc.inputs[1]->values<float>().data();
+    // Bicubic: Keys' kernel with a = -0.75 (as PyTorch), each of the 4x4 taps padded
+    // on its own.
+    auto cubic = [](float t) {
+      constexpr float a = -0.75f;
+      auto far = [](float d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };
+      auto near = [](float d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };
+      return std::array<float, 4>{far(t + 1), near(t), near(1 - t), far(2 - t)};
+    };
     float* out = rc.outputs[0]->mutable_values<float>().data();
     const int64_t plane = p.out_h * p.out_w;
     auto at = [&](const float* img, int64_t y, int64_t x) {
@@ -224,12 +238,23 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
     for (int64_t b = 0; b < p.n; ++b) {
       for (int64_t i = 0; i < plane; ++i) {
         const float* gp = grid + (b * plane + i) * 2;
-        const float sx = SourceCoordinate(p, gp[0], p.w);
-        const float sy = SourceCoordinate(p, gp[1], p.h);
+        const float ux = Unnormalize(p, gp[0], p.w), uy = Unnormalize(p, gp[1], p.h);
+        const float sx = Pad(p, ux, p.w), sy = Pad(p, uy, p.h);
         for (int64_t ch = 0; ch < p.c; ++ch) {
           const float* img = xs + (b * p.c + ch) * p.h * p.w;
           float v;
-          if (p.nearest) {
+          if (p.cubic) {
+            const float fy = std::floor(uy), fx = std::floor(ux);
+            const auto wy = cubic(uy - fy), wx = cubic(ux - fx);
+            v = 0.f;
+            for (int i = 0; i < 4; ++i) {
+              const float ty = Pad(p, fy - 1 + static_cast<float>(i), p.h);
+              for (int j = 0; j < 4; ++j) {
+                const float tx = Pad(p, fx - 1 + static_cast<float>(j), p.w);
+                v += wy[i] * wx[j] * at(img, static_cast<int64_t>(ty), static_cast<int64_t>(tx));
+              }
+            }
+          } else if (p.nearest) {
             v = at(img, static_cast<int64_t>(std::nearbyint(sy)),
                    static_cast<int64_t>(std::nearbyint(sx)));
           } else {
@@ -250,7 +275,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
 Status CheckGridSample(const Node& node, const Graph& graph) {
   const std::string who = graph.Describe(&node - graph.nodes.data());
   const std::string mode = node.GetString("mode", "bilinear");
-  if (mode != "bilinear" && mode != "linear" && mode != "nearest")
+  if (mode != "bilinear" && mode != "linear" && mode != "nearest" && mode != "bicubic" &&
+      mode != "cubic")
     return InvalidArgument(who + ": mode '" + mode + "' is not supported");
   const std::string pad = node.GetString("padding_mode", "zeros");
   if (pad != "zeros" && pad != "border" && pad != "reflection")
