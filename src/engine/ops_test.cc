@@ -456,6 +456,33 @@ TEST(IndexingTest, ResizeCubicAndTfCropAndResize) {
                                                                            10, 10, 10, 10}));
 }
 
+// Antialiased downscaling by 2 (opset 18): linear stretches its tent to the weights
+// (1, 3, 3, 1) / 8 over four neighbours (edge repeated), worked out by hand; cubic's
+// values come from ONNX's reference formulas, computed once.
+TEST(IndexingTest, ResizeAntialiasDownscales) {
+  const In half = Const(F32({4}, {1, 1, 1, 0.5f}));
+  const Tensor ramp = F32({1, 1, 1, 8}, {0, 1, 2, 3, 4, 5, 6, 7});
+  const Tensor squares = F32({1, 1, 1, 8}, {0, 1, 4, 9, 16, 25, 36, 49});
+  const std::map<std::string, Attribute> lin = {{"mode", AString("linear")},
+                                                {"antialias", AInt(1)}};
+  auto l = Run1("Resize", {{ramp}, Omitted(), half}, lin, 1, 18);
+  EXPECT_EQ(l[0].shape(), (Shape{1, 1, 1, 4}));
+  EXPECT_THAT(Values(l[0]),
+              Pointwise(FloatNear(1e-5), std::vector<float>{0.625f, 2.5f, 4.5f, 6.375f}));
+  auto q = Run1("Resize", {{squares}, Omitted(), half}, lin, 1, 18);
+  EXPECT_THAT(Values(q[0]), Pointwise(FloatNear(1e-4), std::vector<float>{0.875f, 7, 21, 41.125f}));
+  auto c = Run1("Resize", {{squares}, Omitted(), half},
+                {{"mode", AString("cubic")}, {"antialias", AInt(1)}}, 1, 18);
+  EXPECT_THAT(Values(c[0]),
+              Pointwise(FloatNear(1e-4), std::vector<float>{0.20703125f, 5.986328125f,
+                                                            20.232421875f, 42.58984375f}));
+  // Upscaling ignores antialias.
+  auto up =
+      Run1("Resize", {{F32({1, 1, 1, 2}, {0, 1})}, Omitted(), {Const(F32({4}, {1, 1, 1, 2}))}}, lin,
+           1, 18);
+  EXPECT_THAT(Values(up[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
+}
+
 TEST(ReduceTest, AxesKeepdimsAndOpsetForms) {
   const Tensor x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
   auto mean = Run1("ReduceMean", {{x}}, {{"axes", AInts({-1})}});

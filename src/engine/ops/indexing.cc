@@ -400,6 +400,7 @@ StatusOr<std::vector<std::vector<Taps>>> GeneralTaps(const PrepareContext& ctx, 
   const std::string nearest = node.GetString("nearest_mode", "round_prefer_floor");
   const double a = node.GetFloat("cubic_coeff_a", -0.75f);
   const bool exclude = node.GetInt("exclude_outside", 0) != 0;
+  const bool antialias = node.GetInt("antialias", 0) != 0;
   const size_t r = x.size();
   std::vector<std::vector<Taps>> taps(r);
   for (size_t i = 0; i < r; ++i) {
@@ -422,7 +423,38 @@ StatusOr<std::vector<std::vector<Taps>>> GeneralTaps(const PrepareContext& ctx, 
         c = OriginalCoordinate(coord, static_cast<double>(o), scales[i], in, out[i]);
       }
       auto clamp = [in](int64_t j) { return std::clamp<int64_t>(j, 0, in - 1); };
-      if (mode == "nearest") {
+      if (antialias && mode != "nearest" && scales[i] < 1.0) {
+        // Downscaling with antialias (opset 18): the kernel stretched by 1 / scale over
+        // every neighbour it reaches, normalised (ONNX's reference).
+        const double sc = scales[i], fl = std::floor(c), ratio = c - fl;
+        const double support = mode == "linear" ? 1.0 : 2.0;
+        const int64_t start = static_cast<int64_t>(std::floor(-support / sc)) + 1;
+        const int64_t end =
+            mode == "linear" ? start + static_cast<int64_t>(2 - 2 * start) : 2 - start;
+        std::vector<double> w;
+        double sum = 0;
+        for (int64_t k = start; k < end; ++k) {
+          const double d = std::fabs(sc * (static_cast<double>(k) - ratio));
+          double wk;
+          if (mode == "linear") {
+            wk = std::clamp(1.0 - d, 0.0, 1.0);
+          } else {
+            wk = d <= 1  ? ((a + 2) * d - (a + 3)) * d * d + 1
+                 : d < 2 ? ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+                         : 0.0;
+          }
+          const int64_t j = static_cast<int64_t>(fl) + k;
+          if (exclude && (j < 0 || j >= in)) wk = 0;
+          w.push_back(wk);
+          sum += wk;
+        }
+        for (int64_t k = start; k < end; ++k) {
+          const double wk = sum != 0 ? w[k - start] / sum : 0.0;
+          if (wk == 0) continue;
+          t.idx.push_back(clamp(static_cast<int64_t>(fl) + k));
+          t.w.push_back(static_cast<float>(wk));
+        }
+      } else if (mode == "nearest") {
         t.idx = {clamp(NearestIndex(nearest, c))};
         t.w = {1.f};
       } else if (mode == "linear") {
@@ -514,9 +546,10 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
     return ctx.Error("linear mode needs FP32");
   const bool crop =
       ctx.node().GetString("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize";
-  if (mode == "cubic" || crop) {
+  const bool antialias = ctx.node().GetInt("antialias", 0) != 0 && mode != "nearest";
+  if (mode == "cubic" || crop || antialias) {
     if (ctx.in_dtypes[0] != DataType::kFp32)
-      return ctx.Error("cubic mode and tf_crop_and_resize need FP32");
+      return ctx.Error("cubic mode, antialias and tf_crop_and_resize need FP32");
     std::vector<float> roi;
     if (crop) {
       if (!ctx.has_input(1) || !ctx.in_data[1] || ctx.in_dtypes[1] != DataType::kFp32)
@@ -569,7 +602,7 @@ void RegisterIndexingOps(std::vector<OpDef>* ops) {
   ops->push_back({"",
                   "Resize",
                   {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
-                   "exclude_outside", "extrapolation_value"},
+                   "exclude_outside", "extrapolation_value", "antialias"},
                   CheckResize,
                   PrepareResize});
 }
