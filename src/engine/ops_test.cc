@@ -483,6 +483,35 @@ TEST(IndexingTest, ResizeAntialiasDownscales) {
   EXPECT_THAT(Values(up[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
 }
 
+// Opset 18's axes (scales and sizes for some axes only) and keep_aspect_ratio_policy.
+TEST(IndexingTest, ResizeAxesAndKeepAspectRatio) {
+  auto hp = Run1("Resize", {{F32({1, 1, 1, 2}, {0, 1})}, Omitted(), {Const(F32({1}, {2}))}},
+                 {{"mode", AString("linear")}, {"axes", AInts({3})}}, 1, 18);
+  EXPECT_EQ(hp[0].shape(), (Shape{1, 1, 1, 4}));
+  EXPECT_THAT(Values(hp[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
+  const Tensor x = F32({1, 1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  auto sized = [&](std::string policy) {
+    return Run1("Resize", {{x}, Omitted(), Omitted(), {Const(I64({2}, {4, 4}))}},
+                {{"axes", AInts({2, 3})}, {"keep_aspect_ratio_policy", AString(policy)}}, 1, 18)[0];
+  };
+  // Scales 2 (height) and 1 (width): not_larger keeps 1, not_smaller takes 2 for both.
+  Tensor same = sized("not_larger");
+  EXPECT_EQ(same.shape(), (Shape{1, 1, 2, 4}));
+  EXPECT_THAT(Values(same), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+  Tensor big = sized("not_smaller");
+  EXPECT_EQ(big.shape(), (Shape{1, 1, 4, 8}));
+  const std::vector<float> big_values = Values(big);
+  EXPECT_THAT(std::vector<float>(big_values.begin(), big_values.begin() + 8),
+              ElementsAre(1, 1, 2, 2, 3, 3, 4, 4));
+  EXPECT_EQ(sized("stretch").shape(), (Shape{1, 1, 4, 4}));
+  // ONNX's resize_upsample_sizes_nearest_not_larger: 2x2 to at most 7x8 keeps the ratio.
+  auto n =
+      Run1("Resize",
+           {{F32({1, 1, 2, 2}, {1, 2, 3, 4})}, Omitted(), Omitted(), {Const(I64({2}, {7, 8}))}},
+           {{"axes", AInts({2, 3})}, {"keep_aspect_ratio_policy", AString("not_larger")}}, 1, 18);
+  EXPECT_EQ(n[0].shape(), (Shape{1, 1, 7, 7}));
+}
+
 TEST(ReduceTest, AxesKeepdimsAndOpsetForms) {
   const Tensor x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
   auto mean = Run1("ReduceMean", {{x}}, {{"axes", AInts({-1})}});

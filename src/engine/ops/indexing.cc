@@ -1,5 +1,6 @@
 // Indexing operators, computed by the engine: Slice, Gather, Pad, Resize (nearest and
 // linear). Index tables are built once per plan; a run only moves bytes.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -240,34 +241,87 @@ struct Tap {
 
 // Resize's output shape, from `sizes` (input 3) or else `scales` (input 2), and the
 // scale per axis.
+// The axes scales, sizes and roi speak of (opset 18's `axes`; every axis without it).
+StatusOr<std::vector<size_t>> ResizeAxes(const PrepareContext& ctx) {
+  const int64_t r = static_cast<int64_t>(ctx.in_shapes[0].size());
+  std::vector<size_t> axes;
+  const auto given = ctx.node().GetInts("axes");
+  if (given.empty()) {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(static_cast<size_t>(i));
+    return axes;
+  }
+  for (int64_t a : given) {
+    auto n = NormalizeAxis(a, r);
+    if (!n.ok()) return ctx.Error(n.status().message());
+    if (std::find(axes.begin(), axes.end(), static_cast<size_t>(*n)) != axes.end())
+      return ctx.Error("axes repeat");
+    axes.push_back(static_cast<size_t>(*n));
+  }
+  return axes;
+}
+
+// tf_crop_and_resize's region of interest for every axis (starts, then ends; 0 and 1 for
+// axes `axes` leaves out); empty when input 1 is absent or not a known FP32 tensor.
+std::vector<float> ResizeRoi(const PrepareContext& ctx, const std::vector<size_t>& axes) {
+  const size_t r = ctx.in_shapes[0].size();
+  if (!ctx.has_input(1) || !ctx.in_data[1] || ctx.in_dtypes[1] != DataType::kFp32) return {};
+  auto given = ctx.in_data[1]->values<float>();
+  if (given.size() != 2 * axes.size()) return {};
+  std::vector<float> roi(2 * r, 0.f);
+  for (size_t i = 0; i < r; ++i) roi[r + i] = 1.f;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    roi[axes[k]] = given[k];
+    roi[r + axes[k]] = given[axes.size() + k];
+  }
+  return roi;
+}
+
 Status ResizeOutput(PrepareContext& ctx, Shape* out, std::vector<double>* scales) {
   const Shape& x = ctx.in_shapes[0];
   const size_t r = x.size();
-  out->assign(r, 0);
+  ASSIGN_OR_RETURN(const std::vector<size_t> axes, ResizeAxes(ctx));
+  *out = x;
+  scales->assign(r, 1.0);
   if (ctx.has_input(3) && ctx.in_shapes[3] != Shape{0}) {
     ASSIGN_OR_RETURN(auto sizes, KnownInts(ctx, 3, "sizes"));
-    if (sizes.size() != r) return ctx.Error("sizes must have one entry per dimension");
-    for (size_t i = 0; i < r; ++i) {
-      if (sizes[i] < 0) return ctx.Error("sizes must be >= 0");
-      (*out)[i] = sizes[i];
-      scales->push_back(x[i] > 0 ? static_cast<double>(sizes[i]) / static_cast<double>(x[i]) : 1.0);
+    if (sizes.size() != axes.size()) return ctx.Error("sizes must have one entry per axis");
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const size_t i = axes[k];
+      if (sizes[k] < 0) return ctx.Error("sizes must be >= 0");
+      (*out)[i] = sizes[k];
+      (*scales)[i] = x[i] > 0 ? static_cast<double>(sizes[k]) / static_cast<double>(x[i]) : 1.0;
+    }
+    // keep_aspect_ratio_policy (opset 18): one scale for every listed axis, the
+    // smallest (not_larger) or largest (not_smaller) of theirs.
+    const std::string policy = ctx.node().GetString("keep_aspect_ratio_policy", "stretch");
+    if (policy == "not_larger" || policy == "not_smaller") {
+      double scale = policy == "not_larger" ? 1e300 : 0.0;
+      for (size_t i : axes)
+        scale =
+            policy == "not_larger" ? std::min(scale, (*scales)[i]) : std::max(scale, (*scales)[i]);
+      for (size_t i : axes) {
+        (*scales)[i] = scale;
+        (*out)[i] = static_cast<int64_t>(std::round(scale * static_cast<double>(x[i])));
+      }
+    } else if (policy != "stretch") {
+      return ctx.Error("keep_aspect_ratio_policy '" + policy + "' is not supported");
     }
   } else if (ctx.has_input(2)) {
     if (!ctx.in_data[2] || ctx.in_dtypes[2] != DataType::kFp32)
       return ctx.Error("scales must be a constant FP32 tensor");
-    auto s = ctx.in_data[2]->values<float>();
-    if (s.size() != r) return ctx.Error("scales must have one entry per dimension");
+    auto given = ctx.in_data[2]->values<float>();
+    if (given.size() != axes.size()) return ctx.Error("scales must have one entry per axis");
+    std::vector<float> s(r, 1.f);
+    for (size_t k = 0; k < axes.size(); ++k) s[axes[k]] = given[k];
     // tf_crop_and_resize scales the region of interest's extent, not the input's.
     std::vector<double> extent(r, 1.0);
-    if (ctx.node().GetString("coordinate_transformation_mode", "") == "tf_crop_and_resize" &&
-        ctx.has_input(1) && ctx.in_data[1] && ctx.in_dtypes[1] == DataType::kFp32 &&
-        ctx.in_data[1]->element_count() == static_cast<int64_t>(2 * r)) {
-      auto roi = ctx.in_data[1]->values<float>();
-      for (size_t i = 0; i < r; ++i) extent[i] = roi[r + i] - roi[i];
+    if (ctx.node().GetString("coordinate_transformation_mode", "") == "tf_crop_and_resize") {
+      const auto roi = ResizeRoi(ctx, axes);
+      for (size_t i = 0; i < r && !roi.empty(); ++i) extent[i] = roi[r + i] - roi[i];
     }
     for (size_t i = 0; i < r; ++i) {
       if (!(s[i] > 0) || !std::isfinite(s[i])) return ctx.Error("scales must be positive");
-      scales->push_back(s[i]);
+      (*scales)[i] = s[i];
       const double o = std::floor(static_cast<double>(x[i]) * extent[i] * s[i]);
       if (o > 1e12) return ctx.Error("output is too large");
       (*out)[i] = static_cast<int64_t>(o);
@@ -552,11 +606,12 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
       return ctx.Error("cubic mode, antialias and tf_crop_and_resize need FP32");
     std::vector<float> roi;
     if (crop) {
-      if (!ctx.has_input(1) || !ctx.in_data[1] || ctx.in_dtypes[1] != DataType::kFp32)
-        return ctx.Error("tf_crop_and_resize needs roi as a constant FP32 tensor");
-      auto v = ctx.in_data[1]->values<float>();
-      roi.assign(v.begin(), v.end());
-      if (roi.size() != 2 * x.size()) return ctx.Error("roi must hold a start and end per axis");
+      ASSIGN_OR_RETURN(const auto axes, ResizeAxes(ctx));
+      roi = ResizeRoi(ctx, axes);
+      if (roi.empty())
+        return ctx.Error(
+            "tf_crop_and_resize needs roi as a constant FP32 tensor, a start and an "
+            "end per axis");
     }
     ASSIGN_OR_RETURN(auto general, GeneralTaps(ctx, x, out, scales, mode, roi));
     return GeneralResizeKernel(std::move(out), std::move(general), RowMajorStrides(x),
@@ -599,12 +654,13 @@ void RegisterIndexingOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "Slice", {}, nullptr, PrepareSlice});
   ops->push_back({"", "Gather", {"axis"}, nullptr, PrepareGather});
   ops->push_back({"", "Pad", {"mode"}, CheckPad, PreparePad});
-  ops->push_back({"",
-                  "Resize",
-                  {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
-                   "exclude_outside", "extrapolation_value", "antialias"},
-                  CheckResize,
-                  PrepareResize});
+  ops->push_back(
+      {"",
+       "Resize",
+       {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+        "exclude_outside", "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy"},
+       CheckResize,
+       PrepareResize});
 }
 
 }  // namespace shoal::engine::internal
