@@ -76,6 +76,12 @@ struct PrepareContext {
   // Optional: outputs `prepare` could compute already (Shape, Size). When every present
   // output is set here, the node never runs and `prepare` may return a null kernel.
   std::vector<Tensor> out_data;
+  // Per output: its shape depends on the input data (NonZero, NonMaxSuppression), so
+  // `prepare` leaves out_shapes[o] unset and the kernel's Run allocates the output itself
+  // (`*ctx.outputs[o] = Tensor::Allocate(...)`). Such a value lives outside the plan's
+  // arena, and every node that reads it (directly or through other such values) is
+  // prepared again at every run, once its inputs exist (plan.h).
+  std::vector<char> out_dynamic;
   const dnnl::engine* dnnl_engine = nullptr;
   WeightCache* weights = nullptr;
   // Memory layouts. An input whose producer chose a oneDNN layout (blocked, such as
@@ -113,6 +119,7 @@ struct PrepareContext {
     out_dtypes.assign(n, DataType::kInvalid);
     out_shapes.assign(n, Shape{});
     out_data.assign(n, Tensor());
+    out_dynamic.assign(n, 0);
     out_descs.assign(n, dnnl::memory::desc());
     out_scales.assign(n, 0.f);
     if (out_any_layout.size() != n) out_any_layout.assign(n, 0);
@@ -128,7 +135,9 @@ struct PrepareContext {
 
 struct RunContext {
   std::vector<const Tensor*> inputs;  // null for omitted optional inputs
-  std::vector<Tensor*> outputs;       // allocated by the executor with the prepared shapes
+  // Allocated by the executor with the prepared shapes; an output prepare marked
+  // out_dynamic arrives empty and the kernel assigns it.
+  std::vector<Tensor*> outputs;
   dnnl::stream* stream = nullptr;
 };
 

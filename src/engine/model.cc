@@ -49,6 +49,7 @@ void ProbeShapes(Graph& g, const LoadOptions& options) {
   }
   std::vector<std::vector<Shape>> shapes(2);
   std::vector<DataType> dtypes;
+  std::vector<char> dynamic;
   try {
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     dnnl::stream stream(engine);
@@ -59,6 +60,7 @@ void ProbeShapes(Graph& g, const LoadOptions& options) {
       if (!plan.ok()) return;
       shapes[p] = (*plan)->shapes();
       dtypes = (*plan)->dtypes();
+      dynamic = (*plan)->dynamic();
     }
   } catch (const std::exception&) {
     return;
@@ -67,7 +69,8 @@ void ProbeShapes(Graph& g, const LoadOptions& options) {
   for (int v : g.inputs) keep[v] = 1;
   for (int v : g.outputs) keep[v] = 1;
   for (size_t v = 0; v < g.values.size(); ++v) {
-    if (keep[v] || g.values[v].is_constant() || dtypes[v] == DataType::kInvalid) continue;
+    if (keep[v] || g.values[v].is_constant() || dtypes[v] == DataType::kInvalid || dynamic[v])
+      continue;
     const Shape& a = shapes[0][v];
     const Shape& b = shapes[1][v];
     if (a.size() != b.size()) continue;
@@ -142,6 +145,7 @@ Status Model::Infer() {
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   std::vector<Shape> out_shapes[2];
+  std::vector<char> output_dynamic;
   for (int p = 0; p < 2; ++p) {
     std::vector<Shape> shapes;
     for (const auto& in : inputs_) {
@@ -163,7 +167,12 @@ Status Model::Infer() {
     for (int v : g.outputs) {
       out_shapes[p].push_back((*plan)->shapes()[v]);
       if (p == 0) {
-        outputs_.push_back(TensorInfo{g.values[v].name, (*plan)->dtypes()[v], {}, true});
+        DataType dtype = (*plan)->dtypes()[v];
+        // An output computed from a data-dependent shape (plan.h) may have its type known
+        // only at run time: the model's declaration stands.
+        if (dtype == DataType::kInvalid) dtype = g.values[v].dtype;
+        outputs_.push_back(TensorInfo{g.values[v].name, dtype, {}, true});
+        output_dynamic.push_back((*plan)->dynamic()[v]);
       }
     }
   }
@@ -171,6 +180,13 @@ Status Model::Infer() {
     const Shape& a = out_shapes[0][o];
     const Shape& b = out_shapes[1][o];
     const auto& declared = g.values[g.outputs[o]].shape;
+    if (output_dynamic[o]) {
+      // Its shape is learned at run time: as the model declares it.
+      if (declared) {
+        outputs_[o].shape = *declared;
+      }
+      continue;
+    }
     for (size_t d = 0; d < a.size(); ++d) {
       if (a[d] == b[d]) {
         outputs_[o].shape.push_back(Dim{a[d], ""});

@@ -40,13 +40,18 @@ TEST(TopKTest, LargestAndSmallestAlongEitherAxisWithStableTies) {
   EXPECT_THAT(IntValues(out[1]), ElementsAre(1, 0));
 }
 
-TEST(TopKTest, KMustBeKnownAndInRange) {
-  auto runtime_k = RunOp("TopK", {{F32({4}, {1, 2, 3, 4})}, {I64({1}, {2})}}, {}, 2);
-  ASSERT_FALSE(runtime_k.ok());
-  EXPECT_THAT(runtime_k.status().message(), HasSubstr("K must be known"));
+TEST(TopKTest, KAtPlanTimeOrRunTimeAndInRange) {
+  // K fed with the run: the outputs' shape is learned then (a data-dependent shape).
+  auto runtime_k = Run1("TopK", {{F32({2, 4}, {1, 4, 3, 2, 8, 5, 6, 7})}, {I64({1}, {3})}}, {}, 2);
+  EXPECT_EQ(runtime_k[0].shape(), (Shape{2, 3}));
+  EXPECT_THAT(Values(runtime_k[0]), ElementsAre(4, 3, 2, 8, 7, 6));
+  EXPECT_THAT(IntValues(runtime_k[1]), ElementsAre(1, 2, 3, 0, 3, 2));
   auto too_big = RunOp("TopK", {{F32({4}, {1, 2, 3, 4})}, Const(I64({1}, {5}))}, {}, 2);
   ASSERT_FALSE(too_big.ok());
   EXPECT_THAT(too_big.status().message(), HasSubstr("K is 5"));
+  auto too_big_at_run = RunOp("TopK", {{F32({4}, {1, 2, 3, 4})}, {I64({1}, {5})}}, {}, 2);
+  ASSERT_FALSE(too_big_at_run.ok());
+  EXPECT_THAT(too_big_at_run.status().message(), HasSubstr("K is 5"));
 }
 
 TEST(CumSumTest, InclusiveExclusiveAndReverse) {

@@ -402,8 +402,114 @@ TEST(IndexingTest, ResizeNearestAndLinear) {
       Run1("Resize", {{F32({1, 1, 1, 2}, {0, 1})}, Omitted(), {Const(F32({4}, {1, 1, 1, 2}))}},
            {{"mode", AString("linear")}});
   EXPECT_THAT(Values(hp[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
-  EXPECT_THAT(LoadOp("Resize", {{x}, Omitted(), scales}, {{"mode", AString("cubic")}}).message(),
-              HasSubstr("mode 'cubic' is not supported"));
+  EXPECT_THAT(LoadOp("Resize", {{x}, Omitted(), scales}, {{"mode", AString("lanczos")}}).message(),
+              HasSubstr("mode 'lanczos' is not supported"));
+}
+
+// The examples of ONNX's Resize documentation (first rows of the 8x8 cubic outputs).
+TEST(IndexingTest, ResizeCubicAndTfCropAndResize) {
+  std::vector<float> iota16;
+  for (int i = 1; i <= 16; ++i) iota16.push_back(static_cast<float>(i));
+  const Tensor x = F32({1, 1, 4, 4}, iota16);
+  const In up2 = Const(F32({4}, {1, 1, 2, 2}));
+  auto first_row = [](const Tensor& t) {
+    auto v = Values(t);
+    return std::vector<float>(v.begin(), v.begin() + std::min<size_t>(8, v.size()));
+  };
+  auto c = Run1("Resize", {{x}, Omitted(), up2}, {{"mode", AString("cubic")}});
+  EXPECT_EQ(c[0].shape(), (Shape{1, 1, 8, 8}));
+  EXPECT_THAT(first_row(c[0]),
+              Pointwise(FloatNear(1e-5),
+                        std::vector<float>{0.47265625f, 0.76953125f, 1.24609375f, 1.875f, 2.28125f,
+                                           2.91015625f, 3.38671875f, 3.68359375f}));
+  EXPECT_THAT(Values(c[0])[8], FloatNear(1.66015625f, 1e-5));
+  auto ex = Run1(
+      "Resize", {{x}, Omitted(), up2},
+      {{"mode", AString("cubic")}, {"cubic_coeff_a", AFloat(-0.5f)}, {"exclude_outside", AInt(1)}});
+  EXPECT_THAT(first_row(ex[0]),
+              Pointwise(FloatNear(1e-5),
+                        std::vector<float>{0.55882353f, 0.81494204f, 1.35698249f, 1.89705882f,
+                                           2.39705882f, 2.93713516f, 3.47917561f, 3.73529412f}));
+  auto as =
+      Run1("Resize", {{x}, Omitted(), up2},
+           {{"mode", AString("cubic")}, {"coordinate_transformation_mode", AString("asymmetric")}});
+  EXPECT_THAT(first_row(as[0]),
+              Pointwise(FloatNear(1e-5),
+                        std::vector<float>{1, 1.40625f, 2, 2.5f, 3, 3.59375f, 4, 4.09375f}));
+  const In sizes = Const(I64({4}, {1, 1, 3, 3}));
+  const std::map<std::string, Attribute> crop = {
+      {"mode", AString("linear")},
+      {"coordinate_transformation_mode", AString("tf_crop_and_resize")}};
+  auto cr =
+      Run1("Resize", {{x}, Const(F32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 0.6f, 0.8f})), Omitted(), sizes},
+           crop);
+  EXPECT_EQ(cr[0].shape(), (Shape{1, 1, 3, 3}));
+  EXPECT_THAT(Values(cr[0]),
+              Pointwise(FloatNear(1e-4),
+                        std::vector<float>{7.6f, 7.9f, 8.2f, 8.8f, 9.1f, 9.4f, 10, 10.3f, 10.6f}));
+  auto extrap = crop;
+  extrap["extrapolation_value"] = AFloat(10);
+  auto ce =
+      Run1("Resize", {{x}, Const(F32({8}, {0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 1.7f})), Omitted(), sizes},
+           extrap);
+  EXPECT_THAT(Values(ce[0]), Pointwise(FloatNear(1e-4), std::vector<float>{7.6f, 10, 10, 12.4f, 10,
+                                                                           10, 10, 10, 10}));
+}
+
+// Antialiased downscaling by 2 (opset 18): linear stretches its tent to the weights
+// (1, 3, 3, 1) / 8 over four neighbours (edge repeated), worked out by hand; cubic's
+// values come from ONNX's reference formulas, computed once.
+TEST(IndexingTest, ResizeAntialiasDownscales) {
+  const In half = Const(F32({4}, {1, 1, 1, 0.5f}));
+  const Tensor ramp = F32({1, 1, 1, 8}, {0, 1, 2, 3, 4, 5, 6, 7});
+  const Tensor squares = F32({1, 1, 1, 8}, {0, 1, 4, 9, 16, 25, 36, 49});
+  const std::map<std::string, Attribute> lin = {{"mode", AString("linear")},
+                                                {"antialias", AInt(1)}};
+  auto l = Run1("Resize", {{ramp}, Omitted(), half}, lin, 1, 18);
+  EXPECT_EQ(l[0].shape(), (Shape{1, 1, 1, 4}));
+  EXPECT_THAT(Values(l[0]),
+              Pointwise(FloatNear(1e-5), std::vector<float>{0.625f, 2.5f, 4.5f, 6.375f}));
+  auto q = Run1("Resize", {{squares}, Omitted(), half}, lin, 1, 18);
+  EXPECT_THAT(Values(q[0]), Pointwise(FloatNear(1e-4), std::vector<float>{0.875f, 7, 21, 41.125f}));
+  auto c = Run1("Resize", {{squares}, Omitted(), half},
+                {{"mode", AString("cubic")}, {"antialias", AInt(1)}}, 1, 18);
+  EXPECT_THAT(Values(c[0]),
+              Pointwise(FloatNear(1e-4), std::vector<float>{0.20703125f, 5.986328125f,
+                                                            20.232421875f, 42.58984375f}));
+  // Upscaling ignores antialias.
+  auto up =
+      Run1("Resize", {{F32({1, 1, 1, 2}, {0, 1})}, Omitted(), {Const(F32({4}, {1, 1, 1, 2}))}}, lin,
+           1, 18);
+  EXPECT_THAT(Values(up[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
+}
+
+// Opset 18's axes (scales and sizes for some axes only) and keep_aspect_ratio_policy.
+TEST(IndexingTest, ResizeAxesAndKeepAspectRatio) {
+  auto hp = Run1("Resize", {{F32({1, 1, 1, 2}, {0, 1})}, Omitted(), {Const(F32({1}, {2}))}},
+                 {{"mode", AString("linear")}, {"axes", AInts({3})}}, 1, 18);
+  EXPECT_EQ(hp[0].shape(), (Shape{1, 1, 1, 4}));
+  EXPECT_THAT(Values(hp[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
+  const Tensor x = F32({1, 1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  auto sized = [&](std::string policy) {
+    return Run1("Resize", {{x}, Omitted(), Omitted(), {Const(I64({2}, {4, 4}))}},
+                {{"axes", AInts({2, 3})}, {"keep_aspect_ratio_policy", AString(policy)}}, 1, 18)[0];
+  };
+  // Scales 2 (height) and 1 (width): not_larger keeps 1, not_smaller takes 2 for both.
+  Tensor same = sized("not_larger");
+  EXPECT_EQ(same.shape(), (Shape{1, 1, 2, 4}));
+  EXPECT_THAT(Values(same), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+  Tensor big = sized("not_smaller");
+  EXPECT_EQ(big.shape(), (Shape{1, 1, 4, 8}));
+  const std::vector<float> big_values = Values(big);
+  EXPECT_THAT(std::vector<float>(big_values.begin(), big_values.begin() + 8),
+              ElementsAre(1, 1, 2, 2, 3, 3, 4, 4));
+  EXPECT_EQ(sized("stretch").shape(), (Shape{1, 1, 4, 4}));
+  // ONNX's resize_upsample_sizes_nearest_not_larger: 2x2 to at most 7x8 keeps the ratio.
+  auto n =
+      Run1("Resize",
+           {{F32({1, 1, 2, 2}, {1, 2, 3, 4})}, Omitted(), Omitted(), {Const(I64({2}, {7, 8}))}},
+           {{"axes", AInts({2, 3})}, {"keep_aspect_ratio_policy", AString("not_larger")}}, 1, 18);
+  EXPECT_EQ(n[0].shape(), (Shape{1, 1, 7, 7}));
 }
 
 TEST(ReduceTest, AxesKeepdimsAndOpsetForms) {
@@ -432,9 +538,9 @@ TEST(ReduceTest, AxesKeepdimsAndOpsetForms) {
 }
 
 TEST(LoadChecksTest, UnsupportedOperatorAndAttributeNameTheNode) {
-  Status op = LoadOp("Einsum", {{F32({1}, {1})}}, {});
-  EXPECT_THAT(op.message(),
-              HasSubstr("node 'test_Einsum' (Einsum): operator 'Einsum' is not supported"));
+  Status op = LoadOp("TfIdfVectorizer", {{F32({1}, {1})}}, {});
+  EXPECT_THAT(op.message(), HasSubstr("node 'test_TfIdfVectorizer' (TfIdfVectorizer): operator "
+                                      "'TfIdfVectorizer' is not supported"));
   Status attr = LoadOp("Relu", {{F32({1}, {1})}}, {{"bogus", AInt(1)}});
   EXPECT_THAT(attr.message(), HasSubstr("(Relu): attribute 'bogus' is not supported"));
   Status dtype = LoadOp("Sigmoid", {{I64({1}, {1})}}, {});

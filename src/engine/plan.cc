@@ -114,6 +114,12 @@ Tensor ViewOf(const Tensor& src, DataType dtype, const Shape& shape) {
   return Tensor(dtype, shape, src.buffer(), offset, src.byte_size());
 }
 
+Tensor CopyOf(const Tensor& t) {
+  Tensor copy = Tensor::AllocateUninitialized(t.dtype(), t.shape(), t.byte_size());
+  if (t.byte_size()) std::memcpy(copy.mutable_data(), t.data(), t.byte_size());
+  return copy;
+}
+
 Status WrapDnnl(const Graph& graph, int node, const std::function<Status()>& fn) {
   try {
     return fn();
@@ -188,6 +194,9 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
                            " input shapes, got " + std::to_string(input_shapes.size()));
   }
   std::unique_ptr<Plan> plan(new Plan(graph));
+  plan->weights_ = weights;
+  plan->options_ = options;
+  plan->limits_ = limits;
   std::vector<char> defined;  // per value: its shape and dtype are known
   plan->InitValues(input_shapes, &defined);
   const ValueLayouts layouts = DecideValueLayouts(graph, plan->is_output_, options.precision);
@@ -202,6 +211,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
     bool all_known = true;
     RETURN_IF_ERROR(plan->FillContext(static_cast<int>(n), defined, layouts.any_layout,
                                       layouts.quantizable, &ctx, &all_known));
+    if (plan->AddDynamicStep(static_cast<int>(n), &defined)) continue;
     std::unique_ptr<Kernel> kernel;
     RETURN_IF_ERROR(WrapDnnl(graph, n, [&]() -> Status {
       ASSIGN_OR_RETURN(kernel, def->prepare(ctx));
@@ -230,6 +240,7 @@ void Plan::InitValues(const std::vector<Shape>& input_shapes, std::vector<char>*
   alias_of_.assign(nv, -1);
   offsets_.assign(nv, -1);
   is_output_.assign(nv, 0);
+  dynamic_.assign(nv, 0);
   defined->assign(nv, 0);
   for (size_t v = 0; v < nv; ++v) {
     if (graph.values[v].is_constant()) {
@@ -289,6 +300,14 @@ Status Plan::RecordOutputs(int n, const PrepareContext& ctx, const PlanLimits& l
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     const int v = node.outputs[o];
     if (v < 0) continue;
+    if (ctx.out_dynamic[o]) {
+      if (ctx.out_dtypes[o] == DataType::kInvalid)
+        return Internal(graph.Describe(n) + ": operator left an output without a data type");
+      dtypes_[v] = ctx.out_dtypes[o];
+      dynamic_[v] = 1;
+      (*defined)[v] = 1;
+      continue;
+    }
     const int64_t elem =
         std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.out_dtypes[o])));
     auto count = ElementCount(ctx.out_shapes[o], limits.max_tensor_bytes / elem);
@@ -343,7 +362,7 @@ Status Plan::AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl
   step.kernel = std::move(kernel);
   bool all_empty = true;
   for (int v : node.outputs) {
-    if (v >= 0 && Product(shapes_[v]) != 0) all_empty = false;
+    if (v >= 0 && (dynamic_[v] || Product(shapes_[v]) != 0)) all_empty = false;
   }
   step.skip = all_empty;
   if (step.kernel->alias_input() >= 0) {
@@ -357,9 +376,143 @@ Status Plan::AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl
     steps_.push_back(std::move(step));
     return Status::Ok();
   }
-  if (all_known) return RunNow(step, stream);
+  if (all_known) {
+    RETURN_IF_ERROR(RunNow(step, stream));
+    // A data-dependent shape computed now is a plan constant like any other.
+    for (int v : node.outputs) {
+      if (v >= 0 && dynamic_[v]) {
+        shapes_[v] = known_[v].shape();
+        dynamic_[v] = 0;
+      }
+    }
+    return Status::Ok();
+  }
   steps_.push_back(std::move(step));
   return Status::Ok();
+}
+
+bool Plan::AddDynamicStep(int n, std::vector<char>* defined) {
+  const Node& node = graph_->nodes[n];
+  bool reads_dynamic = false;
+  for (int v : node.inputs) {
+    if (v >= 0 && dynamic_[v]) reads_dynamic = true;
+  }
+  if (!reads_dynamic) return false;
+  Step step;
+  step.node = n;
+  step.inputs = node.inputs;
+  step.outputs = node.outputs;
+  step.dynamic = true;
+  for (int v : node.outputs) {
+    if (v < 0) continue;
+    dynamic_[v] = 1;
+    (*defined)[v] = 1;
+  }
+  steps_.push_back(std::move(step));
+  return true;
+}
+
+Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
+  const Graph& graph = *graph_;
+  const Node& node = graph.nodes[step.node];
+  const OpDef* def = FindOp(node.domain, node.op_type);
+  if (def == nullptr) return Internal(graph.Describe(step.node) + ": operator is not supported");
+  PrepareContext ctx;
+  ctx.graph = &graph;
+  ctx.node_index = step.node;
+  ctx.options = &options_;
+  const dnnl::engine engine = stream.get_engine();
+  ctx.dnnl_engine = &engine;
+  ctx.weights = weights_;
+  for (int v : step.inputs) {
+    ctx.in_values.push_back(v);
+    if (v < 0) {
+      ctx.in_dtypes.push_back(DataType::kInvalid);
+      ctx.in_shapes.push_back(Shape{});
+      ctx.in_data.push_back(nullptr);
+      ctx.in_descs.push_back(dnnl::memory::desc());
+      ctx.in_scales.push_back(0.f);
+      continue;
+    }
+    const Tensor& t = bindings_[v];
+    if (t.empty() && Product(t.shape()) != 0)
+      return Internal(graph.Describe(step.node) + ": input is not computed");
+    const bool plain = descs_[v].data.ndims == 0;
+    ctx.in_dtypes.push_back(t.dtype());
+    ctx.in_shapes.push_back(t.shape());
+    // Plan constants, and integer values (indices, shapes) computed this run.
+    const bool pass = !known_[v].empty() || (plain && internal::IsInteger(t.dtype()));
+    ctx.in_data.push_back(pass ? &t : nullptr);
+    ctx.in_descs.push_back(descs_[v]);
+    ctx.in_scales.push_back(scales_[v]);
+  }
+  ctx.SetOutputs(node.outputs.size());
+  std::unique_ptr<Kernel> kernel;
+  RETURN_IF_ERROR(WrapDnnl(graph, step.node, [&]() -> Status {
+    ASSIGN_OR_RETURN(kernel, def->prepare(ctx));
+    return Status::Ok();
+  }));
+  if (ctx.out_shapes.size() != node.outputs.size() || ctx.out_dtypes.size() != node.outputs.size())
+    return Internal(graph.Describe(step.node) + ": operator produced the wrong number of outputs");
+  bool computed = true;
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    if (node.outputs[o] >= 0 && ctx.out_data[o].empty()) computed = false;
+  }
+  if (computed) {
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o] < 0) continue;
+      Tensor t = ctx.out_data[o];
+      // A result that shares a static input's bytes (a view of an arena value or of a
+      // plan constant) would outlive them or let the caller write through: a copy.
+      bool shared = false;
+      for (int v : step.inputs) {
+        if (v >= 0 && !dynamic_[v] && !t.empty() && bindings_[v].buffer() == t.buffer())
+          shared = true;
+      }
+      if (shared) t = CopyOf(t);
+      bindings_[node.outputs[o]] = std::move(t);
+    }
+    return Status::Ok();
+  }
+  if (!kernel) return Internal(graph.Describe(step.node) + ": operator returned no kernel");
+  if (kernel->alias_input() >= 0) {
+    const int out = node.outputs[0];
+    const int src = step.inputs[kernel->alias_input()];
+    Tensor view = ViewOf(bindings_[src], ctx.out_dtypes[0], ctx.out_shapes[0]);
+    // The arena's bytes are planned without this view's readers, and a plan constant
+    // must not be written through: a view of either is a copy.
+    bindings_[out] = dynamic_[src] ? std::move(view) : CopyOf(view);
+    return Status::Ok();
+  }
+  RunContext rc;
+  rc.stream = &stream;
+  bool all_empty = true;
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    const int v = node.outputs[o];
+    if (v < 0) continue;
+    if (ctx.out_dynamic[o]) {
+      bindings_[v] = Tensor();
+      all_empty = false;
+      continue;
+    }
+    const int64_t elem =
+        std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.out_dtypes[o])));
+    auto count = ElementCount(ctx.out_shapes[o], limits_.max_tensor_bytes / elem);
+    if (!count.ok())
+      return InvalidArgument(graph.Describe(step.node) + ": output " + std::to_string(o) + ": " +
+                             count.status().message());
+    if (*count != 0) all_empty = false;
+    bindings_[v] = Tensor::Allocate(ctx.out_dtypes[o], ctx.out_shapes[o]);
+  }
+  if (all_empty) return Status::Ok();
+  for (int v : step.inputs) rc.inputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+  for (int v : step.outputs) rc.outputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+  return WrapDnnl(graph, step.node, [&]() -> Status {
+    RETURN_IF_ERROR(kernel->Run(rc));
+    // The next dynamic step's prepare may read this output's data.
+    stream.wait();
+    return Status::Ok();
+  });
 }
 
 Status Plan::RunNow(const Step& step, dnnl::stream& stream) {
@@ -392,9 +545,9 @@ Status Plan::AssignOffsets() {
   std::vector<TensorLifetime> tensors;
   for (int i = 0; i < num_steps; ++i) {
     const Step& step = steps_[i];
-    if (step.kernel->alias_input() >= 0) continue;
+    if (step.dynamic || step.kernel->alias_input() >= 0) continue;
     for (int v : step.outputs) {
-      if (v < 0 || is_output_[v]) continue;
+      if (v < 0 || is_output_[v] || dynamic_[v]) continue;
       tensor_of[v] = static_cast<int>(tensors.size());
       value_of.push_back(v);
       tensors.push_back({ValueBytes(v), i, i});
@@ -414,6 +567,7 @@ Status Plan::AssignOffsets() {
   std::vector<InplaceRequest> requests;
   for (int i = 0; i < num_steps; ++i) {
     const Step& step = steps_[i];
+    if (step.dynamic) continue;
     const int k = step.kernel->inplace_input();
     if (k < 0 || step.skip || static_cast<size_t>(k) >= step.inputs.size() ||
         step.outputs.empty()) {
@@ -472,7 +626,7 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
   }
   for (size_t i = 0; i < inputs.size(); ++i) bindings_[graph.inputs[i]] = *inputs[i];
   for (int v : graph.outputs) {
-    if (known_[v].empty() && alias_of_[v] < 0 && bindings_[v].empty()) {
+    if (known_[v].empty() && alias_of_[v] < 0 && !dynamic_[v] && bindings_[v].empty()) {
       bindings_[v] = Tensor::Allocate(dtypes_[v], shapes_[v]);
     }
   }
@@ -485,6 +639,14 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
   RunContext rc;
   rc.stream = &stream;
   for (const Step& step : steps_) {
+    if (step.dynamic) {
+      RETURN_IF_ERROR(RunDynamic(step, stream));
+      if (observer) {
+        for (int v : step.outputs)
+          if (v >= 0) (*observer)(v, bindings_[v]);
+      }
+      continue;
+    }
     const int alias = step.kernel->alias_input();
     if (alias >= 0) {
       const int out = step.outputs[0];

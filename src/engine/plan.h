@@ -15,6 +15,16 @@
 // bytes, and an element-wise kernel writes its output over an input
 // (Kernel::inplace_input) when that input is an arena value read for the last time.
 //
+// Data-dependent shapes: an operator may mark an output whose shape it learns only when
+// it runs (PrepareContext::out_dynamic: NonZero, NonMaxSuppression). Such a value, and
+// every value computed from it (a node any of whose inputs is dynamic), is "dynamic": it
+// takes no arena bytes, its node is prepared again at every run from the tensors its
+// inputs then hold (inputs known at plan time are passed as data, and so are integer
+// run-time inputs, which are small index and shape tensors), and its outputs are
+// allocated per run. Everything else keeps its plan-time kernel and its arena offset;
+// static values a dynamic step reads stay alive until that step. A dynamic node whose
+// inputs are all known at plan time is evaluated then, like any other.
+//
 // Thread safety: a Plan is used by one thread at a time (its Session's).
 #pragma once
 
@@ -82,6 +92,8 @@ class Plan {
 
   const std::vector<Shape>& shapes() const { return shapes_; }
   const std::vector<DataType>& dtypes() const { return dtypes_; }
+  // Per value: its shape is known only at run time (shapes() holds no shape for it).
+  const std::vector<char>& dynamic() const { return dynamic_; }
   size_t step_count() const { return steps_.size(); }
   int64_t arena_bytes() const { return arena_bytes_; }
   // Intermediate values kept in a oneDNN-chosen (blocked) layout between the operators
@@ -110,6 +122,7 @@ class Plan {
     std::vector<int> inputs;   // value ids, -1 omitted
     std::vector<int> outputs;  // value ids, -1 omitted
     bool skip = false;         // all outputs empty: nothing to compute
+    bool dynamic = false;      // reads a dynamic value: kernel is prepared at every run
   };
   Plan(const Graph& graph) : graph_(&graph) {}
   // Steps of Prepare, in order.
@@ -130,6 +143,11 @@ class Plan {
   // and its outputs become plan constants.
   Status AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl::stream& stream);
   Status RunNow(const Step& step, dnnl::stream& stream);
+  // When node `n` reads a dynamic value, adds it as a dynamic step (its outputs become
+  // dynamic and defined): true.
+  bool AddDynamicStep(int n, std::vector<char>* defined);
+  // Prepares and runs a dynamic step from the tensors bound to its inputs.
+  Status RunDynamic(const Step& step, dnnl::stream& stream);
   Status AssignOffsets();
   // Bytes value `v` takes in memory: the one place that says how big a value is (its
   // oneDNN layout's size when blocked, which may pad channels to 16).
@@ -142,6 +160,11 @@ class Plan {
   std::vector<int> alias_of_;     // per value: value whose bytes it views, else -1
   std::vector<int64_t> offsets_;  // per value: arena offset, -1 when not in the arena
   std::vector<char> is_output_;
+  std::vector<char> dynamic_;  // per value: shape known only at run time (see above)
+  // For dynamic steps, prepared at run time.
+  WeightCache* weights_ = nullptr;
+  PlanOptions options_;
+  PlanLimits limits_;
   std::vector<dnnl::memory::desc> descs_;  // per value: its layout when not plain
   std::vector<float> scales_;              // per value: its scale when quantised, else 0
   int blocked_values_ = 0;

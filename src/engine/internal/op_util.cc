@@ -420,6 +420,9 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterSortScanOps(&v);
     internal::RegisterDataMovementOps(&v);
     internal::RegisterGroupNormOps(&v);
+    internal::RegisterDetectionOps(&v);
+    internal::RegisterEinsumOps(&v);
+    internal::RegisterSamplingOps(&v);
     return v;
   }();
   return ops;

@@ -218,5 +218,8 @@ void RegisterRecurrentOps(std::vector<OpDef>* ops);
 void RegisterSortScanOps(std::vector<OpDef>* ops);
 void RegisterDataMovementOps(std::vector<OpDef>* ops);
 void RegisterGroupNormOps(std::vector<OpDef>* ops);
+void RegisterDetectionOps(std::vector<OpDef>* ops);
+void RegisterEinsumOps(std::vector<OpDef>* ops);
+void RegisterSamplingOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal

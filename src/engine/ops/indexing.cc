@@ -1,5 +1,7 @@
 // Indexing operators, computed by the engine: Slice, Gather, Pad, Resize (nearest and
 // linear). Index tables are built once per plan; a run only moves bytes.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -239,27 +241,88 @@ struct Tap {
 
 // Resize's output shape, from `sizes` (input 3) or else `scales` (input 2), and the
 // scale per axis.
+// The axes scales, sizes and roi speak of (opset 18's `axes`; every axis without it).
+StatusOr<std::vector<size_t>> ResizeAxes(const PrepareContext& ctx) {
+  const int64_t r = static_cast<int64_t>(ctx.in_shapes[0].size());
+  std::vector<size_t> axes;
+  const auto given = ctx.node().GetInts("axes");
+  if (given.empty()) {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(static_cast<size_t>(i));
+    return axes;
+  }
+  for (int64_t a : given) {
+    auto n = NormalizeAxis(a, r);
+    if (!n.ok()) return ctx.Error(n.status().message());
+    if (std::find(axes.begin(), axes.end(), static_cast<size_t>(*n)) != axes.end())
+      return ctx.Error("axes repeat");
+    axes.push_back(static_cast<size_t>(*n));
+  }
+  return axes;
+}
+
+// tf_crop_and_resize's region of interest for every axis (starts, then ends; 0 and 1 for
+// axes `axes` leaves out); empty when input 1 is absent or not a known FP32 tensor.
+std::vector<float> ResizeRoi(const PrepareContext& ctx, const std::vector<size_t>& axes) {
+  const size_t r = ctx.in_shapes[0].size();
+  if (!ctx.has_input(1) || !ctx.in_data[1] || ctx.in_dtypes[1] != DataType::kFp32) return {};
+  auto given = ctx.in_data[1]->values<float>();
+  if (given.size() != 2 * axes.size()) return {};
+  std::vector<float> roi(2 * r, 0.f);
+  for (size_t i = 0; i < r; ++i) roi[r + i] = 1.f;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    roi[axes[k]] = given[k];
+    roi[r + axes[k]] = given[axes.size() + k];
+  }
+  return roi;
+}
+
 Status ResizeOutput(PrepareContext& ctx, Shape* out, std::vector<double>* scales) {
   const Shape& x = ctx.in_shapes[0];
   const size_t r = x.size();
-  out->assign(r, 0);
+  ASSIGN_OR_RETURN(const std::vector<size_t> axes, ResizeAxes(ctx));
+  *out = x;
+  scales->assign(r, 1.0);
   if (ctx.has_input(3) && ctx.in_shapes[3] != Shape{0}) {
     ASSIGN_OR_RETURN(auto sizes, KnownInts(ctx, 3, "sizes"));
-    if (sizes.size() != r) return ctx.Error("sizes must have one entry per dimension");
-    for (size_t i = 0; i < r; ++i) {
-      if (sizes[i] < 0) return ctx.Error("sizes must be >= 0");
-      (*out)[i] = sizes[i];
-      scales->push_back(x[i] > 0 ? static_cast<double>(sizes[i]) / static_cast<double>(x[i]) : 1.0);
+    if (sizes.size() != axes.size()) return ctx.Error("sizes must have one entry per axis");
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const size_t i = axes[k];
+      if (sizes[k] < 0) return ctx.Error("sizes must be >= 0");
+      (*out)[i] = sizes[k];
+      (*scales)[i] = x[i] > 0 ? static_cast<double>(sizes[k]) / static_cast<double>(x[i]) : 1.0;
+    }
+    // keep_aspect_ratio_policy (opset 18): one scale for every listed axis, the
+    // smallest (not_larger) or largest (not_smaller) of theirs.
+    const std::string policy = ctx.node().GetString("keep_aspect_ratio_policy", "stretch");
+    if (policy == "not_larger" || policy == "not_smaller") {
+      double scale = policy == "not_larger" ? 1e300 : 0.0;
+      for (size_t i : axes)
+        scale =
+            policy == "not_larger" ? std::min(scale, (*scales)[i]) : std::max(scale, (*scales)[i]);
+      for (size_t i : axes) {
+        (*scales)[i] = scale;
+        (*out)[i] = static_cast<int64_t>(std::round(scale * static_cast<double>(x[i])));
+      }
+    } else if (policy != "stretch") {
+      return ctx.Error("keep_aspect_ratio_policy '" + policy + "' is not supported");
     }
   } else if (ctx.has_input(2)) {
     if (!ctx.in_data[2] || ctx.in_dtypes[2] != DataType::kFp32)
       return ctx.Error("scales must be a constant FP32 tensor");
-    auto s = ctx.in_data[2]->values<float>();
-    if (s.size() != r) return ctx.Error("scales must have one entry per dimension");
+    auto given = ctx.in_data[2]->values<float>();
+    if (given.size() != axes.size()) return ctx.Error("scales must have one entry per axis");
+    std::vector<float> s(r, 1.f);
+    for (size_t k = 0; k < axes.size(); ++k) s[axes[k]] = given[k];
+    // tf_crop_and_resize scales the region of interest's extent, not the input's.
+    std::vector<double> extent(r, 1.0);
+    if (ctx.node().GetString("coordinate_transformation_mode", "") == "tf_crop_and_resize") {
+      const auto roi = ResizeRoi(ctx, axes);
+      for (size_t i = 0; i < r && !roi.empty(); ++i) extent[i] = roi[r + i] - roi[i];
+    }
     for (size_t i = 0; i < r; ++i) {
       if (!(s[i] > 0) || !std::isfinite(s[i])) return ctx.Error("scales must be positive");
-      scales->push_back(s[i]);
-      const double o = std::floor(static_cast<double>(x[i]) * s[i]);
+      (*scales)[i] = s[i];
+      const double o = std::floor(static_cast<double>(x[i]) * extent[i] * s[i]);
       if (o > 1e12) return ctx.Error("output is too large");
       (*out)[i] = static_cast<int64_t>(o);
     }
@@ -362,6 +425,168 @@ StatusOr<std::unique_ptr<Kernel>> LinearResizeKernel(Shape out, std::vector<std:
   });
 }
 
+// Cubic convolution weights of the four neighbours floor(x) - 1 .. floor(x) + 2 at
+// fraction t (Keys' kernel with coefficient a, as ONNX defines it).
+std::array<double, 4> CubicWeights(double t, double a) {
+  auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1<d<2
+  auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };       // d<=1
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)};
+}
+
+// Per axis and output coordinate, the general form: input coordinates with weights, or
+// `outside` the crop (tf_crop_and_resize: the element takes extrapolation_value).
+struct Taps {
+  std::vector<int64_t> idx;
+  std::vector<float> w;
+  bool outside = false;
+};
+
+// Taps for any mode, with tf_crop_and_resize's region of interest (normalised starts
+// then ends, one per axis; empty otherwise). Neighbours outside the input repeat its
+// edge, or (exclude_outside) drop out and the rest are renormalised.
+StatusOr<std::vector<std::vector<Taps>>> GeneralTaps(const PrepareContext& ctx, const Shape& x,
+                                                     const Shape& out,
+                                                     const std::vector<double>& scales,
+                                                     const std::string& mode,
+                                                     const std::vector<float>& roi) {
+  const Node& node = ctx.node();
+  const std::string coord = node.GetString("coordinate_transformation_mode", "half_pixel");
+  const std::string nearest = node.GetString("nearest_mode", "round_prefer_floor");
+  const double a = node.GetFloat("cubic_coeff_a", -0.75f);
+  const bool exclude = node.GetInt("exclude_outside", 0) != 0;
+  const bool antialias = node.GetInt("antialias", 0) != 0;
+  const size_t r = x.size();
+  std::vector<std::vector<Taps>> taps(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t in = x[i];
+    for (int64_t o = 0; o < out[i]; ++o) {
+      if (in == 0) return ctx.Error("cannot resize an empty axis to a non-empty one");
+      Taps t;
+      double c;
+      if (coord == "tf_crop_and_resize") {
+        const double start = roi[i], end = roi[r + i], span = static_cast<double>(in - 1);
+        c = out[i] > 1 ? start * span + static_cast<double>(o) * (end - start) * span /
+                                            static_cast<double>(out[i] - 1)
+                       : 0.5 * (start + end) * span;
+        if (c < 0 || c > span) {
+          t.outside = true;
+          taps[i].push_back(std::move(t));
+          continue;
+        }
+      } else {
+        c = OriginalCoordinate(coord, static_cast<double>(o), scales[i], in, out[i]);
+      }
+      auto clamp = [in](int64_t j) { return std::clamp<int64_t>(j, 0, in - 1); };
+      if (antialias && mode != "nearest" && scales[i] < 1.0) {
+        // Downscaling with antialias (opset 18): the kernel stretched by 1 / scale over
+        // every neighbour it reaches, normalised (ONNX's reference).
+        const double sc = scales[i], fl = std::floor(c), ratio = c - fl;
+        const double support = mode == "linear" ? 1.0 : 2.0;
+        const int64_t start = static_cast<int64_t>(std::floor(-support / sc)) + 1;
+        const int64_t end =
+            mode == "linear" ? start + static_cast<int64_t>(2 - 2 * start) : 2 - start;
+        std::vector<double> w;
+        double sum = 0;
+        for (int64_t k = start; k < end; ++k) {
+          const double d = std::fabs(sc * (static_cast<double>(k) - ratio));
+          double wk;
+          if (mode == "linear") {
+            wk = std::clamp(1.0 - d, 0.0, 1.0);
+          } else {
+            wk = d <= 1  ? ((a + 2) * d - (a + 3)) * d * d + 1
+                 : d < 2 ? ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+                         : 0.0;
+          }
+          const int64_t j = static_cast<int64_t>(fl) + k;
+          if (exclude && (j < 0 || j >= in)) wk = 0;
+          w.push_back(wk);
+          sum += wk;
+        }
+        for (int64_t k = start; k < end; ++k) {
+          const double wk = sum != 0 ? w[k - start] / sum : 0.0;
+          if (wk == 0) continue;
+          t.idx.push_back(clamp(static_cast<int64_t>(fl) + k));
+          t.w.push_back(static_cast<float>(wk));
+        }
+      } else if (mode == "nearest") {
+        t.idx = {clamp(NearestIndex(nearest, c))};
+        t.w = {1.f};
+      } else if (mode == "linear") {
+        const double cc = std::clamp(c, 0.0, static_cast<double>(in - 1));
+        const int64_t lo = static_cast<int64_t>(std::floor(cc));
+        const double f = cc - static_cast<double>(lo);
+        t.idx = {lo, clamp(lo + 1)};
+        t.w = {static_cast<float>(1 - f), static_cast<float>(f)};
+      } else {  // cubic
+        const double fl = std::floor(c);
+        const auto w = CubicWeights(c - fl, a);
+        double sum = 0;
+        std::array<double, 4> kept{};
+        for (int k = 0; k < 4; ++k) {
+          const int64_t j = static_cast<int64_t>(fl) - 1 + k;
+          kept[k] = exclude && (j < 0 || j >= in) ? 0.0 : w[k];
+          sum += kept[k];
+        }
+        for (int k = 0; k < 4; ++k) {
+          const double wk = exclude && sum != 0 ? kept[k] / sum : kept[k];
+          if (wk == 0) continue;
+          t.idx.push_back(clamp(static_cast<int64_t>(fl) - 1 + k));
+          t.w.push_back(static_cast<float>(wk));
+        }
+      }
+      taps[i].push_back(std::move(t));
+    }
+  }
+  return taps;
+}
+
+// FP32, any taps: each output element is the weighted sum over every combination of its
+// axes' taps, or extrapolation_value when an axis lies outside the crop.
+StatusOr<std::unique_ptr<Kernel>> GeneralResizeKernel(Shape out,
+                                                      std::vector<std::vector<Taps>> taps,
+                                                      std::vector<int64_t> strides,
+                                                      float extrapolation) {
+  return MakeFn([out = std::move(out), taps = std::move(taps), strides = std::move(strides),
+                 extrapolation](const RunContext& rc) {
+    const float* in = rc.inputs[0]->values<float>().data();
+    float* o = rc.outputs[0]->mutable_values<float>().data();
+    const int64_t n = Product(out);
+    const size_t rank = out.size();
+    std::vector<int64_t> idx(rank, 0);
+    std::vector<size_t> k(rank, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      bool outside = false;
+      for (size_t d = 0; d < rank; ++d) outside = outside || taps[d][idx[d]].outside;
+      double acc = 0;
+      if (!outside) {
+        std::fill(k.begin(), k.end(), 0);
+        for (;;) {
+          int64_t off = 0;
+          double w = 1;
+          for (size_t d = 0; d < rank; ++d) {
+            const Taps& t = taps[d][idx[d]];
+            off += t.idx[k[d]] * strides[d];
+            w *= t.w[k[d]];
+          }
+          acc += w * in[off];
+          size_t d = rank;
+          while (d-- > 0) {
+            if (++k[d] < taps[d][idx[d]].idx.size()) break;
+            k[d] = 0;
+          }
+          if (d == SIZE_MAX) break;
+        }
+      }
+      o[i] = outside ? extrapolation : static_cast<float>(acc);
+      for (size_t d = rank; d-- > 0;) {
+        if (++idx[d] < out[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
   if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
   const Shape& x = ctx.in_shapes[0];
@@ -373,6 +598,25 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
   const std::string mode = ctx.node().GetString("mode", "nearest");
   if (mode == "linear" && ctx.in_dtypes[0] != DataType::kFp32)
     return ctx.Error("linear mode needs FP32");
+  const bool crop =
+      ctx.node().GetString("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize";
+  const bool antialias = ctx.node().GetInt("antialias", 0) != 0 && mode != "nearest";
+  if (mode == "cubic" || crop || antialias) {
+    if (ctx.in_dtypes[0] != DataType::kFp32)
+      return ctx.Error("cubic mode, antialias and tf_crop_and_resize need FP32");
+    std::vector<float> roi;
+    if (crop) {
+      ASSIGN_OR_RETURN(const auto axes, ResizeAxes(ctx));
+      roi = ResizeRoi(ctx, axes);
+      if (roi.empty())
+        return ctx.Error(
+            "tf_crop_and_resize needs roi as a constant FP32 tensor, a start and an "
+            "end per axis");
+    }
+    ASSIGN_OR_RETURN(auto general, GeneralTaps(ctx, x, out, scales, mode, roi));
+    return GeneralResizeKernel(std::move(out), std::move(general), RowMajorStrides(x),
+                               ctx.node().GetFloat("extrapolation_value", 0.f));
+  }
   ASSIGN_OR_RETURN(auto taps, ResizeTaps(ctx, x, out, scales, mode));
   auto strides = RowMajorStrides(x);
   if (mode == "nearest")
@@ -387,11 +631,12 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
 Status CheckResize(const Node& node, const Graph& graph) {
   const std::string who = graph.Describe(&node - graph.nodes.data());
   const std::string mode = node.GetString("mode", "nearest");
-  if (mode != "nearest" && mode != "linear")
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
     return InvalidArgument(who + ": mode '" + mode + "' is not supported");
   const std::string coord = node.GetString("coordinate_transformation_mode", "half_pixel");
   if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" &&
-      coord != "asymmetric" && coord != "tf_half_pixel_for_nearest") {
+      coord != "asymmetric" && coord != "tf_half_pixel_for_nearest" &&
+      coord != "tf_crop_and_resize") {
     return InvalidArgument(who + ": coordinate_transformation_mode '" + coord +
                            "' is not supported");
   }
@@ -400,8 +645,6 @@ Status CheckResize(const Node& node, const Graph& graph) {
       nearest != "ceil") {
     return InvalidArgument(who + ": nearest_mode '" + nearest + "' is not supported");
   }
-  if (node.GetInt("exclude_outside", 0) != 0)
-    return InvalidArgument(who + ": exclude_outside is not supported");
   return Status::Ok();
 }
 
@@ -411,12 +654,13 @@ void RegisterIndexingOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "Slice", {}, nullptr, PrepareSlice});
   ops->push_back({"", "Gather", {"axis"}, nullptr, PrepareGather});
   ops->push_back({"", "Pad", {"mode"}, CheckPad, PreparePad});
-  ops->push_back({"",
-                  "Resize",
-                  {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
-                   "exclude_outside", "extrapolation_value"},
-                  CheckResize,
-                  PrepareResize});
+  ops->push_back(
+      {"",
+       "Resize",
+       {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+        "exclude_outside", "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy"},
+       CheckResize,
+       PrepareResize});
 }
 
 }  // namespace shoal::engine::internal

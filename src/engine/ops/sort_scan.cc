@@ -1,4 +1,6 @@
-// The engine's own loops for TopK (k known when the plan is prepared), CumSum and Mod.
+// The engine's own loops for TopK, CumSum and Mod. TopK's k known when the plan is
+// prepared fixes its output shape; a k known only at run time makes its outputs dynamic
+// (PrepareContext::out_dynamic), allocated when it runs.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -24,25 +26,50 @@ StatusOr<std::unique_ptr<Kernel>> PrepareTopK(PrepareContext& ctx) {
   const Shape& x = ctx.in_shapes[0];
   auto axis = NormalizeAxis(ctx.node().GetInt("axis", -1), static_cast<int64_t>(x.size()));
   if (!axis.ok() || x.empty()) return ctx.Error("axis is out of range for " + ShapeToString(x));
-  ASSIGN_OR_RETURN(auto ks, PlanTimeInts(ctx, 1, "K"));
-  if (ks.size() != 1) return ctx.Error("K must hold one value");
-  const int64_t k = ks[0], dim = x[*axis];
-  if (k < 0 || k > dim)
-    return ctx.Error("K is " + std::to_string(k) + "; the axis has " + std::to_string(dim));
-  Shape out = x;
-  out[*axis] = k;
-  ctx.out_shapes[0] = out;
-  ctx.out_dtypes[0] = ctx.in_dtypes[0];
-  if (ctx.out_shapes.size() > 1) {
-    ctx.out_shapes[1] = out;
-    ctx.out_dtypes[1] = DataType::kInt64;
-  }
+  if (!ctx.has_input(1)) return ctx.Error("needs K");
+  if (Product(ctx.in_shapes[1]) != 1) return ctx.Error("K must hold one value");
+  const int64_t dim = x[*axis];
   const bool largest = ctx.node().GetInt("largest", 1) != 0;
   const int64_t outer = Product(x, 0, *axis), inner = Product(x, *axis + 1);
   const DataType dtype = ctx.in_dtypes[0];
   Status ok = DispatchNumeric(dtype, []<typename T>() {});
   if (!ok.ok()) return ctx.Error(ok.message());
+  ctx.out_dtypes[0] = dtype;
+  if (ctx.out_shapes.size() > 1) ctx.out_dtypes[1] = DataType::kInt64;
+  const std::string who = ctx.graph->Describe(ctx.node_index);
+  auto check_k = [who, dim](int64_t k) -> Status {
+    if (k < 0 || k > dim)
+      return InvalidArgument(who + ": K is " + std::to_string(k) + "; the axis has " +
+                             std::to_string(dim));
+    return Status::Ok();
+  };
+  const int64_t axis_index = *axis;
+  int64_t plan_k = -1;  // known when the plan is prepared, else -1
+  if (ctx.in_data[1] != nullptr) {
+    ASSIGN_OR_RETURN(auto ks, PlanTimeInts(ctx, 1, "K"));
+    RETURN_IF_ERROR(check_k(ks[0]));
+    plan_k = ks[0];
+    Shape out = x;
+    out[axis_index] = plan_k;
+    ctx.out_shapes[0] = out;
+    if (ctx.out_shapes.size() > 1) ctx.out_shapes[1] = out;
+  } else {
+    if (!IsInteger(ctx.in_dtypes[1])) return ctx.Error("K must be an integer");
+    for (size_t o = 0; o < ctx.out_dynamic.size(); ++o) ctx.out_dynamic[o] = 1;
+  }
   return MakeFn([=](const RunContext& rc) -> Status {
+    int64_t k = plan_k;
+    if (k < 0) {
+      // K arrives with the run: the outputs take their shape from it.
+      ASSIGN_OR_RETURN(auto ks, ReadInts(*rc.inputs[1]));
+      k = ks[0];
+      RETURN_IF_ERROR(check_k(k));
+      Shape out = x;
+      out[axis_index] = k;
+      *rc.outputs[0] = Tensor::Allocate(dtype, out);
+      if (rc.outputs.size() > 1 && rc.outputs[1])
+        *rc.outputs[1] = Tensor::Allocate(DataType::kInt64, out);
+    }
     return DispatchNumeric(dtype, [&]<typename T>() {
       const T* src = static_cast<const T*>(rc.inputs[0]->data());
       T* values = static_cast<T*>(rc.outputs[0]->mutable_data());
