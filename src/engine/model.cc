@@ -315,12 +315,14 @@ Status Session::RunObserved(const std::vector<NamedTensor>& inputs,
   return RunImpl(inputs, outputs, &observer);
 }
 
-Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
-                        const Plan::Observer* observer) {
-  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+Status Session::OrderInputs(const std::vector<NamedTensor>& inputs,
+                            std::vector<const Tensor*>* ordered_out,
+                            std::vector<Shape>* shapes_out) const {
   const Graph& g = model_.graph();
-  std::vector<const Tensor*> ordered(g.inputs.size(), nullptr);
-  std::vector<Shape> shapes(g.inputs.size());
+  std::vector<const Tensor*>& ordered = *ordered_out;
+  std::vector<Shape>& shapes = *shapes_out;
+  ordered.assign(g.inputs.size(), nullptr);
+  shapes.assign(g.inputs.size(), Shape{});
   for (const NamedTensor& in : inputs) {
     size_t i = 0;
     while (i < g.inputs.size() && g.values[g.inputs[i]].name != in.name) ++i;
@@ -361,6 +363,27 @@ Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<Name
     if (!ordered[i])
       return InvalidArgument("input '" + g.values[g.inputs[i]].name + "' is missing");
   }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<double>> Session::TimeStepsAlone(const std::vector<NamedTensor>& inputs,
+                                                      int reps) {
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+  std::vector<const Tensor*> ordered;
+  std::vector<Shape> shapes;
+  RETURN_IF_ERROR(OrderInputs(inputs, &ordered, &shapes));
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(shapes));
+  omp_set_num_threads(cached->threads);
+  return cached->plan->TimeStepsAlone(ordered, stream_, reps);
+}
+
+Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                        const Plan::Observer* observer) {
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+  const Graph& g = model_.graph();
+  std::vector<const Tensor*> ordered;
+  std::vector<Shape> shapes;
+  RETURN_IF_ERROR(OrderInputs(inputs, &ordered, &shapes));
   ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(shapes));
   omp_set_num_threads(cached->threads);
   std::vector<Tensor> results;

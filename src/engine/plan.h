@@ -80,6 +80,16 @@ class Plan {
   Status Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
              std::vector<Tensor>* outputs, const Observer* observer = nullptr);
 
+  // Dispatch-cost measurement (bench/engine/dispatch_benchmark.cc): runs the plan once
+  // step by step, running each step that computes something `reps` more times by itself
+  // right after it (its inputs warm in cache: the best its kernel does); per such step,
+  // in step order, the median ms of those runs. A step's inputs may be overwritten by
+  // the repetitions (in-place steps), so the outputs are not kept.
+  StatusOr<std::vector<double>> TimeStepsAlone(const std::vector<const Tensor*>& inputs,
+                                               dnnl::stream& stream, int reps);
+  // Steps that run a kernel at each run (not views, not skipped).
+  int kernel_steps() const;
+
   const std::vector<Shape>& shapes() const { return shapes_; }
   const std::vector<DataType>& dtypes() const { return dtypes_; }
   size_t step_count() const { return steps_.size(); }
@@ -110,6 +120,9 @@ class Plan {
     std::vector<int> inputs;   // value ids, -1 omitted
     std::vector<int> outputs;  // value ids, -1 omitted
     bool skip = false;         // all outputs empty: nothing to compute
+    // &bindings_[v] per input and output (null where omitted), fixed by BindOnce.
+    std::vector<const Tensor*> in_ptrs;
+    std::vector<Tensor*> out_ptrs;
   };
   Plan(const Graph& graph) : graph_(&graph) {}
   // Steps of Prepare, in order.
@@ -131,6 +144,11 @@ class Plan {
   Status AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl::stream& stream);
   Status RunNow(const Step& step, dnnl::stream& stream);
   Status AssignOffsets();
+  // Binds constants and arena values for every run to come, and lists the values each
+  // run binds itself (per_run_values_).
+  void BindOnce();
+  // Binds this run's inputs and allocates its outputs.
+  void BindRun(const std::vector<const Tensor*>& inputs);
   // Bytes value `v` takes in memory: the one place that says how big a value is (its
   // oneDNN layout's size when blocked, which may pad channels to 16).
   int64_t ValueBytes(int v) const;
@@ -151,7 +169,8 @@ class Plan {
   PlanMemoryStats memory_;
   std::vector<PlanLayoutEntry> layout_;
   std::shared_ptr<Buffer> arena_;
-  std::vector<Tensor> bindings_;  // per value, reset every run
+  std::vector<Tensor> bindings_;     // per value; constants and arena values kept bound
+  std::vector<int> per_run_values_;  // values each run binds and unbinds
 };
 
 }  // namespace shoal::engine
