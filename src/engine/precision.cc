@@ -188,6 +188,18 @@ std::string BatchList(const std::vector<TierTiming>& timings) {
   return s;
 }
 
+// "fp32 0.0123 ms vs 0.0456 ms at batch 1, ..." (medians of whole runs).
+std::string RunFigures(const std::vector<TierTiming>& timings) {
+  std::string s;
+  for (const TierTiming& t : timings) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%sfp32 %.4g ms vs %.4g ms at batch %lld",
+                  s.empty() ? "" : ", ", t.fp32_ms, t.variant_ms, static_cast<long long>(t.batch));
+    s += buf;
+  }
+  return s;
+}
+
 }  // namespace
 
 StatusOr<TierTiming> TimeTiers(const Model& fp32, const Model& variant,
@@ -267,14 +279,15 @@ StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& loa
       }
       sel.model = std::move(mixed);
       sel.fp32_nodes = std::move(slow);
-      sel.why = "not faster than fp32 at batch " + batches + ": " + names;
+      sel.why = "not faster than fp32 at one of batch " + batches + ": " + names + "; whole run " +
+                RunFigures(mixed_timings);
       return sel;
     }
   }
   // Nothing or too little pays: the whole tier computes as fp32 does.
   ASSIGN_OR_RETURN(sel.model, load(std::make_shared<const std::vector<int>>(all)));
   sel.fp32_nodes = all;
-  sel.why = "the tier is not faster than fp32 at batch " + batches;
+  sel.why = "the tier is not faster than fp32 at batch " + batches + ": " + RunFigures(sel.timings);
   return sel;
 }
 
