@@ -171,6 +171,18 @@ ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_
                         return r.def && bit(r.def->any_layout_inputs, r.input);
                       });
   }
+  // In a bf16 plan a value in a producer's layout may be bf16; one that a node kept in
+  // FP32 (PlanOptions::fp32_nodes) writes or reads stays plain FP32 instead, since a
+  // fused residual must match its convolution's own type.
+  if (precision == Precision::kBf16 && options.fp32_nodes) {
+    for (int n : *options.fp32_nodes) {
+      if (n < 0 || static_cast<size_t>(n) >= graph.nodes.size()) continue;
+      for (int v : graph.nodes[n].inputs)
+        if (v >= 0) l.any_layout[v] = 0;
+      for (int v : graph.nodes[n].outputs)
+        if (v >= 0) l.any_layout[v] = 0;
+    }
+  }
   if (precision != Precision::kInt8) return l;
   for (size_t n = graph.nodes.size(); n-- > 0;) {
     for (int v : graph.nodes[n].outputs) {

@@ -190,6 +190,28 @@ TEST(PrecisionTest, TiersRunResidualAndTransformerModels) {
       const double scale = std::max(1e-3f, MaxAbs(out[0].tensor));
       EXPECT_LT(cmp->max_abs_diff / scale, bound) << name << " " << PrecisionName(p) << ": "
                                                   << cmp->ToString() << ", output scale " << scale;
+      // Every other convolution or product kept fp32, either half (what tier selection may ask
+      // for): values cross between the tier's layouts and types and fp32's both ways.
+      for (size_t parity : {0u, 1u}) {
+        auto keep = std::make_shared<std::vector<int>>();
+        const Graph& g = (*fp32)->graph();
+        for (size_t n = 0, k = 0; n < g.nodes.size(); ++n)
+          if (TierChangesNode(g.nodes[n]) && k++ % 2 == parity)
+            keep->push_back(static_cast<int>(n));
+        ASSERT_FALSE(keep->empty()) << name;
+        LoadOptions o;
+        o.plan.precision = p;
+        o.plan.calibration = std::make_shared<const Calibration>(*table);
+        o.plan.fp32_nodes = keep;
+        auto mixed = Model::Load(ModelPath(name + ".onnx"), o);
+        ASSERT_TRUE(mixed.ok()) << name << " mixed " << parity << " " << PrecisionName(p) << ": "
+                                << mixed.status().ToString();
+        auto mixed_cmp = CompareTiers(**fp32, **mixed, batches);
+        ASSERT_TRUE(mixed_cmp.ok()) << mixed_cmp.status().ToString();
+        EXPECT_LT(mixed_cmp->max_abs_diff / scale, bound)
+            << name << " mixed " << parity << " " << PrecisionName(p) << ": "
+            << mixed_cmp->ToString();
+      }
     }
   }
 }
