@@ -153,6 +153,10 @@ class Session {
   dnnl::stream stream_;
   // LRU: most recently used at the front.
   std::list<CachedPlan> plans_;
+  // RunImpl's per-run vectors, kept to save their allocations.
+  std::vector<const Tensor*> run_ordered_;
+  std::vector<Shape> run_shapes_;
+  std::vector<Tensor> run_results_;
 };
 
 }  // namespace shoal::engine
