@@ -18,6 +18,7 @@
 // precision variant is chosen inside `prepare` from PlanOptions.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -59,6 +60,13 @@ struct PlanOptions {
   // kInt8: ranges of the values that feed convolutions and products. A node whose input
   // has no range here runs in FP32.
   std::shared_ptr<const Calibration> calibration;
+  // Nodes (indices into the optimised graph) that run in FP32 whatever `precision` says:
+  // those a tier's load found no faster in bf16 or int8 than in FP32 (precision.h,
+  // SelectTierNodes). Their outputs are never left quantised for them.
+  std::shared_ptr<const std::vector<int>> fp32_nodes;
+  bool KeepsFp32(int node) const {
+    return fp32_nodes && std::binary_search(fp32_nodes->begin(), fp32_nodes->end(), node);
+  }
 };
 
 struct PrepareContext {

@@ -331,12 +331,15 @@ Status Session::RunObserved(const std::vector<NamedTensor>& inputs,
   return RunImpl(inputs, outputs, &observer);
 }
 
-Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
-                        const Plan::Observer* observer) {
-  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+Status Session::OrderInputs(const std::vector<NamedTensor>& inputs,
+                            std::vector<const Tensor*>* ordered_out,
+                            std::vector<Shape>* shapes_out) const {
   const Graph& g = model_.graph();
-  std::vector<const Tensor*> ordered(g.inputs.size(), nullptr);
-  std::vector<Shape> shapes(g.inputs.size());
+  std::vector<const Tensor*>& ordered = *ordered_out;
+  std::vector<Shape>& shapes = *shapes_out;
+  ordered.assign(g.inputs.size(), nullptr);
+  shapes.resize(g.inputs.size());
+  for (Shape& s : shapes) s.clear();  // keeps the capacity a reused vector had
   for (const NamedTensor& in : inputs) {
     size_t i = 0;
     while (i < g.inputs.size() && g.values[g.inputs[i]].name != in.name) ++i;
@@ -377,14 +380,42 @@ Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<Name
     if (!ordered[i])
       return InvalidArgument("input '" + g.values[g.inputs[i]].name + "' is missing");
   }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<double>> Session::TimeStepsAlone(const std::vector<NamedTensor>& inputs,
+                                                      int reps) {
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+  std::vector<const Tensor*> ordered;
+  std::vector<Shape> shapes;
+  RETURN_IF_ERROR(OrderInputs(inputs, &ordered, &shapes));
   ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(shapes));
   omp_set_num_threads(cached->threads);
-  std::vector<Tensor> results;
-  RETURN_IF_ERROR(cached->plan->Run(ordered, stream_, &results, observer));
+  return cached->plan->TimeStepsAlone(ordered, stream_, reps);
+}
+
+Status Session::RunImpl(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                        const Plan::Observer* observer) {
+  if (std::this_thread::get_id() != owner_) RETURN_IF_ERROR(SetUpThreads());
+  const Graph& g = model_.graph();
+  // Scratch kept between runs (one thread at a time): no allocation per run for them.
+  std::vector<const Tensor*>& ordered = run_ordered_;
+  std::vector<Shape>& shapes = run_shapes_;
+  std::vector<Tensor>& results = run_results_;
+  RETURN_IF_ERROR(OrderInputs(inputs, &ordered, &shapes));
+  ASSIGN_OR_RETURN(CachedPlan * cached, PlanFor(shapes));
+  omp_set_num_threads(cached->threads);
+  const Status run = cached->plan->Run(ordered, stream_, &results, observer);
+  ordered.assign(ordered.size(), nullptr);  // no pointer to the caller's inputs stays
+  if (!run.ok()) {
+    results.clear();
+    return run;
+  }
   outputs->clear();
   for (size_t o = 0; o < results.size(); ++o) {
     outputs->push_back(NamedTensor{g.values[g.outputs[o]].name, std::move(results[o])});
   }
+  results.clear();
   return Status::Ok();
 }
 

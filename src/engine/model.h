@@ -116,6 +116,11 @@ class Session {
   // INVALID_ARGUMENT when the shapes do not fit the model.
   StatusOr<PlanMemoryStats> PlanStats(const std::vector<Shape>& input_shapes);
 
+  // Plan::TimeStepsAlone on the plan for these inputs (dispatch-cost measurement,
+  // bench/engine/dispatch_benchmark.cc): per step that runs a kernel, the median ms of
+  // `reps` runs of it alone. Same thread rules as Run.
+  StatusOr<std::vector<double>> TimeStepsAlone(const std::vector<NamedTensor>& inputs, int reps);
+
   int cached_plans() const { return static_cast<int>(plans_.size()); }
   int threads() const { return threads_; }
   // The threads the plan for these input shapes runs on (1 for a small plan, else
@@ -131,6 +136,9 @@ class Session {
     int threads = 1;  // OpenMP threads its kernels were created for and run on
   };
   StatusOr<CachedPlan*> PlanFor(const std::vector<Shape>& shapes);
+  // Inputs in the graph's order, checked against the model (Run's INVALID_ARGUMENTs).
+  Status OrderInputs(const std::vector<NamedTensor>& inputs, std::vector<const Tensor*>* ordered,
+                     std::vector<Shape>* shapes) const;
   Status CheckInputShapes(const std::vector<Shape>& input_shapes) const;
   // CheckInputShapes, thread set-up when called from a new thread, then PlanFor.
   StatusOr<CachedPlan*> PlanForShapes(const std::vector<Shape>& input_shapes);
@@ -145,6 +153,10 @@ class Session {
   dnnl::stream stream_;
   // LRU: most recently used at the front.
   std::list<CachedPlan> plans_;
+  // RunImpl's per-run vectors, kept to save their allocations.
+  std::vector<const Tensor*> run_ordered_;
+  std::vector<Shape> run_shapes_;
+  std::vector<Tensor> run_results_;
 };
 
 }  // namespace shoal::engine

@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <string>
@@ -93,6 +94,13 @@ int64_t Plan::EstimatedFlops() const {
   return flops;
 }
 
+int Plan::kernel_steps() const {
+  int n = 0;
+  for (const Step& step : steps_)
+    n += !step.skip && !step.dynamic && step.kernel->alias_input() < 0;
+  return n;
+}
+
 std::vector<std::pair<std::string, std::string>> Plan::Implementations() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const Step& step : steps_) {
@@ -120,7 +128,9 @@ Tensor CopyOf(const Tensor& t) {
   return copy;
 }
 
-Status WrapDnnl(const Graph& graph, int node, const std::function<Status()>& fn) {
+// A template, not std::function: it wraps every step of every run.
+template <typename Fn>
+Status WrapDnnl(const Graph& graph, int node, const Fn& fn) {
   try {
     return fn();
   } catch (const dnnl::error& e) {
@@ -144,7 +154,8 @@ struct ValueLayouts {
 // that wants FP32 (values are decided last reader first; nodes are in topological
 // order).
 ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_output,
-                                Precision precision) {
+                                const PlanOptions& options) {
+  const Precision precision = options.precision;
   const size_t nv = graph.values.size();
   ValueLayouts l;
   l.any_layout.assign(nv, 0);
@@ -167,12 +178,26 @@ ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_
                         return r.def && bit(r.def->any_layout_inputs, r.input);
                       });
   }
+  // In a bf16 plan a value in a producer's layout may be bf16; one that a node kept in
+  // FP32 (PlanOptions::fp32_nodes) writes or reads stays plain FP32 instead, since a
+  // fused residual must match its convolution's own type.
+  if (precision == Precision::kBf16 && options.fp32_nodes) {
+    for (int n : *options.fp32_nodes) {
+      if (n < 0 || static_cast<size_t>(n) >= graph.nodes.size()) continue;
+      for (int v : graph.nodes[n].inputs)
+        if (v >= 0) l.any_layout[v] = 0;
+      for (int v : graph.nodes[n].outputs)
+        if (v >= 0) l.any_layout[v] = 0;
+    }
+  }
   if (precision != Precision::kInt8) return l;
   for (size_t n = graph.nodes.size(); n-- > 0;) {
     for (int v : graph.nodes[n].outputs) {
       if (v < 0 || !l.any_layout[v]) continue;
       l.quantizable[v] = std::all_of(readers[v].begin(), readers[v].end(), [&](const Reader& r) {
         if (!bit(r.def->quantized_inputs, r.input)) return false;
+        // A node kept in FP32 reads FP32.
+        if (options.KeepsFp32(static_cast<int>(r.node - graph.nodes.data()))) return false;
         if (!r.def->quantized_passthrough) return true;
         const int out = r.node->outputs.empty() ? -1 : r.node->outputs[0];
         return out >= 0 && l.quantizable[out] != 0;
@@ -199,13 +224,16 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   plan->limits_ = limits;
   std::vector<char> defined;  // per value: its shape and dtype are known
   plan->InitValues(input_shapes, &defined);
-  const ValueLayouts layouts = DecideValueLayouts(graph, plan->is_output_, options.precision);
+  const ValueLayouts layouts = DecideValueLayouts(graph, plan->is_output_, options);
+  // What nodes kept in FP32 (PlanOptions::fp32_nodes) see.
+  PlanOptions fp32_options = options;
+  fp32_options.precision = Precision::kFp32;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     const OpDef* def = FindOp(node.domain, node.op_type);
     if (def == nullptr) return InvalidArgument(graph.Describe(n) + ": operator is not supported");
     PrepareContext ctx;
-    ctx.options = &options;
+    ctx.options = options.KeepsFp32(static_cast<int>(n)) ? &fp32_options : &options;
     ctx.dnnl_engine = &engine;
     ctx.weights = weights;
     bool all_known = true;
@@ -227,7 +255,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
       return InvalidArgument("graph output '" + graph.values[v].name + "' is never produced");
   }
   RETURN_IF_ERROR(plan->AssignOffsets());
-  plan->bindings_.assign(graph.values.size(), Tensor());
+  plan->BindOnce();
   return plan;
 }
 
@@ -610,26 +638,99 @@ Status Plan::AssignOffsets() {
   return Status::Ok();
 }
 
-Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
-                 std::vector<Tensor>* outputs, const Observer* observer) {
+void Plan::BindOnce() {
   const Graph& graph = *graph_;
-  if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
-  for (size_t v = 0; v < bindings_.size(); ++v) {
+  const size_t nv = graph.values.size();
+  bindings_.assign(nv, Tensor());
+  std::vector<char> per_run(nv, 0);
+  for (size_t v = 0; v < nv; ++v) {
     if (!known_[v].empty()) {
       bindings_[v] = known_[v];
     } else if (offsets_[v] >= 0) {
       bindings_[v] = Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]),
                             static_cast<size_t>(ValueBytes(v)));
     } else {
-      bindings_[v] = Tensor();
+      per_run[v] = 1;  // an input, an output, a view: bound by each run
     }
   }
+  for (int v : graph.inputs) per_run[v] = 1;
+  for (int v : graph.outputs)
+    if (known_[v].empty()) per_run[v] = 1;
+  per_run_values_.clear();
+  for (size_t v = 0; v < nv; ++v)
+    if (per_run[v]) per_run_values_.push_back(static_cast<int>(v));
+  for (Step& step : steps_) {
+    step.in_ptrs.clear();
+    step.out_ptrs.clear();
+    for (int v : step.inputs) step.in_ptrs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+    for (int v : step.outputs) step.out_ptrs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+  }
+}
+
+void Plan::BindRun(const std::vector<const Tensor*>& inputs) {
+  const Graph& graph = *graph_;
+  // Constants and arena values stay bound from one run to the next (BindOnce); only
+  // inputs, outputs and views are bound here, and unbound as the run ends.
+  for (int v : per_run_values_) bindings_[v] = Tensor();
   for (size_t i = 0; i < inputs.size(); ++i) bindings_[graph.inputs[i]] = *inputs[i];
   for (int v : graph.outputs) {
     if (known_[v].empty() && alias_of_[v] < 0 && !dynamic_[v] && bindings_[v].empty()) {
       bindings_[v] = Tensor::Allocate(dtypes_[v], shapes_[v]);
     }
   }
+}
+
+StatusOr<std::vector<double>> Plan::TimeStepsAlone(const std::vector<const Tensor*>& inputs,
+                                                   dnnl::stream& stream, int reps) {
+  const Graph& graph = *graph_;
+  if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
+  if (reps < 1) return InvalidArgument("reps must be >= 1");
+  BindRun(inputs);
+  std::vector<double> out;
+  std::vector<double> samples(static_cast<size_t>(reps));
+  RunContext rc;
+  rc.stream = &stream;
+  Status status = Status::Ok();
+  for (const Step& step : steps_) {
+    if (step.dynamic) {  // prepared at each run from its inputs: run, not timed alone
+      status = RunDynamic(step, stream);
+      if (!status.ok()) break;
+      continue;
+    }
+    const int alias = step.kernel->alias_input();
+    if (alias >= 0) {
+      const int o = step.outputs[0];
+      bindings_[o] = ViewOf(bindings_[step.inputs[alias]], dtypes_[o], shapes_[o]);
+      continue;
+    }
+    if (step.skip) continue;
+    rc.inputs.assign(step.in_ptrs.begin(), step.in_ptrs.end());
+    rc.outputs.assign(step.out_ptrs.begin(), step.out_ptrs.end());
+    // Once for the steps after it, then `reps` times alone.
+    for (int r = -1; r < reps && status.ok(); ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      status = WrapDnnl(graph, step.node, [&]() {
+        RETURN_IF_ERROR(step.kernel->Run(rc));
+        stream.wait();
+        return Status::Ok();
+      });
+      const auto end = std::chrono::steady_clock::now();
+      if (r >= 0) samples[r] = std::chrono::duration<double, std::milli>(end - start).count();
+    }
+    if (!status.ok()) break;
+    std::sort(samples.begin(), samples.end());
+    out.push_back(samples[samples.size() / 2]);
+  }
+  for (int v : per_run_values_) bindings_[v] = Tensor();
+  if (!status.ok()) return status;
+  return out;
+}
+
+Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
+                 std::vector<Tensor>* outputs, const Observer* observer) {
+  const Graph& graph = *graph_;
+  if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
+  BindRun(inputs);
   // Seen last before the first step, so that an observer timing the steps
   // (ProfileOperators) counts the outputs' allocation above as no step's (when the graph
   // has inputs; without, the first step's interval starts with the run).
@@ -655,10 +756,8 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
       continue;
     }
     if (step.skip) continue;
-    rc.inputs.clear();
-    rc.outputs.clear();
-    for (int v : step.inputs) rc.inputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
-    for (int v : step.outputs) rc.outputs.push_back(v >= 0 ? &bindings_[v] : nullptr);
+    rc.inputs.assign(step.in_ptrs.begin(), step.in_ptrs.end());
+    rc.outputs.assign(step.out_ptrs.begin(), step.out_ptrs.end());
     RETURN_IF_ERROR(WrapDnnl(graph, step.node, [&]() { return step.kernel->Run(rc); }));
     if (observer) {
       RETURN_IF_ERROR(WrapDnnl(graph, step.node, [&]() {
@@ -685,7 +784,7 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     }
     outputs->push_back(std::move(t));
   }
-  for (Tensor& t : bindings_) t = Tensor();  // drop references to caller memory
+  for (int v : per_run_values_) bindings_[v] = Tensor();  // drop references to caller memory
   return Status::Ok();
 }
 

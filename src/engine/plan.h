@@ -90,6 +90,17 @@ class Plan {
   Status Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
              std::vector<Tensor>* outputs, const Observer* observer = nullptr);
 
+  // Dispatch-cost measurement (bench/engine/dispatch_benchmark.cc): runs the plan once
+  // step by step, running each step that computes something `reps` more times by itself
+  // right after it (its inputs warm in cache: the best its kernel does); per such step,
+  // in step order, the median ms of those runs. A step's inputs may be overwritten by
+  // the repetitions (in-place steps), so the outputs are not kept.
+  StatusOr<std::vector<double>> TimeStepsAlone(const std::vector<const Tensor*>& inputs,
+                                               dnnl::stream& stream, int reps);
+  // Steps that run a prepared kernel at each run (not views, not skipped, not prepared
+  // per run for a data-dependent shape).
+  int kernel_steps() const;
+
   const std::vector<Shape>& shapes() const { return shapes_; }
   const std::vector<DataType>& dtypes() const { return dtypes_; }
   // Per value: its shape is known only at run time (shapes() holds no shape for it).
@@ -123,6 +134,9 @@ class Plan {
     std::vector<int> outputs;  // value ids, -1 omitted
     bool skip = false;         // all outputs empty: nothing to compute
     bool dynamic = false;      // reads a dynamic value: kernel is prepared at every run
+    // &bindings_[v] per input and output (null where omitted), fixed by BindOnce.
+    std::vector<const Tensor*> in_ptrs;
+    std::vector<Tensor*> out_ptrs;
   };
   Plan(const Graph& graph) : graph_(&graph) {}
   // Steps of Prepare, in order.
@@ -149,6 +163,11 @@ class Plan {
   // Prepares and runs a dynamic step from the tensors bound to its inputs.
   Status RunDynamic(const Step& step, dnnl::stream& stream);
   Status AssignOffsets();
+  // Binds constants and arena values for every run to come, and lists the values each
+  // run binds itself (per_run_values_).
+  void BindOnce();
+  // Binds this run's inputs and allocates its outputs.
+  void BindRun(const std::vector<const Tensor*>& inputs);
   // Bytes value `v` takes in memory: the one place that says how big a value is (its
   // oneDNN layout's size when blocked, which may pad channels to 16).
   int64_t ValueBytes(int v) const;
@@ -174,7 +193,8 @@ class Plan {
   PlanMemoryStats memory_;
   std::vector<PlanLayoutEntry> layout_;
   std::shared_ptr<Buffer> arena_;
-  std::vector<Tensor> bindings_;  // per value, reset every run
+  std::vector<Tensor> bindings_;     // per value; constants and arena values kept bound
+  std::vector<int> per_run_values_;  // values each run binds and unbinds
 };
 
 }  // namespace shoal::engine

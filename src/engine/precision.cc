@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/npy.h"
+#include "engine/profile.h"
 
 namespace shoal::engine {
 
@@ -132,6 +133,162 @@ StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant
   }
   if (classifier && rows > 0) acc.top1_agreement = static_cast<double>(agree) / rows;
   return acc;
+}
+
+bool TierChangesNode(const Node& node) {
+  if (!node.domain.empty() && node.domain != "ai.onnx" && node.domain != "shoal") return false;
+  static const char* const kOps[] = {"Conv",      "ConvTranspose", "MatMul",   "Gemm",
+                                     "FusedConv", "FusedMatMul",   "FusedGemm"};
+  for (const char* op : kOps)
+    if (node.op_type == op) return true;
+  return false;
+}
+
+std::vector<int> SlowerTierNodes(const Graph& graph, const std::vector<TierTiming>& timings) {
+  std::vector<int> out;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (!TierChangesNode(graph.nodes[n])) continue;
+    for (const TierTiming& t : timings) {
+      if (n >= t.fp32_node_ms.size() || n >= t.variant_node_ms.size()) continue;
+      // A node that never ran (folded at plan time) costs nothing either way.
+      if (t.fp32_node_ms[n] <= 0 && t.variant_node_ms[n] <= 0) continue;
+      if (!(t.variant_node_ms[n] < t.fp32_node_ms[n])) {
+        out.push_back(static_cast<int>(n));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+bool TierPays(const std::vector<TierTiming>& timings) {
+  return std::all_of(timings.begin(), timings.end(),
+                     [](const TierTiming& t) { return t.variant_ms < t.fp32_ms; });
+}
+
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+int64_t BatchOf(const std::vector<NamedTensor>& inputs) {
+  return inputs.empty() || inputs[0].tensor.shape().empty() ? 0 : inputs[0].tensor.shape()[0];
+}
+
+std::string BatchList(const std::vector<TierTiming>& timings) {
+  std::string s;
+  for (const TierTiming& t : timings) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(t.batch);
+  }
+  return s;
+}
+
+// "fp32 0.0123 ms vs 0.0456 ms at batch 1, ..." (medians of whole runs).
+std::string RunFigures(const std::vector<TierTiming>& timings) {
+  std::string s;
+  for (const TierTiming& t : timings) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%sfp32 %.4g ms vs %.4g ms at batch %lld",
+                  s.empty() ? "" : ", ", t.fp32_ms, t.variant_ms, static_cast<long long>(t.batch));
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace
+
+StatusOr<TierTiming> TimeTiers(const Model& fp32, const Model& variant,
+                               const std::vector<NamedTensor>& inputs, int rounds, int runs) {
+  if (rounds < 1 || runs < 1) return InvalidArgument("rounds and runs must be >= 1");
+  SessionOptions one;
+  one.threads = 1;
+  const size_t nodes = fp32.graph().nodes.size();
+  std::vector<std::vector<double>> a(nodes), b(nodes);
+  std::vector<double> whole_a, whole_b;
+  // Each profile runs for about 20 ms (a big model at a big batch: once), so that a
+  // large model's load does not take minutes.
+  ASSIGN_OR_RETURN(OperatorProfile probe, ProfileOperators(fp32, inputs, 1, one));
+  const int n_runs = std::clamp(static_cast<int>(20.0 / std::max(probe.ms_per_run, 1e-3)), 1, runs);
+  for (int r = 0; r < rounds; ++r) {
+    ASSIGN_OR_RETURN(OperatorProfile pa, ProfileOperators(fp32, inputs, n_runs, one));
+    ASSIGN_OR_RETURN(OperatorProfile pb, ProfileOperators(variant, inputs, n_runs, one));
+    if (pa.node_ms.size() != nodes || pb.node_ms.size() != nodes)
+      return Internal("the variant's graph differs from fp32's");
+    for (size_t n = 0; n < nodes; ++n) {
+      a[n].push_back(pa.node_ms[n]);
+      b[n].push_back(pb.node_ms[n]);
+    }
+    whole_a.push_back(pa.ms_per_run);
+    whole_b.push_back(pb.ms_per_run);
+  }
+  TierTiming t;
+  t.batch = BatchOf(inputs);
+  t.fp32_ms = Median(whole_a);
+  t.variant_ms = Median(whole_b);
+  for (size_t n = 0; n < nodes; ++n) {
+    t.fp32_node_ms.push_back(Median(a[n]));
+    t.variant_node_ms.push_back(Median(b[n]));
+  }
+  return t;
+}
+
+std::string TierSelection::ToString(Precision precision) const {
+  const std::string tier(PrecisionName(precision));
+  if (fp32_nodes.empty())
+    return "all " + std::to_string(candidates) + " convolutions and products in " + tier;
+  return std::to_string(fp32_nodes.size()) + " of " + std::to_string(candidates) +
+         " convolutions and products kept fp32 (" + why + ")";
+}
+
+StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& load,
+                                        const std::vector<std::vector<NamedTensor>>& timed_inputs,
+                                        const TierTimer& timer) {
+  const Graph& graph = fp32.graph();
+  TierSelection sel;
+  std::vector<int> all;
+  for (size_t n = 0; n < graph.nodes.size(); ++n)
+    if (TierChangesNode(graph.nodes[n])) all.push_back(static_cast<int>(n));
+  sel.candidates = static_cast<int>(all.size());
+  ASSIGN_OR_RETURN(sel.model, load(nullptr));
+  if (all.empty() || timed_inputs.empty()) return sel;
+  for (const auto& inputs : timed_inputs) {
+    ASSIGN_OR_RETURN(TierTiming t, timer(fp32, *sel.model, inputs));
+    sel.timings.push_back(std::move(t));
+  }
+  std::vector<int> slow = SlowerTierNodes(graph, sel.timings);
+  const std::string batches = BatchList(sel.timings);
+  if (slow.empty() && TierPays(sel.timings)) return sel;
+  if (!slow.empty() && slow.size() < all.size()) {
+    auto keep = std::make_shared<const std::vector<int>>(slow);
+    ASSIGN_OR_RETURN(auto mixed, load(keep));
+    std::vector<TierTiming> mixed_timings;
+    for (const auto& inputs : timed_inputs) {
+      ASSIGN_OR_RETURN(TierTiming t, timer(fp32, *mixed, inputs));
+      mixed_timings.push_back(std::move(t));
+    }
+    if (TierPays(mixed_timings)) {
+      std::string names;
+      for (int n : slow) {
+        if (!names.empty()) names += ", ";
+        names += graph.nodes[n].name.empty() ? "#" + std::to_string(n) : graph.nodes[n].name;
+      }
+      sel.model = std::move(mixed);
+      sel.fp32_nodes = std::move(slow);
+      sel.why = "not faster than fp32 at one of batch " + batches + ": " + names + "; whole run " +
+                RunFigures(mixed_timings);
+      return sel;
+    }
+  }
+  // Nothing or too little pays: the whole tier computes as fp32 does.
+  ASSIGN_OR_RETURN(sel.model, load(std::make_shared<const std::vector<int>>(all)));
+  sel.fp32_nodes = all;
+  sel.why = "the tier is not faster than fp32 at batch " + batches + ": " + RunFigures(sel.timings);
+  return sel;
 }
 
 StatusOr<std::vector<std::vector<NamedTensor>>> ReadCalibrationInputs(const Model& model,

@@ -18,6 +18,8 @@
 // variant beyond the bound its config sets.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +53,58 @@ struct TierAccuracy {
 // agreement is measured on the first output when it is [batch, classes] with classes > 1.
 StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant,
                                     const std::vector<std::vector<NamedTensor>>& batches);
+
+// Per-operator tier selection: a lower tier must never be slower than fp32. Where bf16
+// or int8 does not pay (a small model at a small batch: reorders and quantisation cost
+// more than the arithmetic saves), the tier keeps those operators in fp32
+// (PlanOptions::fp32_nodes). The backend times the tier against fp32 at load, operator
+// by operator, at each batch size it prepares, and keeps in fp32 every convolution or
+// product that is not faster at one of them; when the result is still not faster than
+// fp32 as a whole, every one of them stays fp32.
+
+// One timed batch size: medians over a few alternating rounds, fp32 and the variant.
+struct TierTiming {
+  int64_t batch = 0;                                  // rows of the inputs timed (0: no batch axis)
+  double fp32_ms = 0, variant_ms = 0;                 // a whole run
+  std::vector<double> fp32_node_ms, variant_node_ms;  // per node of the optimised graph
+};
+
+// Nodes whose arithmetic a tier changes: convolutions and matrix products, fused or not.
+bool TierChangesNode(const Node& node);
+// Those of them not faster in the variant than in fp32 at some timed batch, ascending.
+std::vector<int> SlowerTierNodes(const Graph& graph, const std::vector<TierTiming>& timings);
+// True when the variant's whole run is faster than fp32's at every timed batch.
+bool TierPays(const std::vector<TierTiming>& timings);
+
+// Loads the variant with the given nodes kept fp32 (null: none).
+using TierLoader =
+    std::function<StatusOr<std::unique_ptr<Model>>(std::shared_ptr<const std::vector<int>>)>;
+// Times `variant` against `fp32` on `inputs`.
+using TierTimer = std::function<StatusOr<TierTiming>(const Model& fp32, const Model& variant,
+                                                     const std::vector<NamedTensor>& inputs)>;
+
+// Profiles each model (ProfileOperators) for `rounds` alternating rounds of up to
+// `runs` runs each (fewer when a run takes long: a round lasts about 20 ms or one run),
+// and takes medians over the rounds. Both run on one thread.
+StatusOr<TierTiming> TimeTiers(const Model& fp32, const Model& variant,
+                               const std::vector<NamedTensor>& inputs, int rounds = 5,
+                               int runs = 20);
+
+struct TierSelection {
+  std::unique_ptr<Model> model;     // the variant to serve
+  std::vector<int> fp32_nodes;      // nodes it keeps in fp32, ascending
+  int candidates = 0;               // nodes the tier could change (TierChangesNode)
+  std::vector<TierTiming> timings;  // of the first, all-lower-precision variant
+  std::string why;  // empty, or why nodes stayed fp32 ("not faster at batch 1: conv1, fc")
+  // "all 4 convolutions and products in int8", "2 of 4 ... kept fp32 (...)".
+  std::string ToString(Precision precision) const;
+};
+
+// Loads the variant (`load`), times it at each entry of `timed_inputs` (one set of
+// model inputs per batch size), and reloads it with the nodes that do not pay kept fp32.
+StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& load,
+                                        const std::vector<std::vector<NamedTensor>>& timed_inputs,
+                                        const TierTimer& timer);
 
 // Reads calibration inputs from a NumPy .npz file holding one array per model input,
 // named as the input, whose first dimension counts samples; splits them into batches

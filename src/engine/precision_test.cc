@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "core/npy.h"
 #include "engine/test_util.h"
@@ -189,6 +190,28 @@ TEST(PrecisionTest, TiersRunResidualAndTransformerModels) {
       const double scale = std::max(1e-3f, MaxAbs(out[0].tensor));
       EXPECT_LT(cmp->max_abs_diff / scale, bound) << name << " " << PrecisionName(p) << ": "
                                                   << cmp->ToString() << ", output scale " << scale;
+      // Every other convolution or product kept fp32, either half (what tier selection may ask
+      // for): values cross between the tier's layouts and types and fp32's both ways.
+      for (size_t parity : {0u, 1u}) {
+        auto keep = std::make_shared<std::vector<int>>();
+        const Graph& g = (*fp32)->graph();
+        for (size_t n = 0, k = 0; n < g.nodes.size(); ++n)
+          if (TierChangesNode(g.nodes[n]) && k++ % 2 == parity)
+            keep->push_back(static_cast<int>(n));
+        ASSERT_FALSE(keep->empty()) << name;
+        LoadOptions o;
+        o.plan.precision = p;
+        o.plan.calibration = std::make_shared<const Calibration>(*table);
+        o.plan.fp32_nodes = keep;
+        auto mixed = Model::Load(ModelPath(name + ".onnx"), o);
+        ASSERT_TRUE(mixed.ok()) << name << " mixed " << parity << " " << PrecisionName(p) << ": "
+                                << mixed.status().ToString();
+        auto mixed_cmp = CompareTiers(**fp32, **mixed, batches);
+        ASSERT_TRUE(mixed_cmp.ok()) << mixed_cmp.status().ToString();
+        EXPECT_LT(mixed_cmp->max_abs_diff / scale, bound)
+            << name << " mixed " << parity << " " << PrecisionName(p) << ": "
+            << mixed_cmp->ToString();
+      }
     }
   }
 }
@@ -211,6 +234,154 @@ TEST(PrecisionTest, CalibrationInputsComeFromAnNpzFile) {
   auto wrong = ReadCalibrationInputs(**fp32, path, 4);
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("no array named 'image'"), std::string::npos);
+}
+
+// Timings a test makes up: the variant's node `n` costs `variant[n]`, fp32's 1 ms each;
+// whole runs as given.
+TierTiming MadeUp(const Graph& g, int64_t batch, const std::map<int, double>& variant,
+                  double fp32_ms, double variant_ms) {
+  TierTiming t;
+  t.batch = batch;
+  t.fp32_ms = fp32_ms;
+  t.variant_ms = variant_ms;
+  t.fp32_node_ms.assign(g.nodes.size(), 1.0);
+  t.variant_node_ms.assign(g.nodes.size(), 0.5);
+  for (auto [n, ms] : variant) t.variant_node_ms[n] = ms;
+  return t;
+}
+
+std::vector<int> Candidates(const Graph& g) {
+  std::vector<int> out;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (TierChangesNode(g.nodes[n])) out.push_back(static_cast<int>(n));
+  return out;
+}
+
+TEST(PrecisionTest, SlowerNodesAreTheProductsNotFasterAtSomeBatch) {
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  ASSERT_TRUE(fp32.ok());
+  const Graph& g = (*fp32)->graph();
+  const std::vector<int> cand = Candidates(g);
+  ASSERT_GE(cand.size(), 2u);
+  // Everything faster at both batches: nothing stays fp32, and the tier pays.
+  std::vector<TierTiming> fast = {MadeUp(g, 1, {}, 2, 1), MadeUp(g, 32, {}, 20, 10)};
+  EXPECT_TRUE(SlowerTierNodes(g, fast).empty());
+  EXPECT_TRUE(TierPays(fast));
+  // The first product as slow at batch 1 (equal counts as not faster), the second
+  // slower at batch 32 only: both stay fp32; nodes that are not products never do.
+  std::vector<TierTiming> mixed = {MadeUp(g, 1, {{cand[0], 1.0}}, 2, 1),
+                                   MadeUp(g, 32, {{cand[1], 3.0}}, 20, 10)};
+  EXPECT_EQ(SlowerTierNodes(g, mixed), (std::vector<int>{cand[0], cand[1]}));
+  // A node slower in the variant that is not a product is not chosen.
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (TierChangesNode(g.nodes[n])) continue;
+    std::vector<TierTiming> other = {MadeUp(g, 1, {{static_cast<int>(n), 9.0}}, 2, 1)};
+    EXPECT_TRUE(SlowerTierNodes(g, other).empty()) << g.nodes[n].op_type;
+    break;
+  }
+  // Whole runs: not faster at one batch is not paying.
+  EXPECT_FALSE(TierPays({MadeUp(g, 1, {}, 2, 2), MadeUp(g, 32, {}, 20, 10)}));
+}
+
+// Loads digits in int8 with the nodes SelectTierNodes asks for kept fp32, and counts the
+// loads.
+struct Int8Digits {
+  std::shared_ptr<const Calibration> calibration;
+  std::vector<std::shared_ptr<const std::vector<int>>> asked;
+  TierLoader Loader() {
+    return [this](std::shared_ptr<const std::vector<int>> keep) {
+      asked.push_back(keep);
+      LoadOptions o;
+      o.plan.precision = Precision::kInt8;
+      o.plan.calibration = calibration;
+      o.plan.fp32_nodes = std::move(keep);
+      return Model::Load(ModelPath("digits.onnx"), o);
+    };
+  }
+};
+
+TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
+  Digits d = LoadDigits();
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  ASSERT_TRUE(fp32.ok());
+  const Graph& g = (*fp32)->graph();
+  const std::vector<int> cand = Candidates(g);
+  auto table = Calibrate(**fp32, Batches(d.images, 0, 64, 32));
+  ASSERT_TRUE(table.ok());
+  const auto timed = Batches(d.images, 0, 1, 1);
+  const auto check = Batches(d.images, 0, 64, 64);
+
+  // The tier pays everywhere: loaded once, nothing kept.
+  {
+    Int8Digits loader{std::make_shared<const Calibration>(*table), {}};
+    auto sel = SelectTierNodes(
+        **fp32, loader.Loader(), timed,
+        [&](const Model&, const Model&, const std::vector<NamedTensor>&) -> StatusOr<TierTiming> {
+          return MadeUp(g, 1, {}, 2, 1);
+        });
+    ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+    EXPECT_TRUE(sel->fp32_nodes.empty());
+    EXPECT_EQ(loader.asked.size(), 1u);
+    EXPECT_EQ(sel->candidates, static_cast<int>(cand.size()));
+    EXPECT_NE(sel->ToString(Precision::kInt8).find("in int8"), std::string::npos);
+    auto cmp = CompareTiers(**fp32, *sel->model, check);
+    ASSERT_TRUE(cmp.ok());
+    EXPECT_GT(cmp->max_abs_diff, 0.0);  // really int8
+  }
+  // One product slower, and the rest pays once it is fp32: only it stays fp32.
+  {
+    Int8Digits loader{std::make_shared<const Calibration>(*table), {}};
+    int calls = 0;
+    auto sel = SelectTierNodes(
+        **fp32, loader.Loader(), timed,
+        [&](const Model&, const Model&, const std::vector<NamedTensor>&) -> StatusOr<TierTiming> {
+          return ++calls == 1 ? MadeUp(g, 1, {{cand[0], 1.5}}, 2, 2.5) : MadeUp(g, 1, {}, 2, 1);
+        });
+    ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+    EXPECT_EQ(sel->fp32_nodes, std::vector<int>{cand[0]});
+    ASSERT_EQ(loader.asked.size(), 2u);
+    ASSERT_TRUE(loader.asked[1]);
+    EXPECT_EQ(*loader.asked[1], std::vector<int>{cand[0]});
+    const std::string report = sel->ToString(Precision::kInt8);
+    EXPECT_NE(report.find("1 of " + std::to_string(cand.size())), std::string::npos) << report;
+    EXPECT_NE(report.find("batch 1"), std::string::npos) << report;
+    EXPECT_NE(report.find(g.nodes[cand[0]].name), std::string::npos) << report;
+  }
+  // Nothing pays: every product stays fp32, and the variant computes exactly as fp32.
+  {
+    Int8Digits loader{std::make_shared<const Calibration>(*table), {}};
+    auto sel = SelectTierNodes(
+        **fp32, loader.Loader(), timed,
+        [&](const Model&, const Model&, const std::vector<NamedTensor>&) -> StatusOr<TierTiming> {
+          std::map<int, double> slow;
+          for (int n : cand) slow[n] = 2.0;
+          return MadeUp(g, 1, slow, 2, 3);
+        });
+    ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+    EXPECT_EQ(sel->fp32_nodes, cand);
+    EXPECT_NE(sel->why.find("not faster than fp32"), std::string::npos) << sel->why;
+    auto cmp = CompareTiers(**fp32, *sel->model, check);
+    ASSERT_TRUE(cmp.ok());
+    EXPECT_EQ(cmp->max_abs_diff, 0.0) << "kept fp32 but computed in int8";
+  }
+}
+
+TEST(PrecisionTest, TimeTiersGivesMediansPerNodeAtTheInputsBatch) {
+  Digits d = LoadDigits();
+  auto fp32 = Model::Load(ModelPath("digits.onnx"));
+  auto table = Calibrate(**fp32, Batches(d.images, 0, 32, 32));
+  ASSERT_TRUE(fp32.ok() && table.ok());
+  auto int8 = LoadTier("digits.onnx", Precision::kInt8,
+                       std::make_shared<const Calibration>(*std::move(table)));
+  ASSERT_TRUE(int8.ok());
+  auto t = TimeTiers(**fp32, **int8, Batches(d.images, 0, 2, 2)[0], 3, 2);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->batch, 2);
+  EXPECT_EQ(t->fp32_node_ms.size(), (*fp32)->graph().nodes.size());
+  EXPECT_EQ(t->variant_node_ms.size(), (*fp32)->graph().nodes.size());
+  EXPECT_GT(t->fp32_ms, 0);
+  EXPECT_GT(t->variant_ms, 0);
+  EXPECT_FALSE(TimeTiers(**fp32, **int8, Batches(d.images, 0, 2, 2)[0], 0, 1).ok());
 }
 
 }  // namespace

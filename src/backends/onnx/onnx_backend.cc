@@ -338,9 +338,38 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
     ASSIGN_OR_RETURN(auto table, engine::Calibrate(*fp32, batches));
     options.plan.calibration = std::make_shared<const engine::Calibration>(std::move(table));
   }
-  ASSIGN_OR_RETURN(auto variant, engine::Model::Load(path, options));
+  // Operators the tier does not make faster stay fp32 (engine/precision.h): timed at
+  // batch 1 and at the calibration batch size, unless the config turns that off.
+  bool select = true;
+  if (auto it = info.parameters.find("tier_operator_selection"); it != info.parameters.end()) {
+    if (it->second != "true" && it->second != "false")
+      return InvalidArgument("parameter tier_operator_selection must be true or false; was '" +
+                             it->second + "'");
+    select = it->second == "true";
+  }
+  std::vector<std::vector<NamedTensor>> timed;
+  if (select) {
+    if (fp32->batch_dim_symbolic()) {
+      ASSIGN_OR_RETURN(auto singles, engine::ReadCalibrationInputs(*fp32, cal_path, 1));
+      timed.push_back(singles.front());
+    }
+    if (timed.empty() || batches.front().front().tensor.shape().front() > 1)
+      timed.push_back(batches.front());
+  }
+  auto load = [&](std::shared_ptr<const std::vector<int>> fp32_nodes)
+      -> StatusOr<std::unique_ptr<engine::Model>> {
+    engine::LoadOptions o = options;
+    o.plan.fp32_nodes = std::move(fp32_nodes);
+    return engine::Model::Load(path, o);
+  };
+  auto timer = [](const engine::Model& a, const engine::Model& b,
+                  const std::vector<NamedTensor>& in) { return engine::TimeTiers(a, b, in); };
+  ASSIGN_OR_RETURN(engine::TierSelection selection,
+                   engine::SelectTierNodes(*fp32, load, timed, timer));
+  std::unique_ptr<engine::Model> variant = std::move(selection.model);
   ASSIGN_OR_RETURN(engine::TierAccuracy acc, engine::CompareTiers(*fp32, *variant, batches));
-  const std::string figures = "precision " + tier + " against fp32: " + acc.ToString();
+  const std::string figures = "precision " + tier + " against fp32: " + acc.ToString() + "; " +
+                              selection.ToString(precision);
   if (max_diff >= 0 && acc.max_abs_diff > max_diff) {
     return FailedPrecondition(figures + "; refused: max |diff| is above max_abs_diff " +
                               std::to_string(max_diff));

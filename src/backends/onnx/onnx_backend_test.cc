@@ -162,6 +162,9 @@ class OnnxTierTest : public OnnxBackendTest {
     info.version_dir = (root_ / "digits" / "1").string();
     info.max_batch_size = 64;
     info.parameters["precision"] = precision;
+    // These tests judge the tiers' arithmetic: no operator may fall back to fp32 for
+    // speed (TierSelectionLoadsATierNoSlowerThanFp32 turns that on).
+    info.parameters["tier_operator_selection"] = "false";
     return info;
   }
   // Held-out accuracy of a loaded model over all 450 images.
@@ -230,6 +233,31 @@ TEST_F(OnnxTierTest, RequestsPickATierThatTheConfigLoaded) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("'bf16' is not loaded"));
   EXPECT_THAT(s.message(), HasSubstr("fp32, int8"));
+}
+
+// Whether the int8 digits classifier pays at batch 1 depends on the machine (it does not
+// where the issue measured it); the selection logic itself is tested with made-up
+// timings in engine_precision_test. Here: the load goes through it, and the tier it keeps
+// is either int8 within its bound or, where int8 did not pay, exactly fp32's arithmetic.
+TEST_F(OnnxTierTest, TierSelectionLoadsATierNoSlowerThanFp32) {
+  ModelInfo info = Digits("fp32");
+  info.parameters["precision_tiers"] = "int8";
+  info.parameters["tier_operator_selection"] = "true";
+  auto model = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}, 0});
+  ASSERT_TRUE(instance.ok());
+  ExecuteRequest request;
+  request.batch_size = images_.shape()[0];
+  request.inputs.push_back({"image", images_});
+  std::vector<NamedTensor> fp32, int8;
+  ASSERT_TRUE((*instance)->Execute(request, &fp32).ok());
+  request.variant = "int8";
+  ASSERT_TRUE((*instance)->Execute(request, &int8).ok());
+  EXPECT_LT(MaxAbsDiff(fp32[0].tensor, int8[0].tensor), 0.1f * MaxAbs(fp32[0].tensor));
+  info.parameters["tier_operator_selection"] = "maybe";
+  EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
+              HasSubstr("tier_operator_selection must be true or false"));
 }
 
 TEST_F(OnnxTierTest, BadTierParametersAndMissingCalibrationFail) {
