@@ -448,7 +448,15 @@ Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
   PrepareContext ctx;
   ctx.graph = &graph;
   ctx.node_index = step.node;
-  ctx.options = &options_;
+  // A node tier selection kept in FP32 is prepared as Prepare does for it.
+  PlanOptions fp32_options;
+  if (options_.KeepsFp32(step.node)) {
+    fp32_options = options_;
+    fp32_options.precision = Precision::kFp32;
+    ctx.options = &fp32_options;
+  } else {
+    ctx.options = &options_;
+  }
   const dnnl::engine engine = stream.get_engine();
   ctx.dnnl_engine = &engine;
   ctx.weights = weights_;
@@ -731,6 +739,14 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
   const Graph& graph = *graph_;
   if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
   BindRun(inputs);
+  // However the run ends, it keeps no reference to the caller's tensors, this run's
+  // outputs or its data-dependent values (a cached plan may not run again for long).
+  struct Unbind {
+    Plan* plan;
+    ~Unbind() {
+      for (int v : plan->per_run_values_) plan->bindings_[v] = Tensor();
+    }
+  } unbind{this};
   // Seen last before the first step, so that an observer timing the steps
   // (ProfileOperators) counts the outputs' allocation above as no step's (when the graph
   // has inputs; without, the first step's interval starts with the run).
@@ -784,7 +800,6 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
     }
     outputs->push_back(std::move(t));
   }
-  for (int v : per_run_values_) bindings_[v] = Tensor();  // drop references to caller memory
   return Status::Ok();
 }
 

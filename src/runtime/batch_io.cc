@@ -38,7 +38,10 @@ StatusOr<ValidatedRequest> ValidateRequest(const ModelSignature& sig, const Infe
     if (!known)
       return InvalidArgument("unexpected input '" + in.name + "': the model has no such input");
   }
+  std::set<std::string> wanted;
   for (const auto& name : request.requested_outputs) {
+    if (!wanted.insert(name).second)
+      return InvalidArgument("output '" + name + "' is requested twice");
     bool known = false;
     for (const auto& spec : sig.outputs) known |= spec.name == name;
     if (!known) return InvalidArgument("unknown output '" + name + "' requested");

@@ -103,6 +103,12 @@ TEST(ValidateRequestTest, RejectsEachKindOfBadInput) {
     r.requested_outputs = {"Q"};
     cases.push_back({"unknown output", r, "unknown output 'Q'"});
   }
+  {
+    // An ensemble counts the outputs it must deliver: a name twice would never complete.
+    InferRequest r = Req(1, 0);
+    r.requested_outputs = {"Y", "Y"};
+    cases.push_back({"output twice", r, "output 'Y' is requested twice"});
+  }
   for (auto& c : cases) {
     auto v = ValidateRequest(Sig(), c.r);
     ASSERT_FALSE(v.ok()) << c.what;

@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "core/log_text.h"
 #include "repository/repository.h"
@@ -570,20 +574,43 @@ void Server::Shutdown() {
   CancelStartupLoading();  // before waiting for the model loading now, if any
   MutexLock load_lock(&load_mu_);
   std::map<std::string, Record> models;
-  std::vector<std::shared_ptr<ModelVersion>> ensembles;
+  // Per ensemble model: its versions, and the models its steps name.
+  struct EnsembleEntry {
+    std::vector<std::shared_ptr<ModelVersion>> versions;
+    std::set<std::string> steps;
+  };
+  std::map<std::string, EnsembleEntry> ensembles;
   {
     MutexLock lock(&mu_);
     if (shutting_down_ && models_.empty()) return;
     shutting_down_ = true;
     for (const auto& [name, r] : models_) {
       for (const auto& [v, mv] : r.versions) {
-        if (mv->is_ensemble()) ensembles.push_back(mv);
+        if (!mv->is_ensemble()) continue;
+        EnsembleEntry& e = ensembles[name];
+        e.versions.push_back(mv);
+        for (const auto& step : r.config.ensemble_scheduling().step())
+          e.steps.insert(step.model_name());
       }
     }
   }
   // Ensembles first, while their steps still serve (InferStep finds them while draining):
-  // what they accepted finishes, then no step request comes from them any more.
-  for (auto& mv : ensembles) mv->Shutdown();
+  // what they accepted finishes, then no step request comes from them any more. Outer
+  // ensembles before the ensembles they use as steps, so a nested one still serves the
+  // requests its callers drain.
+  while (!ensembles.empty()) {
+    std::vector<std::string> outer;
+    for (const auto& [name, e] : ensembles) {
+      bool used = false;
+      for (const auto& [other, oe] : ensembles) used |= other != name && oe.steps.count(name) > 0;
+      if (!used) outer.push_back(name);
+    }
+    if (outer.empty()) outer.push_back(ensembles.begin()->first);  // a cycle: load refuses it
+    for (const std::string& name : outer) {
+      for (auto& mv : ensembles[name].versions) mv->Shutdown();
+      ensembles.erase(name);
+    }
+  }
   {
     MutexLock lock(&mu_);
     models = std::move(models_);

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "runtime/server.h"
 #include "runtime/testing/test_repository.h"
@@ -182,6 +184,52 @@ TEST(ServerEnsembleTest, ShutdownDrainsEnsembleRequestsThroughTheirSteps) {
     EXPECT_TRUE(f.get().status.ok()) << "accepted before shutdown: must finish";
   }
   EXPECT_EQ(InferSync(**server, TwiceRequest()).status.code(), StatusCode::kUnavailable);
+}
+
+// "a_twice" (an ensemble) is a step of "b_outer", and sorts before it: shutdown must
+// drain the outer one first, or its accepted requests would find their inner step closed.
+TEST(ServerEnsembleTest, ShutdownDrainsNestedEnsemblesOuterFirst) {
+  std::string inner = kTwiceConfig;
+  inner.replace(inner.find("name: \"twice\""), 14, "name: \"a_twice\"");
+  constexpr char kOuterConfig[] = R"(
+name: "b_outer"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] },
+        { name: "Y" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "TWO_X" data_type: TYPE_INT32 dims: [ 4 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "a_twice" model_version: -1
+      input_map { key: "X" value: "X" } input_map { key: "Y" value: "Y" }
+      output_map { key: "TWO_X" value: "TWO_X" } }
+  ]
+}
+)";
+  TempRepository repo("shoal_server_ensemble_test");
+  repo.AddModel("add_sub", kAddSubConfig);
+  repo.AddModel("a_twice", inner);
+  repo.AddModel("b_outer", kOuterConfig);
+  auto server = Server::Create(RepositoryOptions(repo));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  constexpr int kRequests = 300;
+  std::vector<std::future<InferResponse>> answers;
+  for (int i = 0; i < kRequests; ++i) {
+    auto p = std::make_shared<std::promise<InferResponse>>();
+    answers.push_back(p->get_future());
+    InferRequest r = TwiceRequest();
+    r.model_name = "b_outer";
+    (*server)->Infer(std::move(r), [p](InferResponse a) { p->set_value(std::move(a)); });
+  }
+  (*server)->Shutdown();
+  int ok = 0;
+  for (auto& f : answers) {
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    InferResponse a = f.get();
+    EXPECT_TRUE(a.status.ok()) << a.status.ToString();
+    if (a.status.ok() && Values(a, "TWO_X") == std::vector<int32_t>{2, 4, 6, 8}) ++ok;
+  }
+  EXPECT_EQ(ok, kRequests);
 }
 
 }  // namespace

@@ -224,12 +224,18 @@ void Worker::ReadNew(int64_t room) {
     if (reply->str.rfind("NOGROUP", 0) == 0) {
       (void)reader_->Command(
           {"XGROUP", "CREATE", options_.stream, options_.group, "0", "MKSTREAM"});
+      return;
     }
+    // Anything else (NOPERM, WRONGTYPE, LOADING...) is not cured by asking again at once.
+    MutexLock lock(&mu_);
+    if (!stopping_) reader_cv_.WaitFor(&mu_, std::chrono::milliseconds(200));
     return;
   }
   auto entries = EntriesFromReadReply(*reply);
   if (!entries.ok()) {
     NoteRedisError(entries.status());
+    MutexLock lock(&mu_);
+    if (!stopping_) reader_cv_.WaitFor(&mu_, std::chrono::milliseconds(200));
     return;
   }
   read_new_ += static_cast<int64_t>(entries->size());
