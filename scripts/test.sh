@@ -32,7 +32,8 @@ if [ "$QUICK" -eq 0 ]; then
   scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DSHOAL_SANITIZE=address -DSHOAL_BUILD_BENCHMARKS=OFF \
     -DSHOAL_BUILD_E2E=OFF
   step "unit tests under ASan+UBSan"
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  (export LSAN_OPTIONS="suppressions=$PWD/src/engine/dnnl_lsan.supp"  # see the file
+   cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -L unit -j2 --timeout 900)
   step "build (TSan)"
   scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=thread -DSHOAL_BUILD_BENCHMARKS=OFF \
