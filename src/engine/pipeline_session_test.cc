@@ -107,7 +107,9 @@ TEST_F(PipelineSessionTest, MicroBatchedRunsMatchTheReferenceAndTheWholeModel) {
       ExpectClose(got, want);
       ExpectClose(got, ref.outputs);
     }
-    if (m > 0) EXPECT_EQ((*p)->last_micro_batches(), m);
+    if (m > 0) {
+      EXPECT_EQ((*p)->last_micro_batches(), m);
+    }
     const StagePipelineStats stats = (*p)->stats();
     EXPECT_EQ(stats.items, m > 0 ? 3 * m : stats.items);
     EXPECT_GE(stats.bubble_ratio(), 0.0);

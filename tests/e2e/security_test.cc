@@ -152,7 +152,9 @@ void ExpectUnauthorized(const HttpReply& r, bool presented) {
   const std::string* challenge = r.Header("www-authenticate");
   ASSERT_NE(challenge, nullptr);
   EXPECT_THAT(*challenge, HasSubstr("Bearer"));
-  if (presented) EXPECT_THAT(*challenge, HasSubstr("invalid_token"));
+  if (presented) {
+    EXPECT_THAT(*challenge, HasSubstr("invalid_token"));
+  }
   auto j = json::parse(r.body, nullptr, false);
   ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
   EXPECT_EQ(j["error"].get<std::string>().find(kToken), std::string::npos);
