@@ -31,9 +31,10 @@
 namespace shoal::engine {
 
 // Chooses micro-batch counts by hill climbing on measured run time, per batch size:
-// it starts at min(B, 2 * stages) (a bubble of (K-1)/(3K-1) with balanced stages), runs the current count, and every `explore_every`-th
-// run of that size tries a neighbour (one more, then one fewer, in turn); a neighbour
-// whose averaged time is below the current's by `margin` becomes current. Thread-safe.
+// it starts at min(B, 2 * stages) (a bubble of (K-1)/(3K-1) with balanced stages), runs the current
+// count, and every `explore_every`-th run of that size tries a neighbour (one more, then one fewer,
+// in turn); a neighbour whose averaged time is below the current's by `margin` becomes current.
+// Thread-safe.
 class MicroBatchTuner {
  public:
   explicit MicroBatchTuner(int stages, int explore_every = 4, double margin = 0.03);
