@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 using internal::DataTypeFromOnnx;
 
 constexpr int64_t kMinOpset = 11;
-constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMaxOpset = 18;
 constexpr int kMaxRank = 12;  // oneDNN's limit; no model we accept needs more
 
 StatusOr<std::string> ReadFileLimited(const fs::path& path, int64_t max_bytes, int64_t offset = 0,

@@ -1,4 +1,4 @@
-// Reads an ONNX model (opsets 11 to 17) into a Graph.
+// Reads an ONNX model (opsets 11 to 18) into a Graph.
 //
 // Accepted: the default domain at opset 11..17 (other domains may be imported; their
 // operators are rejected later by the op registry with the node named), initialisers,

@@ -307,6 +307,19 @@ TEST(ShapeOpsTest, SplitEqualAndExplicit) {
   EXPECT_FALSE(RunOp("Split", {{F32({3}, {1, 2, 3})}, {Const(I64({2}, {1, 1}))}}, {}, 2).ok());
 }
 
+// Opset 18's num_outputs: ceil(d / n) per output, the last one smaller.
+TEST(ShapeOpsTest, SplitNumOutputsAtOpset18) {
+  auto s = Run1("Split", {{F32({7}, {1, 2, 3, 4, 5, 6, 7})}}, {{"num_outputs", AInt(3)}}, 3, 18);
+  EXPECT_THAT(Values(s[0]), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Values(s[1]), ElementsAre(4, 5, 6));
+  EXPECT_THAT(Values(s[2]), ElementsAre(7));
+  auto wrong = RunOp("Split", {{F32({4}, {1, 2, 3, 4})}}, {{"num_outputs", AInt(3)}}, 2, 18);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("num_outputs is 3 for 2 outputs"));
+  auto both = RunOp("Split", {{F32({4}, {1, 2, 3, 4})}, {Const(I64({2}, {2, 2}))}},
+                    {{"num_outputs", AInt(2)}}, 2, 18);
+  EXPECT_THAT(both.status().message(), HasSubstr("both given"));
+}
+
 TEST(ShapeOpsTest, ShapeIsKnownAtPlanTimeAndFeedsReshape) {
   auto s = Run1("Shape", {{Random({2, 3, 4}, 1)}});
   EXPECT_THAT(IntValues(s[0]), ElementsAre(2, 3, 4));
@@ -385,6 +398,27 @@ TEST(IndexingTest, PadModes) {
   EXPECT_THAT(Values(crop[0]), ElementsAre(2, 3));
   auto bad = LoadOp("Pad", {{x}, pads}, {{"mode", AString("wrap")}});
   EXPECT_THAT(bad.message(), HasSubstr("mode 'wrap' is not supported"));
+}
+
+// Opset 18's axes input: pads speaks of the listed axes only (starts, then ends).
+TEST(IndexingTest, PadAxesAtOpset18) {
+  const Tensor x = F32({2, 2}, {1, 2, 3, 4});
+  auto last =
+      Run1("Pad", {{x}, {Const(I64({2}, {1, 0}))}, Omitted(), {Const(I64({1}, {-1}))}}, {}, 1, 18);
+  EXPECT_EQ(last[0].shape(), (Shape{2, 3}));
+  EXPECT_THAT(Values(last[0]), ElementsAre(0, 1, 2, 0, 3, 4));
+  auto first =
+      Run1("Pad", {{x}, {Const(I64({2}, {0, 1}))}, {Const(F32({}, {7}))}, {Const(I64({1}, {0}))}},
+           {}, 1, 18);
+  EXPECT_EQ(first[0].shape(), (Shape{3, 2}));
+  EXPECT_THAT(Values(first[0]), ElementsAre(1, 2, 3, 4, 7, 7));
+  auto bad = RunOp("Pad", {{x}, {Const(I64({4}, {1, 0, 0, 0}))}, Omitted(), {Const(I64({1}, {1}))}},
+                   {}, 1, 18);
+  EXPECT_THAT(bad.status().message(), HasSubstr("2 * 1 entries"));
+  auto repeat =
+      RunOp("Pad", {{x}, {Const(I64({4}, {1, 1, 0, 0}))}, Omitted(), {Const(I64({2}, {1, -1}))}},
+            {}, 1, 18);
+  EXPECT_THAT(repeat.status().message(), HasSubstr("axes repeat"));
 }
 
 TEST(IndexingTest, ResizeNearestAndLinear) {

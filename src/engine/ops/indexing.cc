@@ -138,6 +138,24 @@ StatusOr<std::unique_ptr<Kernel>> PreparePad(PrepareContext& ctx) {
   const Shape& x = ctx.in_shapes[0];
   const size_t r = x.size();
   ASSIGN_OR_RETURN(auto pads, KnownInts(ctx, 1, "pads"));
+  if (ctx.num_inputs() > 3 && ctx.has_input(3)) {
+    // Opset 18's `axes`: pads speaks of these axes only (starts, then ends); the others
+    // are not padded.
+    ASSIGN_OR_RETURN(auto axes, KnownInts(ctx, 3, "axes"));
+    if (pads.size() != 2 * axes.size())
+      return ctx.Error("pads must have 2 * " + std::to_string(axes.size()) +
+                       " entries for the axes given");
+    std::vector<int64_t> full(2 * r, 0);
+    std::vector<char> seen(r, 0);
+    for (size_t k = 0; k < axes.size(); ++k) {
+      auto a = NormalizeAxis(axes[k], static_cast<int64_t>(r));
+      if (!a.ok()) return ctx.Error(a.status().message());
+      if (seen[static_cast<size_t>(*a)]++) return ctx.Error("axes repeat");
+      full[static_cast<size_t>(*a)] = pads[k];
+      full[static_cast<size_t>(*a) + r] = pads[axes.size() + k];
+    }
+    pads = std::move(full);
+  }
   if (pads.size() != 2 * r) return ctx.Error("pads must have 2 * rank entries");
   Tensor value = Tensor::Allocate(ctx.in_dtypes[0], {});
   if (ctx.has_input(2)) {

@@ -394,7 +394,13 @@ StatusOr<std::unique_ptr<Kernel>> PrepareSplit(PrepareContext& ctx) {
   auto axis = NormalizeAxis(ctx.node().GetInt("axis", 0), static_cast<int64_t>(x.size()));
   if (!axis.ok() || x.empty()) return ctx.Error("axis is out of range for " + ShapeToString(x));
   const size_t n = ctx.out_shapes.size();
+  // Opset 18's num_outputs: without `split`, ceil(d / n) per output, the last smaller.
+  const int64_t num_outputs = ctx.node().GetInt("num_outputs", 0);
+  if (num_outputs != 0 && num_outputs != static_cast<int64_t>(n))
+    return ctx.Error("num_outputs is " + std::to_string(num_outputs) + " for " + std::to_string(n) +
+                     " outputs");
   ASSIGN_OR_RETURN(auto split, IntsFromInputOrAttr(ctx, 1, "split"));
+  if (split && num_outputs != 0) return ctx.Error("split and num_outputs are both given");
   std::vector<int64_t> sizes;
   if (split) {
     sizes = *split;
@@ -504,7 +510,7 @@ void RegisterShapeOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "Expand", {}, nullptr, PrepareExpand});
   ops->push_back({"", "Tile", {}, nullptr, PrepareTile});
   ops->push_back({"", "Concat", {"axis"}, nullptr, PrepareConcat});
-  ops->push_back({"", "Split", {"axis", "split"}, nullptr, PrepareSplit});
+  ops->push_back({"", "Split", {"axis", "split", "num_outputs"}, nullptr, PrepareSplit});
   ops->push_back({"", "ConstantOfShape", {"value"}, nullptr, PrepareConstantOfShape});
   ops->push_back({"", "Range", {}, nullptr, PrepareRange});
 }
