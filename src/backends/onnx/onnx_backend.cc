@@ -18,6 +18,22 @@
 namespace shoal::backends {
 namespace {
 
+// The items of a comma-separated parameter, spaces around each trimmed; an empty item
+// (",," or a trailing comma) is kept as "" for the caller to refuse or skip.
+std::vector<std::string> SplitCommaList(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t start = 0; start <= list.size();) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    items.push_back(std::move(item));
+    start = end + 1;
+  }
+  return items;
+}
+
 namespace fs = std::filesystem;
 
 Shape DimsOf(const engine::TensorInfo& t, bool batching) {
@@ -216,18 +232,12 @@ StatusOr<PipelineConfig> ReadPipelineConfig(const ModelInfo& info) {
   }
   if (auto it = info.parameters.find("pipeline_stage_boundaries"); it != info.parameters.end()) {
     const std::string& list = it->second;
-    for (size_t start = 0; start <= list.size();) {
-      size_t end = list.find(',', start);
-      if (end == std::string::npos) end = list.size();
-      std::string name = list.substr(start, end - start);
-      name.erase(0, name.find_first_not_of(' '));
-      name.erase(name.find_last_not_of(' ') + 1);
+    for (std::string& name : SplitCommaList(list)) {
       if (name.empty()) {
         return InvalidArgument("parameter pipeline_stage_boundaries has an empty node name: '" +
                                list + "'");
       }
-      c.boundaries.push_back(name);
-      start = end + 1;
+      c.boundaries.push_back(std::move(name));
     }
     const int k = static_cast<int>(c.boundaries.size()) + 1;
     if (info.parameters.count("pipeline_stages") && c.stages != k) {
@@ -394,15 +404,8 @@ StatusOr<Tiers> LoadTiers(const ModelInfo& info, const std::string& path,
   }
   names.push_back(tiers.default_tier);
   if (auto p = info.parameters.find("precision_tiers"); p != info.parameters.end()) {
-    std::string list = p->second;
-    for (size_t start = 0; start <= list.size();) {
-      size_t end = list.find(',', start);
-      if (end == std::string::npos) end = list.size();
-      std::string name = list.substr(start, end - start);
-      name.erase(0, name.find_first_not_of(' '));
-      name.erase(name.find_last_not_of(' ') + 1);
-      if (!name.empty()) names.push_back(name);
-      start = end + 1;
+    for (std::string& name : SplitCommaList(p->second)) {
+      if (!name.empty()) names.push_back(std::move(name));
     }
   }
   for (const std::string& name : names) {
