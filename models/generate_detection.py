@@ -12,8 +12,9 @@ operators (torch 1.13, torchvision 0.14):
 * det_roi_align_op13, det_roi_align_aligned_op17: torchvision.ops.roi_align with
   aligned=False (RoiAlign-10) and aligned=True (RoiAlign-16), fixed and adaptive sampling
   ratio, square and oblong outputs.
-* det_resize_op13, det_resize_op17: F.interpolate nearest / bilinear / bicubic, with
-  align_corners true and false, by scale_factor and by size, up and down (Resize).
+* det_resize_op13, det_resize_op17: F.interpolate nearest / (bi/tri)linear / bicubic, with
+  align_corners true and false, by scale_factor (also recomputed) and by size, up and
+  down, on 3-D, 4-D and 5-D tensors (Resize).
 * det_grid_sample_op17: F.grid_sample, bilinear / nearest / bicubic, every padding mode,
   align_corners true and false (GridSample-16).
 * det_scatter_gather_op17, det_scatter_gather_unique_op13: index_put (ScatterND), scatter
@@ -151,7 +152,7 @@ def roi_inputs(case, gen):
 
 
 class ResizeModel(nn.Module):
-    def forward(self, x):
+    def forward(self, x, volume):
         return (F.interpolate(x, scale_factor=2, mode="nearest"),
                 F.interpolate(x, size=(11, 13), mode="nearest"),
                 F.interpolate(x, scale_factor=0.5, mode="nearest"),
@@ -160,11 +161,15 @@ class ResizeModel(nn.Module):
                 F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False),
                 F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False),
                 F.interpolate(x, size=(6, 10), mode="bicubic", align_corners=True),
-                F.interpolate(x.flatten(2), size=20, mode="linear", align_corners=False))
+                F.interpolate(x, scale_factor=0.6, mode="bilinear", recompute_scale_factor=True),
+                F.interpolate(x.flatten(2), size=20, mode="linear", align_corners=False),
+                F.interpolate(volume, size=(3, 5, 6), mode="trilinear", align_corners=False),
+                F.interpolate(volume, scale_factor=2, mode="nearest"))
 
 
 def resize_inputs(case, gen):
-    return [torch.randn(1 if case == "a" else 3, 3, 8, 8, generator=gen)]
+    b = 1 if case == "a" else 3
+    return [torch.randn(b, 3, 8, 8, generator=gen), torch.randn(b, 2, 4, 4, 4, generator=gen)]
 
 
 class GridSampleModel(nn.Module):
@@ -408,9 +413,10 @@ def models():
          {"features": {0: "batch"}, "rois": {0: "rois"}}),
         ("det_roi_align_aligned", RoiAlignModel(aligned=True), ["features", "rois"], ["a", "b", "c"], [17],
          roi_inputs, {"features": {0: "batch"}, "rois": {0: "rois"}}),
-        ("det_resize", ResizeModel(), ["x"], ["near2", "near_size", "near_half", "bilinear", "bilinear_ac",
-                                            "bilinear_down", "bicubic", "bicubic_ac", "linear1d"],
-         [13, 17], resize_inputs, {"x": {0: "batch"}}),
+        ("det_resize", ResizeModel(), ["x", "volume"],
+         ["near2", "near_size", "near_half", "bilinear", "bilinear_ac", "bilinear_down", "bicubic", "bicubic_ac",
+          "bilinear_recompute", "linear1d", "trilinear", "nearest3d"],
+         [13, 17], resize_inputs, {"x": {0: "batch"}, "volume": {0: "batch"}}),
         ("det_grid_sample", GridSampleModel(), ["x", "grid"], ["g%d" % i for i in range(8)], [17], grid_inputs,
          {"x": {0: "batch"}, "grid": {0: "batch"}}),
         ("det_scatter_gather", ScatterGather(duplicates=True), ["x", "rows", "src", "perm", "mask", "cols"],
