@@ -7,8 +7,8 @@ outputs for them. Run with Debian's interpreter, like generate.py:
 Each model is a small PyTorch module exported the way PyTorch really exports these
 operators (torch 1.13, torchvision 0.14):
 
-* det_nms_topk_op17: torchvision.ops.nms, plain and per class with class offsets
-  (NonMaxSuppression), topk with a constant and with a runtime k (TopK).
+* det_nms_topk_op13, det_nms_topk_op17: torchvision.ops.nms, plain and per class with
+  class offsets (NonMaxSuppression), topk with a constant and with a runtime k (TopK).
 * det_roi_align_op13, det_roi_align_aligned_op17: torchvision.ops.roi_align with
   aligned=False (RoiAlign-10) and aligned=True (RoiAlign-16), fixed and adaptive sampling
   ratio, square and oblong outputs.
@@ -22,16 +22,21 @@ operators (torch 1.13, torchvision 0.14):
   boolean-mask indexing (NonZero + GatherND), gather (GatherElements).
 * det_tensor_ops_op17: cumsum (CumSum), einsum (Einsum), arange with runtime bounds
   (Range), nonzero (NonZero), triu / tril (Trilu-14), fmod (Mod fmod=1).
-* det_norm_shuffle_op13, det_norm_shuffle_op17: pixel_shuffle / pixel_unshuffle
-  (DepthToSpace / SpaceToDepth), InstanceNorm2d and GroupNorm (InstanceNormalization;
-  PyTorch exports GroupNorm through it below opset 18), remainder.
-* det_detector_op17: a small detector (CNN backbone, box and class head, box decoding,
-  score threshold, pre-NMS top-k with a runtime k, per-class NMS, max detections).
+* det_norm_shuffle_op13, det_norm_shuffle_op17: pixel_shuffle (DepthToSpace CRD) and
+  pixel_unshuffle (Reshape/Transpose), InstanceNorm2d and GroupNorm (InstanceNormalization;
+  PyTorch exports GroupNorm through it below opset 18), fmod and remainder on floats and
+  integers (Mod, fmod 1 and 0).
+* det_detector_op13, det_detector_op17: a small detector (CNN backbone, box and class
+  head, box decoding, score threshold, pre-NMS top-k with a runtime k, per-class NMS, max
+  detections).
 * det_detector_batched_op17: the same detector and weights with torchvision.ops.batched_nms,
   whose scripted empty-input guard exports as an If node with NMS in its else branch.
 * det_unet_op13, det_unet_op17: a small segmentation U-Net (max-pool and strided-conv
   down, ConvTranspose and bilinear interpolate up, skip connections, GroupNorm and
-  InstanceNorm).
+  InstanceNorm, per-pixel ArgMax).
+* det_graph_layout_norm: built with onnx.helper at opset 18 for what PyTorch never
+  exports: SpaceToDepth, DepthToSpace in DCR mode, GroupNormalization; references from
+  PyTorch's equivalent reshapes and F.group_norm.
 
 Every model has two references (.a.sht, .b.sht) with different inputs (and, where an axis
 is dynamic, different sizes), so data-dependent outputs (NMS indices, nonzero) differ
@@ -391,6 +396,41 @@ def widen(model, seed):
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
 
 
+def graph_layout_norm(out_dir):
+    """What PyTorch 1.13 never exports, built with onnx.helper at opset 18: SpaceToDepth
+    (pixel_unshuffle exports as Reshape/Transpose), DepthToSpace in DCR mode (pixel_shuffle
+    exports CRD), GroupNormalization-18 (GroupNorm exports through InstanceNormalization).
+    References are PyTorch's equivalents: reshape/permute, F.group_norm."""
+    from onnx import TensorProto, helper, numpy_helper
+    name = "det_graph_layout_norm"
+    nodes = [helper.make_node("SpaceToDepth", ["x"], ["s2d"], blocksize=2),
+             helper.make_node("DepthToSpace", ["x"], ["d2s_dcr"], blocksize=2, mode="DCR"),
+             helper.make_node("DepthToSpace", ["x"], ["d2s_crd"], blocksize=2, mode="CRD"),
+             helper.make_node("GroupNormalization", ["x", "gn_scale", "gn_bias"], ["group_norm"], num_groups=2,
+                              epsilon=1e-3)]
+    g = torch.Generator().manual_seed(18)
+    scale, bias = torch.rand(2, generator=g) + 0.5, torch.randn(2, generator=g)
+    inits = [numpy_helper.from_array(scale.numpy(), "gn_scale"), numpy_helper.from_array(bias.numpy(), "gn_bias")]
+    outs = ["s2d", "d2s_dcr", "d2s_crd", "group_norm"]
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 4, 6])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8  # onnx 1.12's checker knows opsets up to 17: not checked
+    onnx.save(model, os.path.join(out_dir, name + ".onnx"))
+    for case, b in (("a", 1), ("b", 3)):
+        x = torch.randn(b, 8, 4, 6, generator=g) * 2 + 1
+        n, c, h, w = x.shape
+        s2d = x.reshape(n, c, h // 2, 2, w // 2, 2).permute(0, 3, 5, 1, 2, 4).reshape(n, c * 4, h // 2, w // 2)
+        dcr = x.reshape(n, 2, 2, c // 4, h, w).permute(0, 3, 4, 1, 5, 2).reshape(n, c // 4, h * 2, w * 2)
+        crd = F.pixel_shuffle(x, 2)
+        gn = F.group_norm(x, 2, scale.repeat_interleave(4), bias.repeat_interleave(4), eps=1e-3)
+        assert torch.equal(F.pixel_unshuffle(x, 2).reshape(n, c, 4, h // 2, w // 2).transpose(1, 2).reshape(
+            s2d.shape), s2d)  # SpaceToDepth is pixel_unshuffle with the block index outermost
+        tensors = [("in:x", x.numpy())] + [("out:" + o, t.numpy()) for o, t in zip(outs, (s2d, dcr, crd, gn))]
+        write_sht(os.path.join(out_dir, "%s.%s.sht" % (name, case)), tensors)
+    print("wrote", os.path.join(out_dir, name + ".onnx"))
+
+
 def op_types(graph):
     """Operator types of a graph and its subgraphs (If branches)."""
     out = set()
@@ -408,7 +448,7 @@ def models():
     return [
         ("det_nms_topk", NmsTopK(), ["boxes", "scores", "classes"],
          ["keep", "keep_batched", "top_values", "top_indices", "low_values", "low_indices", "row_values",
-          "row_indices"], [17], nms_inputs, {"boxes": {0: "n"}, "scores": {0: "n"}, "classes": {0: "n"}}),
+          "row_indices"], [13, 17], nms_inputs, {"boxes": {0: "n"}, "scores": {0: "n"}, "classes": {0: "n"}}),
         ("det_roi_align", RoiAlignModel(aligned=False), ["features", "rois"], ["a", "b", "c"], [13], roi_inputs,
          {"features": {0: "batch"}, "rois": {0: "rois"}}),
         ("det_roi_align_aligned", RoiAlignModel(aligned=True), ["features", "rois"], ["a", "b", "c"], [17],
@@ -433,7 +473,7 @@ def models():
          ["pixel_shuffle", "pixel_unshuffle", "roundtrip", "instance_norm", "instance_norm_plain", "group_norm",
           "group_norm_plain", "remainder", "remainder_int", "fmod_int", "remainder_neg"], [13, 17], norm_inputs,
          {"x": {0: "batch"}, "k": {0: "batch"}}),
-        ("det_detector", det, ["image"], ["boxes", "scores", "labels"], [17],
+        ("det_detector", det, ["image"], ["boxes", "scores", "labels"], [13, 17],
          lambda case, gen: detector_inputs(case, gen, det), None),
         ("det_detector_batched", det_batched, ["image"], ["boxes", "scores", "labels"], [17],
          lambda case, gen: detector_inputs(case, gen, det_batched), None),
@@ -477,6 +517,8 @@ def main():
                 write_sht("%s.%s.sht" % (stem, case), tensors)
             ops = sorted(op_types(onnx.load(stem + ".onnx").graph))
             print("wrote %s.onnx (%d bytes): %s" % (stem, os.path.getsize(stem + ".onnx"), " ".join(ops)))
+    if not opts.only or opts.only == "det_graph_layout_norm":
+        graph_layout_norm(opts.out)
 
 
 if __name__ == "__main__":

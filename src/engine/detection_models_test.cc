@@ -76,6 +76,7 @@ TEST_P(DetectionModelTest, MatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(
     Models, DetectionModelTest,
     ::testing::Values(
+        DetectionModel{"det_nms_topk_op13", {"NonMaxSuppression", "TopK"}},
         DetectionModel{"det_nms_topk_op17", {"NonMaxSuppression", "TopK"}},
         DetectionModel{"det_roi_align_op13", {"RoiAlign"}},
         DetectionModel{"det_roi_align_aligned_op17", {"RoiAlign"}},
@@ -90,7 +91,10 @@ INSTANTIATE_TEST_SUITE_P(
                        {"CumSum", "Einsum", "Range", "NonZero", "Trilu", "Mod"}},
         DetectionModel{"det_norm_shuffle_op13", {"DepthToSpace", "InstanceNormalization", "Mod"}},
         DetectionModel{"det_norm_shuffle_op17", {"DepthToSpace", "InstanceNormalization", "Mod"}},
+        DetectionModel{"det_detector_op13", {"NonMaxSuppression", "TopK", "NonZero", "Conv"}},
         DetectionModel{"det_detector_op17", {"NonMaxSuppression", "TopK", "NonZero", "Conv"}},
+        DetectionModel{"det_graph_layout_norm",
+                       {"SpaceToDepth", "DepthToSpace", "GroupNormalization"}},
         DetectionModel{"det_unet_op13",
                        {"ConvTranspose", "Resize", "InstanceNormalization", "ArgMax"}},
         DetectionModel{"det_unet_op17",
