@@ -323,7 +323,8 @@ class TinyDetector(nn.Module):
         boxes = boxes.clamp(min=0, max=float(self.SIZE))
         scores = torch.sigmoid(logits).flatten()
         labels = torch.arange(self.NUM_CLASSES).repeat(boxes.shape[0])
-        boxes = boxes.repeat_interleave(self.NUM_CLASSES, dim=0)
+        # each box once per class (repeat_interleave exports as a Split/Concat per row)
+        boxes = boxes[:, None, :].expand(-1, self.NUM_CLASSES, -1).reshape(-1, 4)
         return boxes, scores, labels
 
     def forward(self, image):
