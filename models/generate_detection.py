@@ -40,7 +40,8 @@ operators (torch 1.13, torchvision 0.14):
 
 Every model has two references (.a.sht, .b.sht) with different inputs (and, where an axis
 is dynamic, different sizes), so data-dependent outputs (NMS indices, nonzero) differ
-between them. The script checks that no score lies near a threshold and no IoU near an
+between them; the models in EMPTY_CASES have a third (.empty.sht) where NonZero selects
+nothing. The script checks that no score lies near a threshold and no IoU near an
 NMS threshold, so that rounding cannot flip a data-dependent output.
 
 The .sht format is generate.py's (see models/README.md).
@@ -229,7 +230,7 @@ def scatter_inputs(case, gen, duplicates=True):
     rows = torch.randperm(n, generator=gen)[:3]
     src = torch.randn(3, 5, generator=gen)
     perm = torch.randperm(5, generator=gen)
-    mask = torch.rand(n, 5, generator=gen) > 0.6
+    mask = torch.rand(n, 5, generator=gen) > (0.6 if case != "empty" else 2.0)  # "empty": selects nothing
     cols = torch.randint(0, 3, (n, 5), generator=gen)
     return [x, rows, src, perm, mask] + ([cols] if duplicates else [])
 
@@ -258,8 +259,10 @@ class TensorOps(nn.Module):
 
 def tensor_inputs(case, gen):
     n = 5 if case == "a" else 8
-    return [torch.randn(4, n, generator=gen), torch.randn(2, 3, 4, generator=gen),
-            torch.randn(2, 4, 3, generator=gen)]
+    x = torch.randn(4, n, generator=gen)
+    if case == "empty":  # nothing above 0.3: nonzero's output is empty
+        x = -x.abs()
+    return [x, torch.randn(2, 3, 4, generator=gen), torch.randn(2, 4, 3, generator=gen)]
 
 
 class NormShuffle(nn.Module):
@@ -482,6 +485,10 @@ def models():
     ]
 
 
+# Models with a third reference (.empty.sht) whose data-dependent outputs are empty.
+EMPTY_CASES = ("det_tensor_ops", "det_scatter_gather", "det_scatter_gather_unique")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
@@ -493,7 +500,8 @@ def main():
         widen(model, sum(map(ord, name.replace("_batched", ""))))  # both detectors: same weights
         model.eval()
         cases = {}
-        for case, first_seed in (("a", 1), ("b", 1000)):
+        case_seeds = [("a", 1), ("b", 1000)] + ([("empty", 2000)] if name in EMPTY_CASES else [])
+        for case, first_seed in case_seeds:
             args = None
             for seed in range(first_seed, first_seed + 500):  # inputs clear of every threshold
                 try:

@@ -51,6 +51,8 @@ struct DetectionModel {
   // Operators the export must hold (so a change in the exporter cannot silently leave a
   // family untested).
   std::vector<std::string> ops;
+  // A third reference, .empty.sht, where NonZero selects nothing (zero-length outputs).
+  bool empty_case = false;
 };
 
 void PrintTo(const DetectionModel& m, std::ostream* os) { *os << m.name; }
@@ -66,7 +68,9 @@ TEST_P(DetectionModelTest, MatchesPyTorch) {
   auto session = Session::Create(**model, Opts(kTestThreads));
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   for (int pass = 0; pass < 2; ++pass) {  // the second pass reuses the cached plans
-    for (const char* ref : {".a.sht", ".b.sht"}) {
+    std::vector<std::string> refs = {".a.sht", ".b.sht"};
+    if (param.empty_case) refs.push_back(".empty.sht");
+    for (const std::string& ref : refs) {
       SCOPED_TRACE(param.name + ref);
       ExpectMatches(**session, LoadReference(param.name + ref));
     }
@@ -84,11 +88,13 @@ INSTANTIATE_TEST_SUITE_P(
         DetectionModel{"det_resize_op17", {"Resize"}},
         DetectionModel{"det_grid_sample_op17", {"GridSample"}},
         DetectionModel{"det_scatter_gather_unique_op13",
-                       {"ScatterND", "ScatterElements", "GatherND", "NonZero", "GatherElements"}},
+                       {"ScatterND", "ScatterElements", "GatherND", "NonZero", "GatherElements"},
+                       true},
         DetectionModel{"det_scatter_gather_op17",
-                       {"ScatterND", "ScatterElements", "GatherND", "NonZero", "GatherElements"}},
-        DetectionModel{"det_tensor_ops_op17",
-                       {"CumSum", "Einsum", "Range", "NonZero", "Trilu", "Mod"}},
+                       {"ScatterND", "ScatterElements", "GatherND", "NonZero", "GatherElements"},
+                       true},
+        DetectionModel{
+            "det_tensor_ops_op17", {"CumSum", "Einsum", "Range", "NonZero", "Trilu", "Mod"}, true},
         DetectionModel{"det_norm_shuffle_op13", {"DepthToSpace", "InstanceNormalization", "Mod"}},
         DetectionModel{"det_norm_shuffle_op17", {"DepthToSpace", "InstanceNormalization", "Mod"}},
         DetectionModel{"det_detector_op13", {"NonMaxSuppression", "TopK", "NonZero", "Conv"}},
