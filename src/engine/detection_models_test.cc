@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "engine/test_util.h"
@@ -106,6 +107,20 @@ INSTANTIATE_TEST_SUITE_P(
         DetectionModel{"det_unet_op17",
                        {"ConvTranspose", "Resize", "InstanceNormalization", "ArgMax"}}),
     [](const auto& info) { return info.param.name; });
+
+// topk(5) over the n boxes prepares only when n >= 5: the load probes again at larger
+// values of n, and still names the symbolic dimensions of the outputs.
+TEST(ModelLoadTest, TopKWithAConstantKOverADynamicAxis) {
+  auto model = Model::Load(ModelPath("det_nms_topk_op17.onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ((*model)->inputs().size(), 3u);
+  EXPECT_EQ(SymbolicShapeToString((*model)->inputs()[0].shape), "[n,4]");
+  std::map<std::string, std::string> shapes;
+  for (const auto& out : (*model)->outputs()) shapes[out.name] = SymbolicShapeToString(out.shape);
+  EXPECT_EQ(shapes["top_values"], "[5]");
+  EXPECT_EQ(shapes["top_indices"], "[5]");
+  EXPECT_EQ(shapes["row_values"], "[n,2]");
+}
 
 // torchvision.ops.batched_nms as PyTorch exports it: its scripted guard for empty input
 // becomes an If node with NonMaxSuppression in the else branch. Same weights and
