@@ -1,8 +1,10 @@
 // Detection and segmentation operators as PyTorch exports them: the committed models of
 // models/generate_detection.py (operator families, a small detector with NMS
-// post-processing, a segmentation U-Net) against PyTorch's outputs. Each model has two
-// references with different inputs (and sizes, where an axis is dynamic); data-dependent
-// integer outputs (NMS indices, nonzero, labels) must match exactly.
+// post-processing, a segmentation U-Net; one hand-built opset-18 graph for what PyTorch
+// never exports) against PyTorch's outputs. Each model has two references with different
+// inputs (and sizes, where an axis is dynamic), some a third where NonZero selects
+// nothing; data-dependent integer outputs (NMS indices, nonzero, labels) must match
+// exactly.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
