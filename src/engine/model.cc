@@ -16,6 +16,10 @@ std::string DimKey(const Dim& d, size_t pos) {
   return d.symbol.empty() ? "#" + std::to_string(pos) : d.symbol;
 }
 
+// Added to every symbolic dimension's probe value when a model does not prepare at the
+// small ones (Model::Infer, ProbeShapes).
+constexpr int64_t kLargeProbeBase = 64;
+
 }  // namespace
 
 Model::~Model() = default;
@@ -35,21 +39,21 @@ namespace {
 // both values, so two values' dimensions compare equal exactly when they moved
 // together. Graph inputs and outputs keep the names the file gives them. A graph that
 // cannot be prepared is left as it is (the load reports why later).
-void ProbeShapes(Graph& g, const LoadOptions& options) {
+// Prepares plans at two values of every symbolic input dimension (`base` added to
+// small ones); false when the graph does not prepare at them.
+bool PrepareAtProbes(const Graph& g, const LoadOptions& options, int64_t base,
+                     std::vector<std::vector<Shape>>& shapes, std::vector<DataType>& dtypes,
+                     std::vector<char>& dynamic) {
   std::vector<Shape> probes[2];
   for (int v : g.inputs) {
-    if (!g.values[v].shape) return;
     for (int p = 0; p < 2; ++p) {
       Shape s;
-      int next = 0;
+      int64_t next = 0;
       for (const Dim& d : *g.values[v].shape)
-        s.push_back(d.known() ? d.value : (p ? 5 : 3) + next++);
+        s.push_back(d.known() ? d.value : base + (p ? 5 : 3) + next++);
       probes[p].push_back(s);
     }
   }
-  std::vector<std::vector<Shape>> shapes(2);
-  std::vector<DataType> dtypes;
-  std::vector<char> dynamic;
   try {
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     dnnl::stream stream(engine);
@@ -57,14 +61,26 @@ void ProbeShapes(Graph& g, const LoadOptions& options) {
       WeightCache scratch;
       auto plan =
           Plan::Prepare(g, probes[p], engine, stream, &scratch, PlanOptions(), options.limits);
-      if (!plan.ok()) return;
+      if (!plan.ok()) return false;
       shapes[p] = (*plan)->shapes();
       dtypes = (*plan)->dtypes();
       dynamic = (*plan)->dynamic();
     }
   } catch (const std::exception&) {
-    return;
+    return false;
   }
+  return true;
+}
+
+void ProbeShapes(Graph& g, const LoadOptions& options) {
+  for (int v : g.inputs)
+    if (!g.values[v].shape) return;
+  std::vector<std::vector<Shape>> shapes(2);
+  std::vector<DataType> dtypes;
+  std::vector<char> dynamic;
+  if (!PrepareAtProbes(g, options, 0, shapes, dtypes, dynamic) &&
+      !PrepareAtProbes(g, options, kLargeProbeBase, shapes, dtypes, dynamic))
+    return;
   std::vector<char> keep(g.values.size(), 0);
   for (int v : g.inputs) keep[v] = 1;
   for (int v : g.outputs) keep[v] = 1;
@@ -139,43 +155,63 @@ Status Model::Infer() {
       if (!in.shape[d].known()) key_index.emplace(DimKey(in.shape[d], d), key_index.size());
     }
   }
+  // Small probe values first (cheap, and within limits such as a position table's length);
+  // a model that needs a symbolic dimension to be at least some size (TopK with a constant
+  // K over a dynamic axis: a detector's top 5 of its n boxes) is probed again with large
+  // values before the load reports the first error.
+  int64_t probe_base = 0;
   auto probe_value = [&](const std::string& key, int p) {
-    return p == 0 ? key_index[key] + 1 : 2 * (key_index[key] + 1) + 1;
+    return probe_base + (p == 0 ? key_index[key] + 1 : 2 * (key_index[key] + 1) + 1);
   };
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   std::vector<Shape> out_shapes[2];
   std::vector<char> output_dynamic;
-  for (int p = 0; p < 2; ++p) {
-    std::vector<Shape> shapes;
-    for (const auto& in : inputs_) {
-      Shape s;
-      for (size_t d = 0; d < in.shape.size(); ++d) {
-        s.push_back(in.shape[d].known() ? in.shape[d].value
-                                        : probe_value(DimKey(in.shape[d], d), p));
+  std::vector<TensorInfo> outputs;
+  auto prepare_probes = [&]() -> Status {
+    for (int p = 0; p < 2; ++p) {
+      out_shapes[p].clear();
+      std::vector<Shape> shapes;
+      for (const auto& in : inputs_) {
+        Shape s;
+        for (size_t d = 0; d < in.shape.size(); ++d) {
+          s.push_back(in.shape[d].known() ? in.shape[d].value
+                                          : probe_value(DimKey(in.shape[d], d), p));
+        }
+        shapes.push_back(std::move(s));
       }
-      shapes.push_back(std::move(s));
-    }
-    StatusOr<std::unique_ptr<Plan>> plan = Internal("unset");
-    try {
-      plan =
-          Plan::Prepare(g, shapes, engine, stream, weights_.get(), options_.plan, options_.limits);
-    } catch (const dnnl::error& e) {
-      return InvalidArgument(std::string("oneDNN error while preparing the model: ") + e.what());
-    }
-    if (!plan.ok()) return plan.status();
-    for (int v : g.outputs) {
-      out_shapes[p].push_back((*plan)->shapes()[v]);
-      if (p == 0) {
-        DataType dtype = (*plan)->dtypes()[v];
-        // An output computed from a data-dependent shape (plan.h) may have its type known
-        // only at run time: the model's declaration stands.
-        if (dtype == DataType::kInvalid) dtype = g.values[v].dtype;
-        outputs_.push_back(TensorInfo{g.values[v].name, dtype, {}, true});
-        output_dynamic.push_back((*plan)->dynamic()[v]);
+      StatusOr<std::unique_ptr<Plan>> plan = Internal("unset");
+      try {
+        plan = Plan::Prepare(g, shapes, engine, stream, weights_.get(), options_.plan,
+                             options_.limits);
+      } catch (const dnnl::error& e) {
+        return InvalidArgument(std::string("oneDNN error while preparing the model: ") + e.what());
+      }
+      if (!plan.ok()) return plan.status();
+      for (int v : g.outputs) {
+        out_shapes[p].push_back((*plan)->shapes()[v]);
+        if (p == 0) {
+          DataType dtype = (*plan)->dtypes()[v];
+          // An output computed from a data-dependent shape (plan.h) may have its type known
+          // only at run time: the model's declaration stands.
+          if (dtype == DataType::kInvalid) dtype = g.values[v].dtype;
+          outputs.push_back(TensorInfo{g.values[v].name, dtype, {}, true});
+          output_dynamic.push_back((*plan)->dynamic()[v]);
+        }
       }
     }
+    return Status::Ok();
+  };
+  Status prepared = prepare_probes();
+  if (!prepared.ok() && !key_index.empty()) {
+    outputs.clear();
+    output_dynamic.clear();
+    probe_base = kLargeProbeBase;
+    if (!prepare_probes().ok()) return prepared;
+  } else if (!prepared.ok()) {
+    return prepared;
   }
+  outputs_ = std::move(outputs);
   for (size_t o = 0; o < outputs_.size(); ++o) {
     const Shape& a = out_shapes[0][o];
     const Shape& b = out_shapes[1][o];

@@ -1,6 +1,7 @@
-// TopK, CumSum, Mod (ops/sort_scan.cc) and DepthToSpace, SpaceToDepth, Trilu, GatherND,
-// ScatterND, ScatterElements (ops/data_movement.cc), InstanceNormalization and
-// GroupNormalization (ops/group_norm.cc) against results worked out by hand
+// TopK, CumSum, Mod (ops/sort_scan.cc), DepthToSpace, SpaceToDepth, Trilu, GatherND,
+// GatherElements, ScatterND, ScatterElements (ops/data_movement.cc), ArgMax and ArgMin
+// (ops/reduce.cc), InstanceNormalization and GroupNormalization (ops/group_norm.cc)
+// against results worked out by hand
 // (the examples of ONNX's operator documentation where it has them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -179,6 +180,63 @@ TEST(ScatterElementsTest, AlongEitherAxisWithReductions) {
              {{F32({1, 3}, {1, 5, 3})}, {I64({1, 2}, {1, 2})}, {F32({1, 2}, {4, 4})}},
              {{"axis", AInt(1)}, {"reduction", AString("max")}});
   EXPECT_THAT(Values(out[0]), ElementsAre(1, 5, 4));
+}
+
+// torch.scatter_add into a tensor smaller than its indices along the axis (a histogram):
+// many updates to one element; the other axes must still fit.
+TEST(ScatterElementsTest, IndicesLongerThanDataAlongTheAxis) {
+  auto out = Run1("ScatterElements",
+                  {{F32({2, 2}, {0, 0, 0, 0})},
+                   {I64({2, 4}, {0, 1, 1, 1, 1, 0, 0, 0})},
+                   {F32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})}},
+                  {{"axis", AInt(1)}, {"reduction", AString("add")}});
+  EXPECT_THAT(Values(out[0]), ElementsAre(1, 9, 21, 5));
+  EXPECT_THAT(LoadOp("ScatterElements",
+                     {{F32({1, 2}, {0, 0})}, {I64({2, 1}, {0, 1})}, {F32({2, 1}, {1, 2})}},
+                     {{"axis", AInt(1)}})
+                  .message(),
+              HasSubstr("must not be larger than data in any dimension but the axis"));
+}
+
+// torch.gather: out[i][j] = data[i][index[i][j]] along axis 1 (data[index[i][j]][j] along
+// 0); the ONNX documentation's examples, and indices smaller than data.
+TEST(GatherElementsTest, AlongEitherAxis) {
+  auto out = Run1("GatherElements", {{F32({2, 2}, {1, 2, 3, 4})}, {I64({2, 2}, {0, 0, 1, 0})}},
+                  {{"axis", AInt(1)}});
+  EXPECT_THAT(Values(out[0]), ElementsAre(1, 1, 4, 3));
+  out = Run1("GatherElements",
+             {{I64({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})}, {I64({2, 3}, {1, 2, 0, 2, 0, 0})}});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 3}));
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(4, 8, 3, 7, 2, 3));
+  out = Run1("GatherElements", {{F32({2, 3}, {1, 2, 3, 4, 5, 6})}, {I64({1, 1}, {-1})}},
+             {{"axis", AInt(1)}});
+  EXPECT_THAT(Values(out[0]), ElementsAre(3));
+  auto bad = RunOp("GatherElements", {{F32({2, 2}, {1, 2, 3, 4})}, {I64({1, 1}, {2})}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("index 2 is out of range"));
+  EXPECT_THAT(LoadOp("GatherElements", {{F32({2, 2}, {1, 2, 3, 4})}, {I64({1, 3}, {0, 0, 0})}},
+                     {{"axis", AInt(0)}})
+                  .message(),
+              HasSubstr("do not fit data"));
+}
+
+TEST(ArgMaxTest, FirstOrLastExtremeAlongAnAxis) {
+  const Tensor x = F32({2, 3}, {1, 5, 5, 7, 0, 7});
+  auto out = Run1("ArgMax", {{x}}, {{"axis", AInt(1)}});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 1}));
+  EXPECT_EQ(out[0].dtype(), DataType::kInt64);
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(1, 0));
+  out = Run1("ArgMax", {{x}}, {{"axis", AInt(-1)}, {"select_last_index", AInt(1)}});
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(2, 2));
+  out = Run1("ArgMax", {{x}}, {{"keepdims", AInt(0)}});
+  EXPECT_EQ(out[0].shape(), (Shape{3}));
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(1, 0, 1));
+  out = Run1("ArgMin", {{x}}, {{"axis", AInt(1)}, {"keepdims", AInt(0)}});
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(0, 1));
+  out = Run1("ArgMin", {{I64({2, 2}, {3, 3, 2, 9})}}, {{"select_last_index", AInt(1)}});
+  EXPECT_THAT(IntValues(out[0]), ElementsAre(1, 0));
+  EXPECT_THAT(LoadOp("ArgMax", {{x}}, {{"axis", AInt(2)}}).message(),
+              HasSubstr("axis is out of range"));
 }
 
 TEST(InstanceNormalizationTest, NormalisesEachChannelOfEachItem) {

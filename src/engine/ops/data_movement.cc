@@ -257,6 +257,60 @@ StatusOr<std::unique_ptr<Kernel>> PrepareScatterND(PrepareContext& ctx) {
   });
 }
 
+// GatherElements (torch.gather): out[p] = data[p with the axis coordinate replaced by
+// indices[p]]; indices may be smaller than data in every dimension but the axis.
+StatusOr<std::unique_ptr<Kernel>> PrepareGatherElements(PrepareContext& ctx) {
+  if (ctx.num_inputs() != 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.Error("needs data and indices");
+  const Shape& x = ctx.in_shapes[0];
+  const Shape& idx = ctx.in_shapes[1];
+  if (!IsInteger(ctx.in_dtypes[1])) return ctx.Error("indices must be integers");
+  if (idx.size() != x.size() || x.empty())
+    return ctx.Error("indices must have the rank of data, at least 1");
+  auto axis = NormalizeAxis(ctx.node().GetInt("axis", 0), static_cast<int64_t>(x.size()));
+  if (!axis.ok()) return ctx.Error("axis is out of range for " + ShapeToString(x));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (static_cast<int64_t>(i) != *axis && idx[i] > x[i])
+      return ctx.Error("indices " + ShapeToString(idx) + " do not fit data " + ShapeToString(x));
+  ctx.out_shapes[0] = idx;
+  ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  const DataType dtype = ctx.in_dtypes[0];
+  Status sized = DispatchBySize(dtype, []<typename T>() {});
+  if (!sized.ok()) return ctx.Error(sized.message());
+  const int64_t a = *axis;
+  const std::vector<int64_t> xs = BroadcastStrides(x, x);
+  const Shape ishape = idx;
+  const int64_t dim = x[a];
+  const std::string who = ctx.graph->Describe(ctx.node_index);
+  return MakeFn([=](const RunContext& rc) -> Status {
+    auto ind = ReadInts(*rc.inputs[1]);
+    if (!ind.ok()) return ind.status();
+    // Source offset in data of every output element.
+    std::vector<int64_t> source(ind->size());
+    const size_t rank = ishape.size();
+    std::vector<int64_t> pos(rank, 0);
+    for (size_t e = 0; e < ind->size(); ++e) {
+      int64_t v = (*ind)[e];
+      if (v < -dim || v >= dim)
+        return InvalidArgument(who + ": index " + std::to_string(v) +
+                               " is out of range for a dimension of " + std::to_string(dim));
+      if (v < 0) v += dim;
+      int64_t off = 0;
+      for (size_t i = 0; i < rank; ++i) off += (static_cast<int64_t>(i) == a ? v : pos[i]) * xs[i];
+      source[e] = off;
+      for (size_t i = rank; i-- > 0;) {
+        if (++pos[i] < ishape[i]) break;
+        pos[i] = 0;
+      }
+    }
+    return DispatchBySize(dtype, [&]<typename T>() {
+      const T* in = static_cast<const T*>(rc.inputs[0]->data());
+      T* o = static_cast<T*>(rc.outputs[0]->mutable_data());
+      for (size_t e = 0; e < source.size(); ++e) o[e] = in[source[e]];
+    });
+  });
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareScatterElements(PrepareContext& ctx) {
   if (ctx.num_inputs() != 3 || !ctx.has_input(0) || !ctx.has_input(1) || !ctx.has_input(2))
     return ctx.Error("needs data, indices and updates");
@@ -269,8 +323,11 @@ StatusOr<std::unique_ptr<Kernel>> PrepareScatterElements(PrepareContext& ctx) {
   if (ctx.in_dtypes[2] != ctx.in_dtypes[0]) return ctx.Error("updates must have data's type");
   auto axis = NormalizeAxis(ctx.node().GetInt("axis", 0), static_cast<int64_t>(x.size()));
   if (!axis.ok() || x.empty()) return ctx.Error("axis is out of range for " + ShapeToString(x));
+  // Along the axis, indices may be longer than data (many updates to one element, as
+  // torch.scatter_add into a smaller tensor); elsewhere they must fit.
   for (size_t i = 0; i < x.size(); ++i)
-    if (idx[i] > x[i]) return ctx.Error("indices must not be larger than data in any dimension");
+    if (static_cast<int64_t>(i) != *axis && idx[i] > x[i])
+      return ctx.Error("indices must not be larger than data in any dimension but the axis");
   ctx.out_shapes[0] = x;
   ctx.out_dtypes[0] = ctx.in_dtypes[0];
   const DataType dtype = ctx.in_dtypes[0];
@@ -320,6 +377,7 @@ void RegisterDataMovementOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "SpaceToDepth", {"blocksize"}, nullptr, PrepareDepthSpace});
   ops->push_back({"", "Trilu", {"upper"}, nullptr, PrepareTrilu});
   ops->push_back({"", "GatherND", {"batch_dims"}, nullptr, PrepareGatherND});
+  ops->push_back({"", "GatherElements", {"axis"}, nullptr, PrepareGatherElements});
   ops->push_back({"", "ScatterND", {"reduction"}, CheckScatter, PrepareScatterND});
   ops->push_back(
       {"", "ScatterElements", {"axis", "reduction"}, CheckScatter, PrepareScatterElements});
