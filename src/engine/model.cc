@@ -317,6 +317,15 @@ StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_sha
   return cached->plan->memory_stats();
 }
 
+DynamicPrepareStats Session::dynamic_stats() const {
+  DynamicPrepareStats sum;
+  for (const CachedPlan& cached : plans_) {
+    sum.prepares += cached.plan->dynamic_stats().prepares;
+    sum.cache_hits += cached.plan->dynamic_stats().cache_hits;
+  }
+  return sum;
+}
+
 StatusOr<int> Session::PlanThreads(const std::vector<Shape>& input_shapes) {
   ASSIGN_OR_RETURN(CachedPlan * cached, PlanForShapes(input_shapes));
   return cached->threads;

@@ -122,6 +122,10 @@ class Session {
   StatusOr<std::vector<double>> TimeStepsAlone(const std::vector<NamedTensor>& inputs, int reps);
 
   int cached_plans() const { return static_cast<int>(plans_.size()); }
+  // Plan::dynamic_stats summed over the plans the session holds now: how often
+  // data-dependent steps were prepared at run time, and how often a run reused a
+  // preparation instead. Same thread rules as Run.
+  DynamicPrepareStats dynamic_stats() const;
   int threads() const { return threads_; }
   // The threads the plan for these input shapes runs on (1 for a small plan, else
   // threads()); prepares and caches the plan as Run would.
