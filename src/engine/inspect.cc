@@ -238,8 +238,15 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   PrintTensors(out, "inputs", inputs);
   PrintTensors(out, "outputs", outputs);
   if (model.ok()) {
-    out << "batching: "
-        << ((*model)->batch_dim_symbolic() ? "yes (first dimension symbolic)" : "no") << "\n";
+    const std::vector<std::string> not_batch_major = (*model)->NonBatchMajorOutputs();
+    out << "batching: ";
+    if (!(*model)->batch_dim_symbolic()) {
+      out << "no\n";
+    } else if (!not_batch_major.empty()) {
+      out << "no (output '" << not_batch_major.front() << "' is not batch-major)\n";
+    } else {
+      out << "yes (first dimension symbolic)\n";
+    }
     out << "optimised graph: " << (*model)->optimize_report().Summary() << "\n";
   }
   PrintOperators(out, census);

@@ -114,6 +114,13 @@ bool Model::batch_dim_symbolic() const {
   return true;
 }
 
+std::vector<std::string> Model::NonBatchMajorOutputs() const {
+  std::vector<std::string> names;
+  for (const auto& t : outputs_)
+    if (!t.batch_major) names.push_back(t.name);
+  return names;
+}
+
 Status Model::Infer() {
   const Graph& g = graph_;
   for (int v : g.inputs) {
@@ -176,6 +183,13 @@ Status Model::Infer() {
       }
     }
   }
+  // The inputs' batch dimensions: their symbolic first dimensions.
+  std::vector<std::string> batch_keys, batch_symbols;
+  for (const auto& in : inputs_) {
+    if (in.shape.empty() || in.shape[0].known()) continue;
+    batch_keys.push_back(DimKey(in.shape[0], 0));
+    if (!in.shape[0].symbol.empty()) batch_symbols.push_back(in.shape[0].symbol);
+  }
   for (size_t o = 0; o < outputs_.size(); ++o) {
     const Shape& a = out_shapes[0][o];
     const Shape& b = out_shapes[1][o];
@@ -184,8 +198,16 @@ Status Model::Infer() {
       // Its shape is learned at run time: as the model declares it.
       if (declared) {
         outputs_[o].shape = *declared;
+        const std::string& first = declared->empty() ? "" : (*declared)[0].symbol;
+        outputs_[o].batch_major =
+            !first.empty() &&
+            std::find(batch_symbols.begin(), batch_symbols.end(), first) != batch_symbols.end();
       }
       continue;
+    }
+    for (const std::string& key : batch_keys) {
+      if (!a.empty() && a[0] == probe_value(key, 0) && b[0] == probe_value(key, 1))
+        outputs_[o].batch_major = true;
     }
     for (size_t d = 0; d < a.size(); ++d) {
       if (a[d] == b[d]) {

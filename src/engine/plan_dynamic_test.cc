@@ -114,5 +114,21 @@ TEST_F(DynamicCacheTest, NoEntriesPreparesAtEveryRun) {
   EXPECT_EQ(hits(), 0);
 }
 
+// Model::NonBatchMajorOutputs: outputs whose first dimension is not the inputs' batch
+// dimension, found by shape inference or, for a data-dependent shape, by its declaration.
+TEST(BatchMajorTest, OutputsThatDoNotFollowTheBatchAreNamed) {
+  auto resnet = Model::Load(ModelPath("resnet_op13.onnx"));
+  ASSERT_TRUE(resnet.ok()) << resnet.status().ToString();
+  EXPECT_TRUE((*resnet)->NonBatchMajorOutputs().empty());
+  EXPECT_TRUE((*resnet)->outputs()[0].batch_major);
+  auto nms = Model::Load(ModelPath("nms_batch.onnx"));
+  ASSERT_TRUE(nms.ok()) << nms.status().ToString();
+  EXPECT_TRUE((*nms)->batch_dim_symbolic());
+  EXPECT_THAT((*nms)->NonBatchMajorOutputs(), ElementsAre("selected_indices"));
+  auto flat = Model::Load(ModelPath("flatten_batch.onnx"));
+  ASSERT_TRUE(flat.ok()) << flat.status().ToString();
+  EXPECT_THAT((*flat)->NonBatchMajorOutputs(), ElementsAre("y"));
+}
+
 }  // namespace
 }  // namespace shoal::engine
