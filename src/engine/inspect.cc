@@ -185,6 +185,10 @@ void PrintProfile(std::ostringstream& out, const Model& m, const std::vector<Ten
   };
   for (const OperatorTime& t : profile->operators) line(t.op_type, t.nodes, t.ms_per_run);
   line("(outside operators)", 0, profile->outside_ms_per_run);
+  if (profile->dynamic.prepares + profile->dynamic.cache_hits > 0) {
+    out << "  data-dependent steps: " << profile->dynamic.prepares << " prepared, "
+        << profile->dynamic.cache_hits << " reused a cached preparation\n";
+  }
   if (options.pipeline_stages < 1) return;
   // The cut the onnx backend's pipeline_stages would pick from these times, and the
   // names that pin it (pipeline_stage_boundaries).

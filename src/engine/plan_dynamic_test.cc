@@ -6,6 +6,7 @@
 
 #include "engine/model.h"
 #include "engine/plan.h"
+#include "engine/profile.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine {
@@ -112,6 +113,15 @@ TEST_F(DynamicCacheTest, NoEntriesPreparesAtEveryRun) {
   RunAndCheck({0, 0, 0, 0, 9, 0});
   EXPECT_EQ(prepares(), 15);
   EXPECT_EQ(hits(), 0);
+}
+
+// The operator profile (shoal inspect --profile) counts them over its timed runs, after
+// one untimed run that prepared everything.
+TEST_F(DynamicCacheTest, ProfileCountsReusedPreparations) {
+  auto profile = ProfileOperators(*model_, {{"x", F32({6}, {0, 1, 0, 3, 4, 0})}}, 3, Opts(1));
+  ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+  EXPECT_EQ(profile->dynamic.prepares, 0);
+  EXPECT_EQ(profile->dynamic.cache_hits, 15);
 }
 
 // Model::NonBatchMajorOutputs: outputs whose first dimension is not the inputs' batch
