@@ -185,6 +185,10 @@ void PrintProfile(std::ostringstream& out, const Model& m, const std::vector<Ten
   };
   for (const OperatorTime& t : profile->operators) line(t.op_type, t.nodes, t.ms_per_run);
   line("(outside operators)", 0, profile->outside_ms_per_run);
+  if (profile->dynamic.prepares + profile->dynamic.cache_hits > 0) {
+    out << "  data-dependent steps: " << profile->dynamic.prepares << " prepared, "
+        << profile->dynamic.cache_hits << " reused a cached preparation\n";
+  }
   if (options.pipeline_stages < 1) return;
   // The cut the onnx backend's pipeline_stages would pick from these times, and the
   // names that pin it (pipeline_stage_boundaries).
@@ -238,8 +242,15 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   PrintTensors(out, "inputs", inputs);
   PrintTensors(out, "outputs", outputs);
   if (model.ok()) {
-    out << "batching: "
-        << ((*model)->batch_dim_symbolic() ? "yes (first dimension symbolic)" : "no") << "\n";
+    const std::vector<std::string> not_batch_major = (*model)->NonBatchMajorOutputs();
+    out << "batching: ";
+    if (!(*model)->batch_dim_symbolic()) {
+      out << "no\n";
+    } else if (!not_batch_major.empty()) {
+      out << "no (output '" << not_batch_major.front() << "' is not batch-major)\n";
+    } else {
+      out << "yes (first dimension symbolic)\n";
+    }
     out << "optimised graph: " << (*model)->optimize_report().Summary() << "\n";
   }
   PrintOperators(out, census);

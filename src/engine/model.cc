@@ -130,6 +130,13 @@ bool Model::batch_dim_symbolic() const {
   return true;
 }
 
+std::vector<std::string> Model::NonBatchMajorOutputs() const {
+  std::vector<std::string> names;
+  for (const auto& t : outputs_)
+    if (!t.batch_major) names.push_back(t.name);
+  return names;
+}
+
 Status Model::Infer() {
   const Graph& g = graph_;
   for (int v : g.inputs) {
@@ -212,6 +219,13 @@ Status Model::Infer() {
     return prepared;
   }
   outputs_ = std::move(outputs);
+  // The inputs' batch dimensions: their symbolic first dimensions.
+  std::vector<std::string> batch_keys, batch_symbols;
+  for (const auto& in : inputs_) {
+    if (in.shape.empty() || in.shape[0].known()) continue;
+    batch_keys.push_back(DimKey(in.shape[0], 0));
+    if (!in.shape[0].symbol.empty()) batch_symbols.push_back(in.shape[0].symbol);
+  }
   for (size_t o = 0; o < outputs_.size(); ++o) {
     const Shape& a = out_shapes[0][o];
     const Shape& b = out_shapes[1][o];
@@ -220,8 +234,16 @@ Status Model::Infer() {
       // Its shape is learned at run time: as the model declares it.
       if (declared) {
         outputs_[o].shape = *declared;
+        const std::string& first = declared->empty() ? "" : (*declared)[0].symbol;
+        outputs_[o].batch_major =
+            !first.empty() &&
+            std::find(batch_symbols.begin(), batch_symbols.end(), first) != batch_symbols.end();
       }
       continue;
+    }
+    for (const std::string& key : batch_keys) {
+      if (!a.empty() && a[0] == probe_value(key, 0) && b[0] == probe_value(key, 1))
+        outputs_[o].batch_major = true;
     }
     for (size_t d = 0; d < a.size(); ++d) {
       if (a[d] == b[d]) {
@@ -351,6 +373,15 @@ StatusOr<Session::CachedPlan*> Session::PlanForShapes(const std::vector<Shape>& 
 StatusOr<PlanMemoryStats> Session::PlanStats(const std::vector<Shape>& input_shapes) {
   ASSIGN_OR_RETURN(CachedPlan * cached, PlanForShapes(input_shapes));
   return cached->plan->memory_stats();
+}
+
+DynamicPrepareStats Session::dynamic_stats() const {
+  DynamicPrepareStats sum;
+  for (const CachedPlan& cached : plans_) {
+    sum.prepares += cached.plan->dynamic_stats().prepares;
+    sum.cache_hits += cached.plan->dynamic_stats().cache_hits;
+  }
+  return sum;
 }
 
 StatusOr<int> Session::PlanThreads(const std::vector<Shape>& input_shapes) {

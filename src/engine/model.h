@@ -52,6 +52,11 @@ struct TensorInfo {
   DataType dtype = DataType::kInvalid;
   SymbolicShape shape;  // symbolic dims have value -1
   bool rank_known = true;
+  // Outputs: the first dimension is the inputs' batch dimension (an input's symbolic
+  // first dimension): inference found it equal to that dimension whatever its value, or,
+  // for an output whose shape is known only at run time (Plan::dynamic), the model
+  // declares it with that dimension's name. Always false for inputs.
+  bool batch_major = false;
 };
 
 class Model {
@@ -67,6 +72,11 @@ class Model {
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
   // True when every input's and output's first dimension is symbolic (a batch axis).
   bool batch_dim_symbolic() const;
+  // The outputs that are not batch-major (TensorInfo::batch_major), in output order:
+  // requests cannot be batched together on such a model, since a batch's outputs could
+  // not be split back into each request's rows (NonMaxSuppression's [num_selected, 3],
+  // a flattened [batch * k]).
+  std::vector<std::string> NonBatchMajorOutputs() const;
   const LoadOptions& options() const { return options_; }
   WeightCache* weight_cache() const { return weights_.get(); }
   // What the graph optimiser did at load (node counts, fusions that fired).
@@ -122,6 +132,10 @@ class Session {
   StatusOr<std::vector<double>> TimeStepsAlone(const std::vector<NamedTensor>& inputs, int reps);
 
   int cached_plans() const { return static_cast<int>(plans_.size()); }
+  // Plan::dynamic_stats summed over the plans the session holds now: how often
+  // data-dependent steps were prepared at run time, and how often a run reused a
+  // preparation instead. Same thread rules as Run.
+  DynamicPrepareStats dynamic_stats() const;
   int threads() const { return threads_; }
   // The threads the plan for these input shapes runs on (1 for a small plan, else
   // threads()); prepares and caches the plan as Run would.

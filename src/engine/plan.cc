@@ -128,6 +128,12 @@ Tensor CopyOf(const Tensor& t) {
   return copy;
 }
 
+// Whether a dynamic step's preparation gets a value's data (`bound` now): plan
+// constants (`known`), and plain integer values (indices, shapes) computed this run.
+bool PassesData(const Tensor& known, const dnnl::memory::desc& desc, const Tensor& bound) {
+  return !known.empty() || (desc.data.ndims == 0 && internal::IsInteger(bound.dtype()));
+}
+
 // A template, not std::function: it wraps every step of every run.
 template <typename Fn>
 Status WrapDnnl(const Graph& graph, int node, const Fn& fn) {
@@ -431,6 +437,10 @@ bool Plan::AddDynamicStep(int n, std::vector<char>* defined) {
   step.inputs = node.inputs;
   step.outputs = node.outputs;
   step.dynamic = true;
+  if (limits_.dynamic_cache_entries > 0) {
+    step.prepared = std::make_unique<internal::PreparedCache>(
+        static_cast<size_t>(limits_.dynamic_cache_entries));
+  }
   for (int v : node.outputs) {
     if (v < 0) continue;
     dynamic_[v] = 1;
@@ -440,7 +450,29 @@ bool Plan::AddDynamicStep(int n, std::vector<char>* defined) {
   return true;
 }
 
-Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
+bool Plan::DynamicKey(const Step& step, std::string* key) const {
+  key->clear();
+  size_t data_bytes = 0;
+  auto put = [key](const void* p, size_t n) { key->append(static_cast<const char*>(p), n); };
+  for (int v : step.inputs) {
+    const int64_t rank = v < 0 ? -1 : static_cast<int64_t>(bindings_[v].shape().size());
+    put(&rank, sizeof rank);
+    if (v < 0) continue;
+    const Tensor& t = bindings_[v];
+    const int32_t dtype = static_cast<int32_t>(t.dtype());
+    put(&dtype, sizeof dtype);
+    put(t.shape().data(), t.shape().size() * sizeof(int64_t));
+    // A plan constant is the same at every run; other data passed is part of the key.
+    if (!known_[v].empty() || !PassesData(known_[v], descs_[v], t)) continue;
+    data_bytes += t.byte_size();
+    if (data_bytes > kDynamicKeyDataBytes) return false;
+    put(t.data(), t.byte_size());
+  }
+  return true;
+}
+
+Status Plan::PrepareDynamic(const Step& step, dnnl::stream& stream,
+                            internal::PreparedStep* prepared) const {
   const Graph& graph = *graph_;
   const Node& node = graph.nodes[step.node];
   const OpDef* def = FindOp(node.domain, node.op_type);
@@ -473,12 +505,9 @@ Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
     const Tensor& t = bindings_[v];
     if (t.empty() && Product(t.shape()) != 0)
       return Internal(graph.Describe(step.node) + ": input is not computed");
-    const bool plain = descs_[v].data.ndims == 0;
     ctx.in_dtypes.push_back(t.dtype());
     ctx.in_shapes.push_back(t.shape());
-    // Plan constants, and integer values (indices, shapes) computed this run.
-    const bool pass = !known_[v].empty() || (plain && internal::IsInteger(t.dtype()));
-    ctx.in_data.push_back(pass ? &t : nullptr);
+    ctx.in_data.push_back(PassesData(known_[v], descs_[v], t) ? &t : nullptr);
     ctx.in_descs.push_back(descs_[v]);
     ctx.in_scales.push_back(scales_[v]);
   }
@@ -495,26 +524,61 @@ Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
     if (node.outputs[o] >= 0 && ctx.out_data[o].empty()) computed = false;
   }
   if (computed) {
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      if (node.outputs[o] < 0) continue;
-      Tensor t = ctx.out_data[o];
-      // A result that shares a static input's bytes (a view of an arena value or of a
-      // plan constant) would outlive them or let the caller write through: a copy.
-      bool shared = false;
-      for (int v : step.inputs) {
-        if (v >= 0 && !dynamic_[v] && !t.empty() && bindings_[v].buffer() == t.buffer())
-          shared = true;
-      }
-      if (shared) t = CopyOf(t);
-      bindings_[node.outputs[o]] = std::move(t);
-    }
+    prepared->computed = std::move(ctx.out_data);
     return Status::Ok();
   }
   if (!kernel) return Internal(graph.Describe(step.node) + ": operator returned no kernel");
+  prepared->kernel = std::move(kernel);
+  prepared->out_dtypes = std::move(ctx.out_dtypes);
+  prepared->out_shapes = std::move(ctx.out_shapes);
+  prepared->out_dynamic = std::move(ctx.out_dynamic);
+  return Status::Ok();
+}
+
+Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
+  const Graph& graph = *graph_;
+  const Node& node = graph.nodes[step.node];
+  std::string key;
+  const bool cacheable = step.prepared != nullptr && DynamicKey(step, &key);
+  const internal::PreparedStep* prepared = cacheable ? step.prepared->Find(key) : nullptr;
+  internal::PreparedStep fresh;
+  if (prepared != nullptr) {
+    ++dynamic_stats_.cache_hits;
+  } else {
+    ++dynamic_stats_.prepares;
+    RETURN_IF_ERROR(PrepareDynamic(step, stream, &fresh));
+    if (!cacheable && !fresh.computed.empty()) {
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        if (node.outputs[o] < 0) continue;
+        Tensor t = std::move(fresh.computed[o]);
+        // A result that shares a static input's bytes (a view of an arena value or of a
+        // plan constant) would outlive them or let the caller write through: a copy.
+        bool shared = false;
+        for (int v : step.inputs) {
+          if (v >= 0 && !dynamic_[v] && !t.empty() && bindings_[v].buffer() == t.buffer())
+            shared = true;
+        }
+        bindings_[node.outputs[o]] = shared ? CopyOf(t) : std::move(t);
+      }
+      return Status::Ok();
+    }
+    // A cached result owns its bytes: the inputs' may change, and the copies handed out
+    // below may be written through.
+    for (Tensor& t : fresh.computed)
+      if (!t.empty()) t = CopyOf(t);
+    prepared = cacheable ? step.prepared->Insert(std::move(key), std::move(fresh)) : &fresh;
+  }
+  if (!prepared->computed.empty()) {
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o] >= 0) bindings_[node.outputs[o]] = CopyOf(prepared->computed[o]);
+    }
+    return Status::Ok();
+  }
+  Kernel* kernel = prepared->kernel.get();
   if (kernel->alias_input() >= 0) {
     const int out = node.outputs[0];
     const int src = step.inputs[kernel->alias_input()];
-    Tensor view = ViewOf(bindings_[src], ctx.out_dtypes[0], ctx.out_shapes[0]);
+    Tensor view = ViewOf(bindings_[src], prepared->out_dtypes[0], prepared->out_shapes[0]);
     // The arena's bytes are planned without this view's readers, and a plan constant
     // must not be written through: a view of either is a copy.
     bindings_[out] = dynamic_[src] ? std::move(view) : CopyOf(view);
@@ -526,19 +590,20 @@ Status Plan::RunDynamic(const Step& step, dnnl::stream& stream) {
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     const int v = node.outputs[o];
     if (v < 0) continue;
-    if (ctx.out_dynamic[o]) {
+    if (prepared->out_dynamic[o]) {
       bindings_[v] = Tensor();
       all_empty = false;
       continue;
     }
-    const int64_t elem =
-        std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.out_dtypes[o])));
-    auto count = ElementCount(ctx.out_shapes[o], limits_.max_tensor_bytes / elem);
+    const DataType dtype = prepared->out_dtypes[o];
+    const Shape& shape = prepared->out_shapes[o];
+    const int64_t elem = std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(dtype)));
+    auto count = ElementCount(shape, limits_.max_tensor_bytes / elem);
     if (!count.ok())
       return InvalidArgument(graph.Describe(step.node) + ": output " + std::to_string(o) + ": " +
                              count.status().message());
     if (*count != 0) all_empty = false;
-    bindings_[v] = Tensor::Allocate(ctx.out_dtypes[o], ctx.out_shapes[o]);
+    bindings_[v] = Tensor::Allocate(dtype, shape);
   }
   if (all_empty) return Status::Ok();
   for (int v : step.inputs) rc.inputs.push_back(v >= 0 ? &bindings_[v] : nullptr);

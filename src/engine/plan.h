@@ -24,6 +24,11 @@
 // allocated per run. Everything else keeps its plan-time kernel and its arena offset;
 // static values a dynamic step reads stay alive until that step. A dynamic node whose
 // inputs are all known at plan time is evaluated then, like any other.
+// What a dynamic step's preparation produced is cached per step, keyed by what it read
+// (input dtypes and shapes, and the contents of the run-time integer inputs passed as
+// data, up to kDynamicKeyDataBytes; internal/prepared_cache.h): a run that brings inputs
+// seen in one of its last PlanLimits::dynamic_cache_entries keys reuses that kernel and prepares
+// nothing (Plan::dynamic_stats counts both).
 //
 // Thread safety: a Plan is used by one thread at a time (its Session's).
 #pragma once
@@ -37,9 +42,21 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/graph.h"
+#include "engine/internal/prepared_cache.h"
 #include "engine/kernel.h"
 
 namespace shoal::engine {
+
+// The most bytes of run-time data a dynamic step's cache key may hold: a step whose
+// data inputs hold more is prepared at every run.
+inline constexpr size_t kDynamicKeyDataBytes = 4096;
+
+// How often a plan's dynamic steps were prepared at run time, and how often a run reused
+// a cached preparation instead (plan.h above). Counted since the plan was prepared.
+struct DynamicPrepareStats {
+  int64_t prepares = 0;
+  int64_t cache_hits = 0;
+};
 
 // What the memory planner decided for one plan. Counts only the arena's values
 // (intermediates that are not views), all sizes 64-byte aligned.
@@ -65,6 +82,9 @@ struct PlanLimits {
   // Largest tensor a plan may create, in bytes (guards against shapes a model computes
   // from its input). Default 4 GiB.
   int64_t max_tensor_bytes = int64_t{4} << 30;
+  // Preparations of a data-dependent step kept per step (see above), the least recently
+  // used evicted first. Default 4; 0 prepares such steps at every run.
+  int dynamic_cache_entries = 4;
 };
 
 // Estimated FLOPs of one node at the given value shapes: multiply-adds count 2 for Conv,
@@ -105,6 +125,7 @@ class Plan {
   const std::vector<DataType>& dtypes() const { return dtypes_; }
   // Per value: its shape is known only at run time (shapes() holds no shape for it).
   const std::vector<char>& dynamic() const { return dynamic_; }
+  const DynamicPrepareStats& dynamic_stats() const { return dynamic_stats_; }
   size_t step_count() const { return steps_.size(); }
   int64_t arena_bytes() const { return arena_bytes_; }
   // Intermediate values kept in a oneDNN-chosen (blocked) layout between the operators
@@ -134,6 +155,8 @@ class Plan {
     std::vector<int> outputs;  // value ids, -1 omitted
     bool skip = false;         // all outputs empty: nothing to compute
     bool dynamic = false;      // reads a dynamic value: kernel is prepared at every run
+    // Dynamic steps: their preparations by key (shallow const: RunDynamic fills it).
+    std::unique_ptr<internal::PreparedCache> prepared;
     // &bindings_[v] per input and output (null where omitted), fixed by BindOnce.
     std::vector<const Tensor*> in_ptrs;
     std::vector<Tensor*> out_ptrs;
@@ -160,8 +183,14 @@ class Plan {
   // When node `n` reads a dynamic value, adds it as a dynamic step (its outputs become
   // dynamic and defined): true.
   bool AddDynamicStep(int n, std::vector<char>* defined);
-  // Prepares and runs a dynamic step from the tensors bound to its inputs.
+  // Prepares (or finds prepared) and runs a dynamic step from the tensors bound to its
+  // inputs.
   Status RunDynamic(const Step& step, dnnl::stream& stream);
+  // The dynamic step's preparation for the tensors now bound to its inputs.
+  Status PrepareDynamic(const Step& step, dnnl::stream& stream,
+                        internal::PreparedStep* prepared) const;
+  // The cache key of what PrepareDynamic reads now; false when its data is too large.
+  bool DynamicKey(const Step& step, std::string* key) const;
   Status AssignOffsets();
   // Binds constants and arena values for every run to come, and lists the values each
   // run binds itself (per_run_values_).
@@ -195,6 +224,7 @@ class Plan {
   std::shared_ptr<Buffer> arena_;
   std::vector<Tensor> bindings_;     // per value; constants and arena values kept bound
   std::vector<int> per_run_values_;  // values each run binds and unbinds
+  DynamicPrepareStats dynamic_stats_;
 };
 
 }  // namespace shoal::engine

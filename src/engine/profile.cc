@@ -36,6 +36,7 @@ StatusOr<OperatorProfile> ProfileOperators(const Model& model,
       if (in.name == info.name) shapes.push_back(in.tensor.shape());
   }
 
+  const DynamicPrepareStats dynamic_before = session->dynamic_stats();
   std::vector<double> node_ms(graph.nodes.size(), 0);
   std::vector<char> ran(graph.nodes.size(), 0);
   double total_ms = 0;
@@ -65,6 +66,8 @@ StatusOr<OperatorProfile> ProfileOperators(const Model& model,
 
   OperatorProfile profile;
   profile.runs = runs;
+  profile.dynamic.prepares = session->dynamic_stats().prepares - dynamic_before.prepares;
+  profile.dynamic.cache_hits = session->dynamic_stats().cache_hits - dynamic_before.cache_hits;
   ASSIGN_OR_RETURN(profile.threads, session->PlanThreads(shapes));
   std::map<std::string, OperatorTime> by_type;
   double steps_ms = 0;

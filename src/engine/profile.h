@@ -35,6 +35,9 @@ struct OperatorProfile {
   double outside_ms_per_run = 0;        // ms_per_run minus the operators' sum, >= 0
   int runs = 0;
   int threads = 0;  // the threads the plan ran on
+  // Over the timed runs: how often data-dependent steps were prepared, and how often
+  // a cached preparation was reused instead (Session::dynamic_stats; plan.h).
+  DynamicPrepareStats dynamic;
   // Per node of the optimised graph (Model::graph()), averaged over the runs; 0 for a
   // node that never ran (computed when the plan was prepared). Pipeline stages are
   // balanced on these (pipeline_split.h).

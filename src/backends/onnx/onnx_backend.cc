@@ -88,6 +88,25 @@ Status Complete(const char* kind, const std::vector<engine::TensorInfo>& model, 
   return Status::Ok();
 }
 
+// Why a model with outputs that are not batch-major (engine::Model::NonBatchMajorOutputs)
+// cannot take max_batch_size > 0: a batch's rows could not be given back per request.
+std::string NotBatchMajorMessage(const engine::Model& model, int max_batch_size,
+                                 const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& name : names) {
+    for (const engine::TensorInfo& t : model.outputs()) {
+      if (t.name != name) continue;
+      if (!list.empty()) list += ", ";
+      list += "'" + name + "' " + engine::SymbolicShapeToString(t.shape);
+    }
+  }
+  return "max_batch_size is " + std::to_string(max_batch_size) + " but output" +
+         (names.size() > 1 ? "s " : " ") + list + (names.size() > 1 ? " are" : " is") +
+         " not batch-major (the first dimension is not the inputs' batch dimension), so "
+         "requests cannot be batched together: set max_batch_size to 0 and remove "
+         "dynamic_batching to serve the model one request at a time";
+}
+
 // One model per precision tier the config loads (engine/precision.h); `default_tier`
 // serves requests that name none.
 struct Tiers {
@@ -474,7 +493,9 @@ class OnnxBackend : public Backend {
 
     ModelInfo done = info;
     const bool config_lists_tensors = !info.inputs.empty() || !info.outputs.empty();
-    if (done.max_batch_size == 0 && !config_lists_tensors && any->batch_dim_symbolic()) {
+    const std::vector<std::string> not_batch_major = any->NonBatchMajorOutputs();
+    if (done.max_batch_size == 0 && !config_lists_tensors && any->batch_dim_symbolic() &&
+        not_batch_major.empty()) {
       done.max_batch_size = kDefaultMaxBatchSize;
     }
     const bool batching = done.max_batch_size > 0;
@@ -483,6 +504,9 @@ class OnnxBackend : public Backend {
           "max_batch_size is " + std::to_string(done.max_batch_size) +
           " but the model's first dimension is not a batch dimension (not symbolic in every "
           "input and output)");
+    }
+    if (batching && !not_batch_major.empty()) {
+      return InvalidArgument(NotBatchMajorMessage(*any, done.max_batch_size, not_batch_major));
     }
     RETURN_IF_ERROR(Complete("input", any->inputs(), batching, &done.inputs));
     RETURN_IF_ERROR(Complete("output", any->outputs(), batching, &done.outputs));

@@ -12,7 +12,12 @@
 //   - when the config lists neither inputs nor outputs and says max_batch_size 0, and
 //     every input's and output's first dimension is symbolic, batching is enabled with
 //     max_batch_size kDefaultMaxBatchSize (as Triton's auto-complete does); dims then
-//     exclude the batch dimension. Symbolic dims are reported as -1.
+//     exclude the batch dimension. Symbolic dims are reported as -1;
+//   - batching (max_batch_size > 0) needs every output batch-major: its first dimension
+//     the inputs' batch dimension (engine::TensorInfo::batch_major). A model with another
+//     output (NonMaxSuppression's [num_selected, 3], a flattened [batch * k]) is not
+//     batched automatically, and a config that asks for batching is INVALID_ARGUMENT
+//     naming the output; with max_batch_size 0 it serves one request at a time.
 // The engine::Model is shared by all instances (read-only); each instance owns an
 // engine::Session (its threads, pinned to the instance's cores, and its plan cache).
 //

@@ -394,5 +394,75 @@ TEST_F(OnnxPipelineTest, BadPipelineParametersAreRefusedByName) {
   }
 }
 
+// Models whose outputs are not batch-major (models/generate_sampling.py): batching is
+// refused by name, and without it they serve.
+class NotBatchMajorTest : public ::testing::Test {
+ protected:
+  void TearDown() override { fs::remove_all(root_); }
+
+  ModelInfo Install(const std::string& file, int max_batch_size) {
+    const std::string name = file.substr(0, file.find('.'));
+    fs::create_directories(root_ / name / "1");
+    fs::copy_file(SourceDir() + "/models/" + file, root_ / name / "1" / "model.onnx",
+                  fs::copy_options::overwrite_existing);
+    ModelInfo info;
+    info.name = name;
+    info.version = 1;
+    info.model_dir = (root_ / name).string();
+    info.version_dir = (root_ / name / "1").string();
+    info.max_batch_size = max_batch_size;
+    return info;
+  }
+
+  fs::path root_ =
+      fs::temp_directory_path() / ("shoal_not_batch_major_test_" + std::to_string(::getpid()));
+};
+
+TEST_F(NotBatchMajorTest, BatchingIsRefusedNamingTheOutput) {
+  auto nms = MakeOnnxBackend()->LoadModel(Install("nms_batch.onnx", 4));
+  ASSERT_FALSE(nms.ok());
+  EXPECT_EQ(nms.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(nms.status().message(), HasSubstr("max_batch_size is 4 but output "
+                                                "'selected_indices' [num_selected,3] is not "
+                                                "batch-major"));
+  EXPECT_THAT(nms.status().message(), HasSubstr("set max_batch_size to 0"));
+  // [4 * batch]: symbolic, but not the batch dimension.
+  auto flat = MakeOnnxBackend()->LoadModel(Install("flatten_batch.onnx", 2));
+  ASSERT_FALSE(flat.ok());
+  EXPECT_THAT(flat.status().message(), HasSubstr("output 'y'"));
+}
+
+TEST_F(NotBatchMajorTest, UnbatchedItServesAndIsNotBatchedAutomatically) {
+  auto model = MakeOnnxBackend()->LoadModel(Install("nms_batch.onnx", 0));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->info().max_batch_size, 0);  // the config said nothing: not batched
+  auto instance = (*model)->CreateInstance(InstanceInfo{"nms_0", 0, {}, 0});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+  // Two images of six boxes; in each, boxes 0 and 1 overlap (IoU 0.81), the others are
+  // apart.
+  std::vector<float> boxes, scores;
+  for (int b = 0; b < 2; ++b) {
+    for (float x : {0.f, 0.f, 10.f, 10.f, 0.f, 0.f, 9.f, 9.f, 20.f, 20.f, 30.f, 30.f})
+      boxes.push_back(x);
+    for (int i = 0; i < 3; ++i)
+      for (float x : {100.f, 100.f, 101.f, 101.f}) boxes.push_back(x + static_cast<float>(i) * 5);
+    for (float x : {0.9f, 0.8f, 0.7f, 0.3f, 0.2f, 0.1f}) scores.push_back(x);
+  }
+  ExecuteRequest request;
+  request.batch_size = 1;
+  request.inputs.push_back({"boxes", F32({2, 6, 4}, boxes)});
+  request.inputs.push_back({"scores", F32({2, 1, 6}, scores)});
+  std::vector<NamedTensor> outputs;
+  Status s = (*instance)->Execute(request, &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].name, "selected_indices");
+  // Three per image at most (the model's limit): boxes 0, 2 and 3 by score, box 1
+  // suppressed by box 0.
+  EXPECT_EQ(outputs[0].tensor.shape(), (Shape{6, 3}));
+  EXPECT_THAT(IntValues(outputs[0].tensor),
+              ::testing::ElementsAre(0, 0, 0, 0, 0, 2, 0, 0, 3, 1, 0, 0, 1, 0, 2, 1, 0, 3));
+}
+
 }  // namespace
 }  // namespace shoal::backends

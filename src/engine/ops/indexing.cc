@@ -1,5 +1,6 @@
-// Indexing operators, computed by the engine: Slice, Gather, Pad, Resize (nearest and
-// linear). Index tables are built once per plan; a run only moves bytes.
+// Indexing operators, computed by the engine: Slice, Gather, Pad, Resize (nearest,
+// linear, cubic). Index tables are built once per plan; a run only moves bytes. A Resize
+// whose sizes or scales are known only at run time is prepared at run time instead.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -605,8 +606,91 @@ StatusOr<std::unique_ptr<Kernel>> GeneralResizeKernel(Shape out,
   });
 }
 
+StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx);
+
+// Resize whose `sizes` or `scales` (or tf_crop_and_resize's `roi`) is known only at run
+// time (computed from another input's data, or an input itself): its output shape is
+// data-dependent (PrepareContext::out_dynamic). Each run prepares Resize from the
+// tensors then given, keeping the last preparation for the next run that brings the same
+// X shape and the same sizes, scales and roi.
+class RunTimeResizeKernel : public Kernel {
+ public:
+  RunTimeResizeKernel(const Graph* graph, int node_index)
+      : graph_(graph), node_index_(node_index) {}
+
+  Status Run(const RunContext& rc) override {
+    std::string key;
+    for (size_t i = 0; i < rc.inputs.size(); ++i) {
+      const Tensor* t = rc.inputs[i];
+      const int64_t rank = t ? static_cast<int64_t>(t->shape().size()) : -1;
+      key.append(reinterpret_cast<const char*>(&rank), sizeof rank);
+      if (!t) continue;
+      key.append(reinterpret_cast<const char*>(t->shape().data()),
+                 t->shape().size() * sizeof(int64_t));
+      if (i > 0) key.append(static_cast<const char*>(t->data()), t->byte_size());
+    }
+    if (!kernel_ || key != key_) {
+      PrepareContext ctx;
+      ctx.graph = graph_;
+      ctx.node_index = node_index_;
+      for (size_t i = 0; i < rc.inputs.size(); ++i) {
+        const Tensor* t = rc.inputs[i];
+        ctx.in_values.push_back(-1);
+        ctx.in_dtypes.push_back(t ? t->dtype() : DataType::kInvalid);
+        ctx.in_shapes.push_back(t ? t->shape() : Shape{});
+        ctx.in_data.push_back(i > 0 ? t : nullptr);
+      }
+      ctx.SetOutputs(1);
+      kernel_.reset();
+      // Sizes come from data now: the output is checked before any table is built for
+      // it, against the largest tensor a plan may create by default
+      // (PlanLimits::max_tensor_bytes).
+      Shape out;
+      std::vector<double> scales;
+      RETURN_IF_ERROR(ResizeOutput(ctx, &out, &scales));
+      const int64_t elem =
+          std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.in_dtypes[0])));
+      auto count = ElementCount(out, (int64_t{4} << 30) / elem);
+      if (!count.ok())
+        return ctx.Error("output " + ShapeToString(out) + ": " + count.status().message());
+      ASSIGN_OR_RETURN(kernel_, PrepareResize(ctx));
+      dtype_ = ctx.out_dtypes[0];
+      shape_ = ctx.out_shapes[0];
+      key_ = std::move(key);
+    }
+    *rc.outputs[0] = Tensor::Allocate(dtype_, shape_);
+    if (Product(shape_) == 0) return Status::Ok();
+    return kernel_->Run(rc);
+  }
+
+ private:
+  const Graph* graph_;
+  int node_index_;
+  std::string key_;  // what kernel_ was prepared for
+  std::unique_ptr<Kernel> kernel_;
+  DataType dtype_ = DataType::kInvalid;
+  Shape shape_;
+};
+
+// Whether Resize's output shape or taps depend on data not known now: the sizes or
+// scales it uses, or tf_crop_and_resize's roi.
+bool ResizeNeedsRunTimeData(const PrepareContext& ctx) {
+  auto unknown = [&](size_t i) {
+    return ctx.has_input(i) && ctx.in_data[i] == nullptr && ctx.in_shapes[i] != Shape{0};
+  };
+  const bool sizes = ctx.has_input(3) && ctx.in_shapes[3] != Shape{0};
+  const bool crop =
+      ctx.node().GetString("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize";
+  return (sizes ? unknown(3) : unknown(2)) || (crop && unknown(1));
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
   if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
+  if (ResizeNeedsRunTimeData(ctx)) {
+    ctx.out_dtypes[0] = ctx.in_dtypes[0];
+    ctx.out_dynamic[0] = 1;
+    return std::unique_ptr<Kernel>(new RunTimeResizeKernel(ctx.graph, ctx.node_index));
+  }
   const Shape& x = ctx.in_shapes[0];
   std::vector<double> scales;
   Shape out;

@@ -1,6 +1,7 @@
 // Sampling an image at computed coordinates: RoiAlign (regions of interest pooled to a
 // fixed size) and GridSample (the image read at a grid of normalised coordinates). FP32,
-// 4-D (N, C, H, W), the engine's own loops.
+// the engine's own loops; 4-D images (N, C, H, W), and for GridSample also volumes
+// (N, C, D, H, W) in its linear (trilinear) and nearest modes.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -161,6 +162,7 @@ struct GridParams {
   bool nearest = false, cubic = false, align_corners = false;
   Padding padding = Padding::kZeros;
   int64_t n = 0, c = 0, h = 0, w = 0, out_h = 0, out_w = 0;
+  int64_t d = 1, out_d = 1;  // volumes (5-D X) only
 };
 
 // Reflects `x` into [lo, hi] (repeatedly, as a mirror).
@@ -191,20 +193,76 @@ float Pad(const GridParams& p, float x, int64_t size) {
   return x;
 }
 
+// GridSample on volumes: X [N, C, D, H, W] read at grid [N, D_out, H_out, W_out, 3]
+// whose last axis is (x, y, z) (along W, H, D), trilinear or nearest, as PyTorch's
+// grid_sample on 5-D input.
+Status SampleVolume(const GridParams& p, const RunContext& rc) {
+  const float* xs = rc.inputs[0]->values<float>().data();
+  const float* grid = rc.inputs[1]->values<float>().data();
+  float* out = rc.outputs[0]->mutable_values<float>().data();
+  const int64_t volume = p.out_d * p.out_h * p.out_w;
+  const int64_t in_volume = p.d * p.h * p.w;
+  auto at = [&](const float* img, int64_t z, int64_t y, int64_t x) {
+    // Zeros padding: outside reads as 0 (border and reflection never get there).
+    return z < 0 || z >= p.d || y < 0 || y >= p.h || x < 0 || x >= p.w
+               ? 0.f
+               : img[(z * p.h + y) * p.w + x];
+  };
+  for (int64_t b = 0; b < p.n; ++b) {
+    for (int64_t i = 0; i < volume; ++i) {
+      const float* gp = grid + (b * volume + i) * 3;
+      const float sx = Pad(p, Unnormalize(p, gp[0], p.w), p.w);
+      const float sy = Pad(p, Unnormalize(p, gp[1], p.h), p.h);
+      const float sz = Pad(p, Unnormalize(p, gp[2], p.d), p.d);
+      for (int64_t ch = 0; ch < p.c; ++ch) {
+        const float* img = xs + (b * p.c + ch) * in_volume;
+        float v;
+        if (p.nearest) {
+          v = at(img, static_cast<int64_t>(std::nearbyint(sz)),
+                 static_cast<int64_t>(std::nearbyint(sy)),
+                 static_cast<int64_t>(std::nearbyint(sx)));
+        } else {
+          const float fz = std::floor(sz), fy = std::floor(sy), fx = std::floor(sx);
+          const int64_t z0 = static_cast<int64_t>(fz), y0 = static_cast<int64_t>(fy),
+                        x0 = static_cast<int64_t>(fx);
+          const float lz = sz - fz, ly = sy - fy, lx = sx - fx;
+          auto plane = [&](int64_t z) {
+            return (1 - ly) * ((1 - lx) * at(img, z, y0, x0) + lx * at(img, z, y0, x0 + 1)) +
+                   ly * ((1 - lx) * at(img, z, y0 + 1, x0) + lx * at(img, z, y0 + 1, x0 + 1));
+          };
+          v = (1 - lz) * plane(z0) + lz * plane(z0 + 1);
+        }
+        out[(b * p.c + ch) * volume + i] = v;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
   if (ctx.num_inputs() != 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.Error("needs X and grid");
   RETURN_IF_ERROR(CheckFp32Inputs(ctx));
   const Shape& x = ctx.in_shapes[0];
   const Shape& g = ctx.in_shapes[1];
-  if (x.size() != 4) return ctx.Error("only 4-D X [N, C, H, W] is supported");
-  if (g.size() != 4 || g[0] != x[0] || g[3] != 2)
-    return ctx.Error("grid must be [N, H_out, W_out, 2] for X " + ShapeToString(x));
   const Node& node = ctx.node();
   GridParams p;
   const std::string mode = node.GetString("mode", ctx.opset() >= 20 ? "linear" : "bilinear");
   p.nearest = mode == "nearest";
   p.cubic = mode == "bicubic" || mode == "cubic";
+  if (x.size() == 5) {
+    if (p.cubic) {
+      return ctx.Error("mode '" + mode +
+                       "' needs 4-D X [N, C, H, W]; on 5-D X (volumes) only linear and nearest "
+                       "are defined (as in PyTorch's grid_sample)");
+    }
+    if (g.size() != 5 || g[0] != x[0] || g[4] != 3)
+      return ctx.Error("grid must be [N, D_out, H_out, W_out, 3] for X " + ShapeToString(x));
+  } else if (x.size() != 4) {
+    return ctx.Error("X must be 4-D [N, C, H, W] or 5-D [N, C, D, H, W]; was " + ShapeToString(x));
+  } else if (g.size() != 4 || g[0] != x[0] || g[3] != 2) {
+    return ctx.Error("grid must be [N, H_out, W_out, 2] for X " + ShapeToString(x));
+  }
   p.align_corners = node.GetInt("align_corners", 0) != 0;
   const std::string pad = node.GetString("padding_mode", "zeros");
   p.padding = pad == "border"       ? Padding::kBorder
@@ -212,12 +270,22 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
                                     : Padding::kZeros;
   p.n = x[0];
   p.c = x[1];
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (x.size() == 5) {
+    p.d = x[2];
+    p.h = x[3];
+    p.w = x[4];
+    p.out_d = g[1];
+    p.out_h = g[2];
+    p.out_w = g[3];
+    ctx.out_shapes[0] = Shape{p.n, p.c, p.out_d, p.out_h, p.out_w};
+    return MakeFn([p](const RunContext& rc) { return SampleVolume(p, rc); });
+  }
   p.h = x[2];
   p.w = x[3];
   p.out_h = g[1];
   p.out_w = g[2];
   ctx.out_shapes[0] = Shape{p.n, p.c, p.out_h, p.out_w};
-  ctx.out_dtypes[0] = DataType::kFp32;
   return MakeFn([p](const RunContext& rc) -> Status {
     const float* xs = rc.inputs[0]->values<float>().data();
     const float* grid = rc.inputs[1]->values<float>().data();

@@ -1,0 +1,161 @@
+// GridSample on volumes (5-D) against PyTorch, and Resize whose sizes or scales are
+// known only at run time (ops/sampling.cc, ops/indexing.cc).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/model.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine {
+namespace {
+
+using namespace shoal::engine::testing;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+// models/gridsample_3d.sht: PyTorch's F.grid_sample on X [2, 3, 4, 5, 6] for every
+// linear/nearest mode, padding mode and align_corners (models/generate_sampling.py).
+TEST(GridSampleVolumeTest, MatchesPyTorchInEveryModePaddingAndAlignment) {
+  const Reference ref = LoadReference("gridsample_3d.sht");
+  ASSERT_EQ(ref.inputs.size(), 2u);
+  ASSERT_EQ(ref.outputs.size(), 12u);
+  for (const NamedTensor& want : ref.outputs) {
+    // "<mode>_<padding>_<align>"
+    const size_t a = want.name.find('_'), b = want.name.rfind('_');
+    const std::string mode = want.name.substr(0, a);
+    const std::string pad = want.name.substr(a + 1, b - a - 1);
+    const int64_t align = std::stoi(want.name.substr(b + 1));
+    auto out = Run1(
+        "GridSample", {{ref.inputs[0].tensor}, {ref.inputs[1].tensor}},
+        {{"mode", AString(mode)}, {"padding_mode", AString(pad)}, {"align_corners", AInt(align)}});
+    ASSERT_EQ(out[0].shape(), want.tensor.shape()) << want.name;
+    EXPECT_LE(MaxAbsDiff(out[0], want.tensor), 1e-5f * std::max(1.f, MaxAbs(want.tensor)))
+        << want.name;
+  }
+}
+
+TEST(GridSampleVolumeTest, BicubicOnAVolumeAndMismatchedGridsAreRefused) {
+  const Tensor x = Random({1, 1, 2, 2, 2}, 1);
+  auto out =
+      RunOp("GridSample", {{x}, {Random({1, 1, 1, 1, 3}, 2)}}, {{"mode", AString("bicubic")}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("needs 4-D X"));
+  out = RunOp("GridSample", {{x}, {Random({1, 1, 1, 2}, 2)}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("grid must be [N, D_out, H_out, W_out, 3]"));
+  out = RunOp("GridSample", {{Random({1, 1, 2, 2, 2, 2}, 1)}, {Random({1, 1, 1, 1, 3}, 2)}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("X must be 4-D"));
+}
+
+// A PyTorch export of F.interpolate(p5, size=c4.shape[-2:]) (FPN/U-Net style), nearest
+// and bilinear, at two input sizes, the second not a whole multiple of the first.
+class ResizeFromShapeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResizeFromShapeTest, MatchesPyTorch) {
+  auto model = Model::Load(ModelPath(GetParam() + ".onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  for (const char* size : {".a.sht", ".b.sht"}) {
+    const Reference ref = LoadReference(GetParam() + size);
+    std::vector<NamedTensor> outs;
+    Status s = (*session)->Run(ref.inputs, &outs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(outs.size(), ref.outputs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ASSERT_EQ(outs[i].tensor.shape(), ref.outputs[i].tensor.shape()) << size;
+      EXPECT_LE(MaxAbsDiff(outs[i].tensor, ref.outputs[i].tensor),
+                1e-4f * std::max(1.f, MaxAbs(ref.outputs[i].tensor)))
+          << GetParam() << size << " " << outs[i].name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Exports, ResizeFromShapeTest,
+                         ::testing::Values("resize_from_shape_op13", "resize_from_shape_op17"));
+
+// Resize whose sizes (or scales) are a model input: the output's shape is learned at
+// run time, and whatever reads it (here Relu) is prepared for it. Compared with the same
+// Resize given the same sizes as a constant.
+class RunTimeResizeTest : public ::testing::Test {
+ protected:
+  // Input "x" [1, 2, 3, 4] and "param" (sizes INT64 [4] or scales FP32 [4]).
+  void Load(bool sizes, std::map<std::string, Attribute> attrs) {
+    attrs_ = attrs;
+    sizes_ = sizes;
+    GraphBuilder b;
+    const int x = b.Input("x", {1, 2, 3, 4});
+    const int p = b.Input("param", {4}, sizes ? DataType::kInt64 : DataType::kFp32);
+    const int none = -1;
+    const int r =
+        b.Op("Resize", "r",
+             sizes ? std::vector<int>{x, none, none, p} : std::vector<int>{x, none, p}, attrs);
+    const int y = b.Op("Relu", "y", {r});
+    auto model = Model::FromGraph(b.Finish({y, r}));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::move(model).value();
+    auto session = Session::Create(*model_, Opts(1));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    session_ = std::move(session).value();
+  }
+
+  // Runs with `param`; checks both outputs against the constant-parameter Resize.
+  void RunAndCheck(const Tensor& x, const Tensor& param) {
+    std::vector<NamedTensor> outs;
+    Status s = session_->Run({{"x", x}, {"param", param}}, &outs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<In> in = sizes_ ? std::vector<In>{{x}, Omitted(), Omitted(), Const(param)}
+                                      : std::vector<In>{{x}, Omitted(), Const(param)};
+    const auto want = Run1("Resize", in, attrs_);
+    ASSERT_EQ(outs[1].tensor.shape(), want[0].shape());
+    EXPECT_THAT(Values(outs[1].tensor), ElementsAreArray(Values(want[0])));
+    std::vector<float> relu = Values(want[0]);
+    for (float& v : relu) v = std::max(v, 0.f);
+    EXPECT_THAT(Values(outs[0].tensor), ElementsAreArray(relu));
+  }
+
+  bool sizes_ = true;
+  std::map<std::string, Attribute> attrs_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Session> session_;
+};
+
+TEST_F(RunTimeResizeTest, SizesGivenAtRunTime) {
+  Load(true, {{"mode", AString("nearest")}});
+  const Tensor x = Random({1, 2, 3, 4}, 3);
+  RunAndCheck(x, I64({4}, {1, 2, 6, 8}));
+  RunAndCheck(x, I64({4}, {1, 2, 5, 3}));
+  const int64_t prepares = session_->dynamic_stats().prepares;
+  RunAndCheck(x, I64({4}, {1, 2, 5, 3}));  // Relu's preparation is reused
+  EXPECT_EQ(session_->dynamic_stats().prepares, prepares);
+  EXPECT_GE(session_->dynamic_stats().cache_hits, 1);
+  RunAndCheck(Random({1, 2, 3, 4}, 4), I64({4}, {1, 2, 6, 8}));
+}
+
+TEST_F(RunTimeResizeTest, ScalesGivenAtRunTimeLinearAndCubic) {
+  for (const char* mode : {"linear", "cubic"}) {
+    Load(false, {{"mode", AString(mode)},
+                 {"coordinate_transformation_mode", AString("pytorch_half_pixel")}});
+    const Tensor x = Random({1, 2, 3, 4}, 5);
+    RunAndCheck(x, F32({4}, {1, 1, 2, 2}));
+    RunAndCheck(x, F32({4}, {1, 1, 0.5f, 1.5f}));
+  }
+}
+
+TEST_F(RunTimeResizeTest, BadRunTimeSizesAreErrorsNotCrashes) {
+  Load(true, {{"mode", AString("nearest")}});
+  std::vector<NamedTensor> outs;
+  Status s =
+      session_->Run({{"x", Random({1, 2, 3, 4}, 3)}, {"param", I64({4}, {1, 2, -1, 4})}}, &outs);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("sizes must be >= 0"));
+  s = session_->Run(
+      {{"x", Random({1, 2, 3, 4}, 3)}, {"param", I64({4}, {1, 2, int64_t{1} << 40, 4})}}, &outs);
+  EXPECT_FALSE(s.ok());
+  // And the session still serves.
+  RunAndCheck(Random({1, 2, 3, 4}, 3), I64({4}, {1, 2, 2, 2}));
+}
+
+}  // namespace
+}  // namespace shoal::engine
