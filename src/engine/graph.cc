@@ -105,6 +105,12 @@ Status Graph::Validate() const {
         available[id] = 1;
       }
     }
+    for (const auto& [name, attr] : node.attributes) {
+      if (attr.kind != Attribute::Kind::kGraph) continue;
+      if (!attr.g) return InvalidArgument(Describe(n) + ": subgraph '" + name + "' is missing");
+      Status s = attr.g->Validate();
+      if (!s.ok()) return s.WithPrefix(Describe(n) + ": subgraph '" + name + "'");
+    }
   }
   for (int id : outputs) {
     if (id < 0 || id >= nv) return InvalidArgument("graph output index out of range");
