@@ -141,7 +141,7 @@ def torch_models(out):
                        ("out:rows", rows.numpy()), ("out:k", k.numpy())])
         path = os.path.join(out, "cf_detect_op%d.onnx" % opset)
         scripted = export(det, det_inputs["a"], path, opset, ["deltas", "scores"], ["dets"],
-                          {"deltas": {0: "n"}, "scores": {0: "n", 1: "classes"}})
+                          {"scores": {1: "classes"}})  # anchors fix the box count
         for tag, (d, s) in det_inputs.items():
             with torch.no_grad():
                 dets = scripted(d, s)

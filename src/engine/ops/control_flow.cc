@@ -155,7 +155,11 @@ StatusOr<bool> ReadCondition(const Tensor& t, const std::string& what) {
 
 // Writes `src` into the output slot `dst`: into its bytes when the plan allocated it
 // (a static shape, which must match), else as the output itself.
-Status Deliver(Tensor src, Tensor* dst, bool dynamic, const std::string& what) {
+Status Deliver(Tensor src, Tensor* dst, bool dynamic, DataType dtype, const std::string& what) {
+  if (src.dtype() != dtype) {
+    return InvalidArgument(what + ": produced " + std::string(DataTypeName(src.dtype())) +
+                           ", planned " + std::string(DataTypeName(dtype)));
+  }
   if (dynamic) {
     *dst = std::move(src);
     return Status::Ok();
@@ -166,6 +170,13 @@ Status Deliver(Tensor src, Tensor* dst, bool dynamic, const std::string& what) {
   }
   if (src.byte_size()) std::memcpy(dst->mutable_data(), src.data(), src.byte_size());
   return Status::Ok();
+}
+
+// The dtype of subgraph value `v` under `plan`: the plan's, or for a value computed
+// after a data-dependent shape (typed only when it runs) the one the file declares.
+DataType ValueDType(const Plan& plan, const Graph& graph, int v) {
+  const DataType d = plan.dtypes()[v];
+  return d != DataType::kInvalid ? d : graph.values[v].dtype;
 }
 
 // ---- If ----
@@ -195,6 +206,7 @@ class IfKernel : public Kernel {
   std::unique_ptr<SubgraphRunner> branch[2];  // else, then
   Status error[2];                            // why a branch could not be prepared
   std::vector<char> dynamic;                  // per output
+  std::vector<DataType> dtypes;               // per output
   std::string what;
 
   Status Run(const RunContext& ctx) override {
@@ -205,7 +217,7 @@ class IfKernel : public Kernel {
     RETURN_IF_ERROR(branch[cond]->Run(in, *ctx.stream, &outs));
     for (size_t o = 0; o < ctx.outputs.size(); ++o) {
       if (!ctx.outputs[o]) continue;
-      RETURN_IF_ERROR(Deliver(std::move(outs[o]), ctx.outputs[o], dynamic[o], what));
+      RETURN_IF_ERROR(Deliver(std::move(outs[o]), ctx.outputs[o], dynamic[o], dtypes[o], what));
     }
     return Status::Ok();
   }
@@ -256,7 +268,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareIf(PrepareContext& ctx) {
         continue;
       }
       const int v = k->branch[b]->graph().outputs[o];
-      const DataType d = p->dtypes()[v];
+      const DataType d = ValueDType(*p, k->branch[b]->graph(), v);
+      if (d == DataType::kInvalid)
+        return ctx.Error("the type of output " + std::to_string(o) + " is not known");
       if (dtype != DataType::kInvalid && d != dtype) {
         return ctx.Error("output " + std::to_string(o) + " is " + std::string(DataTypeName(dtype)) +
                          " in one branch and " + std::string(DataTypeName(d)) + " in the other");
@@ -266,6 +280,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareIf(PrepareContext& ctx) {
       shape = &p->shapes()[v];
     }
     ctx.out_dtypes[o] = dtype;
+    k->dtypes.push_back(dtype);
     if (dynamic) {
       ctx.out_dynamic[o] = 1;
       k->dynamic[o] = 1;
@@ -383,6 +398,11 @@ class LoopKernel : public Kernel {
                                  ShapeToString(row.shape()) + " in iteration " +
                                  std::to_string(trips));
         }
+        if (row.dtype() != scan_dtypes[k]) {
+          return InvalidArgument(what + ": scan output " + std::to_string(k) + " is " +
+                                 std::string(DataTypeName(row.dtype())) + ", planned " +
+                                 std::string(DataTypeName(scan_dtypes[k])));
+        }
         scans[k].push_back(std::move(row));
       }
     }
@@ -397,7 +417,8 @@ class LoopKernel : public Kernel {
           break;
         }
       }
-      RETURN_IF_ERROR(Deliver(std::move(t), ctx.outputs[i], dynamic[i], what));
+      const DataType d = ctx.inputs[2 + i]->dtype();  // kept by every iteration
+      RETURN_IF_ERROR(Deliver(std::move(t), ctx.outputs[i], dynamic[i], d, what));
     }
     for (size_t k = 0; k < sig.scans; ++k) {
       Tensor* dst = ctx.outputs[n + k];
@@ -446,10 +467,12 @@ StatusOr<std::unique_ptr<Kernel>> PrepareLoop(PrepareContext& ctx) {
   k->dynamic.assign(node.outputs.size(), 1);
   for (size_t i = 0; i < n; ++i) {
     const int v = body.outputs[1 + i];
-    if (plan->dtypes()[v] != dtypes[2 + i]) {
+    // Unknown until it runs when it follows a data-dependent shape: checked then.
+    const DataType d = ValueDType(*plan, body, v);
+    if (d != DataType::kInvalid && d != dtypes[2 + i]) {
       return ctx.Error("loop-carried value " + std::to_string(i) + " is " +
                        std::string(DataTypeName(dtypes[2 + i])) + " but the body makes it " +
-                       std::string(DataTypeName(plan->dtypes()[v])));
+                       std::string(DataTypeName(d)));
     }
     ctx.out_dtypes[i] = dtypes[2 + i];
     // A body that keeps a value's shape keeps it at every iteration (the same plan).
@@ -462,9 +485,12 @@ StatusOr<std::unique_ptr<Kernel>> PrepareLoop(PrepareContext& ctx) {
   }
   for (size_t s = 0; s < k->sig.scans; ++s) {
     const int v = body.outputs[1 + n + s];
-    ctx.out_dtypes[n + s] = plan->dtypes()[v];
+    const DataType d = ValueDType(*plan, body, v);
+    if (d == DataType::kInvalid)
+      return ctx.Error("the type of scan output " + std::to_string(s) + " is not known");
+    ctx.out_dtypes[n + s] = d;
     ctx.out_dynamic[n + s] = 1;
-    k->scan_dtypes.push_back(plan->dtypes()[v]);
+    k->scan_dtypes.push_back(d);
     k->scan_rows.push_back(plan->dynamic()[v] ? Shape{} : plan->shapes()[v]);
   }
   return std::unique_ptr<Kernel>(std::move(k));
