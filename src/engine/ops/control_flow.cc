@@ -211,7 +211,10 @@ class IfKernel : public Kernel {
 
   Status Run(const RunContext& ctx) override {
     ASSIGN_OR_RETURN(bool cond, ReadCondition(*ctx.inputs[0], what));
-    if (!branch[cond]) return error[cond];
+    if (!branch[cond]) {  // not taken when the plan knew the condition, or unpreparable
+      return error[cond].ok() ? Internal(what + ": the branch taken was not prepared")
+                              : error[cond];
+    }
     std::vector<const Tensor*> in(ctx.inputs.begin() + 1, ctx.inputs.end());
     std::vector<Tensor> outs;
     RETURN_IF_ERROR(branch[cond]->Run(in, *ctx.stream, &outs));
