@@ -18,8 +18,8 @@ Two kinds of model:
   branches and trip counts).
 * Graphs built with onnx.helper (cf_graph_*.onnx) for what PyTorch's exporter does not
   write: scan outputs, a Loop with a trip count and no condition, with a condition and no
-  trip count, with both, an If inside a Loop body reading values two scopes out, and
-  outer values read by name. Their references come from the NumPy code beside them.
+  trip count, with both, an If inside a Loop body and a Loop inside an If branch, both
+  reading values two scopes out, and outer values read by name. Their references come from the NumPy code beside them.
 
 The .sht format is generate.py's (see models/README.md).
 """
@@ -298,6 +298,47 @@ def if_shapes_graph(out):
                   [("in:x_in", x), ("in:c", np.array(c)), ("out:out", r + 1)])
 
 
+def nested_graph(out):
+    """A Loop inside an If: then runs acc = acc * 2 + w for M iterations (M and w read from
+    the outer graph two scopes out), else returns x - w."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["acc_in", "two_f"], ["a2"]),
+         helper.make_node("Add", ["a2", "w"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [scalar_i64("i"), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2])])
+    then_g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "x"], ["looped"], body=body)], "then", [],
+        [helper.make_tensor_value_info("looped", TensorProto.FLOAT, [2])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["x", "w"], ["diff"])], "else", [],
+                               [helper.make_tensor_value_info("diff", TensorProto.FLOAT, [2])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["r"], then_branch=then_g, else_branch=else_g)],
+        "nested",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []), scalar_i64("M")],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])],
+        initializer=[numpy_helper.from_array(np.array(2, np.float32), "two_f")])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]),
+         os.path.join(out, "cf_graph_nested.onnx"))
+    x = np.array([0.5, -1.0], np.float32)
+    w = np.array([0.25, 2.0], np.float32)
+    for tag, c, m in (("then", True, 3), ("else", False, 3)):
+        if c:
+            r = x.copy()
+            for _ in range(m):
+                r = r * 2 + w
+        else:
+            r = x - w
+        write_sht(os.path.join(out, "cf_graph_nested.%s.sht" % tag),
+                  [("in:x", x), ("in:w", w), ("in:c", np.array(c)),
+                   ("in:M", np.array(m, np.int64)), ("out:r", r.astype(np.float32))])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
@@ -305,7 +346,8 @@ def main():
     loop_scan_graph(args.out)
     loop_while_graph(args.out)
     if_shapes_graph(args.out)
-    print("cf_graph_loop_scan, cf_graph_while, cf_graph_if")
+    nested_graph(args.out)
+    print("cf_graph_loop_scan, cf_graph_while, cf_graph_if, cf_graph_nested")
     torch_models(args.out)
 
 

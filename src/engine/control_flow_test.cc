@@ -72,7 +72,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{"cf_detect_op17", {"a", "b"}},
                                          Case{"cf_graph_loop_scan", {"m4", "m0"}},
                                          Case{"cf_graph_while", {"long", "never"}},
-                                         Case{"cf_graph_if", {"then", "else"}}),
+                                         Case{"cf_graph_if", {"then", "else"}},
+                                         Case{"cf_graph_nested", {"then", "else"}}),
                        ::testing::Bool()),
     [](const auto& info) {
       return std::get<0>(info.param).model + (std::get<1>(info.param) ? "_optimized" : "_plain");
