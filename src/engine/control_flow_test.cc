@@ -131,6 +131,23 @@ TEST(ControlFlowPlanTest, ArenaForTheRestOfTheGraph) {
   for (const PlanLayoutEntry& e : (*plan)->DebugLayout()) EXPECT_FALSE((*plan)->dynamic()[e.value]);
 }
 
+// A Loop body is prepared with its node's plan and then only run: later runs of the
+// same input shapes, whatever their trip counts, prepare nothing.
+TEST(ControlFlowPlanTest, BodyIsPlannedOnceNotPerIterationOrRun) {
+  auto model = Model::Load(ModelPath("cf_graph_loop_scan.onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  const Reference m4 = LoadReference("cf_graph_loop_scan.m4.sht");
+  const Reference m0 = LoadReference("cf_graph_loop_scan.m0.sht");
+  ExpectMatches(**session, m4);  // prepares the session's plan, and the body's within it
+  const int64_t prepared = Plan::PreparedCount();
+  ExpectMatches(**session, m4);
+  ExpectMatches(**session, m0);
+  ExpectMatches(**session, m4);
+  EXPECT_EQ(Plan::PreparedCount(), prepared);
+}
+
 // ---- Load errors, on graphs built by hand ----
 
 std::shared_ptr<Graph> Branch(const std::string& op, int outputs = 1) {

@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -209,6 +210,12 @@ ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> prepared_plans{0};
+}  // namespace
+
+int64_t Plan::PreparedCount() { return prepared_plans.load(std::memory_order_relaxed); }
+
 StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
                                               const std::vector<Shape>& input_shapes,
                                               const dnnl::engine& engine, dnnl::stream& stream,
@@ -260,6 +267,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   }
   RETURN_IF_ERROR(plan->AssignOffsets());
   plan->BindOnce();
+  prepared_plans.fetch_add(1, std::memory_order_relaxed);
   return plan;
 }
 

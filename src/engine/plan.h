@@ -86,6 +86,10 @@ class Plan {
       const PlanLimits& limits, const std::vector<DataType>* input_dtypes = nullptr,
       const std::vector<const Tensor*>* input_data = nullptr);
 
+  // Plans prepared so far in this process, subgraphs' included (tests check that a Loop
+  // body is not prepared again per iteration or per run).
+  static int64_t PreparedCount();
+
   // `inputs` follows graph.inputs and must have the prepared shapes (the caller keyed
   // the plan by them) and the graph's dtypes. Outputs follow graph.outputs.
   // `observer`, when set, sees every graph input and every value a step computes, right
