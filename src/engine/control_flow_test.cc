@@ -148,7 +148,44 @@ TEST(ControlFlowPlanTest, BodyIsPlannedOnceNotPerIterationOrRun) {
   EXPECT_EQ(Plan::PreparedCount(), prepared);
 }
 
-// ---- Load errors, on graphs built by hand ----
+// ---- Graphs built by hand ----
+
+// A branch that reads outer value `x` (its one capture) through `op` with `other`.
+std::shared_ptr<Graph> CapturingBranch(const std::string& op, Tensor other) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2});
+  const int c = b.Constant("other", std::move(other));
+  const int out = b.Op(op, "branch_out", {x, c});
+  Graph g = b.Finish(out);
+  g.captures = 1;
+  return std::make_shared<Graph>(std::move(g));
+}
+
+// A branch that cannot be prepared for the plan's shapes (a [2] + [3] Add) fails only
+// the runs that take it, naming the If, the branch and the node.
+TEST(ControlFlowRunTest, UnpreparableBranchFailsOnlyWhenTaken) {
+  GraphBuilder b;
+  const int cond = b.Input("cond", {}, DataType::kBool);
+  const int x = b.Input("x", {2});
+  Attribute then_branch, else_branch;
+  then_branch.kind = else_branch.kind = Attribute::Kind::kGraph;
+  then_branch.g = CapturingBranch("Add", F32({3}, {1, 2, 3}));
+  else_branch.g = CapturingBranch("Mul", F32({1}, {10}));
+  const int out =
+      b.Op("If", "choose", {cond, x}, {{"then_branch", then_branch}, {"else_branch", else_branch}});
+  auto model = Model::FromGraph(b.Finish(out), LoadOptions());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> outputs;
+  Status s = (*session)->Run({{"cond", Bool({}, {0})}, {"x", F32({2}, {1.5f, -2.f})}}, &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Values(outputs[0].tensor), (std::vector<float>{15.f, -20.f}));
+  s = (*session)->Run({{"cond", Bool({}, {1})}, {"x", F32({2}, {1.5f, -2.f})}}, &outputs);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("node 'choose' (If): subgraph 'then_branch'"));
+  EXPECT_THAT(s.message(), HasSubstr("node 'branch_out' (Add)"));
+}
 
 std::shared_ptr<Graph> Branch(const std::string& op, int outputs = 1) {
   GraphBuilder b;
