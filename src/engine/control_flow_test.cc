@@ -3,7 +3,10 @@
 // graph optimiser; how the importer makes outer-scope reads explicit; and load errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "engine/onnx_importer.h"
@@ -112,6 +115,23 @@ TEST(ControlFlowImportTest, OuterValuesBecomeInputs) {
   // Both branches list both values; each reads one of them... and x.
   EXPECT_EQ(if_node->attr("then_branch")->g->captures, 2);
   EXPECT_EQ(if_node->attr("else_branch")->g->captures, 2);
+}
+
+// A name no scope defines is an import error naming the Loop, its body and the node.
+TEST(ControlFlowImportTest, UnknownNameInABodyNamesTheLoop) {
+  std::ifstream in(ModelPath("cf_graph_loop_scan.onnx"), std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  onnx::NodeProto* loop = m.mutable_graph()->mutable_node(0);
+  loop->set_name("the_loop");
+  onnx::GraphProto* body = loop->mutable_attribute(0)->mutable_g();
+  ASSERT_EQ(body->node(0).op_type(), "Add");
+  body->mutable_node(0)->set_input(1, "nowhere");
+  auto graph = ImportOnnxBytes(m.SerializeAsString(), "");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_THAT(graph.status().message(), HasSubstr("node 'the_loop' (Loop): subgraph 'body'"));
+  EXPECT_THAT(graph.status().message(), HasSubstr("input 'nowhere' is not produced"));
 }
 
 // The rest of a graph with control flow keeps the memory planner: values before the
