@@ -82,6 +82,8 @@ Status Graph::Validate() const {
   for (int i = 0; i < nv; ++i) {
     if (values[i].is_constant()) available[i] = 1;
   }
+  if (captures < 0 || static_cast<size_t>(captures) > inputs.size())
+    return InvalidArgument("the graph captures more outer values than it has inputs");
   for (int id : inputs) {
     if (id < 0 || id >= nv) return InvalidArgument("graph input index out of range");
     available[id] = 1;
@@ -104,6 +106,12 @@ Status Graph::Validate() const {
         }
         available[id] = 1;
       }
+    }
+    for (const auto& [name, attr] : node.attributes) {
+      if (attr.kind != Attribute::Kind::kGraph) continue;
+      if (!attr.g) return InvalidArgument(Describe(n) + ": subgraph '" + name + "' is missing");
+      Status s = attr.g->Validate();
+      if (!s.ok()) return s.WithPrefix(Describe(n) + ": subgraph '" + name + "'");
     }
   }
   for (int id : outputs) {

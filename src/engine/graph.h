@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,8 +41,10 @@ std::string SymbolicShapeToString(const SymbolicShape& shape);
 // A concrete shape as a symbolic one (every dim known).
 SymbolicShape KnownShape(const Shape& shape);
 
+struct Graph;
+
 struct Attribute {
-  enum class Kind { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor, kOther };
+  enum class Kind { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor, kGraph, kOther };
   Kind kind = Kind::kOther;
   int64_t i = 0;
   float f = 0;
@@ -50,6 +53,8 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<std::string> strings;
   Tensor t;
+  // kGraph: a subgraph (If's then_branch/else_branch, Loop's body); see Graph::captures.
+  std::shared_ptr<const Graph> g;
 };
 
 struct Value {
@@ -88,6 +93,13 @@ struct Graph {
   std::vector<Node> nodes;  // topological order
   std::vector<int> inputs;  // graph inputs fed at run time (initialisers excluded)
   std::vector<int> outputs;
+  // Subgraphs only (an If branch, a Loop body): how many of `inputs`, at their end, are
+  // values of the enclosing scopes that the subgraph reads by name (ONNX's implicit
+  // inputs). The importer makes such a reference explicit: the If/Loop node takes the
+  // outer values as extra inputs after its own, in the same order, and every subgraph
+  // of the node lists all of them (the union, a branch ignoring those it does not read).
+  // Outer constants are copied in as constants instead.
+  int captures = 0;
 
   int AddValue(std::string name, DataType dtype = DataType::kInvalid);
   // Index of the value called `name`, or -1.
@@ -95,7 +107,7 @@ struct Graph {
   // "node 'Conv_3' (Conv)" or "node #3 (Conv)" when the node has no name.
   std::string Describe(int node_index) const;
   // Checks structural invariants: indices in range, every value produced at most once
-  // and before use, outputs produced. Run by the importer; cheap.
+  // and before use, outputs produced; in subgraphs too. Run by the importer; cheap.
   Status Validate() const;
 };
 

@@ -3,9 +3,11 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <unordered_map>
 
 #include "core/dtype_visit.h"
@@ -77,15 +79,22 @@ const auto& TypedData(const onnx::TensorProto& tp) {
 
 class Importer {
  public:
-  Importer(std::string base_dir, const ImportOptions& options)
-      : base_dir_(std::move(base_dir)), options_(options) {}
+  // `parent`: the importer of the enclosing graph when this one reads a subgraph (an
+  // If branch, a Loop body), whose names it may read (Lookup).
+  Importer(std::string base_dir, const ImportOptions& options, Importer* parent = nullptr)
+      : base_dir_(std::move(base_dir)), options_(options), parent_(parent) {}
 
   StatusOr<Graph> Import(const onnx::ModelProto& model) {
     RETURN_IF_ERROR(ReadOpset(model));
     if (!model.has_graph()) return InvalidArgument("the model has no graph");
-    const onnx::GraphProto& g = model.graph();
-    graph_.name = g.name();
+    RETURN_IF_ERROR(ImportGraph(model.graph()));
+    RETURN_IF_ERROR(graph_.Validate());
+    return std::move(graph_);
+  }
 
+ private:
+  Status ImportGraph(const onnx::GraphProto& g) {
+    graph_.name = g.name();
     for (const auto& init : g.initializer()) {
       if (init.name().empty()) return InvalidArgument("an initialiser has no name");
       ASSIGN_OR_RETURN(Tensor t, ConvertTensor(init, "initialiser '" + init.name() + "'"));
@@ -101,7 +110,9 @@ class Importer {
       if (in.name().empty()) return InvalidArgument("a graph input has no name");
       const int id = graph_.AddValue(in.name());
       RETURN_IF_ERROR(ReadType(in, &graph_.values[id], "graph input '" + in.name() + "'"));
-      if (graph_.values[id].dtype == DataType::kInvalid) {
+      // A subgraph's inputs take the types its node passes at run time; the file need
+      // not declare them.
+      if (graph_.values[id].dtype == DataType::kInvalid && !parent_) {
         return InvalidArgument("graph input '" + in.name() + "' has no tensor element type");
       }
       by_name_.emplace(in.name(), id);
@@ -114,20 +125,64 @@ class Importer {
       RETURN_IF_ERROR(ReadType(vi, &graph_.values[it->second], "value_info '" + vi.name() + "'"));
     }
     for (const auto& out : g.output()) {
-      auto it = by_name_.find(out.name());
-      if (it == by_name_.end()) {
+      const int id = Lookup(out.name());
+      if (id < 0) {
         return InvalidArgument("graph output '" + out.name() + "' is not produced by the graph");
       }
-      RETURN_IF_ERROR(
-          ReadType(out, &graph_.values[it->second], "graph output '" + out.name() + "'"));
-      graph_.outputs.push_back(it->second);
+      if (!graph_.values[id].is_constant()) {
+        RETURN_IF_ERROR(ReadType(out, &graph_.values[id], "graph output '" + out.name() + "'"));
+      }
+      graph_.outputs.push_back(id);
     }
     if (graph_.outputs.empty()) return InvalidArgument("the graph has no outputs");
-    RETURN_IF_ERROR(graph_.Validate());
-    return std::move(graph_);
+    return Status::Ok();
   }
 
- private:
+  // The value called `name` in this graph or, for a subgraph, in an enclosing one: an
+  // outer constant is copied in as a constant, any other outer value becomes a captured
+  // input (Graph::captures); -1 when no scope defines it.
+  int Lookup(const std::string& name) {
+    auto it = by_name_.find(name);
+    if (it != by_name_.end()) return it->second;
+    if (!parent_) return -1;
+    const int outer = parent_->Lookup(name);
+    if (outer < 0) return -1;
+    const Value& ov = parent_->graph_.values[outer];
+    const int id = graph_.AddValue(name, ov.dtype);
+    graph_.values[id].shape = ov.shape;
+    if (ov.is_constant()) {
+      graph_.values[id].constant = ov.constant;
+    } else {
+      graph_.inputs.push_back(id);
+      ++graph_.captures;
+      captured_.push_back(outer);
+    }
+    by_name_.emplace(name, id);
+    return id;
+  }
+
+  // Imports a GRAPH attribute of the node described by `what`. The subgraph's captured
+  // outer values (ids in this graph) are added to `captured`, and its own capture
+  // inputs are listed per outer id in `inputs_by_outer`.
+  StatusOr<std::shared_ptr<Graph>> ImportSubgraph(const onnx::GraphProto& gp,
+                                                  const std::string& what,
+                                                  std::vector<int>* captured,
+                                                  std::map<int, int>* inputs_by_outer) {
+    Importer child(base_dir_, options_, this);
+    child.graph_.opset = graph_.opset;
+    Status s = child.ImportGraph(gp);
+    if (!s.ok()) return s.WithPrefix(what);
+    for (size_t c = 0; c < child.captured_.size(); ++c) {
+      const int outer = child.captured_[c];
+      const int local =
+          child.graph_.inputs[child.graph_.inputs.size() - child.captured_.size() + c];
+      (*inputs_by_outer)[outer] = local;
+      if (std::find(captured->begin(), captured->end(), outer) == captured->end())
+        captured->push_back(outer);
+    }
+    return std::make_shared<Graph>(std::move(child.graph_));
+  }
+
   Status ReadOpset(const onnx::ModelProto& model) {
     for (const auto& op : model.opset_import()) {
       if (op.domain().empty() || op.domain() == "ai.onnx") graph_.opset = op.version();
@@ -286,7 +341,7 @@ class Importer {
       }
       default:
         out.kind = Attribute::Kind::kOther;
-        break;  // graphs, sparse tensors, type protos
+        break;  // sparse tensors, type protos (graphs: ImportNode)
     }
     return out;
   }
@@ -299,8 +354,22 @@ class Importer {
     const std::string what =
         (np.name().empty() ? "node #" + std::to_string(index) : "node '" + np.name() + "'") + " (" +
         np.op_type() + ")";
+    // Subgraphs, with the outer values they read (in order of first use) and, per
+    // subgraph, its capture input for each of those values.
+    std::vector<int> captured;
+    std::vector<std::pair<std::shared_ptr<Graph>, std::map<int, int>>> subgraphs;
     for (const auto& a : np.attribute()) {
-      ASSIGN_OR_RETURN(Attribute attr, ConvertAttribute(a, what));
+      Attribute attr;
+      if (a.type() == onnx::AttributeProto::GRAPH) {
+        attr.kind = Attribute::Kind::kGraph;
+        std::map<int, int> by_outer;
+        ASSIGN_OR_RETURN(auto sub, ImportSubgraph(a.g(), what + ": subgraph '" + a.name() + "'",
+                                                  &captured, &by_outer));
+        attr.g = sub;
+        subgraphs.emplace_back(std::move(sub), std::move(by_outer));
+      } else {
+        ASSIGN_OR_RETURN(attr, ConvertAttribute(a, what));
+      }
       if (!node.attributes.emplace(a.name(), std::move(attr)).second) {
         return InvalidArgument(what + ": attribute '" + a.name() + "' appears twice");
       }
@@ -310,13 +379,31 @@ class Importer {
         node.inputs.push_back(-1);
         continue;
       }
-      auto it = by_name_.find(name);
-      if (it == by_name_.end()) {
+      const int id = Lookup(name);
+      if (id < 0) {
         return InvalidArgument(what + ": input '" + name +
                                "' is not produced by any earlier node, initialiser or graph input");
       }
-      node.inputs.push_back(it->second);
+      node.inputs.push_back(id);
     }
+    // The outer values the subgraphs read become the node's trailing inputs, and every
+    // subgraph lists all of them, in the same order, after its own inputs.
+    for (auto& [sub, by_outer] : subgraphs) {
+      const size_t formal = sub->inputs.size() - static_cast<size_t>(sub->captures);
+      std::vector<int> inputs(sub->inputs.begin(), sub->inputs.begin() + formal);
+      for (int outer : captured) {
+        auto it = by_outer.find(outer);
+        if (it != by_outer.end()) {
+          inputs.push_back(it->second);
+        } else {  // read by another subgraph of the node only
+          const int id = sub->AddValue(graph_.values[outer].name, graph_.values[outer].dtype);
+          inputs.push_back(id);
+        }
+      }
+      sub->inputs = std::move(inputs);
+      sub->captures = static_cast<int>(captured.size());
+    }
+    for (int outer : captured) node.inputs.push_back(outer);
     if (node.domain.empty() && node.op_type == "Constant") return ImportConstant(np, node, what);
     for (const auto& name : np.output()) {
       if (name.empty()) {
@@ -371,8 +458,10 @@ class Importer {
 
   std::string base_dir_;
   ImportOptions options_;
+  Importer* parent_ = nullptr;
   Graph graph_;
   std::unordered_map<std::string, int> by_name_;
+  std::vector<int> captured_;  // outer value per captured input, in input order
 };
 
 }  // namespace

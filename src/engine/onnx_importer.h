@@ -1,7 +1,9 @@
 // Reads an ONNX model (opsets 11 to 18) into a Graph.
 //
-// Accepted: the default domain at opset 11..17 (other domains may be imported; their
-// operators are rejected later by the op registry with the node named), initialisers,
+// Accepted: the default domain at opset 11..18 (other domains may be imported; their
+// operators are rejected later by the op registry with the node named), subgraphs of If
+// and Loop (a graph attribute becomes a Graph of its own; values it reads from enclosing
+// scopes become explicit inputs, see Graph::captures), initialisers,
 // Constant nodes (turned into constant values; no node is emitted), tensor data stored
 // inline or as external data in files next to the model (relative paths only, never
 // leaving the model's folder).

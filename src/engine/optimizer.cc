@@ -639,6 +639,26 @@ StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options, Optim
     for (int v : graph.nodes[n].outputs)
       if (v >= 0) graph.values[v].producer = static_cast<int>(n);
   }
+  // Subgraphs (If branches, Loop bodies) are optimised as graphs of their own, with
+  // their fusions counted in this report.
+  for (Node& node : graph.nodes) {
+    for (auto& [name, attr] : node.attributes) {
+      if (attr.kind != Attribute::Kind::kGraph || !attr.g) continue;
+      // Shapes a file declares inside a Loop body may hold for the first iteration only
+      // (a loop-carried value can change shape), so the body's own folds and fusions
+      // see none but those of constants.
+      Graph copy = *attr.g;
+      for (Value& v : copy.values)
+        if (!v.is_constant()) v.shape.reset();
+      OptimizeReport sub_report;
+      ASSIGN_OR_RETURN(Graph sub, OptimizeGraph(std::move(copy), options, &sub_report));
+      sub.captures = attr.g->captures;
+      report->folded_nodes += sub_report.folded_nodes;
+      report->removed_nodes += sub_report.removed_nodes;
+      for (const auto& [what, count] : sub_report.fusions) report->fusions[what] += count;
+      attr.g = std::make_shared<const Graph>(std::move(sub));
+    }
+  }
   Rewriter r(graph, report);
   if (options.fold_constants) RETURN_IF_ERROR(r.FoldConstants());
   if (options.fuse) {

@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -215,12 +216,22 @@ ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> prepared_plans{0};
+}  // namespace
+
+int64_t Plan::PreparedCount() { return prepared_plans.load(std::memory_order_relaxed); }
+
 StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
                                               const std::vector<Shape>& input_shapes,
                                               const dnnl::engine& engine, dnnl::stream& stream,
                                               WeightCache* weights, const PlanOptions& options,
-                                              const PlanLimits& limits) {
-  if (input_shapes.size() != graph.inputs.size()) {
+                                              const PlanLimits& limits,
+                                              const std::vector<DataType>* input_dtypes,
+                                              const std::vector<const Tensor*>* input_data) {
+  if (input_shapes.size() != graph.inputs.size() ||
+      (input_dtypes && input_dtypes->size() != graph.inputs.size()) ||
+      (input_data && input_data->size() != graph.inputs.size())) {
     return InvalidArgument("expected " + std::to_string(graph.inputs.size()) +
                            " input shapes, got " + std::to_string(input_shapes.size()));
   }
@@ -229,7 +240,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   plan->options_ = options;
   plan->limits_ = limits;
   std::vector<char> defined;  // per value: its shape and dtype are known
-  plan->InitValues(input_shapes, &defined);
+  plan->InitValues(input_shapes, input_dtypes, input_data, &defined);
   const ValueLayouts layouts = DecideValueLayouts(graph, plan->is_output_, options);
   // What nodes kept in FP32 (PlanOptions::fp32_nodes) see.
   PlanOptions fp32_options = options;
@@ -262,10 +273,13 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   }
   RETURN_IF_ERROR(plan->AssignOffsets());
   plan->BindOnce();
+  prepared_plans.fetch_add(1, std::memory_order_relaxed);
   return plan;
 }
 
-void Plan::InitValues(const std::vector<Shape>& input_shapes, std::vector<char>* defined) {
+void Plan::InitValues(const std::vector<Shape>& input_shapes,
+                      const std::vector<DataType>* input_dtypes,
+                      const std::vector<const Tensor*>* input_data, std::vector<char>* defined) {
   const Graph& graph = *graph_;
   const size_t nv = graph.values.size();
   shapes_.assign(nv, Shape{});
@@ -287,7 +301,8 @@ void Plan::InitValues(const std::vector<Shape>& input_shapes, std::vector<char>*
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
     const int v = graph.inputs[i];
     shapes_[v] = input_shapes[i];
-    dtypes_[v] = graph.values[v].dtype;
+    dtypes_[v] = input_dtypes ? (*input_dtypes)[i] : graph.values[v].dtype;
+    if (input_data && (*input_data)[i]) known_[v] = *(*input_data)[i];
     (*defined)[v] = 1;
   }
   for (int v : graph.outputs) is_output_[v] = 1;

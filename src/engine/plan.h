@@ -96,11 +96,19 @@ int64_t NodeFlops(const Graph& graph, const Node& node, const std::vector<Shape>
 class Plan {
  public:
   // `input_shapes` follows graph.inputs. Runs small constant computations on `stream`.
-  static StatusOr<std::unique_ptr<Plan>> Prepare(const Graph& graph,
-                                                 const std::vector<Shape>& input_shapes,
-                                                 const dnnl::engine& engine, dnnl::stream& stream,
-                                                 WeightCache* weights, const PlanOptions& options,
-                                                 const PlanLimits& limits);
+  // Subgraphs (control flow, ops/control_flow.cc) also pass `input_dtypes`, the types
+  // their node feeds (a subgraph's file may not declare them), and `input_data`, per
+  // input its data when it is the same at every run (null otherwise): such an input is
+  // a plan constant, and each run must pass the same data for it.
+  static StatusOr<std::unique_ptr<Plan>> Prepare(
+      const Graph& graph, const std::vector<Shape>& input_shapes, const dnnl::engine& engine,
+      dnnl::stream& stream, WeightCache* weights, const PlanOptions& options,
+      const PlanLimits& limits, const std::vector<DataType>* input_dtypes = nullptr,
+      const std::vector<const Tensor*>* input_data = nullptr);
+
+  // Plans prepared so far in this process, subgraphs' included (tests check that a Loop
+  // body is not prepared again per iteration or per run).
+  static int64_t PreparedCount();
 
   // `inputs` follows graph.inputs and must have the prepared shapes (the caller keyed
   // the plan by them) and the graph's dtypes. Outputs follow graph.outputs.
@@ -164,7 +172,8 @@ class Plan {
   Plan(const Graph& graph) : graph_(&graph) {}
   // Steps of Prepare, in order.
   // Sizes the per-value tables; constants and graph inputs become defined.
-  void InitValues(const std::vector<Shape>& input_shapes, std::vector<char>* defined);
+  void InitValues(const std::vector<Shape>& input_shapes, const std::vector<DataType>* input_dtypes,
+                  const std::vector<const Tensor*>* input_data, std::vector<char>* defined);
   // Node `n`'s inputs as prepared so far, and what it may do with its outputs (per value:
   // `any_layout`, `quantizable`). `all_known`: every input's data is known now.
   Status FillContext(int n, const std::vector<char>& defined, const std::vector<char>& any_layout,

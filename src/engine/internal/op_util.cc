@@ -423,6 +423,7 @@ const std::vector<OpDef>& Registry() {
     internal::RegisterDetectionOps(&v);
     internal::RegisterEinsumOps(&v);
     internal::RegisterSamplingOps(&v);
+    internal::RegisterControlFlowOps(&v);
     return v;
   }();
   return ops;

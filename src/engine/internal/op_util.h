@@ -221,5 +221,6 @@ void RegisterGroupNormOps(std::vector<OpDef>* ops);
 void RegisterDetectionOps(std::vector<OpDef>* ops);
 void RegisterEinsumOps(std::vector<OpDef>* ops);
 void RegisterSamplingOps(std::vector<OpDef>* ops);
+void RegisterControlFlowOps(std::vector<OpDef>* ops);
 
 }  // namespace shoal::engine::internal
