@@ -132,6 +132,11 @@ StepReport Summarize(const StepResult& step, const ReportContext& context) {
           ? merged.CountAtOrBelow(static_cast<int64_t>(context.latency_threshold_ms * 1e6))
           : merged.count();
   r.goodput_per_s = static_cast<double>(within) / seconds;
+  const int64_t within_from_send =
+      context.latency_threshold_ms > 0
+          ? from_send.CountAtOrBelow(static_cast<int64_t>(context.latency_threshold_ms * 1e6))
+          : from_send.count();
+  r.goodput_from_send_per_s = static_cast<double>(within_from_send) / seconds;
 
   const Sample& start = step.windows[first].start_sample;
   const Sample& end = step.windows[n - 1].end_sample;
@@ -244,6 +249,7 @@ std::string FormatJson(const std::vector<StepReport>& steps, const ReportContext
     w.Key("p50").Double(s.latency_from_send_p50_us).Key("p99").Double(s.latency_from_send_p99_us);
     w.Key("p99.9").Double(s.latency_from_send_p999_us);
     w.EndObject();
+    w.Key("goodput_from_send_per_s").Double(s.goodput_from_send_per_s);
     w.Key("send_lag_us").BeginObject();
     w.Key("p50").Double(s.send_lag_p50_us).Key("p99").Double(s.send_lag_p99_us);
     w.Key("max").Double(s.max_send_lag_us);

@@ -52,6 +52,7 @@ struct StepReport {
   double latency_from_send_p50_us = 0;
   double latency_from_send_p99_us = 0;
   double latency_from_send_p999_us = 0;
+  double goodput_from_send_per_s = 0;  // within the SLO when timed from the actual send
   // Open loop: how far behind schedule requests were sent.
   double send_lag_p50_us = 0;
   double send_lag_p99_us = 0;

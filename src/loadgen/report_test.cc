@@ -93,6 +93,7 @@ TEST(SummarizeTest, UsesTheLastThreeWindows) {
   EXPECT_NEAR(r.error_latency_from_send.at("HTTP 503").p99_us, 10, 0.1);
   EXPECT_NEAR(r.latency_from_send_p50_us, 250, 0.5);
   EXPECT_NEAR(r.latency_from_send_p99_us, 495, 1);
+  EXPECT_NEAR(r.goodput_from_send_per_s, 1000, 1);  // all within 0.5 ms from the send
   EXPECT_NEAR(r.send_lag_p50_us, 1, 0.01);
   EXPECT_NEAR(r.send_lag_p99_us, 1, 0.01);  // the 990th of 1000
   // 30 ms of CPU over 3006 requests.
