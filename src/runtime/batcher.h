@@ -23,14 +23,17 @@
 //   - Except a probe: a task that finds the model idle (nothing queued, an instance free) is
 //     admitted, and neither expired nor left out of a batch for its deadline, whatever
 //     the prediction: so a stale estimate is always refreshed by a run.
-//   - Batch formation is work-conserving: a batch is released as soon as an instance asks
-//     unless the queued items are fewer than the target batch, the smallest size whose
-//     throughput (instances · n / t(n)) covers the measured arrival rate with
-//     `throughput_headroom` to spare; only then does it wait for more, until the target
-//     is reached, max_queue_delay_us has passed for the oldest task, or a member's
-//     deadline is due. Under light load the target is 1 (a lone request runs at once);
-//     under heavy load it grows toward max_batch_size. The arrival rate is an
-//     exponentially decayed count over arrival_window_us.
+//   - Batch formation is work-conserving: a batch of what is queued (in order, up to
+//     max_batch_size) is released as soon as an instance asks, never held back for more.
+//     Waiting would only delay the tasks already queued, and it is not needed for
+//     throughput: what arrives during a run is queued when an instance is free again, so
+//     batches grow with the arrival rate by themselves (with one instance and t(n) = a + b·n
+//     they settle near n = λa / (1 - λb)). max_queue_delay_us bounds nothing more here.
+//   - The target batch is the smallest size whose throughput (instances · n / t(n)) covers
+//     the measured arrival rate with `throughput_headroom` to spare: 1 under light load,
+//     growing toward max_batch_size under heavy load. The arrival rate is an
+//     exponentially decayed count over arrival_window_us. It bounds the two deadline
+//     rules that follow.
 //   - A batch is never grown past the target to a size whose predicted finish misses the
 //     deadline of a task in it: the walk stops at the first task that would do so. A task
 //     that would miss its deadline even in a batch of the target size is left out of
@@ -593,32 +596,25 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
   const int64_t largest_preferred = preferred_.empty() ? 0 : *preferred_.rbegin();
   const int64_t delay_ns = static_cast<int64_t>(options_.max_queue_delay_us) * 1000;
   const bool delay_passed = now_ns - oldest_ns >= delay_ns;
-  // kSlo: a batch must leave by its earliest member's deadline minus its run time.
-  const int64_t due_ns = !slo() || earliest_deadline_ns == kNever
-                             ? kNever
-                             : earliest_deadline_ns - service_.PredictNs(total);
-  const bool deadline_due = due_ns <= now_ns;
   if (picks.empty()) return d;
   if (total == max) {
     release = picks.size();
   } else if (largest_preferred > 0 && best_preferred_total == largest_preferred) {
     release = best_preferred_picks;
-  } else if (force || deadline_due) {
+  } else if (force) {
     release = picks.size();
-  } else if (delay_passed || (slo() && total >= target)) {
+  } else if (delay_passed || slo()) {
+    // kSlo releases at once, whatever the size: the caller asks only when an instance is
+    // free, and an idle instance that waits for more only delays the tasks already
+    // queued. Nor does waiting keep up with the load: what arrives during this run is
+    // queued when the instance is free again and leaves in the next batch, so batch sizes
+    // grow with the arrival rate by themselves, up to max_batch_size.
     // The largest preferred-size prefix if there is one worth sending, else everything.
     release = best_preferred_picks > 0 && (!slo() || best_preferred_total >= target)
                   ? best_preferred_picks
                   : picks.size();
   } else {
-    d.wake_at_ns = std::min(oldest_ns + delay_ns, due_ns);
-    const double rate_per_ns = arrival_rate_per_s(now_ns) / 1e9;
-    if (slo() && rate_per_ns > 0) {
-      // When the missing items are expected to have arrived.
-      const double wait = static_cast<double>(target - total) / rate_per_ns;
-      if (wait < static_cast<double>(d.wake_at_ns - now_ns))
-        d.wake_at_ns = now_ns + std::max<int64_t>(1, static_cast<int64_t>(wait));
-    }
+    d.wake_at_ns = oldest_ns + delay_ns;
     return d;
   }
 
