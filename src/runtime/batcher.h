@@ -10,7 +10,9 @@
 // kSlo (the default): latency is what it schedules for.
 //   - Admission: Enqueue predicts the request's wait (the items queued at its level and
 //     above, run in full batches by the instances, after the work they already hold) and
-//     its finish (wait + the run of the batch it will join), and keeps deadline_reserve
+//     its finish (wait + the run of the batch it will join: the items ahead that do not
+//     fill a batch, itself, and what the measured arrival rate brings during the wait, up
+//     to max_batch_size), and keeps deadline_reserve
 //     (25%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at
 //     once, with a retry hint (the predicted time to drain the queue), when the finish is past the
 //     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
@@ -365,14 +367,20 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
     int64_t ahead = 0;
     for (uint32_t i = 0; i < level; ++i) ahead += levels_[i].items;
     // Under a backlog the queue leaves in full batches: those ahead of this task's batch
-    // run first, then the batch it joins (with the rest of the items ahead), which takes
-    // as long as its size says, not as long as this task alone.
+    // run first, then the batch it joins, which takes as long as its size says, not as
+    // long as this task alone. That batch holds the rest of the items ahead and what
+    // arrives before it leaves (at the measured arrival rate, over the wait): under
+    // overload it is full. Counting only the items ahead made every admitted task's
+    // finish up to t(full) - t(1) later than predicted.
     const int64_t full = max_items();
     const int64_t batches_ahead = ahead / full;
-    const int64_t own_batch = std::min(full, ahead % full + items);
     const int64_t wait = service_.backlog_ns +
                          batches_ahead * service_.PredictNs(full) / std::max(service_.instances, 1);
-    const int64_t finish = now_ns + wait + service_.PredictNs(own_batch);
+    const double joining = arrival_rate_per_s(now_ns) / 1e9 * static_cast<double>(wait);
+    const int64_t own_batch =
+        ahead % full + items + static_cast<int64_t>(std::min(joining, static_cast<double>(full)));
+    const int64_t own_batch_capped = std::min(full, own_batch);
+    const int64_t finish = now_ns + wait + service_.PredictNs(own_batch_capped);
     std::string why;
     const int64_t usable = deadline - static_cast<int64_t>(options_.deadline_reserve *
                                                            static_cast<double>(deadline - now_ns));

@@ -495,8 +495,14 @@ TEST(BatcherSloTest, UnderOverloadATaskThatCannotMakeItInATargetBatchIsLeftToExp
   const int64_t now = 5 * kMs;
   ASSERT_EQ(b->target_batch(now), 8);
   b->set_service(Service(1 * kMs, 1 * kMs, 1, 1 * kMs));  // busy: no probe
-  Push(*b, D(0, now + 5 * kMs), now);  // alone it would make it; in a batch of 8, not
-  for (int i = 1; i <= 8; ++i) Push(*b, D(i, now + 50 * kMs), now);
+  // Admitted whatever the prediction (offline: no admission), as if they had come before
+  // the load rose; admission would now refuse task 0, which only a full batch follows.
+  const auto admitted = [](std::unique_ptr<FakeTask> t) {
+    t->offline = true;
+    return t;
+  };
+  Push(*b, admitted(D(0, now + 5 * kMs)), now);  // alone it would make it; in a batch of 8, not
+  for (int i = 1; i <= 8; ++i) Push(*b, admitted(D(i, now + 50 * kMs)), now);
   EXPECT_EQ(Ids(b->FormBatch(now).batch), (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}))
       << "a batch of 8 for those who can make it, not a batch of 3 to save one";
   auto expired = b->TakeExpired(now + 3 * kMs);  // its deadline minus a run alone
@@ -527,7 +533,11 @@ TEST(BatcherSloTest, WhenEveryTaskWouldBeLeftOutTheBatchRunsAnyway) {
   }
   const int64_t now = 5 * kMs;
   ASSERT_EQ(b->target_batch(now), 8);
-  for (int i = 0; i < 3; ++i) Push(*b, D(i, now + 25 * kMs), now);
+  for (int i = 0; i < 3; ++i) {
+    auto t = D(i, now + 25 * kMs);
+    t->offline = true;  // admitted whatever the (stale) prediction
+    Push(*b, std::move(t), now);
+  }
   EXPECT_EQ(Ids(b->FormBatch(now).batch), (std::vector<int>{0, 1, 2})) << "something must run";
 }
 
@@ -551,6 +561,47 @@ TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
   b->set_service(Service(1 * kMs, 0, 1, 2 * kMs));
   auto later = D(7, 1 * kMs);
   EXPECT_EQ(b->Enqueue(later, 0).retry_after_ms(), 8);
+}
+
+TEST(BatcherSloTest, AdmissionCountsTheArrivalsThatWillFillTheBatchATaskJoins) {
+  // t(n) = 2 ms + 0.25 ms·n, batches of 32 (a full one: 10 ms). 64 items queued: two full
+  // batches (20 ms) ahead, then the task's own batch. Deadline 35 ms: with 25% in reserve
+  // the predicted finish must be at most 26.25 ms.
+  const auto queue_64 = [](Batcher<FakeTask>& b, int64_t at) {
+    for (int i = 0; i < 64; ++i) Push(b, T(1000 + i), at);
+  };
+  // Light load: the 64 arrived long ago and nothing since, so the task's batch holds only
+  // itself (2.25 ms): 22.25 ms, admitted.
+  {
+    auto b = MakeSlo(32, 0, Service(2 * kMs, 250 * kUs));
+    queue_64(*b, 0);
+    const int64_t now = 2000 * kMs;
+    EXPECT_LT(b->arrival_rate_per_s(now), 1);
+    auto t = D(0, now + 35 * kMs);
+    EXPECT_TRUE(b->Enqueue(t, now).ok());
+  }
+  // Heavy load (10,000 items/s): during the 20 ms wait far more than 31 arrive, so the
+  // task leaves in a full batch: 30 ms, refused. Counting only the items ahead (0 left
+  // over beyond the two full batches) predicted 22.25 ms and admitted a task that would
+  // answer late.
+  {
+    auto b = MakeSlo(32, 0, Service(2 * kMs, 250 * kUs));
+    int64_t now = 0;
+    for (int i = 0; i < 3000; ++i, now += 100 * kUs) {
+      Push(*b, T(i), now);
+      (void)b->FormBatch(now, /*force=*/true);
+    }
+    ASSERT_TRUE(b->empty());
+    queue_64(*b, now);
+    EXPECT_GT(b->arrival_rate_per_s(now), 9000);
+    auto t = D(0, now + 35 * kMs);
+    RejectReason reason;
+    EXPECT_EQ(b->Enqueue(t, now, &reason).code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(reason, RejectReason::kOverload);
+    // 40 ms leaves room for the 30 ms: admitted.
+    auto roomy = D(1, now + 40 * kMs);
+    EXPECT_TRUE(b->Enqueue(roomy, now).ok());
+  }
 }
 
 TEST(BatcherSloTest, PredictedWaitIsBoundedWithoutDeadlinesAndOfflineWorkIsExempt) {
