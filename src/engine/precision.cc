@@ -200,6 +200,14 @@ std::string RunFigures(const std::vector<TierTiming>& timings) {
   return s;
 }
 
+// True when `a`'s whole run is no slower than `b`'s at every batch both timed.
+bool NoSlower(const std::vector<TierTiming>& a, const std::vector<TierTiming>& b) {
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i].variant_ms > b[i].variant_ms) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 StatusOr<TierTiming> TimeTiers(const Model& fp32, const Model& variant,
@@ -262,7 +270,8 @@ StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& loa
   }
   std::vector<int> slow = SlowerTierNodes(graph, sel.timings);
   const std::string batches = BatchList(sel.timings);
-  if (slow.empty() && TierPays(sel.timings)) return sel;
+  const bool whole_pays = TierPays(sel.timings);
+  if (slow.empty() && whole_pays) return sel;
   if (!slow.empty() && slow.size() < all.size()) {
     auto keep = std::make_shared<const std::vector<int>>(slow);
     ASSIGN_OR_RETURN(auto mixed, load(keep));
@@ -271,7 +280,9 @@ StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& loa
       ASSIGN_OR_RETURN(TierTiming t, timer(fp32, *mixed, inputs));
       mixed_timings.push_back(std::move(t));
     }
-    if (TierPays(mixed_timings)) {
+    // The mixed plan serves when it pays and, if the whole tier pays too, is no slower
+    // than it at any timed batch (the fp32 nodes add conversions at their edges).
+    if (TierPays(mixed_timings) && (!whole_pays || NoSlower(mixed_timings, sel.timings))) {
       std::string names;
       for (int n : slow) {
         if (!names.empty()) names += ", ";
@@ -284,6 +295,11 @@ StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& loa
       return sel;
     }
   }
+  // Per-node timings are noisy, and a lower tier's conversions land on the nodes next to
+  // them: when the whole run of the all-lower-precision plan is faster at every timed batch,
+  // it serves, whatever single nodes said. (Falling back to fp32 here made an int8 tier
+  // that ran 2x faster compute exactly as fp32, and the precision ladder gain nothing.)
+  if (whole_pays) return sel;  // sel.model is still the all-lower-precision plan
   // Nothing or too little pays: the whole tier computes as fp32 does.
   ASSIGN_OR_RETURN(sel.model, load(std::make_shared<const std::vector<int>>(all)));
   sel.fp32_nodes = all;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <vector>
 
 #include "loadgen/schedule.h"
 
@@ -109,9 +110,20 @@ class StepRunner {
     current_->start_sample = std::move(sample);
   }
 
-  void Send(uint64_t origin_ns) {
-    Status s = transport_.Start(origin_ns, next_payload_++ % config_.payload_count);
+  // The transport's tag is a slot in origins_: the request's scheduled and actual send.
+  void Send(int64_t origin_ns) {
+    uint32_t slot;
+    if (free_origins_.empty()) {
+      slot = static_cast<uint32_t>(origins_.size());
+      origins_.emplace_back();
+    } else {
+      slot = free_origins_.back();
+      free_origins_.pop_back();
+    }
+    origins_[slot] = {origin_ns, clock_.NowNs()};
+    Status s = transport_.Start(slot, next_payload_++ % config_.payload_count);
     if (!s.ok()) {
+      free_origins_.push_back(slot);
       result_.status = s;
       return;
     }
@@ -130,8 +142,9 @@ class StepRunner {
       if (current_) {
         if (lag > config_.late_threshold_ns) ++current_->late_sends;
         current_->max_send_lag_ns = std::max(current_->max_send_lag_ns, lag);
+        current_->send_lag_ns.Record(std::max<int64_t>(lag, 0));
       }
-      Send(static_cast<uint64_t>(scheduled));
+      Send(scheduled);
     }
     // What is left found every slot busy; count each such send once.
     for (auto it = backlog_.rbegin(); it != backlog_.rend() && !it->counted; ++it) {
@@ -142,18 +155,22 @@ class StepRunner {
 
   void OnCompletion(const Completion& c, bool running) {
     --in_flight_;
+    const Origin origin = origins_[c.tag];
+    free_origins_.push_back(static_cast<uint32_t>(c.tag));
     if (!running) return;
     if (current_ && c.end_ns >= current_->start_ns) {
       if (c.ok) {
         ++current_->ok;
-        current_->latency_ns.Record(c.end_ns - static_cast<int64_t>(c.tag));
+        current_->latency_ns.Record(c.end_ns - origin.scheduled_ns);
+        current_->latency_from_send_ns.Record(c.end_ns - origin.sent_ns);
       } else {
         const std::string code = transport_.CodeName(c.code);
         ++current_->errors[code];
-        current_->error_latency_ns[code].Record(c.end_ns - static_cast<int64_t>(c.tag));
+        current_->error_latency_ns[code].Record(c.end_ns - origin.scheduled_ns);
+        current_->error_latency_from_send_ns[code].Record(c.end_ns - origin.sent_ns);
       }
     }
-    if (!config_.open_loop) Send(static_cast<uint64_t>(clock_.NowNs()));
+    if (!config_.open_loop) Send(clock_.NowNs());
   }
 
   void Drain() {
@@ -163,6 +180,7 @@ class StepRunner {
       done.clear();
       transport_.Wait(deadline, &done);
       in_flight_ -= static_cast<int64_t>(done.size());
+      for (const Completion& c : done) free_origins_.push_back(static_cast<uint32_t>(c.tag));
     }
     result_.undrained = in_flight_;
   }
@@ -179,6 +197,12 @@ class StepRunner {
     bool counted;  // in capacity_waits
   };
   std::deque<Pending> backlog_;
+  struct Origin {
+    int64_t scheduled_ns;  // open loop: from the schedule; closed loop: the send
+    int64_t sent_ns;
+  };
+  std::vector<Origin> origins_;  // by slot (the transport's tag)
+  std::vector<uint32_t> free_origins_;
   int64_t measure_from_ = 0;
   int64_t in_flight_ = 0;
   size_t next_payload_ = 0;

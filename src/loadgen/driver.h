@@ -5,9 +5,11 @@
 // the next at once. Latency runs from the actual send.
 // Open loop (rate R): sends follow an ArrivalSchedule. Latency runs from each request's
 // *scheduled* send time, so a stalled client or server cannot hide the requests it
-// delayed (no coordinated omission). A send that happens more than late_threshold_ns
-// after its schedule counts as late; one that finds capacity() requests in flight waits
-// in a backlog (counted too) and is sent as soon as a request finishes.
+// delayed (no coordinated omission). Beside it each window keeps the time from the
+// actual send and each send's lag behind its schedule, so what the client's own lateness
+// added can be told apart from what the server took. A send that happens more than
+// late_threshold_ns after its schedule counts as late; one that finds capacity() requests in flight
+// waits in a backlog (counted too) and is sent as soon as a request finishes.
 //
 // Timeline: warmup_ns of load, unmeasured; then windows of window_ns. Each completion is
 // counted in the window its reply arrived in. After each window from the third on, the
@@ -71,6 +73,12 @@ struct Window {
   // How long the requests answered with an error took, by Transport::CodeName: a 429
   // refusal should be fast, a 504 comes after a wait.
   std::map<std::string, Histogram> error_latency_ns;
+  // The same, from each request's actual send rather than its schedule (closed loop: the
+  // two are equal): the server and the network without the client's own lag.
+  Histogram latency_from_send_ns;
+  std::map<std::string, Histogram> error_latency_from_send_ns;
+  // Open loop: how far behind its schedule each request was sent.
+  Histogram send_lag_ns;
   int64_t ok = 0;
   std::map<std::string, int64_t> errors;  // by Transport::CodeName
   int64_t sent = 0;

@@ -227,7 +227,61 @@ TEST(DriverTest, OpenLoopMeasuresFromTheScheduledTimeWhenTheSenderFallsBehind) {
   EXPECT_EQ(w.latency_ns.min(), 2 * kMs);  // the first request was on time
   // The last reply in the window (request 8, done at 18 ms) was scheduled at 8 ms.
   EXPECT_EQ(w.latency_ns.max(), 10 * kMs);
+  // From the actual send every request took the server's 2 ms: the rest was the client's
+  // own lag, which the window keeps apart.
+  EXPECT_EQ(w.latency_from_send_ns.count(), w.ok);
+  EXPECT_EQ(w.latency_from_send_ns.min(), 2 * kMs);
+  EXPECT_EQ(w.latency_from_send_ns.max(), 2 * kMs);
+  EXPECT_EQ(w.send_lag_ns.count(), w.sent);
+  EXPECT_EQ(w.send_lag_ns.max(), w.max_send_lag_ns);
   EXPECT_EQ(r.undrained, 0);
+}
+
+TEST(DriverTest, OpenLoopErrorsAreTimedFromScheduleAndFromSend) {
+  // As above (one slot, 2 ms per request, 1 request/ms), every 2nd reply an error: an
+  // error's time from its schedule grows with the client's backlog, from its send it is
+  // the server's 2 ms.
+  FakeClock clock(0);
+  FakeTransport transport(&clock, 2 * kMs, 1, /*serial=*/true);
+  transport.fail_every_ = 2;
+  StepConfig c;
+  c.open_loop = true;
+  c.rate_per_s = 1000;
+  c.window_ns = 40 * kMs;
+  c.min_windows = 1;
+  c.max_windows = 1;
+  c.drain_timeout_ns = 1000 * kMs;
+  int samples = 0;
+  StepResult r = RunStep(transport, clock, c, CountingSampler(&samples));
+  ASSERT_EQ(r.windows.size(), 1u);
+  const Window& w = r.windows[0];
+  ASSERT_EQ(w.error_latency_ns.count("HTTP 503"), 1u);
+  ASSERT_EQ(w.error_latency_from_send_ns.count("HTTP 503"), 1u);
+  const Histogram& scheduled = w.error_latency_ns.at("HTTP 503");
+  const Histogram& sent = w.error_latency_from_send_ns.at("HTTP 503");
+  EXPECT_GE(scheduled.count(), 8);
+  EXPECT_EQ(sent.count(), scheduled.count());
+  EXPECT_GE(scheduled.max(), 15 * kMs);
+  EXPECT_EQ(sent.min(), 2 * kMs);
+  EXPECT_EQ(sent.max(), 2 * kMs);
+}
+
+TEST(DriverTest, ClosedLoopLatencyFromSendEqualsLatency) {
+  FakeClock clock(0);
+  FakeTransport transport(&clock, 3 * kMs, 4);
+  StepConfig c;
+  c.concurrency = 2;
+  c.window_ns = 30 * kMs;
+  c.min_windows = 1;
+  c.max_windows = 1;
+  int samples = 0;
+  StepResult r = RunStep(transport, clock, c, CountingSampler(&samples));
+  ASSERT_EQ(r.windows.size(), 1u);
+  const Window& w = r.windows[0];
+  EXPECT_EQ(w.latency_from_send_ns.count(), w.latency_ns.count());
+  EXPECT_EQ(w.latency_from_send_ns.max(), 3 * kMs);
+  EXPECT_EQ(w.latency_ns.max(), 3 * kMs);
+  EXPECT_EQ(w.send_lag_ns.count(), 0);  // closed loop has no schedule to lag behind
 }
 
 }  // namespace

@@ -77,12 +77,19 @@ StepReport Summarize(const StepResult& step, const ReportContext& context) {
   r.windows = static_cast<int64_t>(n);
   if (n == 0) return r;
   Histogram merged(step.windows[first].latency_ns.highest_trackable_value());
-  std::map<std::string, Histogram> errors_merged;
+  Histogram from_send(step.windows[first].latency_from_send_ns.highest_trackable_value());
+  Histogram send_lag(step.windows[first].send_lag_ns.highest_trackable_value());
+  std::map<std::string, Histogram> errors_merged, errors_from_send;
   for (size_t i = first; i < n; ++i) {
     const Window& w = step.windows[i];
     merged.Merge(w.latency_ns);
+    from_send.Merge(w.latency_from_send_ns);
+    send_lag.Merge(w.send_lag_ns);
     for (const auto& [code, h] : w.error_latency_ns) {
       errors_merged.try_emplace(code, h.highest_trackable_value()).first->second.Merge(h);
+    }
+    for (const auto& [code, h] : w.error_latency_from_send_ns) {
+      errors_from_send.try_emplace(code, h.highest_trackable_value()).first->second.Merge(h);
     }
     r.duration_s += w.duration_s();
     r.requests += w.ok;
@@ -108,11 +115,28 @@ StepReport Summarize(const StepResult& step, const ReportContext& context) {
     if (h.count() == 0) continue;
     r.error_latency[code] = {Us(h.ValueAtPercentile(50)), Us(h.ValueAtPercentile(99)), Us(h.max())};
   }
+  for (const auto& [code, h] : errors_from_send) {
+    if (h.count() == 0) continue;
+    r.error_latency_from_send[code] = {Us(h.ValueAtPercentile(50)), Us(h.ValueAtPercentile(99)),
+                                       Us(h.max())};
+  }
+  r.latency_from_send_p50_us = Us(from_send.ValueAtPercentile(50));
+  r.latency_from_send_p99_us = Us(from_send.ValueAtPercentile(99));
+  r.latency_from_send_p999_us = Us(from_send.ValueAtPercentile(99.9));
+  if (send_lag.count() > 0) {
+    r.send_lag_p50_us = Us(send_lag.ValueAtPercentile(50));
+    r.send_lag_p99_us = Us(send_lag.ValueAtPercentile(99));
+  }
   const int64_t within =
       context.latency_threshold_ms > 0
           ? merged.CountAtOrBelow(static_cast<int64_t>(context.latency_threshold_ms * 1e6))
           : merged.count();
   r.goodput_per_s = static_cast<double>(within) / seconds;
+  const int64_t within_from_send =
+      context.latency_threshold_ms > 0
+          ? from_send.CountAtOrBelow(static_cast<int64_t>(context.latency_threshold_ms * 1e6))
+          : from_send.count();
+  r.goodput_from_send_per_s = static_cast<double>(within_from_send) / seconds;
 
   const Sample& start = step.windows[first].start_sample;
   const Sample& end = step.windows[n - 1].end_sample;
@@ -213,6 +237,22 @@ std::string FormatJson(const std::vector<StepReport>& steps, const ReportContext
       w.Key("p50").Double(e.p50_us).Key("p99").Double(e.p99_us).Key("max").Double(e.max_us);
       w.EndObject();
     }
+    w.EndObject();
+    w.Key("error_latency_from_send_us").BeginObject();
+    for (const auto& [code, e] : s.error_latency_from_send) {
+      w.Key(code).BeginObject();
+      w.Key("p50").Double(e.p50_us).Key("p99").Double(e.p99_us).Key("max").Double(e.max_us);
+      w.EndObject();
+    }
+    w.EndObject();
+    w.Key("latency_from_send_us").BeginObject();
+    w.Key("p50").Double(s.latency_from_send_p50_us).Key("p99").Double(s.latency_from_send_p99_us);
+    w.Key("p99.9").Double(s.latency_from_send_p999_us);
+    w.EndObject();
+    w.Key("goodput_from_send_per_s").Double(s.goodput_from_send_per_s);
+    w.Key("send_lag_us").BeginObject();
+    w.Key("p50").Double(s.send_lag_p50_us).Key("p99").Double(s.send_lag_p99_us);
+    w.Key("max").Double(s.max_send_lag_us);
     w.EndObject();
     w.MemberInt("sent", s.sent).MemberInt("late_sends", s.late_sends);
     w.MemberInt("capacity_waits", s.capacity_waits);

@@ -47,6 +47,15 @@ struct StepReport {
     double max_us = 0;
   };
   std::map<std::string, ErrorLatency> error_latency;
+  // The same from the actual send, without the client's lag behind its schedule.
+  std::map<std::string, ErrorLatency> error_latency_from_send;
+  double latency_from_send_p50_us = 0;
+  double latency_from_send_p99_us = 0;
+  double latency_from_send_p999_us = 0;
+  double goodput_from_send_per_s = 0;  // within the SLO when timed from the actual send
+  // Open loop: how far behind schedule requests were sent.
+  double send_lag_p50_us = 0;
+  double send_lag_p99_us = 0;
   int64_t sent = 0;
   int64_t late_sends = 0;
   int64_t capacity_waits = 0;

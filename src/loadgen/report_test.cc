@@ -31,6 +31,13 @@ StepResult MakeStep(int64_t concurrency, int windows, double latency_scale = 1.0
     win.errors["HTTP 503"] = 2;
     win.error_latency_ns["HTTP 503"].Record(20'000);  // answered in 20 and 40 us
     win.error_latency_ns["HTTP 503"].Record(40'000);
+    // Sent 10 and 30 us behind schedule: 10 and 10 us from the actual send.
+    win.error_latency_from_send_ns["HTTP 503"].Record(10'000);
+    win.error_latency_from_send_ns["HTTP 503"].Record(10'000);
+    for (int i = 1; i <= 1000; ++i) {
+      win.latency_from_send_ns.Record(static_cast<int64_t>(i * 500 * latency_scale));
+      win.send_lag_ns.Record(i <= 990 ? 1'000 : 300'000);
+    }
     win.start_sample.cpu_ns = w * 10 * kMs;
     win.end_sample.cpu_ns = (w + 1) * 10 * kMs;
     ServerStats a, b;
@@ -82,6 +89,13 @@ TEST(SummarizeTest, UsesTheLastThreeWindows) {
   EXPECT_NEAR(r.error_latency.at("HTTP 503").p50_us, 20, 0.1);
   EXPECT_NEAR(r.error_latency.at("HTTP 503").p99_us, 40, 0.1);
   EXPECT_NEAR(r.error_latency.at("HTTP 503").max_us, 40, 0.1);
+  ASSERT_EQ(r.error_latency_from_send.count("HTTP 503"), 1u);
+  EXPECT_NEAR(r.error_latency_from_send.at("HTTP 503").p99_us, 10, 0.1);
+  EXPECT_NEAR(r.latency_from_send_p50_us, 250, 0.5);
+  EXPECT_NEAR(r.latency_from_send_p99_us, 495, 1);
+  EXPECT_NEAR(r.goodput_from_send_per_s, 1000, 1);  // all within 0.5 ms from the send
+  EXPECT_NEAR(r.send_lag_p50_us, 1, 0.01);
+  EXPECT_NEAR(r.send_lag_p99_us, 1, 0.01);  // the 990th of 1000
   // 30 ms of CPU over 3006 requests.
   EXPECT_NEAR(r.client_cpu_us_per_request, 30'000.0 / 3006, 1e-6);
   ASSERT_TRUE(r.server.has_value());
@@ -151,6 +165,9 @@ TEST(FormatTest, JsonParsesAndHoldsTheFigures) {
   EXPECT_NEAR(s["latency_us"]["p50"].get<double>(), 2000, 2);
   EXPECT_EQ(s["errors"]["HTTP 503"], 6);
   EXPECT_NEAR(s["error_latency_us"]["HTTP 503"]["p99"].get<double>(), 40, 0.1);
+  EXPECT_NEAR(s["error_latency_from_send_us"]["HTTP 503"]["p99"].get<double>(), 10, 0.1);
+  EXPECT_NEAR(s["latency_from_send_us"]["p50"].get<double>(), 1000, 1);
+  EXPECT_TRUE(s["send_lag_us"].contains("p99"));
   EXPECT_DOUBLE_EQ(s["server"]["queue_us"].get<double>(), 50);
   EXPECT_TRUE(s.contains("client_cpu_us_per_request"));
 }

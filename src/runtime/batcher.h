@@ -10,7 +10,9 @@
 // kSlo (the default): latency is what it schedules for.
 //   - Admission: Enqueue predicts the request's wait (the items queued at its level and
 //     above, run in full batches by the instances, after the work they already hold) and
-//     its finish (wait + the run of the batch it will join), and keeps deadline_reserve
+//     its finish (wait + the run of the batch it will join: the items ahead that do not
+//     fill a batch, itself, and what the measured arrival rate brings during the wait, up
+//     to max_batch_size), and keeps deadline_reserve
 //     (25%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at
 //     once, with a retry hint (the predicted time to drain the queue), when the finish is past the
 //     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
@@ -23,14 +25,17 @@
 //   - Except a probe: a task that finds the model idle (nothing queued, an instance free) is
 //     admitted, and neither expired nor left out of a batch for its deadline, whatever
 //     the prediction: so a stale estimate is always refreshed by a run.
-//   - Batch formation is work-conserving: a batch is released as soon as an instance asks
-//     unless the queued items are fewer than the target batch, the smallest size whose
-//     throughput (instances · n / t(n)) covers the measured arrival rate with
-//     `throughput_headroom` to spare; only then does it wait for more, until the target
-//     is reached, max_queue_delay_us has passed for the oldest task, or a member's
-//     deadline is due. Under light load the target is 1 (a lone request runs at once);
-//     under heavy load it grows toward max_batch_size. The arrival rate is an
-//     exponentially decayed count over arrival_window_us.
+//   - Batch formation is work-conserving: a batch of what is queued (in order, up to
+//     max_batch_size) is released as soon as an instance asks, never held back for more.
+//     Waiting would only delay the tasks already queued, and it is not needed for
+//     throughput: what arrives during a run is queued when an instance is free again, so
+//     batches grow with the arrival rate by themselves (with one instance and t(n) = a + b·n
+//     they settle near n = λa / (1 - λb)). max_queue_delay_us bounds nothing more here.
+//   - The target batch is the smallest size whose throughput (instances · n / t(n)) covers
+//     the measured arrival rate with `throughput_headroom` to spare: 1 under light load,
+//     growing toward max_batch_size under heavy load. The arrival rate is an
+//     exponentially decayed count over arrival_window_us. It bounds the two deadline
+//     rules that follow.
 //   - A batch is never grown past the target to a size whose predicted finish misses the
 //     deadline of a task in it: the walk stops at the first task that would do so. A task
 //     that would miss its deadline even in a batch of the target size is left out of
@@ -362,14 +367,20 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
     int64_t ahead = 0;
     for (uint32_t i = 0; i < level; ++i) ahead += levels_[i].items;
     // Under a backlog the queue leaves in full batches: those ahead of this task's batch
-    // run first, then the batch it joins (with the rest of the items ahead), which takes
-    // as long as its size says, not as long as this task alone.
+    // run first, then the batch it joins, which takes as long as its size says, not as
+    // long as this task alone. That batch holds the rest of the items ahead and what
+    // arrives before it leaves (at the measured arrival rate, over the wait): under
+    // overload it is full. Counting only the items ahead made every admitted task's
+    // finish up to t(full) - t(1) later than predicted.
     const int64_t full = max_items();
     const int64_t batches_ahead = ahead / full;
-    const int64_t own_batch = std::min(full, ahead % full + items);
     const int64_t wait = service_.backlog_ns +
                          batches_ahead * service_.PredictNs(full) / std::max(service_.instances, 1);
-    const int64_t finish = now_ns + wait + service_.PredictNs(own_batch);
+    const double joining = arrival_rate_per_s(now_ns) / 1e9 * static_cast<double>(wait);
+    const int64_t own_batch =
+        ahead % full + items + static_cast<int64_t>(std::min(joining, static_cast<double>(full)));
+    const int64_t own_batch_capped = std::min(full, own_batch);
+    const int64_t finish = now_ns + wait + service_.PredictNs(own_batch_capped);
     std::string why;
     const int64_t usable = deadline - static_cast<int64_t>(options_.deadline_reserve *
                                                            static_cast<double>(deadline - now_ns));
@@ -593,32 +604,25 @@ typename Batcher<Task>::Decision Batcher<Task>::FormBatch(int64_t now_ns, bool f
   const int64_t largest_preferred = preferred_.empty() ? 0 : *preferred_.rbegin();
   const int64_t delay_ns = static_cast<int64_t>(options_.max_queue_delay_us) * 1000;
   const bool delay_passed = now_ns - oldest_ns >= delay_ns;
-  // kSlo: a batch must leave by its earliest member's deadline minus its run time.
-  const int64_t due_ns = !slo() || earliest_deadline_ns == kNever
-                             ? kNever
-                             : earliest_deadline_ns - service_.PredictNs(total);
-  const bool deadline_due = due_ns <= now_ns;
   if (picks.empty()) return d;
   if (total == max) {
     release = picks.size();
   } else if (largest_preferred > 0 && best_preferred_total == largest_preferred) {
     release = best_preferred_picks;
-  } else if (force || deadline_due) {
+  } else if (force) {
     release = picks.size();
-  } else if (delay_passed || (slo() && total >= target)) {
+  } else if (delay_passed || slo()) {
+    // kSlo releases at once, whatever the size: the caller asks only when an instance is
+    // free, and an idle instance that waits for more only delays the tasks already
+    // queued. Nor does waiting keep up with the load: what arrives during this run is
+    // queued when the instance is free again and leaves in the next batch, so batch sizes
+    // grow with the arrival rate by themselves, up to max_batch_size.
     // The largest preferred-size prefix if there is one worth sending, else everything.
     release = best_preferred_picks > 0 && (!slo() || best_preferred_total >= target)
                   ? best_preferred_picks
                   : picks.size();
   } else {
-    d.wake_at_ns = std::min(oldest_ns + delay_ns, due_ns);
-    const double rate_per_ns = arrival_rate_per_s(now_ns) / 1e9;
-    if (slo() && rate_per_ns > 0) {
-      // When the missing items are expected to have arrived.
-      const double wait = static_cast<double>(target - total) / rate_per_ns;
-      if (wait < static_cast<double>(d.wake_at_ns - now_ns))
-        d.wake_at_ns = now_ns + std::max<int64_t>(1, static_cast<int64_t>(wait));
-    }
+    d.wake_at_ns = oldest_ns + delay_ns;
     return d;
   }
 
