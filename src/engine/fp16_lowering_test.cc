@@ -245,6 +245,11 @@ TEST(Fp16ModelTest, TransformerRunsAtAnotherSequenceLengthAndBatch) {
   auto model = Model::Load(ModelPath("fp16_transformer.onnx"));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ(SymbolicShapeToString((*model)->outputs()[0].shape), "[batch,sequence,32]");
+  // The optimiser sees through the FP16 constants: GELU with sqrt(2) rounded to FP16,
+  // products with their biases.
+  const auto& fusions = (*model)->optimize_report().fusions;
+  EXPECT_EQ(fusions.count("Gelu(erf pattern)"), 1u) << (*model)->optimize_report().Summary();
+  EXPECT_EQ(fusions.count("MatMul+Add(bias)"), 1u) << (*model)->optimize_report().Summary();
   auto session = Session::Create(**model, Opts(1));
   ASSERT_TRUE(session.ok());
   std::vector<NamedTensor> outputs;
