@@ -1,7 +1,8 @@
 // End-to-end: an FP16 model (models/fp16_cnn.onnx: FLOAT16 input, weights and output)
 // served by the real `shoal serve`. Its tensors are FP16 to clients: the metadata says
 // so (from an explicit config and from auto-completion), binary HTTP and raw gRPC
-// contents carry IEEE halves in and out and match PyTorch's reference, and the ways FP16
+// contents carry IEEE halves in and out and match PyTorch's reference, classification
+// reads the FP16 scores, and the ways FP16
 // cannot travel (JSON `data`, gRPC typed contents, JSON output) fail with messages
 // saying how to send it (docs/open-inference-protocol.md section 1.9).
 #include "core/fp16.h"
@@ -149,6 +150,21 @@ TEST(Fp16E2eTest, Fp16ModelServedOverHttpBinaryAndGrpcRaw) {
   EXPECT_EQ(reply["outputs"][0]["shape"], json({1, 10}));
   EXPECT_EQ(reply["outputs"][0]["parameters"]["binary_data_size"], 20);
   ExpectClose(Halves(r.Binary()), Floats(b1.at("out:y")));
+
+  // Classification of the FP16 scores: the top classes as JSON strings, best first.
+  json classify = header;
+  classify["outputs"] = {{{"name", "y"}, {"parameters", {{"classification", 3}}}}};
+  const std::string ch = classify.dump();
+  r = client.Post("/v2/models/fp16_cnn/infer", ch + x1,
+                  {{"Inference-Header-Content-Length", std::to_string(ch.size())}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json classes = json::parse(r.body)["outputs"][0];
+  EXPECT_EQ(classes["datatype"], "BYTES");
+  ASSERT_EQ(classes["data"].size(), 3u);
+  const std::vector<float> want1 = Floats(b1.at("out:y"));
+  const auto best = std::max_element(want1.begin(), want1.end()) - want1.begin();
+  EXPECT_THAT(classes["data"][0].get<std::string>(),
+              ::testing::EndsWith(":" + std::to_string(best)));
 
   // The same input asking for a JSON output: FP16 has no JSON form, and the error says
   // how to ask for it.
