@@ -24,10 +24,36 @@ class Lowering {
   }
 
   void Run(Fp16LoweringReport* report) {
+    const size_t nv = g_.values.size();
     // Which values the file declares FLOAT16 at the graph's edges, before retyping.
-    std::vector<char> io_fp16(g_.values.size(), 0);
-    for (int v : g_.inputs) io_fp16[v] |= g_.values[v].dtype == DataType::kFp16;
-    for (int v : g_.outputs) io_fp16[v] |= g_.values[v].dtype == DataType::kFp16;
+    std::vector<char> is_input(nv, 0), is_output(nv, 0);
+    for (int v : g_.inputs) is_input[v] = 1;
+    for (int v : g_.outputs) is_output[v] = 1;
+    auto fp16 = [&](int v) { return g_.values[v].dtype == DataType::kFp16; };
+    // Readers of each value that are not Cast(to FLOAT), and which value each node makes.
+    std::vector<int> readers(nv, 0), other_readers(nv, 0), producer(nv, -1);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const Node& node = g_.nodes[n];
+      for (int in : node.inputs) {
+        if (in < 0) continue;
+        ++readers[in];
+        other_readers[in] += !IsCast(node, kOnnxFloat);
+      }
+      for (int out : node.outputs)
+        if (out >= 0) producer[out] = static_cast<int>(n);
+    }
+    // What an earlier lowering (or the file) already made: an FP16 value read only by
+    // Casts to FLOAT, or an FP16 graph output written by a Cast to FLOAT16, stays.
+    auto only_cast_to_float = [&](int v) {
+      return readers[v] > 0 && other_readers[v] == 0 && !is_output[v];
+    };
+    std::vector<char> keep_fp16(nv, 0);
+    for (size_t v = 0; v < nv; ++v) {
+      const int p = producer[v];
+      if (p >= 0 && IsCast(g_.nodes[p], kOnnxFloat16) &&
+          (only_cast_to_float(static_cast<int>(v)) || (is_output[v] && fp16(static_cast<int>(v)))))
+        keep_fp16[v] = 1;
+    }
 
     for (Value& v : g_.values) {
       if (v.is_constant() && v.constant.dtype() == DataType::kFp16) {
@@ -46,20 +72,20 @@ class Lowering {
     }
 
     std::vector<Node> nodes;
-    std::vector<int> remap(g_.values.size());
-    for (size_t v = 0; v < remap.size(); ++v) remap[v] = static_cast<int>(v);
+    std::vector<int> remap(nv);
+    for (size_t v = 0; v < nv; ++v) remap[v] = static_cast<int>(v);
     for (int v : g_.inputs) {
-      if (g_.values[v].dtype != DataType::kFp16) continue;
+      if (!fp16(v) || only_cast_to_float(v) || remap[v] != v) continue;
       const int v32 = NewValue(g_.values[v].name + "/fp32", DataType::kFp32, g_.values[v].shape);
       nodes.push_back(MakeCast(g_.values[v].name + "/to_fp32", v, v32, kOnnxFloat));
       remap[v] = v32;
       ++report->cast_inputs;
     }
-    // FP16 graph outputs that are not graph inputs: the computation produces an FP32
-    // stand-in, and a final Cast writes the named output.
+    // FP16 graph outputs that are neither graph inputs nor a Cast's result: the
+    // computation produces an FP32 stand-in, and a final Cast writes the named output.
     std::vector<std::pair<int, int>> output_casts;  // (stand-in, output)
     for (int v : g_.outputs) {
-      if (g_.values[v].dtype != DataType::kFp16 || IsGraphInput(v) || remap[v] != v) continue;
+      if (!fp16(v) || is_input[v] || keep_fp16[v] || remap[v] != v) continue;
       const int v32 = NewValue(g_.values[v].name + "/fp32", DataType::kFp32, g_.values[v].shape);
       Value& out = g_.values[v];
       if (out.is_constant()) {
@@ -74,14 +100,14 @@ class Lowering {
         if (in >= 0) in = remap[in];
       for (int& out : n.outputs)
         if (out >= 0) out = remap[out];
-      if (n.domain.empty() && n.op_type == "Cast" && n.GetInt("to", 0) == kOnnxFloat16 &&
-          n.has_output(0)) {
+      if (IsCast(n, kOnnxFloat16) && n.has_output(0) && !keep_fp16[n.outputs[0]]) {
         const int y = n.outputs[0];
         const int y16 = NewValue(g_.values[y].name + "/fp16", DataType::kFp16, g_.values[y].shape);
         const std::string name = n.name;
         n.outputs[0] = y16;
         nodes.push_back(std::move(n));
         nodes.push_back(MakeCast(name + "/round_fp16", y16, y, kOnnxFloat));
+        g_.values[y].dtype = DataType::kFp32;
         ++report->rounding_casts;
         continue;
       }
@@ -92,8 +118,8 @@ class Lowering {
       ++report->cast_outputs;
     }
     // Everything else the file calls FLOAT16 now holds FP32.
-    for (size_t v = 0; v < io_fp16.size(); ++v) {
-      if (!io_fp16[v] && g_.values[v].dtype == DataType::kFp16)
+    for (size_t v = 0; v < nv; ++v) {
+      if (!is_input[v] && !is_output[v] && !keep_fp16[v] && g_.values[v].dtype == DataType::kFp16)
         g_.values[v].dtype = DataType::kFp32;
     }
     g_.nodes = std::move(nodes);
@@ -104,10 +130,8 @@ class Lowering {
   }
 
  private:
-  bool IsGraphInput(int v) const {
-    for (int in : g_.inputs)
-      if (in == v) return true;
-    return false;
+  static bool IsCast(const Node& n, int64_t to) {
+    return n.domain.empty() && n.op_type == "Cast" && n.GetInt("to", 0) == to;
   }
 
   // A value with a name no other value has: `base`, or `base_2`, `base_3`...

@@ -114,6 +114,60 @@ TEST(Fp16LoweringTest, ReportsWhatItRewrote) {
   EXPECT_EQ(plain.nodes.size(), nodes);
 }
 
+TEST(Fp16LoweringTest, LoweringALoweredGraphChangesNothing) {
+  Graph g = ConvBlock(DataType::kFp16, Random({3, 3, 3, 3}, 1), Random({3}, 2), Random({1}, 3));
+  // A rounding Cast inside too.
+  const int y = g.outputs[0];
+  const int r = g.AddValue("r");
+  const int z = g.AddValue("z", DataType::kFp16);
+  Node to16;
+  to16.op_type = "Cast";
+  to16.inputs = {y};
+  to16.outputs = {r};
+  to16.attributes.emplace("to", AInt(10));
+  Node add;
+  add.op_type = "Add";
+  add.inputs = {r, r};
+  add.outputs = {z};
+  g.nodes.push_back(to16);
+  g.nodes.push_back(add);
+  g.outputs = {y, z};
+  Fp16LoweringReport first, second;
+  ASSERT_TRUE(LowerFp16(&g, &first).ok());
+  EXPECT_EQ(first.rounding_casts, 1);
+  EXPECT_EQ(first.cast_outputs, 2);
+  const size_t nodes = g.nodes.size(), values = g.values.size();
+  ASSERT_TRUE(LowerFp16(&g, &second).ok());
+  EXPECT_FALSE(second.changed());
+  EXPECT_EQ(g.nodes.size(), nodes);
+  EXPECT_EQ(g.values.size(), values);
+}
+
+TEST(Fp16LoweringTest, AnOutputWrittenByACastToFp16KeepsThatOneCast) {
+  // Mixed precision with FP16 out: FP32 in, Cast to FLOAT16 at the end.
+  GraphBuilder b;
+  const int x = b.Input("x", {3});
+  const int m = b.Op("Mul", "m", {x, b.Constant("k", F32({1}, {3.f}))});
+  const int y = b.Op("Cast", "y", {m}, {{"to", AInt(10)}});
+  Graph g = b.Finish(y);
+  g.values[y].dtype = DataType::kFp16;
+  Fp16LoweringReport report;
+  ASSERT_TRUE(LowerFp16(&g, &report).ok());
+  EXPECT_FALSE(report.changed());
+  EXPECT_EQ(g.nodes.size(), 2u);
+  auto model = Model::FromGraph(std::move(g));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> out;
+  ASSERT_TRUE((*session)->Run({{"x", F32({3}, {1.f / 9, 30000.f, -2.f})}}, &out).ok());
+  ASSERT_EQ(out[0].tensor.dtype(), DataType::kFp16);
+  const std::vector<float> got = Values(ToFloat(out[0].tensor));
+  EXPECT_EQ(got[0], Fp16ToFloat(FloatToFp16(3.f / 9)));
+  EXPECT_TRUE(std::isinf(got[1]));
+  EXPECT_EQ(got[2], -6.f);
+}
+
 TEST(Fp16LoweringTest, CastToFp16RoundsToFp16PrecisionAndRange) {
   // Mixed precision, as exporters write it: FP32 in, Cast to FLOAT16, FP16 weights,
   // Cast back to FLOAT, FP32 out.
