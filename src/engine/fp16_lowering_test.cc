@@ -10,6 +10,8 @@
 
 #include "core/dtype_visit.h"
 #include "core/fp16.h"
+#include "engine/pipeline_session.h"
+#include "engine/pipeline_split.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine {
@@ -294,6 +296,38 @@ INSTANTIATE_TEST_SUITE_P(Models, Fp16ModelTest,
                                            Fp16Family{"fp16_transformer", DataType::kFp16},
                                            Fp16Family{"fp16_mixed", DataType::kFp32}),
                          [](const auto& info) { return info.param.stem; });
+
+// Cut into stages (each a graph of its own, lowered again by Model::FromGraph), an FP16
+// model gives the whole model's FP16 output, bit for bit. (The transformer's Reshapes
+// read shapes computed in an earlier stage, which SplitModel refuses for any model.)
+TEST(Fp16ModelTest, PipelineStagesGiveTheWholeModelsOutput) {
+  const std::string stem = "fp16_cnn";
+  auto model = Model::Load(ModelPath(stem + ".onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<double> ones((*model)->graph().nodes.size(), 1.0);
+  auto starts = BalanceStages(ones, 3);
+  ASSERT_TRUE(starts.ok());
+  auto stages = SplitModel(**model, *starts);
+  ASSERT_TRUE(stages.ok()) << stages.status().ToString();
+  PipelineOptions o;
+  o.threads_per_stage = 1;
+  o.micro_batches = 2;
+  auto pipeline = PipelineSession::Create(**model, *stages, o);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().ToString();
+  auto whole = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(whole.ok());
+  const Reference ref = LoadReference(stem + ".b4.sht");
+  std::vector<NamedTensor> want, got;
+  ASSERT_TRUE((*whole)->Run(ref.inputs, &want).ok());
+  Status s = (*pipeline)->Run(ref.inputs, &got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].tensor.dtype(), DataType::kFp16);
+  ASSERT_EQ(got[0].tensor.shape(), want[0].tensor.shape());
+  auto g = got[0].tensor.values<uint16_t>();
+  auto w = want[0].tensor.values<uint16_t>();
+  EXPECT_TRUE(std::equal(g.begin(), g.end(), w.begin()));
+}
 
 TEST(Fp16ModelTest, TransformerRunsAtAnotherSequenceLengthAndBatch) {
   auto model = Model::Load(ModelPath("fp16_transformer.onnx"));
