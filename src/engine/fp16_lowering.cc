@@ -51,7 +51,7 @@ class Lowering {
     for (size_t v = 0; v < nv; ++v) {
       const int p = producer[v];
       if (p >= 0 && IsCast(g_.nodes[p], kOnnxFloat16) &&
-          (only_cast_to_float(static_cast<int>(v)) || (is_output[v] && fp16(static_cast<int>(v)))))
+          (only_cast_to_float(static_cast<int>(v)) || is_output[v]))
         keep_fp16[v] = 1;
     }
 

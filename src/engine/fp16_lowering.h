@@ -24,9 +24,10 @@
 //     FP32 value, keeping the output's name;
 //   - intermediate values the file annotates as FLOAT16 (value_info) are retyped FP32.
 // What is already in that form stays as it is: an FP16 graph input read only by Casts to
-// FLOAT, a Cast to FLOAT16 read only by Casts to FLOAT, and an FP16 graph output a Cast
-// to FLOAT16 writes. So a mixed-precision model's final Cast is not doubled, and
-// lowering a lowered graph (a pipeline stage cut from one) changes nothing.
+// FLOAT, a Cast to FLOAT16 read only by Casts to FLOAT, and a graph output a Cast to
+// FLOAT16 writes (FP16 whether or not the graph declares its type). So a mixed-precision model's
+// final Cast is not doubled, and lowering a lowered graph (a pipeline stage cut from one) changes
+// nothing.
 #pragma once
 
 #include "core/status.h"

@@ -246,6 +246,11 @@ TEST(Fp16LoweringTest, CastKernelConvertsBetweenFp16AndOtherTypes) {
                                                             : std::vector<float>{0, 1, 3, 2048};
     EXPECT_EQ(Values(ToFloat(out[0].tensor)), want);
   }
+  // A graph whose output a Cast to FLOAT16 writes gives FP16, declared or not.
+  auto h = RunOp("Cast", {{F32({2}, {0.1f, -70000.f})}}, {{"to", AInt(10)}});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ((*h)[0].dtype(), DataType::kFp16);
+  EXPECT_THAT((*h)[0].values<uint16_t>(), ::testing::ElementsAre(0x2E66, 0xFC00));
   // FP16 -> FP32 directly (the input's own Cast).
   auto y = RunOp("Cast", {{ToHalf(F32({3}, {-1.5f, 0.1f, 65504.f}))}}, {{"to", AInt(1)}});
   ASSERT_TRUE(y.ok()) << y.status().ToString();
