@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/dtype_visit.h"
 #include "core/fp16.h"
 #include "engine/pipeline_session.h"
 #include "engine/pipeline_split.h"
+#include "engine/plan.h"
 #include "engine/test_util.h"
+#include "engine/weight_cache.h"
 
 namespace shoal::engine {
 namespace {
@@ -255,6 +258,33 @@ TEST(Fp16LoweringTest, CastKernelConvertsBetweenFp16AndOtherTypes) {
   auto y = RunOp("Cast", {{ToHalf(F32({3}, {-1.5f, 0.1f, 65504.f}))}}, {{"to", AInt(1)}});
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   EXPECT_EQ(Values((*y)[0]), (std::vector<float>{-1.5f, Fp16ToFloat(0x2E66), 65504.f}));
+}
+
+// A plan prepared from a graph that was never lowered (Plan::Prepare directly) runs the
+// Cast kernel from FP16 to other types: truncation toward zero, saturation, booleans.
+TEST(Fp16LoweringTest, CastKernelReadsFp16IntoOtherTypes) {
+  GraphBuilder b;
+  const int x = b.Input("x", {4}, DataType::kFp16);
+  const int i = b.Op("Cast", "i", {x}, {{"to", AInt(6)}});   // INT32
+  const int t = b.Op("Cast", "t", {x}, {{"to", AInt(9)}});   // BOOL
+  const int d = b.Op("Cast", "d", {x}, {{"to", AInt(11)}});  // DOUBLE
+  const Graph g = b.Finish({i, t, d});
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  WeightCache weights;
+  auto plan = Plan::Prepare(g, {{4}}, engine, stream, &weights, PlanOptions(), PlanLimits());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // 1.5, -2.75, -0, +infinity
+  const Tensor in =
+      Tensor::FromVector<uint16_t>(DataType::kFp16, {4}, {0x3E00, 0xC180, 0x8000, 0x7C00});
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*plan)->Run({&in}, stream, &out).ok());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_THAT(out[0].values<int32_t>(),
+              ::testing::ElementsAre(1, -2, 0, std::numeric_limits<int32_t>::max()));
+  EXPECT_THAT(out[1].values<uint8_t>(), ::testing::ElementsAre(1, 1, 0, 1));
+  EXPECT_THAT(out[2].values<double>(),
+              ::testing::ElementsAre(1.5, -2.75, 0.0, std::numeric_limits<double>::infinity()));
 }
 
 // The committed models (models/generate_fp16.py) against PyTorch at batch 1 and 4, at
