@@ -42,16 +42,17 @@ class Lowering {
       for (int out : node.outputs)
         if (out >= 0) producer[out] = static_cast<int>(n);
     }
-    // What an earlier lowering (or the file) already made: an FP16 value read only by
-    // Casts to FLOAT, or an FP16 graph output written by a Cast to FLOAT16, stays.
+    // What an earlier lowering (or the file) already made stays: an FP16 value read
+    // only by Casts to FLOAT, and a graph output a Cast to FLOAT16 writes that nothing
+    // but Casts to FLOAT reads (an FP32 kernel could not read it).
     auto only_cast_to_float = [&](int v) {
       return readers[v] > 0 && other_readers[v] == 0 && !is_output[v];
     };
     std::vector<char> keep_fp16(nv, 0);
     for (size_t v = 0; v < nv; ++v) {
       const int p = producer[v];
-      if (p >= 0 && IsCast(g_.nodes[p], kOnnxFloat16) &&
-          (only_cast_to_float(static_cast<int>(v)) || is_output[v]))
+      if (p >= 0 && IsCast(g_.nodes[p], kOnnxFloat16) && other_readers[v] == 0 &&
+          (readers[v] > 0 || is_output[v]))
         keep_fp16[v] = 1;
     }
 
@@ -96,11 +97,12 @@ class Lowering {
       output_casts.emplace_back(v32, v);
     }
     for (Node& n : g_.nodes) {
+      const bool kept = n.has_output(0) && keep_fp16[n.outputs[0]];  // before remapping
       for (int& in : n.inputs)
         if (in >= 0) in = remap[in];
       for (int& out : n.outputs)
         if (out >= 0) out = remap[out];
-      if (IsCast(n, kOnnxFloat16) && n.has_output(0) && !keep_fp16[n.outputs[0]]) {
+      if (IsCast(n, kOnnxFloat16) && n.has_output(0) && !kept) {
         const int y = n.outputs[0];
         const int y16 = NewValue(g_.values[y].name + "/fp16", DataType::kFp16, g_.values[y].shape);
         const std::string name = n.name;

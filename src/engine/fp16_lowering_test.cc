@@ -173,6 +173,32 @@ TEST(Fp16LoweringTest, AnOutputWrittenByACastToFp16KeepsThatOneCast) {
   EXPECT_EQ(got[2], -6.f);
 }
 
+TEST(Fp16LoweringTest, ACastOutputThatOtherNodesReadIsLoweredLikeAnyOutput) {
+  // y = Cast(3x to FLOAT16) is an output and feeds z = y + y, another FP16 output.
+  GraphBuilder b;
+  const int x = b.Input("x", {2});
+  const int m = b.Op("Mul", "m", {x, b.Constant("k", F32({1}, {3.f}))});
+  const int y = b.Op("Cast", "y", {m}, {{"to", AInt(10)}});
+  const int z = b.Op("Add", "z", {y, y});
+  Graph g = b.Finish({y, z});
+  g.values[y].dtype = DataType::kFp16;
+  g.values[z].dtype = DataType::kFp16;
+  auto model = Model::FromGraph(std::move(g));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> out;
+  ASSERT_TRUE((*session)->Run({{"x", F32({2}, {1.f / 9, 20000.f})}}, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  const float y0 = Fp16ToFloat(FloatToFp16(3.f / 9));
+  EXPECT_EQ(out[0].tensor.dtype(), DataType::kFp16);
+  EXPECT_EQ(out[1].tensor.dtype(), DataType::kFp16);
+  EXPECT_EQ(Values(ToFloat(out[0].tensor)), (std::vector<float>{y0, 60000.f}));
+  const std::vector<float> zs = Values(ToFloat(out[1].tensor));
+  EXPECT_EQ(zs[0], Fp16ToFloat(FloatToFp16(2 * y0)));
+  EXPECT_TRUE(std::isinf(zs[1]));  // 120000 is beyond FP16
+}
+
 TEST(Fp16LoweringTest, CastToFp16RoundsToFp16PrecisionAndRange) {
   // Mixed precision, as exporters write it: FP32 in, Cast to FLOAT16, FP16 weights,
   // Cast back to FLOAT, FP32 out.
