@@ -136,13 +136,14 @@ class Lowering {
     return n.domain.empty() && n.op_type == "Cast" && n.GetInt("to", 0) == to;
   }
 
-  // A value with a name no other value has: `base`, or `base_2`, `base_3`...
-  int NewValue(const std::string& base, DataType dtype, const std::optional<SymbolicShape>& shape) {
+  // A value with a name no other value has: `base`, or `base_2`, `base_3`... `shape` is
+  // taken by value: callers pass another value's, which AddValue may move.
+  int NewValue(const std::string& base, DataType dtype, std::optional<SymbolicShape> shape) {
     std::string name = base;
     for (int i = 2; names_.count(name); ++i) name = base + "_" + std::to_string(i);
     names_.insert(name);
     const int id = g_.AddValue(name, dtype);
-    g_.values[id].shape = shape;
+    g_.values[id].shape = std::move(shape);
     return id;
   }
 
