@@ -82,6 +82,36 @@ TEST(ImporterTest, ConstantNodesBecomeConstantsAndTheModelRuns) {
   EXPECT_THAT(Values(out[0].tensor), ::testing::ElementsAre(1, 0, 3, 2, 0, 4));
 }
 
+// The small model in FLOAT16: its Constant's values as bit patterns in int32_data (as
+// onnx.proto stores FLOAT16 outside raw_data), its input and output FLOAT16.
+TEST(ImporterTest, Float16ModelWithInt32DataLoadsAndKeepsFp16Edges) {
+  onnx::ModelProto m = SmallModel();
+  auto* g = m.mutable_graph();
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::FLOAT16);
+  auto* out_type = g->mutable_output(0)->mutable_type()->mutable_tensor_type();
+  out_type->set_elem_type(onnx::TensorProto::FLOAT16);
+  auto* t = g->mutable_node(0)->mutable_attribute(0)->mutable_t();
+  t->set_data_type(onnx::TensorProto::FLOAT16);
+  t->clear_float_data();
+  for (int bits : {0x3C00, 0xC000, 0x4200}) t->add_int32_data(bits);  // 1, -2, 3
+  auto model = LoadProto(m);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->inputs()[0].dtype, DataType::kFp16);
+  EXPECT_EQ((*model)->outputs()[0].dtype, DataType::kFp16);
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> out;
+  // x = [[0, 0, 0], [1, 1, 1]] in FP16.
+  const Tensor x =
+      Tensor::FromVector<uint16_t>(DataType::kFp16, {2, 3}, {0, 0, 0, 0x3C00, 0x3C00, 0x3C00});
+  ASSERT_TRUE((*session)->Run({{"x", x}}, &out).ok());
+  ASSERT_EQ(out[0].tensor.dtype(), DataType::kFp16);
+  // Relu(x + c) = [[1, 0, 3], [2, 0, 4]].
+  EXPECT_THAT(out[0].tensor.values<uint16_t>(),
+              ::testing::ElementsAre(0x3C00, 0, 0x4200, 0x4000, 0, 0x4400));
+}
+
 TEST(ImporterTest, OpsetOutsideElevenToEighteenIsRejected) {
   EXPECT_TRUE(ImportOnnxBytes(SmallModel(18).SerializeAsString(), "").ok());
   for (int64_t opset : {10, 19}) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/thread_util.h"
+#include "engine/fp16_lowering.h"
 #include "engine/internal/op_util.h"
 
 namespace shoal::engine {
@@ -103,6 +104,9 @@ void ProbeShapes(Graph& g, const LoadOptions& options) {
 
 StatusOr<std::unique_ptr<Model>> Model::FromGraph(Graph graph, const LoadOptions& options) {
   RETURN_IF_ERROR(graph.Validate());
+  // FLOAT16 weights and activations compute in FP32; the graph's FP16 inputs and outputs
+  // keep their type (fp16_lowering.h).
+  RETURN_IF_ERROR(LowerFp16(&graph));
   for (size_t n = 0; n < graph.nodes.size(); ++n)
     RETURN_IF_ERROR(CheckNode(graph, static_cast<int>(n)));
   std::unique_ptr<Model> model(new Model());

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/fp16.h"
 #include "engine/internal/op_util.h"
 #include "engine/kernel.h"
 #include "engine/weight_cache.h"
@@ -75,6 +76,11 @@ class Rewriter {
     return true;
   }
   static bool Near(float a, float b) { return std::fabs(a - b) <= 1e-4f * std::max(1.f, b); }
+  // Near, or b rounded to FP16: an FP16 model's constants (fp16_lowering.h) hold sqrt(2)
+  // as 1.4140625, 1.1e-4 away.
+  static bool NearOrFp16(float a, float b) {
+    return Near(a, b) || a == Fp16ToFloat(FloatToFp16(b));
+  }
   // The other input of a binary node, given one of them.
   int Other(int n, int v) const {
     const Node& node = g_.nodes[n];
@@ -317,7 +323,7 @@ Status Rewriter::FoldConstants() {
 }
 
 // x * 0.5 * (1 + erf(x / sqrt(2))), as PyTorch exports nn.GELU, in either order of the
-// two multiplications.
+// two multiplications; sqrt(2) may be its FP16 rounding (an FP16 export's constant).
 void Rewriter::RecogniseGelu() {
   for (size_t n = 0; n < g_.nodes.size(); ++n) {
     if (!Is(n, "Erf")) continue;
@@ -325,11 +331,11 @@ void Rewriter::RecogniseGelu() {
     const int d = Producer(g_.nodes[erf].inputs[0]);
     float c = 0;
     int x = -1;
-    if (Is(d, "Div") && Scalar(g_.nodes[d].inputs[1], &c) && Near(c, std::sqrt(2.f))) {
+    if (Is(d, "Div") && Scalar(g_.nodes[d].inputs[1], &c) && NearOrFp16(c, std::sqrt(2.f))) {
       x = g_.nodes[d].inputs[0];
     } else if (Is(d, "Mul")) {
       for (int i = 0; i < 2; ++i)
-        if (Scalar(g_.nodes[d].inputs[i], &c) && Near(c, std::sqrt(0.5f)))
+        if (Scalar(g_.nodes[d].inputs[i], &c) && NearOrFp16(c, std::sqrt(0.5f)))
           x = g_.nodes[d].inputs[1 - i];
     }
     if (x < 0 || SoleUser(g_.nodes[d].outputs[0]) != erf) continue;

@@ -137,6 +137,35 @@ TEST(OptimizerTest, GeluAndLayerNormPatternsAreRecognised) {
   EXPECT_LT(c.max_diff, 1e-4f);
 }
 
+// An FP16 export holds sqrt(2) rounded to FP16 (1.4140625); it is still GELU.
+TEST(OptimizerTest, GeluPatternTakesSqrt2RoundedToFp16) {
+  for (bool divide : {true, false}) {
+    SCOPED_TRACE(divide ? "x / sqrt(2)" : "x * sqrt(0.5)");
+    Builder b;
+    const int x = b.Input("x", {2, 5, 8});
+    auto scalar = [&](const std::string& n, float v) { return b.Constant(n, F32({}, {v})); };
+    const int d = divide ? b.Op("Div", "d", {x, scalar("sqrt2", 1.4140625f)})
+                         : b.Op("Mul", "d", {x, scalar("rsqrt2", 0.70703125f)});
+    const int e = b.Op("Erf", "e", {d});
+    const int a = b.Op("Add", "a", {e, scalar("one", 1.f)});
+    const int m = b.Op("Mul", "m", {x, a});
+    const int g = b.Op("Mul", "g", {m, scalar("half", 0.5f)});
+    Compared c = RunBothWays(b.Finish({g}), {{"x", Random({2, 5, 8}, 3, -3.f, 3.f)}});
+    EXPECT_EQ(Fired(c.report, "Gelu(erf pattern)"), 1) << c.report.Summary();
+    EXPECT_LT(c.max_diff, 1e-3f);
+  }
+  // Further from sqrt(2) than FP16's rounding and Near's 1e-4: not GELU.
+  Builder b;
+  const int x = b.Input("x", {4});
+  const int d = b.Op("Div", "d", {x, b.Constant("k", F32({}, {1.4136f}))});
+  const int e = b.Op("Erf", "e", {d});
+  const int a = b.Op("Add", "a", {e, b.Constant("one", F32({}, {1.f}))});
+  const int m = b.Op("Mul", "m", {x, a});
+  const int g = b.Op("Mul", "g", {m, b.Constant("half", F32({}, {0.5f}))});
+  Compared c = RunBothWays(b.Finish({g}), {{"x", Random({4}, 4)}});
+  EXPECT_EQ(Fired(c.report, "Gelu(erf pattern)"), 0) << c.report.Summary();
+}
+
 TEST(OptimizerTest, MatMulTakesScaleBiasActivationAndResidual) {
   Builder b;
   const int x = b.Input("x", {3, 4, 8});

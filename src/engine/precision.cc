@@ -5,6 +5,7 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/fp16.h"
 #include "core/npy.h"
 #include "engine/profile.h"
 
@@ -93,6 +94,26 @@ std::string TierAccuracy::ToString() const {
   return buf;
 }
 
+namespace {
+
+// An FP32 or FP16 output's values as floats (FP16 models' outputs stay FP16,
+// fp16_lowering.h); empty for other types, which are not compared.
+std::vector<float> FloatValues(const Tensor& t) {
+  if (t.dtype() == DataType::kFp32) {
+    auto v = t.values<float>();
+    return std::vector<float>(v.begin(), v.end());
+  }
+  std::vector<float> out;
+  if (t.dtype() == DataType::kFp16) {
+    auto h = t.values<uint16_t>();
+    out.resize(h.size());
+    Fp16ToFloat(h.data(), out.data(), h.size());
+  }
+  return out;
+}
+
+}  // namespace
+
 StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant,
                                     const std::vector<std::vector<NamedTensor>>& batches) {
   ASSIGN_OR_RETURN(auto ref_session, Session::Create(reference));
@@ -110,20 +131,20 @@ StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant
       const Tensor& y = b[o].tensor;
       if (x.shape() != y.shape() || x.dtype() != y.dtype())
         return Internal("output '" + a[o].name + "' differs in shape or type between tiers");
-      if (x.dtype() != DataType::kFp32) continue;
-      auto xv = x.values<float>(), yv = y.values<float>();
+      const std::vector<float> xv = FloatValues(x), yv = FloatValues(y);
       for (size_t i = 0; i < xv.size(); ++i)
         acc.max_abs_diff =
             std::max(acc.max_abs_diff, static_cast<double>(std::fabs(xv[i] - yv[i])));
     }
     if (!a.empty()) acc.samples += a[0].tensor.shape().empty() ? 1 : a[0].tensor.shape()[0];
     const Tensor& x = a.empty() ? Tensor() : a[0].tensor;
-    if (x.dtype() != DataType::kFp32 || x.shape().size() != 2 || x.shape()[1] < 2) {
+    if ((x.dtype() != DataType::kFp32 && x.dtype() != DataType::kFp16) || x.shape().size() != 2 ||
+        x.shape()[1] < 2) {
       classifier = false;
       continue;
     }
     const int64_t n = x.shape()[0], c = x.shape()[1];
-    auto xv = x.values<float>(), yv = b[0].tensor.values<float>();
+    const std::vector<float> xv = FloatValues(x), yv = FloatValues(b[0].tensor);
     for (int64_t r = 0; r < n; ++r) {
       const auto xa = std::max_element(xv.begin() + r * c, xv.begin() + (r + 1) * c) - xv.begin();
       const auto ya = std::max_element(yv.begin() + r * c, yv.begin() + (r + 1) * c) - yv.begin();

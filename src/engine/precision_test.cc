@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/fp16.h"
 #include "core/npy.h"
 #include "engine/test_util.h"
 
@@ -213,6 +214,37 @@ TEST(PrecisionTest, TiersRunResidualAndTransformerModels) {
             << mixed_cmp->ToString();
       }
     }
+  }
+}
+
+// An FP16 model's tiers compute on its FP32 graph, and their accuracy is measured on its
+// FP16 outputs (a comparison that skipped them would report a perfect tier).
+TEST(PrecisionTest, TiersOfAnFp16ModelAreComparedOnItsFp16Outputs) {
+  auto fp32 = Model::Load(ModelPath("fp16_cnn.onnx"));
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  std::vector<std::vector<NamedTensor>> batches;
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    const Tensor x = Random({8, 3, 16, 16}, seed, -2.f, 2.f);
+    Tensor h = Tensor::Allocate(DataType::kFp16, x.shape());
+    FloatToFp16(x.values<float>().data(), h.mutable_values<uint16_t>().data(),
+                static_cast<size_t>(x.element_count()));
+    batches.push_back({{"x", h}});
+  }
+  auto table = Calibrate(**fp32, batches);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  std::vector<std::pair<Precision, double>> tiers = {{Precision::kInt8, 0.25}};
+  if (CheckPrecision(Precision::kBf16).ok()) tiers.push_back({Precision::kBf16, 0.05});
+  for (auto [p, bound] : tiers) {
+    SCOPED_TRACE(PrecisionName(p));
+    auto variant = LoadTier("fp16_cnn.onnx", p, std::make_shared<const Calibration>(*table));
+    ASSERT_TRUE(variant.ok()) << variant.status().ToString();
+    EXPECT_EQ((*variant)->outputs()[0].dtype, DataType::kFp16);
+    auto cmp = CompareTiers(**fp32, **variant, batches);
+    ASSERT_TRUE(cmp.ok()) << cmp.status().ToString();
+    EXPECT_GT(cmp->max_abs_diff, 0) << cmp->ToString();
+    EXPECT_LT(cmp->max_abs_diff, bound) << cmp->ToString();  // logits of magnitude ~0.3
+    EXPECT_GE(cmp->top1_agreement, 0) << cmp->ToString();    // measured: a classifier
+    EXPECT_EQ(cmp->samples, 32);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "core/data_type.h"
 #include "core/dtype_visit.h"
+#include "core/fp16.h"
 
 namespace shoal::loadgen {
 namespace {
@@ -43,11 +45,14 @@ Status AppendNumber(std::string* out, DataType type, double v) {
     return Status::Ok();
   }
   if (type == DataType::kFp16) {
-    // FP16 from a file: only 0 is encoded; other values are refused rather than sent wrong.
-    if (v != 0) {
-      return InvalidArgument("FP16 values from a data file are not supported; use zero or random");
+    // Rounded to the nearest FP16; a finite value beyond FP16's range is refused rather
+    // than sent as infinity.
+    const float f = static_cast<float>(v);
+    const uint16_t h = FloatToFp16(f);
+    if (std::isfinite(f) && (h & 0x7C00u) == 0x7C00u) {
+      return InvalidArgument(fmt::format("{} is beyond the range of FP16 (65504)", v));
     }
-    Append<uint16_t>(out, 0);
+    Append<uint16_t>(out, h);
     return Status::Ok();
   }
   return InvalidArgument(fmt::format("cannot encode datatype {}", DataTypeName(type)));
@@ -82,7 +87,9 @@ Status Flatten(simdjson::dom::element e, DataType type, const std::string& name,
     }
     v = b ? 1 : 0;
   }
-  return AppendNumber(out, type, v);
+  if (Status s = AppendNumber(out, type, v); !s.ok())
+    return InvalidArgument(fmt::format("input data for '{}': {}", name, s.message()));
+  return Status::Ok();
 }
 
 // A payload whose one-sample bytes are repeated batch times.
@@ -196,14 +203,13 @@ StatusOr<std::vector<Payload>> MakePayloads(const std::vector<TensorInfo>& input
       }
       double v = 0;
       if (!zero) {
-        const bool is_float =
-            type == DataType::kFp32 || type == DataType::kFp64 || type == DataType::kBf16;
+        const bool is_float = type == DataType::kFp32 || type == DataType::kFp64 ||
+                              type == DataType::kBf16 || type == DataType::kFp16;
         v = type == DataType::kBool ? static_cast<double>(rng() % 2)
             : is_float              ? std::uniform_real_distribution<double>(0, 1)(rng)
                                     : static_cast<double>(rng() % 100);
       }
-      // FP16 random data: zero bits (encoding random halves is not worth the code).
-      RETURN_IF_ERROR(AppendNumber(&sample, type, type == DataType::kFp16 ? 0 : v));
+      RETURN_IF_ERROR(AppendNumber(&sample, type, v));
     }
     p.push_back(Repeat(t, sample, batch_size, batched));
   }

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "core/fp16.h"
 #include "loadgen/http_wire.h"
 #include "loadgen/input_data.h"
 #include "loadgen/server_stats.h"
@@ -125,6 +126,32 @@ TEST(InputDataTest, FileErrorsSayWhatIsWrong) {
                   .message(),
               HasSubstr("shape"));
   EXPECT_FALSE(PayloadsFromJson(inputs, "[1,2", true, 1).ok());
+}
+
+// FP16 inputs carry real halves: random values in [0, 1), file values rounded to FP16,
+// values beyond FP16's range refused.
+TEST(InputDataTest, Fp16InputsAreEncodedAsHalves) {
+  std::vector<TensorInfo> inputs = {{"H", "FP16", {1, 64}}};
+  auto random = MakePayloads(inputs, "random", true, 1, 7);
+  ASSERT_TRUE(random.ok()) << random.status().ToString();
+  const std::string& bytes = (*random)[0][0].data;
+  ASSERT_EQ(bytes.size(), 128u);
+  float lo = 1, hi = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + 2 * i, 2);
+    lo = std::min(lo, Fp16ToFloat(h));
+    hi = std::max(hi, Fp16ToFloat(h));
+  }
+  EXPECT_GE(lo, 0.f);
+  EXPECT_LE(hi, 1.f);
+  EXPECT_GT(hi - lo, 0.5f);
+  std::vector<TensorInfo> three = {{"H", "FP16", {1, 3}}};
+  auto file = PayloadsFromJson(three, R"({"H":[1, -2.5, 0.1]})", true, 1);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ((*file)[0][0].data, std::string("\x00\x3c\x00\xc1\x66\x2e", 6));
+  EXPECT_THAT(PayloadsFromJson(three, R"({"H":[1, 70000, 0]})", true, 1).status().message(),
+              HasSubstr("input data for 'H': 70000 is beyond the range of FP16"));
 }
 
 TEST(HttpWireTest, EncodesBinaryTensorRequest) {

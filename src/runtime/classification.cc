@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/dtype_visit.h"
+#include "core/fp16.h"
 
 namespace shoal::runtime {
 namespace {
@@ -57,6 +58,19 @@ StatusOr<OutputLabels> ReadLabelFile(const std::string& path) {
   return OutputLabels(std::move(labels));
 }
 
+namespace {
+
+// An FP16 or BF16 element (its bit pattern) as a double.
+double HalfAsDouble(DataType type, uint16_t bits) {
+  if (type == DataType::kFp16) return Fp16ToFloat(bits);
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof(f));
+  return f;
+}
+
+}  // namespace
+
 std::string ClassificationEntry(double score, DataType type, int64_t index,
                                 const std::vector<std::string>* labels) {
   std::string out;
@@ -79,7 +93,8 @@ StatusOr<Tensor> Classify(const Tensor& scores, int64_t k, bool batched,
                           const std::vector<std::string>* labels) {
   if (k < 1) return InvalidArgument("classification count must be >= 1; was " + std::to_string(k));
   const DataType type = scores.dtype();
-  if (!HoldsPlainValues(type)) {
+  const bool half = type == DataType::kFp16 || type == DataType::kBf16;
+  if (!HoldsPlainValues(type) && !half) {
     return InvalidArgument("classification needs a numeric output; this one is " +
                            std::string(DataTypeName(type)));
   }
@@ -102,7 +117,10 @@ StatusOr<Tensor> Classify(const Tensor& scores, int64_t k, bool batched,
   std::vector<int64_t> order(static_cast<size_t>(classes));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < classes; ++c) {
-      values[static_cast<size_t>(c)] = LoadElementAsDouble(type, scores.data(), r * classes + c);
+      const int64_t i = r * classes + c;
+      values[static_cast<size_t>(c)] =
+          half ? HalfAsDouble(type, scores.values<uint16_t>()[static_cast<size_t>(i)])
+               : LoadElementAsDouble(type, scores.data(), i);
     }
     std::iota(order.begin(), order.end(), int64_t{0});
     std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) {

@@ -33,8 +33,8 @@ StatusOr<OutputLabels> ReadLabelFile(const std::string& path);
 // K larger than the classes in a row is reduced to that count (as Triton does). The
 // result is BYTES of shape [batch, K'] (batched) or [K'] (not). Ties keep the lower index
 // first. `labels` may be null; an index past the labels gets no label.
-// INVALID_ARGUMENT when k < 1, when `scores` is BYTES, FP16 or BF16, or has no class
-// dimension.
+// FP16 and BF16 scores are read as the floats they encode. INVALID_ARGUMENT when k < 1,
+// when `scores` is BYTES, or has no class dimension.
 StatusOr<Tensor> Classify(const Tensor& scores, int64_t k, bool batched,
                           const std::vector<std::string>* labels);
 

@@ -44,6 +44,21 @@ TEST(ClassificationTest, IndexPastTheLabelsHasNoLabel) {
   EXPECT_EQ(Strings(*out), (std::vector<std::string>{"0.300000:2", "0.200000:1", "0.100000:0:a"}));
 }
 
+// An FP16 model's (or a BF16 one's) scores are the floats their bits encode.
+TEST(ClassificationTest, Fp16AndBf16ScoresAreReadAsFloats) {
+  // FP16: 0.5, 2.0, -1.0, 0.25; BF16: the same values' top float halves.
+  const Tensor h =
+      Tensor::FromVector<uint16_t>(DataType::kFp16, {1, 4}, {0x3800, 0x4000, 0xBC00, 0x3400});
+  const Tensor b =
+      Tensor::FromVector<uint16_t>(DataType::kBf16, {1, 4}, {0x3F00, 0x4000, 0xBF80, 0x3E80});
+  for (const Tensor* scores : {&h, &b}) {
+    SCOPED_TRACE(DataTypeName(scores->dtype()));
+    auto out = Classify(*scores, 3, true, nullptr);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(Strings(*out), (std::vector<std::string>{"2.000000:1", "0.500000:0", "0.250000:3"}));
+  }
+}
+
 TEST(ClassificationTest, RejectsBadRequests) {
   const Tensor scores = Tensor::FromVector<float>(DataType::kFp32, {1, 2}, {1, 2});
   EXPECT_EQ(Classify(scores, 0, true, nullptr).status().code(), StatusCode::kInvalidArgument);

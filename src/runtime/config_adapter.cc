@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/fp16.h"
 #include "repository/model_config.h"
 
 namespace shoal::runtime {
@@ -164,6 +165,16 @@ StatusOr<Tensor> WarmupTensor(DataType dtype, const Shape& shape,
     } else if (dtype == DataType::kFp64) {
       std::uniform_real_distribution<double> u(0.0, 1.0);
       for (auto& v : t.mutable_values<double>()) v = u(rng);
+    } else if (dtype == DataType::kFp16 || dtype == DataType::kBf16) {
+      // [0, 1) as for FP32, rounded to FP16, or truncated to BF16 (the top half of the
+      // float's bits, as Triton's clients make BF16).
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (auto& v : t.mutable_values<uint16_t>()) {
+        const float f = u(rng);
+        uint32_t bits;
+        std::memcpy(&bits, &f, sizeof(bits));
+        v = dtype == DataType::kFp16 ? FloatToFp16(f) : static_cast<uint16_t>(bits >> 16);
+      }
     } else {
       // Small non-negative integers of any width (valid for bool too: 0 or 1).
       const size_t size = DataTypeSize(dtype);

@@ -1,9 +1,13 @@
 // VersionOptionsFromConfig's instances: the instance groups' settings, given as
-// parameters (or in config.pbtxt's deprecated spelling), reach each instance.
+// parameters (or in config.pbtxt's deprecated spelling), reach each instance; and its
+// warmup samples' random data.
 #include "runtime/config_adapter.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "core/fp16.h"
 #include "repository/model_config.h"
 
 namespace shoal::runtime {
@@ -40,6 +44,41 @@ TEST(ConfigAdapterTest, GroupParametersPinAndSizeEachInstance) {
   EXPECT_EQ(o->instances[2].name, "m_2");
   EXPECT_EQ(o->instances[2].cpu_cores, (std::vector<int>{6}));  // the deprecated spelling
   EXPECT_EQ(o->instances[2].threads, 0);
+}
+
+// random_data gives FP16 and BF16 inputs values in [0, 1) as for FP32, not bit patterns
+// (which for FP16 would be tiny subnormals).
+TEST(ConfigAdapterTest, RandomWarmupDataForHalfTypesIsBetweenZeroAndOne) {
+  for (const char* type : {"TYPE_FP16", "TYPE_BF16"}) {
+    SCOPED_TRACE(type);
+    const std::string t = type;
+    auto o = OptionsFor(
+        "name: \"m\"\nbackend: \"identity\"\nmax_batch_size: 2\n"
+        "input [ { name: \"I\" data_type: " +
+        t +
+        " dims: [ 64 ] } ]\n"
+        "output [ { name: \"O\" data_type: " +
+        t +
+        " dims: [ 64 ] } ]\n"
+        "model_warmup [ { name: \"w\" batch_size: 2 inputs { key: \"I\" value { data_type: " +
+        t + " dims: [ 64 ] random_data: true } } } ]\n");
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    ASSERT_EQ(o->warmup.size(), 1u);
+    const Tensor& in = o->warmup[0].inputs[0].tensor;
+    ASSERT_EQ(in.shape(), (Shape{2, 64}));
+    float lo = 1, hi = 0;
+    for (uint16_t h : in.values<uint16_t>()) {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float bf;
+      std::memcpy(&bf, &bits, sizeof(bf));
+      const float f = t == "TYPE_FP16" ? Fp16ToFloat(h) : bf;
+      lo = std::min(lo, f);
+      hi = std::max(hi, f);
+    }
+    EXPECT_GE(lo, 0.f);
+    EXPECT_LE(hi, 1.f);
+    EXPECT_GT(hi - lo, 0.5f);  // spread over the range, not one value
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/fp16.h"
 #include "engine/internal/broadcast.h"
 #include "engine/internal/onnx_dtype.h"
 #include "engine/internal/op_util.h"
@@ -403,6 +404,51 @@ To CastValue(From x) {
   }
 }
 
+// Cast to or from FP16 goes through float: FP16 <-> FP32 in bulk (core/fp16.h), other
+// types by converting each element to float first (exact for every FP16 value; an
+// integer beyond 2^24 rounds once more than a direct conversion would, which FP16's
+// range, 65504, makes moot).
+StatusOr<std::unique_ptr<Kernel>> PrepareCastFp16(PrepareContext& ctx, DataType from, DataType to) {
+  const DataType other = from == DataType::kFp16 ? to : from;
+  if (!DispatchAll(other, []<typename T>() {}).ok()) {
+    return ctx.Error("cast from " + std::string(DataTypeName(from)) + " to " +
+                     std::string(DataTypeName(to)) + " is not supported");
+  }
+  if (from == DataType::kFp16 && to == DataType::kFp32) {
+    return MakeFn([](const RunContext& rc) {
+      auto src = rc.inputs[0]->values<uint16_t>();
+      Fp16ToFloat(src.data(), rc.outputs[0]->mutable_values<float>().data(), src.size());
+      return Status::Ok();
+    });
+  }
+  if (from == DataType::kFp32 && to == DataType::kFp16) {
+    return MakeFn([](const RunContext& rc) {
+      auto src = rc.inputs[0]->values<float>();
+      FloatToFp16(src.data(), rc.outputs[0]->mutable_values<uint16_t>().data(), src.size());
+      return Status::Ok();
+    });
+  }
+  const bool to_bool = to == DataType::kBool, from_bool = from == DataType::kBool;
+  return MakeFn([from, other, to_bool, from_bool](const RunContext& rc) {
+    return DispatchAll(other, [&]<typename T>() {
+      if (from == DataType::kFp16) {
+        auto src = rc.inputs[0]->values<uint16_t>();
+        auto dst = rc.outputs[0]->mutable_values<T>();
+        for (size_t i = 0; i < dst.size(); ++i) {
+          const float x = Fp16ToFloat(src[i]);
+          dst[i] = to_bool ? T(x != 0.f) : CastValue<T>(x);
+        }
+      } else {
+        auto src = rc.inputs[0]->values<T>();
+        auto dst = rc.outputs[0]->mutable_values<uint16_t>();
+        for (size_t i = 0; i < dst.size(); ++i) {
+          dst[i] = FloatToFp16(from_bool ? (src[i] ? 1.f : 0.f) : static_cast<float>(src[i]));
+        }
+      }
+    });
+  });
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareCast(PrepareContext& ctx) {
   if (ctx.num_inputs() != 1) return ctx.Error("needs one input");
   auto to = DataTypeFromOnnx(ctx.node().GetInt("to", 0));
@@ -411,6 +457,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareCast(PrepareContext& ctx) {
   ctx.out_shapes[0] = ctx.in_shapes[0];
   ctx.out_dtypes[0] = *to;
   if (from == *to) return MakeAlias(0);
+  if (from == DataType::kFp16 || *to == DataType::kFp16) return PrepareCastFp16(ctx, from, *to);
   Status ok = DispatchAll(*to, []<typename T>() {});
   if (ok.ok()) ok = DispatchAll(from, []<typename T>() {});
   if (!ok.ok()) {

@@ -1,0 +1,56 @@
+#include "core/fp16.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SHOAL_HAVE_F16C_PATH 1
+#endif
+
+namespace shoal {
+namespace {
+
+#ifdef SHOAL_HAVE_F16C_PATH
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) size_t Fp16ToFloatF16c(const uint16_t* src, float* dst,
+                                                           size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  return i;
+}
+
+__attribute__((target("avx,f16c"))) size_t FloatToFp16F16c(const float* src, uint16_t* dst,
+                                                           size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+void Fp16ToFloat(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+#ifdef SHOAL_HAVE_F16C_PATH
+  if (HasF16c()) i = Fp16ToFloatF16c(src, dst, n);
+#endif
+  for (; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
+}
+
+void FloatToFp16(const float* src, uint16_t* dst, size_t n) {
+  size_t i = 0;
+#ifdef SHOAL_HAVE_F16C_PATH
+  if (HasF16c()) i = FloatToFp16F16c(src, dst, n);
+#endif
+  for (; i < n; ++i) dst[i] = FloatToFp16(src[i]);
+}
+
+}  // namespace shoal
