@@ -1,6 +1,7 @@
 // Engine benchmark: shoal's ONNX engine on the models bench/engine/export_models.py writes
 // (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender, LSTM and GRU
-// text classifiers at 64 tokens) and on the
+// text classifiers at 64 tokens, a detector with NMS post-processing at 3x320x320, a
+// segmentation U-Net at 3x256x256) and on the
 // trained classifiers models/digits.onnx and the example repository's image_classifier (a
 // small CNN on 3x32x32 colour digits), at batch 1 and 8, in each precision tier (fp32,
 // bf16, int8) and in fp32 with Winograd convolutions ("winograd", a variant timed and
@@ -37,6 +38,9 @@
 // - Memory: Session::PlanStats of the fp32 plan at batch 1 and 8: the planned arena vs
 //   the liveness bound (most bytes live at one step).
 // A model or tier that fails is reported with the engine's error; the rest go on.
+// - --profile N: also profiles every variant operator by operator (ProfileOperators, N runs
+//   at each batch, the same threads) and prints where its time goes to stderr, to find
+//   what makes a tier slower than fp32 or fp32 slower than PyTorch.
 //
 // With --peer FILE (lines "model<TAB>batch<TAB>items/s", or "model<TAB>note<TAB>text"),
 // the PyTorch figures bench/engine/run.sh measured are merged into the tables.
@@ -44,7 +48,7 @@
 // Usage: engine_benchmark --dir DIR [--models a,b,...] [--threads 2] [--runs 5]
 //                         [--min-seconds 0.5] [--calib-batches 2] [--acc-batches 2]
 //                         [--models-dir SRC/models] [--peer FILE] [--json OUT.json]
-//                         [--tiers bf16,int8,winograd]
+//                         [--tiers bf16,int8,winograd] [--profile N]
 // --tiers names the variants run beside direct fp32 (which always runs: int8 is calibrated
 // on it and every variant's accuracy is measured against it); "--tiers none" times fp32
 // alone.
@@ -75,6 +79,7 @@
 #include "engine/inspect.h"
 #include "engine/model.h"
 #include "engine/precision.h"
+#include "engine/profile.h"
 #include "fma_peak.h"
 
 namespace fs = std::filesystem;
@@ -108,9 +113,9 @@ bool Labelled(const std::string& name) { return name == "digits" || name == "ima
 
 struct Options {
   std::string dir;
-  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",
-                                     "vae",      "mlp",          "lstm",
-                                     "gru",      "digits",       "image_classifier"};
+  std::vector<std::string> models = {
+      "resnet50", "mobilenet_v2", "bert_base",       "vae", "mlp", "lstm", "gru", "detector",
+      "unet",     "digits",       "image_classifier"};
   int threads = 2;
   int runs = 5;
   double min_seconds = 0.5;
@@ -120,6 +125,7 @@ struct Options {
   std::string peer;
   std::string json;
   std::vector<std::string> tiers = {"bf16", "int8", "winograd"};  // beside fp32 (always runs)
+  int profile_runs = 0;  // --profile: per-operator profiles of every variant, to stderr
 };
 
 struct TierResult {
@@ -673,6 +679,35 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
         }
       }
     }
+    for (int t = 0; t < kNumVariants && o.profile_runs > 0; ++t) {
+      if (!models[t]) continue;
+      for (int i = 0; i < 2; ++i) {
+        SessionOptions so;
+        so.threads = o.threads;
+        auto prof = ProfileOperators(*models[t], w.timing[i], o.profile_runs, so);
+        if (!prof.ok()) {
+          std::fprintf(stderr, "%s: %s batch %d: profile: %s\n", name.c_str(), kVariants[t].name,
+                       kBatches[i], prof.status().ToString().c_str());
+          continue;
+        }
+        std::fprintf(stderr, "%s: %s batch %d: %.3f ms per run:", name.c_str(), kVariants[t].name,
+                     kBatches[i], prof->ms_per_run);
+        for (const OperatorTime& op : prof->operators)
+          if (op.ms_per_run >= 0.01 * prof->ms_per_run)
+            std::fprintf(stderr, " %s(%d) %.3f;", op.op_type.c_str(), op.nodes, op.ms_per_run);
+        std::fprintf(stderr, " outside %.3f\n", prof->outside_ms_per_run);
+        // The slowest nodes, by name, so that a tier's slower ones can be told apart.
+        const auto& nodes = models[t]->graph().nodes;
+        std::vector<size_t> order(prof->node_ms.size());
+        for (size_t n = 0; n < order.size(); ++n) order[n] = n;
+        std::sort(order.begin(), order.end(),
+                  [&](size_t a, size_t b) { return prof->node_ms[a] > prof->node_ms[b]; });
+        std::fprintf(stderr, "  slowest:");
+        for (size_t n = 0; n < std::min<size_t>(order.size(), 12) && n < nodes.size(); ++n)
+          std::fprintf(stderr, " %s %.3f;", nodes[order[n]].name.c_str(), prof->node_ms[order[n]]);
+        std::fprintf(stderr, "\n");
+      }
+    }
     // Timed once every variant is loaded, so that their runs can interleave.
     for (int i = 0; i < 2; ++i) TimeVariants(m, sessions, w.timing[i], i, o, probe);
     for (int i = 0; i < 2 && sessions[0]; ++i) {
@@ -950,7 +985,7 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
   std::fprintf(stderr,
                "usage: engine_benchmark --dir DIR [--models a,b,...] [--threads N] [--runs N] "
                "[--min-seconds S] [--calib-batches N] [--acc-batches N] [--models-dir DIR] "
-               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd]\n");
+               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd] [--profile N]\n");
   std::exit(2);
 }
 
@@ -986,6 +1021,8 @@ int main(int argc, char** argv) {
       o.json = v;
     else if (a == "--tiers")
       o.tiers = Split(v);
+    else if (a == "--profile")
+      o.profile_runs = std::max(0, std::atoi(v.c_str()));
     else
       Usage();
   }

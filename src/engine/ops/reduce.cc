@@ -161,6 +161,22 @@ StatusOr<std::unique_ptr<Kernel>> PrepareArgExtreme(PrepareContext& ctx) {
     return DispatchNumeric(t, [&]<typename T>() {
       const T* in = rc.inputs[0]->values<T>().data();
       int64_t* idx = rc.outputs[0]->mutable_values<int64_t>().data();
+      if (inner == 1) {  // the last axis (a detector's best class): one scan per row
+        for (int64_t o = 0; o < outer; ++o) {
+          const T* s = in + o * dim;
+          T b = s[0];
+          int64_t at = 0;
+          for (int64_t k = 1; k < dim; ++k) {
+            const T v = s[k];
+            if (is_max ? (last ? v >= b : v > b) : (last ? v <= b : v < b)) {
+              b = v;
+              at = k;
+            }
+          }
+          idx[o] = at;
+        }
+        return;
+      }
       std::vector<T> best(static_cast<size_t>(inner));
       for (int64_t o = 0; o < outer; ++o) {
         const T* s = in + o * dim * inner;
