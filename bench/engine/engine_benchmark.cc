@@ -138,6 +138,7 @@ struct TierResult {
   bool compared = false;
   TierAccuracy accuracy;
   std::string accuracy_error;
+  std::string row_counts;      // RowCounts, when the tier's outputs differ from fp32's in shape
   double label_accuracy = -1;  // trained classifiers: top-1 accuracy against the labels
 };
 
@@ -553,6 +554,32 @@ Status LabelledWorkload(const Model& model, const std::string& sht, Workload* w)
   return Status::Ok();
 }
 
+// Rows of each model's first output summed over `batches`, as "fp32 N, <tier> M rows of
+// '<output>'": a detector's outputs have one row per kept detection, so a tier that keeps
+// other detections than fp32 differs in shape and CompareTiers cannot compare it
+// element by element; the counts say by how much the kept sets differ.
+StatusOr<std::string> RowCounts(const Model& reference, const Model& variant,
+                                const std::string& tier, const Options& o,
+                                const std::vector<std::vector<NamedTensor>>& batches) {
+  SessionOptions so;
+  so.threads = o.threads;
+  int64_t rows[2] = {0, 0};
+  std::string output;
+  const Model* models[2] = {&reference, &variant};
+  for (int m = 0; m < 2; ++m) {
+    ASSIGN_OR_RETURN(auto session, Session::Create(*models[m], so));
+    for (const auto& batch : batches) {
+      std::vector<NamedTensor> out;
+      RETURN_IF_ERROR(session->Run(batch, &out));
+      if (out.empty() || out[0].tensor.shape().empty()) return Internal("no rows to count");
+      output = out[0].name;
+      rows[m] += out[0].tensor.shape()[0];
+    }
+  }
+  return "fp32 " + std::to_string(rows[0]) + ", " + tier + " " + std::to_string(rows[1]) +
+         " rows of '" + output + "' (outputs differ in shape: no element-wise diff)";
+}
+
 // Top-1 accuracy of `model`'s first output against `labels` over `batches`.
 StatusOr<double> LabelAccuracy(const Model& model, const Options& o,
                                const std::vector<std::vector<NamedTensor>>& batches,
@@ -666,6 +693,13 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
                        acc->ToString().c_str());
         } else {
           tr.accuracy_error = OneLine(acc.status().ToString());
+          if (acc.status().message().find("differs in shape") != std::string::npos) {
+            auto rows = RowCounts(*models[0], *model, tier, o, w.held_out);
+            if (rows.ok()) {
+              tr.row_counts = *rows;
+              tr.accuracy_error.clear();
+            }
+          }
         }
       }
       if (labelled) {
@@ -902,6 +936,7 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
         if (t > 0 && m.tiers[0].label_accuracy >= 0)
           change = Fmt("%+.2f pp", 100 * (tr.label_accuracy - m.tiers[0].label_accuracy));
       }
+      if (!tr.row_counts.empty()) diff = tr.row_counts;
       if (!tr.accuracy_error.empty()) diff = "failed: " + tr.accuracy_error;
       std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", m.model.c_str(), tier.c_str(),
                   samples.c_str(), diff.c_str(), agree.c_str(), acc.c_str(), change.c_str());
