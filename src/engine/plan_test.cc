@@ -679,5 +679,70 @@ TEST(LayoutTest, ResizeReadsAConvolutionsLayoutAndFeedsTheNextConvolutionsSum) {
   }
 }
 
+// A U-Net's decoder step: a convolution's output (the skip connection, also max pooled)
+// and a ConvTranspose of the pooled path concatenate into the next convolution. Concat
+// and ConvTranspose read and write any layout, so everything stays channels-last: the
+// ConvTranspose runs oneDNN's jit deconvolution (not x64:gemm on plain NCHW) and the
+// Concat oneDNN's concat. In a bf16 plan (where the CPU has it) Concat reads bf16 inputs
+// through plain fp32 copies. Both match the operators run one by one in fp32.
+TEST(LayoutTest, UNetDecoderStaysInTheConvolutionsLayout) {
+  const Tensor x = Random({2, 16, 8, 8}, 11);
+  std::map<std::string, Tensor> w;
+  GraphBuilder b;
+  const int in = b.Input("x", x.shape());
+  auto weight = [&](const std::string& name, Shape shape, uint32_t seed) {
+    const float r = 1.f / std::sqrt(static_cast<float>(shape[1] * shape[2] * shape[3]));
+    w[name] = Random(std::move(shape), seed, -r, r);
+    return b.Constant(name + ".w", w[name]);
+  };
+  const std::map<std::string, Attribute> same = {{"pads", AInts({1, 1, 1, 1})}};
+  const std::map<std::string, Attribute> pool = {{"kernel_shape", AInts({2, 2})},
+                                                 {"strides", AInts({2, 2})}};
+  const std::map<std::string, Attribute> up = {{"strides", AInts({2, 2})}};
+  const int skip = b.Op("Conv", "skip", {in, weight("skip", {16, 16, 3, 3}, 1)}, same);
+  const int down = b.Op("MaxPool", "down", {skip}, pool);
+  const int deep = b.Op("Conv", "deep", {down, weight("deep", {32, 16, 3, 3}, 2)}, same);
+  const int upv = b.Op("ConvTranspose", "up", {deep, weight("up", {32, 16, 2, 2}, 3)}, up);
+  const int cat = b.Op("Concat", "cat", {upv, skip}, {{"axis", AInt(1)}});
+  const int out = b.Op("Conv", "out", {cat, weight("out", {8, 32, 3, 3}, 4)}, same);
+  const Graph graph = b.Finish(out);
+
+  auto ref_conv = [&](const Tensor& v, const std::string& name) {
+    return Run1("Conv", {{v}, Const(w[name])}, same)[0];
+  };
+  const Tensor skip_ref = ref_conv(x, "skip");
+  const Tensor deep_ref = ref_conv(Run1("MaxPool", {{skip_ref}}, pool)[0], "deep");
+  const Tensor up_ref = Run1("ConvTranspose", {{deep_ref}, Const(w["up"])}, up)[0];
+  const Tensor want =
+      ref_conv(Run1("Concat", {{up_ref}, {skip_ref}}, {{"axis", AInt(1)}})[0], "out");
+
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    if (!CheckPrecision(p).ok()) continue;
+    SCOPED_TRACE(p == Precision::kFp32 ? "fp32" : "bf16");
+    LoadOptions lo;
+    lo.plan.precision = p;
+    auto model = Model::FromGraph(graph, lo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto plan = PreparePlan(**model, {x.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    CheckLayout(**plan, (*model)->graph());
+    if (p == Precision::kFp32) {
+      std::map<std::string, std::string> impl;
+      for (const auto& [op, name] : (*plan)->Implementations()) impl[op] = name;
+      EXPECT_EQ(impl["ConvTranspose"].find("gemm"), std::string::npos) << impl["ConvTranspose"];
+      EXPECT_NE(impl["ConvTranspose"], "");
+      EXPECT_NE(impl["Concat"], "");  // oneDNN's concat, not the byte loop
+    }
+    auto session = Session::Create(**model, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<NamedTensor> got;
+    Status run = (*session)->Run({{"x", x}}, &got);
+    ASSERT_TRUE(run.ok()) << run.ToString();
+    ASSERT_EQ(got[0].tensor.shape(), want.shape());
+    const float tol = p == Precision::kFp32 ? 1e-4f : 3e-2f;
+    EXPECT_LE(MaxAbsDiff(got[0].tensor, want), tol * MaxAbs(want));
+  }
+}
+
 }  // namespace
 }  // namespace shoal::engine

@@ -344,6 +344,77 @@ StatusOr<std::unique_ptr<Kernel>> PrepareTile(PrepareContext& ctx) {
   });
 }
 
+// Concat reads its inputs in any layout (OpDef::any_layout_inputs): a U-Net's skip
+// connection and upsampled path arrive channels-last from their convolutions and stay
+// so. FP32 inputs of which some are not plain concatenate on oneDNN's concat primitive
+// (its output in their layout when every reader takes any layout); other non-plain
+// inputs (bf16) are reordered into plain FP32 copies for the byte loop. Null when every
+// input is plain: the byte loop as it is.
+StatusOr<std::unique_ptr<Kernel>> ConcatInLayout(PrepareContext& ctx, const Shape& out,
+                                                 int64_t axis) {
+  if (ctx.in_dtypes[0] != DataType::kFp32) return std::unique_ptr<Kernel>();
+  std::vector<dnnl::memory::desc> descs, plains;
+  bool non_plain = false, all_f32 = true, empty = Product(out) == 0;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    plains.push_back(PlainDesc(ctx.in_shapes[i], DataType::kFp32));
+    descs.push_back(ctx.InDesc(i, plains.back()));
+    non_plain |= descs.back() != plains.back();
+    all_f32 &= descs.back().data.data_type == dnnl_f32;
+    empty |= Product(ctx.in_shapes[i]) == 0;
+  }
+  if (!non_plain) return std::unique_ptr<Kernel>();
+  const auto& eng = *ctx.dnnl_engine;
+  const dnnl::memory::desc plain_out = PlainDesc(out, DataType::kFp32);
+  if (all_f32 && !empty) {
+    const dnnl::memory::desc dst_any =
+        ctx.out_any_layout[0] ? dnnl::memory::desc(ToDims(out), dnnl::memory::data_type::f32,
+                                                   dnnl::memory::format_tag::any)
+                              : plain_out;
+    dnnl::concat::primitive_desc pd(dst_any, static_cast<int>(axis), descs, eng);
+    dnnl::memory::desc dst_out = plain_out;
+    if (ctx.out_any_layout[0] && pd.dst_desc() != plain_out) {
+      dst_out = pd.dst_desc();
+      ctx.out_descs[0] = dst_out;
+    }
+    auto k = std::make_unique<DnnlKernel>();
+    k->primitive = dnnl::concat(pd);
+    for (size_t i = 0; i < descs.size(); ++i)
+      k->BindInput(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), descs[i], eng, static_cast<int>(i));
+    k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  // bf16 (or empty) inputs: plain FP32 copies, then the byte loop of PrepareConcat.
+  const Shape first = ctx.in_shapes[0];
+  const int64_t outer = Product(first, 0, axis);
+  const int64_t inner_bytes = Product(first, axis + 1) * 4;
+  std::vector<Shape> shapes(ctx.in_shapes.begin(), ctx.in_shapes.end());
+  return MakeFn([=](const RunContext& rc) -> Status {
+    std::vector<Tensor> copies(descs.size());
+    dnnl::stream local(eng);
+    dnnl::stream& stream = rc.stream != nullptr ? *rc.stream : local;
+    char* o = static_cast<char*>(rc.outputs[0]->mutable_data());
+    const int64_t out_row = rc.outputs[0]->shape()[axis] * inner_bytes;
+    int64_t col = 0;
+    for (size_t i = 0; i < descs.size(); ++i) {
+      const char* src = static_cast<const char*>(rc.inputs[i]->data());
+      if (descs[i] != plains[i] && Product(shapes[i]) > 0) {
+        copies[i] = Tensor::Allocate(DataType::kFp32, shapes[i]);
+        dnnl::memory from(descs[i], eng, const_cast<void*>(rc.inputs[i]->data()));
+        dnnl::memory to(plains[i], eng, copies[i].mutable_data());
+        dnnl::reorder(from, to).execute(stream, from, to);
+        stream.wait();
+        src = static_cast<const char*>(copies[i].data());
+      }
+      const int64_t row = shapes[i][axis] * inner_bytes;
+      if (row > 0) {
+        for (int64_t r = 0; r < outer; ++r) std::memcpy(o + r * out_row + col, src + r * row, row);
+      }
+      col += row;
+    }
+    return Status::Ok();
+  });
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareConcat(PrepareContext& ctx) {
   if (ctx.num_inputs() == 0) return ctx.Error("needs at least one input");
   if (!ctx.node().attr("axis")) return ctx.Error("attribute 'axis' is required");
@@ -368,6 +439,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConcat(PrepareContext& ctx) {
   }
   ctx.out_shapes[0] = out;
   ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  ASSIGN_OR_RETURN(auto in_layout, ConcatInLayout(ctx, out, *axis));
+  if (in_layout) return in_layout;
   const int64_t outer = Product(first, 0, *axis);
   const int64_t inner_bytes =
       Product(first, *axis + 1) * static_cast<int64_t>(DataTypeSize(ctx.in_dtypes[0]));
@@ -509,7 +582,7 @@ void RegisterShapeOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "Transpose", {"perm"}, nullptr, PrepareTranspose});
   ops->push_back({"", "Expand", {}, nullptr, PrepareExpand});
   ops->push_back({"", "Tile", {}, nullptr, PrepareTile});
-  ops->push_back({"", "Concat", {"axis"}, nullptr, PrepareConcat});
+  ops->push_back({"", "Concat", {"axis"}, nullptr, PrepareConcat, ~0u});
   ops->push_back({"", "Split", {"axis", "split", "num_outputs"}, nullptr, PrepareSplit});
   ops->push_back({"", "ConstantOfShape", {"value"}, nullptr, PrepareConstantOfShape});
   ops->push_back({"", "Range", {}, nullptr, PrepareRange});
