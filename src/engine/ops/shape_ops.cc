@@ -5,6 +5,7 @@
 // in the engine's own loops.
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "engine/internal/broadcast.h"
 #include "engine/internal/op_util.h"
@@ -346,31 +347,43 @@ StatusOr<std::unique_ptr<Kernel>> PrepareTile(PrepareContext& ctx) {
 
 // Concat reads its inputs in any layout (OpDef::any_layout_inputs): a U-Net's skip
 // connection and upsampled path arrive channels-last from their convolutions and stay
-// so. FP32 inputs of which some are not plain concatenate on oneDNN's concat primitive
-// (its output in their layout when every reader takes any layout); other non-plain
-// inputs (bf16) are reordered into plain FP32 copies for the byte loop. Null when every
-// input is plain: the byte loop as it is.
+// so. Inputs of one type (f32, or bf16 in a bf16 plan) of which some are not plain
+// concatenate on oneDNN's concat primitive (its output in their layout when every reader
+// takes any layout), mixed ones too, in FP32; where oneDNN has no concat for them each
+// is reordered into its slice of a plain FP32 output.
+// Null when every input is plain: the byte loop as it is.
 StatusOr<std::unique_ptr<Kernel>> ConcatInLayout(PrepareContext& ctx, const Shape& out,
                                                  int64_t axis) {
   if (ctx.in_dtypes[0] != DataType::kFp32) return std::unique_ptr<Kernel>();
   std::vector<dnnl::memory::desc> descs, plains;
-  bool non_plain = false, all_f32 = true, empty = Product(out) == 0;
+  bool non_plain = false, one_type = true, empty = Product(out) == 0;
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
     plains.push_back(PlainDesc(ctx.in_shapes[i], DataType::kFp32));
     descs.push_back(ctx.InDesc(i, plains.back()));
     non_plain |= descs.back() != plains.back();
-    all_f32 &= descs.back().data.data_type == dnnl_f32;
+    one_type &= descs.back().data.data_type == descs[0].data.data_type;
     empty |= Product(ctx.in_shapes[i]) == 0;
   }
   if (!non_plain) return std::unique_ptr<Kernel>();
   const auto& eng = *ctx.dnnl_engine;
   const dnnl::memory::desc plain_out = PlainDesc(out, DataType::kFp32);
-  if (all_f32 && !empty) {
+  std::optional<dnnl::concat::primitive_desc> concat;
+  if (!empty) {
+    // Inputs of one type (f32, or bf16 in a bf16 plan) concatenate in it, mixed ones (a
+    // bf16 convolution's output beside an fp32 ConvTranspose's) in FP32; a plain output
+    // is FP32 (oneDNN converts on the way).
+    const auto dt = one_type ? static_cast<dnnl::memory::data_type>(descs[0].data.data_type)
+                             : dnnl::memory::data_type::f32;
     const dnnl::memory::desc dst_any =
-        ctx.out_any_layout[0] ? dnnl::memory::desc(ToDims(out), dnnl::memory::data_type::f32,
-                                                   dnnl::memory::format_tag::any)
+        ctx.out_any_layout[0] ? dnnl::memory::desc(ToDims(out), dt, dnnl::memory::format_tag::any)
                               : plain_out;
-    dnnl::concat::primitive_desc pd(dst_any, static_cast<int>(axis), descs, eng);
+    try {
+      concat.emplace(dst_any, static_cast<int>(axis), descs, eng);
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (concat) {
+    const dnnl::concat::primitive_desc& pd = *concat;
     dnnl::memory::desc dst_out = plain_out;
     if (ctx.out_any_layout[0] && pd.dst_desc() != plain_out) {
       dst_out = pd.dst_desc();
@@ -383,34 +396,35 @@ StatusOr<std::unique_ptr<Kernel>> ConcatInLayout(PrepareContext& ctx, const Shap
     k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
     return std::unique_ptr<Kernel>(std::move(k));
   }
-  // bf16 (or empty) inputs: plain FP32 copies, then the byte loop of PrepareConcat.
-  const Shape first = ctx.in_shapes[0];
-  const int64_t outer = Product(first, 0, axis);
-  const int64_t inner_bytes = Product(first, axis + 1) * 4;
-  std::vector<Shape> shapes(ctx.in_shapes.begin(), ctx.in_shapes.end());
-  return MakeFn([=](const RunContext& rc) -> Status {
-    std::vector<Tensor> copies(descs.size());
+  // Otherwise (mixed types oneDNN's concat refuses, or empty inputs): each input is
+  // reordered straight into its slice of the plain FP32 output, converting on the way.
+  struct Part {
+    dnnl::memory::desc from, to;
+    dnnl::reorder prim;
+  };
+  std::vector<std::optional<Part>> parts;
+  dnnl::memory::dims offsets(out.size(), 0);
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const Shape& shape = ctx.in_shapes[i];
+    if (Product(shape) == 0) {
+      parts.emplace_back();
+      continue;
+    }
+    const dnnl::memory::desc sub = plain_out.submemory_desc(ToDims(shape), offsets);
+    parts.push_back(
+        Part{descs[i], sub, dnnl::reorder(dnnl::reorder::primitive_desc(eng, descs[i], eng, sub))});
+    offsets[static_cast<size_t>(axis)] += shape[static_cast<size_t>(axis)];
+  }
+  return MakeFn([parts, eng](const RunContext& rc) -> Status {
     dnnl::stream local(eng);
     dnnl::stream& stream = rc.stream != nullptr ? *rc.stream : local;
-    char* o = static_cast<char*>(rc.outputs[0]->mutable_data());
-    const int64_t out_row = rc.outputs[0]->shape()[axis] * inner_bytes;
-    int64_t col = 0;
-    for (size_t i = 0; i < descs.size(); ++i) {
-      const char* src = static_cast<const char*>(rc.inputs[i]->data());
-      if (descs[i] != plains[i] && Product(shapes[i]) > 0) {
-        copies[i] = Tensor::Allocate(DataType::kFp32, shapes[i]);
-        dnnl::memory from(descs[i], eng, const_cast<void*>(rc.inputs[i]->data()));
-        dnnl::memory to(plains[i], eng, copies[i].mutable_data());
-        dnnl::reorder(from, to).execute(stream, from, to);
-        stream.wait();
-        src = static_cast<const char*>(copies[i].data());
-      }
-      const int64_t row = shapes[i][axis] * inner_bytes;
-      if (row > 0) {
-        for (int64_t r = 0; r < outer; ++r) std::memcpy(o + r * out_row + col, src + r * row, row);
-      }
-      col += row;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!parts[i]) continue;
+      dnnl::memory from(parts[i]->from, eng, const_cast<void*>(rc.inputs[i]->data()));
+      dnnl::memory to(parts[i]->to, eng, rc.outputs[0]->mutable_data());
+      parts[i]->prim.execute(stream, from, to);
     }
+    stream.wait();
     return Status::Ok();
   });
 }
