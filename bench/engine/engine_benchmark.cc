@@ -1,6 +1,7 @@
 // Engine benchmark: shoal's ONNX engine on the models bench/engine/export_models.py writes
 // (ResNet-50, MobileNetV2, BERT-base at sequence 128, VAE, MLP recommender, LSTM and GRU
-// text classifiers at 64 tokens) and on the
+// text classifiers at 64 tokens, a detector with NMS post-processing at 3x320x320, a
+// segmentation U-Net at 3x256x256) and on the
 // trained classifiers models/digits.onnx and the example repository's image_classifier (a
 // small CNN on 3x32x32 colour digits), at batch 1 and 8, in each precision tier (fp32,
 // bf16, int8) and in fp32 with Winograd convolutions ("winograd", a variant timed and
@@ -37,6 +38,9 @@
 // - Memory: Session::PlanStats of the fp32 plan at batch 1 and 8: the planned arena vs
 //   the liveness bound (most bytes live at one step).
 // A model or tier that fails is reported with the engine's error; the rest go on.
+// - --profile N: also profiles every variant operator by operator (ProfileOperators, N runs
+//   at each batch, the same threads) and prints where its time goes to stderr, to find
+//   what makes a tier slower than fp32 or fp32 slower than PyTorch.
 //
 // With --peer FILE (lines "model<TAB>batch<TAB>items/s", or "model<TAB>note<TAB>text"),
 // the PyTorch figures bench/engine/run.sh measured are merged into the tables.
@@ -44,7 +48,7 @@
 // Usage: engine_benchmark --dir DIR [--models a,b,...] [--threads 2] [--runs 5]
 //                         [--min-seconds 0.5] [--calib-batches 2] [--acc-batches 2]
 //                         [--models-dir SRC/models] [--peer FILE] [--json OUT.json]
-//                         [--tiers bf16,int8,winograd]
+//                         [--tiers bf16,int8,winograd] [--profile N]
 // --tiers names the variants run beside direct fp32 (which always runs: int8 is calibrated
 // on it and every variant's accuracy is measured against it); "--tiers none" times fp32
 // alone.
@@ -75,6 +79,7 @@
 #include "engine/inspect.h"
 #include "engine/model.h"
 #include "engine/precision.h"
+#include "engine/profile.h"
 #include "fma_peak.h"
 
 namespace fs = std::filesystem;
@@ -108,9 +113,9 @@ bool Labelled(const std::string& name) { return name == "digits" || name == "ima
 
 struct Options {
   std::string dir;
-  std::vector<std::string> models = {"resnet50", "mobilenet_v2", "bert_base",
-                                     "vae",      "mlp",          "lstm",
-                                     "gru",      "digits",       "image_classifier"};
+  std::vector<std::string> models = {
+      "resnet50", "mobilenet_v2", "bert_base",       "vae", "mlp", "lstm", "gru", "detector",
+      "unet",     "digits",       "image_classifier"};
   int threads = 2;
   int runs = 5;
   double min_seconds = 0.5;
@@ -120,6 +125,7 @@ struct Options {
   std::string peer;
   std::string json;
   std::vector<std::string> tiers = {"bf16", "int8", "winograd"};  // beside fp32 (always runs)
+  int profile_runs = 0;  // --profile: per-operator profiles of every variant, to stderr
 };
 
 struct TierResult {
@@ -132,6 +138,7 @@ struct TierResult {
   bool compared = false;
   TierAccuracy accuracy;
   std::string accuracy_error;
+  std::string row_counts;      // RowCounts, when the tier's outputs differ from fp32's in shape
   double label_accuracy = -1;  // trained classifiers: top-1 accuracy against the labels
 };
 
@@ -547,6 +554,32 @@ Status LabelledWorkload(const Model& model, const std::string& sht, Workload* w)
   return Status::Ok();
 }
 
+// Rows of each model's first output summed over `batches`, as "fp32 N, <tier> M rows of
+// '<output>'": a detector's outputs have one row per kept detection, so a tier that keeps
+// other detections than fp32 differs in shape and CompareTiers cannot compare it
+// element by element; the counts say by how much the kept sets differ.
+StatusOr<std::string> RowCounts(const Model& reference, const Model& variant,
+                                const std::string& tier, const Options& o,
+                                const std::vector<std::vector<NamedTensor>>& batches) {
+  SessionOptions so;
+  so.threads = o.threads;
+  int64_t rows[2] = {0, 0};
+  std::string output;
+  const Model* models[2] = {&reference, &variant};
+  for (int m = 0; m < 2; ++m) {
+    ASSIGN_OR_RETURN(auto session, Session::Create(*models[m], so));
+    for (const auto& batch : batches) {
+      std::vector<NamedTensor> out;
+      RETURN_IF_ERROR(session->Run(batch, &out));
+      if (out.empty() || out[0].tensor.shape().empty()) return Internal("no rows to count");
+      output = out[0].name;
+      rows[m] += out[0].tensor.shape()[0];
+    }
+  }
+  return "fp32 " + std::to_string(rows[0]) + ", " + tier + " " + std::to_string(rows[1]) +
+         " rows of '" + output + "' (outputs differ in shape: no element-wise diff)";
+}
+
 // Top-1 accuracy of `model`'s first output against `labels` over `batches`.
 StatusOr<double> LabelAccuracy(const Model& model, const Options& o,
                                const std::vector<std::vector<NamedTensor>>& batches,
@@ -660,6 +693,13 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
                        acc->ToString().c_str());
         } else {
           tr.accuracy_error = OneLine(acc.status().ToString());
+          if (acc.status().message().find("differs in shape") != std::string::npos) {
+            auto rows = RowCounts(*models[0], *model, tier, o, w.held_out);
+            if (rows.ok()) {
+              tr.row_counts = *rows;
+              tr.accuracy_error.clear();
+            }
+          }
         }
       }
       if (labelled) {
@@ -671,6 +711,35 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
         } else {
           tr.accuracy_error = OneLine(a.status().ToString());
         }
+      }
+    }
+    for (int t = 0; t < kNumVariants && o.profile_runs > 0; ++t) {
+      if (!models[t]) continue;
+      for (int i = 0; i < 2; ++i) {
+        SessionOptions so;
+        so.threads = o.threads;
+        auto prof = ProfileOperators(*models[t], w.timing[i], o.profile_runs, so);
+        if (!prof.ok()) {
+          std::fprintf(stderr, "%s: %s batch %d: profile: %s\n", name.c_str(), kVariants[t].name,
+                       kBatches[i], prof.status().ToString().c_str());
+          continue;
+        }
+        std::fprintf(stderr, "%s: %s batch %d: %.3f ms per run:", name.c_str(), kVariants[t].name,
+                     kBatches[i], prof->ms_per_run);
+        for (const OperatorTime& op : prof->operators)
+          if (op.ms_per_run >= 0.01 * prof->ms_per_run)
+            std::fprintf(stderr, " %s(%d) %.3f;", op.op_type.c_str(), op.nodes, op.ms_per_run);
+        std::fprintf(stderr, " outside %.3f\n", prof->outside_ms_per_run);
+        // The slowest nodes, by name, so that a tier's slower ones can be told apart.
+        const auto& nodes = models[t]->graph().nodes;
+        std::vector<size_t> order(prof->node_ms.size());
+        for (size_t n = 0; n < order.size(); ++n) order[n] = n;
+        std::sort(order.begin(), order.end(),
+                  [&](size_t a, size_t b) { return prof->node_ms[a] > prof->node_ms[b]; });
+        std::fprintf(stderr, "  slowest:");
+        for (size_t n = 0; n < std::min<size_t>(order.size(), 12) && n < nodes.size(); ++n)
+          std::fprintf(stderr, " %s %.3f;", nodes[order[n]].name.c_str(), prof->node_ms[order[n]]);
+        std::fprintf(stderr, "\n");
       }
     }
     // Timed once every variant is loaded, so that their runs can interleave.
@@ -867,6 +936,7 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
         if (t > 0 && m.tiers[0].label_accuracy >= 0)
           change = Fmt("%+.2f pp", 100 * (tr.label_accuracy - m.tiers[0].label_accuracy));
       }
+      if (!tr.row_counts.empty()) diff = tr.row_counts;
       if (!tr.accuracy_error.empty()) diff = "failed: " + tr.accuracy_error;
       std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", m.model.c_str(), tier.c_str(),
                   samples.c_str(), diff.c_str(), agree.c_str(), acc.c_str(), change.c_str());
@@ -950,7 +1020,7 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
   std::fprintf(stderr,
                "usage: engine_benchmark --dir DIR [--models a,b,...] [--threads N] [--runs N] "
                "[--min-seconds S] [--calib-batches N] [--acc-batches N] [--models-dir DIR] "
-               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd]\n");
+               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd] [--profile N]\n");
   std::exit(2);
 }
 
@@ -986,6 +1056,8 @@ int main(int argc, char** argv) {
       o.json = v;
     else if (a == "--tiers")
       o.tiers = Split(v);
+    else if (a == "--profile")
+      o.profile_runs = std::max(0, std::atoi(v.c_str()));
     else
       Usage();
   }

@@ -2,7 +2,7 @@
 """Exports the engine benchmark's models to ONNX and times PyTorch on them.
 
     /usr/bin/python3 bench/engine/export_models.py OUT_DIR [--threads 2] [--runs 5]
-        [--min-seconds 0.5] [--models resnet50,mobilenet_v2,bert_base,vae,mlp,lstm,gru] [--no-time]
+        [--min-seconds 0.5] [--models resnet50,mobilenet_v2,bert_base,vae,mlp,lstm,gru,detector,unet] [--no-time]
         [--skip-existing]
 
 Builds each model with random weights, writes OUT_DIR/<model>.onnx (opset 17, symbolic
@@ -26,6 +26,7 @@ import time
 import torch
 import torch.nn as nn
 import torchvision.models as tvm
+from torchvision.ops import nms
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
 import generate  # noqa: E402  (the test models' architectures, reused at full size)
@@ -88,6 +89,147 @@ class RecurrentClassifier(nn.Module):
         return self.fc(h[-1])
 
 
+def conv_bn(cin, cout, k=3, stride=1):
+    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block (two 3x3 convolutions, projection shortcut when the shape changes)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(cin, cout, 3, stride), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(cout))
+        self.short = (nn.Identity() if stride == 1 and cin == cout else
+                      nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.short(x))
+
+
+class Detector(nn.Module):
+    """One-stage detector (RetinaNet-like, small) on 3x320x320 images: ResNet-ish backbone
+    (stem 32, stages 32/64/128/256), an FPN (96 channels, nearest-neighbour top-down
+    upsampling) over strides 8, 16 and 32, a shared head (two 3x3 convolutions, then box
+    deltas and class logits for 3 anchors per location, 20 classes), box decoding against
+    constant anchors, and the post-processing inside the graph: the top 300 anchors per
+    image by best class score (TopK), a score threshold, and torchvision's NMS (IoU 0.5)
+    over all images and classes at once (batched_nms's coordinate trick). Outputs
+    have one row per kept detection: boxes [K, 4] (x1, y1, x2, y2), scores [K], labels [K],
+    and the image each came from [K]."""
+
+    def __init__(self, classes=20, fpn=96, side=320, pre_nms=300, score_threshold=0.05, iou=0.5):
+        super().__init__()
+        self.classes, self.pre_nms, self.threshold, self.iou = classes, pre_nms, score_threshold, iou
+        self.stem = nn.Sequential(conv_bn(3, 32, 3, 2), conv_bn(32, 32, 3, 2))  # stride 4
+        self.c2 = BasicBlock(32, 32, 1)
+        self.c3 = nn.Sequential(BasicBlock(32, 64, 2), BasicBlock(64, 64, 1))  # stride 8
+        self.c4 = nn.Sequential(BasicBlock(64, 128, 2), BasicBlock(128, 128, 1))  # stride 16
+        self.c5 = nn.Sequential(BasicBlock(128, 256, 2), BasicBlock(256, 256, 1))  # stride 32
+        self.lat = nn.ModuleList([nn.Conv2d(c, fpn, 1) for c in (64, 128, 256)])
+        self.out = nn.ModuleList([nn.Conv2d(fpn, fpn, 3, 1, 1) for _ in range(3)])
+        anchors = 3
+        self.head = nn.Sequential(nn.Conv2d(fpn, fpn, 3, 1, 1), nn.ReLU(), nn.Conv2d(fpn, fpn, 3, 1, 1), nn.ReLU())
+        self.box = nn.Conv2d(fpn, anchors * 4, 3, 1, 1)
+        self.cls = nn.Conv2d(fpn, anchors * classes, 3, 1, 1)
+        with torch.no_grad():
+            # Random weights give near-constant logits (every score ~0.5, all tied). Spread
+            # them as a trained head's are: zero-mean, scaled class weights and a low prior, so
+            # that on random images about half of the 300 candidates per image pass the
+            # threshold and NMS has overlapping boxes of one class to suppress.
+            w = self.cls.weight
+            w.sub_(w.mean(dim=(1, 2, 3), keepdim=True)).mul_(60.0)
+            self.cls.bias.fill_(-4.5)
+            self.box.weight.mul_(30.0)
+        rows = []
+        for stride in (8, 16, 32):
+            n = side // stride
+            c = (torch.arange(n, dtype=torch.float32) + 0.5) * stride
+            cy, cx = torch.meshgrid(c, c, indexing="ij")
+            # 3 square anchors per location (4, 6 and 8 strides wide), in the head's channel order
+            sizes = torch.tensor([4.0, 6.0, 8.0]) * stride
+            a = torch.stack([cx[..., None].expand(n, n, 3), cy[..., None].expand(n, n, 3),
+                             sizes.expand(n, n, 3), sizes.expand(n, n, 3)], -1)
+            rows.append(a.reshape(-1, 4))
+        self.register_buffer("anchors", torch.cat(rows))  # [N, 4]: cx, cy, w, h
+
+    def forward(self, x):
+        c3 = self.c3(self.c2(self.stem(x)))
+        c4 = self.c4(c3)
+        c5 = self.c5(c4)
+        p5 = self.lat[2](c5)
+        p4 = self.lat[1](c4) + nn.functional.interpolate(p5, scale_factor=2.0, mode="nearest")
+        p3 = self.lat[0](c3) + nn.functional.interpolate(p4, scale_factor=2.0, mode="nearest")
+        deltas, logits = [], []
+        for p, conv in zip((p3, p4, p5), self.out):
+            h = self.head(conv(p))
+            b = h.shape[0]
+            deltas.append(self.box(h).permute(0, 2, 3, 1).reshape(b, -1, 4))
+            logits.append(self.cls(h).permute(0, 2, 3, 1).reshape(b, -1, self.classes))
+        d = torch.cat(deltas, 1)  # [B, N, 4]
+        a = self.anchors
+        cx = a[:, 0] + d[..., 0] * 0.1 * a[:, 2]
+        cy = a[:, 1] + d[..., 1] * 0.1 * a[:, 3]
+        w = a[:, 2] * torch.exp(torch.clamp(d[..., 2] * 0.2, max=4.0))
+        h = a[:, 3] * torch.exp(torch.clamp(d[..., 3] * 0.2, max=4.0))
+        boxes = torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)
+        scores, labels = torch.sigmoid(torch.cat(logits, 1)).max(-1)  # [B, N]
+        top, idx = scores.topk(self.pre_nms, dim=1)  # [B, k]
+        b = x.shape[0]
+        image = torch.arange(b).unsqueeze(1).expand(b, self.pre_nms).reshape(-1)
+        idx = idx.reshape(-1)
+        boxes = boxes[image, idx]
+        labels = labels[image, idx]
+        top = top.reshape(-1)
+        # batched_nms's coordinate trick (one NMS over all images and classes: boxes of
+        # another image or class are shifted apart so that they never overlap), written out:
+        # torchvision.ops.batched_nms wraps it in a scripted emptiness check that exports as
+        # an If, which the engine does not run yet. The offset comes from the candidates
+        # before the threshold, which are never empty.
+        offset = boxes.max() + 1.0
+        keep = top > self.threshold
+        boxes, top, labels, image = boxes[keep], top[keep], labels[keep], image[keep]
+        category = (image * self.classes + labels).to(boxes.dtype)
+        kept = nms(boxes + (category * offset)[:, None], top, self.iou)
+        return boxes[kept], top[kept], labels[kept], image[kept]
+
+
+class UNet(nn.Module):
+    """Segmentation U-Net on 3x256x256 images: 4 encoder levels (16/32/64/128 channels,
+    two 3x3 conv-BN-ReLU each, max pooling between), a 256-channel bottleneck, a decoder
+    of 2x2 transposed convolutions, skip concatenations and two 3x3 conv-BN-ReLU per level,
+    and a 1x1 convolution to 5 class logits per pixel."""
+
+    def __init__(self, base=16, classes=5):
+        super().__init__()
+        ch = [base, 2 * base, 4 * base, 8 * base]
+        self.down = nn.ModuleList()
+        cin = 3
+        for c in ch:
+            self.down.append(nn.Sequential(conv_bn(cin, c), conv_bn(c, c)))
+            cin = c
+        self.mid = nn.Sequential(conv_bn(ch[-1], 2 * ch[-1]), conv_bn(2 * ch[-1], 2 * ch[-1]))
+        self.up = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        cin = 2 * ch[-1]
+        for c in reversed(ch):
+            self.up.append(nn.ConvTranspose2d(cin, c, 2, 2))
+            self.dec.append(nn.Sequential(conv_bn(2 * c, c), conv_bn(c, c)))
+            cin = c
+        self.final = nn.Conv2d(ch[0], classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for d in self.down:
+            x = d(x)
+            skips.append(x)
+            x = nn.functional.max_pool2d(x, 2)
+        x = self.mid(x)
+        for up, dec, skip in zip(self.up, self.dec, reversed(skips)):
+            x = dec(torch.cat([up(x), skip], 1))
+        return self.final(x)
+
+
 def token_inputs(b, g):
     return [torch.randint(0, 10000, (b, RNN_SEQ), generator=g)]
 
@@ -120,11 +262,16 @@ MODELS = {
     "mlp": (MlpRecommender, ["dense", "ids"], ["score"], mlp_inputs),
     "lstm": (lambda: RecurrentClassifier(nn.LSTM), ["ids"], ["logits"], token_inputs),
     "gru": (lambda: RecurrentClassifier(nn.GRU), ["ids"], ["logits"], token_inputs),
+    "detector": (Detector, ["input"], ["boxes", "scores", "labels", "image"], images((3, 320, 320))),
+    "unet": (UNet, ["input"], ["logits"], images((3, 256, 256))),
 }
+# Outputs whose first axis is not the batch (one row per kept detection).
+DETECTION_OUTPUTS = {"boxes", "scores", "labels", "image"}
 
 
 def export(name, model, make_inputs, inputs, outputs, path, gen):
-    axes = {n: {0: "batch"} for n in inputs + outputs}
+    axes = {n: {0: "detections" if name == "detector" and n in DETECTION_OUTPUTS else "batch"}
+            for n in inputs + outputs}
     for opset in (17, 13):
         try:
             torch.onnx.export(model, tuple(make_inputs(2, gen)), path, input_names=inputs, output_names=outputs,

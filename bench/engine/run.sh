@@ -2,7 +2,8 @@
 # Engine benchmark: shoal's ONNX engine, in its fp32, bf16 and int8 tiers and in fp32 with
 # Winograd convolutions, beside PyTorch
 # (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE, an MLP
-# recommender and LSTM and GRU text classifiers (64 tokens), plus the trained classifiers models/digits.onnx and the example repository's
+# recommender, LSTM and GRU text classifiers (64 tokens), a detector with NMS in its graph
+# (3x320x320) and a segmentation U-Net (3x256x256), plus the trained classifiers models/digits.onnx and the example repository's
 # image_classifier (shoal only, accuracy against held-out labels), at batch 1 and 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
 # ratios (fp32/PyTorch, bf16/fp32, int8/fp32, winograd/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/../.."
 THREADS=2
 RUNS=5
 MIN_SECONDS=0.5
-MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,lstm,gru,digits,image_classifier
+MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,lstm,gru,detector,unet,digits,image_classifier
 KEEP=""
 REUSE_MODELS=0
 REUSE_PYTORCH=0

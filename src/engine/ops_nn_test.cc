@@ -318,6 +318,36 @@ TEST(PoolTest, MaxPoolCeilModeAndPads) {
               HasSubstr("Indices"));
 }
 
+// A plain source with 16 channels: oneDNN has only its simple_nchw loop for it in NCHW,
+// so the pool runs channels-last through a reordered copy. Same values as a direct loop,
+// for max and average pooling.
+TEST(PoolTest, PlainSourcePooledChannelsLastMatchesALoop) {
+  const Tensor x = Random({2, 16, 6, 8}, 9);
+  const std::vector<float> in = Values(x);
+  for (const std::string op : {"MaxPool", "AveragePool"}) {
+    SCOPED_TRACE(op);
+    auto y = Run1(op, {{x}}, {{"kernel_shape", AInts({2, 2})}, {"strides", AInts({2, 2})}});
+    ASSERT_EQ(y[0].shape(), (Shape{2, 16, 3, 4}));
+    std::vector<float> want;
+    for (int nc = 0; nc < 32; ++nc) {
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          float m = -1e30f, s = 0.f;
+          for (int di = 0; di < 2; ++di) {
+            for (int dj = 0; dj < 2; ++dj) {
+              const float v = in[static_cast<size_t>((nc * 6 + 2 * i + di) * 8 + 2 * j + dj)];
+              m = std::max(m, v);
+              s += v;
+            }
+          }
+          want.push_back(op == "MaxPool" ? m : s / 4);
+        }
+      }
+    }
+    EXPECT_THAT(Values(y[0]), Pointwise(FloatNear(1e-6), want));
+  }
+}
+
 TEST(PoolTest, AveragePoolPaddingCountAndGlobalPools) {
   const Tensor x = F32({1, 1, 2, 2}, {1, 2, 3, 4});
   const std::map<std::string, Attribute> base = {{"kernel_shape", AInts({2, 2})},

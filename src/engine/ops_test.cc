@@ -573,6 +573,21 @@ TEST(ReduceTest, AxesKeepdimsAndOpsetForms) {
   EXPECT_THAT(Values(empty[0]), ElementsAre(0, 0));
 }
 
+TEST(ReduceTest, ArgMaxArgMin) {
+  const Tensor x = F32({2, 3}, {1, 5, 5, 7, 2, 2});
+  auto rows = Run1("ArgMax", {{x}}, {{"axis", AInt(1)}, {"keepdims", AInt(0)}});
+  EXPECT_EQ(rows[0].shape(), (Shape{2}));
+  EXPECT_THAT(IntValues(rows[0]), ElementsAre(1, 0));  // ties: the first index
+  auto last = Run1("ArgMax", {{x}}, {{"axis", AInt(-1)}, {"select_last_index", AInt(1)}});
+  EXPECT_EQ(last[0].shape(), (Shape{2, 1}));
+  EXPECT_THAT(IntValues(last[0]), ElementsAre(2, 0));
+  auto cols = Run1("ArgMin", {{x}}, {});  // axis 0, keepdims
+  EXPECT_EQ(cols[0].shape(), (Shape{1, 3}));
+  EXPECT_THAT(IntValues(cols[0]), ElementsAre(0, 1, 1));
+  auto min_last = Run1("ArgMin", {{I64({3}, {4, 1, 1})}}, {{"select_last_index", AInt(1)}});
+  EXPECT_THAT(IntValues(min_last[0]), ElementsAre(2));
+}
+
 TEST(LoadChecksTest, UnsupportedOperatorAndAttributeNameTheNode) {
   Status op = LoadOp("TfIdfVectorizer", {{F32({1}, {1})}}, {});
   EXPECT_THAT(op.message(), HasSubstr("node 'test_TfIdfVectorizer' (TfIdfVectorizer): operator "

@@ -618,5 +618,131 @@ TEST_P(InplaceKernelTest, MatchesTheKernelOutOfPlace) {
 INSTANTIATE_TEST_SUITE_P(Kernels, InplaceKernelTest, ::testing::ValuesIn(InplaceCases()),
                          [](const auto& info) { return info.param.name; });
 
+// An FPN's top-down step: p = Conv(x1), up = Resize(p) (2x nearest), s = Conv(x2) + up,
+// then a 3x3 convolution of s. Resize reads p in the convolution's layout: the nearest
+// upsample runs on oneDNN's resampling primitive and leaves `up` in that layout, so the
+// Add fuses into s's convolution as a sum post-op on a fast kernel, never a plain-layout
+// one (gemm, or oneDNN's reference int8 kernel in an int8 plan). A linear Resize, the
+// engine's own loop, reads the same layout through a plain copy (its plain output still
+// makes the sum's convolution plain). Both match the operators run one by one.
+TEST(LayoutTest, ResizeReadsAConvolutionsLayoutAndFeedsTheNextConvolutionsSum) {
+  auto conv = [](GraphBuilder& b, const std::string& name, int in, int64_t cin, int64_t cout,
+                 int64_t k, uint32_t seed, std::map<std::string, Tensor>* weights) {
+    const float r = 1.f / std::sqrt(static_cast<float>(cin * k * k));
+    Tensor w = Random({cout, cin, k, k}, seed, -r, r);
+    (*weights)[name] = w;
+    return b.Op("Conv", name, {in, b.Constant(name + ".w", w)},
+                {{"pads", AInts({k / 2, k / 2, k / 2, k / 2})}});
+  };
+  const Tensor x1 = Random({2, 16, 6, 6}, 1), x2 = Random({2, 16, 12, 12}, 2);
+  for (const std::string mode : {"nearest", "linear"}) {
+    SCOPED_TRACE(mode);
+    GraphBuilder b;
+    std::map<std::string, Tensor> w;
+    const int in1 = b.Input("x1", x1.shape()), in2 = b.Input("x2", x2.shape());
+    const int p = conv(b, "p", in1, 16, 16, 1, 3, &w);
+    const std::map<std::string, Attribute> resize_attrs = {{"mode", AString(mode)}};
+    const Tensor scales = F32({4}, {1, 1, 2, 2});
+    const int up = b.Op("Resize", "up", {p, -1, b.Constant("scales", scales)}, resize_attrs);
+    const int s = b.Op("Add", "s", {conv(b, "l", in2, 16, 16, 1, 4, &w), up});
+    const int out = conv(b, "out", s, 16, 16, 3, 5, &w);
+    auto model = Model::FromGraph(b.Finish(out));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto plan = PreparePlan(**model, {x1.shape(), x2.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    CheckLayout(**plan, (*model)->graph());
+    bool resize_on_dnnl = false;
+    for (const auto& [op, impl] : (*plan)->Implementations()) {
+      if (op == "Resize") resize_on_dnnl = true;
+      if (mode == "nearest" && op.find("Conv") != std::string::npos) {
+        EXPECT_EQ(impl.find("gemm"), std::string::npos) << op << " runs " << impl;
+        EXPECT_EQ(impl.find("ref"), std::string::npos) << op << " runs " << impl;
+      }
+    }
+    EXPECT_EQ(resize_on_dnnl, mode == "nearest");
+    auto session = Session::Create(**model, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<NamedTensor> got;
+    Status run = (*session)->Run({{"x1", x1}, {"x2", x2}}, &got);
+    ASSERT_TRUE(run.ok()) << run.ToString();
+
+    auto one = [&](const std::string& name, const Tensor& in, int64_t k) {
+      return Run1("Conv", {{in}, Const(w[name])},
+                  {{"pads", AInts({k / 2, k / 2, k / 2, k / 2})}})[0];
+    };
+    const Tensor up_ref =
+        Run1("Resize", {{one("p", x1, 1)}, Omitted(), Const(scales)}, resize_attrs)[0];
+    const Tensor s_ref = Run1("Add", {{one("l", x2, 1)}, {up_ref}})[0];
+    const Tensor want = one("out", s_ref, 3);
+    ASSERT_EQ(got[0].tensor.shape(), want.shape());
+    EXPECT_LE(MaxAbsDiff(got[0].tensor, want), 1e-4f * MaxAbs(want));
+  }
+}
+
+// A U-Net's decoder step: a convolution's output (the skip connection, also max pooled)
+// and a ConvTranspose of the pooled path concatenate into the next convolution. Concat
+// and ConvTranspose read and write any layout, so everything stays channels-last: the
+// ConvTranspose runs oneDNN's jit deconvolution (not x64:gemm on plain NCHW) and the
+// Concat oneDNN's concat. In a bf16 plan (where the CPU has it) Concat reads bf16 inputs
+// through plain fp32 copies. Both match the operators run one by one in fp32.
+TEST(LayoutTest, UNetDecoderStaysInTheConvolutionsLayout) {
+  const Tensor x = Random({2, 16, 8, 8}, 11);
+  std::map<std::string, Tensor> w;
+  GraphBuilder b;
+  const int in = b.Input("x", x.shape());
+  auto weight = [&](const std::string& name, Shape shape, uint32_t seed) {
+    const float r = 1.f / std::sqrt(static_cast<float>(shape[1] * shape[2] * shape[3]));
+    w[name] = Random(std::move(shape), seed, -r, r);
+    return b.Constant(name + ".w", w[name]);
+  };
+  const std::map<std::string, Attribute> same = {{"pads", AInts({1, 1, 1, 1})}};
+  const std::map<std::string, Attribute> pool = {{"kernel_shape", AInts({2, 2})},
+                                                 {"strides", AInts({2, 2})}};
+  const std::map<std::string, Attribute> up = {{"strides", AInts({2, 2})}};
+  const int skip = b.Op("Conv", "skip", {in, weight("skip", {16, 16, 3, 3}, 1)}, same);
+  const int down = b.Op("MaxPool", "down", {skip}, pool);
+  const int deep = b.Op("Conv", "deep", {down, weight("deep", {32, 16, 3, 3}, 2)}, same);
+  const int upv = b.Op("ConvTranspose", "up", {deep, weight("up", {32, 16, 2, 2}, 3)}, up);
+  const int cat = b.Op("Concat", "cat", {upv, skip}, {{"axis", AInt(1)}});
+  const int out = b.Op("Conv", "out", {cat, weight("out", {8, 32, 3, 3}, 4)}, same);
+  const Graph graph = b.Finish(out);
+
+  auto ref_conv = [&](const Tensor& v, const std::string& name) {
+    return Run1("Conv", {{v}, Const(w[name])}, same)[0];
+  };
+  const Tensor skip_ref = ref_conv(x, "skip");
+  const Tensor deep_ref = ref_conv(Run1("MaxPool", {{skip_ref}}, pool)[0], "deep");
+  const Tensor up_ref = Run1("ConvTranspose", {{deep_ref}, Const(w["up"])}, up)[0];
+  const Tensor want =
+      ref_conv(Run1("Concat", {{up_ref}, {skip_ref}}, {{"axis", AInt(1)}})[0], "out");
+
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    if (!CheckPrecision(p).ok()) continue;
+    SCOPED_TRACE(p == Precision::kFp32 ? "fp32" : "bf16");
+    LoadOptions lo;
+    lo.plan.precision = p;
+    auto model = Model::FromGraph(graph, lo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto plan = PreparePlan(**model, {x.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    CheckLayout(**plan, (*model)->graph());
+    if (p == Precision::kFp32) {
+      std::map<std::string, std::string> impl;
+      for (const auto& [op, name] : (*plan)->Implementations()) impl[op] = name;
+      EXPECT_EQ(impl["ConvTranspose"].find("gemm"), std::string::npos) << impl["ConvTranspose"];
+      EXPECT_NE(impl["ConvTranspose"], "");
+      EXPECT_NE(impl["Concat"], "");  // oneDNN's concat, not the byte loop
+    }
+    auto session = Session::Create(**model, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<NamedTensor> got;
+    Status run = (*session)->Run({{"x", x}}, &got);
+    ASSERT_TRUE(run.ok()) << run.ToString();
+    ASSERT_EQ(got[0].tensor.shape(), want.shape());
+    const float tol = p == Precision::kFp32 ? 1e-4f : 3e-2f;
+    EXPECT_LE(MaxAbsDiff(got[0].tensor, want), tol * MaxAbs(want));
+  }
+}
+
 }  // namespace
 }  // namespace shoal::engine

@@ -561,16 +561,55 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
   const memory::desc w_any(w_plain.dims(), memory::data_type::f32, memory::format_tag::any);
   const auto src_md = PlainDesc(x, DataType::kFp32), dst_md = PlainDesc(y, DataType::kFp32);
   const memory::desc b_md = has_bias ? PlainDesc({m}, DataType::kFp32) : memory::desc();
-  dnnl::deconvolution_forward::desc d(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_md, w_any,
-      b_md, dst_md, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), pad_r);
-  dnnl::deconvolution_forward::primitive_desc pd(d, eng);
+  // The source arrives in any layout (its producer's), the destination goes out in any
+  // layout when every reader takes one (a U-Net's skip Concat does): oneDNN then picks
+  // its jit deconvolution in a blocked or channels-last layout, reordering at the edges,
+  // where plain NCHW on both sides leaves it only x64:gemm. Both plain otherwise.
+  const memory::desc src_in = ctx.InDesc(0, src_md);
+  auto make_pd = [&](const memory::desc& src, const memory::desc& dst) {
+    dnnl::deconvolution_forward::desc d(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src, w_any, b_md,
+        dst, Dims(w, &Window::stride), Dilates(w), Dims(w, &Window::pad_begin), pad_r);
+    return dnnl::deconvolution_forward::primitive_desc(d, eng);
+  };
+  auto pd = make_pd(src_md, dst_md);
+  if (ctx.out_any_layout[0] || src_in != src_md) {
+    // Channels-last first (the layout the engine's convolutions keep), then oneDNN's own
+    // choice; a candidate only counts when it is not the plain gemm or reference kernel.
+    const auto last = x.size() == 4   ? memory::format_tag::acdb
+                      : x.size() == 5 ? memory::format_tag::acdeb
+                                      : memory::format_tag::acb;
+    const memory::desc any_src(ToDims(x), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc last_dst(ToDims(y), memory::data_type::f32, last);
+    const memory::desc any_dst(ToDims(y), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc plain_or(ctx.out_any_layout[0] ? any_dst : dst_md);
+    const std::pair<memory::desc, memory::desc> candidates[] = {
+        {memory::desc(ToDims(x), memory::data_type::f32, last),
+         ctx.out_any_layout[0] ? last_dst : dst_md},
+        {any_src, plain_or}};
+    for (const auto& [s, dd] : candidates) {
+      try {
+        auto cand = make_pd(s, dd);
+        const std::string impl = cand.impl_info_str();
+        if (impl.find("gemm") == std::string::npos && impl.rfind("ref", 0) != 0) {
+          pd = cand;
+          break;
+        }
+      } catch (const dnnl::error&) {
+      }
+    }
+  }
+  memory::desc dst_out = dst_md;
+  if (ctx.out_any_layout[0] && pd.dst_desc() != dst_md) {
+    dst_out = pd.dst_desc();
+    ctx.out_descs[0] = dst_out;
+  }
   auto kern = std::make_unique<DnnlKernel>();
   kern->primitive = dnnl::deconvolution_forward(pd);
-  kern->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
+  kern->BindInputAs(DNNL_ARG_SRC, src_in, pd.src_desc(), eng, 0);
   RETURN_IF_ERROR(BindWeights(ctx, kern.get(), DNNL_ARG_WEIGHTS, 1, w_plain, pd.weights_desc()));
   if (has_bias) kern->BindInput(DNNL_ARG_BIAS, b_md, eng, 2);
-  kern->BindOutput(DNNL_ARG_DST, dst_md, eng, 0);
+  kern->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(kern));
 }
 
@@ -676,10 +715,25 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   }
   const memory::desc dst_any(ToDims(y), static_cast<memory::data_type>(src_md.data.data_type),
                              memory::format_tag::any);
-  dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src_md, dst_any,
-                                   Dims(w, &Window::stride), Dims(w, &Window::kernel), Dilates(w),
-                                   Dims(w, &Window::pad_begin), PadRight(w));
-  dnnl::pooling_v2_forward::primitive_desc pd(d, eng);
+  auto make_pd = [&](const memory::desc& src) {
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, a, src, dst_any,
+                                     Dims(w, &Window::stride), Dims(w, &Window::kernel), Dilates(w),
+                                     Dims(w, &Window::pad_begin), PadRight(w));
+    return dnnl::pooling_v2_forward::primitive_desc(d, eng);
+  };
+  memory::desc pool_src = src_md;
+  auto pd = make_pd(pool_src);
+  // A plain 4-D source (its value also feeds a reader that needs plain: a U-Net's skip
+  // connection into Concat) is pooled channels-last through a reordered copy when oneDNN
+  // has no jit kernel for it in plain NCHW: for 16 or 32 channels oneDNN 2.6 takes its
+  // simple_nchw loop, 5.8 ms for a 16x256x256 2x2 max pool where the reorder and the jit
+  // kernel take 2.
+  const std::string plain_impl = pd.impl_info_str();
+  if (!global && src_md == src_plain && x.size() == 4 &&
+      (plain_impl.rfind("simple", 0) == 0 || plain_impl.rfind("ref", 0) == 0)) {
+    pool_src = memory::desc(ToDims(x), memory::data_type::f32, memory::format_tag::acdb);
+    pd = make_pd(pool_src);
+  }
   memory::desc dst_out = dst_md;
   if (ctx.out_any_layout[0] && pd.dst_desc() != dst_md) {
     dst_out = pd.dst_desc();
@@ -688,7 +742,7 @@ StatusOr<std::unique_ptr<Kernel>> PreparePool(PrepareContext& ctx) {
   if (keep_quantized) ctx.out_scales[0] = in_scale;
   auto k = std::make_unique<DnnlKernel>();
   k->primitive = dnnl::pooling_v2_forward(pd);
-  k->BindInput(DNNL_ARG_SRC, src_md, eng, 0);
+  k->BindInputAs(DNNL_ARG_SRC, src_md, pool_src, eng, 0);
   k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
   return std::unique_ptr<Kernel>(std::move(k));
 }
@@ -727,7 +781,8 @@ void RegisterConvOps(std::vector<OpDef>* ops) {
                   {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
                    "output_shape", "pads", "strides"},
                   CheckAutoPad,
-                  PrepareConvTranspose});
+                  PrepareConvTranspose,
+                  0b1});
   ops->push_back(
       {"",
        "MaxPool",

@@ -1,6 +1,11 @@
 // Indexing operators, computed by the engine: Slice, Gather, Pad, Resize (nearest,
 // linear, cubic). Index tables are built once per plan; a run only moves bytes. A Resize
 // whose sizes or scales are known only at run time is prepared at run time instead.
+// Resize reads its source in any layout: nearest upsampling by whole factors runs on
+// oneDNN's resampling primitive in that layout (a convolution's channels-last output stays
+// channels-last, and so does the upsampled value an FPN adds into the next convolution's
+// sum post-op, where a plain one would force that convolution onto a slow plain-layout
+// kernel); every other form reorders such a source to plain and runs the engine's loops.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,6 +16,8 @@
 
 namespace shoal::engine::internal {
 namespace {
+
+using dnnl::memory;
 
 std::vector<int64_t> RowMajorStrides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
@@ -684,7 +691,81 @@ bool ResizeNeedsRunTimeData(const PrepareContext& ctx) {
   return (sizes ? unknown(3) : unknown(2)) || (crop && unknown(1));
 }
 
+// Nearest upsampling by a whole factor on every spatial axis (N and C kept), whose taps
+// are floor(o / factor): what oneDNN's resampling_nearest computes, in whatever layout
+// its source arrives (for a whole factor its rounding of (o + 0.5) / factor - 0.5 is that
+// floor). Returns null when `taps` are another mapping.
+StatusOr<std::unique_ptr<Kernel>> DnnlNearestUpsample(PrepareContext& ctx, const Shape& x,
+                                                      const Shape& out,
+                                                      const std::vector<std::vector<Tap>>& taps) {
+  if (ctx.in_dtypes[0] != DataType::kFp32 || x.size() < 3 || x.size() > 5 || out[0] != x[0] ||
+      out[1] != x[1] || Product(x) == 0)
+    return std::unique_ptr<Kernel>();
+  for (size_t d = 2; d < x.size(); ++d) {
+    if (out[d] % x[d] != 0) return std::unique_ptr<Kernel>();
+    const int64_t f = out[d] / x[d];
+    for (int64_t o = 0; o < out[d]; ++o)
+      if (taps[d][static_cast<size_t>(o)].lo != o / f) return std::unique_ptr<Kernel>();
+  }
+  const auto& eng = *ctx.dnnl_engine;
+  const memory::desc src = ctx.InDesc(0, PlainDesc(x, DataType::kFp32));
+  const auto dt = static_cast<memory::data_type>(src.data.data_type);
+  const memory::desc dst_plain = PlainDesc(out, DataType::kFp32);
+  dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_inference,
+                                   dnnl::algorithm::resampling_nearest, src,
+                                   memory::desc(ToDims(out), dt, memory::format_tag::any));
+  dnnl::resampling_forward::primitive_desc pd(d, eng);
+  memory::desc dst_out = dst_plain;
+  if (ctx.out_any_layout[0] && pd.dst_desc() != dst_plain) {
+    dst_out = pd.dst_desc();
+    ctx.out_descs[0] = dst_out;
+  }
+  auto k = std::make_unique<DnnlKernel>();
+  k->primitive = dnnl::resampling_forward(pd);
+  k->BindInput(DNNL_ARG_SRC, src, eng, 0);
+  k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+// The engine's own Resize loops read plain row-major values: a source that arrives in
+// another layout (OpDef::any_layout_inputs) is reordered into a plain copy first.
+StatusOr<std::unique_ptr<Kernel>> ReadingPlain(PrepareContext& ctx,
+                                               StatusOr<std::unique_ptr<Kernel>> inner) {
+  // oneDNN's resampling (DnnlNearestUpsample) reads the source's own layout.
+  if (!inner.ok() || !*inner || ctx.in_dtypes[0] != DataType::kFp32 ||
+      dynamic_cast<DnnlKernel*>(inner->get()) != nullptr)
+    return inner;
+  const Shape& x = ctx.in_shapes[0];
+  const memory::desc plain = PlainDesc(x, DataType::kFp32);
+  const memory::desc src = ctx.InDesc(0, plain);
+  if (src == plain) return inner;
+  std::shared_ptr<Kernel> loop = std::move(*inner);
+  const dnnl::engine eng = *ctx.dnnl_engine;
+  return MakeFn([loop, src, plain, eng, x](const RunContext& rc) -> Status {
+    Tensor copy = Tensor::Allocate(DataType::kFp32, x);
+    dnnl::memory from(src, eng, const_cast<void*>(rc.inputs[0]->data()));
+    dnnl::memory to(plain, eng, copy.mutable_data());
+    if (rc.stream != nullptr) {
+      dnnl::reorder(from, to).execute(*rc.stream, from, to);
+      rc.stream->wait();
+    } else {
+      dnnl::stream stream(eng);
+      dnnl::reorder(from, to).execute(stream, from, to);
+      stream.wait();
+    }
+    RunContext plain_rc = rc;
+    plain_rc.inputs[0] = &copy;
+    return loop->Run(plain_rc);
+  });
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareResizeLoops(PrepareContext& ctx);
+
 StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
+  return ReadingPlain(ctx, PrepareResizeLoops(ctx));
+}
+
+StatusOr<std::unique_ptr<Kernel>> PrepareResizeLoops(PrepareContext& ctx) {
   if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
   if (ResizeNeedsRunTimeData(ctx)) {
     ctx.out_dtypes[0] = ctx.in_dtypes[0];
@@ -720,6 +801,10 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx) {
                                ctx.node().GetFloat("extrapolation_value", 0.f));
   }
   ASSIGN_OR_RETURN(auto taps, ResizeTaps(ctx, x, out, scales, mode));
+  if (mode == "nearest") {
+    ASSIGN_OR_RETURN(auto dnnl_kernel, DnnlNearestUpsample(ctx, x, out, taps));
+    if (dnnl_kernel) return dnnl_kernel;
+  }
   auto strides = RowMajorStrides(x);
   if (mode == "nearest")
     return NearestResizeKernel(ctx.in_dtypes[0], std::move(out), std::move(taps),
@@ -762,7 +847,8 @@ void RegisterIndexingOps(std::vector<OpDef>* ops) {
        {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
         "exclude_outside", "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy"},
        CheckResize,
-       PrepareResize});
+       PrepareResize,
+       0b1});
 }
 
 }  // namespace shoal::engine::internal

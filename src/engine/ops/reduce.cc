@@ -1,7 +1,7 @@
 // Reductions over a set of axes: ReduceMean, ReduceSum, ReduceMax, ReduceMin,
 // ReduceProd, ReduceSumSquare, ReduceL2. FP32 Mean/Sum/Max/Min run on oneDNN's
 // reduction primitive; other types and empty inputs in the engine's own loop. ArgMax and
-// ArgMin (one axis, INT64 indices) in the engine's loop.
+// ArgMin (one axis, int64 indices) are the engine's own loop.
 #include <cmath>
 #include <limits>
 
@@ -128,45 +128,72 @@ StatusOr<std::unique_ptr<Kernel>> PrepareReduce(PrepareContext& ctx) {
   return LoopReduceKernel(op, t, x, BroadcastStrides(kept, x), count);
 }
 
-// ArgMax / ArgMin over one axis: the index of the first (or, with select_last_index, the
-// last) extreme value. NaN compares as neither larger nor smaller.
+// ArgMax / ArgMin along one axis: int64 indices, the first extreme (the last with
+// select_last_index). The loop walks the reduced axis outermost within each outer slice,
+// so that it reads the input in order and compares `inner` contiguous values at a time.
 StatusOr<std::unique_ptr<Kernel>> PrepareArgExtreme(PrepareContext& ctx) {
   const Node& node = ctx.node();
   if (ctx.num_inputs() != 1 || !ctx.has_input(0)) return ctx.Error("needs data");
   const Shape& x = ctx.in_shapes[0];
-  auto axis = NormalizeAxis(node.GetInt("axis", 0), static_cast<int64_t>(x.size()));
-  if (!axis.ok() || x.empty()) return ctx.Error("axis is out of range for " + ShapeToString(x));
-  const int64_t dim = x[*axis];
-  if (dim == 0) return ctx.Error("the axis is empty");
+  const int64_t r = static_cast<int64_t>(x.size());
+  auto axis = NormalizeAxis(node.GetInt("axis", 0), r);
+  if (!axis.ok() || r == 0) return ctx.Error("axis is out of range for " + ShapeToString(x));
+  const int64_t ax = *axis;
+  const int64_t dim = x[ax];
+  if (dim == 0) return ctx.Error("cannot take the arg extreme of an empty axis");
   const bool keep = node.GetInt("keepdims", 1) != 0;
   const bool last = node.GetInt("select_last_index", 0) != 0;
-  const bool max = node.op_type == "ArgMax";
+  const bool is_max = node.op_type == "ArgMax";
+  const DataType t = ctx.in_dtypes[0];
+  Status ok = DispatchNumeric(t, []<typename T>() {});
+  if (!ok.ok()) return ctx.Error(ok.message());
   Shape out;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (static_cast<int64_t>(i) != *axis)
+  for (int64_t i = 0; i < r; ++i) {
+    if (i != ax)
       out.push_back(x[i]);
     else if (keep)
       out.push_back(1);
   }
   ctx.out_shapes[0] = out;
   ctx.out_dtypes[0] = DataType::kInt64;
-  const DataType t = ctx.in_dtypes[0];
-  Status ok = DispatchNumeric(t, []<typename T>() {});
-  if (!ok.ok()) return ctx.Error(ok.message());
-  const int64_t outer = Product(x, 0, *axis), inner = Product(x, *axis + 1);
-  return MakeFn([=](const RunContext& rc) {
+  const int64_t outer = Product(x, 0, ax), inner = Product(x, ax + 1);
+  return MakeFn([=](const RunContext& rc) -> Status {
     return DispatchNumeric(t, [&]<typename T>() {
       const T* in = rc.inputs[0]->values<T>().data();
-      int64_t* o = rc.outputs[0]->mutable_values<int64_t>().data();
-      for (int64_t a = 0; a < outer; ++a) {
-        for (int64_t i = 0; i < inner; ++i) {
-          const T* s = in + a * dim * inner + i;
-          int64_t best = 0;
-          for (int64_t j = 1; j < dim; ++j) {
-            const T v = s[j * inner], b = s[best * inner];
-            if (max ? (v > b || (last && v == b)) : (v < b || (last && v == b))) best = j;
+      int64_t* idx = rc.outputs[0]->mutable_values<int64_t>().data();
+      if (inner == 1) {  // the last axis (a detector's best class): one scan per row
+        for (int64_t o = 0; o < outer; ++o) {
+          const T* s = in + o * dim;
+          T b = s[0];
+          int64_t at = 0;
+          for (int64_t k = 1; k < dim; ++k) {
+            const T v = s[k];
+            if (is_max ? (last ? v >= b : v > b) : (last ? v <= b : v < b)) {
+              b = v;
+              at = k;
+            }
           }
-          o[a * inner + i] = best;
+          idx[o] = at;
+        }
+        return;
+      }
+      std::vector<T> best(static_cast<size_t>(inner));
+      for (int64_t o = 0; o < outer; ++o) {
+        const T* s = in + o * dim * inner;
+        int64_t* d = idx + o * inner;
+        std::copy(s, s + inner, best.begin());
+        std::fill(d, d + inner, 0);
+        for (int64_t k = 1; k < dim; ++k) {
+          const T* row = s + k * inner;
+          for (int64_t i = 0; i < inner; ++i) {
+            const T v = row[i];
+            T& b = best[static_cast<size_t>(i)];
+            const bool better = is_max ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
+            if (better) {
+              b = v;
+              d[i] = k;
+            }
+          }
         }
       }
     });
@@ -176,12 +203,12 @@ StatusOr<std::unique_ptr<Kernel>> PrepareArgExtreme(PrepareContext& ctx) {
 }  // namespace
 
 void RegisterReduceOps(std::vector<OpDef>* ops) {
-  for (std::string_view op : {"ArgMax", "ArgMin"})
-    ops->push_back({"", op, {"axis", "keepdims", "select_last_index"}, nullptr, PrepareArgExtreme});
   for (std::string_view op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
                               "ReduceSumSquare", "ReduceL2"}) {
     ops->push_back({"", op, {"axes", "keepdims", "noop_with_empty_axes"}, nullptr, PrepareReduce});
   }
+  for (std::string_view op : {"ArgMax", "ArgMin"})
+    ops->push_back({"", op, {"axis", "keepdims", "select_last_index"}, nullptr, PrepareArgExtreme});
 }
 
 }  // namespace shoal::engine::internal

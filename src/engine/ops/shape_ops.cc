@@ -5,6 +5,7 @@
 // in the engine's own loops.
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "engine/internal/broadcast.h"
 #include "engine/internal/op_util.h"
@@ -344,6 +345,90 @@ StatusOr<std::unique_ptr<Kernel>> PrepareTile(PrepareContext& ctx) {
   });
 }
 
+// Concat reads its inputs in any layout (OpDef::any_layout_inputs): a U-Net's skip
+// connection and upsampled path arrive channels-last from their convolutions and stay
+// so. Inputs of one type (f32, or bf16 in a bf16 plan) of which some are not plain
+// concatenate on oneDNN's concat primitive (its output in their layout when every reader
+// takes any layout), mixed ones too, in FP32; where oneDNN has no concat for them each
+// is reordered into its slice of a plain FP32 output.
+// Null when every input is plain: the byte loop as it is.
+StatusOr<std::unique_ptr<Kernel>> ConcatInLayout(PrepareContext& ctx, const Shape& out,
+                                                 int64_t axis) {
+  if (ctx.in_dtypes[0] != DataType::kFp32) return std::unique_ptr<Kernel>();
+  std::vector<dnnl::memory::desc> descs, plains;
+  bool non_plain = false, one_type = true, empty = Product(out) == 0;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    plains.push_back(PlainDesc(ctx.in_shapes[i], DataType::kFp32));
+    descs.push_back(ctx.InDesc(i, plains.back()));
+    non_plain |= descs.back() != plains.back();
+    one_type &= descs.back().data.data_type == descs[0].data.data_type;
+    empty |= Product(ctx.in_shapes[i]) == 0;
+  }
+  if (!non_plain) return std::unique_ptr<Kernel>();
+  const auto& eng = *ctx.dnnl_engine;
+  const dnnl::memory::desc plain_out = PlainDesc(out, DataType::kFp32);
+  std::optional<dnnl::concat::primitive_desc> concat;
+  if (!empty) {
+    // Inputs of one type (f32, or bf16 in a bf16 plan) concatenate in it, mixed ones (a
+    // bf16 convolution's output beside an fp32 ConvTranspose's) in FP32; a plain output
+    // is FP32 (oneDNN converts on the way).
+    const auto dt = one_type ? static_cast<dnnl::memory::data_type>(descs[0].data.data_type)
+                             : dnnl::memory::data_type::f32;
+    const dnnl::memory::desc dst_any =
+        ctx.out_any_layout[0] ? dnnl::memory::desc(ToDims(out), dt, dnnl::memory::format_tag::any)
+                              : plain_out;
+    try {
+      concat.emplace(dst_any, static_cast<int>(axis), descs, eng);
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (concat) {
+    const dnnl::concat::primitive_desc& pd = *concat;
+    dnnl::memory::desc dst_out = plain_out;
+    if (ctx.out_any_layout[0] && pd.dst_desc() != plain_out) {
+      dst_out = pd.dst_desc();
+      ctx.out_descs[0] = dst_out;
+    }
+    auto k = std::make_unique<DnnlKernel>();
+    k->primitive = dnnl::concat(pd);
+    for (size_t i = 0; i < descs.size(); ++i)
+      k->BindInput(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), descs[i], eng, static_cast<int>(i));
+    k->BindOutputAs(DNNL_ARG_DST, pd.dst_desc(), dst_out, eng, 0);
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  // Otherwise (mixed types oneDNN's concat refuses, or empty inputs): each input is
+  // reordered straight into its slice of the plain FP32 output, converting on the way.
+  struct Part {
+    dnnl::memory::desc from, to;
+    dnnl::reorder prim;
+  };
+  std::vector<std::optional<Part>> parts;
+  dnnl::memory::dims offsets(out.size(), 0);
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const Shape& shape = ctx.in_shapes[i];
+    if (Product(shape) == 0) {
+      parts.emplace_back();
+      continue;
+    }
+    const dnnl::memory::desc sub = plain_out.submemory_desc(ToDims(shape), offsets);
+    parts.push_back(
+        Part{descs[i], sub, dnnl::reorder(dnnl::reorder::primitive_desc(eng, descs[i], eng, sub))});
+    offsets[static_cast<size_t>(axis)] += shape[static_cast<size_t>(axis)];
+  }
+  return MakeFn([parts, eng](const RunContext& rc) -> Status {
+    dnnl::stream local(eng);
+    dnnl::stream& stream = rc.stream != nullptr ? *rc.stream : local;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!parts[i]) continue;
+      dnnl::memory from(parts[i]->from, eng, const_cast<void*>(rc.inputs[i]->data()));
+      dnnl::memory to(parts[i]->to, eng, rc.outputs[0]->mutable_data());
+      parts[i]->prim.execute(stream, from, to);
+    }
+    stream.wait();
+    return Status::Ok();
+  });
+}
+
 StatusOr<std::unique_ptr<Kernel>> PrepareConcat(PrepareContext& ctx) {
   if (ctx.num_inputs() == 0) return ctx.Error("needs at least one input");
   if (!ctx.node().attr("axis")) return ctx.Error("attribute 'axis' is required");
@@ -368,6 +453,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConcat(PrepareContext& ctx) {
   }
   ctx.out_shapes[0] = out;
   ctx.out_dtypes[0] = ctx.in_dtypes[0];
+  ASSIGN_OR_RETURN(auto in_layout, ConcatInLayout(ctx, out, *axis));
+  if (in_layout) return in_layout;
   const int64_t outer = Product(first, 0, *axis);
   const int64_t inner_bytes =
       Product(first, *axis + 1) * static_cast<int64_t>(DataTypeSize(ctx.in_dtypes[0]));
@@ -509,7 +596,7 @@ void RegisterShapeOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "Transpose", {"perm"}, nullptr, PrepareTranspose});
   ops->push_back({"", "Expand", {}, nullptr, PrepareExpand});
   ops->push_back({"", "Tile", {}, nullptr, PrepareTile});
-  ops->push_back({"", "Concat", {"axis"}, nullptr, PrepareConcat});
+  ops->push_back({"", "Concat", {"axis"}, nullptr, PrepareConcat, ~0u});
   ops->push_back({"", "Split", {"axis", "split", "num_outputs"}, nullptr, PrepareSplit});
   ops->push_back({"", "ConstantOfShape", {"value"}, nullptr, PrepareConstantOfShape});
   ops->push_back({"", "Range", {}, nullptr, PrepareRange});
