@@ -698,8 +698,10 @@ bool ResizeNeedsRunTimeData(const PrepareContext& ctx) {
 StatusOr<std::unique_ptr<Kernel>> DnnlNearestUpsample(PrepareContext& ctx, const Shape& x,
                                                       const Shape& out,
                                                       const std::vector<std::vector<Tap>>& taps) {
-  if (ctx.in_dtypes[0] != DataType::kFp32 || x.size() < 3 || x.size() > 5 || out[0] != x[0] ||
-      out[1] != x[1] || Product(x) == 0)
+  // A Resize prepared at run time (RunTimeResizeKernel) has no oneDNN engine in its
+  // context, and its source is already plain: it takes the engine's loops.
+  if (ctx.dnnl_engine == nullptr || ctx.in_dtypes[0] != DataType::kFp32 || x.size() < 3 ||
+      x.size() > 5 || out[0] != x[0] || out[1] != x[1] || Product(x) == 0)
     return std::unique_ptr<Kernel>();
   for (size_t d = 2; d < x.size(); ++d) {
     if (out[d] % x[d] != 0) return std::unique_ptr<Kernel>();
