@@ -312,15 +312,16 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
     for (int64_t b = 0; b < p.n; ++b) {
       for (int64_t i = 0; i < plane; ++i) {
         const float* gp = grid + (b * plane + i) * 2;
-        const float ux = InRange(Unnormalize(p, gp[0], p.w));
-        const float uy = InRange(Unnormalize(p, gp[1], p.h));
+        const float ux = Unnormalize(p, gp[0], p.w), uy = Unnormalize(p, gp[1], p.h);
         const float sx = Pad(p, ux, p.w), sy = Pad(p, uy, p.h);
+        // Bicubic taps are padded one by one, from the unpadded coordinate.
+        const float cx = InRange(ux), cy = InRange(uy);
         for (int64_t ch = 0; ch < p.c; ++ch) {
           const float* img = xs + (b * p.c + ch) * p.h * p.w;
           float v;
           if (p.cubic) {
-            const float fy = std::floor(uy), fx = std::floor(ux);
-            const auto wy = cubic(uy - fy), wx = cubic(ux - fx);
+            const float fy = std::floor(cy), fx = std::floor(cx);
+            const auto wy = cubic(cy - fy), wx = cubic(cx - fx);
             v = 0.f;
             for (int i = 0; i < 4; ++i) {
               const float ty = Pad(p, fy - 1 + static_cast<float>(i), p.h);
