@@ -184,5 +184,29 @@ TEST_F(RunTimeResizeTest, BadRunTimeSizesAreErrorsNotCrashes) {
   RunAndCheck(Random({1, 2, 3, 4}, 3), I64({4}, {1, 2, 2, 2}));
 }
 
+// A run-time Resize is checked against the model's PlanLimits::max_tensor_bytes, not a
+// fixed 4 GiB.
+TEST(RunTimeResizeLimitsTest, OutputIsCheckedAgainstTheModelsLimit) {
+  GraphBuilder b;
+  const int x = b.Input("x", {1, 1, 2, 2});
+  const int p = b.Input("param", {4}, DataType::kInt64);
+  const int r = b.Op("Resize", "r", {x, -1, -1, p}, {{"mode", AString("nearest")}});
+  LoadOptions load;
+  load.limits.max_tensor_bytes = 256;  // 64 floats
+  auto model = Model::FromGraph(b.Finish(r), load);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> outs;
+  Status s =
+      (*session)->Run({{"x", Random({1, 1, 2, 2}, 1)}, {"param", I64({4}, {1, 1, 8, 8})}}, &outs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(outs[0].tensor.shape(), (Shape{1, 1, 8, 8}));
+  s = (*session)->Run({{"x", Random({1, 1, 2, 2}, 1)}, {"param", I64({4}, {1, 1, 8, 9})}}, &outs);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("node 'r' (Resize): output [1,1,8,9]"));
+  EXPECT_THAT(s.message(), HasSubstr("more than 64 elements"));
+}
+
 }  // namespace
 }  // namespace shoal::engine

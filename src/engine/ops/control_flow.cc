@@ -547,15 +547,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareLoop(PrepareContext& ctx) {
     ctx.out_dtypes[n + s] = d;
     ctx.out_dynamic[n + s] = 1;
     k->scan_dtypes.push_back(d);
-    // A row of data-dependent shape has, for a loop that runs no iteration, the rank the
-    // body declares (its unknown dimensions 0); without a declared shape, rank 0.
-    Shape row;
-    if (!plan->dynamic()[v]) {
-      row = plan->shapes()[v];
-    } else if (body.values[v].shape) {
-      for (const Dim& d : *body.values[v].shape) row.push_back(d.known() ? d.value : 0);
-    }
-    k->scan_rows.push_back(std::move(row));
+    // A row of data-dependent shape is unknown when the loop runs no iteration (the
+    // shapes a body declares are dropped at load): such a scan output is then [0].
+    k->scan_rows.push_back(plan->dynamic()[v] ? Shape{} : plan->shapes()[v]);
   }
   return std::unique_ptr<Kernel>(std::move(k));
 }
