@@ -2,11 +2,13 @@
 // (models/generate_control_flow.py) against their references, with and without the
 // graph optimiser; how the importer makes outer-scope reads explicit; and load errors.
 #include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 
 #include "engine/onnx_importer.h"
@@ -302,6 +304,330 @@ TEST(ControlFlowRunTest, CounterLoopOnAHandBuiltGraph) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_EQ(outputs.size(), 1u);
     EXPECT_EQ(Values(outputs[0].tensor), std::vector<float>{0.5f + static_cast<float>(trips)});
+  }
+}
+
+// ---- Limits and folding ----
+
+// A Loop with a constant trip count of 1e12, no condition and scan output i (a hostile
+// model): once hung the load (folded or probed at plan time) and grew memory.
+constexpr const char* kHugeLoop = R"pb(
+  ir_version: 8
+  opset_import { domain: "" version: 17 }
+  graph {
+    name: "g"
+    initializer {
+      name: "M"
+      data_type: 7
+      dims: []
+      int64_data: 1000000000000
+    }
+    input {
+      name: "x"
+      type {
+        tensor_type {
+          elem_type: 1
+          shape { dim { dim_value: 1 } }
+        }
+      }
+    }
+    node {
+      op_type: "Loop"
+      input: "M"
+      input: ""
+      output: "scan"
+      name: "loop"
+      attribute {
+        name: "body"
+        type: GRAPH
+        g {
+          name: "body"
+          input {
+            name: "i"
+            type {
+              tensor_type {
+                elem_type: 7
+                shape {}
+              }
+            }
+          }
+          input {
+            name: "c"
+            type {
+              tensor_type {
+                elem_type: 9
+                shape {}
+              }
+            }
+          }
+          node { op_type: "Identity" input: "c" output: "c_out" }
+          node { op_type: "Identity" input: "i" output: "i_out" }
+          output {
+            name: "c_out"
+            type {
+              tensor_type {
+                elem_type: 9
+                shape {}
+              }
+            }
+          }
+          output {
+            name: "i_out"
+            type {
+              tensor_type {
+                elem_type: 7
+                shape {}
+              }
+            }
+          }
+        }
+      }
+    }
+    node { op_type: "Identity" input: "x" output: "y" }
+    output {
+      name: "scan"
+      type {
+        tensor_type {
+          elem_type: 7
+          shape { dim { dim_param: "n" } }
+        }
+      }
+    }
+    output {
+      name: "y"
+      type {
+        tensor_type {
+          elem_type: 1
+          shape { dim { dim_value: 1 } }
+        }
+      }
+    }
+  })pb";
+
+// A constant Loop (M = 3) carrying an empty float, with scan output i = 0, 1, 2: folding
+// used to skip the run (first output empty) and fold the scan as a scalar 0.
+constexpr const char* kEmptyFirstOutputLoop = R"pb(
+  ir_version: 8
+  opset_import { domain: "" version: 17 }
+  graph {
+    name: "g"
+    initializer {
+      name: "M"
+      data_type: 7
+      dims: []
+      int64_data: 3
+    }
+    initializer {
+      name: "e"
+      data_type: 1
+      dims: [ 0 ]
+    }
+    input {
+      name: "x"
+      type {
+        tensor_type {
+          elem_type: 1
+          shape { dim { dim_value: 1 } }
+        }
+      }
+    }
+    node {
+      op_type: "Loop"
+      input: "M"
+      input: ""
+      input: "e"
+      output: "e_out"
+      output: "scan"
+      name: "loop"
+      attribute {
+        name: "body"
+        type: GRAPH
+        g {
+          name: "body"
+          input {
+            name: "i"
+            type {
+              tensor_type {
+                elem_type: 7
+                shape {}
+              }
+            }
+          }
+          input {
+            name: "c"
+            type {
+              tensor_type {
+                elem_type: 9
+                shape {}
+              }
+            }
+          }
+          input {
+            name: "ein"
+            type {
+              tensor_type {
+                elem_type: 1
+                shape { dim { dim_value: 0 } }
+              }
+            }
+          }
+          node { op_type: "Identity" input: "c" output: "c_out" }
+          node { op_type: "Identity" input: "ein" output: "eo" }
+          node { op_type: "Identity" input: "i" output: "i_out" }
+          output {
+            name: "c_out"
+            type {
+              tensor_type {
+                elem_type: 9
+                shape {}
+              }
+            }
+          }
+          output {
+            name: "eo"
+            type {
+              tensor_type {
+                elem_type: 1
+                shape { dim { dim_value: 0 } }
+              }
+            }
+          }
+          output {
+            name: "i_out"
+            type {
+              tensor_type {
+                elem_type: 7
+                shape {}
+              }
+            }
+          }
+        }
+      }
+    }
+    node { op_type: "Identity" input: "x" output: "y" }
+    output {
+      name: "scan"
+      type { tensor_type { elem_type: 7 } }
+    }
+    output {
+      name: "y"
+      type {
+        tensor_type {
+          elem_type: 1
+          shape { dim { dim_value: 1 } }
+        }
+      }
+    }
+  })pb";
+
+StatusOr<std::unique_ptr<Model>> LoadText(const char* text, const LoadOptions& load) {
+  onnx::ModelProto m;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &m))
+    return InvalidArgument("bad text proto");
+  ASSIGN_OR_RETURN(Graph g, ImportOnnxBytes(m.SerializeAsString(), ""));
+  return Model::FromGraph(std::move(g), load);
+}
+
+Status RunWithX(const Model& model, std::vector<NamedTensor>* outputs) {
+  auto session = Session::Create(model, Opts(1));
+  if (!session.ok()) return session.status();
+  return (*session)->Run({{"x", F32({1}, {1.f})}}, outputs);
+}
+
+TEST(ControlFlowLimitsTest, HugeConstantLoopLoadsAndStopsAtTheIterationCap) {
+  for (bool optimize : {false, true}) {
+    SCOPED_TRACE(optimize);
+    LoadOptions load;
+    load.optimize.enabled = optimize;
+    load.limits.max_loop_iterations = 1000;
+    auto model = LoadText(kHugeLoop, load);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::vector<NamedTensor> outputs;
+    Status s = RunWithX(**model, &outputs);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("node 'loop' (Loop): runs more than 1000 iterations"));
+    EXPECT_THAT(s.message(), HasSubstr("max_loop_iterations"));
+  }
+}
+
+TEST(ControlFlowLimitsTest, ScanOutputsCountAgainstMaxTensorBytes) {
+  LoadOptions load;
+  load.limits.max_tensor_bytes = 800;  // 100 int64 rows
+  auto model = LoadText(kHugeLoop, load);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<NamedTensor> outputs;
+  Status s = RunWithX(**model, &outputs);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("node 'loop' (Loop): scan output 0 grows past 800 bytes"));
+  EXPECT_THAT(s.message(), HasSubstr("in iteration 100"));
+}
+
+// Run time: a trip count of INT64_MAX (PyTorch's while loops) stops at the cap; a count
+// within it runs.
+TEST(ControlFlowLimitsTest, RunTimeTripCountStopsAtTheIterationCap) {
+  GraphBuilder b;
+  const int m = b.Input("m", {}, DataType::kInt64);
+  const int v = b.Input("v", {1});
+  const int out = b.Op("Loop", "loop", {m, -1, v}, {{"body", AGraph(CounterBody())}});
+  LoadOptions load;
+  load.limits.max_loop_iterations = 50;
+  auto model = Model::FromGraph(b.Finish(out), load);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> outputs;
+  Status s = (*session)->Run({{"m", I64({}, {50})}, {"v", F32({1}, {0.f})}}, &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Values(outputs[0].tensor), std::vector<float>{50.f});
+  s = (*session)->Run(
+      {{"m", I64({}, {std::numeric_limits<int64_t>::max()})}, {"v", F32({1}, {0.f})}}, &outputs);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("node 'loop' (Loop): runs more than 50 iterations"));
+}
+
+TEST(ControlFlowFoldTest, LoopWithAnEmptyFirstOutputKeepsItsScanOutput) {
+  for (bool optimize : {false, true}) {
+    SCOPED_TRACE(optimize);
+    LoadOptions load;
+    load.optimize.enabled = optimize;
+    auto model = LoadText(kEmptyFirstOutputLoop, load);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::vector<NamedTensor> outputs;
+    Status s = RunWithX(**model, &outputs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(outputs[0].name, "scan");
+    ASSERT_EQ(outputs[0].tensor.shape(), (Shape{3}));
+    EXPECT_EQ(IntValues(outputs[0].tensor), (std::vector<int64_t>{0, 1, 2}));
+  }
+}
+
+// Subgraphs are planned under the model's limits: a branch making a [8, 2] float (64
+// bytes) cannot be prepared under max_tensor_bytes 32, and fails the runs that take it.
+TEST(ControlFlowLimitsTest, BranchesArePlannedUnderTheModelsLimits) {
+  GraphBuilder b;
+  const int cond = b.Input("cond", {}, DataType::kBool);
+  const int x = b.Input("x", {2});
+  const int out = b.Op(
+      "If", "choose", {cond, x},
+      {{"then_branch", AGraph(CapturingBranch("Add", F32({8, 2}, std::vector<float>(16, 1.f))))},
+       {"else_branch", AGraph(CapturingBranch("Mul", F32({1}, {10})))}});
+  LoadOptions load;
+  load.limits.max_tensor_bytes = 32;
+  auto model = Model::FromGraph(b.Finish(out), load);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> outputs;
+  Status s = (*session)->Run({{"cond", Bool({}, {0})}, {"x", F32({2}, {1.5f, -2.f})}}, &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Values(outputs[0].tensor), (std::vector<float>{15.f, -20.f}));
+  for (int i = 0; i < 2; ++i) {  // the stored error, each time
+    s = (*session)->Run({{"cond", Bool({}, {1})}, {"x", F32({2}, {1.5f, -2.f})}}, &outputs);
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.message(), HasSubstr("node 'choose' (If): subgraph 'then_branch'"));
   }
 }
 

@@ -33,6 +33,7 @@
 namespace shoal::engine {
 
 class WeightCache;
+struct PlanLimits;
 
 // Precision tiers (precision.h): the arithmetic convolutions and matrix products use.
 // Everything else stays FP32, and so do the model's inputs and outputs.
@@ -92,6 +93,9 @@ struct PrepareContext {
   std::vector<char> out_dynamic;
   const dnnl::engine* dnnl_engine = nullptr;
   WeightCache* weights = nullptr;
+  // The plan's limits (plan.h), for operators that size things from data at run time or
+  // plan subgraphs; null means the default PlanLimits.
+  const PlanLimits* limits = nullptr;
   // Memory layouts. An input whose producer chose a oneDNN layout (blocked, such as
   // nChw16c) has its descriptor here; an empty descriptor (ndims 0) means the plain
   // row-major layout of its dtype. Only operators whose OpDef::any_layout_inputs allow it
@@ -166,6 +170,10 @@ class Kernel {
   // The library implementation the kernel runs (oneDNN's name for its primitive, such as
   // "brgconv:avx512_core"); empty for the engine's own kernels.
   virtual std::string implementation() const { return {}; }
+  // False when running the kernel may take unbounded time at load (Loop, or an If whose
+  // branches hold one): such a node whose inputs are all known at plan time is neither
+  // folded by the optimiser nor run by Plan::Prepare; it runs as a step at every run.
+  virtual bool runs_at_plan_time() const { return true; }
 };
 
 struct OpDef {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "core/fp16.h"
 #include "engine/internal/op_util.h"
@@ -233,7 +234,11 @@ Status EvaluateNode(const Graph& g, int n, const dnnl::engine& eng, dnnl::stream
     ASSIGN_OR_RETURN(kernel, def->prepare(ctx));
   } catch (const dnnl::error& e) {
     return InvalidArgument(e.what());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory");
   }
+  // A Loop may run without end: it runs per request, under PlanLimits.
+  if (kernel && !kernel->runs_at_plan_time()) return Unimplemented("not folded");
   outs->assign(node.outputs.size(), Tensor());
   bool computed = true;
   for (size_t o = 0; o < node.outputs.size(); ++o) {
@@ -262,11 +267,20 @@ Status EvaluateNode(const Graph& g, int n, const dnnl::engine& eng, dnnl::stream
     if (node.outputs[o] >= 0) (*outs)[o] = Tensor::Allocate(ctx.out_dtypes[o], ctx.out_shapes[o]);
     rc.outputs.push_back(node.outputs[o] >= 0 ? &(*outs)[o] : nullptr);
   }
+  // As Plan::AddStep: nothing to compute only when every present output is empty and
+  // none is data-dependent (a Loop whose first output is empty still has scan outputs).
+  bool all_empty = true;
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    if (node.outputs[o] >= 0 && (ctx.out_dynamic[o] || Product(ctx.out_shapes[o]) != 0))
+      all_empty = false;
+  }
   try {
-    if (Product(ctx.out_shapes[0]) != 0) RETURN_IF_ERROR(kernel->Run(rc));
+    if (!all_empty) RETURN_IF_ERROR(kernel->Run(rc));
     stream.wait();
   } catch (const dnnl::error& e) {
     return InvalidArgument(e.what());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory");
   }
   return Status::Ok();
 }

@@ -253,6 +253,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
     ctx.options = options.KeepsFp32(static_cast<int>(n)) ? &fp32_options : &options;
     ctx.dnnl_engine = &engine;
     ctx.weights = weights;
+    ctx.limits = &limits;
     bool all_known = true;
     RETURN_IF_ERROR(plan->FillContext(static_cast<int>(n), defined, layouts.any_layout,
                                       layouts.quantizable, &ctx, &all_known));
@@ -425,7 +426,7 @@ Status Plan::AddStep(int n, std::unique_ptr<Kernel> kernel, bool all_known, dnnl
     steps_.push_back(std::move(step));
     return Status::Ok();
   }
-  if (all_known) {
+  if (all_known && step.kernel->runs_at_plan_time()) {
     RETURN_IF_ERROR(RunNow(step, stream));
     // A data-dependent shape computed now is a plan constant like any other.
     for (int v : node.outputs) {
@@ -507,6 +508,7 @@ Status Plan::PrepareDynamic(const Step& step, dnnl::stream& stream,
   const dnnl::engine engine = stream.get_engine();
   ctx.dnnl_engine = &engine;
   ctx.weights = weights_;
+  ctx.limits = &limits_;
   for (int v : step.inputs) {
     ctx.in_values.push_back(v);
     if (v < 0) {

@@ -85,6 +85,11 @@ struct PlanLimits {
   // Preparations of a data-dependent step kept per step (see above), the least recently
   // used evicted first. Default 4; 0 prepares such steps at every run.
   int dynamic_cache_entries = 4;
+  // Most iterations one Loop node may run (a model whose trip count or condition never
+  // ends the loop, such as PyTorch's while loops exported with M = INT64_MAX, fails with
+  // RESOURCE_EXHAUSTED naming the node instead of hanging). A Loop's scan outputs count
+  // against max_tensor_bytes as they grow. Default 1 << 20.
+  int64_t max_loop_iterations = int64_t{1} << 20;
 };
 
 // Estimated FLOPs of one node at the given value shapes: multiply-adds count 2 for Conv,

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine/model.h"
 #include "engine/test_util.h"
 
@@ -46,6 +48,31 @@ TEST(GridSampleVolumeTest, BicubicOnAVolumeAndMismatchedGridsAreRefused) {
   out = RunOp("GridSample", {{Random({1, 1, 2, 2, 2, 2}, 1)}, {Random({1, 1, 1, 1, 3}, 2)}});
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("X must be 4-D"));
+}
+
+// NaN and infinite grid coordinates read as outside (0 with zeros padding), as PyTorch
+// treats them, in every mode on 4-D and 5-D X; border padding clamps an infinity to the
+// edge. (They used to reach int64_t casts of NaN and give NaN.)
+TEST(GridSampleTest, NonFiniteGridIsOutside) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor x = F32({1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor grid = F32({1, 1, 4, 2}, {nan, 0, 0, nan, inf, 0, -inf, nan});
+  for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+    SCOPED_TRACE(mode);
+    auto out = Run1("GridSample", {{x}, {grid}}, {{"mode", AString(mode)}});
+    EXPECT_EQ(Values(out[0]), (std::vector<float>{0, 0, 0, 0}));
+  }
+  auto border = Run1("GridSample", {{x}, {F32({1, 1, 2, 2}, {nan, -1, inf, -1})}},
+                     {{"padding_mode", AString("border")}, {"align_corners", AInt(1)}});
+  EXPECT_EQ(Values(border[0]), (std::vector<float>{0, 2}));
+  const Tensor v = F32({1, 1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor vgrid = F32({1, 1, 1, 2, 3}, {nan, 0, 0, 0, 0, inf});
+  for (const char* mode : {"bilinear", "nearest"}) {
+    SCOPED_TRACE(mode);
+    auto out = Run1("GridSample", {{v}, {vgrid}}, {{"mode", AString(mode)}});
+    EXPECT_EQ(Values(out[0]), (std::vector<float>{0, 0}));
+  }
 }
 
 // A PyTorch export of F.interpolate(p5, size=c4.shape[-2:]) (FPN/U-Net style), nearest
@@ -155,6 +182,30 @@ TEST_F(RunTimeResizeTest, BadRunTimeSizesAreErrorsNotCrashes) {
   EXPECT_FALSE(s.ok());
   // And the session still serves.
   RunAndCheck(Random({1, 2, 3, 4}, 3), I64({4}, {1, 2, 2, 2}));
+}
+
+// A run-time Resize is checked against the model's PlanLimits::max_tensor_bytes, not a
+// fixed 4 GiB.
+TEST(RunTimeResizeLimitsTest, OutputIsCheckedAgainstTheModelsLimit) {
+  GraphBuilder b;
+  const int x = b.Input("x", {1, 1, 2, 2});
+  const int p = b.Input("param", {4}, DataType::kInt64);
+  const int r = b.Op("Resize", "r", {x, -1, -1, p}, {{"mode", AString("nearest")}});
+  LoadOptions load;
+  load.limits.max_tensor_bytes = 256;  // 64 floats
+  auto model = Model::FromGraph(b.Finish(r), load);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> outs;
+  Status s =
+      (*session)->Run({{"x", Random({1, 1, 2, 2}, 1)}, {"param", I64({4}, {1, 1, 8, 8})}}, &outs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(outs[0].tensor.shape(), (Shape{1, 1, 8, 8}));
+  s = (*session)->Run({{"x", Random({1, 1, 2, 2}, 1)}, {"param", I64({4}, {1, 1, 8, 9})}}, &outs);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("node 'r' (Resize): output [1,1,8,9]"));
+  EXPECT_THAT(s.message(), HasSubstr("more than 64 elements"));
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ StatusOr<std::vector<NamedTensor>> ReadTensorFile(const std::string& path) {
   size_t pos = 0;
   auto take = [&](void* dst, size_t n) -> bool {
     if (pos + n > data.size()) return false;
-    std::memcpy(dst, data.data() + pos, n);
+    if (n) std::memcpy(dst, data.data() + pos, n);  // dst may be null for 0 bytes
     pos += n;
     return true;
   };

@@ -20,7 +20,10 @@
 //     iteration) are data-dependent.
 //
 // Subgraphs run in FP32 whatever the plan's precision tier, with their own weight cache
-// (value ids are per graph) and the default PlanLimits.
+// (value ids are per graph) and the outer plan's PlanLimits. A Loop runs at most
+// PlanLimits::max_loop_iterations iterations, and its scan outputs count against
+// max_tensor_bytes as they grow; a Loop (or an If whose branches hold one) never runs at
+// load (Kernel::runs_at_plan_time), even when all its inputs are constants.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -63,6 +66,7 @@ class SubgraphRunner {
         engine_(*ctx.dnnl_engine),
         what_(std::move(what)),
         weights_(std::make_unique<WeightCache>()) {
+    if (ctx.limits) limits_ = *ctx.limits;
     options_.conv_algorithm = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::kDirect;
     for (const Tensor* t : fixed) fixed_.push_back(t ? *t : Tensor());
   }
@@ -72,15 +76,19 @@ class SubgraphRunner {
   // The plan for these input shapes and dtypes, prepared on first use.
   StatusOr<Plan*> PlanFor(const std::vector<Shape>& shapes, const std::vector<DataType>& dtypes,
                           dnnl::stream& stream) {
-    for (auto& e : plans_) {
-      if (e.shapes == shapes && e.dtypes == dtypes) return e.plan.get();
+    for (size_t i = 0; i < plans_.size(); ++i) {
+      if (plans_[i].shapes == shapes && plans_[i].dtypes == dtypes) {
+        // Least recently used last to go: the entry found moves to the back.
+        std::rotate(plans_.begin() + i, plans_.begin() + i + 1, plans_.end());
+        return plans_.back().plan.get();
+      }
     }
     if (shapes.size() != graph_->inputs.size())
       return Internal(what_ + ": wrong number of subgraph inputs");
     std::vector<const Tensor*> data;
     for (const Tensor& t : fixed_) data.push_back(t.empty() ? nullptr : &t);
-    auto plan = Plan::Prepare(*graph_, shapes, engine_, stream, weights_.get(), options_,
-                              PlanLimits(), &dtypes, &data);
+    auto plan = Plan::Prepare(*graph_, shapes, engine_, stream, weights_.get(), options_, limits_,
+                              &dtypes, &data);
     if (!plan.ok()) return plan.status().WithPrefix(what_);
     if (plans_.size() >= kMaxPlans) plans_.erase(plans_.begin());
     plans_.push_back({shapes, dtypes, std::move(*plan)});
@@ -128,10 +136,22 @@ class SubgraphRunner {
   dnnl::engine engine_;
   std::string what_;
   PlanOptions options_;
+  PlanLimits limits_;
   std::vector<Tensor> fixed_;
   std::unique_ptr<WeightCache> weights_;
   std::vector<Entry> plans_;
 };
+
+// Does `g` (or a subgraph of one of its nodes, at any depth) hold a Loop?
+bool ContainsLoop(const Graph& g) {
+  for (const Node& node : g.nodes) {
+    if (node.domain.empty() && node.op_type == "Loop") return true;
+    for (const auto& [name, a] : node.attributes) {
+      if (a.kind == Attribute::Kind::kGraph && a.g && ContainsLoop(*a.g)) return true;
+    }
+  }
+  return false;
+}
 
 // Checks a subgraph's nodes as Model::Load checks the graph's, naming the outer node.
 Status CheckSubgraph(const Graph& sub, const Node& node, const Graph& graph,
@@ -208,10 +228,14 @@ class IfKernel : public Kernel {
   std::vector<char> dynamic;                  // per output
   std::vector<DataType> dtypes;               // per output
   std::string what;
+  bool holds_loop = false;  // a branch holds a Loop: never run at load
+
+  bool runs_at_plan_time() const override { return !holds_loop; }
 
   Status Run(const RunContext& ctx) override {
     ASSIGN_OR_RETURN(bool cond, ReadCondition(*ctx.inputs[0], what));
-    if (!branch[cond]) {  // not taken when the plan knew the condition, or unpreparable
+    // Null when not taken (the plan knew the condition) or unpreparable (its error kept).
+    if (!branch[cond]) {
       return error[cond].ok() ? Internal(what + ": the branch taken was not prepared")
                               : error[cond];
     }
@@ -251,8 +275,11 @@ StatusOr<std::unique_ptr<Kernel>> PrepareIf(PrepareContext& ctx) {
     auto plan = k->branch[b]->PlanFor(shapes, dtypes);
     if (plan.ok()) {
       plans[b] = *plan;
+      k->holds_loop |= ContainsLoop(k->branch[b]->graph());
     } else {
+      // Not prepared again at every run that takes it: the error is returned directly.
       k->error[b] = plan.status();
+      k->branch[b].reset();
     }
   }
   if (!plans[0] && !plans[1]) return taken[1] ? k->error[1] : k->error[0];
@@ -347,8 +374,13 @@ class LoopKernel : public Kernel {
   LoopShape sig;
   std::vector<char> dynamic;     // per output
   std::vector<Shape> scan_rows;  // per scan output: a row's shape when no iteration runs
+                                 // (scan output [0, row...])
   std::vector<DataType> scan_dtypes;
   std::string what;
+  int64_t max_iterations = 0;  // PlanLimits::max_loop_iterations
+  int64_t max_bytes = 0;       // PlanLimits::max_tensor_bytes, per scan output
+
+  bool runs_at_plan_time() const override { return false; }
 
   Status Run(const RunContext& ctx) override {
     int64_t max_trips = std::numeric_limits<int64_t>::max();
@@ -367,6 +399,7 @@ class LoopKernel : public Kernel {
     std::vector<Tensor> carried;
     for (size_t i = 0; i < n; ++i) carried.push_back(*ctx.inputs[2 + i]);
     std::vector<std::vector<Tensor>> scans(sig.scans);
+    std::vector<int64_t> scan_bytes(sig.scans, 0);
     std::vector<const Tensor*> in(ctx.inputs.size());
     for (size_t i = 2 + n; i < ctx.inputs.size(); ++i) in[i] = ctx.inputs[i];
     Tensor iter_t = Tensor::FromVector<int64_t>(DataType::kInt64, {}, {0});
@@ -374,6 +407,10 @@ class LoopKernel : public Kernel {
     std::vector<Tensor> outs;
     int64_t trips = 0;
     for (; trips < max_trips && cond; ++trips) {
+      if (trips >= max_iterations) {
+        return ResourceExhausted(what + ": runs more than " + std::to_string(max_iterations) +
+                                 " iterations (PlanLimits::max_loop_iterations)");
+      }
       // Fresh scalars: a body may pass them through to a scan output.
       iter_t = Tensor::FromVector<int64_t>(DataType::kInt64, {}, {trips});
       cond_t = Tensor::FromVector<uint8_t>(DataType::kBool, {}, {1});
@@ -406,6 +443,13 @@ class LoopKernel : public Kernel {
                                  std::string(DataTypeName(row.dtype())) + ", planned " +
                                  std::string(DataTypeName(scan_dtypes[k])));
         }
+        scan_bytes[k] += static_cast<int64_t>(row.byte_size());
+        if (scan_bytes[k] > max_bytes) {
+          return ResourceExhausted(what + ": scan output " + std::to_string(k) + " grows past " +
+                                   std::to_string(max_bytes) +
+                                   " bytes (PlanLimits::max_tensor_bytes) in iteration " +
+                                   std::to_string(trips));
+        }
         scans[k].push_back(std::move(row));
       }
     }
@@ -430,6 +474,12 @@ class LoopKernel : public Kernel {
       const DataType dtype = scans[k].empty() ? scan_dtypes[k] : scans[k][0].dtype();
       Shape shape{trips};
       shape.insert(shape.end(), row.begin(), row.end());
+      const int64_t elem = std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(dtype)));
+      auto count = ElementCount(shape, max_bytes / elem);
+      if (!count.ok()) {
+        return ResourceExhausted(what + ": scan output " + std::to_string(k) + " " +
+                                 ShapeToString(shape) + ": " + count.status().message());
+      }
       Tensor t = Tensor::Allocate(dtype, shape);
       char* p = static_cast<char*>(t.mutable_data());
       for (const Tensor& r : scans[k]) {
@@ -446,6 +496,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareLoop(PrepareContext& ctx) {
   const Node& node = ctx.node();
   auto k = std::make_unique<LoopKernel>();
   k->what = ctx.graph->Describe(ctx.node_index);
+  const PlanLimits limits = ctx.limits ? *ctx.limits : PlanLimits();
+  k->max_iterations = limits.max_loop_iterations;
+  k->max_bytes = limits.max_tensor_bytes;
   ASSIGN_OR_RETURN(k->sig, LoopSignature(node, *ctx.graph));
   const size_t n = k->sig.carried;
   if (ctx.has_input(0) && (ctx.in_dtypes[0] != DataType::kInt64 || Product(ctx.in_shapes[0]) != 1))
@@ -494,6 +547,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareLoop(PrepareContext& ctx) {
     ctx.out_dtypes[n + s] = d;
     ctx.out_dynamic[n + s] = 1;
     k->scan_dtypes.push_back(d);
+    // A row of data-dependent shape is unknown when the loop runs no iteration (the
+    // shapes a body declares are dropped at load): such a scan output is then [0].
     k->scan_rows.push_back(plan->dynamic()[v] ? Shape{} : plan->shapes()[v]);
   }
   return std::unique_ptr<Kernel>(std::move(k));

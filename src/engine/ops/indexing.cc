@@ -13,6 +13,7 @@
 
 #include "engine/internal/broadcast.h"
 #include "engine/internal/op_util.h"
+#include "engine/plan.h"
 
 namespace shoal::engine::internal {
 namespace {
@@ -622,8 +623,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResize(PrepareContext& ctx);
 // X shape and the same sizes, scales and roi.
 class RunTimeResizeKernel : public Kernel {
  public:
-  RunTimeResizeKernel(const Graph* graph, int node_index)
-      : graph_(graph), node_index_(node_index) {}
+  RunTimeResizeKernel(const Graph* graph, int node_index, int64_t max_bytes)
+      : graph_(graph), node_index_(node_index), max_bytes_(max_bytes) {}
 
   Status Run(const RunContext& rc) override {
     std::string key;
@@ -650,14 +651,13 @@ class RunTimeResizeKernel : public Kernel {
       ctx.SetOutputs(1);
       kernel_.reset();
       // Sizes come from data now: the output is checked before any table is built for
-      // it, against the largest tensor a plan may create by default
-      // (PlanLimits::max_tensor_bytes).
+      // it, against the largest tensor the plan may create (PlanLimits::max_tensor_bytes).
       Shape out;
       std::vector<double> scales;
       RETURN_IF_ERROR(ResizeOutput(ctx, &out, &scales));
       const int64_t elem =
           std::max<int64_t>(1, static_cast<int64_t>(DataTypeSize(ctx.in_dtypes[0])));
-      auto count = ElementCount(out, (int64_t{4} << 30) / elem);
+      auto count = ElementCount(out, max_bytes_ / elem);
       if (!count.ok())
         return ctx.Error("output " + ShapeToString(out) + ": " + count.status().message());
       ASSIGN_OR_RETURN(kernel_, PrepareResize(ctx));
@@ -673,6 +673,7 @@ class RunTimeResizeKernel : public Kernel {
  private:
   const Graph* graph_;
   int node_index_;
+  int64_t max_bytes_;
   std::string key_;  // what kernel_ was prepared for
   std::unique_ptr<Kernel> kernel_;
   DataType dtype_ = DataType::kInvalid;
@@ -772,7 +773,8 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResizeLoops(PrepareContext& ctx) {
   if (ResizeNeedsRunTimeData(ctx)) {
     ctx.out_dtypes[0] = ctx.in_dtypes[0];
     ctx.out_dynamic[0] = 1;
-    return std::unique_ptr<Kernel>(new RunTimeResizeKernel(ctx.graph, ctx.node_index));
+    const int64_t max_bytes = (ctx.limits ? *ctx.limits : PlanLimits()).max_tensor_bytes;
+    return std::unique_ptr<Kernel>(new RunTimeResizeKernel(ctx.graph, ctx.node_index, max_bytes));
   }
   const Shape& x = ctx.in_shapes[0];
   std::vector<double> scales;

@@ -167,13 +167,19 @@ struct GridParams {
 
 // Reflects `x` into [lo, hi] (repeatedly, as a mirror).
 float Reflect(float x, float lo, float hi) {
+  if (!std::isfinite(x)) return x;  // outside (InRange)
   if (hi <= lo) return lo;
   const float span = hi - lo;
   const float d = std::fabs(x - lo);
   const float flips = std::floor(d / span);
   const float extra = d - flips * span;
-  return static_cast<int64_t>(flips) % 2 == 0 ? lo + extra : hi - extra;
+  return std::fmod(flips, 2.f) == 0.f ? lo + extra : hi - extra;
 }
+
+// A coordinate an integer index can come from: NaN, infinities and values far outside
+// any image become -100, outside (zeros padding reads 0 there), as PyTorch's
+// grid_sample treats them. Keeps floor/nearbyint casts to int64_t defined.
+float InRange(float x) { return std::fabs(x) <= 1e9f ? x : -100.f; }
 
 // The pixel coordinate of normalised `g` along an axis of `size`.
 float Unnormalize(const GridParams& p, float g, int64_t size) {
@@ -181,7 +187,7 @@ float Unnormalize(const GridParams& p, float g, int64_t size) {
   return p.align_corners ? (g + 1.f) / 2.f * (s - 1.f) : ((g + 1.f) * s - 1.f) / 2.f;
 }
 
-// `x` after border or reflection padding (unchanged for zeros).
+// `x` after border or reflection padding (unchanged for zeros), then InRange.
 float Pad(const GridParams& p, float x, int64_t size) {
   const float s = static_cast<float>(size);
   if (p.padding == Padding::kBorder) {
@@ -190,7 +196,7 @@ float Pad(const GridParams& p, float x, int64_t size) {
     x = p.align_corners ? Reflect(x, 0.f, s - 1.f) : Reflect(x, -0.5f, s - 0.5f);
     x = std::clamp(x, 0.f, s - 1.f);
   }
-  return x;
+  return InRange(x);
 }
 
 // GridSample on volumes: X [N, C, D, H, W] read at grid [N, D_out, H_out, W_out, 3]
@@ -308,12 +314,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareGridSample(PrepareContext& ctx) {
         const float* gp = grid + (b * plane + i) * 2;
         const float ux = Unnormalize(p, gp[0], p.w), uy = Unnormalize(p, gp[1], p.h);
         const float sx = Pad(p, ux, p.w), sy = Pad(p, uy, p.h);
+        // Bicubic taps are padded one by one, from the unpadded coordinate.
+        const float cx = InRange(ux), cy = InRange(uy);
         for (int64_t ch = 0; ch < p.c; ++ch) {
           const float* img = xs + (b * p.c + ch) * p.h * p.w;
           float v;
           if (p.cubic) {
-            const float fy = std::floor(uy), fx = std::floor(ux);
-            const auto wy = cubic(uy - fy), wx = cubic(ux - fx);
+            const float fy = std::floor(cy), fx = std::floor(cx);
+            const auto wy = cubic(cy - fy), wx = cubic(cx - fx);
             v = 0.f;
             for (int i = 0; i < 4; ++i) {
               const float ty = Pad(p, fy - 1 + static_cast<float>(i), p.h);
