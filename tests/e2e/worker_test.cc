@@ -6,18 +6,30 @@
 // the idle time, and every request ends with exactly one result (counted by id in the
 // result stream), the right one, none lost, none dead-lettered, nothing left pending.
 // The time to reclaim is printed.
+//
+// Which entries w0 holds when it dies is made exact, not left to timing: w0 is frozen
+// (SIGSTOP) and its Redis connections are closed from the server side, so nothing it sent
+// is still to run; only then is what the group lists as pending at w0 read, and w0 killed.
+// (Observing "w0 holds entries" and then killing it is a race: on a fast run w0 answers
+// them, and the stream runs dry, before the signal lands.)
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "e2e_wait.h"
 #include "server/http_test_client.h"
 #include "shoal_process.h"
+#include "worker/entry.h"
 #include "worker/redis_client.h"
 #include "worker/testing/redis_server.h"
 
@@ -42,6 +54,44 @@ dynamic_batching { }
 std::string Payload(int i) {
   return R"({"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[)" +
          std::to_string(i) + "]}]}";
+}
+
+// True when process `pid` is stopped (state T in /proc/<pid>/stat): SIGSTOP has landed.
+bool Stopped(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t at = stat.rfind(") ");
+  return at != std::string::npos && at + 2 < stat.size() && stat[at + 2] == 'T';
+}
+
+// The local ports of the TCP connections process `pid` holds to 127.0.0.1:`port`.
+std::vector<int> PortsConnectedTo(pid_t pid, int port) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(fd_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char target[128] = {};
+      const std::string link = fd_dir + "/" + e->d_name;
+      const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+      const std::string t(target, n > 0 ? static_cast<size_t>(n) : 0);
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    closedir(d);
+  }
+  // /proc/net/tcp: "sl local_address rem_address st queues tr retrnsmt uid timeout inode".
+  std::vector<int> out;
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // header
+  while (std::getline(tcp, line)) {
+    std::istringstream in(line);
+    std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+    in >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+    if (!inodes.count(inode) || remote.size() < 5 || local.size() < 5) continue;
+    if (std::stoi(remote.substr(remote.size() - 4), nullptr, 16) != port) continue;
+    out.push_back(std::stoi(local.substr(local.size() - 4), nullptr, 16));
+  }
+  return out;
 }
 
 class WorkerE2eTest : public ::testing::Test {
@@ -99,6 +149,28 @@ class WorkerE2eTest : public ::testing::Test {
     }
   }
 
+  // Entries of the stream the group has not read yet, or -1 when Redis cannot tell.
+  int64_t GroupLag() {
+    auto r = client_->Command({"XINFO", "GROUPS", "jobs"});
+    if (!r.ok()) return -1;
+    auto info = worker::GroupFromInfoReply(*r, "g");
+    return info.ok() ? info->lag : -1;
+  }
+
+  // Freezes `w` (SIGSTOP) and closes its Redis connections from the server's side, so
+  // that nothing it already sent is still to be executed: what the group lists as pending
+  // at `consumer` afterwards is exactly what `w` holds and can never acknowledge. Returns
+  // that count; the caller sends SIGCONT to let `w` go on (it reconnects).
+  int64_t FreezeAndCut(ShoalProcess* w, const std::string& consumer) {
+    w->Signal(SIGSTOP);
+    EXPECT_TRUE(WaitUntil([&] { return Stopped(w->pid()); }));
+    for (int port : PortsConnectedTo(w->pid(), redis_->port())) {
+      // "No such client" is fine: that connection is closed already.
+      (void)client_->Command({"CLIENT", "KILL", "ADDR", "127.0.0.1:" + std::to_string(port)});
+    }
+    return PendingByConsumer()[consumer];
+  }
+
   int64_t Integer(const std::vector<std::string>& argv) {
     auto r = client_->Command(argv);
     return r.ok() && r->type == RedisReply::Type::kInteger ? r->integer : -1;
@@ -147,16 +219,33 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(w[i]->WaitForListening(metrics[i])) << w[i]->log();
 
   const auto start = Clock::now();
-  Produce(0, kRequests);
+  int produced = kRequests;
+  Produce(0, produced);
   // Kill w0 while it holds entries (read, not acknowledged): in the middle of its work.
+  // It is frozen and cut off from Redis first, so that what it holds is fixed when it is
+  // counted; should it hold nothing at that instant, it goes on (with more requests when
+  // the stream has run dry) and is frozen again.
   ASSERT_TRUE(WaitUntil([&] { return Integer({"XLEN", "jobs:results"}) >= kRequests / 5; }));
-  ASSERT_TRUE(WaitUntil([&] { return PendingByConsumer()["w0"] > 0; }, 10000))
-      << "w0 never held entries: " << w[0]->log();
+  int64_t orphaned = 0;
+  int freezes = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (GroupLag() == 0) {
+          Produce(produced, produced + 500);
+          produced += 500;
+        }
+        if (PendingByConsumer()["w0"] == 0) return false;
+        ++freezes;
+        orphaned = FreezeAndCut(w[0].get(), "w0");
+        if (orphaned > 0) return true;
+        w[0]->Signal(SIGCONT);
+        return false;
+      },
+      30000))
+      << "w0 never held entries when frozen (" << freezes << " tries): " << w[0]->log();
   w[0]->Signal(SIGKILL);
   const auto killed = Clock::now();
   ASSERT_EQ(w[0]->Wait(), -SIGKILL);
-  const int64_t orphaned = PendingByConsumer()["w0"];
-  EXPECT_GT(orphaned, 0) << "the killed worker left nothing pending; the test proves little";
 
   // The survivors claim what w0 held once it is idle for --claim-idle-ms (1000).
   ASSERT_TRUE(WaitUntil([&] { return PendingByConsumer()["w0"] == 0; }, 30000))
@@ -165,7 +254,7 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
       std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
   ASSERT_TRUE(WaitUntil(
       [&] {
-        return Integer({"XLEN", "jobs:results"}) >= kRequests;
+        return Integer({"XLEN", "jobs:results"}) >= produced;
       },
       40000))
       << Integer({"XLEN", "jobs:results"}) << "\n"
@@ -175,9 +264,9 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
 
   // Exactly one result per request id, and no other.
   const std::map<std::string, int> counts = ResultCounts();
-  EXPECT_EQ(counts.size(), static_cast<size_t>(kRequests));
+  EXPECT_EQ(counts.size(), static_cast<size_t>(produced));
   int duplicated = 0, missing = 0;
-  for (int i = 0; i < kRequests; ++i) {
+  for (int i = 0; i < produced; ++i) {
     auto it = counts.find("req-" + std::to_string(i));
     if (it == counts.end()) {
       ++missing;
@@ -191,13 +280,13 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
 
   // Each result is this request's answer.
   std::vector<std::vector<std::string>> gets;
-  for (int i = 0; i < kRequests; ++i) {
+  for (int i = 0; i < produced; ++i) {
     gets.push_back({"HMGET", "jobs:result:req-" + std::to_string(i), "status", "body"});
   }
   auto bodies = client_->Pipeline(gets);
   ASSERT_TRUE(bodies.ok());
   int wrong = 0;
-  for (int i = 0; i < kRequests; ++i) {
+  for (int i = 0; i < produced; ++i) {
     const RedisReply& r = (*bodies)[i];
     const bool ok =
         r.is_array() && r.elements.size() == 2 && r.elements[0].str == "OK" &&
@@ -230,11 +319,12 @@ TEST_F(WorkerE2eTest, FailOverAnswersEveryRequestExactlyOnce) {
     EXPECT_NE(data.body.find("\"acknowledged\""), std::string::npos) << data.body;
   }
   std::printf(
-      "worker fail-over: %d requests, 3 workers, one SIGKILLed holding %lld entries; "
+      "worker fail-over: %d requests, 3 workers, one SIGKILLed holding %lld entries (frozen %d "
+      "times to catch it holding some); "
       "reclaimed in %.0f ms (claim idle 1000 ms, claim interval 100 ms); all answered in "
       "%.1f s (%.0f requests/s); %0.f entries claimed, %0.f redelivered answers dropped as "
       "duplicates\n",
-      kRequests, static_cast<long long>(orphaned), reclaim_ms, total_s, kRequests / total_s,
+      produced, static_cast<long long>(orphaned), freezes, reclaim_ms, total_s, produced / total_s,
       claimed, duplicates);
 
   for (int i = 1; i < 3; ++i) EXPECT_EQ(w[i]->Terminate(), 0) << w[i]->log();
@@ -245,8 +335,21 @@ TEST_F(WorkerE2eTest, SigtermFinishesWhatItHoldsAndExitsZero) {
   std::unique_ptr<ShoalProcess> w;
   const int metrics = StartWorker("t0", &w);
   ASSERT_TRUE(w->WaitForListening(metrics)) << w->log();
-  Produce(0, 3000);
-  ASSERT_TRUE(WaitUntil([&] { return PendingByConsumer()["t0"] > 0; }, 10000)) << w->log();
+  // Until t0 is seen holding entries; should it answer all before a poll sees that (the
+  // same race as above), more requests are added.
+  int produced = 3000;
+  Produce(0, produced);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (PendingByConsumer()["t0"] > 0) return true;
+        if (GroupLag() == 0) {
+          Produce(produced, produced + 500);
+          produced += 500;
+        }
+        return false;
+      },
+      10000))
+      << w->log();
   EXPECT_EQ(w->Terminate(), 0) << w->log();
   // Nothing it read is left unacknowledged, and everything it acknowledged has a result.
   EXPECT_EQ(PendingByConsumer().count("t0"), 0u);
