@@ -1,6 +1,7 @@
 #include "core/fp16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SHOAL_HAVE_F16C_PATH 1
 #endif
@@ -9,8 +10,17 @@ namespace shoal {
 namespace {
 
 #ifdef SHOAL_HAVE_F16C_PATH
+// CPUID rather than __builtin_cpu_supports: clang 14 (the fuzz and lock-analysis builds)
+// does not know the "f16c" feature string. AVX needs the OS to save YMM state too.
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    if ((c & bit_OSXSAVE) == 0 || (c & bit_AVX) == 0 || (c & bit_F16C) == 0) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;  // XMM and YMM state
+  }();
   return has;
 }
 
