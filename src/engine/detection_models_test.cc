@@ -18,30 +18,6 @@ namespace {
 
 using namespace shoal::engine::testing;
 
-// fp32 outputs: max abs error <= 1e-4 relative to the output's scale, as models_test.cc;
-// integer and boolean outputs: equal.
-void ExpectMatches(Session& session, const Reference& ref) {
-  std::vector<NamedTensor> outputs;
-  Status s = session.Run(ref.inputs, &outputs);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  ASSERT_EQ(outputs.size(), ref.outputs.size());
-  for (const NamedTensor& want : ref.outputs) {
-    auto it = std::find_if(outputs.begin(), outputs.end(),
-                           [&](const NamedTensor& o) { return o.name == want.name; });
-    ASSERT_NE(it, outputs.end()) << "missing output " << want.name;
-    const Tensor& got = it->tensor;
-    ASSERT_EQ(got.dtype(), want.tensor.dtype()) << want.name;
-    ASSERT_EQ(got.shape(), want.tensor.shape()) << want.name;
-    if (want.tensor.dtype() == DataType::kFp32) {
-      const float scale = std::max(MaxAbs(want.tensor), 1e-6f);
-      EXPECT_LE(MaxAbsDiff(got, want.tensor), 1e-4f * scale)
-          << want.name << ": max |ref| " << scale << ", max error " << MaxAbsDiff(got, want.tensor);
-    } else {
-      EXPECT_EQ(got.bytes(), want.tensor.bytes()) << want.name << " differs";
-    }
-  }
-}
-
 // The operator types of a model's graph after loading.
 std::set<std::string> OpTypes(const Model& model) {
   std::set<std::string> ops;
@@ -75,7 +51,7 @@ TEST_P(DetectionModelTest, MatchesPyTorch) {
     if (param.empty_case) refs.push_back(".empty.sht");
     for (const std::string& ref : refs) {
       SCOPED_TRACE(param.name + ref);
-      ExpectMatches(**session, LoadReference(param.name + ref));
+      ExpectMatchesReference(**session, LoadReference(param.name + ref));
     }
   }
 }
@@ -138,7 +114,8 @@ TEST(DetectorTest, TorchvisionBatchedNmsWithItsIfNode) {
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   for (const char* ref : {".a.sht", ".b.sht"}) {
     SCOPED_TRACE(ref);
-    ExpectMatches(**session, LoadReference(std::string("det_detector_batched_op17") + ref));
+    ExpectMatchesReference(**session,
+                           LoadReference(std::string("det_detector_batched_op17") + ref));
   }
 }
 
@@ -154,7 +131,7 @@ TEST(DetectorTest, DetectionCountFollowsTheImage) {
   ASSERT_EQ(a.outputs.size(), 3u);
   ASSERT_EQ(b.outputs.size(), 3u);
   ASSERT_NE(a.outputs[0].tensor.shape(), b.outputs[0].tensor.shape());
-  for (const Reference* ref : {&b, &a, &b}) ExpectMatches(**session, *ref);
+  for (const Reference* ref : {&b, &a, &b}) ExpectMatchesReference(**session, *ref);
   EXPECT_EQ((*session)->cached_plans(), 1);
 }
 

@@ -17,23 +17,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace shoal::engine::testing;
 
-// fp32 acceptance: max abs error <= 1e-4 relative to the output's scale (max |ref|).
-void ExpectMatches(Session& session, const Reference& ref) {
-  std::vector<NamedTensor> outputs;
-  Status s = session.Run(ref.inputs, &outputs);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  for (const NamedTensor& want : ref.outputs) {
-    auto it = std::find_if(outputs.begin(), outputs.end(),
-                           [&](const NamedTensor& o) { return o.name == want.name; });
-    ASSERT_NE(it, outputs.end()) << "missing output " << want.name;
-    ASSERT_EQ(it->tensor.shape(), want.tensor.shape()) << want.name;
-    const float scale = std::max(MaxAbs(want.tensor), 1e-6f);
-    EXPECT_LE(MaxAbsDiff(it->tensor, want.tensor), 1e-4f * scale)
-        << want.name << ": max |ref| " << scale << ", max error "
-        << MaxAbsDiff(it->tensor, want.tensor);
-  }
-}
-
 class ModelFamilyTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelFamilyTest, MatchesPyTorchAtBatch1And4) {
@@ -44,7 +27,7 @@ TEST_P(ModelFamilyTest, MatchesPyTorchAtBatch1And4) {
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   for (const char* batch : {".b1.sht", ".b4.sht"}) {
     SCOPED_TRACE(GetParam() + batch);
-    ExpectMatches(**session, LoadReference(GetParam() + batch));
+    ExpectMatchesReference(**session, LoadReference(GetParam() + batch));
   }
   EXPECT_EQ((*session)->cached_plans(), 2);
 }
@@ -126,7 +109,7 @@ TEST(ExternalDataTest, LoadsTensorsFromTheFileNextToTheModel) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto session = Session::Create(**model, Opts(1));
   ASSERT_TRUE(session.ok());
-  ExpectMatches(**session, LoadReference("mlp_external.b2.sht"));
+  ExpectMatchesReference(**session, LoadReference("mlp_external.b2.sht"));
 }
 
 TEST(SessionTest, RejectsInputsThatDoNotMatchTheModel) {
@@ -215,7 +198,7 @@ TEST(SessionTest, WeightsAreReorderedOnceAtLoadAndShared) {
   for (int i = 0; i < 2; ++i) {
     auto session = Session::Create(**model, Opts(1));
     ASSERT_TRUE(session.ok());
-    ExpectMatches(**session, ref);
+    ExpectMatchesReference(**session, ref);
     EXPECT_EQ((*model)->weight_cache()->size(), at_load);
   }
 }
@@ -253,7 +236,7 @@ TEST(SessionTest, TwoSessionsOnTwoThreadsShareOneModel) {
     threads.emplace_back([&, i] {
       auto session = Session::Create(**model, Opts(1, {i % AvailableCpuCount()}));
       ASSERT_TRUE(session.ok()) << session.status().ToString();
-      for (int r = 0; r < 3; ++r) ExpectMatches(**session, ref);
+      for (int r = 0; r < 3; ++r) ExpectMatchesReference(**session, ref);
     });
   }
   for (auto& t : threads) t.join();

@@ -14,24 +14,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace shoal::engine::testing;
 
-// Max abs error <= 1e-4 relative to the output's scale, as models_test.cc.
-void ExpectMatches(Session& session, const Reference& ref) {
-  std::vector<NamedTensor> outputs;
-  Status s = session.Run(ref.inputs, &outputs);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  ASSERT_EQ(outputs.size(), ref.outputs.size());
-  for (const NamedTensor& want : ref.outputs) {
-    auto it = std::find_if(outputs.begin(), outputs.end(),
-                           [&](const NamedTensor& o) { return o.name == want.name; });
-    ASSERT_NE(it, outputs.end()) << "missing output " << want.name;
-    ASSERT_EQ(it->tensor.shape(), want.tensor.shape()) << want.name;
-    const float scale = std::max(MaxAbs(want.tensor), 1e-6f);
-    EXPECT_LE(MaxAbsDiff(it->tensor, want.tensor), 1e-4f * scale)
-        << want.name << ": max |ref| " << scale << ", max error "
-        << MaxAbsDiff(it->tensor, want.tensor);
-  }
-}
-
 // The kernels each recurrent node of `model`'s plan for `shapes` runs on oneDNN.
 std::vector<std::string> RecurrentImplementations(const Model& model,
                                                   const std::vector<Shape>& shapes) {
@@ -56,7 +38,7 @@ TEST_P(PyTorchExportTest, MatchesPyTorchAtBatch1And4) {
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   for (const char* batch : {".b1.sht", ".b4.sht"}) {
     SCOPED_TRACE(GetParam() + batch);
-    ExpectMatches(**session, LoadReference(GetParam() + batch));
+    ExpectMatchesReference(**session, LoadReference(GetParam() + batch));
   }
 }
 
@@ -90,7 +72,7 @@ TEST_P(HandBuiltGraphTest, MatchesTheNumPyReference) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto session = Session::Create(**model, Opts(kTestThreads));
   ASSERT_TRUE(session.ok()) << session.status().ToString();
-  ExpectMatches(**session, LoadReference(name + ".sht"));
+  ExpectMatchesReference(**session, LoadReference(name + ".sht"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Graphs, HandBuiltGraphTest,
@@ -114,8 +96,8 @@ TEST(RecurrentTest, RaggedAndFullRunsAlternateInOneSession) {
   const Reference ragged = LoadReference("rnn_graph_gru.ragged.sht");
   const Reference full = LoadReference("rnn_graph_gru.full.sht");
   for (int i = 0; i < 2; ++i) {
-    ExpectMatches(**session, ragged);
-    ExpectMatches(**session, full);
+    ExpectMatchesReference(**session, ragged);
+    ExpectMatchesReference(**session, full);
   }
   EXPECT_EQ((*session)->cached_plans(), 1);
 }
@@ -243,7 +225,7 @@ TEST(RecurrentTest, Bf16TierKeepsRecurrentNodesInFp32) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto session = Session::Create(**model, Opts(1));
   ASSERT_TRUE(session.ok());
-  ExpectMatches(**session, LoadReference("rnn_lstm_state_op17.b4.sht"));
+  ExpectMatchesReference(**session, LoadReference("rnn_lstm_state_op17.b4.sht"));
 }
 
 }  // namespace

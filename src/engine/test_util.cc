@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -222,6 +223,28 @@ std::vector<Tensor> Run1(const std::string& op, const std::vector<In>& in,
   auto r = RunOp(op, in, attrs, outs, opset);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : std::vector<Tensor>(outs);
+}
+
+void ExpectMatchesReference(Session& session, const Reference& ref) {
+  std::vector<NamedTensor> outputs;
+  Status s = session.Run(ref.inputs, &outputs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(outputs.size(), ref.outputs.size());
+  for (const NamedTensor& want : ref.outputs) {
+    auto it = std::find_if(outputs.begin(), outputs.end(),
+                           [&](const NamedTensor& o) { return o.name == want.name; });
+    ASSERT_NE(it, outputs.end()) << "missing output " << want.name;
+    const Tensor& got = it->tensor;
+    ASSERT_EQ(got.dtype(), want.tensor.dtype()) << want.name;
+    ASSERT_EQ(got.shape(), want.tensor.shape()) << want.name;
+    if (want.tensor.dtype() == DataType::kFp32) {
+      const float scale = std::max(MaxAbs(want.tensor), 1e-6f);
+      EXPECT_LE(MaxAbsDiff(got, want.tensor), 1e-4f * scale)
+          << want.name << ": max |ref| " << scale << ", max error " << MaxAbsDiff(got, want.tensor);
+    } else {
+      EXPECT_EQ(got.bytes(), want.tensor.bytes()) << want.name << " differs";
+    }
+  }
 }
 
 }  // namespace shoal::engine::testing

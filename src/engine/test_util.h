@@ -82,6 +82,10 @@ struct Reference {
 };
 // Reads ModelPath(file); on error, records a test failure and returns an empty Reference.
 Reference LoadReference(const std::string& file);
+// Runs `session` on ref.inputs and expects its outputs to be ref.outputs: the same
+// number, names, dtypes and shapes; FP32 values within 1e-4 of the output's scale (max
+// |ref|), every other type bit for bit. Failures are recorded as test failures.
+void ExpectMatchesReference(Session& session, const Reference& ref);
 
 // As RunOp, expecting success: on failure, records a test failure and returns `outs` empty
 // tensors.
