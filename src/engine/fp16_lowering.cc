@@ -56,7 +56,12 @@ class Lowering {
         keep_fp16[v] = 1;
     }
 
-    for (Value& v : g_.values) {
+    // Constants inside the graph become FP32. One at the graph's edge keeps its FP16
+    // type: an input's default is cast with the input below, and a constant output moves
+    // to the FP32 stand-in its final Cast reads.
+    for (size_t i = 0; i < nv; ++i) {
+      Value& v = g_.values[i];
+      if (is_input[i] || is_output[i]) continue;
       if (v.is_constant() && v.constant.dtype() == DataType::kFp16) {
         v.constant = ToFp32(v.constant);
         v.dtype = DataType::kFp32;
@@ -90,8 +95,9 @@ class Lowering {
       const int v32 = NewValue(g_.values[v].name + "/fp32", DataType::kFp32, g_.values[v].shape);
       Value& out = g_.values[v];
       if (out.is_constant()) {
-        g_.values[v32].constant = std::move(out.constant);
+        g_.values[v32].constant = ToFp32(out.constant);
         out.constant = Tensor();
+        ++report->converted_constants;
       }
       remap[v] = v32;
       output_casts.emplace_back(v32, v);
@@ -170,10 +176,20 @@ bool MentionsFp16(const Graph& g) {
   }
   for (const Node& n : g.nodes) {
     if (n.domain.empty() && n.op_type == "Cast" && n.GetInt("to", 0) == kOnnxFloat16) return true;
-    for (const auto& [name, a] : n.attributes)
+    for (const auto& [name, a] : n.attributes) {
       if (a.kind == Attribute::Kind::kTensor && a.t.dtype() == DataType::kFp16) return true;
+      if (a.kind == Attribute::Kind::kGraph && a.g && MentionsFp16(*a.g)) return true;
+    }
   }
   return false;
+}
+
+// The first node holding a subgraph (If, Loop), or null.
+const Node* FirstWithSubgraph(const Graph& g) {
+  for (const Node& n : g.nodes)
+    for (const auto& [name, a] : n.attributes)
+      if (a.kind == Attribute::Kind::kGraph) return &n;
+  return nullptr;
 }
 
 }  // namespace
@@ -183,6 +199,11 @@ Status LowerFp16(Graph* graph, Fp16LoweringReport* report) {
   if (!report) report = &scratch;
   *report = Fp16LoweringReport();
   if (!MentionsFp16(*graph)) return Status::Ok();
+  // The lowering retypes the outer graph only: a subgraph reading a retyped value, or
+  // holding FP16 of its own, would disagree with it.
+  if (const Node* n = FirstWithSubgraph(*graph))
+    return Unimplemented("node '" + n->name + "' (" + n->op_type +
+                         "): FP16 models with control-flow subgraphs are not supported");
   Lowering(graph).Run(report);
   return graph->Validate();
 }

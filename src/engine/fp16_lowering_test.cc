@@ -119,6 +119,57 @@ TEST(Fp16LoweringTest, ReportsWhatItRewrote) {
   EXPECT_EQ(plain.nodes.size(), nodes);
 }
 
+// An FP16 constant that is itself a graph output stays an FP16 output: its value moves
+// to an FP32 stand-in and the final Cast writes it.
+TEST(Fp16LoweringTest, Fp16ConstantOutputStaysFp16) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3}, DataType::kFp16);
+  const int y = b.Op("Relu", "y", {x});
+  const int c = b.Constant("c", ToHalf(F32({3}, {0.5f, -2.f, 1000.f})));
+  Graph g = b.Finish(std::vector<int>{y, c});
+  g.values[y].dtype = DataType::kFp16;
+  g.values[c].dtype = DataType::kFp16;
+  auto model = Model::FromGraph(std::move(g));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ((*model)->outputs().size(), 2u);
+  EXPECT_EQ((*model)->outputs()[1].name, "c");
+  EXPECT_EQ((*model)->outputs()[1].dtype, DataType::kFp16);
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> out;
+  Status s = (*session)->Run({{"x", ToHalf(Random({2, 3}, 5))}}, &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[1].name, "c");
+  ASSERT_EQ(out[1].tensor.dtype(), DataType::kFp16);
+  EXPECT_EQ(Values(ToFloat(out[1].tensor)), (std::vector<float>{0.5f, -2.f, 1000.f}));
+}
+
+// The lowering retypes the outer graph only, so a model with If/Loop subgraphs and FP16
+// anywhere is refused with a clear error instead of loading with mismatched types.
+TEST(Fp16LoweringTest, Fp16ModelWithASubgraphIsRefused) {
+  GraphBuilder body_builder;
+  const int bx = body_builder.Input("bx", {2}, DataType::kFp16);
+  const int by = body_builder.Op("Identity", "by", {bx});
+  Graph body = body_builder.Finish(by);
+  body.values[by].dtype = DataType::kFp16;
+
+  GraphBuilder b;
+  const int x = b.Input("x", {2}, DataType::kFp16);
+  const int cond = b.Input("cond", {}, DataType::kBool);
+  Attribute branch;
+  branch.kind = Attribute::Kind::kGraph;
+  branch.g = std::make_shared<const Graph>(body);
+  const int y = b.Op("If", "choose", {cond}, {{"then_branch", branch}, {"else_branch", branch}});
+  Graph g = b.Finish(y);
+  (void)x;
+  Fp16LoweringReport report;
+  Status s = LowerFp16(&g, &report);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("'choose' (If)"));
+  EXPECT_THAT(s.message(), HasSubstr("control-flow subgraphs"));
+}
+
 TEST(Fp16LoweringTest, LoweringALoweredGraphChangesNothing) {
   Graph g = ConvBlock(DataType::kFp16, Random({3, 3, 3, 3}, 1), Random({3}, 2), Random({1}, 3));
   // A rounding Cast inside too.

@@ -47,11 +47,11 @@ Status AppendNumber(std::string* out, DataType type, double v) {
   if (type == DataType::kFp16) {
     // Rounded to the nearest FP16; a finite value beyond FP16's range is refused rather
     // than sent as infinity.
-    const float f = static_cast<float>(v);
-    const uint16_t h = FloatToFp16(f);
-    if (std::isfinite(f) && (h & 0x7C00u) == 0x7C00u) {
+    // Checked on the double: one beyond FP32's range would become infinity on narrowing.
+    if (std::isfinite(v) && std::fabs(v) >= 65520.0) {
       return InvalidArgument(fmt::format("{} is beyond the range of FP16 (65504)", v));
     }
+    const uint16_t h = FloatToFp16(static_cast<float>(v));
     Append<uint16_t>(out, h);
     return Status::Ok();
   }

@@ -152,6 +152,13 @@ TEST(InputDataTest, Fp16InputsAreEncodedAsHalves) {
   EXPECT_EQ((*file)[0][0].data, std::string("\x00\x3c\x00\xc1\x66\x2e", 6));
   EXPECT_THAT(PayloadsFromJson(three, R"({"H":[1, 70000, 0]})", true, 1).status().message(),
               HasSubstr("input data for 'H': 70000 is beyond the range of FP16"));
+  // Beyond FP32's range too: refused, not narrowed to infinity and sent.
+  EXPECT_THAT(PayloadsFromJson(three, R"({"H":[1, 1e300, 0]})", true, 1).status().message(),
+              HasSubstr("is beyond the range of FP16"));
+  // The largest finite FP16 and an explicit infinity are kept.
+  auto edge = PayloadsFromJson(three, R"({"H":[65504, -65504, 0]})", true, 1);
+  ASSERT_TRUE(edge.ok()) << edge.status().ToString();
+  EXPECT_EQ((*edge)[0][0].data, std::string("\xff\x7b\xff\xfb\x00\x00", 6));
 }
 
 TEST(HttpWireTest, EncodesBinaryTensorRequest) {
