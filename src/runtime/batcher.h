@@ -400,7 +400,8 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
           .WithRetryAfterMs(drain_ms());
     }
   }
-  // The arrival rate counts every offered item, refused or not: it is the load.
+  // The arrival rate counts the items admitted (a refused task returned above): it is
+  // the load the queue must serve.
   const double tau = static_cast<double>(options_.arrival_window_us) * 1000.0;
   if (now_ns > arrivals_at_ns_) {
     arrivals_ *= std::exp(-static_cast<double>(now_ns - arrivals_at_ns_) / tau);
