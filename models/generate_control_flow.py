@@ -25,7 +25,6 @@ The .sht format is generate.py's (see models/README.md).
 """
 import argparse
 import os
-import struct
 
 import numpy as np
 import onnx
@@ -33,20 +32,7 @@ import torch
 import torch.nn as nn
 from onnx import TensorProto, helper, numpy_helper
 
-DTYPES = {np.float32: 11, np.int64: 9, np.int32: 8, np.bool_: 1}
-
-
-def write_sht(path, tensors):
-    with open(path, "wb") as f:
-        f.write(b"SHT1" + struct.pack("<I", len(tensors)))
-        for name, arr in tensors:
-            arr = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d 1-d
-            nb = name.encode()
-            f.write(struct.pack("<I", len(nb)) + nb)
-            f.write(struct.pack("<II", DTYPES[arr.dtype.type], arr.ndim))
-            f.write(struct.pack("<%dq" % arr.ndim, *arr.shape))
-            data = arr.tobytes()
-            f.write(struct.pack("<Q", len(data)) + data)
+from sht import write_sht
 
 
 # ---- PyTorch exports ----
