@@ -89,7 +89,7 @@ if [ "$BUILD" = 1 ]; then
   step "buildah bud -f deploy/Dockerfile (SHOAL_JOBS=$JOBS)"
   # --format docker: the OCI image format has no HEALTHCHECK and buildah would drop it.
   # --isolation chroot: works without user namespaces or cgroups.
-  # --ignorefile: buildah 1.28 does not look for Dockerfile.dockerignore by itself.
+  # --ignorefile: what buildah reads beside the Dockerfile anyway, named to be sure.
   t0=$(date +%s)
   buildah "${STORAGE[@]}" bud --format docker --isolation chroot --layers \
     --ignorefile deploy/Dockerfile.dockerignore --build-arg "SHOAL_JOBS=$JOBS" \
