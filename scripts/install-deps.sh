@@ -21,6 +21,8 @@ PACKAGES=(
 )
 # deploy/ checks and end-to-end tests (deploy/CMakeLists.txt): promtool and prometheus, nginx, PyYAML
 PACKAGES+=(prometheus nginx python3-yaml)
+# e2e_worker_producer_example: docs/worker.md's Python producer, run as written (redis module)
+PACKAGES+=(python3-redis)
 # kubectl (kubectl kustomize in deploy_kubernetes_manifests): Debian's kubernetes-client, unless a kubectl is already installed (Kubernetes' own kubectl package conflicts with it)
 command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 # npm (the dashboard's build): Debian's, unless one is on PATH already (NodeSource's nodejs

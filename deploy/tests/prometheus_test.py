@@ -71,6 +71,7 @@ def main():
         config["global"]["evaluation_interval"] = "1s"
         config["rule_files"] = [os.path.join(DEPLOY, p) for p in config["rule_files"]]
         job = next(j for j in config["scrape_configs"] if j["job_name"] == "shoal")
+        config["scrape_configs"] = [job]  # no workers here (job shoal-worker)
         job["static_configs"] = [{"targets": [f"127.0.0.1:{r.metrics_port}" for r in replicas]}]
         conf_path = os.path.join(work.path, "prometheus.yml")
         with open(conf_path, "w") as f:
