@@ -9,10 +9,16 @@
 #include "cli/worker.h"
 #ifdef SHOAL_HAVE_ENGINE
 #include "engine/inspect.h"
+#include "engine/omp_wait_policy.h"
 #include "engine/precision.h"
 #endif
 
 int main(int argc, char** argv) {
+#ifdef SHOAL_HAVE_ENGINE
+  // Before anything else: may run the program again with the engine threads' wait policy
+  // set, since libgomp reads it only when it loads (engine/omp_wait_policy.h).
+  shoal::engine::ExecWithOmpWaitDefault(argv);
+#endif
   CLI::App app{
       "shoal: a model server for ONNX models and plugin backends, speaking the Open Inference "
       "Protocol (KServe v2) over HTTP and gRPC"};

@@ -27,6 +27,9 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #endif
+#ifdef SHOAL_HAVE_ENGINE
+#include "engine/omp_wait_policy.h"
+#endif
 #ifdef SHOAL_HAVE_GRPC
 #include "server/grpc_server.h"
 #endif
@@ -169,6 +172,10 @@ std::unique_ptr<runtime::Server> OpenServer(const ServeFlags& f,
                                             const runtime::ServerOptions& options) {
   spdlog::info("shoal {} loading model repository '{}' (control mode {})", SHOAL_VERSION,
                LogSafe(f.model_repository), f.model_control_mode);
+#ifdef SHOAL_HAVE_ENGINE
+  spdlog::info("engine threads wait for work with {}",
+               LogSafe(engine::CurrentOmpWaitPolicy().description));
+#endif
   auto opened = runtime::Server::Open(options);
   if (!opened.ok()) {
     spdlog::critical("cannot start: {}", LogSafe(opened.status().message()));
