@@ -274,6 +274,11 @@ void Ensemble::Submit(const std::shared_ptr<RunState>& run, std::vector<int> ste
         r.priority = run->request.priority;
         r.deadline_ns = deadline;
         r.best_effort = run->request.best_effort;
+        // As Triton: every step gets the request's parameters (`precision` and the
+        // like) and its timeout (the step's queue-timeout override; the absolute
+        // deadline above is what bounds the whole request).
+        r.parameters = run->request.parameters;
+        r.timeout_us = run->request.timeout_us;
         for (const auto& [model_input, tensor] : step.input_map) {
           const int t =
               static_cast<int>(std::find(tensor_names_.begin(), tensor_names_.end(), tensor) -

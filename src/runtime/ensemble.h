@@ -21,11 +21,12 @@
 // One request, one deadline, one priority, one cancellation: each step carries the
 // request's absolute deadline and priority (so its model drops it unrun once the
 // deadline passed), no step starts after the deadline or a cancel, and a cancel reaches
-// the steps in flight. The first step that fails fails the request, with its status
-// code (a step's RESOURCE_EXHAUSTED refusal keeps its Retry-After) and a message naming
-// the step and its model; the steps still in flight are cancelled and their answers
-// dropped. Backpressure is the step models' own bounded queues: a full queue refuses
-// the step, which fails the request at once; nothing here queues.
+// the steps in flight. Each step also gets the request's parameters (`precision`...)
+// and `timeout_us`, as Triton forwards them to its composing models. The first step that fails
+// fails the request, with its status code (a step's RESOURCE_EXHAUSTED refusal keeps its
+// Retry-After) and a message naming the step and its model; the steps still in flight are cancelled
+// and their answers dropped. Backpressure is the step models' own bounded queues: a full queue
+// refuses the step, which fails the request at once; nothing here queues.
 //
 // Threads: Run from any thread; step answers arrive on the step models' threads (or on
 // the thread that submitted the step, when it is answered before being queued); the

@@ -261,6 +261,28 @@ TEST_F(EnsembleTest, StepsCarryTheRequestsDeadlineAndPriority) {
   EXPECT_EQ(answers_.size(), 1u);
 }
 
+TEST_F(EnsembleTest, StepsCarryTheRequestsParametersAndTimeout) {
+  auto e = Diamond();
+  InferRequest r = Request(Floats({1}));
+  r.parameters["precision"] = std::string("bf16");
+  r.parameters["custom"] = int64_t{7};
+  r.timeout_us = 5000;
+  e->Run(std::move(r), answers_.For());
+  ScriptedSteps::Answer(*steps_.call(0), {{"OUT", Floats({1})}});
+  ScriptedSteps::Answer(*steps_.call(1), {{"OUT", Floats({1})}});
+  ScriptedSteps::Answer(*steps_.call(2), {{"OUT", Floats({1})}});
+  ASSERT_EQ(steps_.size(), 4u);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const InferRequest& step = steps_.call(i)->request;
+    EXPECT_EQ(step.timeout_us, 5000u) << step.model_name;
+    ASSERT_EQ(step.parameters.size(), 2u) << step.model_name;
+    EXPECT_EQ(std::get<std::string>(step.parameters.at("precision")), "bf16") << step.model_name;
+    EXPECT_EQ(std::get<int64_t>(step.parameters.at("custom")), 7) << step.model_name;
+  }
+  ScriptedSteps::Answer(*steps_.call(3), {{"OUT", Floats({1})}});
+  EXPECT_EQ(answers_.size(), 1u);
+}
+
 TEST_F(EnsembleTest, NoStepStartsAfterTheDeadline) {
   auto e = Chain();
   e->Run(Request(Floats({1}), clock_->NowNs() + 1'000'000), answers_.For());
@@ -481,6 +503,67 @@ TEST_F(EnsembleVersionTest, RunsThroughTheStepModelsAndCountsInEach) {
   EXPECT_EQ(first_->stats().success.count, 1u);
   EXPECT_EQ(second_->stats().success.count, 1u);
   EXPECT_TRUE(pipeline->instance_stats().empty());
+}
+
+TEST_F(EnsembleVersionTest, RequestParametersDeadlineAndPriorityReachEveryStep) {
+  auto pipeline = Pipeline();
+  InferRequest r = Req(1);
+  r.parameters["precision"] = std::string("bf16");
+  r.priority = 1;
+  r.timeout_us = 60'000'000;
+  std::promise<InferResponse> p;
+  pipeline->Infer(std::move(r), [&](InferResponse resp) { p.set_value(std::move(resp)); });
+  InferResponse resp = p.get_future().get();
+  ASSERT_TRUE(resp.status.ok()) << resp.status.ToString();
+  // Both step models ran the request's tier (their batches asked the backend for it)...
+  const std::vector<testing::Execution> runs = state_->executions();
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& run : runs) EXPECT_EQ(run.variant, "bf16");
+  // ...and the answer says which tier answered, as a plain model's does.
+  ASSERT_EQ(resp.parameters.count("precision"), 1u);
+  EXPECT_EQ(std::get<std::string>(resp.parameters.at("precision")), "bf16");
+  EXPECT_EQ(first_->stats().precision_requests.count("bf16"), 1u);
+  EXPECT_EQ(second_->stats().precision_requests.count("bf16"), 1u);
+}
+
+TEST_F(EnsembleVersionTest, AStepGetsTheRequestsAbsoluteDeadline) {
+  // The step gets the deadline the ensemble computed from the request's budgets.
+  InferRequest seen;
+  EnsembleOptions e;
+  e.name = "one";
+  e.inputs = {"IN"};
+  e.outputs = {"OUT"};
+  e.steps = {Step("first", {{"INPUT0", "IN"}}, {{"OUTPUT0", "OUT"}})};
+  e.step_infer = [&](InferRequest r, InferCallback cb) -> std::shared_ptr<RequestHandle> {
+    seen = r;
+    InferResponse resp;  // answered by hand: the fake clock is not the step models'
+    resp.outputs.push_back({"OUTPUT0", r.inputs.at(0).tensor});
+    cb(std::move(resp));
+    return nullptr;
+  };
+  auto clock = std::make_shared<FakeClock>();
+  e.clock = clock;
+  auto ensemble = Ensemble::Create(std::move(e));
+  ASSERT_TRUE(ensemble.ok());
+  ModelVersionOptions o;
+  o.name = "one";
+  o.signature = Sig();
+  o.signature.inputs[0].name = "IN";
+  o.signature.outputs[0].name = "OUT";
+  o.clock = clock;
+  auto mv = ModelVersion::CreateEnsemble(std::move(o), std::move(ensemble).value());
+  ASSERT_TRUE(mv.ok());
+  InferRequest r = Req(1);
+  r.timeout_us = 2000;
+  r.client_deadline_us = 1500;  // the earlier budget wins
+  r.priority = 2;
+  std::promise<InferResponse> p;
+  (*mv)->Infer(std::move(r), [&](InferResponse resp) { p.set_value(std::move(resp)); });
+  EXPECT_TRUE(p.get_future().get().status.ok());
+  EXPECT_EQ(seen.deadline_ns, clock->NowNs() + 1'500'000);
+  EXPECT_EQ(seen.priority, 2u);
+  EXPECT_EQ(seen.timeout_us, 2000u);
+  (*mv)->Shutdown();
 }
 
 TEST_F(EnsembleVersionTest, InvalidRequestIsRefusedBeforeAnyStep) {

@@ -317,6 +317,8 @@ void ModelVersion::RunEnsemble(TaskPtr task, int64_t now) {
   request.priority = task->request.priority;
   request.deadline_ns = task->request.deadline_ns;
   request.best_effort = task->request.best_effort;
+  request.timeout_us = task->request.timeout_us;
+  request.parameters = task->request.parameters;  // the steps get them (ensemble.h)
   std::shared_ptr<CancelForwarder> forward = task->forward_cancel;
   std::shared_ptr<RequestControl> control = task->control;
   auto held = std::make_shared<TaskPtr>(std::move(task));
