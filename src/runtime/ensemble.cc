@@ -98,11 +98,14 @@ StatusOr<std::unique_ptr<Ensemble>> Ensemble::Create(EnsembleOptions options) {
   const int steps = static_cast<int>(o.steps.size());
   e->step_inputs_.resize(steps);
   e->step_outputs_.resize(steps);
+  e->input_map_ids_.resize(steps);
   e->reads_.resize(steps);
   const std::string where = "ensemble '" + o.name + "' ";
   for (int s = 0; s < steps; ++s) {
     std::set<int> reads;
     for (const auto& [model_input, tensor] : o.steps[s].input_map) reads.insert(id_of(tensor));
+    for (const auto& [model_input, tensor] : o.steps[s].input_map)
+      e->input_map_ids_[s].push_back(id_of(tensor));
     for (int t : reads) e->readers_[t].push_back(s);
     e->step_inputs_[s].assign(reads.begin(), reads.end());
     e->reads_[s] = static_cast<int>(reads.size());
@@ -279,13 +282,13 @@ void Ensemble::Submit(const std::shared_ptr<RunState>& run, std::vector<int> ste
         // deadline above is what bounds the whole request).
         r.parameters = run->request.parameters;
         r.timeout_us = run->request.timeout_us;
-        for (const auto& [model_input, tensor] : step.input_map) {
-          const int t =
-              static_cast<int>(std::find(tensor_names_.begin(), tensor_names_.end(), tensor) -
-                               tensor_names_.begin());
+        r.inputs.reserve(step.input_map.size());
+        for (size_t k = 0; k < step.input_map.size(); ++k) {
+          const int t = input_map_ids_[s][k];
           // The tensor itself: a new handle on the same buffer, never a copy of its bytes.
-          if (run->have[t] == 1) r.inputs.push_back({model_input, run->tensors[t]});
+          if (run->have[t] == 1) r.inputs.push_back({step.input_map[k].first, run->tensors[t]});
         }
+        r.requested_outputs.reserve(step.output_map.size());
         for (const auto& [model_output, tensor] : step.output_map)
           r.requested_outputs.push_back(model_output);
       }
@@ -329,19 +332,15 @@ void Ensemble::OnStepAnswer(const std::shared_ptr<RunState>& run, int s, InferRe
     if (!run->finished) {
       Status status = response.status;
       if (status.ok()) {
-        for (const auto& mapped : step.output_map) {
-          // Not a structured binding: clang 14 cannot capture one in the lambda below.
-          const std::string& model_output = mapped.first;
-          const std::string& tensor = mapped.second;
+        for (size_t k = 0; k < step.output_map.size(); ++k) {
+          const std::string& model_output = step.output_map[k].first;
           auto it = std::find_if(response.outputs.begin(), response.outputs.end(),
                                  [&](const NamedTensor& o) { return o.name == model_output; });
           if (it == response.outputs.end()) {
             status = Internal("returned no output '" + model_output + "'");
             break;
           }
-          const int t =
-              static_cast<int>(std::find(tensor_names_.begin(), tensor_names_.end(), tensor) -
-                               tensor_names_.begin());
+          const int t = step_outputs_[s][k];  // output_map[k]'s tensor
           run->tensors[t] = std::move(it->tensor);
           run->have[t] = 1;
           if (std::find(run->wanted.begin(), run->wanted.end(), t) != run->wanted.end())

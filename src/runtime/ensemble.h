@@ -115,12 +115,13 @@ class Ensemble {
   std::shared_ptr<Clock> clock_;
   // For each ensemble tensor, the steps that read it; for each step, how many distinct
   // tensors it reads; for each tensor, the step that produces it (-1: an input).
-  std::vector<std::vector<int>> readers_;       // indexed by tensor id
-  std::vector<int> reads_;                      // indexed by step
-  std::vector<int> producer_;                   // indexed by tensor id
-  std::vector<std::string> tensor_names_;       // tensor id -> name
-  std::vector<std::vector<int>> step_inputs_;   // step -> tensor ids it reads
-  std::vector<std::vector<int>> step_outputs_;  // step -> tensor ids it writes
+  std::vector<std::vector<int>> readers_;        // indexed by tensor id
+  std::vector<int> reads_;                       // indexed by step
+  std::vector<int> producer_;                    // indexed by tensor id
+  std::vector<std::string> tensor_names_;        // tensor id -> name
+  std::vector<std::vector<int>> step_inputs_;    // step -> tensor ids it reads
+  std::vector<std::vector<int>> step_outputs_;   // step -> tensor ids it writes, by output_map
+  std::vector<std::vector<int>> input_map_ids_;  // step -> tensor id of each input_map entry
 
   mutable Mutex mu_;
   CondVar idle_cv_;

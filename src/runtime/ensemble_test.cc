@@ -566,6 +566,32 @@ TEST_F(EnsembleVersionTest, AStepGetsTheRequestsAbsoluteDeadline) {
   (*mv)->Shutdown();
 }
 
+TEST_F(EnsembleVersionTest, ABatchOfOneStepReachesTheNextStepAsOneBatch) {
+  // The next step's model is idle throughout: without ModelVersion::DeferDispatch the
+  // first answer of step one's batch would leave alone for it, the others after.
+  auto pipeline = Pipeline();
+  state_->Block(-5);
+  std::promise<Status> blocker;
+  pipeline->Infer(Req(-5), [&](InferResponse r) { blocker.set_value(r.status); });
+  ASSERT_TRUE(state_->WaitForWaiting(1));  // step "first" runs it; the next ones queue
+  std::atomic<int> ok{0};
+  std::promise<void> all;
+  for (float v : {100.0f, 200.0f, 300.0f}) {
+    pipeline->Infer(Req(v), [&](InferResponse r) {
+      if (r.status.ok() && ++ok == 3) all.set_value();
+    });
+  }
+  state_->Unblock(-5);  // fails (negative: the fake backend's error), so never reaches "second"
+  EXPECT_EQ(blocker.get_future().get().code(), StatusCode::kInternal);
+  all.get_future().wait();
+  pipeline->Shutdown();
+  std::vector<std::vector<float>> batches;
+  for (const auto& e : state_->executions()) batches.push_back(e.row_keys);
+  // first: [-5], [100, 200, 300]; second: the same three doubled, together.
+  EXPECT_EQ(batches, (std::vector<std::vector<float>>{{-5}, {100, 200, 300}, {200, 400, 600}}));
+  EXPECT_EQ(second_->stats().success.count, 3u);
+}
+
 TEST_F(EnsembleVersionTest, InvalidRequestIsRefusedBeforeAnyStep) {
   auto pipeline = Pipeline();
   InferRequest bad;
