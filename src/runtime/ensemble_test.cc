@@ -442,11 +442,12 @@ class EnsembleVersionTest : public ::testing::Test {
     sig.outputs.push_back({"OUTPUT0", DataType::kFp32, {-1}, false});
     return sig;
   }
-  std::shared_ptr<ModelVersion> MakeStep(const std::string& name) {
+  std::shared_ptr<ModelVersion> MakeStep(const std::string& name, uint32_t max_queue_size = 0) {
     ModelVersionOptions o;
     o.name = name;
     o.signature = Sig();
     o.batching.max_batch_size = 8;
+    o.batching.default_queue_policy.max_queue_size = max_queue_size;
     o.instances.push_back({name + "_0", 0, {}});
     auto mv =
         ModelVersion::Create(std::move(o), std::make_unique<testing::FakeBackendModel>(state_));
@@ -590,6 +591,72 @@ TEST_F(EnsembleVersionTest, ABatchOfOneStepReachesTheNextStepAsOneBatch) {
   // first: [-5], [100, 200, 300]; second: the same three doubled, together.
   EXPECT_EQ(batches, (std::vector<std::vector<float>>{{-5}, {100, 200, 300}, {200, 400, 600}}));
   EXPECT_EQ(second_->stats().success.count, 3u);
+}
+
+TEST_F(EnsembleVersionTest, AThreeStepChainOfRealModelsCopiesNoTensor) {
+  // IN -> first -> a -> second -> b -> third -> OUT, each step a real model version.
+  auto third = MakeStep("third");
+  EnsembleOptions e;
+  e.name = "chain";
+  e.inputs = {"IN"};
+  e.outputs = {"OUT"};
+  e.steps = {Step("first", {{"INPUT0", "IN"}}, {{"OUTPUT0", "a"}}),
+             Step("second", {{"INPUT0", "a"}}, {{"OUTPUT0", "b"}}),
+             Step("third", {{"INPUT0", "b"}}, {{"OUTPUT0", "OUT"}})};
+  e.step_infer = [&](InferRequest r, InferCallback cb) {
+    auto& mv = r.model_name == "first" ? first_ : r.model_name == "second" ? second_ : third;
+    return mv->Infer(std::move(r), std::move(cb));
+  };
+  auto ensemble = Ensemble::Create(std::move(e));
+  ASSERT_TRUE(ensemble.ok());
+  ModelVersionOptions o;
+  o.name = "chain";
+  o.signature = Sig();
+  o.signature.inputs[0].name = "IN";
+  o.signature.outputs[0].name = "OUT";
+  auto chain = ModelVersion::CreateEnsemble(std::move(o), std::move(ensemble).value());
+  ASSERT_TRUE(chain.ok());
+  InferRequest r = Req(1);
+  const void* client_bytes = r.inputs[0].tensor.data();
+  std::promise<InferResponse> p;
+  (*chain)->Infer(std::move(r), [&](InferResponse resp) { p.set_value(std::move(resp)); });
+  InferResponse resp = p.get_future().get();
+  ASSERT_TRUE(resp.status.ok()) << resp.status.ToString();
+  ASSERT_EQ(resp.outputs.size(), 1u);
+  EXPECT_EQ(resp.outputs[0].tensor.values<float>()[0], 8.0f);
+  const std::vector<testing::Execution> runs = state_->executions();
+  ASSERT_EQ(runs.size(), 3u);
+  // Each backend call read the very bytes the previous one wrote (the client's, first),
+  // and the answer is the last one's: the only buffers are the three steps' own outputs.
+  EXPECT_EQ(runs[0].input_data, client_bytes);
+  EXPECT_EQ(runs[1].input_data, runs[0].output_data);
+  EXPECT_EQ(runs[2].input_data, runs[1].output_data);
+  EXPECT_EQ(resp.outputs[0].tensor.data(), runs[2].output_data);
+  (*chain)->Shutdown();
+  third->Shutdown();
+}
+
+TEST_F(EnsembleVersionTest, AFullStepQueueRefusesTheEnsembleRequestNamingTheStep) {
+  // "second" holds at most one queued request; "first" runs freely.
+  second_ = MakeStep("second", /*max_queue_size=*/1);
+  auto pipeline = Pipeline();
+  state_->Block(2);  // second's run of the first request (first doubled 1 to 2) blocks
+  std::vector<std::promise<Status>> answers(3);
+  pipeline->Infer(Req(1), [&](InferResponse r) { answers[0].set_value(r.status); });
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  pipeline->Infer(Req(5), [&](InferResponse r) { answers[1].set_value(r.status); });  // queues
+  ASSERT_TRUE(state_->WaitForExecutions(3));  // first ran it; now in second's queue
+  pipeline->Infer(Req(7), [&](InferResponse r) { answers[2].set_value(r.status); });
+  // The third finds second's queue full: refused at once, naming the step and model.
+  const Status refused = answers[2].get_future().get();
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("step 1 (model 'second')"), std::string::npos)
+      << refused.ToString();
+  state_->Unblock(2);
+  EXPECT_TRUE(answers[0].get_future().get().ok());
+  EXPECT_TRUE(answers[1].get_future().get().ok());
+  pipeline->Shutdown();
+  EXPECT_EQ(second_->stats().success.count, 2u);
 }
 
 TEST_F(EnsembleVersionTest, InvalidRequestIsRefusedBeforeAnyStep) {
