@@ -110,6 +110,8 @@ class Ensemble {
   void OnStepAnswer(const std::shared_ptr<RunState>& run, int step, InferResponse response);
   // Decrements live_runs_ once per run.
   void RunOver();
+  // By step: whether it feeds one of the tensors `wanted` (only those steps run).
+  std::vector<char> NeededSteps(const std::vector<int>& wanted) const;
 
   const EnsembleOptions options_;
   std::shared_ptr<Clock> clock_;
@@ -122,6 +124,9 @@ class Ensemble {
   std::vector<std::vector<int>> step_inputs_;    // step -> tensor ids it reads
   std::vector<std::vector<int>> step_outputs_;   // step -> tensor ids it writes, by output_map
   std::vector<std::vector<int>> input_map_ids_;  // step -> tensor id of each input_map entry
+  // For a request that asks for every output: the tensor ids to answer and the steps to run.
+  std::vector<int> all_wanted_;
+  std::vector<char> all_needed_;
 
   mutable Mutex mu_;
   CondVar idle_cv_;
