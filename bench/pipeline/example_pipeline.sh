@@ -13,28 +13,41 @@
 #                      batching
 # Columns: requests/s, p50 and p99 latency, the server's CPU use (cores busy, from
 # /proc/PID/stat over the measured window) and peak resident memory (VmHWM).
-# Writes the table under "## Example pipeline" in bench/results/pipeline.md (other sections of
-# that file are kept), and the raw `shoal bench` JSON beside it in bench/results/pipeline/.
+# --rounds N runs every strategy N times, strategies interleaved in each round (the machine
+# is noisy), and shows each strategy's median-throughput run. With SHOAL_BASELINE_BUILD set
+# to another build folder (say, of the main branch), each round also runs the hybrid
+# strategy on that build's `shoal`, right after this build's: before/after, side by side.
+# Writes a new dated section "## Example pipeline ..." at the top of the example-pipeline
+# sections of bench/results/pipeline.md (earlier runs' sections are kept), and the raw
+# `shoal bench` JSON of the runs shown beside it in bench/results/pipeline/.
 #   bench/pipeline/example_pipeline.sh [--window-ms MS] [--concurrency N] [--hybrid-instances N]
+#                                      [--rounds N]
 # (--concurrency: every strategy but serial; --hybrid-instances: per step, default 2)
 # Needs a build (SHOAL_BUILD, default build) and Debian's python3-torch and python3-onnx
-# (for the fused model). About 1 minute with the defaults.
+# (for the fused model). About 1 minute per round with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WINDOW_MS=4000
 CONC=32
 HYBRID_INSTANCES=2
+ROUNDS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --window-ms) WINDOW_MS="$2"; shift 2 ;;
     --concurrency) CONC="$2"; shift 2 ;;
     --hybrid-instances) HYBRID_INSTANCES="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
     *) echo "usage: bench/pipeline/example_pipeline.sh [--window-ms MS] [--concurrency N]" \
-            "[--hybrid-instances N]" >&2; exit 2 ;;
+            "[--hybrid-instances N] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 SHOAL="${SHOAL_BUILD:-build}/src/cli/shoal"
 [ -x "$SHOAL" ] || { echo "build first: scripts/build.sh ${SHOAL_BUILD:-build} (no $SHOAL)" >&2; exit 1; }
+BASELINE=""
+if [ -n "${SHOAL_BASELINE_BUILD:-}" ]; then
+  BASELINE="$SHOAL_BASELINE_BUILD/src/cli/shoal"
+  [ -x "$BASELINE" ] || { echo "no $BASELINE (SHOAL_BASELINE_BUILD)" >&2; exit 1; }
+fi
 WORK=$(mktemp -d)
 SERVER_PID=""
 cleanup() {
@@ -97,10 +110,10 @@ torch.onnx.export(Fused().eval(), (torch.zeros(2, 1, 8, 8), torch.zeros(2, 1)), 
 PY
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-run_strategy() {  # label repo model concurrency
-  local label=$1 repo=$2 model=$3 conc=$4 http grpc
+run_strategy() {  # label repo model concurrency [shoal binary]
+  local label=$1 repo=$2 model=$3 conc=$4 bin=${5:-$SHOAL} http grpc
   http=$((20000 + RANDOM % 20000)); grpc=$((http + 1))
-  "$SHOAL" serve --model-repository "$repo" --http-port "$http" --grpc-port "$grpc" \
+  "$bin" serve --model-repository "$repo" --http-port "$http" --grpc-port "$grpc" \
     --metrics-port 0 --allow-grpc false >"$WORK/$model.$conc.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 300); do
@@ -111,57 +124,81 @@ run_strategy() {  # label repo model concurrency
   t0=$(date +%s.%N); c0=$(cpu_ticks "$SERVER_PID")
   "$SHOAL" bench -m "$model" -u "127.0.0.1:$http" --concurrency-range "$conc" \
     -p "$WINDOW_MS" --warmup 1000 --max-trials 3 --percentile 99 \
-    --json "$OUT/$label.json" >"$WORK/$label.bench.txt" 2>&1 || { cat "$WORK/$label.bench.txt" >&2; exit 1; }
+    --json "$WORK/$label.json" >"$WORK/$label.bench.txt" 2>&1 || { cat "$WORK/$label.bench.txt" >&2; exit 1; }
   t1=$(date +%s.%N); c1=$(cpu_ticks "$SERVER_PID")
   local hwm
   hwm=$(awk '/VmHWM/ {print $2}' "/proc/$SERVER_PID/status")
   kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
   # The warmup is inside the CPU window too: cores busy over the whole bench run.
-  echo "$label $conc $(awk -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" \
-    'BEGIN { printf "%.3f", c / hz / (t1 - t0) }') $hwm" >> "$WORK/resources.txt"
+  echo "${label%.*} $conc $(awk -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" \
+    'BEGIN { printf "%.3f", c / hz / (t1 - t0) }') $hwm $label" >> "$WORK/resources.txt"
 }
 : > "$WORK/resources.txt"
-run_strategy serial "$WORK/single" vae_walk 1
-run_strategy data_parallel "$WORK/fused" vae_walk_fused "$CONC"
-run_strategy pipeline_parallel "$WORK/single" vae_walk "$CONC"
-run_strategy hybrid "$WORK/hybrid" vae_walk "$CONC"
+for round in $(seq 1 "$ROUNDS"); do
+  run_strategy "serial.$round" "$WORK/single" vae_walk 1
+  run_strategy "data_parallel.$round" "$WORK/fused" vae_walk_fused "$CONC"
+  run_strategy "pipeline_parallel.$round" "$WORK/single" vae_walk "$CONC"
+  run_strategy "hybrid.$round" "$WORK/hybrid" vae_walk "$CONC"
+  if [ -n "$BASELINE" ]; then
+    run_strategy "hybrid_baseline.$round" "$WORK/hybrid" vae_walk "$CONC" "$BASELINE"
+  fi
+done
 
-/usr/bin/python3 - "$WORK/resources.txt" "$OUT" "$WINDOW_MS" "$HYBRID_INSTANCES" <<'PY'
-import datetime, json, os, re, sys
-resources, out, window_ms, hybrid_instances = sys.argv[1:5]
-rows = {}
+/usr/bin/python3 - "$WORK/resources.txt" "$OUT" "$WINDOW_MS" "$HYBRID_INSTANCES" "$ROUNDS" \
+  "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
+import datetime, json, os, re, shutil, sys
+resources, out, window_ms, hybrid_instances, rounds, commit = sys.argv[1:7]
+work = os.path.dirname(resources)
+runs = {}
 for line in open(resources):
-    label, conc, cores, hwm_kb = line.split()
-    step = json.load(open(os.path.join(out, label + ".json")))["steps"][-1]
-    rows[label] = dict(conc=int(conc), rps=step["requests_per_s"], p50=step["latency_us"]["p50"] / 1000,
-                       p99=step["latency_us"]["p99"] / 1000, cores=float(cores), mem=int(hwm_kb) / 1024,
-                       errors=sum(step.get("errors", {}).values()) if isinstance(step.get("errors"), dict) else 0)
+    label, conc, cores, hwm_kb, run_label = line.split()
+    step = json.load(open(os.path.join(work, run_label + ".json")))["steps"][-1]
+    runs.setdefault(label, []).append(dict(run=run_label,
+        conc=int(conc), rps=step["requests_per_s"], p50=step["latency_us"]["p50"] / 1000,
+        p99=step["latency_us"]["p99"] / 1000, cores=float(cores), mem=int(hwm_kb) / 1024,
+        errors=sum(step.get("errors", {}).values()) if isinstance(step.get("errors"), dict) else 0))
+# Each strategy's median-throughput run (the lower middle one for an even count).
+rows = {k: sorted(v, key=lambda r: r["rps"])[(len(v) - 1) // 2] for k, v in runs.items()}
+for k, r in rows.items():  # the raw JSON of the runs shown
+    shutil.copy(os.path.join(work, r["run"] + ".json"), os.path.join(out, k + ".json"))
 serial = rows["serial"]["rps"]
 names = {"serial": "serial", "data_parallel": "data parallel (fused model, 2 instances, batching)",
          "pipeline_parallel": "pipeline parallel (ensemble, 1 instance per step, no batching)",
-         "hybrid": "hybrid (ensemble, %s instance(s) per step, batching)" % hybrid_instances}
+         "hybrid": "hybrid (ensemble, %s instance(s) per step, batching)" % hybrid_instances,
+         "hybrid_baseline": "hybrid, baseline build (SHOAL_BASELINE_BUILD)"}
 cpu = "?"
 for line in open("/proc/cpuinfo"):
     if line.startswith("model name"):
         cpu = line.split(":", 1)[1].strip()
         break
-lines = ["## Example pipeline (VAE: encoder -> latent_walk -> decoder)", "",
-         "`bench/pipeline/example_pipeline.sh` on %d CPUs (%s), %s UTC; closed loop over HTTP "
-         "with `shoal bench` (the load generator runs on the same cores), %s ms windows. The "
-         "machine is shared and noisy (other engineers build on the same cores while this "
-         "runs): compare the rows of one run, not runs." % (
-             os.cpu_count(), cpu,
-             datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), window_ms), "",
-         "| strategy | concurrency | requests/s | vs serial | p50 ms | p99 ms | server CPU (cores) | peak RSS MiB | errors |",
-         "|---|---|---|---|---|---|---|---|---|"]
-for key in ("serial", "data_parallel", "pipeline_parallel", "hybrid"):
+now = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
+lines = ["## Example pipeline (VAE: encoder -> latent_walk -> decoder), %s UTC" % now, "",
+         "`bench/pipeline/example_pipeline.sh --rounds %s` on %d CPUs (%s), commit %s, %s UTC; "
+         "closed loop over HTTP with `shoal bench` (the load generator runs on the same cores), "
+         "%s ms windows; %s round(s), strategies interleaved in each, each row the strategy's "
+         "median-throughput run (requests/s of every run in the last column). The machine is "
+         "shared and noisy (other engineers build on the same cores while this runs): compare "
+         "the rows of one run, not runs." % (
+             rounds, os.cpu_count(), cpu, commit, now, window_ms, rounds), "",
+         "| strategy | concurrency | requests/s | vs serial | p50 ms | p99 ms | server CPU (cores) | peak RSS MiB | errors | requests/s of each run |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+for key in ("serial", "data_parallel", "pipeline_parallel", "hybrid", "hybrid_baseline"):
+    if key not in rows:
+        continue
     r = rows[key]
-    lines.append("| %s | %d | %.0f | %.2fx | %.2f | %.2f | %.2f | %.0f | %d |" % (
-        names[key], r["conc"], r["rps"], r["rps"] / serial, r["p50"], r["p99"], r["cores"], r["mem"], r["errors"]))
+    lines.append("| %s | %d | %.0f | %.2fx | %.2f | %.2f | %.2f | %.0f | %d | %s |" % (
+        names[key], r["conc"], r["rps"], r["rps"] / serial, r["p50"], r["p99"], r["cores"], r["mem"], r["errors"],
+        ", ".join("%.0f" % x["rps"] for x in runs[key])))
 h, s = rows["hybrid"], rows["serial"]
 verdict = "met" if h["rps"] >= 4.3 * s["rps"] and h["p99"] <= s["p99"] else "missed"
 lines += ["", "Target: hybrid >= 4.3x serial throughput at no worse p99: **%s** (%.2fx, p99 %.2f ms vs %.2f ms)." % (
-    verdict, h["rps"] / s["rps"], h["p99"], s["p99"]), "",
+    verdict, h["rps"] / s["rps"], h["p99"], s["p99"]), ""]
+if "hybrid_baseline" in rows:
+    b = rows["hybrid_baseline"]
+    lines += ["Hybrid, this build against the baseline build (same repository and load, run right "
+              "after it in each round): %.2fx the throughput (median runs %.0f vs %.0f requests/s), "
+              "p99 %.2f vs %.2f ms." % (h["rps"] / b["rps"], h["rps"], b["rps"], h["p99"], b["p99"]), ""]
+lines += [
     "Strategies: serial and pipeline parallel serve the same repository (each step one "
     "instance, no batching) at concurrency 1 and %d; data parallel serves encoder, walk and "
     "decoder fused into one ONNX model (the same weights), 2 instances with dynamic batching; "
@@ -174,8 +211,12 @@ lines += ["", "Target: hybrid >= 4.3x serial throughput at no worse p99: **%s** 
 section = "\n".join(lines) + "\n"
 path = os.path.join(os.path.dirname(out), "pipeline.md")
 text = open(path).read() if os.path.exists(path) else "# Pipeline benchmarks\n\n"
-pattern = re.compile(r"^## Example pipeline.*?(?=^## |\Z)", re.S | re.M)
-text = pattern.sub(lambda m: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+# The newest run first, above the earlier runs' sections, which stay.
+first = re.search(r"^## Example pipeline", text, re.M)
+if first:
+    text = text[:first.start()] + section + "\n" + text[first.start():]
+else:
+    text = text.rstrip("\n") + "\n\n" + section
 open(path, "w").write(text)
 print(section)
 PY

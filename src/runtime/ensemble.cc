@@ -37,14 +37,19 @@ struct Ensemble::RunState final : RequestHandle {
   // ensemble input the client left out (the steps that read it get no such input).
   std::vector<Tensor> tensors GUARDED_BY(mu);
   std::vector<char> have GUARDED_BY(mu);
-  std::vector<char> needed;  // by step: feeds a requested output; set before any step runs
+  // By step: feeds a requested output. Set before any step runs; points at the
+  // ensemble's own table when the request asks for every output (most do), else at
+  // own_needed. Likewise `wanted`: the tensor ids to answer, in answer order.
+  const std::vector<char>* needed = nullptr;
+  const std::vector<int>* wanted = nullptr;
+  std::vector<char> own_needed;
+  std::vector<int> own_wanted;
   std::vector<int> waiting GUARDED_BY(mu);  // by step: tensors it reads that are missing
   std::vector<StepState> state GUARDED_BY(mu);
   std::vector<std::shared_ptr<RequestHandle>> handles GUARDED_BY(mu);  // steps in flight
-  std::vector<int> wanted;                 // tensor ids to answer, in answer order
-  int missing_outputs GUARDED_BY(mu) = 0;  // of `wanted`
-  int outstanding GUARDED_BY(mu) = 0;      // steps submitted (or being) and not answered
-  bool finished GUARDED_BY(mu) = false;    // `done` was taken
+  int missing_outputs GUARDED_BY(mu) = 0;                              // of `wanted`
+  int outstanding GUARDED_BY(mu) = 0;    // steps submitted (or being) and not answered
+  bool finished GUARDED_BY(mu) = false;  // `done` was taken
 
   // Takes `done` (the caller calls it after unlocking) and the handles of the steps in
   // flight (the caller cancels them).
@@ -98,11 +103,14 @@ StatusOr<std::unique_ptr<Ensemble>> Ensemble::Create(EnsembleOptions options) {
   const int steps = static_cast<int>(o.steps.size());
   e->step_inputs_.resize(steps);
   e->step_outputs_.resize(steps);
+  e->input_map_ids_.resize(steps);
   e->reads_.resize(steps);
   const std::string where = "ensemble '" + o.name + "' ";
   for (int s = 0; s < steps; ++s) {
     std::set<int> reads;
     for (const auto& [model_input, tensor] : o.steps[s].input_map) reads.insert(id_of(tensor));
+    for (const auto& [model_input, tensor] : o.steps[s].input_map)
+      e->input_map_ids_[s].push_back(id_of(tensor));
     for (int t : reads) e->readers_[t].push_back(s);
     e->step_inputs_[s].assign(reads.begin(), reads.end());
     e->reads_[s] = static_cast<int>(reads.size());
@@ -145,10 +153,26 @@ StatusOr<std::unique_ptr<Ensemble>> Ensemble::Create(EnsembleOptions options) {
     }
   }
   if (reached != steps) return InvalidArgument(where + "steps form a cycle");
+  for (const auto& out : o.outputs) e->all_wanted_.push_back(ids[out]);
+  e->all_needed_ = e->NeededSteps(e->all_wanted_);
   return e;
 }
 
 Ensemble::~Ensemble() { Shutdown(); }
+
+std::vector<char> Ensemble::NeededSteps(const std::vector<int>& wanted) const {
+  std::vector<char> needed(options_.steps.size(), 0);
+  std::vector<int> work = wanted;
+  while (!work.empty()) {
+    const int t = work.back();
+    work.pop_back();
+    const int s = producer_[t];
+    if (s < 0 || needed[s]) continue;
+    needed[s] = 1;
+    work.insert(work.end(), step_inputs_[s].begin(), step_inputs_[s].end());
+  }
+  return needed;
+}
 
 void Ensemble::Shutdown() {
   MutexLock lock(&mu_);
@@ -199,35 +223,30 @@ std::shared_ptr<RequestHandle> Ensemble::Run(InferRequest request, InferCallback
       run->have[t] = 1;
     }
     request.inputs.clear();
-    const std::vector<std::string>& names =
-        request.requested_outputs.empty() ? options_.outputs : request.requested_outputs;
-    for (const auto& name : names) {
-      auto it = std::find(options_.outputs.begin(), options_.outputs.end(), name);
-      if (it == options_.outputs.end()) {
-        return fail_now(
-            InvalidArgument("ensemble '" + options_.name + "' has no output '" + name + "'"));
+    if (request.requested_outputs.empty()) {
+      run->wanted = &all_wanted_;
+      run->needed = &all_needed_;
+    } else {
+      for (const auto& name : request.requested_outputs) {
+        auto it = std::find(options_.outputs.begin(), options_.outputs.end(), name);
+        if (it == options_.outputs.end()) {
+          return fail_now(
+              InvalidArgument("ensemble '" + options_.name + "' has no output '" + name + "'"));
+        }
+        run->own_wanted.push_back(static_cast<int>(
+            std::find(tensor_names_.begin(), tensor_names_.end(), name) - tensor_names_.begin()));
       }
-      run->wanted.push_back(static_cast<int>(
-          std::find(tensor_names_.begin(), tensor_names_.end(), name) - tensor_names_.begin()));
+      run->own_needed = NeededSteps(run->own_wanted);
+      run->wanted = &run->own_wanted;
+      run->needed = &run->own_needed;
     }
-    // Only the steps the requested outputs depend on run.
-    run->needed.assign(steps, 0);
-    std::vector<int> work = run->wanted;
-    while (!work.empty()) {
-      const int t = work.back();
-      work.pop_back();
-      const int s = producer_[t];
-      if (s < 0 || run->needed[s]) continue;
-      run->needed[s] = 1;
-      work.insert(work.end(), step_inputs_[s].begin(), step_inputs_[s].end());
-    }
-    run->missing_outputs = static_cast<int>(run->wanted.size());
+    run->missing_outputs = static_cast<int>(run->wanted->size());
     run->waiting.assign(steps, 0);
     run->state.assign(steps, RunState::StepState::kIdle);
     run->handles.resize(steps);
     for (int s = 0; s < steps; ++s) {
       for (int t : step_inputs_[s]) run->waiting[s] += run->have[t] == 0 ? 1 : 0;
-      if (run->needed[s] && run->waiting[s] == 0) ready.push_back(s);
+      if ((*run->needed)[s] && run->waiting[s] == 0) ready.push_back(s);
     }
     run->outstanding = static_cast<int>(ready.size());
     run->done = std::move(done);
@@ -274,13 +293,18 @@ void Ensemble::Submit(const std::shared_ptr<RunState>& run, std::vector<int> ste
         r.priority = run->request.priority;
         r.deadline_ns = deadline;
         r.best_effort = run->request.best_effort;
-        for (const auto& [model_input, tensor] : step.input_map) {
-          const int t =
-              static_cast<int>(std::find(tensor_names_.begin(), tensor_names_.end(), tensor) -
-                               tensor_names_.begin());
+        // As Triton: every step gets the request's parameters (`precision` and the
+        // like) and its timeout (the step's queue-timeout override; the absolute
+        // deadline above is what bounds the whole request).
+        r.parameters = run->request.parameters;
+        r.timeout_us = run->request.timeout_us;
+        r.inputs.reserve(step.input_map.size());
+        for (size_t k = 0; k < step.input_map.size(); ++k) {
+          const int t = input_map_ids_[s][k];
           // The tensor itself: a new handle on the same buffer, never a copy of its bytes.
-          if (run->have[t] == 1) r.inputs.push_back({model_input, run->tensors[t]});
+          if (run->have[t] == 1) r.inputs.push_back({step.input_map[k].first, run->tensors[t]});
         }
+        r.requested_outputs.reserve(step.output_map.size());
         for (const auto& [model_output, tensor] : step.output_map)
           r.requested_outputs.push_back(model_output);
       }
@@ -324,25 +348,21 @@ void Ensemble::OnStepAnswer(const std::shared_ptr<RunState>& run, int s, InferRe
     if (!run->finished) {
       Status status = response.status;
       if (status.ok()) {
-        for (const auto& mapped : step.output_map) {
-          // Not a structured binding: clang 14 cannot capture one in the lambda below.
-          const std::string& model_output = mapped.first;
-          const std::string& tensor = mapped.second;
+        for (size_t k = 0; k < step.output_map.size(); ++k) {
+          const std::string& model_output = step.output_map[k].first;
           auto it = std::find_if(response.outputs.begin(), response.outputs.end(),
                                  [&](const NamedTensor& o) { return o.name == model_output; });
           if (it == response.outputs.end()) {
             status = Internal("returned no output '" + model_output + "'");
             break;
           }
-          const int t =
-              static_cast<int>(std::find(tensor_names_.begin(), tensor_names_.end(), tensor) -
-                               tensor_names_.begin());
+          const int t = step_outputs_[s][k];  // output_map[k]'s tensor
           run->tensors[t] = std::move(it->tensor);
           run->have[t] = 1;
-          if (std::find(run->wanted.begin(), run->wanted.end(), t) != run->wanted.end())
+          if (std::find(run->wanted->begin(), run->wanted->end(), t) != run->wanted->end())
             --run->missing_outputs;
           for (int reader : readers_[t]) {
-            if (--run->waiting[reader] == 0 && run->needed[reader]) next.push_back(reader);
+            if (--run->waiting[reader] == 0 && (*run->needed)[reader]) next.push_back(reader);
           }
         }
       }
@@ -352,7 +372,8 @@ void Ensemble::OnStepAnswer(const std::shared_ptr<RunState>& run, int s, InferRe
                                           std::to_string(s) + " (model '" + step.model_name + "')");
         callback = run->FinishLocked(&to_cancel);
       } else if (run->missing_outputs == 0) {
-        for (int t : run->wanted) answer.outputs.push_back({tensor_names_[t], run->tensors[t]});
+        answer.outputs.reserve(run->wanted->size());
+        for (int t : *run->wanted) answer.outputs.push_back({tensor_names_[t], run->tensors[t]});
         callback = run->FinishLocked(&to_cancel);
       }
       run->outstanding += static_cast<int>(next.size());

@@ -21,11 +21,12 @@
 // One request, one deadline, one priority, one cancellation: each step carries the
 // request's absolute deadline and priority (so its model drops it unrun once the
 // deadline passed), no step starts after the deadline or a cancel, and a cancel reaches
-// the steps in flight. The first step that fails fails the request, with its status
-// code (a step's RESOURCE_EXHAUSTED refusal keeps its Retry-After) and a message naming
-// the step and its model; the steps still in flight are cancelled and their answers
-// dropped. Backpressure is the step models' own bounded queues: a full queue refuses
-// the step, which fails the request at once; nothing here queues.
+// the steps in flight. Each step also gets the request's parameters (`precision`...)
+// and `timeout_us`, as Triton forwards them to its composing models. The first step that fails
+// fails the request, with its status code (a step's RESOURCE_EXHAUSTED refusal keeps its
+// Retry-After) and a message naming the step and its model; the steps still in flight are cancelled
+// and their answers dropped. Backpressure is the step models' own bounded queues: a full queue
+// refuses the step, which fails the request at once; nothing here queues.
 //
 // Threads: Run from any thread; step answers arrive on the step models' threads (or on
 // the thread that submitted the step, when it is answered before being queued); the
@@ -109,17 +110,23 @@ class Ensemble {
   void OnStepAnswer(const std::shared_ptr<RunState>& run, int step, InferResponse response);
   // Decrements live_runs_ once per run.
   void RunOver();
+  // By step: whether it feeds one of the tensors `wanted` (only those steps run).
+  std::vector<char> NeededSteps(const std::vector<int>& wanted) const;
 
   const EnsembleOptions options_;
   std::shared_ptr<Clock> clock_;
   // For each ensemble tensor, the steps that read it; for each step, how many distinct
   // tensors it reads; for each tensor, the step that produces it (-1: an input).
-  std::vector<std::vector<int>> readers_;       // indexed by tensor id
-  std::vector<int> reads_;                      // indexed by step
-  std::vector<int> producer_;                   // indexed by tensor id
-  std::vector<std::string> tensor_names_;       // tensor id -> name
-  std::vector<std::vector<int>> step_inputs_;   // step -> tensor ids it reads
-  std::vector<std::vector<int>> step_outputs_;  // step -> tensor ids it writes
+  std::vector<std::vector<int>> readers_;        // indexed by tensor id
+  std::vector<int> reads_;                       // indexed by step
+  std::vector<int> producer_;                    // indexed by tensor id
+  std::vector<std::string> tensor_names_;        // tensor id -> name
+  std::vector<std::vector<int>> step_inputs_;    // step -> tensor ids it reads
+  std::vector<std::vector<int>> step_outputs_;   // step -> tensor ids it writes, by output_map
+  std::vector<std::vector<int>> input_map_ids_;  // step -> tensor id of each input_map entry
+  // For a request that asks for every output: the tensor ids to answer and the steps to run.
+  std::vector<int> all_wanted_;
+  std::vector<char> all_needed_;
 
   mutable Mutex mu_;
   CondVar idle_cv_;

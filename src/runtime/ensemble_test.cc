@@ -261,6 +261,28 @@ TEST_F(EnsembleTest, StepsCarryTheRequestsDeadlineAndPriority) {
   EXPECT_EQ(answers_.size(), 1u);
 }
 
+TEST_F(EnsembleTest, StepsCarryTheRequestsParametersAndTimeout) {
+  auto e = Diamond();
+  InferRequest r = Request(Floats({1}));
+  r.parameters["precision"] = std::string("bf16");
+  r.parameters["custom"] = int64_t{7};
+  r.timeout_us = 5000;
+  e->Run(std::move(r), answers_.For());
+  ScriptedSteps::Answer(*steps_.call(0), {{"OUT", Floats({1})}});
+  ScriptedSteps::Answer(*steps_.call(1), {{"OUT", Floats({1})}});
+  ScriptedSteps::Answer(*steps_.call(2), {{"OUT", Floats({1})}});
+  ASSERT_EQ(steps_.size(), 4u);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const InferRequest& step = steps_.call(i)->request;
+    EXPECT_EQ(step.timeout_us, 5000u) << step.model_name;
+    ASSERT_EQ(step.parameters.size(), 2u) << step.model_name;
+    EXPECT_EQ(std::get<std::string>(step.parameters.at("precision")), "bf16") << step.model_name;
+    EXPECT_EQ(std::get<int64_t>(step.parameters.at("custom")), 7) << step.model_name;
+  }
+  ScriptedSteps::Answer(*steps_.call(3), {{"OUT", Floats({1})}});
+  EXPECT_EQ(answers_.size(), 1u);
+}
+
 TEST_F(EnsembleTest, NoStepStartsAfterTheDeadline) {
   auto e = Chain();
   e->Run(Request(Floats({1}), clock_->NowNs() + 1'000'000), answers_.For());
@@ -420,11 +442,12 @@ class EnsembleVersionTest : public ::testing::Test {
     sig.outputs.push_back({"OUTPUT0", DataType::kFp32, {-1}, false});
     return sig;
   }
-  std::shared_ptr<ModelVersion> MakeStep(const std::string& name) {
+  std::shared_ptr<ModelVersion> MakeStep(const std::string& name, uint32_t max_queue_size = 0) {
     ModelVersionOptions o;
     o.name = name;
     o.signature = Sig();
     o.batching.max_batch_size = 8;
+    o.batching.default_queue_policy.max_queue_size = max_queue_size;
     o.instances.push_back({name + "_0", 0, {}});
     auto mv =
         ModelVersion::Create(std::move(o), std::make_unique<testing::FakeBackendModel>(state_));
@@ -481,6 +504,159 @@ TEST_F(EnsembleVersionTest, RunsThroughTheStepModelsAndCountsInEach) {
   EXPECT_EQ(first_->stats().success.count, 1u);
   EXPECT_EQ(second_->stats().success.count, 1u);
   EXPECT_TRUE(pipeline->instance_stats().empty());
+}
+
+TEST_F(EnsembleVersionTest, RequestParametersDeadlineAndPriorityReachEveryStep) {
+  auto pipeline = Pipeline();
+  InferRequest r = Req(1);
+  r.parameters["precision"] = std::string("bf16");
+  r.priority = 1;
+  r.timeout_us = 60'000'000;
+  std::promise<InferResponse> p;
+  pipeline->Infer(std::move(r), [&](InferResponse resp) { p.set_value(std::move(resp)); });
+  InferResponse resp = p.get_future().get();
+  ASSERT_TRUE(resp.status.ok()) << resp.status.ToString();
+  // Both step models ran the request's tier (their batches asked the backend for it)...
+  const std::vector<testing::Execution> runs = state_->executions();
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& run : runs) EXPECT_EQ(run.variant, "bf16");
+  // ...and the answer says which tier answered, as a plain model's does.
+  ASSERT_EQ(resp.parameters.count("precision"), 1u);
+  EXPECT_EQ(std::get<std::string>(resp.parameters.at("precision")), "bf16");
+  EXPECT_EQ(first_->stats().precision_requests.count("bf16"), 1u);
+  EXPECT_EQ(second_->stats().precision_requests.count("bf16"), 1u);
+}
+
+TEST_F(EnsembleVersionTest, AStepGetsTheRequestsAbsoluteDeadline) {
+  // The step gets the deadline the ensemble computed from the request's budgets.
+  InferRequest seen;
+  EnsembleOptions e;
+  e.name = "one";
+  e.inputs = {"IN"};
+  e.outputs = {"OUT"};
+  e.steps = {Step("first", {{"INPUT0", "IN"}}, {{"OUTPUT0", "OUT"}})};
+  e.step_infer = [&](InferRequest r, InferCallback cb) -> std::shared_ptr<RequestHandle> {
+    seen = r;
+    InferResponse resp;  // answered by hand: the fake clock is not the step models'
+    resp.outputs.push_back({"OUTPUT0", r.inputs.at(0).tensor});
+    cb(std::move(resp));
+    return nullptr;
+  };
+  auto clock = std::make_shared<FakeClock>();
+  e.clock = clock;
+  auto ensemble = Ensemble::Create(std::move(e));
+  ASSERT_TRUE(ensemble.ok());
+  ModelVersionOptions o;
+  o.name = "one";
+  o.signature = Sig();
+  o.signature.inputs[0].name = "IN";
+  o.signature.outputs[0].name = "OUT";
+  o.clock = clock;
+  auto mv = ModelVersion::CreateEnsemble(std::move(o), std::move(ensemble).value());
+  ASSERT_TRUE(mv.ok());
+  InferRequest r = Req(1);
+  r.timeout_us = 2000;
+  r.client_deadline_us = 1500;  // the earlier budget wins
+  r.priority = 2;
+  std::promise<InferResponse> p;
+  (*mv)->Infer(std::move(r), [&](InferResponse resp) { p.set_value(std::move(resp)); });
+  EXPECT_TRUE(p.get_future().get().status.ok());
+  EXPECT_EQ(seen.deadline_ns, clock->NowNs() + 1'500'000);
+  EXPECT_EQ(seen.priority, 2u);
+  EXPECT_EQ(seen.timeout_us, 2000u);
+  (*mv)->Shutdown();
+}
+
+TEST_F(EnsembleVersionTest, ABatchOfOneStepReachesTheNextStepAsOneBatch) {
+  // The next step's model is idle throughout: without ModelVersion::DeferDispatch the
+  // first answer of step one's batch would leave alone for it, the others after.
+  auto pipeline = Pipeline();
+  state_->Block(-5);
+  std::promise<Status> blocker;
+  pipeline->Infer(Req(-5), [&](InferResponse r) { blocker.set_value(r.status); });
+  ASSERT_TRUE(state_->WaitForWaiting(1));  // step "first" runs it; the next ones queue
+  std::atomic<int> ok{0};
+  std::promise<void> all;
+  for (float v : {100.0f, 200.0f, 300.0f}) {
+    pipeline->Infer(Req(v), [&](InferResponse r) {
+      if (r.status.ok() && ++ok == 3) all.set_value();
+    });
+  }
+  state_->Unblock(-5);  // fails (negative: the fake backend's error), so never reaches "second"
+  EXPECT_EQ(blocker.get_future().get().code(), StatusCode::kInternal);
+  all.get_future().wait();
+  pipeline->Shutdown();
+  std::vector<std::vector<float>> batches;
+  for (const auto& e : state_->executions()) batches.push_back(e.row_keys);
+  // first: [-5], [100, 200, 300]; second: the same three doubled, together.
+  EXPECT_EQ(batches, (std::vector<std::vector<float>>{{-5}, {100, 200, 300}, {200, 400, 600}}));
+  EXPECT_EQ(second_->stats().success.count, 3u);
+}
+
+TEST_F(EnsembleVersionTest, AThreeStepChainOfRealModelsCopiesNoTensor) {
+  // IN -> first -> a -> second -> b -> third -> OUT, each step a real model version.
+  auto third = MakeStep("third");
+  EnsembleOptions e;
+  e.name = "chain";
+  e.inputs = {"IN"};
+  e.outputs = {"OUT"};
+  e.steps = {Step("first", {{"INPUT0", "IN"}}, {{"OUTPUT0", "a"}}),
+             Step("second", {{"INPUT0", "a"}}, {{"OUTPUT0", "b"}}),
+             Step("third", {{"INPUT0", "b"}}, {{"OUTPUT0", "OUT"}})};
+  e.step_infer = [&](InferRequest r, InferCallback cb) {
+    auto& mv = r.model_name == "first" ? first_ : r.model_name == "second" ? second_ : third;
+    return mv->Infer(std::move(r), std::move(cb));
+  };
+  auto ensemble = Ensemble::Create(std::move(e));
+  ASSERT_TRUE(ensemble.ok());
+  ModelVersionOptions o;
+  o.name = "chain";
+  o.signature = Sig();
+  o.signature.inputs[0].name = "IN";
+  o.signature.outputs[0].name = "OUT";
+  auto chain = ModelVersion::CreateEnsemble(std::move(o), std::move(ensemble).value());
+  ASSERT_TRUE(chain.ok());
+  InferRequest r = Req(1);
+  const void* client_bytes = r.inputs[0].tensor.data();
+  std::promise<InferResponse> p;
+  (*chain)->Infer(std::move(r), [&](InferResponse resp) { p.set_value(std::move(resp)); });
+  InferResponse resp = p.get_future().get();
+  ASSERT_TRUE(resp.status.ok()) << resp.status.ToString();
+  ASSERT_EQ(resp.outputs.size(), 1u);
+  EXPECT_EQ(resp.outputs[0].tensor.values<float>()[0], 8.0f);
+  const std::vector<testing::Execution> runs = state_->executions();
+  ASSERT_EQ(runs.size(), 3u);
+  // Each backend call read the very bytes the previous one wrote (the client's, first),
+  // and the answer is the last one's: the only buffers are the three steps' own outputs.
+  EXPECT_EQ(runs[0].input_data, client_bytes);
+  EXPECT_EQ(runs[1].input_data, runs[0].output_data);
+  EXPECT_EQ(runs[2].input_data, runs[1].output_data);
+  EXPECT_EQ(resp.outputs[0].tensor.data(), runs[2].output_data);
+  (*chain)->Shutdown();
+  third->Shutdown();
+}
+
+TEST_F(EnsembleVersionTest, AFullStepQueueRefusesTheEnsembleRequestNamingTheStep) {
+  // "second" holds at most one queued request; "first" runs freely.
+  second_ = MakeStep("second", /*max_queue_size=*/1);
+  auto pipeline = Pipeline();
+  state_->Block(2);  // second's run of the first request (first doubled 1 to 2) blocks
+  std::vector<std::promise<Status>> answers(3);
+  pipeline->Infer(Req(1), [&](InferResponse r) { answers[0].set_value(r.status); });
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  pipeline->Infer(Req(5), [&](InferResponse r) { answers[1].set_value(r.status); });  // queues
+  ASSERT_TRUE(state_->WaitForExecutions(3));  // first ran it; now in second's queue
+  pipeline->Infer(Req(7), [&](InferResponse r) { answers[2].set_value(r.status); });
+  // The third finds second's queue full: refused at once, naming the step and model.
+  const Status refused = answers[2].get_future().get();
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("step 1 (model 'second')"), std::string::npos)
+      << refused.ToString();
+  state_->Unblock(2);
+  EXPECT_TRUE(answers[0].get_future().get().ok());
+  EXPECT_TRUE(answers[1].get_future().get().ok());
+  pipeline->Shutdown();
+  EXPECT_EQ(second_->stats().success.count, 2u);
 }
 
 TEST_F(EnsembleVersionTest, InvalidRequestIsRefusedBeforeAnyStep) {

@@ -5,7 +5,9 @@
 // through that callback: success, error, timeout, rejection, cancellation or shutdown.
 // The callback runs on a runtime thread (the caller's own thread when the request is
 // answered before it is queued); it must be quick and must not call back into the
-// same model synchronously in a way that waits for an answer.
+// same model synchronously in a way that waits for an answer. Nor may it wait for the
+// answer of a request it submits to any model: requests submitted from an instance's
+// answer loop are dispatched after that loop (ModelVersion::DeferDispatch).
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,45 @@
 
 namespace shoal::runtime {
 
+class ModelVersion::DeferDispatch {
+ public:
+  DeferDispatch() : outer_(current_ != nullptr) {
+    if (!outer_) current_ = this;
+  }
+  ~DeferDispatch() {
+    if (outer_) return;
+    current_ = nullptr;
+    // Not under any lock: each model takes its own.
+    for (auto& [raw, weak] : queued_) {
+      if (std::shared_ptr<ModelVersion> mv = weak.lock()) mv->OnInstanceIdle();
+    }
+  }
+  DeferDispatch(const DeferDispatch&) = delete;
+  DeferDispatch& operator=(const DeferDispatch&) = delete;
+
+  // The scope in force on this thread, or null.
+  static DeferDispatch* Current() { return current_; }
+  // Records that `mv` has work queued to dispatch at the end of the scope; false (the
+  // caller dispatches now) when `mv` is not owned by a shared_ptr.
+  bool Queued(ModelVersion* mv) {
+    for (const auto& q : queued_) {
+      if (q.first == mv) return true;
+    }
+    std::weak_ptr<ModelVersion> weak = mv->weak_from_this();
+    if (weak.expired()) return false;
+    queued_.emplace_back(mv, std::move(weak));
+    return true;
+  }
+
+ private:
+  static thread_local DeferDispatch* current_;
+  const bool outer_;
+  // Weak: a model may be shut down and destroyed before the scope ends.
+  std::vector<std::pair<const ModelVersion*, std::weak_ptr<ModelVersion>>> queued_;
+};
+
+thread_local ModelVersion::DeferDispatch* ModelVersion::DeferDispatch::current_ = nullptr;
+
 CacheKey MakeCacheKey(const std::string& model, int64_t version, uint64_t owner,
                       const InferRequest& request) {
   CacheKeyBuilder b(owner);
@@ -317,6 +356,8 @@ void ModelVersion::RunEnsemble(TaskPtr task, int64_t now) {
   request.priority = task->request.priority;
   request.deadline_ns = task->request.deadline_ns;
   request.best_effort = task->request.best_effort;
+  request.timeout_us = task->request.timeout_us;
+  request.parameters = task->request.parameters;  // the steps get them (ensemble.h)
   std::shared_ptr<CancelForwarder> forward = task->forward_cancel;
   std::shared_ptr<RequestControl> control = task->control;
   auto held = std::make_shared<TaskPtr>(std::move(task));
@@ -352,7 +393,11 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
       status = batcher_->Enqueue(task, now, &reason);
       if (!options_.precision_ladder.empty())
         UpdatePrecisionTierLocked(now, !status.ok() && reason == RejectReason::kOverload);
-      if (status.ok()) wake = DispatchOrWake();
+      if (status.ok()) {
+        // Queued by another model's answer loop: dispatched when that loop ends.
+        DeferDispatch* defer = DeferDispatch::Current();
+        if (defer == nullptr || !defer->Queued(this)) wake = DispatchOrWake();
+      }
     }
   }
   if (status.ok()) {
@@ -592,6 +637,8 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     }
   }
   const int64_t t0 = clock_->NowNs();
+  // What the answers below submit to other models leaves after the last answer.
+  DeferDispatch defer;
   std::vector<GroupRun> runs;
   // Request i's answer is runs[run_of[i]].per_request[slot_of[i]].
   std::vector<size_t> run_of(batch.size()), slot_of(batch.size());

@@ -157,8 +157,16 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   void Enqueue(TaskPtr task, int64_t now) EXCLUDES(mu_);
   // Enqueue's step for an ensemble: hands `task` to the DAG.
   void RunEnsemble(TaskPtr task, int64_t now) EXCLUDES(mu_);
-  // Called by an instance's thread after each job.
+  // Called by an instance's thread after each job, and for work queued under a
+  // DeferDispatch: dispatches what is due, or wakes the scheduler.
   void OnInstanceIdle() EXCLUDES(mu_);
+  // While an instance's thread answers the requests of one batch, the requests those
+  // answers submit to other models (an ensemble's next steps) are queued there but not
+  // dispatched until the last answer is given: the whole batch then reaches the next
+  // model's batcher before any of it leaves, and goes on as one batch, instead of its
+  // first request leaving alone for an idle instance (one more execution and one more
+  // thread wake per batch and step). Scoped to one thread; nests (the outermost wins).
+  class DeferDispatch;
   // Dispatches every batch due at `now` to idle instances; returns when the queue next
   // needs the scheduler (a held batch's release, an expiry; max if never).
   int64_t DispatchDue(int64_t now) REQUIRES(mu_);

@@ -234,6 +234,31 @@ TEST_F(EnsembleE2eTest, MetadataConfigStatisticsAndReadinessFollowTheSteps) {
   EXPECT_EQ(Infer("vae_walk", ref["inputs"]).count("walked"), 1u);
 }
 
+TEST_F(EnsembleE2eTest, ShoalBenchLoadsAnEnsembleThroughItsSteps) {
+  const int64_t walk0 = Successes("vae_walk"), step0 = Successes("latent_walk");
+  TempDir out;
+  const std::string report_path = out.path() + "/r.json";
+  auto p = ShoalProcess::Start({"bench", "-m", "vae_walk", "-u",
+                                "127.0.0.1:" + std::to_string(http_port_), "--concurrency-range",
+                                "4", "-p", "300", "--warmup", "100", "--max-trials", "3", "--json",
+                                report_path});
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->Wait(60'000), 0) << p->log();
+  std::ifstream f(report_path);
+  std::stringstream text;
+  text << f.rdbuf();
+  const json report = json::parse(text.str());
+  ASSERT_EQ(report["steps"].size(), 1u);
+  const json& step = report["steps"][0];
+  EXPECT_EQ(step["errors_total"], 0) << step;
+  const int64_t measured = step["requests"].get<int64_t>();
+  EXPECT_GT(measured, 0) << step;
+  // Every request the bench sent (measured, warmup and trials) ran through the step.
+  const int64_t ensemble_requests = Successes("vae_walk") - walk0;
+  EXPECT_GE(ensemble_requests, measured);
+  EXPECT_EQ(Successes("latent_walk") - step0, ensemble_requests);
+}
+
 TEST(EnsembleRunE2eTest, ShoalRunServesAnEnsembleOffline) {
   // `shoal run` loads only the model it is asked for; the ensemble loads its steps.
   const json ref = Reference("vae_walk");

@@ -23,8 +23,10 @@ namespace shoal::runtime::testing {
 struct Execution {
   int instance = 0;
   int64_t batch_size = 0;
-  std::vector<float> row_keys;  // first value of each row
-  std::string variant;          // the precision tier the batch asked for ("" = default)
+  std::vector<float> row_keys;        // first value of each row
+  std::string variant;                // the precision tier the batch asked for ("" = default)
+  const void* input_data = nullptr;   // the bytes of INPUT0 the backend was handed
+  const void* output_data = nullptr;  // the bytes of the OUTPUT0 it allocated
 };
 
 class FakeBackendState {
@@ -63,10 +65,12 @@ class FakeBackendState {
     const Tensor& in = req.inputs.at(0).tensor;
     const int64_t rows = in.shape()[0];
     const int64_t cols = in.shape().size() > 1 ? in.shape()[1] : 1;
-    Execution e{instance, req.batch_size, {}, req.variant};
+    Execution e{instance, req.batch_size, {}, req.variant, in.data()};
+    size_t index = 0;
     for (int64_t r = 0; r < rows; ++r) e.row_keys.push_back(in.values<float>()[r * cols]);
     {
       std::unique_lock<std::mutex> lock(mu_);
+      index = executions_.size();
       executions_.push_back(e);
       cv_.notify_all();
       auto blocked = [&] {
@@ -95,6 +99,10 @@ class FakeBackendState {
     Tensor out = Tensor::Allocate(DataType::kFp32, in.shape());
     for (size_t i = 0; i < in.values<float>().size(); ++i)
       out.mutable_values<float>()[i] = 2 * in.values<float>()[i];
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      executions_[index].output_data = out.data();
+    }
     outputs->push_back(NamedTensor{"OUTPUT0", std::move(out)});
     return Status::Ok();
   }
