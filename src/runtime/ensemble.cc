@@ -293,6 +293,7 @@ void Ensemble::Submit(const std::shared_ptr<RunState>& run, std::vector<int> ste
         r.priority = run->request.priority;
         r.deadline_ns = deadline;
         r.best_effort = run->request.best_effort;
+        r.ensemble_step = true;  // may wait for the end of the answer loop submitting it
         // As Triton: every step gets the request's parameters (`precision` and the
         // like) and its timeout (the step's queue-timeout override; the absolute
         // deadline above is what bounds the whole request).

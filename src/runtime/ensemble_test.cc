@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -567,6 +568,34 @@ TEST_F(EnsembleVersionTest, AStepGetsTheRequestsAbsoluteDeadline) {
   (*mv)->Shutdown();
 }
 
+TEST_F(EnsembleVersionTest, ARequestThatIsNoStepIsDispatchedAtOnceFromAnAnswer) {
+  // Only ensemble steps wait for the end of the answer loop that submits them: a callback
+  // that submits another request and waits for its answer must get it.
+  InferRequest direct;
+  direct.id = "direct";
+  direct.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 2}, {3, 4})});
+  std::promise<Status> inner_status;
+  std::promise<void> done;
+  first_->Infer(std::move(direct), [&](InferResponse r) {
+    ASSERT_TRUE(r.status.ok());
+    InferRequest next;
+    next.id = "next";
+    next.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 2}, {5, 6})});
+    std::promise<Status> answered;
+    second_->Infer(std::move(next), [&](InferResponse r2) { answered.set_value(r2.status); });
+    auto f = answered.get_future();
+    // On first_'s instance thread, inside its answer loop.
+    if (f.wait_for(std::chrono::seconds(30)) == std::future_status::ready) {
+      inner_status.set_value(f.get());
+    } else {
+      inner_status.set_value(Internal("never dispatched while the answer loop waited"));
+    }
+    done.set_value();
+  });
+  EXPECT_TRUE(inner_status.get_future().get().ok());
+  done.get_future().wait();
+}
+
 TEST_F(EnsembleVersionTest, ABatchOfOneStepReachesTheNextStepAsOneBatch) {
   // The next step's model is idle throughout: without ModelVersion::DeferDispatch the
   // first answer of step one's batch would leave alone for it, the others after.
@@ -584,7 +613,8 @@ TEST_F(EnsembleVersionTest, ABatchOfOneStepReachesTheNextStepAsOneBatch) {
   }
   state_->Unblock(-5);  // fails (negative: the fake backend's error), so never reaches "second"
   EXPECT_EQ(blocker.get_future().get().code(), StatusCode::kInternal);
-  all.get_future().wait();
+  // A lost dispatch would leave them queued for ever: fail instead of hanging.
+  ASSERT_EQ(all.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
   pipeline->Shutdown();
   std::vector<std::vector<float>> batches;
   for (const auto& e : state_->executions()) batches.push_back(e.row_keys);

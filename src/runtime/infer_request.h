@@ -5,9 +5,9 @@
 // through that callback: success, error, timeout, rejection, cancellation or shutdown.
 // The callback runs on a runtime thread (the caller's own thread when the request is
 // answered before it is queued); it must be quick and must not call back into the
-// same model synchronously in a way that waits for an answer. Nor may it wait for the
-// answer of a request it submits to any model: requests submitted from an instance's
-// answer loop are dispatched after that loop (ModelVersion::DeferDispatch).
+// same model synchronously in a way that waits for an answer. An ensemble's step
+// requests (ensemble_step) submitted from an instance's answer loop are dispatched after
+// that loop (ModelVersion::DeferDispatch); other requests are dispatched at once.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,10 @@ struct InferRequest {
   // Offline work (`shoal run`): no deadline, not even the model's SLO, and no admission
   // by predicted wait (a full queue is still refused).
   bool best_effort = false;
+  // Submitted by an ensemble's DAG (Ensemble::Submit): when submitted from an instance's
+  // answer loop, dispatched once every answer of that batch is given, so the batch
+  // reaches this model together. No caller waits for such a request inside a callback.
+  bool ensemble_step = false;
   // Request parameters other than priority/timeout; they enter the cache key.
   Parameters parameters;
   // Triton's classification extension: output name -> K. Those outputs are answered as

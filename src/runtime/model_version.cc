@@ -32,8 +32,12 @@ class ModelVersion::DeferDispatch {
   // Records that `mv` has work queued to dispatch at the end of the scope; false (the
   // caller dispatches now) when `mv` is not owned by a shared_ptr.
   bool Queued(ModelVersion* mv) {
-    for (const auto& q : queued_) {
-      if (q.first == mv) return true;
+    for (auto& q : queued_) {
+      if (q.first != mv) continue;
+      if (!q.second.expired()) return true;
+      // A model destroyed in this scope, and another created at its address: this one.
+      q.second = mv->weak_from_this();
+      return !q.second.expired();
     }
     std::weak_ptr<ModelVersion> weak = mv->weak_from_this();
     if (weak.expired()) return false;
@@ -389,13 +393,16 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
     } else {
       task->control->Transition(RequestState::kReceived, RequestState::kQueued);
       task->enqueued_ns = now;
+      const bool step = task->request.ensemble_step;  // the batcher takes the task
       batcher_->set_service(pool_->Service());
       status = batcher_->Enqueue(task, now, &reason);
       if (!options_.precision_ladder.empty())
         UpdatePrecisionTierLocked(now, !status.ok() && reason == RejectReason::kOverload);
       if (status.ok()) {
-        // Queued by another model's answer loop: dispatched when that loop ends.
-        DeferDispatch* defer = DeferDispatch::Current();
+        // An ensemble step queued by another model's answer loop: dispatched when that
+        // loop ends. Anything else is dispatched now, so a callback that submits a
+        // request and waits for it does not wait for ever.
+        DeferDispatch* defer = step ? DeferDispatch::Current() : nullptr;
         if (defer == nullptr || !defer->Queued(this)) wake = DispatchOrWake();
       }
     }
