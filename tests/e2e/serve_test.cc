@@ -10,6 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -34,8 +37,8 @@ class PortHolder {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    holding_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-               listen(fd_, 16) == 0;
+    holding_ =
+        bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd_, 16) == 0;
   }
   ~PortHolder() { close(fd_); }
   bool holding() const { return holding_; }
@@ -89,9 +92,10 @@ TEST_F(ServeE2eTest, PortClashExitsBeforeLoadingAndNamesTheAddress) {
     ASSERT_NE(process_, nullptr);
     EXPECT_EQ(process_->Wait(), 1);
     const std::string log = process_->log();
-    EXPECT_THAT(log, HasSubstr("cannot start the " + name + " server on 127.0.0.1:" +
-                               std::to_string(taken) + ": cannot listen on 127.0.0.1:" +
-                               std::to_string(taken) + ": Address already in use"));
+    EXPECT_THAT(log, HasSubstr("cannot start the " + name +
+                               " server on 127.0.0.1:" + std::to_string(taken) +
+                               ": cannot listen on 127.0.0.1:" + std::to_string(taken) +
+                               ": Address already in use"));
     EXPECT_THAT(log, Not(HasSubstr("loading model repository")));
     process_.reset();
   }
@@ -118,6 +122,34 @@ TEST_F(ServeE2eTest, EachServiceBindsItsOwnAddress) {
   EXPECT_THAT(log, HasSubstr("HTTP service listening on 127.0.0.1:" + std::to_string(http)));
   EXPECT_THAT(log, HasSubstr("gRPC service listening on 127.0.0.2:" + std::to_string(grpc)));
   EXPECT_THAT(log, HasSubstr("metrics service listening on 127.0.0.3:" + std::to_string(metrics)));
+  EXPECT_EQ(process_->Terminate(), 0);
+}
+
+// shoal runs itself again once so that libgomp reads its short spin (engine/
+// omp_wait_policy.h): the process keeps its name and id, the variable is in the
+// environment the program was started with, and the log says whose setting it is.
+TEST_F(ServeE2eTest, EngineThreadsSpinBrieflyAndTheProcessKeepsItsName) {
+  const int http = FreePort();
+  process_ = ShoalProcess::Start(Args(http, FreePort(), FreePort()));
+  ASSERT_NE(process_, nullptr);
+  ASSERT_TRUE(process_->WaitForPort(http)) << process_->log();
+  const std::string proc = "/proc/" + std::to_string(process_->pid());
+  std::string comm;
+  std::getline(std::ifstream(proc + "/comm"), comm);
+  EXPECT_EQ(comm, "shoal");
+  std::ifstream environ_file(proc + "/environ", std::ios::binary);
+  std::string environ_text((std::istreambuf_iterator<char>(environ_file)),
+                           std::istreambuf_iterator<char>());
+  const std::string log = process_->log();
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr &&
+      std::getenv("OMP_PROC_BIND") == nullptr && std::getenv("OMP_PLACES") == nullptr &&
+      std::getenv("GOMP_CPU_AFFINITY") == nullptr) {
+    EXPECT_THAT(environ_text, HasSubstr(std::string("GOMP_SPINCOUNT=1000") + '\0'));
+    EXPECT_THAT(log, HasSubstr("engine threads wait for work with GOMP_SPINCOUNT=1000 "
+                               "(shoal's default)"));
+  } else {
+    EXPECT_THAT(log, Not(HasSubstr("(shoal's default)")));
+  }
   EXPECT_EQ(process_->Terminate(), 0);
 }
 
