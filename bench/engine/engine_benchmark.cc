@@ -30,7 +30,11 @@
 //   of the peak.
 // - Tiers: bf16 only when CheckPrecision(kBf16) is OK (AVX512_BF16). int8 is calibrated
 //   (engine::Calibrate) on the benchmark's own random inputs: the batch-8 timing input plus
-//   CALIB_BATCHES-1 more batches of 8 drawn the same way.
+//   CALIB_BATCHES-1 more batches of 8 drawn the same way. Each tier is loaded as the ONNX
+//   backend serves it (LoadServedTier: timed against fp32 on one thread at batch 1 and 8 of
+//   the calibration inputs, operators that do not pay kept fp32, the fp32 plan itself when
+//   none pays); where that kept some fp32, the whole tier ("bf16_raw", "int8_raw") is loaded
+//   and timed beside it.
 // - Accuracy: CompareTiers against fp32 on ACC_BATCHES held-out batches of 8 (another
 //   seed): max |diff| and, for classifiers, top-1 agreement. For the trained classifiers:
 //   top-1 accuracy against the labels of their held-out images (<model>.test.sht; int8
