@@ -137,6 +137,26 @@ class Rewriter {
     Extend(c, c->user, "+Add");
     return other;
   }
+  // Absorbs the chain's reader when it is an Add of a computed value of the chain end's
+  // rank whose every dimension is 1 or the chain end's (the output keeps its shape).
+  // Returns that value, else -1.
+  int ExtendByBroadcastAdd(Chain* c) const {
+    if (!Is(c->user, "Add")) return -1;
+    const int other = Other(c->user, c->out);
+    if (other < 0 || other == c->out || Const(other)) return -1;
+    const auto& so = g_.values[other].shape;
+    const auto& sc = g_.values[c->out].shape;
+    if (!so || !sc || so->size() != sc->size() || so->size() < 3) return -1;
+    for (size_t i = 0; i < so->size(); ++i) {
+      const Dim &x = (*so)[i], &y = (*sc)[i];
+      if (x.known() && x.value == 1) continue;
+      if (x.known() && y.known() && x.value == y.value) continue;
+      if (!x.known() && !y.known() && !x.symbol.empty() && x.symbol == y.symbol) continue;
+      return -1;
+    }
+    Extend(c, c->user, "+Add(broadcast)");
+    return other;
+  }
   int NewConstant(const std::string& name, Tensor t) {
     const int v = g_.AddValue(name, t.dtype());
     SymbolicShape s;
@@ -553,7 +573,11 @@ void Rewriter::FuseMatMul() {
       }
     }
     ExtendByActivation(&ch, &act);
-    const int residual = ExtendByResidualAdd(&ch);
+    int residual = ExtendByResidualAdd(&ch);
+    // A computed addend that broadcasts onto the product (attention's mask, [batch, 1, 1,
+    // keys] onto [batch, heads, queries, keys]) is a post-op too, when B is computed (a
+    // batched product: oneDNN broadcasts the addend over the batch and row axes).
+    if (residual < 0 && !Const(node.inputs[1])) residual = ExtendByBroadcastAdd(&ch);
     if (ch.absorbed.size() == 1) continue;
     if (alpha != 1.f && bias >= 0) {  // oneDNN scales the bias too: pass bias / alpha
       const Tensor* t = Const(bias);

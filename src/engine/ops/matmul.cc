@@ -63,13 +63,15 @@ struct MatMulDims {
 };
 
 // `a` and `b` with vectors made matrices; `batch`: their batch dimensions, broadcast.
+// `fold`: A's batch may fold into M when B is one matrix (false: the product stays
+// batched, as a broadcast addend needs).
 StatusOr<MatMulDims> DnnlMatMulDims(const PrepareContext& ctx, const Shape& a, const Shape& b,
-                                    const Shape& batch) {
+                                    const Shape& batch, bool fold = true) {
   const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
   const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
   MatMulDims d;
   d.n = n;
-  d.b_2d = b_batch.empty() || Product(b_batch) == 1;
+  d.b_2d = fold && (b_batch.empty() || Product(b_batch) == 1);
   if (d.b_2d) {
     // [..., M, K] x [K, N]: fold A's batch into M, one 2-D product.
     d.a = {Product(batch) * m, k};
@@ -132,6 +134,14 @@ StatusOr<std::unique_ptr<DnnlKernel>> ProductKernel(
   return kern;
 }
 
+// `addend` has `out`'s rank and each of its dimensions is 1 or `out`'s.
+bool Broadcasts(const Shape& addend, const Shape& out) {
+  if (addend.size() != out.size()) return false;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (addend[i] != 1 && addend[i] != out[i]) return false;
+  return true;
+}
+
 // Strides of A, B and the result as the matmul sees them, where a Transpose was absorbed
 // into a shoal.FusedMatMul (a_perm, b_perm, c_perm); empty: row-major.
 struct MatMulViews {
@@ -176,17 +186,23 @@ StatusOr<std::unique_ptr<Kernel>> MatMulKernel(PrepareContext& ctx, const MatMul
   dnnl::post_ops po;
   RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
   const bool has_residual = ctx.has_input(3);
+  // The residual, or an addend that broadcasts onto the product (attention's mask).
+  memory::desc addend = dst;
   if (has_residual) {
-    if (ctx.in_shapes[3] != out) return ctx.Error("the residual must have the output's shape");
     if (!views.c.empty()) return ctx.Error("a residual with c_perm is not supported");
-    po.append_binary(dnnl::algorithm::binary_add, dst);
+    if (ctx.in_shapes[3] != out) {
+      if (!Broadcasts(ctx.in_shapes[3], out) || d.c.size() != out.size())
+        return ctx.Error("the residual must have the output's shape or broadcast onto it");
+      addend = PlainDesc(ctx.in_shapes[3], DataType::kFp32);
+    }
+    po.append_binary(dnnl::algorithm::binary_add, addend);
   }
   attr.set_post_ops(po);
   ASSIGN_OR_RETURN(auto kern, ProductKernel(ctx, tier, attr, src, src_inner, wplain,
                                             PlainDesc(d.b, DataType::kInt8), wdesc, bias_md, dst));
   if (has_bias) BindMatMulBias(ctx, kern.get(), tier, alpha, bias_md);
   if (has_residual) {
-    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
+    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, addend, eng, 3);
   }
   kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
   return std::unique_ptr<Kernel>(std::move(kern));
@@ -307,7 +323,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
       return Status::Ok();
     });
   }
-  ASSIGN_OR_RETURN(const MatMulDims d, DnnlMatMulDims(ctx, a, b, *batch));
+  const bool broadcast_addend =
+      fused && ctx.has_input(3) && ctx.in_shapes[3] != out && !a_vec && !b_vec;
+  ASSIGN_OR_RETURN(const MatMulDims d, DnnlMatMulDims(ctx, a, b, *batch, !broadcast_addend));
   return MatMulKernel(ctx, d, out);
 }
 
