@@ -26,30 +26,15 @@ folds into the convolutions before their weights are rounded.
 """
 import argparse
 import os
-import struct
 
 import numpy as np
 import onnx
 import torch
 import torch.nn as nn
 from onnx import TensorProto, helper, numpy_helper
+from sht import write_sht
 
-# shoal's DataType numbers.
-DTYPES = {np.float32: 11, np.float16: 10, np.int64: 9}
 TOLERANCE = 2e-3
-
-
-def write_sht(path, tensors):
-    with open(path, "wb") as f:
-        f.write(b"SHT1" + struct.pack("<I", len(tensors)))
-        for name, arr in tensors:
-            arr = np.ascontiguousarray(arr)
-            nb = name.encode()
-            f.write(struct.pack("<I", len(nb)) + nb)
-            f.write(struct.pack("<II", DTYPES[arr.dtype.type], arr.ndim))
-            f.write(struct.pack("<%dq" % arr.ndim, *arr.shape))
-            data = arr.tobytes()
-            f.write(struct.pack("<Q", len(data)) + data)
 
 
 class TinyCnn(nn.Module):

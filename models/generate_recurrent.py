@@ -21,30 +21,14 @@ The .sht format is generate.py's (see models/README.md); sequence_lens is INT32 
 """
 import argparse
 import os
-import struct
 
 import numpy as np
 import onnx
 import torch
 import torch.nn as nn
 from onnx import TensorProto, helper, numpy_helper
+from sht import write_sht
 
-
-# shoal's DataType numbers (as generate.py writes them), with INT32 for sequence_lens.
-DTYPES = {np.float32: 11, np.int64: 9, np.int32: 8, np.bool_: 1}
-
-
-def write_sht(path, tensors):
-    with open(path, "wb") as f:
-        f.write(b"SHT1" + struct.pack("<I", len(tensors)))
-        for name, arr in tensors:
-            arr = np.ascontiguousarray(arr)
-            nb = name.encode()
-            f.write(struct.pack("<I", len(nb)) + nb)
-            f.write(struct.pack("<II", DTYPES[arr.dtype.type], arr.ndim))
-            f.write(struct.pack("<%dq" % arr.ndim, *arr.shape))
-            data = arr.tobytes()
-            f.write(struct.pack("<Q", len(data)) + data)
 
 # ---- NumPy reference of ONNX's RNN, GRU and LSTM ----
 ALPHA_DEFAULTS = {"affine": (1.0, 0.0), "leakyrelu": (0.01, None), "thresholdedrelu": (1.0, None),

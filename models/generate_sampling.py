@@ -19,30 +19,15 @@ Needs Debian's python3-torch 1.13 and python3-onnx 1.12. Deterministic (fixed se
 - flatten_batch.onnx: x [batch, 4] -> Reshape [-1]: output [4 * batch], not batch-major.
 """
 import os
-import struct
 
-import numpy as np
 import onnx
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from onnx import TensorProto, helper
+from sht import write_sht
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DTYPES = {np.float32: 11, np.int64: 9, np.bool_: 1}
-
-
-def write_sht(path, tensors):
-    with open(path, "wb") as f:
-        f.write(b"SHT1" + struct.pack("<I", len(tensors)))
-        for name, arr in tensors:
-            arr = np.ascontiguousarray(arr)
-            nb = name.encode()
-            f.write(struct.pack("<I", len(nb)) + nb)
-            f.write(struct.pack("<II", DTYPES[arr.dtype.type], arr.ndim))
-            f.write(struct.pack("<%dq" % arr.ndim, *arr.shape))
-            data = arr.tobytes()
-            f.write(struct.pack("<Q", len(data)) + data)
 
 
 def gridsample_3d():

@@ -4,7 +4,10 @@
 # (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE, an MLP
 # recommender, LSTM and GRU text classifiers (64 tokens), a detector with NMS in its graph
 # (3x320x320) and a segmentation U-Net (3x256x256), plus the trained classifiers models/digits.onnx and the example repository's
-# image_classifier (shoal only, accuracy against held-out labels), at batch 1 and 8, the same thread count, in one run. Prints three Markdown tables: throughput with the
+# image_classifier (shoal only, accuracy against held-out labels), at batch 1 and 8, the same thread count, in one run.
+# bf16 and int8 are timed as the server serves them (the load-time tier selection of
+# engine/precision.h keeps fp32 where a tier does not pay); where that kept operators fp32,
+# the whole tier is timed beside it ("raw"). Prints three Markdown tables: throughput with the
 # ratios (fp32/PyTorch, bf16/fp32, int8/fp32, winograd/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
 #   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]

@@ -48,6 +48,7 @@ class Rewriter {
   void FoldBatchNorm();
   void FuseConv();
   void FuseMatMul();
+  void AbsorbTransposes();
   void FuseGemm();
   Graph Compact();
 
@@ -134,6 +135,26 @@ class Rewriter {
     const int other = Other(c->user, c->out);
     if (other < 0 || other == c->out || Const(other) || !ShapesEqual(other, c->out)) return -1;
     Extend(c, c->user, "+Add");
+    return other;
+  }
+  // Absorbs the chain's reader when it is an Add of a computed value of the chain end's
+  // rank whose every dimension is 1 or the chain end's (the output keeps its shape).
+  // Returns that value, else -1.
+  int ExtendByBroadcastAdd(Chain* c) const {
+    if (!Is(c->user, "Add")) return -1;
+    const int other = Other(c->user, c->out);
+    if (other < 0 || other == c->out || Const(other)) return -1;
+    const auto& so = g_.values[other].shape;
+    const auto& sc = g_.values[c->out].shape;
+    if (!so || !sc || so->size() != sc->size() || so->size() < 3) return -1;
+    for (size_t i = 0; i < so->size(); ++i) {
+      const Dim &x = (*so)[i], &y = (*sc)[i];
+      if (x.known() && x.value == 1) continue;
+      if (x.known() && y.known() && x.value == y.value) continue;
+      if (!x.known() && !y.known() && !x.symbol.empty() && x.symbol == y.symbol) continue;
+      return -1;
+    }
+    Extend(c, c->user, "+Add(broadcast)");
     return other;
   }
   int NewConstant(const std::string& name, Tensor t) {
@@ -552,7 +573,11 @@ void Rewriter::FuseMatMul() {
       }
     }
     ExtendByActivation(&ch, &act);
-    const int residual = ExtendByResidualAdd(&ch);
+    int residual = ExtendByResidualAdd(&ch);
+    // A computed addend that broadcasts onto the product (attention's mask, [batch, 1, 1,
+    // keys] onto [batch, heads, queries, keys]) is a post-op too, when B is computed (a
+    // batched product: oneDNN broadcasts the addend over the batch and row axes).
+    if (residual < 0 && !Const(node.inputs[1])) residual = ExtendByBroadcastAdd(&ch);
     if (ch.absorbed.size() == 1) continue;
     if (alpha != 1.f && bias >= 0) {  // oneDNN scales the bias too: pass bias / alpha
       const Tensor* t = Const(bias);
@@ -578,6 +603,82 @@ void Rewriter::FuseMatMul() {
     if (alpha != 1.f && Is(after, "Softmax")) what = "attention scores (" + what + ")";
     Replace(ch.absorbed.back(), std::move(fused), ch.absorbed);
     Fired(what);
+  }
+}
+
+// A Transpose that only feeds a batched product's A or B, or is the only reader of its
+// result, becomes part of the product (shoal.FusedMatMul's a_perm, b_perm, c_perm):
+// oneDNN's matmul reads and writes the transposed views through strides, with no copy.
+// BERT's attention splits Q, K and V into heads and merges the heads back this way.
+void Rewriter::AbsorbTransposes() {
+  auto rank = [&](int v) -> int {
+    const auto& s = g_.values[v].shape;
+    return s ? static_cast<int>(s->size()) : -1;
+  };
+  auto perm_of = [&](int t, int r) -> std::vector<int64_t> {
+    std::vector<int64_t> perm = g_.nodes[t].GetInts("perm", {});
+    if (perm.empty())
+      for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+    std::vector<char> seen(r, 0);
+    if (static_cast<int>(perm.size()) != r) return {};
+    for (int64_t p : perm) {
+      if (p < 0 || p >= r || seen[p]) return {};
+      seen[p] = 1;
+    }
+    return perm;
+  };
+  auto set_ints = [](Node* node, const std::string& name, const std::vector<int64_t>& v) {
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = v;
+    node->attributes[name] = a;
+  };
+  for (size_t n = 0; n < g_.nodes.size(); ++n) {
+    const int mm = static_cast<int>(n);
+    const bool plain = Is(mm, "MatMul");
+    if (!plain &&
+        !(Live(mm) && g_.nodes[mm].domain == "shoal" && g_.nodes[mm].op_type == "FusedMatMul"))
+      continue;
+    Node node = g_.nodes[mm];
+    if (node.inputs.size() < 2 || node.inputs[0] < 0 || node.inputs[1] < 0 ||
+        node.outputs.empty() || node.outputs[0] < 0 || node.attributes.count("a_perm") ||
+        node.attributes.count("b_perm") || node.attributes.count("c_perm"))
+      continue;
+    // Batched products of computed values of one rank >= 3 (no broadcasting of a
+    // matrix, no weights: those keep their own layouts).
+    const int r = rank(node.inputs[0]);
+    if (r < 3 || rank(node.inputs[1]) != r || Const(node.inputs[0]) || Const(node.inputs[1]))
+      continue;
+    std::vector<int> absorbed = {mm};
+    std::string what = "Transpose into MatMul (";
+    for (int i = 0; i < 2; ++i) {
+      const int t = Producer(node.inputs[i]);
+      if (!Is(t, "Transpose") || SoleUser(node.inputs[i]) != mm) continue;
+      const std::vector<int64_t> perm = perm_of(t, r);
+      // A's rows stay contiguous (K innermost): the layout oneDNN's kernels read fast.
+      if (perm.empty() || (i == 0 && perm.back() != r - 1)) continue;
+      node.inputs[i] = g_.nodes[t].inputs[0];
+      set_ints(&node, i == 0 ? "a_perm" : "b_perm", perm);
+      absorbed.push_back(t);
+      what += i == 0 ? "A" : (absorbed.size() > 2 ? ", B" : "B");
+    }
+    int last = mm;
+    const int u = SoleUser(node.outputs[0]);
+    const bool residual = node.inputs.size() > 3 && node.inputs[3] >= 0;
+    if (Is(u, "Transpose") && !residual) {
+      const std::vector<int64_t> perm = perm_of(u, r);
+      if (!perm.empty()) {
+        set_ints(&node, "c_perm", perm);
+        absorbed.push_back(u);
+        last = u;
+        what += absorbed.size() > 2 ? ", output" : "output";
+      }
+    }
+    if (absorbed.size() == 1) continue;
+    node.domain = "shoal";
+    node.op_type = "FusedMatMul";
+    Replace(last, std::move(node), absorbed);
+    Fired(what + ")");
   }
 }
 
@@ -687,6 +788,7 @@ StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options, Optim
     r.FoldBatchNorm();
     r.FuseConv();
     r.FuseMatMul();
+    r.AbsorbTransposes();
     r.FuseGemm();
   }
   Graph out = r.Compact();

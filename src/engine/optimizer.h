@@ -14,7 +14,13 @@
 //   - fusion into oneDNN post-ops: Conv [+ activation] [+ Add residual] [+ activation]
 //     becomes shoal.FusedConv; MatMul/Gemm [* or / a scalar] [+ bias] [+ activation]
 //     [+ Add residual or mask] becomes shoal.FusedMatMul / shoal.FusedGemm (the scaled,
-//     masked MatMul before a Softmax is the attention score pattern);
+//     masked MatMul before a Softmax is the attention score pattern; a mask of the
+//     output's rank that broadcasts onto it, [batch, 1, 1, keys], is added as a
+//     broadcast post-op when B is computed);
+//   - transposes into products: a Transpose that only feeds a batched MatMul's A (keeping
+//     K innermost) or B, or only reads its result, becomes the shoal.FusedMatMul's
+//     a_perm / b_perm / c_perm: oneDNN reads and writes the view through strides, with no
+//     copy (attention's split into heads and merge back);
 //   - dead-node removal: nodes nothing reads are dropped, with their constants.
 // Every rewrite keeps the graph's inputs, outputs and their names; a value that a graph
 // output names is never fused away.

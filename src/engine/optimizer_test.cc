@@ -180,6 +180,44 @@ TEST(OptimizerTest, MatMulTakesScaleBiasActivationAndResidual) {
   EXPECT_LT(c.max_diff, 1e-5f);
 }
 
+// Attention as exported: Q, K and V split into heads by Reshape + Transpose, the heads
+// merged back by Transpose + Reshape. The four Transposes become strides of the two
+// products; one whose value another node also reads stays. The mask, [batch, 1, 1, keys],
+// is added by the scores' product as a broadcast post-op.
+TEST(OptimizerTest, TransposesAroundAttentionProductsBecomeStrides) {
+  for (const bool k_shared : {false, true}) {
+    Builder b;
+    const int x = b.Input("x", {2, 5, 12});
+    const int mask = b.Input("mask", {2, 1, 1, 5});
+    const int heads = b.Constant("heads", I64({4}, {2, 5, 3, 4}));
+    auto split = [&](const std::string& name, std::vector<int64_t> perm) {
+      const int r = b.Op("Reshape", name + "_r", {x, heads});
+      return b.Op("Transpose", name, {r}, {{"perm", AInts(std::move(perm))}});
+    };
+    const int q = split("q", {0, 2, 1, 3}), k = split("k", {0, 2, 3, 1});
+    const int v = split("v", {0, 2, 1, 3});
+    const int scores = b.Op("MatMul", "scores", {q, k});
+    const int scaled = b.Op("Mul", "scaled", {scores, b.Constant("s", F32({}, {0.5f}))});
+    const int masked = b.Op("Add", "masked", {scaled, mask});
+    const int att = b.Op("Softmax", "att", {masked}, {{"axis", AInt(-1)}});
+    const int ctx = b.Op("MatMul", "ctx", {att, v});
+    const int merged = b.Op("Transpose", "merged", {ctx}, {{"perm", AInts({0, 2, 1, 3})}});
+    const int y = b.Op("Reshape", "y", {merged, b.Constant("flat", I64({3}, {2, 5, 12}))});
+    std::vector<int> outputs = {y};
+    if (k_shared) outputs.push_back(b.Op("Neg", "k_neg", {k}));
+    Compared c = RunBothWays(b.Finish(outputs),
+                             {{"x", Random({2, 5, 12}, 5)}, {"mask", Random({2, 1, 1, 5}, 6)}});
+    EXPECT_EQ(Fired(c.report, "attention scores (MatMul+Scale+Add(broadcast))"), 1)
+        << c.report.Summary();
+    EXPECT_EQ(
+        Fired(c.report, k_shared ? "Transpose into MatMul (A)" : "Transpose into MatMul (A, B)"), 1)
+        << c.report.Summary();
+    EXPECT_EQ(Fired(c.report, "Transpose into MatMul (B, output)"), 1) << c.report.Summary();
+    EXPECT_GE(c.max_diff, 0.f);
+    EXPECT_LT(c.max_diff, 1e-5f);
+  }
+}
+
 // Real exports: fusions fire and outputs match the unoptimised graph.
 TEST(OptimizerTest, ExportedModelsKeepTheirOutputs) {
   struct Case {
@@ -189,7 +227,8 @@ TEST(OptimizerTest, ExportedModelsKeepTheirOutputs) {
   for (const Case& k : std::vector<Case>{{"resnet_op17", "Conv+Add+Relu"},
                                          {"mobilenet_v3_op17", "Conv+HardSwish"},
                                          {"bert_decomposed_op17", "LayerNormalization(pattern)"},
-                                         {"bert_layernorm_op17", "MatMul+Add(bias)+Gelu"}}) {
+                                         {"bert_layernorm_op17", "MatMul+Add(bias)+Gelu"},
+                                         {"bert_layernorm_op13", "Transpose into MatMul (A, B)"}}) {
     auto graph = ImportOnnxFile(ModelPath(k.model + ".onnx"));
     ASSERT_TRUE(graph.ok()) << k.model;
     std::vector<NamedTensor> inputs;

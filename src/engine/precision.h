@@ -59,8 +59,9 @@ StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant
 // more than the arithmetic saves), the tier keeps those operators in fp32
 // (PlanOptions::fp32_nodes). The backend times the tier against fp32 at load, operator
 // by operator, at each batch size it prepares, and keeps in fp32 every convolution or
-// product that is not faster at one of them; when the result is still not faster than
-// fp32 as a whole, every one of them stays fp32.
+// product that is not faster at one of them; a plan serves only when its whole run is
+// clearly faster than fp32 (at most 0.9x fp32's time at every timed batch), and when
+// neither the mixed plan nor the whole tier is, every one of them stays fp32.
 
 // One timed batch size: medians over a few alternating rounds, fp32 and the variant.
 struct TierTiming {
@@ -105,6 +106,24 @@ struct TierSelection {
 StatusOr<TierSelection> SelectTierNodes(const Model& fp32, const TierLoader& load,
                                         const std::vector<std::vector<NamedTensor>>& timed_inputs,
                                         const TierTimer& timer);
+
+// How the ONNX backend loads a tier's plans for SelectTierNodes: the model at `path` with
+// `options` and the given nodes kept fp32; when they are every convolution and product of
+// `fp32`'s graph, the fp32 plan itself (precision fp32), which computes and runs as fp32.
+TierLoader ServedTierLoader(const Model& fp32, const std::string& path, const LoadOptions& options);
+// What the ONNX backend serves for a tier, so that a benchmark times the same plan: the
+// model at `path` loaded with `options` (the tier's precision and, for int8, its
+// calibration), with SelectTierNodes timing it against `fp32` by TimeTiers at each entry of
+// `timed_inputs` (ServedTierTimingInputs). No timed inputs: the whole tier, unselected.
+StatusOr<TierSelection> LoadServedTier(const Model& fp32, const std::string& path,
+                                       const LoadOptions& options,
+                                       const std::vector<std::vector<NamedTensor>>& timed_inputs);
+// The inputs the backend times a tier at, from its calibration batches (`batches`, each of
+// at most the calibration batch size, as ReadCalibrationInputs splits them): the first
+// row alone when the model has a batch dimension, and the first batch when it has more
+// than one row.
+StatusOr<std::vector<std::vector<NamedTensor>>> ServedTierTimingInputs(
+    const Model& fp32, const std::vector<std::vector<NamedTensor>>& batches);
 
 // Reads calibration inputs from a NumPy .npz file holding one array per model input,
 // named as the input, whose first dimension counts samples; splits them into batches

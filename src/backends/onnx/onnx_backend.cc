@@ -378,23 +378,10 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
   }
   std::vector<std::vector<NamedTensor>> timed;
   if (select) {
-    if (fp32->batch_dim_symbolic()) {
-      ASSIGN_OR_RETURN(auto singles, engine::ReadCalibrationInputs(*fp32, cal_path, 1));
-      timed.push_back(singles.front());
-    }
-    if (timed.empty() || batches.front().front().tensor.shape().front() > 1)
-      timed.push_back(batches.front());
+    ASSIGN_OR_RETURN(timed, engine::ServedTierTimingInputs(*fp32, batches));
   }
-  auto load = [&](std::shared_ptr<const std::vector<int>> fp32_nodes)
-      -> StatusOr<std::unique_ptr<engine::Model>> {
-    engine::LoadOptions o = options;
-    o.plan.fp32_nodes = std::move(fp32_nodes);
-    return engine::Model::Load(path, o);
-  };
-  auto timer = [](const engine::Model& a, const engine::Model& b,
-                  const std::vector<NamedTensor>& in) { return engine::TimeTiers(a, b, in); };
   ASSIGN_OR_RETURN(engine::TierSelection selection,
-                   engine::SelectTierNodes(*fp32, load, timed, timer));
+                   engine::LoadServedTier(*fp32, path, options, timed));
   std::unique_ptr<engine::Model> variant = std::move(selection.model);
   ASSIGN_OR_RETURN(engine::TierAccuracy acc, engine::CompareTiers(*fp32, *variant, batches));
   const std::string figures = "precision " + tier + " against fp32: " + acc.ToString() + "; " +

@@ -63,13 +63,15 @@ struct MatMulDims {
 };
 
 // `a` and `b` with vectors made matrices; `batch`: their batch dimensions, broadcast.
+// `fold`: A's batch may fold into M when B is one matrix (false: the product stays
+// batched, as a broadcast addend needs).
 StatusOr<MatMulDims> DnnlMatMulDims(const PrepareContext& ctx, const Shape& a, const Shape& b,
-                                    const Shape& batch) {
+                                    const Shape& batch, bool fold = true) {
   const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
   const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
   MatMulDims d;
   d.n = n;
-  d.b_2d = b_batch.empty() || Product(b_batch) == 1;
+  d.b_2d = fold && (b_batch.empty() || Product(b_batch) == 1);
   if (d.b_2d) {
     // [..., M, K] x [K, N]: fold A's batch into M, one 2-D product.
     d.a = {Product(batch) * m, k};
@@ -132,21 +134,41 @@ StatusOr<std::unique_ptr<DnnlKernel>> ProductKernel(
   return kern;
 }
 
+// `addend` has `out`'s rank and each of its dimensions is 1 or `out`'s.
+bool Broadcasts(const Shape& addend, const Shape& out) {
+  if (addend.size() != out.size()) return false;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (addend[i] != 1 && addend[i] != out[i]) return false;
+  return true;
+}
+
+// Strides of A, B and the result as the matmul sees them, where a Transpose was absorbed
+// into a shoal.FusedMatMul (a_perm, b_perm, c_perm); empty: row-major.
+struct MatMulViews {
+  memory::dims a, b, c;
+};
+
+memory::desc ViewDesc(const Shape& shape, const memory::dims& strides) {
+  return strides.empty() ? PlainDesc(shape, DataType::kFp32)
+                         : memory::desc(ToDims(shape), memory::data_type::f32, strides);
+}
+
 // The matmul primitive for `d`, with shoal.FusedMatMul's post-ops (optimizer.h):
 // output scale, bias [N], activation, residual add (of shape `out`).
 StatusOr<std::unique_ptr<Kernel>> MatMulKernel(PrepareContext& ctx, const MatMulDims& d,
-                                               const Shape& out) {
+                                               const Shape& out, const MatMulViews& views = {}) {
   const Node& node = ctx.node();
   const auto& eng = *ctx.dnnl_engine;
-  const auto src = PlainDesc(d.a, DataType::kFp32), wplain = PlainDesc(d.b, DataType::kFp32);
-  const auto dst = PlainDesc(d.c, DataType::kFp32);
+  const auto src = ViewDesc(d.a, views.a), wplain = ViewDesc(d.b, views.b);
+  const auto dst = ViewDesc(d.c, views.c);
   const bool const_b = ctx.in_data[1] != nullptr;
   const float alpha = node.GetFloat("alpha", 1.f);
   const ProductTier tier =
       SetUpTier(ctx, const_b, d.b_2d, d.n, false, alpha, !ctx.has_input(2) || ctx.in_data[2]);
   const memory::desc wdesc =
       const_b ? memory::desc(ToDims(d.b), tier.w_dt, memory::format_tag::any) : wplain;
-  const memory::desc src_inner = PlainDesc(d.a, tier.src_dt);
+  const memory::desc src_inner =
+      views.a.empty() || tier.src_dt != memory::data_type::f32 ? PlainDesc(d.a, tier.src_dt) : src;
   dnnl::primitive_attr attr;
   if (tier.int8)
     attr.set_output_scales(1 << (d.c.size() - 1), tier.out_scales);
@@ -164,19 +186,103 @@ StatusOr<std::unique_ptr<Kernel>> MatMulKernel(PrepareContext& ctx, const MatMul
   dnnl::post_ops po;
   RETURN_IF_ERROR(AppendActivation(node, "activation", &po));
   const bool has_residual = ctx.has_input(3);
+  // The residual, or an addend that broadcasts onto the product (attention's mask).
+  memory::desc addend = dst;
   if (has_residual) {
-    if (ctx.in_shapes[3] != out) return ctx.Error("the residual must have the output's shape");
-    po.append_binary(dnnl::algorithm::binary_add, dst);
+    if (!views.c.empty()) return ctx.Error("a residual with c_perm is not supported");
+    if (ctx.in_shapes[3] != out) {
+      if (!Broadcasts(ctx.in_shapes[3], out) || d.c.size() != out.size())
+        return ctx.Error("the residual must have the output's shape or broadcast onto it");
+      addend = PlainDesc(ctx.in_shapes[3], DataType::kFp32);
+    }
+    po.append_binary(dnnl::algorithm::binary_add, addend);
   }
   attr.set_post_ops(po);
   ASSIGN_OR_RETURN(auto kern, ProductKernel(ctx, tier, attr, src, src_inner, wplain,
                                             PlainDesc(d.b, DataType::kInt8), wdesc, bias_md, dst));
   if (has_bias) BindMatMulBias(ctx, kern.get(), tier, alpha, bias_md);
   if (has_residual) {
-    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, dst, eng, 3);
+    kern->BindInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(po.len() - 1) | DNNL_ARG_SRC_1, addend, eng, 3);
   }
   kern->BindOutput(DNNL_ARG_DST, dst, eng, 0);
   return std::unique_ptr<Kernel>(std::move(kern));
+}
+
+// Dense row-major strides of `s`.
+memory::dims DenseStrides(const Shape& s) {
+  memory::dims st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+// `perm` checked as a permutation of `rank` axes.
+bool IsPermutation(const std::vector<int64_t>& perm, size_t rank) {
+  if (perm.size() != rank) return false;
+  std::vector<char> seen(rank, 0);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[p]) return false;
+    seen[p] = 1;
+  }
+  return true;
+}
+
+// A shoal.FusedMatMul that absorbed Transposes (optimizer.h: a_perm, b_perm on its
+// inputs, c_perm on its output): the batched product of the transposed views, read and
+// written in place through strides, with no copy.
+StatusOr<std::unique_ptr<Kernel>> PrepareStridedMatMul(PrepareContext& ctx) {
+  const Node& node = ctx.node();
+  const std::vector<int64_t> perms[3] = {node.GetInts("a_perm"), node.GetInts("b_perm"),
+                                         node.GetInts("c_perm")};
+  const Shape& a_in = ctx.in_shapes[0];
+  const Shape& b_in = ctx.in_shapes[1];
+  const size_t r = a_in.size();
+  if (r < 3 || b_in.size() != r)
+    return ctx.Error("a_perm/b_perm/c_perm need A and B of one rank >= 3");
+  if (ctx.in_data[1] != nullptr) return ctx.Error("a_perm/b_perm/c_perm need a computed B");
+  MatMulViews views;
+  MatMulDims d;
+  // The view of input i through its perm, and its strides.
+  auto view = [&](int i, const Shape& in, Shape* shape, memory::dims* strides) -> Status {
+    if (perms[i].empty()) {
+      *shape = in;
+      return Status::Ok();
+    }
+    if (!IsPermutation(perms[i], r)) return ctx.Error("a_perm/b_perm is not a permutation");
+    const memory::dims dense = DenseStrides(in);
+    shape->resize(r);
+    strides->resize(r);
+    for (size_t k = 0; k < r; ++k) {
+      (*shape)[k] = in[perms[i][k]];
+      (*strides)[k] = dense[perms[i][k]];
+    }
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(view(0, a_in, &d.a, &views.a));
+  RETURN_IF_ERROR(view(1, b_in, &d.b, &views.b));
+  const int64_t m = d.a[r - 2], k = d.a[r - 1], n = d.b[r - 1];
+  if (d.b[r - 2] != k || !std::equal(d.a.begin(), d.a.end() - 2, d.b.begin())) {
+    return ctx.Error("the transposed views do not multiply: " + ShapeToString(d.a) + " x " +
+                     ShapeToString(d.b));
+  }
+  d.n = n;
+  d.c.assign(d.a.begin(), d.a.end() - 2);
+  d.c.push_back(m);
+  d.c.push_back(n);
+  Shape out = d.c;
+  if (!perms[2].empty()) {
+    if (!IsPermutation(perms[2], r)) return ctx.Error("c_perm is not a permutation");
+    // The output is the product transposed by c_perm: product axis c_perm[i] is output
+    // axis i, with that axis's stride.
+    for (size_t i = 0; i < r; ++i) out[i] = d.c[perms[2][i]];
+    const memory::dims dense = DenseStrides(out);
+    views.c.resize(r);
+    for (size_t i = 0; i < r; ++i) views.c[perms[2][i]] = dense[i];
+  }
+  ctx.out_shapes[0] = out;
+  ctx.out_dtypes[0] = DataType::kFp32;
+  if (Product(out) == 0) return Noop();
+  if (k == 0) return ctx.Error("K = 0 is not supported with a_perm/b_perm/c_perm");
+  return MatMulKernel(ctx, d, out, views);
 }
 
 StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
@@ -187,6 +293,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
   if (ctx.in_dtypes[0] != DataType::kFp32 || ctx.in_dtypes[1] != DataType::kFp32) {
     return ctx.Error("only FP32 is supported");
   }
+  if (fused &&
+      (ctx.node().attr("a_perm") || ctx.node().attr("b_perm") || ctx.node().attr("c_perm")))
+    return PrepareStridedMatMul(ctx);
   Shape a = ctx.in_shapes[0], b = ctx.in_shapes[1];
   if (a.empty() || b.empty()) return ctx.Error("inputs must have rank >= 1");
   const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
@@ -214,7 +323,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareMatMul(PrepareContext& ctx) {
       return Status::Ok();
     });
   }
-  ASSIGN_OR_RETURN(const MatMulDims d, DnnlMatMulDims(ctx, a, b, *batch));
+  const bool broadcast_addend =
+      fused && ctx.has_input(3) && ctx.in_shapes[3] != out && !a_vec && !b_vec;
+  ASSIGN_OR_RETURN(const MatMulDims d, DnnlMatMulDims(ctx, a, b, *batch, !broadcast_addend));
   return MatMulKernel(ctx, d, out);
 }
 
@@ -334,7 +445,7 @@ void RegisterMatMulOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "MatMul", {}, nullptr, PrepareMatMul});
   ops->push_back({"", "Gemm", {"alpha", "beta", "transA", "transB"}, nullptr, PrepareGemm});
   // Fused forms (optimizer.h). FusedMatMul: A, B, bias (optional), residual (optional).
-  std::vector<std::string_view> mm = {"alpha"};
+  std::vector<std::string_view> mm = {"alpha", "a_perm", "b_perm", "c_perm"};
   for (auto a : ActivationAttributes(false)) mm.push_back(a);
   ops->push_back({"shoal", "FusedMatMul", mm, nullptr, PrepareMatMul});
   std::vector<std::string_view> gemm = {"alpha", "beta", "transA", "transB"};
