@@ -82,6 +82,7 @@
 
 #include "engine/inspect.h"
 #include "engine/model.h"
+#include "engine/omp_wait_policy.h"
 #include "engine/precision.h"
 #include "engine/profile.h"
 #include "fma_peak.h"
@@ -1152,6 +1153,8 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The engine's threads wait as they do in `shoal` (engine/omp_wait_policy.h).
+  shoal::engine::ExecWithOmpWaitDefault(argv);
   Options o;
   const char* src = std::getenv("SHOAL_SOURCE_DIR");
   o.models_dir = (fs::path(src ? src : ".") / "models").string();
@@ -1190,6 +1193,8 @@ int main(int argc, char** argv) {
 
   const FmaProbe probe(o.threads);
   const Peak peak = MeasureFmaPeak(probe);
+  std::fprintf(stderr, "engine threads wait with %s\n",
+               shoal::engine::CurrentOmpWaitPolicy().description.c_str());
   std::fprintf(stderr, "FMA peak (%s, %d threads, median of 3): %.1f GFLOP/s\n", peak.isa.c_str(),
                o.threads, peak.gflops);
   std::vector<Ceiling> ceiling;
