@@ -342,6 +342,12 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
   ASSERT_TRUE(table.ok());
   const auto timed = Batches(d.images, 0, 1, 1);
   const auto check = Batches(d.images, 0, 64, 64);
+  // How far the selected model's outputs are from fp32's (0: it computes in fp32).
+  auto diff_from_fp32 = [&](const Model& selected) {
+    auto cmp = CompareTiers(**fp32, selected, check);
+    EXPECT_TRUE(cmp.ok()) << cmp.status().ToString();
+    return cmp.ok() ? cmp->max_abs_diff : -1.0;
+  };
 
   // The tier pays everywhere: loaded once, nothing kept.
   {
@@ -356,9 +362,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
     EXPECT_EQ(loader.asked.size(), 1u);
     EXPECT_EQ(sel->candidates, static_cast<int>(cand.size()));
     EXPECT_NE(sel->ToString(Precision::kInt8).find("in int8"), std::string::npos);
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_GT(cmp->max_abs_diff, 0.0);  // really int8
+    EXPECT_GT(diff_from_fp32(*sel->model), 0.0);  // really int8
   }
   // One product slower, and the rest pays once it is fp32: only it stays fp32.
   {
@@ -394,9 +398,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
     ASSERT_TRUE(sel.ok()) << sel.status().ToString();
     EXPECT_TRUE(sel->fp32_nodes.empty());
     EXPECT_EQ(loader.asked.size(), 1u);
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_GT(cmp->max_abs_diff, 0.0);  // really int8
+    EXPECT_GT(diff_from_fp32(*sel->model), 0.0);  // really int8
   }
   // Every product looks slower, and the whole run is only 3% faster (noise on a run of
   // microseconds): not clearly faster, so every product stays fp32.
@@ -411,9 +413,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
         });
     ASSERT_TRUE(sel.ok()) << sel.status().ToString();
     EXPECT_EQ(sel->fp32_nodes, cand);
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_EQ(cmp->max_abs_diff, 0.0) << "kept fp32 but computed in int8";
+    EXPECT_EQ(diff_from_fp32(*sel->model), 0.0) << "kept fp32 but computed in int8";
   }
   // One product slower, but the plan that keeps it fp32 is slower than the whole tier
   // (which pays): the whole tier serves.
@@ -428,9 +428,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
     ASSERT_TRUE(sel.ok()) << sel.status().ToString();
     EXPECT_TRUE(sel->fp32_nodes.empty());
     EXPECT_EQ(loader.asked.size(), 2u);  // the mixed plan was tried
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_GT(cmp->max_abs_diff, 0.0);
+    EXPECT_GT(diff_from_fp32(*sel->model), 0.0);
   }
   // No product is slower and the whole tier is faster, but only by 5%: within noise on a
   // run of microseconds, so every product stays fp32.
@@ -444,9 +442,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
     ASSERT_TRUE(sel.ok()) << sel.status().ToString();
     EXPECT_EQ(sel->fp32_nodes, cand);
     EXPECT_NE(sel->why.find("not clearly faster than fp32"), std::string::npos) << sel->why;
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_EQ(cmp->max_abs_diff, 0.0) << "kept fp32 but computed in int8";
+    EXPECT_EQ(diff_from_fp32(*sel->model), 0.0) << "kept fp32 but computed in int8";
   }
   // One product slower; the plan that keeps it fp32 is faster than fp32, but only by 5%,
   // and the whole tier is not faster: not the mixed plan (it served slower than fp32 on
@@ -462,9 +458,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
     ASSERT_TRUE(sel.ok()) << sel.status().ToString();
     EXPECT_EQ(loader.asked.size(), 3u);  // the whole tier, the mixed plan, all fp32
     EXPECT_EQ(sel->fp32_nodes, cand);
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_EQ(cmp->max_abs_diff, 0.0) << "kept fp32 but computed in int8";
+    EXPECT_EQ(diff_from_fp32(*sel->model), 0.0) << "kept fp32 but computed in int8";
   }
   // Nothing pays: every product stays fp32, and the variant computes exactly as fp32.
   {
@@ -479,9 +473,7 @@ TEST(PrecisionTest, SelectionKeepsFp32WhereTheTierDoesNotPay) {
     ASSERT_TRUE(sel.ok()) << sel.status().ToString();
     EXPECT_EQ(sel->fp32_nodes, cand);
     EXPECT_NE(sel->why.find("not clearly faster than fp32"), std::string::npos) << sel->why;
-    auto cmp = CompareTiers(**fp32, *sel->model, check);
-    ASSERT_TRUE(cmp.ok());
-    EXPECT_EQ(cmp->max_abs_diff, 0.0) << "kept fp32 but computed in int8";
+    EXPECT_EQ(diff_from_fp32(*sel->model), 0.0) << "kept fp32 but computed in int8";
   }
 }
 
