@@ -53,6 +53,13 @@ int main(int argc, char** argv) {
                    "backend's conv_algorithm parameter)")
       ->check(CLI::IsMember({"direct", "winograd"}))
       ->capture_default_str();
+  std::string conv_layout = "blocked";
+  inspect
+      ->add_option("--conv-layout", conv_layout,
+                   "The layout direct fp32 convolutions write: blocked or channels_last (as "
+                   "the onnx backend's conv_layout parameter)")
+      ->check(CLI::IsMember({"blocked", "channels_last"}))
+      ->capture_default_str();
   inspect
       ->add_option("--profile", inspect_options.profile_runs,
                    "Also time this many runs operator by operator (at --batch, zero inputs)")
@@ -71,6 +78,7 @@ int main(int argc, char** argv) {
       ->needs(profile);
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
+    inspect_options.conv_layout = *shoal::engine::ParseConvLayout(conv_layout);
     shoal::engine::InspectSummary summary;
     auto text = shoal::engine::InspectModel(model_path, inspect_options, &summary);
     if (!text.ok()) {

@@ -233,6 +233,7 @@ StatusOr<std::string> InspectModel(const std::string& path, const InspectOptions
   const OperatorCensus census = CountOperators(graph);
   LoadOptions load;
   load.plan.conv_algorithm = options.conv_algorithm;
+  load.plan.conv_layout = options.conv_layout;
   auto model = census.unsupported.empty() ? Model::FromGraph(graph, load)
                                           : StatusOr<std::unique_ptr<Model>>(Internal("skipped"));
   const std::vector<TensorInfo> inputs =

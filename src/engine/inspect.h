@@ -31,6 +31,8 @@ struct InspectOptions {
   int64_t batch = 0;
   // Plans are prepared with this convolution algorithm (PlanOptions::conv_algorithm).
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;
+  // ... and with direct fp32 convolutions writing this layout (PlanOptions::conv_layout).
+  ConvLayout conv_layout = ConvLayout::kBlocked;
   // When > 0, time this many runs operator by operator (ProfileOperators) at batch
   // max(1, batch), every other symbolic dimension 1, inputs zero-filled. Must be >= 0.
   int profile_runs = 0;

@@ -55,9 +55,21 @@ using Calibration = std::map<std::string, ValueRange, std::less<>>;  // by value
 // WeightCache may hold one transformed copy of a convolution's weights per such layout.
 enum class ConvAlgorithm { kDirect, kWinograd };
 
+// The layout a direct fp32 2-D convolution writes (and so reads: each reads its producer's
+// layout when it can). kBlocked: oneDNN's nChw16c (channels in blocks of 16), run by its
+// jit:avx512_core kernels, as PyTorch's frozen TorchScript does. kChannelsLast: nhwc, run by
+// its brgemm kernels. Which is faster depends on the CPU and the shapes: on the AMD EPYC
+// (AVX-512) VM of bench/results/engine.md the blocked layout ran the detector, MobileNetV2
+// and the image classifier 5-25% faster at batch 8 (large activations, stride-2 layers,
+// depthwise); on the Intel Xeon of earlier sessions channels-last was. Convolutions with
+// fewer than 16 output channels (padding them to 16 wastes work), those in bf16 or int8, 1-D
+// and 3-D ones stay channels-last either way.
+enum class ConvLayout { kBlocked, kChannelsLast };
+
 struct PlanOptions {
   Precision precision = Precision::kFp32;
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;
+  ConvLayout conv_layout = ConvLayout::kBlocked;
   // kInt8: ranges of the values that feed convolutions and products. A node whose input
   // has no range here runs in FP32.
   std::shared_ptr<const Calibration> calibration;

@@ -159,6 +159,9 @@ class Plan {
   std::vector<std::pair<std::string, std::string>> Implementations() const;
   // Every arena value with its bytes and lifetime, in no particular order.
   const std::vector<PlanLayoutEntry>& DebugLayout() const { return layout_; }
+  // The layout a kernel left value `value` in (a convolution's channels-last or blocked
+  // output); an empty desc (ndims 0) when the value is plain, as ONNX lays it out.
+  const dnnl::memory::desc& ValueLayout(int value) const { return descs_.at(value); }
 
  private:
   struct Step {

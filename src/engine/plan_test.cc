@@ -327,6 +327,61 @@ TEST(ConvAlgorithmTest, NamesParse) {
   EXPECT_EQ(ParseConvAlgorithm("fft").status().code(), StatusCode::kInvalidArgument);
 }
 
+// PlanOptions::conv_layout on the example repository's CNN (3 -> 32 -> 32 -> 64 -> 128
+// channels): every convolution output the plan keeps out of the plain layout is in the
+// layout asked for (nChw16c, or nhwc), at least two are, and the logits match.
+TEST(ConvLayoutTest, ConvolutionsWriteTheLayoutAskedForAndMatch) {
+  const std::string path = SourceDir() + "/examples/models/image_classifier/1/model.onnx";
+  std::vector<Tensor> logits;
+  const Tensor images = Random({4, 3, 32, 32}, 7, 0.f, 1.f);
+  for (ConvLayout l : {ConvLayout::kBlocked, ConvLayout::kChannelsLast}) {
+    SCOPED_TRACE(ConvLayoutName(l));
+    LoadOptions options;
+    options.plan.conv_layout = l;
+    auto model = Model::Load(path, options);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto plan = PreparePlan(**model, {images.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    CheckLayout(**plan, (*model)->graph());
+    const Graph& graph = (*model)->graph();
+    int laid_out = 0;
+    for (const Node& node : graph.nodes) {
+      if (node.op_type.find("Conv") == std::string::npos) continue;
+      const dnnl::memory::desc& d = (*plan)->ValueLayout(node.outputs[0]);
+      if (d.data.ndims == 0) continue;  // plain: its reader needs ONNX's layout
+      SCOPED_TRACE(graph.values[node.outputs[0]].name);
+      ++laid_out;
+      const auto& blocking = d.data.format_desc.blocking;
+      if (l == ConvLayout::kBlocked) {
+        ASSERT_EQ(blocking.inner_nblks, 1);
+        EXPECT_EQ(blocking.inner_blks[0], 16);
+        EXPECT_EQ(blocking.inner_idxs[0], 1);  // the channels
+      } else {
+        EXPECT_EQ(blocking.inner_nblks, 0);
+        EXPECT_EQ(blocking.strides[1], 1);  // channels innermost
+      }
+    }
+    EXPECT_GE(laid_out, 2);
+    auto session = Session::Create(**model, Opts(kTestThreads));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<NamedTensor> out;
+    ASSERT_TRUE((*session)->Run({{"image", images}}, &out).ok());
+    logits.push_back(out[0].tensor);
+  }
+  ASSERT_EQ(logits.size(), 2u);
+  EXPECT_GT(MaxAbs(logits[0]), 1.f);
+  EXPECT_LE(MaxAbsDiff(logits[1], logits[0]), 1e-4f * MaxAbs(logits[0]));
+}
+
+TEST(ConvLayoutTest, NamesParse) {
+  for (ConvLayout l : {ConvLayout::kBlocked, ConvLayout::kChannelsLast}) {
+    auto parsed = ParseConvLayout(ConvLayoutName(l));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, l);
+  }
+  EXPECT_EQ(ParseConvLayout("nhwc").status().code(), StatusCode::kInvalidArgument);
+}
+
 class PlannedModelTest : public ::testing::TestWithParam<std::string> {};
 
 // Every committed model, at batch 1 and 4, twice each (a kernel that relied on fresh,
@@ -681,10 +736,11 @@ TEST(LayoutTest, ResizeReadsAConvolutionsLayoutAndFeedsTheNextConvolutionsSum) {
 
 // A U-Net's decoder step: a convolution's output (the skip connection, also max pooled)
 // and a ConvTranspose of the pooled path concatenate into the next convolution. Concat
-// and ConvTranspose read and write any layout, so everything stays channels-last: the
-// ConvTranspose runs oneDNN's jit deconvolution (not x64:gemm on plain NCHW) and the
-// Concat oneDNN's concat. In a bf16 plan (where the CPU has it) Concat reads bf16 inputs
-// through plain fp32 copies. Both match the operators run one by one in fp32.
+// and ConvTranspose read and write any layout, so everything stays in the convolutions'
+// layout (blocked or channels-last, PlanOptions::conv_layout): the ConvTranspose runs
+// oneDNN's jit deconvolution (not x64:gemm on plain NCHW) and the Concat oneDNN's concat.
+// In a bf16 plan (where the CPU has it) Concat reads bf16 inputs through plain fp32
+// copies. All match the operators run one by one in fp32.
 TEST(LayoutTest, UNetDecoderStaysInTheConvolutionsLayout) {
   const Tensor x = Random({2, 16, 8, 8}, 11);
   std::map<std::string, Tensor> w;
@@ -716,11 +772,14 @@ TEST(LayoutTest, UNetDecoderStaysInTheConvolutionsLayout) {
   const Tensor want =
       ref_conv(Run1("Concat", {{up_ref}, {skip_ref}}, {{"axis", AInt(1)}})[0], "out");
 
-  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+  for (const auto& [p, layout] : {std::pair{Precision::kFp32, ConvLayout::kBlocked},
+                                  std::pair{Precision::kFp32, ConvLayout::kChannelsLast},
+                                  std::pair{Precision::kBf16, ConvLayout::kBlocked}}) {
     if (!CheckPrecision(p).ok()) continue;
-    SCOPED_TRACE(p == Precision::kFp32 ? "fp32" : "bf16");
+    SCOPED_TRACE(std::string(PrecisionName(p)) + " " + std::string(ConvLayoutName(layout)));
     LoadOptions lo;
     lo.plan.precision = p;
+    lo.plan.conv_layout = layout;
     auto model = Model::FromGraph(graph, lo);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     auto plan = PreparePlan(**model, {x.shape()});

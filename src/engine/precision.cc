@@ -41,6 +41,17 @@ StatusOr<ConvAlgorithm> ParseConvAlgorithm(std::string_view name) {
                          "'");
 }
 
+std::string_view ConvLayoutName(ConvLayout l) {
+  return l == ConvLayout::kChannelsLast ? "channels_last" : "blocked";
+}
+
+StatusOr<ConvLayout> ParseConvLayout(std::string_view name) {
+  if (name == "blocked") return ConvLayout::kBlocked;
+  if (name == "channels_last") return ConvLayout::kChannelsLast;
+  return InvalidArgument("conv_layout must be blocked or channels_last; was '" +
+                         std::string(name) + "'");
+}
+
 Status CheckPrecision(Precision p) {
   if (p != Precision::kBf16) return Status::Ok();
   // oneDNN's ISA values are cumulative bit masks.

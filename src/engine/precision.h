@@ -35,6 +35,8 @@ std::string_view PrecisionName(Precision p);  // "fp32", "bf16", "int8"
 StatusOr<Precision> ParsePrecision(std::string_view name);
 std::string_view ConvAlgorithmName(ConvAlgorithm a);  // "direct", "winograd"
 StatusOr<ConvAlgorithm> ParseConvAlgorithm(std::string_view name);
+std::string_view ConvLayoutName(ConvLayout l);  // "blocked", "channels_last"
+StatusOr<ConvLayout> ParseConvLayout(std::string_view name);
 // OK when this CPU runs `p` natively; else FAILED_PRECONDITION saying what is missing.
 Status CheckPrecision(Precision p);
 

@@ -474,6 +474,11 @@ class OnnxBackend : public Backend {
       if (!algorithm.ok()) return algorithm.status().WithPrefix("parameter conv_algorithm");
       load.plan.conv_algorithm = *algorithm;
     }
+    if (auto it = info.parameters.find("conv_layout"); it != info.parameters.end()) {
+      auto layout = engine::ParseConvLayout(it->second);
+      if (!layout.ok()) return layout.status().WithPrefix("parameter conv_layout");
+      load.plan.conv_layout = *layout;
+    }
     ASSIGN_OR_RETURN(auto model, engine::Model::Load(path, load));
     ASSIGN_OR_RETURN(Tiers tiers, LoadTiers(info, path, std::move(model)));
     const engine::Model* any = tiers.models.begin()->second.get();

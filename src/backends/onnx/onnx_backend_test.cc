@@ -132,6 +132,15 @@ TEST_F(OnnxBackendTest, MissingFileAndBadParameters) {
   auto refused = MakeOnnxBackend()->LoadModel(info);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("conv_algorithm must be direct or winograd"));
+  info = Info();
+  info.parameters["conv_layout"] = "nhwc";
+  refused = MakeOnnxBackend()->LoadModel(info);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("conv_layout must be blocked or channels_last; was 'nhwc'"));
+  info = Info();
+  info.parameters["conv_layout"] = "channels_last";
+  EXPECT_TRUE(MakeOnnxBackend()->LoadModel(info).ok());
 }
 
 // The trained digits classifier with calibration inputs (100 held-out images) beside it.

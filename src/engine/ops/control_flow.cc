@@ -68,6 +68,7 @@ class SubgraphRunner {
         weights_(std::make_unique<WeightCache>()) {
     if (ctx.limits) limits_ = *ctx.limits;
     options_.conv_algorithm = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::kDirect;
+    options_.conv_layout = ctx.options ? ctx.options->conv_layout : ConvLayout::kBlocked;
     for (const Tensor* t : fixed) fixed_.push_back(t ? *t : Tensor());
   }
 

@@ -282,9 +282,15 @@ ConvLayouts ConvLayoutCandidates(const PrepareContext& ctx, const ConvShapes& s,
       keep_src || (s.c < 8 && t.src_dt == memory::data_type::f32) || !const_w
           ? (ctx.InScale(0) > 0.f && !t.int8 ? src_md : src_in)
           : memory::desc(ToDims(x), t.src_dt, memory::format_tag::any);
-  // Channels-last (nhwc) is where oneDNN 2.6's brgemm convolutions, its fastest on
-  // AVX-512, run; the library's own choice (nChw16c) is only a fallback candidate.
-  const auto last_tag = x.size() == 4   ? memory::format_tag::acdb
+  // The layout PlanOptions::conv_layout asks for: channels-last (nhwc), where oneDNN 2.6's
+  // brgemm convolutions run, or nChw16c, its jit:avx512_core kernels' layout. Only fp32
+  // 2-D convolutions with at least 16 output channels take the blocked one; the library's
+  // own choice for both is a fallback candidate.
+  const bool blocked = ctx.options && ctx.options->conv_layout == ConvLayout::kBlocked &&
+                       x.size() == 4 && s.m >= 16 && t.src_dt == memory::data_type::f32 &&
+                       t.dst_dt == memory::data_type::f32 && !t.int8;
+  const auto last_tag = blocked         ? memory::format_tag::aBcd16b
+                        : x.size() == 4 ? memory::format_tag::acdb
                         : x.size() == 5 ? memory::format_tag::acdeb
                                         : memory::format_tag::acb;
   const memory::desc dst_any = !const_w ? dst_md : memory::desc(ToDims(s.y), t.dst_dt, last_tag);
