@@ -4,8 +4,10 @@
 // segmentation U-Net at 3x256x256) and on the
 // trained classifiers models/digits.onnx and the example repository's image_classifier (a
 // small CNN on 3x32x32 colour digits), at batch 1 and 8, in each precision tier (fp32,
-// bf16, int8) and in fp32 with Winograd convolutions ("winograd", a variant timed and
-// compared with direct fp32 like a tier), one Session with THREADS threads per tier.
+// bf16, int8), in fp32 with Winograd convolutions ("winograd") and in fp32 with
+// convolutions channels-last instead of blocked ("channels_last", PlanOptions::conv_layout),
+// variants timed and compared with direct fp32 like a tier, one Session with THREADS
+// threads per tier.
 //
 // - Peak (fma_peak.h): measures the machine's FMA peak itself (an FMA loop with 12
 //   independent vector accumulators, AVX-512 when the CPU has it, else AVX2; one pinned
@@ -17,9 +19,9 @@
 //   fraction (see kProbeSeconds for what pairing cannot take out).
 // - Library ceiling: then times oneDNN's own primitives, alone, on the largest shapes of
 //   BERT-base and ResNet-50 at batch 8 (matmul with packed weights; convolution in the
-//   engine's NHWC layout), with the same threads and timing rule as the models, so a
-//   model's fraction of the peak can be read against what the library reaches on this
-//   machine in the same minute.
+//   engine's default blocked layout, nChw16c), with the same threads and timing rule as
+//   the models, so a model's fraction of the peak can be read against what the library
+//   reaches on this machine in the same minute.
 // - Throughput: each timed run is a fixed number of Session::Run calls, sized after
 //   warm-up so that a run lasts about MIN_SECONDS; the figure is the median items/s over
 //   RUNS runs. A model's variants are all loaded
@@ -52,7 +54,7 @@
 // Usage: engine_benchmark --dir DIR [--models a,b,...] [--threads 2] [--runs 5]
 //                         [--min-seconds 0.5] [--calib-batches 2] [--acc-batches 2]
 //                         [--models-dir SRC/models] [--peer FILE] [--json OUT.json]
-//                         [--tiers bf16,int8,winograd] [--profile N]
+//                         [--tiers bf16,int8,winograd,channels_last] [--profile N]
 // --tiers names the variants run beside direct fp32 (which always runs: int8 is calibrated
 // on it and every variant's accuracy is measured against it); "--tiers none" times fp32
 // alone.
@@ -95,8 +97,9 @@ using namespace shoal::bench;
 namespace {
 
 const int kBatches[] = {1, 8};
-// What each model runs in: the precision tiers, and fp32 with Winograd convolutions
-// (PlanOptions::conv_algorithm), which is timed and compared with direct fp32 like a tier.
+// What each model runs in: the precision tiers, fp32 with Winograd convolutions
+// (PlanOptions::conv_algorithm) and fp32 with channels-last convolutions
+// (PlanOptions::conv_layout), which are timed and compared with direct fp32 like a tier.
 // bf16 and int8 are the tiers as the server serves them (LoadServedTier: operators the
 // tier does not make faster stay fp32); "bf16 raw" and "int8 raw" are the same tiers with
 // every convolution and product in bf16 or int8 ("bf16_raw", "int8_raw"), loaded and timed
@@ -105,17 +108,20 @@ struct Variant {
   const char* name;
   Precision precision;
   ConvAlgorithm conv;
+  ConvLayout layout = ConvLayout::kBlocked;
 };
-const Variant kVariants[] = {{"fp32", Precision::kFp32, ConvAlgorithm::kDirect},
-                             {"bf16", Precision::kBf16, ConvAlgorithm::kDirect},
-                             {"int8", Precision::kInt8, ConvAlgorithm::kDirect},
-                             {"winograd", Precision::kFp32, ConvAlgorithm::kWinograd},
-                             {"bf16_raw", Precision::kBf16, ConvAlgorithm::kDirect},
-                             {"int8_raw", Precision::kInt8, ConvAlgorithm::kDirect}};
-constexpr int kNumVariants = 6;
-constexpr int kLoadedVariants = 4;  // the raw tiers are loaded beside the served ones
+const Variant kVariants[] = {
+    {"fp32", Precision::kFp32, ConvAlgorithm::kDirect},
+    {"bf16", Precision::kBf16, ConvAlgorithm::kDirect},
+    {"int8", Precision::kInt8, ConvAlgorithm::kDirect},
+    {"winograd", Precision::kFp32, ConvAlgorithm::kWinograd},
+    {"channels_last", Precision::kFp32, ConvAlgorithm::kDirect, ConvLayout::kChannelsLast},
+    {"bf16_raw", Precision::kBf16, ConvAlgorithm::kDirect},
+    {"int8_raw", Precision::kInt8, ConvAlgorithm::kDirect}};
+constexpr int kNumVariants = 7;
+constexpr int kLoadedVariants = 5;  // the raw tiers are loaded beside the served ones
 // The raw variant of a served tier (bf16, int8), or -1.
-int RawOf(int t) { return t == 1 ? 4 : t == 2 ? 5 : -1; }
+int RawOf(int t) { return t == 1 ? 5 : t == 2 ? 6 : -1; }
 constexpr int kCalibBatchRows = 8;
 constexpr int kLabelledCalibImages = 100;
 
@@ -138,7 +144,8 @@ struct Options {
   std::string models_dir;  // the repository's models/ (digits)
   std::string peer;
   std::string json;
-  std::vector<std::string> tiers = {"bf16", "int8", "winograd"};  // beside fp32 (always runs)
+  // beside fp32 (always runs)
+  std::vector<std::string> tiers = {"bf16", "int8", "winograd", "channels_last"};
   int profile_runs = 0;  // --profile: per-operator profiles of every variant, to stderr
 };
 
@@ -297,11 +304,11 @@ std::vector<Ceiling> MeasureLibraryCeiling(const Options& o, const FmaProbe& pro
   for (const ConvShape& cs : convs) {
     const int64_t mb = 8, pad = cs.k / 2;
     const memory::desc src({mb, cs.c_in, cs.hw, cs.hw}, memory::data_type::f32,
-                           memory::format_tag::nhwc);
+                           memory::format_tag::nChw16c);
     const memory::desc wei({cs.c_out, cs.c_in, cs.k, cs.k}, memory::data_type::f32,
                            memory::format_tag::any);
     const memory::desc dst({mb, cs.c_out, cs.hw, cs.hw}, memory::data_type::f32,
-                           memory::format_tag::nhwc);
+                           memory::format_tag::nChw16c);
     dnnl::convolution_forward::primitive_desc pd(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                         dnnl::algorithm::convolution_direct, src, wei, dst, {1, 1},
@@ -677,6 +684,7 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
       LoadOptions lo = reference ? LoadOptions{} : models[0]->options();
       lo.plan.precision = p;
       lo.plan.conv_algorithm = kVariants[t].conv;
+      lo.plan.conv_layout = kVariants[t].layout;
       if (p == Precision::kInt8) {
         auto cal = Calibrate(*models[0], w.calibration);
         if (!cal.ok()) {
@@ -900,8 +908,9 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   std::printf(
       "| model | batch | PyTorch items/s | shoal fp32 items/s | fp32/PyTorch | fp32 GFLOP/s | FMA "
       "peak beside | %% of peak | bf16 items/s | bf16/fp32 | bf16 raw/fp32 | int8 items/s | "
-      "int8/fp32 | int8 raw/fp32 | winograd items/s | winograd/fp32 | notes |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "int8/fp32 | int8 raw/fp32 | winograd items/s | winograd/fp32 | channels-last items/s | "
+      "channels-last/fp32 | notes |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ModelResult& m : all) {
     for (int i = 0; i < 2; ++i) {
       const int b = kBatches[i];
@@ -912,15 +921,17 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
         notes.push_back("PyTorch: " + peer.notes.at(m.model));
       if (Labelled(m.model) && i == 0) notes.push_back("PyTorch not timed (trained model)");
       if (!m.error.empty()) {
-        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | | | | |\n", m.model.c_str(), b,
+        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | | | | | | |\n", m.model.c_str(), b,
                     pt > 0 ? Fmt("%.2f", pt).c_str() : "—", OneLine(m.error).c_str());
         continue;
       }
-      const TierResult &f = m.tiers[0], &h = m.tiers[1], &q = m.tiers[2], &wg = m.tiers[3];
+      const TierResult &f = m.tiers[0], &h = m.tiers[1], &q = m.tiers[2], &wg = m.tiers[3],
+                       &cl = m.tiers[4];
       const double fr = f.available && f.error[i].empty() ? f.items_per_s[i] : 0;
       const double hr = h.available && h.error[i].empty() ? h.items_per_s[i] : 0;
       const double qr = q.available && q.error[i].empty() ? q.items_per_s[i] : 0;
       const double wr = wg.available && wg.error[i].empty() ? wg.items_per_s[i] : 0;
+      const double cr = cl.available && cl.error[i].empty() ? cl.items_per_s[i] : 0;
       const double gf = fr * m.flops / 1e9;
       if (i == 0) {
         for (int t : {1, 2}) {
@@ -935,15 +946,15 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
       for (const auto& n : notes) joined += (joined.empty() ? "" : "; ") + OneLine(n);
       const bool timed = gf > 0;
       std::printf(
-          "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
-          "|\n",
+          "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+          "%s | %s |\n",
           m.model.c_str(), b, pt > 0 ? Fmt("%.2f", pt).c_str() : "—", Cell(f, i).c_str(),
           Ratio(fr, pt).c_str(), timed ? Fmt("%.1f", gf).c_str() : "—",
           timed ? PeakCell(f.beside[i]).c_str() : "—",
           timed ? PercentCell(f.beside[i]).c_str() : "—", Cell(h, i).c_str(), Ratio(hr, fr).c_str(),
           Ratio(RawRate(m, 1, i), fr).c_str(), Cell(q, i).c_str(), Ratio(qr, fr).c_str(),
           Ratio(RawRate(m, 2, i), fr).c_str(), Cell(wg, i).c_str(), Ratio(wr, fr).c_str(),
-          joined.c_str());
+          Cell(cl, i).c_str(), Ratio(cr, fr).c_str(), joined.c_str());
     }
   }
 
@@ -1026,7 +1037,7 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   }
 
   std::printf(
-      "\nAccuracy of each tier (and of Winograd) vs direct fp32 on held-out inputs (random models: "
+      "\nAccuracy of each tier (and of Winograd and channels-last) vs direct fp32 on held-out inputs (random models: "
       "the benchmark's random "
       "inputs, another seed; int8 calibrated on the timing inputs). Trained classifiers (digits, "
       "image_classifier): top-1 accuracy against the labels of held-out images (int8 calibrated "
@@ -1093,7 +1104,7 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
       for (int t = 1; t < kNumVariants; ++t) {
         const TierResult& tr = m.tiers[t];
         const std::string tier(kVariants[t].name);
-        const double rate = t >= kLoadedVariants                  ? RawRate(m, t == 4 ? 1 : 2, i)
+        const double rate = t >= kLoadedVariants                  ? RawRate(m, t == RawOf(1) ? 1 : 2, i)
                             : tr.available && tr.error[i].empty() ? tr.items_per_s[i]
                                                                   : 0;
         j << ", \"" << tier << "_items_per_s\": " << rate << ", \"" << tier << "_error\": \""
@@ -1146,7 +1157,8 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
   std::fprintf(stderr,
                "usage: engine_benchmark --dir DIR [--models a,b,...] [--threads N] [--runs N] "
                "[--min-seconds S] [--calib-batches N] [--acc-batches N] [--models-dir DIR] "
-               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd] [--profile N]\n");
+               "[--peer FILE] [--json OUT.json] [--tiers bf16,int8,winograd,channels_last] "
+               "[--profile N]\n");
   std::exit(2);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Engine benchmark: shoal's ONNX engine, in its fp32, bf16 and int8 tiers and in fp32 with
-# Winograd convolutions, beside PyTorch
+# Winograd or channels-last convolutions, beside PyTorch
 # (frozen TorchScript) on ResNet-50, MobileNetV2, BERT-base (seq 128), a VAE, an MLP
 # recommender, LSTM and GRU text classifiers (64 tokens), a detector with NMS in its graph
 # (3x320x320) and a segmentation U-Net (3x256x256), plus the trained classifiers models/digits.onnx and the example repository's
@@ -8,12 +8,12 @@
 # bf16 and int8 are timed as the server serves them (the load-time tier selection of
 # engine/precision.h keeps fp32 where a tier does not pay); where that kept operators fp32,
 # the whole tier is timed beside it ("raw"). Prints three Markdown tables: throughput with the
-# ratios (fp32/PyTorch, bf16/fp32, int8/fp32, winograd/fp32) and GFLOP/s as a fraction of the FMA peak the
+# ratios (fp32/PyTorch, bf16/fp32, int8/fp32, winograd/fp32, channels-last/fp32) and GFLOP/s as a fraction of the FMA peak the
 # benchmark measures itself; planned memory vs the liveness bound; accuracy of each tier.
 #   bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b,...]
 #                       [--keep DIR | --models-from DIR] [--reuse-pytorch]
-#                       [--tiers bf16,int8,winograd]
-# --tiers names the variants timed beside direct fp32 (default all three; "none" times fp32
+#                       [--tiers bf16,int8,winograd,channels_last]
+# --tiers names the variants timed beside direct fp32 (default all four; "none" times fp32
 # alone).
 # --keep DIR writes the exported models to DIR and keeps them (else a temporary folder,
 # removed afterwards). --models-from DIR is --keep DIR that reuses the models already
@@ -33,10 +33,10 @@ MODELS=resnet50,mobilenet_v2,bert_base,vae,mlp,lstm,gru,detector,unet,digits,ima
 KEEP=""
 REUSE_MODELS=0
 REUSE_PYTORCH=0
-TIERS=bf16,int8,winograd
+TIERS=bf16,int8,winograd,channels_last
 usage() {
   echo "usage: bench/engine/run.sh [--threads N] [--runs N] [--min-seconds S] [--models a,b]" \
-       "[--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8,winograd]" >&2
+       "[--keep DIR | --models-from DIR] [--reuse-pytorch] [--tiers bf16,int8,winograd,channels_last]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
