@@ -245,6 +245,9 @@ StatusOr<std::unique_ptr<Plan>> Plan::Prepare(const Graph& graph,
   // What nodes kept in FP32 (PlanOptions::fp32_nodes) see.
   PlanOptions fp32_options = options;
   fp32_options.precision = Precision::kFp32;
+  // Their convolutions keep the tier's channels-last layout, which its bf16/int8 ones read
+  // and write (a blocked fp32 residual would push an int8 one to a slower kernel).
+  fp32_options.conv_layout = ConvLayout::kChannelsLast;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     const OpDef* def = FindOp(node.domain, node.op_type);
@@ -501,6 +504,7 @@ Status Plan::PrepareDynamic(const Step& step, dnnl::stream& stream,
   if (options_.KeepsFp32(step.node)) {
     fp32_options = options_;
     fp32_options.precision = Precision::kFp32;
+    fp32_options.conv_layout = ConvLayout::kChannelsLast;  // as Prepare's
     ctx.options = &fp32_options;
   } else {
     ctx.options = &options_;

@@ -327,10 +327,19 @@ TEST(ConvAlgorithmTest, NamesParse) {
   EXPECT_EQ(ParseConvAlgorithm("fft").status().code(), StatusCode::kInvalidArgument);
 }
 
+// True when oneDNN runs AVX-512 kernels here, whose blocked layout is nChw16c (AVX2's is
+// nChw8c, which the engine does not ask for).
+bool HasAvx512() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & need) == need;
+}
+
 // PlanOptions::conv_layout on the example repository's CNN (3 -> 32 -> 32 -> 64 -> 128
 // channels): every convolution output the plan keeps out of the plain layout is in the
 // layout asked for (nChw16c, or nhwc), at least two are, and the logits match.
 TEST(ConvLayoutTest, ConvolutionsWriteTheLayoutAskedForAndMatch) {
+  if (!HasAvx512()) GTEST_SKIP() << "nChw16c kernels need AVX-512";
   const std::string path = SourceDir() + "/examples/models/image_classifier/1/model.onnx";
   std::vector<Tensor> logits;
   const Tensor images = Random({4, 3, 32, 32}, 7, 0.f, 1.f);
@@ -679,7 +688,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, InplaceKernelTest, ::testing::ValuesIn(Inplace
 // Add fuses into s's convolution as a sum post-op on a fast kernel, never a plain-layout
 // one (gemm, or oneDNN's reference int8 kernel in an int8 plan). A linear Resize, the
 // engine's own loop, reads the same layout through a plain copy (its plain output still
-// makes the sum's convolution plain). Both match the operators run one by one.
+// makes the sum's convolution plain). Each matches the operators run one by one, the
+// nearest form in both convolution layouts (PlanOptions::conv_layout).
 TEST(LayoutTest, ResizeReadsAConvolutionsLayoutAndFeedsTheNextConvolutionsSum) {
   auto conv = [](GraphBuilder& b, const std::string& name, int in, int64_t cin, int64_t cout,
                  int64_t k, uint32_t seed, std::map<std::string, Tensor>* weights) {
@@ -690,8 +700,10 @@ TEST(LayoutTest, ResizeReadsAConvolutionsLayoutAndFeedsTheNextConvolutionsSum) {
                 {{"pads", AInts({k / 2, k / 2, k / 2, k / 2})}});
   };
   const Tensor x1 = Random({2, 16, 6, 6}, 1), x2 = Random({2, 16, 12, 12}, 2);
-  for (const std::string mode : {"nearest", "linear"}) {
-    SCOPED_TRACE(mode);
+  for (const auto& [mode, layout] : {std::pair{std::string("nearest"), ConvLayout::kBlocked},
+                                     std::pair{std::string("nearest"), ConvLayout::kChannelsLast},
+                                     std::pair{std::string("linear"), ConvLayout::kBlocked}}) {
+    SCOPED_TRACE(mode + " " + std::string(ConvLayoutName(layout)));
     GraphBuilder b;
     std::map<std::string, Tensor> w;
     const int in1 = b.Input("x1", x1.shape()), in2 = b.Input("x2", x2.shape());
@@ -701,7 +713,9 @@ TEST(LayoutTest, ResizeReadsAConvolutionsLayoutAndFeedsTheNextConvolutionsSum) {
     const int up = b.Op("Resize", "up", {p, -1, b.Constant("scales", scales)}, resize_attrs);
     const int s = b.Op("Add", "s", {conv(b, "l", in2, 16, 16, 1, 4, &w), up});
     const int out = conv(b, "out", s, 16, 16, 3, 5, &w);
-    auto model = Model::FromGraph(b.Finish(out));
+    LoadOptions lo;
+    lo.plan.conv_layout = layout;
+    auto model = Model::FromGraph(b.Finish(out), lo);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     auto plan = PreparePlan(**model, {x1.shape(), x2.shape()});
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -786,6 +800,20 @@ TEST(LayoutTest, UNetDecoderStaysInTheConvolutionsLayout) {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     CheckLayout(**plan, (*model)->graph());
     if (p == Precision::kFp32) {
+      // The transposed convolution writes the layout the skip convolution wrote, so the
+      // Concat joins two inputs in one layout.
+      const dnnl::memory::desc &skip_d = (*plan)->ValueLayout(skip),
+                               &up_d = (*plan)->ValueLayout(upv);
+      ASSERT_NE(skip_d.data.ndims, 0);
+      ASSERT_NE(up_d.data.ndims, 0);
+      EXPECT_EQ(up_d.data.format_desc.blocking.inner_nblks,
+                skip_d.data.format_desc.blocking.inner_nblks);
+      EXPECT_EQ(up_d.data.format_desc.blocking.inner_blks[0],
+                skip_d.data.format_desc.blocking.inner_blks[0]);
+      if (HasAvx512()) {
+        EXPECT_EQ(skip_d.data.format_desc.blocking.inner_nblks,
+                  layout == ConvLayout::kBlocked ? 1 : 0);
+      }
       std::map<std::string, std::string> impl;
       for (const auto& [op, name] : (*plan)->Implementations()) impl[op] = name;
       EXPECT_EQ(impl["ConvTranspose"].find("gemm"), std::string::npos) << impl["ConvTranspose"];

@@ -48,8 +48,8 @@ std::string_view ConvLayoutName(ConvLayout l) {
 StatusOr<ConvLayout> ParseConvLayout(std::string_view name) {
   if (name == "blocked") return ConvLayout::kBlocked;
   if (name == "channels_last") return ConvLayout::kChannelsLast;
-  return InvalidArgument("conv_layout must be blocked or channels_last; was '" +
-                         std::string(name) + "'");
+  return InvalidArgument("conv_layout must be blocked or channels_last; was '" + std::string(name) +
+                         "'");
 }
 
 Status CheckPrecision(Precision p) {

@@ -263,8 +263,8 @@ struct ConvPdFactory {
 struct ConvLayouts {
   memory::desc src_free, dst_free;  // the primitive's choice
   // (source, destination) pairs, best first: read the source in its producer's layout
-  // (no reorder) and write channels-last; then let the primitive pick the source
-  // layout; then let it pick both.
+  // (no reorder) and write PlanOptions::conv_layout's layout; then let the primitive pick
+  // the source layout; then let it pick both.
   std::vector<std::pair<memory::desc, memory::desc>> candidates;
 };
 
@@ -284,11 +284,15 @@ ConvLayouts ConvLayoutCandidates(const PrepareContext& ctx, const ConvShapes& s,
           : memory::desc(ToDims(x), t.src_dt, memory::format_tag::any);
   // The layout PlanOptions::conv_layout asks for: channels-last (nhwc), where oneDNN 2.6's
   // brgemm convolutions run, or nChw16c, its jit:avx512_core kernels' layout. Only fp32
-  // 2-D convolutions with at least 16 output channels take the blocked one; the library's
-  // own choice for both is a fallback candidate.
+  // 2-D convolutions with at least 16 output channels take the blocked one, and of grouped
+  // ones only depthwise convolutions and groups of whole 16-channel blocks (oneDNN's
+  // blocked kernels take no others); the library's own choice is a fallback candidate.
+  const bool whole_blocks = s.group == 1 || (s.group == s.c && s.group == s.m) ||
+                            ((s.c / s.group) % 16 == 0 && (s.m / s.group) % 16 == 0);
   const bool blocked = ctx.options && ctx.options->conv_layout == ConvLayout::kBlocked &&
-                       x.size() == 4 && s.m >= 16 && t.src_dt == memory::data_type::f32 &&
-                       t.dst_dt == memory::data_type::f32 && !t.int8;
+                       x.size() == 4 && s.m >= 16 && whole_blocks &&
+                       t.src_dt == memory::data_type::f32 && t.dst_dt == memory::data_type::f32 &&
+                       !t.int8;
   const auto last_tag = blocked         ? memory::format_tag::aBcd16b
                         : x.size() == 4 ? memory::format_tag::acdb
                         : x.size() == 5 ? memory::format_tag::acdeb
@@ -580,9 +584,14 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
   };
   auto pd = make_pd(src_md, dst_md);
   if (ctx.out_any_layout[0] || src_in != src_md) {
-    // Channels-last first (the layout the engine's convolutions keep), then oneDNN's own
-    // choice; a candidate only counts when it is not the plain gemm or reference kernel.
-    const auto last = x.size() == 4   ? memory::format_tag::acdb
+    // The convolutions' layout first (PlanOptions::conv_layout: nChw16c or channels-last),
+    // then oneDNN's own choice; a candidate only counts when it is not the plain gemm or
+    // reference kernel.
+    const bool blocked = ctx.options && ctx.options->conv_layout == ConvLayout::kBlocked &&
+                         ctx.options->precision == Precision::kFp32 && x.size() == 4 &&
+                         group == 1 && c % 16 == 0 && m % 16 == 0;
+    const auto last = blocked         ? memory::format_tag::aBcd16b
+                      : x.size() == 4 ? memory::format_tag::acdb
                       : x.size() == 5 ? memory::format_tag::acdeb
                                       : memory::format_tag::acb;
     const memory::desc any_src(ToDims(x), memory::data_type::f32, memory::format_tag::any);
