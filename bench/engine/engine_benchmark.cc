@@ -676,6 +676,14 @@ ModelResult BenchModel(const std::string& name, const Options& o, const FmaProbe
         tr.note = "not run (--tiers)";
         continue;
       }
+      // Winograd and channels-last change convolutions only: a model without any would
+      // time a second copy of its fp32 plan.
+      if (!reference && kVariants[t].precision == Precision::kFp32 &&
+          std::none_of(models[0]->graph().nodes.begin(), models[0]->graph().nodes.end(),
+                       [](const Node& n) { return n.op_type.find("Conv") != std::string::npos; })) {
+        tr.note = "no convolutions";
+        continue;
+      }
       Status check = CheckPrecision(p);
       if (!check.ok()) {
         tr.note = p == Precision::kBf16 ? "n/a (no AVX512_BF16)" : OneLine(check.ToString());
@@ -921,8 +929,9 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
         notes.push_back("PyTorch: " + peer.notes.at(m.model));
       if (Labelled(m.model) && i == 0) notes.push_back("PyTorch not timed (trained model)");
       if (!m.error.empty()) {
-        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | | | | | | |\n", m.model.c_str(), b,
-                    pt > 0 ? Fmt("%.2f", pt).c_str() : "—", OneLine(m.error).c_str());
+        std::printf("| %s | %d | %s | failed: %s | | | | | | | | | | | | | | | |\n",
+                    m.model.c_str(), b, pt > 0 ? Fmt("%.2f", pt).c_str() : "—",
+                    OneLine(m.error).c_str());
         continue;
       }
       const TierResult &f = m.tiers[0], &h = m.tiers[1], &q = m.tiers[2], &wg = m.tiers[3],
@@ -1037,7 +1046,8 @@ void PrintTables(const std::vector<ModelResult>& all, const Peer& peer, const Pe
   }
 
   std::printf(
-      "\nAccuracy of each tier (and of Winograd and channels-last) vs direct fp32 on held-out inputs (random models: "
+      "\nAccuracy of each tier (and of Winograd and channels-last) vs direct fp32 on held-out "
+      "inputs (random models: "
       "the benchmark's random "
       "inputs, another seed; int8 calibrated on the timing inputs). Trained classifiers (digits, "
       "image_classifier): top-1 accuracy against the labels of held-out images (int8 calibrated "
@@ -1104,7 +1114,7 @@ void WriteJson(const std::string& path, const std::vector<ModelResult>& all, con
       for (int t = 1; t < kNumVariants; ++t) {
         const TierResult& tr = m.tiers[t];
         const std::string tier(kVariants[t].name);
-        const double rate = t >= kLoadedVariants                  ? RawRate(m, t == RawOf(1) ? 1 : 2, i)
+        const double rate = t >= kLoadedVariants ? RawRate(m, t == RawOf(1) ? 1 : 2, i)
                             : tr.available && tr.error[i].empty() ? tr.items_per_s[i]
                                                                   : 0;
         j << ", \"" << tier << "_items_per_s\": " << rate << ", \"" << tier << "_error\": \""
