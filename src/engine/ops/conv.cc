@@ -584,14 +584,11 @@ StatusOr<std::unique_ptr<Kernel>> PrepareConvTranspose(PrepareContext& ctx) {
   };
   auto pd = make_pd(src_md, dst_md);
   if (ctx.out_any_layout[0] || src_in != src_md) {
-    // The convolutions' layout first (PlanOptions::conv_layout: nChw16c or channels-last),
-    // then oneDNN's own choice; a candidate only counts when it is not the plain gemm or
-    // reference kernel.
-    const bool blocked = ctx.options && ctx.options->conv_layout == ConvLayout::kBlocked &&
-                         ctx.options->precision == Precision::kFp32 && x.size() == 4 &&
-                         group == 1 && c % 16 == 0 && m % 16 == 0;
-    const auto last = blocked         ? memory::format_tag::aBcd16b
-                      : x.size() == 4 ? memory::format_tag::acdb
+    // Channels-last first, then oneDNN's own choice; a candidate only counts when it is not
+    // the plain gemm or reference kernel. Channels-last also where the convolutions around
+    // it are blocked (PlanOptions::conv_layout): a U-Net ran slower with a blocked
+    // ConvTranspose, whose Concat with the blocked skip path took 3x as long.
+    const auto last = x.size() == 4   ? memory::format_tag::acdb
                       : x.size() == 5 ? memory::format_tag::acdeb
                                       : memory::format_tag::acb;
     const memory::desc any_src(ToDims(x), memory::data_type::f32, memory::format_tag::any);
