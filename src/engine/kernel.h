@@ -57,13 +57,16 @@ enum class ConvAlgorithm { kDirect, kWinograd };
 
 // The layout a direct fp32 2-D convolution writes (and so reads: each reads its producer's
 // layout when it can). kBlocked: oneDNN's nChw16c (channels in blocks of 16), run by its
-// jit:avx512_core kernels, as PyTorch's frozen TorchScript does. kChannelsLast: nhwc, run by
-// its brgemm kernels. Which is faster depends on the CPU and the shapes: on the AMD EPYC
-// (AVX-512) VM of bench/results/engine.md the blocked layout ran the detector, MobileNetV2
-// and the image classifier 5-25% faster at batch 8 (large activations, stride-2 layers,
-// depthwise); on the Intel Xeon of earlier sessions channels-last was. Convolutions with
-// fewer than 16 output channels (padding them to 16 wastes work), those in bf16 or int8, 1-D
-// and 3-D ones stay channels-last either way.
+// jit:avx512_core kernels, as PyTorch's frozen TorchScript does (on CPUs without AVX-512,
+// oneDNN's own choice). kChannelsLast: nhwc, run by its brgemm kernels, which the engine
+// used alone before. Which is faster depends on the CPU and the shapes: on the AMD EPYC
+// (AVX-512) VM of bench/results/engine.md, channels-last ran at 0.85-0.96x blocked at
+// batch 8 on MobileNetV2, ResNet-50, the detector and the digits CNN (large activations,
+// stride-2 and depthwise layers), and at 1.01-1.14x (across runs) on the small image classifier at batch 1.
+// Convolutions with fewer than 16 output channels (padding them to 16 wastes work), grouped
+// ones whose groups are not whole 16-channel blocks, those in bf16 or int8 (and the fp32
+// ones a bf16/int8 tier keeps), 1-D and 3-D ones, and transposed convolutions stay
+// channels-last either way.
 enum class ConvLayout { kBlocked, kChannelsLast };
 
 struct PlanOptions {
