@@ -81,12 +81,33 @@ std::vector<std::pair<int, int>> CheckLayout(const Plan& plan, const Graph& grap
   return inplace;
 }
 
+// The example image classifier's logits for `images` as `model` computes them (empty on
+// failure, which is reported).
+Tensor ClassifierLogits(const Model& model, const Tensor& images) {
+  auto session = Session::Create(model, Opts(kTestThreads));
+  EXPECT_TRUE(session.ok()) << session.status().ToString();
+  if (!session.ok()) return Tensor();
+  std::vector<NamedTensor> out;
+  const Status run = (*session)->Run({{"image", images}}, &out);
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  return run.ok() ? out[0].tensor : Tensor();
+}
+
+// Two variants of one classifier (an algorithm, a layout) give the same logits, up to
+// fp32 rounding.
+void ExpectSameLogits(const std::vector<Tensor>& logits) {
+  ASSERT_EQ(logits.size(), 2u);
+  ASSERT_FALSE(logits[0].empty());
+  ASSERT_FALSE(logits[1].empty());
+  EXPECT_GT(MaxAbs(logits[0]), 1.f);
+  EXPECT_LE(MaxAbsDiff(logits[1], logits[0]), 1e-4f * MaxAbs(logits[0]));
+}
+
 // PlanOptions::conv_algorithm on the example repository's CNN (3 -> 32 -> 32 -> 64 -> 128
 // channels, 3x3 stride-1 convolutions): Winograd takes the three with >= 16 input
 // channels, the first layer's stays direct, and the logits match direct fp32's.
 TEST(ConvAlgorithmTest, WinogradTakesEligibleConvolutionsAndMatchesDirect) {
   const std::string path = SourceDir() + "/examples/models/image_classifier/1/model.onnx";
-  std::unique_ptr<Model> models[2];
   std::vector<Tensor> logits;
   const Tensor images = Random({4, 3, 32, 32}, 7, 0.f, 1.f);
   for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
@@ -106,15 +127,9 @@ TEST(ConvAlgorithmTest, WinogradTakesEligibleConvolutionsAndMatchesDirect) {
     EXPECT_EQ(conv, 4);
     EXPECT_EQ(winograd, a == ConvAlgorithm::kWinograd ? 3 : 0);
     CheckLayout(**plan, (*model)->graph());
-    auto session = Session::Create(**model, Opts(kTestThreads));
-    ASSERT_TRUE(session.ok()) << session.status().ToString();
-    std::vector<NamedTensor> out;
-    ASSERT_TRUE((*session)->Run({{"image", images}}, &out).ok());
-    logits.push_back(out[0].tensor);
+    logits.push_back(ClassifierLogits(**model, images));
   }
-  ASSERT_EQ(logits.size(), 2u);
-  EXPECT_GT(MaxAbs(logits[0]), 1.f);
-  EXPECT_LE(MaxAbsDiff(logits[1], logits[0]), 1e-4f * MaxAbs(logits[0]));
+  ExpectSameLogits(logits);
 }
 
 // An int8 plan keeps a value quantised (s8/u8 with its calibrated scale, one byte an
@@ -371,15 +386,9 @@ TEST(ConvLayoutTest, ConvolutionsWriteTheLayoutAskedForAndMatch) {
       }
     }
     EXPECT_GE(laid_out, 2);
-    auto session = Session::Create(**model, Opts(kTestThreads));
-    ASSERT_TRUE(session.ok()) << session.status().ToString();
-    std::vector<NamedTensor> out;
-    ASSERT_TRUE((*session)->Run({{"image", images}}, &out).ok());
-    logits.push_back(out[0].tensor);
+    logits.push_back(ClassifierLogits(**model, images));
   }
-  ASSERT_EQ(logits.size(), 2u);
-  EXPECT_GT(MaxAbs(logits[0]), 1.f);
-  EXPECT_LE(MaxAbsDiff(logits[1], logits[0]), 1e-4f * MaxAbs(logits[0]));
+  ExpectSameLogits(logits);
 }
 
 TEST(ConvLayoutTest, NamesParse) {
