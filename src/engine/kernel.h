@@ -62,11 +62,11 @@ enum class ConvAlgorithm { kDirect, kWinograd };
 // used alone before. Which is faster depends on the CPU and the shapes: on the AMD EPYC
 // (AVX-512) VM of bench/results/engine.md, channels-last ran at 0.85-0.96x blocked at
 // batch 8 on MobileNetV2, ResNet-50, the detector and the digits CNN (large activations,
-// stride-2 and depthwise layers), and at 1.01-1.14x (across runs) on the small image classifier at batch 1.
-// Convolutions with fewer than 16 output channels (padding them to 16 wastes work), grouped
-// ones whose groups are not whole 16-channel blocks, those in bf16 or int8 (and the fp32
-// ones a bf16/int8 tier keeps), 1-D and 3-D ones, and transposed convolutions stay
-// channels-last either way.
+// stride-2 and depthwise layers), and at 1.01-1.14x (across runs) on the small image
+// classifier at batch 1. Convolutions with fewer than 16 output channels (padding them to
+// 16 wastes work), grouped ones whose groups are not whole 16-channel blocks, those in
+// bf16 or int8 (and the fp32 ones a bf16/int8 tier keeps), 1-D and 3-D ones, and
+// transposed convolutions stay channels-last either way.
 enum class ConvLayout { kBlocked, kChannelsLast };
 
 struct PlanOptions {
