@@ -12,10 +12,13 @@
 //     above, run in full batches by the instances, after the work they already hold) and
 //     its finish (wait + the run of the batch it will join: the items ahead that do not
 //     fill a batch, itself, and what the measured arrival rate brings during the wait, up
-//     to max_batch_size), and keeps deadline_reserve
-//     (25%) of the time left to the deadline in reserve. It refuses with RESOURCE_EXHAUSTED at
-//     once, with a retry hint (the predicted time to drain the queue), when the finish is past the
-//     task's deadline, or the wait past max_queue_wait_us. best_effort tasks skip this.
+//     to max_batch_size). It keeps in reserve a share of the time left to the deadline:
+//     deadline_reserve (25%), or how late its predictions have recently run, as a share of
+//     their tasks' time, when that is more (the overrun_quantile, 99%, of what
+//     ObserveAnswer reports; OverrunEstimate; at most kMaxReserve). It refuses
+//     with RESOURCE_EXHAUSTED at once, with a retry hint (the predicted time to drain the
+//     queue), when the finish is past the rest of the time, or the wait past
+//     max_queue_wait_us. best_effort tasks skip this.
 //   - Order: within a level, earliest deadline first. A task without a deadline is
 //     ordered as if its deadline were no_deadline_horizon_us after its arrival (so a
 //     stream of tasks with deadlines cannot starve it) but is never expired by it.
@@ -99,6 +102,7 @@
 
 #include "core/status.h"
 #include "runtime/cost_model.h"
+#include "runtime/overrun_estimate.h"
 
 namespace shoal::runtime {
 
@@ -146,9 +150,13 @@ struct BatcherOptions {
   uint64_t arrival_window_us = 100'000;
   // kSlo: how much throughput above the arrival rate the target batch must give (>= 1).
   double throughput_headroom = 1.2;
-  // kSlo: the share of a task's remaining time to its deadline that admission keeps in
-  // reserve for the prediction's error and the time outside the server (0..1).
+  // kSlo: the least share of a task's remaining time to its deadline that admission keeps
+  // in reserve, for the prediction's error and the time outside the server (0..1).
   double deadline_reserve = 0.25;
+  // kSlo: when admission's predictions have recently run later than deadline_reserve, it
+  // keeps that share in reserve instead: this quantile of the overruns that ObserveAnswer
+  // reports (OverrunEstimate). 0 = learn nothing, keep deadline_reserve.
+  double overrun_quantile = 0.99;
 };
 
 enum class ExpiryReason { kQueueTimeout, kDeadline };
@@ -166,7 +174,25 @@ class Batcher {
   // full; kSlo: the predicted finish is past the deadline or the wait past
   // max_queue_wait_us).
   // `reason`, when given, says which refusal it was.
-  Status Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, RejectReason* reason = nullptr);
+  // `predicted_finish_ns`, when given, receives the admitted task's predicted finish (for
+  // ObserveAnswer; 0 when the task has no deadline or is best effort).
+  Status Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, RejectReason* reason = nullptr,
+                 int64_t* predicted_finish_ns = nullptr);
+
+  // kSlo: an answered task's record against its admission (its enqueue time, the finish
+  // Enqueue predicted, its deadline, when it was answered). Call RefreshOverrun after a
+  // group of them (a batch's answers).
+  void ObserveAnswer(int64_t enqueued_ns, int64_t predicted_finish_ns, int64_t deadline_ns,
+                     int64_t answered_ns);
+  void RefreshOverrun() { overrun_.Refresh(); }
+  // kSlo: the share of a task's time left that admission keeps in reserve now: the larger
+  // of deadline_reserve and the learned overrun, the latter at most kMaxReserve. 0 under
+  // kFixedWindow.
+  double admission_reserve() const;
+  // However late predictions have run, the learned reserve leaves a quarter of the time
+  // usable: requests are still admitted behind a short queue, and their answers keep the
+  // estimate current.
+  static constexpr double kMaxReserve = 0.75;
 
   // The caller's current estimate of the instances; used by every later call.
   void set_service(const ServiceEstimate& service) { service_ = service; }
@@ -251,6 +277,7 @@ class Batcher {
   // Exponentially decayed count of arrived items, as of arrivals_at_ns_.
   double arrivals_ = 0;
   int64_t arrivals_at_ns_ = 0;
+  OverrunEstimate overrun_;
 };
 
 // Implementation details follow.
@@ -296,6 +323,10 @@ StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o)
     return InvalidArgument("deadline_reserve must be in [0, 1); was " +
                            std::to_string(o.deadline_reserve));
   }
+  if (!(o.overrun_quantile >= 0 && o.overrun_quantile < 1)) {
+    return InvalidArgument("overrun_quantile must be in [0, 1); was " +
+                           std::to_string(o.overrun_quantile));
+  }
   if (o.max_queue_wait_us < 0 && o.max_queue_wait_us != BatcherOptions::kAutoQueueWait) {
     return InvalidArgument("max_queue_wait_us must be >= 0; was " +
                            std::to_string(o.max_queue_wait_us));
@@ -304,7 +335,9 @@ StatusOr<std::unique_ptr<Batcher<Task>>> Batcher<Task>::Create(BatcherOptions o)
 }
 
 template <typename Task>
-Batcher<Task>::Batcher(BatcherOptions options) : options_(std::move(options)) {
+Batcher<Task>::Batcher(BatcherOptions options)
+    : options_(std::move(options)),
+      overrun_(options_.overrun_quantile > 0 ? options_.overrun_quantile : 0.5) {
   const uint32_t levels = std::max<uint32_t>(options_.priority_levels, 1);
   levels_ = std::vector<Level>(levels);
   for (Level& l : levels_) l.policy = options_.default_queue_policy;
@@ -332,8 +365,10 @@ int64_t Batcher<Task>::PredictDrainNs() const {
 }
 
 template <typename Task>
-Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, RejectReason* reason) {
+Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, RejectReason* reason,
+                              int64_t* predicted_finish_ns) {
   if (reason != nullptr) *reason = RejectReason::kNone;
+  if (predicted_finish_ns != nullptr) *predicted_finish_ns = 0;
   const uint32_t levels = static_cast<uint32_t>(levels_.size());
   uint32_t level = task->priority();
   if (level == 0) {
@@ -363,6 +398,7 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
   // a cost estimate that may be stale (one slow first run must not make every later
   // request look hopeless, refused or expired unrun, with nothing ever running again).
   const bool probe = slo() && size_ == 0 && service_.idle_instances > 0;
+  int64_t finish = now_ns + service_.PredictNs(items);  // a probe's
   if (slo() && !task->best_effort() && !probe) {
     int64_t ahead = 0;
     for (uint32_t i = 0; i < level; ++i) ahead += levels_[i].items;
@@ -380,15 +416,16 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
     const int64_t own_batch =
         ahead % full + items + static_cast<int64_t>(std::min(joining, static_cast<double>(full)));
     const int64_t own_batch_capped = std::min(full, own_batch);
-    const int64_t finish = now_ns + wait + service_.PredictNs(own_batch_capped);
+    finish = now_ns + wait + service_.PredictNs(own_batch_capped);
     std::string why;
-    const int64_t usable = deadline - static_cast<int64_t>(options_.deadline_reserve *
-                                                           static_cast<double>(deadline - now_ns));
+    const double reserve = admission_reserve();
+    const int64_t usable =
+        deadline - static_cast<int64_t>(reserve * static_cast<double>(deadline - now_ns));
     if (deadline > 0 && finish > usable) {
       why = "predicted to answer in " + batcher_internal::Ms(finish - now_ns) +
             ", too late for the request's deadline (" + batcher_internal::Ms(deadline - now_ns) +
-            " left, " + std::to_string(static_cast<int>(options_.deadline_reserve * 100)) +
-            "% of it kept in reserve)";
+            " left, " + std::to_string(static_cast<int>(std::lround(reserve * 100))) +
+            "% of it kept in reserve for late predictions and the time outside the server)";
     } else if (const int64_t bound = MaxQueueWaitNs(); bound > 0 && wait > bound) {
       why = "the predicted queue wait of " + batcher_internal::Ms(wait) + " exceeds the bound of " +
             batcher_internal::Ms(bound);
@@ -411,6 +448,8 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
 
   uint64_t timeout_us = l.policy.default_timeout_us;
   if (l.policy.allow_timeout_override && task->timeout_us() > 0) timeout_us = task->timeout_us();
+  if (predicted_finish_ns != nullptr && slo() && deadline > 0 && !task->best_effort())
+    *predicted_finish_ns = finish;
   Entry e{nullptr, now_ns, now_ns, kNever, kNever, now_ns, false};
   if (timeout_us > 0) e.expire_ns = now_ns + static_cast<int64_t>(timeout_us) * 1000;
   if (slo()) {
@@ -426,6 +465,23 @@ Status Batcher<Task>::Enqueue(std::unique_ptr<Task>& task, int64_t now_ns, Rejec
   l.items += items;
   ++size_;
   return Status::Ok();
+}
+
+template <typename Task>
+double Batcher<Task>::admission_reserve() const {
+  if (!slo()) return 0.0;  // no admission by prediction
+  const double learned = options_.overrun_quantile > 0 ? overrun_.share() : 0.0;
+  return std::max(options_.deadline_reserve, std::min(learned, kMaxReserve));
+}
+
+template <typename Task>
+void Batcher<Task>::ObserveAnswer(int64_t enqueued_ns, int64_t predicted_finish_ns,
+                                  int64_t deadline_ns, int64_t answered_ns) {
+  if (!slo() || options_.overrun_quantile <= 0 || predicted_finish_ns <= 0 ||
+      deadline_ns <= enqueued_ns)
+    return;
+  overrun_.Observe(static_cast<double>(answered_ns - predicted_finish_ns) /
+                   static_cast<double>(deadline_ns - enqueued_ns));
 }
 
 template <typename Task>

@@ -563,6 +563,99 @@ TEST(BatcherSloTest, AdmissionRefusesWhenThePredictedFinishIsPastTheDeadline) {
   EXPECT_EQ(b->Enqueue(later, 0).retry_after_ms(), 8);
 }
 
+TEST(BatcherSloTest, AdmissionReportsItsPredictedFinish) {
+  // 1 ms a run, no batching: behind two queued tasks a task is predicted to finish at 3 ms.
+  auto b = MakeSlo(1, 0, Service(1 * kMs, 0, 1, 0));
+  Push(*b, D(0, 50 * kMs), 0);
+  Push(*b, D(1, 50 * kMs), 0);
+  auto t = D(2, 50 * kMs);
+  int64_t finish = -1;
+  ASSERT_TRUE(b->Enqueue(t, 10, nullptr, &finish).ok());
+  EXPECT_EQ(finish, 10 + 3 * kMs);
+  // A task that finds the model idle (a probe) is predicted its own run.
+  auto idle = MakeSlo(1, 0, Service(1 * kMs, 0));
+  auto p = D(3, 50 * kMs);
+  ASSERT_TRUE(idle->Enqueue(p, 0, nullptr, &finish).ok());
+  EXPECT_EQ(finish, 1 * kMs);
+  // No deadline, or offline work: nothing to learn from, 0.
+  auto none = T(4);
+  ASSERT_TRUE(b->Enqueue(none, 0, nullptr, &finish).ok());
+  EXPECT_EQ(finish, 0);
+}
+
+// Reports `n` answers that came `late_ns` after their predicted finish, with a 10 ms budget.
+void AnswerLate(Batcher<FakeTask>& b, int n, int64_t late_ns) {
+  for (int i = 0; i < n; ++i) b.ObserveAnswer(0, 5 * kMs, 10 * kMs, 5 * kMs + late_ns);
+  b.RefreshOverrun();
+}
+
+TEST(BatcherSloTest, AdmissionKeepsInReserveWhatItsPredictionsRanLateByWhenThatIsMore) {
+  // 1 ms a run, no batching, four tasks queued: a new task is predicted to finish at 5 ms.
+  const auto queued = [] {
+    auto b = MakeSlo(1, 0, Service(1 * kMs, 0, 1, 0));
+    for (int i = 0; i < 4; ++i) Push(*b, T(i), 0);
+    return b;
+  };
+  auto b = queued();
+  EXPECT_DOUBLE_EQ(b->admission_reserve(), 0.25) << "nothing learned yet: the configured floor";
+  auto t = D(10, 7 * kMs);  // 5.25 ms usable: admitted
+  ASSERT_TRUE(b->Enqueue(t, 0).ok());
+
+  // Answers have come 4 ms (40% of their 10 ms budget) after their predicted finish: 40%
+  // of a task's time is now kept back, and the same task is refused.
+  b = queued();
+  AnswerLate(*b, 1000, 4 * kMs);
+  EXPECT_NEAR(b->admission_reserve(), 0.40, 0.003);
+  auto again = D(10, 7 * kMs);  // 4.2 ms usable
+  RejectReason reason;
+  Status s = b->Enqueue(again, 0, &reason);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reason, RejectReason::kOverload);
+  EXPECT_NE(s.message().find("40% of it kept in reserve"), std::string::npos) << s.message();
+
+  // Late by less than the floor: the floor stays.
+  b = queued();
+  AnswerLate(*b, 1000, 1 * kMs);
+  EXPECT_DOUBLE_EQ(b->admission_reserve(), 0.25);
+
+  // The estimate looks at the 99th percentile: 1 late answer in 200 does not move it.
+  b = queued();
+  for (int i = 0; i < 20; ++i) {
+    AnswerLate(*b, 199, 0);
+    AnswerLate(*b, 1, 6 * kMs);
+  }
+  EXPECT_DOUBLE_EQ(b->admission_reserve(), 0.25);
+
+  // Predictions that have become accurate again give the time back (half-life: 500
+  // answers).
+  b = queued();
+  AnswerLate(*b, 1000, 4 * kMs);
+  AnswerLate(*b, 5000, 0);
+  EXPECT_DOUBLE_EQ(b->admission_reserve(), 0.25);
+  auto back = D(11, 7 * kMs);
+  EXPECT_TRUE(b->Enqueue(back, 0).ok());
+}
+
+TEST(BatcherSloTest, TheLearnedReserveIsBoundedAndCanBeTurnedOff) {
+  auto b = MakeSlo(1, 0, Service(1 * kMs, 0));
+  AnswerLate(*b, 1000, 20 * kMs);  // twice the budget late
+  EXPECT_DOUBLE_EQ(b->admission_reserve(), Batcher<FakeTask>::kMaxReserve);
+
+  BatcherOptions o;
+  o.max_batch_size = 1;
+  o.deadline_reserve = 0.1;
+  o.overrun_quantile = 0;
+  auto fixed = MakeWithPolicy(o);
+  AnswerLate(*fixed, 1000, 5 * kMs);
+  EXPECT_DOUBLE_EQ(fixed->admission_reserve(), 0.1);
+  // A floor above the bound is the user's to set.
+  o.deadline_reserve = 0.9;
+  EXPECT_DOUBLE_EQ(MakeWithPolicy(o)->admission_reserve(), 0.9);
+
+  o.overrun_quantile = 1.0;
+  EXPECT_FALSE(Batcher<FakeTask>::Create(o).ok());
+}
+
 TEST(BatcherSloTest, AdmissionCountsTheArrivalsThatWillFillTheBatchATaskJoins) {
   // t(n) = 2 ms + 0.25 ms·n, batches of 32 (a full one: 10 ms). 64 items queued: two full
   // batches (20 ms) ahead, then the task's own batch. Deadline 35 ms: with 25% in reserve

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +52,22 @@ StatusOr<std::optional<int64_t>> IntegerParameter(const inference::ModelConfig& 
                            "'");
   }
   return std::optional<int64_t>(value);
+}
+
+// A decimal parameter (e.g. "99.9"), or none.
+StatusOr<std::optional<double>> DecimalParameter(const inference::ModelConfig& config,
+                                                 const std::string& key) {
+  auto it = config.parameters().find(key);
+  if (it == config.parameters().end()) return std::optional<double>();
+  const std::string& text = it->second.string_value();
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value) || value < 0) {
+    return InvalidArgument("parameter '" + key + "' must be a non-negative number; was '" + text +
+                           "'");
+  }
+  return std::optional<double>(value);
 }
 
 std::vector<std::string> SplitList(const std::string& list) {
@@ -103,7 +120,7 @@ Status ApplyPrecisionLadder(const inference::ModelConfig& config, ModelVersionOp
 
 // shoal's scheduling extensions, given as config parameters (docs/model-repository.md):
 // latency_slo_us, batching_policy, max_queue_wait_us, deadline_reserve_percent,
-// priority_aging_us.
+// admission_overrun_percentile, priority_aging_us.
 Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVersionOptions* o) {
   ASSIGN_OR_RETURN(auto slo, IntegerParameter(config, "latency_slo_us"));
   if (slo) o->latency_slo_us = static_cast<uint64_t>(*slo);
@@ -132,6 +149,14 @@ Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVers
                              std::to_string(*reserve));
     }
     o->batching.deadline_reserve = static_cast<double>(*reserve) / 100.0;
+  }
+  ASSIGN_OR_RETURN(auto percentile, DecimalParameter(config, "admission_overrun_percentile"));
+  if (percentile) {
+    if (*percentile >= 100) {
+      return InvalidArgument("parameter 'admission_overrun_percentile' must be below 100; was " +
+                             config.parameters().at("admission_overrun_percentile").string_value());
+    }
+    o->batching.overrun_quantile = *percentile / 100.0;
   }
   ASSIGN_OR_RETURN(auto aging, IntegerParameter(config, "priority_aging_us"));
   o->batching.priority_aging_us = aging ? static_cast<uint64_t>(*aging) : kDefaultPriorityAgingUs;

@@ -395,7 +395,7 @@ void ModelVersion::Enqueue(TaskPtr task, int64_t now) {
       task->enqueued_ns = now;
       const bool step = task->request.ensemble_step;  // the batcher takes the task
       batcher_->set_service(pool_->Service());
-      status = batcher_->Enqueue(task, now, &reason);
+      status = batcher_->Enqueue(task, now, &reason, &task->predicted_finish_ns);
       if (!options_.precision_ladder.empty())
         UpdatePrecisionTierLocked(now, !status.ok() && reason == RejectReason::kOverload);
       if (status.ok()) {
@@ -622,6 +622,16 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     if (options_.preserve_ordering) Release(seq, {});
     return 0;
   }
+  // Each member's record against its admission, for after the answers (the tasks move).
+  struct Record {
+    int64_t enqueued_ns, predicted_finish_ns, deadline_ns;
+  };
+  std::vector<Record> records;
+  records.reserve(batch.size());
+  for (const auto& t : batch) {
+    if (t->predicted_finish_ns > 0)
+      records.push_back({t->enqueued_ns, t->predicted_finish_ns, t->request.deadline_ns});
+  }
   std::vector<const InferRequest*> requests;
   std::vector<int64_t> sizes;
   int64_t items = 0;
@@ -708,6 +718,13 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
              run.t2 - run.t1, run.t3 - run.t2);
     }
   }
+  if (!records.empty()) {
+    const int64_t answered_ns = clock_->NowNs();
+    MutexLock lock(&mu_);
+    for (const Record& r : records)
+      batcher_->ObserveAnswer(r.enqueued_ns, r.predicted_finish_ns, r.deadline_ns, answered_ns);
+    batcher_->RefreshOverrun();
+  }
   // After a split the time covers several calls: the cost model learns nothing from it.
   return split ? 0 : items;
 }
@@ -792,6 +809,11 @@ void ModelVersion::Shutdown() {
 size_t ModelVersion::queue_depth() const {
   MutexLock lock(&mu_);
   return batcher_->size();
+}
+
+double ModelVersion::admission_reserve() const {
+  MutexLock lock(&mu_);
+  return batcher_ ? batcher_->admission_reserve() : 0.0;
 }
 
 int64_t ModelVersion::in_flight() const { return in_flight_.load(std::memory_order_acquire); }

@@ -126,6 +126,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   }
   // Requests waiting in the batcher.
   size_t queue_depth() const;
+  // The share of a request's time budget that admission keeps in reserve now (the
+  // configured reserve plus what its predictions have recently run late by).
+  double admission_reserve() const;
   // Requests accepted and not yet answered (queued or executing).
   int64_t in_flight() const;
   // The precision ladder's current step (0 = the default tier).

@@ -638,6 +638,36 @@ TEST_F(ModelVersionTest, OverloadIsRefusedAtOnceWithARetryHint) {
   EXPECT_EQ(mv->stats().rejected_overload, 1u);
 }
 
+TEST_F(ModelVersionTest, AdmissionReserveLearnsHowLateAnswersCameAgainstTheirPrediction) {
+  auto o = Batching(8);
+  o.latency_slo_us = 10'000;  // every request has 10 ms
+  auto mv = Make(std::move(o));
+  EXPECT_DOUBLE_EQ(mv->admission_reserve(), 0.25) << "nothing learned yet: the floor";
+  // Every other run takes 8 ms of the fake clock and the rest none: the cost model predicts
+  // about the mean, 4 ms, so every other answer comes about 40% of its budget after the
+  // finish its admission predicted, more than the 25% floor.
+  const int64_t base = mv->instance_stats()[0].executions;
+  for (int i = 0; i < 400; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(Occupy(*mv, id));
+      clock_->AdvanceUs(8000);
+      state_->Unblock(100);
+    } else {
+      mv->Infer(Req(id, {1}), answers_.For(id));
+    }
+    ASSERT_TRUE(answers_.WaitFor(id));
+    ASSERT_TRUE(answers_.Get(id).status.ok()) << answers_.Get(id).status.ToString();
+    // The next request must find the instance idle (and so run at once, predicted its own
+    // run), not still finishing this one.
+    ASSERT_TRUE(WaitUntil([&] { return mv->instance_stats()[0].executions == base + i + 1; }));
+  }
+  // The last answer's record reaches the batcher just after its callback.
+  EXPECT_TRUE(WaitUntil([&] { return mv->admission_reserve() > 0.32; })) << mv->admission_reserve();
+  EXPECT_LT(mv->admission_reserve(), 0.55);
+  mv->Shutdown();
+}
+
 TEST_F(ModelVersionTest, PrecisionLadderStepsDownUnderSustainedLoadAndBackWithHysteresis) {
   auto o = Batching(1);  // one request per run: ten queued are ~1.1 ms of predicted work
   o.precision_ladder = {"fp32", "int8"};

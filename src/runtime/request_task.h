@@ -73,6 +73,8 @@ struct RequestTask {
   uint64_t key = 0;
   int64_t received_ns = 0;
   int64_t enqueued_ns = 0;
+  // The finish the batcher's admission predicted (0: none); its error teaches admission.
+  int64_t predicted_finish_ns = 0;
   bool cache_leader = false;
   CacheKey cache_key;
   // Ensembles only: where the request's control sends a cancel (to the DAG run).

@@ -395,13 +395,23 @@ TEST(ServerTest, SchedulingParametersAreValidatedAtLoad) {
   repo.AddModel("reserve_100", config("reserve_100", "deadline_reserve_percent", "100"));
   repo.AddModel("reserve_text", config("reserve_text", "deadline_reserve_percent", "0.3"));
   repo.AddModel("policy_bad", config("policy_bad", "batching_policy", "fifo"));
+  repo.AddModel("overrun_ok", config("overrun_ok", "admission_overrun_percentile", "99.5"));
+  repo.AddModel("overrun_off", config("overrun_off", "admission_overrun_percentile", "0"));
+  repo.AddModel("overrun_100", config("overrun_100", "admission_overrun_percentile", "100"));
+  repo.AddModel("overrun_text", config("overrun_text", "admission_overrun_percentile", "p99"));
   auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  EXPECT_TRUE((*server)->GetModel("reserve_ok").ok());
+  auto reserve_ok = (*server)->GetModel("reserve_ok");
+  ASSERT_TRUE(reserve_ok.ok()) << reserve_ok.status().ToString();
+  EXPECT_DOUBLE_EQ((*reserve_ok)->admission_reserve(), 0.40);
+  EXPECT_TRUE((*server)->GetModel("overrun_ok").ok());
+  EXPECT_TRUE((*server)->GetModel("overrun_off").ok());
   for (const auto& [model, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"reserve_100", "'deadline_reserve_percent' must be below 100"},
            {"reserve_text", "'deadline_reserve_percent' must be a non-negative integer"},
-           {"policy_bad", "'batching_policy' must be 'slo' or 'fixed_window'"}}) {
+           {"policy_bad", "'batching_policy' must be 'slo' or 'fixed_window'"},
+           {"overrun_100", "'admission_overrun_percentile' must be below 100; was 100"},
+           {"overrun_text", "'admission_overrun_percentile' must be a non-negative number"}}) {
     auto mv = (*server)->GetModel(model);
     ASSERT_FALSE(mv.ok()) << model;
     EXPECT_NE(mv.status().message().find(fragment), std::string::npos) << mv.status().ToString();

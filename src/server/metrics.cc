@@ -98,6 +98,7 @@ struct VersionView {
   runtime::ModelStatsSnapshot stats;
   std::vector<runtime::InstanceStats> instances;
   int64_t queue_depth = 0, in_flight = 0;
+  double admission_reserve = 0;
   Labels labels() const { return {{"model", model}, {"version", version}}; }
 };
 
@@ -111,6 +112,7 @@ std::vector<VersionView> CollectVersions(const runtime::Server& server) {
     v.stats = mv->stats();
     v.instances = mv->instance_stats();
     v.queue_depth = static_cast<int64_t>(mv->queue_depth());
+    v.admission_reserve = mv->admission_reserve();
     v.in_flight = mv->in_flight();
     views.push_back(std::move(v));
   }
@@ -206,6 +208,11 @@ void WriteLoadGauges(Writer& w, const std::vector<VersionView>& views) {
            "Requests accepted and not yet answered (queued or executing).");
   for (const auto& v : views)
     w.Sample("shoal_requests_in_flight", v.labels(), static_cast<double>(v.in_flight));
+  w.Family("shoal_admission_reserve_ratio", "gauge",
+           "Share of a request's time to its deadline that admission keeps in reserve: "
+           "deadline_reserve_percent plus what its predictions have recently run late by.");
+  for (const auto& v : views)
+    w.Sample("shoal_admission_reserve_ratio", v.labels(), v.admission_reserve);
 }
 
 // Per model instance; the busy ratio is over the time since the instance became ready,

@@ -78,6 +78,7 @@ TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
                              "shoal_batch_size",
                              "shoal_queue_depth",
                              "shoal_requests_in_flight",
+                             "shoal_admission_reserve_ratio",
                              "shoal_instance_executions_total",
                              "shoal_instance_busy_seconds_total",
                              "shoal_instance_busy_ratio",
