@@ -5,8 +5,11 @@
 # slo.json.
 #   bench/slo/run.sh [--quick] [--models a,b] [--levels 25,50,...] [--window-ms MS]
 #                    [--warmup-ms MS] [--saturation-concurrency N] [--out DIR] [--keep DIR]
+#                    [--fixed-reserve-column]
 # Per model: one request at a time, saturation, the open-loop levels, and an on/off burst
 # (Poisson at 200% of saturation for 0.5 s of every 2 s: a mean of 50%); refusals' latency.
+# --fixed-reserve-column: a further SLO server per model with admission's earlier rule (a
+# fixed 25% of the deadline in reserve, nothing learned from late answers), side by side.
 # --quick: short windows on cost_model only (~1 minute). Full run: ~12 minutes on 2 cores.
 # Needs a build (SHOAL_BUILD, default build). Everything listens on 127.0.0.1.
 set -euo pipefail
@@ -15,11 +18,13 @@ ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) ARGS=(--models cost_model --window-ms 1500 --warmup-ms 500 "${ARGS[@]}"); shift ;;
+    --fixed-reserve-column) ARGS+=("$1"); shift ;;
     --models|--levels|--window-ms|--warmup-ms|--saturation-concurrency|--out|--keep)
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; exit 2; }
       ARGS+=("$1" "$2"); shift 2 ;;
     *) echo "usage: bench/slo/run.sh [--quick] [--models a,b] [--levels 25,50,...] [--window-ms MS]" \
-            "[--warmup-ms MS] [--saturation-concurrency N] [--out DIR] [--keep DIR]" >&2; exit 2 ;;
+            "[--warmup-ms MS] [--saturation-concurrency N] [--out DIR] [--keep DIR]" \
+            "[--fixed-reserve-column]" >&2; exit 2 ;;
   esac
 done
 SHOAL="${SHOAL_BUILD:-build}/src/cli/shoal"

@@ -83,11 +83,17 @@ MODELS = {
 }
 
 POLICIES = [("fixed", "fixed window (Triton-style)"), ("slo", "SLO scheduling"),
-            ("ladder", "SLO + precision ladder fp32 -> int8")]
+            ("ladder", "SLO + precision ladder fp32 -> int8"),
+            ("slo_fixed_reserve", "SLO scheduling, fixed 25% reserve (no learning)")]
+# --fixed-reserve-column: also serve each model with admission's earlier rule (a fixed 25%
+# of the deadline in reserve, nothing learned from late answers), beside the default.
+FIXED_RESERVE_COLUMN = [False]
 
 
 def policies(model):
-    return [(p, label) for p, label in POLICIES if p != "ladder" or MODELS[model].get("ladder")]
+    return [(p, label) for p, label in POLICIES
+            if (p != "ladder" or MODELS[model].get("ladder"))
+            and (p != "slo_fixed_reserve" or FIXED_RESERVE_COLUMN[0])]
 
 
 def npy_bytes(descr, shape, data):
@@ -165,6 +171,9 @@ def write_repo(root, model, policy, heldout=None):
         cfg += 'parameters { key: "batching_policy" value { string_value: "fixed_window" } }\n'
     else:
         cfg += 'parameters { key: "latency_slo_us" value { string_value: "%d" } }\n' % (m["slo_ms"] * 1000)
+    if policy == "slo_fixed_reserve":
+        cfg += 'parameters { key: "deadline_reserve_percent" value { string_value: "25" } }\n'
+        cfg += 'parameters { key: "admission_overrun_percentile" value { string_value: "0" } }\n'
     if policy == "ladder":
         write_calibration(os.path.join(root, model, "calibration.npz"), heldout)
         cfg += 'parameters { key: "precision_tiers" value { string_value: "int8" } }\n'
@@ -323,6 +332,12 @@ def report(opts, results, info, elapsed):
          "the two columns of one run." % (info["date"], info["commit"], info["cpu"], info["cores"], elapsed,
                                          serving.loadavg(), opts.saturation_concurrency, opts.window_ms,
                                          opts.warmup_ms), ""]
+    if FIXED_RESERVE_COLUMN[0]:
+        L += ["With `--fixed-reserve-column`, each model is also served by a third SLO server that "
+              "keeps admission's earlier rule: a fixed 25% of the time to the deadline in reserve "
+              "(`deadline_reserve_percent: 25`, `admission_overrun_percentile: 0`), where the "
+              "default keeps 25%, or the 99th percentile of how late its recent predictions ran when "
+              "that is more.", ""]
     for model, r in results.items():
         alone = r["alone"]["p50_us"]
         L += ["## %s" % r["label"], "",
@@ -337,7 +352,7 @@ def report(opts, results, info, elapsed):
         sat = r["saturation_rate"]
         rows = [(pct, level, policies(model)) for pct, level in r["levels"].items()]
         if r.get("ladder_level"):
-            rows.append(("sloX2", r["ladder_level"], [(p, l) for p, l in policies(model) if p != "fixed"]))
+            rows.append(("sloX2", r["ladder_level"], [(p, l) for p, l in policies(model) if p in r["ladder_level"]]))
         for pct, level, pols in rows:
             for p, label in pols:
                 x = level[p]
@@ -423,7 +438,10 @@ def main():
     ap.add_argument("--keep", help="keep logs and bench JSON in this folder")
     ap.add_argument("--heldout", help="an .npz of held-out images (`image`) and `labels` for the ladder")
     ap.add_argument("--no-burst", dest="burst", action="store_false", help="skip the burst level")
+    ap.add_argument("--fixed-reserve-column", action="store_true",
+                    help="also serve each model with admission's earlier fixed 25%% reserve")
     opts = ap.parse_args()
+    FIXED_RESERVE_COLUMN[0] = opts.fixed_reserve_column
     opts.heldout_arrays = read_npz(opts.heldout) if opts.heldout else None
     opts.levels = [int(x) for x in opts.levels.split(",")]
     models = opts.models.split(",")
