@@ -581,6 +581,11 @@ TEST(BatcherSloTest, AdmissionReportsItsPredictedFinish) {
   auto none = T(4);
   ASSERT_TRUE(b->Enqueue(none, 0, nullptr, &finish).ok());
   EXPECT_EQ(finish, 0);
+  auto offline = D(5, 50 * kMs);
+  offline->offline = true;
+  finish = -1;
+  ASSERT_TRUE(b->Enqueue(offline, 0, nullptr, &finish).ok());
+  EXPECT_EQ(finish, 0);
 }
 
 // Reports `n` answers that came `late_ns` after their predicted finish, with a 10 ms budget.

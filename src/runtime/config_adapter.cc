@@ -152,9 +152,11 @@ Status ApplySchedulingParameters(const inference::ModelConfig& config, ModelVers
   }
   ASSIGN_OR_RETURN(auto percentile, DecimalParameter(config, "admission_overrun_percentile"));
   if (percentile) {
-    if (*percentile >= 100) {
-      return InvalidArgument("parameter 'admission_overrun_percentile' must be below 100; was " +
-                             config.parameters().at("admission_overrun_percentile").string_value());
+    if (*percentile >= 100 || (*percentile > 0 && *percentile < 50)) {
+      return InvalidArgument(
+          "parameter 'admission_overrun_percentile' must be 0 (learn nothing) or in [50, 100); "
+          "was " +
+          config.parameters().at("admission_overrun_percentile").string_value());
     }
     o->batching.overrun_quantile = *percentile / 100.0;
   }

@@ -527,6 +527,18 @@ void ModelVersion::SchedulerLoop() {
     sched_sleeping_ = false;
     const int64_t now = clock_->NowNs();
     std::vector<Batcher<RequestTask>::Expired> expired = batcher_->TakeExpired(now);
+    // A request dropped for its deadline would have been answered at its deadline at the
+    // earliest: admission's prediction for it ran at least that late, and leaving it out
+    // would hide the worst overruns from the estimate.
+    bool observed = false;
+    for (const auto& e : expired) {
+      if (e.reason != ExpiryReason::kDeadline || e.task->predicted_finish_ns <= 0) continue;
+      batcher_->ObserveAnswer(e.task->enqueued_ns, e.task->predicted_finish_ns,
+                              e.task->request.deadline_ns,
+                              std::max(now, e.task->request.deadline_ns));
+      observed = true;
+    }
+    if (observed) batcher_->RefreshOverrun();
     std::vector<TaskPtr> cancelled;
     if (cancel_pending_) {
       cancel_pending_ = false;
@@ -600,6 +612,12 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   // Likewise a request whose deadline passed while the batch waited for this instance is
   // answered now, unrun: so one that runs is answered by its deadline plus the batch time.
   const int64_t start_ns = clock_->NowNs();
+  // Each member's record against its admission, observed once it is answered (the tasks
+  // move into their answers). One dropped below for its deadline counts as answered then.
+  struct Record {
+    int64_t enqueued_ns, predicted_finish_ns, deadline_ns;
+  };
+  std::vector<Record> dropped, records;
   size_t kept = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t deadline = batch[i]->request.deadline_ns;
@@ -608,6 +626,8 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
       Answer(std::move(batch[i]), Cancelled("request cancelled by the client"), {}, 0, 0, 0, 0);
     } else if (deadline > 0 && start_ns > deadline) {
       stats_.RecordDeadlineMissed();
+      if (batch[i]->predicted_finish_ns > 0)
+        dropped.push_back({batch[i]->enqueued_ns, batch[i]->predicted_finish_ns, deadline});
       const Status status = MissedDeadline(*batch[i], start_ns, "before its batch started");
       const int64_t queued_ns = start_ns - batch[i]->enqueued_ns;
       Answer(std::move(batch[i]), status, {}, queued_ns, 0, 0, 0);
@@ -618,20 +638,25 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     }
   }
   batch.resize(kept);
+  // Records the overruns of `rs` (answered at `answered_ns`) and of the dropped members.
+  const auto observe = [this, dropped](const std::vector<Record>& rs, int64_t answered_ns) {
+    if (rs.empty() && dropped.empty()) return;
+    MutexLock lock(&mu_);
+    for (const Record& r : dropped)
+      batcher_->ObserveAnswer(r.enqueued_ns, r.predicted_finish_ns, r.deadline_ns,
+                              std::max(answered_ns, r.deadline_ns));
+    for (const Record& r : rs)
+      batcher_->ObserveAnswer(r.enqueued_ns, r.predicted_finish_ns, r.deadline_ns, answered_ns);
+    batcher_->RefreshOverrun();
+  };
   if (batch.empty()) {
     if (options_.preserve_ordering) Release(seq, {});
+    observe({}, start_ns);
     return 0;
   }
-  // Each member's record against its admission, for after the answers (the tasks move).
-  struct Record {
-    int64_t enqueued_ns, predicted_finish_ns, deadline_ns;
-  };
-  std::vector<Record> records;
   records.reserve(batch.size());
-  for (const auto& t : batch) {
-    if (t->predicted_finish_ns > 0)
-      records.push_back({t->enqueued_ns, t->predicted_finish_ns, t->request.deadline_ns});
-  }
+  for (const auto& t : batch)
+    records.push_back({t->enqueued_ns, t->predicted_finish_ns, t->request.deadline_ns});
   std::vector<const InferRequest*> requests;
   std::vector<int64_t> sizes;
   int64_t items = 0;
@@ -692,6 +717,12 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   };
   for (const auto& group : groups) run_group(run_group, group);
 
+  // What a failed run took says nothing of the model's speed: only answers that ran count.
+  std::vector<Record> ran;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (records[i].predicted_finish_ns > 0 && runs[run_of[i]].status.ok())
+      ran.push_back(records[i]);
+  }
   if (options_.preserve_ordering) {
     std::vector<std::function<void()>> answers;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -706,6 +737,8 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
         Answer(std::move(*task), status, std::move(outs), queue_ns, input_ns, infer_ns, output_ns);
       });
     }
+    // The answers may be held for an earlier batch: observed when they really leave.
+    answers.push_back([this, observe, ran = std::move(ran)] { observe(ran, clock_->NowNs()); });
     Release(seq, std::move(answers));
   } else {
     // Answered in place: no closure and no shared task per request.
@@ -718,13 +751,7 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
              run.t2 - run.t1, run.t3 - run.t2);
     }
   }
-  if (!records.empty()) {
-    const int64_t answered_ns = clock_->NowNs();
-    MutexLock lock(&mu_);
-    for (const Record& r : records)
-      batcher_->ObserveAnswer(r.enqueued_ns, r.predicted_finish_ns, r.deadline_ns, answered_ns);
-    batcher_->RefreshOverrun();
-  }
+  if (!options_.preserve_ordering) observe(ran, clock_->NowNs());
   // After a split the time covers several calls: the cost model learns nothing from it.
   return split ? 0 : items;
 }
@@ -812,6 +839,7 @@ size_t ModelVersion::queue_depth() const {
 }
 
 double ModelVersion::admission_reserve() const {
+  if (ensemble_) return 0.0;  // its steps admit, each in its own model
   MutexLock lock(&mu_);
   return batcher_ ? batcher_->admission_reserve() : 0.0;
 }

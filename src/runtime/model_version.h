@@ -12,7 +12,8 @@
 // scheduler thread (timeouts, cancellations), or on the caller's thread (anything
 // answered before queueing).
 // Lock order: mu_ → the pool's lock. mu_ is never held while running a backend or a
-// callback.
+// callback; an instance thread takes it after a batch's answers, to report how late they
+// came against admission's predictions.
 //
 // Create blocks until every instance is created and warmed up: a ModelVersion that
 // exists is ready. Shutdown stops accepting (new requests get UNAVAILABLE), runs
@@ -126,8 +127,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   }
   // Requests waiting in the batcher.
   size_t queue_depth() const;
-  // The share of a request's time budget that admission keeps in reserve now (the
-  // configured reserve plus what its predictions have recently run late by).
+  // The share of a request's time budget that admission keeps in reserve now: the
+  // configured reserve, or what its predictions have recently run late by when that is
+  // more. 0 for an ensemble and under fixed_window.
   double admission_reserve() const;
   // Requests accepted and not yet answered (queued or executing).
   int64_t in_flight() const;
@@ -179,7 +181,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   void Dispatch(Batch batch) REQUIRES(mu_);
   // Runs `batch` on `instance` and answers its requests; returns the items executed
   // (requests cancelled since the batch was formed are answered without running).
-  int64_t ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq);
+  // Takes mu_ once, after the answers, to report their overruns to admission.
+  int64_t ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq)
+      EXCLUDES(mu_);
   // One call of the backend on `requests` merged: their outputs, one list per request, and
   // the times of its merge, execution and scatter (clock ns).
   struct GroupRun {

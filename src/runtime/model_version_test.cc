@@ -668,6 +668,32 @@ TEST_F(ModelVersionTest, AdmissionReserveLearnsHowLateAnswersCameAgainstTheirPre
   mv->Shutdown();
 }
 
+TEST_F(ModelVersionTest, RequestsDroppedForTheirDeadlineTeachAdmissionToo) {
+  auto o = Batching(8);
+  o.latency_slo_us = 10'000;
+  auto mv = Make(std::move(o));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  // Queued behind a run that the cost model's prior thinks short: admitted, predicted to
+  // finish within a few milliseconds.
+  int admitted = 0;
+  for (int i = 0; i < 300; ++i) {
+    const std::string id = "q" + std::to_string(i);
+    mv->Infer(Req(id, {1}), answers_.For(id));
+    if (!answers_.Has(id)) ++admitted;
+  }
+  ASSERT_GE(admitted, 250);
+  EXPECT_DOUBLE_EQ(mv->admission_reserve(), 0.25);
+  // The run takes 10 ms: every queued request is dropped unrun, each as late as its
+  // deadline at least, far past its predicted finish.
+  clock_->AdvanceUs(10'000);
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(answers_.WaitFor("q" + std::to_string(i)));
+  EXPECT_EQ(mv->stats().deadline_missed, static_cast<uint64_t>(admitted));
+  EXPECT_TRUE(WaitUntil([&] { return mv->admission_reserve() > 0.5; })) << mv->admission_reserve();
+  state_->Unblock(100);
+  ASSERT_TRUE(answers_.WaitFor("first"));
+  mv->Shutdown();
+}
+
 TEST_F(ModelVersionTest, PrecisionLadderStepsDownUnderSustainedLoadAndBackWithHysteresis) {
   auto o = Batching(1);  // one request per run: ten queued are ~1.1 ms of predicted work
   o.precision_ladder = {"fp32", "int8"};

@@ -398,6 +398,7 @@ TEST(ServerTest, SchedulingParametersAreValidatedAtLoad) {
   repo.AddModel("overrun_ok", config("overrun_ok", "admission_overrun_percentile", "99.5"));
   repo.AddModel("overrun_off", config("overrun_off", "admission_overrun_percentile", "0"));
   repo.AddModel("overrun_100", config("overrun_100", "admission_overrun_percentile", "100"));
+  repo.AddModel("overrun_low", config("overrun_low", "admission_overrun_percentile", "20"));
   repo.AddModel("overrun_text", config("overrun_text", "admission_overrun_percentile", "p99"));
   auto server = Server::Create(RepositoryOptions(repo));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -410,7 +411,10 @@ TEST(ServerTest, SchedulingParametersAreValidatedAtLoad) {
            {"reserve_100", "'deadline_reserve_percent' must be below 100"},
            {"reserve_text", "'deadline_reserve_percent' must be a non-negative integer"},
            {"policy_bad", "'batching_policy' must be 'slo' or 'fixed_window'"},
-           {"overrun_100", "'admission_overrun_percentile' must be below 100; was 100"},
+           {"overrun_100",
+            "'admission_overrun_percentile' must be 0 (learn nothing) or in [50, 100)"},
+           {"overrun_low",
+            "'admission_overrun_percentile' must be 0 (learn nothing) or in [50, 100); was 20"},
            {"overrun_text", "'admission_overrun_percentile' must be a non-negative number"}}) {
     auto mv = (*server)->GetModel(model);
     ASSERT_FALSE(mv.ok()) << model;

@@ -210,7 +210,8 @@ void WriteLoadGauges(Writer& w, const std::vector<VersionView>& views) {
     w.Sample("shoal_requests_in_flight", v.labels(), static_cast<double>(v.in_flight));
   w.Family("shoal_admission_reserve_ratio", "gauge",
            "Share of a request's time to its deadline that admission keeps in reserve: "
-           "deadline_reserve_percent plus what its predictions have recently run late by.");
+           "deadline_reserve_percent, or what its predictions have recently run late by when "
+           "that is more.");
   for (const auto& v : views)
     w.Sample("shoal_admission_reserve_ratio", v.labels(), v.admission_reserve);
 }
