@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import random
+import resource
 import shutil
 import struct
 import sys
@@ -213,6 +214,13 @@ def accuracy_line(server):
     return None
 
 
+def cpu_s(pid):
+    """User + system CPU seconds the process has used."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def vm_rss_kb(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -227,7 +235,11 @@ def bench(opts, work, server, model, load_args, window_ms=None, warmup_ms=None, 
     argv = [opts.shoal, "bench", "-m", model, "-u", "127.0.0.1:%d" % server.port,
             "-p", str(window_ms or opts.window_ms), "--warmup", str(warmup_ms or opts.warmup_ms), "--max-trials", "1",
             "--percentile", "99", "-l", str(MODELS[model]["slo_ms"]), "--json", out] + load_args
+    # CPU time of the client (`shoal bench`, a child) and of the server over the whole call,
+    # warm-up included, in cores: on 2 shared cores what one takes the other cannot have.
+    client0, server0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_s(server.proc.pid), time.time()
     r = serving.subprocess.run(argv, stdout=serving.subprocess.PIPE, stderr=serving.subprocess.PIPE, text=True)
+    client1, server1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_s(server.proc.pid), time.time() - t0
     if r.returncode != 0 or not os.path.exists(out):
         raise RuntimeError("shoal bench failed (%d): %s\n%s" % (r.returncode, " ".join(argv), r.stderr))
     s = json.load(open(out))["steps"][0]
@@ -249,7 +261,9 @@ def bench(opts, work, server, model, load_args, window_ms=None, warmup_ms=None, 
             "lag_p50_us": s.get("send_lag_us", {}).get("p50", 0),
             "lag_p99_us": s.get("send_lag_us", {}).get("p99", 0),
             "late_sends": s.get("late_sends", 0),
-            "peak_rss_kb": serving.vm_hwm_kb(server.proc.pid)}
+            "peak_rss_kb": serving.vm_hwm_kb(server.proc.pid),
+            "client_cores": (client1.ru_utime + client1.ru_stime - client0.ru_utime - client0.ru_stime) / wall,
+            "server_cores": (server1 - server0) / wall}
 
 
 def run_model(opts, work, model):
@@ -274,6 +288,7 @@ def run_model(opts, work, model):
         serving.log("%s: alone p50 %.0f us; saturation %.0f/s (fixed) %.0f/s (slo)" % (
             model, res["alone"]["p50_us"], sat, res["saturation"]["slo"]["throughput"]))
         burst_mean = BURST_PEAK * BURST_ON
+        level_order = []
         for pct in opts.levels + (["burst"] if opts.burst else []):
             burst = pct == "burst"
             rate = max(1.0, sat * (burst_mean if burst else pct) / 100.0)
@@ -281,7 +296,14 @@ def run_model(opts, work, model):
                      "--burst-on-fraction", str(BURST_ON)] if burst
                     else ["--request-distribution", "poisson"])
             level = {}
-            for p, _ in policies(model):
+            order = [p for p, _ in policies(model)]
+            if len(level_order) % 2 and "slo_fixed_reserve" in order:
+                # The two admission rules take turns going first, so a drift of the machine
+                # within a level does not always favour the same one.
+                i, j = order.index("slo"), order.index("slo_fixed_reserve")
+                order[i], order[j] = order[j], order[i]
+            level_order.append(pct)
+            for p in order:
                 before = tier_counts(servers[p])
                 # A burst level measures whole periods: warm-up one, windows of two.
                 timing = (2 * BURST_PERIOD_MS, BURST_PERIOD_MS) if burst else (None, None)
@@ -347,8 +369,8 @@ def report(opts, results, info, elapsed):
                                  r["saturation"]["fixed"]["throughput"], r["saturation"]["slo"]["throughput"],
                                  r["saturation"]["slo"]["throughput"] / max(r["saturation"]["fixed"]["throughput"], 1e-9)),
               "",
-              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | in SLO from send | refused (429) | 429 p50 / p99 ms | 429 from send p50 / p99 ms | send lag p50 / p99 ms | expired (504) | tiers | RSS MB (peak) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| load | rate/s | policy | goodput/s | goodput / saturation | p50 ms | p99 ms | p99.9 ms | answered in SLO | in SLO from send | refused (429) | 429 p50 / p99 ms | 429 from send p50 / p99 ms | send lag p50 / p99 ms | expired (504) | tiers | RSS MB (peak) | CPU cores: server / client |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         sat = r["saturation_rate"]
         rows = [(pct, level, policies(model)) for pct, level in r["levels"].items()]
         if r.get("ladder_level"):
@@ -374,10 +396,11 @@ def report(opts, results, info, elapsed):
                     load = "200% of the fp32 SLO server's saturation"
                 else:
                     load = "%s%%" % pct
-                L.append("| %s | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %.2f%% | %d | %s | %s | %s | %d | %s | %.0f (%.0f) |" % (
+                L.append("| %s | %.0f | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f%% | %.2f%% | %d | %s | %s | %s | %d | %s | %.0f (%.0f) | %.2f / %.2f |" % (
                     load, x["rate"], label, x["goodput"], x["goodput"] / max(sat, 1e-9), x["p50_us"] / 1000,
                     x["p99_us"] / 1000, x["p999_us"] / 1000, 100 * frac, 100 * frac_sent, x["refusals"], refusals,
-                    refusals_sent, lag, x["expired"], tiers, x["rss_kb"] / 1024, x["peak_rss_kb"] / 1024))
+                    refusals_sent, lag, x["expired"], tiers, x["rss_kb"] / 1024, x["peak_rss_kb"] / 1024,
+                    x.get("server_cores", 0), x.get("client_cores", 0)))
         if r.get("int8_accuracy"):
             L += ["", "The int8 tier against fp32 at load, on its calibration images: %s." % r["int8_accuracy"]]
         if r.get("top1"):
@@ -421,7 +444,9 @@ def report(opts, results, info, elapsed):
           "Refusal latency runs from a request's scheduled send to its 429, as the client sees it; "
           "the *from send* columns time the same replies from the request's actual send, which leaves out "
           "the client's own lag behind its schedule (the *send lag* column: the open-loop client runs on "
-          "the same 2 cores as the server and everything else on the machine)." % (
+          "the same 2 cores as the server and everything else on the machine). *CPU cores* is the CPU time "
+          "the server and the client (`shoal bench`) each used during the level, warm-up included, divided by "
+          "its wall time: on 2 cores, what the client takes to send the offered load the server cannot have." % (
               BURST_PEAK, BURST_ON * BURST_PERIOD_MS / 1000, BURST_PERIOD_MS / 1000, BURST_PEAK * BURST_ON), ""]
     return "\n".join(L)
 
