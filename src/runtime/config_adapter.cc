@@ -38,36 +38,33 @@ QueuePolicy PolicyFrom(const inference::ModelQueuePolicy& p) {
   return q;
 }
 
-// The value of a non-negative integer parameter of the model's config, if present.
-StatusOr<std::optional<int64_t>> IntegerParameter(const inference::ModelConfig& config,
-                                                  const std::string& key) {
+// The value of a non-negative number parameter of the model's config, if present:
+// int64_t ("250") or double ("99.9"); `kind` names what it must be in the error.
+template <typename T>
+StatusOr<std::optional<T>> NumberParameter(const inference::ModelConfig& config,
+                                           const std::string& key, const char* kind) {
   auto it = config.parameters().find(key);
-  if (it == config.parameters().end()) return std::optional<int64_t>();
+  if (it == config.parameters().end()) return std::optional<T>();
   const std::string& text = it->second.string_value();
-  int64_t value = 0;
+  T value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < 0) {
-    return InvalidArgument("parameter '" + key + "' must be a non-negative integer; was '" + text +
-                           "'");
+  if (text.empty() || ec != std::errc() || ptr != end || !(value >= 0) ||
+      !std::isfinite(static_cast<double>(value))) {
+    return InvalidArgument("parameter '" + key + "' must be a non-negative " + kind + "; was '" +
+                           text + "'");
   }
-  return std::optional<int64_t>(value);
+  return std::optional<T>(value);
 }
 
-// A decimal parameter (e.g. "99.9"), or none.
+StatusOr<std::optional<int64_t>> IntegerParameter(const inference::ModelConfig& config,
+                                                  const std::string& key) {
+  return NumberParameter<int64_t>(config, key, "integer");
+}
+
 StatusOr<std::optional<double>> DecimalParameter(const inference::ModelConfig& config,
                                                  const std::string& key) {
-  auto it = config.parameters().find(key);
-  if (it == config.parameters().end()) return std::optional<double>();
-  const std::string& text = it->second.string_value();
-  double value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value) || value < 0) {
-    return InvalidArgument("parameter '" + key + "' must be a non-negative number; was '" + text +
-                           "'");
-  }
-  return std::optional<double>(value);
+  return NumberParameter<double>(config, key, "number");
 }
 
 std::vector<std::string> SplitList(const std::string& list) {
