@@ -612,9 +612,11 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   // Likewise a request whose deadline passed while the batch waited for this instance is
   // answered now, unrun: so one that runs is answered by its deadline plus the batch time.
   const int64_t start_ns = clock_->NowNs();
-  // Each member's record against its admission, observed once it is answered (the tasks
-  // move into their answers). One dropped below for its deadline counts as answered then.
+  // The record against its admission of each member that has one (a predicted finish),
+  // observed once it is answered (the tasks move into their answers). One dropped below
+  // for its deadline counts as answered then. Without deadlines nothing is allocated.
   struct Record {
+    size_t index;  // in the batch, once the dropped members are gone
     int64_t enqueued_ns, predicted_finish_ns, deadline_ns;
   };
   std::vector<Record> dropped, records;
@@ -627,7 +629,7 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     } else if (deadline > 0 && start_ns > deadline) {
       stats_.RecordDeadlineMissed();
       if (batch[i]->predicted_finish_ns > 0)
-        dropped.push_back({batch[i]->enqueued_ns, batch[i]->predicted_finish_ns, deadline});
+        dropped.push_back({0, batch[i]->enqueued_ns, batch[i]->predicted_finish_ns, deadline});
       const Status status = MissedDeadline(*batch[i], start_ns, "before its batch started");
       const int64_t queued_ns = start_ns - batch[i]->enqueued_ns;
       Answer(std::move(batch[i]), status, {}, queued_ns, 0, 0, 0);
@@ -654,9 +656,11 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     observe({}, start_ns);
     return 0;
   }
-  records.reserve(batch.size());
-  for (const auto& t : batch)
-    records.push_back({t->enqueued_ns, t->predicted_finish_ns, t->request.deadline_ns});
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const RequestTask& t = *batch[i];
+    if (t.predicted_finish_ns > 0)
+      records.push_back({i, t.enqueued_ns, t.predicted_finish_ns, t.request.deadline_ns});
+  }
   std::vector<const InferRequest*> requests;
   std::vector<int64_t> sizes;
   int64_t items = 0;
@@ -719,9 +723,8 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
 
   // What a failed run took says nothing of the model's speed: only answers that ran count.
   std::vector<Record> ran;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (records[i].predicted_finish_ns > 0 && runs[run_of[i]].status.ok())
-      ran.push_back(records[i]);
+  for (const Record& r : records) {
+    if (runs[run_of[r.index]].status.ok()) ran.push_back(r);
   }
   if (options_.preserve_ordering) {
     std::vector<std::function<void()>> answers;
@@ -738,7 +741,8 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
       });
     }
     // The answers may be held for an earlier batch: observed when they really leave.
-    answers.push_back([this, observe, ran = std::move(ran)] { observe(ran, clock_->NowNs()); });
+    if (!ran.empty() || !dropped.empty())
+      answers.push_back([this, observe, ran = std::move(ran)] { observe(ran, clock_->NowNs()); });
     Release(seq, std::move(answers));
   } else {
     // Answered in place: no closure and no shared task per request.
