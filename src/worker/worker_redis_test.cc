@@ -202,6 +202,10 @@ TEST_F(WorkerRedisTest, AnswersEveryRequestOnceAndAcknowledgesIt) {
     EXPECT_GT(Integer({"TTL", key}), 0);
   }
   ASSERT_TRUE(WaitUntil([&] { return Pending() == 0; }));
+  // The worker counts an acknowledgement when Redis's reply reaches it, just after Redis
+  // (and so this test) can see it.
+  ASSERT_TRUE(WaitUntil([&] { return worker_->stats().acked == kRequests; }))
+      << worker_->stats().acked;
   const WorkerStats s = worker_->stats();
   EXPECT_EQ(s.read_new, kRequests);
   EXPECT_EQ(s.results_written, kRequests);
@@ -285,7 +289,8 @@ TEST_F(WorkerRedisTest, AClaimedRequestThatHasAResultIsOnlyAcknowledged) {
   ASSERT_TRUE(WaitUntil([&] { return Pending() == 0; }));
   EXPECT_EQ(HashField(stream_ + ":result:dup", "body"), "first");
   EXPECT_EQ(Integer({"XLEN", stream_ + ":results"}), 0);
-  EXPECT_EQ(worker_->stats().acked, 1);
+  // Counted when Redis's reply to the acknowledgement arrives, just after Pending() saw it.
+  EXPECT_TRUE(WaitUntil([&] { return worker_->stats().acked == 1; })) << worker_->stats().acked;
   EXPECT_EQ(worker_->stats().results_written, 0);
 }
 
