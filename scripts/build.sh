@@ -10,7 +10,11 @@ shift || true
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 LAUNCHER=()
-if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+if command -v ccache >/dev/null; then
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # nvcc too, where the CUDA path is built (docs/gpu.md); unused otherwise.
+  LAUNCHER+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 CMAKE_ARGS=()
 for a in "$@"; do [ "$a" = "--target-fuzzers" ] || CMAKE_ARGS+=("$a"); done
 cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" "${CMAKE_ARGS[@]}" >"$BUILD_DIR.configure.log" 2>&1 || {

@@ -14,7 +14,7 @@ shift || true
 # A clang configuration only for its compile_commands.json and the generated protobuf
 # headers the sources include.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DSHOAL_BUILD_TESTS=ON -DSHOAL_BUILD_BENCHMARKS=ON -DSHOAL_BUILD_E2E=ON -DSHOAL_BUILD_FUZZERS=OFF \
+  -DSHOAL_BUILD_TESTS=ON -DSHOAL_BUILD_BENCHMARKS=ON -DSHOAL_BUILD_E2E=ON -DSHOAL_BUILD_FUZZERS=OFF -DSHOAL_CUDA=OFF \
   >"$BUILD_DIR.configure.log" 2>&1 || {
   cat "$BUILD_DIR.configure.log" >&2
   exit 1

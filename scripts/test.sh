@@ -30,20 +30,21 @@ step "tests"
 if [ "$QUICK" -eq 0 ]; then
   step "build (ASan+UBSan)"
   scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DSHOAL_SANITIZE=address -DSHOAL_BUILD_BENCHMARKS=OFF \
-    -DSHOAL_BUILD_E2E=OFF
+    -DSHOAL_BUILD_E2E=OFF -DSHOAL_CUDA=OFF
   step "unit tests under ASan+UBSan"
   (export LSAN_OPTIONS="suppressions=$PWD/src/engine/dnnl_lsan.supp"  # see the file
    cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -L unit -j2 --timeout 900)
   step "build (TSan)"
   scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=thread -DSHOAL_BUILD_BENCHMARKS=OFF \
-    -DSHOAL_BUILD_E2E=OFF
+    -DSHOAL_BUILD_E2E=OFF -DSHOAL_CUDA=OFF
   step "unit tests under TSan"
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
      ctest --output-on-failure -L unit -j2 --timeout 900)
   step "fuzzers (${SHOAL_FUZZ_SECONDS:-30} s each)"
   CC=clang CXX=clang++ scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_BUILD_FUZZERS=ON \
-    -DSHOAL_SANITIZE=address -DSHOAL_BUILD_TESTS=OFF -DSHOAL_BUILD_BENCHMARKS=OFF --target-fuzzers
+    -DSHOAL_SANITIZE=address -DSHOAL_BUILD_TESTS=OFF -DSHOAL_BUILD_BENCHMARKS=OFF -DSHOAL_CUDA=OFF \
+    --target-fuzzers
   run_fuzzer() {  # name seed-folder [libFuzzer args...]
     local name="$1" seeds="$2"; shift 2
     local corpus log rc=0

@@ -1,0 +1,48 @@
+// Element-wise operators, NumPy-broadcasting binary operators and row softmax on a CUDA
+// stream: the first of shoal's own kernels for the GPU path (the engine's ops/ run the
+// same operators on the CPU, and the tests compare the two).
+//
+// Tensors are dense, row-major fp32 in device memory; shapes are given outermost first,
+// as in ONNX. Each call validates its shapes on the host and returns InvalidArgument,
+// naming them, before anything is queued; otherwise the kernel is queued on `stream` and
+// the call returns at once (a launch error is returned, a run error shows on the stream).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/cuda/kernels.h"
+
+namespace shoal::engine::cuda {
+
+enum class UnaryOp { kRelu, kSigmoid, kTanh, kExp, kLog, kNeg, kAbs, kSqrt, kErf, kGelu };
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
+
+// y = op(x) over n elements; x and y may be the same buffer.
+Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream);
+
+// The output shape and index tables of a broadcast of a_dims against b_dims (NumPy's
+// rule: dimensions aligned from the innermost, each pair equal or one of them 1).
+// InvalidArgument when they do not broadcast, or when the output has more than
+// internal::kMaxRank dimensions after merging.
+struct BroadcastPlan {
+  std::vector<int64_t> out_dims;  // the result's shape, as ONNX gives it
+  int64_t elements = 0;
+  internal::BroadcastIndex index;  // what the kernel walks (adjacent dimensions merged)
+};
+StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
+                                      std::span<const int64_t> b_dims);
+
+// y = a op b, broadcast as PlanBroadcast says; y holds plan.elements values.
+Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
+              cudaStream_t stream);
+
+// Softmax along the last of `dims` (ONNX Softmax with axis -1), x and y of that shape.
+Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
+                       cudaStream_t stream);
+
+}  // namespace shoal::engine::cuda

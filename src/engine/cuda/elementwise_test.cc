@@ -1,0 +1,235 @@
+#include "engine/cuda/elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+std::vector<float> Random(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+int64_t Elements(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+// NumPy broadcasting written out the plain way, one multi-index per output element: the
+// reference the merged index tables and the kernel must agree with.
+std::vector<float> BroadcastReference(const std::vector<float>& a, std::vector<int64_t> a_dims,
+                                      const std::vector<float>& b, std::vector<int64_t> b_dims,
+                                      const std::vector<int64_t>& out_dims,
+                                      const std::function<float(float, float)>& op) {
+  const size_t rank = out_dims.size();
+  a_dims.insert(a_dims.begin(), rank - a_dims.size(), 1);
+  b_dims.insert(b_dims.begin(), rank - b_dims.size(), 1);
+  std::vector<float> y(Elements(out_dims));
+  std::vector<int64_t> coord(rank, 0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    int64_t ia = 0, ib = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      ia = ia * a_dims[d] + (a_dims[d] == 1 ? 0 : coord[d]);
+      ib = ib * b_dims[d] + (b_dims[d] == 1 ? 0 : coord[d]);
+    }
+    y[i] = op(a[ia], b[ib]);
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      if (++coord[d] < out_dims[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return y;
+}
+
+// Host-only: the index tables PlanBroadcast gives the kernel.
+TEST(PlanBroadcastTest, GivesTheOutputShapeAndMergesDimensions) {
+  auto plan = PlanBroadcast(std::vector<int64_t>{2, 3, 4}, std::vector<int64_t>{3, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(plan->elements, 24);
+  // a is whole everywhere: [2,3,4] collapses to one dimension for a, but b is broadcast
+  // along 2 (outer) and 4 (inner), so three dimensions remain.
+  ASSERT_EQ(plan->index.rank, 3);
+  EXPECT_EQ(plan->index.out_dims[0], 2);
+  EXPECT_EQ(plan->index.out_dims[1], 3);
+  EXPECT_EQ(plan->index.out_dims[2], 4);
+  EXPECT_EQ(plan->index.a_strides[0], 12);
+  EXPECT_EQ(plan->index.a_strides[1], 4);
+  EXPECT_EQ(plan->index.a_strides[2], 1);
+  EXPECT_EQ(plan->index.b_strides[0], 0);
+  EXPECT_EQ(plan->index.b_strides[1], 1);
+  EXPECT_EQ(plan->index.b_strides[2], 0);
+
+  // Same shapes: one flat dimension.
+  plan = PlanBroadcast(std::vector<int64_t>{5, 6, 7}, std::vector<int64_t>{5, 6, 7});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->index.rank, 1);
+  EXPECT_EQ(plan->index.out_dims[0], 210);
+  EXPECT_EQ(plan->index.a_strides[0], 1);
+  EXPECT_EQ(plan->index.b_strides[0], 1);
+
+  // A scalar against a matrix, and both ways round.
+  plan = PlanBroadcast(std::vector<int64_t>{}, std::vector<int64_t>{4, 5});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{4, 5}));
+  ASSERT_EQ(plan->index.rank, 1);
+  EXPECT_EQ(plan->index.a_strides[0], 0);
+  EXPECT_EQ(plan->index.b_strides[0], 1);
+
+  // Both broadcast, in different dimensions: [4,1] against [1,5].
+  plan = PlanBroadcast(std::vector<int64_t>{4, 1}, std::vector<int64_t>{1, 5});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{4, 5}));
+  ASSERT_EQ(plan->index.rank, 2);
+  EXPECT_EQ(plan->index.a_strides[0], 1);
+  EXPECT_EQ(plan->index.a_strides[1], 0);
+  EXPECT_EQ(plan->index.b_strides[0], 0);
+  EXPECT_EQ(plan->index.b_strides[1], 1);
+}
+
+TEST(PlanBroadcastTest, RefusesShapesThatDoNotBroadcastAndNamesThem) {
+  auto plan = PlanBroadcast(std::vector<int64_t>{2, 3}, std::vector<int64_t>{4});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("[2, 3] and [4]"), std::string::npos)
+      << plan.status().message();
+  EXPECT_FALSE(PlanBroadcast(std::vector<int64_t>{-1}, std::vector<int64_t>{1}).ok());
+}
+
+TEST(PlanBroadcastTest, RefusesMoreDimensionsThanTheKernelTakesAfterMerging) {
+  // Alternating broadcast dimensions cannot merge: 9 of them is one too many.
+  std::vector<int64_t> a, b;
+  for (int d = 0; d < 9; ++d) {
+    a.push_back(d % 2 ? 2 : 1);
+    b.push_back(d % 2 ? 1 : 2);
+  }
+  auto plan = PlanBroadcast(a, b);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("at most 8"), std::string::npos)
+      << plan.status().message();
+  // Twelve dimensions that merge into one are fine.
+  std::vector<int64_t> many(12, 2);
+  EXPECT_TRUE(PlanBroadcast(many, many).ok());
+}
+
+using ElementwiseGpuTest = GpuTest;
+
+TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
+  const std::vector<float> x = Random(10007, -4.f, 4.f, 1);
+  const std::vector<float> positive = Random(10007, 0.01f, 9.f, 2);
+  struct Case {
+    UnaryOp op;
+    bool needs_positive;
+    std::function<float(float)> ref;
+  };
+  const std::vector<Case> cases = {
+      {UnaryOp::kRelu, false, [](float v) { return v > 0 ? v : 0.f; }},
+      {UnaryOp::kSigmoid, false, [](float v) { return 1.f / (1.f + std::exp(-v)); }},
+      {UnaryOp::kTanh, false, [](float v) { return std::tanh(v); }},
+      {UnaryOp::kExp, false, [](float v) { return std::exp(v); }},
+      {UnaryOp::kLog, true, [](float v) { return std::log(v); }},
+      {UnaryOp::kNeg, false, [](float v) { return -v; }},
+      {UnaryOp::kAbs, false, [](float v) { return std::fabs(v); }},
+      {UnaryOp::kSqrt, true, [](float v) { return std::sqrt(v); }},
+      {UnaryOp::kErf, false, [](float v) { return std::erf(v); }},
+      {UnaryOp::kGelu, false,
+       [](float v) { return 0.5f * v * (1.f + std::erf(v / std::sqrt(2.f))); }},
+  };
+  for (const Case& c : cases) {
+    const std::vector<float>& in = c.needs_positive ? positive : x;
+    DeviceBuffer dx = Upload(in), dy = Floats(in.size());
+    ASSERT_TRUE(Unary(c.op, dx.as<float>(), dy.as<float>(), in.size(), stream()).ok());
+    const std::vector<float> y = Download(dy, in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float want = c.ref(in[i]);
+      ASSERT_NEAR(y[i], want, 1e-5f + 1e-5f * std::fabs(want))
+          << "op " << static_cast<int>(c.op) << " at " << in[i];
+    }
+  }
+}
+
+TEST_F(ElementwiseGpuTest, BinaryOperatorsBroadcastLikeNumPy) {
+  struct Shapes {
+    std::vector<int64_t> a, b;
+  };
+  const std::vector<Shapes> shapes = {
+      {{2, 3, 4}, {3, 1}},
+      {{4}, {2, 3, 4}},
+      {{}, {5, 7}},
+      {{4, 1}, {1, 5}},
+      {{8, 1, 6, 1}, {7, 1, 5}},
+      {{32, 64}, {32, 64}},
+      {{2, 1, 3, 1, 2}, {1, 4, 1, 5, 1}},
+  };
+  const std::vector<std::pair<BinaryOp, std::function<float(float, float)>>> ops = {
+      {BinaryOp::kAdd, std::plus<float>()},
+      {BinaryOp::kSub, std::minus<float>()},
+      {BinaryOp::kMul, std::multiplies<float>()},
+      {BinaryOp::kDiv, std::divides<float>()},
+      {BinaryOp::kMax, [](float p, float q) { return std::fmax(p, q); }},
+      {BinaryOp::kMin, [](float p, float q) { return std::fmin(p, q); }},
+      {BinaryOp::kPow, [](float p, float q) { return std::pow(p, q); }},
+  };
+  unsigned seed = 10;
+  for (const Shapes& s : shapes) {
+    // Positive operands keep Pow real and Div finite.
+    const std::vector<float> a = Random(Elements(s.a), 0.5f, 2.f, ++seed);
+    const std::vector<float> b = Random(Elements(s.b), 0.5f, 2.f, ++seed);
+    auto plan = PlanBroadcast(s.a, s.b);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    DeviceBuffer da = Upload(a), db = Upload(b), dy = Floats(plan->elements);
+    for (const auto& [op, ref] : ops) {
+      ASSERT_TRUE(Binary(op, da.as<float>(), db.as<float>(), dy.as<float>(), *plan, stream()).ok());
+      const std::vector<float> y = Download(dy, plan->elements);
+      const std::vector<float> want = BroadcastReference(a, s.a, b, s.b, plan->out_dims, ref);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(y[i], want[i], 1e-5f * (1.f + std::fabs(want[i])))
+            << "op " << static_cast<int>(op) << " element " << i;
+      }
+    }
+  }
+}
+
+TEST_F(ElementwiseGpuTest, SoftmaxRowsSumToOneAndSurviveLargeValues) {
+  for (const std::vector<int64_t>& dims :
+       std::vector<std::vector<int64_t>>{{3, 10}, {2, 4, 1000}, {1, 1}, {5, 4097}}) {
+    const int64_t cols = dims.back(), n = Elements(dims), rows = n / cols;
+    std::vector<float> x = Random(n, -5.f, 5.f, 99);
+    x[0] = 1000.f;  // exp(1000) overflows unless the row's maximum is subtracted first
+    DeviceBuffer dx = Upload(x), dy = Floats(n);
+    ASSERT_TRUE(SoftmaxLastAxis(dx.as<float>(), dy.as<float>(), dims, stream()).ok());
+    const std::vector<float> y = Download(dy, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x.data() + r * cols;
+      float m = row[0];
+      for (int64_t c = 1; c < cols; ++c) m = std::max(m, row[c]);
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(row[c] - m));
+      double total = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double want = std::exp(static_cast<double>(row[c] - m)) / sum;
+        ASSERT_NEAR(y[r * cols + c], want, 1e-6 + 1e-5 * want) << "row " << r << " col " << c;
+        total += y[r * cols + c];
+      }
+      EXPECT_NEAR(total, 1.0, 1e-4);
+    }
+  }
+}
+
+TEST(SoftmaxShapeTest, RefusesNoDimensionsBeforeTouchingTheDevice) {
+  const Status s = SoftmaxLastAxis(nullptr, nullptr, std::vector<int64_t>{}, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda

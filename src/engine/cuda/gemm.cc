@@ -1,0 +1,138 @@
+#include "engine/cuda/gemm.h"
+
+#include <string>
+
+#include "engine/cuda/cuda_status.h"
+
+namespace shoal::engine::cuda {
+
+StatusOr<std::unique_ptr<LtHandle>> LtHandle::Create() {
+  std::unique_ptr<LtHandle> handle(new LtHandle());
+  RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&handle->handle_), "cublasLtCreate"));
+  return handle;
+}
+
+LtHandle::~LtHandle() {
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+namespace {
+
+cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kRelu:
+      return CUBLASLT_EPILOGUE_RELU;
+    case GemmEpilogue::kBiasRelu:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case GemmEpilogue::kBiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool HasBias(GemmEpilogue e) {
+  return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasRelu || e == GemmEpilogue::kBiasGelu;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
+                                                 const GemmOptions& options) {
+  if (options.m <= 0 || options.n <= 0 || options.k <= 0) {
+    return InvalidArgument("GEMM dimensions must be positive; were m=" + std::to_string(options.m) +
+                           " n=" + std::to_string(options.n) + " k=" + std::to_string(options.k));
+  }
+  std::unique_ptr<LtGemm> gemm(new LtGemm());
+  gemm->options_ = options;
+  gemm->handle_ = handle.get();
+  const cublasComputeType_t compute =
+      options.math == GemmMath::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&gemm->op_, compute, CUDA_R_32F),
+                               "cublasLtMatmulDescCreate"));
+  // Column-major view: D (n x m) = A (n x k) · B (k x m). A is W: row-major [k, n] is
+  // column-major n x k as it stands; row-major [n, k] is column-major k x n, transposed.
+  const cublasOperation_t trans_a = options.transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_b = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = LtEpilogue(options.epilogue);
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(gemm->op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                                  sizeof(trans_a)),
+                   "set TRANSA"));
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(gemm->op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                                  sizeof(trans_b)),
+                   "set TRANSB"));
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(gemm->op_, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                  &epilogue, sizeof(epilogue)),
+                   "set EPILOGUE"));
+  const auto m = static_cast<uint64_t>(options.m), n = static_cast<uint64_t>(options.n),
+             k = static_cast<uint64_t>(options.k);
+  if (options.transpose_w) {
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->w_layout_, CUDA_R_32F, k, n, k),
+                                 "cublasLtMatrixLayoutCreate (W)"));
+  } else {
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->w_layout_, CUDA_R_32F, n, k, n),
+                                 "cublasLtMatrixLayoutCreate (W)"));
+  }
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->x_layout_, CUDA_R_32F, k, m, k),
+                               "cublasLtMatrixLayoutCreate (X)"));
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, CUDA_R_32F, n, m, n),
+                               "cublasLtMatrixLayoutCreate (Y)"));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate"));
+  const uint64_t workspace = options.workspace_bytes;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmulAlgoGetHeuristic(gemm->handle_, gemm->op_, gemm->w_layout_,
+                                            gemm->x_layout_, gemm->y_layout_, gemm->y_layout_,
+                                            preference, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  RETURN_IF_ERROR(CublasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
+  if (found == 0) {
+    return Unimplemented("cuBLASLt has no algorithm for a " + std::to_string(options.m) + "x" +
+                         std::to_string(options.n) + "x" + std::to_string(options.k) +
+                         " fp32 GEMM with this epilogue on this device");
+  }
+  gemm->algo_ = result.algo;
+  return gemm;
+}
+
+LtGemm::~LtGemm() {
+  if (y_layout_ != nullptr) cublasLtMatrixLayoutDestroy(y_layout_);
+  if (x_layout_ != nullptr) cublasLtMatrixLayoutDestroy(x_layout_);
+  if (w_layout_ != nullptr) cublasLtMatrixLayoutDestroy(w_layout_);
+  if (op_ != nullptr) cublasLtMatmulDescDestroy(op_);
+}
+
+Status LtGemm::Run(const float* x, const float* w, const float* bias, float* y, void* workspace,
+                   cudaStream_t stream) {
+  if (workspace == nullptr && options_.workspace_bytes > 0) {
+    return InvalidArgument("this GEMM was planned with " +
+                           std::to_string(options_.workspace_bytes) +
+                           " bytes of workspace; none was given");
+  }
+  if (HasBias(options_.epilogue)) {
+    if (bias == nullptr) return InvalidArgument("this GEMM's epilogue adds a bias; none was given");
+    RETURN_IF_ERROR(CublasStatus(
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+        "set BIAS_POINTER"));
+  }
+  const float alpha = 1.f, beta = 0.f;
+  return CublasStatus(
+      cublasLtMatmul(handle_, op_, &alpha, w, w_layout_, x, x_layout_, &beta, y, y_layout_, y,
+                     y_layout_, &algo_, workspace, options_.workspace_bytes, stream),
+      "cublasLtMatmul");
+}
+
+}  // namespace shoal::engine::cuda

@@ -1,0 +1,79 @@
+// Matrix products on cuBLASLt with the bias and activation fused into its epilogue: the
+// GPU path's MatMul, Gemm and the MatMul+Add(+Relu) chains the optimiser fuses.
+//
+// Row-major, as the engine stores tensors: Y[m, n] = X[m, k] · W + bias, where W is
+// [k, n], or [n, k] with `transpose_w` (ONNX Gemm's transB, a PyTorch Linear's weight).
+// cuBLASLt is column-major; a row-major product is the column-major product of the
+// transposes, Yᵀ = Wᵀ·Xᵀ, so the weight is cuBLASLt's A, the activations its B, and the
+// bias, one value per output column of Y, is its per-row epilogue bias.
+//
+// An LtGemm is planned once for one shape (the algorithm chosen by cuBLASLt's heuristic
+// at Create) and run many times. Run is not thread-safe (it sets the bias pointer on the
+// shared descriptor): one LtGemm per instance, as the engine's plans are.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+
+namespace shoal::engine::cuda {
+
+// One cuBLASLt handle per device (cublasLtCreate), shared by the LtGemms planned on it.
+class LtHandle {
+ public:
+  static StatusOr<std::unique_ptr<LtHandle>> Create();
+  ~LtHandle();
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+  cublasLtHandle_t get() const { return handle_; }
+
+ private:
+  LtHandle() = default;
+  cublasLtHandle_t handle_ = nullptr;
+};
+
+enum class GemmEpilogue { kNone, kBias, kRelu, kBiasRelu, kBiasGelu };
+// kFp32: full fp32 arithmetic. kTf32: fp32 in and out, products on tensor cores with
+// 10-bit mantissas (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32): about 1e-3 relative error.
+enum class GemmMath { kFp32, kTf32 };
+
+struct GemmOptions {
+  int64_t m = 0, n = 0, k = 0;  // Y is m x n, the inner dimension k; all positive
+  bool transpose_w = false;     // W stored [n, k] instead of [k, n]
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  GemmMath math = GemmMath::kFp32;
+  size_t workspace_bytes = 4 << 20;  // the most scratch the algorithm may use; Run gets it
+};
+
+class LtGemm {
+ public:
+  // InvalidArgument for a non-positive dimension; Unimplemented when cuBLASLt has no
+  // algorithm for the combination on this device.
+  static StatusOr<std::unique_ptr<LtGemm>> Create(const LtHandle& handle,
+                                                  const GemmOptions& options);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  const GemmOptions& options() const { return options_; }
+  // Queues Y = epilogue(X·W + bias) on `stream`. bias: n floats, required by the kBias*
+  // epilogues and ignored otherwise; workspace: options().workspace_bytes of device memory
+  // (or null when that is 0).
+  Status Run(const float* x, const float* w, const float* bias, float* y, void* workspace,
+             cudaStream_t stream);
+
+ private:
+  LtGemm() = default;
+  GemmOptions options_;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t w_layout_ = nullptr, x_layout_ = nullptr, y_layout_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+}  // namespace shoal::engine::cuda

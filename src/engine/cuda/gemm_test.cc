@@ -1,0 +1,151 @@
+#include "engine/cuda/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+std::vector<float> Random(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Y = epilogue(X·W + bias) in double, row-major, W [k, n] or [n, k] when transposed.
+std::vector<float> Reference(const GemmOptions& o, const std::vector<float>& x,
+                             const std::vector<float>& w, const std::vector<float>& bias) {
+  std::vector<float> y(o.m * o.n);
+  for (int64_t i = 0; i < o.m; ++i) {
+    for (int64_t j = 0; j < o.n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < o.k; ++p) {
+        acc += double{x[i * o.k + p]} * (o.transpose_w ? w[j * o.k + p] : w[p * o.n + j]);
+      }
+      const bool with_bias = o.epilogue == GemmEpilogue::kBias ||
+                             o.epilogue == GemmEpilogue::kBiasRelu ||
+                             o.epilogue == GemmEpilogue::kBiasGelu;
+      if (with_bias) acc += bias[j];
+      if (o.epilogue == GemmEpilogue::kRelu || o.epilogue == GemmEpilogue::kBiasRelu) {
+        acc = std::max(acc, 0.0);
+      }
+      if (o.epilogue == GemmEpilogue::kBiasGelu) {
+        // cuBLASLt's GELU epilogue is the tanh approximation.
+        acc = 0.5 * acc * (1 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
+      }
+      y[i * o.n + j] = static_cast<float>(acc);
+    }
+  }
+  return y;
+}
+
+class GemmGpuTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto handle = LtHandle::Create();
+    ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+    handle_ = std::move(handle).value();
+  }
+
+  // Runs one GEMM against the reference; `tolerance` relative to the inner dimension.
+  void Check(const GemmOptions& o, float tolerance) {
+    SCOPED_TRACE(testing::Message()
+                 << "m=" << o.m << " n=" << o.n << " k=" << o.k << " transpose_w=" << o.transpose_w
+                 << " epilogue=" << static_cast<int>(o.epilogue)
+                 << " math=" << static_cast<int>(o.math));
+    auto gemm = LtGemm::Create(*handle_, o);
+    ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+    const std::vector<float> x = Random(o.m * o.k, 1), w = Random(o.k * o.n, 2),
+                             bias = Random(o.n, 3);
+    DeviceBuffer dx = Upload(x), dw = Upload(w), db = Upload(bias), dy = Floats(o.m * o.n),
+                 workspace = Floats(o.workspace_bytes / sizeof(float));
+    const Status run = (*gemm)->Run(dx.as<float>(), dw.as<float>(), db.as<float>(), dy.as<float>(),
+                                    workspace.data(), stream());
+    ASSERT_TRUE(run.ok()) << run.ToString();
+    const std::vector<float> y = Download(dy, o.m * o.n);
+    const std::vector<float> want = Reference(o, x, w, bias);
+    // Products of values in [-1, 1]: the error grows with the square root of k at most.
+    const float bound = tolerance * std::sqrt(static_cast<float>(o.k));
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(y[i], want[i], bound) << "element " << i;
+    }
+  }
+
+  std::unique_ptr<LtHandle> handle_;
+};
+
+TEST_F(GemmGpuTest, Fp32MatchesTheReferenceForEveryEpilogueAndLayout) {
+  for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kRelu,
+                               GemmEpilogue::kBiasRelu, GemmEpilogue::kBiasGelu}) {
+    for (const bool transpose : {false, true}) {
+      GemmOptions o;
+      o.m = 33;  // not a multiple of any tile
+      o.n = 70;
+      o.k = 129;
+      o.transpose_w = transpose;
+      o.epilogue = e;
+      Check(o, 1e-5f);
+    }
+  }
+}
+
+TEST_F(GemmGpuTest, ShapesFromBatchOneToLargeBatches) {
+  for (const int64_t m : {1, 8, 64, 257}) {
+    GemmOptions o;
+    o.m = m;
+    o.n = 1000;  // a classifier's head
+    o.k = 512;
+    o.transpose_w = true;
+    o.epilogue = GemmEpilogue::kBias;
+    Check(o, 1e-5f);
+  }
+}
+
+TEST_F(GemmGpuTest, Tf32StaysWithinItsPrecision) {
+  GemmOptions o;
+  o.m = 128;
+  o.n = 256;
+  o.k = 768;
+  o.math = GemmMath::kTf32;
+  o.epilogue = GemmEpilogue::kBiasRelu;
+  // 10-bit mantissas: each product is off by up to ~2^-11 relative.
+  Check(o, 2e-3f);
+}
+
+TEST_F(GemmGpuTest, RefusesBadShapesAndAMissingBiasOrWorkspace) {
+  GemmOptions o;
+  o.m = 4;
+  o.n = 0;
+  o.k = 8;
+  auto bad = LtGemm::Create(*handle_, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("n=0"), std::string::npos) << bad.status().message();
+
+  o.n = 8;
+  o.epilogue = GemmEpilogue::kBias;
+  auto gemm = LtGemm::Create(*handle_, o);
+  ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+  DeviceBuffer buf = Floats(64), workspace = Floats(o.workspace_bytes / sizeof(float));
+  EXPECT_EQ((*gemm)
+                ->Run(buf.as<float>(), buf.as<float>(), nullptr, buf.as<float>(), workspace.data(),
+                      stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*gemm)
+                ->Run(buf.as<float>(), buf.as<float>(), buf.as<float>(), buf.as<float>(), nullptr,
+                      stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda

@@ -1,0 +1,143 @@
+// shoal's own CUDA kernels (see kernels.h for the contract). fp32 for now: the reduced
+// precisions come with the GPU plans that use them.
+#include <cuda_runtime.h>
+
+#include "engine/cuda/kernels.h"
+
+namespace shoal::engine::cuda::internal {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid size for n elements with a grid-stride loop: enough blocks to fill the device,
+// never more than the launch limit.
+unsigned BlocksFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+__device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x) {
+  switch (op) {
+    case UnaryKernel::kRelu:
+      return x > 0.f ? x : 0.f;
+    case UnaryKernel::kSigmoid:
+      return 1.f / (1.f + expf(-x));
+    case UnaryKernel::kTanh:
+      return tanhf(x);
+    case UnaryKernel::kExp:
+      return expf(x);
+    case UnaryKernel::kLog:
+      return logf(x);
+    case UnaryKernel::kNeg:
+      return -x;
+    case UnaryKernel::kAbs:
+      return fabsf(x);
+    case UnaryKernel::kSqrt:
+      return sqrtf(x);
+    case UnaryKernel::kErf:
+      return erff(x);
+    // The exact (erf) form, as ONNX's Gelu with approximate="none".
+    case UnaryKernel::kGelu:
+      return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+  }
+  return x;
+}
+
+__device__ __forceinline__ float ApplyBinary(BinaryKernel op, float a, float b) {
+  switch (op) {
+    case BinaryKernel::kAdd:
+      return a + b;
+    case BinaryKernel::kSub:
+      return a - b;
+    case BinaryKernel::kMul:
+      return a * b;
+    case BinaryKernel::kDiv:
+      return a / b;
+    case BinaryKernel::kMax:
+      return fmaxf(a, b);
+    case BinaryKernel::kMin:
+      return fminf(a, b);
+    case BinaryKernel::kPow:
+      return powf(a, b);
+  }
+  return a;
+}
+
+__global__ void UnaryF32(UnaryKernel op, const float* __restrict__ x, float* __restrict__ y,
+                         int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = ApplyUnary(op, x[i]);
+  }
+}
+
+__global__ void BinaryF32(BinaryKernel op, const float* __restrict__ a, const float* __restrict__ b,
+                          float* __restrict__ y, BroadcastIndex index, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % index.out_dims[d];
+      rest /= index.out_dims[d];
+      ia += coord * index.a_strides[d];
+      ib += coord * index.b_strides[d];
+    }
+    y[i] = ApplyBinary(op, a[ia], b[ib]);
+  }
+}
+
+// One block per row: the row's maximum, then the sum of exp(x - max), each reduced in
+// shared memory, then the quotients. Subtracting the maximum keeps exp finite.
+__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols) {
+  __shared__ float scratch[kThreads];
+  const float* row = x + blockIdx.x * cols;
+  float* out = y + blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+  scratch[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s)
+      scratch[threadIdx.x] = fmaxf(scratch[threadIdx.x], scratch[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float row_max = scratch[0];
+  __syncthreads();
+  float sum = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += expf(row[c] - row_max);
+  scratch[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) scratch[threadIdx.x] += scratch[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float inv = 1.f / scratch[0];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = expf(row[c] - row_max) * inv;
+}
+
+}  // namespace
+
+cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n,
+                           cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
+                            const BroadcastIndex& index, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  BinaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols,
+                                 cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  // Rows beyond the grid's first dimension would need a loop; 2^31-1 rows is far more
+  // than any batch the engine plans.
+  SoftmaxRowsF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, cols);
+  return cudaGetLastError();
+}
+
+}  // namespace shoal::engine::cuda::internal

@@ -1,0 +1,44 @@
+// The CUDA kernels' launch functions, the one boundary between nvcc-compiled code
+// (kernels.cu) and the rest of the engine's CUDA path, which is ordinary C++.
+//
+// Only plain types cross it: raw device pointers, sizes and the index tables below; a
+// launch returns the CUDA error of the launch itself (cudaGetLastError), not of the
+// kernel's run, which the caller learns from its stream. Nothing here allocates or
+// synchronises. Callers validate shapes first (elementwise.h); these trust them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace shoal::engine::cuda::internal {
+
+// The most dimensions a broadcast operand may have.
+inline constexpr int kMaxRank = 8;
+
+// Unary operators, in the order of elementwise.h's UnaryOp.
+enum class UnaryKernel : int { kRelu, kSigmoid, kTanh, kExp, kLog, kNeg, kAbs, kSqrt, kErf, kGelu };
+// Binary operators, in the order of elementwise.h's BinaryOp.
+enum class BinaryKernel : int { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
+
+// How an output element's linear index maps to each input's: the output's dimensions and,
+// per input, the element stride of each output dimension (0 where that input is
+// broadcast along it). Dimensions are outermost first; only the first `rank` count.
+struct BroadcastIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t a_strides[kMaxRank] = {};
+  int64_t b_strides[kMaxRank] = {};
+};
+
+// y[i] = op(x[i]) for i < n.
+cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n,
+                           cudaStream_t stream);
+// y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`.
+cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
+                            const BroadcastIndex& index, int64_t n, cudaStream_t stream);
+// Softmax of each of `rows` contiguous rows of `cols` values; x and y may be the same.
+cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols,
+                                 cudaStream_t stream);
+
+}  // namespace shoal::engine::cuda::internal
