@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU path's checks, in two halves, because the GPU machine (the `device` tool: one
+# H100 or H200 for minutes, no Debian packages, no network) cannot build shoal:
+#   bench/gpu/run.sh prepare   here: builds the CUDA tests (build folder build-cuda, or
+#                              $SHOAL_BUILD) and copies them into .gpu/ (git-ignored)
+#   bench/gpu/run.sh device    there, from the repository root with .gpu carried: shows
+#                              the device, runs every CUDA test, writes the results under
+#                              $OUT (or .gpu/out): gpu.txt (device, driver, each test's
+#                              outcome) and one gtest XML per test binary
+# The tests link the CUDA runtime statically; on the GPU machine they need its driver and
+# cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
+# (in /usr/local/cuda or in pip's nvidia packages; both are searched).
+# Exits non-zero when a test fails, or, on the device, when no GPU is found (there the
+# tests must run, not skip).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test)
+case "${1:-}" in
+  prepare)
+    BUILD="${SHOAL_BUILD:-build-cuda}"
+    LAUNCHER=()
+    if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache); fi
+    # Configure the whole tree, build only what travels.
+    cmake -S . -B "$BUILD" -G Ninja "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_CUDA=ON \
+      -DSHOAL_DASHBOARD=OFF >"$BUILD.configure.log" 2>&1 || {
+      cat "$BUILD.configure.log" >&2
+      echo "configuring $BUILD with SHOAL_CUDA=ON failed: is a CUDA toolkit installed (nvcc)?" >&2
+      exit 1
+    }
+    rm -f "$BUILD.configure.log"
+    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}"
+    rm -rf .gpu && mkdir -p .gpu/bin
+    for t in "${TESTS[@]}"; do cp "$BUILD/src/engine/cuda/$t" .gpu/bin/; done
+    echo "prepared: $(du -sh .gpu | cut -f1) in .gpu/; on the GPU machine run" \
+         "'bench/gpu/run.sh device' with carry [\".gpu\"]"
+    ;;
+  device)
+    [ -d .gpu/bin ] || { echo "no .gpu/bin: run 'bench/gpu/run.sh prepare' here first, then carry .gpu" >&2; exit 1; }
+    out="${OUT:-.gpu/out}"
+    mkdir -p "$out"
+    # cuBLASLt: the CUDA toolkit's, or the one pip's nvidia-cublas package holds.
+    libs=()
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && libs+=("$d"); done
+    if command -v python3 >/dev/null; then
+      while IFS= read -r d; do libs+=("$d"); done < <(python3 - <<'PY' 2>/dev/null || true
+import glob, os
+try:
+    import nvidia
+    for p in nvidia.__path__:
+        for f in glob.glob(os.path.join(p, "**", "libcublasLt.so*"), recursive=True):
+            print(os.path.dirname(f))
+except Exception:
+    pass
+PY
+)
+    fi
+    export LD_LIBRARY_PATH="$(IFS=:; echo "${libs[*]:-}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    {
+      echo "# shoal GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not found"
+      echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    } | tee "$out/gpu.txt"
+    if ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU on this machine" | tee -a "$out/gpu.txt"; exit 1; fi
+    rc=0
+    for t in "${TESTS[@]}"; do
+      echo "## $t" | tee -a "$out/gpu.txt"
+      # A skipped test here means the device was not usable: counted as a failure.
+      if ".gpu/bin/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1; then
+        if grep -q "SKIPPED" "$out/$t.log"; then echo "skipped tests on a GPU machine" >>"$out/$t.log"; rc=1; fi
+      else
+        rc=1
+      fi
+      grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|^device |Failure|error' "$out/$t.log" | tee -a "$out/gpu.txt" || true
+    done
+    echo "exit $rc" | tee -a "$out/gpu.txt"
+    exit "$rc"
+    ;;
+  *)
+    echo "usage: bench/gpu/run.sh prepare | device" >&2
+    exit 2
+    ;;
+esac
