@@ -6,7 +6,9 @@
 #   bench/gpu/run.sh device    there, from the repository root with .gpu carried: shows
 #                              the device, runs every CUDA test, writes the results under
 #                              $OUT (or .gpu/out): gpu.txt (device, driver, each test's
-#                              outcome) and one gtest XML per test binary
+#                              outcome, the GEMM peak), one gtest XML per test binary and
+#                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
+#                              GEMM peak, bench/gpu/gemm_probe.cc)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
 # cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
 # (in /usr/local/cuda or in pip's nvidia packages; both are searched).
@@ -28,9 +30,10 @@ case "${1:-}" in
       exit 1
     }
     rm -f "$BUILD.configure.log"
-    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}"
+    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}" gpu_gemm_probe
     rm -rf .gpu && mkdir -p .gpu/bin
     for t in "${TESTS[@]}"; do cp "$BUILD/src/engine/cuda/$t" .gpu/bin/; done
+    cp "$BUILD/bench/gpu_gemm_probe" .gpu/bin/
     echo "prepared: $(du -sh .gpu | cut -f1) in .gpu/; on the GPU machine run" \
          "'bench/gpu/run.sh device' with carry [\".gpu\"]"
     ;;
@@ -72,6 +75,8 @@ PY
       fi
       grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|^device |Failure|error' "$out/$t.log" | tee -a "$out/gpu.txt" || true
     done
+    echo "## the device's GEMM peak (gpu_gemm_probe)" | tee -a "$out/gpu.txt"
+    .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
     echo "exit $rc" | tee -a "$out/gpu.txt"
     exit "$rc"
     ;;

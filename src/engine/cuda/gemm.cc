@@ -34,11 +34,42 @@ cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+cudaDataType_t ElementType(GemmMath math) {
+  switch (math) {
+    case GemmMath::kFp16:
+      return CUDA_R_16F;
+    case GemmMath::kBf16:
+      return CUDA_R_16BF;
+    case GemmMath::kFp32:
+    case GemmMath::kTf32:
+      return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+const char* MathName(GemmMath math) {
+  switch (math) {
+    case GemmMath::kFp32:
+      return "fp32";
+    case GemmMath::kTf32:
+      return "tf32";
+    case GemmMath::kFp16:
+      return "fp16";
+    case GemmMath::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
 bool HasBias(GemmEpilogue e) {
   return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasRelu || e == GemmEpilogue::kBiasGelu;
 }
 
 }  // namespace
+
+size_t GemmElementBytes(GemmMath math) {
+  return math == GemmMath::kFp16 || math == GemmMath::kBf16 ? 2 : 4;
+}
 
 StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
                                                  const GemmOptions& options) {
@@ -51,6 +82,7 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   gemm->handle_ = handle.get();
   const cublasComputeType_t compute =
       options.math == GemmMath::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // alpha and beta are fp32 whatever the operands' type (the scale type).
   RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&gemm->op_, compute, CUDA_R_32F),
                                "cublasLtMatmulDescCreate"));
   // Column-major view: D (n x m) = A (n x k) · B (k x m). A is W: row-major [k, n] is
@@ -70,18 +102,19 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
       CublasStatus(cublasLtMatmulDescSetAttribute(gemm->op_, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                   &epilogue, sizeof(epilogue)),
                    "set EPILOGUE"));
+  const cudaDataType_t type = ElementType(options.math);
   const auto m = static_cast<uint64_t>(options.m), n = static_cast<uint64_t>(options.n),
              k = static_cast<uint64_t>(options.k);
   if (options.transpose_w) {
-    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->w_layout_, CUDA_R_32F, k, n, k),
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->w_layout_, type, k, n, k),
                                  "cublasLtMatrixLayoutCreate (W)"));
   } else {
-    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->w_layout_, CUDA_R_32F, n, k, n),
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->w_layout_, type, n, k, n),
                                  "cublasLtMatrixLayoutCreate (W)"));
   }
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->x_layout_, CUDA_R_32F, k, m, k),
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->x_layout_, type, k, m, k),
                                "cublasLtMatrixLayoutCreate (X)"));
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, CUDA_R_32F, n, m, n),
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, type, n, m, n),
                                "cublasLtMatrixLayoutCreate (Y)"));
 
   cublasLtMatmulPreference_t preference = nullptr;
@@ -101,8 +134,8 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   RETURN_IF_ERROR(CublasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) {
     return Unimplemented("cuBLASLt has no algorithm for a " + std::to_string(options.m) + "x" +
-                         std::to_string(options.n) + "x" + std::to_string(options.k) +
-                         " fp32 GEMM with this epilogue on this device");
+                         std::to_string(options.n) + "x" + std::to_string(options.k) + " " +
+                         MathName(options.math) + " GEMM with this epilogue on this device");
   }
   gemm->algo_ = result.algo;
   return gemm;
@@ -115,7 +148,7 @@ LtGemm::~LtGemm() {
   if (op_ != nullptr) cublasLtMatmulDescDestroy(op_);
 }
 
-Status LtGemm::Run(const float* x, const float* w, const float* bias, float* y, void* workspace,
+Status LtGemm::Run(const void* x, const void* w, const void* bias, void* y, void* workspace,
                    cudaStream_t stream) {
   if (workspace == nullptr && options_.workspace_bytes > 0) {
     return InvalidArgument("this GEMM was planned with " +

@@ -1,5 +1,6 @@
-// Matrix products on cuBLASLt with the bias and activation fused into its epilogue: the
-// GPU path's MatMul, Gemm and the MatMul+Add(+Relu) chains the optimiser fuses.
+// Matrix products on cuBLASLt with the bias and activation fused into its epilogue, in
+// fp32, TF32, fp16 or bf16: the GPU path's MatMul, Gemm and the MatMul+Add(+Relu) chains
+// the optimiser fuses.
 //
 // Row-major, as the engine stores tensors: Y[m, n] = X[m, k] · W + bias, where W is
 // [k, n], or [n, k] with `transpose_w` (ONNX Gemm's transB, a PyTorch Linear's weight).
@@ -37,10 +38,18 @@ class LtHandle {
   cublasLtHandle_t handle_ = nullptr;
 };
 
+// cuBLASLt's GELU epilogue is the tanh approximation (ONNX Gelu approximate="tanh").
 enum class GemmEpilogue { kNone, kBias, kRelu, kBiasRelu, kBiasGelu };
-// kFp32: full fp32 arithmetic. kTf32: fp32 in and out, products on tensor cores with
-// 10-bit mantissas (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32): about 1e-3 relative error.
-enum class GemmMath { kFp32, kTf32 };
+// The element type of X, W, Y and the bias, and how the products are computed. The
+// reduced precisions accumulate in fp32 and run on tensor cores.
+enum class GemmMath {
+  kFp32,  // fp32 in and out, fp32 arithmetic
+  kTf32,  // fp32 in and out, products with 10-bit mantissas (CUBLAS_COMPUTE_32F_FAST_TF32)
+  kFp16,  // IEEE half in and out
+  kBf16,  // bfloat16 in and out
+};
+// Bytes per element of X, W, Y and the bias under `math`: 4 or 2.
+size_t GemmElementBytes(GemmMath math);
 
 struct GemmOptions {
   int64_t m = 0, n = 0, k = 0;  // Y is m x n, the inner dimension k; all positive
@@ -61,10 +70,11 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   const GemmOptions& options() const { return options_; }
-  // Queues Y = epilogue(X·W + bias) on `stream`. bias: n floats, required by the kBias*
+  // Queues Y = epilogue(X·W + bias) on `stream`, every operand of the element type
+  // options().math names (GemmElementBytes). bias: n values, required by the kBias*
   // epilogues and ignored otherwise; workspace: options().workspace_bytes of device memory
   // (or null when that is 0).
-  Status Run(const float* x, const float* w, const float* bias, float* y, void* workspace,
+  Status Run(const void* x, const void* w, const void* bias, void* y, void* workspace,
              cudaStream_t stream);
 
  private:

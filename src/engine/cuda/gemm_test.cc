@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -55,7 +57,10 @@ class GemmGpuTest : public GpuTest {
     handle_ = std::move(handle).value();
   }
 
-  // Runs one GEMM against the reference; `tolerance` relative to the inner dimension.
+  // Runs one GEMM against the reference; `tolerance` times the square root of k bounds
+  // the absolute error (products of values in [-1, 1] accumulate error that way at most).
+  // For fp16 and bf16 the inputs are rounded to the type first, so the reference sees the
+  // same operands and only the accumulation and the output's rounding differ.
   void Check(const GemmOptions& o, float tolerance) {
     SCOPED_TRACE(testing::Message()
                  << "m=" << o.m << " n=" << o.n << " k=" << o.k << " transpose_w=" << o.transpose_w
@@ -63,20 +68,52 @@ class GemmGpuTest : public GpuTest {
                  << " math=" << static_cast<int>(o.math));
     auto gemm = LtGemm::Create(*handle_, o);
     ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
-    const std::vector<float> x = Random(o.m * o.k, 1), w = Random(o.k * o.n, 2),
-                             bias = Random(o.n, 3);
-    DeviceBuffer dx = Upload(x), dw = Upload(w), db = Upload(bias), dy = Floats(o.m * o.n),
-                 workspace = Floats(o.workspace_bytes / sizeof(float));
-    const Status run = (*gemm)->Run(dx.as<float>(), dw.as<float>(), db.as<float>(), dy.as<float>(),
-                                    workspace.data(), stream());
+    std::vector<float> x = Random(o.m * o.k, 1), w = Random(o.k * o.n, 2), bias = Random(o.n, 3);
+    for (std::vector<float>* v : {&x, &w, &bias}) {
+      for (float& f : *v) f = Decode(o.math, Encode(o.math, f));
+    }
+    DeviceBuffer dx = UploadAs(o.math, x), dw = UploadAs(o.math, w), db = UploadAs(o.math, bias),
+                 dy = Floats(o.m * o.n), workspace = Floats(o.workspace_bytes / sizeof(float));
+    const Status run =
+        (*gemm)->Run(dx.data(), dw.data(), db.data(), dy.data(), workspace.data(), stream());
     ASSERT_TRUE(run.ok()) << run.ToString();
-    const std::vector<float> y = Download(dy, o.m * o.n);
+    const std::vector<float> y = DownloadAs(o.math, dy, o.m * o.n);
     const std::vector<float> want = Reference(o, x, w, bias);
-    // Products of values in [-1, 1]: the error grows with the square root of k at most.
     const float bound = tolerance * std::sqrt(static_cast<float>(o.k));
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_NEAR(y[i], want[i], bound) << "element " << i;
     }
+  }
+
+  // The 16-bit pattern of f in fp16 or bf16 (round to nearest even); f's own bits for fp32.
+  static uint32_t Encode(GemmMath math, float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (math == GemmMath::kFp16) return FloatToFp16(f);
+    if (math == GemmMath::kBf16) return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+    return u;
+  }
+  static float Decode(GemmMath math, uint32_t bits) {
+    if (math == GemmMath::kFp16) return Fp16ToFloat(static_cast<uint16_t>(bits));
+    if (math == GemmMath::kBf16) bits <<= 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  DeviceBuffer UploadAs(GemmMath math, const std::vector<float>& values) {
+    if (GemmElementBytes(math) == 4) return Upload(values);
+    std::vector<uint16_t> half(values.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      half[i] = static_cast<uint16_t>(Encode(math, values[i]));
+    return UploadBytes(half.data(), half.size() * 2);
+  }
+  std::vector<float> DownloadAs(GemmMath math, const DeviceBuffer& device, size_t n) {
+    if (GemmElementBytes(math) == 4) return Download(device, n);
+    std::vector<uint16_t> half(n);
+    DownloadBytes(device, half.data(), n * 2);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = Decode(math, half[i]);
+    return out;
   }
 
   std::unique_ptr<LtHandle> handle_;
@@ -118,6 +155,22 @@ TEST_F(GemmGpuTest, Tf32StaysWithinItsPrecision) {
   o.epilogue = GemmEpilogue::kBiasRelu;
   // 10-bit mantissas: each product is off by up to ~2^-11 relative.
   Check(o, 2e-3f);
+}
+
+TEST_F(GemmGpuTest, HalfPrecisionsRunOnTensorCoresWithinTheirPrecision) {
+  for (const auto& [math, tolerance] :
+       {std::pair{GemmMath::kFp16, 2e-3f}, std::pair{GemmMath::kBf16, 1e-2f}}) {
+    for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBiasRelu}) {
+      GemmOptions o;
+      o.m = 64;
+      o.n = 256;
+      o.k = 768;  // BERT-base's hidden size
+      o.transpose_w = true;
+      o.epilogue = e;
+      o.math = math;
+      Check(o, tolerance);
+    }
+  }
 }
 
 TEST_F(GemmGpuTest, RefusesBadShapesAndAMissingBiasOrWorkspace) {

@@ -29,12 +29,21 @@ class GpuTest : public ::testing::Test {
 
   // A device copy of `host`.
   DeviceBuffer Upload(const std::vector<float>& host) {
-    auto buffer = DeviceBuffer::Allocate(host.size() * sizeof(float));
+    return UploadBytes(host.data(), host.size() * sizeof(float));
+  }
+  // A device copy of `bytes` bytes from `host`.
+  DeviceBuffer UploadBytes(const void* host, size_t bytes) {
+    auto buffer = DeviceBuffer::Allocate(bytes);
     EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
     if (!buffer.ok()) return DeviceBuffer();
-    EXPECT_TRUE(
-        CopyToDevice(buffer->data(), host.data(), host.size() * sizeof(float), *stream_).ok());
+    EXPECT_TRUE(CopyToDevice(buffer->data(), host, bytes, *stream_).ok());
     return std::move(buffer).value();
+  }
+  // `bytes` bytes from `device` into `host`, after everything queued has run.
+  void DownloadBytes(const DeviceBuffer& device, void* host, size_t bytes) {
+    EXPECT_TRUE(CopyToHost(host, device.data(), bytes, *stream_).ok());
+    const Status done = stream_->Synchronize();
+    EXPECT_TRUE(done.ok()) << done.ToString();
   }
   // Device memory for n floats.
   DeviceBuffer Floats(size_t n) {
@@ -45,9 +54,7 @@ class GpuTest : public ::testing::Test {
   // n floats from `device`, after everything queued on the stream has run.
   std::vector<float> Download(const DeviceBuffer& device, size_t n) {
     std::vector<float> host(n);
-    EXPECT_TRUE(CopyToHost(host.data(), device.data(), n * sizeof(float), *stream_).ok());
-    const Status done = stream_->Synchronize();
-    EXPECT_TRUE(done.ok()) << done.ToString();
+    DownloadBytes(device, host.data(), n * sizeof(float));
     return host;
   }
 
