@@ -16,7 +16,8 @@
 # tests must run, not skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test)
+TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
+       engine_cuda_normalization_test)
 case "${1:-}" in
   prepare)
     BUILD="${SHOAL_BUILD:-build-cuda}"

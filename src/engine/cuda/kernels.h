@@ -41,4 +41,28 @@ cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, flo
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols,
                                  cudaStream_t stream);
 
+// Transpose: y (dims out_dims) is x read through `in_strides`, the element stride in x of
+// each output dimension (x's strides permuted).
+struct TransposeIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t in_strides[kMaxRank] = {};
+};
+cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
+                               cudaStream_t stream);
+
+// Gather along one axis: data viewed as [outer, axis_dim, inner], indices as num_indices
+// values; y is [outer, num_indices, inner]. Negative indices count from the end (ONNX).
+// An index out of [-axis_dim, axis_dim) writes zeros and sets *error_flag to 1; the flag
+// is only ever set, never cleared, so one flag can cover a whole run.
+cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y, int64_t outer,
+                            int64_t axis_dim, int64_t inner, int64_t num_indices,
+                            int32_t* error_flag, cudaStream_t stream);
+
+// Layer normalisation of each of `rows` contiguous rows of `cols` values:
+// y = (x - mean) / sqrt(variance + epsilon) * scale + bias, scale and bias `cols` values
+// (bias may be null). Population variance, as ONNX LayerNormalization.
+cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
+                               int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda::internal

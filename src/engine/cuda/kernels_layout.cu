@@ -1,0 +1,112 @@
+// Transpose, Gather and layer normalisation kernels (see kernels.h for the contracts).
+#include <cuda_runtime.h>
+
+#include "engine/cuda/kernels.h"
+
+namespace shoal::engine::cuda::internal {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned BlocksFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+__global__ void TransposeF32(const float* __restrict__ x, float* __restrict__ y,
+                             TransposeIndex index, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, from = 0;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      from += (rest % index.out_dims[d]) * index.in_strides[d];
+      rest /= index.out_dims[d];
+    }
+    y[i] = x[from];
+  }
+}
+
+__global__ void GatherF32(const float* __restrict__ data, const int64_t* __restrict__ indices,
+                          float* __restrict__ y, int64_t axis_dim, int64_t inner,
+                          int64_t num_indices, int64_t n, int32_t* error_flag) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % inner;
+    const int64_t j = (i / inner) % num_indices;
+    const int64_t o = i / (inner * num_indices);
+    int64_t k = indices[j];
+    if (k < 0) k += axis_dim;
+    if (k < 0 || k >= axis_dim) {
+      *error_flag = 1;
+      y[i] = 0.f;
+      continue;
+    }
+    y[i] = data[(o * axis_dim + k) * inner + c];
+  }
+}
+
+// Sum of `value` over the block, returned to every thread. `scratch` holds kThreads floats.
+__device__ float BlockSum(float value, float* scratch) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) scratch[threadIdx.x] += scratch[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float total = scratch[0];
+  __syncthreads();  // scratch is reused by the next call
+  return total;
+}
+
+// One block per row; two passes over the row (mean, then the variance about it), which
+// keeps the precision a one-pass sum of squares loses when the mean is large.
+__global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
+                             const float* __restrict__ bias, float* y, int64_t cols,
+                             float epsilon) {
+  __shared__ float scratch[kThreads];
+  const float* row = x + blockIdx.x * cols;
+  float* out = y + blockIdx.x * cols;
+  float sum = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += row[c];
+  const float mean = BlockSum(sum, scratch) / static_cast<float>(cols);
+  float squares = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float d = row[c] - mean;
+    squares += d * d;
+  }
+  const float variance = BlockSum(squares, scratch) / static_cast<float>(cols);
+  const float inv = rsqrtf(variance + epsilon);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = (row[c] - mean) * inv * scale[c];
+    out[c] = bias != nullptr ? v + bias[c] : v;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  TransposeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y, int64_t outer,
+                            int64_t axis_dim, int64_t inner, int64_t num_indices,
+                            int32_t* error_flag, cudaStream_t stream) {
+  const int64_t n = outer * num_indices * inner;
+  if (n <= 0) return cudaSuccess;
+  GatherF32<<<BlocksFor(n), kThreads, 0, stream>>>(data, indices, y, axis_dim, inner, num_indices,
+                                                   n, error_flag);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
+                               int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  LayerNormF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, scale, bias, y, cols,
+                                                                     epsilon);
+  return cudaGetLastError();
+}
+
+}  // namespace shoal::engine::cuda::internal

@@ -1,0 +1,123 @@
+#include "engine/cuda/layout.h"
+
+#include <string>
+
+#include "engine/cuda/cuda_status.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+std::string DimsText(std::span<const int64_t> dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims,
+                                      std::span<const int64_t> perm) {
+  const size_t rank = dims.size();
+  std::vector<int64_t> p(perm.begin(), perm.end());
+  if (p.empty()) {
+    for (size_t i = 0; i < rank; ++i) p.push_back(static_cast<int64_t>(rank - 1 - i));
+  }
+  std::vector<bool> seen(rank, false);
+  bool valid = p.size() == rank;
+  for (size_t i = 0; valid && i < p.size(); ++i) {
+    valid = p[i] >= 0 && p[i] < static_cast<int64_t>(rank) && !seen[p[i]];
+    if (valid) seen[p[i]] = true;
+  }
+  if (!valid) {
+    return InvalidArgument("perm " + DimsText(perm) + " is not a permutation of the " +
+                           std::to_string(rank) + " axes of " + DimsText(dims));
+  }
+  for (int64_t d : dims) {
+    if (d < 0) return InvalidArgument("transpose of shape " + DimsText(dims));
+  }
+  TransposePlan plan;
+  plan.elements = 1;
+  for (size_t i = 0; i < rank; ++i) {
+    plan.out_dims.push_back(dims[p[i]]);
+    plan.elements *= dims[p[i]];
+  }
+  std::vector<int64_t> in_strides(rank, 1);
+  for (int d = static_cast<int>(rank) - 2; d >= 0; --d)
+    in_strides[d] = in_strides[d + 1] * dims[d + 1];
+  // Output axes i, i+1 that read input axes p[i], p[i]+1 in that order are one axis of the
+  // product's size: the kernel walks fewer of them, and the rank limit applies to what is left.
+  // Axes of size 1 drop out.
+  std::vector<int64_t> out, strides;
+  int64_t last_axis = -2;
+  for (size_t i = 0; i < rank; ++i) {
+    if (dims[p[i]] == 1) continue;
+    if (!out.empty() && p[i] == last_axis + 1) {
+      out.back() *= dims[p[i]];
+      strides.back() = in_strides[p[i]];
+    } else {
+      out.push_back(dims[p[i]]);
+      strides.push_back(in_strides[p[i]]);
+    }
+    last_axis = p[i];
+  }
+  if (out.size() > static_cast<size_t>(internal::kMaxRank)) {
+    return InvalidArgument("transpose of " + DimsText(dims) + " by " + DimsText(p) + " needs " +
+                           std::to_string(out.size()) +
+                           " dimensions; the GPU kernels take at most " +
+                           std::to_string(internal::kMaxRank));
+  }
+  plan.index.rank = static_cast<int>(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    plan.index.out_dims[i] = out[i];
+    plan.index.in_strides[i] = strides[i];
+  }
+  return plan;
+}
+
+Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream) {
+  return CudaStatus(internal::LaunchTransposeF32(x, y, plan.index, plan.elements, stream),
+                    "transpose kernel launch");
+}
+
+StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,
+                                std::span<const int64_t> indices_dims, int64_t axis) {
+  const auto rank = static_cast<int64_t>(data_dims.size());
+  if (rank == 0 || axis < -rank || axis >= rank) {
+    return InvalidArgument("gather axis " + std::to_string(axis) + " is outside the axes of " +
+                           DimsText(data_dims));
+  }
+  if (axis < 0) axis += rank;
+  GatherPlan plan;
+  plan.outer = 1;
+  plan.inner = 1;
+  plan.num_indices = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (data_dims[d] < 0) return InvalidArgument("gather from shape " + DimsText(data_dims));
+  }
+  for (int64_t d = 0; d < axis; ++d) plan.outer *= data_dims[d];
+  for (int64_t d = axis + 1; d < rank; ++d) plan.inner *= data_dims[d];
+  for (int64_t d : indices_dims) {
+    if (d < 0) return InvalidArgument("gather with indices of shape " + DimsText(indices_dims));
+    plan.num_indices *= d;
+  }
+  plan.axis_dim = data_dims[axis];
+  plan.out_dims.assign(data_dims.begin(), data_dims.begin() + axis);
+  plan.out_dims.insert(plan.out_dims.end(), indices_dims.begin(), indices_dims.end());
+  plan.out_dims.insert(plan.out_dims.end(), data_dims.begin() + axis + 1, data_dims.end());
+  return plan;
+}
+
+Status Gather(const float* data, const int64_t* indices, float* y, const GatherPlan& plan,
+              int32_t* error_flag, cudaStream_t stream) {
+  if (error_flag == nullptr) return InvalidArgument("gather needs an error flag in device memory");
+  if (plan.axis_dim == 0 && plan.num_indices > 0 && plan.outer * plan.inner > 0) {
+    return InvalidArgument("gather from an axis of size 0 with " +
+                           std::to_string(plan.num_indices) +
+                           " indices: every index is out of range");
+  }
+  return CudaStatus(internal::LaunchGatherF32(data, indices, y, plan.outer, plan.axis_dim,
+                                              plan.inner, plan.num_indices, error_flag, stream),
+                    "gather kernel launch");
+}
+
+}  // namespace shoal::engine::cuda

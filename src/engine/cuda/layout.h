@@ -1,0 +1,42 @@
+// Data movement on a CUDA stream: Transpose with any permutation and Gather along any axis,
+// as ONNX defines them (the CPU engine's ops/data_movement.cc and ops/indexing.cc).
+//
+// Shapes are validated on the host, before anything is queued, with InvalidArgument
+// naming them. Tensors are dense row-major fp32 in device memory; Gather's indices are
+// int64 in device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/cuda/kernels.h"
+
+namespace shoal::engine::cuda {
+
+struct TransposePlan {
+  std::vector<int64_t> out_dims;  // dims[perm[i]]
+  int64_t elements = 0;
+  internal::TransposeIndex index;  // what the kernel walks (axes that stay together merged)
+};
+// `perm` must hold each of 0..rank-1 once; empty means reversed, as ONNX's default.
+StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims, std::span<const int64_t> perm);
+Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream);
+
+struct GatherPlan {
+  std::vector<int64_t> out_dims;  // data.dims[:axis] + indices.dims + data.dims[axis+1:]
+  int64_t outer = 0, axis_dim = 0, inner = 0, num_indices = 0;
+};
+// `axis` in [-rank, rank) of data_dims.
+StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,
+                                std::span<const int64_t> indices_dims, int64_t axis);
+// y = Gather(data, indices). An index outside [-axis_dim, axis_dim) cannot be reported by
+// the kernel as it runs: it writes zeros there and sets *error_flag (device memory, an
+// int32 the caller zeroes before the run and reads after it) to 1.
+Status Gather(const float* data, const int64_t* indices, float* y, const GatherPlan& plan,
+              int32_t* error_flag, cudaStream_t stream);
+
+}  // namespace shoal::engine::cuda

@@ -1,0 +1,167 @@
+#include "engine/cuda/layout.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+int64_t Elements(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::vector<float> Iota(int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+  return v;
+}
+
+// Transpose the plain way: for each output multi-index, the input element it names.
+std::vector<float> TransposeReference(const std::vector<float>& x, const std::vector<int64_t>& dims,
+                                      const std::vector<int64_t>& perm) {
+  const size_t rank = dims.size();
+  std::vector<int64_t> out_dims(rank), in_strides(rank, 1);
+  for (size_t i = 0; i < rank; ++i) out_dims[i] = dims[perm[i]];
+  for (int d = static_cast<int>(rank) - 2; d >= 0; --d)
+    in_strides[d] = in_strides[d + 1] * dims[d + 1];
+  std::vector<float> y(x.size());
+  std::vector<int64_t> coord(rank, 0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    int64_t from = 0;
+    for (size_t d = 0; d < rank; ++d) from += coord[d] * in_strides[perm[d]];
+    y[i] = x[from];
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      if (++coord[d] < out_dims[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return y;
+}
+
+TEST(PlanTransposeTest, MergesAxesThatStayTogether) {
+  // [2,3,4,5] by [0,2,3,1]: axes 2 and 3 stay together; axis 0 stays alone.
+  auto plan = PlanTranspose(std::vector<int64_t>{2, 3, 4, 5}, std::vector<int64_t>{0, 2, 3, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{2, 4, 5, 3}));
+  EXPECT_EQ(plan->elements, 120);
+  ASSERT_EQ(plan->index.rank, 3);
+  EXPECT_EQ(plan->index.out_dims[0], 2);
+  EXPECT_EQ(plan->index.out_dims[1], 20);
+  EXPECT_EQ(plan->index.out_dims[2], 3);
+  EXPECT_EQ(plan->index.in_strides[0], 60);
+  EXPECT_EQ(plan->index.in_strides[1], 1);
+  EXPECT_EQ(plan->index.in_strides[2], 20);
+  // The identity is one flat copy; an empty perm reverses.
+  plan = PlanTranspose(std::vector<int64_t>{2, 3, 4}, std::vector<int64_t>{0, 1, 2});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->index.rank, 1);
+  plan = PlanTranspose(std::vector<int64_t>{2, 3, 4}, std::vector<int64_t>{});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{4, 3, 2}));
+}
+
+TEST(PlanTransposeTest, RefusesWhatIsNotAPermutation) {
+  for (const std::vector<int64_t>& perm :
+       std::vector<std::vector<int64_t>>{{0, 0, 1}, {0, 1}, {0, 1, 3}, {-1, 0, 1}}) {
+    auto plan = PlanTranspose(std::vector<int64_t>{2, 3, 4}, perm);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("not a permutation"), std::string::npos);
+  }
+}
+
+TEST(PlanGatherTest, GivesOnnxsOutputShape) {
+  auto plan = PlanGather(std::vector<int64_t>{5, 6, 7}, std::vector<int64_t>{2, 3}, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{5, 2, 3, 7}));
+  EXPECT_EQ(plan->outer, 5);
+  EXPECT_EQ(plan->axis_dim, 6);
+  EXPECT_EQ(plan->inner, 7);
+  EXPECT_EQ(plan->num_indices, 6);
+  plan = PlanGather(std::vector<int64_t>{5, 6, 7}, std::vector<int64_t>{}, -1);  // a scalar index
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{5, 6}));
+  EXPECT_FALSE(PlanGather(std::vector<int64_t>{5, 6}, std::vector<int64_t>{1}, 2).ok());
+  EXPECT_FALSE(PlanGather(std::vector<int64_t>{}, std::vector<int64_t>{1}, 0).ok());
+}
+
+using LayoutGpuTest = GpuTest;
+
+TEST_F(LayoutGpuTest, TransposeMatchesTheReferenceForEveryPermutationOfFourAxes) {
+  const std::vector<int64_t> dims = {2, 3, 4, 5};
+  const std::vector<float> x = Iota(Elements(dims));
+  DeviceBuffer dx = Upload(x), dy = Floats(x.size());
+  std::vector<int64_t> perm = {0, 1, 2, 3};
+  int checked = 0;
+  do {
+    auto plan = PlanTranspose(dims, perm);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_TRUE(Transpose(dx.as<float>(), dy.as<float>(), *plan, stream()).ok());
+    EXPECT_EQ(Download(dy, x.size()), TransposeReference(x, dims, perm))
+        << "perm " << perm[0] << perm[1] << perm[2] << perm[3];
+    ++checked;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  EXPECT_EQ(checked, 24);
+  // With axes of size 1, and BERT's head split [batch, seq, heads, dim] -> [batch, heads, seq,
+  // dim].
+  for (const auto& [d, p] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+           {{1, 3, 1, 5}, {3, 1, 2, 0}}, {{2, 128, 12, 64}, {0, 2, 1, 3}}}) {
+    const std::vector<float> v = Iota(Elements(d));
+    DeviceBuffer dv = Upload(v), dw = Floats(v.size());
+    auto plan = PlanTranspose(d, p);
+    ASSERT_TRUE(plan.ok());
+    ASSERT_TRUE(Transpose(dv.as<float>(), dw.as<float>(), *plan, stream()).ok());
+    EXPECT_EQ(Download(dw, v.size()), TransposeReference(v, d, p));
+  }
+}
+
+TEST_F(LayoutGpuTest, GatherTakesRowsAndFlagsIndicesOutOfRange) {
+  // An embedding table [10, 4] and token ids, negative ones counting from the end.
+  const std::vector<float> table = Iota(40);
+  const std::vector<int64_t> ids = {3, 0, 9, -1, 5, -10};
+  auto plan = PlanGather(std::vector<int64_t>{10, 4}, std::vector<int64_t>{2, 3}, 0);
+  ASSERT_TRUE(plan.ok());
+  DeviceBuffer dt = Upload(table), di = UploadBytes(ids.data(), ids.size() * sizeof(int64_t)),
+               dy = Floats(24);
+  const int32_t zero = 0;
+  DeviceBuffer flag = UploadBytes(&zero, sizeof(zero));
+  ASSERT_TRUE(
+      Gather(dt.as<float>(), di.as<int64_t>(), dy.as<float>(), *plan, flag.as<int32_t>(), stream())
+          .ok());
+  const std::vector<float> y = Download(dy, 24);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    const int64_t row = ids[j] < 0 ? ids[j] + 10 : ids[j];
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(y[j * 4 + c], table[row * 4 + c]) << j << "," << c;
+  }
+  int32_t flagged = -1;
+  DownloadBytes(flag, &flagged, sizeof(flagged));
+  EXPECT_EQ(flagged, 0);
+
+  // Along the inner axis, with one index out of range: zeros there, and the flag set.
+  const std::vector<int64_t> cols = {1, 4, -1};
+  auto inner = PlanGather(std::vector<int64_t>{10, 4}, std::vector<int64_t>{3}, 1);
+  ASSERT_TRUE(inner.ok());
+  DeviceBuffer dc = UploadBytes(cols.data(), cols.size() * sizeof(int64_t)), dz = Floats(30);
+  ASSERT_TRUE(
+      Gather(dt.as<float>(), dc.as<int64_t>(), dz.as<float>(), *inner, flag.as<int32_t>(), stream())
+          .ok());
+  const std::vector<float> z = Download(dz, 30);
+  for (int r = 0; r < 10; ++r) {
+    EXPECT_EQ(z[r * 3 + 0], table[r * 4 + 1]);
+    EXPECT_EQ(z[r * 3 + 1], 0.f);  // index 4 of an axis of 4
+    EXPECT_EQ(z[r * 3 + 2], table[r * 4 + 3]);
+  }
+  DownloadBytes(flag, &flagged, sizeof(flagged));
+  EXPECT_EQ(flagged, 1);
+  EXPECT_EQ(
+      Gather(dt.as<float>(), dc.as<int64_t>(), dz.as<float>(), *inner, nullptr, stream()).code(),
+      StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda

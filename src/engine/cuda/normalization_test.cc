@@ -1,0 +1,65 @@
+#include "engine/cuda/normalization.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+TEST(LayerNormShapeTest, RefusesBadArgumentsBeforeTouchingTheDevice) {
+  EXPECT_EQ(
+      LayerNormLastAxis(nullptr, nullptr, nullptr, nullptr, std::vector<int64_t>{}, 1e-5f, nullptr)
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(LayerNormLastAxis(nullptr, nullptr, nullptr, nullptr, std::vector<int64_t>{2, 3}, 0.f,
+                              nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+using LayerNormGpuTest = GpuTest;
+
+TEST_F(LayerNormGpuTest, MatchesTheReferenceWithAndWithoutBiasAndAFarOffMean) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (const std::vector<int64_t>& dims :
+       std::vector<std::vector<int64_t>>{{2, 128, 768}, {3, 5}, {1, 1000}}) {
+    const int64_t cols = dims.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < dims.size(); ++d) rows *= dims[d];
+    std::vector<float> x(rows * cols), scale(cols), bias(cols);
+    // A mean of 1000 and a spread of 1: a one-pass sum of squares would lose the variance.
+    for (float& v : x) v = 1000.f + dist(gen);
+    for (float& v : scale) v = 1.f + 0.5f * dist(gen);
+    for (float& v : bias) v = dist(gen);
+    for (const bool with_bias : {true, false}) {
+      DeviceBuffer dx = Upload(x), ds = Upload(scale), db = Upload(bias), dy = Floats(x.size());
+      ASSERT_TRUE(LayerNormLastAxis(dx.as<float>(), ds.as<float>(),
+                                    with_bias ? db.as<float>() : nullptr, dy.as<float>(), dims,
+                                    1e-5f, stream())
+                      .ok());
+      const std::vector<float> y = Download(dy, x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < cols; ++c) mean += x[r * cols + c];
+        mean /= cols;
+        for (int64_t c = 0; c < cols; ++c)
+          var += (x[r * cols + c] - mean) * (x[r * cols + c] - mean);
+        var /= cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double want = (x[r * cols + c] - mean) / std::sqrt(var + 1e-5) * scale[c] +
+                              (with_bias ? bias[c] : 0.0);
+          // fp32 values near 1000 carry ~6e-5 of rounding each, over a spread of ~0.6.
+          ASSERT_NEAR(y[r * cols + c], want, 2e-3) << "row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda
