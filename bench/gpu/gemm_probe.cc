@@ -83,6 +83,8 @@ Status Probe(const LtHandle& handle, GemmMath math, int64_t size, int runs, cons
       CudaStatus(cudaMemcpy(x->data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
   RETURN_IF_ERROR(
       CudaStatus(cudaMemcpy(w->data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
+  // A copy from pageable memory may return before it lands; the GEMMs run on another stream.
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
   cudaEvent_t start, stop;
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start), "cudaEventCreate"));
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&stop), "cudaEventCreate"));
@@ -169,8 +171,13 @@ int main(int argc, char** argv) {
       std::perror(json.c_str());
       return 1;
     }
+    std::string name;  // JSON-escaped
+    for (const char c : devices->front().name) {
+      if (c == '"' || c == '\\') name += '\\';
+      if (static_cast<unsigned char>(c) >= 0x20) name += c;
+    }
     std::fprintf(f, "{\"device\": \"%s\", \"size\": %lld, \"runs\": %d, \"tflops\": {",
-                 devices->front().name.c_str(), static_cast<long long>(size), runs);
+                 name.c_str(), static_cast<long long>(size), runs);
     for (size_t i = 0; i < results.size(); ++i) {
       std::fprintf(f, "%s\"%s\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}", i ? ", " : "",
                    results[i].name, results[i].median_tflops, results[i].min_tflops,

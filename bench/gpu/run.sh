@@ -6,7 +6,8 @@
 #   bench/gpu/run.sh device    there, from the repository root with .gpu carried: shows
 #                              the device, runs every CUDA test, writes the results under
 #                              $OUT (or .gpu/out): gpu.txt (device, driver, each test's
-#                              outcome, the GEMM peak), one gtest XML per test binary and
+#                              outcome, the GEMM peak), tests.log (every test's output),
+#                              gtest-xml.tar (one gtest XML per test binary) and
 #                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
 #                              GEMM peak, bench/gpu/gemm_probe.cc)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
@@ -58,7 +59,8 @@ except Exception:
 PY
 )
     fi
-    export LD_LIBRARY_PATH="$(IFS=:; echo "${libs[*]:-}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    found=$(IFS=:; echo "${libs[*]:-}")
+    export LD_LIBRARY_PATH="${found}${found:+${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}"
     {
       echo "# shoal GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not found"
@@ -66,16 +68,24 @@ PY
     } | tee "$out/gpu.txt"
     if ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU on this machine" | tee -a "$out/gpu.txt"; exit 1; fi
     rc=0
+    # The device tool brings back at most 8 files: every test's output goes into one log,
+    # the gtest XML files into one tar.
+    xml=$(mktemp -d)
+    : >"$out/tests.log"
     for t in "${TESTS[@]}"; do
-      echo "## $t" | tee -a "$out/gpu.txt"
+      echo "## $t" | tee -a "$out/gpu.txt" >>"$out/tests.log"
+      log=$(mktemp)
       # A skipped test here means the device was not usable: counted as a failure.
-      if ".gpu/bin/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1; then
-        if grep -q "SKIPPED" "$out/$t.log"; then echo "skipped tests on a GPU machine" >>"$out/$t.log"; rc=1; fi
+      if ".gpu/bin/$t" --gtest_output="xml:$xml/$t.xml" >"$log" 2>&1; then
+        if grep -q "SKIPPED" "$log"; then echo "skipped tests on a GPU machine" >>"$log"; rc=1; fi
       else
         rc=1
       fi
-      grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|^device |Failure|error' "$out/$t.log" | tee -a "$out/gpu.txt" || true
+      cat "$log" >>"$out/tests.log"
+      grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|^device |Failure|skipped tests' "$log" | tee -a "$out/gpu.txt" || true
+      rm -f "$log"
     done
+    tar -C "$xml" -cf "$out/gtest-xml.tar" . && rm -rf "$xml"
     echo "## the device's GEMM peak (gpu_gemm_probe)" | tee -a "$out/gpu.txt"
     .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
     echo "exit $rc" | tee -a "$out/gpu.txt"

@@ -78,9 +78,10 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// Queue copies on `stream`. Host memory that is not pinned makes them synchronous with
-// respect to the host (CUDA's rule), which is right for weights and tests; the serving
-// path stages through pinned buffers.
+// Queue copies on `stream`. From or to host memory that is not pinned, CUDA may run them
+// synchronously with respect to the host or not: the caller synchronises the stream
+// before it reads a copy's destination on the host or reuses its source. The serving
+// path will stage through pinned buffers.
 Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes, const Stream& stream);
 Status CopyToHost(void* host_dst, const void* device_src, size_t bytes, const Stream& stream);
 

@@ -1,6 +1,6 @@
 // Element-wise operators, NumPy-broadcasting binary operators and row softmax on a CUDA
 // stream: the first of shoal's own kernels for the GPU path (the engine's ops/ run the
-// same operators on the CPU, and the tests compare the two).
+// same operators on the CPU; the tests compare these with host references).
 //
 // Tensors are dense, row-major fp32 in device memory; shapes are given outermost first,
 // as in ONNX. Each call validates its shapes on the host and returns InvalidArgument,
@@ -37,7 +37,8 @@ struct BroadcastPlan {
 StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
                                       std::span<const int64_t> b_dims);
 
-// y = a op b, broadcast as PlanBroadcast says; y holds plan.elements values.
+// y = a op b, broadcast as PlanBroadcast says; y holds plan.elements values. y may be a
+// or b when that operand has the output's shape; it must not overlap them otherwise.
 Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
               cudaStream_t stream);
 

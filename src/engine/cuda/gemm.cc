@@ -1,5 +1,6 @@
 #include "engine/cuda/gemm.h"
 
+#include <cstdint>
 #include <string>
 
 #include "engine/cuda/cuda_status.h"
@@ -123,6 +124,17 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   const uint64_t workspace = options.workspace_bytes;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  // The alignment Run checks, for every operand (cuBLASLt otherwise guesses it from the
+  // pointers it is given here, and the bias pointer is not known yet).
+  const uint32_t alignment = kGemmAlignmentBytes;
+  for (const auto attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment,
+                                                    sizeof(alignment));
+    }
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (status == CUBLAS_STATUS_SUCCESS) {
@@ -132,7 +144,7 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   }
   cublasLtMatmulPreferenceDestroy(preference);
   RETURN_IF_ERROR(CublasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
-  if (found == 0) {
+  if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
     return Unimplemented("cuBLASLt has no algorithm for a " + std::to_string(options.m) + "x" +
                          std::to_string(options.n) + "x" + std::to_string(options.k) + " " +
                          MathName(options.math) + " GEMM with this epilogue on this device");
@@ -154,6 +166,13 @@ Status LtGemm::Run(const void* x, const void* w, const void* bias, void* y, void
     return InvalidArgument("this GEMM was planned with " +
                            std::to_string(options_.workspace_bytes) +
                            " bytes of workspace; none was given");
+  }
+  for (const void* p :
+       {x, w, bias, static_cast<const void*>(y), static_cast<const void*>(workspace)}) {
+    if (reinterpret_cast<uintptr_t>(p) % kGemmAlignmentBytes != 0) {
+      return InvalidArgument("GEMM operands must be aligned to " +
+                             std::to_string(kGemmAlignmentBytes) + " bytes");
+    }
   }
   if (HasBias(options_.epilogue)) {
     if (bias == nullptr) return InvalidArgument("this GEMM's epilogue adds a bias; none was given");

@@ -10,7 +10,12 @@
 //
 // An LtGemm is planned once for one shape (the algorithm chosen by cuBLASLt's heuristic
 // at Create) and run many times. Run is not thread-safe (it sets the bias pointer on the
-// shared descriptor): one LtGemm per instance, as the engine's plans are.
+// shared descriptor): one LtGemm per instance, as the engine's plans are. The LtHandle it
+// was planned on must outlive it.
+//
+// Every operand and the workspace must be aligned to kGemmAlignmentBytes (cudaMalloc's
+// alignment; the device memory planner aligns its offsets to it): the algorithm is chosen
+// for that alignment, and Run refuses a pointer that is not.
 #pragma once
 
 #include <cublasLt.h>
@@ -37,6 +42,8 @@ class LtHandle {
   LtHandle() = default;
   cublasLtHandle_t handle_ = nullptr;
 };
+
+inline constexpr size_t kGemmAlignmentBytes = 256;
 
 // cuBLASLt's GELU epilogue is the tanh approximation (ONNX Gelu approximate="tanh").
 enum class GemmEpilogue { kNone, kBias, kRelu, kBiasRelu, kBiasGelu };

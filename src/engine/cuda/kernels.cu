@@ -63,16 +63,15 @@ __device__ __forceinline__ float ApplyBinary(BinaryKernel op, float a, float b) 
   return a;
 }
 
-__global__ void UnaryF32(UnaryKernel op, const float* __restrict__ x, float* __restrict__ y,
-                         int64_t n) {
+__global__ void UnaryF32(UnaryKernel op, const float* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = ApplyUnary(op, x[i]);
   }
 }
 
-__global__ void BinaryF32(BinaryKernel op, const float* __restrict__ a, const float* __restrict__ b,
-                          float* __restrict__ y, BroadcastIndex index, int64_t n) {
+__global__ void BinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
+                          BroadcastIndex index, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t rest = i, ia = 0, ib = 0;
@@ -120,6 +119,7 @@ __global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols) {
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n,
                            cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
   UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n);
   return cudaGetLastError();
 }
@@ -127,6 +127,7 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n,
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
                             const BroadcastIndex& index, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
   BinaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
   return cudaGetLastError();
 }
@@ -136,6 +137,7 @@ cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   // Rows beyond the grid's first dimension would need a loop; 2^31-1 rows is far more
   // than any batch the engine plans.
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
   SoftmaxRowsF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, cols);
   return cudaGetLastError();
 }

@@ -2,8 +2,9 @@
 // (kernels.cu) and the rest of the engine's CUDA path, which is ordinary C++.
 //
 // Only plain types cross it: raw device pointers, sizes and the index tables below; a
-// launch returns the CUDA error of the launch itself (cudaGetLastError), not of the
-// kernel's run, which the caller learns from its stream. Nothing here allocates or
+// launch returns the CUDA error of the launch itself (it clears the thread's last error
+// first, then reads it after the launch), not of the kernel's run, which the caller
+// learns from its stream. Nothing here allocates or
 // synchronises. Callers validate shapes first (elementwise.h); these trust them.
 #pragma once
 

@@ -87,6 +87,7 @@ __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
 cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
   TransposeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, n);
   return cudaGetLastError();
 }
@@ -96,6 +97,7 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
                             int32_t* error_flag, cudaStream_t stream) {
   const int64_t n = outer * num_indices * inner;
   if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
   GatherF32<<<BlocksFor(n), kThreads, 0, stream>>>(data, indices, y, axis_dim, inner, num_indices,
                                                    n, error_flag);
   return cudaGetLastError();
@@ -104,6 +106,7 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
 cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
                                int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
   LayerNormF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, scale, bias, y, cols,
                                                                      epsilon);
   return cudaGetLastError();

@@ -24,6 +24,7 @@ struct TransposePlan {
 };
 // `perm` must hold each of 0..rank-1 once; empty means reversed, as ONNX's default.
 StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims, std::span<const int64_t> perm);
+// x and y must not overlap.
 Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream);
 
 struct GatherPlan {
@@ -33,9 +34,9 @@ struct GatherPlan {
 // `axis` in [-rank, rank) of data_dims.
 StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,
                                 std::span<const int64_t> indices_dims, int64_t axis);
-// y = Gather(data, indices). An index outside [-axis_dim, axis_dim) cannot be reported by
-// the kernel as it runs: it writes zeros there and sets *error_flag (device memory, an
-// int32 the caller zeroes before the run and reads after it) to 1.
+// y = Gather(data, indices); y must not overlap data. An index outside [-axis_dim, axis_dim) cannot
+// be reported by the kernel as it runs: it writes zeros there and sets *error_flag (device memory,
+// an int32 the caller zeroes before the run and reads after it) to 1.
 Status Gather(const float* data, const int64_t* indices, float* y, const GatherPlan& plan,
               int32_t* error_flag, cudaStream_t stream);
 
