@@ -46,6 +46,22 @@ TEST(ConfigAdapterTest, GroupParametersPinAndSizeEachInstance) {
   EXPECT_EQ(o->instances[2].threads, 0);
 }
 
+// GPU instances are not served yet: the load fails and says so, whatever the build.
+TEST(ConfigAdapterTest, AGpuInstanceGroupIsRefusedWithWhereToRead) {
+  auto o = OptionsFor(R"(
+    name: "m"
+    backend: "identity"
+    max_batch_size: 1
+    input [ { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    output [ { name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    instance_group [ { count: 1 kind: KIND_GPU gpus: [ 0 ] } ]
+  )");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("KIND_GPU"), std::string::npos) << o.status().message();
+  EXPECT_NE(o.status().message().find("docs/gpu.md"), std::string::npos) << o.status().message();
+}
+
 // random_data gives FP16 and BF16 inputs values in [0, 1) as for FP32, not bit patterns
 // (which for FP16 would be tiny subnormals).
 TEST(ConfigAdapterTest, RandomWarmupDataForHalfTypesIsBetweenZeroAndOne) {
