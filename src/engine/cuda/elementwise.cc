@@ -3,19 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "core/tensor.h"
 #include "engine/cuda/cuda_status.h"
 
 namespace shoal::engine::cuda {
-namespace {
-
-std::string DimsText(std::span<const int64_t> dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-}  // namespace
-
 Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
   return CudaStatus(
@@ -34,7 +25,7 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
   std::copy(b_dims.begin(), b_dims.end(), b.begin() + (rank - b_dims.size()));
   for (size_t d = 0; d < rank; ++d) {
     if (a[d] < 0 || b[d] < 0 || (a[d] != b[d] && a[d] != 1 && b[d] != 1)) {
-      return InvalidArgument("shapes " + DimsText(a_dims) + " and " + DimsText(b_dims) +
+      return InvalidArgument("shapes " + ShapeToString(a_dims) + " and " + ShapeToString(b_dims) +
                              " do not broadcast");
     }
     plan.out_dims[d] = a[d] == 1 ? b[d] : a[d];
@@ -65,8 +56,8 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
     merged.push_back(dim);
   }
   if (merged.size() > static_cast<size_t>(internal::kMaxRank)) {
-    return InvalidArgument("broadcast of " + DimsText(a_dims) + " and " + DimsText(b_dims) +
-                           " needs " + std::to_string(merged.size()) +
+    return InvalidArgument("broadcast of " + ShapeToString(a_dims) + " and " +
+                           ShapeToString(b_dims) + " needs " + std::to_string(merged.size()) +
                            " dimensions; the GPU kernels take at most " +
                            std::to_string(internal::kMaxRank));
   }
@@ -95,13 +86,14 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
   if (dims.empty()) return InvalidArgument("softmax needs at least one dimension");
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < dims.size(); ++d) {
-    if (dims[d] < 0) return InvalidArgument("softmax of shape " + DimsText(dims));
+    if (dims[d] < 0) return InvalidArgument("softmax of shape " + ShapeToString(dims));
     rows *= dims[d];
   }
   const int64_t cols = dims.back();
-  if (cols < 0) return InvalidArgument("softmax of shape " + DimsText(dims));
+  if (cols < 0) return InvalidArgument("softmax of shape " + ShapeToString(dims));
   if (rows > 0x7fffffff) {
-    return InvalidArgument("softmax of shape " + DimsText(dims) + " has more than 2^31-1 rows");
+    return InvalidArgument("softmax of shape " + ShapeToString(dims) +
+                           " has more than 2^31-1 rows");
   }
   return CudaStatus(internal::LaunchSoftmaxRowsF32(x, y, rows, cols, stream),
                     "softmax kernel launch");

@@ -19,12 +19,6 @@ std::vector<float> Random(size_t n, float lo, float hi, unsigned seed) {
   return v;
 }
 
-int64_t Elements(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
 // NumPy broadcasting written out the plain way, one multi-index per output element: the
 // reference the merged index tables and the kernel must agree with.
 std::vector<float> BroadcastReference(const std::vector<float>& a, std::vector<int64_t> a_dims,
@@ -101,7 +95,7 @@ TEST(PlanBroadcastTest, RefusesShapesThatDoNotBroadcastAndNamesThem) {
   auto plan = PlanBroadcast(std::vector<int64_t>{2, 3}, std::vector<int64_t>{4});
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(plan.status().message().find("[2, 3] and [4]"), std::string::npos)
+  EXPECT_NE(plan.status().message().find("[2,3] and [4]"), std::string::npos)
       << plan.status().message();
   EXPECT_FALSE(PlanBroadcast(std::vector<int64_t>{-1}, std::vector<int64_t>{1}).ok());
 }

@@ -3,18 +3,10 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
 
 namespace shoal::engine::cuda::internal {
 namespace {
-
-constexpr int kThreads = 256;
-
-// Grid size for n elements with a grid-stride loop: enough blocks to fill the device,
-// never more than the launch limit.
-unsigned BlocksFor(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
 
 __device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x) {
   switch (op) {

@@ -2,16 +2,10 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
 
 namespace shoal::engine::cuda::internal {
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned BlocksFor(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
 
 __global__ void TransposeF32(const float* __restrict__ x, float* __restrict__ y,
                              TransposeIndex index, int64_t n) {

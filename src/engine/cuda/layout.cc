@@ -2,19 +2,10 @@
 
 #include <string>
 
+#include "core/tensor.h"
 #include "engine/cuda/cuda_status.h"
 
 namespace shoal::engine::cuda {
-namespace {
-
-std::string DimsText(std::span<const int64_t> dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-}  // namespace
-
 StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims,
                                       std::span<const int64_t> perm) {
   const size_t rank = dims.size();
@@ -29,11 +20,11 @@ StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims,
     if (valid) seen[p[i]] = true;
   }
   if (!valid) {
-    return InvalidArgument("perm " + DimsText(perm) + " is not a permutation of the " +
-                           std::to_string(rank) + " axes of " + DimsText(dims));
+    return InvalidArgument("perm " + ShapeToString(perm) + " is not a permutation of the " +
+                           std::to_string(rank) + " axes of " + ShapeToString(dims));
   }
   for (int64_t d : dims) {
-    if (d < 0) return InvalidArgument("transpose of shape " + DimsText(dims));
+    if (d < 0) return InvalidArgument("transpose of shape " + ShapeToString(dims));
   }
   TransposePlan plan;
   plan.elements = 1;
@@ -61,8 +52,8 @@ StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims,
     last_axis = p[i];
   }
   if (out.size() > static_cast<size_t>(internal::kMaxRank)) {
-    return InvalidArgument("transpose of " + DimsText(dims) + " by " + DimsText(p) + " needs " +
-                           std::to_string(out.size()) +
+    return InvalidArgument("transpose of " + ShapeToString(dims) + " by " + ShapeToString(p) +
+                           " needs " + std::to_string(out.size()) +
                            " dimensions; the GPU kernels take at most " +
                            std::to_string(internal::kMaxRank));
   }
@@ -84,7 +75,7 @@ StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,
   const auto rank = static_cast<int64_t>(data_dims.size());
   if (rank == 0 || axis < -rank || axis >= rank) {
     return InvalidArgument("gather axis " + std::to_string(axis) + " is outside the axes of " +
-                           DimsText(data_dims));
+                           ShapeToString(data_dims));
   }
   if (axis < 0) axis += rank;
   GatherPlan plan;
@@ -92,12 +83,13 @@ StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,
   plan.inner = 1;
   plan.num_indices = 1;
   for (int64_t d = 0; d < rank; ++d) {
-    if (data_dims[d] < 0) return InvalidArgument("gather from shape " + DimsText(data_dims));
+    if (data_dims[d] < 0) return InvalidArgument("gather from shape " + ShapeToString(data_dims));
   }
   for (int64_t d = 0; d < axis; ++d) plan.outer *= data_dims[d];
   for (int64_t d = axis + 1; d < rank; ++d) plan.inner *= data_dims[d];
   for (int64_t d : indices_dims) {
-    if (d < 0) return InvalidArgument("gather with indices of shape " + DimsText(indices_dims));
+    if (d < 0)
+      return InvalidArgument("gather with indices of shape " + ShapeToString(indices_dims));
     plan.num_indices *= d;
   }
   plan.axis_dim = data_dims[axis];

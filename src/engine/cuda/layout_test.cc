@@ -9,12 +9,6 @@
 namespace shoal::engine::cuda {
 namespace {
 
-int64_t Elements(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
 std::vector<float> Iota(int64_t n) {
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);

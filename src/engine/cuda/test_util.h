@@ -5,12 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "engine/cuda/device.h"
 
 namespace shoal::engine::cuda {
+
+// The number of elements of a tensor of shape `dims`.
+inline int64_t Elements(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
 
 class GpuTest : public ::testing::Test {
  protected:
