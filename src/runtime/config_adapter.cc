@@ -337,9 +337,10 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   for (int g = 0; g < config.instance_group_size(); ++g) {
     const auto& group = config.instance_group(g);
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      return InvalidArgument("model '" + config.name() +
-                             "' asks for KIND_GPU instances; shoal serves models on CPUs only so far "
-                             "(the GPU path's state: docs/gpu.md); use kind: KIND_CPU");
+      return InvalidArgument(
+          "model '" + config.name() +
+          "' asks for KIND_GPU instances; shoal serves models on CPUs only so far "
+          "(the GPU path's state: docs/gpu.md); use kind: KIND_CPU");
     }
     const int count = repository::InstanceCount(group);
     for (int i = 0; i < count; ++i, ++index) {
