@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/fp16.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device.h"
@@ -53,9 +54,7 @@ std::vector<uint16_t> Encoded(GemmMath math, int64_t n) {
     if (math == GemmMath::kFp16) {
       out[i] = shoal::FloatToFp16(f[i]);
     } else {
-      uint32_t u;
-      std::memcpy(&u, &f[i], 4);
-      out[i] = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      out[i] = shoal::FloatToBf16(f[i]);
     }
   }
   return out;

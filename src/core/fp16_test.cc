@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/bf16.h"
+
 namespace shoal {
 namespace {
 
@@ -87,6 +89,22 @@ TEST(Fp16Test, ArrayFormsGiveTheScalarBits) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (std::isnan(in[i])) continue;
     ASSERT_EQ(out[i], FloatToFp16(in[i])) << "value " << in[i];
+  }
+}
+
+// bf16 keeps a float's top 16 bits, rounding the rest to nearest, ties to even.
+TEST(Bf16Test, RoundsToNearestEvenAndRoundTripsWhatItHolds) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16(-2.0f), 0xc000);
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa, 1.
+  EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3·2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even): up.
+  EXPECT_EQ(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  // Just above a half rounds up.
+  EXPECT_EQ(FloatToBf16(std::nextafter(1.0f + std::ldexp(1.0f, -8), 2.0f)), 0x3f81);
+  for (const uint16_t h : {0x0000, 0x3f80, 0x4049, 0xc2f7, 0x7f7f}) {
+    EXPECT_EQ(FloatToBf16(Bf16ToFloat(h)), h);
   }
 }
 

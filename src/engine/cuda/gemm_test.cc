@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/bf16.h"
 #include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 
@@ -100,12 +101,12 @@ class GemmGpuTest : public GpuTest {
     uint32_t u;
     std::memcpy(&u, &f, 4);
     if (math == GemmMath::kFp16) return FloatToFp16(f);
-    if (math == GemmMath::kBf16) return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+    if (math == GemmMath::kBf16) return FloatToBf16(f);
     return u;
   }
   static float Decode(GemmMath math, uint32_t bits) {
     if (math == GemmMath::kFp16) return Fp16ToFloat(static_cast<uint16_t>(bits));
-    if (math == GemmMath::kBf16) bits <<= 16;
+    if (math == GemmMath::kBf16) return Bf16ToFloat(static_cast<uint16_t>(bits));
     float f;
     std::memcpy(&f, &bits, 4);
     return f;
