@@ -12,13 +12,16 @@
 #                              GEMM peak, bench/gpu/gemm_probe.cc)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
 # cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
-# (in /usr/local/cuda or in pip's nvidia packages; both are searched).
+# (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's test
+# also links the CPU engine, whose Debian libraries (oneDNN, ONNX, protobuf, libgomp) the
+# GPU machine lacks: prepare packs them into .gpu/lib.tar.gz (about 15 MB) and device
+# unpacks them. glibc, libstdc++ and the CUDA libraries are the machine's own.
 # Exits non-zero when a test fails, or, on the device, when no GPU is found (there the
 # tests must run, not skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
-       engine_cuda_normalization_test)
+       engine_cuda_normalization_test engine_cuda_gpu_plan_test)
 case "${1:-}" in
   prepare)
     BUILD="${SHOAL_BUILD:-build-cuda}"
@@ -34,8 +37,15 @@ case "${1:-}" in
     rm -f "$BUILD.configure.log"
     ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}" gpu_gemm_probe
     rm -rf .gpu && mkdir -p .gpu/bin
-    for t in "${TESTS[@]}"; do cp "$BUILD/src/engine/cuda/$t" .gpu/bin/; done
-    cp "$BUILD/bench/gpu_gemm_probe" .gpu/bin/
+    # Without debug information: the engine's makes a test binary ten times larger.
+    for t in "${TESTS[@]}"; do strip --strip-debug -o ".gpu/bin/$t" "$BUILD/src/engine/cuda/$t"; done
+    strip --strip-debug -o .gpu/bin/gpu_gemm_probe "$BUILD/bench/gpu_gemm_probe"
+    # The shared libraries the binaries need that a CUDA image does not have.
+    staging=$(mktemp -d)
+    for b in .gpu/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+      grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so' |
+      while IFS= read -r lib; do cp -L "$lib" "$staging/"; done
+    tar -C "$staging" -czf .gpu/lib.tar.gz . && rm -rf "$staging"
     echo "prepared: $(du -sh .gpu | cut -f1) in .gpu/; on the GPU machine run" \
          "'bench/gpu/run.sh device' with carry [\".gpu\"]"
     ;;
@@ -59,7 +69,14 @@ except Exception:
 PY
 )
     fi
+    if [ -f .gpu/lib.tar.gz ]; then
+      carried=$(mktemp -d)
+      tar -C "$carried" -xzf .gpu/lib.tar.gz
+      libs+=("$carried")
+    fi
     found=$(IFS=:; echo "${libs[*]:-}")
+    # The tests read the committed models from the repository root.
+    export SHOAL_SOURCE_DIR="$PWD"
     export LD_LIBRARY_PATH="${found}${found:+${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}"
     {
       echo "# shoal GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"

@@ -102,6 +102,16 @@ int Plan::kernel_steps() const {
   return n;
 }
 
+std::vector<Plan::StepInfo> Plan::Steps() const {
+  std::vector<StepInfo> out;
+  out.reserve(steps_.size());
+  for (const Step& step : steps_) {
+    out.push_back({step.node, step.inputs, step.outputs, step.skip, step.dynamic,
+                   step.kernel ? step.kernel->alias_input() : -1});
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> Plan::Implementations() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const Step& step : steps_) {

@@ -157,6 +157,24 @@ class Plan {
   // "domain.Op" outside ONNX's domain) and the implementation it runs
   // (Kernel::implementation).
   std::vector<std::pair<std::string, std::string>> Implementations() const;
+  // What one step of the plan does, for an executor that lowers the plan onto another
+  // device (engine/cuda/gpu_plan.h): the node it runs, the values it reads and writes
+  // (-1 omitted), and how it runs.
+  struct StepInfo {
+    int node = 0;
+    std::vector<int> inputs;
+    std::vector<int> outputs;
+    bool skip = false;     // every output is empty: nothing runs
+    bool dynamic = false;  // prepared at every run (a data-dependent shape)
+    int alias_input = -1;  // >= 0: output 0 is a view of that input's bytes; nothing runs
+  };
+  // Every step, in run order.
+  std::vector<StepInfo> Steps() const;
+  // The data of value `value` known when the plan was prepared (a constant, a value
+  // folded for these shapes, or a view of one), else null.
+  const Tensor* KnownData(int value) const {
+    return known_.at(value).empty() ? nullptr : &known_[value];
+  }
   // Every arena value with its bytes and lifetime, in no particular order.
   const std::vector<PlanLayoutEntry>& DebugLayout() const { return layout_; }
   // The layout a kernel left value `value` in (a convolution's channels-last or blocked

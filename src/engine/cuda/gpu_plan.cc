@@ -1,0 +1,552 @@
+#include "engine/cuda/gpu_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <string_view>
+#include <utility>
+
+#include "core/data_type.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/normalization.h"
+#include "engine/memory_planner.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+int64_t Elements(const Shape& shape, size_t begin = 0, size_t end = SIZE_MAX) {
+  int64_t n = 1;
+  for (size_t i = begin; i < std::min(end, shape.size()); ++i) n *= shape[i];
+  return n;
+}
+
+int64_t PadTo(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+constexpr int64_t kAlign = static_cast<int64_t>(kGemmAlignmentBytes);
+
+std::optional<UnaryOp> UnaryByName(std::string_view op) {
+  static const std::pair<std::string_view, UnaryOp> kOps[] = {
+      {"Relu", UnaryOp::kRelu}, {"Sigmoid", UnaryOp::kSigmoid}, {"Tanh", UnaryOp::kTanh},
+      {"Exp", UnaryOp::kExp},   {"Log", UnaryOp::kLog},         {"Neg", UnaryOp::kNeg},
+      {"Abs", UnaryOp::kAbs},   {"Sqrt", UnaryOp::kSqrt},       {"Erf", UnaryOp::kErf},
+      {"Gelu", UnaryOp::kGelu}};
+  for (const auto& [name, u] : kOps)
+    if (name == op) return u;
+  return std::nullopt;
+}
+
+std::optional<BinaryOp> BinaryByName(std::string_view op) {
+  static const std::pair<std::string_view, BinaryOp> kOps[] = {
+      {"Add", BinaryOp::kAdd}, {"Sub", BinaryOp::kSub}, {"Mul", BinaryOp::kMul},
+      {"Div", BinaryOp::kDiv}, {"Max", BinaryOp::kMax}, {"Min", BinaryOp::kMin},
+      {"Pow", BinaryOp::kPow}};
+  for (const auto& [name, b] : kOps)
+    if (name == op) return b;
+  return std::nullopt;
+}
+
+// Lowers one step at a time; collects what it cannot lower instead of stopping at the
+// first, so the load error lists every node.
+class Lowerer {
+ public:
+  Lowerer(const Graph& graph, const Plan& plan, const GpuPlanOptions& options)
+      : graph_(graph), plan_(plan), options_(options) {}
+
+  StatusOr<GpuLowering> Run();
+
+ private:
+  // Each returns an error naming why the node cannot run on the GPU, or adds its step.
+  Status LowerNode(int n);
+  Status LowerProduct(int n);
+  Status LowerUnary(int n, UnaryOp op);
+  Status LowerBinary(int n, BinaryOp op);
+  Status LowerSoftmax(int n);
+  Status LowerLayerNorm(int n);
+  Status LowerTranspose(int n);
+  Status LowerGather(int n);
+
+  Status Fail(int n, std::string_view why) const {
+    return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
+  }
+  const Shape& ShapeOf(int v) const { return plan_.shapes()[v]; }
+  DataType DtypeOf(int v) const { return plan_.dtypes()[v]; }
+  bool IsFp32(int v) const { return v >= 0 && DtypeOf(v) == DataType::kFp32; }
+  // Every present input and output 0 in fp32, plain layout.
+  Status CheckFp32(int n) const;
+  int Owner(int v) const { return alias_of_[v] >= 0 ? alias_of_[v] : v; }
+  // A weight slot holding `data` (a copy when transformed), 256-byte aligned.
+  int64_t AddBlob(Tensor data);
+  // The weights slot of the known value `v`, uploaded once whoever reads it.
+  int64_t KnownSlot(int v);
+
+  const Graph& graph_;
+  const Plan& plan_;
+  const GpuPlanOptions& options_;
+  GpuLowering out_;
+  std::vector<int> alias_of_;  // per value: the value whose bytes it views, else -1
+  std::map<int, int64_t> known_slots_;
+};
+
+Status Lowerer::CheckFp32(int n) const {
+  const Node& node = graph_.nodes[n];
+  for (int v : node.inputs) {
+    if (v >= 0 && !IsFp32(v))
+      return Fail(n, "input '" + graph_.values[v].name + "' is " +
+                         std::string(DataTypeName(DtypeOf(v))) + "; this kernel takes fp32");
+  }
+  if (!node.has_output(0) || !IsFp32(node.outputs[0])) return Fail(n, "output 0 is not fp32");
+  for (size_t o = 1; o < node.outputs.size(); ++o)
+    if (node.outputs[o] >= 0) return Fail(n, "only its first output is supported");
+  for (int v : node.inputs)
+    if (v >= 0 && plan_.ValueLayout(v).data.ndims != 0)
+      return Fail(n, "reads a value in a blocked CPU layout");
+  return Status::Ok();
+}
+
+int64_t Lowerer::AddBlob(Tensor data) {
+  const int64_t offset = out_.weight_bytes;
+  out_.weight_bytes += PadTo(static_cast<int64_t>(data.byte_size()), kAlign);
+  out_.blobs.push_back({offset, std::move(data)});
+  return offset;
+}
+
+int64_t Lowerer::KnownSlot(int v) {
+  auto it = known_slots_.find(v);
+  if (it != known_slots_.end()) return it->second;
+  const int64_t offset = AddBlob(*plan_.KnownData(v));
+  known_slots_[v] = offset;
+  return offset;
+}
+
+// A fp32 copy of `t` with every value multiplied by `scale`.
+Tensor Scaled(const Tensor& t, float scale) {
+  Tensor copy = Tensor::Allocate(DataType::kFp32, t.shape());
+  auto src = t.values<float>();
+  auto dst = copy.mutable_values<float>();
+  for (size_t i = 0; i < src.size(); ++i) dst[i] = src[i] * scale;
+  return copy;
+}
+
+Status Lowerer::LowerProduct(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const bool is_gemm = node.op_type == "Gemm" || node.op_type == "FusedGemm";
+  for (const char* perm : {"a_perm", "b_perm", "c_perm"}) {
+    if (!node.GetInts(perm).empty())
+      return Fail(n,
+                  "a product through a transposed view (a_perm/b_perm/c_perm) is not on "
+                  "the GPU path yet");
+  }
+  const int a = node.inputs[0], b = node.inputs[1];
+  const Tensor* w = plan_.KnownData(b);
+  if (!w)
+    return Fail(n,
+                "a product of two computed tensors (attention's scores and context) is not "
+                "on the GPU path yet; only products with a constant weight are");
+  const Shape& as = ShapeOf(a);
+  const Shape& ws = ShapeOf(b);
+  const Shape& ys = ShapeOf(node.outputs[0]);
+  if (ws.size() != 2) return Fail(n, "the weight must be a matrix");
+  if (as.size() < 2) return Fail(n, "A must have at least two dimensions");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kGemm;
+  step.node = n;
+  GemmOptions& g = step.gemm;
+  g.math = options_.math;
+  float alpha = node.GetFloat("alpha", 1.f);
+  float beta = 1.f;
+  if (is_gemm) {
+    if (node.GetInt("transA", 0) != 0) return Fail(n, "transA is not on the GPU path yet");
+    g.transpose_w = node.GetInt("transB", 0) != 0;
+    beta = node.GetFloat("beta", 1.f);
+  }
+  g.k = as.back();
+  g.m = Elements(as, 0, as.size() - 1);
+  g.n = ys.back();
+  if ((g.transpose_w ? ws[1] : ws[0]) != g.k || (g.transpose_w ? ws[0] : ws[1]) != g.n)
+    return Fail(n, "the weight's shape does not match the product");
+  if (Elements(ys) != g.m * g.n) return Fail(n, "the output's shape does not match the product");
+  if (g.m == 0 || g.n == 0 || g.k == 0) return Fail(n, "an empty product");
+  step.in = {a, -1, -1, -1};
+  step.weight_slots = {AddBlob(alpha == 1.f ? *w : Scaled(*w, alpha)), -1};
+  // The bias: Gemm's C (times beta) when it is a constant row; FusedMatMul's bias,
+  // which the optimiser divided by alpha (optimizer.h), times alpha.
+  const Tensor* bias = nullptr;
+  float bias_scale = 1.f;
+  if (node.has_input(2) && (!is_gemm || beta != 0.f)) {
+    bias = plan_.KnownData(node.inputs[2]);
+    const Shape& bs = ShapeOf(node.inputs[2]);
+    const bool row = Elements(bs) == g.n && (bs.empty() ? g.n == 1 : bs.back() == g.n);
+    if (!bias || !row)
+      return Fail(n, "only a constant bias of N values is on the GPU path so far, not " +
+                         ShapeToString(bs) + (bias ? "" : " computed"));
+    bias_scale = is_gemm ? beta : alpha;
+  }
+  const std::string act = node.GetString("activation", "");
+  std::optional<GemmEpilogue> fused;
+  if (act.empty()) {
+    fused = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  } else if (act == "Relu") {
+    fused = GemmEpilogue::kBiasRelu;
+  } else if (act == "GeluTanh") {
+    fused = GemmEpilogue::kBiasGelu;
+  } else if (act == "Sigmoid" || act == "Tanh" || act == "Gelu") {
+    step.post = UnaryByName(act);
+    fused = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  } else {
+    return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
+  }
+  g.epilogue = *fused;
+  if (g.epilogue != GemmEpilogue::kNone) {
+    // The epilogues that apply an activation take a bias: zeros when the node has none.
+    Tensor b_data = bias ? (bias_scale == 1.f ? *bias : Scaled(*bias, bias_scale))
+                         : Tensor::Allocate(DataType::kFp32, {g.n});
+    step.weight_slots[1] = AddBlob(std::move(b_data));
+  }
+  if (node.has_input(3)) {
+    const int r = node.inputs[3];
+    auto plan = PlanBroadcast(ys, ShapeOf(r));
+    if (!plan.ok() || plan->out_dims != ys)
+      return Fail(n, "the residual " + ShapeToString(ShapeOf(r)) + " does not broadcast onto " +
+                         ShapeToString(ys));
+    step.in[3] = r;
+    step.residual = std::move(plan).value();
+  }
+  out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerUnary(int n, UnaryOp op) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  if (node.op_type == "Gelu" && node.GetString("approximate", "none") != "none")
+    return Fail(n, "Gelu's tanh approximation outside a product is not on the GPU path yet");
+  if (node.inputs.size() != 1) return Fail(n, "takes one input");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kUnary;
+  step.node = n;
+  step.unary = op;
+  step.in = {node.inputs[0]};
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerBinary(int n, BinaryOp op) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "only two inputs are on the GPU path");
+  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(node.outputs[0]))
+    return Fail(n, "the broadcast shape differs from the planned output");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kBinary;
+  step.node = n;
+  step.binary = op;
+  step.in = {node.inputs[0], node.inputs[1]};
+  step.broadcast = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// Softmax over the last axis, or (opset < 13) over the dimensions from `axis` on, which
+// is the same row softmax over the flattened trailing dimensions.
+Status Lowerer::LowerSoftmax(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape& xs = ShapeOf(node.inputs[0]);
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  if (rank == 0) return Fail(n, "a scalar softmax");
+  int64_t axis = node.GetInt("axis", graph_.opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "axis out of range");
+  if (graph_.opset >= 13 && axis != rank - 1)
+    return Fail(n, "softmax over an axis other than the last is not on the GPU path yet");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kSoftmax;
+  step.node = n;
+  step.in = {node.inputs[0]};
+  step.dims = {Elements(xs, 0, axis), Elements(xs, axis)};
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// LayerNormalization normalises over the dimensions from `axis` on: one row each.
+Status Lowerer::LowerLayerNorm(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape& xs = ShapeOf(node.inputs[0]);
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  int64_t axis = node.GetInt("axis", -1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "axis out of range");
+  const int64_t row = Elements(xs, axis);
+  if (!node.has_input(1) || Elements(ShapeOf(node.inputs[1])) != row)
+    return Fail(n, "the scale must have one value per normalised element");
+  if (node.has_input(2) && Elements(ShapeOf(node.inputs[2])) != row)
+    return Fail(n, "the bias must have one value per normalised element");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kLayerNorm;
+  step.node = n;
+  step.in = {node.inputs[0], node.inputs[1], node.has_input(2) ? node.inputs[2] : -1};
+  step.dims = {Elements(xs, 0, axis), row};
+  step.epsilon = node.GetFloat("epsilon", 1e-5f);
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerTranspose(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape& xs = ShapeOf(node.inputs[0]);
+  std::vector<int64_t> perm = node.GetInts("perm");
+  if (perm.empty())
+    for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  auto plan = PlanTranspose(xs, perm);
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  GpuStep step;
+  step.kind = GpuStep::Kind::kTranspose;
+  step.node = n;
+  step.in = {node.inputs[0]};
+  step.transpose = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerGather(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !IsFp32(node.inputs[0]) || !IsFp32(node.outputs[0]))
+    return Fail(n, "only a Gather of fp32 data is on the GPU path so far");
+  if (DtypeOf(node.inputs[1]) != DataType::kInt64)
+    return Fail(n, "only int64 indices are on the GPU path so far");
+  auto plan = PlanGather(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]), node.GetInt("axis", 0));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  GpuStep step;
+  step.kind = GpuStep::Kind::kGather;
+  step.node = n;
+  step.in = {node.inputs[0], node.inputs[1]};
+  step.gather = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerNode(int n) {
+  const Node& node = graph_.nodes[n];
+  const std::string& op = node.op_type;
+  if (node.domain.empty()) {
+    if (op == "MatMul" || op == "Gemm") return LowerProduct(n);
+    if (auto u = UnaryByName(op)) return LowerUnary(n, *u);
+    if (auto b = BinaryByName(op)) return LowerBinary(n, *b);
+    if (op == "Softmax") return LowerSoftmax(n);
+    if (op == "LayerNormalization") return LowerLayerNorm(n);
+    if (op == "Transpose") return LowerTranspose(n);
+    if (op == "Gather") return LowerGather(n);
+  } else if (node.domain == "shoal" && (op == "FusedMatMul" || op == "FusedGemm")) {
+    return LowerProduct(n);
+  }
+  return Fail(n, "the GPU path has no kernel for this operator yet");
+}
+
+StatusOr<GpuLowering> Lowerer::Run() {
+  const size_t nv = graph_.values.size();
+  out_.values.assign(nv, GpuValue{});
+  out_.inputs = graph_.inputs;
+  out_.outputs = graph_.outputs;
+  out_.dtypes = plan_.dtypes();
+  out_.shapes = plan_.shapes();
+  alias_of_.assign(nv, -1);
+  const std::vector<Plan::StepInfo> steps = plan_.Steps();
+  std::string failures;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Plan::StepInfo& s = steps[i];
+    if (s.dynamic) {
+      failures +=
+          graph_.Describe(s.node) + ": a shape known only at run time is not on the GPU path yet\n";
+      continue;
+    }
+    if (s.skip) continue;
+    if (s.alias_input >= 0) {
+      const int src = s.inputs[s.alias_input];
+      alias_of_[s.outputs[0]] = Owner(src);
+      continue;
+    }
+    const Status lowered = LowerNode(s.node);
+    if (!lowered.ok()) failures += lowered.message() + "\n";
+  }
+  if (!failures.empty()) {
+    failures.pop_back();
+    return Unimplemented("the GPU path cannot run this model yet:\n" + failures);
+  }
+
+  // Homes. Known values a step reads are weights; every other value a step reads or
+  // writes, and every graph input and output, is an arena value (views take their
+  // owner's home).
+  std::vector<int> tensor_of(nv, -1);
+  std::vector<TensorLifetime> tensors;
+  std::vector<int> value_of;
+  const int num_steps = static_cast<int>(out_.steps.size());
+  auto bytes_of = [&](int v) {
+    return Elements(out_.shapes[v]) * static_cast<int64_t>(DataTypeSize(out_.dtypes[v]));
+  };
+  // Defines value `v` (an owner) as an arena value at GPU step `first`, unless it is known.
+  auto define = [&](int v, int first) {
+    if (tensor_of[v] >= 0 || plan_.KnownData(v)) return;
+    tensor_of[v] = static_cast<int>(tensors.size());
+    value_of.push_back(v);
+    tensors.push_back({PadTo(bytes_of(v), kAlign), first, first});
+  };
+  auto use = [&](int v, int at) {
+    const int o = Owner(v);
+    if (plan_.KnownData(o) || plan_.KnownData(v)) {
+      KnownSlot(plan_.KnownData(o) ? o : v);
+      return;
+    }
+    define(o, 0);  // a graph input: live from the start
+    tensors[tensor_of[o]].last = std::max(tensors[tensor_of[o]].last, at);
+  };
+  for (int v : graph_.inputs) define(v, 0);
+  for (int i = 0; i < num_steps; ++i) {
+    const GpuStep& step = out_.steps[i];
+    for (int v : step.in)
+      if (v >= 0) use(v, i);
+    define(Owner(step.out), i);
+  }
+  for (int v : graph_.outputs) use(v, num_steps);
+  // Every size is a multiple of the alignment, so the planner's offsets are too.
+  ASSIGN_OR_RETURN(MemoryPlan memory, PlanMemory(tensors));
+  out_.arena_bytes = memory.arena_bytes;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (memory.offsets[t] % kAlign != 0)
+      return Internal("memory planner: an offset not aligned to " + std::to_string(kAlign));
+    out_.values[value_of[t]] = {GpuValue::Home::kArena, memory.offsets[t], bytes_of(value_of[t])};
+  }
+  for (const auto& [v, offset] : known_slots_)
+    out_.values[v] = {GpuValue::Home::kWeights, offset, bytes_of(v)};
+  for (size_t v = 0; v < nv; ++v) {
+    const int o = Owner(static_cast<int>(v));
+    if (o != static_cast<int>(v) && out_.values[v].home == GpuValue::Home::kNone) {
+      out_.values[v] = out_.values[o];
+      out_.values[v].bytes = bytes_of(static_cast<int>(v));
+    }
+  }
+  return std::move(out_);
+}
+
+}  // namespace
+
+StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
+                                const GpuPlanOptions& options) {
+  if (options.math != GemmMath::kFp32 && options.math != GemmMath::kTf32)
+    return InvalidArgument("the GPU plan keeps values in fp32: its GEMMs run in fp32 or TF32");
+  return Lowerer(graph, plan, options).Run();
+}
+
+void* GpuPlan::Address(int v) const {
+  const GpuValue& value = lowering_.values[v];
+  char* base = value.home == GpuValue::Home::kWeights ? weights_.as<char>() : arena_.as<char>();
+  return base + value.offset;
+}
+
+StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const LtHandle& handle,
+                                                   const Stream& stream) {
+  std::unique_ptr<GpuPlan> plan(new GpuPlan());
+  plan->lowering_ = std::move(lowering);
+  const GpuLowering& l = plan->lowering_;
+  ASSIGN_OR_RETURN(plan->weights_, DeviceBuffer::Allocate(l.weight_bytes));
+  ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
+  ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
+  ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(sizeof(int32_t)));
+  for (const GpuLowering::Blob& blob : l.blobs) {
+    RETURN_IF_ERROR(CopyToDevice(plan->weights_.as<char>() + blob.offset, blob.data.data(),
+                                 blob.data.byte_size(), stream));
+  }
+  plan->gemms_.resize(l.steps.size());
+  for (size_t i = 0; i < l.steps.size(); ++i) {
+    if (l.steps[i].kind != GpuStep::Kind::kGemm) continue;
+    ASSIGN_OR_RETURN(plan->gemms_[i], LtGemm::Create(handle, l.steps[i].gemm));
+  }
+  // The host blobs may go once their copies have run.
+  RETURN_IF_ERROR(stream.Synchronize());
+  plan->lowering_.blobs.clear();
+  return plan;
+}
+
+Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
+  const GpuStep& s = lowering_.steps[i];
+  auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
+  float* y = static_cast<float*>(Address(s.out));
+  switch (s.kind) {
+    case GpuStep::Kind::kGemm: {
+      const char* w = weights_.as<char>();
+      const void* bias = s.weight_slots[1] >= 0 ? w + s.weight_slots[1] : nullptr;
+      RETURN_IF_ERROR(
+          gemms_[i]->Run(in(0), w + s.weight_slots[0], bias, y, workspace_.data(), stream));
+      const int64_t n = s.gemm.m * s.gemm.n;
+      if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream));
+      if (s.in[3] >= 0) RETURN_IF_ERROR(Binary(BinaryOp::kAdd, y, in(3), y, s.residual, stream));
+      return Status::Ok();
+    }
+    case GpuStep::Kind::kUnary:
+      return Unary(s.unary, in(0), y, Elements(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kBinary:
+      return Binary(s.binary, in(0), in(1), y, s.broadcast, stream);
+    case GpuStep::Kind::kSoftmax:
+      return SoftmaxLastAxis(in(0), y, s.dims, stream);
+    case GpuStep::Kind::kLayerNorm:
+      return LayerNormLastAxis(in(0), in(1), s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon,
+                               stream);
+    case GpuStep::Kind::kTranspose:
+      return Transpose(in(0), y, s.transpose, stream);
+    case GpuStep::Kind::kGather:
+      return Gather(in(0), static_cast<const int64_t*>(Address(s.in[1])), y, s.gather,
+                    error_flag_.as<int32_t>(), stream);
+  }
+  return Internal("unknown GPU step kind");
+}
+
+Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
+                    std::vector<Tensor>* outputs) {
+  const GpuLowering& l = lowering_;
+  if (inputs.size() != l.inputs.size())
+    return InvalidArgument("expected " + std::to_string(l.inputs.size()) + " inputs, got " +
+                           std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int v = l.inputs[i];
+    if (!inputs[i] || inputs[i]->dtype() != l.dtypes[v] || inputs[i]->shape() != l.shapes[v])
+      return InvalidArgument("input " + std::to_string(i) + " does not have the planned dtype " +
+                             std::string(DataTypeName(l.dtypes[v])) + " and shape " +
+                             ShapeToString(l.shapes[v]));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(error_flag_.data(), 0, sizeof(int32_t), stream.get()),
+                             "cudaMemsetAsync"));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int v = l.inputs[i];
+    if (l.values[v].home == GpuValue::Home::kNone || inputs[i]->byte_size() == 0) continue;
+    RETURN_IF_ERROR(CopyToDevice(Address(v), inputs[i]->data(), inputs[i]->byte_size(), stream));
+  }
+  for (size_t i = 0; i < l.steps.size(); ++i) RETURN_IF_ERROR(RunStep(i, stream.get()));
+  outputs->clear();
+  int32_t flag = 0;
+  for (int v : l.outputs) {
+    outputs->push_back(Tensor::Allocate(l.dtypes[v], l.shapes[v]));
+    Tensor& t = outputs->back();
+    if (t.byte_size() > 0)
+      RETURN_IF_ERROR(CopyToHost(t.mutable_data(), Address(v), t.byte_size(), stream));
+  }
+  RETURN_IF_ERROR(CopyToHost(&flag, error_flag_.data(), sizeof(flag), stream));
+  RETURN_IF_ERROR(stream.Synchronize());
+  if (flag != 0) return InvalidArgument("a Gather index was out of range");
+  return Status::Ok();
+}
+
+}  // namespace shoal::engine::cuda

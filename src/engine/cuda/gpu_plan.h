@@ -1,0 +1,139 @@
+// A model's plan on a CUDA device: the CPU engine's Plan for one set of input shapes
+// (engine/plan.h), lowered onto the GPU path's kernels.
+//
+// The CPU plan does the work that does not depend on the device: it checks every node,
+// infers every value's shape and dtype for these input shapes, and folds what the shapes
+// decide (Shape -> Gather -> Concat -> Reshape chains) into constants. Lowering then walks
+// its steps:
+//   - a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity) takes the bytes of the value
+//     it views, as on the CPU;
+//   - Gemm, MatMul and the optimiser's shoal.FusedGemm / shoal.FusedMatMul with a constant
+//     weight become one cuBLASLt GEMM (gemm.h), A's leading dimensions folded into M. The
+//     weight is uploaded with alpha folded in, the bias (beta·C for a Gemm) rides in the
+//     epilogue with ReLU or tanh-GELU, Sigmoid, Tanh and erf-GELU follow as an element-wise
+//     step, and a residual is added after;
+//   - element-wise, broadcasting, Softmax, LayerNormalization, Transpose and Gather run
+//     shoal's own kernels (elementwise.h, normalization.h, layout.h);
+//   - anything else is refused at lowering with UNIMPLEMENTED naming every such node and
+//     why, so a model that cannot run on the GPU fails when it loads, not when it serves.
+//
+// Memory: constants the steps read (weights, biases, embedding tables, mask constants)
+// live in one device buffer uploaded once. Graph inputs, intermediates and graph outputs
+// share one arena, their offsets from the engine's memory planner (memory_planner.h):
+// values whose lifetimes do not overlap share bytes. Every offset is a multiple of
+// kGemmAlignmentBytes, so any value may be a GEMM operand. Nothing is allocated per run.
+//
+// Lowering touches no device and is tested on machines without one; GpuPlan::Create
+// allocates, uploads and plans the GEMMs, and Run queues the copies and kernels on a
+// stream and waits for them. One GpuPlan per instance: Run is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/elementwise.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/layout.h"
+#include "engine/graph.h"
+#include "engine/plan.h"
+
+namespace shoal::engine::cuda {
+
+struct GpuPlanOptions {
+  // How the products are computed: kFp32 or kTf32 (values stay fp32 in memory; the
+  // fp16/bf16 tiers need the other kernels in those types first).
+  GemmMath math = GemmMath::kFp32;
+};
+
+// Where a value's bytes are on the device.
+struct GpuValue {
+  enum class Home { kNone, kArena, kWeights };
+  Home home = Home::kNone;  // kNone: no step reads or writes it
+  int64_t offset = 0;       // in the arena or the weights buffer
+  int64_t bytes = 0;        // its data, unpadded
+};
+
+// One kernel launch (or a GEMM with its follow-ups) of a lowered plan.
+struct GpuStep {
+  enum class Kind { kGemm, kUnary, kBinary, kSoftmax, kLayerNorm, kTranspose, kGather };
+  Kind kind = Kind::kUnary;
+  int node = -1;  // the graph node it runs
+  // Values it reads, by kind: kGemm {x, w, bias or -1, residual or -1}; kUnary {x};
+  // kBinary {a, b}; kSoftmax {x}; kLayerNorm {x, scale, bias or -1}; kTranspose {x};
+  // kGather {data, indices}. A GEMM's w and bias are weight slots (`weight_slots`), not
+  // graph values, because they are stored transformed.
+  std::vector<int> in;
+  int out = -1;
+  GemmOptions gemm;                   // kGemm
+  std::optional<UnaryOp> post;        // kGemm: an activation the epilogue lacks
+  BroadcastPlan residual;             // kGemm with a residual: its broadcast onto out
+  UnaryOp unary = UnaryOp::kRelu;     // kUnary
+  BinaryOp binary = BinaryOp::kAdd;   // kBinary
+  BroadcastPlan broadcast;            // kBinary
+  std::vector<int64_t> dims;          // kSoftmax, kLayerNorm: [rows, row length]
+  float epsilon = 0;                  // kLayerNorm
+  TransposePlan transpose;            // kTranspose
+  GatherPlan gather;                  // kGather
+  std::vector<int64_t> weight_slots;  // kGemm: offsets of w and bias (-1) in weights
+};
+
+struct GpuLowering {
+  std::vector<GpuStep> steps;
+  std::vector<GpuValue> values;  // per graph value
+  // What the weights buffer holds: host data and its offset.
+  struct Blob {
+    int64_t offset = 0;
+    Tensor data;
+  };
+  std::vector<Blob> blobs;
+  int64_t weight_bytes = 0;
+  int64_t arena_bytes = 0;
+  int64_t workspace_bytes = 0;  // the GEMMs' shared scratch
+  std::vector<int> inputs;      // graph.inputs
+  std::vector<int> outputs;     // graph.outputs
+  std::vector<DataType> dtypes;
+  std::vector<Shape> shapes;
+};
+
+// Lowers `plan`, prepared from `graph` in fp32 (PlanOptions' defaults), onto the GPU
+// path. Pure host work. UNIMPLEMENTED naming every node the GPU path cannot run yet, one
+// per line ("node 'attn/MatMul' (shoal.FusedMatMul): a product of two computed tensors
+// ..."); INTERNAL when the memory planner fails.
+StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
+                                const GpuPlanOptions& options = {});
+
+class GpuPlan {
+ public:
+  // Allocates the weights buffer, the arena and the GEMM workspace on the current
+  // device, uploads the weights on `stream` and plans every GEMM. `handle` must outlive
+  // the plan.
+  static StatusOr<std::unique_ptr<GpuPlan>> Create(GpuLowering lowering, const LtHandle& handle,
+                                                   const Stream& stream);
+
+  // `inputs` follow graph.inputs with the planned shapes and dtypes; `outputs` are
+  // replaced by host tensors following graph.outputs. Copies the inputs in, queues every
+  // step, copies the outputs out and waits. INVALID_ARGUMENT for an input of another
+  // shape or dtype, or a Gather index out of range (found after the run).
+  Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
+             std::vector<Tensor>* outputs);
+
+  const GpuLowering& lowering() const { return lowering_; }
+
+ private:
+  GpuPlan() = default;
+  // The device address of value `v` (its home's base plus offset).
+  void* Address(int v) const;
+  Status RunStep(size_t i, cudaStream_t stream);
+
+  GpuLowering lowering_;
+  DeviceBuffer weights_, arena_, workspace_, error_flag_;
+  std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
+};
+
+}  // namespace shoal::engine::cuda
