@@ -59,6 +59,9 @@ struct InstanceInfo {
   // Intra-op threads this instance may use (the group's `threads` setting); 0: the
   // backend's own default for the model.
   int threads = 0;
+  // A KIND_GPU instance: the CUDA device ordinal it runs on (one of its group's `gpus`);
+  // -1 for a KIND_CPU instance. A backend that cannot run on it refuses CreateInstance.
+  int gpu = -1;
 };
 
 // One execution. When the model batches, every input's first dimension is

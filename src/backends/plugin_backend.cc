@@ -344,6 +344,12 @@ class PluginModel final : public BackendModel {
 
   StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
     const PluginLibrary& library = state_->library();
+    // The plugin API has no device in its instance info: a plugin runs where its thread is.
+    if (info.gpu >= 0) {
+      return InvalidArgument(Prefix(library) + " cannot create instance '" + info.name +
+                             "' on GPU " + std::to_string(info.gpu) +
+                             ": plugin backends run KIND_CPU instances only");
+    }
     const std::vector<int32_t> cores(info.cpu_cores.begin(), info.cpu_cores.end());
     ShoalInstanceInfo c_info{};
     c_info.name = info.name.c_str();

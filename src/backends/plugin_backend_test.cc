@@ -61,7 +61,7 @@ Loaded Load(const std::string& path, const ModelInfo& info) {
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   if (!model.ok()) return l;
   l.model = std::move(*model);
-  auto instance = l.model->CreateInstance(InstanceInfo{info.name + "_0", 0, {}, 0});
+  auto instance = l.model->CreateInstance(InstanceInfo{info.name + "_0", 0, {}, 0, -1});
   EXPECT_TRUE(instance.ok()) << instance.status().ToString();
   if (instance.ok()) l.instance = std::move(*instance);
   return l;
@@ -105,6 +105,22 @@ TEST(PluginBackendTest, IdentityCopiesFp32) {
   EXPECT_EQ(outputs[0].tensor.dtype(), DataType::kFp32);
   EXPECT_EQ(outputs[0].tensor.shape(), (Shape{3, 2}));
   EXPECT_EQ(Values<float>(outputs[0].tensor), data);
+}
+
+// The plugin API has no device: a KIND_GPU instance is refused, naming the plugin.
+TEST(PluginBackendTest, AGpuInstanceIsRefused) {
+  auto backend = OpenOrDie("identity", PluginPath("identity"));
+  ASSERT_NE(backend, nullptr);
+  auto model = backend->LoadModel(Info("identity", 8));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceInfo{"identity_0", 0, {}, 0, 1});
+  ASSERT_FALSE(instance.ok());
+  EXPECT_EQ(instance.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(instance.status().message().find(
+                "plugin 'identity' cannot create instance 'identity_0' on GPU 1: plugin backends "
+                "run KIND_CPU instances only"),
+            std::string::npos)
+      << instance.status().message();
 }
 
 TEST(PluginBackendTest, IdentityCopiesInt64AndSeveralInputs) {
@@ -305,7 +321,8 @@ TEST(PluginBackendTest, InstancesOfOneModelExecuteConcurrently) {
   std::vector<Status> results(4);
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
-      auto instance = (*model)->CreateInstance(InstanceInfo{"m_" + std::to_string(i), i, {}, 0});
+      auto instance =
+          (*model)->CreateInstance(InstanceInfo{"m_" + std::to_string(i), i, {}, 0, -1});
       if (!instance.ok()) {
         results[i] = instance.status();
         return;
@@ -408,7 +425,7 @@ TEST(PluginBackendTest, PluginBuiltAgainstThe1_0HeaderLoadsAndReadsEveryField) {
   EXPECT_EQ(std::dynamic_pointer_cast<PluginBackend>(backend)->api_minor_version(), 0u);
   auto model = backend->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}, 0});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"old_1", 1, {2, 3}, 0, -1});
   ASSERT_TRUE(instance.ok()) << instance.status().ToString();
 
   std::vector<NamedTensor> outputs;
@@ -531,8 +548,8 @@ TEST(PluginBackendTest, LoadAndCreateErrorsCarryThePluginsCodeAndMessage) {
 
   auto model = backend->LoadModel(Info("m", 0, {{"mode", "throw"}}));
   ASSERT_TRUE(model.ok());
-  EXPECT_TRUE((*model)->CreateInstance(InstanceInfo{"m_0", 0, {}, 0}).ok());
-  auto thrown = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {0}, 0});
+  EXPECT_TRUE((*model)->CreateInstance(InstanceInfo{"m_0", 0, {}, 0, -1}).ok());
+  auto thrown = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {0}, 0, -1});
   ASSERT_FALSE(thrown.ok());
   EXPECT_EQ(thrown.status().code(), StatusCode::kInternal);
   EXPECT_THAT(thrown.status().message(),

@@ -306,6 +306,8 @@ void CheckInstanceGroups(const inference::ModelConfig& config, Problems& problem
     const auto& group = config.instance_group(i);
     const std::string where = Cat("instance_group[", i, ']');
     if (group.count() < 0) problems.Add(where, ".count must be >= 0; was ", group.count());
+    for (int gpu : group.gpus())
+      if (gpu < 0) problems.Add(where, ".gpus must list device ordinals >= 0; was ", gpu);
   }
   CheckInstanceGroupParameters(config, problems);
 }

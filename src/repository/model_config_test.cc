@@ -402,6 +402,12 @@ INSTANTIATE_TEST_SUITE_P(
         RuleCase{"NegativeInstanceCount",
                  [](C& c) { c.mutable_instance_group(0)->set_count(-1); },
                  {"instance_group[0].count must be >= 0; was -1"}},
+        RuleCase{"NegativeGpuOrdinal",
+                 [](C& c) {
+                   c.mutable_instance_group(0)->set_kind(inference::ModelInstanceGroup::KIND_GPU);
+                   c.mutable_instance_group(0)->add_gpus(-2);
+                 },
+                 {"instance_group[0].gpus must list device ordinals >= 0; was -2"}},
         RuleCase{"NegativeThreads",
                  [](C& c) { SetParameter(c, "shoal.instance_group.0.threads", "-2"); },
                  {"parameter \"shoal.instance_group.0.threads\" must be an integer >= 0; was "

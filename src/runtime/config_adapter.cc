@@ -336,23 +336,28 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   int index = 0;
   for (int g = 0; g < config.instance_group_size(); ++g) {
     const auto& group = config.instance_group(g);
+    // KIND_GPU: `count` instances on each listed GPU, as Triton places them; no list
+    // means GPU 0 (Triton: every GPU; the runtime does not query devices). The backend
+    // says at CreateInstance whether it can run there.
+    std::vector<int> gpus = {-1};
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      return InvalidArgument(
-          "model '" + config.name() +
-          "' asks for KIND_GPU instances; shoal serves models on CPUs only so far "
-          "(the GPU path's state: docs/gpu.md); use kind: KIND_CPU");
+      gpus.assign(group.gpus().begin(), group.gpus().end());
+      if (gpus.empty()) gpus.push_back(0);
     }
     const int count = repository::InstanceCount(group);
-    for (int i = 0; i < count; ++i, ++index) {
-      backends::InstanceInfo info;
-      info.name = config.name() + "_" + std::to_string(index);
-      info.index = index;
-      info.cpu_cores = repository::InstanceCores(config, g, i);
-      info.threads = repository::GroupThreads(config, g);
-      o.instances.push_back(std::move(info));
+    for (int gpu : gpus) {
+      for (int i = 0; i < count; ++i, ++index) {
+        backends::InstanceInfo info;
+        info.name = config.name() + "_" + std::to_string(index);
+        info.index = index;
+        info.cpu_cores = repository::InstanceCores(config, g, i);
+        info.threads = repository::GroupThreads(config, g);
+        info.gpu = gpu;
+        o.instances.push_back(std::move(info));
+      }
     }
   }
-  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}, 0});
+  if (o.instances.empty()) o.instances.push_back({config.name() + "_0", 0, {}, 0, -1});
 
   if (config.response_cache().enable() && cache != nullptr) o.cache = std::move(cache);
 

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "backends/backend_registry.h"
+#include "backends/onnx/gpu_instance.h"
 #include "core/log_text.h"
 #include "engine/model.h"
 #include "engine/pipeline_session.h"
@@ -191,6 +192,18 @@ class OnnxModel : public BackendModel {
         pipeline_(std::move(pipeline)) {}
 
   StatusOr<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceInfo& info) override {
+    if (info.gpu >= 0) {
+      if (stages_) {
+        return InvalidArgument("instance '" + info.name +
+                               "': a model split into pipeline stages (pipeline_stages) runs on "
+                               "CPUs only; use kind: KIND_CPU");
+      }
+      // Every tier holds the same graph; a GPU plan is lowered from its fp32 plan.
+      auto fp32 = tiers_.models.find("fp32");
+      const engine::Model& model =
+          *(fp32 != tiers_.models.end() ? fp32 : tiers_.models.begin())->second;
+      return CreateGpuInstance(model, info, info_.parameters);
+    }
     if (stages_) return CreatePipelined(info);
     engine::SessionOptions options = session_;
     options.cpu_cores = info.cpu_cores;

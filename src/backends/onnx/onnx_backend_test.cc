@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "backends/backend_registry.h"
+#include "backends/onnx/gpu_instance.h"
 #include "core/npy.h"
 #include "engine/precision.h"
 #include "engine/test_util.h"
@@ -92,7 +95,7 @@ TEST_F(OnnxBackendTest, UnbatchedConfigKeepsFullShapes) {
 TEST_F(OnnxBackendTest, ExecuteMatchesTheReference) {
   auto model = MakeOnnxBackend()->LoadModel(Info());
   ASSERT_TRUE(model.ok());
-  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 0});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 0, -1});
   ASSERT_TRUE(instance.ok()) << instance.status().ToString();
   auto ref = ReadTensorFile(SourceDir() + "/models/resnet_op13.b4.sht");
   ASSERT_TRUE(ref.ok());
@@ -178,7 +181,7 @@ class OnnxTierTest : public OnnxBackendTest {
   }
   // Held-out accuracy of a loaded model over all 450 images.
   double Accuracy(BackendModel& model) {
-    auto instance = model.CreateInstance(InstanceInfo{"digits_0", 0, {}, 0});
+    auto instance = model.CreateInstance(InstanceInfo{"digits_0", 0, {}, 0, -1});
     EXPECT_TRUE(instance.ok());
     ExecuteRequest request;
     request.batch_size = images_.shape()[0];
@@ -222,7 +225,7 @@ TEST_F(OnnxTierTest, RequestsPickATierThatTheConfigLoaded) {
   info.parameters["precision_tiers"] = "int8";
   auto model = MakeOnnxBackend()->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}, 0});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}, 0, -1});
   ASSERT_TRUE(instance.ok());
   ExecuteRequest request;
   request.batch_size = images_.shape()[0];
@@ -254,7 +257,7 @@ TEST_F(OnnxTierTest, TierSelectionLoadsATierNoSlowerThanFp32) {
   info.parameters["tier_operator_selection"] = "true";
   auto model = MakeOnnxBackend()->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}, 0});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"digits_0", 0, {}, 0, -1});
   ASSERT_TRUE(instance.ok());
   ExecuteRequest request;
   request.batch_size = images_.shape()[0];
@@ -320,7 +323,7 @@ class OnnxPipelineTest : public OnnxBackendTest {
     return info;
   }
   static void ExpectRunsLikeReference(BackendModel& model) {
-    auto instance = model.CreateInstance(InstanceInfo{"resnet_0", 0, {}, 2});
+    auto instance = model.CreateInstance(InstanceInfo{"resnet_0", 0, {}, 2, -1});
     ASSERT_TRUE(instance.ok()) << instance.status().ToString();
     const Reference ref = LoadReference("resnet_op13.b4.sht");
     for (int run = 0; run < 2; ++run) {
@@ -373,7 +376,7 @@ TEST_F(OnnxPipelineTest, StagesCutAtNamedNodes) {
 TEST_F(OnnxPipelineTest, WholeModelInstancesReportNoBubble) {
   auto model = MakeOnnxBackend()->LoadModel(Info());
   ASSERT_TRUE(model.ok());
-  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 1});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 1, -1});
   ASSERT_TRUE(instance.ok());
   EXPECT_EQ((*instance)->pipeline_bubble_ratio(), -1);
 }
@@ -445,7 +448,7 @@ TEST_F(NotBatchMajorTest, UnbatchedItServesAndIsNotBatchedAutomatically) {
   auto model = MakeOnnxBackend()->LoadModel(Install("nms_batch.onnx", 0));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ((*model)->info().max_batch_size, 0);  // the config said nothing: not batched
-  auto instance = (*model)->CreateInstance(InstanceInfo{"nms_0", 0, {}, 0});
+  auto instance = (*model)->CreateInstance(InstanceInfo{"nms_0", 0, {}, 0, -1});
   ASSERT_TRUE(instance.ok()) << instance.status().ToString();
   // Two images of six boxes; in each, boxes 0 and 1 overlap (IoU 0.81), the others are
   // apart.
@@ -471,6 +474,121 @@ TEST_F(NotBatchMajorTest, UnbatchedItServesAndIsNotBatchedAutomatically) {
   EXPECT_EQ(outputs[0].tensor.shape(), (Shape{6, 3}));
   EXPECT_THAT(IntValues(outputs[0].tensor),
               ::testing::ElementsAre(0, 0, 0, 0, 0, 2, 0, 0, 3, 1, 0, 0, 1, 0, 2, 1, 0, 3));
+}
+
+// ---- KIND_GPU instances (gpu_instance.h) ----
+
+// The example recommender, loaded from the repository's examples with no config.
+ModelInfo ExampleInfo(const std::string& name, std::map<std::string, std::string> parameters = {}) {
+  ModelInfo info;
+  info.name = name;
+  info.version = 1;
+  info.model_dir = SourceDir() + "/examples/models/" + name;
+  info.version_dir = info.model_dir + "/1";
+  info.parameters = std::move(parameters);
+  return info;
+}
+
+InstanceInfo OnGpu(int gpu) {
+  InstanceInfo info{"m_0", 0, {}, 0, gpu};
+  return info;
+}
+
+// Where the GPU instance cannot be: built without CUDA, or no device here (these build
+// machines). Records why and returns true when the test should stop.
+bool NoGpuHere(const Status& created) {
+  if (!GpuInstancesBuilt()) {
+    EXPECT_EQ(created.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(created.message(), HasSubstr("built without the CUDA path"));
+    EXPECT_THAT(created.message(), HasSubstr("docs/gpu.md"));
+    return true;
+  }
+  if (created.code() == StatusCode::kUnavailable) {
+    EXPECT_THAT(created.message(), HasSubstr("GPU 0: no usable CUDA device"));
+    return true;
+  }
+  return false;
+}
+
+TEST(OnnxBackendGpuTest, AGpuInstanceAnswersAsTheCpuInstanceDoes) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(gpu.status())) GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  auto cpu = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, -1});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  for (int64_t batch : {1, 5, 4, 5}) {  // a new shape, a cached one, another, the first again
+    ExecuteRequest request;
+    request.batch_size = batch;
+    request.inputs.push_back({"features", Random({batch, 64}, static_cast<uint32_t>(batch))});
+    std::vector<NamedTensor> on_gpu, on_cpu;
+    Status ran = (*gpu)->Execute(request, &on_gpu);
+    ASSERT_TRUE(ran.ok()) << ran.ToString();
+    ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+    ASSERT_EQ(on_gpu.size(), 1u);
+    EXPECT_EQ(on_gpu[0].name, "score");
+    EXPECT_EQ(on_gpu[0].tensor.shape(), (Shape{batch, 1}));
+    EXPECT_LE(MaxAbsDiff(on_gpu[0].tensor, on_cpu[0].tensor), 1e-5f) << "batch " << batch;
+  }
+  ExecuteRequest int8;
+  int8.batch_size = 1;
+  int8.variant = "int8";
+  int8.inputs.push_back({"features", Random({1, 64}, 1)});
+  std::vector<NamedTensor> out;
+  const Status refused = (*gpu)->Execute(int8, &out);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("GPU instances"));
+  ExecuteRequest wrong;
+  wrong.batch_size = 1;
+  wrong.inputs.push_back({"features", Random({1, 63}, 1)});
+  EXPECT_EQ((*gpu)->Execute(wrong, &out).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(OnnxBackendGpuTest, GpuPrecisionMustBeFp32OrTf32) {
+  auto model =
+      MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_precision", "fp16"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(0));
+  ASSERT_FALSE(gpu.ok());
+  if (!GpuInstancesBuilt()) {
+    EXPECT_EQ(gpu.status().code(), StatusCode::kFailedPrecondition);
+    return;
+  }
+  EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(gpu.status().message(), HasSubstr("gpu_precision must be fp32 or tf32"));
+}
+
+TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("text_classifier"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(gpu.status())) GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(gpu.status().message(), HasSubstr("the GPU path cannot run this model yet"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("(ReduceMean)"));
+}
+
+TEST(OnnxBackendGpuTest, AGpuTheMachineLacksIsNamed) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto probe = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(probe.status()))
+    GTEST_SKIP() << "no GPU instance here: " << probe.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(4096));
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(gpu.status().message(), HasSubstr("instance_group's gpus must name one of them"));
+}
+
+// A pipelined model's instances stay on CPUs.
+TEST(OnnxBackendGpuTest, APipelinedModelRefusesGpuInstances) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"pipeline_stages", "2"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(0));
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_THAT(gpu.status().message(), HasSubstr("runs on CPUs only"));
 }
 
 }  // namespace

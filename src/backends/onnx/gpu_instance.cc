@@ -1,0 +1,175 @@
+#include "backends/onnx/gpu_instance.h"
+
+#include <cuda_runtime_api.h>
+
+#include <exception>
+#include <list>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/gpu_plan.h"
+#include "engine/plan.h"
+
+namespace shoal::backends {
+namespace {
+
+using engine::cuda::GemmMath;
+
+class GpuInstance : public BackendInstance {
+ public:
+  GpuInstance(const engine::Model& model, GemmMath math, std::string tier,
+              std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream)
+      : model_(model),
+        math_(math),
+        tier_(std::move(tier)),
+        handle_(std::move(handle)),
+        stream_(std::move(stream)),
+        cpu_engine_(dnnl::engine::kind::cpu, 0),
+        cpu_stream_(cpu_engine_) {}
+
+  Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) override {
+    if (!request.variant.empty() && request.variant != tier_) {
+      return InvalidArgument("precision '" + request.variant +
+                             "' is not loaded for this model's GPU instances (they run " + tier_ +
+                             "; the config parameter gpu_precision picks fp32 or tf32)");
+    }
+    try {
+      const engine::Graph& graph = model_.graph();
+      std::vector<const Tensor*> inputs;
+      std::vector<Shape> shapes;
+      for (int v : graph.inputs) {
+        const std::string& name = graph.values[v].name;
+        const Tensor* found = nullptr;
+        for (const NamedTensor& t : request.inputs)
+          if (t.name == name) found = &t.tensor;
+        if (!found) return InvalidArgument("input '" + name + "' is missing");
+        inputs.push_back(found);
+        shapes.push_back(found->shape());
+      }
+      RETURN_IF_ERROR(CheckInputs(inputs));
+      ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
+      std::vector<Tensor> results;
+      RETURN_IF_ERROR(plan->Run(inputs, stream_, &results));
+      for (size_t o = 0; o < results.size(); ++o)
+        outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Internal(std::string("onnx backend (GPU): ") + e.what());
+    }
+  }
+
+  // The plan for these input shapes: cached, or prepared by the CPU engine, lowered and
+  // created on the device now.
+  StatusOr<engine::cuda::GpuPlan*> PlanFor(const std::vector<Shape>& shapes) {
+    for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+      if (it->shapes != shapes) continue;
+      plans_.splice(plans_.begin(), plans_, it);
+      return plans_.front().plan.get();
+    }
+    const engine::LoadOptions& load = model_.options();
+    ASSIGN_OR_RETURN(auto cpu_plan, engine::Plan::Prepare(model_.graph(), shapes, cpu_engine_,
+                                                          cpu_stream_, model_.weight_cache(),
+                                                          engine::PlanOptions(), load.limits));
+    engine::cuda::GpuPlanOptions options;
+    options.math = math_;
+    ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+    ASSIGN_OR_RETURN(auto plan,
+                     engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_));
+    if (plans_.size() >= kMaxGpuPlans) plans_.pop_back();
+    plans_.push_front({shapes, std::move(plan)});
+    return plans_.front().plan.get();
+  }
+
+ private:
+  // The model's dtypes, ranks and fixed dimensions.
+  Status CheckInputs(const std::vector<const Tensor*>& inputs) const {
+    const auto& infos = model_.inputs();
+    for (size_t i = 0; i < inputs.size() && i < infos.size(); ++i) {
+      const engine::TensorInfo& info = infos[i];
+      const Tensor& t = *inputs[i];
+      if (t.dtype() != info.dtype) {
+        return InvalidArgument("input '" + info.name + "' has data type " +
+                               std::string(DataTypeName(t.dtype())) + "; the model's is " +
+                               std::string(DataTypeName(info.dtype)));
+      }
+      if (!info.rank_known) continue;
+      bool ok = t.shape().size() == info.shape.size();
+      for (size_t d = 0; ok && d < info.shape.size(); ++d)
+        ok = !info.shape[d].known() || info.shape[d].value == t.shape()[d];
+      if (!ok) {
+        return InvalidArgument("input '" + info.name + "' has shape " + ShapeToString(t.shape()) +
+                               "; the model's is " + engine::SymbolicShapeToString(info.shape));
+      }
+    }
+    return Status::Ok();
+  }
+
+  struct Cached {
+    std::vector<Shape> shapes;
+    std::unique_ptr<engine::cuda::GpuPlan> plan;
+  };
+  const engine::Model& model_;
+  GemmMath math_;
+  std::string tier_;
+  std::unique_ptr<engine::cuda::LtHandle> handle_;
+  engine::cuda::Stream stream_;
+  dnnl::engine cpu_engine_;  // prepares the CPU plans that are lowered
+  dnnl::stream cpu_stream_;
+  std::list<Cached> plans_;  // most recently used first
+};
+
+}  // namespace
+
+bool GpuInstancesBuilt() { return true; }
+
+StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
+    const engine::Model& model, const InstanceInfo& info,
+    const std::map<std::string, std::string>& parameters) {
+  const std::string where = "GPU " + std::to_string(info.gpu);
+  GemmMath math = GemmMath::kFp32;
+  std::string tier = "fp32";
+  if (auto it = parameters.find("gpu_precision"); it != parameters.end()) {
+    if (it->second == "tf32") {
+      math = GemmMath::kTf32;
+      tier = "tf32";
+    } else if (it->second != "fp32") {
+      return InvalidArgument("parameter gpu_precision must be fp32 or tf32; was '" + it->second +
+                             "'");
+    }
+  }
+  auto devices = engine::cuda::ListDevices();
+  if (!devices.ok()) return devices.status().WithPrefix(where + ": no usable CUDA device");
+  if (info.gpu < 0 || info.gpu >= static_cast<int>(devices->size())) {
+    return InvalidArgument(where + ": this machine has " + std::to_string(devices->size()) +
+                           " GPU" + (devices->size() == 1 ? "" : "s") +
+                           " (ordinals from 0); instance_group's gpus must name one of them");
+  }
+  RETURN_IF_ERROR(
+      engine::cuda::CudaStatus(cudaSetDevice(info.gpu), "cudaSetDevice").WithPrefix(where));
+  ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
+  ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
+  auto instance =
+      std::make_unique<GpuInstance>(model, math, tier, std::move(handle), std::move(stream));
+  // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
+  // here, at load.
+  std::vector<Shape> shapes;
+  for (const engine::TensorInfo& t : model.inputs()) {
+    if (!t.rank_known) return std::unique_ptr<BackendInstance>(std::move(instance));
+    Shape shape;
+    for (const engine::Dim& d : t.shape) shape.push_back(d.known() ? d.value : 1);
+    shapes.push_back(std::move(shape));
+  }
+  try {
+    auto plan = instance->PlanFor(shapes);
+    if (!plan.ok()) return plan.status().WithPrefix(where);
+  } catch (const std::exception& e) {
+    return Internal(where + ": " + e.what());
+  }
+  return std::unique_ptr<BackendInstance>(std::move(instance));
+}
+
+}  // namespace shoal::backends

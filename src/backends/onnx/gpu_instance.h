@@ -1,0 +1,41 @@
+// KIND_GPU instances of the onnx backend: the model's plans lowered onto a CUDA device
+// (engine/cuda/gpu_plan.h), built only with SHOAL_CUDA (docs/gpu.md).
+//
+// An instance owns a CUDA stream and a cuBLASLt handle on its GPU, and a cache of GPU
+// plans keyed by the input shapes (the least recently used of kMaxGpuPlans evicted),
+// each prepared by the CPU engine for those shapes and then lowered. CreateInstance
+// lowers the plan for the inputs' smallest shapes (symbolic dimensions 1) at once, so a
+// model the GPU path cannot run fails its load, naming every node it lacks, instead of
+// its first request. Inputs and outputs stay host tensors: Execute copies the batch in,
+// runs it and copies the outputs back before it returns.
+//
+// The config parameter `gpu_precision` picks how the products run: `fp32` (the default)
+// or `tf32` (tensor cores, 10-bit mantissas; values stay fp32 in memory). A request whose
+// `precision` parameter names another tier (bf16, int8: the CPU's) is INVALID_ARGUMENT.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backends/backend.h"
+#include "core/status.h"
+#include "engine/model.h"
+
+namespace shoal::backends {
+
+inline constexpr size_t kMaxGpuPlans = 8;
+
+// True when this shoal was built with the CUDA path.
+bool GpuInstancesBuilt();
+
+// An instance of `model` on GPU info.gpu, created on the instance's thread (which it
+// makes current on that device). `parameters` are the model config's. INVALID_ARGUMENT
+// for a bad `gpu_precision` or a GPU that does not exist, UNAVAILABLE when there is no
+// usable CUDA device, FAILED_PRECONDITION when shoal was built without CUDA,
+// UNIMPLEMENTED when the GPU path cannot run the model.
+StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
+    const engine::Model& model, const InstanceInfo& info,
+    const std::map<std::string, std::string>& parameters);
+
+}  // namespace shoal::backends
