@@ -9,19 +9,27 @@
 #                              outcome, the GEMM peak), tests.log (every test's output),
 #                              gtest-xml.tar (one gtest XML per test binary) and
 #                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
-#                              GEMM peak, bench/gpu/gemm_probe.cc)
+#                              GEMM peak, bench/gpu/gemm_probe.cc), plan_bench.json (the
+#                              engine alone on the recommender, GPU beside CPU) and
+#                              served.json (shoal serve with KIND_GPU instances under
+#                              shoal bench)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
 # cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
-# (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's test
-# also links the CPU engine, whose Debian libraries (oneDNN, ONNX, protobuf, libgomp) the
-# GPU machine lacks: prepare packs them into .gpu/lib.tar.gz (about 15 MB) and device
-# unpacks them. glibc, libstdc++ and the CUDA libraries are the machine's own.
+# (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's and
+# the backend's tests link the CPU engine, and the server that the e2e test and the served
+# benchmark start links gRPC, Boost and more: Debian libraries the GPU machine lacks.
+# prepare packs them into .gpu/lib.tar.gz (about 21 MB) and device unpacks them. glibc,
+# libstdc++ and the CUDA libraries are the machine's own.
 # Exits non-zero when a test fails, or, on the device, when no GPU is found (there the
 # tests must run, not skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
-       engine_cuda_normalization_test engine_cuda_gpu_plan_test)
+       engine_cuda_normalization_test engine_cuda_gpu_plan_test backends_onnx_backend_test e2e_gpu_test)
+# Where each test is built, and the gtest filter it runs with there (the backend test's
+# GPU cases only).
+declare -A TEST_DIR=([backends_onnx_backend_test]=src/backends/onnx [e2e_gpu_test]=tests/e2e)
+declare -A TEST_FILTER=([backends_onnx_backend_test]='OnnxBackendGpuTest.*')
 case "${1:-}" in
   prepare)
     BUILD="${SHOAL_BUILD:-build-cuda}"
@@ -35,14 +43,19 @@ case "${1:-}" in
       exit 1
     }
     rm -f "$BUILD.configure.log"
-    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}" gpu_gemm_probe
-    rm -rf .gpu && mkdir -p .gpu/bin
+    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}" gpu_gemm_probe gpu_plan_bench shoal
+    rm -rf .gpu && mkdir -p .gpu/bin .gpu/build/src/cli
     # Without debug information: the engine's makes a test binary ten times larger.
-    for t in "${TESTS[@]}"; do strip --strip-debug -o ".gpu/bin/$t" "$BUILD/src/engine/cuda/$t"; done
+    for t in "${TESTS[@]}"; do
+      strip --strip-debug -o ".gpu/bin/$t" "$BUILD/${TEST_DIR[$t]:-src/engine/cuda}/$t"
+    done
     strip --strip-debug -o .gpu/bin/gpu_gemm_probe "$BUILD/bench/gpu_gemm_probe"
+    strip --strip-debug -o .gpu/bin/gpu_plan_bench "$BUILD/bench/gpu_plan_bench"
+    # The server, where the e2e test and the served benchmark look for it.
+    strip --strip-debug -o .gpu/build/src/cli/shoal "$BUILD/src/cli/shoal"
     # The shared libraries the binaries need that a CUDA image does not have.
     staging=$(mktemp -d)
-    for b in .gpu/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+    for b in .gpu/bin/* .gpu/build/src/cli/shoal; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
       grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so' |
       while IFS= read -r lib; do cp -L "$lib" "$staging/"; done
     tar -C "$staging" -czf .gpu/lib.tar.gz . && rm -rf "$staging"
@@ -93,7 +106,8 @@ PY
       echo "## $t" | tee -a "$out/gpu.txt" >>"$out/tests.log"
       log=$(mktemp)
       # A skipped test here means the device was not usable: counted as a failure.
-      if ".gpu/bin/$t" --gtest_output="xml:$xml/$t.xml" >"$log" 2>&1; then
+      if SHOAL_BINARY_DIR="$PWD/.gpu/build" ".gpu/bin/$t" --gtest_output="xml:$xml/$t.xml" \
+          --gtest_filter="${TEST_FILTER[$t]:-*}" >"$log" 2>&1; then
         if grep -q "SKIPPED" "$log"; then echo "skipped tests on a GPU machine" >>"$log"; rc=1; fi
       else
         rc=1
@@ -105,6 +119,39 @@ PY
     tar -C "$xml" -cf "$out/gtest-xml.tar" . && rm -rf "$xml"
     echo "## the device's GEMM peak (gpu_gemm_probe)" | tee -a "$out/gpu.txt"
     .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
+    # The engine alone: the recommender's GPU plan in fp32 and TF32 beside the CPU engine.
+    rec=examples/models/recommender/1/model.onnx
+    echo "## the engine alone (gpu_plan_bench)" | tee -a "$out/gpu.txt"
+    .gpu/bin/gpu_plan_bench "$rec" --batches 1,8,64,256 --runs 100 --json "$out/plan_bench.json" 2>&1 |
+      tee -a "$out/gpu.txt" || rc=1
+    # Served: shoal serve with two KIND_GPU instances of the recommender, shoal bench at 16
+    # requests of 16 rows outstanding over HTTP (batches of up to 64 rows form).
+    echo "## served (shoal serve, KIND_GPU; shoal bench)" | tee -a "$out/gpu.txt"
+    repo=$(mktemp -d)
+    mkdir -p "$repo/rec/1" && cp "$rec" "$repo/rec/1/model.onnx"
+    cat >"$repo/rec/config.pbtxt" <<'CFG'
+name: "rec"
+platform: "onnxruntime_onnx"
+max_batch_size: 64
+dynamic_batching { preferred_batch_size: [ 64 ] max_queue_delay_microseconds: 500 }
+instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]
+CFG
+    .gpu/build/src/cli/shoal serve --model-repository "$repo" --http-port 18000 --grpc-port 18001 \
+      --metrics-port 18002 >>"$out/tests.log" 2>&1 &
+    server=$!
+    # Ready when the model is (curl where the image has it; else give it 10 s).
+    if command -v curl >/dev/null; then
+      for _ in $(seq 150); do
+        curl -sf localhost:18000/v2/models/rec/ready >/dev/null 2>&1 && break
+        sleep 0.2
+      done
+    else
+      sleep 10
+    fi
+    .gpu/build/src/cli/shoal bench -m rec -u localhost:18000 -b 16 --concurrency-range 16 \
+      -p 3000 --max-trials 3 --json "$out/served.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
     echo "exit $rc" | tee -a "$out/gpu.txt"
     exit "$rc"
     ;;
