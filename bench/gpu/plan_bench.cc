@@ -2,7 +2,9 @@
 // what one batch costs through a GPU plan (engine/cuda/gpu_plan.h), in fp32 and TF32, with
 // its input and output copies, as a GPU instance runs it; the CPU engine's Session on the
 // same inputs; and the largest difference between the two outputs.
-//   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE]
+//   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE] [--lower-only]
+// --lower-only: needs no device; says whether the model lowers onto the GPU path at the
+// first batch size (steps, weight and arena bytes), or lists every node it lacks.
 // Inputs: random fp32 in [-1, 1) (zeros for integer inputs), the first dimension the batch,
 // other symbolic dimensions 1. Each figure is the median of R timed runs after 3 warm-ups.
 // Exits 1 when there is no device, or the model does not load or lower.
@@ -68,14 +70,23 @@ int Fail(const Status& s, const char* what) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE]\n");
+                 "usage: gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE] "
+                 "[--lower-only]\n");
     return 2;
   }
   const std::string path = argv[1];
   std::vector<int64_t> batches = {1, 8, 64};
   int runs = 50;
   const char* json = nullptr;
+  bool lower_only = false;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--lower-only")) lower_only = true;
+  }
   for (int i = 2; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--lower-only")) {
+      --i;
+      continue;
+    }
     if (!std::strcmp(argv[i], "--runs")) {
       runs = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--json")) {
@@ -88,10 +99,31 @@ int main(int argc, char** argv) {
       }
     }
   }
-  auto devices = cuda::ListDevices();
-  if (!devices.ok()) return Fail(devices.status(), "no device");
   auto model = Model::Load(path);
   if (!model.ok()) return Fail(model.status(), "load");
+  if (lower_only) {
+    // What the GPU path makes of the model at the first batch size, without a device.
+    dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+    dnnl::stream cpu_stream(cpu);
+    std::vector<Shape> shapes;
+    for (const TensorInfo& t : (*model)->inputs()) {
+      Shape shape;
+      for (size_t d = 0; d < t.shape.size(); ++d)
+        shape.push_back(t.shape[d].known() ? t.shape[d].value : (d == 0 ? batches[0] : 1));
+      shapes.push_back(shape);
+    }
+    auto plan = Plan::Prepare((*model)->graph(), shapes, cpu, cpu_stream, (*model)->weight_cache(),
+                              PlanOptions(), PlanLimits());
+    if (!plan.ok()) return Fail(plan.status(), "CPU plan");
+    auto lowered = cuda::LowerPlan((*model)->graph(), **plan);
+    if (!lowered.ok()) return Fail(lowered.status(), "lowering");
+    std::printf("%s lowers to %zu GPU steps; weights %lld bytes, arena %lld bytes\n", path.c_str(),
+                lowered->steps.size(), static_cast<long long>(lowered->weight_bytes),
+                static_cast<long long>(lowered->arena_bytes));
+    return 0;
+  }
+  auto devices = cuda::ListDevices();
+  if (!devices.ok()) return Fail(devices.status(), "no device");
   auto handle = cuda::LtHandle::Create();
   if (!handle.ok()) return Fail(handle.status(), "cuBLASLt");
   auto stream = cuda::Stream::Create();

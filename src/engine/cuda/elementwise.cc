@@ -99,4 +99,11 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
                     "softmax kernel launch");
 }
 
+Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
+  return CudaStatus(
+      internal::LaunchCastToF32(static_cast<internal::CastKernel>(from), x, y, n, stream),
+      "cast kernel launch");
+}
+
 }  // namespace shoal::engine::cuda

@@ -46,4 +46,9 @@ Status Binary(BinaryOp op, const float* a, const float* b, float* y, const Broad
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
                        cudaStream_t stream);
 
+// y = float(x) over n elements: Cast to fp32 from int64, int32 or bool (one byte each; any
+// value but 0 is 1). x and y must not overlap.
+enum class CastSource { kInt64, kInt32, kBool };
+Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda

@@ -225,5 +225,29 @@ TEST(SoftmaxShapeTest, RefusesNoDimensionsBeforeTouchingTheDevice) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
+// Cast to fp32 from each source type, values at the edges of what fp32 holds exactly.
+TEST_F(ElementwiseGpuTest, CastToFloatFromIntegersAndBools) {
+  const std::vector<int64_t> i64 = {0, -1, 7, int64_t{1} << 24, -(int64_t{1} << 40)};
+  const std::vector<int32_t> i32 = {0, -3, 12345, 1 << 24, -(1 << 30)};
+  const std::vector<uint8_t> bools = {0, 1, 0, 2, 255};
+  DeviceBuffer y = Floats(5);
+  DeviceBuffer a = UploadBytes(i64.data(), i64.size() * sizeof(int64_t));
+  ASSERT_TRUE(CastToFloat(CastSource::kInt64, a.data(), y.as<float>(), 5, stream()).ok());
+  std::vector<float> got = Download(y, 5);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(got[i], static_cast<float>(i64[i])) << i;
+  DeviceBuffer b = UploadBytes(i32.data(), i32.size() * sizeof(int32_t));
+  ASSERT_TRUE(CastToFloat(CastSource::kInt32, b.data(), y.as<float>(), 5, stream()).ok());
+  got = Download(y, 5);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(got[i], static_cast<float>(i32[i])) << i;
+  DeviceBuffer c = UploadBytes(bools.data(), bools.size());
+  ASSERT_TRUE(CastToFloat(CastSource::kBool, c.data(), y.as<float>(), 5, stream()).ok());
+  EXPECT_EQ(Download(y, 5), (std::vector<float>{0, 1, 0, 1, 1}));
+}
+
+TEST(CastShapeTest, RefusesANegativeCountBeforeTouchingTheDevice) {
+  EXPECT_EQ(CastToFloat(CastSource::kInt64, nullptr, nullptr, -1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace shoal::engine::cuda

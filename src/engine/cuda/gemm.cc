@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "engine/cuda/cuda_status.h"
 
@@ -78,6 +79,15 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
     return InvalidArgument("GEMM dimensions must be positive; were m=" + std::to_string(options.m) +
                            " n=" + std::to_string(options.n) + " k=" + std::to_string(options.k));
   }
+  if (options.batch < 1 || options.x_batch_stride < 0 || options.w_batch_stride < 0 ||
+      options.y_batch_stride < 0 ||
+      (options.batch > 1 && options.y_batch_stride < options.m * options.n)) {
+    return InvalidArgument("a batch of " + std::to_string(options.batch) +
+                           " GEMMs needs strides >= 0 and outputs that do not overlap (Y's "
+                           "stride at least m*n = " +
+                           std::to_string(options.m * options.n) + "); was " +
+                           std::to_string(options.y_batch_stride));
+  }
   std::unique_ptr<LtGemm> gemm(new LtGemm());
   gemm->options_ = options;
   gemm->handle_ = handle.get();
@@ -117,6 +127,28 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
                                "cublasLtMatrixLayoutCreate (X)"));
   RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, type, n, m, n),
                                "cublasLtMatrixLayoutCreate (Y)"));
+  // The alignment every matrix of the batch keeps: the pointers' 256 bytes, down to what
+  // the strides (in bytes) allow.
+  uint32_t alignment = kGemmAlignmentBytes;
+  if (options.batch > 1) {
+    const auto count = static_cast<int32_t>(options.batch);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> batched[] = {
+        {gemm->w_layout_, options.w_batch_stride},
+        {gemm->x_layout_, options.x_batch_stride},
+        {gemm->y_layout_, options.y_batch_stride}};
+    for (const auto& [layout, stride] : batched) {
+      RETURN_IF_ERROR(
+          CublasStatus(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof(count)),
+                       "set BATCH_COUNT"));
+      RETURN_IF_ERROR(CublasStatus(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                           &stride, sizeof(stride)),
+          "set STRIDED_BATCH_OFFSET"));
+      const int64_t bytes = stride * static_cast<int64_t>(GemmElementBytes(options.math));
+      while (bytes % alignment != 0) alignment /= 2;
+    }
+  }
 
   cublasLtMatmulPreference_t preference = nullptr;
   RETURN_IF_ERROR(
@@ -124,9 +156,8 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   const uint64_t workspace = options.workspace_bytes;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-  // The alignment Run checks, for every operand (cuBLASLt otherwise guesses it from the
-  // pointers it is given here, and the bias pointer is not known yet).
-  const uint32_t alignment = kGemmAlignmentBytes;
+  // The alignment of every operand (cuBLASLt otherwise guesses it from the pointers it is
+  // given here, and the bias pointer is not known yet).
   for (const auto attribute :
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
@@ -180,7 +211,7 @@ Status LtGemm::Run(const void* x, const void* w, const void* bias, void* y, void
         cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
         "set BIAS_POINTER"));
   }
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = options_.alpha, beta = 0.f;
   return CublasStatus(
       cublasLtMatmul(handle_, op_, &alpha, w, w_layout_, x, x_layout_, &beta, y, y_layout_, y,
                      y_layout_, &algo_, workspace, options_.workspace_bytes, stream),

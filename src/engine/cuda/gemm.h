@@ -15,7 +15,9 @@
 //
 // Every operand and the workspace must be aligned to kGemmAlignmentBytes (cudaMalloc's
 // alignment; the device memory planner aligns its offsets to it): the algorithm is chosen
-// for that alignment, and Run refuses a pointer that is not.
+// for that alignment, and Run refuses a pointer that is not. A batched product's later
+// matrices are only as aligned as their batch strides make them: its algorithm is chosen
+// for the largest power of two, up to that, that divides every stride in bytes.
 #pragma once
 
 #include <cublasLt.h>
@@ -64,12 +66,20 @@ struct GemmOptions {
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   GemmMath math = GemmMath::kFp32;
   size_t workspace_bytes = 4 << 20;  // the most scratch the algorithm may use; Run gets it
+  float alpha = 1.f;                 // Y = epilogue(alpha · X·W + bias)
+  // Batched products (attention's scores and context): `batch` products, product b's
+  // operands at the base pointers plus b times their batch stride, in elements. A stride
+  // of 0 uses the same matrix for every product (a broadcast); Y's must not make two
+  // products' outputs overlap. The bias, when there is one, is the same for every product.
+  int64_t batch = 1;
+  int64_t x_batch_stride = 0, w_batch_stride = 0, y_batch_stride = 0;
 };
 
 class LtGemm {
  public:
-  // InvalidArgument for a non-positive dimension; Unimplemented when cuBLASLt has no
-  // algorithm for the combination on this device.
+  // InvalidArgument for a non-positive dimension or batch, a negative batch stride, or
+  // batched outputs that overlap; Unimplemented when cuBLASLt has no algorithm for the
+  // combination on this device.
   static StatusOr<std::unique_ptr<LtGemm>> Create(const LtHandle& handle,
                                                   const GemmOptions& options);
   ~LtGemm();

@@ -217,5 +217,54 @@ TEST_F(GemmGpuTest, RefusesBadShapesAndAMissingBiasOrWorkspace) {
       StatusCode::kInvalidArgument);
 }
 
+// Batched products as attention runs them: X and Y strided per product, W per product or
+// one W for all (stride 0), alpha scaling, on shapes whose strides leave later matrices
+// only 4-byte aligned (3x5 by 5x7).
+TEST_F(GemmGpuTest, BatchedProductsWithAlphaAndABroadcastWeight) {
+  for (bool shared_w : {false, true}) {
+    SCOPED_TRACE(shared_w ? "one W for every product" : "a W per product");
+    GemmOptions o;
+    o.m = 3;
+    o.n = 7;
+    o.k = 5;
+    o.alpha = 0.125f;
+    o.batch = 6;
+    o.x_batch_stride = o.m * o.k;
+    o.w_batch_stride = shared_w ? 0 : o.k * o.n;
+    o.y_batch_stride = o.m * o.n;
+    auto gemm = LtGemm::Create(*handle_, o);
+    ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+    const std::vector<float> x = Random(o.batch * o.m * o.k, 4);
+    const std::vector<float> w = Random((shared_w ? 1 : o.batch) * o.k * o.n, 5);
+    DeviceBuffer dx = Upload(x), dw = Upload(w), dy = Floats(o.batch * o.m * o.n),
+                 workspace = Floats(o.workspace_bytes / sizeof(float));
+    const Status run =
+        (*gemm)->Run(dx.data(), dw.data(), nullptr, dy.data(), workspace.data(), stream());
+    ASSERT_TRUE(run.ok()) << run.ToString();
+    const std::vector<float> y = Download(dy, o.batch * o.m * o.n);
+    GemmOptions one = o;
+    one.batch = 1;
+    for (int64_t b = 0; b < o.batch; ++b) {
+      const std::vector<float> xb(x.begin() + b * o.m * o.k, x.begin() + (b + 1) * o.m * o.k);
+      const auto w0 = w.begin() + (shared_w ? 0 : b * o.k * o.n);
+      const std::vector<float> wb(w0, w0 + o.k * o.n);
+      const std::vector<float> want = Reference(one, xb, wb, {});
+      for (int64_t i = 0; i < o.m * o.n; ++i)
+        EXPECT_NEAR(y[b * o.m * o.n + i], 0.125f * want[i], 1e-5f)
+            << "product " << b << " at " << i;
+    }
+  }
+  // Outputs that would overlap are refused.
+  GemmOptions overlap;
+  overlap.m = 4;
+  overlap.n = 4;
+  overlap.k = 4;
+  overlap.batch = 2;
+  overlap.y_batch_stride = 8;
+  auto refused = LtGemm::Create(*handle_, overlap);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace shoal::engine::cuda

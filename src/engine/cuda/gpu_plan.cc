@@ -65,12 +65,32 @@ class Lowerer {
   Status LowerLayerNorm(int n);
   Status LowerTranspose(int n);
   Status LowerGather(int n);
+  Status LowerSplit(int n);
+  Status LowerReduce(int n, ReduceOp op);
+  Status LowerCast(int n);
+  // A product whose B is computed, or that reads or writes through a transposed view:
+  // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
+  Status LowerBatchedProduct(int n);
 
   Status Fail(int n, std::string_view why) const {
     return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
   }
-  const Shape& ShapeOf(int v) const { return plan_.shapes()[v]; }
-  DataType DtypeOf(int v) const { return plan_.dtypes()[v]; }
+  const Shape& ShapeOf(int v) const { return out_.shapes[v]; }
+  DataType DtypeOf(int v) const { return out_.dtypes[v]; }
+  // The data of a value known when the plan was prepared; null for the others and for
+  // the lowering's temporaries.
+  const Tensor* Known(int v) const {
+    return v < static_cast<int>(graph_.values.size()) ? plan_.KnownData(v) : nullptr;
+  }
+  // A new fp32 value of `shape` that only the lowering's steps read and write.
+  int NewTemp(const Shape& shape) {
+    out_.shapes.push_back(shape);
+    out_.dtypes.push_back(DataType::kFp32);
+    alias_of_.push_back(-1);
+    return static_cast<int>(out_.shapes.size()) - 1;
+  }
+  // A Transpose step of `x` by `perm` into a new temporary, for node n; the temporary.
+  StatusOr<int> AddTranspose(int n, int x, const std::vector<int64_t>& perm);
   bool IsFp32(int v) const { return v >= 0 && DtypeOf(v) == DataType::kFp32; }
   // Every present input and output 0 in fp32, plain layout.
   Status CheckFp32(int n) const;
@@ -114,7 +134,7 @@ int64_t Lowerer::AddBlob(Tensor data) {
 int64_t Lowerer::KnownSlot(int v) {
   auto it = known_slots_.find(v);
   if (it != known_slots_.end()) return it->second;
-  const int64_t offset = AddBlob(*plan_.KnownData(v));
+  const int64_t offset = AddBlob(*Known(v));
   known_slots_[v] = offset;
   return offset;
 }
@@ -132,22 +152,14 @@ Status Lowerer::LowerProduct(int n) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
   const bool is_gemm = node.op_type == "Gemm" || node.op_type == "FusedGemm";
-  for (const char* perm : {"a_perm", "b_perm", "c_perm"}) {
-    if (!node.GetInts(perm).empty())
-      return Fail(n,
-                  "a product through a transposed view (a_perm/b_perm/c_perm) is not on "
-                  "the GPU path yet");
-  }
   const int a = node.inputs[0], b = node.inputs[1];
-  const Tensor* w = plan_.KnownData(b);
-  if (!w)
-    return Fail(n,
-                "a product of two computed tensors (attention's scores and context) is not "
-                "on the GPU path yet; only products with a constant weight are");
+  const Tensor* w = Known(b);
+  bool views = false;
+  for (const char* perm : {"a_perm", "b_perm", "c_perm"}) views |= !node.GetInts(perm).empty();
+  if (!w || views || ShapeOf(b).size() != 2) return LowerBatchedProduct(n);
   const Shape& as = ShapeOf(a);
   const Shape& ws = ShapeOf(b);
   const Shape& ys = ShapeOf(node.outputs[0]);
-  if (ws.size() != 2) return Fail(n, "the weight must be a matrix");
   if (as.size() < 2) return Fail(n, "A must have at least two dimensions");
   GpuStep step;
   step.kind = GpuStep::Kind::kGemm;
@@ -175,7 +187,7 @@ Status Lowerer::LowerProduct(int n) {
   const Tensor* bias = nullptr;
   float bias_scale = 1.f;
   if (node.has_input(2) && (!is_gemm || beta != 0.f)) {
-    bias = plan_.KnownData(node.inputs[2]);
+    bias = Known(node.inputs[2]);
     const Shape& bs = ShapeOf(node.inputs[2]);
     const bool row = Elements(bs) == g.n && (bs.empty() ? g.n == 1 : bs.back() == g.n);
     if (!bias || !row)
@@ -215,6 +227,252 @@ Status Lowerer::LowerProduct(int n) {
   }
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
   step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+StatusOr<int> Lowerer::AddTranspose(int n, int x, const std::vector<int64_t>& perm) {
+  auto plan = PlanTranspose(ShapeOf(x), perm);
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  GpuStep step;
+  step.kind = GpuStep::Kind::kTranspose;
+  step.node = n;
+  step.in = {x};
+  step.out = NewTemp(plan->out_dims);
+  step.transpose = std::move(plan).value();
+  out_.steps.push_back(std::move(step));
+  return out_.steps.back().out;
+}
+
+// Strips leading 1s: [1, 1, 4, 3] and [4, 3] are the same batch.
+Shape Squeezed(Shape s) {
+  while (!s.empty() && s.front() == 1) s.erase(s.begin());
+  return s;
+}
+
+Status Lowerer::LowerBatchedProduct(int n) {
+  const Node& node = graph_.nodes[n];
+  const bool is_gemm = node.op_type == "Gemm" || node.op_type == "FusedGemm";
+  int a = node.inputs[0], b = node.inputs[1];
+  const int y = node.outputs[0];
+  GpuStep step;
+  step.kind = GpuStep::Kind::kGemm;
+  step.node = n;
+  GemmOptions& g = step.gemm;
+  g.math = options_.math;
+  g.alpha = node.GetFloat("alpha", 1.f);
+  if (is_gemm) {
+    if (node.GetInt("transA", 0) != 0) return Fail(n, "transA is not on the GPU path yet");
+    g.transpose_w = node.GetInt("transB", 0) != 0;
+    if (node.has_input(2) && node.GetFloat("beta", 1.f) != 0.f)
+      return Fail(n, "a Gemm of two computed matrices with a C term is not on the GPU path yet");
+  }
+  const std::vector<int64_t> a_perm = node.GetInts("a_perm"), b_perm = node.GetInts("b_perm"),
+                             c_perm = node.GetInts("c_perm");
+  // The transposed views, made dense first.
+  if (!a_perm.empty()) {
+    ASSIGN_OR_RETURN(a, AddTranspose(n, a, a_perm));
+  }
+  if (!b_perm.empty()) {
+    ASSIGN_OR_RETURN(b, AddTranspose(n, b, b_perm));
+  }
+  const Shape as = ShapeOf(a), bs = ShapeOf(b);
+  if (as.size() < 2 || bs.size() < 2)
+    return Fail(n, "a product of vectors is not on the GPU path yet");
+  g.m = as[as.size() - 2];
+  g.k = as.back();
+  const int64_t bk = g.transpose_w ? bs.back() : bs[bs.size() - 2];
+  g.n = g.transpose_w ? bs[bs.size() - 2] : bs.back();
+  if (bk != g.k) return Fail(n, "the inner dimensions differ");
+  // The product's shape: the output's, or (c_perm) the shape whose transpose is the output.
+  Shape cs = ShapeOf(y);
+  if (!c_perm.empty()) {
+    if (c_perm.size() != cs.size()) return Fail(n, "c_perm does not match the output's rank");
+    Shape product(cs.size());
+    for (size_t i = 0; i < cs.size(); ++i) product[c_perm[i]] = cs[i];
+    cs = product;
+  }
+  if (cs.size() < 2 || cs[cs.size() - 2] != g.m || cs.back() != g.n)
+    return Fail(n, "the output's shape does not match the product");
+  if (g.m == 0 || g.n == 0 || g.k == 0) return Fail(n, "an empty product");
+  const Shape batch(cs.begin(), cs.end() - 2);
+  g.batch = Elements(batch);
+  // Each operand's batch is the product's (a stride of one matrix) or a single matrix
+  // (stride 0); other broadcasts of the batch dimensions are refused.
+  auto stride = [&](const Shape& s, int64_t matrix, int64_t* out) {
+    const Shape own = Squeezed(Shape(s.begin(), s.end() - 2));
+    if (own.empty()) {
+      *out = 0;
+      return true;
+    }
+    *out = matrix;
+    return own == Squeezed(batch);
+  };
+  if (!stride(as, g.m * g.k, &g.x_batch_stride) || !stride(bs, g.k * g.n, &g.w_batch_stride))
+    return Fail(n,
+                "a product whose batch dimensions broadcast other than from a single "
+                "matrix is not on the GPU path yet");
+  g.y_batch_stride = g.m * g.n;
+  if (g.batch == 1) g.x_batch_stride = g.w_batch_stride = g.y_batch_stride = 0;
+  step.in = {a, b, -1, -1};
+  step.weight_slots = {-1, -1};
+  // The bias (FusedMatMul's, divided by alpha by the optimiser) and the activation.
+  const Tensor* bias = nullptr;
+  if (!is_gemm && node.has_input(2)) {
+    bias = Known(node.inputs[2]);
+    if (!bias || Elements(ShapeOf(node.inputs[2])) != g.n)
+      return Fail(n, "only a constant bias of N values is on the GPU path so far");
+  }
+  const std::string act = node.GetString("activation", "");
+  if (act.empty()) {
+    g.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  } else if (act == "Relu") {
+    g.epilogue = GemmEpilogue::kBiasRelu;
+  } else if (act == "GeluTanh") {
+    g.epilogue = GemmEpilogue::kBiasGelu;
+  } else if (act == "Sigmoid" || act == "Tanh" || act == "Gelu") {
+    step.post = UnaryByName(act);
+    g.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  } else {
+    return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
+  }
+  if (g.epilogue != GemmEpilogue::kNone) {
+    step.weight_slots[1] = AddBlob(bias ? (g.alpha == 1.f ? *bias : Scaled(*bias, g.alpha))
+                                        : Tensor::Allocate(DataType::kFp32, {g.n}));
+  }
+  if (node.has_input(3)) {
+    if (!c_perm.empty()) return Fail(n, "a residual with c_perm is not supported");
+    const int r = node.inputs[3];
+    auto plan = PlanBroadcast(cs, ShapeOf(r));
+    if (!plan.ok() || plan->out_dims != cs)
+      return Fail(n, "the residual " + ShapeToString(ShapeOf(r)) + " does not broadcast onto " +
+                         ShapeToString(cs));
+    step.in[3] = r;
+    step.residual = std::move(plan).value();
+  }
+  out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
+  if (c_perm.empty()) {
+    step.out = y;
+    out_.steps.push_back(std::move(step));
+    return Status::Ok();
+  }
+  // The product into a temporary, then transposed into the output.
+  const int product = NewTemp(cs);
+  step.out = product;
+  out_.steps.push_back(std::move(step));
+  auto plan = PlanTranspose(cs, c_perm);
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(y)) return Fail(n, "c_perm does not give the output's shape");
+  GpuStep t;
+  t.kind = GpuStep::Kind::kTranspose;
+  t.node = n;
+  t.in = {product};
+  t.out = y;
+  t.transpose = std::move(plan).value();
+  out_.steps.push_back(std::move(t));
+  return Status::Ok();
+}
+
+// Split into outputs of the planned shapes, one slice step each.
+Status Lowerer::LowerSplit(int n) {
+  const Node& node = graph_.nodes[n];
+  const int x = node.inputs[0];
+  if (!IsFp32(x)) return Fail(n, "only a Split of fp32 data is on the GPU path so far");
+  const Shape& xs = ShapeOf(x);
+  const auto rank = static_cast<int64_t>(xs.size());
+  int64_t axis = node.GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "axis out of range");
+  int64_t start = 0;
+  for (int o : node.outputs) {
+    if (o < 0) continue;
+    const Shape& os = ShapeOf(o);
+    if (os.size() != xs.size()) return Fail(n, "an output of another rank");
+    GpuStep step;
+    step.kind = GpuStep::Kind::kSlice;
+    step.node = n;
+    step.in = {x};
+    step.out = o;
+    step.dims = xs;
+    step.axis = axis;
+    step.start = start;
+    step.length = os[axis];
+    start += os[axis];
+    out_.steps.push_back(std::move(step));
+  }
+  if (start > xs[axis]) return Fail(n, "the outputs are longer than the axis");
+  return Status::Ok();
+}
+
+// ReduceSum, ReduceMean, ReduceMax over axes that sit next to each other.
+Status Lowerer::LowerReduce(int n, ReduceOp op) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape& xs = ShapeOf(node.inputs[0]);
+  const auto rank = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> axes = node.GetInts("axes");
+  if (node.has_input(1)) {
+    const Tensor* known = Known(node.inputs[1]);
+    if (!known || known->dtype() != DataType::kInt64)
+      return Fail(n, "axes computed at run time are not on the GPU path");
+    auto v = known->values<int64_t>();
+    axes.assign(v.begin(), v.end());
+  }
+  if (axes.empty()) {
+    if (node.GetInt("noop_with_empty_axes", 0) != 0)
+      return Fail(n, "a reduction over no axes is not on the GPU path");
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  for (int64_t& a : axes) {
+    if (a < 0) a += rank;
+    if (a < 0 || a >= rank) return Fail(n, "an axis out of range");
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  if (axes.back() - axes.front() + 1 != static_cast<int64_t>(axes.size()))
+    return Fail(n,
+                "a reduction over axes that are not next to each other is not on the GPU "
+                "path yet");
+  if (Elements(xs, axes.front(), axes.back() + 1) == 0)
+    return Fail(n, "a reduction over an empty axis");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kReduce;
+  step.node = n;
+  step.reduce = op;
+  step.in = {node.inputs[0]};
+  step.out = node.outputs[0];
+  step.dims = xs;
+  step.axis = axes.front();
+  step.length = static_cast<int64_t>(axes.size());
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// Cast to fp32 from int64, int32 or bool.
+Status Lowerer::LowerCast(int n) {
+  const Node& node = graph_.nodes[n];
+  const int x = node.inputs[0], y = node.outputs[0];
+  if (DtypeOf(y) != DataType::kFp32)
+    return Fail(n, "only a Cast to fp32 is on the GPU path so far");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kCast;
+  switch (DtypeOf(x)) {
+    case DataType::kInt64:
+      step.cast = CastSource::kInt64;
+      break;
+    case DataType::kInt32:
+      step.cast = CastSource::kInt32;
+      break;
+    case DataType::kBool:
+      step.cast = CastSource::kBool;
+      break;
+    default:
+      return Fail(n, "a Cast from " + std::string(DataTypeName(DtypeOf(x))) +
+                         " is not on the GPU path yet");
+  }
+  step.node = n;
+  step.in = {x};
+  step.out = y;
   out_.steps.push_back(std::move(step));
   return Status::Ok();
 }
@@ -351,6 +609,11 @@ Status Lowerer::LowerNode(int n) {
     if (op == "LayerNormalization") return LowerLayerNorm(n);
     if (op == "Transpose") return LowerTranspose(n);
     if (op == "Gather") return LowerGather(n);
+    if (op == "Split") return LowerSplit(n);
+    if (op == "ReduceSum") return LowerReduce(n, ReduceOp::kSum);
+    if (op == "ReduceMean") return LowerReduce(n, ReduceOp::kMean);
+    if (op == "ReduceMax") return LowerReduce(n, ReduceOp::kMax);
+    if (op == "Cast") return LowerCast(n);
   } else if (node.domain == "shoal" && (op == "FusedMatMul" || op == "FusedGemm")) {
     return LowerProduct(n);
   }
@@ -387,11 +650,13 @@ StatusOr<GpuLowering> Lowerer::Run() {
     failures.pop_back();
     return Unimplemented("the GPU path cannot run this model yet:\n" + failures);
   }
+  const size_t total = out_.shapes.size();  // the graph's values and the temporaries
+  out_.values.assign(total, GpuValue{});
 
   // Homes. Known values a step reads are weights; every other value a step reads or
   // writes, and every graph input and output, is an arena value (views take their
   // owner's home).
-  std::vector<int> tensor_of(nv, -1);
+  std::vector<int> tensor_of(total, -1);
   std::vector<TensorLifetime> tensors;
   std::vector<int> value_of;
   const int num_steps = static_cast<int>(out_.steps.size());
@@ -400,15 +665,15 @@ StatusOr<GpuLowering> Lowerer::Run() {
   };
   // Defines value `v` (an owner) as an arena value at GPU step `first`, unless it is known.
   auto define = [&](int v, int first) {
-    if (tensor_of[v] >= 0 || plan_.KnownData(v)) return;
+    if (tensor_of[v] >= 0 || Known(v)) return;
     tensor_of[v] = static_cast<int>(tensors.size());
     value_of.push_back(v);
     tensors.push_back({PadTo(bytes_of(v), kAlign), first, first});
   };
   auto use = [&](int v, int at) {
     const int o = Owner(v);
-    if (plan_.KnownData(o) || plan_.KnownData(v)) {
-      KnownSlot(plan_.KnownData(o) ? o : v);
+    if (Known(o) || Known(v)) {
+      KnownSlot(Known(o) ? o : v);
       return;
     }
     define(o, 0);  // a graph input: live from the start
@@ -432,7 +697,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
   }
   for (const auto& [v, offset] : known_slots_)
     out_.values[v] = {GpuValue::Home::kWeights, offset, bytes_of(v)};
-  for (size_t v = 0; v < nv; ++v) {
+  for (size_t v = 0; v < total; ++v) {
     const int o = Owner(static_cast<int>(v));
     if (o != static_cast<int>(v) && out_.values[v].home == GpuValue::Home::kNone) {
       out_.values[v] = out_.values[o];
@@ -489,9 +754,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kGemm: {
       const char* w = weights_.as<char>();
       const void* bias = s.weight_slots[1] >= 0 ? w + s.weight_slots[1] : nullptr;
-      RETURN_IF_ERROR(
-          gemms_[i]->Run(in(0), w + s.weight_slots[0], bias, y, workspace_.data(), stream));
-      const int64_t n = s.gemm.m * s.gemm.n;
+      // A constant weight is in its (transformed) slot; a computed B is a value.
+      const void* b = s.weight_slots[0] >= 0 ? w + s.weight_slots[0] : Address(s.in[1]);
+      RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace_.data(), stream));
+      const int64_t n = Elements(lowering_.shapes[s.out]);
       if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream));
       if (s.in[3] >= 0) RETURN_IF_ERROR(Binary(BinaryOp::kAdd, y, in(3), y, s.residual, stream));
       return Status::Ok();
@@ -510,6 +776,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kGather:
       return Gather(in(0), static_cast<const int64_t*>(Address(s.in[1])), y, s.gather,
                     error_flag_.as<int32_t>(), stream);
+    case GpuStep::Kind::kSlice:
+      return SliceAxis(in(0), y, s.dims, s.axis, s.start, s.length, stream);
+    case GpuStep::Kind::kReduce:
+      return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream);
+    case GpuStep::Kind::kCast:
+      return CastToFloat(s.cast, Address(s.in[0]), y, Elements(lowering_.shapes[s.out]), stream);
   }
   return Internal("unknown GPU step kind");
 }

@@ -40,6 +40,7 @@
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/layout.h"
+#include "engine/cuda/reduce.h"
 #include "engine/graph.h"
 #include "engine/plan.h"
 
@@ -61,31 +62,50 @@ struct GpuValue {
 
 // One kernel launch (or a GEMM with its follow-ups) of a lowered plan.
 struct GpuStep {
-  enum class Kind { kGemm, kUnary, kBinary, kSoftmax, kLayerNorm, kTranspose, kGather };
+  enum class Kind {
+    kGemm,
+    kUnary,
+    kBinary,
+    kSoftmax,
+    kLayerNorm,
+    kTranspose,
+    kGather,
+    kSlice,
+    kReduce,
+    kCast
+  };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
-  // Values it reads, by kind: kGemm {x, w, bias or -1, residual or -1}; kUnary {x};
-  // kBinary {a, b}; kSoftmax {x}; kLayerNorm {x, scale, bias or -1}; kTranspose {x};
-  // kGather {data, indices}. A GEMM's w and bias are weight slots (`weight_slots`), not
-  // graph values, because they are stored transformed.
+  // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
+  // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
+  // -1}; kGather {data, indices}. A constant GEMM weight and the bias are weight slots
+  // (`weight_slots`), not values, because they are stored transformed. Values past the
+  // graph's are the lowering's own temporaries (a transposed operand, a product before its
+  // output transpose).
   std::vector<int> in;
   int out = -1;
-  GemmOptions gemm;                   // kGemm
-  std::optional<UnaryOp> post;        // kGemm: an activation the epilogue lacks
-  BroadcastPlan residual;             // kGemm with a residual: its broadcast onto out
-  UnaryOp unary = UnaryOp::kRelu;     // kUnary
-  BinaryOp binary = BinaryOp::kAdd;   // kBinary
-  BroadcastPlan broadcast;            // kBinary
-  std::vector<int64_t> dims;          // kSoftmax, kLayerNorm: [rows, row length]
+  GemmOptions gemm;                  // kGemm
+  std::optional<UnaryOp> post;       // kGemm: an activation the epilogue lacks
+  BroadcastPlan residual;            // kGemm with a residual: its broadcast onto out
+  UnaryOp unary = UnaryOp::kRelu;    // kUnary
+  BinaryOp binary = BinaryOp::kAdd;  // kBinary
+  BroadcastPlan broadcast;           // kBinary
+  // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape.
+  std::vector<int64_t> dims;
   float epsilon = 0;                  // kLayerNorm
   TransposePlan transpose;            // kTranspose
   GatherPlan gather;                  // kGather
-  std::vector<int64_t> weight_slots;  // kGemm: offsets of w and bias (-1) in weights
+  std::vector<int64_t> weight_slots;  // kGemm: offsets of w and bias in weights, or -1
+  // kSlice: x[.., start : start + length, ..] along `axis`; kReduce: axes [axis, axis +
+  // length).
+  int64_t axis = 0, start = 0, length = 0;
+  ReduceOp reduce = ReduceOp::kSum;      // kReduce
+  CastSource cast = CastSource::kInt64;  // kCast
 };
 
 struct GpuLowering {
   std::vector<GpuStep> steps;
-  std::vector<GpuValue> values;  // per graph value
+  std::vector<GpuValue> values;  // per value: the graph's, then the lowering's temporaries
   // What the weights buffer holds: host data and its offset.
   struct Blob {
     int64_t offset = 0;
@@ -94,10 +114,10 @@ struct GpuLowering {
   std::vector<Blob> blobs;
   int64_t weight_bytes = 0;
   int64_t arena_bytes = 0;
-  int64_t workspace_bytes = 0;  // the GEMMs' shared scratch
-  std::vector<int> inputs;      // graph.inputs
-  std::vector<int> outputs;     // graph.outputs
-  std::vector<DataType> dtypes;
+  int64_t workspace_bytes = 0;   // the GEMMs' shared scratch
+  std::vector<int> inputs;       // graph.inputs
+  std::vector<int> outputs;      // graph.outputs
+  std::vector<DataType> dtypes;  // per value, as `values`
   std::vector<Shape> shapes;
 };
 

@@ -173,17 +173,52 @@ TEST(LowerPlanTest, ValuesWhoseLifetimesDoNotOverlapShareTheArena) {
   EXPECT_TRUE(lowered->blobs.empty());
 }
 
-TEST(LowerPlanTest, AModelWithAttentionIsRefusedNamingEveryNode) {
+// The example text classifier: two attention layers. Their score and context products are
+// batched GEMMs over the heads, reading Q, K and V through Transpose steps into
+// temporaries; the fused QKV projection's Split is three slices; the mean over the
+// sequence is a reduction.
+TEST(LowerPlanTest, AttentionBecomesBatchedGemmsOverTheHeads) {
   Prepared p = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  const size_t graph_values = p.model->graph().values.size();
+  int batched = 0, slices = 0, reductions = 0, temporaries = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind == GpuStep::Kind::kGemm && s.gemm.batch > 1) {
+      ++batched;
+      EXPECT_EQ(s.weight_slots[0], -1) << "a computed B is read where it is";
+      EXPECT_EQ(s.gemm.y_batch_stride, s.gemm.m * s.gemm.n);
+      EXPECT_EQ(s.gemm.batch % 2, 0) << "batch 2 times the heads";
+    }
+    slices += s.kind == GpuStep::Kind::kSlice;
+    reductions += s.kind == GpuStep::Kind::kReduce;
+    temporaries += s.out >= static_cast<int>(graph_values);
+  }
+  EXPECT_EQ(batched, 4);  // scores and context, two layers
+  EXPECT_EQ(slices, 6);   // Q, K and V, two layers
+  EXPECT_EQ(reductions, 1);
+  EXPECT_GT(temporaries, 0);
+  EXPECT_EQ(lowered->values.size(), lowered->shapes.size());
+  for (size_t v = graph_values; v < lowered->values.size(); ++v)
+    EXPECT_EQ(lowered->values[v].home, GpuValue::Home::kArena) << "temporary " << v;
+  ExpectAligned(*lowered);
+}
+
+// The example image classifier's convolutions and pools have no GPU kernels yet: one line
+// per node.
+TEST(LowerPlanTest, AModelWithConvolutionsIsRefusedNamingEveryNode) {
+  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("(shoal.FusedMatMul): a product"));
-  // Two attention layers, each with a score and a context product: one line per node.
-  EXPECT_GE(std::count(m.begin(), m.end(), '\n'), 4) << m;
+  EXPECT_THAT(m, HasSubstr("(shoal.FusedConv): the GPU path has no kernel"));
+  EXPECT_THAT(m, HasSubstr("(MaxPool)"));
+  // Four convolutions, two max pools, one global average pool.
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 7) << m;
 }
 
 TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
@@ -275,6 +310,39 @@ TEST_F(GpuPlanTest, OneOfEveryKindMatchesTheCpuEngine) {
 TEST_F(GpuPlanTest, TheChainMatchesTheCpuEngine) {
   Prepared p = Prepare(Model::FromGraph(ChainGraph()), {{64, 64}});
   ExpectGpuMatchesCpu(p, {Random({64, 64}, 9, -3.f, 3.f)}, GemmMath::kFp32, 1e-6f);
+}
+
+// Token ids in [0, vocab) and an attention mask with padding at the end of the second row.
+TEST_F(GpuPlanTest, TheTextClassifierMatchesTheCpuEngine) {
+  std::vector<int64_t> ids(2 * 32);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 50);
+  Prepared p = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+  ExpectGpuMatchesCpu(p, {I64({2, 32}, ids)}, GemmMath::kFp32, 1e-4f);
+  ExpectGpuMatchesCpu(p, {I64({2, 32}, ids)}, GemmMath::kTf32, 2e-2f);
+}
+
+// The committed BERT encoder (LayerNormalization form) on its reference inputs: the
+// attention mask is cast to fp32 and added to the scores.
+TEST_F(GpuPlanTest, BertMatchesTheCpuEngineOnItsReferenceInputs) {
+  for (const char* file : {"bert_layernorm_op17.b1.sht", "bert_layernorm_op17.b4.sht"}) {
+    SCOPED_TRACE(file);
+    const engine::testing::Reference ref = engine::testing::LoadReference(file);
+    ASSERT_FALSE(ref.inputs.empty());
+    std::vector<Shape> shapes;
+    std::vector<Tensor> inputs;
+    auto model = Model::Load(engine::testing::ModelPath("bert_layernorm_op17.onnx"));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    for (int v : (*model)->graph().inputs) {
+      for (const NamedTensor& t : ref.inputs) {
+        if (t.name != (*model)->graph().values[v].name) continue;
+        shapes.push_back(t.tensor.shape());
+        inputs.push_back(t.tensor);
+      }
+    }
+    ASSERT_EQ(inputs.size(), (*model)->graph().inputs.size());
+    Prepared p = Prepare(std::move(model), shapes);
+    ExpectGpuMatchesCpu(p, inputs, GemmMath::kFp32, 1e-4f);
+  }
 }
 
 TEST_F(GpuPlanTest, AnIndexOutOfRangeAndAWrongShapeAreErrors) {

@@ -66,4 +66,21 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
 cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
                                int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
 
+// Slice along one axis: x viewed as [outer, axis_in, inner], y as [outer, axis_out, inner]
+// holding x's axis positions [start, start + axis_out) (Split's outputs).
+cudaError_t LaunchSliceAxisF32(const float* x, float* y, int64_t outer, int64_t axis_in,
+                               int64_t start, int64_t axis_out, int64_t inner, cudaStream_t stream);
+
+// Reductions, in the order of reduce.h's ReduceOp.
+enum class ReduceKernel : int { kSum, kMean, kMax };
+// x viewed as [outer, r, inner] reduced over r: y is [outer, inner]. r >= 1.
+cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
+                                  int64_t r, int64_t inner, cudaStream_t stream);
+
+// Source types of a cast to fp32, in the order of elementwise.h's CastSource.
+enum class CastKernel : int { kInt64, kInt32, kBool };
+// y[i] = float(x[i]) for i < n, x of the type `from` names (bool: one byte, 0 or not).
+cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
+                            cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda::internal

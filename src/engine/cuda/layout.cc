@@ -112,4 +112,25 @@ Status Gather(const float* data, const int64_t* indices, float* y, const GatherP
                     "gather kernel launch");
 }
 
+Status SliceAxis(const float* x, float* y, std::span<const int64_t> dims, int64_t axis,
+                 int64_t start, int64_t length, cudaStream_t stream) {
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (axis < -rank || axis >= rank) {
+    return InvalidArgument("slice axis " + std::to_string(axis) + " is outside the axes of " +
+                           ShapeToString(dims));
+  }
+  if (axis < 0) axis += rank;
+  if (start < 0 || length < 0 || start + length > dims[axis]) {
+    return InvalidArgument("slice [" + std::to_string(start) + ", " +
+                           std::to_string(start + length) + ") of axis " + std::to_string(axis) +
+                           " of " + ShapeToString(dims));
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= dims[d];
+  return CudaStatus(
+      internal::LaunchSliceAxisF32(x, y, outer, dims[axis], start, length, inner, stream),
+      "slice kernel launch");
+}
+
 }  // namespace shoal::engine::cuda

@@ -1,5 +1,6 @@
-// Data movement on a CUDA stream: Transpose with any permutation and Gather along any axis,
-// as ONNX defines them (the CPU engine's ops/data_movement.cc and ops/indexing.cc).
+// Data movement on a CUDA stream: Transpose with any permutation, Gather along any axis
+// and one output of Split (a slice along an axis), as ONNX defines them (the CPU engine's
+// ops/data_movement.cc and ops/indexing.cc).
 //
 // Shapes are validated on the host, before anything is queued, with InvalidArgument
 // naming them. Tensors are dense row-major fp32 in device memory; Gather's indices are
@@ -39,5 +40,11 @@ StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,
 // an int32 the caller zeroes before the run and reads after it) to 1.
 Status Gather(const float* data, const int64_t* indices, float* y, const GatherPlan& plan,
               int32_t* error_flag, cudaStream_t stream);
+
+// y = x[..., start : start + length, ...] along `axis` of x's `dims` (one of Split's
+// outputs); y must not overlap x. InvalidArgument for an axis outside dims or a range
+// outside [0, dims[axis]].
+Status SliceAxis(const float* x, float* y, std::span<const int64_t> dims, int64_t axis,
+                 int64_t start, int64_t length, cudaStream_t stream);
 
 }  // namespace shoal::engine::cuda

@@ -157,5 +157,43 @@ TEST_F(LayoutGpuTest, GatherTakesRowsAndFlagsIndicesOutOfRange) {
       StatusCode::kInvalidArgument);
 }
 
+// Split's outputs: three slices of the middle axis of a [2, 6, 3] tensor, each against the
+// plain loop.
+TEST_F(LayoutGpuTest, SliceAxisCopiesOneRangeOfTheAxis) {
+  const std::vector<int64_t> dims = {2, 6, 3};
+  const std::vector<float> host = Iota(36);
+  DeviceBuffer x = Upload(host);
+  int64_t start = 0;
+  for (int64_t length : {3, 1, 2}) {
+    DeviceBuffer y = Floats(static_cast<size_t>(2 * length * 3));
+    ASSERT_TRUE(SliceAxis(x.as<float>(), y.as<float>(), dims, 1, start, length, stream()).ok());
+    const std::vector<float> got = Download(y, static_cast<size_t>(2 * length * 3));
+    std::vector<float> want;
+    for (int64_t o = 0; o < 2; ++o)
+      for (int64_t a = start; a < start + length; ++a)
+        for (int64_t c = 0; c < 3; ++c) want.push_back(host[(o * 6 + a) * 3 + c]);
+    EXPECT_EQ(got, want) << "slice from " << start;
+    start += length;
+  }
+  // The last axis, negative.
+  DeviceBuffer last = Floats(2 * 6 * 2);
+  ASSERT_TRUE(SliceAxis(x.as<float>(), last.as<float>(), dims, -1, 1, 2, stream()).ok());
+  const std::vector<float> got = Download(last, 24);
+  for (int64_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(got[i * 2], host[i * 3 + 1]);
+    EXPECT_EQ(got[i * 2 + 1], host[i * 3 + 2]);
+  }
+}
+
+TEST(SliceAxisShapeTest, RefusesRangesOutsideTheAxisBeforeTouchingTheDevice) {
+  const std::vector<int64_t> dims = {2, 6, 3};
+  EXPECT_EQ(SliceAxis(nullptr, nullptr, dims, 1, 4, 3, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SliceAxis(nullptr, nullptr, dims, 3, 0, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SliceAxis(nullptr, nullptr, dims, 0, -1, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace shoal::engine::cuda

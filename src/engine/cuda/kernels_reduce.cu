@@ -1,0 +1,95 @@
+// Slice, reduction and cast kernels (see kernels.h for the contracts).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
+
+namespace shoal::engine::cuda::internal {
+namespace {
+
+__global__ void SliceAxisF32(const float* __restrict__ x, float* __restrict__ y, int64_t axis_in,
+                             int64_t start, int64_t axis_out, int64_t inner, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % inner;
+    const int64_t a = (i / inner) % axis_out;
+    const int64_t o = i / (inner * axis_out);
+    y[i] = x[(o * axis_in + start + a) * inner + c];
+  }
+}
+
+// One thread per output element, walking its r inputs (strided by `inner`, so adjacent
+// threads read adjacent addresses).
+__global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x,
+                                float* __restrict__ y, int64_t r, int64_t inner, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % inner;
+    const int64_t o = i / inner;
+    const float* p = x + o * r * inner + c;
+    float acc = p[0];
+    for (int64_t j = 1; j < r; ++j) {
+      const float v = p[j * inner];
+      acc = op == ReduceKernel::kMax ? fmaxf(acc, v) : acc + v;
+    }
+    y[i] = op == ReduceKernel::kMean ? acc / static_cast<float>(r) : acc;
+  }
+}
+
+template <typename T>
+__global__ void CastToF32(const T* __restrict__ x, float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = static_cast<float>(x[i]);
+  }
+}
+
+__global__ void BoolToF32(const uint8_t* __restrict__ x, float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = x[i] != 0 ? 1.f : 0.f;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchSliceAxisF32(const float* x, float* y, int64_t outer, int64_t axis_in,
+                               int64_t start, int64_t axis_out, int64_t inner,
+                               cudaStream_t stream) {
+  const int64_t n = outer * axis_out * inner;
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  SliceAxisF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, axis_in, start, axis_out, inner, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
+                                  int64_t r, int64_t inner, cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  if (n <= 0 || r <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  ReduceMiddleF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, r, inner, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
+                            cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  switch (from) {
+    case CastKernel::kInt64:
+      CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const int64_t*>(x), y, n);
+      break;
+    case CastKernel::kInt32:
+      CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const int32_t*>(x), y, n);
+      break;
+    case CastKernel::kBool:
+      BoolToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), y, n);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace shoal::engine::cuda::internal

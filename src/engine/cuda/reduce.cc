@@ -1,0 +1,29 @@
+#include "engine/cuda/reduce.h"
+
+#include <string>
+
+#include "core/tensor.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/kernels.h"
+
+namespace shoal::engine::cuda {
+
+Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
+                  int64_t first, int64_t count, cudaStream_t stream) {
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (count < 1 || first < 0 || first + count > rank) {
+    return InvalidArgument("reduce axes [" + std::to_string(first) + ", " +
+                           std::to_string(first + count) + ") of " + ShapeToString(dims));
+  }
+  int64_t outer = 1, r = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (dims[d] < 0) return InvalidArgument("reduce over shape " + ShapeToString(dims));
+    (d < first ? outer : d < first + count ? r : inner) *= dims[d];
+  }
+  if (r == 0) return InvalidArgument("reduce over an empty axis of " + ShapeToString(dims));
+  return CudaStatus(internal::LaunchReduceMiddleF32(static_cast<internal::ReduceKernel>(op), x, y,
+                                                    outer, r, inner, stream),
+                    "reduce kernel launch");
+}
+
+}  // namespace shoal::engine::cuda

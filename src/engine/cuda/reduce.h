@@ -1,0 +1,24 @@
+// Reductions over contiguous axes on a CUDA stream: ReduceSum, ReduceMean and ReduceMax
+// over axes that sit next to each other (a sequence's mean pooling, a sum over the last
+// axis), as ONNX defines them (the CPU engine's ops/reduce.cc). Dense row-major fp32 in
+// device memory; keepdims changes only the output's shape, not its bytes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+
+namespace shoal::engine::cuda {
+
+enum class ReduceOp { kSum, kMean, kMax };
+
+// y = op over axes [first, first + count) of x's `dims`; y holds the product of the other
+// dimensions. InvalidArgument when the axes fall outside dims, count < 1, or a reduced
+// axis is empty (no identity for kMax or kMean).
+Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
+                  int64_t first, int64_t count, cudaStream_t stream);
+
+}  // namespace shoal::engine::cuda

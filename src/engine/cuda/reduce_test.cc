@@ -1,0 +1,71 @@
+#include "engine/cuda/reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+// The reduction of x (dims) over axes [first, first + count), the plain way, in double.
+std::vector<float> Reference(ReduceOp op, const std::vector<float>& x,
+                             const std::vector<int64_t>& dims, int64_t first, int64_t count) {
+  int64_t outer = 1, r = 1, inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d)
+    (d < first ? outer : d < first + count ? r : inner) *= dims[d];
+  std::vector<float> y;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < inner; ++c) {
+      double acc = op == ReduceOp::kMax ? -INFINITY : 0.0;
+      for (int64_t j = 0; j < r; ++j) {
+        const double v = x[(o * r + j) * inner + c];
+        acc = op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+      }
+      y.push_back(static_cast<float>(op == ReduceOp::kMean ? acc / static_cast<double>(r) : acc));
+    }
+  }
+  return y;
+}
+
+using ReduceGpuTest = GpuTest;
+
+// Sum, mean and max over the first, a middle, the last and two adjacent axes of a
+// [3, 5, 4, 7] tensor of values with both signs.
+TEST_F(ReduceGpuTest, EveryOpOverLeadingMiddleTrailingAndAdjacentAxes) {
+  const std::vector<int64_t> dims = {3, 5, 4, 7};
+  std::vector<float> host(3 * 5 * 4 * 7);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = std::sin(0.7f * static_cast<float>(i)) * static_cast<float>(i % 11);
+  DeviceBuffer x = Upload(host);
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 1}, {1, 1}, {3, 1}, {1, 2}, {0, 4}};
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
+    for (auto [first, count] : ranges) {
+      const std::vector<float> want = Reference(op, host, dims, first, count);
+      DeviceBuffer y = Floats(want.size());
+      ASSERT_TRUE(ReduceAxes(op, x.as<float>(), y.as<float>(), dims, first, count, stream()).ok());
+      const std::vector<float> got = Download(y, want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-4f * std::max(1.f, std::fabs(want[i])))
+            << "op " << static_cast<int>(op) << " axes " << first << "+" << count << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(ReduceShapeTest, RefusesAxesOutsideTheShapeAndEmptyAxesBeforeTouchingTheDevice) {
+  const std::vector<int64_t> dims = {3, 5, 4};
+  EXPECT_EQ(ReduceAxes(ReduceOp::kSum, nullptr, nullptr, dims, 2, 2, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReduceAxes(ReduceOp::kSum, nullptr, nullptr, dims, 0, 0, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  const std::vector<int64_t> empty = {3, 0, 4};
+  EXPECT_EQ(ReduceAxes(ReduceOp::kMax, nullptr, nullptr, empty, 1, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda
