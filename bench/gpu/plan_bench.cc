@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       shapes.push_back(shape);
     }
     auto plan = Plan::Prepare((*model)->graph(), shapes, cpu, cpu_stream, (*model)->weight_cache(),
-                              PlanOptions(), PlanLimits());
+                              cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
     auto lowered = cuda::LowerPlan((*model)->graph(), **plan);
     if (!lowered.ok()) return Fail(lowered.status(), "lowering");
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     });
     if (!failed.ok()) return Fail(failed, "CPU run");
     auto plan = Plan::Prepare(graph, shapes, cpu, cpu_stream, (*model)->weight_cache(),
-                              PlanOptions(), PlanLimits());
+                              cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
     for (cuda::GemmMath math : {cuda::GemmMath::kFp32, cuda::GemmMath::kTf32}) {
       cuda::GpuPlanOptions options;

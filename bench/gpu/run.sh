@@ -9,9 +9,10 @@
 #                              outcome, the GEMM peak), tests.log (every test's output),
 #                              gtest-xml.tar (one gtest XML per test binary) and
 #                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
-#                              GEMM peak, bench/gpu/gemm_probe.cc), plan_bench.json and
-#                              plan_bench_text.json (the engine alone on the recommender
-#                              and the text classifier, GPU beside CPU) and
+#                              GEMM peak, bench/gpu/gemm_probe.cc), plan_bench.json,
+#                              plan_bench_text.json and plan_bench_image.json (the engine
+#                              alone on the recommender, the text and the image classifier,
+#                              GPU beside CPU) and
 #                              served.json (shoal serve with KIND_GPU instances under
 #                              shoal bench)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
@@ -26,7 +27,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
-       engine_cuda_normalization_test engine_cuda_reduce_test engine_cuda_gpu_plan_test
+       engine_cuda_normalization_test engine_cuda_reduce_test engine_cuda_conv_test
+       engine_cuda_gpu_plan_test
        backends_onnx_backend_test e2e_gpu_test)
 # Where each test is built, and the gtest filter it runs with there (the backend test's
 # GPU cases only).
@@ -128,6 +130,8 @@ PY
       tee -a "$out/gpu.txt" || rc=1
     .gpu/bin/gpu_plan_bench examples/models/text_classifier/1/model.onnx --batches 1,8,64 \
       --runs 100 --json "$out/plan_bench_text.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
+    .gpu/bin/gpu_plan_bench examples/models/image_classifier/1/model.onnx --batches 1,8,64 \
+      --runs 100 --json "$out/plan_bench_image.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
     # Served: shoal serve with two KIND_GPU instances of the recommender, shoal bench at 16
     # requests of 16 rows outstanding over HTTP (batches of up to 64 rows form).
     echo "## served (shoal serve, KIND_GPU; shoal bench)" | tee -a "$out/gpu.txt"

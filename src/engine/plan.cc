@@ -188,6 +188,7 @@ ValueLayouts DecideValueLayouts(const Graph& graph, const std::vector<char>& is_
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (node.inputs[i] >= 0) readers[node.inputs[i]].push_back({&node, def, i});
   }
+  if (options.plain_layouts) return l;
   auto bit = [](uint32_t mask, size_t i) { return i < 32 && ((mask >> i) & 1); };
   for (size_t v = 0; v < nv; ++v) {
     l.any_layout[v] = !readers[v].empty() && !is_output[v] &&

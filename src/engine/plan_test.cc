@@ -391,6 +391,33 @@ TEST(ConvLayoutTest, ConvolutionsWriteTheLayoutAskedForAndMatch) {
   ExpectSameLogits(logits);
 }
 
+// plain_layouts: whatever conv_layout says, every value stays in ONNX's layout (a plan
+// another device's executor lowers), and the logits are the same.
+TEST(ConvLayoutTest, PlainLayoutsKeepEveryValuePlain) {
+  const std::string path = SourceDir() + "/examples/models/image_classifier/1/model.onnx";
+  const Tensor images = Random({2, 3, 32, 32}, 8, 0.f, 1.f);
+  std::vector<Tensor> logits;
+  for (bool plain : {false, true}) {
+    SCOPED_TRACE(plain ? "plain" : "chosen");
+    LoadOptions options;
+    options.plan.conv_layout = ConvLayout::kChannelsLast;
+    options.plan.plain_layouts = plain;
+    auto model = Model::Load(path, options);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto plan = PreparePlan(**model, {images.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    if (plain) {
+      EXPECT_EQ((*plan)->blocked_values(), 0);
+      for (size_t v = 0; v < (*model)->graph().values.size(); ++v)
+        EXPECT_EQ((*plan)->ValueLayout(static_cast<int>(v)).data.ndims, 0) << "value " << v;
+    } else {
+      EXPECT_GT((*plan)->blocked_values(), 0);
+    }
+    logits.push_back(ClassifierLogits(**model, images));
+  }
+  ExpectSameLogits(logits);
+}
+
 TEST(ConvLayoutTest, NamesParse) {
   for (ConvLayout l : {ConvLayout::kBlocked, ConvLayout::kChannelsLast}) {
     auto parsed = ParseConvLayout(ConvLayoutName(l));

@@ -21,9 +21,10 @@ using engine::cuda::GemmMath;
 
 class GpuInstance : public BackendInstance {
  public:
-  GpuInstance(const engine::Model& model, GemmMath math, std::string tier,
+  GpuInstance(const engine::Model& model, int gpu, GemmMath math, std::string tier,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream)
       : model_(model),
+        gpu_(gpu),
         math_(math),
         tier_(std::move(tier)),
         handle_(std::move(handle)),
@@ -38,6 +39,9 @@ class GpuInstance : public BackendInstance {
                              "; the config parameter gpu_precision picks fp32 or tf32)");
     }
     try {
+      // The instance's thread made its GPU current when it created the instance; say it
+      // again, in case a runtime ever runs an instance from another thread.
+      RETURN_IF_ERROR(engine::cuda::CudaStatus(cudaSetDevice(gpu_), "cudaSetDevice"));
       const engine::Graph& graph = model_.graph();
       std::vector<const Tensor*> inputs;
       std::vector<Shape> shapes;
@@ -71,14 +75,15 @@ class GpuInstance : public BackendInstance {
       return plans_.front().plan.get();
     }
     const engine::LoadOptions& load = model_.options();
-    ASSIGN_OR_RETURN(auto cpu_plan, engine::Plan::Prepare(model_.graph(), shapes, cpu_engine_,
-                                                          cpu_stream_, model_.weight_cache(),
-                                                          engine::PlanOptions(), load.limits));
+    ASSIGN_OR_RETURN(auto cpu_plan,
+                     engine::Plan::Prepare(model_.graph(), shapes, cpu_engine_, cpu_stream_,
+                                           model_.weight_cache(),
+                                           engine::cuda::GpuLoweringPlanOptions(), load.limits));
     engine::cuda::GpuPlanOptions options;
     options.math = math_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-    ASSIGN_OR_RETURN(auto plan,
-                     engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_));
+    ASSIGN_OR_RETURN(
+        auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_));
     if (plans_.size() >= kMaxGpuPlans) plans_.pop_back();
     plans_.push_front({shapes, std::move(plan)});
     return plans_.front().plan.get();
@@ -113,10 +118,13 @@ class GpuInstance : public BackendInstance {
     std::unique_ptr<engine::cuda::GpuPlan> plan;
   };
   const engine::Model& model_;
+  int gpu_;
   GemmMath math_;
   std::string tier_;
   std::unique_ptr<engine::cuda::LtHandle> handle_;
   engine::cuda::Stream stream_;
+  // The model's constants on the device, one copy shared by the plans of every shape.
+  std::shared_ptr<engine::cuda::GpuWeights> weights_ = std::make_shared<engine::cuda::GpuWeights>();
   dnnl::engine cpu_engine_;  // prepares the CPU plans that are lowered
   dnnl::stream cpu_stream_;
   std::list<Cached> plans_;  // most recently used first
@@ -152,8 +160,8 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       engine::cuda::CudaStatus(cudaSetDevice(info.gpu), "cudaSetDevice").WithPrefix(where));
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
-  auto instance =
-      std::make_unique<GpuInstance>(model, math, tier, std::move(handle), std::move(stream));
+  auto instance = std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(handle),
+                                                std::move(stream));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   std::vector<Shape> shapes;

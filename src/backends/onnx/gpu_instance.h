@@ -1,13 +1,15 @@
 // KIND_GPU instances of the onnx backend: the model's plans lowered onto a CUDA device
 // (engine/cuda/gpu_plan.h), built only with SHOAL_CUDA (docs/gpu.md).
 //
-// An instance owns a CUDA stream and a cuBLASLt handle on its GPU, and a cache of GPU
-// plans keyed by the input shapes (the least recently used of kMaxGpuPlans evicted),
-// each prepared by the CPU engine for those shapes and then lowered. CreateInstance
-// lowers the plan for the inputs' smallest shapes (symbolic dimensions 1) at once, so a
-// model the GPU path cannot run fails its load, naming every node it lacks, instead of
-// its first request. Inputs and outputs stay host tensors: Execute copies the batch in,
-// runs it and copies the outputs back before it returns.
+// An instance owns a CUDA stream and a cuBLASLt handle on its GPU, one device copy of the
+// model's constants (engine::cuda::GpuWeights), and a cache of GPU plans keyed by the
+// input shapes (the least recently used of kMaxGpuPlans evicted), each prepared by the
+// CPU engine for those shapes and then lowered; every plan reads the one copy of the
+// weights, so a new batch size costs an arena and its GEMMs' planning, not the weights.
+// CreateInstance lowers the plan for the inputs' smallest shapes (symbolic dimensions 1) at once,
+// so a model the GPU path cannot run fails its load, naming every node it lacks, instead of its
+// first request. Inputs and outputs stay host tensors: Execute copies the batch in, runs it and
+// copies the outputs back before it returns.
 //
 // The config parameter `gpu_precision` picks how the products run: `fp32` (the default)
 // or `tf32` (tensor cores, 10-bit mantissas; values stay fp32 in memory). A request whose

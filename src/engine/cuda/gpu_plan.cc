@@ -1,6 +1,7 @@
 #include "engine/cuda/gpu_plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -68,6 +69,8 @@ class Lowerer {
   Status LowerSplit(int n);
   Status LowerReduce(int n, ReduceOp op);
   Status LowerCast(int n);
+  Status LowerConv(int n);
+  Status LowerPool(int n);
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
@@ -75,6 +78,7 @@ class Lowerer {
   Status Fail(int n, std::string_view why) const {
     return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
   }
+  // A reference into out_.shapes, which NewTemp may move: copy it before adding a temporary.
   const Shape& ShapeOf(int v) const { return out_.shapes[v]; }
   DataType DtypeOf(int v) const { return out_.dtypes[v]; }
   // The data of a value known when the plan was prepared; null for the others and for
@@ -95,9 +99,10 @@ class Lowerer {
   // Every present input and output 0 in fp32, plain layout.
   Status CheckFp32(int n) const;
   int Owner(int v) const { return alias_of_[v] >= 0 ? alias_of_[v] : v; }
-  // A weight slot holding `data` (a copy when transformed), 256-byte aligned.
-  int64_t AddBlob(Tensor data);
-  // The weights slot of the known value `v`, uploaded once whoever reads it.
+  // The blob named `key` holding `data` (a copy when transformed): the index of the one
+  // added before under that key, or of a new one.
+  int64_t AddBlob(const std::string& key, Tensor data);
+  // The blob of the known value `v`, one whoever reads it.
   int64_t KnownSlot(int v);
 
   const Graph& graph_;
@@ -120,21 +125,35 @@ Status Lowerer::CheckFp32(int n) const {
     if (node.outputs[o] >= 0) return Fail(n, "only its first output is supported");
   for (int v : node.inputs)
     if (v >= 0 && plan_.ValueLayout(v).data.ndims != 0)
-      return Fail(n, "reads a value in a blocked CPU layout");
+      return Fail(n,
+                  "reads a value in a blocked CPU layout (prepare the plan with "
+                  "GpuLoweringPlanOptions())");
   return Status::Ok();
 }
 
-int64_t Lowerer::AddBlob(Tensor data) {
-  const int64_t offset = out_.weight_bytes;
-  out_.weight_bytes += PadTo(static_cast<int64_t>(data.byte_size()), kAlign);
-  out_.blobs.push_back({offset, std::move(data)});
-  return offset;
+int64_t Lowerer::AddBlob(const std::string& key, Tensor data) {
+  for (size_t i = 0; i < out_.blobs.size(); ++i)
+    if (out_.blobs[i].key == key) return static_cast<int64_t>(i);
+  out_.weight_bytes += static_cast<int64_t>(data.byte_size());
+  out_.blobs.push_back({key, std::move(data)});
+  return static_cast<int64_t>(out_.blobs.size()) - 1;
+}
+
+// Keys of blobs (GpuLowering::Blob): value `v`, times `scale` when it is not 1.
+std::string ValueKey(int v, float scale = 1.f) {
+  std::string key = "v" + std::to_string(v);
+  if (scale != 1.f) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "*%.9g", scale);
+    key += buf;
+  }
+  return key;
 }
 
 int64_t Lowerer::KnownSlot(int v) {
   auto it = known_slots_.find(v);
   if (it != known_slots_.end()) return it->second;
-  const int64_t offset = AddBlob(*Known(v));
+  const int64_t offset = AddBlob(ValueKey(v), *Known(v));
   known_slots_[v] = offset;
   return offset;
 }
@@ -157,9 +176,9 @@ Status Lowerer::LowerProduct(int n) {
   bool views = false;
   for (const char* perm : {"a_perm", "b_perm", "c_perm"}) views |= !node.GetInts(perm).empty();
   if (!w || views || ShapeOf(b).size() != 2) return LowerBatchedProduct(n);
-  const Shape& as = ShapeOf(a);
-  const Shape& ws = ShapeOf(b);
-  const Shape& ys = ShapeOf(node.outputs[0]);
+  const Shape as = ShapeOf(a);
+  const Shape ws = ShapeOf(b);
+  const Shape ys = ShapeOf(node.outputs[0]);
   if (as.size() < 2) return Fail(n, "A must have at least two dimensions");
   GpuStep step;
   step.kind = GpuStep::Kind::kGemm;
@@ -181,14 +200,14 @@ Status Lowerer::LowerProduct(int n) {
   if (Elements(ys) != g.m * g.n) return Fail(n, "the output's shape does not match the product");
   if (g.m == 0 || g.n == 0 || g.k == 0) return Fail(n, "an empty product");
   step.in = {a, -1, -1, -1};
-  step.weight_slots = {AddBlob(alpha == 1.f ? *w : Scaled(*w, alpha)), -1};
+  step.weight_slots = {AddBlob(ValueKey(b, alpha), alpha == 1.f ? *w : Scaled(*w, alpha)), -1};
   // The bias: Gemm's C (times beta) when it is a constant row; FusedMatMul's bias,
   // which the optimiser divided by alpha (optimizer.h), times alpha.
   const Tensor* bias = nullptr;
   float bias_scale = 1.f;
   if (node.has_input(2) && (!is_gemm || beta != 0.f)) {
     bias = Known(node.inputs[2]);
-    const Shape& bs = ShapeOf(node.inputs[2]);
+    const Shape bs = ShapeOf(node.inputs[2]);
     const bool row = Elements(bs) == g.n && (bs.empty() ? g.n == 1 : bs.back() == g.n);
     if (!bias || !row)
       return Fail(n, "only a constant bias of N values is on the GPU path so far, not " +
@@ -214,7 +233,9 @@ Status Lowerer::LowerProduct(int n) {
     // The epilogues that apply an activation take a bias: zeros when the node has none.
     Tensor b_data = bias ? (bias_scale == 1.f ? *bias : Scaled(*bias, bias_scale))
                          : Tensor::Allocate(DataType::kFp32, {g.n});
-    step.weight_slots[1] = AddBlob(std::move(b_data));
+    const std::string key =
+        bias ? ValueKey(node.inputs[2], bias_scale) : "zeros" + std::to_string(g.n);
+    step.weight_slots[1] = AddBlob(key, std::move(b_data));
   }
   if (node.has_input(3)) {
     const int r = node.inputs[3];
@@ -337,8 +358,10 @@ Status Lowerer::LowerBatchedProduct(int n) {
     return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
   }
   if (g.epilogue != GemmEpilogue::kNone) {
-    step.weight_slots[1] = AddBlob(bias ? (g.alpha == 1.f ? *bias : Scaled(*bias, g.alpha))
-                                        : Tensor::Allocate(DataType::kFp32, {g.n}));
+    step.weight_slots[1] =
+        AddBlob(bias ? ValueKey(node.inputs[2], g.alpha) : "zeros" + std::to_string(g.n),
+                bias ? (g.alpha == 1.f ? *bias : Scaled(*bias, g.alpha))
+                     : Tensor::Allocate(DataType::kFp32, {g.n}));
   }
   if (node.has_input(3)) {
     if (!c_perm.empty()) return Fail(n, "a residual with c_perm is not supported");
@@ -378,15 +401,16 @@ Status Lowerer::LowerSplit(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0];
   if (!IsFp32(x)) return Fail(n, "only a Split of fp32 data is on the GPU path so far");
-  const Shape& xs = ShapeOf(x);
+  const Shape xs = ShapeOf(x);
   const auto rank = static_cast<int64_t>(xs.size());
   int64_t axis = node.GetInt("axis", 0);
   if (axis < 0) axis += rank;
   if (axis < 0 || axis >= rank) return Fail(n, "axis out of range");
   int64_t start = 0;
   for (int o : node.outputs) {
-    if (o < 0) continue;
-    const Shape& os = ShapeOf(o);
+    // An omitted output's length is in the split sizes, not in a planned shape.
+    if (o < 0) return Fail(n, "a Split with an omitted output is not on the GPU path yet");
+    const Shape os = ShapeOf(o);
     if (os.size() != xs.size()) return Fail(n, "an output of another rank");
     GpuStep step;
     step.kind = GpuStep::Kind::kSlice;
@@ -407,8 +431,10 @@ Status Lowerer::LowerSplit(int n) {
 // ReduceSum, ReduceMean, ReduceMax over axes that sit next to each other.
 Status Lowerer::LowerReduce(int n, ReduceOp op) {
   const Node& node = graph_.nodes[n];
-  RETURN_IF_ERROR(CheckFp32(n));
-  const Shape& xs = ShapeOf(node.inputs[0]);
+  // The data and the result in fp32 (the axes, when an input, are int64).
+  if (!IsFp32(node.inputs[0]) || !node.has_output(0) || !IsFp32(node.outputs[0]))
+    return Fail(n, "only a reduction of fp32 data is on the GPU path so far");
+  const Shape xs = ShapeOf(node.inputs[0]);
   const auto rank = static_cast<int64_t>(xs.size());
   std::vector<int64_t> axes = node.GetInts("axes");
   if (node.has_input(1)) {
@@ -477,6 +503,241 @@ Status Lowerer::LowerCast(int n) {
   return Status::Ok();
 }
 
+// The 2-D window of a Conv or pooling node over x [n, c, h, w] with a kh x kw kernel, as
+// the CPU engine computes it (ops/conv.cc: strides, dilations, pads or auto_pad, and
+// ceil_mode's rule that the last window starts inside the input or its left padding).
+StatusOr<Window2d> NodeWindow(const Node& node, const Shape& xs, int64_t kh, int64_t kw,
+                              bool ceil_mode) {
+  const auto strides = node.GetInts("strides", {1, 1});
+  const auto dilations = node.GetInts("dilations", {1, 1});
+  const auto pads = node.GetInts("pads", {0, 0, 0, 0});
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4)
+    return InvalidArgument("strides, dilations and pads of a 2-D window");
+  Window2d g;
+  g.n = xs[0];
+  g.c = xs[1];
+  g.h = xs[2];
+  g.w = xs[3];
+  g.kh = kh;
+  g.kw = kw;
+  g.sh = strides[0];
+  g.sw = strides[1];
+  g.dh = dilations[0];
+  g.dw = dilations[1];
+  int64_t in[2] = {g.h, g.w}, k[2] = {kh, kw}, s[2] = {g.sh, g.sw}, d[2] = {g.dh, g.dw};
+  int64_t begin[2], end[2], out[2];
+  for (int i = 0; i < 2; ++i) {
+    if (k[i] < 1 || s[i] < 1 || d[i] < 1) return InvalidArgument("a window below 1");
+    const int64_t extent = (k[i] - 1) * d[i] + 1;
+    if (auto_pad == "VALID") {
+      begin[i] = end[i] = 0;
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t o = (in[i] + s[i] - 1) / s[i];
+      const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + extent - in[i]);
+      begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      end[i] = total - begin[i];
+    } else {
+      begin[i] = pads[i];
+      end[i] = pads[i + 2];
+    }
+    const int64_t span = in[i] + begin[i] + end[i] - extent;
+    if (span < 0 || begin[i] < 0 || end[i] < 0) return InvalidArgument("a window off the input");
+    out[i] = (ceil_mode ? (span + s[i] - 1) / s[i] : span / s[i]) + 1;
+    if (ceil_mode && (out[i] - 1) * s[i] >= in[i] + begin[i]) --out[i];
+  }
+  g.ph = begin[0];
+  g.pw = begin[1];
+  g.ph_end = end[0];
+  g.pw_end = end[1];
+  g.oh = out[0];
+  g.ow = out[1];
+  return g;
+}
+
+// Conv and shoal.FusedConv (2-D, constant weights): im2col into a temporary, one GEMM per
+// group (batched) into [groups, n, oh, ow, m/groups], a transpose into NCHW, then the
+// bias and activation (in the GEMM's epilogue when there is one group), the residual and
+// the post-activation.
+Status Lowerer::LowerConv(int n) {
+  const Node& node = graph_.nodes[n];
+  const int x = node.inputs[0], y = node.outputs[0];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape xs = ShapeOf(x);
+  const Tensor* w = Known(node.inputs[1]);
+  if (xs.size() != 4) return Fail(n, "only 2-D convolutions are on the GPU path so far");
+  if (!w || w->shape().size() != 4)
+    return Fail(n, "only convolutions with constant 4-D weights are on the GPU path");
+  const Shape& ws = w->shape();
+  const int64_t groups = node.GetInt("group", 1);
+  if (groups < 1 || xs[1] % groups != 0 || ws[0] % groups != 0 || ws[1] * groups != xs[1])
+    return Fail(n, "the groups do not divide the channels");
+  auto window = NodeWindow(node, xs, ws[2], ws[3], false);
+  if (!window.ok()) return Fail(n, window.status().message());
+  Window2d g = *window;
+  g.groups = groups;
+  const Shape ys = ShapeOf(y);
+  if (ys != Shape{xs[0], ws[0], g.oh, g.ow})
+    return Fail(n, "the output's shape is not the window's");
+  const int64_t rows = xs[0] * g.oh * g.ow, kg = ws[1] * ws[2] * ws[3], mg = ws[0] / groups;
+  if (rows == 0 || kg == 0 || mg == 0) return Fail(n, "an empty convolution");
+  const std::string act = node.GetString("activation", "");
+  const std::string post_act = node.GetString("post_activation", "");
+  for (const std::string& a : {act, post_act}) {
+    if (!a.empty() && a != "Relu" && a != "Sigmoid" && a != "Tanh" && a != "Gelu" &&
+        !(a == "GeluTanh" && groups == 1 && &a == &act))
+      return Fail(n, "the fused activation " + a + " is not on the GPU path yet");
+  }
+  const Tensor* bias = nullptr;
+  if (node.has_input(2)) {
+    bias = Known(node.inputs[2]);
+    if (!bias || Elements(ShapeOf(node.inputs[2])) != ws[0])
+      return Fail(n, "only a constant bias of one value per output channel is on the GPU path");
+  }
+  // im2col.
+  GpuStep cols;
+  cols.kind = GpuStep::Kind::kIm2Col;
+  cols.node = n;
+  cols.in = {x};
+  cols.out = NewTemp({groups, rows, kg});
+  cols.window = g;
+  out_.steps.push_back(cols);
+  // The GEMMs: [rows, kg] x [mg, kg]^T per group.
+  GpuStep gemm;
+  gemm.kind = GpuStep::Kind::kGemm;
+  gemm.node = n;
+  gemm.in = {cols.out, -1, -1, -1};
+  GemmOptions& o = gemm.gemm;
+  o.math = options_.math;
+  o.m = rows;
+  o.n = mg;
+  o.k = kg;
+  o.transpose_w = true;
+  o.batch = groups;
+  if (groups > 1) {
+    o.x_batch_stride = rows * kg;
+    o.w_batch_stride = mg * kg;
+    o.y_batch_stride = rows * mg;
+  }
+  gemm.weight_slots = {AddBlob(ValueKey(node.inputs[1]), *w), -1};
+  bool act_done = groups == 1 || act.empty();
+  if (groups == 1) {
+    if (act == "Relu") {
+      o.epilogue = GemmEpilogue::kBiasRelu;
+    } else if (act == "GeluTanh") {
+      o.epilogue = GemmEpilogue::kBiasGelu;
+    } else {
+      o.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+      if (!act.empty()) gemm.post = UnaryByName(act);
+    }
+    if (o.epilogue != GemmEpilogue::kNone) {
+      gemm.weight_slots[1] =
+          AddBlob(bias ? ValueKey(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
+                  bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
+    }
+  }
+  gemm.out = NewTemp({groups, xs[0], g.oh, g.ow, mg});
+  out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, o.workspace_bytes);
+  const int product = gemm.out;
+  out_.steps.push_back(std::move(gemm));
+  // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
+  auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  GpuStep t;
+  t.kind = GpuStep::Kind::kTranspose;
+  t.node = n;
+  t.in = {product};
+  t.out = y;
+  t.transpose = std::move(plan).value();
+  out_.steps.push_back(std::move(t));
+  // What the epilogue could not do, in place on the output.
+  auto in_place_unary = [&](const std::string& name) {
+    GpuStep u;
+    u.kind = GpuStep::Kind::kUnary;
+    u.node = n;
+    u.unary = *UnaryByName(name);
+    u.in = {y};
+    u.out = y;
+    out_.steps.push_back(std::move(u));
+  };
+  if (groups > 1 && bias) {
+    GpuStep add;
+    add.kind = GpuStep::Kind::kBinary;
+    add.node = n;
+    add.binary = BinaryOp::kAdd;
+    Tensor channels = Tensor::Allocate(DataType::kFp32, {ws[0], 1, 1});
+    std::copy(bias->values<float>().begin(), bias->values<float>().end(),
+              channels.mutable_values<float>().begin());
+    const Shape bias_dims = channels.shape();
+    add.weight_slots = {AddBlob(ValueKey(node.inputs[2]) + ":chw", std::move(channels))};
+    auto broadcast = PlanBroadcast(ys, bias_dims);
+    if (!broadcast.ok()) return Fail(n, broadcast.status().message());
+    add.broadcast = std::move(broadcast).value();
+    add.in = {y, -1};
+    add.out = y;
+    out_.steps.push_back(std::move(add));
+  }
+  if (!act_done) in_place_unary(act);
+  if (node.has_input(3)) {
+    const int r = node.inputs[3];
+    if (ShapeOf(r) != ys) return Fail(n, "the residual must have the output's shape");
+    GpuStep add;
+    add.kind = GpuStep::Kind::kBinary;
+    add.node = n;
+    add.binary = BinaryOp::kAdd;
+    auto broadcast = PlanBroadcast(ys, ys);
+    if (!broadcast.ok()) return Fail(n, broadcast.status().message());
+    add.broadcast = std::move(broadcast).value();
+    add.in = {y, r};
+    add.out = y;
+    out_.steps.push_back(std::move(add));
+  }
+  if (!post_act.empty()) in_place_unary(post_act);
+  return Status::Ok();
+}
+
+// MaxPool and AveragePool (2-D, first output only); GlobalAveragePool and GlobalMaxPool as
+// reductions over the spatial axes.
+Status Lowerer::LowerPool(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const std::string& op = node.op_type;
+  const Shape xs = ShapeOf(node.inputs[0]);
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+    if (xs.size() < 3) return Fail(n, "a global pool needs spatial axes");
+    if (Elements(xs, 2) == 0) return Fail(n, "a global pool over nothing");
+    GpuStep step;
+    step.kind = GpuStep::Kind::kReduce;
+    step.node = n;
+    step.reduce = op == "GlobalMaxPool" ? ReduceOp::kMax : ReduceOp::kMean;
+    step.in = {node.inputs[0]};
+    step.out = node.outputs[0];
+    step.dims = xs;
+    step.axis = 2;
+    step.length = static_cast<int64_t>(xs.size()) - 2;
+    out_.steps.push_back(std::move(step));
+    return Status::Ok();
+  }
+  if (xs.size() != 4) return Fail(n, "only 2-D pooling is on the GPU path so far");
+  const auto kernel = node.GetInts("kernel_shape");
+  if (kernel.size() != 2) return Fail(n, "kernel_shape must have two entries");
+  auto window = NodeWindow(node, xs, kernel[0], kernel[1], node.GetInt("ceil_mode", 0) != 0);
+  if (!window.ok()) return Fail(n, window.status().message());
+  if (ShapeOf(node.outputs[0]) != Shape{xs[0], xs[1], window->oh, window->ow})
+    return Fail(n, "the output's shape is not the window's");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kPool;
+  step.node = n;
+  step.pool = op == "MaxPool"                            ? PoolOp::kMax
+              : node.GetInt("count_include_pad", 0) != 0 ? PoolOp::kAverageIncludePad
+                                                         : PoolOp::kAverage;
+  step.window = *window;
+  step.in = {node.inputs[0]};
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
 Status Lowerer::LowerUnary(int n, UnaryOp op) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
@@ -518,7 +779,7 @@ Status Lowerer::LowerBinary(int n, BinaryOp op) {
 Status Lowerer::LowerSoftmax(int n) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
-  const Shape& xs = ShapeOf(node.inputs[0]);
+  const Shape xs = ShapeOf(node.inputs[0]);
   const int64_t rank = static_cast<int64_t>(xs.size());
   if (rank == 0) return Fail(n, "a scalar softmax");
   int64_t axis = node.GetInt("axis", graph_.opset >= 13 ? -1 : 1);
@@ -540,7 +801,7 @@ Status Lowerer::LowerSoftmax(int n) {
 Status Lowerer::LowerLayerNorm(int n) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
-  const Shape& xs = ShapeOf(node.inputs[0]);
+  const Shape xs = ShapeOf(node.inputs[0]);
   const int64_t rank = static_cast<int64_t>(xs.size());
   int64_t axis = node.GetInt("axis", -1);
   if (axis < 0) axis += rank;
@@ -564,7 +825,7 @@ Status Lowerer::LowerLayerNorm(int n) {
 Status Lowerer::LowerTranspose(int n) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
-  const Shape& xs = ShapeOf(node.inputs[0]);
+  const Shape xs = ShapeOf(node.inputs[0]);
   std::vector<int64_t> perm = node.GetInts("perm");
   if (perm.empty())
     for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
@@ -614,8 +875,14 @@ Status Lowerer::LowerNode(int n) {
     if (op == "ReduceMean") return LowerReduce(n, ReduceOp::kMean);
     if (op == "ReduceMax") return LowerReduce(n, ReduceOp::kMax);
     if (op == "Cast") return LowerCast(n);
+    if (op == "Conv") return LowerConv(n);
+    if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
+        op == "GlobalMaxPool")
+      return LowerPool(n);
   } else if (node.domain == "shoal" && (op == "FusedMatMul" || op == "FusedGemm")) {
     return LowerProduct(n);
+  } else if (node.domain == "shoal" && op == "FusedConv") {
+    return LowerConv(n);
   }
   return Fail(n, "the GPU path has no kernel for this operator yet");
 }
@@ -695,8 +962,8 @@ StatusOr<GpuLowering> Lowerer::Run() {
       return Internal("memory planner: an offset not aligned to " + std::to_string(kAlign));
     out_.values[value_of[t]] = {GpuValue::Home::kArena, memory.offsets[t], bytes_of(value_of[t])};
   }
-  for (const auto& [v, offset] : known_slots_)
-    out_.values[v] = {GpuValue::Home::kWeights, offset, bytes_of(v)};
+  for (const auto& [v, blob] : known_slots_)
+    out_.values[v] = {GpuValue::Home::kWeights, blob, bytes_of(v)};
   for (size_t v = 0; v < total; ++v) {
     const int o = Owner(static_cast<int>(v));
     if (o != static_cast<int>(v) && out_.values[v].home == GpuValue::Home::kNone) {
@@ -716,24 +983,37 @@ StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
   return Lowerer(graph, plan, options).Run();
 }
 
+StatusOr<const void*> GpuWeights::Get(const GpuLowering::Blob& blob, const Stream& stream) {
+  auto it = buffers_.find(blob.key);
+  if (it == buffers_.end()) {
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(blob.data.byte_size()));
+    if (blob.data.byte_size() > 0)
+      RETURN_IF_ERROR(CopyToDevice(buffer.data(), blob.data.data(), blob.data.byte_size(), stream));
+    bytes_ += static_cast<int64_t>(blob.data.byte_size());
+    it = buffers_.emplace(blob.key, std::move(buffer)).first;
+  }
+  return static_cast<const void*>(it->second.data());
+}
+
 void* GpuPlan::Address(int v) const {
   const GpuValue& value = lowering_.values[v];
-  char* base = value.home == GpuValue::Home::kWeights ? weights_.as<char>() : arena_.as<char>();
-  return base + value.offset;
+  if (value.home == GpuValue::Home::kWeights) return const_cast<char*>(Blob(value.offset));
+  return arena_.as<char>() + value.offset;
 }
 
 StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const LtHandle& handle,
-                                                   const Stream& stream) {
+                                                   const Stream& stream,
+                                                   std::shared_ptr<GpuWeights> weights) {
   std::unique_ptr<GpuPlan> plan(new GpuPlan());
   plan->lowering_ = std::move(lowering);
+  plan->weights_ = weights ? std::move(weights) : std::make_shared<GpuWeights>();
   const GpuLowering& l = plan->lowering_;
-  ASSIGN_OR_RETURN(plan->weights_, DeviceBuffer::Allocate(l.weight_bytes));
   ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
   ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
   ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(sizeof(int32_t)));
   for (const GpuLowering::Blob& blob : l.blobs) {
-    RETURN_IF_ERROR(CopyToDevice(plan->weights_.as<char>() + blob.offset, blob.data.data(),
-                                 blob.data.byte_size(), stream));
+    ASSIGN_OR_RETURN(const void* device, plan->weights_->Get(blob, stream));
+    plan->blobs_.push_back(device);
   }
   plan->gemms_.resize(l.steps.size());
   for (size_t i = 0; i < l.steps.size(); ++i) {
@@ -752,10 +1032,9 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   float* y = static_cast<float*>(Address(s.out));
   switch (s.kind) {
     case GpuStep::Kind::kGemm: {
-      const char* w = weights_.as<char>();
-      const void* bias = s.weight_slots[1] >= 0 ? w + s.weight_slots[1] : nullptr;
-      // A constant weight is in its (transformed) slot; a computed B is a value.
-      const void* b = s.weight_slots[0] >= 0 ? w + s.weight_slots[0] : Address(s.in[1]);
+      const void* bias = s.weight_slots[1] >= 0 ? Blob(s.weight_slots[1]) : nullptr;
+      // A constant weight is in its (transformed) blob; a computed B is a value.
+      const void* b = s.weight_slots[0] >= 0 ? Blob(s.weight_slots[0]) : Address(s.in[1]);
       RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace_.data(), stream));
       const int64_t n = Elements(lowering_.shapes[s.out]);
       if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream));
@@ -764,8 +1043,11 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     }
     case GpuStep::Kind::kUnary:
       return Unary(s.unary, in(0), y, Elements(lowering_.shapes[s.out]), stream);
-    case GpuStep::Kind::kBinary:
-      return Binary(s.binary, in(0), in(1), y, s.broadcast, stream);
+    case GpuStep::Kind::kBinary: {
+      const float* b =
+          s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
+      return Binary(s.binary, in(0), b, y, s.broadcast, stream);
+    }
     case GpuStep::Kind::kSoftmax:
       return SoftmaxLastAxis(in(0), y, s.dims, stream);
     case GpuStep::Kind::kLayerNorm:
@@ -780,6 +1062,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return SliceAxis(in(0), y, s.dims, s.axis, s.start, s.length, stream);
     case GpuStep::Kind::kReduce:
       return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream);
+    case GpuStep::Kind::kIm2Col:
+      return Im2Col(in(0), y, s.window, stream);
+    case GpuStep::Kind::kPool:
+      return Pool2d(s.pool, in(0), y, s.window, stream);
     case GpuStep::Kind::kCast:
       return CastToFloat(s.cast, Address(s.in[0]), y, Elements(lowering_.shapes[s.out]), stream);
   }

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "engine/cuda/conv.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/gemm.h"
@@ -56,7 +58,7 @@ struct GpuPlanOptions {
 struct GpuValue {
   enum class Home { kNone, kArena, kWeights };
   Home home = Home::kNone;  // kNone: no step reads or writes it
-  int64_t offset = 0;       // in the arena or the weights buffer
+  int64_t offset = 0;       // kArena: its offset; kWeights: the index of its blob
   int64_t bytes = 0;        // its data, unpadded
 };
 
@@ -72,15 +74,18 @@ struct GpuStep {
     kGather,
     kSlice,
     kReduce,
-    kCast
+    kCast,
+    kIm2Col,
+    kPool
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
   // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
   // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
-  // -1}; kGather {data, indices}. A constant GEMM weight and the bias are weight slots
-  // (`weight_slots`), not values, because they are stored transformed. Values past the
-  // graph's are the lowering's own temporaries (a transposed operand, a product before its
+  // -1}; kGather {data, indices}; kIm2Col, kPool {x}. A constant GEMM weight and the bias
+  // are weight slots (`weight_slots`), not values, because they are stored transformed; so
+  // is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1, 1]). Values past
+  // the graph's are the lowering's own temporaries (a transposed operand, a product before its
   // output transpose).
   std::vector<int> in;
   int out = -1;
@@ -92,27 +97,32 @@ struct GpuStep {
   BroadcastPlan broadcast;           // kBinary
   // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape.
   std::vector<int64_t> dims;
-  float epsilon = 0;                  // kLayerNorm
-  TransposePlan transpose;            // kTranspose
-  GatherPlan gather;                  // kGather
-  std::vector<int64_t> weight_slots;  // kGemm: offsets of w and bias in weights, or -1
+  float epsilon = 0;        // kLayerNorm
+  TransposePlan transpose;  // kTranspose
+  GatherPlan gather;        // kGather
+  // kGemm: the blobs of w and bias, or -1; kBinary: b's when in[1] is -1.
+  std::vector<int64_t> weight_slots;
   // kSlice: x[.., start : start + length, ..] along `axis`; kReduce: axes [axis, axis +
   // length).
   int64_t axis = 0, start = 0, length = 0;
   ReduceOp reduce = ReduceOp::kSum;      // kReduce
   CastSource cast = CastSource::kInt64;  // kCast
+  Window2d window;                       // kIm2Col, kPool
+  PoolOp pool = PoolOp::kMax;            // kPool
 };
 
 struct GpuLowering {
   std::vector<GpuStep> steps;
   std::vector<GpuValue> values;  // per value: the graph's, then the lowering's temporaries
-  // What the weights buffer holds: host data and its offset.
+  // The constants the steps read, each with a key that names its content (the graph
+  // value and any transformation: "v12", "v12*0.5", "zeros64"), so the plans of one model
+  // for other input shapes find the same device copy (GpuWeights).
   struct Blob {
-    int64_t offset = 0;
+    std::string key;
     Tensor data;
   };
   std::vector<Blob> blobs;
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;  // the blobs' bytes
   int64_t arena_bytes = 0;
   int64_t workspace_bytes = 0;   // the GEMMs' shared scratch
   std::vector<int> inputs;       // graph.inputs
@@ -121,20 +131,44 @@ struct GpuLowering {
   std::vector<Shape> shapes;
 };
 
-// Lowers `plan`, prepared from `graph` in fp32 (PlanOptions' defaults), onto the GPU
+// The options of a CPU plan made to be lowered: fp32, every value in its plain layout.
+inline PlanOptions GpuLoweringPlanOptions() {
+  PlanOptions options;
+  options.plain_layouts = true;
+  return options;
+}
+
+// Lowers `plan`, prepared from `graph` with GpuLoweringPlanOptions(), onto the GPU
 // path. Pure host work. UNIMPLEMENTED naming every node the GPU path cannot run yet, one
 // per line ("node 'attn/MatMul' (shoal.FusedMatMul): a product of two computed tensors
 // ..."); INTERNAL when the memory planner fails.
 StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
                                 const GpuPlanOptions& options = {});
 
+// Device copies of one model's constants, shared by its GPU plans for every input shape
+// (an instance's plan cache): each blob is uploaded once, by key, and kept for as long as
+// the GpuWeights lives. One thread at a time, as the plans that share it.
+class GpuWeights {
+ public:
+  // The device copy of `blob`, uploaded on `stream` the first time its key is asked for
+  // (the caller synchronises the stream before `blob`'s host data goes).
+  StatusOr<const void*> Get(const GpuLowering::Blob& blob, const Stream& stream);
+  size_t count() const { return buffers_.size(); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::map<std::string, DeviceBuffer> buffers_;
+  int64_t bytes_ = 0;
+};
+
 class GpuPlan {
  public:
-  // Allocates the weights buffer, the arena and the GEMM workspace on the current
-  // device, uploads the weights on `stream` and plans every GEMM. `handle` must outlive
-  // the plan.
+  // Allocates the arena and the GEMM workspace on the current device, finds or uploads
+  // the weights in `weights` (a GpuWeights of its own when null) on `stream`, and plans
+  // every GEMM. `handle` must outlive the plan.
   static StatusOr<std::unique_ptr<GpuPlan>> Create(GpuLowering lowering, const LtHandle& handle,
-                                                   const Stream& stream);
+                                                   const Stream& stream,
+                                                   std::shared_ptr<GpuWeights> weights = nullptr);
 
   // `inputs` follow graph.inputs with the planned shapes and dtypes; `outputs` are
   // replaced by host tensors following graph.outputs. Copies the inputs in, queues every
@@ -147,12 +181,15 @@ class GpuPlan {
 
  private:
   GpuPlan() = default;
-  // The device address of value `v` (its home's base plus offset).
+  // The device address of value `v` (its blob, or the arena's base plus its offset).
   void* Address(int v) const;
+  const char* Blob(int64_t index) const { return static_cast<const char*>(blobs_[index]); }
   Status RunStep(size_t i, cudaStream_t stream);
 
   GpuLowering lowering_;
-  DeviceBuffer weights_, arena_, workspace_, error_flag_;
+  std::shared_ptr<GpuWeights> weights_;
+  std::vector<const void*> blobs_;  // per blob of the lowering, its device copy
+  DeviceBuffer arena_, workspace_, error_flag_;
   std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
 };
 

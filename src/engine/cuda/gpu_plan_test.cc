@@ -43,7 +43,7 @@ Prepared Prepare(StatusOr<std::unique_ptr<Model>> model, const std::vector<Shape
   p.model = std::move(model).value();
   dnnl::stream stream(CpuEngine());
   auto plan = Plan::Prepare(p.model->graph(), shapes, CpuEngine(), stream, p.model->weight_cache(),
-                            PlanOptions(), PlanLimits());
+                            GpuLoweringPlanOptions(), PlanLimits());
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   if (plan.ok()) p.plan = std::move(plan).value();
   return p;
@@ -79,6 +79,48 @@ Graph EveryKindGraph() {
   return b.Finish(out);
 }
 
+// Products whose alpha and beta are not 1: MatMul·0.5 + bias, ReLU (the optimiser fuses
+// them into one shoal.FusedMatMul with alpha 0.5 and the bias divided by it), then
+// Gemm(alpha 2, beta 0.5, transB) with a C row.
+Graph ScaledProductsGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 6});
+  const int w = b.Constant("w", Random({6, 5}, 11));
+  const int prod = b.Op("MatMul", "prod", {x, w});
+  const int half = b.Constant("half", F32({}, {0.5f}));
+  const int scaled = b.Op("Mul", "scaled", {prod, half});
+  const int bias = b.Constant("bias", Random({5}, 12));
+  const int biased = b.Op("Add", "biased", {scaled, bias});
+  const int act = b.Op("Relu", "act", {biased});
+  const int w2 = b.Constant("w2", Random({3, 5}, 13));
+  const int c = b.Constant("c", Random({3}, 14));
+  const int out = b.Op("Gemm", "out", {act, w2, c},
+                       {{"alpha", AFloat(2.f)}, {"beta", AFloat(0.5f)}, {"transB", AInt(1)}});
+  return b.Finish(out);
+}
+
+// A grouped convolution (2 groups, stride 2, padding 1) with a bias, then ReLU (fused by
+// the optimiser), and a 3x3 average pool that counts the padding, with ceil_mode.
+Graph GroupedConvGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 4, 9, 9});
+  const int w = b.Constant("w", Random({6, 2, 3, 3}, 21));
+  const int bias = b.Constant("b", Random({6}, 22));
+  const int conv = b.Op("Conv", "conv", {x, w, bias},
+                        {{"group", AInt(2)},
+                         {"strides", AInts({2, 2})},
+                         {"pads", AInts({1, 1, 1, 1})},
+                         {"kernel_shape", AInts({3, 3})}});
+  const int act = b.Op("Relu", "act", {conv});
+  const int pool = b.Op("AveragePool", "pool", {act},
+                        {{"kernel_shape", AInts({3, 3})},
+                         {"strides", AInts({2, 2})},
+                         {"pads", AInts({1, 1, 1, 1})},
+                         {"ceil_mode", AInt(1)},
+                         {"count_include_pad", AInt(1)}});
+  return b.Finish(pool);
+}
+
 // Six element-wise steps in a row on one [64, 64] input.
 Graph ChainGraph() {
   GraphBuilder b;
@@ -90,11 +132,9 @@ Graph ChainGraph() {
 
 void ExpectAligned(const GpuLowering& l) {
   for (size_t v = 0; v < l.values.size(); ++v) {
-    if (l.values[v].home == GpuValue::Home::kNone) continue;
+    if (l.values[v].home != GpuValue::Home::kArena) continue;  // a weight's offset is its blob
     EXPECT_EQ(l.values[v].offset % static_cast<int64_t>(kGemmAlignmentBytes), 0) << "value " << v;
   }
-  for (const auto& blob : l.blobs)
-    EXPECT_EQ(blob.offset % static_cast<int64_t>(kGemmAlignmentBytes), 0);
 }
 
 // ---- Lowering: host only, runs everywhere ----
@@ -205,20 +245,103 @@ TEST(LowerPlanTest, AttentionBecomesBatchedGemmsOverTheHeads) {
   ExpectAligned(*lowered);
 }
 
-// The example image classifier's convolutions and pools have no GPU kernels yet: one line
-// per node.
-TEST(LowerPlanTest, AModelWithConvolutionsIsRefusedNamingEveryNode) {
-  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+// DenseNet's concatenations, standalone batch normalisations and padding have no GPU
+// kernels yet: one line per node.
+TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("densenet_op13.onnx")), {{2, 3, 32, 32}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("(shoal.FusedConv): the GPU path has no kernel"));
-  EXPECT_THAT(m, HasSubstr("(MaxPool)"));
-  // Four convolutions, two max pools, one global average pool.
-  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 7) << m;
+  EXPECT_THAT(m, HasSubstr("(Concat): the GPU path has no kernel"));
+  EXPECT_THAT(m, HasSubstr("(BatchNormalization)"));
+  EXPECT_THAT(m, HasSubstr("(Pad)"));
+  EXPECT_GE(std::count(m.begin(), m.end(), '\n'), 10) << m;
+}
+
+// The example image classifier: four convolutions (im2col and a GEMM each), two max pools
+// and the global average pool as a reduction.
+TEST(LowerPlanTest, ConvolutionsBecomeIm2ColAndGemms) {
+  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int im2col = 0, pools = 0, reductions = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind == GpuStep::Kind::kIm2Col) {
+      ++im2col;
+      EXPECT_EQ(s.window.groups, 1);
+      EXPECT_EQ(s.window.n, 2);
+    }
+    pools += s.kind == GpuStep::Kind::kPool;
+    reductions += s.kind == GpuStep::Kind::kReduce;
+  }
+  EXPECT_EQ(im2col, 4);
+  EXPECT_EQ(pools, 2);
+  EXPECT_EQ(reductions, 1);
+  ExpectAligned(*lowered);
+}
+
+TEST(LowerPlanTest, AGroupedConvolutionIsABatchOfGemmsWithItsBiasAfter) {
+  Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  using K = GpuStep::Kind;
+  std::vector<K> kinds;
+  for (const GpuStep& s : lowered->steps) kinds.push_back(s.kind);
+  EXPECT_EQ(kinds,
+            (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kBinary, K::kUnary, K::kPool}));
+  const GpuStep& gemm = lowered->steps[1];
+  EXPECT_EQ(gemm.gemm.batch, 2);
+  EXPECT_EQ(gemm.gemm.m, 2 * 5 * 5);  // images x output positions
+  EXPECT_EQ(gemm.gemm.n, 3);          // output channels per group
+  EXPECT_EQ(gemm.gemm.k, 2 * 3 * 3);  // input channels per group x kernel
+  EXPECT_EQ(gemm.gemm.epilogue, GemmEpilogue::kNone);
+  EXPECT_TRUE(gemm.gemm.transpose_w);
+  EXPECT_EQ(lowered->steps[5].pool, PoolOp::kAverageIncludePad);
+  EXPECT_EQ(lowered->steps[5].window.oh, 3);  // ceil((5 + 2 - 3) / 2) + 1
+}
+
+// alpha and beta are folded into the uploaded weights and biases, under keys that say so.
+TEST(LowerPlanTest, AlphaAndBetaAreFoldedIntoTheBlobs) {
+  Prepared p = Prepare(Model::FromGraph(ScaledProductsGraph()), {{4, 6}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  ASSERT_EQ(lowered->steps.size(), 2u);
+  const Graph& g = p.model->graph();
+  auto key = [&](int64_t blob) { return lowered->blobs[blob].key; };
+  EXPECT_EQ(key(lowered->steps[0].weight_slots[0]),
+            "v" + std::to_string(g.FindValue("w")) + "*0.5");
+  EXPECT_EQ(lowered->steps[0].gemm.epilogue, GemmEpilogue::kBiasRelu);
+  EXPECT_EQ(key(lowered->steps[1].weight_slots[0]), "v" + std::to_string(g.FindValue("w2")) + "*2");
+  EXPECT_EQ(key(lowered->steps[1].weight_slots[1]),
+            "v" + std::to_string(g.FindValue("c")) + "*0.5");
+  // The scaled copies hold the scaled values.
+  const auto w2 = g.values[g.FindValue("w2")].constant.values<float>();
+  const auto up = lowered->blobs[lowered->steps[1].weight_slots[0]].data.values<float>();
+  ASSERT_EQ(up.size(), w2.size());
+  for (size_t i = 0; i < w2.size(); ++i) EXPECT_EQ(up[i], 2.f * w2[i]);
+}
+
+// Two batch sizes lower to the same blobs, so the plans of one instance share one copy
+// of the weights on the device.
+TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
+  Prepared one = Prepare(Model::Load(Example("recommender")), {{1, 64}});
+  ASSERT_TRUE(one.plan);
+  auto a = LowerPlan(one.model->graph(), *one.plan);
+  dnnl::stream stream(CpuEngine());
+  auto plan8 = Plan::Prepare(one.model->graph(), {{8, 64}}, CpuEngine(), stream,
+                             one.model->weight_cache(), GpuLoweringPlanOptions(), PlanLimits());
+  ASSERT_TRUE(plan8.ok());
+  auto b = LowerPlan(one.model->graph(), **plan8);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->blobs.size(), b->blobs.size());
+  for (size_t i = 0; i < a->blobs.size(); ++i) EXPECT_EQ(a->blobs[i].key, b->blobs[i].key);
 }
 
 TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
@@ -258,25 +381,26 @@ class GpuPlanTest : public GpuTest {
     run_stream_.emplace(std::move(stream).value());
   }
 
-  // Runs `p` on the CPU engine and on the GPU with the same inputs; expects the outputs
-  // within `tolerance` of each output's scale.
-  void ExpectGpuMatchesCpu(Prepared& p, const std::vector<Tensor>& inputs, GemmMath math,
-                           float tolerance) {
+  // Runs `p` on the GPU once per entry of `runs` (each the inputs of one run, in graph
+  // order) and expects each run's outputs within `tolerance` of that run's outputs on the
+  // CPU engine, relative to each output's scale. Later runs find the arena as the one
+  // before left it, so a step that read stale bytes shows.
+  void ExpectGpuMatchesCpu(Prepared& p, const std::vector<std::vector<Tensor>>& runs, GemmMath math,
+                           float tolerance, std::shared_ptr<GpuWeights> weights = nullptr) {
     ASSERT_TRUE(p.plan);
-    std::vector<const Tensor*> in;
-    for (const Tensor& t : inputs) in.push_back(&t);
-    dnnl::stream cpu_stream(CpuEngine());
-    std::vector<Tensor> cpu;
-    ASSERT_TRUE(p.plan->Run(in, cpu_stream, &cpu).ok());
     GpuPlanOptions options;
     options.math = math;
     auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
-    auto gpu_plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_);
+    auto gpu_plan =
+        GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_, std::move(weights));
     ASSERT_TRUE(gpu_plan.ok()) << gpu_plan.status().ToString();
-    std::vector<Tensor> gpu;
-    // Twice: the second run finds the arena as the first left it.
-    for (int run = 0; run < 2; ++run) {
+    dnnl::stream cpu_stream(CpuEngine());
+    for (size_t run = 0; run < runs.size(); ++run) {
+      std::vector<const Tensor*> in;
+      for (const Tensor& t : runs[run]) in.push_back(&t);
+      std::vector<Tensor> cpu, gpu;
+      ASSERT_TRUE(p.plan->Run(in, cpu_stream, &cpu).ok());
       const Status ran = (*gpu_plan)->Run(in, *run_stream_, &gpu);
       ASSERT_TRUE(ran.ok()) << ran.ToString();
       ASSERT_EQ(gpu.size(), cpu.size());
@@ -297,28 +421,36 @@ TEST_F(GpuPlanTest, TheRecommenderMatchesTheCpuEngine) {
   for (int64_t batch : {1, 8, 64}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     Prepared p = Prepare(Model::Load(Example("recommender")), {{batch, 64}});
-    ExpectGpuMatchesCpu(p, {Random({batch, 64}, 7)}, GemmMath::kFp32, 1e-5f);
-    ExpectGpuMatchesCpu(p, {Random({batch, 64}, 8)}, GemmMath::kTf32, 1e-2f);
+    ExpectGpuMatchesCpu(p, {{Random({batch, 64}, 7)}, {Random({batch, 64}, 70)}}, GemmMath::kFp32,
+                        1e-5f);
+    ExpectGpuMatchesCpu(p, {{Random({batch, 64}, 8)}, {Random({batch, 64}, 80)}}, GemmMath::kTf32,
+                        1e-2f);
   }
 }
 
 TEST_F(GpuPlanTest, OneOfEveryKindMatchesTheCpuEngine) {
   Prepared p = Prepare(Model::FromGraph(EveryKindGraph()), {{2, 4}});
-  ExpectGpuMatchesCpu(p, {I64({2, 4}, {0, 3, 9, -1, 5, 5, 2, -10})}, GemmMath::kFp32, 1e-5f);
+  ExpectGpuMatchesCpu(
+      p, {{I64({2, 4}, {0, 3, 9, -1, 5, 5, 2, -10})}, {I64({2, 4}, {7, 7, 1, 0, -3, 4, 8, 2})}},
+      GemmMath::kFp32, 1e-5f);
 }
 
 TEST_F(GpuPlanTest, TheChainMatchesTheCpuEngine) {
   Prepared p = Prepare(Model::FromGraph(ChainGraph()), {{64, 64}});
-  ExpectGpuMatchesCpu(p, {Random({64, 64}, 9, -3.f, 3.f)}, GemmMath::kFp32, 1e-6f);
+  ExpectGpuMatchesCpu(p, {{Random({64, 64}, 9, -3.f, 3.f)}, {Random({64, 64}, 90, -3.f, 3.f)}},
+                      GemmMath::kFp32, 1e-6f);
 }
 
 // Token ids in [0, vocab) and an attention mask with padding at the end of the second row.
 TEST_F(GpuPlanTest, TheTextClassifierMatchesTheCpuEngine) {
-  std::vector<int64_t> ids(2 * 32);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 50);
+  std::vector<int64_t> ids(2 * 32), other(2 * 32);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int64_t>((i * 37) % 50);
+    other[i] = static_cast<int64_t>((i * 11 + 5) % 997);
+  }
   Prepared p = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
-  ExpectGpuMatchesCpu(p, {I64({2, 32}, ids)}, GemmMath::kFp32, 1e-4f);
-  ExpectGpuMatchesCpu(p, {I64({2, 32}, ids)}, GemmMath::kTf32, 2e-2f);
+  ExpectGpuMatchesCpu(p, {{I64({2, 32}, ids)}, {I64({2, 32}, other)}}, GemmMath::kFp32, 1e-4f);
+  ExpectGpuMatchesCpu(p, {{I64({2, 32}, ids)}, {I64({2, 32}, other)}}, GemmMath::kTf32, 2e-2f);
 }
 
 // The committed BERT encoder (LayerNormalization form) on its reference inputs: the
@@ -340,9 +472,54 @@ TEST_F(GpuPlanTest, BertMatchesTheCpuEngineOnItsReferenceInputs) {
       }
     }
     ASSERT_EQ(inputs.size(), (*model)->graph().inputs.size());
+    // A second run with each int64 input's values rotated by one place (the same ids and
+    // mask values, elsewhere).
+    std::vector<Tensor> rotated;
+    for (const Tensor& t : inputs) {
+      std::vector<int64_t> v = engine::testing::IntValues(t);
+      std::rotate(v.begin(), v.begin() + 1, v.end());
+      rotated.push_back(I64(t.shape(), v));
+    }
     Prepared p = Prepare(std::move(model), shapes);
-    ExpectGpuMatchesCpu(p, inputs, GemmMath::kFp32, 1e-4f);
+    ExpectGpuMatchesCpu(p, {inputs, rotated}, GemmMath::kFp32, 1e-4f);
   }
+}
+
+TEST_F(GpuPlanTest, ScaledProductsMatchTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(ScaledProductsGraph()), {{4, 6}});
+  ExpectGpuMatchesCpu(p, {{Random({4, 6}, 31)}, {Random({4, 6}, 32)}}, GemmMath::kFp32, 1e-5f);
+}
+
+TEST_F(GpuPlanTest, AGroupedConvolutionAndAPoolMatchTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+  ExpectGpuMatchesCpu(p, {{Random({2, 4, 9, 9}, 41)}, {Random({2, 4, 9, 9}, 42)}}, GemmMath::kFp32,
+                      1e-5f);
+}
+
+TEST_F(GpuPlanTest, TheImageClassifierAndResNetMatchTheCpuEngine) {
+  Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{3, 3, 32, 32}});
+  ExpectGpuMatchesCpu(
+      ic, {{Random({3, 3, 32, 32}, 51, 0.f, 1.f)}, {Random({3, 3, 32, 32}, 52, 0.f, 1.f)}},
+      GemmMath::kFp32, 1e-4f);
+  Prepared resnet =
+      Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+  ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 53)}, {Random({2, 3, 32, 32}, 54)}},
+                      GemmMath::kFp32, 1e-4f);
+}
+
+// Plans for two batch sizes sharing one GpuWeights upload the recommender's eight blobs
+// once.
+TEST_F(GpuPlanTest, PlansOfOneInstanceShareTheirWeights) {
+  auto weights = std::make_shared<GpuWeights>();
+  int64_t bytes = 0;
+  for (int64_t batch : {1, 8}) {
+    Prepared p = Prepare(Model::Load(Example("recommender")), {{batch, 64}});
+    ExpectGpuMatchesCpu(p, {{Random({batch, 64}, 61)}}, GemmMath::kFp32, 1e-5f, weights);
+    if (batch == 1) bytes = weights->bytes();
+  }
+  EXPECT_EQ(weights->count(), 8u);
+  EXPECT_EQ(weights->bytes(), bytes);
+  EXPECT_GT(bytes, 6'000'000);
 }
 
 TEST_F(GpuPlanTest, AnIndexOutOfRangeAndAWrongShapeAreErrors) {

@@ -83,4 +83,27 @@ enum class CastKernel : int { kInt64, kInt32, kBool };
 cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
                             cudaStream_t stream);
 
+// The geometry of a 2-D convolution or pooling window over an NCHW input: batch n,
+// channels c in `groups` groups, input h x w, kernel kh x kw, strides, dilations, the
+// padding before (ph, pw) and after (ph_end, pw_end) each axis, output oh x ow.
+struct Window2d {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t ph = 0, pw = 0, ph_end = 0, pw_end = 0;
+  int64_t oh = 0, ow = 0;
+  int64_t groups = 1;
+};
+// im2col for a GEMM per group: cols is [groups, n*oh*ow, (c/groups)*kh*kw], the columns in
+// (channel, kernel row, kernel column) order as ONNX's weights [m, c/groups, kh, kw] are;
+// positions in the padding are 0.
+cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cudaStream_t stream);
+// Pooling kinds, in the order of conv.h's PoolOp.
+enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
+// y [n, c, oh, ow] pooled from x [n, c, h, w] over each window: the largest value inside
+// the input, or the mean over the window's positions inside the input (kAverage) or
+// inside the padded input (kAverageIncludePad). A window with no position inside the
+// input gives 0.
+cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
+                            cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda::internal

@@ -1,0 +1,40 @@
+#include "engine/cuda/conv.h"
+
+#include <string>
+
+#include "engine/cuda/cuda_status.h"
+
+namespace shoal::engine::cuda {
+
+Status CheckWindow(const Window2d& g) {
+  const bool sizes = g.n >= 0 && g.c >= 0 && g.h >= 0 && g.w >= 0 && g.oh >= 0 && g.ow >= 0;
+  const bool window = g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1;
+  const bool pads = g.ph >= 0 && g.pw >= 0 && g.ph_end >= 0 && g.pw_end >= 0;
+  if (!sizes || !window || !pads || g.groups < 1 || g.c % g.groups != 0) {
+    return InvalidArgument(
+        "window: input [" + std::to_string(g.n) + "," + std::to_string(g.c) + "," +
+        std::to_string(g.h) + "," + std::to_string(g.w) + "], kernel " + std::to_string(g.kh) +
+        "x" + std::to_string(g.kw) + ", strides " + std::to_string(g.sh) + "x" +
+        std::to_string(g.sw) + ", dilations " + std::to_string(g.dh) + "x" + std::to_string(g.dw) +
+        ", groups " + std::to_string(g.groups) +
+        ": sizes must be >= 0, kernel, strides and dilations >= 1, pads >= 0, and the groups "
+        "must divide the channels");
+  }
+  return Status::Ok();
+}
+
+Status Im2Col(const float* x, float* cols, const Window2d& g, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckWindow(g));
+  return CudaStatus(internal::LaunchIm2ColF32(x, cols, g, stream), "im2col kernel launch");
+}
+
+Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
+  Window2d plain = g;
+  plain.groups = 1;
+  RETURN_IF_ERROR(CheckWindow(plain));
+  return CudaStatus(
+      internal::LaunchPool2dF32(static_cast<internal::PoolKernel>(op), x, y, plain, stream),
+      "pooling kernel launch");
+}
+
+}  // namespace shoal::engine::cuda

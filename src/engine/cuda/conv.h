@@ -1,0 +1,28 @@
+// Convolutions and pooling on a CUDA stream, NCHW fp32 as ONNX lays them out: im2col, which
+// turns a 2-D convolution into one GEMM per group (gpu_plan.h runs it on cuBLASLt), and
+// max and average pooling. The shapes are validated on the host first, as everywhere on
+// the GPU path.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+#include "engine/cuda/kernels.h"
+
+namespace shoal::engine::cuda {
+
+using Window2d = internal::Window2d;
+
+enum class PoolOp { kMax, kAverage, kAverageIncludePad };
+
+// InvalidArgument for a negative size, a kernel, stride or dilation below 1, a negative
+// pad, or groups that do not divide the channels.
+Status CheckWindow(const Window2d& g);
+
+// cols = im2col(x): [groups, n*oh*ow, (c/groups)*kh*kw] (kernels.h). cols must not overlap x.
+Status Im2Col(const float* x, float* cols, const Window2d& g, cudaStream_t stream);
+
+// y [n, c, oh, ow] = pool(x [n, c, h, w]); `groups` is ignored.
+Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);
+
+}  // namespace shoal::engine::cuda

@@ -1,0 +1,133 @@
+#include "engine/cuda/conv.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+std::vector<float> Wave(int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.31f * static_cast<float>(i)) * 3.f;
+  return v;
+}
+
+// x[b, c, y, x] or 0 outside the input.
+float At(const std::vector<float>& x, const Window2d& g, int64_t b, int64_t c, int64_t iy,
+         int64_t ix) {
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return 0.f;
+  return x[((b * g.c + c) * g.h + iy) * g.w + ix];
+}
+
+std::vector<float> Im2ColReference(const std::vector<float>& x, const Window2d& g) {
+  const int64_t cg = g.c / g.groups;
+  std::vector<float> cols;
+  for (int64_t group = 0; group < g.groups; ++group)
+    for (int64_t b = 0; b < g.n; ++b)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox)
+          for (int64_t c = group * cg; c < (group + 1) * cg; ++c)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx)
+                cols.push_back(
+                    At(x, g, b, c, oy * g.sh - g.ph + ky * g.dh, ox * g.sw - g.pw + kx * g.dw));
+  return cols;
+}
+
+std::vector<float> PoolReference(PoolOp op, const std::vector<float>& x, const Window2d& g) {
+  std::vector<float> y;
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          float best = -INFINITY, sum = 0;
+          int inside = 0, padded = 0;
+          for (int64_t ky = 0; ky < g.kh; ++ky)
+            for (int64_t kx = 0; kx < g.kw; ++kx) {
+              const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+              if (iy >= -g.ph && iy < g.h + g.ph_end && ix >= -g.pw && ix < g.w + g.pw_end)
+                ++padded;
+              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+              best = std::max(best, At(x, g, b, c, iy, ix));
+              sum += At(x, g, b, c, iy, ix);
+              ++inside;
+            }
+          y.push_back(inside == 0              ? 0.f
+                      : op == PoolOp::kMax     ? best
+                      : op == PoolOp::kAverage ? sum / static_cast<float>(inside)
+                                               : sum / static_cast<float>(padded));
+        }
+  return y;
+}
+
+// A 3x3 window, stride 2, dilation 1, asymmetric padding, on a [2, 4, 7, 6] input.
+Window2d Strided() {
+  Window2d g;
+  g.n = 2;
+  g.c = 4;
+  g.h = 7;
+  g.w = 6;
+  g.kh = g.kw = 3;
+  g.sh = g.sw = 2;
+  g.ph = 1;
+  g.pw = 0;
+  g.ph_end = 1;
+  g.pw_end = 1;
+  g.oh = (7 + 2 - 3) / 2 + 1;
+  g.ow = (6 + 1 - 3) / 2 + 1;
+  return g;
+}
+
+using ConvGpuTest = GpuTest;
+
+TEST_F(ConvGpuTest, Im2ColMatchesTheReferenceWithPaddingStridesDilationsAndGroups) {
+  Window2d dilated = Strided();
+  dilated.sh = dilated.sw = 1;
+  dilated.dh = dilated.dw = 2;
+  dilated.oh = 7 + 2 - 5 + 1;
+  dilated.ow = 6 + 1 - 5 + 1;
+  Window2d grouped = Strided();
+  grouped.groups = 2;
+  for (const Window2d& g : {Strided(), dilated, grouped}) {
+    const std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
+    const std::vector<float> want = Im2ColReference(x, g);
+    DeviceBuffer dx = Upload(x), cols = Floats(want.size());
+    ASSERT_TRUE(Im2Col(dx.as<float>(), cols.as<float>(), g, stream()).ok());
+    EXPECT_EQ(Download(cols, want.size()), want) << "dilation " << g.dh << ", groups " << g.groups;
+  }
+}
+
+TEST_F(ConvGpuTest, PoolingMatchesTheReferenceForEveryKind) {
+  Window2d g = Strided();
+  const std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
+  DeviceBuffer dx = Upload(x), y = Floats(g.n * g.c * g.oh * g.ow);
+  for (PoolOp op : {PoolOp::kMax, PoolOp::kAverage, PoolOp::kAverageIncludePad}) {
+    const std::vector<float> want = PoolReference(op, x, g);
+    ASSERT_TRUE(Pool2d(op, dx.as<float>(), y.as<float>(), g, stream()).ok());
+    const std::vector<float> got = Download(y, want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5f) << "op " << static_cast<int>(op) << " at " << i;
+  }
+}
+
+TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {
+  Window2d g = Strided();
+  g.groups = 3;  // does not divide 4 channels
+  EXPECT_EQ(Im2Col(nullptr, nullptr, g, nullptr).code(), StatusCode::kInvalidArgument);
+  g = Strided();
+  g.sh = 0;
+  EXPECT_EQ(Pool2d(PoolOp::kMax, nullptr, nullptr, g, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  g = Strided();
+  g.pw = -1;
+  EXPECT_EQ(CheckWindow(g).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckWindow(Strided()).ok());
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda

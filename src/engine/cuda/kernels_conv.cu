@@ -1,0 +1,87 @@
+// im2col and pooling kernels (see kernels.h for the contracts).
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
+
+namespace shoal::engine::cuda::internal {
+namespace {
+
+__global__ void Im2ColF32(const float* __restrict__ x, float* __restrict__ cols, Window2d g,
+                          int64_t total) {
+  const int64_t cg = g.c / g.groups;
+  const int64_t kg = cg * g.kh * g.kw;
+  const int64_t rows = g.n * g.oh * g.ow;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t kk = i % kg;
+    const int64_t row = (i / kg) % rows;
+    const int64_t group = i / (kg * rows);
+    const int64_t c = group * cg + kk / (g.kh * g.kw);
+    const int64_t ky = (kk / g.kw) % g.kh;
+    const int64_t kx = kk % g.kw;
+    const int64_t ox = row % g.ow;
+    const int64_t oy = (row / g.ow) % g.oh;
+    const int64_t b = row / (g.ow * g.oh);
+    const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+    const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+    cols[i] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? x[((b * g.c + c) * g.h + iy) * g.w + ix]
+                                                        : 0.f;
+  }
+}
+
+__global__ void Pool2dF32(PoolKernel op, const float* __restrict__ x, float* __restrict__ y,
+                          Window2d g, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ox = i % g.ow;
+    const int64_t oy = (i / g.ow) % g.oh;
+    const int64_t plane = i / (g.ow * g.oh);  // b * c + channel
+    const float* in = x + plane * g.h * g.w;
+    float best = -FLT_MAX, sum = 0.f;
+    int64_t inside = 0, padded = 0;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+        if (iy >= -g.ph && iy < g.h + g.ph_end && ix >= -g.pw && ix < g.w + g.pw_end) ++padded;
+        if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+        const float v = in[iy * g.w + ix];
+        best = fmaxf(best, v);
+        sum += v;
+        ++inside;
+      }
+    }
+    if (inside == 0) {
+      y[i] = 0.f;
+    } else if (op == PoolKernel::kMax) {
+      y[i] = best;
+    } else {
+      y[i] = sum / static_cast<float>(op == PoolKernel::kAverage ? inside : padded);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cudaStream_t stream) {
+  const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  Im2ColF32<<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
+                            cudaStream_t stream) {
+  const int64_t total = g.n * g.c * g.oh * g.ow;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  Pool2dF32<<<BlocksFor(total), kThreads, 0, stream>>>(op, x, y, g, total);
+  return cudaGetLastError();
+}
+
+}  // namespace shoal::engine::cuda::internal
