@@ -1,6 +1,7 @@
 // The engine alone on the GPU beside the CPU engine, on one model at several batch sizes:
-// what one batch costs through a GPU plan (engine/cuda/gpu_plan.h), in fp32 and TF32, with
-// its input and output copies, as a GPU instance runs it; the CPU engine's Session on the
+// what one batch costs through a GPU plan (engine/cuda/gpu_plan.h), in fp32 and TF32 as a
+// CUDA graph and in fp32 launched step by step, with its input and output copies, as a
+// GPU instance runs it; the CPU engine's Session on the
 // same inputs; and the largest difference between the two outputs.
 //   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE] [--lower-only]
 // --lower-only: needs no device; says whether the model lowers onto the GPU path at the
@@ -31,7 +32,7 @@ using namespace shoal::engine;
 
 struct Row {
   int64_t batch = 0;
-  double cpu_ms = 0, fp32_ms = 0, tf32_ms = 0;
+  double cpu_ms = 0, fp32_ms = 0, tf32_ms = 0, steps_ms = 0;  // steps: fp32, no CUDA graph
   float fp32_diff = 0, tf32_diff = 0;
 };
 
@@ -136,8 +137,9 @@ int main(int argc, char** argv) {
 
   std::printf("model %s on %s; CPU engine with %d threads; median of %d runs\n", path.c_str(),
               cuda::Describe((*devices)[0]).c_str(), (*session)->threads(), runs);
-  std::printf("%6s %10s %10s %10s %12s %12s %12s %11s %11s\n", "batch", "cpu_ms", "gpu_fp32",
-              "gpu_tf32", "cpu_rows/s", "fp32_rows/s", "tf32_rows/s", "fp32_diff", "tf32_diff");
+  std::printf("%6s %10s %10s %10s %11s %12s %12s %12s %11s %11s\n", "batch", "cpu_ms", "gpu_fp32",
+              "gpu_tf32", "fp32_steps", "cpu_rows/s", "fp32_rows/s", "tf32_rows/s", "fp32_diff",
+              "tf32_diff");
   std::vector<Row> rows;
   for (int64_t batch : batches) {
     std::vector<NamedTensor> named;
@@ -172,9 +174,12 @@ int main(int argc, char** argv) {
     auto plan = Plan::Prepare(graph, shapes, cpu, cpu_stream, (*model)->weight_cache(),
                               cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
-    for (cuda::GemmMath math : {cuda::GemmMath::kFp32, cuda::GemmMath::kTf32}) {
+    // fp32 and TF32 as CUDA graphs (the default), and fp32 launched step by step.
+    for (int variant = 0; variant < 3; ++variant) {
+      const cuda::GemmMath math = variant == 1 ? cuda::GemmMath::kTf32 : cuda::GemmMath::kFp32;
       cuda::GpuPlanOptions options;
       options.math = math;
+      options.cuda_graph = variant != 2;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
       auto gpu = cuda::GpuPlan::Create(std::move(lowered).value(), **handle, *stream);
@@ -186,17 +191,19 @@ int main(int argc, char** argv) {
       });
       if (!failed.ok()) return Fail(failed, "GPU run");
       const float diff = MaxDiff(out, cpu_out);
-      if (math == cuda::GemmMath::kFp32) {
+      if (variant == 0) {
         row.fp32_ms = ms;
         row.fp32_diff = diff;
-      } else {
+      } else if (variant == 1) {
         row.tf32_ms = ms;
         row.tf32_diff = diff;
+      } else {
+        row.steps_ms = ms;
       }
     }
     auto rate = [&](double ms) { return ms > 0 ? static_cast<double>(batch) * 1000.0 / ms : 0; };
-    std::printf("%6lld %10.4f %10.4f %10.4f %12.0f %12.0f %12.0f %11.2e %11.2e\n",
-                static_cast<long long>(batch), row.cpu_ms, row.fp32_ms, row.tf32_ms,
+    std::printf("%6lld %10.4f %10.4f %10.4f %11.4f %12.0f %12.0f %12.0f %11.2e %11.2e\n",
+                static_cast<long long>(batch), row.cpu_ms, row.fp32_ms, row.tf32_ms, row.steps_ms,
                 rate(row.cpu_ms), rate(row.fp32_ms), rate(row.tf32_ms), row.fp32_diff,
                 row.tf32_diff);
     rows.push_back(row);
@@ -212,10 +219,10 @@ int main(int argc, char** argv) {
       const Row& r = rows[i];
       std::fprintf(f,
                    "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gpu_fp32_ms\": %.5f, "
-                   "\"gpu_tf32_ms\": %.5f, \"fp32_max_abs_diff\": %.3g, "
-                   "\"tf32_max_abs_diff\": %.3g}",
+                   "\"gpu_tf32_ms\": %.5f, \"gpu_fp32_steps_ms\": %.5f, "
+                   "\"fp32_max_abs_diff\": %.3g, \"tf32_max_abs_diff\": %.3g}",
                    i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.fp32_ms, r.tf32_ms,
-                   r.fp32_diff, r.tf32_diff);
+                   r.steps_ms, r.fp32_diff, r.tf32_diff);
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -980,7 +980,9 @@ StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
                                 const GpuPlanOptions& options) {
   if (options.math != GemmMath::kFp32 && options.math != GemmMath::kTf32)
     return InvalidArgument("the GPU plan keeps values in fp32: its GEMMs run in fp32 or TF32");
-  return Lowerer(graph, plan, options).Run();
+  ASSIGN_OR_RETURN(GpuLowering lowered, Lowerer(graph, plan, options).Run());
+  lowered.cuda_graph = options.cuda_graph;
+  return lowered;
 }
 
 StatusOr<const void*> GpuWeights::Get(const GpuLowering::Blob& blob, const Stream& stream) {
@@ -1024,6 +1026,36 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   RETURN_IF_ERROR(stream.Synchronize());
   plan->lowering_.blobs.clear();
   return plan;
+}
+
+GpuPlan::~GpuPlan() {
+  if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+}
+
+Status GpuPlan::RunSteps(cudaStream_t stream) {
+  if (!lowering_.cuda_graph) {
+    for (size_t i = 0; i < lowering_.steps.size(); ++i) RETURN_IF_ERROR(RunStep(i, stream));
+    return Status::Ok();
+  }
+  if (graph_ == nullptr) {
+    // Capture: the launches are recorded, not run, and become the graph replayed below.
+    RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                               "cudaStreamBeginCapture"));
+    Status queued = Status::Ok();
+    for (size_t i = 0; i < lowering_.steps.size() && queued.ok(); ++i) queued = RunStep(i, stream);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (queued.ok()) queued = CudaStatus(ended, "cudaStreamEndCapture");
+    if (queued.ok()) {
+      queued = CudaStatus(cudaGraphInstantiate(&graph_, graph, 0), "cudaGraphInstantiate");
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!queued.ok()) {
+      graph_ = nullptr;
+      return queued;
+    }
+  }
+  return CudaStatus(cudaGraphLaunch(graph_, stream), "cudaGraphLaunch");
 }
 
 Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
@@ -1092,7 +1124,7 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
     if (l.values[v].home == GpuValue::Home::kNone || inputs[i]->byte_size() == 0) continue;
     RETURN_IF_ERROR(CopyToDevice(Address(v), inputs[i]->data(), inputs[i]->byte_size(), stream));
   }
-  for (size_t i = 0; i < l.steps.size(); ++i) RETURN_IF_ERROR(RunStep(i, stream.get()));
+  RETURN_IF_ERROR(RunSteps(stream.get()));
   outputs->clear();
   int32_t flag = 0;
   for (int v : l.outputs) {

@@ -52,6 +52,9 @@ struct GpuPlanOptions {
   // How the products are computed: kFp32 or kTf32 (values stay fp32 in memory; the
   // fp16/bf16 tiers need the other kernels in those types first).
   GemmMath math = GemmMath::kFp32;
+  // Run the steps as a CUDA graph: captured at the plan's first run, replayed after, so a
+  // run costs one launch instead of one per kernel (a plan's pointers never change).
+  bool cuda_graph = true;
 };
 
 // Where a value's bytes are on the device.
@@ -125,6 +128,7 @@ struct GpuLowering {
   int64_t weight_bytes = 0;  // the blobs' bytes
   int64_t arena_bytes = 0;
   int64_t workspace_bytes = 0;   // the GEMMs' shared scratch
+  bool cuda_graph = true;        // GpuPlanOptions::cuda_graph
   std::vector<int> inputs;       // graph.inputs
   std::vector<int> outputs;      // graph.outputs
   std::vector<DataType> dtypes;  // per value, as `values`
@@ -170,9 +174,14 @@ class GpuPlan {
                                                    const Stream& stream,
                                                    std::shared_ptr<GpuWeights> weights = nullptr);
 
+  ~GpuPlan();
+  GpuPlan(const GpuPlan&) = delete;
+  GpuPlan& operator=(const GpuPlan&) = delete;
+
   // `inputs` follow graph.inputs with the planned shapes and dtypes; `outputs` are
   // replaced by host tensors following graph.outputs. Copies the inputs in, queues every
-  // step, copies the outputs out and waits. INVALID_ARGUMENT for an input of another
+  // step (replays the plan's CUDA graph, capturing it at the first run, when the lowering
+  // asked for one), copies the outputs out and waits. INVALID_ARGUMENT for an input of another
   // shape or dtype, or a Gather index out of range (found after the run).
   Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
              std::vector<Tensor>* outputs);
@@ -185,12 +194,15 @@ class GpuPlan {
   void* Address(int v) const;
   const char* Blob(int64_t index) const { return static_cast<const char*>(blobs_[index]); }
   Status RunStep(size_t i, cudaStream_t stream);
+  // Every step, launched one by one, or as the captured graph.
+  Status RunSteps(cudaStream_t stream);
 
   GpuLowering lowering_;
   std::shared_ptr<GpuWeights> weights_;
   std::vector<const void*> blobs_;  // per blob of the lowering, its device copy
   DeviceBuffer arena_, workspace_, error_flag_;
   std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
+  cudaGraphExec_t graph_ = nullptr;             // the steps, once captured
 };
 
 }  // namespace shoal::engine::cuda

@@ -386,10 +386,12 @@ class GpuPlanTest : public GpuTest {
   // CPU engine, relative to each output's scale. Later runs find the arena as the one
   // before left it, so a step that read stale bytes shows.
   void ExpectGpuMatchesCpu(Prepared& p, const std::vector<std::vector<Tensor>>& runs, GemmMath math,
-                           float tolerance, std::shared_ptr<GpuWeights> weights = nullptr) {
+                           float tolerance, std::shared_ptr<GpuWeights> weights = nullptr,
+                           bool cuda_graph = true) {
     ASSERT_TRUE(p.plan);
     GpuPlanOptions options;
     options.math = math;
+    options.cuda_graph = cuda_graph;
     auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
     auto gpu_plan =
@@ -520,6 +522,19 @@ TEST_F(GpuPlanTest, PlansOfOneInstanceShareTheirWeights) {
   EXPECT_EQ(weights->count(), 8u);
   EXPECT_EQ(weights->bytes(), bytes);
   EXPECT_GT(bytes, 6'000'000);
+}
+
+// The same plan run step by step and as a CUDA graph (captured at its first run, replayed
+// at the next two with new inputs in the same arena).
+TEST_F(GpuPlanTest, StepByStepAndAsACudaGraphBothMatchTheCpuEngine) {
+  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  const std::vector<std::vector<Tensor>> runs = {{Random({2, 3, 32, 32}, 71, 0.f, 1.f)},
+                                                 {Random({2, 3, 32, 32}, 72, 0.f, 1.f)},
+                                                 {Random({2, 3, 32, 32}, 73, 0.f, 1.f)}};
+  for (bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "CUDA graph" : "step by step");
+    ExpectGpuMatchesCpu(p, runs, GemmMath::kFp32, 1e-4f, nullptr, graph);
+  }
 }
 
 TEST_F(GpuPlanTest, AnIndexOutOfRangeAndAWrongShapeAreErrors) {
