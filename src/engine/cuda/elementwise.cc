@@ -7,11 +7,12 @@
 #include "engine/cuda/cuda_status.h"
 
 namespace shoal::engine::cuda {
-Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream) {
+Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream, float alpha,
+             float beta) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
-  return CudaStatus(
-      internal::LaunchUnaryF32(static_cast<internal::UnaryKernel>(op), x, y, n, stream),
-      "unary kernel launch");
+  return CudaStatus(internal::LaunchUnaryF32(static_cast<internal::UnaryKernel>(op), x, y, n, alpha,
+                                             beta, stream),
+                    "unary kernel launch");
 }
 
 StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,

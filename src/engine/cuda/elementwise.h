@@ -19,11 +19,30 @@
 
 namespace shoal::engine::cuda {
 
-enum class UnaryOp { kRelu, kSigmoid, kTanh, kExp, kLog, kNeg, kAbs, kSqrt, kErf, kGelu };
+// The last four take parameters: LeakyRelu alpha (x < 0 gives alpha·x), Clip alpha and
+// beta (the lower and upper bounds), HardSigmoid alpha and beta (clamp(alpha·x + beta, 0,
+// 1)); HardSwish none (x·clamp(x/6 + 1/2, 0, 1)). The others ignore them.
+enum class UnaryOp {
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kExp,
+  kLog,
+  kNeg,
+  kAbs,
+  kSqrt,
+  kErf,
+  kGelu,
+  kLeakyRelu,
+  kClip,
+  kHardSigmoid,
+  kHardSwish
+};
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
 
 // y = op(x) over n elements; x and y may be the same buffer.
-Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream);
+Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream,
+             float alpha = 0.f, float beta = 0.f);
 
 // The output shape and index tables of a broadcast of a_dims against b_dims (NumPy's
 // rule: dimensions aligned from the innermost, each pair equal or one of them 1).

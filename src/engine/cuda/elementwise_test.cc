@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -125,6 +126,7 @@ TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
     UnaryOp op;
     bool needs_positive;
     std::function<float(float)> ref;
+    float alpha = 0.f, beta = 0.f;
   };
   const std::vector<Case> cases = {
       {UnaryOp::kRelu, false, [](float v) { return v > 0 ? v : 0.f; }},
@@ -138,11 +140,18 @@ TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
       {UnaryOp::kErf, false, [](float v) { return std::erf(v); }},
       {UnaryOp::kGelu, false,
        [](float v) { return 0.5f * v * (1.f + std::erf(v / std::sqrt(2.f))); }},
+      {UnaryOp::kLeakyRelu, false, [](float v) { return v >= 0 ? v : 0.1f * v; }, 0.1f},
+      {UnaryOp::kClip, false, [](float v) { return std::min(std::max(v, 0.f), 6.f); }, 0.f, 6.f},
+      {UnaryOp::kHardSigmoid, false,
+       [](float v) { return std::min(std::max(0.2f * v + 0.5f, 0.f), 1.f); }, 0.2f, 0.5f},
+      {UnaryOp::kHardSwish, false,
+       [](float v) { return v * std::min(std::max(v / 6.f + 0.5f, 0.f), 1.f); }},
   };
   for (const Case& c : cases) {
     const std::vector<float>& in = c.needs_positive ? positive : x;
     DeviceBuffer dx = Upload(in), dy = Floats(in.size());
-    ASSERT_TRUE(Unary(c.op, dx.as<float>(), dy.as<float>(), in.size(), stream()).ok());
+    ASSERT_TRUE(
+        Unary(c.op, dx.as<float>(), dy.as<float>(), in.size(), stream(), c.alpha, c.beta).ok());
     const std::vector<float> y = Download(dy, in.size());
     for (size_t i = 0; i < in.size(); ++i) {
       const float want = c.ref(in[i]);

@@ -1,6 +1,8 @@
 #include "engine/cuda/gpu_plan.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string_view>
@@ -47,6 +49,28 @@ std::optional<BinaryOp> BinaryByName(std::string_view op) {
   return std::nullopt;
 }
 
+// A fused activation (`prefix`: "activation" or "post_activation") as an element-wise
+// step: its operator and parameters, or false when the GPU path has none for it (GeluTanh
+// has one only in a GEMM's epilogue).
+bool ActivationStep(const Node& node, const std::string& prefix, UnaryOp* op, float* alpha,
+                    float* beta) {
+  const std::string name = node.GetString(prefix, "");
+  *alpha = node.GetFloat(prefix + "_alpha", 0.f);
+  *beta = node.GetFloat(prefix + "_beta", 0.f);
+  if (name == "LeakyRelu") {
+    *op = UnaryOp::kLeakyRelu;
+  } else if (name == "Clip") {
+    *op = UnaryOp::kClip;
+  } else if (name == "HardSwish") {
+    *op = UnaryOp::kHardSwish;
+  } else if (name == "Relu" || name == "Sigmoid" || name == "Tanh" || name == "Gelu") {
+    *op = *UnaryByName(name);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // Lowers one step at a time; collects what it cannot lower instead of stopping at the
 // first, so the load error lists every node.
 class Lowerer {
@@ -60,7 +84,11 @@ class Lowerer {
   // Each returns an error naming why the node cannot run on the GPU, or adds its step.
   Status LowerNode(int n);
   Status LowerProduct(int n);
-  Status LowerUnary(int n, UnaryOp op);
+  Status LowerUnary(int n, UnaryOp op, float alpha = 0.f, float beta = 0.f);
+  Status LowerClip(int n);
+  Status LowerBatchNorm(int n);
+  Status LowerConcat(int n);
+  Status LowerPad(int n);
   Status LowerBinary(int n, BinaryOp op);
   Status LowerSoftmax(int n);
   Status LowerLayerNorm(int n);
@@ -222,8 +250,8 @@ Status Lowerer::LowerProduct(int n) {
     fused = GemmEpilogue::kBiasRelu;
   } else if (act == "GeluTanh") {
     fused = GemmEpilogue::kBiasGelu;
-  } else if (act == "Sigmoid" || act == "Tanh" || act == "Gelu") {
-    step.post = UnaryByName(act);
+  } else if (UnaryOp op; ActivationStep(node, "activation", &op, &step.alpha, &step.beta)) {
+    step.post = op;
     fused = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
   } else {
     return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
@@ -351,8 +379,8 @@ Status Lowerer::LowerBatchedProduct(int n) {
     g.epilogue = GemmEpilogue::kBiasRelu;
   } else if (act == "GeluTanh") {
     g.epilogue = GemmEpilogue::kBiasGelu;
-  } else if (act == "Sigmoid" || act == "Tanh" || act == "Gelu") {
-    step.post = UnaryByName(act);
+  } else if (UnaryOp op; ActivationStep(node, "activation", &op, &step.alpha, &step.beta)) {
+    step.post = op;
     g.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
   } else {
     return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
@@ -583,11 +611,15 @@ Status Lowerer::LowerConv(int n) {
   if (rows == 0 || kg == 0 || mg == 0) return Fail(n, "an empty convolution");
   const std::string act = node.GetString("activation", "");
   const std::string post_act = node.GetString("post_activation", "");
-  for (const std::string& a : {act, post_act}) {
-    if (!a.empty() && a != "Relu" && a != "Sigmoid" && a != "Tanh" && a != "Gelu" &&
-        !(a == "GeluTanh" && groups == 1 && &a == &act))
-      return Fail(n, "the fused activation " + a + " is not on the GPU path yet");
-  }
+  // Each activation as an element-wise step (GeluTanh only in a single group's epilogue).
+  UnaryOp act_op = UnaryOp::kRelu, post_op = UnaryOp::kRelu;
+  float act_alpha = 0, act_beta = 0, post_alpha = 0, post_beta = 0;
+  if (!act.empty() && !ActivationStep(node, "activation", &act_op, &act_alpha, &act_beta) &&
+      !(act == "GeluTanh" && groups == 1))
+    return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
+  if (!post_act.empty() &&
+      !ActivationStep(node, "post_activation", &post_op, &post_alpha, &post_beta))
+    return Fail(n, "the fused activation " + post_act + " is not on the GPU path yet");
   const Tensor* bias = nullptr;
   if (node.has_input(2)) {
     bias = Known(node.inputs[2]);
@@ -628,7 +660,11 @@ Status Lowerer::LowerConv(int n) {
       o.epilogue = GemmEpilogue::kBiasGelu;
     } else {
       o.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
-      if (!act.empty()) gemm.post = UnaryByName(act);
+      if (!act.empty()) {
+        gemm.post = act_op;
+        gemm.alpha = act_alpha;
+        gemm.beta = act_beta;
+      }
     }
     if (o.epilogue != GemmEpilogue::kNone) {
       gemm.weight_slots[1] =
@@ -651,11 +687,13 @@ Status Lowerer::LowerConv(int n) {
   t.transpose = std::move(plan).value();
   out_.steps.push_back(std::move(t));
   // What the epilogue could not do, in place on the output.
-  auto in_place_unary = [&](const std::string& name) {
+  auto in_place_unary = [&](UnaryOp op, float alpha, float beta) {
     GpuStep u;
     u.kind = GpuStep::Kind::kUnary;
     u.node = n;
-    u.unary = *UnaryByName(name);
+    u.unary = op;
+    u.alpha = alpha;
+    u.beta = beta;
     u.in = {y};
     u.out = y;
     out_.steps.push_back(std::move(u));
@@ -677,7 +715,7 @@ Status Lowerer::LowerConv(int n) {
     add.out = y;
     out_.steps.push_back(std::move(add));
   }
-  if (!act_done) in_place_unary(act);
+  if (!act_done) in_place_unary(act_op, act_alpha, act_beta);
   if (node.has_input(3)) {
     const int r = node.inputs[3];
     if (ShapeOf(r) != ys) return Fail(n, "the residual must have the output's shape");
@@ -692,7 +730,7 @@ Status Lowerer::LowerConv(int n) {
     add.out = y;
     out_.steps.push_back(std::move(add));
   }
-  if (!post_act.empty()) in_place_unary(post_act);
+  if (!post_act.empty()) in_place_unary(post_op, post_alpha, post_beta);
   return Status::Ok();
 }
 
@@ -738,16 +776,156 @@ Status Lowerer::LowerPool(int n) {
   return Status::Ok();
 }
 
-Status Lowerer::LowerUnary(int n, UnaryOp op) {
+// Clip: bounds from the min/max inputs (opset 11 on) or attributes, each known at load.
+Status Lowerer::LowerClip(int n) {
+  const Node& node = graph_.nodes[n];
+  float lo = -FLT_MAX, hi = FLT_MAX;
+  if (graph_.opset < 11) {
+    lo = node.GetFloat("min", lo);
+    hi = node.GetFloat("max", hi);
+  } else {
+    for (size_t i = 1; i <= 2; ++i) {
+      if (!node.has_input(i)) continue;
+      const Tensor* bound = Known(node.inputs[i]);
+      if (!bound || bound->dtype() != DataType::kFp32 || bound->element_count() != 1)
+        return Fail(n, "Clip bounds computed at run time are not on the GPU path");
+      (i == 1 ? lo : hi) = bound->values<float>()[0];
+    }
+  }
+  return LowerUnary(n, UnaryOp::kClip, lo, hi);
+}
+
+// BatchNormalization in inference (one output): x·a + b per channel, a = scale /
+// sqrt(var + epsilon) and b = B - mean·a computed at lowering, as two broadcasting steps.
+Status Lowerer::LowerBatchNorm(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape xs = ShapeOf(node.inputs[0]);
+  if (xs.size() < 2) return Fail(n, "the input needs a channel axis");
+  const int64_t c = xs[1];
+  const Tensor* t[4] = {};
+  for (size_t i = 0; i < 4; ++i) {
+    t[i] = node.has_input(i + 1) ? Known(node.inputs[i + 1]) : nullptr;
+    if (!t[i] || t[i]->element_count() != c)
+      return Fail(n,
+                  "only constant scale, bias, mean and variance of one value per channel "
+                  "are on the GPU path");
+  }
+  const float epsilon = node.GetFloat("epsilon", 1e-5f);
+  Shape per_channel(xs.size() - 1, 1);
+  per_channel[0] = c;
+  Tensor a = Tensor::Allocate(DataType::kFp32, per_channel);
+  Tensor b = Tensor::Allocate(DataType::kFp32, per_channel);
+  for (int64_t k = 0; k < c; ++k) {
+    const float scale = t[0]->values<float>()[k], bias = t[1]->values<float>()[k];
+    const float mean = t[2]->values<float>()[k], var = t[3]->values<float>()[k];
+    const float ak = scale / std::sqrt(var + epsilon);
+    a.mutable_values<float>()[k] = ak;
+    b.mutable_values<float>()[k] = bias - mean * ak;
+  }
+  const std::string key = "n" + std::to_string(n) + ":batchnorm";
+  auto plan = PlanBroadcast(xs, per_channel);
+  if (!plan.ok() || plan->out_dims != xs) return Fail(n, "the channels do not broadcast");
+  for (int k = 0; k < 2; ++k) {
+    GpuStep step;
+    step.kind = GpuStep::Kind::kBinary;
+    step.node = n;
+    step.binary = k == 0 ? BinaryOp::kMul : BinaryOp::kAdd;
+    step.in = {k == 0 ? node.inputs[0] : node.outputs[0], -1};
+    step.weight_slots = {AddBlob(key + (k == 0 ? "*a" : "+b"), k == 0 ? a : b)};
+    step.broadcast = *plan;
+    step.out = node.outputs[0];
+    out_.steps.push_back(std::move(step));
+  }
+  return Status::Ok();
+}
+
+// Concat: each input written into the output at its offset along the axis.
+Status Lowerer::LowerConcat(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const int y = node.outputs[0];
+  const Shape ys = ShapeOf(y);
+  const auto rank = static_cast<int64_t>(ys.size());
+  int64_t axis = node.GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "axis out of range");
+  int64_t start = 0;
+  for (int x : node.inputs) {
+    if (x < 0) continue;
+    const Shape xs = ShapeOf(x);
+    if (static_cast<int64_t>(xs.size()) != rank) return Fail(n, "an input of another rank");
+    if (Elements(xs) > 0) {
+      GpuStep step;
+      step.kind = GpuStep::Kind::kPlace;
+      step.node = n;
+      step.in = {x};
+      step.out = y;
+      step.dims = ys;
+      step.axis = axis;
+      step.start = start;
+      out_.steps.push_back(std::move(step));
+    }
+    start += xs[axis];
+  }
+  if (start != ys[axis]) return Fail(n, "the inputs do not fill the output");
+  return Status::Ok();
+}
+
+// Pad, mode "constant", with pads (and the value) known at load.
+Status Lowerer::LowerPad(int n) {
+  const Node& node = graph_.nodes[n];
+  if (!IsFp32(node.inputs[0]) || !IsFp32(node.outputs[0]))
+    return Fail(n, "only a Pad of fp32 data is on the GPU path so far");
+  if (node.GetString("mode", "constant") != "constant")
+    return Fail(n, "only constant padding is on the GPU path yet");
+  const Shape xs = ShapeOf(node.inputs[0]);
+  std::vector<int64_t> pads = node.GetInts("pads");
+  float value = node.GetFloat("value", 0.f);
+  if (graph_.opset >= 11) {
+    const Tensor* p = node.has_input(1) ? Known(node.inputs[1]) : nullptr;
+    if (!p || p->dtype() != DataType::kInt64)
+      return Fail(n, "pads computed at run time are not on the GPU path");
+    auto v = p->values<int64_t>();
+    pads.assign(v.begin(), v.end());
+    if (node.has_input(2)) {
+      const Tensor* c = Known(node.inputs[2]);
+      if (!c || c->dtype() != DataType::kFp32 || c->element_count() != 1)
+        return Fail(n, "a padding value computed at run time is not on the GPU path");
+      value = c->values<float>()[0];
+    }
+    if (node.has_input(3)) return Fail(n, "Pad's axes input is not on the GPU path yet");
+  }
+  if (pads.size() != 2 * xs.size()) return Fail(n, "pads need a begin and an end per axis");
+  const std::vector<int64_t> begin(pads.begin(), pads.begin() + xs.size());
+  const std::vector<int64_t> end(pads.begin() + xs.size(), pads.end());
+  auto plan = PlanPad(xs, begin, end);
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(node.outputs[0]))
+    return Fail(n, "the padded shape differs from the planned output");
+  GpuStep step;
+  step.kind = GpuStep::Kind::kPad;
+  step.node = n;
+  step.in = {node.inputs[0]};
+  step.out = node.outputs[0];
+  step.pad = std::move(plan).value();
+  step.alpha = value;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerUnary(int n, UnaryOp op, float alpha, float beta) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
   if (node.op_type == "Gelu" && node.GetString("approximate", "none") != "none")
     return Fail(n, "Gelu's tanh approximation outside a product is not on the GPU path yet");
-  if (node.inputs.size() != 1) return Fail(n, "takes one input");
+  if (node.inputs.size() != 1 && op != UnaryOp::kClip) return Fail(n, "takes one input");
   GpuStep step;
   step.kind = GpuStep::Kind::kUnary;
   step.node = n;
   step.unary = op;
+  step.alpha = alpha;
+  step.beta = beta;
   step.in = {node.inputs[0]};
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
@@ -876,6 +1054,15 @@ Status Lowerer::LowerNode(int n) {
     if (op == "ReduceMax") return LowerReduce(n, ReduceOp::kMax);
     if (op == "Cast") return LowerCast(n);
     if (op == "Conv") return LowerConv(n);
+    if (op == "LeakyRelu") return LowerUnary(n, UnaryOp::kLeakyRelu, node.GetFloat("alpha", 0.01f));
+    if (op == "HardSigmoid")
+      return LowerUnary(n, UnaryOp::kHardSigmoid, node.GetFloat("alpha", 0.2f),
+                        node.GetFloat("beta", 0.5f));
+    if (op == "HardSwish") return LowerUnary(n, UnaryOp::kHardSwish);
+    if (op == "Clip") return LowerClip(n);
+    if (op == "BatchNormalization") return LowerBatchNorm(n);
+    if (op == "Concat") return LowerConcat(n);
+    if (op == "Pad") return LowerPad(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);
@@ -1069,12 +1256,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       const void* b = s.weight_slots[0] >= 0 ? Blob(s.weight_slots[0]) : Address(s.in[1]);
       RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace_.data(), stream));
       const int64_t n = Elements(lowering_.shapes[s.out]);
-      if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream));
+      if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream, s.alpha, s.beta));
       if (s.in[3] >= 0) RETURN_IF_ERROR(Binary(BinaryOp::kAdd, y, in(3), y, s.residual, stream));
       return Status::Ok();
     }
     case GpuStep::Kind::kUnary:
-      return Unary(s.unary, in(0), y, Elements(lowering_.shapes[s.out]), stream);
+      return Unary(s.unary, in(0), y, Elements(lowering_.shapes[s.out]), stream, s.alpha, s.beta);
     case GpuStep::Kind::kBinary: {
       const float* b =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
@@ -1098,6 +1285,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Im2Col(in(0), y, s.window, stream);
     case GpuStep::Kind::kPool:
       return Pool2d(s.pool, in(0), y, s.window, stream);
+    case GpuStep::Kind::kPlace:
+      return PlaceAxis(in(0), y, lowering_.shapes[s.in[0]], s.dims, s.axis, s.start, stream);
+    case GpuStep::Kind::kPad:
+      return Pad(in(0), y, s.pad, s.alpha, stream);
     case GpuStep::Kind::kCast:
       return CastToFloat(s.cast, Address(s.in[0]), y, Elements(lowering_.shapes[s.out]), stream);
   }

@@ -79,7 +79,9 @@ struct GpuStep {
     kReduce,
     kCast,
     kIm2Col,
-    kPool
+    kPool,
+    kPlace,
+    kPad
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -98,20 +100,25 @@ struct GpuStep {
   UnaryOp unary = UnaryOp::kRelu;    // kUnary
   BinaryOp binary = BinaryOp::kAdd;  // kBinary
   BroadcastPlan broadcast;           // kBinary
-  // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape.
+  // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape; kPlace: out's.
   std::vector<int64_t> dims;
   float epsilon = 0;        // kLayerNorm
   TransposePlan transpose;  // kTranspose
   GatherPlan gather;        // kGather
   // kGemm: the blobs of w and bias, or -1; kBinary: b's when in[1] is -1.
   std::vector<int64_t> weight_slots;
-  // kSlice: x[.., start : start + length, ..] along `axis`; kReduce: axes [axis, axis +
-  // length).
+  // kSlice: x[.., start : start + length, ..] along `axis`; kPlace: x written into out at
+  // [start, start + x's length) along `axis` (one of Concat's inputs); kReduce: axes
+  // [axis, axis + length).
   int64_t axis = 0, start = 0, length = 0;
   ReduceOp reduce = ReduceOp::kSum;      // kReduce
   CastSource cast = CastSource::kInt64;  // kCast
-  Window2d window;                       // kIm2Col, kPool
-  PoolOp pool = PoolOp::kMax;            // kPool
+  // kUnary, and kGemm's `post`: the activation's parameters (elementwise.h); kPad: the
+  // padding value in alpha.
+  float alpha = 0.f, beta = 0.f;
+  PadPlan pad;                 // kPad
+  Window2d window;             // kIm2Col, kPool
+  PoolOp pool = PoolOp::kMax;  // kPool
 };
 
 struct GpuLowering {

@@ -245,21 +245,41 @@ TEST(LowerPlanTest, AttentionBecomesBatchedGemmsOverTheHeads) {
   ExpectAligned(*lowered);
 }
 
-// DenseNet's concatenations, standalone batch normalisations and padding have no GPU
-// kernels yet: one line per node.
+// A detection test model's pixel shuffle, instance normalisations and integer arithmetic
+// have no GPU kernels yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
-  Prepared p =
-      Prepare(Model::Load(engine::testing::ModelPath("densenet_op13.onnx")), {{2, 3, 32, 32}});
+  Prepared p = Prepare(Model::Load(engine::testing::ModelPath("det_norm_shuffle_op13.onnx")),
+                       {{2, 8, 6, 4}, {2, 7}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("(Concat): the GPU path has no kernel"));
-  EXPECT_THAT(m, HasSubstr("(BatchNormalization)"));
-  EXPECT_THAT(m, HasSubstr("(Pad)"));
-  EXPECT_GE(std::count(m.begin(), m.end(), '\n'), 10) << m;
+  EXPECT_THAT(m, HasSubstr("(DepthToSpace): the GPU path has no kernel"));
+  EXPECT_THAT(m, HasSubstr("(InstanceNormalization)"));
+  EXPECT_THAT(m, HasSubstr("(Mod)"));
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 9) << m;
+}
+
+// DenseNet: concatenations, batch normalisations outside a convolution (two broadcasting
+// steps each) and a constant Pad lower too.
+TEST(LowerPlanTest, ConcatBatchNormAndPadLower) {
+  Prepared p = Prepare(Model::Load(engine::testing::ModelPath("densenet_op13.onnx")),
+                       {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int places = 0, pads = 0, blob_binaries = 0;
+  for (const GpuStep& s : lowered->steps) {
+    places += s.kind == GpuStep::Kind::kPlace;
+    pads += s.kind == GpuStep::Kind::kPad;
+    blob_binaries += s.kind == GpuStep::Kind::kBinary && s.in[1] < 0;
+  }
+  EXPECT_GE(places, 12);  // six concatenations of at least two inputs
+  EXPECT_EQ(pads, 1);
+  EXPECT_EQ(blob_binaries, 2 * 6);  // six batch normalisations: a scale and a shift each
+  ExpectAligned(*lowered);
 }
 
 // The example image classifier: four convolutions (im2col and a GEMM each), two max pools
@@ -534,6 +554,22 @@ TEST_F(GpuPlanTest, StepByStepAndAsACudaGraphBothMatchTheCpuEngine) {
   for (bool graph : {false, true}) {
     SCOPED_TRACE(graph ? "CUDA graph" : "step by step");
     ExpectGpuMatchesCpu(p, runs, GemmMath::kFp32, 1e-4f, nullptr, graph);
+  }
+}
+
+// Concat, standalone BatchNormalization and Pad (DenseNet), Clip as ReLU6 (MobileNet V2),
+// HardSigmoid and HardSwish (MobileNet V3), on their reference inputs.
+TEST_F(GpuPlanTest, DenseNetAndMobileNetsMatchTheCpuEngine) {
+  for (const char* name : {"densenet_op13", "mobilenet_v2_op13", "mobilenet_v3_op13",
+                           "efficientnet_op13", "squeezenet_op13"}) {
+    SCOPED_TRACE(name);
+    const engine::testing::Reference ref =
+        engine::testing::LoadReference(std::string(name) + ".b4.sht");
+    ASSERT_EQ(ref.inputs.size(), 1u);
+    const Tensor& x = ref.inputs[0].tensor;
+    Prepared p =
+        Prepare(Model::Load(engine::testing::ModelPath(std::string(name) + ".onnx")), {x.shape()});
+    ExpectGpuMatchesCpu(p, {{x}, {Random(x.shape(), 81)}}, GemmMath::kFp32, 1e-4f);
   }
 }
 

@@ -8,7 +8,7 @@
 namespace shoal::engine::cuda::internal {
 namespace {
 
-__device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x) {
+__device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x, float alpha, float beta) {
   switch (op) {
     case UnaryKernel::kRelu:
       return x > 0.f ? x : 0.f;
@@ -31,6 +31,14 @@ __device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x) {
     // The exact (erf) form, as ONNX's Gelu with approximate="none".
     case UnaryKernel::kGelu:
       return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case UnaryKernel::kLeakyRelu:
+      return x >= 0.f ? x : alpha * x;
+    case UnaryKernel::kClip:  // alpha the lower bound, beta the upper
+      return fminf(fmaxf(x, alpha), beta);
+    case UnaryKernel::kHardSigmoid:
+      return fminf(fmaxf(alpha * x + beta, 0.f), 1.f);
+    case UnaryKernel::kHardSwish:
+      return x * fminf(fmaxf(x / 6.f + 0.5f, 0.f), 1.f);
   }
   return x;
 }
@@ -55,10 +63,11 @@ __device__ __forceinline__ float ApplyBinary(BinaryKernel op, float a, float b) 
   return a;
 }
 
-__global__ void UnaryF32(UnaryKernel op, const float* x, float* y, int64_t n) {
+__global__ void UnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
+                         float beta) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = ApplyUnary(op, x[i]);
+    y[i] = ApplyUnary(op, x[i], alpha, beta);
   }
 }
 
@@ -108,11 +117,11 @@ __global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols) {
 
 }  // namespace
 
-cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n,
-                           cudaStream_t stream) {
+cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
+                           float beta, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n);
+  UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
   return cudaGetLastError();
 }
 

@@ -18,7 +18,22 @@ namespace shoal::engine::cuda::internal {
 inline constexpr int kMaxRank = 8;
 
 // Unary operators, in the order of elementwise.h's UnaryOp.
-enum class UnaryKernel : int { kRelu, kSigmoid, kTanh, kExp, kLog, kNeg, kAbs, kSqrt, kErf, kGelu };
+enum class UnaryKernel : int {
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kExp,
+  kLog,
+  kNeg,
+  kAbs,
+  kSqrt,
+  kErf,
+  kGelu,
+  kLeakyRelu,
+  kClip,
+  kHardSigmoid,
+  kHardSwish
+};
 // Binary operators, in the order of elementwise.h's BinaryOp.
 enum class BinaryKernel : int { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
 
@@ -32,9 +47,10 @@ struct BroadcastIndex {
   int64_t b_strides[kMaxRank] = {};
 };
 
-// y[i] = op(x[i]) for i < n.
-cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n,
-                           cudaStream_t stream);
+// y[i] = op(x[i]) for i < n; alpha and beta are the parameters of the operators that take
+// them (elementwise.h).
+cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
+                           float beta, cudaStream_t stream);
 // y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`.
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
                             const BroadcastIndex& index, int64_t n, cudaStream_t stream);
@@ -105,5 +121,21 @@ enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // input gives 0.
 cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
                             cudaStream_t stream);
+
+// Concat's inputs: x viewed as [outer, axis_in, inner] written into y, viewed as [outer,
+// axis_out, inner], at axis positions [start, start + axis_in).
+cudaError_t LaunchPlaceAxisF32(const float* x, float* y, int64_t outer, int64_t axis_in,
+                               int64_t start, int64_t axis_out, int64_t inner, cudaStream_t stream);
+
+// Constant padding: y (out_dims) holds x (in_dims, the same rank) shifted by `begin` per
+// dimension (>= 0), `value` everywhere else.
+struct PadIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t in_dims[kMaxRank] = {};
+  int64_t begin[kMaxRank] = {};
+};
+cudaError_t LaunchPadF32(const float* x, float* y, const PadIndex& index, float value, int64_t n,
+                         cudaStream_t stream);
 
 }  // namespace shoal::engine::cuda::internal

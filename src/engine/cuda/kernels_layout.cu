@@ -39,6 +39,23 @@ __global__ void GatherF32(const float* __restrict__ data, const int64_t* __restr
   }
 }
 
+__global__ void PadF32(const float* __restrict__ x, float* __restrict__ y, PadIndex index,
+                       float value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, from = 0, stride = 1;
+    bool inside = true;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t c = rest % index.out_dims[d] - index.begin[d];
+      rest /= index.out_dims[d];
+      if (c < 0 || c >= index.in_dims[d]) inside = false;
+      from += c * stride;
+      stride *= index.in_dims[d];
+    }
+    y[i] = inside ? x[from] : value;
+  }
+}
+
 // Sum of `value` over the block, returned to every thread. `scratch` holds kThreads floats.
 __device__ float BlockSum(float value, float* scratch) {
   scratch[threadIdx.x] = value;
@@ -83,6 +100,14 @@ cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& i
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   TransposeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPadF32(const float* x, float* y, const PadIndex& index, float value, int64_t n,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  PadF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, value, n);
   return cudaGetLastError();
 }
 

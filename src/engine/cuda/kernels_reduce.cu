@@ -20,6 +20,17 @@ __global__ void SliceAxisF32(const float* __restrict__ x, float* __restrict__ y,
   }
 }
 
+__global__ void PlaceAxisF32(const float* __restrict__ x, float* __restrict__ y, int64_t axis_in,
+                             int64_t start, int64_t axis_out, int64_t inner, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % inner;
+    const int64_t a = (i / inner) % axis_in;
+    const int64_t o = i / (inner * axis_in);
+    y[(o * axis_out + start + a) * inner + c] = x[i];
+  }
+}
+
 // One thread per output element, walking its r inputs (strided by `inner`, so adjacent
 // threads read adjacent addresses).
 __global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x,
@@ -62,6 +73,16 @@ cudaError_t LaunchSliceAxisF32(const float* x, float* y, int64_t outer, int64_t 
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   SliceAxisF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, axis_in, start, axis_out, inner, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPlaceAxisF32(const float* x, float* y, int64_t outer, int64_t axis_in,
+                               int64_t start, int64_t axis_out, int64_t inner,
+                               cudaStream_t stream) {
+  const int64_t n = outer * axis_in * inner;
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  PlaceAxisF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, axis_in, start, axis_out, inner, n);
   return cudaGetLastError();
 }
 

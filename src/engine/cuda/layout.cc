@@ -133,4 +133,53 @@ Status SliceAxis(const float* x, float* y, std::span<const int64_t> dims, int64_
       "slice kernel launch");
 }
 
+Status PlaceAxis(const float* x, float* y, std::span<const int64_t> x_dims,
+                 std::span<const int64_t> y_dims, int64_t axis, int64_t start,
+                 cudaStream_t stream) {
+  const auto rank = static_cast<int64_t>(y_dims.size());
+  bool ok = static_cast<int64_t>(x_dims.size()) == rank && axis >= -rank && axis < rank;
+  if (ok && axis < 0) axis += rank;
+  for (int64_t d = 0; ok && d < rank; ++d) ok = d == axis || x_dims[d] == y_dims[d];
+  ok = ok && start >= 0 && start + x_dims[axis] <= y_dims[axis];
+  if (!ok) {
+    return InvalidArgument("cannot place " + ShapeToString(x_dims) + " at " +
+                           std::to_string(start) + " along axis " + std::to_string(axis) + " of " +
+                           ShapeToString(y_dims));
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= y_dims[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= y_dims[d];
+  return CudaStatus(
+      internal::LaunchPlaceAxisF32(x, y, outer, x_dims[axis], start, y_dims[axis], inner, stream),
+      "place kernel launch");
+}
+
+StatusOr<PadPlan> PlanPad(std::span<const int64_t> dims, std::span<const int64_t> begin,
+                          std::span<const int64_t> end) {
+  const size_t rank = dims.size();
+  if (begin.size() != rank || end.size() != rank || rank > internal::kMaxRank) {
+    return InvalidArgument("pads for " + ShapeToString(dims) + " need one begin and one end per " +
+                           "dimension, at most " + std::to_string(internal::kMaxRank));
+  }
+  PadPlan plan;
+  plan.index.rank = static_cast<int>(rank);
+  plan.elements = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    if (begin[d] < 0 || end[d] < 0 || dims[d] < 0)
+      return InvalidArgument("negative pads (cropping) are not supported; pads of " +
+                             ShapeToString(dims));
+    plan.out_dims.push_back(dims[d] + begin[d] + end[d]);
+    plan.index.out_dims[d] = plan.out_dims.back();
+    plan.index.in_dims[d] = dims[d];
+    plan.index.begin[d] = begin[d];
+    plan.elements *= plan.out_dims.back();
+  }
+  return plan;
+}
+
+Status Pad(const float* x, float* y, const PadPlan& plan, float value, cudaStream_t stream) {
+  return CudaStatus(internal::LaunchPadF32(x, y, plan.index, value, plan.elements, stream),
+                    "pad kernel launch");
+}
+
 }  // namespace shoal::engine::cuda

@@ -47,4 +47,22 @@ Status Gather(const float* data, const int64_t* indices, float* y, const GatherP
 Status SliceAxis(const float* x, float* y, std::span<const int64_t> dims, int64_t axis,
                  int64_t start, int64_t length, cudaStream_t stream);
 
+// Writes x (x_dims) into y at positions [start, start + x_dims[axis]) along `axis` of
+// y_dims (one of Concat's inputs); the other dimensions must be equal. InvalidArgument
+// otherwise, or for a range outside y's axis.
+Status PlaceAxis(const float* x, float* y, std::span<const int64_t> x_dims,
+                 std::span<const int64_t> y_dims, int64_t axis, int64_t start, cudaStream_t stream);
+
+// Constant padding (ONNX Pad, mode "constant"): y = x with `begin[d]` values of `value`
+// before and `end[d]` after each dimension d. Pads must be >= 0 (a negative pad crops:
+// not supported); at most internal::kMaxRank dimensions.
+struct PadPlan {
+  std::vector<int64_t> out_dims;
+  int64_t elements = 0;
+  internal::PadIndex index;
+};
+StatusOr<PadPlan> PlanPad(std::span<const int64_t> dims, std::span<const int64_t> begin,
+                          std::span<const int64_t> end);
+Status Pad(const float* x, float* y, const PadPlan& plan, float value, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda

@@ -185,6 +185,59 @@ TEST_F(LayoutGpuTest, SliceAxisCopiesOneRangeOfTheAxis) {
   }
 }
 
+// Concat's inputs: three pieces of a [2, 6, 3] tensor placed back along the middle axis
+// give the tensor again.
+TEST_F(LayoutGpuTest, PlaceAxisPutsEachPieceAtItsOffset) {
+  const std::vector<int64_t> dims = {2, 6, 3};
+  const std::vector<float> host = Iota(36);
+  DeviceBuffer y = Floats(36);
+  int64_t start = 0;
+  for (int64_t length : {3, 1, 2}) {
+    std::vector<float> piece;
+    for (int64_t o = 0; o < 2; ++o)
+      for (int64_t a = start; a < start + length; ++a)
+        for (int64_t c = 0; c < 3; ++c) piece.push_back(host[(o * 6 + a) * 3 + c]);
+    DeviceBuffer x = Upload(piece);
+    const std::vector<int64_t> x_dims = {2, length, 3};
+    ASSERT_TRUE(PlaceAxis(x.as<float>(), y.as<float>(), x_dims, dims, 1, start, stream()).ok());
+    start += length;
+  }
+  EXPECT_EQ(Download(y, 36), host);
+}
+
+// Constant padding of a [2, 3, 4] tensor by (0, 1, 2) before and (1, 0, 1) after.
+TEST_F(LayoutGpuTest, PadSurroundsTheTensorWithTheValue) {
+  const std::vector<int64_t> dims = {2, 3, 4}, begin = {0, 1, 2}, end = {1, 0, 1};
+  auto plan = PlanPad(dims, begin, end);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{3, 4, 7}));
+  const std::vector<float> host = Iota(24);
+  DeviceBuffer x = Upload(host), y = Floats(plan->elements);
+  ASSERT_TRUE(Pad(x.as<float>(), y.as<float>(), *plan, -1.5f, stream()).ok());
+  const std::vector<float> got = Download(y, plan->elements);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j)
+      for (int64_t k = 0; k < 7; ++k) {
+        const int64_t si = i, sj = j - 1, sk = k - 2;
+        const bool inside = si < 2 && sj >= 0 && sk >= 0 && sk < 4;
+        EXPECT_EQ(got[(i * 4 + j) * 7 + k], inside ? host[(si * 3 + sj) * 4 + sk] : -1.5f)
+            << i << "," << j << "," << k;
+      }
+}
+
+TEST(PadShapeTest, RefusesNegativePadsAndMissingOnes) {
+  const std::vector<int64_t> dims = {2, 3};
+  EXPECT_EQ(PlanPad(dims, std::vector<int64_t>{0, -1}, std::vector<int64_t>{0, 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanPad(dims, std::vector<int64_t>{0}, std::vector<int64_t>{0, 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  const std::vector<int64_t> x = {2, 3, 3}, y = {2, 5, 3};
+  EXPECT_EQ(PlaceAxis(nullptr, nullptr, x, y, 1, 3, nullptr).code(), StatusCode::kInvalidArgument);
+  const std::vector<int64_t> other = {2, 3, 4};
+  EXPECT_EQ(PlaceAxis(nullptr, nullptr, other, y, 1, 0, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(SliceAxisShapeTest, RefusesRangesOutsideTheAxisBeforeTouchingTheDevice) {
   const std::vector<int64_t> dims = {2, 6, 3};
   EXPECT_EQ(SliceAxis(nullptr, nullptr, dims, 1, 4, 3, nullptr).code(),
