@@ -62,6 +62,33 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) cudaFree(data_);
 }
 
+StatusOr<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
+  PinnedBuffer buffer;
+  if (bytes == 0) return buffer;
+  void* data = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaHostAlloc(&data, bytes, cudaHostAllocDefault),
+                             "cudaHostAlloc of " + std::to_string(bytes) + " bytes"));
+  buffer.data_ = static_cast<char*>(data);
+  buffer.bytes_ = bytes;
+  return buffer;
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
 StatusOr<Stream> Stream::Create() {
   Stream stream;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream.stream_, cudaStreamNonBlocking),

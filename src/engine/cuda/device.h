@@ -60,6 +60,26 @@ class DeviceBuffer {
 
 // A CUDA stream that does not synchronise with the legacy default stream, destroyed
 // with the object. Move-only.
+// Page-locked host memory (cudaHostAlloc): copies between it and the device run as DMA,
+// asynchronously, and can be captured into a CUDA graph; pageable memory's cannot.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  // Zero bytes gives an empty buffer without allocating.
+  static StatusOr<PinnedBuffer> Allocate(size_t bytes);
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  char* data() const { return data_; }
+  size_t size_bytes() const { return bytes_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 class Stream {
  public:
   static StatusOr<Stream> Create();

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/test_util.h"
 
@@ -77,6 +79,32 @@ TEST_F(DeviceMemoryTest, AnImpossibleAllocationIsResourceExhausted) {
   auto buffer = DeviceBuffer::Allocate(size_t{1} << 50);  // a petabyte
   ASSERT_FALSE(buffer.ok());
   EXPECT_EQ(buffer.status().code(), StatusCode::kResourceExhausted) << buffer.status().ToString();
+}
+
+// Pinned memory to the device and back into other pinned memory, asynchronously on one
+// stream: the path a GPU plan's staging buffer takes.
+TEST_F(DeviceMemoryTest, PinnedBuffersRoundTripThroughTheDevice) {
+  auto out = PinnedBuffer::Allocate(4096), back = PinnedBuffer::Allocate(4096);
+  ASSERT_TRUE(out.ok() && back.ok()) << out.status().ToString() << back.status().ToString();
+  for (size_t i = 0; i < 4096; ++i) out->data()[i] = static_cast<char>(i * 7);
+  auto device = DeviceBuffer::Allocate(4096);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  auto stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE(CopyToDevice(device->data(), out->data(), 4096, *stream).ok());
+  ASSERT_TRUE(CopyToHost(back->data(), device->data(), 4096, *stream).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(std::memcmp(out->data(), back->data(), 4096), 0);
+  PinnedBuffer moved = std::move(*back);
+  EXPECT_EQ(moved.size_bytes(), 4096u);
+  EXPECT_EQ(back->data(), nullptr);
+}
+
+TEST(DeviceTest, AnEmptyPinnedBufferNeedsNoDevice) {
+  auto empty = PinnedBuffer::Allocate(0);
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(empty->data(), nullptr);
+  EXPECT_EQ(empty->size_bytes(), 0u);
 }
 
 }  // namespace

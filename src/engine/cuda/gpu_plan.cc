@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -1200,6 +1201,20 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
   ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
   ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(sizeof(int32_t)));
+  // The staging buffer: every input, every output and the flag, each 64-byte aligned.
+  size_t staged = 0;
+  auto place = [&](int64_t bytes) {
+    const size_t at = staged;
+    staged += static_cast<size_t>(PadTo(bytes, 64));
+    return at;
+  };
+  auto bytes_of = [&](int v) {
+    return Elements(l.shapes[v]) * static_cast<int64_t>(DataTypeSize(l.dtypes[v]));
+  };
+  for (int v : l.inputs) plan->staged_inputs_.push_back(place(bytes_of(v)));
+  for (int v : l.outputs) plan->staged_outputs_.push_back(place(bytes_of(v)));
+  plan->staged_flag_ = place(sizeof(int32_t));
+  ASSIGN_OR_RETURN(plan->staging_, PinnedBuffer::Allocate(staged));
   for (const GpuLowering::Blob& blob : l.blobs) {
     ASSIGN_OR_RETURN(const void* device, plan->weights_->Get(blob, stream));
     plan->blobs_.push_back(device);
@@ -1219,17 +1234,38 @@ GpuPlan::~GpuPlan() {
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
 }
 
-Status GpuPlan::RunSteps(cudaStream_t stream) {
-  if (!lowering_.cuda_graph) {
-    for (size_t i = 0; i < lowering_.steps.size(); ++i) RETURN_IF_ERROR(RunStep(i, stream));
-    return Status::Ok();
+Status GpuPlan::Queue(cudaStream_t stream) {
+  const GpuLowering& l = lowering_;
+  auto copy = [&](void* to, const void* from, int64_t bytes, cudaMemcpyKind kind) {
+    return CudaStatus(cudaMemcpyAsync(to, from, static_cast<size_t>(bytes), kind, stream),
+                      "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
+  };
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(error_flag_.data(), 0, sizeof(int32_t), stream),
+                             "cudaMemsetAsync"));
+  for (size_t i = 0; i < l.inputs.size(); ++i) {
+    const int v = l.inputs[i];
+    if (l.values[v].home != GpuValue::Home::kArena || l.values[v].bytes == 0) continue;
+    RETURN_IF_ERROR(copy(Address(v), staging_.data() + staged_inputs_[i], l.values[v].bytes,
+                         cudaMemcpyHostToDevice));
   }
+  for (size_t i = 0; i < l.steps.size(); ++i) RETURN_IF_ERROR(RunStep(i, stream));
+  for (size_t o = 0; o < l.outputs.size(); ++o) {
+    const int v = l.outputs[o];
+    if (l.values[v].home == GpuValue::Home::kNone || l.values[v].bytes == 0) continue;
+    RETURN_IF_ERROR(copy(staging_.data() + staged_outputs_[o], Address(v), l.values[v].bytes,
+                         cudaMemcpyDeviceToHost));
+  }
+  return copy(staging_.data() + staged_flag_, error_flag_.data(), sizeof(int32_t),
+              cudaMemcpyDeviceToHost);
+}
+
+Status GpuPlan::QueueAsGraph(cudaStream_t stream) {
   if (graph_ == nullptr) {
-    // Capture: the launches are recorded, not run, and become the graph replayed below.
+    // Capture: the copies and launches are recorded, not run, and become the graph
+    // replayed below.
     RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                                "cudaStreamBeginCapture"));
-    Status queued = Status::Ok();
-    for (size_t i = 0; i < lowering_.steps.size() && queued.ok(); ++i) queued = RunStep(i, stream);
+    Status queued = Queue(stream);
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     if (queued.ok()) queued = CudaStatus(ended, "cudaStreamEndCapture");
@@ -1308,24 +1344,23 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
                              std::string(DataTypeName(l.dtypes[v])) + " and shape " +
                              ShapeToString(l.shapes[v]));
   }
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(error_flag_.data(), 0, sizeof(int32_t), stream.get()),
-                             "cudaMemsetAsync"));
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const int v = l.inputs[i];
-    if (l.values[v].home == GpuValue::Home::kNone || inputs[i]->byte_size() == 0) continue;
-    RETURN_IF_ERROR(CopyToDevice(Address(v), inputs[i]->data(), inputs[i]->byte_size(), stream));
+    if (inputs[i]->byte_size() > 0)
+      std::memcpy(staging_.data() + staged_inputs_[i], inputs[i]->data(), inputs[i]->byte_size());
   }
-  RETURN_IF_ERROR(RunSteps(stream.get()));
+  RETURN_IF_ERROR(l.cuda_graph ? QueueAsGraph(stream.get()) : Queue(stream.get()));
+  RETURN_IF_ERROR(stream.Synchronize());
   outputs->clear();
-  int32_t flag = 0;
-  for (int v : l.outputs) {
+  for (size_t o = 0; o < l.outputs.size(); ++o) {
+    const int v = l.outputs[o];
     outputs->push_back(Tensor::Allocate(l.dtypes[v], l.shapes[v]));
     Tensor& t = outputs->back();
-    if (t.byte_size() > 0)
-      RETURN_IF_ERROR(CopyToHost(t.mutable_data(), Address(v), t.byte_size(), stream));
+    // Queue copied every output, in the arena or a constant blob, into the staging buffer.
+    if (t.byte_size() > 0 && l.values[v].home != GpuValue::Home::kNone)
+      std::memcpy(t.mutable_data(), staging_.data() + staged_outputs_[o], t.byte_size());
   }
-  RETURN_IF_ERROR(CopyToHost(&flag, error_flag_.data(), sizeof(flag), stream));
-  RETURN_IF_ERROR(stream.Synchronize());
+  int32_t flag = 0;
+  std::memcpy(&flag, staging_.data() + staged_flag_, sizeof(flag));
   if (flag != 0) return InvalidArgument("a Gather index was out of range");
   return Status::Ok();
 }

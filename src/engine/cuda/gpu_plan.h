@@ -52,8 +52,9 @@ struct GpuPlanOptions {
   // How the products are computed: kFp32 or kTf32 (values stay fp32 in memory; the
   // fp16/bf16 tiers need the other kernels in those types first).
   GemmMath math = GemmMath::kFp32;
-  // Run the steps as a CUDA graph: captured at the plan's first run, replayed after, so a
-  // run costs one launch instead of one per kernel (a plan's pointers never change).
+  // Run the copies and the steps as a CUDA graph: captured at the plan's first run,
+  // replayed after, so a run costs one launch instead of one per kernel and copy (a plan's
+  // pointers, its staging buffer's included, never change).
   bool cuda_graph = true;
 };
 
@@ -186,10 +187,11 @@ class GpuPlan {
   GpuPlan& operator=(const GpuPlan&) = delete;
 
   // `inputs` follow graph.inputs with the planned shapes and dtypes; `outputs` are
-  // replaced by host tensors following graph.outputs. Copies the inputs in, queues every
-  // step (replays the plan's CUDA graph, capturing it at the first run, when the lowering
-  // asked for one), copies the outputs out and waits. INVALID_ARGUMENT for an input of another
-  // shape or dtype, or a Gather index out of range (found after the run).
+  // replaced by host tensors following graph.outputs. Copies the inputs into the plan's
+  // pinned staging buffer, queues their copies to the device, every step and the outputs'
+  // copies back (as the plan's CUDA graph, captured at the first run, when the lowering
+  // asked for one), waits, and copies the outputs out of the staging buffer. INVALID_ARGUMENT for
+  // an input of another shape or dtype, or a Gather index out of range (found after the run).
   Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
              std::vector<Tensor>* outputs);
 
@@ -201,13 +203,19 @@ class GpuPlan {
   void* Address(int v) const;
   const char* Blob(int64_t index) const { return static_cast<const char*>(blobs_[index]); }
   Status RunStep(size_t i, cudaStream_t stream);
-  // Every step, launched one by one, or as the captured graph.
-  Status RunSteps(cudaStream_t stream);
+  // The copies in, every step and the copies out, queued one by one (`Queue`), or as the
+  // graph `Queue` was captured into.
+  Status Queue(cudaStream_t stream);
+  Status QueueAsGraph(cudaStream_t stream);
 
   GpuLowering lowering_;
   std::shared_ptr<GpuWeights> weights_;
   std::vector<const void*> blobs_;  // per blob of the lowering, its device copy
   DeviceBuffer arena_, workspace_, error_flag_;
+  // Pinned host memory the copies go through: each input, each output, the error flag.
+  PinnedBuffer staging_;
+  std::vector<size_t> staged_inputs_, staged_outputs_;  // offsets in staging_
+  size_t staged_flag_ = 0;
   std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
   cudaGraphExec_t graph_ = nullptr;             // the steps, once captured
 };

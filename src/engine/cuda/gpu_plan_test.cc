@@ -265,8 +265,8 @@ TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
 // DenseNet: concatenations, batch normalisations outside a convolution (two broadcasting
 // steps each) and a constant Pad lower too.
 TEST(LowerPlanTest, ConcatBatchNormAndPadLower) {
-  Prepared p = Prepare(Model::Load(engine::testing::ModelPath("densenet_op13.onnx")),
-                       {{2, 3, 32, 32}});
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("densenet_op13.onnx")), {{2, 3, 32, 32}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
