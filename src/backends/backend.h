@@ -79,6 +79,15 @@ struct ExecuteRequest {
   std::string variant;
 };
 
+// What an instance on a GPU reports about it (BackendInstance::device_stats).
+struct DeviceStats {
+  int gpu = -1;                    // the CUDA ordinal; -1: the instance runs on CPUs
+  int64_t memory_bytes = 0;        // device memory the instance holds
+  int64_t device_used_bytes = 0;   // the whole device's memory in use, when last seen
+  int64_t device_total_bytes = 0;  // the device's memory
+  int64_t busy_ns = 0;             // device time of its batches (CUDA events), in total
+};
+
 class BackendInstance {
  public:
   virtual ~BackendInstance() = default;
@@ -89,6 +98,9 @@ class BackendInstance {
   // work, 0..1, since the instance was created. -1 (the default) for any other instance.
   // Called on the instance's thread between executions.
   virtual double pipeline_bubble_ratio() const { return -1; }
+  // For an instance on a GPU: its device's figures, as of its last execution (gpu -1, the
+  // default, for any other instance). Called on the instance's thread between executions.
+  virtual DeviceStats device_stats() const { return {}; }
 };
 
 class BackendModel {

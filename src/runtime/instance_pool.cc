@@ -132,9 +132,11 @@ void InstancePool::Run(size_t index) {
     const int64_t ran = job.run(*backend, inst->info.index);
     const int64_t elapsed = options_.clock->NowNs() - start;
     const double bubble = backend->pipeline_bubble_ratio();
+    const backends::DeviceStats device = backend->device_stats();
     lock.Lock();
     InstanceState& state = states_[index];
     state.stats.pipeline_bubble_ratio = bubble;
+    state.stats.device = device;
     if (ran > 0) state.cost.Observe(ran, elapsed);
     state.stats.executions++;
     state.stats.busy_ns += elapsed;

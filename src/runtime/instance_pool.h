@@ -64,6 +64,8 @@ struct InstanceStats {
   double cost_a_ns = 0, cost_b_ns = 0;
   // BackendInstance::pipeline_bubble_ratio after its last job; -1 when not pipelined.
   double pipeline_bubble_ratio = -1;
+  // BackendInstance::device_stats after its last job; gpu -1 on CPUs.
+  backends::DeviceStats device;
 };
 
 class InstancePool {

@@ -58,7 +58,7 @@ DashboardVersionSample Version(uint64_t identity, uint64_t requests, uint64_t re
   v.stats.precision_switches = 1;
   for (uint64_t i = 0; i < requests; ++i) v.stats.request_latency_us.Observe(1500);
   for (uint64_t i = 0; i < requests / 4; ++i) v.stats.batch_size.Observe(4);
-  v.instances.push_back({.name = "m_0", .executions = 7, .busy_ns = busy_ns});
+  v.instances.push_back({.name = "m_0", .executions = 7, .busy_ns = busy_ns, .device = {}});
   v.queue_depth = 5;
   v.in_flight = 9;
   return v;

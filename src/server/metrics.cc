@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "server/http_core.h"
 #include "server/process_stats.h"
@@ -265,6 +266,47 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
         w.Sample("shoal_pipeline_bubble_ratio", l, i.pipeline_bubble_ratio);
       }
     }
+  }
+  // GPU instances (docs/gpu.md): device time and memory per instance, memory per device.
+  std::map<int, backends::DeviceStats> devices;  // per GPU: the figures last seen
+  for (const auto& v : views)
+    for (const auto& i : v.instances)
+      if (i.device.gpu >= 0) devices[i.device.gpu] = i.device;
+  if (!devices.empty()) {
+    w.Family("shoal_gpu_busy_seconds_total", "counter",
+             "Device time of a GPU instance's batches (CUDA events from their first copy in to "
+             "their last copy out); its rate, summed over a GPU's instances, is that GPU's "
+             "utilisation by shoal.");
+    for (const auto& v : views) {
+      for (const auto& i : v.instances) {
+        if (i.device.gpu < 0) continue;
+        Labels l = v.labels();
+        l.emplace_back("instance", i.name);
+        l.emplace_back("gpu", std::to_string(i.device.gpu));
+        w.Sample("shoal_gpu_busy_seconds_total", l, static_cast<double>(i.device.busy_ns) / 1e9);
+      }
+    }
+    w.Family("shoal_gpu_instance_memory_bytes", "gauge",
+             "Device memory a GPU instance holds: its weights, its plans' arenas, workspaces "
+             "and flags.");
+    for (const auto& v : views) {
+      for (const auto& i : v.instances) {
+        if (i.device.gpu < 0) continue;
+        Labels l = v.labels();
+        l.emplace_back("instance", i.name);
+        l.emplace_back("gpu", std::to_string(i.device.gpu));
+        w.Sample("shoal_gpu_instance_memory_bytes", l, static_cast<double>(i.device.memory_bytes));
+      }
+    }
+    w.Family("shoal_gpu_memory_used_bytes", "gauge",
+             "Memory in use on each GPU, by every process, when one of its instances last ran.");
+    for (const auto& [gpu, d] : devices)
+      w.Sample("shoal_gpu_memory_used_bytes", {{"gpu", std::to_string(gpu)}},
+               static_cast<double>(d.device_used_bytes));
+    w.Family("shoal_gpu_memory_total_bytes", "gauge", "Each GPU's memory.");
+    for (const auto& [gpu, d] : devices)
+      w.Sample("shoal_gpu_memory_total_bytes", {{"gpu", std::to_string(gpu)}},
+               static_cast<double>(d.device_total_bytes));
   }
   w.Family("shoal_instance_cost_seconds", "gauge",
            "The scheduler's online estimate of each model instance's run time t(n) = a + b*n: "

@@ -43,10 +43,10 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   repo.WriteFile("on_gpu/config.pbtxt", Config("on_gpu", "count: 1 kind: KIND_GPU gpus: [ 0 ]"));
   repo.WriteFile("on_cpu/1/model.onnx", bytes.str());
   repo.WriteFile("on_cpu/config.pbtxt", Config("on_cpu", "count: 1 kind: KIND_CPU"));
-  const int http = FreePort();
+  const int http = FreePort(), metrics = FreePort();
   auto p = ShoalProcess::Start({"serve", "--model-repository", repo.path(), "--http-port",
                                 std::to_string(http), "--grpc-port", std::to_string(FreePort()),
-                                "--metrics-port", std::to_string(FreePort())});
+                                "--metrics-port", std::to_string(metrics)});
   ASSERT_TRUE(p->WaitForPort(http)) << p->log();
   HttpTestClient client("127.0.0.1", http);
   ASSERT_EQ(client.Get("/v2/models/on_cpu/ready").status, 200) << p->log();
@@ -69,6 +69,11 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
     EXPECT_THAT(index.body,
                 AnyOf(HasSubstr("built without the CUDA path"), HasSubstr("no usable CUDA device")))
         << index.body;
+    // No GPU instance ran, so no GPU families.
+    HttpTestClient scrape("127.0.0.1", metrics);
+    const auto page = scrape.Get("/metrics");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_THAT(page.body, ::testing::Not(HasSubstr("shoal_gpu_busy_seconds_total")));
     EXPECT_EQ(p->Terminate(), 0) << p->log();
     GTEST_SKIP() << "no GPU here; the KIND_GPU model failed its load as it should: " << index.body;
   }
@@ -78,6 +83,14 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   ASSERT_EQ(gpu.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_NEAR(gpu[i].get<double>(), cpu[i].get<double>(), 1e-5) << "row " << i;
+  // The GPU instance's device time and memory, and the GPU's, on the metrics page.
+  HttpTestClient scrape("127.0.0.1", metrics);
+  const std::string page = scrape.Get("/metrics").body;
+  EXPECT_THAT(page, HasSubstr("shoal_gpu_busy_seconds_total{model=\"on_gpu\""));
+  EXPECT_THAT(page, HasSubstr("instance=\"on_gpu_0\",gpu=\"0\"}"));
+  EXPECT_THAT(page, HasSubstr("shoal_gpu_instance_memory_bytes{model=\"on_gpu\""));
+  EXPECT_THAT(page, HasSubstr("shoal_gpu_memory_used_bytes{gpu=\"0\"}"));
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("instance=\"on_cpu_0\",gpu=")));
   EXPECT_EQ(p->Terminate(), 0) << p->log();
 }
 

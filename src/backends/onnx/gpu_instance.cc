@@ -58,12 +58,26 @@ class GpuInstance : public BackendInstance {
       ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
       std::vector<Tensor> results;
       RETURN_IF_ERROR(plan->Run(inputs, stream_, &results));
+      stats_.busy_ns += static_cast<int64_t>(plan->last_device_ms() * 1e6);
+      size_t free = 0, total = 0;
+      if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+        stats_.device_used_bytes = static_cast<int64_t>(total - free);
+        stats_.device_total_bytes = static_cast<int64_t>(total);
+      }
       for (size_t o = 0; o < results.size(); ++o)
         outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
       return Status::Ok();
     } catch (const std::exception& e) {
       return Internal(std::string("onnx backend (GPU): ") + e.what());
     }
+  }
+
+  DeviceStats device_stats() const override {
+    DeviceStats stats = stats_;
+    stats.gpu = gpu_;
+    stats.memory_bytes = weights_->bytes();
+    for (const Cached& c : plans_) stats.memory_bytes += c.plan->device_bytes();
+    return stats;
   }
 
   // The plan for these input shapes: cached, or prepared by the CPU engine, lowered and
@@ -128,6 +142,7 @@ class GpuInstance : public BackendInstance {
   dnnl::engine cpu_engine_;  // prepares the CPU plans that are lowered
   dnnl::stream cpu_stream_;
   std::list<Cached> plans_;  // most recently used first
+  DeviceStats stats_;        // device time and memory, as of the last batch
 };
 
 }  // namespace

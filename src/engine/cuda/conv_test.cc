@@ -46,12 +46,11 @@ std::vector<float> PoolReference(PoolOp op, const std::vector<float>& x, const W
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           float best = -INFINITY, sum = 0;
-          int inside = 0, padded = 0;
+          int inside = 0;
+          const int whole = static_cast<int>(g.kh * g.kw);
           for (int64_t ky = 0; ky < g.kh; ++ky)
             for (int64_t kx = 0; kx < g.kw; ++kx) {
               const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
-              if (iy >= -g.ph && iy < g.h + g.ph_end && ix >= -g.pw && ix < g.w + g.pw_end)
-                ++padded;
               if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
               best = std::max(best, At(x, g, b, c, iy, ix));
               sum += At(x, g, b, c, iy, ix);
@@ -60,7 +59,7 @@ std::vector<float> PoolReference(PoolOp op, const std::vector<float>& x, const W
           y.push_back(inside == 0              ? 0.f
                       : op == PoolOp::kMax     ? best
                       : op == PoolOp::kAverage ? sum / static_cast<float>(inside)
-                                               : sum / static_cast<float>(padded));
+                                               : sum / static_cast<float>(whole));
         }
   return y;
 }
@@ -103,15 +102,23 @@ TEST_F(ConvGpuTest, Im2ColMatchesTheReferenceWithPaddingStridesDilationsAndGroup
 }
 
 TEST_F(ConvGpuTest, PoolingMatchesTheReferenceForEveryKind) {
-  Window2d g = Strided();
-  const std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
-  DeviceBuffer dx = Upload(x), y = Floats(g.n * g.c * g.oh * g.ow);
-  for (PoolOp op : {PoolOp::kMax, PoolOp::kAverage, PoolOp::kAverageIncludePad}) {
-    const std::vector<float> want = PoolReference(op, x, g);
-    ASSERT_TRUE(Pool2d(op, dx.as<float>(), y.as<float>(), g, stream()).ok());
-    const std::vector<float> got = Download(y, want.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_NEAR(got[i], want[i], 1e-5f) << "op " << static_cast<int>(op) << " at " << i;
+  // And a ceil_mode window that runs past the padding: h = w = 6, kernel 3, stride 2, no
+  // padding, three outputs per axis (the last window covers rows 4, 5 and one past). The
+  // average that counts padding divides by the whole window there too, as the CPU does.
+  Window2d overrun = Strided();
+  overrun.h = overrun.w = 6;
+  overrun.ph = overrun.pw = overrun.ph_end = overrun.pw_end = 0;
+  overrun.oh = overrun.ow = 3;
+  for (const Window2d& g : {Strided(), overrun}) {
+    const std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
+    DeviceBuffer dx = Upload(x), y = Floats(g.n * g.c * g.oh * g.ow);
+    for (PoolOp op : {PoolOp::kMax, PoolOp::kAverage, PoolOp::kAverageIncludePad}) {
+      const std::vector<float> want = PoolReference(op, x, g);
+      ASSERT_TRUE(Pool2d(op, dx.as<float>(), y.as<float>(), g, stream()).ok());
+      const std::vector<float> got = Download(y, want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(got[i], want[i], 1e-5f) << "op " << static_cast<int>(op) << " at " << i;
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "engine/cuda/gpu_plan.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -132,6 +134,8 @@ class Lowerer {
   // added before under that key, or of a new one.
   int64_t AddBlob(const std::string& key, Tensor data);
   // The blob of the known value `v`, one whoever reads it.
+  // The key of known value `v`'s blob (GpuLowering::Blob).
+  std::string KeyOf(int v) const;
   int64_t KnownSlot(int v);
 
   const Graph& graph_;
@@ -168,9 +172,9 @@ int64_t Lowerer::AddBlob(const std::string& key, Tensor data) {
   return static_cast<int64_t>(out_.blobs.size()) - 1;
 }
 
-// Keys of blobs (GpuLowering::Blob): value `v`, times `scale` when it is not 1.
-std::string ValueKey(int v, float scale = 1.f) {
-  std::string key = "v" + std::to_string(v);
+// The key of a blob (GpuLowering::Blob) holding value `v`'s data, named `base` (KeyOf),
+// times `scale` when it is not 1.
+std::string ScaledKey(std::string key, float scale) {
   if (scale != 1.f) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "*%.9g", scale);
@@ -179,10 +183,21 @@ std::string ValueKey(int v, float scale = 1.f) {
   return key;
 }
 
+std::string Lowerer::KeyOf(int v) const {
+  std::string key = "v" + std::to_string(v);
+  if (graph_.values[v].is_constant()) return key;
+  // Folded for this plan's shapes: the same value may hold other data at other shapes.
+  const Tensor& t = *Known(v);
+  char hash[24];
+  std::snprintf(hash, sizeof(hash), "#%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(t.data(), t.byte_size())));
+  return key + "@" + ShapeToString(t.shape()) + hash;
+}
+
 int64_t Lowerer::KnownSlot(int v) {
   auto it = known_slots_.find(v);
   if (it != known_slots_.end()) return it->second;
-  const int64_t offset = AddBlob(ValueKey(v), *Known(v));
+  const int64_t offset = AddBlob(KeyOf(v), *Known(v));
   known_slots_[v] = offset;
   return offset;
 }
@@ -229,7 +244,8 @@ Status Lowerer::LowerProduct(int n) {
   if (Elements(ys) != g.m * g.n) return Fail(n, "the output's shape does not match the product");
   if (g.m == 0 || g.n == 0 || g.k == 0) return Fail(n, "an empty product");
   step.in = {a, -1, -1, -1};
-  step.weight_slots = {AddBlob(ValueKey(b, alpha), alpha == 1.f ? *w : Scaled(*w, alpha)), -1};
+  step.weight_slots = {AddBlob(ScaledKey(KeyOf(b), alpha), alpha == 1.f ? *w : Scaled(*w, alpha)),
+                       -1};
   // The bias: Gemm's C (times beta) when it is a constant row; FusedMatMul's bias,
   // which the optimiser divided by alpha (optimizer.h), times alpha.
   const Tensor* bias = nullptr;
@@ -263,7 +279,7 @@ Status Lowerer::LowerProduct(int n) {
     Tensor b_data = bias ? (bias_scale == 1.f ? *bias : Scaled(*bias, bias_scale))
                          : Tensor::Allocate(DataType::kFp32, {g.n});
     const std::string key =
-        bias ? ValueKey(node.inputs[2], bias_scale) : "zeros" + std::to_string(g.n);
+        bias ? ScaledKey(KeyOf(node.inputs[2]), bias_scale) : "zeros" + std::to_string(g.n);
     step.weight_slots[1] = AddBlob(key, std::move(b_data));
   }
   if (node.has_input(3)) {
@@ -388,7 +404,7 @@ Status Lowerer::LowerBatchedProduct(int n) {
   }
   if (g.epilogue != GemmEpilogue::kNone) {
     step.weight_slots[1] =
-        AddBlob(bias ? ValueKey(node.inputs[2], g.alpha) : "zeros" + std::to_string(g.n),
+        AddBlob(bias ? ScaledKey(KeyOf(node.inputs[2]), g.alpha) : "zeros" + std::to_string(g.n),
                 bias ? (g.alpha == 1.f ? *bias : Scaled(*bias, g.alpha))
                      : Tensor::Allocate(DataType::kFp32, {g.n}));
   }
@@ -652,7 +668,7 @@ Status Lowerer::LowerConv(int n) {
     o.w_batch_stride = mg * kg;
     o.y_batch_stride = rows * mg;
   }
-  gemm.weight_slots = {AddBlob(ValueKey(node.inputs[1]), *w), -1};
+  gemm.weight_slots = {AddBlob(KeyOf(node.inputs[1]), *w), -1};
   bool act_done = groups == 1 || act.empty();
   if (groups == 1) {
     if (act == "Relu") {
@@ -668,9 +684,8 @@ Status Lowerer::LowerConv(int n) {
       }
     }
     if (o.epilogue != GemmEpilogue::kNone) {
-      gemm.weight_slots[1] =
-          AddBlob(bias ? ValueKey(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
-                  bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
+      gemm.weight_slots[1] = AddBlob(bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
+                                     bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
     }
   }
   gemm.out = NewTemp({groups, xs[0], g.oh, g.ow, mg});
@@ -708,7 +723,7 @@ Status Lowerer::LowerConv(int n) {
     std::copy(bias->values<float>().begin(), bias->values<float>().end(),
               channels.mutable_values<float>().begin());
     const Shape bias_dims = channels.shape();
-    add.weight_slots = {AddBlob(ValueKey(node.inputs[2]) + ":chw", std::move(channels))};
+    add.weight_slots = {AddBlob(KeyOf(node.inputs[2]) + ":chw", std::move(channels))};
     auto broadcast = PlanBroadcast(ys, bias_dims);
     if (!broadcast.ok()) return Fail(n, broadcast.status().message());
     add.broadcast = std::move(broadcast).value();
@@ -824,7 +839,9 @@ Status Lowerer::LowerBatchNorm(int n) {
     a.mutable_values<float>()[k] = ak;
     b.mutable_values<float>()[k] = bias - mean * ak;
   }
-  const std::string key = "n" + std::to_string(n) + ":batchnorm";
+  std::string key = "bn";
+  for (size_t i = 1; i <= 4; ++i) key += ":" + KeyOf(node.inputs[i]);
+  key += "@" + std::to_string(epsilon);
   auto plan = PlanBroadcast(xs, per_channel);
   if (!plan.ok() || plan->out_dims != xs) return Fail(n, "the channels do not broadcast");
   for (int k = 0; k < 2; ++k) {
@@ -1120,7 +1137,12 @@ StatusOr<GpuLowering> Lowerer::Run() {
   };
   // Defines value `v` (an owner) as an arena value at GPU step `first`, unless it is known.
   auto define = [&](int v, int first) {
-    if (tensor_of[v] >= 0 || Known(v)) return;
+    if (Known(v)) return;
+    if (tensor_of[v] >= 0) {
+      // Written again (Concat's pieces, an in-place bias or activation): live until then.
+      tensors[tensor_of[v]].last = std::max(tensors[tensor_of[v]].last, first);
+      return;
+    }
     tensor_of[v] = static_cast<int>(tensors.size());
     value_of.push_back(v);
     tensors.push_back({PadTo(bytes_of(v), kAlign), first, first});
@@ -1166,6 +1188,11 @@ StatusOr<GpuLowering> Lowerer::Run() {
 
 StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
                                 const GpuPlanOptions& options) {
+  if (plan.blocked_values() != 0) {
+    return InvalidArgument(
+        "the plan keeps values in oneDNN's blocked layouts; prepare it with "
+        "GpuLoweringPlanOptions() to lower it");
+  }
   if (options.math != GemmMath::kFp32 && options.math != GemmMath::kTf32)
     return InvalidArgument("the GPU plan keeps values in fp32: its GEMMs run in fp32 or TF32");
   ASSIGN_OR_RETURN(GpuLowering lowered, Lowerer(graph, plan, options).Run());
@@ -1176,13 +1203,28 @@ StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
 StatusOr<const void*> GpuWeights::Get(const GpuLowering::Blob& blob, const Stream& stream) {
   auto it = buffers_.find(blob.key);
   if (it == buffers_.end()) {
-    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(blob.data.byte_size()));
-    if (blob.data.byte_size() > 0)
-      RETURN_IF_ERROR(CopyToDevice(buffer.data(), blob.data.data(), blob.data.byte_size(), stream));
+    Entry entry;
+    ASSIGN_OR_RETURN(entry.buffer, DeviceBuffer::Allocate(blob.data.byte_size()));
+    if (blob.data.byte_size() > 0) {
+      RETURN_IF_ERROR(
+          CopyToDevice(entry.buffer.data(), blob.data.data(), blob.data.byte_size(), stream));
+    }
     bytes_ += static_cast<int64_t>(blob.data.byte_size());
-    it = buffers_.emplace(blob.key, std::move(buffer)).first;
+    it = buffers_.emplace(blob.key, std::move(entry)).first;
+  } else if (it->second.buffer.size_bytes() != blob.data.byte_size()) {
+    return Internal("weights key '" + blob.key + "' names " +
+                    std::to_string(it->second.buffer.size_bytes()) + " bytes, not " +
+                    std::to_string(blob.data.byte_size()));
   }
-  return static_cast<const void*>(it->second.data());
+  ++it->second.users;
+  return static_cast<const void*>(it->second.buffer.data());
+}
+
+void GpuWeights::Release(const std::string& key) {
+  auto it = buffers_.find(key);
+  if (it == buffers_.end() || --it->second.users > 0) return;
+  bytes_ -= static_cast<int64_t>(it->second.buffer.size_bytes());
+  buffers_.erase(it);
 }
 
 void* GpuPlan::Address(int v) const {
@@ -1215,9 +1257,12 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   for (int v : l.outputs) plan->staged_outputs_.push_back(place(bytes_of(v)));
   plan->staged_flag_ = place(sizeof(int32_t));
   ASSIGN_OR_RETURN(plan->staging_, PinnedBuffer::Allocate(staged));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->started_), "cudaEventCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->finished_), "cudaEventCreate"));
   for (const GpuLowering::Blob& blob : l.blobs) {
     ASSIGN_OR_RETURN(const void* device, plan->weights_->Get(blob, stream));
     plan->blobs_.push_back(device);
+    plan->blob_keys_.push_back(blob.key);
   }
   plan->gemms_.resize(l.steps.size());
   for (size_t i = 0; i < l.steps.size(); ++i) {
@@ -1231,7 +1276,10 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
 }
 
 GpuPlan::~GpuPlan() {
+  for (const std::string& key : blob_keys_) weights_->Release(key);
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+  if (started_ != nullptr) cudaEventDestroy(started_);
+  if (finished_ != nullptr) cudaEventDestroy(finished_);
 }
 
 Status GpuPlan::Queue(cudaStream_t stream) {
@@ -1274,8 +1322,11 @@ Status GpuPlan::QueueAsGraph(cudaStream_t stream) {
     }
     if (graph != nullptr) cudaGraphDestroy(graph);
     if (!queued.ok()) {
+      // Nothing ran while capturing: run this once step by step, and every run after.
       graph_ = nullptr;
-      return queued;
+      graph_failed_ = true;
+      (void)cudaGetLastError();
+      return Queue(stream);
     }
   }
   return CudaStatus(cudaGraphLaunch(graph_, stream), "cudaGraphLaunch");
@@ -1348,8 +1399,15 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
     if (inputs[i]->byte_size() > 0)
       std::memcpy(staging_.data() + staged_inputs_[i], inputs[i]->data(), inputs[i]->byte_size());
   }
-  RETURN_IF_ERROR(l.cuda_graph ? QueueAsGraph(stream.get()) : Queue(stream.get()));
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(started_, stream.get()), "cudaEventRecord"));
+  // The first run goes step by step (cuBLASLt and the kernels do their first-use set-up
+  // outside any capture); the second captures the graph, which later runs replay.
+  const bool graph = l.cuda_graph && !graph_failed_ && runs_++ > 0;
+  RETURN_IF_ERROR(graph ? QueueAsGraph(stream.get()) : Queue(stream.get()));
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(finished_, stream.get()), "cudaEventRecord"));
   RETURN_IF_ERROR(stream.Synchronize());
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, started_, finished_) == cudaSuccess) last_device_ms_ = ms;
   outputs->clear();
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];

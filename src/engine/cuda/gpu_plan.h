@@ -125,9 +125,11 @@ struct GpuStep {
 struct GpuLowering {
   std::vector<GpuStep> steps;
   std::vector<GpuValue> values;  // per value: the graph's, then the lowering's temporaries
-  // The constants the steps read, each with a key that names its content (the graph
-  // value and any transformation: "v12", "v12*0.5", "zeros64"), so the plans of one model
-  // for other input shapes find the same device copy (GpuWeights).
+  // The constants the steps read, each with a key that names its content, so the plans of
+  // one model for other input shapes find the same device copy (GpuWeights): a graph
+  // constant by its value ("v12"), a value the CPU plan folded for these shapes by its
+  // value, shape and a hash of its bytes ("v40@[8,2]#9f3c..."), then any transformation
+  // ("v12*0.5", ":chw"); "zeros64" for a zero bias.
   struct Blob {
     std::string key;
     Tensor data;
@@ -163,13 +165,21 @@ StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
 class GpuWeights {
  public:
   // The device copy of `blob`, uploaded on `stream` the first time its key is asked for
-  // (the caller synchronises the stream before `blob`'s host data goes).
+  // (the caller synchronises the stream before `blob`'s host data goes); each Get is one
+  // more user of it. INTERNAL when the key names a copy of another size.
   StatusOr<const void*> Get(const GpuLowering::Blob& blob, const Stream& stream);
+  // One user fewer of `key`; its device copy is freed with the last (a plan evicted from
+  // an instance's cache takes the copies only it used with it).
+  void Release(const std::string& key);
   size_t count() const { return buffers_.size(); }
   int64_t bytes() const { return bytes_; }
 
  private:
-  std::map<std::string, DeviceBuffer> buffers_;
+  struct Entry {
+    DeviceBuffer buffer;
+    int users = 0;
+  };
+  std::map<std::string, Entry> buffers_;
   int64_t bytes_ = 0;
 };
 
@@ -196,6 +206,13 @@ class GpuPlan {
              std::vector<Tensor>* outputs);
 
   const GpuLowering& lowering() const { return lowering_; }
+  // Device time of the last Run's queued work (CUDA events around it), in ms.
+  double last_device_ms() const { return last_device_ms_; }
+  // Device memory the plan holds besides the shared weights: arena, workspace and flag.
+  int64_t device_bytes() const {
+    return static_cast<int64_t>(arena_.size_bytes() + workspace_.size_bytes() +
+                                error_flag_.size_bytes());
+  }
 
  private:
   GpuPlan() = default;
@@ -210,14 +227,19 @@ class GpuPlan {
 
   GpuLowering lowering_;
   std::shared_ptr<GpuWeights> weights_;
-  std::vector<const void*> blobs_;  // per blob of the lowering, its device copy
+  std::vector<const void*> blobs_;      // per blob of the lowering, its device copy
+  std::vector<std::string> blob_keys_;  // and its key, released with the plan
   DeviceBuffer arena_, workspace_, error_flag_;
   // Pinned host memory the copies go through: each input, each output, the error flag.
   PinnedBuffer staging_;
   std::vector<size_t> staged_inputs_, staged_outputs_;  // offsets in staging_
   size_t staged_flag_ = 0;
-  std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
-  cudaGraphExec_t graph_ = nullptr;             // the steps, once captured
+  std::vector<std::unique_ptr<LtGemm>> gemms_;          // per step; null where no GEMM
+  cudaGraphExec_t graph_ = nullptr;                     // the steps, once captured
+  cudaEvent_t started_ = nullptr, finished_ = nullptr;  // around each run's queued work
+  double last_device_ms_ = 0;
+  int64_t runs_ = 0;           // the graph is captured at the second run, after a warm one
+  bool graph_failed_ = false;  // capture failed once: the plan runs step by step
 };
 
 }  // namespace shoal::engine::cuda

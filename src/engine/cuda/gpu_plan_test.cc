@@ -348,6 +348,39 @@ TEST(LowerPlanTest, AlphaAndBetaAreFoldedIntoTheBlobs) {
   for (size_t i = 0; i < w2.size(); ++i) EXPECT_EQ(up[i], 2.f * w2[i]);
 }
 
+// A value the CPU plan folds for the input shapes (here Cast(Shape(x)), [batch, 2] as
+// floats) is a blob whose key names its shape and bytes, so a plan for another batch
+// never takes the first plan's copy; a true constant keeps one key.
+TEST(LowerPlanTest, AValueFoldedForTheShapesIsKeyedByItsContent) {
+  GraphBuilder b;
+  const int x = b.Input("x", {-1, 2});
+  const int shape = b.Op("Shape", "shape", {x});
+  const int as_float = b.Op("Cast", "as_float", {shape}, {{"to", AInt(1)}});
+  const int sum = b.Op("Add", "sum", {x, as_float});
+  const int k = b.Constant("k", F32({2}, {3.f, 4.f}));
+  const int out = b.Op("Mul", "out", {sum, k});
+  Graph graph = b.Finish(out);
+  graph.values[x].shape = SymbolicShape{Dim{-1, "batch"}, Dim{2, ""}};
+  auto model = Model::FromGraph(std::move(graph));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<std::string> folded, constant;
+  for (int64_t batch : {1, 8}) {
+    dnnl::stream stream(CpuEngine());
+    auto plan = Plan::Prepare((*model)->graph(), {{batch, 2}}, CpuEngine(), stream,
+                              (*model)->weight_cache(), GpuLoweringPlanOptions(), PlanLimits());
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    auto lowered = LowerPlan((*model)->graph(), **plan);
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    ASSERT_EQ(lowered->blobs.size(), 2u);
+    for (const auto& blob : lowered->blobs)
+      (blob.key.find('@') != std::string::npos ? folded : constant).push_back(blob.key);
+  }
+  ASSERT_EQ(folded.size(), 2u);
+  ASSERT_EQ(constant.size(), 2u);
+  EXPECT_NE(folded[0], folded[1]);
+  EXPECT_EQ(constant[0], constant[1]);
+}
+
 // Two batch sizes lower to the same blobs, so the plans of one instance share one copy
 // of the weights on the device.
 TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
@@ -533,19 +566,38 @@ TEST_F(GpuPlanTest, TheImageClassifierAndResNetMatchTheCpuEngine) {
 // once.
 TEST_F(GpuPlanTest, PlansOfOneInstanceShareTheirWeights) {
   auto weights = std::make_shared<GpuWeights>();
-  int64_t bytes = 0;
-  for (int64_t batch : {1, 8}) {
-    Prepared p = Prepare(Model::Load(Example("recommender")), {{batch, 64}});
-    ExpectGpuMatchesCpu(p, {{Random({batch, 64}, 61)}}, GemmMath::kFp32, 1e-5f, weights);
-    if (batch == 1) bytes = weights->bytes();
-  }
+  Prepared one = Prepare(Model::Load(Example("recommender")), {{1, 64}});
+  Prepared eight = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+  ASSERT_TRUE(one.plan && eight.plan);
+  auto create = [&](Prepared& p) {
+    auto lowered = LowerPlan(p.model->graph(), *p.plan);
+    EXPECT_TRUE(lowered.ok()) << lowered.status().ToString();
+    auto plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_, weights);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? std::move(plan).value() : nullptr;
+  };
+  auto a = create(one);
+  ASSERT_TRUE(a);
+  const int64_t bytes = weights->bytes();
   EXPECT_EQ(weights->count(), 8u);
-  EXPECT_EQ(weights->bytes(), bytes);
   EXPECT_GT(bytes, 6'000'000);
+  auto b = create(eight);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(weights->count(), 8u);  // the second plan found every blob
+  EXPECT_EQ(weights->bytes(), bytes);
+  std::vector<Tensor> out;
+  const Tensor x = Random({8, 64}, 61);
+  ASSERT_TRUE(b->Run({&x}, *run_stream_, &out).ok());
+  a.reset();
+  EXPECT_EQ(weights->count(), 8u);  // still used by the second
+  b.reset();
+  EXPECT_EQ(weights->count(), 0u);  // freed with their last user
+  EXPECT_EQ(weights->bytes(), 0);
 }
 
-// The same plan run step by step and as a CUDA graph (captured at its first run, replayed
-// at the next two with new inputs in the same arena).
+// The same plan run step by step and as a CUDA graph (the first run goes step by step, the
+// second captures the graph, the third replays it, each with new inputs in the same
+// arena).
 TEST_F(GpuPlanTest, StepByStepAndAsACudaGraphBothMatchTheCpuEngine) {
   Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
   const std::vector<std::vector<Tensor>> runs = {{Random({2, 3, 32, 32}, 71, 0.f, 1.f)},

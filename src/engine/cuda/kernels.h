@@ -116,9 +116,10 @@ cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cuda
 // Pooling kinds, in the order of conv.h's PoolOp.
 enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // y [n, c, oh, ow] pooled from x [n, c, h, w] over each window: the largest value inside
-// the input, or the mean over the window's positions inside the input (kAverage) or
-// inside the padded input (kAverageIncludePad). A window with no position inside the
-// input gives 0.
+// the input, or the sum over the window's positions inside the input divided by their
+// number (kAverage) or by the window's size kh·kw (kAverageIncludePad, as oneDNN and the
+// CPU engine count it, a ceil_mode window past the padding included). A window with no
+// position inside the input gives 0.
 cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
                             cudaStream_t stream);
 

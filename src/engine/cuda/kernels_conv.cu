@@ -42,12 +42,11 @@ __global__ void Pool2dF32(PoolKernel op, const float* __restrict__ x, float* __r
     const int64_t plane = i / (g.ow * g.oh);  // b * c + channel
     const float* in = x + plane * g.h * g.w;
     float best = -FLT_MAX, sum = 0.f;
-    int64_t inside = 0, padded = 0;
+    int64_t inside = 0;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-        if (iy >= -g.ph && iy < g.h + g.ph_end && ix >= -g.pw && ix < g.w + g.pw_end) ++padded;
         if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
         const float v = in[iy * g.w + ix];
         best = fmaxf(best, v);
@@ -60,7 +59,9 @@ __global__ void Pool2dF32(PoolKernel op, const float* __restrict__ x, float* __r
     } else if (op == PoolKernel::kMax) {
       y[i] = best;
     } else {
-      y[i] = sum / static_cast<float>(op == PoolKernel::kAverage ? inside : padded);
+      // Counting the padding divides by the whole window, as the CPU engine (oneDNN's
+      // avg_include_padding) does, also where a ceil_mode window runs past the padding.
+      y[i] = sum / static_cast<float>(op == PoolKernel::kAverage ? inside : g.kh * g.kw);
     }
   }
 }
