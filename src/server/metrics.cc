@@ -273,31 +273,31 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
     for (const auto& i : v.instances)
       if (i.device.gpu >= 0) devices[i.device.gpu] = i.device;
   if (!devices.empty()) {
+    // One sample per GPU instance of `family`, valued by `value`.
+    auto per_instance = [&](const char* family, auto value) {
+      for (const auto& v : views) {
+        for (const auto& i : v.instances) {
+          if (i.device.gpu < 0) continue;
+          Labels l = v.labels();
+          l.emplace_back("instance", i.name);
+          l.emplace_back("gpu", std::to_string(i.device.gpu));
+          w.Sample(family, l, value(i.device));
+        }
+      }
+    };
     w.Family("shoal_gpu_busy_seconds_total", "counter",
              "Device time of a GPU instance's batches (CUDA events from their first copy in to "
              "their last copy out); its rate, summed over a GPU's instances, is that GPU's "
              "utilisation by shoal.");
-    for (const auto& v : views) {
-      for (const auto& i : v.instances) {
-        if (i.device.gpu < 0) continue;
-        Labels l = v.labels();
-        l.emplace_back("instance", i.name);
-        l.emplace_back("gpu", std::to_string(i.device.gpu));
-        w.Sample("shoal_gpu_busy_seconds_total", l, static_cast<double>(i.device.busy_ns) / 1e9);
-      }
-    }
+    per_instance("shoal_gpu_busy_seconds_total", [](const backends::DeviceStats& d) {
+      return static_cast<double>(d.busy_ns) / 1e9;
+    });
     w.Family("shoal_gpu_instance_memory_bytes", "gauge",
              "Device memory a GPU instance holds: its weights, its plans' arenas, workspaces "
              "and flags.");
-    for (const auto& v : views) {
-      for (const auto& i : v.instances) {
-        if (i.device.gpu < 0) continue;
-        Labels l = v.labels();
-        l.emplace_back("instance", i.name);
-        l.emplace_back("gpu", std::to_string(i.device.gpu));
-        w.Sample("shoal_gpu_instance_memory_bytes", l, static_cast<double>(i.device.memory_bytes));
-      }
-    }
+    per_instance("shoal_gpu_instance_memory_bytes", [](const backends::DeviceStats& d) {
+      return static_cast<double>(d.memory_bytes);
+    });
     w.Family("shoal_gpu_memory_used_bytes", "gauge",
              "Memory in use on each GPU, by every process, when one of its instances last ran.");
     for (const auto& [gpu, d] : devices)

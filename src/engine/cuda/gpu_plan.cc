@@ -117,6 +117,13 @@ class Lowerer {
   const Tensor* Known(int v) const {
     return v < static_cast<int>(graph_.values.size()) ? plan_.KnownData(v) : nullptr;
   }
+  // A step of `kind` for node n, for the caller to fill and add to out_.steps.
+  static GpuStep NewStep(GpuStep::Kind kind, int n) {
+    GpuStep step;
+    step.kind = kind;
+    step.node = n;
+    return step;
+  }
   // A new fp32 value of `shape` that only the lowering's steps read and write.
   int NewTemp(const Shape& shape) {
     out_.shapes.push_back(shape);
@@ -224,9 +231,7 @@ Status Lowerer::LowerProduct(int n) {
   const Shape ws = ShapeOf(b);
   const Shape ys = ShapeOf(node.outputs[0]);
   if (as.size() < 2) return Fail(n, "A must have at least two dimensions");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kGemm;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kGemm, n);
   GemmOptions& g = step.gemm;
   g.math = options_.math;
   float alpha = node.GetFloat("alpha", 1.f);
@@ -300,9 +305,7 @@ Status Lowerer::LowerProduct(int n) {
 StatusOr<int> Lowerer::AddTranspose(int n, int x, const std::vector<int64_t>& perm) {
   auto plan = PlanTranspose(ShapeOf(x), perm);
   if (!plan.ok()) return Fail(n, plan.status().message());
-  GpuStep step;
-  step.kind = GpuStep::Kind::kTranspose;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kTranspose, n);
   step.in = {x};
   step.out = NewTemp(plan->out_dims);
   step.transpose = std::move(plan).value();
@@ -321,9 +324,7 @@ Status Lowerer::LowerBatchedProduct(int n) {
   const bool is_gemm = node.op_type == "Gemm" || node.op_type == "FusedGemm";
   int a = node.inputs[0], b = node.inputs[1];
   const int y = node.outputs[0];
-  GpuStep step;
-  step.kind = GpuStep::Kind::kGemm;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kGemm, n);
   GemmOptions& g = step.gemm;
   g.math = options_.math;
   g.alpha = node.GetFloat("alpha", 1.f);
@@ -431,9 +432,7 @@ Status Lowerer::LowerBatchedProduct(int n) {
   auto plan = PlanTranspose(cs, c_perm);
   if (!plan.ok()) return Fail(n, plan.status().message());
   if (plan->out_dims != ShapeOf(y)) return Fail(n, "c_perm does not give the output's shape");
-  GpuStep t;
-  t.kind = GpuStep::Kind::kTranspose;
-  t.node = n;
+  GpuStep t = NewStep(GpuStep::Kind::kTranspose, n);
   t.in = {product};
   t.out = y;
   t.transpose = std::move(plan).value();
@@ -457,9 +456,7 @@ Status Lowerer::LowerSplit(int n) {
     if (o < 0) return Fail(n, "a Split with an omitted output is not on the GPU path yet");
     const Shape os = ShapeOf(o);
     if (os.size() != xs.size()) return Fail(n, "an output of another rank");
-    GpuStep step;
-    step.kind = GpuStep::Kind::kSlice;
-    step.node = n;
+    GpuStep step = NewStep(GpuStep::Kind::kSlice, n);
     step.in = {x};
     step.out = o;
     step.dims = xs;
@@ -506,9 +503,7 @@ Status Lowerer::LowerReduce(int n, ReduceOp op) {
                 "path yet");
   if (Elements(xs, axes.front(), axes.back() + 1) == 0)
     return Fail(n, "a reduction over an empty axis");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kReduce;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kReduce, n);
   step.reduce = op;
   step.in = {node.inputs[0]};
   step.out = node.outputs[0];
@@ -644,17 +639,13 @@ Status Lowerer::LowerConv(int n) {
       return Fail(n, "only a constant bias of one value per output channel is on the GPU path");
   }
   // im2col.
-  GpuStep cols;
-  cols.kind = GpuStep::Kind::kIm2Col;
-  cols.node = n;
+  GpuStep cols = NewStep(GpuStep::Kind::kIm2Col, n);
   cols.in = {x};
   cols.out = NewTemp({groups, rows, kg});
   cols.window = g;
   out_.steps.push_back(cols);
   // The GEMMs: [rows, kg] x [mg, kg]^T per group.
-  GpuStep gemm;
-  gemm.kind = GpuStep::Kind::kGemm;
-  gemm.node = n;
+  GpuStep gemm = NewStep(GpuStep::Kind::kGemm, n);
   gemm.in = {cols.out, -1, -1, -1};
   GemmOptions& o = gemm.gemm;
   o.math = options_.math;
@@ -695,18 +686,14 @@ Status Lowerer::LowerConv(int n) {
   // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
   auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
   if (!plan.ok()) return Fail(n, plan.status().message());
-  GpuStep t;
-  t.kind = GpuStep::Kind::kTranspose;
-  t.node = n;
+  GpuStep t = NewStep(GpuStep::Kind::kTranspose, n);
   t.in = {product};
   t.out = y;
   t.transpose = std::move(plan).value();
   out_.steps.push_back(std::move(t));
   // What the epilogue could not do, in place on the output.
   auto in_place_unary = [&](UnaryOp op, float alpha, float beta) {
-    GpuStep u;
-    u.kind = GpuStep::Kind::kUnary;
-    u.node = n;
+    GpuStep u = NewStep(GpuStep::Kind::kUnary, n);
     u.unary = op;
     u.alpha = alpha;
     u.beta = beta;
@@ -715,9 +702,7 @@ Status Lowerer::LowerConv(int n) {
     out_.steps.push_back(std::move(u));
   };
   if (groups > 1 && bias) {
-    GpuStep add;
-    add.kind = GpuStep::Kind::kBinary;
-    add.node = n;
+    GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
     add.binary = BinaryOp::kAdd;
     Tensor channels = Tensor::Allocate(DataType::kFp32, {ws[0], 1, 1});
     std::copy(bias->values<float>().begin(), bias->values<float>().end(),
@@ -735,9 +720,7 @@ Status Lowerer::LowerConv(int n) {
   if (node.has_input(3)) {
     const int r = node.inputs[3];
     if (ShapeOf(r) != ys) return Fail(n, "the residual must have the output's shape");
-    GpuStep add;
-    add.kind = GpuStep::Kind::kBinary;
-    add.node = n;
+    GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
     add.binary = BinaryOp::kAdd;
     auto broadcast = PlanBroadcast(ys, ys);
     if (!broadcast.ok()) return Fail(n, broadcast.status().message());
@@ -760,9 +743,7 @@ Status Lowerer::LowerPool(int n) {
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
     if (xs.size() < 3) return Fail(n, "a global pool needs spatial axes");
     if (Elements(xs, 2) == 0) return Fail(n, "a global pool over nothing");
-    GpuStep step;
-    step.kind = GpuStep::Kind::kReduce;
-    step.node = n;
+    GpuStep step = NewStep(GpuStep::Kind::kReduce, n);
     step.reduce = op == "GlobalMaxPool" ? ReduceOp::kMax : ReduceOp::kMean;
     step.in = {node.inputs[0]};
     step.out = node.outputs[0];
@@ -779,9 +760,7 @@ Status Lowerer::LowerPool(int n) {
   if (!window.ok()) return Fail(n, window.status().message());
   if (ShapeOf(node.outputs[0]) != Shape{xs[0], xs[1], window->oh, window->ow})
     return Fail(n, "the output's shape is not the window's");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kPool;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kPool, n);
   step.pool = op == "MaxPool"                            ? PoolOp::kMax
               : node.GetInt("count_include_pad", 0) != 0 ? PoolOp::kAverageIncludePad
                                                          : PoolOp::kAverage;
@@ -845,9 +824,7 @@ Status Lowerer::LowerBatchNorm(int n) {
   auto plan = PlanBroadcast(xs, per_channel);
   if (!plan.ok() || plan->out_dims != xs) return Fail(n, "the channels do not broadcast");
   for (int k = 0; k < 2; ++k) {
-    GpuStep step;
-    step.kind = GpuStep::Kind::kBinary;
-    step.node = n;
+    GpuStep step = NewStep(GpuStep::Kind::kBinary, n);
     step.binary = k == 0 ? BinaryOp::kMul : BinaryOp::kAdd;
     step.in = {k == 0 ? node.inputs[0] : node.outputs[0], -1};
     step.weight_slots = {AddBlob(key + (k == 0 ? "*a" : "+b"), k == 0 ? a : b)};
@@ -874,9 +851,7 @@ Status Lowerer::LowerConcat(int n) {
     const Shape xs = ShapeOf(x);
     if (static_cast<int64_t>(xs.size()) != rank) return Fail(n, "an input of another rank");
     if (Elements(xs) > 0) {
-      GpuStep step;
-      step.kind = GpuStep::Kind::kPlace;
-      step.node = n;
+      GpuStep step = NewStep(GpuStep::Kind::kPlace, n);
       step.in = {x};
       step.out = y;
       step.dims = ys;
@@ -921,9 +896,7 @@ Status Lowerer::LowerPad(int n) {
   if (!plan.ok()) return Fail(n, plan.status().message());
   if (plan->out_dims != ShapeOf(node.outputs[0]))
     return Fail(n, "the padded shape differs from the planned output");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kPad;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kPad, n);
   step.in = {node.inputs[0]};
   step.out = node.outputs[0];
   step.pad = std::move(plan).value();
@@ -938,9 +911,7 @@ Status Lowerer::LowerUnary(int n, UnaryOp op, float alpha, float beta) {
   if (node.op_type == "Gelu" && node.GetString("approximate", "none") != "none")
     return Fail(n, "Gelu's tanh approximation outside a product is not on the GPU path yet");
   if (node.inputs.size() != 1 && op != UnaryOp::kClip) return Fail(n, "takes one input");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kUnary;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kUnary, n);
   step.unary = op;
   step.alpha = alpha;
   step.beta = beta;
@@ -959,9 +930,7 @@ Status Lowerer::LowerBinary(int n, BinaryOp op) {
   if (!plan.ok()) return Fail(n, plan.status().message());
   if (plan->out_dims != ShapeOf(node.outputs[0]))
     return Fail(n, "the broadcast shape differs from the planned output");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kBinary;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kBinary, n);
   step.binary = op;
   step.in = {node.inputs[0], node.inputs[1]};
   step.broadcast = std::move(plan).value();
@@ -983,9 +952,7 @@ Status Lowerer::LowerSoftmax(int n) {
   if (axis < 0 || axis >= rank) return Fail(n, "axis out of range");
   if (graph_.opset >= 13 && axis != rank - 1)
     return Fail(n, "softmax over an axis other than the last is not on the GPU path yet");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kSoftmax;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kSoftmax, n);
   step.in = {node.inputs[0]};
   step.dims = {Elements(xs, 0, axis), Elements(xs, axis)};
   step.out = node.outputs[0];
@@ -1007,9 +974,7 @@ Status Lowerer::LowerLayerNorm(int n) {
     return Fail(n, "the scale must have one value per normalised element");
   if (node.has_input(2) && Elements(ShapeOf(node.inputs[2])) != row)
     return Fail(n, "the bias must have one value per normalised element");
-  GpuStep step;
-  step.kind = GpuStep::Kind::kLayerNorm;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kLayerNorm, n);
   step.in = {node.inputs[0], node.inputs[1], node.has_input(2) ? node.inputs[2] : -1};
   step.dims = {Elements(xs, 0, axis), row};
   step.epsilon = node.GetFloat("epsilon", 1e-5f);
@@ -1027,9 +992,7 @@ Status Lowerer::LowerTranspose(int n) {
     for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
   auto plan = PlanTranspose(xs, perm);
   if (!plan.ok()) return Fail(n, plan.status().message());
-  GpuStep step;
-  step.kind = GpuStep::Kind::kTranspose;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kTranspose, n);
   step.in = {node.inputs[0]};
   step.transpose = std::move(plan).value();
   step.out = node.outputs[0];
@@ -1045,9 +1008,7 @@ Status Lowerer::LowerGather(int n) {
     return Fail(n, "only int64 indices are on the GPU path so far");
   auto plan = PlanGather(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]), node.GetInt("axis", 0));
   if (!plan.ok()) return Fail(n, plan.status().message());
-  GpuStep step;
-  step.kind = GpuStep::Kind::kGather;
-  step.node = n;
+  GpuStep step = NewStep(GpuStep::Kind::kGather, n);
   step.in = {node.inputs[0], node.inputs[1]};
   step.gather = std::move(plan).value();
   step.out = node.outputs[0];
