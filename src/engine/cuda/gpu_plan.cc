@@ -92,6 +92,7 @@ class Lowerer {
   Status LowerBatchNorm(int n);
   Status LowerConcat(int n);
   Status LowerPad(int n);
+  Status LowerSlice(int n);
   Status LowerBinary(int n, BinaryOp op);
   Status LowerSoftmax(int n);
   Status LowerLayerNorm(int n);
@@ -865,6 +866,58 @@ Status Lowerer::LowerConcat(int n) {
   return Status::Ok();
 }
 
+// Slice with starts, ends, axes and steps known at load (inputs from opset 10, attributes
+// before), clamped as ONNX (and the CPU engine, ops/indexing.cc) clamps them.
+Status Lowerer::LowerSlice(int n) {
+  const Node& node = graph_.nodes[n];
+  const int x = node.inputs[0], y = node.outputs[0];
+  if (!IsFp32(x) || !IsFp32(y))
+    return Fail(n, "only a Slice of fp32 data is on the GPU path so far");
+  const Shape xs = ShapeOf(x);
+  const auto rank = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (graph_.opset < 10) {
+    starts = node.GetInts("starts");
+    ends = node.GetInts("ends");
+    axes = node.GetInts("axes");
+  } else {
+    std::vector<int64_t>* lists[] = {&starts, &ends, &axes, &steps};
+    for (size_t i = 1; i <= 4; ++i) {
+      if (!node.has_input(i)) continue;
+      const Tensor* t = Known(node.inputs[i]);
+      if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32))
+        return Fail(n, "starts, ends, axes and steps computed at run time are not on the GPU path");
+      for (int64_t k = 0; k < t->element_count(); ++k)
+        lists[i - 1]->push_back(t->dtype() == DataType::kInt64 ? t->values<int64_t>()[k]
+                                                               : t->values<int32_t>()[k]);
+    }
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    return Fail(n, "starts, ends, axes and steps differ in length");
+  std::vector<int64_t> begin(xs.size(), 0), step(xs.size(), 1);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t ax = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (ax < 0 || ax >= rank || steps[i] == 0)
+      return Fail(n, "an axis out of range or a zero step");
+    const int64_t d = xs[ax];
+    int64_t b = starts[i] < 0 ? starts[i] + d : starts[i];
+    b = steps[i] > 0 ? std::clamp<int64_t>(b, 0, d) : std::clamp<int64_t>(b, 0, d - 1);
+    begin[ax] = b;
+    step[ax] = steps[i];
+  }
+  auto plan = PlanSlice(xs, begin, step, ShapeOf(y));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  GpuStep s = NewStep(GpuStep::Kind::kStridedSlice, n);
+  s.in = {x};
+  s.out = y;
+  s.slice = std::move(plan).value();
+  out_.steps.push_back(std::move(s));
+  return Status::Ok();
+}
+
 // Pad, mode "constant", with pads (and the value) known at load.
 Status Lowerer::LowerPad(int n) {
   const Node& node = graph_.nodes[n];
@@ -1042,6 +1095,7 @@ Status Lowerer::LowerNode(int n) {
     if (op == "BatchNormalization") return LowerBatchNorm(n);
     if (op == "Concat") return LowerConcat(n);
     if (op == "Pad") return LowerPad(n);
+    if (op == "Slice") return LowerSlice(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);
@@ -1337,6 +1391,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return PlaceAxis(in(0), y, lowering_.shapes[s.in[0]], s.dims, s.axis, s.start, stream);
     case GpuStep::Kind::kPad:
       return Pad(in(0), y, s.pad, s.alpha, stream);
+    case GpuStep::Kind::kStridedSlice:
+      return Slice(in(0), y, s.slice, stream);
     case GpuStep::Kind::kCast:
       return CastToFloat(s.cast, Address(s.in[0]), y, Elements(lowering_.shapes[s.out]), stream);
   }

@@ -82,7 +82,8 @@ struct GpuStep {
     kIm2Col,
     kPool,
     kPlace,
-    kPad
+    kPad,
+    kStridedSlice
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -118,6 +119,7 @@ struct GpuStep {
   // padding value in alpha.
   float alpha = 0.f, beta = 0.f;
   PadPlan pad;                 // kPad
+  SlicePlan slice;             // kStridedSlice (ONNX Slice)
   Window2d window;             // kIm2Col, kPool
   PoolOp pool = PoolOp::kMax;  // kPool
 };

@@ -245,6 +245,23 @@ TEST(LowerPlanTest, AttentionBecomesBatchedGemmsOverTheHeads) {
   ExpectAligned(*lowered);
 }
 
+// ShuffleNet splits its channels with two Slices per block: strided copies.
+TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("shufflenet_op13.onnx")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int slices = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind != GpuStep::Kind::kStridedSlice) continue;
+    ++slices;
+    EXPECT_EQ(s.slice.out_dims, lowered->shapes[s.out]);
+    EXPECT_EQ(s.slice.elements, Elements(lowered->shapes[s.out]));
+  }
+  EXPECT_EQ(slices, 2);
+}
+
 // A detection test model's pixel shuffle, instance normalisations and integer arithmetic
 // have no GPU kernels yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
@@ -610,10 +627,11 @@ TEST_F(GpuPlanTest, StepByStepAndAsACudaGraphBothMatchTheCpuEngine) {
 }
 
 // Concat, standalone BatchNormalization and Pad (DenseNet), Clip as ReLU6 (MobileNet V2),
-// HardSigmoid and HardSwish (MobileNet V3), on their reference inputs.
+// HardSigmoid and HardSwish (MobileNet V3), Slice (ShuffleNet's channel split), on their
+// reference inputs.
 TEST_F(GpuPlanTest, DenseNetAndMobileNetsMatchTheCpuEngine) {
   for (const char* name : {"densenet_op13", "mobilenet_v2_op13", "mobilenet_v3_op13",
-                           "efficientnet_op13", "squeezenet_op13"}) {
+                           "efficientnet_op13", "squeezenet_op13", "shufflenet_op13"}) {
     SCOPED_TRACE(name);
     const engine::testing::Reference ref =
         engine::testing::LoadReference(std::string(name) + ".b4.sht");

@@ -133,6 +133,44 @@ Status SliceAxis(const float* x, float* y, std::span<const int64_t> dims, int64_
       "slice kernel launch");
 }
 
+StatusOr<SlicePlan> PlanSlice(std::span<const int64_t> dims, std::span<const int64_t> begin,
+                              std::span<const int64_t> step, std::span<const int64_t> out_dims) {
+  const size_t rank = dims.size();
+  if (begin.size() != rank || step.size() != rank || out_dims.size() != rank ||
+      rank > internal::kMaxRank) {
+    return InvalidArgument("slice of " + ShapeToString(dims) + " into " + ShapeToString(out_dims) +
+                           ": one begin and step per dimension, at most " +
+                           std::to_string(internal::kMaxRank));
+  }
+  SlicePlan plan;
+  plan.out_dims.assign(out_dims.begin(), out_dims.end());
+  plan.index.rank = static_cast<int>(rank);
+  plan.elements = 1;
+  int64_t stride = 1;
+  for (size_t d = rank; d-- > 0;) {
+    const int64_t last = begin[d] + (out_dims[d] - 1) * step[d];
+    if (step[d] == 0 || out_dims[d] < 0 ||
+        (out_dims[d] > 0 && (begin[d] < 0 || begin[d] >= dims[d] || last < 0 || last >= dims[d]))) {
+      return InvalidArgument("slice of axis " + std::to_string(d) + " of " + ShapeToString(dims) +
+                             " from " + std::to_string(begin[d]) + " by " +
+                             std::to_string(step[d]) + " for " + std::to_string(out_dims[d]) +
+                             " elements reads outside it");
+    }
+    plan.index.out_dims[d] = out_dims[d];
+    plan.index.in_strides[d] = stride * step[d];
+    if (out_dims[d] > 0) plan.base += begin[d] * stride;
+    plan.elements *= out_dims[d];
+    stride *= dims[d];
+  }
+  return plan;
+}
+
+Status Slice(const float* x, float* y, const SlicePlan& plan, cudaStream_t stream) {
+  return CudaStatus(
+      internal::LaunchTransposeF32(x + plan.base, y, plan.index, plan.elements, stream),
+      "slice kernel launch");
+}
+
 Status PlaceAxis(const float* x, float* y, std::span<const int64_t> x_dims,
                  std::span<const int64_t> y_dims, int64_t axis, int64_t start,
                  cudaStream_t stream) {

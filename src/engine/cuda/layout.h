@@ -47,6 +47,21 @@ Status Gather(const float* data, const int64_t* indices, float* y, const GatherP
 Status SliceAxis(const float* x, float* y, std::span<const int64_t> dims, int64_t axis,
                  int64_t start, int64_t length, cudaStream_t stream);
 
+// Slice with steps (ONNX Slice, its starts already clamped as ONNX says): y (out_dims) is
+// x (dims) read from `begin[d]` by `step[d]` along each dimension; a negative step walks
+// backwards. Runs on the transpose kernel: a slice is a strided view copied dense.
+// InvalidArgument for ranks that differ or exceed internal::kMaxRank, a zero step, or
+// an element read outside x.
+struct SlicePlan {
+  std::vector<int64_t> out_dims;
+  int64_t elements = 0;
+  int64_t base = 0;  // x's element that y[0] reads
+  internal::TransposeIndex index;
+};
+StatusOr<SlicePlan> PlanSlice(std::span<const int64_t> dims, std::span<const int64_t> begin,
+                              std::span<const int64_t> step, std::span<const int64_t> out_dims);
+Status Slice(const float* x, float* y, const SlicePlan& plan, cudaStream_t stream);
+
 // Writes x (x_dims) into y at positions [start, start + x_dims[axis]) along `axis` of
 // y_dims (one of Concat's inputs); the other dimensions must be equal. InvalidArgument
 // otherwise, or for a range outside y's axis.

@@ -225,6 +225,43 @@ TEST_F(LayoutGpuTest, PadSurroundsTheTensorWithTheValue) {
       }
 }
 
+// Slice with steps, one of them negative: x[1:3, ::-2, 1:] of a [3, 5, 4] tensor.
+TEST_F(LayoutGpuTest, SliceReadsAStridedViewWithNegativeSteps) {
+  const std::vector<int64_t> dims = {3, 5, 4}, begin = {1, 4, 1}, step = {1, -2, 1},
+                             out = {2, 3, 3};
+  auto plan = PlanSlice(dims, begin, step, out);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::vector<float> host = Iota(60);
+  DeviceBuffer x = Upload(host), y = Floats(18);
+  ASSERT_TRUE(Slice(x.as<float>(), y.as<float>(), *plan, stream()).ok());
+  const std::vector<float> got = Download(y, 18);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 3; ++k)
+        EXPECT_EQ(got[(i * 3 + j) * 3 + k], host[((1 + i) * 5 + (4 - 2 * j)) * 4 + 1 + k]);
+}
+
+// The plan on the host: where y[0] reads, and reads outside the tensor refused.
+TEST(SliceShapeTest, GivesTheFirstElementAndRefusesReadsOutsideTheTensor) {
+  const std::vector<int64_t> dims3 = {3, 5, 4};
+  auto plan = PlanSlice(dims3, std::vector<int64_t>{1, 4, 1}, std::vector<int64_t>{1, -2, 1},
+                        std::vector<int64_t>{2, 3, 3});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->base, (1 * 5 + 4) * 4 + 1);
+  EXPECT_EQ(plan->elements, 18);
+  const std::vector<int64_t> dims = {3, 5};
+  const std::vector<int64_t> one = {1, 1}, out = {2, 3};
+  EXPECT_TRUE(PlanSlice(dims, std::vector<int64_t>{1, 2}, one, out).ok());
+  EXPECT_EQ(PlanSlice(dims, std::vector<int64_t>{2, 2}, one, out).status().code(),
+            StatusCode::kInvalidArgument);  // rows 2 and 3 of 3
+  EXPECT_EQ(
+      PlanSlice(dims, std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, -1}, out).status().code(),
+      StatusCode::kInvalidArgument);  // columns 1, 0, -1
+  EXPECT_EQ(
+      PlanSlice(dims, std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 1}, out).status().code(),
+      StatusCode::kInvalidArgument);  // a zero step
+}
+
 TEST(PadShapeTest, RefusesNegativePadsAndMissingOnes) {
   const std::vector<int64_t> dims = {2, 3};
   EXPECT_EQ(PlanPad(dims, std::vector<int64_t>{0, -1}, std::vector<int64_t>{0, 0}).status().code(),
