@@ -7,11 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/http_test_client.h"
@@ -83,9 +85,15 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   ASSERT_EQ(gpu.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_NEAR(gpu[i].get<double>(), cpu[i].get<double>(), 1e-5) << "row " << i;
-  // The GPU instance's device time and memory, and the GPU's, on the metrics page.
+  // The GPU instance's device time and memory, and the GPU's, on the metrics page. The
+  // instance records them after it has answered, so wait for them to show.
   HttpTestClient scrape("127.0.0.1", metrics);
-  const std::string page = scrape.Get("/metrics").body;
+  std::string page;
+  for (int i = 0; i < 100; ++i) {
+    page = scrape.Get("/metrics").body;
+    if (page.find("shoal_gpu_busy_seconds_total") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   EXPECT_THAT(page, HasSubstr("shoal_gpu_busy_seconds_total{model=\"on_gpu\""));
   EXPECT_THAT(page, HasSubstr("instance=\"on_gpu_0\",gpu=\"0\"}"));
   EXPECT_THAT(page, HasSubstr("shoal_gpu_instance_memory_bytes{model=\"on_gpu\""));

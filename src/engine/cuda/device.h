@@ -58,8 +58,6 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// A CUDA stream that does not synchronise with the legacy default stream, destroyed
-// with the object. Move-only.
 // Page-locked host memory (cudaHostAlloc): copies between it and the device run as DMA,
 // asynchronously, and can be captured into a CUDA graph; pageable memory's cannot.
 class PinnedBuffer {
@@ -80,6 +78,8 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// A CUDA stream that does not synchronise with the legacy default stream, destroyed
+// with the object. Move-only.
 class Stream {
  public:
   static StatusOr<Stream> Create();

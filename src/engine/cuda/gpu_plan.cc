@@ -904,7 +904,8 @@ Status Lowerer::LowerSlice(int n) {
       return Fail(n, "an axis out of range or a zero step");
     const int64_t d = xs[ax];
     int64_t b = starts[i] < 0 ? starts[i] + d : starts[i];
-    b = steps[i] > 0 ? std::clamp<int64_t>(b, 0, d) : std::clamp<int64_t>(b, 0, d - 1);
+    // An empty axis gives an empty output whatever the start (and clamp needs low <= high).
+    b = d == 0 ? 0 : steps[i] > 0 ? std::clamp<int64_t>(b, 0, d) : std::clamp<int64_t>(b, 0, d - 1);
     begin[ax] = b;
     step[ax] = steps[i];
   }
@@ -1416,15 +1417,19 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
     if (inputs[i]->byte_size() > 0)
       std::memcpy(staging_.data() + staged_inputs_[i], inputs[i]->data(), inputs[i]->byte_size());
   }
-  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(started_, stream.get()), "cudaEventRecord"));
   // The first run goes step by step (cuBLASLt and the kernels do their first-use set-up
   // outside any capture); the second captures the graph, which later runs replay.
   const bool graph = l.cuda_graph && !graph_failed_ && runs_++ > 0;
-  RETURN_IF_ERROR(graph ? QueueAsGraph(stream.get()) : Queue(stream.get()));
-  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(finished_, stream.get()), "cudaEventRecord"));
-  RETURN_IF_ERROR(stream.Synchronize());
+  Status queued = CudaStatus(cudaEventRecord(started_, stream.get()), "cudaEventRecord");
+  if (queued.ok()) queued = graph ? QueueAsGraph(stream.get()) : Queue(stream.get());
+  if (queued.ok()) queued = CudaStatus(cudaEventRecord(finished_, stream.get()), "cudaEventRecord");
+  // Wait even after an error: what was queued may still read the staging buffer and the
+  // arena, which the next run writes.
+  const Status waited = stream.Synchronize();
+  RETURN_IF_ERROR(queued);
+  RETURN_IF_ERROR(waited);
   float ms = 0;
-  if (cudaEventElapsedTime(&ms, started_, finished_) == cudaSuccess) last_device_ms_ = ms;
+  last_device_ms_ = cudaEventElapsedTime(&ms, started_, finished_) == cudaSuccess ? ms : 0;
   outputs->clear();
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];

@@ -52,9 +52,10 @@ struct GpuPlanOptions {
   // How the products are computed: kFp32 or kTf32 (values stay fp32 in memory; the
   // fp16/bf16 tiers need the other kernels in those types first).
   GemmMath math = GemmMath::kFp32;
-  // Run the copies and the steps as a CUDA graph: captured at the plan's first run,
-  // replayed after, so a run costs one launch instead of one per kernel and copy (a plan's
-  // pointers, its staging buffer's included, never change).
+  // Run the copies and the steps as a CUDA graph: the plan's first run goes step by step,
+  // its second captures the graph and later runs replay it, so a run costs one launch
+  // instead of one per kernel and copy (a plan's pointers, its staging buffer's included,
+  // never change). A failed capture falls back to step by step for good.
   bool cuda_graph = true;
 };
 
@@ -201,8 +202,8 @@ class GpuPlan {
   // `inputs` follow graph.inputs with the planned shapes and dtypes; `outputs` are
   // replaced by host tensors following graph.outputs. Copies the inputs into the plan's
   // pinned staging buffer, queues their copies to the device, every step and the outputs'
-  // copies back (as the plan's CUDA graph, captured at the first run, when the lowering
-  // asked for one), waits, and copies the outputs out of the staging buffer. INVALID_ARGUMENT for
+  // copies back (from the second run on as the plan's CUDA graph, when the lowering asked
+  // for one), waits, and copies the outputs out of the staging buffer. INVALID_ARGUMENT for
   // an input of another shape or dtype, or a Gather index out of range (found after the run).
   Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
              std::vector<Tensor>* outputs);
