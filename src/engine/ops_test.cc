@@ -369,6 +369,15 @@ TEST(IndexingTest, SliceStepsNegativeAndClamping) {
   EXPECT_EQ(empty[0].shape(), (Shape{2, 0}));
   auto two = Run1("Slice", {{x}, {Const(I64({2}, {1, 0}))}, {Const(I64({2}, {2, 1}))}});
   EXPECT_THAT(Values(two[0]), ElementsAre(5));
+  // Walking backwards over an empty axis gives an empty axis (its clamp once had no valid
+  // range: [0, -1]).
+  const Tensor none = F32({2, 0}, {});
+  auto back = Run1("Slice", {{none},
+                             {Const(I64({1}, {-1}))},
+                             {Const(I64({1}, {INT64_MIN}))},
+                             {Const(I64({1}, {1}))},
+                             {Const(I64({1}, {-1}))}});
+  EXPECT_EQ(back[0].shape(), (Shape{2, 0}));
 }
 
 TEST(IndexingTest, GatherAxesAndNegativeIndices) {

@@ -70,6 +70,9 @@ StatusOr<std::unique_ptr<Kernel>> PrepareSlice(PrepareContext& ctx) {
       b = std::clamp<int64_t>(b, 0, d);
       e = std::clamp<int64_t>(e, 0, d);
       out[*ax] = e > b ? (e - b + s - 1) / s : 0;
+    } else if (d == 0) {
+      b = e = 0;  // nothing to walk backwards over (and clamp needs low <= high)
+      out[*ax] = 0;
     } else {
       b = std::clamp<int64_t>(b, 0, d - 1);
       e = std::clamp<int64_t>(e, -1, d - 1);
