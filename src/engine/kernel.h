@@ -82,7 +82,7 @@ struct PlanOptions {
   std::shared_ptr<const std::vector<int>> fp32_nodes;
   // Every value in ONNX's plain row-major layout: no operator picks a layout of its own
   // for its output (blocked convolutions). For a plan that another executor lowers onto
-  // its device (engine/cuda/gpu_plan.h), which reads values as ONNX lays them out.
+  // its device (engine/cuda/gpu_lowering.h), which reads values as ONNX lays them out.
   bool plain_layouts = false;
   bool KeepsFp32(int node) const {
     return fp32_nodes && std::binary_search(fp32_nodes->begin(), fp32_nodes->end(), node);

@@ -158,7 +158,7 @@ class Plan {
   // (Kernel::implementation).
   std::vector<std::pair<std::string, std::string>> Implementations() const;
   // What one step of the plan does, for an executor that lowers the plan onto another
-  // device (engine/cuda/gpu_plan.h): the node it runs, the values it reads and writes
+  // device (engine/cuda/gpu_lowering.h): the node it runs, the values it reads and writes
   // (the node's, position for position, -1 where one is omitted), and how it runs.
   struct StepInfo {
     int node = 0;

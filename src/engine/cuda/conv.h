@@ -1,5 +1,5 @@
 // Convolutions and pooling on a CUDA stream, NCHW fp32 as ONNX lays them out: im2col, which
-// turns a 2-D convolution into one GEMM per group (gpu_plan.h runs it on cuBLASLt), and
+// turns a 2-D convolution into one GEMM per group (gpu_lowering.h lowers it onto cuBLASLt), and
 // max and average pooling. The shapes are validated on the host first, as everywhere on
 // the GPU path.
 #pragma once

@@ -1,0 +1,157 @@
+// Lowering: the CPU engine's Plan for one set of input shapes (engine/plan.h), mapped onto
+// the GPU path's kernels. Pure host work, tested on machines without a device;
+// gpu_plan.h runs what it produces.
+//
+// The CPU plan does the work that does not depend on the device: it checks every node,
+// infers every value's shape and dtype for these input shapes, and folds what the shapes
+// decide (Shape -> Gather -> Concat -> Reshape chains) into constants. Lowering then walks
+// its steps (docs/gpu.md has the whole table):
+//   - a view (Reshape, Flatten, Squeeze, Unsqueeze, Identity) takes the bytes of the value
+//     it views, as on the CPU;
+//   - Gemm, MatMul and the optimiser's fused products become cuBLASLt GEMMs (gemm.h), batched
+//     with Transpose steps for attention's transposed views; convolutions become im2col and
+//     one GEMM per group;
+//   - the other operators run shoal's own kernels (elementwise.h, layout.h, reduce.h,
+//     normalization.h, conv.h);
+//   - anything else is refused with UNIMPLEMENTED naming every such node and why, so a
+//     model that cannot run on the GPU fails when it loads, not when it serves.
+//
+// Memory: the constants the steps read are blobs keyed by their content (GpuWeights in
+// gpu_plan.h uploads each once). Graph inputs, intermediates, temporaries and graph
+// outputs share one arena, their offsets from the engine's memory planner
+// (memory_planner.h): values whose lifetimes do not overlap share bytes. Every offset is a
+// multiple of kGemmAlignmentBytes, so any value may be a GEMM operand.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/cuda/conv.h"
+#include "engine/cuda/elementwise.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/layout.h"
+#include "engine/cuda/reduce.h"
+#include "engine/graph.h"
+#include "engine/plan.h"
+
+namespace shoal::engine::cuda {
+
+struct GpuPlanOptions {
+  // How the products are computed: kFp32 or kTf32 (values stay fp32 in memory; the
+  // fp16/bf16 tiers need the other kernels in those types first).
+  GemmMath math = GemmMath::kFp32;
+  // Run the copies and the steps as a CUDA graph: the plan's first run goes step by step,
+  // its second captures the graph and later runs replay it, so a run costs one launch
+  // instead of one per kernel and copy (a plan's pointers, its staging buffer's included,
+  // never change). A failed capture falls back to step by step for good.
+  bool cuda_graph = true;
+};
+
+// Where a value's bytes are on the device.
+struct GpuValue {
+  enum class Home { kNone, kArena, kWeights };
+  Home home = Home::kNone;  // kNone: no step reads or writes it
+  int64_t offset = 0;       // kArena: its offset; kWeights: the index of its blob
+  int64_t bytes = 0;        // its data, unpadded
+};
+
+// One kernel launch (or a GEMM with its follow-ups) of a lowered plan.
+struct GpuStep {
+  enum class Kind {
+    kGemm,
+    kUnary,
+    kBinary,
+    kSoftmax,
+    kLayerNorm,
+    kTranspose,
+    kGather,
+    kSlice,
+    kReduce,
+    kCast,
+    kIm2Col,
+    kPool,
+    kPlace,
+    kPad,
+    kStridedSlice
+  };
+  Kind kind = Kind::kUnary;
+  int node = -1;  // the graph node it runs
+  // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
+  // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
+  // -1}; kGather {data, indices}; kIm2Col, kPool {x}. A constant GEMM weight and the bias
+  // are weight slots (`weight_slots`), not values, because they are stored transformed; so
+  // is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1, 1]). Values past
+  // the graph's are the lowering's own temporaries (a transposed operand, a product before its
+  // output transpose).
+  std::vector<int> in;
+  int out = -1;
+  GemmOptions gemm;                  // kGemm
+  std::optional<UnaryOp> post;       // kGemm: an activation the epilogue lacks
+  BroadcastPlan residual;            // kGemm with a residual: its broadcast onto out
+  UnaryOp unary = UnaryOp::kRelu;    // kUnary
+  BinaryOp binary = BinaryOp::kAdd;  // kBinary
+  BroadcastPlan broadcast;           // kBinary
+  // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape; kPlace: out's.
+  std::vector<int64_t> dims;
+  float epsilon = 0;        // kLayerNorm
+  TransposePlan transpose;  // kTranspose
+  GatherPlan gather;        // kGather
+  // kGemm: the blobs of w and bias, or -1; kBinary: b's when in[1] is -1.
+  std::vector<int64_t> weight_slots;
+  // kSlice: x[.., start : start + length, ..] along `axis`; kPlace: x written into out at
+  // [start, start + x's length) along `axis` (one of Concat's inputs); kReduce: axes
+  // [axis, axis + length).
+  int64_t axis = 0, start = 0, length = 0;
+  ReduceOp reduce = ReduceOp::kSum;      // kReduce
+  CastSource cast = CastSource::kInt64;  // kCast
+  // kUnary, and kGemm's `post`: the activation's parameters (elementwise.h); kPad: the
+  // padding value in alpha.
+  float alpha = 0.f, beta = 0.f;
+  PadPlan pad;                 // kPad
+  SlicePlan slice;             // kStridedSlice (ONNX Slice)
+  Window2d window;             // kIm2Col, kPool
+  PoolOp pool = PoolOp::kMax;  // kPool
+};
+
+struct GpuLowering {
+  std::vector<GpuStep> steps;
+  std::vector<GpuValue> values;  // per value: the graph's, then the lowering's temporaries
+  // The constants the steps read, each with a key that names its content, so the plans of
+  // one model for other input shapes find the same device copy (GpuWeights): a graph
+  // constant by its value ("v12"), a value the CPU plan folded for these shapes by its
+  // value, shape and a hash of its bytes ("v40@[8,2]#9f3c..."), then any transformation
+  // ("v12*0.5", ":chw"); "zeros64" for a zero bias.
+  struct Blob {
+    std::string key;
+    Tensor data;
+  };
+  std::vector<Blob> blobs;
+  int64_t weight_bytes = 0;  // the blobs' bytes
+  int64_t arena_bytes = 0;
+  int64_t workspace_bytes = 0;   // the GEMMs' shared scratch
+  bool cuda_graph = true;        // GpuPlanOptions::cuda_graph
+  std::vector<int> inputs;       // graph.inputs
+  std::vector<int> outputs;      // graph.outputs
+  std::vector<DataType> dtypes;  // per value, as `values`
+  std::vector<Shape> shapes;
+};
+
+// The options of a CPU plan made to be lowered: fp32, every value in its plain layout.
+inline PlanOptions GpuLoweringPlanOptions() {
+  PlanOptions options;
+  options.plain_layouts = true;
+  return options;
+}
+
+// Lowers `plan`, prepared from `graph` with GpuLoweringPlanOptions(), onto the GPU
+// path. Pure host work. UNIMPLEMENTED naming every node the GPU path cannot run yet, one
+// per line ("node 'attn/MatMul' (shoal.FusedMatMul): a product of two computed tensors
+// ..."); INTERNAL when the memory planner fails.
+StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
+                                const GpuPlanOptions& options = {});
+
+}  // namespace shoal::engine::cuda
