@@ -28,6 +28,13 @@ Status Im2Col(const float* x, float* cols, const Window2d& g, cudaStream_t strea
   return CudaStatus(internal::LaunchIm2ColF32(x, cols, g, stream), "im2col kernel launch");
 }
 
+Status Im2ColHalf(HalfType to, const float* x, void* cols, const Window2d& g, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckWindow(g));
+  return CudaStatus(
+      internal::LaunchIm2ColHalf(static_cast<internal::HalfKernel>(to), x, cols, g, stream),
+      "im2col kernel launch");
+}
+
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
   Window2d plain = g;
   plain.groups = 1;

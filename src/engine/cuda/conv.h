@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/status.h"
+#include "engine/cuda/elementwise.h"
 #include "engine/cuda/kernels.h"
 
 namespace shoal::engine::cuda {
@@ -21,6 +22,8 @@ Status CheckWindow(const Window2d& g);
 
 // cols = im2col(x): [groups, n*oh*ow, (c/groups)*kh*kw] (kernels.h). cols must not overlap x.
 Status Im2Col(const float* x, float* cols, const Window2d& g, cudaStream_t stream);
+// The same columns rounded to `to`, 2 bytes each: a mixed-precision plan's GEMM input.
+Status Im2ColHalf(HalfType to, const float* x, void* cols, const Window2d& g, cudaStream_t stream);
 
 // y [n, c, oh, ow] = pool(x [n, c, h, w]); `groups` is ignored.
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);

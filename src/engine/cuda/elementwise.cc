@@ -107,4 +107,11 @@ Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStre
       "cast kernel launch");
 }
 
+Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream) {
+  if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
+  return CudaStatus(
+      internal::LaunchCastF32ToHalf(static_cast<internal::HalfKernel>(to), x, y, n, stream),
+      "cast kernel launch");
+}
+
 }  // namespace shoal::engine::cuda

@@ -70,4 +70,10 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
 enum class CastSource { kInt64, kInt32, kBool };
 Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream);
 
+// The 16-bit floating-point types of a mixed-precision plan's GEMM operands.
+enum class HalfType { kFp16, kBf16 };
+// y = x rounded to `to` (round to nearest even; fp16 overflows to infinity) over n
+// elements, 2 bytes each in y. x and y must not overlap.
+Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda

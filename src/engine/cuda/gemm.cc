@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "engine/cuda/cuda_status.h"
@@ -73,6 +74,10 @@ size_t GemmElementBytes(GemmMath math) {
   return math == GemmMath::kFp16 || math == GemmMath::kBf16 ? 2 : 4;
 }
 
+size_t GemmOutputBytes(const GemmOptions& options) {
+  return options.fp32_output ? 4 : GemmElementBytes(options.math);
+}
+
 StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
                                                  const GemmOptions& options) {
   if (options.m <= 0 || options.n <= 0 || options.k <= 0) {
@@ -88,6 +93,8 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
                            std::to_string(options.m * options.n) + "); was " +
                            std::to_string(options.y_batch_stride));
   }
+  if (options.fp32_output && options.math != GemmMath::kFp16 && options.math != GemmMath::kBf16)
+    return InvalidArgument("fp32_output is for fp16 or bf16 operands; this GEMM's are fp32");
   std::unique_ptr<LtGemm> gemm(new LtGemm());
   gemm->options_ = options;
   gemm->handle_ = handle.get();
@@ -125,18 +132,20 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   }
   RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->x_layout_, type, k, m, k),
                                "cublasLtMatrixLayoutCreate (X)"));
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, type, n, m, n),
+  const cudaDataType_t y_type = options.fp32_output ? CUDA_R_32F : type;
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, y_type, n, m, n),
                                "cublasLtMatrixLayoutCreate (Y)"));
   // The alignment every matrix of the batch keeps: the pointers' 256 bytes, down to what
   // the strides (in bytes) allow.
   uint32_t alignment = kGemmAlignmentBytes;
   if (options.batch > 1) {
     const auto count = static_cast<int32_t>(options.batch);
-    const std::pair<cublasLtMatrixLayout_t, int64_t> batched[] = {
-        {gemm->w_layout_, options.w_batch_stride},
-        {gemm->x_layout_, options.x_batch_stride},
-        {gemm->y_layout_, options.y_batch_stride}};
-    for (const auto& [layout, stride] : batched) {
+    const size_t in_bytes = GemmElementBytes(options.math);
+    const std::tuple<cublasLtMatrixLayout_t, int64_t, size_t> batched[] = {
+        {gemm->w_layout_, options.w_batch_stride, in_bytes},
+        {gemm->x_layout_, options.x_batch_stride, in_bytes},
+        {gemm->y_layout_, options.y_batch_stride, GemmOutputBytes(options)}};
+    for (const auto& [layout, stride, element_bytes] : batched) {
       RETURN_IF_ERROR(
           CublasStatus(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                                         &count, sizeof(count)),
@@ -145,7 +154,7 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
           cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                            &stride, sizeof(stride)),
           "set STRIDED_BATCH_OFFSET"));
-      const int64_t bytes = stride * static_cast<int64_t>(GemmElementBytes(options.math));
+      const int64_t bytes = stride * static_cast<int64_t>(element_bytes);
       while (bytes % alignment != 0) alignment /= 2;
     }
   }

@@ -57,7 +57,7 @@ enum class GemmMath {
   kFp16,  // IEEE half in and out
   kBf16,  // bfloat16 in and out
 };
-// Bytes per element of X, W, Y and the bias under `math`: 4 or 2.
+// Bytes per element of X and W under `math`: 4 or 2.
 size_t GemmElementBytes(GemmMath math);
 
 struct GemmOptions {
@@ -67,6 +67,9 @@ struct GemmOptions {
   GemmMath math = GemmMath::kFp32;
   size_t workspace_bytes = 4 << 20;  // the most scratch the algorithm may use; Run gets it
   float alpha = 1.f;                 // Y = epilogue(alpha · X·W + bias)
+  // kFp16 and kBf16 only: Y and the bias in fp32 while X and W stay 16-bit (a mixed-precision
+  // plan's products: the operands rounded, the sums and the output kept fp32).
+  bool fp32_output = false;
   // Batched products (attention's scores and context): `batch` products, product b's
   // operands at the base pointers plus b times their batch stride, in elements. A stride
   // of 0 uses the same matrix for every product (a broadcast); Y's must not make two
@@ -74,6 +77,9 @@ struct GemmOptions {
   int64_t batch = 1;
   int64_t x_batch_stride = 0, w_batch_stride = 0, y_batch_stride = 0;
 };
+
+// Bytes per element of Y and the bias: GemmElementBytes, or 4 with fp32_output.
+size_t GemmOutputBytes(const GemmOptions& options);
 
 class LtGemm {
  public:
@@ -87,10 +93,10 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   const GemmOptions& options() const { return options_; }
-  // Queues Y = epilogue(X·W + bias) on `stream`, every operand of the element type
-  // options().math names (GemmElementBytes). bias: n values, required by the kBias*
-  // epilogues and ignored otherwise; workspace: options().workspace_bytes of device memory
-  // (or null when that is 0).
+  // Queues Y = epilogue(X·W + bias) on `stream`, X and W of the element type
+  // options().math names (GemmElementBytes), Y and the bias of GemmOutputBytes'. bias: n values,
+  // required by the kBias* epilogues and ignored otherwise; workspace: options().workspace_bytes of
+  // device memory (or null when that is 0).
   Status Run(const void* x, const void* w, const void* bias, void* y, void* workspace,
              cudaStream_t stream);
 

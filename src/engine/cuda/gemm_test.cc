@@ -48,6 +48,16 @@ std::vector<float> Reference(const GemmOptions& o, const std::vector<float>& x,
   return y;
 }
 
+TEST(GemmBytesTest, HalfOperandsWithAnFp32OutputAreTwoBytesInAndFourOut) {
+  GemmOptions o;
+  EXPECT_EQ(GemmOutputBytes(o), 4u);
+  o.math = GemmMath::kBf16;
+  EXPECT_EQ(GemmElementBytes(o.math), 2u);
+  EXPECT_EQ(GemmOutputBytes(o), 2u);
+  o.fp32_output = true;
+  EXPECT_EQ(GemmOutputBytes(o), 4u);
+}
+
 class GemmGpuTest : public GpuTest {
  protected:
   void SetUp() override {
@@ -73,12 +83,14 @@ class GemmGpuTest : public GpuTest {
     for (std::vector<float>* v : {&x, &w, &bias}) {
       for (float& f : *v) f = Decode(o.math, Encode(o.math, f));
     }
-    DeviceBuffer dx = UploadAs(o.math, x), dw = UploadAs(o.math, w), db = UploadAs(o.math, bias),
+    // With fp32_output, Y and the bias are fp32 whatever the operands are.
+    const GemmMath out_math = o.fp32_output ? GemmMath::kFp32 : o.math;
+    DeviceBuffer dx = UploadAs(o.math, x), dw = UploadAs(o.math, w), db = UploadAs(out_math, bias),
                  dy = Floats(o.m * o.n), workspace = Floats(o.workspace_bytes / sizeof(float));
     const Status run =
         (*gemm)->Run(dx.data(), dw.data(), db.data(), dy.data(), workspace.data(), stream());
     ASSERT_TRUE(run.ok()) << run.ToString();
-    const std::vector<float> y = DownloadAs(o.math, dy, o.m * o.n);
+    const std::vector<float> y = DownloadAs(out_math, dy, o.m * o.n);
     const std::vector<float> want = Reference(o, x, w, bias);
     const float bound = tolerance * std::sqrt(static_cast<float>(o.k));
     // cuBLASLt does not say how exact its GELU's tanh is. The hardware's approximate tanh
@@ -182,6 +194,32 @@ TEST_F(GemmGpuTest, HalfPrecisionsRunOnTensorCoresWithinTheirPrecision) {
       Check(o, tolerance);
     }
   }
+}
+
+// A mixed-precision plan's products: 16-bit operands, fp32 bias and output. The bound is
+// tighter than the 16-bit outputs' above: an fp16 output of this size (|y| up to ~9) would
+// round by up to ~4e-3, past 1e-4 * sqrt(768).
+TEST_F(GemmGpuTest, HalfOperandsCanWriteFp32WithAnFp32Bias) {
+  for (const GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+    for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBiasRelu}) {
+      GemmOptions o;
+      o.m = 64;
+      o.n = 256;
+      o.k = 768;
+      o.transpose_w = true;
+      o.epilogue = e;
+      o.math = math;
+      o.fp32_output = true;
+      EXPECT_EQ(GemmOutputBytes(o), 4u);
+      Check(o, 1e-4f);
+    }
+  }
+  GemmOptions fp32;
+  fp32.m = fp32.n = fp32.k = 8;
+  fp32.fp32_output = true;
+  auto refused = LtGemm::Create(*handle_, fp32);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(GemmGpuTest, RefusesBadShapesAndAMissingBiasOrWorkspace) {

@@ -11,7 +11,9 @@
 #include <string_view>
 #include <utility>
 
+#include "core/bf16.h"
 #include "core/data_type.h"
+#include "core/fp16.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/normalization.h"
 #include "engine/internal/op_util.h"
@@ -122,10 +124,10 @@ class Lowerer {
     step.node = n;
     return step;
   }
-  // A new fp32 value of `shape` that only the lowering's steps read and write.
-  int NewTemp(const Shape& shape) {
+  // A new value of `shape` that only the lowering's steps read and write.
+  int NewTemp(const Shape& shape, DataType dtype = DataType::kFp32) {
     out_.shapes.push_back(shape);
-    out_.dtypes.push_back(DataType::kFp32);
+    out_.dtypes.push_back(dtype);
     alias_of_.push_back(-1);
     return static_cast<int>(out_.shapes.size()) - 1;
   }
@@ -142,6 +144,26 @@ class Lowerer {
   // The key of known value `v`'s blob (GpuLowering::Blob).
   std::string KeyOf(int v) const;
   int64_t KnownSlot(int v);
+  // Mixed precision (GpuPlanOptions::math kFp16 or kBf16): the products' operand type.
+  bool Mixed() const {
+    return options_.math == GemmMath::kFp16 || options_.math == GemmMath::kBf16;
+  }
+  DataType OperandDtype() const {
+    return options_.math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+  }
+  // The blob of a GEMM's constant weight `data` (fp32), keyed `key`: stored as it is, or,
+  // in mixed precision, rounded to 16 bits under key + "~fp16" / "~bf16".
+  int64_t AddWeightBlob(const std::string& key, const Tensor& data);
+  // Value `v` as a GEMM operand for node n: itself, or, in mixed precision, a new 16-bit
+  // temporary that a kToHalf step rounds it into.
+  int GemmOperand(int n, int v);
+  // GEMM options of node n's products: the plan's math, fp32 out in mixed precision.
+  GemmOptions ProductOptions() const {
+    GemmOptions g;
+    g.math = options_.math;
+    g.fp32_output = Mixed();
+    return g;
+  }
 
   const Graph& graph_;
   const Plan& plan_;
@@ -207,6 +229,33 @@ int64_t Lowerer::KnownSlot(int v) {
   return offset;
 }
 
+int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data) {
+  if (!Mixed()) return AddBlob(key, data);
+  const DataType dtype = OperandDtype();
+  const std::string half_key = key + (dtype == DataType::kFp16 ? "~fp16" : "~bf16");
+  for (size_t i = 0; i < out_.blobs.size(); ++i)
+    if (out_.blobs[i].key == half_key) return static_cast<int64_t>(i);
+  Tensor half = Tensor::Allocate(dtype, data.shape());
+  auto src = data.values<float>();
+  auto* dst = static_cast<uint16_t*>(half.mutable_data());
+  if (dtype == DataType::kFp16) {
+    FloatToFp16(src.data(), dst, src.size());
+  } else {
+    for (size_t i = 0; i < src.size(); ++i) dst[i] = FloatToBf16(src[i]);
+  }
+  return AddBlob(half_key, std::move(half));
+}
+
+int Lowerer::GemmOperand(int n, int v) {
+  if (!Mixed()) return v;
+  const Shape shape = ShapeOf(v);  // a copy: NewTemp may move the shapes
+  GpuStep step = NewStep(GpuStep::Kind::kToHalf, n);
+  step.in = {v};
+  step.out = NewTemp(shape, OperandDtype());
+  out_.steps.push_back(step);
+  return step.out;
+}
+
 // A fp32 copy of `t` with every value multiplied by `scale`.
 Tensor Scaled(const Tensor& t, float scale) {
   Tensor copy = Tensor::Allocate(DataType::kFp32, t.shape());
@@ -231,7 +280,7 @@ Status Lowerer::LowerProduct(int n) {
   if (as.size() < 2) return Fail(n, "A must have at least two dimensions");
   GpuStep step = NewStep(GpuStep::Kind::kGemm, n);
   GemmOptions& g = step.gemm;
-  g.math = options_.math;
+  g = ProductOptions();
   float alpha = node.GetFloat("alpha", 1.f);
   float beta = 1.f;
   if (is_gemm) {
@@ -247,8 +296,8 @@ Status Lowerer::LowerProduct(int n) {
   if (Product(ys) != g.m * g.n) return Fail(n, "the output's shape does not match the product");
   if (g.m == 0 || g.n == 0 || g.k == 0) return Fail(n, "an empty product");
   step.in = {a, -1, -1, -1};
-  step.weight_slots = {AddBlob(ScaledKey(KeyOf(b), alpha), alpha == 1.f ? *w : Scaled(*w, alpha)),
-                       -1};
+  step.weight_slots = {
+      AddWeightBlob(ScaledKey(KeyOf(b), alpha), alpha == 1.f ? *w : Scaled(*w, alpha)), -1};
   // The bias: Gemm's C (times beta) when it is a constant row; FusedMatMul's bias,
   // which the optimiser divided by alpha (optimizer.h), times alpha.
   const Tensor* bias = nullptr;
@@ -295,6 +344,7 @@ Status Lowerer::LowerProduct(int n) {
     step.residual = std::move(plan).value();
   }
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
+  step.in[0] = GemmOperand(n, a);
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
@@ -324,7 +374,7 @@ Status Lowerer::LowerBatchedProduct(int n) {
   const int y = node.outputs[0];
   GpuStep step = NewStep(GpuStep::Kind::kGemm, n);
   GemmOptions& g = step.gemm;
-  g.math = options_.math;
+  g = ProductOptions();
   g.alpha = node.GetFloat("alpha", 1.f);
   if (is_gemm) {
     if (node.GetInt("transA", 0) != 0) return Fail(n, "transA is not on the GPU path yet");
@@ -418,6 +468,8 @@ Status Lowerer::LowerBatchedProduct(int n) {
     step.residual = std::move(plan).value();
   }
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
+  step.in[0] = GemmOperand(n, a);
+  step.in[1] = GemmOperand(n, b);
   if (c_perm.empty()) {
     step.out = y;
     out_.steps.push_back(std::move(step));
@@ -639,14 +691,15 @@ Status Lowerer::LowerConv(int n) {
   // im2col.
   GpuStep cols = NewStep(GpuStep::Kind::kIm2Col, n);
   cols.in = {x};
-  cols.out = NewTemp({groups, rows, kg});
+  // In mixed precision the columns are the GEMM's 16-bit operand, rounded as they are made.
+  cols.out = NewTemp({groups, rows, kg}, Mixed() ? OperandDtype() : DataType::kFp32);
   cols.window = g;
   out_.steps.push_back(cols);
   // The GEMMs: [rows, kg] x [mg, kg]^T per group.
   GpuStep gemm = NewStep(GpuStep::Kind::kGemm, n);
   gemm.in = {cols.out, -1, -1, -1};
   GemmOptions& o = gemm.gemm;
-  o.math = options_.math;
+  o = ProductOptions();
   o.m = rows;
   o.n = mg;
   o.k = kg;
@@ -657,7 +710,7 @@ Status Lowerer::LowerConv(int n) {
     o.w_batch_stride = mg * kg;
     o.y_batch_stride = rows * mg;
   }
-  gemm.weight_slots = {AddBlob(KeyOf(node.inputs[1]), *w), -1};
+  gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w), -1};
   bool act_done = groups == 1 || act.empty();
   if (groups == 1) {
     if (act == "Relu") {
@@ -1206,8 +1259,6 @@ StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
         "the plan keeps values in oneDNN's blocked layouts; prepare it with "
         "GpuLoweringPlanOptions() to lower it");
   }
-  if (options.math != GemmMath::kFp32 && options.math != GemmMath::kTf32)
-    return InvalidArgument("the GPU plan keeps values in fp32: its GEMMs run in fp32 or TF32");
   ASSIGN_OR_RETURN(GpuLowering lowered, Lowerer(graph, plan, options).Run());
   lowered.cuda_graph = options.cuda_graph;
   return lowered;

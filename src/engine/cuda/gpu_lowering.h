@@ -41,8 +41,13 @@
 namespace shoal::engine::cuda {
 
 struct GpuPlanOptions {
-  // How the products are computed: kFp32 or kTf32 (values stay fp32 in memory; the
-  // fp16/bf16 tiers need the other kernels in those types first).
+  // How the products (GEMMs, convolutions) are computed. Every value between them stays
+  // fp32 in memory, and so do every other operator and the model's inputs and outputs:
+  //   kFp32, kTf32  the products read fp32 (TF32 rounds their mantissas to 10 bits);
+  //   kFp16, kBf16  mixed precision: the weights are stored 16-bit, each product's input
+  //                 is rounded to 16 bits as it is made (a cast step, or im2col writing
+  //                 16-bit columns), and the tensor cores accumulate and write fp32, bias
+  //                 and activation fused as in fp32. The same split as the CPU's bf16 tier.
   GemmMath math = GemmMath::kFp32;
   // Run the copies and the steps as a CUDA graph: the plan's first run goes step by step,
   // its second captures the graph and later runs replay it, so a run costs one launch
@@ -76,17 +81,20 @@ struct GpuStep {
     kPool,
     kPlace,
     kPad,
-    kStridedSlice
+    kStridedSlice,
+    kToHalf
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
   // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
   // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
-  // -1}; kGather {data, indices}; kIm2Col, kPool {x}. A constant GEMM weight and the bias
-  // are weight slots (`weight_slots`), not values, because they are stored transformed; so
-  // is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1, 1]). Values past
-  // the graph's are the lowering's own temporaries (a transposed operand, a product before its
-  // output transpose).
+  // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}. kToHalf rounds an fp32
+  // value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col writes
+  // 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A constant
+  // GEMM weight and the bias are weight slots (`weight_slots`), not values, because they are stored
+  // transformed; so is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1,
+  // 1]). Values past the graph's are the lowering's own temporaries (a transposed operand, a
+  // product before its output transpose).
   std::vector<int> in;
   int out = -1;
   GemmOptions gemm;                  // kGemm
@@ -124,7 +132,7 @@ struct GpuLowering {
   // one model for other input shapes find the same device copy (GpuWeights): a graph
   // constant by its value ("v12"), a value the CPU plan folded for these shapes by its
   // value, shape and a hash of its bytes ("v40@[8,2]#9f3c..."), then any transformation
-  // ("v12*0.5", ":chw"); "zeros64" for a zero bias.
+  // ("v12*0.5", ":chw", "~fp16" for a weight stored in 16 bits); "zeros64" for a zero bias.
   struct Blob {
     std::string key;
     Tensor data;

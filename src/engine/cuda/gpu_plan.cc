@@ -41,6 +41,15 @@ void GpuWeights::Release(const std::string& key) {
   buffers_.erase(it);
 }
 
+namespace {
+
+// The kernels' name for a mixed-precision operand's dtype (kFp16 or kBf16).
+HalfType HalfOf(DataType dtype) {
+  return dtype == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+}
+
+}  // namespace
+
 void* GpuPlan::Address(int v) const {
   const GpuValue& value = lowering_.values[v];
   if (value.home == GpuValue::Home::kWeights) return const_cast<char*>(Blob(value.offset));
@@ -183,6 +192,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kReduce:
       return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream);
     case GpuStep::Kind::kIm2Col:
+      if (lowering_.dtypes[s.out] != DataType::kFp32)
+        return Im2ColHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out), s.window, stream);
       return Im2Col(in(0), y, s.window, stream);
     case GpuStep::Kind::kPool:
       return Pool2d(s.pool, in(0), y, s.window, stream);
@@ -194,6 +205,9 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Slice(in(0), y, s.slice, stream);
     case GpuStep::Kind::kCast:
       return CastToFloat(s.cast, Address(s.in[0]), y, Product(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kToHalf:
+      return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out),
+                             Product(lowering_.shapes[s.out]), stream);
   }
   return Internal("unknown GPU step kind");
 }

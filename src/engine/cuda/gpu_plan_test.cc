@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 #include "engine/model.h"
 #include "engine/plan.h"
@@ -426,14 +427,93 @@ TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
               HasSubstr("node 'floored' (Floor): the GPU path has no kernel for this operator"));
 }
 
-TEST(LowerPlanTest, HalfPrecisionValuesAreRefused) {
-  Prepared p = Prepare(Model::FromGraph(ChainGraph()), {{64, 64}});
+// Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a
+// 16-bit temporary, the constant weights are stored in 16 bits under their own keys, the
+// biases stay fp32, and the GEMMs write fp32.
+TEST(LowerPlanTest, MixedPrecisionRoundsEachProductsInputAndStoresWeightsIn16Bits) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{8, 64}});
   ASSERT_TRUE(p.plan);
+  auto fp32 = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
   GpuPlanOptions options;
   options.math = GemmMath::kFp16;
   auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
-  ASSERT_FALSE(lowered.ok());
-  EXPECT_EQ(lowered.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  using K = GpuStep::Kind;
+  ASSERT_EQ(lowered->steps.size(), 8u);
+  for (size_t i = 0; i < 8; i += 2) {
+    const GpuStep& cast = lowered->steps[i];
+    const GpuStep& gemm = lowered->steps[i + 1];
+    ASSERT_EQ(cast.kind, K::kToHalf) << "step " << i;
+    ASSERT_EQ(gemm.kind, K::kGemm) << "step " << i + 1;
+    EXPECT_EQ(lowered->dtypes[cast.out], DataType::kFp16);
+    EXPECT_EQ(lowered->shapes[cast.out], lowered->shapes[cast.in[0]]);
+    EXPECT_EQ(gemm.in[0], cast.out);
+    EXPECT_EQ(gemm.gemm.math, GemmMath::kFp16);
+    EXPECT_TRUE(gemm.gemm.fp32_output);
+    EXPECT_EQ(lowered->dtypes[gemm.out], DataType::kFp32);
+    const GpuLowering::Blob& w = lowered->blobs[gemm.weight_slots[0]];
+    EXPECT_EQ(w.data.dtype(), DataType::kFp16);
+    EXPECT_THAT(w.key, ::testing::EndsWith("~fp16"));
+    EXPECT_EQ(lowered->blobs[gemm.weight_slots[1]].data.dtype(), DataType::kFp32) << "bias";
+  }
+  // The first weight's values, rounded.
+  const Tensor& w16 = lowered->blobs[lowered->steps[1].weight_slots[0]].data;
+  const Tensor& w32 = fp32->blobs[fp32->steps[0].weight_slots[0]].data;
+  ASSERT_EQ(w16.shape(), w32.shape());
+  const auto* bits = static_cast<const uint16_t*>(w16.data());
+  for (int64_t i = 0; i < 16; ++i)
+    EXPECT_EQ(bits[i], FloatToFp16(w32.values<float>()[i])) << "element " << i;
+  // Weights take half the bytes; the four biases are as before.
+  int64_t bias_bytes = 0;
+  for (const GpuStep& s : fp32->steps)
+    bias_bytes += fp32->blobs[s.weight_slots[1]].data.byte_size();
+  EXPECT_EQ(lowered->weight_bytes, (fp32->weight_bytes - bias_bytes) / 2 + bias_bytes);
+  ExpectAligned(*lowered);
+}
+
+// A convolution's im2col writes the 16-bit columns itself; attention's products of two
+// computed tensors round both.
+TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoundBothOperands) {
+  Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(ic.plan);
+  GpuPlanOptions options;
+  options.math = GemmMath::kBf16;
+  auto conv = LowerPlan(ic.model->graph(), *ic.plan, options);
+  ASSERT_TRUE(conv.ok()) << conv.status().ToString();
+  int im2col = 0;
+  for (size_t i = 0; i < conv->steps.size(); ++i) {
+    const GpuStep& s = conv->steps[i];
+    if (s.kind != GpuStep::Kind::kIm2Col) continue;
+    ++im2col;
+    EXPECT_EQ(conv->dtypes[s.out], DataType::kBf16);
+    ASSERT_LT(i + 1, conv->steps.size());
+    EXPECT_EQ(conv->steps[i + 1].kind, GpuStep::Kind::kGemm);
+    EXPECT_EQ(conv->steps[i + 1].in[0], s.out);
+    EXPECT_EQ(conv->blobs[conv->steps[i + 1].weight_slots[0]].data.dtype(), DataType::kBf16);
+  }
+  EXPECT_EQ(im2col, 4);
+  ExpectAligned(*conv);
+
+  Prepared text = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+  ASSERT_TRUE(text.plan);
+  options.math = GemmMath::kFp16;
+  auto attention = LowerPlan(text.model->graph(), *text.plan, options);
+  ASSERT_TRUE(attention.ok()) << attention.status().ToString();
+  std::vector<int> halves;  // values kToHalf wrote
+  int batched = 0;
+  for (const GpuStep& s : attention->steps) {
+    if (s.kind == GpuStep::Kind::kToHalf) halves.push_back(s.out);
+    if (s.kind != GpuStep::Kind::kGemm) continue;
+    for (int k : {0, 1}) {
+      if (s.in[k] < 0) continue;
+      EXPECT_NE(std::find(halves.begin(), halves.end(), s.in[k]), halves.end())
+          << "a GEMM operand not rounded by a kToHalf step before it";
+    }
+    batched += s.gemm.batch > 1;
+  }
+  EXPECT_EQ(batched, 4);
+  ExpectAligned(*attention);
 }
 
 // ---- Runs: need a device ----
@@ -577,6 +657,28 @@ TEST_F(GpuPlanTest, TheImageClassifierAndResNetMatchTheCpuEngine) {
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
   ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 53)}, {Random({2, 3, 32, 32}, 54)}},
                       GemmMath::kFp32, 1e-4f);
+}
+
+// Mixed precision against the fp32 CPU engine, within each 16-bit type's rounding: fp16
+// keeps 11 significant bits, bf16 8, so bf16's bound is the wider.
+TEST_F(GpuPlanTest, MixedPrecisionPlansStayWithinTheirTypesRounding) {
+  for (const auto& [math, tolerance] :
+       {std::pair{GemmMath::kFp16, 2e-2f}, std::pair{GemmMath::kBf16, 8e-2f}}) {
+    SCOPED_TRACE(math == GemmMath::kFp16 ? "fp16" : "bf16");
+    Prepared rec = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+    ExpectGpuMatchesCpu(rec, {{Random({8, 64}, 101)}, {Random({8, 64}, 102)}}, math, tolerance);
+    std::vector<int64_t> ids(2 * 32);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 50);
+    Prepared text = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+    ExpectGpuMatchesCpu(text, {{I64({2, 32}, ids)}}, math, tolerance);
+    Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{3, 3, 32, 32}});
+    ExpectGpuMatchesCpu(
+        ic, {{Random({3, 3, 32, 32}, 103, 0.f, 1.f)}, {Random({3, 3, 32, 32}, 104, 0.f, 1.f)}},
+        math, tolerance);
+    Prepared resnet =
+        Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+    ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 105)}}, math, tolerance);
+  }
 }
 
 // Plans for two batch sizes sharing one GpuWeights upload the recommender's eight blobs

@@ -99,6 +99,13 @@ enum class CastKernel : int { kInt64, kInt32, kBool };
 cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
                             cudaStream_t stream);
 
+// The 16-bit types a mixed-precision plan feeds its GEMMs, in the order of elementwise.h's
+// HalfType.
+enum class HalfKernel : int { kFp16, kBf16 };
+// y[i] = x[i] rounded to the nearest `to` value (fp16 overflows to infinity) for i < n.
+cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t n,
+                                cudaStream_t stream);
+
 // The geometry of a 2-D convolution or pooling window over an NCHW input: batch n,
 // channels c in `groups` groups, input h x w, kernel kh x kw, strides, dilations, the
 // padding before (ph, pw) and after (ph_end, pw_end) each axis, output oh x ow.
@@ -113,6 +120,9 @@ struct Window2d {
 // (channel, kernel row, kernel column) order as ONNX's weights [m, c/groups, kh, kw] are;
 // positions in the padding are 0.
 cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cudaStream_t stream);
+// The same columns rounded to `to` (a mixed-precision plan's GEMM input), in one pass.
+cudaError_t LaunchIm2ColHalf(HalfKernel to, const float* x, void* cols, const Window2d& g,
+                             cudaStream_t stream);
 // Pooling kinds, in the order of conv.h's PoolOp.
 enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // y [n, c, oh, ow] pooled from x [n, c, h, w] over each window: the largest value inside

@@ -1,4 +1,6 @@
 // im2col and pooling kernels (see kernels.h for the contracts).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -10,8 +12,25 @@
 namespace shoal::engine::cuda::internal {
 namespace {
 
-__global__ void Im2ColF32(const float* __restrict__ x, float* __restrict__ cols, Window2d g,
-                          int64_t total) {
+// The value stored for v in a column of type T.
+template <typename T>
+__device__ T ColumnValue(float v);
+template <>
+__device__ float ColumnValue<float>(float v) {
+  return v;
+}
+template <>
+__device__ __half ColumnValue<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __nv_bfloat16 ColumnValue<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <typename T>
+__global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window2d g,
+                       int64_t total) {
   const int64_t cg = g.c / g.groups;
   const int64_t kg = cg * g.kh * g.kw;
   const int64_t rows = g.n * g.oh * g.ow;
@@ -28,8 +47,9 @@ __global__ void Im2ColF32(const float* __restrict__ x, float* __restrict__ cols,
     const int64_t b = row / (g.ow * g.oh);
     const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
     const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-    cols[i] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? x[((b * g.c + c) * g.h + iy) * g.w + ix]
-                                                        : 0.f;
+    cols[i] = ColumnValue<T>(iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
+                                 ? x[((b * g.c + c) * g.h + iy) * g.w + ix]
+                                 : 0.f);
   }
 }
 
@@ -72,7 +92,22 @@ cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cuda
   const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
   if (total <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  Im2ColF32<<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total);
+  Im2Col<float><<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchIm2ColHalf(HalfKernel to, const float* x, void* cols, const Window2d& g,
+                             cudaStream_t stream) {
+  const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();
+  if (to == HalfKernel::kFp16) {
+    Im2Col<__half>
+        <<<BlocksFor(total), kThreads, 0, stream>>>(x, static_cast<__half*>(cols), g, total);
+  } else {
+    Im2Col<__nv_bfloat16>
+        <<<BlocksFor(total), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(cols), g, total);
+  }
   return cudaGetLastError();
 }
 

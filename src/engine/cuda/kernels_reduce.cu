@@ -1,4 +1,6 @@
 // Slice, reduction and cast kernels (see kernels.h for the contracts).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,8 +35,8 @@ __global__ void PlaceAxisF32(const float* __restrict__ x, float* __restrict__ y,
 
 // One thread per output element, walking its r inputs (strided by `inner`, so adjacent
 // threads read adjacent addresses).
-__global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x,
-                                float* __restrict__ y, int64_t r, int64_t inner, int64_t n) {
+__global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x, float* __restrict__ y,
+                                int64_t r, int64_t inner, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = i % inner;
@@ -54,6 +56,20 @@ __global__ void CastToF32(const T* __restrict__ x, float* __restrict__ y, int64_
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = static_cast<float>(x[i]);
+  }
+}
+
+__global__ void F32ToFp16(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = __float2half_rn(x[i]);
+  }
+}
+
+__global__ void F32ToBf16(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = __float2bfloat16_rn(x[i]);
   }
 }
 
@@ -109,6 +125,18 @@ cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
     case CastKernel::kBool:
       BoolToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), y, n);
       break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t n,
+                                cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();
+  if (to == HalfKernel::kFp16) {
+    F32ToFp16<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__half*>(y), n);
+  } else {
+    F32ToBf16<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
   }
   return cudaGetLastError();
 }
