@@ -129,13 +129,23 @@ StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant
                                     const std::vector<std::vector<NamedTensor>>& batches) {
   ASSIGN_OR_RETURN(auto ref_session, Session::Create(reference));
   ASSIGN_OR_RETURN(auto var_session, Session::Create(variant));
+  return CompareRunners([&](const std::vector<NamedTensor>& in,
+                            std::vector<NamedTensor>* out) { return ref_session->Run(in, out); },
+                        [&](const std::vector<NamedTensor>& in, std::vector<NamedTensor>* out) {
+                          return var_session->Run(in, out);
+                        },
+                        batches);
+}
+
+StatusOr<TierAccuracy> CompareRunners(const TierRunner& reference, const TierRunner& variant,
+                                      const std::vector<std::vector<NamedTensor>>& batches) {
   TierAccuracy acc;
   int64_t agree = 0, rows = 0;
   bool classifier = true;
   for (const auto& batch : batches) {
     std::vector<NamedTensor> a, b;
-    RETURN_IF_ERROR(ref_session->Run(batch, &a));
-    RETURN_IF_ERROR(var_session->Run(batch, &b));
+    RETURN_IF_ERROR(reference(batch, &a));
+    RETURN_IF_ERROR(variant(batch, &b));
     if (a.size() != b.size()) return Internal("the variant has different outputs");
     for (size_t o = 0; o < a.size(); ++o) {
       const Tensor& x = a[o].tensor;

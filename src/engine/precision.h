@@ -55,6 +55,12 @@ struct TierAccuracy {
 // agreement is measured on the first output when it is [batch, classes] with classes > 1.
 StatusOr<TierAccuracy> CompareTiers(const Model& reference, const Model& variant,
                                     const std::vector<std::vector<NamedTensor>>& batches);
+// The same comparison of any two ways to run one model (a GPU plan against the CPU engine):
+// each runner takes a batch of named inputs and gives the outputs in the model's order.
+using TierRunner = std::function<Status(const std::vector<NamedTensor>& inputs,
+                                        std::vector<NamedTensor>* outputs)>;
+StatusOr<TierAccuracy> CompareRunners(const TierRunner& reference, const TierRunner& variant,
+                                      const std::vector<std::vector<NamedTensor>>& batches);
 
 // Per-operator tier selection: a lower tier must never be slower than fp32. Where bf16
 // or int8 does not pay (a small model at a small batch: reorders and quantisation cost

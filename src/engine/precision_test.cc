@@ -86,6 +86,28 @@ TEST(PrecisionTest, NamesParseAndBadNamesFail) {
   EXPECT_TRUE(CheckPrecision(Precision::kInt8).ok());
 }
 
+// Two runners of a two-class "model" that differ in one row's argmax and by at most 1.5.
+TEST(PrecisionTest, CompareRunnersMeasuresTheLargestDifferenceAndTop1Agreement) {
+  auto fixed = [](std::vector<float> values) {
+    return [values](const std::vector<NamedTensor>&, std::vector<NamedTensor>* out) {
+      out->push_back({"scores", F32({2, 3}, values)});
+      return Status::Ok();
+    };
+  };
+  const std::vector<std::vector<NamedTensor>> batches(2);  // two batches, inputs unused
+  auto acc = CompareRunners(fixed({1, 2, 3, 3, 2, 1}), fixed({1, 2, 3.5f, 3, 3.5f, 1}), batches);
+  ASSERT_TRUE(acc.ok()) << acc.status().ToString();
+  EXPECT_DOUBLE_EQ(acc->max_abs_diff, 1.5);
+  EXPECT_DOUBLE_EQ(acc->top1_agreement, 0.5);  // row 0 agrees, row 1 does not, twice
+  EXPECT_EQ(acc->samples, 4);
+  auto failing = [](const std::vector<NamedTensor>&, std::vector<NamedTensor>*) {
+    return Unavailable("device lost");
+  };
+  auto failed = CompareRunners(fixed({1, 2, 3, 3, 2, 1}), failing, batches);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);
+}
+
 TEST(PrecisionTest, CalibrationRecordsTheRangesOfInputsAndIntermediates) {
   Digits d = LoadDigits();
   auto fp32 = Model::Load(ModelPath("digits.onnx"));

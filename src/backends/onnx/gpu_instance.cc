@@ -5,6 +5,7 @@
 #include <exception>
 #include <list>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,40 +37,46 @@ class GpuInstance : public BackendInstance {
     if (!request.variant.empty() && request.variant != tier_) {
       return InvalidArgument("precision '" + request.variant +
                              "' is not loaded for this model's GPU instances (they run " + tier_ +
-                             "; the config parameter gpu_precision picks fp32 or tf32)");
+                             "; the config parameter gpu_precision picks fp32, tf32, fp16 or "
+                             "bf16)");
     }
     try {
-      // The instance's thread made its GPU current when it created the instance; say it
-      // again, in case a runtime ever runs an instance from another thread.
-      RETURN_IF_ERROR(engine::cuda::CudaStatus(cudaSetDevice(gpu_), "cudaSetDevice"));
-      const engine::Graph& graph = model_.graph();
-      std::vector<const Tensor*> inputs;
-      std::vector<Shape> shapes;
-      for (int v : graph.inputs) {
-        const std::string& name = graph.values[v].name;
-        const Tensor* found = nullptr;
-        for (const NamedTensor& t : request.inputs)
-          if (t.name == name) found = &t.tensor;
-        if (!found) return InvalidArgument("input '" + name + "' is missing");
-        inputs.push_back(found);
-        shapes.push_back(found->shape());
-      }
-      RETURN_IF_ERROR(CheckInputs(inputs));
-      ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
-      std::vector<Tensor> results;
-      RETURN_IF_ERROR(plan->Run(inputs, stream_, &results));
-      stats_.busy_ns += static_cast<int64_t>(plan->last_device_ms() * 1e6);
-      size_t free = 0, total = 0;
-      if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-        stats_.device_used_bytes = static_cast<int64_t>(total - free);
-        stats_.device_total_bytes = static_cast<int64_t>(total);
-      }
-      for (size_t o = 0; o < results.size(); ++o)
-        outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
-      return Status::Ok();
+      return Run(request.inputs, outputs);
     } catch (const std::exception& e) {
       return Internal(std::string("onnx backend (GPU): ") + e.what());
     }
+  }
+
+  // One batch: the plan for its shapes, its inputs copied in, run, its outputs copied out.
+  Status Run(const std::vector<NamedTensor>& named, std::vector<NamedTensor>* outputs) {
+    // The instance's thread made its GPU current when it created the instance; say it
+    // again, in case a runtime ever runs an instance from another thread.
+    RETURN_IF_ERROR(engine::cuda::CudaStatus(cudaSetDevice(gpu_), "cudaSetDevice"));
+    const engine::Graph& graph = model_.graph();
+    std::vector<const Tensor*> inputs;
+    std::vector<Shape> shapes;
+    for (int v : graph.inputs) {
+      const std::string& name = graph.values[v].name;
+      const Tensor* found = nullptr;
+      for (const NamedTensor& t : named)
+        if (t.name == name) found = &t.tensor;
+      if (!found) return InvalidArgument("input '" + name + "' is missing");
+      inputs.push_back(found);
+      shapes.push_back(found->shape());
+    }
+    RETURN_IF_ERROR(CheckInputs(inputs));
+    ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
+    std::vector<Tensor> results;
+    RETURN_IF_ERROR(plan->Run(inputs, stream_, &results));
+    stats_.busy_ns += static_cast<int64_t>(plan->last_device_ms() * 1e6);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      stats_.device_used_bytes = static_cast<int64_t>(total - free);
+      stats_.device_total_bytes = static_cast<int64_t>(total);
+    }
+    for (size_t o = 0; o < results.size(); ++o)
+      outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
+    return Status::Ok();
   }
 
   DeviceStats device_stats() const override {
@@ -151,17 +158,25 @@ bool GpuInstancesBuilt() { return true; }
 
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
-    const std::map<std::string, std::string>& parameters) {
+    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check) {
   const std::string where = "GPU " + std::to_string(info.gpu);
   GemmMath math = GemmMath::kFp32;
   std::string tier = "fp32";
   if (auto it = parameters.find("gpu_precision"); it != parameters.end()) {
-    if (it->second == "tf32") {
-      math = GemmMath::kTf32;
-      tier = "tf32";
-    } else if (it->second != "fp32") {
-      return InvalidArgument("parameter gpu_precision must be fp32 or tf32; was '" + it->second +
-                             "'");
+    static const std::pair<const char*, GemmMath> kTiers[] = {{"fp32", GemmMath::kFp32},
+                                                              {"tf32", GemmMath::kTf32},
+                                                              {"fp16", GemmMath::kFp16},
+                                                              {"bf16", GemmMath::kBf16}};
+    bool known = false;
+    for (const auto& [name, m] : kTiers) {
+      if (it->second != name) continue;
+      math = m;
+      tier = name;
+      known = true;
+    }
+    if (!known) {
+      return InvalidArgument("parameter gpu_precision must be fp32, tf32, fp16 or bf16; was '" +
+                             it->second + "'");
     }
   }
   auto devices = engine::cuda::ListDevices();
@@ -189,6 +204,20 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   try {
     auto plan = instance->PlanFor(shapes);
     if (!plan.ok()) return plan.status().WithPrefix(where);
+    if (!check.batches.empty() && check.judge) {
+      // The tier against the CPU engine's fp32 on the calibration inputs.
+      ASSIGN_OR_RETURN(auto cpu, engine::Session::Create(model));
+      auto accuracy = engine::CompareRunners(
+          [&](const std::vector<NamedTensor>& in, std::vector<NamedTensor>* out) {
+            return cpu->Run(in, out);
+          },
+          [&](const std::vector<NamedTensor>& in, std::vector<NamedTensor>* out) {
+            return instance->Run(in, out);
+          },
+          check.batches);
+      if (!accuracy.ok()) return accuracy.status().WithPrefix(where + ": measuring " + tier);
+      RETURN_IF_ERROR(check.judge(*accuracy));
+    }
   } catch (const std::exception& e) {
     return Internal(where + ": " + e.what());
   }

@@ -11,22 +11,37 @@
 // first request. Inputs and outputs stay host tensors: Execute copies the batch in, runs it and
 // copies the outputs back before it returns.
 //
-// The config parameter `gpu_precision` picks how the products run: `fp32` (the default)
-// or `tf32` (tensor cores, 10-bit mantissas; values stay fp32 in memory). A request whose
-// `precision` parameter names another tier (bf16, int8: the CPU's) is INVALID_ARGUMENT.
+// The config parameter `gpu_precision` picks how the products (GEMMs, convolutions) run:
+// `fp32` (the default), `tf32` (tensor cores, 10-bit mantissas), or `fp16` / `bf16` (mixed
+// precision: weights stored in 16 bits, each product's input rounded to 16 bits, fp32
+// accumulation and output; every other operator stays fp32). A 16-bit tier is measured at
+// load against the CPU engine's fp32 on the calibration inputs (GpuAccuracyCheck) and
+// refused beyond the config's bounds, as the CPU tiers are. A request whose `precision`
+// parameter names another tier is INVALID_ARGUMENT.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "core/status.h"
 #include "engine/model.h"
+#include "engine/precision.h"
 
 namespace shoal::backends {
 
 inline constexpr size_t kMaxGpuPlans = 8;
+
+// How a 16-bit GPU tier is judged when an instance loads: it runs `batches` (calibration
+// inputs) on the GPU and on the CPU engine in fp32, and `judge` gets the comparison
+// (refusing the tier, or logging its figures). No batches: no check.
+struct GpuAccuracyCheck {
+  std::vector<std::vector<NamedTensor>> batches;
+  std::function<Status(const engine::TierAccuracy&)> judge;
+};
 
 // True when this shoal was built with the CUDA path.
 bool GpuInstancesBuilt();
@@ -34,10 +49,10 @@ bool GpuInstancesBuilt();
 // An instance of `model` on GPU info.gpu, created on the instance's thread (which it
 // makes current on that device). `parameters` are the model config's. INVALID_ARGUMENT
 // for a bad `gpu_precision` or a GPU that does not exist, UNAVAILABLE when there is no
-// usable CUDA device, FAILED_PRECONDITION when shoal was built without CUDA,
-// UNIMPLEMENTED when the GPU path cannot run the model.
+// usable CUDA device, FAILED_PRECONDITION when shoal was built without CUDA (or `check`
+// refused the tier), UNIMPLEMENTED when the GPU path cannot run the model.
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
-    const std::map<std::string, std::string>& parameters);
+    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check = {});
 
 }  // namespace shoal::backends

@@ -7,7 +7,8 @@ namespace shoal::backends {
 bool GpuInstancesBuilt() { return false; }
 
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
-    const engine::Model&, const InstanceInfo& info, const std::map<std::string, std::string>&) {
+    const engine::Model&, const InstanceInfo& info, const std::map<std::string, std::string>&,
+    const GpuAccuracyCheck&) {
   return FailedPrecondition(
       "asks for GPU " + std::to_string(info.gpu) +
       " (KIND_GPU), but this shoal was built without the CUDA path: build it "

@@ -174,6 +174,18 @@ class PipelinedInstance : public BackendInstance {
   std::unique_ptr<engine::PipelineSession> pipeline_;
 };
 
+// A tier's calibration inputs (the config's calibration_file, calibration.npz by default,
+// in the version folder or the model's), split into batches; INVALID_ARGUMENT naming the
+// file when there is none.
+StatusOr<std::vector<std::vector<NamedTensor>>> CalibrationBatches(const ModelInfo& info,
+                                                                   const engine::Model& fp32,
+                                                                   const std::string& tier);
+// Refuses (FAILED_PRECONDITION) a tier whose accuracy against fp32 is beyond the config's
+// max_abs_diff or min_top1_agreement, and logs its figures when it passes. `what` names the
+// tier ("precision bf16"), `detail` follows the figures.
+Status JudgeTier(const ModelInfo& info, const std::string& what, const engine::TierAccuracy& acc,
+                 const std::string& detail);
+
 // What the config's pipeline_* parameters ask for (see onnx_backend.h).
 struct PipelineConfig {
   int stages = 1;  // 1: the model runs whole
@@ -202,7 +214,21 @@ class OnnxModel : public BackendModel {
       auto fp32 = tiers_.models.find("fp32");
       const engine::Model& model =
           *(fp32 != tiers_.models.end() ? fp32 : tiers_.models.begin())->second;
-      return CreateGpuInstance(model, info, info_.parameters);
+      // The 16-bit tiers are measured against the CPU engine's fp32 on the calibration
+      // inputs when each instance loads, and refused beyond the config's bounds.
+      GpuAccuracyCheck check;
+      auto precision = info_.parameters.find("gpu_precision");
+      if (precision != info_.parameters.end() &&
+          (precision->second == "fp16" || precision->second == "bf16")) {
+        const std::string tier = "gpu_precision " + precision->second;
+        ASSIGN_OR_RETURN(check.batches, CalibrationBatches(info_, model, tier));
+        check.judge = [this, tier, gpu = info.gpu](const engine::TierAccuracy& acc) {
+          return JudgeTier(
+              info_, tier + " on GPU " + std::to_string(gpu), acc,
+              "products in " + tier.substr(tier.size() - 4) + ", every other operator fp32");
+        };
+      }
+      return CreateGpuInstance(model, info, info_.parameters, check);
     }
     if (stages_) return CreatePipelined(info);
     engine::SessionOptions options = session_;
@@ -350,30 +376,7 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
   const engine::Model* fp32 = &fp32_model;
   const std::string tier(engine::PrecisionName(precision));
   RETURN_IF_ERROR(engine::CheckPrecision(precision));
-  ASSIGN_OR_RETURN(double max_diff, NumberParameter(info, "max_abs_diff", -1));
-  ASSIGN_OR_RETURN(double min_top1, NumberParameter(info, "min_top1_agreement", -1));
-  if (min_top1 > 1) return InvalidArgument("parameter min_top1_agreement is a fraction (0..1)");
-  // Calibration inputs: the file the config names, relative to the version folder and
-  // then the model folder; calibration.npz by default.
-  std::string file = "calibration.npz";
-  if (auto it = info.parameters.find("calibration_file"); it != info.parameters.end())
-    file = it->second;
-  if (file.empty() || fs::path(file).is_absolute() || file.find("..") != std::string::npos)
-    return InvalidArgument("calibration_file '" + file + "' must be a relative file name");
-  std::string cal_path;
-  for (const std::string& dir : {info.version_dir, info.model_dir}) {
-    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / file)) {
-      cal_path = (fs::path(dir) / file).string();
-      break;
-    }
-  }
-  if (cal_path.empty()) {
-    return InvalidArgument("precision " + tier + " needs calibration inputs: put '" + file +
-                           "' (an .npz with one array per model input, samples first) in the "
-                           "model's folder or its version folder");
-  }
-  const int64_t batch = info.max_batch_size > 0 ? std::min(info.max_batch_size, 32) : 8;
-  ASSIGN_OR_RETURN(auto batches, engine::ReadCalibrationInputs(*fp32, cal_path, batch));
+  ASSIGN_OR_RETURN(auto batches, CalibrationBatches(info, *fp32, "precision " + tier));
   engine::LoadOptions options = fp32->options();  // the same conv_algorithm
   options.plan.precision = precision;
   if (precision == engine::Precision::kInt8) {
@@ -397,8 +400,42 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
                    engine::LoadServedTier(*fp32, path, options, timed));
   std::unique_ptr<engine::Model> variant = std::move(selection.model);
   ASSIGN_OR_RETURN(engine::TierAccuracy acc, engine::CompareTiers(*fp32, *variant, batches));
-  const std::string figures = "precision " + tier + " against fp32: " + acc.ToString() + "; " +
-                              selection.ToString(precision);
+  RETURN_IF_ERROR(JudgeTier(info, "precision " + tier, acc, selection.ToString(precision)));
+  return variant;
+}
+
+StatusOr<std::vector<std::vector<NamedTensor>>> CalibrationBatches(const ModelInfo& info,
+                                                                   const engine::Model& fp32,
+                                                                   const std::string& tier) {
+  // The file the config names, relative to the version folder and then the model folder;
+  // calibration.npz by default.
+  std::string file = "calibration.npz";
+  if (auto it = info.parameters.find("calibration_file"); it != info.parameters.end())
+    file = it->second;
+  if (file.empty() || fs::path(file).is_absolute() || file.find("..") != std::string::npos)
+    return InvalidArgument("calibration_file '" + file + "' must be a relative file name");
+  std::string cal_path;
+  for (const std::string& dir : {info.version_dir, info.model_dir}) {
+    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / file)) {
+      cal_path = (fs::path(dir) / file).string();
+      break;
+    }
+  }
+  if (cal_path.empty()) {
+    return InvalidArgument(tier + " needs calibration inputs: put '" + file +
+                           "' (an .npz with one array per model input, samples first) in the "
+                           "model's folder or its version folder");
+  }
+  const int64_t batch = info.max_batch_size > 0 ? std::min(info.max_batch_size, 32) : 8;
+  return engine::ReadCalibrationInputs(fp32, cal_path, batch);
+}
+
+Status JudgeTier(const ModelInfo& info, const std::string& what, const engine::TierAccuracy& acc,
+                 const std::string& detail) {
+  ASSIGN_OR_RETURN(double max_diff, NumberParameter(info, "max_abs_diff", -1));
+  ASSIGN_OR_RETURN(double min_top1, NumberParameter(info, "min_top1_agreement", -1));
+  if (min_top1 > 1) return InvalidArgument("parameter min_top1_agreement is a fraction (0..1)");
+  const std::string figures = what + " against fp32: " + acc.ToString() + "; " + detail;
   if (max_diff >= 0 && acc.max_abs_diff > max_diff) {
     return FailedPrecondition(figures + "; refused: max |diff| is above max_abs_diff " +
                               std::to_string(max_diff));
@@ -408,7 +445,7 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
                               std::to_string(min_top1));
   }
   spdlog::info("model '{}' version {}: {}", LogSafe(info.name), info.version, figures);
-  return variant;
+  return Status::Ok();
 }
 
 // The tiers the config asks for: `precision` (the default tier, fp32 when absent) and

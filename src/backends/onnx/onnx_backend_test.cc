@@ -549,9 +549,9 @@ TEST(OnnxBackendGpuTest, AGpuInstanceAnswersAsTheCpuInstanceDoes) {
   EXPECT_EQ((*gpu)->Execute(wrong, &out).code(), StatusCode::kInvalidArgument);
 }
 
-TEST(OnnxBackendGpuTest, GpuPrecisionMustBeFp32OrTf32) {
+TEST(OnnxBackendGpuTest, GpuPrecisionMustNameAGpuTier) {
   auto model =
-      MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_precision", "fp16"}}));
+      MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_precision", "int8"}}));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto gpu = (*model)->CreateInstance(OnGpu(0));
   ASSERT_FALSE(gpu.ok());
@@ -560,7 +560,20 @@ TEST(OnnxBackendGpuTest, GpuPrecisionMustBeFp32OrTf32) {
     return;
   }
   EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(gpu.status().message(), HasSubstr("gpu_precision must be fp32 or tf32"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("gpu_precision must be fp32, tf32, fp16 or bf16"));
+}
+
+// A 16-bit GPU tier is measured at load, so it needs calibration inputs as the CPU tiers
+// do; asked for without them, the instance is refused naming the file, with or without CUDA.
+TEST(OnnxBackendGpuTest, A16BitGpuTierNeedsCalibrationInputs) {
+  auto model = MakeOnnxBackend()->LoadModel(
+      ExampleInfo("recommender", {{"gpu_precision", "bf16"}, {"calibration_file", "missing.npz"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(0));
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(gpu.status().message(),
+              HasSubstr("gpu_precision bf16 needs calibration inputs: put 'missing.npz'"));
 }
 
 TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated) {
@@ -593,6 +606,54 @@ TEST(OnnxBackendGpuTest, APipelinedModelRefusesGpuInstances) {
   auto gpu = (*model)->CreateInstance(OnGpu(0));
   ASSERT_FALSE(gpu.ok());
   EXPECT_THAT(gpu.status().message(), HasSubstr("runs on CPUs only"));
+}
+
+// The digits classifier's GPU tiers against the CPU engine's fp32 on its calibration
+// images: within the configured top-1 bound they load and answer like fp32; with a bound no
+// 16-bit tier can meet they are refused with their figures.
+TEST_F(OnnxTierTest, GpuHalfTiersAreMeasuredAtLoadAndRefusedBeyondTheirBounds) {
+  for (const char* tier : {"fp16", "bf16"}) {
+    SCOPED_TRACE(tier);
+    ModelInfo info = Digits("fp32");
+    info.parameters["gpu_precision"] = tier;
+    info.parameters["min_top1_agreement"] = "0.97";
+    auto model = MakeOnnxBackend()->LoadModel(info);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto gpu = (*model)->CreateInstance(OnGpu(0));
+    if (NoGpuHere(gpu.status()))
+      GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto cpu = (*model)->CreateInstance(InstanceInfo{"digits_1", 1, {}, 0, -1});
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    ExecuteRequest request;
+    request.batch_size = images_.shape()[0];
+    request.inputs.push_back({"image", images_});
+    request.variant = tier;
+    std::vector<NamedTensor> on_gpu, on_cpu;
+    Status ran = (*gpu)->Execute(request, &on_gpu);
+    ASSERT_TRUE(ran.ok()) << ran.ToString();
+    request.variant.clear();
+    ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+    ASSERT_EQ(on_gpu.size(), 1u);
+    int agree = 0;
+    for (int64_t i = 0; i < request.batch_size; ++i) {
+      auto a = on_gpu[0].tensor.values<float>().subspan(static_cast<size_t>(i * 10), 10);
+      auto b = on_cpu[0].tensor.values<float>().subspan(static_cast<size_t>(i * 10), 10);
+      agree += std::max_element(a.begin(), a.end()) - a.begin() ==
+               std::max_element(b.begin(), b.end()) - b.begin();
+    }
+    EXPECT_GE(agree, request.batch_size * 97 / 100);
+
+    info.parameters["max_abs_diff"] = "1e-9";
+    auto strict = MakeOnnxBackend()->LoadModel(info);
+    ASSERT_TRUE(strict.ok()) << strict.status().ToString();
+    auto refused = (*strict)->CreateInstance(OnGpu(0));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.status().message(), HasSubstr(std::string("gpu_precision ") + tier +
+                                                      " on GPU 0 against fp32: max |diff|"));
+    EXPECT_THAT(refused.status().message(), HasSubstr("refused: max |diff| is above max_abs_diff"));
+  }
 }
 
 }  // namespace
