@@ -1,12 +1,17 @@
 // The engine alone on the GPU beside the CPU engine, on one model at several batch sizes:
-// what one batch costs through a GPU plan (engine/cuda/gpu_plan.h), in fp32 and TF32 as a
-// CUDA graph and in fp32 launched step by step, with its input and output copies, as a
-// GPU instance runs it; the CPU engine's Session on the
-// same inputs; and the largest difference between the two outputs.
-//   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE] [--lower-only]
+// what one batch costs through a GPU plan (engine/cuda/gpu_plan.h) in each tier (fp32,
+// TF32, and the mixed-precision fp16 and bf16) as a CUDA graph, and in fp32 launched step
+// by step, with its input and output copies, as a GPU instance runs it; the CPU engine's
+// Session on the same inputs; the largest difference between each tier's outputs and the
+// CPU's; and the plan's GEMM arithmetic (2·m·n·k summed over its products, convolutions
+// included) as TFLOP/s, to set against the device's GEMM peak (gemm_probe).
+//   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--cpu-runs R] [--json FILE]
+//                  [--lower-only]
+// --cpu-runs: timed CPU runs (default R; 0 runs the CPU once, for the differences only).
 // --lower-only: needs no device; says whether the model lowers onto the GPU path at the
-// first batch size (steps, weight and arena bytes), or lists every node it lacks.
-// Inputs: random fp32 in [-1, 1) (zeros for integer inputs), the first dimension the batch,
+// first batch size (steps, weight and arena bytes, GEMM arithmetic) and what the CPU engine's
+// outputs look like (largest value, any not finite), or lists every node it lacks.
+// Inputs: random fp32 in [-1, 1) (1 for integer inputs), the first dimension the batch,
 // other symbolic dimensions 1. Each figure is the median of R timed runs after 3 warm-ups.
 // Exits 1 when there is no device, or the model does not load or lower.
 #include <algorithm>
@@ -30,11 +35,37 @@ namespace {
 using namespace shoal;
 using namespace shoal::engine;
 
+// The GPU variants timed, in column order: each tier as a CUDA graph, then fp32 step by step.
+struct Variant {
+  const char* name;
+  cuda::GemmMath math;
+  bool cuda_graph;
+};
+constexpr Variant kVariants[] = {{"fp32", cuda::GemmMath::kFp32, true},
+                                 {"tf32", cuda::GemmMath::kTf32, true},
+                                 {"fp16", cuda::GemmMath::kFp16, true},
+                                 {"bf16", cuda::GemmMath::kBf16, true},
+                                 {"fp32_steps", cuda::GemmMath::kFp32, false}};
+constexpr size_t kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+
 struct Row {
   int64_t batch = 0;
-  double cpu_ms = 0, fp32_ms = 0, tf32_ms = 0, steps_ms = 0;  // steps: fp32, no CUDA graph
-  float fp32_diff = 0, tf32_diff = 0;
+  double cpu_ms = 0;  // 0: not timed (--cpu-runs 0)
+  double gemm_flops = 0;
+  double ms[kNumVariants] = {};
+  float diff[kNumVariants] = {};
 };
+
+// 2·m·n·k over every product of a lowered plan.
+double GemmFlops(const cuda::GpuLowering& l) {
+  double flops = 0;
+  for (const cuda::GpuStep& s : l.steps) {
+    if (s.kind != cuda::GpuStep::Kind::kGemm) continue;
+    flops += 2.0 * static_cast<double>(s.gemm.m) * static_cast<double>(s.gemm.n) *
+             static_cast<double>(s.gemm.k) * static_cast<double>(s.gemm.batch);
+  }
+  return flops;
+}
 
 template <typename Fn>
 double MedianMs(int runs, Fn&& fn) {
@@ -61,6 +92,33 @@ float MaxDiff(const std::vector<Tensor>& a, const std::vector<NamedTensor>& b) {
   return d;
 }
 
+// The inputs of one batch: fp32 uniform in [-1, 1), integer inputs 1 (a valid token id, an
+// attention mask that keeps every position); the first dimension `batch`, other symbolic
+// dimensions 1.
+std::vector<NamedTensor> Inputs(const Model& model, int64_t batch, std::vector<Shape>* shapes) {
+  std::vector<NamedTensor> named;
+  for (const TensorInfo& t : model.inputs()) {
+    Shape shape;
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      shape.push_back(t.shape[d].known() ? t.shape[d].value : (d == 0 ? batch : 1));
+    Tensor data = Tensor::Allocate(t.dtype, shape);
+    if (t.dtype == DataType::kFp32) {
+      uint32_t state = 12345;
+      for (float& v : data.mutable_values<float>()) {
+        state = state * 1664525u + 1013904223u;
+        v = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.f;
+      }
+    } else if (t.dtype == DataType::kInt64) {
+      for (int64_t& v : data.mutable_values<int64_t>()) v = 1;
+    } else if (t.dtype == DataType::kInt32) {
+      for (int32_t& v : data.mutable_values<int32_t>()) v = 1;
+    }
+    shapes->push_back(shape);
+    named.push_back({t.name, std::move(data)});
+  }
+  return named;
+}
+
 int Fail(const Status& s, const char* what) {
   std::fprintf(stderr, "gpu_plan_bench: %s: %s\n", what, s.ToString().c_str());
   return 1;
@@ -71,13 +129,13 @@ int Fail(const Status& s, const char* what) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--json FILE] "
-                 "[--lower-only]\n");
+                 "usage: gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--cpu-runs R] "
+                 "[--json FILE] [--lower-only]\n");
     return 2;
   }
   const std::string path = argv[1];
   std::vector<int64_t> batches = {1, 8, 64};
-  int runs = 50;
+  int runs = 50, cpu_runs = -1;
   const char* json = nullptr;
   bool lower_only = false;
   for (int i = 2; i < argc; ++i) {
@@ -90,6 +148,8 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--runs")) {
       runs = std::max(1, std::atoi(argv[i + 1]));
+    } else if (!std::strcmp(argv[i], "--cpu-runs")) {
+      cpu_runs = std::max(0, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--json")) {
       json = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--batches")) {
@@ -107,22 +167,42 @@ int main(int argc, char** argv) {
     dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
     dnnl::stream cpu_stream(cpu);
     std::vector<Shape> shapes;
-    for (const TensorInfo& t : (*model)->inputs()) {
-      Shape shape;
-      for (size_t d = 0; d < t.shape.size(); ++d)
-        shape.push_back(t.shape[d].known() ? t.shape[d].value : (d == 0 ? batches[0] : 1));
-      shapes.push_back(shape);
-    }
+    const std::vector<NamedTensor> named = Inputs(**model, batches[0], &shapes);
     auto plan = Plan::Prepare((*model)->graph(), shapes, cpu, cpu_stream, (*model)->weight_cache(),
                               cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
     auto lowered = cuda::LowerPlan((*model)->graph(), **plan);
     if (!lowered.ok()) return Fail(lowered.status(), "lowering");
-    std::printf("%s lowers to %zu GPU steps; weights %lld bytes, arena %lld bytes\n", path.c_str(),
-                lowered->steps.size(), static_cast<long long>(lowered->weight_bytes),
-                static_cast<long long>(lowered->arena_bytes));
+    std::printf(
+        "%s lowers to %zu GPU steps; weights %lld bytes, arena %lld bytes; %.3g GEMM GFLOP per "
+        "batch of %lld\n",
+        path.c_str(), lowered->steps.size(), static_cast<long long>(lowered->weight_bytes),
+        static_cast<long long>(lowered->arena_bytes), GemmFlops(*lowered) / 1e9,
+        static_cast<long long>(batches[0]));
+    // The CPU engine's outputs on these inputs: a model whose weights were filled
+    // (gpu_model_weights) should give finite values of a sane size.
+    auto session = Session::Create(**model);
+    if (!session.ok()) return Fail(session.status(), "session");
+    std::vector<NamedTensor> out;
+    const Status ran = (*session)->Run(named, &out);
+    if (!ran.ok()) return Fail(ran, "CPU run");
+    for (const NamedTensor& o : out) {
+      if (o.tensor.dtype() != DataType::kFp32) continue;
+      float largest = 0;
+      int64_t non_finite = 0;
+      for (float v : o.tensor.values<float>()) {
+        if (!std::isfinite(v))
+          ++non_finite;
+        else
+          largest = std::max(largest, std::fabs(v));
+      }
+      std::printf("CPU output %s %s: max |value| %.4g, %lld not finite\n", o.name.c_str(),
+                  ShapeToString(o.tensor.shape()).c_str(), largest,
+                  static_cast<long long>(non_finite));
+    }
     return 0;
   }
+  if (cpu_runs < 0) cpu_runs = runs;
   auto devices = cuda::ListDevices();
   if (!devices.ok()) return Fail(devices.status(), "no device");
   auto handle = cuda::LtHandle::Create();
@@ -135,77 +215,59 @@ int main(int argc, char** argv) {
   dnnl::stream cpu_stream(cpu);
   const Graph& graph = (*model)->graph();
 
-  std::printf("model %s on %s; CPU engine with %d threads; median of %d runs\n", path.c_str(),
-              cuda::Describe((*devices)[0]).c_str(), (*session)->threads(), runs);
-  std::printf("%6s %10s %10s %10s %11s %12s %12s %12s %11s %11s\n", "batch", "cpu_ms", "gpu_fp32",
-              "gpu_tf32", "fp32_steps", "cpu_rows/s", "fp32_rows/s", "tf32_rows/s", "fp32_diff",
-              "tf32_diff");
+  std::printf("model %s on %s; CPU engine with %d threads; median of %d runs (CPU: %d)\n",
+              path.c_str(), cuda::Describe((*devices)[0]).c_str(), (*session)->threads(), runs,
+              cpu_runs);
+  std::printf("%6s %10s", "batch", "cpu_ms");
+  for (const Variant& v : kVariants) std::printf(" %10s", (std::string(v.name) + "_ms").c_str());
+  std::printf(" %9s %9s", "gemm_GF", "fp16_TF/s");
+  for (size_t k = 0; k + 1 < kNumVariants; ++k)
+    std::printf(" %10s", (std::string(kVariants[k].name) + "_diff").c_str());
+  std::printf("\n");
   std::vector<Row> rows;
   for (int64_t batch : batches) {
-    std::vector<NamedTensor> named;
     std::vector<Shape> shapes;
-    for (const TensorInfo& t : (*model)->inputs()) {
-      Shape shape;
-      for (size_t d = 0; d < t.shape.size(); ++d)
-        shape.push_back(t.shape[d].known() ? t.shape[d].value : (d == 0 ? batch : 1));
-      Tensor data = Tensor::Allocate(t.dtype, shape);
-      if (t.dtype == DataType::kFp32) {
-        uint32_t state = 12345;
-        for (float& v : data.mutable_values<float>()) {
-          state = state * 1664525u + 1013904223u;
-          v = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.f;
-        }
-      }
-      shapes.push_back(shape);
-      named.push_back({t.name, std::move(data)});
-    }
+    std::vector<NamedTensor> named = Inputs(**model, batch, &shapes);
     std::vector<const Tensor*> inputs;
     for (const NamedTensor& t : named) inputs.push_back(&t.tensor);
     Row row;
     row.batch = batch;
     std::vector<NamedTensor> cpu_out;
-    Status failed;
-    row.cpu_ms = MedianMs(runs, [&] {
-      cpu_out.clear();
-      Status s = (*session)->Run(named, &cpu_out);
-      if (!s.ok()) failed = s;
-    });
+    Status failed = (*session)->Run(named, &cpu_out);
     if (!failed.ok()) return Fail(failed, "CPU run");
+    if (cpu_runs > 0) {
+      row.cpu_ms = MedianMs(cpu_runs, [&] {
+        cpu_out.clear();
+        Status s = (*session)->Run(named, &cpu_out);
+        if (!s.ok()) failed = s;
+      });
+      if (!failed.ok()) return Fail(failed, "CPU run");
+    }
     auto plan = Plan::Prepare(graph, shapes, cpu, cpu_stream, (*model)->weight_cache(),
                               cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
-    // fp32 and TF32 as CUDA graphs (the default), and fp32 launched step by step.
-    for (int variant = 0; variant < 3; ++variant) {
-      const cuda::GemmMath math = variant == 1 ? cuda::GemmMath::kTf32 : cuda::GemmMath::kFp32;
+    for (size_t k = 0; k < kNumVariants; ++k) {
       cuda::GpuPlanOptions options;
-      options.math = math;
-      options.cuda_graph = variant != 2;
+      options.math = kVariants[k].math;
+      options.cuda_graph = kVariants[k].cuda_graph;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
+      if (k == 0) row.gemm_flops = GemmFlops(*lowered);
       auto gpu = cuda::GpuPlan::Create(std::move(lowered).value(), **handle, *stream);
       if (!gpu.ok()) return Fail(gpu.status(), "GPU plan");
       std::vector<Tensor> out;
-      const double ms = MedianMs(runs, [&] {
+      row.ms[k] = MedianMs(runs, [&] {
         Status s = (*gpu)->Run(inputs, *stream, &out);
         if (!s.ok()) failed = s;
       });
       if (!failed.ok()) return Fail(failed, "GPU run");
-      const float diff = MaxDiff(out, cpu_out);
-      if (variant == 0) {
-        row.fp32_ms = ms;
-        row.fp32_diff = diff;
-      } else if (variant == 1) {
-        row.tf32_ms = ms;
-        row.tf32_diff = diff;
-      } else {
-        row.steps_ms = ms;
-      }
+      row.diff[k] = MaxDiff(out, cpu_out);
     }
-    auto rate = [&](double ms) { return ms > 0 ? static_cast<double>(batch) * 1000.0 / ms : 0; };
-    std::printf("%6lld %10.4f %10.4f %10.4f %11.4f %12.0f %12.0f %12.0f %11.2e %11.2e\n",
-                static_cast<long long>(batch), row.cpu_ms, row.fp32_ms, row.tf32_ms, row.steps_ms,
-                rate(row.cpu_ms), rate(row.fp32_ms), rate(row.tf32_ms), row.fp32_diff,
-                row.tf32_diff);
+    std::printf("%6lld %10.4f", static_cast<long long>(batch), row.cpu_ms);
+    for (size_t k = 0; k < kNumVariants; ++k) std::printf(" %10.4f", row.ms[k]);
+    std::printf(" %9.3f %9.2f", row.gemm_flops / 1e9, row.gemm_flops / (row.ms[2] * 1e9));
+    for (size_t k = 0; k + 1 < kNumVariants; ++k) std::printf(" %10.2e", row.diff[k]);
+    std::printf("\n");
     rows.push_back(row);
   }
   if (json) {
@@ -214,15 +276,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpu_plan_bench: cannot write %s\n", json);
       return 1;
     }
-    std::fprintf(f, "{\"model\": \"%s\", \"runs\": %d, \"rows\": [", path.c_str(), runs);
+    std::fprintf(f, "{\"model\": \"%s\", \"runs\": %d, \"cpu_runs\": %d, \"rows\": [", path.c_str(),
+                 runs, cpu_runs);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::fprintf(f,
-                   "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gpu_fp32_ms\": %.5f, "
-                   "\"gpu_tf32_ms\": %.5f, \"gpu_fp32_steps_ms\": %.5f, "
-                   "\"fp32_max_abs_diff\": %.3g, \"tf32_max_abs_diff\": %.3g}",
-                   i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.fp32_ms, r.tf32_ms,
-                   r.steps_ms, r.fp32_diff, r.tf32_diff);
+      std::fprintf(f, "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g", i ? ", " : "",
+                   static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops);
+      for (size_t k = 0; k < kNumVariants; ++k) {
+        std::fprintf(f, ", \"gpu_%s_ms\": %.5f", kVariants[k].name, r.ms[k]);
+        if (k + 1 < kNumVariants)
+          std::fprintf(f, ", \"%s_max_abs_diff\": %.3g", kVariants[k].name, r.diff[k]);
+      }
+      std::fprintf(f, "}");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

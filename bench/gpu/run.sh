@@ -9,10 +9,11 @@
 #                              outcome, the GEMM peak), tests.log (every test's output),
 #                              gtest-xml.tar (one gtest XML per test binary) and
 #                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
-#                              GEMM peak, bench/gpu/gemm_probe.cc), plan_bench.json,
-#                              plan_bench_text.json and plan_bench_image.json (the engine
-#                              alone on the recommender, the text and the image classifier,
-#                              GPU beside CPU) and
+#                              GEMM peak, bench/gpu/gemm_probe.cc), plan_bench.tar (one
+#                              gpu_plan_bench JSON per model: the engine alone in every tier,
+#                              GPU beside CPU, on the recommender, the text and the image
+#                              classifier, and ResNet-50 and BERT-base, whose weights
+#                              gpu_model_weights fills in there from bench/gpu/models) and
 #                              served.json (shoal serve with KIND_GPU instances under
 #                              shoal bench)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
@@ -33,7 +34,7 @@ TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_tes
 # Where each test is built, and the gtest filter it runs with there (the backend test's
 # GPU cases only).
 declare -A TEST_DIR=([backends_onnx_backend_test]=src/backends/onnx [e2e_gpu_test]=tests/e2e)
-declare -A TEST_FILTER=([backends_onnx_backend_test]='OnnxBackendGpuTest.*')
+declare -A TEST_FILTER=([backends_onnx_backend_test]='OnnxBackendGpuTest.*:OnnxTierTest.Gpu*')
 case "${1:-}" in
   prepare)
     BUILD="${SHOAL_BUILD:-build-cuda}"
@@ -47,7 +48,8 @@ case "${1:-}" in
       exit 1
     }
     rm -f "$BUILD.configure.log"
-    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}" gpu_gemm_probe gpu_plan_bench shoal
+    ninja -C "$BUILD" -j "${SHOAL_JOBS:-$(nproc)}" "${TESTS[@]}" gpu_gemm_probe gpu_plan_bench \
+      gpu_model_weights shoal
     rm -rf .gpu && mkdir -p .gpu/bin .gpu/build/src/cli
     # Without debug information: the engine's makes a test binary ten times larger.
     for t in "${TESTS[@]}"; do
@@ -55,6 +57,7 @@ case "${1:-}" in
     done
     strip --strip-debug -o .gpu/bin/gpu_gemm_probe "$BUILD/bench/gpu_gemm_probe"
     strip --strip-debug -o .gpu/bin/gpu_plan_bench "$BUILD/bench/gpu_plan_bench"
+    strip --strip-debug -o .gpu/bin/gpu_model_weights "$BUILD/bench/gpu_model_weights"
     # The server, where the e2e test and the served benchmark look for it.
     strip --strip-debug -o .gpu/build/src/cli/shoal "$BUILD/src/cli/shoal"
     # The shared libraries the binaries need that a CUDA image does not have.
@@ -123,15 +126,32 @@ PY
     tar -C "$xml" -cf "$out/gtest-xml.tar" . && rm -rf "$xml"
     echo "## the device's GEMM peak (gpu_gemm_probe)" | tee -a "$out/gpu.txt"
     .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
-    # The engine alone: the recommender's GPU plan in fp32 and TF32 beside the CPU engine.
+    # The engine alone: each model's GPU plans in every tier beside the CPU engine, one
+    # JSON per model, brought back as one tar.
     rec=examples/models/recommender/1/model.onnx
     echo "## the engine alone (gpu_plan_bench)" | tee -a "$out/gpu.txt"
-    .gpu/bin/gpu_plan_bench "$rec" --batches 1,8,64,256 --runs 100 --json "$out/plan_bench.json" 2>&1 |
-      tee -a "$out/gpu.txt" || rc=1
-    .gpu/bin/gpu_plan_bench examples/models/text_classifier/1/model.onnx --batches 1,8,64 \
-      --runs 100 --json "$out/plan_bench_text.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
-    .gpu/bin/gpu_plan_bench examples/models/image_classifier/1/model.onnx --batches 1,8,64 \
-      --runs 100 --json "$out/plan_bench_image.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
+    plans=$(mktemp -d)
+    plan_bench() {  # NAME MODEL [gpu_plan_bench options]
+      local name=$1
+      shift
+      .gpu/bin/gpu_plan_bench "$@" --json "$plans/$name.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
+    }
+    plan_bench recommender "$rec" --batches 1,8,64,256 --runs 100
+    plan_bench text_classifier examples/models/text_classifier/1/model.onnx --batches 1,8,64 --runs 100
+    plan_bench image_classifier examples/models/image_classifier/1/model.onnx --batches 1,8,64 --runs 100
+    # ResNet-50 and BERT-base (sequence 128): their weights filled in here. The CPU engine
+    # runs each batch once, for the differences only.
+    big=$(mktemp -d)
+    for m in resnet50 bert_base; do
+      if .gpu/bin/gpu_model_weights fill "bench/gpu/models/$m.onnx.stripped" "$big/$m.onnx" \
+          2>&1 | tee -a "$out/gpu.txt"; then
+        plan_bench "$m" "$big/$m.onnx" --batches 1,8,64 --runs 20 --cpu-runs 0
+      else
+        rc=1
+      fi
+      rm -f "$big/$m.onnx"
+    done
+    tar -C "$plans" -cf "$out/plan_bench.tar" . && rm -rf "$plans" "$big"
     # Served: shoal serve with two KIND_GPU instances of the recommender, shoal bench at 16
     # requests of 16 rows outstanding over HTTP (batches of up to 64 rows form).
     echo "## served (shoal serve, KIND_GPU; shoal bench)" | tee -a "$out/gpu.txt"
