@@ -16,6 +16,7 @@
 // shapes) stay as exported.
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

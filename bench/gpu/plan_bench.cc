@@ -81,15 +81,28 @@ double MedianMs(int runs, Fn&& fn) {
   return ms[ms.size() / 2];
 }
 
+// The largest difference between a GPU run's fp32 outputs and the CPU's; +inf when one
+// is not finite (so a NaN cannot hide behind std::max).
 float MaxDiff(const std::vector<Tensor>& a, const std::vector<NamedTensor>& b) {
   float d = 0;
   for (size_t o = 0; o < a.size() && o < b.size(); ++o) {
     if (a[o].dtype() != DataType::kFp32) continue;
     auto x = a[o].values<float>();
     auto y = b[o].tensor.values<float>();
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i) d = std::max(d, std::fabs(x[i] - y[i]));
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      const float diff = std::fabs(x[i] - y[i]);
+      if (!(diff <= d)) d = std::isnan(diff) ? INFINITY : diff;
+    }
   }
   return d;
+}
+
+// A JSON number (%.3g), or null where it is not finite.
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
 }
 
 // The inputs of one batch: fp32 uniform in [-1, 1), integer inputs 1 (a valid token id, an
@@ -285,7 +298,8 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < kNumVariants; ++k) {
         std::fprintf(f, ", \"gpu_%s_ms\": %.5f", kVariants[k].name, r.ms[k]);
         if (k + 1 < kNumVariants)
-          std::fprintf(f, ", \"%s_max_abs_diff\": %.3g", kVariants[k].name, r.diff[k]);
+          std::fprintf(f, ", \"%s_max_abs_diff\": %s", kVariants[k].name,
+                       JsonNumber(r.diff[k]).c_str());
       }
       std::fprintf(f, "}");
     }

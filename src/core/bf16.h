@@ -1,7 +1,7 @@
 // bfloat16 <-> float conversions (the top 16 bits of an IEEE float), for code that reads or
-// writes bf16 buffers outside the engine's kernels. Round to nearest even; NaN is not
-// special-cased (a NaN's payload may round to infinity), which suits test data and
-// benchmark inputs, not model weights.
+// writes bf16 buffers outside the engine's kernels (test data, benchmark inputs, the GPU
+// path's bf16 weights). Round to nearest even; a NaN stays a (quiet) NaN, where rounding its
+// payload could carry it into infinity.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@ namespace shoal {
 inline uint16_t FloatToBf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
   return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 

@@ -108,5 +108,17 @@ TEST(Bf16Test, RoundsToNearestEvenAndRoundTripsWhatItHolds) {
   }
 }
 
+// A NaN whose payload lies only in the low bits would round into infinity; it stays NaN.
+TEST(Bf16Test, NaNStaysNaN) {
+  uint32_t bits = 0x7fffffffu;  // all-ones mantissa: rounding would carry into the exponent
+  float nan;
+  std::memcpy(&nan, &bits, 4);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(nan))));
+  bits = 0x7f800001u;  // the smallest payload: rounding would drop it, giving infinity
+  std::memcpy(&nan, &bits, 4);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(nan))));
+  EXPECT_TRUE(std::isinf(Bf16ToFloat(FloatToBf16(INFINITY))));
+}
+
 }  // namespace
 }  // namespace shoal

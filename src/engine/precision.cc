@@ -102,7 +102,9 @@ std::string TierAccuracy::ToString() const {
   } else {
     std::snprintf(buf, sizeof(buf), "max |diff| %.4g over %d samples", max_abs_diff, samples);
   }
-  return buf;
+  std::string out = buf;
+  if (non_finite > 0) out += ", " + std::to_string(non_finite) + " outputs not finite";
+  return out;
 }
 
 namespace {
@@ -153,9 +155,13 @@ StatusOr<TierAccuracy> CompareRunners(const TierRunner& reference, const TierRun
       if (x.shape() != y.shape() || x.dtype() != y.dtype())
         return Internal("output '" + a[o].name + "' differs in shape or type between tiers");
       const std::vector<float> xv = FloatValues(x), yv = FloatValues(y);
-      for (size_t i = 0; i < xv.size(); ++i)
-        acc.max_abs_diff =
-            std::max(acc.max_abs_diff, static_cast<double>(std::fabs(xv[i] - yv[i])));
+      for (size_t i = 0; i < xv.size(); ++i) {
+        // A NaN or an infinity in the variant is as far off as can be (std::max would
+        // drop a NaN difference).
+        if (!std::isfinite(yv[i]) && std::isfinite(xv[i])) ++acc.non_finite;
+        const double d = std::fabs(static_cast<double>(xv[i]) - static_cast<double>(yv[i]));
+        if (!(d <= acc.max_abs_diff)) acc.max_abs_diff = std::isnan(d) ? INFINITY : d;
+      }
     }
     if (!a.empty()) acc.samples += a[0].tensor.shape().empty() ? 1 : a[0].tensor.shape()[0];
     const Tensor& x = a.empty() ? Tensor() : a[0].tensor;
@@ -169,7 +175,10 @@ StatusOr<TierAccuracy> CompareRunners(const TierRunner& reference, const TierRun
     for (int64_t r = 0; r < n; ++r) {
       const auto xa = std::max_element(xv.begin() + r * c, xv.begin() + (r + 1) * c) - xv.begin();
       const auto ya = std::max_element(yv.begin() + r * c, yv.begin() + (r + 1) * c) - yv.begin();
-      agree += xa == ya;
+      // A row with a NaN has no argmax to agree with.
+      const bool finite = std::all_of(yv.begin() + r * c, yv.begin() + (r + 1) * c,
+                                      [](float v) { return !std::isnan(v); });
+      agree += finite && xa == ya;
       ++rows;
     }
   }

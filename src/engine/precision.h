@@ -46,9 +46,12 @@ StatusOr<Calibration> Calibrate(const Model& fp32,
 
 struct TierAccuracy {
   int samples = 0;               // rows compared (batch items)
-  double max_abs_diff = 0;       // over every output element
+  double max_abs_diff = 0;       // over every output element; +inf when one is not finite
+  int64_t non_finite = 0;  // output elements NaN or infinite in the variant, finite in the reference
   double top1_agreement = -1;    // fraction of rows whose argmax agrees; -1: not a classifier
-  std::string ToString() const;  // "max |diff| 0.0123, top-1 agreement 99.2% over 64 samples"
+  // "max |diff| 0.0123, top-1 agreement 99.2% over 64 samples", and how many outputs were
+  // not finite when any were.
+  std::string ToString() const;
 };
 
 // Runs `variant` and `reference` on `batches` and compares their outputs. Top-1

@@ -86,7 +86,8 @@ TEST(PrecisionTest, NamesParseAndBadNamesFail) {
   EXPECT_TRUE(CheckPrecision(Precision::kInt8).ok());
 }
 
-// Two runners of a two-class "model" that differ in one row's argmax and by at most 1.5.
+// Two runners of a three-class "model" that differ in one row's argmax and by at most 1.5;
+// then a variant with a NaN, which no bound may let through.
 TEST(PrecisionTest, CompareRunnersMeasuresTheLargestDifferenceAndTop1Agreement) {
   auto fixed = [](std::vector<float> values) {
     return [values](const std::vector<NamedTensor>&, std::vector<NamedTensor>* out) {
@@ -100,6 +101,13 @@ TEST(PrecisionTest, CompareRunnersMeasuresTheLargestDifferenceAndTop1Agreement) 
   EXPECT_DOUBLE_EQ(acc->max_abs_diff, 1.5);
   EXPECT_DOUBLE_EQ(acc->top1_agreement, 0.5);  // row 0 agrees, row 1 does not, twice
   EXPECT_EQ(acc->samples, 4);
+  auto nan =
+      CompareRunners(fixed({1, 2, 3, 3, 2, 1}), fixed({1, 2, 3, std::nanf(""), 2, 1}), batches);
+  ASSERT_TRUE(nan.ok()) << nan.status().ToString();
+  EXPECT_TRUE(std::isinf(nan->max_abs_diff));
+  EXPECT_EQ(nan->non_finite, 2);  // one per batch
+  EXPECT_DOUBLE_EQ(nan->top1_agreement, 0.5);
+  EXPECT_NE(nan->ToString().find("2 outputs not finite"), std::string::npos) << nan->ToString();
   auto failing = [](const std::vector<NamedTensor>&, std::vector<NamedTensor>*) {
     return Unavailable("device lost");
   };

@@ -180,6 +180,9 @@ class PipelinedInstance : public BackendInstance {
 StatusOr<std::vector<std::vector<NamedTensor>>> CalibrationBatches(const ModelInfo& info,
                                                                    const engine::Model& fp32,
                                                                    const std::string& tier);
+// INVALID_ARGUMENT when max_abs_diff or min_top1_agreement is malformed, before any tier
+// is measured.
+Status CheckTierBounds(const ModelInfo& info);
 // Refuses (FAILED_PRECONDITION) a tier whose accuracy against fp32 is beyond the config's
 // max_abs_diff or min_top1_agreement, and logs its figures when it passes. `what` names the
 // tier ("precision bf16"), `detail` follows the figures.
@@ -221,6 +224,13 @@ class OnnxModel : public BackendModel {
       if (precision != info_.parameters.end() &&
           (precision->second == "fp16" || precision->second == "bf16")) {
         const std::string tier = "gpu_precision " + precision->second;
+        if (fp32 == tiers_.models.end()) {
+          return InvalidArgument(tier +
+                                 " is measured against the model in fp32, which this config "
+                                 "does not load (precision names another tier): add fp32 to "
+                                 "precision_tiers");
+        }
+        RETURN_IF_ERROR(CheckTierBounds(info_));
         ASSIGN_OR_RETURN(check.batches, CalibrationBatches(info_, model, tier));
         check.judge = [this, tier, gpu = info.gpu](const engine::TierAccuracy& acc) {
           return JudgeTier(
@@ -376,6 +386,7 @@ StatusOr<std::unique_ptr<engine::Model>> LoadVariant(const ModelInfo& info, cons
   const engine::Model* fp32 = &fp32_model;
   const std::string tier(engine::PrecisionName(precision));
   RETURN_IF_ERROR(engine::CheckPrecision(precision));
+  RETURN_IF_ERROR(CheckTierBounds(info));
   ASSIGN_OR_RETURN(auto batches, CalibrationBatches(info, *fp32, "precision " + tier));
   engine::LoadOptions options = fp32->options();  // the same conv_algorithm
   options.plan.precision = precision;
@@ -430,12 +441,23 @@ StatusOr<std::vector<std::vector<NamedTensor>>> CalibrationBatches(const ModelIn
   return engine::ReadCalibrationInputs(fp32, cal_path, batch);
 }
 
-Status JudgeTier(const ModelInfo& info, const std::string& what, const engine::TierAccuracy& acc,
-                 const std::string& detail) {
+Status CheckTierBounds(const ModelInfo& info) {
   ASSIGN_OR_RETURN(double max_diff, NumberParameter(info, "max_abs_diff", -1));
+  (void)max_diff;
   ASSIGN_OR_RETURN(double min_top1, NumberParameter(info, "min_top1_agreement", -1));
   if (min_top1 > 1) return InvalidArgument("parameter min_top1_agreement is a fraction (0..1)");
+  return Status::Ok();
+}
+
+Status JudgeTier(const ModelInfo& info, const std::string& what, const engine::TierAccuracy& acc,
+                 const std::string& detail) {
+  RETURN_IF_ERROR(CheckTierBounds(info));
+  ASSIGN_OR_RETURN(double max_diff, NumberParameter(info, "max_abs_diff", -1));
+  ASSIGN_OR_RETURN(double min_top1, NumberParameter(info, "min_top1_agreement", -1));
   const std::string figures = what + " against fp32: " + acc.ToString() + "; " + detail;
+  // Whatever the bounds (or none), a tier that turns finite outputs into NaN or infinity
+  // is broken, not less accurate (an fp16 overflow, say).
+  if (acc.non_finite > 0) return FailedPrecondition(figures + "; refused: outputs not finite");
   if (max_diff >= 0 && acc.max_abs_diff > max_diff) {
     return FailedPrecondition(figures + "; refused: max |diff| is above max_abs_diff " +
                               std::to_string(max_diff));

@@ -608,6 +608,29 @@ TEST(OnnxBackendGpuTest, APipelinedModelRefusesGpuInstances) {
   EXPECT_THAT(gpu.status().message(), HasSubstr("runs on CPUs only"));
 }
 
+// Checked before any device is asked, with or without CUDA: a 16-bit GPU tier needs the
+// fp32 model as its reference, and well-formed bounds.
+TEST_F(OnnxTierTest, A16BitGpuTierNeedsTheFp32ModelAndWellFormedBounds) {
+  ModelInfo info = Digits("int8");
+  info.parameters["gpu_precision"] = "fp16";
+  auto int8_only = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_TRUE(int8_only.ok()) << int8_only.status().ToString();
+  auto refused = (*int8_only)->CreateInstance(OnGpu(0));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("add fp32 to precision_tiers"));
+
+  info = Digits("fp32");
+  info.parameters["gpu_precision"] = "bf16";
+  info.parameters["min_top1_agreement"] = "2";
+  auto bad_bound = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_TRUE(bad_bound.ok()) << bad_bound.status().ToString();
+  auto malformed = (*bad_bound)->CreateInstance(OnGpu(0));
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_EQ(malformed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(malformed.status().message(), HasSubstr("min_top1_agreement is a fraction"));
+}
+
 // The digits classifier's GPU tiers against the CPU engine's fp32 on its calibration
 // images: within the configured top-1 bound they load and answer like fp32; with a bound no
 // 16-bit tier can meet they are refused with their figures.

@@ -120,6 +120,14 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
       CublasStatus(cublasLtMatmulDescSetAttribute(gemm->op_, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                   &epilogue, sizeof(epilogue)),
                    "set EPILOGUE"));
+  if (options.fp32_output) {
+    // Said, not left to the default (the output's type, which is also fp32 here).
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatmulDescSetAttribute(gemm->op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof(bias_type)),
+                     "set BIAS_DATA_TYPE"));
+  }
   const cudaDataType_t type = ElementType(options.math);
   const auto m = static_cast<uint64_t>(options.m), n = static_cast<uint64_t>(options.n),
              k = static_cast<uint64_t>(options.k);

@@ -54,8 +54,8 @@ enum class GemmEpilogue { kNone, kBias, kRelu, kBiasRelu, kBiasGelu };
 enum class GemmMath {
   kFp32,  // fp32 in and out, fp32 arithmetic
   kTf32,  // fp32 in and out, products with 10-bit mantissas (CUBLAS_COMPUTE_32F_FAST_TF32)
-  kFp16,  // IEEE half in and out
-  kBf16,  // bfloat16 in and out
+  kFp16,  // IEEE half in, and out unless fp32_output
+  kBf16,  // bfloat16 in, and out unless fp32_output
 };
 // Bytes per element of X and W under `math`: 4 or 2.
 size_t GemmElementBytes(GemmMath math);

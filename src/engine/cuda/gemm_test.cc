@@ -201,7 +201,8 @@ TEST_F(GemmGpuTest, HalfPrecisionsRunOnTensorCoresWithinTheirPrecision) {
 // round by up to ~4e-3, past 1e-4 * sqrt(768).
 TEST_F(GemmGpuTest, HalfOperandsCanWriteFp32WithAnFp32Bias) {
   for (const GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
-    for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBiasRelu}) {
+    for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasRelu,
+                                 GemmEpilogue::kBiasGelu}) {
       GemmOptions o;
       o.m = 64;
       o.n = 256;
@@ -258,40 +259,48 @@ TEST_F(GemmGpuTest, RefusesBadShapesAndAMissingBiasOrWorkspace) {
 // Batched products as attention runs them: X and Y strided per product, W per product or
 // one W for all (stride 0), alpha scaling, on shapes whose strides leave later matrices
 // only 4-byte aligned (3x5 by 5x7).
+// In fp32, and as a mixed-precision plan's attention runs them: fp16 operands (on strides
+// of 30 and 70 bytes, so only 2-byte aligned) writing fp32.
 TEST_F(GemmGpuTest, BatchedProductsWithAlphaAndABroadcastWeight) {
-  for (bool shared_w : {false, true}) {
-    SCOPED_TRACE(shared_w ? "one W for every product" : "a W per product");
-    GemmOptions o;
-    o.m = 3;
-    o.n = 7;
-    o.k = 5;
-    o.alpha = 0.125f;
-    o.batch = 6;
-    o.x_batch_stride = o.m * o.k;
-    o.w_batch_stride = shared_w ? 0 : o.k * o.n;
-    o.y_batch_stride = o.m * o.n;
-    auto gemm = LtGemm::Create(*handle_, o);
-    ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
-    const std::vector<float> x = Random(o.batch * o.m * o.k, 4);
-    const std::vector<float> w = Random((shared_w ? 1 : o.batch) * o.k * o.n, 5);
-    DeviceBuffer dx = Upload(x), dw = Upload(w), dy = Floats(o.batch * o.m * o.n),
-                 workspace = Floats(o.workspace_bytes / sizeof(float));
-    const Status run =
-        (*gemm)->Run(dx.data(), dw.data(), nullptr, dy.data(), workspace.data(), stream());
-    ASSERT_TRUE(run.ok()) << run.ToString();
-    const std::vector<float> y = Download(dy, o.batch * o.m * o.n);
-    GemmOptions one = o;
-    one.batch = 1;
-    for (int64_t b = 0; b < o.batch; ++b) {
-      const std::vector<float> xb(x.begin() + b * o.m * o.k, x.begin() + (b + 1) * o.m * o.k);
-      const auto w0 = w.begin() + (shared_w ? 0 : b * o.k * o.n);
-      const std::vector<float> wb(w0, w0 + o.k * o.n);
-      const std::vector<float> want = Reference(one, xb, wb, {});
-      for (int64_t i = 0; i < o.m * o.n; ++i)
-        EXPECT_NEAR(y[b * o.m * o.n + i], 0.125f * want[i], 1e-5f)
-            << "product " << b << " at " << i;
+  for (const GemmMath math : {GemmMath::kFp32, GemmMath::kFp16})
+    for (bool shared_w : {false, true}) {
+      SCOPED_TRACE(shared_w ? "one W for every product" : "a W per product");
+      SCOPED_TRACE(math == GemmMath::kFp32 ? "fp32" : "fp16 in, fp32 out");
+      GemmOptions o;
+      o.math = math;
+      o.fp32_output = math == GemmMath::kFp16;
+      o.m = 3;
+      o.n = 7;
+      o.k = 5;
+      o.alpha = 0.125f;
+      o.batch = 6;
+      o.x_batch_stride = o.m * o.k;
+      o.w_batch_stride = shared_w ? 0 : o.k * o.n;
+      o.y_batch_stride = o.m * o.n;
+      auto gemm = LtGemm::Create(*handle_, o);
+      ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+      std::vector<float> x = Random(o.batch * o.m * o.k, 4);
+      std::vector<float> w = Random((shared_w ? 1 : o.batch) * o.k * o.n, 5);
+      for (std::vector<float>* v : {&x, &w})
+        for (float& f : *v) f = Decode(math, Encode(math, f));
+      DeviceBuffer dx = UploadAs(math, x), dw = UploadAs(math, w), dy = Floats(o.batch * o.m * o.n),
+                   workspace = Floats(o.workspace_bytes / sizeof(float));
+      const Status run =
+          (*gemm)->Run(dx.data(), dw.data(), nullptr, dy.data(), workspace.data(), stream());
+      ASSERT_TRUE(run.ok()) << run.ToString();
+      const std::vector<float> y = Download(dy, o.batch * o.m * o.n);
+      GemmOptions one = o;
+      one.batch = 1;
+      for (int64_t b = 0; b < o.batch; ++b) {
+        const std::vector<float> xb(x.begin() + b * o.m * o.k, x.begin() + (b + 1) * o.m * o.k);
+        const auto w0 = w.begin() + (shared_w ? 0 : b * o.k * o.n);
+        const std::vector<float> wb(w0, w0 + o.k * o.n);
+        const std::vector<float> want = Reference(one, xb, wb, {});
+        for (int64_t i = 0; i < o.m * o.n; ++i)
+          EXPECT_NEAR(y[b * o.m * o.n + i], 0.125f * want[i], 1e-5f)
+              << "product " << b << " at " << i;
+      }
     }
-  }
   // Outputs that would overlap are refused.
   GemmOptions overlap;
   overlap.m = 4;

@@ -47,7 +47,8 @@ struct GpuPlanOptions {
   //   kFp16, kBf16  mixed precision: the weights are stored 16-bit, each product's input
   //                 is rounded to 16 bits as it is made (a cast step, or im2col writing
   //                 16-bit columns), and the tensor cores accumulate and write fp32, bias
-  //                 and activation fused as in fp32. The same split as the CPU's bf16 tier.
+  //                 and activation fused as in fp32. (The CPU's bf16 tier rounds the same
+  //                 way, but only products with a constant weight.)
   GemmMath math = GemmMath::kFp32;
   // Run the copies and the steps as a CUDA graph: the plan's first run goes step by step,
   // its second captures the graph and later runs replay it, so a run costs one launch

@@ -678,6 +678,12 @@ TEST_F(GpuPlanTest, MixedPrecisionPlansStayWithinTheirTypesRounding) {
     Prepared resnet =
         Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
     ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 105)}}, math, tolerance);
+    // A grouped convolution (its batch strides leave later groups only 4-byte aligned in
+    // 16 bits) and products with alpha and beta folded into 16-bit weights.
+    Prepared grouped = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+    ExpectGpuMatchesCpu(grouped, {{Random({2, 4, 9, 9}, 106)}}, math, tolerance);
+    Prepared scaled = Prepare(Model::FromGraph(ScaledProductsGraph()), {{4, 6}});
+    ExpectGpuMatchesCpu(scaled, {{Random({4, 6}, 107)}}, math, tolerance);
   }
 }
 
