@@ -27,6 +27,9 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #endif
+#ifdef SHOAL_HAVE_ONNX
+#include "backends/onnx/gpu_instance.h"
+#endif
 #ifdef SHOAL_HAVE_ENGINE
 #include "engine/omp_wait_policy.h"
 #endif
@@ -284,6 +287,10 @@ bool StartServices(const ServeFlags& f, const runtime::ServerOptions& options,
 #if defined(SHOAL_HAVE_HTTP) || defined(SHOAL_HAVE_GRPC)
   // Shared memory regions and trace settings are the server's, whichever protocol set them.
   auto extension_state = std::make_shared<server::ExtensionState>();
+#ifdef SHOAL_HAVE_ONNX
+  // CUDA shared-memory regions open where this shoal has the CUDA path.
+  extension_state->shared_memory.SetDeviceMemoryOpener(backends::CudaIpcOpener());
+#endif
 #endif
 #ifdef SHOAL_HAVE_HTTP
   if (listeners.http.valid()) {

@@ -35,26 +35,29 @@ grpc::Status GrpcHandlers::SystemSharedMemoryUnregister(
 
 grpc::Status GrpcHandlers::CudaSharedMemoryStatus(
     const inference::CudaSharedMemoryStatusRequest& request,
-    inference::CudaSharedMemoryStatusResponse*) {
-  if (!request.name().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "Unable to find cuda shared memory region: '" + request.name() + "'");
+    inference::CudaSharedMemoryStatusResponse* response) {
+  auto regions = state_->shared_memory.GetCudaStatus(request.name());
+  if (!regions.ok()) return ToGrpcStatus(regions.status());
+  for (const auto& r : *regions) {
+    auto& out = (*response->mutable_regions())[r.name];
+    out.set_name(r.name);
+    out.set_device_id(static_cast<uint64_t>(r.device_id));
+    out.set_byte_size(r.byte_size);
   }
-  return grpc::Status::OK;  // no region can exist
+  return grpc::Status::OK;
 }
 
 grpc::Status GrpcHandlers::CudaSharedMemoryRegister(
-    const inference::CudaSharedMemoryRegisterRequest&,
+    const inference::CudaSharedMemoryRegisterRequest& request,
     inference::CudaSharedMemoryRegisterResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "CUDA shared memory is not supported: this server has no GPU (use system "
-                      "shared memory)");
+  return ToGrpcStatus(state_->shared_memory.RegisterCuda(request.name(), request.raw_handle(),
+                                                         request.device_id(), request.byte_size()));
 }
 
 grpc::Status GrpcHandlers::CudaSharedMemoryUnregister(
-    const inference::CudaSharedMemoryUnregisterRequest&,
+    const inference::CudaSharedMemoryUnregisterRequest& request,
     inference::CudaSharedMemoryUnregisterResponse*) {
-  return grpc::Status::OK;  // nothing can be registered
+  return ToGrpcStatus(state_->shared_memory.UnregisterCuda(request.name()));
 }
 
 grpc::Status GrpcHandlers::TraceSetting(const inference::TraceSettingRequest& request,

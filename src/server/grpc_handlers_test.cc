@@ -300,10 +300,20 @@ TEST_F(GrpcHandlersTest, SharedMemoryTraceAndLogSettings) {
   inference::CudaSharedMemoryStatusResponse cuda;
   EXPECT_TRUE(handlers_->CudaSharedMemoryStatus({}, &cuda).ok());
   EXPECT_TRUE(cuda.regions().empty());
+  inference::CudaSharedMemoryRegisterRequest cuda_req;
+  cuda_req.set_name("c");
+  cuda_req.set_byte_size(4);
   inference::CudaSharedMemoryRegisterResponse cuda_reg;
-  auto no_gpu = handlers_->CudaSharedMemoryRegister({}, &cuda_reg);
-  EXPECT_EQ(no_gpu.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_NE(no_gpu.error_message().find("no GPU"), std::string::npos);
+  auto no_gpu = handlers_->CudaSharedMemoryRegister(cuda_req, &cuda_reg);
+  EXPECT_EQ(no_gpu.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(no_gpu.error_message().find("built without the CUDA path"), std::string::npos);
+  cuda_req.set_name("");
+  EXPECT_EQ(handlers_->CudaSharedMemoryRegister(cuda_req, &cuda_reg).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  inference::CudaSharedMemoryStatusRequest cuda_one;
+  cuda_one.set_name("c");
+  EXPECT_EQ(handlers_->CudaSharedMemoryStatus(cuda_one, &cuda).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 
   inference::TraceSettingRequest trace;
   inference::TraceSettingResponse trace_resp;

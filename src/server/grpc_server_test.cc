@@ -198,9 +198,13 @@ TEST_F(GrpcServerTest, UnaryRpcsOverTheNetwork) {
   }
   {
     grpc::ClientContext ctx;
+    inference::CudaSharedMemoryRegisterRequest req;
+    req.set_name("c");
+    req.set_byte_size(4);
     inference::CudaSharedMemoryRegisterResponse resp;
-    EXPECT_EQ(stub_->CudaSharedMemoryRegister(&ctx, {}, &resp).error_code(),
-              grpc::StatusCode::UNIMPLEMENTED);
+    // This server's shared-memory manager has no device opener (serve.cc sets one).
+    EXPECT_EQ(stub_->CudaSharedMemoryRegister(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
   }
   {
     auto health = grpc::health::v1::Health::NewStub(Connect(grpc_->port()));

@@ -108,20 +108,109 @@ proto::HttpResponse SystemShm(const ExtensionRoute& r, std::string_view body,
   return ReplyEmpty(manager.Unregister(r.region));
 }
 
-proto::HttpResponse CudaShm(const ExtensionRoute& r) {
-  if (r.op == "status") {
-    if (!r.region.empty()) {
-      return ErrorResponse(
-          InvalidArgument("Unable to find cuda shared memory region: '" + r.region + "'"));
+// Standard base64 (RFC 4648, padding optional); nullopt for any other character.
+std::optional<std::string> Base64Decode(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  if (in.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  out.reserve(in.size() * 3 / 4);
+  uint32_t bits = 0;
+  int count = 0;
+  for (char c : in) {
+    const int v = value(c);
+    if (v < 0) return std::nullopt;
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    if (++count == 4) {
+      out.push_back(static_cast<char>(bits >> 16));
+      out.push_back(static_cast<char>(bits >> 8));
+      out.push_back(static_cast<char>(bits));
+      bits = 0;
+      count = 0;
     }
-    return proto::HttpResponse::Json(200, "[]");
   }
-  if (r.op == "register") {
-    return ErrorResponse(FailedPrecondition(
-        "CUDA shared memory is not supported: this server has no GPU (use system shared "
-        "memory, /v2/systemsharedmemory)"));
+  if (count == 2) out.push_back(static_cast<char>(bits >> 4));
+  if (count == 3) {
+    out.push_back(static_cast<char>(bits >> 10));
+    out.push_back(static_cast<char>(bits >> 2));
   }
-  return proto::HttpResponse::Empty(200);  // nothing can be registered
+  return out;
+}
+
+std::string CudaShmStatusJson(const std::vector<CudaSharedMemoryRegionStatus>& regions) {
+  std::string out;
+  proto::JsonWriter w(&out);
+  w.BeginArray();
+  for (const auto& r : regions) {
+    w.BeginObject().Member("name", r.name);
+    w.MemberUint("device_id", static_cast<uint64_t>(r.device_id));
+    w.MemberUint("byte_size", r.byte_size).EndObject();
+  }
+  w.EndArray();
+  return out;
+}
+
+// {"raw_handle": {"b64": base64 of a cudaIpcMemHandle_t}, "device_id": n, "byte_size": n}
+Status RegisterCudaShm(const std::string& region, std::string_view body,
+                       SharedMemoryManager& manager) {
+  std::optional<std::string> handle;
+  std::optional<int64_t> device_id;
+  std::optional<uint64_t> byte_size;
+  RETURN_IF_ERROR(ForEachMember(body, [&](std::string_view k, od::value& v) -> Status {
+    if (k == "raw_handle") {
+      od::object obj;
+      JSON_GET(v.get_object(), obj, "raw_handle", "an object {\"b64\": ...}");
+      return ForEachField(obj, "raw_handle", "an object {\"b64\": ...}",
+                          [&](std::string_view key, od::value& value) -> Status {
+                            if (key != "b64") {
+                              return InvalidArgument("unknown member '" +
+                                                     std::string(key.substr(0, 64)) +
+                                                     "' in raw_handle (expected b64)");
+                            }
+                            std::string_view text;
+                            JSON_GET(value.get_string(), text, "raw_handle.b64", "a string");
+                            handle = Base64Decode(text);
+                            if (!handle) return InvalidArgument("raw_handle.b64: not base64");
+                            return Status::Ok();
+                          });
+    }
+    if (k == "device_id") {
+      int64_t d;
+      JSON_GET(v.get_int64(), d, "device_id", "an integer");
+      device_id = d;
+    } else if (k == "byte_size") {
+      uint64_t n;
+      JSON_GET(v.get_uint64(), n, "byte_size", "a non-negative integer");
+      byte_size = n;
+    } else {
+      return InvalidArgument("unknown member '" + std::string(k.substr(0, 64)) +
+                             "' in a cuda shared memory register request (expected raw_handle, "
+                             "device_id, byte_size)");
+    }
+    return Status::Ok();
+  }));
+  if (!handle) return InvalidArgument("raw_handle: missing (a cudaIpcMemHandle_t, {\"b64\": ...})");
+  if (!device_id) return InvalidArgument("device_id: missing");
+  if (!byte_size) return InvalidArgument("byte_size: missing");
+  return manager.RegisterCuda(region, *handle, *device_id, *byte_size);
+}
+
+proto::HttpResponse CudaShm(const ExtensionRoute& r, std::string_view body,
+                            SharedMemoryManager& manager) {
+  if (r.op == "status") {
+    auto regions = manager.GetCudaStatus(r.region);
+    return Reply(regions.ok() ? StatusOr<std::string>(CudaShmStatusJson(*regions))
+                              : StatusOr<std::string>(regions.status()));
+  }
+  if (r.op == "register") return ReplyEmpty(RegisterCudaShm(r.region, body, manager));
+  return ReplyEmpty(manager.UnregisterCuda(r.region));
 }
 
 std::string LogSettingsJson() {
@@ -257,7 +346,7 @@ std::optional<proto::HttpResponse> HandleExtension(const std::vector<std::string
     case Kind::kSystemShm:
       return SystemShm(*route, body, state.shared_memory);
     case Kind::kCudaShm:
-      return CudaShm(*route);
+      return CudaShm(*route, body, state.shared_memory);
     case Kind::kLogging:
       return Reply(post ? UpdateLogging(body) : StatusOr<std::string>(LogSettingsJson()));
     case Kind::kTrace:

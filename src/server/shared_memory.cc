@@ -11,13 +11,15 @@
 
 namespace shoal::server {
 
-// One mapping. The window the client registered starts `skew` bytes into the mapping,
-// because mmap offsets must be page-aligned.
+// One mapping (system) or one opened CUDA IPC handle. A system window starts `skew` bytes
+// into its mapping, because mmap offsets must be page-aligned.
 struct SharedMemoryManager::Region {
-  SharedMemoryRegionStatus status;
+  SharedMemoryRegionStatus status;  // a CUDA region: name and byte_size
   void* mapping = MAP_FAILED;
   size_t mapping_bytes = 0;
   size_t skew = 0;
+  std::shared_ptr<const DeviceMemory> device;  // set for a CUDA region
+  int64_t device_id = -1;
 
   char* data() const { return static_cast<char*>(mapping) + skew; }
   ~Region() {
@@ -33,6 +35,15 @@ Status UnknownRegion(const std::string& name) {
   return InvalidArgument("Unable to find system shared memory region: " + Quoted(name));
 }
 
+Status UnknownCudaRegion(const std::string& name) {
+  return InvalidArgument("Unable to find cuda shared memory region: " + Quoted(name));
+}
+
+Status NameTaken(const std::string& name) {
+  return AlreadyExists("shared memory region " + Quoted(name) +
+                       " is already registered; unregister it first");
+}
+
 }  // namespace
 
 Status SharedMemoryManager::Register(const std::string& name, const std::string& key,
@@ -46,10 +57,7 @@ Status SharedMemoryManager::Register(const std::string& name, const std::string&
   }
   {
     MutexLock lock(&mu_);
-    if (regions_.count(name) != 0) {
-      return AlreadyExists("shared memory region " + Quoted(name) +
-                           " is already registered; unregister it first");
-    }
+    if (regions_.count(name) != 0) return NameTaken(name);
   }
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0) {
@@ -84,23 +92,85 @@ Status SharedMemoryManager::Register(const std::string& name, const std::string&
                            std::strerror(err));
   }
   MutexLock lock(&mu_);
-  if (!regions_.emplace(name, std::move(region)).second) {
-    return AlreadyExists("shared memory region " + Quoted(name) +
-                         " is already registered; unregister it first");
-  }
+  if (!regions_.emplace(name, std::move(region)).second) return NameTaken(name);
   return Status::Ok();
 }
 
-Status SharedMemoryManager::Unregister(const std::string& name) {
-  std::map<std::string, std::shared_ptr<const Region>> removed;  // unmapped outside the lock
+void SharedMemoryManager::SetDeviceMemoryOpener(DeviceMemoryOpener opener) {
   MutexLock lock(&mu_);
-  if (name.empty()) {
-    removed.swap(regions_);
-  } else if (auto it = regions_.find(name); it != regions_.end()) {
-    removed.emplace(it->first, std::move(it->second));
-    regions_.erase(it);
+  opener_ = std::move(opener);
+}
+
+Status SharedMemoryManager::RegisterCuda(const std::string& name, std::string_view raw_handle,
+                                         int64_t device_id, uint64_t byte_size) {
+  if (name.empty()) return InvalidArgument("shared memory region name must not be empty");
+  if (byte_size == 0) {
+    return InvalidArgument("cuda shared memory region " + Quoted(name) + ": byte_size must be > 0");
   }
+  if (device_id < 0) {
+    return InvalidArgument("cuda shared memory region " + Quoted(name) +
+                           ": device_id must be >= 0; was " + std::to_string(device_id));
+  }
+  DeviceMemoryOpener opener;
+  {
+    MutexLock lock(&mu_);
+    if (regions_.count(name) != 0) return NameTaken(name);
+    opener = opener_;
+  }
+  if (!opener) {
+    return FailedPrecondition(
+        "CUDA shared memory is not supported: this shoal was built without the CUDA path "
+        "(docs/gpu.md); use system shared memory, /v2/systemsharedmemory");
+  }
+  // Opened outside the lock: the driver call may take a while.
+  auto device = opener(raw_handle, device_id, byte_size);
+  if (!device.ok()) return device.status().WithPrefix("cuda shared memory region " + Quoted(name));
+  auto region = std::make_shared<Region>();
+  region->status.name = name;
+  region->status.byte_size = byte_size;
+  region->device = std::move(device).value();
+  region->device_id = device_id;
+  MutexLock lock(&mu_);
+  if (!regions_.emplace(name, std::move(region)).second) return NameTaken(name);
   return Status::Ok();
+}
+
+void SharedMemoryManager::RemoveRegions(const std::string& name, bool cuda) {
+  // Unmapped or closed outside the lock, unless a request still holds them.
+  std::vector<std::shared_ptr<const Region>> removed;
+  MutexLock lock(&mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    const bool match =
+        (name.empty() || it->first == name) && (it->second->device != nullptr) == cuda;
+    if (match) {
+      removed.push_back(std::move(it->second));
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Status SharedMemoryManager::Unregister(const std::string& name) {
+  RemoveRegions(name, /*cuda=*/false);
+  return Status::Ok();
+}
+
+Status SharedMemoryManager::UnregisterCuda(const std::string& name) {
+  RemoveRegions(name, /*cuda=*/true);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<CudaSharedMemoryRegionStatus>> SharedMemoryManager::GetCudaStatus(
+    const std::string& name) const {
+  std::vector<CudaSharedMemoryRegionStatus> out;
+  MutexLock lock(&mu_);
+  for (const auto& [n, region] : regions_) {
+    if (!region->device || (!name.empty() && n != name)) continue;
+    out.push_back({n, region->device_id, region->status.byte_size});
+  }
+  if (!name.empty() && out.empty()) return UnknownCudaRegion(name);
+  return out;
 }
 
 StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryManager::GetStatus(
@@ -109,11 +179,12 @@ StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryManager::GetStatus(
   MutexLock lock(&mu_);
   if (!name.empty()) {
     auto it = regions_.find(name);
-    if (it == regions_.end()) return UnknownRegion(name);
+    if (it == regions_.end() || it->second->device) return UnknownRegion(name);
     out.push_back(it->second->status);
     return out;
   }
-  for (const auto& [n, region] : regions_) out.push_back(region->status);
+  for (const auto& [n, region] : regions_)
+    if (!region->device) out.push_back(region->status);
   return out;
 }
 
@@ -134,8 +205,13 @@ StatusOr<SharedMemoryView> SharedMemoryManager::View(const SharedMemoryRef& ref,
                            std::to_string(size) + " bytes)");
   }
   SharedMemoryView view;
-  view.data = region->data() + ref.offset;
   view.size = static_cast<size_t>(ref.byte_size);
+  if (region->device) {
+    view.device = region->device.get();
+    view.device_offset = ref.offset;
+  } else {
+    view.data = region->data() + ref.offset;
+  }
   view.owner = std::move(region);
   return view;
 }
@@ -146,6 +222,29 @@ StatusOr<Tensor> SharedMemoryManager::InputTensor(const SharedMemoryRef& ref, Da
   ASSIGN_OR_RETURN(SharedMemoryView view, View(ref, field));
   ASSIGN_OR_RETURN(const int64_t elements,
                    ElementCount(shape, std::numeric_limits<int64_t>::max()));
+  if (view.device != nullptr) {
+    // Device memory: copied to the host first, then checked as system memory would be.
+    if (dtype != DataType::kBytes) {
+      const uint64_t want = static_cast<uint64_t>(elements) * DataTypeSize(dtype);
+      if (view.size != want) {
+        return InvalidArgument(field + ": shared_memory_byte_size is " + std::to_string(view.size) +
+                               " bytes but shape " + ShapeToString(shape) + " of " +
+                               std::string(DataTypeName(dtype)) + " needs " + std::to_string(want));
+      }
+    }
+    Tensor from_device = Tensor::AllocateUninitialized(dtype, shape, view.size);
+    if (view.size > 0) {
+      RETURN_IF_ERROR(
+          view.device->CopyToHost(view.device_offset, from_device.mutable_data(), view.size)
+              .WithPrefix(field + ": cuda shared memory region " + Quoted(ref.region)));
+    }
+    if (dtype == DataType::kBytes) {
+      auto scanned = ScanBytesElements(
+          std::string_view(static_cast<const char*>(from_device.data()), view.size), elements);
+      if (!scanned.ok()) return scanned.status().WithPrefix(field + ": shared memory");
+    }
+    return from_device;
+  }
   if (dtype == DataType::kBytes) {
     auto scanned = ScanBytesElements(std::string_view(view.data, view.size), elements);
     if (!scanned.ok()) return scanned.status().WithPrefix(field + ": shared memory");
@@ -174,7 +273,12 @@ Status WriteToSharedMemory(const SharedMemoryView& view, const Tensor& tensor,
                            " bytes but its shared_memory_byte_size is " +
                            std::to_string(view.size));
   }
-  if (tensor.byte_size() > 0) std::memcpy(view.data, tensor.data(), tensor.byte_size());
+  if (tensor.byte_size() == 0) return Status::Ok();
+  if (view.device != nullptr) {
+    return view.device->CopyFromHost(view.device_offset, tensor.data(), tensor.byte_size())
+        .WithPrefix("output '" + output + "'");
+  }
+  std::memcpy(view.data, tensor.data(), tensor.byte_size());
   return Status::Ok();
 }
 

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
 
 namespace shoal::server {
 namespace {
@@ -133,6 +136,125 @@ TEST(SharedMemoryTest, WriteOutputChecksSize) {
   Status s = WriteToSharedMemory(*view, big, "y");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("output 'y' needs 12 bytes"), std::string::npos) << s.message();
+}
+
+// Stands in for device memory in these tests of the manager's bookkeeping: bytes on the
+// host behind the DeviceMemory interface. The real one (CUDA IPC) is engine/cuda's, opened
+// by the real server in e2e_gpu_test on a GPU machine.
+class HostWindow : public DeviceMemory {
+ public:
+  explicit HostWindow(size_t bytes) : bytes_(bytes, '\0') {}
+  Status CopyToHost(uint64_t offset, void* dst, size_t n) const override {
+    if (offset + n > bytes_.size()) return InvalidArgument("past the end");
+    std::memcpy(dst, bytes_.data() + offset, n);
+    return Status::Ok();
+  }
+  Status CopyFromHost(uint64_t offset, const void* src, size_t n) const override {
+    if (offset + n > bytes_.size()) return InvalidArgument("past the end");
+    std::memcpy(bytes_.data() + offset, src, n);
+    return Status::Ok();
+  }
+  mutable std::string bytes_;
+};
+
+TEST(SharedMemoryTest, CudaRegionsNeedAnOpener) {
+  SharedMemoryManager m;
+  Status s = m.RegisterCuda("c", std::string(64, 'h'), 0, 64);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("built without the CUDA path"), std::string::npos) << s.message();
+  EXPECT_TRUE(m.GetCudaStatus("")->empty());
+}
+
+TEST(SharedMemoryTest, CudaRegionsShareTheNamespaceButNotStatusOrUnregister) {
+  ShmObject shm(64);
+  SharedMemoryManager m;
+  std::string seen_handle;
+  int64_t seen_device = -1;
+  m.SetDeviceMemoryOpener([&](std::string_view handle, int64_t device,
+                              uint64_t bytes) -> StatusOr<std::shared_ptr<const DeviceMemory>> {
+    seen_handle = std::string(handle);
+    seen_device = device;
+    if (handle == "bad") return InvalidArgument("the driver refused it");
+    return std::shared_ptr<const DeviceMemory>(std::make_shared<HostWindow>(bytes));
+  });
+  ASSERT_TRUE(m.RegisterCuda("c", "handle", 1, 64).ok());
+  EXPECT_EQ(seen_handle, "handle");
+  EXPECT_EQ(seen_device, 1);
+  Status refused = m.RegisterCuda("d", "bad", 0, 64);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("cuda shared memory region 'd': the driver refused it"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_EQ(m.RegisterCuda("e", "handle", -1, 64).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.RegisterCuda("e", "handle", 0, 0).code(), StatusCode::kInvalidArgument);
+  // One namespace: a system region cannot take a CUDA region's name, nor the reverse.
+  EXPECT_EQ(m.Register("c", shm.key(), 0, 64).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(m.Register("s", shm.key(), 0, 64).ok());
+  EXPECT_EQ(m.RegisterCuda("s", "handle", 0, 64).code(), StatusCode::kAlreadyExists);
+  // Each extension's status and unregister see only its own kind.
+  auto cuda = m.GetCudaStatus("");
+  ASSERT_TRUE(cuda.ok());
+  ASSERT_EQ(cuda->size(), 1u);
+  EXPECT_EQ((*cuda)[0].name, "c");
+  EXPECT_EQ((*cuda)[0].device_id, 1);
+  EXPECT_EQ((*cuda)[0].byte_size, 64u);
+  ASSERT_EQ(m.GetStatus("")->size(), 1u);
+  EXPECT_EQ(m.GetStatus("c").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.GetCudaStatus("s").status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.Unregister("").ok());
+  EXPECT_EQ(m.GetCudaStatus("")->size(), 1u);
+  ASSERT_TRUE(m.Register("s", shm.key(), 0, 64).ok());
+  ASSERT_TRUE(m.UnregisterCuda("").ok());
+  EXPECT_TRUE(m.GetCudaStatus("")->empty());
+  EXPECT_EQ(m.GetStatus("")->size(), 1u);
+  auto gone = m.GetCudaStatus("c");
+  EXPECT_EQ(gone.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(gone.status().message().find("Unable to find cuda shared memory region: 'c'"),
+            std::string::npos);
+}
+
+TEST(SharedMemoryTest, CudaInputsAndOutputsAreCopiedThroughTheDevice) {
+  SharedMemoryManager m;
+  std::shared_ptr<HostWindow> window;
+  m.SetDeviceMemoryOpener([&](std::string_view, int64_t,
+                              uint64_t bytes) -> StatusOr<std::shared_ptr<const DeviceMemory>> {
+    window = std::make_shared<HostWindow>(bytes);
+    return std::shared_ptr<const DeviceMemory>(window);
+  });
+  ASSERT_TRUE(m.RegisterCuda("c", "handle", 0, 64).ok());
+  const int32_t in[2] = {5, -3};
+  std::memcpy(window->bytes_.data() + 16, in, 8);
+  auto t = m.InputTensor({"c", 16, 8}, DataType::kInt32, {2}, "inputs[0]");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->values<int32_t>()[0], 5);
+  EXPECT_EQ(t->values<int32_t>()[1], -3);
+  window->bytes_[16] = 9;  // a copy: the tensor does not see later writes
+  EXPECT_EQ(t->values<int32_t>()[0], 5);
+  auto wrong = m.InputTensor({"c", 16, 8}, DataType::kInt32, {3}, "inputs[0]");
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  auto past = m.View({"c", 60, 8}, "outputs[0]");
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+
+  auto view = m.View({"c", 32, 8}, "outputs[0]");
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->data, nullptr);
+  ASSERT_TRUE(
+      WriteToSharedMemory(*view, Tensor::FromVector<int32_t>(DataType::kInt32, {2}, {7, 8}), "y")
+          .ok());
+  int32_t out[2];
+  std::memcpy(out, window->bytes_.data() + 32, 8);
+  EXPECT_EQ(out[0], 7);
+  EXPECT_EQ(out[1], 8);
+  Status big = WriteToSharedMemory(
+      *view, Tensor::FromVector<int32_t>(DataType::kInt32, {3}, {1, 2, 3}), "y");
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  // Unregistered while a view holds it: the window stays open for that request.
+  std::weak_ptr<HostWindow> held = window;
+  window.reset();
+  ASSERT_TRUE(m.UnregisterCuda("c").ok());
+  EXPECT_FALSE(held.expired());
+  view = Status(StatusCode::kInternal, "released");
+  EXPECT_TRUE(held.expired());
 }
 
 }  // namespace

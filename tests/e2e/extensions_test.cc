@@ -24,6 +24,8 @@ namespace shoal::e2e {
 namespace {
 
 using json = nlohmann::json;
+// The shoal under test was built with the CUDA path (SHOAL_CUDA), so it opens CUDA IPC handles.
+constexpr bool kCudaBuild = SHOAL_E2E_CUDA_BUILD;
 using runtime::testing::kAddSubConfig;
 using runtime::testing::kIdentityConfig;
 using shoal::testing::HttpReply;
@@ -264,16 +266,39 @@ TEST_F(ExtensionsE2eTest, GrpcSystemSharedMemoryAndCudaRefusal) {
     grpc::ClientContext ctx;
     inference::CudaSharedMemoryRegisterRequest creq;
     creq.set_name("c");
+    creq.set_byte_size(4);
     inference::CudaSharedMemoryRegisterResponse cresp;
     auto s = stub_->CudaSharedMemoryRegister(&ctx, creq, &cresp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    // Built with the CUDA path, the empty handle is refused for its size; without it,
+    // CUDA shared memory is not supported at all. Either way nothing is registered.
+    EXPECT_EQ(s.error_code(), kCudaBuild ? grpc::StatusCode::INVALID_ARGUMENT
+                                         : grpc::StatusCode::FAILED_PRECONDITION)
+        << s.error_message();
   }
   EXPECT_EQ(GetJson("/v2/cudasharedmemory/status"), json::array());
   json refused = PostJson("/v2/cudasharedmemory/region/c/register",
                           {{"raw_handle", {{"b64", ""}}}, {"device_id", 0}, {"byte_size", 4}}, 400);
-  EXPECT_NE(refused["error"].get<std::string>().find("CUDA shared memory is not supported"),
+  EXPECT_NE(refused["error"].get<std::string>().find(
+                kCudaBuild ? "raw_handle must be a cudaIpcMemHandle_t of 64 bytes; was 0"
+                           : "CUDA shared memory is not supported"),
             std::string::npos)
       << refused;
+  // A handle that is not base64, and a missing device_id, are refused before any device.
+  json not_b64 =
+      PostJson("/v2/cudasharedmemory/region/c/register",
+               {{"raw_handle", {{"b64", "@@"}}}, {"device_id", 0}, {"byte_size", 4}}, 400);
+  EXPECT_NE(not_b64["error"].get<std::string>().find("raw_handle.b64: not base64"),
+            std::string::npos)
+      << not_b64;
+  json no_device = PostJson("/v2/cudasharedmemory/region/c/register",
+                            {{"raw_handle", {{"b64", "AAAA"}}}, {"byte_size", 4}}, 400);
+  EXPECT_NE(no_device["error"].get<std::string>().find("device_id: missing"), std::string::npos)
+      << no_device;
+  json unknown = GetJson("/v2/cudasharedmemory/region/c/status", 400);
+  EXPECT_NE(unknown["error"].get<std::string>().find("Unable to find cuda shared memory region"),
+            std::string::npos)
+      << unknown;
+  EXPECT_EQ(GetJson("/v2/cudasharedmemory/status"), json::array());
 }
 
 TEST_F(ExtensionsE2eTest, ClassificationWithLabels) {

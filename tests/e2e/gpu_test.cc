@@ -18,6 +18,10 @@
 
 #include "server/http_test_client.h"
 #include "shoal_process.h"
+#ifdef SHOAL_E2E_CUDA_BUILD
+#include "engine/cuda/device.h"
+#include "engine/cuda/ipc_memory.h"
+#endif
 
 namespace shoal::e2e {
 namespace {
@@ -101,6 +105,107 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   EXPECT_THAT(page, ::testing::Not(HasSubstr("instance=\"on_cpu_0\",gpu=")));
   EXPECT_EQ(p->Terminate(), 0) << p->log();
 }
+
+#ifdef SHOAL_E2E_CUDA_BUILD
+std::string Base64(const std::string& bytes) {
+  static const char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) |
+                       (static_cast<uint8_t>(bytes[i + 1]) << 8) |
+                       static_cast<uint8_t>(bytes[i + 2]);
+    for (int k = 18; k >= 0; k -= 6) out.push_back(kDigits[(v >> k) & 63]);
+  }
+  if (i + 1 == bytes.size()) {
+    const uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    out += {kDigits[(v >> 18) & 63], kDigits[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == bytes.size()) {
+    const uint32_t v =
+        (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8);
+    out += {kDigits[(v >> 18) & 63], kDigits[(v >> 12) & 63], kDigits[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+// Triton's CUDA shared memory: this test process allocates device memory, exports its IPC
+// handle and registers it; the server (another process) opens it, reads the input rows
+// from it and writes the scores into it, which this process then reads on the device.
+TEST(GpuE2eTest, CudaSharedMemoryCarriesTheInputsAndOutputs) {
+  namespace cuda = engine::cuda;
+  if (auto devices = cuda::ListDevices(); !devices.ok())
+    GTEST_SKIP() << "no CUDA device here: " << devices.status().ToString();
+  TempDir repo;
+  std::ifstream in(SourceDir() + "/examples/models/recommender/1/model.onnx", std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  repo.WriteFile("rec/1/model.onnx", bytes.str());
+  repo.WriteFile("rec/config.pbtxt", Config("rec", "count: 1 kind: KIND_CPU"));
+  const int http = FreePort();
+  auto p = ShoalProcess::Start({"serve", "--model-repository", repo.path(), "--http-port",
+                                std::to_string(http), "--grpc-port", std::to_string(FreePort()),
+                                "--metrics-port", std::to_string(FreePort())});
+  ASSERT_TRUE(p->WaitForPort(http)) << p->log();
+  HttpTestClient client("127.0.0.1", http);
+  ASSERT_EQ(client.Get("/v2/models/rec/ready").status, 200) << p->log();
+
+  std::vector<float> rows;
+  for (int i = 0; i < 3 * 64; ++i) rows.push_back(std::cos(0.21f * static_cast<float>(i)));
+  const auto plain = client.Post(
+      "/v2/models/rec/infer",
+      json({{"inputs",
+             {{{"name", "features"}, {"shape", {3, 64}}, {"datatype", "FP32"}, {"data", rows}}}}})
+          .dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json want = json::parse(plain.body)["outputs"][0]["data"];
+
+  // Inputs at offset 0 (768 bytes), the three scores at offset 1024.
+  auto stream = cuda::Stream::Create();
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  auto memory = cuda::DeviceBuffer::Allocate(4096);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  ASSERT_TRUE(cuda::CopyToDevice(memory->data(), rows.data(), rows.size() * 4, *stream).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  auto handle = cuda::ExportIpcHandle(memory->data());
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  const auto registered = client.Post(
+      "/v2/cudasharedmemory/region/gpu_io/register",
+      json({{"raw_handle", {{"b64", Base64(*handle)}}}, {"device_id", 0}, {"byte_size", 4096}})
+          .dump());
+  ASSERT_EQ(registered.status, 200) << registered.body << p->log();
+  const json status = json::parse(client.Get("/v2/cudasharedmemory/status").body);
+  ASSERT_EQ(status.size(), 1u) << status;
+  EXPECT_EQ(status[0]["name"], "gpu_io");
+  EXPECT_EQ(status[0]["device_id"], 0);
+  EXPECT_EQ(status[0]["byte_size"], 4096);
+
+  const auto shared = client.Post(
+      "/v2/models/rec/infer",
+      json({{"inputs",
+             {{{"name", "features"},
+               {"shape", {3, 64}},
+               {"datatype", "FP32"},
+               {"parameters",
+                {{"shared_memory_region", "gpu_io"}, {"shared_memory_byte_size", 768}}}}}},
+            {"outputs",
+             {{{"name", "score"},
+               {"parameters",
+                {{"shared_memory_region", "gpu_io"},
+                 {"shared_memory_offset", 1024},
+                 {"shared_memory_byte_size", 12}}}}}}})
+          .dump());
+  ASSERT_EQ(shared.status, 200) << shared.body;
+  EXPECT_FALSE(json::parse(shared.body)["outputs"][0].contains("data")) << shared.body;
+  float got[3] = {};
+  ASSERT_TRUE(cuda::CopyToHost(got, memory->as<char>() + 1024, sizeof(got), *stream).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got[i], want[i].get<double>(), 1e-6) << "row " << i;
+
+  ASSERT_EQ(client.Post("/v2/cudasharedmemory/region/gpu_io/unregister", "").status, 200);
+  EXPECT_EQ(json::parse(client.Get("/v2/cudasharedmemory/status").body), json::array());
+  EXPECT_EQ(p->Terminate(), 0) << p->log();
+}
+#endif
 
 }  // namespace
 }  // namespace shoal::e2e

@@ -413,8 +413,10 @@ TEST_F(GrpcE2eTest, EveryErrorStatus) {
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    inference::CudaSharedMemoryRegisterResponse r;
-    EXPECT_EQ(shoal.stub().CudaSharedMemoryRegister(&ctx, {}, &r).error_code(),
+    inference::RepositoryIndexRequest req;
+    req.set_repository_name("another");  // shoal serves one repository
+    inference::RepositoryIndexResponse r;
+    EXPECT_EQ(shoal.stub().RepositoryIndex(&ctx, req, &r).error_code(),
               grpc::StatusCode::UNIMPLEMENTED);
   }
   {

@@ -13,6 +13,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gpu_plan.h"
+#include "engine/cuda/ipc_memory.h"
 #include "engine/plan.h"
 
 namespace shoal::backends {
@@ -78,6 +79,9 @@ class GpuInstance : public BackendInstance {
       outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
     return Status::Ok();
   }
+
+  // Forgets the device time measured so far (the load-time accuracy check's).
+  void ResetDeviceStats() { stats_ = DeviceStats{}; }
 
   DeviceStats device_stats() const override {
     DeviceStats stats = stats_;
@@ -194,22 +198,29 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
                                                 std::move(stream));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
+  // (An input of unknown rank has no smallest shape: such a model is lowered at its first
+  // batch, or at the calibration inputs' shapes below.)
   std::vector<Shape> shapes;
+  bool ranks_known = true;
   for (const engine::TensorInfo& t : model.inputs()) {
-    if (!t.rank_known) return std::unique_ptr<BackendInstance>(std::move(instance));
+    ranks_known = ranks_known && t.rank_known;
     Shape shape;
     for (const engine::Dim& d : t.shape) shape.push_back(d.known() ? d.value : 1);
     shapes.push_back(std::move(shape));
   }
   try {
-    auto plan = instance->PlanFor(shapes);
-    if (!plan.ok()) return plan.status().WithPrefix(where);
+    if (ranks_known) {
+      auto plan = instance->PlanFor(shapes);
+      if (!plan.ok()) return plan.status().WithPrefix(where);
+    }
     if (!check.batches.empty() && check.judge) {
-      // The tier against the CPU engine's fp32 on the calibration inputs.
-      ASSIGN_OR_RETURN(auto cpu, engine::Session::Create(model));
+      // The tier against the CPU engine's fp32 on the calibration inputs. Those batches'
+      // plans stay in the instance's cache; their device time is not the model's serving.
+      auto cpu = engine::Session::Create(model);
+      if (!cpu.ok()) return cpu.status().WithPrefix(where + ": the fp32 reference");
       auto accuracy = engine::CompareRunners(
           [&](const std::vector<NamedTensor>& in, std::vector<NamedTensor>* out) {
-            return cpu->Run(in, out);
+            return (*cpu)->Run(in, out);
           },
           [&](const std::vector<NamedTensor>& in, std::vector<NamedTensor>* out) {
             return instance->Run(in, out);
@@ -217,11 +228,14 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
           check.batches);
       if (!accuracy.ok()) return accuracy.status().WithPrefix(where + ": measuring " + tier);
       RETURN_IF_ERROR(check.judge(*accuracy));
+      instance->ResetDeviceStats();
     }
   } catch (const std::exception& e) {
     return Internal(where + ": " + e.what());
   }
   return std::unique_ptr<BackendInstance>(std::move(instance));
 }
+
+DeviceMemoryOpener CudaIpcOpener() { return engine::cuda::IpcMemoryOpener(); }
 
 }  // namespace shoal::backends

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/device_memory.h"
 #include "core/status.h"
 #include "engine/model.h"
 #include "engine/precision.h"
@@ -54,5 +55,9 @@ bool GpuInstancesBuilt();
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
     const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check = {});
+
+// How CUDA shared-memory regions are opened in this build (the server's SharedMemoryManager
+// takes it): CUDA IPC handles (engine/cuda/ipc_memory.h) with the CUDA path, none without.
+DeviceMemoryOpener CudaIpcOpener();
 
 }  // namespace shoal::backends

@@ -15,4 +15,6 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       "where a CUDA toolkit is installed (docs/gpu.md), or use kind: KIND_CPU");
 }
 
+DeviceMemoryOpener CudaIpcOpener() { return nullptr; }
+
 }  // namespace shoal::backends
