@@ -28,7 +28,8 @@ class DeviceMemory {
 
 // Opens `raw_handle` (the bytes of a cudaIpcMemHandle_t) on GPU `device_id`, a window of
 // `byte_size` bytes from its start. INVALID_ARGUMENT for a handle of the wrong size, a GPU
-// the machine lacks, or a handle the driver refuses (with the driver's words).
+// the machine lacks, a handle the driver refuses (with the driver's words) or a window past
+// the allocation; RESOURCE_EXHAUSTED or UNAVAILABLE when the device cannot map it.
 using DeviceMemoryOpener = std::function<StatusOr<std::shared_ptr<const DeviceMemory>>(
     std::string_view raw_handle, int64_t device_id, uint64_t byte_size)>;
 

@@ -1,5 +1,6 @@
 #include "server/grpc_handlers.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -41,7 +42,12 @@ GrpcHandlers::GrpcHandlers(runtime::Server* server, std::vector<std::string> ext
                            std::shared_ptr<ExtensionState> state)
     : server_(server),
       extensions_(std::move(extensions)),
-      state_(state ? std::move(state) : std::make_shared<ExtensionState>()) {}
+      state_(state ? std::move(state) : std::make_shared<ExtensionState>()) {
+  // Listed where this build can open CUDA regions (serve.cc sets the opener first).
+  if (state_->shared_memory.CudaSupported() &&
+      std::find(extensions_.begin(), extensions_.end(), "cuda_shared_memory") == extensions_.end())
+    extensions_.push_back("cuda_shared_memory");
+}
 
 grpc::Status GrpcHandlers::ServerLive(const inference::ServerLiveRequest&,
                                       inference::ServerLiveResponse* response) {

@@ -100,7 +100,7 @@ class GrpcHandlers {
                                      const std::string& model_name) const;
 
   runtime::Server* const server_;
-  const std::vector<std::string> extensions_;
+  std::vector<std::string> extensions_;  // set in the constructor, read-only after
   const std::shared_ptr<ExtensionState> state_;
 };
 

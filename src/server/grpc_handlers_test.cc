@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <future>
+#include <string>
 
+#include "server/grpc_codec.h"
 #include "server/grpc_test_util.h"
 
 namespace shoal::server {
@@ -276,6 +279,100 @@ TEST(GrpcHandlersExplicitTest, LoadAndUnload) {
   load.clear_model_name();
   EXPECT_EQ(handlers.RepositoryModelLoad(load, &load_resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// Host bytes behind the DeviceMemory interface, standing in for a CUDA IPC mapping (the
+// real one is opened by the real server in e2e_gpu_test on a GPU machine).
+class HostWindow : public DeviceMemory {
+ public:
+  explicit HostWindow(size_t bytes) : bytes_(bytes, '\0') {}
+  Status CopyToHost(uint64_t offset, void* dst, size_t n) const override {
+    std::memcpy(dst, bytes_.data() + offset, n);
+    return Status::Ok();
+  }
+  Status CopyFromHost(uint64_t offset, const void* src, size_t n) const override {
+    std::memcpy(bytes_.data() + offset, src, n);
+    return Status::Ok();
+  }
+  mutable std::string bytes_;
+};
+
+// With an opener (a build with the CUDA path), the extension is listed, a handle registers
+// and shows in the status, and an infer reads its input from the region and writes its
+// output there.
+TEST_F(GrpcHandlersTest, CudaSharedMemoryWithAnOpener) {
+  auto state = std::make_shared<ExtensionState>();
+  std::shared_ptr<HostWindow> window;
+  state->shared_memory.SetDeviceMemoryOpener(
+      [&](std::string_view handle, int64_t,
+          uint64_t bytes) -> StatusOr<std::shared_ptr<const DeviceMemory>> {
+        if (handle.size() != 64) return InvalidArgument("not a handle");
+        window = std::make_shared<HostWindow>(bytes);
+        return std::shared_ptr<const DeviceMemory>(window);
+      });
+  GrpcHandlers handlers(server_.get(), GrpcHandlers::DefaultExtensions(), state);
+  inference::ServerMetadataResponse meta;
+  ASSERT_TRUE(handlers.ServerMetadata({}, &meta).ok());
+  std::vector<std::string> ext(meta.extensions().begin(), meta.extensions().end());
+  EXPECT_NE(std::find(ext.begin(), ext.end(), "cuda_shared_memory"), ext.end());
+
+  inference::CudaSharedMemoryRegisterRequest reg;
+  reg.set_name("gpu");
+  reg.set_raw_handle(std::string(64, 'h'));
+  reg.set_device_id(0);
+  reg.set_byte_size(64);
+  inference::CudaSharedMemoryRegisterResponse reg_resp;
+  ASSERT_TRUE(handlers.CudaSharedMemoryRegister(reg, &reg_resp).ok());
+  reg.set_raw_handle("short");
+  reg.set_name("other");
+  EXPECT_EQ(handlers.CudaSharedMemoryRegister(reg, &reg_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  inference::CudaSharedMemoryStatusResponse status;
+  ASSERT_TRUE(handlers.CudaSharedMemoryStatus({}, &status).ok());
+  ASSERT_EQ(status.regions().size(), 1u);
+  EXPECT_EQ(status.regions().at("gpu").byte_size(), 64u);
+
+  // The codec reads INPUT0 [1, 2] fp32 from bytes 0-7 and writes OUTPUT0 to bytes 32-39.
+  const float in[2] = {1.5f, -2.f};
+  std::memcpy(window->bytes_.data(), in, 8);
+  auto req = std::make_shared<inference::ModelInferRequest>();
+  req->set_model_name("identity");
+  auto* input = req->add_inputs();
+  input->set_name("INPUT0");
+  input->set_datatype("FP32");
+  input->add_shape(1);
+  input->add_shape(2);
+  (*input->mutable_parameters())["shared_memory_region"].set_string_param("gpu");
+  (*input->mutable_parameters())["shared_memory_byte_size"].set_int64_param(8);
+  auto* output = req->add_outputs();
+  output->set_name("OUTPUT0");
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("gpu");
+  (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(32);
+  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(8);
+  SharedMemoryOutputs outputs;
+  auto decoded =
+      InferRequestFromProto(req, runtime::RequestLimits{}, &state->shared_memory, &outputs);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->inputs.size(), 1u);
+  EXPECT_EQ(decoded->inputs[0].tensor.values<float>()[0], 1.5f);
+  EXPECT_EQ(decoded->inputs[0].tensor.values<float>()[1], -2.f);
+  runtime::InferResponse answer;
+  answer.model_name = "identity";
+  answer.outputs.push_back(
+      {"OUTPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 2}, {4.f, 5.f})});
+  inference::ModelInferResponse resp;
+  ASSERT_TRUE(InferResponseToProto(answer, outputs, &resp).ok());
+  float out[2] = {};
+  std::memcpy(out, window->bytes_.data() + 32, 8);
+  EXPECT_EQ(out[0], 4.f);
+  EXPECT_EQ(out[1], 5.f);
+
+  inference::CudaSharedMemoryUnregisterRequest unreg;
+  inference::CudaSharedMemoryUnregisterResponse unreg_resp;
+  ASSERT_TRUE(handlers.CudaSharedMemoryUnregister(unreg, &unreg_resp).ok());
+  inference::CudaSharedMemoryStatusResponse after;  // gRPC hands every call a fresh response
+  ASSERT_TRUE(handlers.CudaSharedMemoryStatus({}, &after).ok());
+  EXPECT_TRUE(after.regions().empty());
 }
 
 TEST_F(GrpcHandlersTest, SharedMemoryTraceAndLogSettings) {

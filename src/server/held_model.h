@@ -1,9 +1,10 @@
 // A test model that holds a lone request in its queue for ten minutes: it waits for a batch
 // of 8 that never comes (batching_policy "fixed_window": Triton's window, which a lone
-// request waits out; the default policy would run it at once). Only a cancellation, a full queue's refusal, a queue timeout or a
-// draining shutdown (which runs what is queued) moves a request sent to it, so tests that
-// use it assume nothing about how long anything takes. Used by the front ends' unit tests
-// and by the end-to-end tests (backend "cost_model", one instance, INPUT0/OUTPUT0 FP32 [1]).
+// request waits out; the default policy would run it at once). Only a cancellation, a full queue's
+// refusal, a queue timeout or a draining shutdown (which runs what is queued) moves a request sent
+// to it, so tests that use it assume nothing about how long anything takes. Used by the front ends'
+// unit tests and by the end-to-end tests (backend "cost_model", one instance, INPUT0/OUTPUT0 FP32
+// [1]).
 //
 //   repo.AddModel("held_q1", HeldConfig("held_q1", "default_queue_policy { max_queue_size: 1 }"));
 #pragma once

@@ -118,7 +118,12 @@ std::optional<std::string> Base64Decode(std::string_view in) {
     if (c == '/') return 63;
     return -1;
   };
-  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  // Padding, when there is any, fills the last group of four; at most two '='.
+  if (!in.empty() && in.back() == '=') {
+    if (in.size() % 4 != 0) return std::nullopt;
+    in.remove_suffix(1);
+    if (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  }
   if (in.size() % 4 == 1) return std::nullopt;
   std::string out;
   out.reserve(in.size() * 3 / 4);

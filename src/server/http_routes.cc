@@ -244,18 +244,19 @@ std::string_view RouteMethod(Route route) {
   }
 }
 
-std::string ServerMetadataJson() {
+std::string ServerMetadataJson(bool cuda_shared_memory) {
   std::string out;
   proto::JsonWriter w(&out);
   w.BeginObject().Member("name", "shoal").Member("version", SHOAL_VERSION);
   w.Key("extensions").BeginArray();
-  // Not listed: "cuda_shared_memory" (its endpoints answer, but no region can be
-  // registered without a GPU) and "trace" (settings only; no traces are produced).
+  // Not listed: "trace" (settings only; no traces are produced), and "cuda_shared_memory"
+  // in a build without the CUDA path (its endpoints answer, but refuse every region).
   for (const char* e :
        {"model_repository", "schedule_policy", "model_configuration", "binary_tensor_data",
         "parameters", "statistics", "classification", "system_shared_memory", "logging"}) {
     w.String(e);
   }
+  if (cuda_shared_memory) w.String("cuda_shared_memory");
   w.EndArray().EndObject();
   return out;
 }
@@ -383,7 +384,7 @@ HttpRoutes::HttpRoutes(runtime::Server* server, HttpOptions options)
       options_(std::move(options)),
       extensions_(options_.extension_state ? options_.extension_state
                                            : std::make_shared<ExtensionState>()),
-      server_metadata_(ServerMetadataJson()),
+      server_metadata_(ServerMetadataJson(extensions_->shared_memory.CudaSupported())),
       worker_(1, "http-repo"),
       codec_(options_.codec_threads > 0
                  ? std::make_shared<TaskPool>(options_.codec_threads, "http-codec")
@@ -439,6 +440,29 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
   }
   if (auto endpoint = ExtensionEndpointClass(*segments);
       endpoint.has_value() && !Authorized(request, *endpoint, responder)) {
+    return {};
+  }
+  // CUDA shared-memory registration opens an IPC handle in the driver, and unregistering
+  // closes one: both may take milliseconds, so they run on the worker, not the loop.
+  if (segments->size() >= 2 && (*segments)[0] == "v2" && (*segments)[1] == "cudasharedmemory" &&
+      request.head.method == "POST") {
+    auto segs = std::make_shared<std::vector<std::string>>(std::move(*segments));
+    auto body = std::make_shared<std::string>(request.body_view());
+    auto method = std::make_shared<std::string>(request.head.method);
+    runtime::Server* server = server_;
+    std::shared_ptr<ExtensionState> state = extensions_;
+    auto refused = [responder] {
+      responder.Send(ErrorResponse(Unavailable("server is shutting down")));
+    };
+    if (!RunOnWorker(
+            [segs, body, method, server, state, responder] {
+              auto answer = HandleExtension(*segs, *method, *body, *server, *state);
+              responder.Send(answer ? std::move(*answer)
+                                    : proto::HttpResponse::Error(404, "Not Found"));
+            },
+            refused)) {
+      refused();
+    }
     return {};
   }
   if (auto answer = HandleExtension(*segments, request.head.method, request.body_view(), *server_,
@@ -557,6 +581,13 @@ size_t JsonOutputBytes(const runtime::InferResponse& response, const OutputEncod
   return bytes;
 }
 
+// Whether the answer copies an output into a CUDA shared-memory region.
+bool WritesDeviceMemory(const OutputEncoding& encoding) {
+  for (const auto& [name, view] : encoding.shared_memory_views)
+    if (view.device != nullptr) return true;
+  return false;
+}
+
 }  // namespace
 
 std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& match,
@@ -567,9 +598,13 @@ std::function<void()> HttpRoutes::Infer(HttpRequest& request, const RouteMatch& 
   call->body = std::move(request.body);
   call->match = match;
   call->responder = responder;
+  // A request that may read a CUDA shared-memory region copies device memory while it is
+  // decoded: off the loop too.
   const bool offload =
       codec_ != nullptr &&
-      (call->body->size() > static_cast<size_t>(options_.offload_bytes) || Compressed(call->head));
+      (call->body->size() > static_cast<size_t>(options_.offload_bytes) || Compressed(call->head) ||
+       (extensions_->shared_memory.HasCudaRegions() &&
+        call->body->view().find("shared_memory_region") != std::string_view::npos));
   if (!offload) {
     StartInfer(call);
     std::shared_ptr<runtime::RequestHandle> handle;
@@ -671,8 +706,10 @@ void HttpRoutes::StartInfer(const std::shared_ptr<InferCall>& call) {
           log(http.status());
           return http.ok() ? std::move(http).value() : ErrorResponse(http.status());
         };
-        // A large JSON answer is written on the codec pool; the rest on the loop.
-        if (shared->status.ok() && JsonOutputBytes(*shared, *encoding) > offload) {
+        // A large JSON answer, or one that copies outputs to device memory, is written on
+        // the codec pool; the rest on the loop.
+        if (shared->status.ok() &&
+            (JsonOutputBytes(*shared, *encoding) > offload || WritesDeviceMemory(*encoding))) {
           if (std::shared_ptr<TaskPool> p = pool.lock()) {
             if (p->Submit([responder, make] { responder.Send(make()); },
                           [responder, make] { responder.SendLater(make); })) {

@@ -70,7 +70,7 @@ RouteMatch MatchRoute(const std::vector<std::string>& segments);
 std::string_view RouteMethod(Route route);
 
 // JSON renderers (exposed for tests).
-std::string ServerMetadataJson();
+std::string ServerMetadataJson(bool cuda_shared_memory = false);
 StatusOr<std::string> ModelMetadataJson(const runtime::Server& server, const std::string& model,
                                         int64_t version);
 StatusOr<std::string> ModelConfigJson(const inference::ModelConfig& config);

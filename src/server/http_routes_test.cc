@@ -98,6 +98,9 @@ TEST(HttpRoutesTest, ServerMetadataListsOnlyWhatIsImplemented) {
   for (const char* present : {"system_shared_memory", "classification", "logging"}) {
     EXPECT_EQ(std::count(ext.begin(), ext.end(), present), 1) << present;
   }
+  // A build that can open CUDA regions lists their extension.
+  auto cuda = json::parse(ServerMetadataJson(true))["extensions"].get<std::vector<std::string>>();
+  EXPECT_EQ(std::count(cuda.begin(), cuda.end(), "cuda_shared_memory"), 1);
 }
 
 TEST(HttpRoutesTest, ModelConfigJsonWritesInt64AsNumbers) {

@@ -92,8 +92,15 @@ Status SharedMemoryManager::Register(const std::string& name, const std::string&
                            std::strerror(err));
   }
   MutexLock lock(&mu_);
-  if (!regions_.emplace(name, std::move(region)).second) return NameTaken(name);
+  // try_emplace leaves `region` with the caller when the name is taken, so it is unmapped
+  // outside the lock.
+  if (!regions_.try_emplace(name, std::move(region)).second) return NameTaken(name);
   return Status::Ok();
+}
+
+bool SharedMemoryManager::CudaSupported() const {
+  MutexLock lock(&mu_);
+  return static_cast<bool>(opener_);
 }
 
 void SharedMemoryManager::SetDeviceMemoryOpener(DeviceMemoryOpener opener) {
@@ -125,13 +132,17 @@ Status SharedMemoryManager::RegisterCuda(const std::string& name, std::string_vi
   // Opened outside the lock: the driver call may take a while.
   auto device = opener(raw_handle, device_id, byte_size);
   if (!device.ok()) return device.status().WithPrefix("cuda shared memory region " + Quoted(name));
+  if (*device == nullptr)
+    return Internal("cuda shared memory region " + Quoted(name) + ": the opener gave nothing");
   auto region = std::make_shared<Region>();
   region->status.name = name;
   region->status.byte_size = byte_size;
   region->device = std::move(device).value();
   region->device_id = device_id;
   MutexLock lock(&mu_);
-  if (!regions_.emplace(name, std::move(region)).second) return NameTaken(name);
+  // As in Register: a region that lost a race for its name is closed outside the lock.
+  if (!regions_.try_emplace(name, std::move(region)).second) return NameTaken(name);
+  cuda_regions_.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -143,6 +154,7 @@ void SharedMemoryManager::RemoveRegions(const std::string& name, bool cuda) {
     const bool match =
         (name.empty() || it->first == name) && (it->second->device != nullptr) == cuda;
     if (match) {
+      if (cuda) cuda_regions_.fetch_sub(1, std::memory_order_relaxed);
       removed.push_back(std::move(it->second));
       it = regions_.erase(it);
     } else {

@@ -23,6 +23,7 @@
 // name (ALREADY_EXISTS, HTTP 409); every message names the region.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -91,6 +92,12 @@ class SharedMemoryManager {
 
   // How CUDA regions are opened; set once, before the front ends serve.
   void SetDeviceMemoryOpener(DeviceMemoryOpener opener);
+  // Whether CUDA regions can be registered (an opener is set): servers list the
+  // cuda_shared_memory extension then.
+  bool CudaSupported() const;
+  // Whether any CUDA region is registered now. Cheap (no lock): the HTTP front end asks it
+  // of every small request, to move those that may copy device memory off its loops.
+  bool HasCudaRegions() const { return cuda_regions_.load(std::memory_order_relaxed) > 0; }
   // Opens `raw_handle` (a cudaIpcMemHandle_t's bytes) on GPU `device_id` as `name`, a
   // window of `byte_size` bytes. FAILED_PRECONDITION without an opener (a build without
   // the CUDA path); INVALID_ARGUMENT for an empty name, byte_size 0, a negative device or
@@ -122,6 +129,7 @@ class SharedMemoryManager {
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<const Region>> regions_ GUARDED_BY(mu_);
   DeviceMemoryOpener opener_ GUARDED_BY(mu_);
+  std::atomic<int> cuda_regions_{0};
 };
 
 // Copies `tensor`'s bytes to the start of `view` (host or device). INVALID_ARGUMENT

@@ -165,6 +165,26 @@ TEST(SharedMemoryTest, CudaRegionsNeedAnOpener) {
   EXPECT_TRUE(m.GetCudaStatus("")->empty());
 }
 
+TEST(SharedMemoryTest, CudaSupportAndRegionCountFollowTheOpenerAndTheRegions) {
+  SharedMemoryManager m;
+  EXPECT_FALSE(m.CudaSupported());
+  bool give_nothing = true;
+  m.SetDeviceMemoryOpener([&](std::string_view, int64_t,
+                              uint64_t bytes) -> StatusOr<std::shared_ptr<const DeviceMemory>> {
+    if (give_nothing) return std::shared_ptr<const DeviceMemory>();
+    return std::shared_ptr<const DeviceMemory>(std::make_shared<HostWindow>(bytes));
+  });
+  EXPECT_TRUE(m.CudaSupported());
+  EXPECT_EQ(m.RegisterCuda("c", "h", 0, 8).code(), StatusCode::kInternal);  // a null window
+  EXPECT_FALSE(m.HasCudaRegions());
+  give_nothing = false;
+  ASSERT_TRUE(m.RegisterCuda("c", "h", 0, 8).ok());
+  EXPECT_EQ(m.RegisterCuda("c", "h", 0, 8).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(m.HasCudaRegions());
+  ASSERT_TRUE(m.UnregisterCuda("c").ok());
+  EXPECT_FALSE(m.HasCudaRegions());
+}
+
 TEST(SharedMemoryTest, CudaRegionsShareTheNamespaceButNotStatusOrUnregister) {
   ShmObject shm(64);
   SharedMemoryManager m;

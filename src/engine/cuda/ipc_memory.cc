@@ -1,10 +1,50 @@
 #include "engine/cuda/ipc_memory.h"
 
+#include <cuda.h>
+
 #include <cstring>
 
 #include "engine/cuda/cuda_status.h"
 
 namespace shoal::engine::cuda {
+namespace {
+
+// Makes `device` current for the scope, then restores the caller's device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  Status status_;
+};
+
+// The driver's cuMemGetAddressRange (CUDA 12's ABI), reached through the runtime so that
+// nothing links libcuda; null where the driver does not give it.
+using AddressRangeFn = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr pointer);
+AddressRangeFn AddressRange() {
+  static const AddressRangeFn fn = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &entry, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return AddressRangeFn{nullptr};
+    }
+    return reinterpret_cast<AddressRangeFn>(entry);
+  }();
+  return fn;
+}
+
+}  // namespace
 
 StatusOr<std::shared_ptr<const IpcMemory>> IpcMemory::Open(std::string_view raw_handle,
                                                            int64_t device, uint64_t byte_size) {
@@ -25,25 +65,39 @@ StatusOr<std::shared_ptr<const IpcMemory>> IpcMemory::Open(std::string_view raw_
   std::shared_ptr<IpcMemory> memory(new IpcMemory());
   memory->device_ = static_cast<int>(device);
   memory->byte_size_ = byte_size;
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(memory->device_), "cudaSetDevice"));
+  DeviceScope scope(memory->device_);
+  RETURN_IF_ERROR(scope.status());
   const cudaError_t opened =
       cudaIpcOpenMemHandle(&memory->data_, handle, cudaIpcMemLazyEnablePeerAccess);
   if (opened != cudaSuccess) {
     memory->data_ = nullptr;
     (void)cudaGetLastError();
-    return InvalidArgument(std::string("cudaIpcOpenMemHandle refused the handle: ") +
-                           cudaGetErrorName(opened) + ": " + cudaGetErrorString(opened));
+    const std::string why =
+        std::string(cudaGetErrorName(opened)) + ": " + cudaGetErrorString(opened);
+    if (opened == cudaErrorMemoryAllocation)
+      return ResourceExhausted("mapping the handle's memory: " + why);
+    return InvalidArgument("cudaIpcOpenMemHandle refused the handle: " + why);
   }
-  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&memory->stream_, cudaStreamNonBlocking),
-                             "cudaStreamCreateWithFlags"));
+  if (AddressRangeFn range = AddressRange()) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    const auto at = reinterpret_cast<CUdeviceptr>(memory->data_);
+    if (range(&base, &size, at) == CUDA_SUCCESS) {
+      const uint64_t available = static_cast<uint64_t>(base + size - at);
+      if (byte_size > available) {
+        return InvalidArgument("byte_size " + std::to_string(byte_size) +
+                               " is larger than the shared allocation (" +
+                               std::to_string(available) + " bytes from the handle's address)");
+      }
+    }
+  }
   return std::shared_ptr<const IpcMemory>(std::move(memory));
 }
 
 IpcMemory::~IpcMemory() {
-  if (data_ == nullptr && stream_ == nullptr) return;
-  (void)cudaSetDevice(device_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  if (data_ != nullptr) cudaIpcCloseMemHandle(data_);
+  if (data_ == nullptr) return;
+  DeviceScope scope(device_);
+  cudaIpcCloseMemHandle(data_);
 }
 
 Status IpcMemory::Copy(uint64_t offset, void* host, size_t n, bool to_host) const {
@@ -52,17 +106,25 @@ Status IpcMemory::Copy(uint64_t offset, void* host, size_t n, bool to_host) cons
                            ") are past the region's " + std::to_string(byte_size_));
   }
   if (n == 0) return Status::Ok();
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  DeviceScope scope(device_);
+  RETURN_IF_ERROR(scope.status());
   char* device = static_cast<char*>(data_) + offset;
-  // Asynchronous on the window's stream, then waited for: a plain cudaMemcpy from pageable
-  // memory may return before the device holds the bytes, and the client reads them as soon
-  // as it has the response.
+  // Asynchronous on this thread's own stream, then waited for: a plain cudaMemcpy from
+  // pageable memory may return before the device holds the bytes, and the client reads
+  // them as soon as it has the response.
   const cudaError_t queued =
-      to_host ? cudaMemcpyAsync(host, device, n, cudaMemcpyDeviceToHost, stream_)
-              : cudaMemcpyAsync(device, host, n, cudaMemcpyHostToDevice, stream_);
-  const cudaError_t waited = cudaStreamSynchronize(stream_);
-  RETURN_IF_ERROR(CudaStatus(queued, "cudaMemcpyAsync"));
-  return CudaStatus(waited, "cudaStreamSynchronize");
+      to_host ? cudaMemcpyAsync(host, device, n, cudaMemcpyDeviceToHost, cudaStreamPerThread)
+              : cudaMemcpyAsync(device, host, n, cudaMemcpyHostToDevice, cudaStreamPerThread);
+  const cudaError_t waited = cudaStreamSynchronize(cudaStreamPerThread);
+  const cudaError_t failed = queued != cudaSuccess ? queued : waited;
+  if (failed == cudaSuccess) return Status::Ok();
+  (void)cudaGetLastError();
+  if (failed == cudaErrorInvalidValue || failed == cudaErrorIllegalAddress) {
+    return InvalidArgument(std::string("copying the region's memory failed (has the client freed "
+                                       "it?): ") +
+                           cudaGetErrorName(failed) + ": " + cudaGetErrorString(failed));
+  }
+  return CudaStatus(failed, "copying the region's memory");
 }
 
 Status IpcMemory::CopyToHost(uint64_t offset, void* dst, size_t n) const {

@@ -4,8 +4,12 @@
 // cudaIpcGetMemHandle and sends the handle's 64 bytes; cudaIpcOpenMemHandle maps the same
 // memory here. A handle cannot be opened by the process that exported it.
 //
-// The driver does not say how large the exported allocation is: the window's byte_size
-// is the client's word, as in Triton, and copies are checked against it only.
+// The window's byte_size is the client's word, as in Triton; Open checks it against the
+// allocation the handle names (cuMemGetAddressRange, through the runtime's driver entry
+// point) where the driver answers, so a window cannot reach past the client's memory, and
+// every copy is checked against it. Each call makes the handle's GPU current and restores
+// the caller's device, and copies run on the calling thread's own stream, so threads do
+// not wait for each other's copies.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,15 +28,17 @@ class IpcMemory : public DeviceMemory {
  public:
   // Opens `raw_handle` (sizeof(cudaIpcMemHandle_t) bytes) on GPU `device`, a window of
   // `byte_size` bytes. INVALID_ARGUMENT for a handle of another size, a GPU the machine
-  // lacks, or a handle the driver refuses (with its words); UNAVAILABLE without a usable
-  // device.
+  // lacks, a handle the driver refuses (with its words) or a window larger than the
+  // allocation; RESOURCE_EXHAUSTED when the device has no memory left to map it;
+  // UNAVAILABLE without a usable device.
   static StatusOr<std::shared_ptr<const IpcMemory>> Open(std::string_view raw_handle,
                                                          int64_t device, uint64_t byte_size);
   ~IpcMemory() override;
   IpcMemory(const IpcMemory&) = delete;
   IpcMemory& operator=(const IpcMemory&) = delete;
 
-  // Synchronous copies on the window's own stream; INVALID_ARGUMENT past the window's end.
+  // Synchronous copies; INVALID_ARGUMENT past the window's end, or when the driver says the
+  // memory is no longer valid (the client freed it), with its words.
   Status CopyToHost(uint64_t offset, void* dst, size_t n) const override;
   Status CopyFromHost(uint64_t offset, const void* src, size_t n) const override;
 
@@ -45,7 +51,6 @@ class IpcMemory : public DeviceMemory {
   int device_ = 0;
   void* data_ = nullptr;
   uint64_t byte_size_ = 0;
-  cudaStream_t stream_ = nullptr;
 };
 
 // The bytes of the IPC handle of `device_pointer`, an allocation of this process
