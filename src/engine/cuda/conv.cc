@@ -35,6 +35,17 @@ Status Im2ColHalf(HalfType to, const float* x, void* cols, const Window2d& g, cu
       "im2col kernel launch");
 }
 
+Status ConvTranspose2d(const float* x, const float* w, const float* bias, float* y,
+                       const Window2d& g, int64_t m, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckWindow(g));
+  if (m < 0 || m % g.groups != 0) {
+    return InvalidArgument("transposed convolution: " + std::to_string(m) + " output channels in " +
+                           std::to_string(g.groups) + " groups");
+  }
+  return CudaStatus(internal::LaunchConvTransposeF32(x, w, bias, y, g, m, stream),
+                    "transposed convolution kernel launch");
+}
+
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
   Window2d plain = g;
   plain.groups = 1;

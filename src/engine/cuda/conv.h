@@ -1,7 +1,7 @@
 // Convolutions and pooling on a CUDA stream, NCHW fp32 as ONNX lays them out: im2col, which
-// turns a 2-D convolution into one GEMM per group (gpu_lowering.h lowers it onto cuBLASLt), and
-// max and average pooling. The shapes are validated on the host first, as everywhere on
-// the GPU path.
+// turns a 2-D convolution into one GEMM per group (gpu_lowering.h lowers it onto cuBLASLt),
+// transposed convolutions, and max and average pooling. The shapes are validated on the host first,
+// as everywhere on the GPU path.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,6 +24,12 @@ Status CheckWindow(const Window2d& g);
 Status Im2Col(const float* x, float* cols, const Window2d& g, cudaStream_t stream);
 // The same columns rounded to `to`, 2 bytes each: a mixed-precision plan's GEMM input.
 Status Im2ColHalf(HalfType to, const float* x, void* cols, const Window2d& g, cudaStream_t stream);
+
+// y [n, m, oh, ow] = ConvTranspose(x [n, c, h, w], w [c, m/groups, kh, kw]) + bias (m values,
+// or null), with g.ph and g.pw the padding taken off the output's start and g.oh, g.ow its
+// size (kernels.h). InvalidArgument as CheckWindow, or when the groups do not divide m.
+Status ConvTranspose2d(const float* x, const float* w, const float* bias, float* y,
+                       const Window2d& g, int64_t m, cudaStream_t stream);
 
 // y [n, c, oh, ow] = pool(x [n, c, h, w]); `groups` is ignored.
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);

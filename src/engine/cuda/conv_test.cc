@@ -122,6 +122,74 @@ TEST_F(ConvGpuTest, PoolingMatchesTheReferenceForEveryKind) {
   }
 }
 
+// A transposed convolution the way its definition reads: every input scatters into the
+// outputs its kernel footprint reaches (the kernel gathers instead).
+std::vector<float> ConvTransposeReference(const std::vector<float>& x, const std::vector<float>& w,
+                                          const std::vector<float>& bias, const Window2d& g,
+                                          int64_t m) {
+  const int64_t cg = g.c / g.groups, mg = m / g.groups;
+  std::vector<float> y(g.n * m * g.oh * g.ow);
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t oc = 0; oc < m; ++oc)
+      for (int64_t i = 0; i < g.oh * g.ow; ++i) y[(b * m + oc) * g.oh * g.ow + i] = bias[oc];
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t iy = 0; iy < g.h; ++iy)
+        for (int64_t ix = 0; ix < g.w; ++ix)
+          for (int64_t om = 0; om < mg; ++om)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t oy = iy * g.sh - g.ph + ky * g.dh, ox = ix * g.sw - g.pw + kx * g.dw;
+                if (oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow) continue;
+                const int64_t oc = (c / cg) * mg + om;
+                y[((b * m + oc) * g.oh + oy) * g.ow + ox] +=
+                    x[((b * g.c + c) * g.h + iy) * g.w + ix] *
+                    w[((c * mg + om) * g.kh + ky) * g.kw + kx];
+              }
+  return y;
+}
+
+// Stride 2 with output padding (the VAE's decoder), stride 3 with dilation 2 and uneven
+// padding, and two groups.
+TEST_F(ConvGpuTest, ConvTransposeMatchesTheScatteringReference) {
+  Window2d up;
+  up.n = 2;
+  up.c = 4;
+  up.h = 5;
+  up.w = 3;
+  up.kh = up.kw = 3;
+  up.sh = up.sw = 2;
+  up.ph = up.pw = up.ph_end = up.pw_end = 1;
+  up.oh = 2 * (5 - 1) + 3 - 2 + 1;  // output_padding 1
+  up.ow = 2 * (3 - 1) + 3 - 2 + 1;
+  Window2d dilated = up;
+  dilated.sh = 3;
+  dilated.sw = 1;
+  dilated.dh = dilated.dw = 2;
+  dilated.ph = 2;
+  dilated.ph_end = 0;
+  dilated.oh = 3 * (5 - 1) + 2 * 2 + 1 - 2;
+  dilated.ow = 1 * (3 - 1) + 2 * 2 + 1 - 2;
+  Window2d grouped = up;
+  grouped.groups = 2;
+  for (const Window2d& g : {up, dilated, grouped}) {
+    const int64_t m = 6;
+    const std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
+    const std::vector<float> w = Wave(g.c * (m / g.groups) * g.kh * g.kw);
+    std::vector<float> bias(m);
+    for (int64_t i = 0; i < m; ++i) bias[i] = 0.25f * static_cast<float>(i) - 0.5f;
+    const std::vector<float> want = ConvTransposeReference(x, w, bias, g, m);
+    DeviceBuffer dx = Upload(x), dw = Upload(w), db = Upload(bias), y = Floats(want.size());
+    ASSERT_TRUE(ConvTranspose2d(dx.as<float>(), dw.as<float>(), db.as<float>(), y.as<float>(), g, m,
+                                stream())
+                    .ok());
+    const std::vector<float> got = Download(y, want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-4f)
+          << "stride " << g.sh << ", groups " << g.groups << " at " << i;
+  }
+}
+
 TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {
   Window2d g = Strided();
   g.groups = 3;  // does not divide 4 channels
@@ -134,6 +202,11 @@ TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {
   g.pw = -1;
   EXPECT_EQ(CheckWindow(g).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(CheckWindow(Strided()).ok());
+  // Six output channels cannot be split in four groups.
+  g = Strided();
+  g.groups = 4;
+  EXPECT_EQ(ConvTranspose2d(nullptr, nullptr, nullptr, nullptr, g, 6, nullptr).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -82,6 +82,73 @@ Status Binary(BinaryOp op, const float* a, const float* b, float* y, const Broad
                     "binary kernel launch");
 }
 
+Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, uint8_t* y,
+               const BroadcastPlan& plan, cudaStream_t stream) {
+  return CudaStatus(
+      internal::LaunchCompare(static_cast<internal::CompareKernel>(op), int64_operands, a, b, y,
+                              plan.index, plan.elements, stream),
+      "comparison kernel launch");
+}
+
+StatusOr<WherePlan> PlanWhere(std::span<const int64_t> cond_dims, std::span<const int64_t> a_dims,
+                              std::span<const int64_t> b_dims) {
+  const std::span<const int64_t> operands[3] = {cond_dims, a_dims, b_dims};
+  size_t rank = 0;
+  for (const auto& dims : operands) rank = std::max(rank, dims.size());
+  // Each operand aligned from the innermost dimension; a missing one counts as 1.
+  std::vector<std::vector<int64_t>> aligned;
+  for (const auto& dims : operands) {
+    std::vector<int64_t> a(rank, 1);
+    std::copy(dims.begin(), dims.end(), a.begin() + (rank - dims.size()));
+    aligned.push_back(std::move(a));
+  }
+  WherePlan plan;
+  plan.out_dims.assign(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    for (const auto& a : aligned) {
+      const int64_t e = a[d];
+      if (e < 0 || (e != 1 && plan.out_dims[d] != 1 && e != plan.out_dims[d])) {
+        return InvalidArgument("shapes " + ShapeToString(cond_dims) + ", " + ShapeToString(a_dims) +
+                               " and " + ShapeToString(b_dims) + " do not broadcast");
+      }
+      if (e != 1) plan.out_dims[d] = e;
+    }
+  }
+  plan.elements = 1;
+  for (int64_t d : plan.out_dims) plan.elements *= d;
+  // Dimensions of size 1 drop out; the rest keep their order.
+  std::vector<size_t> kept;
+  for (size_t d = 0; d < rank; ++d)
+    if (plan.out_dims[d] != 1) kept.push_back(d);
+  if (kept.size() > static_cast<size_t>(internal::kMaxRank)) {
+    return InvalidArgument(
+        "Where over " + ShapeToString(plan.out_dims) + " needs " + std::to_string(kept.size()) +
+        " dimensions; the GPU kernels take at most " + std::to_string(internal::kMaxRank));
+  }
+  internal::WhereIndex& index = plan.index;
+  index.rank = static_cast<int>(kept.size());
+  int64_t* strides[3] = {index.cond_strides, index.a_strides, index.b_strides};
+  for (int k = 0; k < 3; ++k) {
+    // The operand's element stride of each output dimension (its row-major strides, 0
+    // where it is broadcast).
+    int64_t stride = 1;
+    std::vector<int64_t> own(rank, 0);
+    for (size_t d = rank; d-- > 0;) {
+      own[d] = aligned[k][d] == 1 ? 0 : stride;
+      stride *= aligned[k][d];
+    }
+    for (size_t i = 0; i < kept.size(); ++i) strides[k][i] = own[kept[i]];
+  }
+  for (size_t i = 0; i < kept.size(); ++i) index.out_dims[i] = plan.out_dims[kept[i]];
+  return plan;
+}
+
+Status Where(const uint8_t* cond, const float* a, const float* b, float* y, const WherePlan& plan,
+             cudaStream_t stream) {
+  return CudaStatus(internal::LaunchWhereF32(cond, a, b, y, plan.index, plan.elements, stream),
+                    "where kernel launch");
+}
+
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
                        cudaStream_t stream) {
   if (dims.empty()) return InvalidArgument("softmax needs at least one dimension");

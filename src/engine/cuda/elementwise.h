@@ -61,6 +61,27 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
 Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
               cudaStream_t stream);
 
+// Comparisons with NumPy broadcasting (PlanBroadcast), writing ONNX bools (one byte, 1 or
+// 0): a and b are fp32, or int64 when `int64_operands`. y must not overlap a or b.
+enum class CompareOp { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual };
+Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, uint8_t* y,
+               const BroadcastPlan& plan, cudaStream_t stream);
+
+// Where(cond, a, b) with the three operands broadcast against each other (NumPy's rule).
+// InvalidArgument when they do not broadcast or the output has more than
+// internal::kMaxRank dimensions.
+struct WherePlan {
+  std::vector<int64_t> out_dims;
+  int64_t elements = 0;
+  internal::WhereIndex index;
+};
+StatusOr<WherePlan> PlanWhere(std::span<const int64_t> cond_dims, std::span<const int64_t> a_dims,
+                              std::span<const int64_t> b_dims);
+// y = cond ? a : b over fp32 a and b, cond one byte per element; y must not overlap cond,
+// and may be a or b only where that operand has the output's shape.
+Status Where(const uint8_t* cond, const float* a, const float* b, float* y, const WherePlan& plan,
+             cudaStream_t stream);
+
 // Softmax along the last of `dims` (ONNX Softmax with axis -1), x and y of that shape.
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
                        cudaStream_t stream);

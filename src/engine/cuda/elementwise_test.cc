@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
 
@@ -117,7 +118,145 @@ TEST(PlanBroadcastTest, RefusesMoreDimensionsThanTheKernelTakesAfterMerging) {
   EXPECT_TRUE(PlanBroadcast(many, many).ok());
 }
 
+// The element of an operand of shape `dims` (aligned to the output's rank from the
+// innermost) that output multi-index `coord` reads under NumPy broadcasting.
+int64_t OperandIndex(std::vector<int64_t> dims, const std::vector<int64_t>& coord) {
+  dims.insert(dims.begin(), coord.size() - dims.size(), 1);
+  int64_t index = 0;
+  for (size_t d = 0; d < coord.size(); ++d) index = index * dims[d] + (dims[d] == 1 ? 0 : coord[d]);
+  return index;
+}
+
+// Where(cond, a, b) written out the plain way.
+std::vector<float> WhereReference(const std::vector<uint8_t>& cond,
+                                  const std::vector<int64_t>& cond_dims,
+                                  const std::vector<float>& a, const std::vector<int64_t>& a_dims,
+                                  const std::vector<float>& b, const std::vector<int64_t>& b_dims,
+                                  const std::vector<int64_t>& out_dims) {
+  std::vector<float> y(Elements(out_dims));
+  std::vector<int64_t> coord(out_dims.size(), 0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    y[i] = cond[OperandIndex(cond_dims, coord)] ? a[OperandIndex(a_dims, coord)]
+                                                : b[OperandIndex(b_dims, coord)];
+    for (int d = static_cast<int>(out_dims.size()) - 1; d >= 0; --d) {
+      if (++coord[d] < out_dims[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return y;
+}
+
+// Host-only: the three operands' strides, ones dropped, broadcast dimensions 0.
+TEST(PlanWhereTest, BroadcastsAllThreeOperands) {
+  auto plan =
+      PlanWhere(std::vector<int64_t>{2, 1, 4}, std::vector<int64_t>{3, 1}, std::vector<int64_t>{});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(plan->elements, 24);
+  ASSERT_EQ(plan->index.rank, 3);
+  const int64_t cond[3] = {4, 0, 1}, a[3] = {0, 1, 0}, b[3] = {0, 0, 0};
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(plan->index.cond_strides[d], cond[d]) << d;
+    EXPECT_EQ(plan->index.a_strides[d], a[d]) << d;
+    EXPECT_EQ(plan->index.b_strides[d], b[d]) << d;
+  }
+  // A dimension of 1 everywhere drops out.
+  auto squeezed =
+      PlanWhere(std::vector<int64_t>{1, 5}, std::vector<int64_t>{1, 5}, std::vector<int64_t>{1, 1});
+  ASSERT_TRUE(squeezed.ok());
+  EXPECT_EQ(squeezed->out_dims, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(squeezed->index.rank, 1);
+}
+
+TEST(PlanWhereTest, RefusesShapesThatDoNotBroadcastAndNamesThem) {
+  auto plan =
+      PlanWhere(std::vector<int64_t>{2, 3}, std::vector<int64_t>{3}, std::vector<int64_t>{2, 4});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("[2,3], [3] and [2,4]"), std::string::npos)
+      << plan.status().message();
+  std::vector<int64_t> nine(9, 2);
+  EXPECT_FALSE(PlanWhere(nine, nine, nine).ok());
+}
+
 using ElementwiseGpuTest = GpuTest;
+
+// fp32 and int64 operands, each comparison, broadcast; ties included (the operands share
+// values), so Equal and the inclusive comparisons see both outcomes.
+TEST_F(ElementwiseGpuTest, ComparisonsWriteBoolsForFloatAndInt64Operands) {
+  const std::vector<int64_t> a_dims = {3, 1, 5}, b_dims = {4, 1};
+  auto plan = PlanBroadcast(a_dims, b_dims);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::vector<float> af(Elements(a_dims)), bf(Elements(b_dims));
+  std::vector<int64_t> ai(af.size()), bi(bf.size());
+  for (size_t i = 0; i < af.size(); ++i) ai[i] = static_cast<int64_t>(i % 4) - 1;
+  for (size_t i = 0; i < bf.size(); ++i) bi[i] = static_cast<int64_t>(i) - 1;
+  // Large int64 values that differ only in bits a float cannot hold.
+  ai[0] = (int64_t{1} << 40) + 1;
+  bi[0] = int64_t{1} << 40;
+  for (size_t i = 0; i < af.size(); ++i) af[i] = 0.5f * static_cast<float>(i % 4);
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = 0.5f * static_cast<float>(i);
+  const std::vector<std::pair<CompareOp, std::function<bool(double, double)>>> ops = {
+      {CompareOp::kEqual, [](double p, double q) { return p == q; }},
+      {CompareOp::kLess, [](double p, double q) { return p < q; }},
+      {CompareOp::kGreater, [](double p, double q) { return p > q; }},
+      {CompareOp::kLessOrEqual, [](double p, double q) { return p <= q; }},
+      {CompareOp::kGreaterOrEqual, [](double p, double q) { return p >= q; }},
+  };
+  DeviceBuffer daf = Upload(af), dbf = Upload(bf);
+  DeviceBuffer dai = UploadBytes(ai.data(), ai.size() * 8),
+               dbi = UploadBytes(bi.data(), bi.size() * 8);
+  DeviceBuffer dy = UploadBytes(std::vector<uint8_t>(plan->elements, 7).data(), plan->elements);
+  for (bool int64_operands : {false, true}) {
+    for (const auto& [op, ref] : ops) {
+      const void* a = int64_operands ? dai.data() : daf.data();
+      const void* b = int64_operands ? dbi.data() : dbf.data();
+      ASSERT_TRUE(Compare(op, int64_operands, a, b, dy.as<uint8_t>(), *plan, stream()).ok());
+      std::vector<uint8_t> y(plan->elements);
+      DownloadBytes(dy, y.data(), y.size());
+      std::vector<int64_t> coord(3, 0);
+      for (size_t i = 0; i < y.size(); ++i) {
+        const int64_t ia = OperandIndex(a_dims, coord), ib = OperandIndex(b_dims, coord);
+        // Compared as the kernel's type: int64 exactly (the 2^40 pair differs), fp32 as is.
+        const int sign = (ai[ia] > bi[ib]) - (ai[ia] < bi[ib]);
+        const bool want = int64_operands ? ref(sign, 0) : ref(af[ia], bf[ib]);
+        ASSERT_EQ(y[i], want ? 1 : 0)
+            << "op " << static_cast<int>(op) << ", int64 " << int64_operands << ", element " << i;
+        for (int d = 2; d >= 0; --d) {
+          if (++coord[d] < plan->out_dims[d]) break;
+          coord[d] = 0;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ElementwiseGpuTest, WhereChoosesPerElementWithEveryOperandBroadcast) {
+  struct Shapes {
+    std::vector<int64_t> cond, a, b;
+  };
+  const std::vector<Shapes> shapes = {
+      {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
+      {{2, 1, 4}, {3, 1}, {}},
+      {{1, 1, 6}, {5, 1, 1}, {5, 6, 1}},
+  };
+  unsigned seed = 40;
+  for (const Shapes& s : shapes) {
+    auto plan = PlanWhere(s.cond, s.a, s.b);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    std::vector<uint8_t> cond(Elements(s.cond));
+    for (size_t i = 0; i < cond.size(); ++i) cond[i] = (i * 7 + seed) % 3 == 0 ? 0 : (i % 5) + 1;
+    const std::vector<float> a = Random(Elements(s.a), -2.f, 2.f, ++seed);
+    const std::vector<float> b = Random(Elements(s.b), -2.f, 2.f, ++seed);
+    DeviceBuffer dc = UploadBytes(cond.data(), cond.size()), da = Upload(a), db = Upload(b),
+                 dy = Floats(plan->elements);
+    ASSERT_TRUE(
+        Where(dc.as<uint8_t>(), da.as<float>(), db.as<float>(), dy.as<float>(), *plan, stream())
+            .ok());
+    EXPECT_EQ(Download(dy, plan->elements),
+              WhereReference(cond, s.cond, a, s.a, b, s.b, plan->out_dims));
+  }
+}
 
 TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
   const std::vector<float> x = Random(10007, -4.f, 4.f, 1);

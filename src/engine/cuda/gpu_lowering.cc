@@ -102,6 +102,9 @@ class Lowerer {
   Status LowerCast(int n);
   Status LowerConv(int n);
   Status LowerPool(int n);
+  Status LowerCompare(int n, CompareOp op);
+  Status LowerWhere(int n);
+  Status LowerConvTranspose(int n);
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
@@ -136,6 +139,8 @@ class Lowerer {
   bool IsFp32(int v) const { return v >= 0 && DtypeOf(v) == DataType::kFp32; }
   // Every present input and output 0 in fp32, plain layout.
   Status CheckFp32(int n) const;
+  // Every present input in its plain layout, and only output 0.
+  Status CheckPlain(int n) const;
   int Owner(int v) const { return alias_of_[v] >= 0 ? alias_of_[v] : v; }
   // The blob named `key` holding `data` (a copy when transformed): the index of the one
   // added before under that key, or of a new one.
@@ -181,6 +186,12 @@ Status Lowerer::CheckFp32(int n) const {
                          std::string(DataTypeName(DtypeOf(v))) + "; this kernel takes fp32");
   }
   if (!node.has_output(0) || !IsFp32(node.outputs[0])) return Fail(n, "output 0 is not fp32");
+  return CheckPlain(n);
+}
+
+Status Lowerer::CheckPlain(int n) const {
+  const Node& node = graph_.nodes[n];
+  if (!node.has_output(0)) return Fail(n, "has no output 0");
   for (size_t o = 1; o < node.outputs.size(); ++o)
     if (node.outputs[o] >= 0) return Fail(n, "only its first output is supported");
   for (int v : node.inputs)
@@ -1106,15 +1117,141 @@ Status Lowerer::LowerTranspose(int n) {
 
 Status Lowerer::LowerGather(int n) {
   const Node& node = graph_.nodes[n];
-  if (node.inputs.size() != 2 || !IsFp32(node.inputs[0]) || !IsFp32(node.outputs[0]))
-    return Fail(n, "only a Gather of fp32 data is on the GPU path so far");
+  // The kernel moves 4-byte words: data of 8-byte elements is gathered as pairs of them.
+  const DataType dtype = node.inputs.size() == 2 ? DtypeOf(node.inputs[0]) : DataType::kInvalid;
+  const size_t element = DataTypeSize(dtype);
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1) ||
+      (element != 4 && element != 8) || !node.has_output(0) || DtypeOf(node.outputs[0]) != dtype)
+    return Fail(n,
+                "only a Gather of 4- or 8-byte elements (fp32, int32, int64) is on the GPU path");
+  RETURN_IF_ERROR(CheckPlain(n));
   if (DtypeOf(node.inputs[1]) != DataType::kInt64)
     return Fail(n, "only int64 indices are on the GPU path so far");
   auto plan = PlanGather(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]), node.GetInt("axis", 0));
   if (!plan.ok()) return Fail(n, plan.status().message());
+  plan->inner *= static_cast<int64_t>(element / 4);
   GpuStep step = NewStep(GpuStep::Kind::kGather, n);
   step.in = {node.inputs[0], node.inputs[1]};
   step.gather = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// Equal, Less, Greater, LessOrEqual, GreaterOrEqual of fp32 or int64 operands: ONNX bools.
+Status Lowerer::LowerCompare(int n, CompareOp op) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "takes two inputs");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const DataType dtype = DtypeOf(node.inputs[0]);
+  if ((dtype != DataType::kFp32 && dtype != DataType::kInt64) || DtypeOf(node.inputs[1]) != dtype)
+    return Fail(n, "only comparisons of fp32 or int64 operands are on the GPU path so far");
+  if (DtypeOf(node.outputs[0]) != DataType::kBool) return Fail(n, "the output is not bool");
+  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(node.outputs[0]))
+    return Fail(n, "the broadcast shape differs from the planned output");
+  GpuStep step = NewStep(GpuStep::Kind::kCompare, n);
+  step.compare = op;
+  step.int64_operands = dtype == DataType::kInt64;
+  step.in = {node.inputs[0], node.inputs[1]};
+  step.broadcast = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// Where(cond, a, b) over fp32 a and b.
+Status Lowerer::LowerWhere(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 3 || !node.has_input(0) || !node.has_input(1) || !node.has_input(2))
+    return Fail(n, "takes three inputs");
+  RETURN_IF_ERROR(CheckPlain(n));
+  if (DtypeOf(node.inputs[0]) != DataType::kBool) return Fail(n, "the condition is not bool");
+  if (!IsFp32(node.inputs[1]) || !IsFp32(node.inputs[2]) || !IsFp32(node.outputs[0]))
+    return Fail(n, "only a Where choosing between fp32 values is on the GPU path so far");
+  auto plan = PlanWhere(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]), ShapeOf(node.inputs[2]));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(node.outputs[0]))
+    return Fail(n, "the broadcast shape differs from the planned output");
+  GpuStep step = NewStep(GpuStep::Kind::kWhere, n);
+  step.in = {node.inputs[0], node.inputs[1], node.inputs[2]};
+  step.where = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// A 2-D ConvTranspose: one kernel that gathers, for each output position, the inputs whose
+// kernel footprint covers it. The pads at the output's start follow the CPU engine's rule
+// (ops/conv.cc: explicit pads, or output_shape and auto_pad's split of the total); the
+// output's size is the plan's, checked against that rule.
+Status Lowerer::LowerConvTranspose(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape xs = ShapeOf(node.inputs[0]);
+  if (xs.size() != 4 || !node.has_input(1) || ShapeOf(node.inputs[1]).size() != 4)
+    return Fail(n, "only 2-D transposed convolutions are on the GPU path so far");
+  const Shape ws = ShapeOf(node.inputs[1]);
+  const Shape ys = ShapeOf(node.outputs[0]);
+  const int64_t groups = node.GetInt("group", 1);
+  if (groups < 1 || ws[0] != xs[1] || xs[1] % groups != 0)
+    return Fail(n, "W's first dimension must equal X's channels, in whole groups");
+  const int64_t m = ws[1] * groups;
+  if (node.has_input(2) && Product(ShapeOf(node.inputs[2])) != m)
+    return Fail(n, "the bias must have one value per output channel");
+  const auto strides = node.GetInts("strides", {1, 1});
+  const auto dilations = node.GetInts("dilations", {1, 1});
+  const auto pads = node.GetInts("pads", {0, 0, 0, 0});
+  const auto out_pad = node.GetInts("output_padding", {0, 0});
+  const auto out_shape = node.GetInts("output_shape", {});
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4 || out_pad.size() != 2 ||
+      (!out_shape.empty() && out_shape.size() != 2))
+    return Fail(n, "strides, dilations, pads, output_padding and output_shape of a 2-D window");
+  if (ys.size() != 4 || ys[0] != xs[0] || ys[1] != m)
+    return Fail(n, "the output's shape is not [batch, output channels, h, w]");
+  Window2d g;
+  g.n = xs[0];
+  g.c = xs[1];
+  g.h = xs[2];
+  g.w = xs[3];
+  g.kh = ws[2];
+  g.kw = ws[3];
+  g.sh = strides[0];
+  g.sw = strides[1];
+  g.dh = dilations[0];
+  g.dw = dilations[1];
+  g.groups = groups;
+  g.oh = ys[2];
+  g.ow = ys[3];
+  int64_t begin[2], end[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t full =
+        strides[i] * (xs[2 + i] - 1) + out_pad[i] + (ws[2 + i] - 1) * dilations[i] + 1;
+    if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t total = std::max<int64_t>(0, full - ys[2 + i]);
+      begin[i] = auto_pad != "SAME_LOWER" ? total / 2 : total - total / 2;
+      end[i] = total - begin[i];
+    } else if (auto_pad == "VALID") {
+      begin[i] = end[i] = 0;
+    } else {
+      begin[i] = pads[i];
+      end[i] = pads[i + 2];
+    }
+    if (full - begin[i] - end[i] != ys[2 + i])
+      return Fail(n, "the planned output's size is not the window's");
+  }
+  g.ph = begin[0];
+  g.pw = begin[1];
+  g.ph_end = end[0];
+  g.pw_end = end[1];
+  if (!CheckWindow(g).ok()) return Fail(n, CheckWindow(g).message());
+  GpuStep step = NewStep(GpuStep::Kind::kConvTranspose, n);
+  step.in = {node.inputs[0], node.inputs[1], node.has_input(2) ? node.inputs[2] : -1};
+  step.window = g;
+  step.length = m;
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
@@ -1147,6 +1284,13 @@ Status Lowerer::LowerNode(int n) {
     if (op == "Concat") return LowerConcat(n);
     if (op == "Pad") return LowerPad(n);
     if (op == "Slice") return LowerSlice(n);
+    if (op == "Equal") return LowerCompare(n, CompareOp::kEqual);
+    if (op == "Less") return LowerCompare(n, CompareOp::kLess);
+    if (op == "Greater") return LowerCompare(n, CompareOp::kGreater);
+    if (op == "LessOrEqual") return LowerCompare(n, CompareOp::kLessOrEqual);
+    if (op == "GreaterOrEqual") return LowerCompare(n, CompareOp::kGreaterOrEqual);
+    if (op == "Where") return LowerWhere(n);
+    if (op == "ConvTranspose") return LowerConvTranspose(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);

@@ -83,13 +83,17 @@ struct GpuStep {
     kPlace,
     kPad,
     kStridedSlice,
-    kToHalf
+    kToHalf,
+    kCompare,
+    kWhere,
+    kConvTranspose
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
   // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
   // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
-  // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}. kToHalf rounds an fp32
+  // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}; kCompare {a, b}; kWhere
+  // {cond, a, b}; kConvTranspose {x, w, bias or -1}. kToHalf rounds an fp32
   // value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col writes
   // 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A constant
   // GEMM weight and the bias are weight slots (`weight_slots`), not values, because they are stored
@@ -98,12 +102,15 @@ struct GpuStep {
   // product before its output transpose).
   std::vector<int> in;
   int out = -1;
-  GemmOptions gemm;                  // kGemm
-  std::optional<UnaryOp> post;       // kGemm: an activation the epilogue lacks
-  BroadcastPlan residual;            // kGemm with a residual: its broadcast onto out
-  UnaryOp unary = UnaryOp::kRelu;    // kUnary
-  BinaryOp binary = BinaryOp::kAdd;  // kBinary
-  BroadcastPlan broadcast;           // kBinary
+  GemmOptions gemm;                       // kGemm
+  std::optional<UnaryOp> post;            // kGemm: an activation the epilogue lacks
+  BroadcastPlan residual;                 // kGemm with a residual: its broadcast onto out
+  UnaryOp unary = UnaryOp::kRelu;         // kUnary
+  BinaryOp binary = BinaryOp::kAdd;       // kBinary
+  BroadcastPlan broadcast;                // kBinary, kCompare
+  CompareOp compare = CompareOp::kEqual;  // kCompare
+  bool int64_operands = false;            // kCompare: a and b are int64, not fp32
+  WherePlan where;                        // kWhere
   // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape; kPlace: out's.
   std::vector<int64_t> dims;
   float epsilon = 0;        // kLayerNorm
@@ -122,7 +129,7 @@ struct GpuStep {
   float alpha = 0.f, beta = 0.f;
   PadPlan pad;                 // kPad
   SlicePlan slice;             // kStridedSlice (ONNX Slice)
-  Window2d window;             // kIm2Col, kPool
+  Window2d window;             // kIm2Col, kPool, kConvTranspose (its output channels in length)
   PoolOp pool = PoolOp::kMax;  // kPool
 };
 

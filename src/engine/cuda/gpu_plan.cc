@@ -205,6 +205,14 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Slice(in(0), y, s.slice, stream);
     case GpuStep::Kind::kCast:
       return CastToFloat(s.cast, Address(s.in[0]), y, Product(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kCompare:
+      return Compare(s.compare, s.int64_operands, Address(s.in[0]), Address(s.in[1]),
+                     static_cast<uint8_t*>(Address(s.out)), s.broadcast, stream);
+    case GpuStep::Kind::kWhere:
+      return Where(static_cast<const uint8_t*>(Address(s.in[0])), in(1), in(2), y, s.where, stream);
+    case GpuStep::Kind::kConvTranspose:
+      return ConvTranspose2d(in(0), in(1), s.in[2] >= 0 ? in(2) : nullptr, y, s.window, s.length,
+                             stream);
     case GpuStep::Kind::kToHalf:
       return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out),
                              Product(lowering_.shapes[s.out]), stream);

@@ -516,6 +516,102 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   ExpectAligned(*attention);
 }
 
+// A model's reference inputs (models/<name>.b4.sht) and shapes, prepared for lowering.
+struct WithReference {
+  Prepared prepared;
+  std::vector<Tensor> inputs;
+};
+WithReference PrepareWithReference(const std::string& name) {
+  WithReference r;
+  const engine::testing::Reference ref = engine::testing::LoadReference(name + ".b4.sht");
+  std::vector<Shape> shapes;
+  for (const NamedTensor& t : ref.inputs) {
+    r.inputs.push_back(t.tensor);
+    shapes.push_back(t.tensor.shape());
+  }
+  r.prepared = Prepare(Model::Load(engine::testing::ModelPath(name + ".onnx")), shapes);
+  return r;
+}
+
+const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
+  for (const GpuStep& s : l.steps)
+    if (s.kind == kind) return &s;
+  return nullptr;
+}
+
+// The decomposed BERT builds its attention mask with Equal on int64 values and applies it
+// with Where: a comparison writing bools, then a Where per layer reading them.
+TEST(LowerPlanTest, TheDecomposedBertsMaskIsAComparisonAndAWherePerLayer) {
+  WithReference bert = PrepareWithReference("bert_decomposed_op13");
+  ASSERT_TRUE(bert.prepared.plan);
+  auto l = LowerPlan(bert.prepared.model->graph(), *bert.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int compares = 0, wheres = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind == GpuStep::Kind::kCompare) {
+      ++compares;
+      EXPECT_EQ(s.compare, CompareOp::kEqual);
+      EXPECT_TRUE(s.int64_operands);
+      EXPECT_EQ(l->dtypes[s.out], DataType::kBool);
+      EXPECT_EQ(s.broadcast.out_dims, l->shapes[s.out]);
+    }
+    if (s.kind == GpuStep::Kind::kWhere) {
+      ++wheres;
+      EXPECT_EQ(l->dtypes[s.in[0]], DataType::kBool);
+      EXPECT_EQ(s.where.out_dims, l->shapes[s.out]);
+      EXPECT_EQ(s.where.elements, Elements(l->shapes[s.out]));
+    }
+  }
+  EXPECT_GE(compares, 1);
+  EXPECT_EQ(wheres, 2);  // one per layer
+  ExpectAligned(*l);
+}
+
+// The decoder's ConvTranspose (kernel 4, stride 2, pads 1) is one step holding its window:
+// each spatial size doubles.
+TEST(LowerPlanTest, ATransposedConvolutionIsOneStepWithItsWindow) {
+  Prepared p = Prepare(Model::Load(Example("decoder")), {{2, 16}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const GpuStep* s = FirstStep(*l, GpuStep::Kind::kConvTranspose);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->window.kh, 4);
+  EXPECT_EQ(s->window.sh, 2);
+  EXPECT_EQ(s->window.ph, 1);
+  EXPECT_EQ(s->window.ph_end, 1);
+  EXPECT_EQ(s->window.oh, 2 * s->window.h);
+  EXPECT_EQ(s->window.ow, 2 * s->window.w);
+  EXPECT_EQ(l->shapes[s->out], (Shape{2, s->length, s->window.oh, s->window.ow}));
+  ASSERT_EQ(s->in.size(), 3u);
+  EXPECT_GE(s->in[2], 0);  // its bias
+  // The VAE's decoder has output_padding 1: its output is one row and column larger.
+  WithReference vae = PrepareWithReference("vae_op13");
+  ASSERT_TRUE(vae.prepared.plan);
+  auto v = LowerPlan(vae.prepared.model->graph(), *vae.prepared.plan);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const GpuStep* t = FirstStep(*v, GpuStep::Kind::kConvTranspose);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->window.oh, 2 * t->window.h);  // 2(h-1) + 3 + 1 - 2
+}
+
+// A Gather of int64 data (the recommender MLP picks its ids' columns) moves pairs of
+// 4-byte words: the same kernel, twice the inner extent.
+TEST(LowerPlanTest, AGatherOfInt64DataMovesPairsOfWords) {
+  WithReference mlp = PrepareWithReference("mlp_op13");
+  ASSERT_TRUE(mlp.prepared.plan);
+  auto l = LowerPlan(mlp.prepared.model->graph(), *mlp.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int int64_gathers = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGather || l->dtypes[s.in[0]] != DataType::kInt64) continue;
+    ++int64_gathers;
+    EXPECT_EQ(s.gather.outer * s.gather.num_indices * s.gather.inner,
+              2 * Elements(l->shapes[s.out]));
+  }
+  EXPECT_EQ(int64_gathers, 2);
+}
+
 // ---- Runs: need a device ----
 
 class GpuPlanTest : public GpuTest {
@@ -748,6 +844,36 @@ TEST_F(GpuPlanTest, DenseNetAndMobileNetsMatchTheCpuEngine) {
     Prepared p =
         Prepare(Model::Load(engine::testing::ModelPath(std::string(name) + ".onnx")), {x.shape()});
     ExpectGpuMatchesCpu(p, {{x}, {Random(x.shape(), 81)}}, GemmMath::kFp32, 1e-4f);
+  }
+}
+
+// Each model on its reference inputs, then on others: float inputs drawn anew, integer
+// ones (token ids, masks, row ids) reversed, so they stay valid.
+TEST_F(GpuPlanTest, TheDecomposedBertTheMlpAndTheVaeMatchTheCpuEngine) {
+  for (const char* name : {"bert_decomposed_op13", "bert_decomposed_op17", "mlp_op13", "mlp_op17",
+                           "vae_op13", "vae_op17"}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name);
+    std::vector<Tensor> other;
+    for (const Tensor& t : r.inputs) {
+      if (t.dtype() == DataType::kFp32) {
+        other.push_back(Random(t.shape(), 91));
+      } else {
+        ASSERT_EQ(t.dtype(), DataType::kInt64);
+        auto v = t.values<int64_t>();
+        other.push_back(I64(t.shape(), std::vector<int64_t>(v.rbegin(), v.rend())));
+      }
+    }
+    ExpectGpuMatchesCpu(r.prepared, {r.inputs, other}, GemmMath::kFp32, 1e-4f);
+  }
+}
+
+TEST_F(GpuPlanTest, TheDecoderMatchesTheCpuEngine) {
+  for (int64_t batch : {1, 8}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    Prepared p = Prepare(Model::Load(Example("decoder")), {{batch, 16}});
+    ExpectGpuMatchesCpu(p, {{Random({batch, 16}, 61)}, {Random({batch, 16}, 62)}}, GemmMath::kFp32,
+                        1e-4f);
   }
 }
 

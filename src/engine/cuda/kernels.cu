@@ -86,6 +86,55 @@ __global__ void BinaryF32(BinaryKernel op, const float* a, const float* b, float
   }
 }
 
+template <typename T>
+__device__ __forceinline__ bool ApplyCompare(CompareKernel op, T a, T b) {
+  switch (op) {
+    case CompareKernel::kEqual:
+      return a == b;
+    case CompareKernel::kLess:
+      return a < b;
+    case CompareKernel::kGreater:
+      return a > b;
+    case CompareKernel::kLessOrEqual:
+      return a <= b;
+    case CompareKernel::kGreaterOrEqual:
+      return a >= b;
+  }
+  return false;
+}
+
+template <typename T>
+__global__ void CompareKernelT(CompareKernel op, const T* a, const T* b, uint8_t* y,
+                               BroadcastIndex index, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % index.out_dims[d];
+      rest /= index.out_dims[d];
+      ia += coord * index.a_strides[d];
+      ib += coord * index.b_strides[d];
+    }
+    y[i] = ApplyCompare(op, a[ia], b[ib]) ? 1 : 0;
+  }
+}
+
+__global__ void WhereF32(const uint8_t* cond, const float* a, const float* b, float* y,
+                         WhereIndex index, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, ic = 0, ia = 0, ib = 0;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % index.out_dims[d];
+      rest /= index.out_dims[d];
+      ic += coord * index.cond_strides[d];
+      ia += coord * index.a_strides[d];
+      ib += coord * index.b_strides[d];
+    }
+    y[i] = cond[ic] != 0 ? a[ia] : b[ib];
+  }
+}
+
 // One block per row: the row's maximum, then the sum of exp(x - max), each reduced in
 // shared memory, then the quotients. Subtracting the maximum keeps exp finite.
 __global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols) {
@@ -130,6 +179,28 @@ cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, flo
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   BinaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, const void* b,
+                          uint8_t* y, const BroadcastIndex& index, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  if (int64_operands) {
+    CompareKernelT<<<BlocksFor(n), kThreads, 0, stream>>>(
+        op, static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), y, index, n);
+  } else {
+    CompareKernelT<<<BlocksFor(n), kThreads, 0, stream>>>(
+        op, static_cast<const float*>(a), static_cast<const float*>(b), y, index, n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, float* y,
+                           const WhereIndex& index, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  WhereF32<<<BlocksFor(n), kThreads, 0, stream>>>(cond, a, b, y, index, n);
   return cudaGetLastError();
 }
 

@@ -54,6 +54,25 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 // y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`.
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
                             const BroadcastIndex& index, int64_t n, cudaStream_t stream);
+// Comparisons, in the order of elementwise.h's CompareOp.
+enum class CompareKernel : int { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual };
+// y[i] = a[ia(i)] op b[ib(i)] as one byte, 1 or 0 (ONNX bool), for i < n; a and b are fp32,
+// or int64 when `int64_operands`.
+cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, const void* b,
+                          uint8_t* y, const BroadcastIndex& index, int64_t n, cudaStream_t stream);
+
+// Where: y[i] = cond[ic(i)] ? a[ia(i)] : b[ib(i)], each operand broadcast through its
+// strides (0 along a dimension it is broadcast over); cond is one byte per element.
+struct WhereIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t cond_strides[kMaxRank] = {};
+  int64_t a_strides[kMaxRank] = {};
+  int64_t b_strides[kMaxRank] = {};
+};
+cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, float* y,
+                           const WhereIndex& index, int64_t n, cudaStream_t stream);
+
 // Softmax of each of `rows` contiguous rows of `cols` values; x and y may be the same.
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols,
                                  cudaStream_t stream);
@@ -132,6 +151,15 @@ enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // position inside the input gives 0.
 cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
                             cudaStream_t stream);
+
+// A transposed 2-D convolution (ONNX ConvTranspose): x [n, c, h, w], w [c, m/groups, kh,
+// kw] as ONNX stores it, bias m values or null, y [n, m, oh, ow]. Each output position sums
+// the inputs whose strided, dilated kernel footprint covers it: input row iy meets output
+// row oy through kernel row ky when oy + ph = iy·sh + ky·dh (likewise for columns); the
+// geometry's ph and pw are the padding taken off the start, oh and ow the output's size
+// (output_padding and the end's padding are in them).
+cudaError_t LaunchConvTransposeF32(const float* x, const float* w, const float* bias, float* y,
+                                   const Window2d& g, int64_t m, cudaStream_t stream);
 
 // Concat's inputs: x viewed as [outer, axis_in, inner] written into y, viewed as [outer,
 // axis_out, inner], at axis positions [start, start + axis_in).

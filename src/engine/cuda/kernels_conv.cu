@@ -1,4 +1,4 @@
-// im2col and pooling kernels (see kernels.h for the contracts).
+// im2col, pooling and transposed-convolution kernels (see kernels.h for the contracts).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -86,7 +86,50 @@ __global__ void Pool2dF32(PoolKernel op, const float* __restrict__ x, float* __r
   }
 }
 
+// One thread per output element: it gathers the inputs that reach it, instead of each input
+// scattering into the outputs it reaches (no atomics, and every output written once).
+__global__ void ConvTransposeF32(const float* __restrict__ x, const float* __restrict__ w,
+                                 const float* __restrict__ bias, float* __restrict__ y, Window2d g,
+                                 int64_t m, int64_t total) {
+  const int64_t cg = g.c / g.groups, mg = m / g.groups;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ox = i % g.ow;
+    const int64_t oy = (i / g.ow) % g.oh;
+    const int64_t oc = (i / (g.ow * g.oh)) % m;
+    const int64_t b = i / (g.ow * g.oh * m);
+    const int64_t group = oc / mg, om = oc % mg;
+    float sum = bias != nullptr ? bias[oc] : 0.f;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t ty = oy + g.ph - ky * g.dh;
+      if (ty < 0 || ty % g.sh != 0) continue;
+      const int64_t iy = ty / g.sh;
+      if (iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t tx = ox + g.pw - kx * g.dw;
+        if (tx < 0 || tx % g.sw != 0) continue;
+        const int64_t ix = tx / g.sw;
+        if (ix >= g.w) continue;
+        for (int64_t c = group * cg; c < (group + 1) * cg; ++c) {
+          sum +=
+              x[((b * g.c + c) * g.h + iy) * g.w + ix] * w[((c * mg + om) * g.kh + ky) * g.kw + kx];
+        }
+      }
+    }
+    y[i] = sum;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchConvTransposeF32(const float* x, const float* w, const float* bias, float* y,
+                                   const Window2d& g, int64_t m, cudaStream_t stream) {
+  const int64_t total = g.n * m * g.oh * g.ow;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  ConvTransposeF32<<<BlocksFor(total), kThreads, 0, stream>>>(x, w, bias, y, g, m, total);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cudaStream_t stream) {
   const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
