@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/internal/resize.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine {
@@ -449,6 +450,134 @@ TEST(IndexingTest, ResizeNearestAndLinear) {
   EXPECT_THAT(Values(hp[0]), Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
   EXPECT_THAT(LoadOp("Resize", {{x}, Omitted(), scales}, {{"mode", AString("lanczos")}}).message(),
               HasSubstr("mode 'lanczos' is not supported"));
+}
+
+// ComputeResizeGeometry (what the GPU path reads) against the CPU engine's own Resize:
+// its taps, applied the plain way, give the CPU's output for every mode, coordinate
+// transformation, exclude_outside, a crop with extrapolation, antialias, and sizes.
+TEST(IndexingTest, ResizeGeometryReproducesTheCpuOutputInEveryMode) {
+  std::vector<float> values;
+  for (int i = 0; i < 2 * 5 * 7; ++i) values.push_back(std::sin(0.7f * static_cast<float>(i)));
+  const Tensor x = F32({1, 2, 5, 7}, values);
+  struct Case {
+    std::string what;
+    std::map<std::string, Attribute> attrs;
+    Tensor roi, scales, sizes;  // empty: omitted
+  };
+  const Tensor up = F32({4}, {1, 1, 1.6f, 2});
+  const Tensor down = F32({4}, {1, 1, 0.6f, 0.5f});
+  const std::vector<Case> cases = {
+      {"nearest asymmetric floor",
+       {{"mode", AString("nearest")},
+        {"coordinate_transformation_mode", AString("asymmetric")},
+        {"nearest_mode", AString("floor")}},
+       {},
+       up,
+       {}},
+      {"nearest half_pixel round_prefer_ceil by sizes",
+       {{"mode", AString("nearest")}, {"nearest_mode", AString("round_prefer_ceil")}},
+       {},
+       {},
+       I64({4}, {1, 2, 3, 11})},
+      {"linear half_pixel", {{"mode", AString("linear")}}, {}, up, {}},
+      {"linear align_corners down",
+       {{"mode", AString("linear")}, {"coordinate_transformation_mode", AString("align_corners")}},
+       {},
+       down,
+       {}},
+      {"linear pytorch_half_pixel",
+       {{"mode", AString("linear")},
+        {"coordinate_transformation_mode", AString("pytorch_half_pixel")}},
+       {},
+       up,
+       {}},
+      {"cubic", {{"mode", AString("cubic")}}, {}, up, {}},
+      {"cubic exclude_outside a=-0.5",
+       {{"mode", AString("cubic")}, {"exclude_outside", AInt(1)}, {"cubic_coeff_a", AFloat(-0.5f)}},
+       {},
+       up,
+       {}},
+      {"linear tf_crop_and_resize",
+       {{"mode", AString("linear")},
+        {"coordinate_transformation_mode", AString("tf_crop_and_resize")},
+        {"extrapolation_value", AFloat(-3.f)}},
+       F32({8}, {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f}),
+       {},
+       I64({4}, {1, 2, 4, 6})},
+      {"linear antialias down",
+       {{"mode", AString("linear")}, {"antialias", AInt(1)}},
+       {},
+       down,
+       {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto in = [](const Tensor& t) { return t.empty() ? Omitted() : Const(t); };
+    const std::vector<Tensor> cpu =
+        Run1("Resize", {{x}, in(c.roi), in(c.scales), in(c.sizes)}, c.attrs, 1, 18);
+    ASSERT_EQ(cpu.size(), 1u);
+    GraphBuilder b;
+    std::vector<int> inputs = {b.Input("x", x.shape())};
+    inputs.push_back(c.roi.empty() ? -1 : b.Constant("roi", c.roi));
+    inputs.push_back(c.scales.empty() ? -1 : b.Constant("scales", c.scales));
+    inputs.push_back(c.sizes.empty() ? -1 : b.Constant("sizes", c.sizes));
+    Graph graph = b.Finish(b.Op("Resize", "y", inputs, c.attrs));
+    graph.opset = 18;
+    PrepareContext ctx;
+    ctx.graph = &graph;
+    ctx.node_index = 0;
+    for (int v : inputs) {
+      ctx.in_values.push_back(v);
+      ctx.in_dtypes.push_back(v < 0 ? DataType::kInvalid : graph.values[v].dtype);
+      ctx.in_shapes.push_back(v < 0            ? Shape{}
+                              : v == inputs[0] ? x.shape()
+                                               : graph.values[v].constant.shape());
+      ctx.in_data.push_back(v < 0 || v == inputs[0] ? nullptr : &graph.values[v].constant);
+    }
+    auto g = internal::ComputeResizeGeometry(ctx);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_EQ(g->out, cpu[0].shape());
+    const Shape& out = g->out;
+    const std::vector<float> got = Values(cpu[0]);
+    std::vector<int64_t> coord(4, 0);
+    for (size_t i = 0; i < got.size(); ++i) {
+      bool outside = false;
+      for (int d = 0; d < 4; ++d) outside = outside || g->taps[d][coord[d]].outside;
+      double want = g->extrapolation;
+      if (!outside) {
+        want = 0;
+        for (size_t a = 0; a < g->taps[0][coord[0]].idx.size(); ++a)
+          for (size_t bb = 0; bb < g->taps[1][coord[1]].idx.size(); ++bb)
+            for (size_t cc = 0; cc < g->taps[2][coord[2]].idx.size(); ++cc)
+              for (size_t dd = 0; dd < g->taps[3][coord[3]].idx.size(); ++dd) {
+                const auto& t0 = g->taps[0][coord[0]];
+                const auto& t1 = g->taps[1][coord[1]];
+                const auto& t2 = g->taps[2][coord[2]];
+                const auto& t3 = g->taps[3][coord[3]];
+                const int64_t at = ((t0.idx[a] * 2 + t1.idx[bb]) * 5 + t2.idx[cc]) * 7 + t3.idx[dd];
+                want += static_cast<double>(t0.w[a]) * t1.w[bb] * t2.w[cc] * t3.w[dd] * values[at];
+              }
+      }
+      ASSERT_NEAR(got[i], want, 1e-5) << "element " << i;
+      for (int d = 3; d >= 0; --d) {
+        if (++coord[d] < out[d]) break;
+        coord[d] = 0;
+      }
+    }
+  }
+  // Sizes known only at run time: not a geometry that can be fixed now.
+  GraphBuilder b;
+  const int xv = b.Input("x", x.shape());
+  const int sizes = b.Input("sizes", {4}, DataType::kInt64);
+  Graph graph = b.Finish(b.Op("Resize", "y", {xv, -1, -1, sizes}, {}));
+  PrepareContext ctx;
+  ctx.graph = &graph;
+  ctx.node_index = 0;
+  ctx.in_values = {xv, -1, -1, sizes};
+  ctx.in_dtypes = {DataType::kFp32, DataType::kInvalid, DataType::kInvalid, DataType::kInt64};
+  ctx.in_shapes = {x.shape(), {}, {}, {4}};
+  ctx.in_data = {nullptr, nullptr, nullptr, nullptr};
+  EXPECT_EQ(internal::ComputeResizeGeometry(ctx).status().code(), StatusCode::kFailedPrecondition);
 }
 
 // The examples of ONNX's Resize documentation (first rows of the 8x8 cubic outputs).

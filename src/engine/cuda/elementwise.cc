@@ -82,6 +82,13 @@ Status Binary(BinaryOp op, const float* a, const float* b, float* y, const Broad
                     "binary kernel launch");
 }
 
+Status Mod(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
+           const BroadcastPlan& plan, int32_t* error_flag, cudaStream_t stream) {
+  return CudaStatus(internal::LaunchModulo(int64_operands, fmod, a, b, y, plan.index, plan.elements,
+                                           error_flag, stream),
+                    "mod kernel launch");
+}
+
 Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, uint8_t* y,
                const BroadcastPlan& plan, cudaStream_t stream) {
   return CudaStatus(

@@ -36,7 +36,9 @@ enum class UnaryOp {
   kLeakyRelu,
   kClip,
   kHardSigmoid,
-  kHardSwish
+  kHardSwish,
+  kFloor,
+  kCeil
 };
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
 
@@ -66,6 +68,13 @@ Status Binary(BinaryOp op, const float* a, const float* b, float* y, const Broad
 enum class CompareOp { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual };
 Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, uint8_t* y,
                const BroadcastPlan& plan, cudaStream_t stream);
+
+// Mod with NumPy broadcasting over fp32 (C's fmod, whatever `fmod` says: ONNX asks 1 for
+// floats) or int64 operands (`fmod`: the dividend's sign, else the divisor's). An int64
+// divisor of 0 writes 0 and sets *error_flag (device memory, zeroed by the caller) to 2.
+// y must not overlap a or b unless it is one with the output's shape.
+Status Mod(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
+           const BroadcastPlan& plan, int32_t* error_flag, cudaStream_t stream);
 
 // Where(cond, a, b) with the three operands broadcast against each other (NumPy's rule).
 // InvalidArgument when they do not broadcast or the output has more than

@@ -231,6 +231,51 @@ TEST_F(ElementwiseGpuTest, ComparisonsWriteBoolsForFloatAndInt64Operands) {
   }
 }
 
+// int64 remainders with the divisor's sign (fmod 0) and the dividend's (fmod 1), over
+// every sign pair; fp32 fmod; a zero int64 divisor writes 0 and sets the flag to 2.
+TEST_F(ElementwiseGpuTest, ModTakesTheSignOnnxAsksForAndFlagsADivisionByZero) {
+  const std::vector<int64_t> a_dims = {2, 4}, b_dims = {4};
+  auto plan = PlanBroadcast(a_dims, b_dims);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::vector<int64_t> a = {7, -7, 7, -7, 9, -9, 0, 5}, b = {3, 3, -3, -3};
+  DeviceBuffer da = UploadBytes(a.data(), a.size() * 8), db = UploadBytes(b.data(), b.size() * 8);
+  DeviceBuffer dy = UploadBytes(std::vector<int64_t>(8, 99).data(), 64);
+  DeviceBuffer flag = UploadBytes(std::vector<int32_t>{0}.data(), sizeof(int32_t));
+  for (bool fmod : {false, true}) {
+    ASSERT_TRUE(
+        Mod(true, fmod, da.data(), db.data(), dy.data(), *plan, flag.as<int32_t>(), stream()).ok());
+    std::vector<int64_t> y(8);
+    DownloadBytes(dy, y.data(), 64);
+    for (size_t i = 0; i < 8; ++i) {
+      const int64_t x = a[i], m = b[i % 4];
+      int64_t want = x % m;  // C's: the dividend's sign
+      if (!fmod && want != 0 && ((want < 0) != (m < 0))) want += m;
+      EXPECT_EQ(y[i], want) << "fmod " << fmod << ", " << x << " mod " << m;
+    }
+  }
+  int32_t raised = -1;
+  DownloadBytes(flag, &raised, sizeof(raised));
+  EXPECT_EQ(raised, 0);
+  const std::vector<int64_t> zero = {3, 0, 3, 3};
+  DeviceBuffer dz = UploadBytes(zero.data(), zero.size() * 8);
+  ASSERT_TRUE(
+      Mod(true, false, da.data(), dz.data(), dy.data(), *plan, flag.as<int32_t>(), stream()).ok());
+  std::vector<int64_t> y(8);
+  DownloadBytes(dy, y.data(), 64);
+  EXPECT_EQ(y[1], 0);
+  DownloadBytes(flag, &raised, sizeof(raised));
+  EXPECT_EQ(raised, 2);
+  // fp32: C's fmod.
+  const std::vector<float> fa = {5.5f, -5.5f, 7.25f, -1.f, 0.f, 3.f, -3.5f, 8.f};
+  const std::vector<float> fb = {2.f, 2.f, -1.5f, 0.75f};
+  DeviceBuffer dfa = Upload(fa), dfb = Upload(fb), dfy = Floats(8);
+  ASSERT_TRUE(
+      Mod(false, true, dfa.data(), dfb.data(), dfy.data(), *plan, flag.as<int32_t>(), stream())
+          .ok());
+  const std::vector<float> fy = Download(dfy, 8);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(fy[i], std::fmod(fa[i], fb[i % 4])) << i;
+}
+
 TEST_F(ElementwiseGpuTest, WhereChoosesPerElementWithEveryOperandBroadcast) {
   struct Shapes {
     std::vector<int64_t> cond, a, b;
@@ -285,6 +330,8 @@ TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
        [](float v) { return std::min(std::max(0.2f * v + 0.5f, 0.f), 1.f); }, 0.2f, 0.5f},
       {UnaryOp::kHardSwish, false,
        [](float v) { return v * std::min(std::max(v / 6.f + 0.5f, 0.f), 1.f); }},
+      {UnaryOp::kFloor, false, [](float v) { return std::floor(v); }},
+      {UnaryOp::kCeil, false, [](float v) { return std::ceil(v); }},
   };
   for (const Case& c : cases) {
     const std::vector<float>& in = c.needs_positive ? positive : x;

@@ -17,6 +17,7 @@
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/normalization.h"
 #include "engine/internal/op_util.h"
+#include "engine/internal/resize.h"
 #include "engine/memory_planner.h"
 
 namespace shoal::engine::cuda {
@@ -35,7 +36,7 @@ std::optional<UnaryOp> UnaryByName(std::string_view op) {
       {"Relu", UnaryOp::kRelu}, {"Sigmoid", UnaryOp::kSigmoid}, {"Tanh", UnaryOp::kTanh},
       {"Exp", UnaryOp::kExp},   {"Log", UnaryOp::kLog},         {"Neg", UnaryOp::kNeg},
       {"Abs", UnaryOp::kAbs},   {"Sqrt", UnaryOp::kSqrt},       {"Erf", UnaryOp::kErf},
-      {"Gelu", UnaryOp::kGelu}};
+      {"Gelu", UnaryOp::kGelu}, {"Floor", UnaryOp::kFloor},     {"Ceil", UnaryOp::kCeil}};
   for (const auto& [name, u] : kOps)
     if (name == op) return u;
   return std::nullopt;
@@ -105,6 +106,11 @@ class Lowerer {
   Status LowerCompare(int n, CompareOp op);
   Status LowerWhere(int n);
   Status LowerConvTranspose(int n);
+  Status LowerResize(int n);
+  Status LowerMod(int n);
+  Status LowerArgExtreme(int n);
+  Status LowerGroupNorm(int n);
+  Status LowerDepthSpace(int n);
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
@@ -1257,6 +1263,214 @@ Status Lowerer::LowerConvTranspose(int n) {
   return Status::Ok();
 }
 
+// Resize in any mode the CPU engine runs, over fp32 values: the CPU engine's own taps
+// (engine/internal/resize.h) as two constant tables, and one kernel that sums each output
+// element's weighted taps.
+Status Lowerer::LowerResize(int n) {
+  const Node& node = graph_.nodes[n];
+  if (!node.has_input(0) || !IsFp32(node.inputs[0]) || !node.has_output(0) ||
+      !IsFp32(node.outputs[0]))
+    return Fail(n, "only a Resize of fp32 values is on the GPU path so far");
+  RETURN_IF_ERROR(CheckPlain(n));
+  PrepareContext ctx;
+  ctx.graph = &graph_;
+  ctx.node_index = n;
+  for (int v : node.inputs) {
+    ctx.in_values.push_back(v);
+    ctx.in_dtypes.push_back(v >= 0 ? DtypeOf(v) : DataType::kInvalid);
+    ctx.in_shapes.push_back(v >= 0 ? ShapeOf(v) : Shape{});
+    ctx.in_data.push_back(v >= 0 ? Known(v) : nullptr);
+  }
+  auto geometry = engine::internal::ComputeResizeGeometry(ctx);
+  if (!geometry.ok()) return Fail(n, geometry.status().message());
+  const Shape xs = ShapeOf(node.inputs[0]);
+  if (geometry->out != ShapeOf(node.outputs[0]))
+    return Fail(n, "the resized shape differs from the planned output");
+  std::vector<ResizeAxis> axes;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    ResizeAxis a;
+    a.in = xs[d];
+    a.out = geometry->out[d];
+    // Taps of weight 0 add nothing: dropped, an axis that is not resized (linear's second
+    // tap, weight 0) takes one per coordinate, and each element fewer combinations.
+    for (auto& s : geometry->taps[d]) {
+      size_t kept = 0;
+      for (size_t t = 0; t < s.idx.size(); ++t) {
+        if (s.w[t] == 0.f && !(kept == 0 && t + 1 == s.idx.size())) continue;
+        s.idx[kept] = s.idx[t];
+        s.w[kept++] = s.w[t];
+      }
+      s.idx.resize(kept);
+      s.w.resize(kept);
+      a.taps = std::max<int64_t>(a.taps, static_cast<int64_t>(kept));
+    }
+    for (const auto& s : geometry->taps[d]) {
+      for (int64_t t = 0; t < a.taps; ++t) {
+        const bool used = !s.outside && t < static_cast<int64_t>(s.idx.size());
+        a.idx.push_back(s.outside && t == 0 ? -1 : used ? s.idx[t] : 0);
+        a.w.push_back(used ? s.w[t] : 0.f);
+      }
+    }
+    axes.push_back(std::move(a));
+  }
+  auto plan = PlanResize(axes);
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  // The tables as constants, keyed by their content: another shape's plan with the same
+  // taps shares them.
+  auto table = [this](const void* data, size_t bytes, DataType dtype, const char* what) {
+    const int64_t count = static_cast<int64_t>(bytes / DataTypeSize(dtype));
+    Tensor t = Tensor::Allocate(dtype, {count});
+    if (bytes > 0) std::memcpy(t.mutable_data(), data, bytes);
+    char hash[24];
+    std::snprintf(hash, sizeof(hash), "#%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(data, bytes)));
+    return AddBlob(std::string("resize-") + what + hash, std::move(t));
+  };
+  GpuStep step = NewStep(GpuStep::Kind::kResize, n);
+  step.in = {node.inputs[0]};
+  step.out = node.outputs[0];
+  step.weight_slots = {
+      table(plan->idx.data(), plan->idx.size() * sizeof(int64_t), DataType::kInt64, "idx"),
+      table(plan->w.data(), plan->w.size() * sizeof(float), DataType::kFp32, "w")};
+  step.alpha = geometry->extrapolation;
+  plan->idx.clear();
+  plan->w.clear();
+  step.resize = std::move(plan).value();
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// Mod of two fp32 (fmod = 1, as ONNX asks) or two int64 operands, broadcast.
+Status Lowerer::LowerMod(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "takes two inputs");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const DataType dtype = DtypeOf(node.inputs[0]);
+  if ((dtype != DataType::kFp32 && dtype != DataType::kInt64) || DtypeOf(node.inputs[1]) != dtype ||
+      DtypeOf(node.outputs[0]) != dtype)
+    return Fail(n, "only a Mod of fp32 or int64 values is on the GPU path so far");
+  const bool fmod = node.GetInt("fmod", 0) != 0;
+  if (dtype == DataType::kFp32 && !fmod) return Fail(n, "floating-point inputs need fmod = 1");
+  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(node.outputs[0]))
+    return Fail(n, "the broadcast shape differs from the planned output");
+  GpuStep step = NewStep(GpuStep::Kind::kMod, n);
+  step.int64_operands = dtype == DataType::kInt64;
+  step.fmod = fmod;
+  step.in = {node.inputs[0], node.inputs[1]};
+  step.broadcast = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// ArgMax and ArgMin of fp32 data along one axis; keepdims changes only the shape.
+Status Lowerer::LowerArgExtreme(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 1 || !IsFp32(node.inputs[0]))
+    return Fail(n, "only an arg extreme of fp32 data is on the GPU path so far");
+  RETURN_IF_ERROR(CheckPlain(n));
+  if (DtypeOf(node.outputs[0]) != DataType::kInt64) return Fail(n, "the output is not int64");
+  const Shape xs = ShapeOf(node.inputs[0]);
+  const auto rank = static_cast<int64_t>(xs.size());
+  int64_t axis = node.GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank || xs[axis] == 0) return Fail(n, "an axis out of range or empty");
+  GpuStep step = NewStep(GpuStep::Kind::kArgExtreme, n);
+  step.arg_max = node.op_type == "ArgMax";
+  step.select_last = node.GetInt("select_last_index", 0) != 0;
+  step.in = {node.inputs[0]};
+  step.out = node.outputs[0];
+  step.dims = xs;
+  step.axis = axis;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// InstanceNormalization and GroupNormalization: the row layer norm over each (item, group)
+// with a scale of ones, then the constant scale and bias per channel or per group as two
+// broadcasting steps, in place.
+Status Lowerer::LowerGroupNorm(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const bool instance = node.op_type == "InstanceNormalization";
+  const Shape xs = ShapeOf(node.inputs[0]);
+  if (xs.size() < 2 || node.inputs.size() != 3)
+    return Fail(n, "needs X (N, C, ...), scale and bias");
+  const int64_t batch = xs[0], c = xs[1], spatial = Product(xs, 2);
+  const int64_t groups = instance ? c : node.GetInt("num_groups", 0);
+  if (groups <= 0 || c % groups != 0) return Fail(n, "num_groups must divide the channels");
+  const Tensor* scale = Known(node.inputs[1]);
+  const Tensor* bias = Known(node.inputs[2]);
+  if (!scale || !bias || scale->element_count() != bias->element_count() ||
+      (scale->element_count() != c && scale->element_count() != groups))
+    return Fail(n,
+                "only a constant scale and bias of one value per channel or per group are on "
+                "the GPU path");
+  const int64_t row = c / groups * spatial;
+  if (batch * groups == 0 || row == 0) return Fail(n, "an empty normalisation");
+  GpuStep norm = NewStep(GpuStep::Kind::kLayerNorm, n);
+  norm.in = {node.inputs[0], -1, -1};
+  Tensor ones = Tensor::Allocate(DataType::kFp32, {row});
+  for (float& v : ones.mutable_values<float>()) v = 1.f;
+  norm.weight_slots = {AddBlob("ones" + std::to_string(row), std::move(ones))};
+  norm.dims = {batch * groups, row};
+  norm.epsilon = node.GetFloat("epsilon", 1e-5f);
+  norm.out = node.outputs[0];
+  out_.steps.push_back(std::move(norm));
+  // The affine over [N, K, rest] with K the scale's length, one value per row of K.
+  const int64_t k = scale->element_count();
+  const Shape view = {batch, k, c * spatial / k};
+  auto plan = PlanBroadcast(view, Shape{k, 1});
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  for (int i = 0; i < 2; ++i) {
+    GpuStep step = NewStep(GpuStep::Kind::kBinary, n);
+    step.binary = i == 0 ? BinaryOp::kMul : BinaryOp::kAdd;
+    step.in = {node.outputs[0], i == 0 ? node.inputs[1] : node.inputs[2]};
+    step.broadcast = *plan;
+    step.out = node.outputs[0];
+    out_.steps.push_back(std::move(step));
+  }
+  return Status::Ok();
+}
+
+// DepthToSpace (DCR, CRD) and SpaceToDepth: one transpose of a 6-D view of the input.
+Status Lowerer::LowerDepthSpace(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape xs = ShapeOf(node.inputs[0]);
+  const int64_t b = node.GetInt("blocksize", 0);
+  if (xs.size() != 4 || b <= 0) return Fail(n, "needs a 4-D input and a positive blocksize");
+  const int64_t batch = xs[0], c = xs[1], h = xs[2], w = xs[3];
+  std::vector<int64_t> view, perm;
+  if (node.op_type == "DepthToSpace") {
+    if (c % (b * b) != 0) return Fail(n, "the channels are not a multiple of blocksize^2");
+    if (node.GetString("mode", "DCR") == "CRD") {
+      view = {batch, c / (b * b), b, b, h, w};
+      perm = {0, 1, 4, 2, 5, 3};
+    } else {
+      view = {batch, b, b, c / (b * b), h, w};
+      perm = {0, 3, 4, 1, 5, 2};
+    }
+  } else {
+    if (h % b != 0 || w % b != 0) return Fail(n, "height and width are not multiples of blocksize");
+    view = {batch, c, h / b, b, w / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+  }
+  auto plan = PlanTranspose(view, perm);
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (Product(plan->out_dims) != Product(ShapeOf(node.outputs[0])))
+    return Fail(n, "the planned output has another size");
+  GpuStep step = NewStep(GpuStep::Kind::kTranspose, n);
+  step.in = {node.inputs[0]};
+  step.transpose = std::move(plan).value();
+  step.out = node.outputs[0];
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
 Status Lowerer::LowerNode(int n) {
   const Node& node = graph_.nodes[n];
   const std::string& op = node.op_type;
@@ -1291,6 +1505,11 @@ Status Lowerer::LowerNode(int n) {
     if (op == "GreaterOrEqual") return LowerCompare(n, CompareOp::kGreaterOrEqual);
     if (op == "Where") return LowerWhere(n);
     if (op == "ConvTranspose") return LowerConvTranspose(n);
+    if (op == "Resize") return LowerResize(n);
+    if (op == "Mod") return LowerMod(n);
+    if (op == "ArgMax" || op == "ArgMin") return LowerArgExtreme(n);
+    if (op == "InstanceNormalization" || op == "GroupNormalization") return LowerGroupNorm(n);
+    if (op == "DepthToSpace" || op == "SpaceToDepth") return LowerDepthSpace(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);

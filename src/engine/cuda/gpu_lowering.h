@@ -86,32 +86,41 @@ struct GpuStep {
     kToHalf,
     kCompare,
     kWhere,
-    kConvTranspose
+    kConvTranspose,
+    kResize,
+    kMod,
+    kArgExtreme
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
   // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
   // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
   // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}; kCompare {a, b}; kWhere
-  // {cond, a, b}; kConvTranspose {x, w, bias or -1}. kToHalf rounds an fp32
-  // value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col writes
-  // 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A constant
-  // GEMM weight and the bias are weight slots (`weight_slots`), not values, because they are stored
-  // transformed; so is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1,
-  // 1]). Values past the graph's are the lowering's own temporaries (a transposed operand, a
+  // {cond, a, b}; kConvTranspose {x, w, bias or -1}; kResize {x}, its tap tables the weight
+  // slots {idx, w}; kMod {a, b}; kArgExtreme {x}. A kLayerNorm whose scale is -1 reads it
+  // from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows). kToHalf
+  // rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col
+  // writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A
+  // constant GEMM weight and the bias are weight slots (`weight_slots`), not values, because they
+  // are stored transformed; so is a kBinary's b when it is -1 (a grouped convolution's bias, shaped
+  // [m, 1, 1]). Values past the graph's are the lowering's own temporaries (a transposed operand, a
   // product before its output transpose).
   std::vector<int> in;
   int out = -1;
-  GemmOptions gemm;                       // kGemm
-  std::optional<UnaryOp> post;            // kGemm: an activation the epilogue lacks
-  BroadcastPlan residual;                 // kGemm with a residual: its broadcast onto out
-  UnaryOp unary = UnaryOp::kRelu;         // kUnary
-  BinaryOp binary = BinaryOp::kAdd;       // kBinary
-  BroadcastPlan broadcast;                // kBinary, kCompare
-  CompareOp compare = CompareOp::kEqual;  // kCompare
-  bool int64_operands = false;            // kCompare: a and b are int64, not fp32
-  WherePlan where;                        // kWhere
-  // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce: x's shape; kPlace: out's.
+  GemmOptions gemm;                          // kGemm
+  std::optional<UnaryOp> post;               // kGemm: an activation the epilogue lacks
+  BroadcastPlan residual;                    // kGemm with a residual: its broadcast onto out
+  UnaryOp unary = UnaryOp::kRelu;            // kUnary
+  BinaryOp binary = BinaryOp::kAdd;          // kBinary
+  BroadcastPlan broadcast;                   // kBinary, kCompare
+  CompareOp compare = CompareOp::kEqual;     // kCompare
+  bool int64_operands = false;               // kCompare, kMod: a and b are int64, not fp32
+  bool fmod = false;                         // kMod: the remainder takes the dividend's sign
+  bool arg_max = true, select_last = false;  // kArgExtreme (ArgMin when !arg_max)
+  WherePlan where;                           // kWhere
+  ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
+  // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce, kArgExtreme: x's shape;
+  // kPlace: out's.
   std::vector<int64_t> dims;
   float epsilon = 0;        // kLayerNorm
   TransposePlan transpose;  // kTranspose

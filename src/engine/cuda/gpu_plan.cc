@@ -179,9 +179,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     }
     case GpuStep::Kind::kSoftmax:
       return SoftmaxLastAxis(in(0), y, s.dims, stream);
-    case GpuStep::Kind::kLayerNorm:
-      return LayerNormLastAxis(in(0), in(1), s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon,
+    case GpuStep::Kind::kLayerNorm: {
+      const float* scale =
+          s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
+      return LayerNormLastAxis(in(0), scale, s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon,
                                stream);
+    }
     case GpuStep::Kind::kTranspose:
       return Transpose(in(0), y, s.transpose, stream);
     case GpuStep::Kind::kGather:
@@ -213,6 +216,16 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kConvTranspose:
       return ConvTranspose2d(in(0), in(1), s.in[2] >= 0 ? in(2) : nullptr, y, s.window, s.length,
                              stream);
+    case GpuStep::Kind::kResize:
+      return Resize(in(0), y, reinterpret_cast<const int64_t*>(Blob(s.weight_slots[0])),
+                    reinterpret_cast<const float*>(Blob(s.weight_slots[1])), s.resize, s.alpha,
+                    stream);
+    case GpuStep::Kind::kMod:
+      return Mod(s.int64_operands, s.fmod, Address(s.in[0]), Address(s.in[1]), Address(s.out),
+                 s.broadcast, error_flag_.as<int32_t>(), stream);
+    case GpuStep::Kind::kArgExtreme:
+      return ArgExtreme(s.arg_max, s.select_last, in(0), static_cast<int64_t*>(Address(s.out)),
+                        s.dims, s.axis, stream);
     case GpuStep::Kind::kToHalf:
       return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out),
                              Product(lowering_.shapes[s.out]), stream);
@@ -261,6 +274,7 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
   }
   int32_t flag = 0;
   std::memcpy(&flag, staging_.data() + staged_flag_, sizeof(flag));
+  if (flag == 2) return InvalidArgument("an integer Mod divided by zero");
   if (flag != 0) return InvalidArgument("a Gather index was out of range");
   return Status::Ok();
 }

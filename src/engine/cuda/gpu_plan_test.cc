@@ -138,6 +138,29 @@ void ExpectAligned(const GpuLowering& l) {
   }
 }
 
+// A model's reference inputs (models/<name>.b4.sht) and shapes, prepared for lowering.
+struct WithReference {
+  Prepared prepared;
+  std::vector<Tensor> inputs;
+};
+WithReference PrepareWithReference(const std::string& name, const std::string& suffix = ".b4.sht") {
+  WithReference r;
+  const engine::testing::Reference ref = engine::testing::LoadReference(name + suffix);
+  std::vector<Shape> shapes;
+  for (const NamedTensor& t : ref.inputs) {
+    r.inputs.push_back(t.tensor);
+    shapes.push_back(t.tensor.shape());
+  }
+  r.prepared = Prepare(Model::Load(engine::testing::ModelPath(name + ".onnx")), shapes);
+  return r;
+}
+
+const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
+  for (const GpuStep& s : l.steps)
+    if (s.kind == kind) return &s;
+  return nullptr;
+}
+
 // ---- Lowering: host only, runs everywhere ----
 
 TEST(LowerPlanTest, TheRecommenderBecomesFourGemmsWithTheirActivations) {
@@ -263,21 +286,19 @@ TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
   EXPECT_EQ(slices, 2);
 }
 
-// A detection test model's pixel shuffle, instance normalisations and integer arithmetic
-// have no GPU kernels yet: one line per node.
+// A detection test model's RoiAlign and its casts of the box indices to int64 have no GPU
+// kernels yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
-  Prepared p = Prepare(Model::Load(engine::testing::ModelPath("det_norm_shuffle_op13.onnx")),
-                       {{2, 8, 6, 4}, {2, 7}});
-  ASSERT_TRUE(p.plan);
-  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  WithReference roi = PrepareWithReference("det_roi_align_op13", ".a.sht");
+  ASSERT_TRUE(roi.prepared.plan);
+  auto lowered = LowerPlan(roi.prepared.model->graph(), *roi.prepared.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("(DepthToSpace): the GPU path has no kernel"));
-  EXPECT_THAT(m, HasSubstr("(InstanceNormalization)"));
-  EXPECT_THAT(m, HasSubstr("(Mod)"));
-  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 9) << m;
+  EXPECT_THAT(m, HasSubstr("(RoiAlign): the GPU path has no kernel"));
+  EXPECT_THAT(m, HasSubstr("(Cast): only a Cast to fp32"));
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 6) << m;
 }
 
 // DenseNet: concatenations, batch normalisations outside a convolution (two broadcasting
@@ -418,13 +439,14 @@ TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
 TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 4});
-  const int y = b.Op("Floor", "floored", {x});
+  const int y = b.Op("Reciprocal", "inverted", {x});
   Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{4, 4}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_FALSE(lowered.ok());
-  EXPECT_THAT(lowered.status().message(),
-              HasSubstr("node 'floored' (Floor): the GPU path has no kernel for this operator"));
+  EXPECT_THAT(
+      lowered.status().message(),
+      HasSubstr("node 'inverted' (Reciprocal): the GPU path has no kernel for this operator"));
 }
 
 // Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a
@@ -516,29 +538,6 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   ExpectAligned(*attention);
 }
 
-// A model's reference inputs (models/<name>.b4.sht) and shapes, prepared for lowering.
-struct WithReference {
-  Prepared prepared;
-  std::vector<Tensor> inputs;
-};
-WithReference PrepareWithReference(const std::string& name) {
-  WithReference r;
-  const engine::testing::Reference ref = engine::testing::LoadReference(name + ".b4.sht");
-  std::vector<Shape> shapes;
-  for (const NamedTensor& t : ref.inputs) {
-    r.inputs.push_back(t.tensor);
-    shapes.push_back(t.tensor.shape());
-  }
-  r.prepared = Prepare(Model::Load(engine::testing::ModelPath(name + ".onnx")), shapes);
-  return r;
-}
-
-const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
-  for (const GpuStep& s : l.steps)
-    if (s.kind == kind) return &s;
-  return nullptr;
-}
-
 // The decomposed BERT builds its attention mask with Equal on int64 values and applies it
 // with Where: a comparison writing bools, then a Where per layer reading them.
 TEST(LowerPlanTest, TheDecomposedBertsMaskIsAComparisonAndAWherePerLayer) {
@@ -610,6 +609,87 @@ TEST(LowerPlanTest, AGatherOfInt64DataMovesPairsOfWords) {
               2 * Elements(l->shapes[s.out]));
   }
   EXPECT_EQ(int64_gathers, 2);
+}
+
+// Every Resize of the detection test model (nearest by sizes and scales, linear with
+// half_pixel and align_corners, cubic, 1-D, trilinear over a volume) is one step with its
+// tap tables as constants: one tap per axis for nearest, two for linear, four for cubic.
+TEST(LowerPlanTest, EveryResizeIsOneStepReadingItsTapTables) {
+  WithReference det = PrepareWithReference("det_resize_op13", ".a.sht");
+  ASSERT_TRUE(det.prepared.plan);
+  auto l = LowerPlan(det.prepared.model->graph(), *det.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const Graph& graph = det.prepared.model->graph();
+  int resizes = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kResize) continue;
+    ++resizes;
+    const Node& node = graph.nodes[s.node];
+    SCOPED_TRACE(node.name);
+    EXPECT_EQ(s.resize.out_dims, l->shapes[s.out]);
+    ASSERT_EQ(s.weight_slots.size(), 2u);
+    EXPECT_EQ(l->blobs[s.weight_slots[0]].key.rfind("resize-idx#", 0), 0u);
+    EXPECT_EQ(l->blobs[s.weight_slots[0]].data.dtype(), DataType::kInt64);
+    EXPECT_EQ(l->blobs[s.weight_slots[1]].data.dtype(), DataType::kFp32);
+    EXPECT_TRUE(s.resize.idx.empty());  // moved into the blobs
+    const std::string mode = node.GetString("mode", "nearest");
+    const int64_t want_taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+    int64_t most = 0;
+    for (int d = 0; d < s.resize.index.rank; ++d) most = std::max(most, s.resize.index.taps[d]);
+    EXPECT_EQ(most, want_taps);
+  }
+  EXPECT_EQ(resizes, 12);
+}
+
+// DepthToSpace in both modes and SpaceToDepth become one transpose each; GroupNormalization
+// becomes a layer norm over each (item, group) with a scale of ones, then its affine.
+TEST(LowerPlanTest, DepthAndSpaceAreTransposesAndGroupNormIsALayerNormAndItsAffine) {
+  WithReference det = PrepareWithReference("det_graph_layout_norm", ".a.sht");
+  ASSERT_TRUE(det.prepared.plan);
+  auto l = LowerPlan(det.prepared.model->graph(), *det.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int transposes = 0;
+  for (const GpuStep& s : l->steps) transposes += s.kind == GpuStep::Kind::kTranspose;
+  EXPECT_EQ(transposes, 3);
+  const GpuStep* norm = FirstStep(*l, GpuStep::Kind::kLayerNorm);
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->in[1], -1);
+  ASSERT_EQ(norm->weight_slots.size(), 1u);
+  const Tensor& ones = l->blobs[norm->weight_slots[0]].data;
+  // [batch, 8, 4, 6] in 2 groups: rows of 4·4·6 values.
+  ASSERT_EQ(norm->dims.size(), 2u);
+  EXPECT_EQ(norm->dims[1], 96);
+  EXPECT_EQ(ones.element_count(), 96);
+  EXPECT_EQ(ones.values<float>()[95], 1.f);
+  EXPECT_NEAR(norm->epsilon, 1e-3f, 1e-9f);
+}
+
+// The U-Net's per-pixel class is an ArgMax over the channels, writing int64; the norm
+// shuffle model's integer Mods keep their fmod flags.
+TEST(LowerPlanTest, ArgMaxAndIntegerModLower) {
+  WithReference unet = PrepareWithReference("det_unet_op13", ".a.sht");
+  ASSERT_TRUE(unet.prepared.plan);
+  auto l = LowerPlan(unet.prepared.model->graph(), *unet.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const GpuStep* arg = FirstStep(*l, GpuStep::Kind::kArgExtreme);
+  ASSERT_NE(arg, nullptr);
+  EXPECT_TRUE(arg->arg_max);
+  EXPECT_FALSE(arg->select_last);
+  EXPECT_EQ(arg->axis, 1);
+  EXPECT_EQ(l->dtypes[arg->out], DataType::kInt64);
+  WithReference shuffle = PrepareWithReference("det_norm_shuffle_op13", ".a.sht");
+  ASSERT_TRUE(shuffle.prepared.plan);
+  auto m = LowerPlan(shuffle.prepared.model->graph(), *shuffle.prepared.plan);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  int mods = 0, fmods = 0;
+  for (const GpuStep& s : m->steps) {
+    if (s.kind != GpuStep::Kind::kMod) continue;
+    ++mods;
+    fmods += s.fmod;
+    EXPECT_TRUE(s.int64_operands);
+  }
+  EXPECT_EQ(mods, 3);
+  EXPECT_EQ(fmods, 1);
 }
 
 // ---- Runs: need a device ----
@@ -865,6 +945,35 @@ TEST_F(GpuPlanTest, TheDecomposedBertTheMlpAndTheVaeMatchTheCpuEngine) {
       }
     }
     ExpectGpuMatchesCpu(r.prepared, {r.inputs, other}, GemmMath::kFp32, 1e-4f);
+  }
+}
+
+// Each on its two reference inputs, which share their shapes.
+TEST_F(GpuPlanTest, EveryResizeModeMatchesTheCpuEngine) {
+  for (const char* name :
+       {"det_resize_op13", "det_resize_op17", "resize_from_shape_op13", "resize_from_shape_op17"}) {
+    SCOPED_TRACE(name);
+    WithReference a = PrepareWithReference(name, ".a.sht");
+    WithReference b = PrepareWithReference(name, ".b.sht");
+    ASSERT_EQ(a.inputs.size(), b.inputs.size());
+    for (size_t i = 0; i < a.inputs.size(); ++i)
+      ASSERT_EQ(a.inputs[i].shape(), b.inputs[i].shape());
+    ExpectGpuMatchesCpu(a.prepared, {a.inputs, b.inputs}, GemmMath::kFp32, 1e-5f);
+  }
+}
+
+// Instance and group normalisation, DepthToSpace and SpaceToDepth, Floor, integer Mod,
+// ArgMax, ConvTranspose and Resize together (the U-Net), each on its two reference inputs.
+TEST_F(GpuPlanTest, TheDetectionLayoutAndNormModelsMatchTheCpuEngine) {
+  for (const char* name : {"det_graph_layout_norm", "det_norm_shuffle_op13",
+                           "det_norm_shuffle_op17", "det_unet_op13", "det_unet_op17"}) {
+    SCOPED_TRACE(name);
+    WithReference a = PrepareWithReference(name, ".a.sht");
+    WithReference b = PrepareWithReference(name, ".b.sht");
+    ASSERT_EQ(a.inputs.size(), b.inputs.size());
+    for (size_t i = 0; i < a.inputs.size(); ++i)
+      ASSERT_EQ(a.inputs[i].shape(), b.inputs[i].shape());
+    ExpectGpuMatchesCpu(a.prepared, {a.inputs, b.inputs}, GemmMath::kFp32, 1e-4f);
   }
 }
 

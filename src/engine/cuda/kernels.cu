@@ -39,6 +39,10 @@ __device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x, float alpha
       return fminf(fmaxf(alpha * x + beta, 0.f), 1.f);
     case UnaryKernel::kHardSwish:
       return x * fminf(fmaxf(x / 6.f + 0.5f, 0.f), 1.f);
+    case UnaryKernel::kFloor:
+      return floorf(x);
+    case UnaryKernel::kCeil:
+      return ceilf(x);
   }
   return x;
 }
@@ -119,6 +123,44 @@ __global__ void CompareKernelT(CompareKernel op, const T* a, const T* b, uint8_t
   }
 }
 
+__global__ void ModuloF32(const float* a, const float* b, float* y, BroadcastIndex index,
+                          int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % index.out_dims[d];
+      rest /= index.out_dims[d];
+      ia += coord * index.a_strides[d];
+      ib += coord * index.b_strides[d];
+    }
+    y[i] = fmodf(a[ia], b[ib]);
+  }
+}
+
+__global__ void ModuloI64(bool fmod, const int64_t* a, const int64_t* b, int64_t* y,
+                          BroadcastIndex index, int64_t n, int32_t* error_flag) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % index.out_dims[d];
+      rest /= index.out_dims[d];
+      ia += coord * index.a_strides[d];
+      ib += coord * index.b_strides[d];
+    }
+    const int64_t x = a[ia], m = b[ib];
+    if (m == 0) {
+      *error_flag = 2;
+      y[i] = 0;
+      continue;
+    }
+    int64_t r = x % m;
+    if (!fmod && r != 0 && ((r < 0) != (m < 0))) r += m;
+    y[i] = r;
+  }
+}
+
 __global__ void WhereF32(const uint8_t* cond, const float* a, const float* b, float* y,
                          WhereIndex index, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -192,6 +234,23 @@ cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, 
   } else {
     CompareKernelT<<<BlocksFor(n), kThreads, 0, stream>>>(
         op, static_cast<const float*>(a), static_cast<const float*>(b), y, index, n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchModulo(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
+                         const BroadcastIndex& index, int64_t n, int32_t* error_flag,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  if (int64_operands) {
+    ModuloI64<<<BlocksFor(n), kThreads, 0, stream>>>(
+        fmod, static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
+        static_cast<int64_t*>(y), index, n, error_flag);
+  } else {
+    ModuloF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const float*>(a),
+                                                     static_cast<const float*>(b),
+                                                     static_cast<float*>(y), index, n);
   }
   return cudaGetLastError();
 }

@@ -32,7 +32,9 @@ enum class UnaryKernel : int {
   kLeakyRelu,
   kClip,
   kHardSigmoid,
-  kHardSwish
+  kHardSwish,
+  kFloor,
+  kCeil
 };
 // Binary operators, in the order of elementwise.h's BinaryOp.
 enum class BinaryKernel : int { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
@@ -60,6 +62,14 @@ enum class CompareKernel : int { kEqual, kLess, kGreater, kLessOrEqual, kGreater
 // or int64 when `int64_operands`.
 cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, const void* b,
                           uint8_t* y, const BroadcastIndex& index, int64_t n, cudaStream_t stream);
+
+// Mod: y[i] = a[ia(i)] mod b[ib(i)] over fp32 (C's fmod; ONNX asks fmod = 1 for floats)
+// or int64 operands: with `fmod` the remainder takes the dividend's sign (C's %), without
+// it the divisor's (Python's %). An int64 divisor of 0 writes 0 and sets *error_flag to 2
+// (only ever set, as Gather's).
+cudaError_t LaunchModulo(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
+                         const BroadcastIndex& index, int64_t n, int32_t* error_flag,
+                         cudaStream_t stream);
 
 // Where: y[i] = cond[ic(i)] ? a[ia(i)] : b[ib(i)], each operand broadcast through its
 // strides (0 along a dimension it is broadcast over); cond is one byte per element.
@@ -112,6 +122,12 @@ enum class ReduceKernel : int { kSum, kMean, kMax };
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
                                   int64_t r, int64_t inner, cudaStream_t stream);
 
+// ArgMax (is_max) or ArgMin: x viewed as [outer, r, inner], y [outer, inner] the int64
+// position along r of the first extreme (the last with `last`), as the CPU engine compares
+// (a NaN never wins). r >= 1.
+cudaError_t LaunchArgExtremeMiddleF32(bool is_max, bool last, const float* x, int64_t* y,
+                                      int64_t outer, int64_t r, int64_t inner, cudaStream_t stream);
+
 // Source types of a cast to fp32, in the order of elementwise.h's CastSource.
 enum class CastKernel : int { kInt64, kInt32, kBool };
 // y[i] = float(x[i]) for i < n, x of the type `from` names (bool: one byte, 0 or not).
@@ -160,6 +176,23 @@ cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Windo
 // (output_padding and the end's padding are in them).
 cudaError_t LaunchConvTransposeF32(const float* x, const float* w, const float* bias, float* y,
                                    const Window2d& g, int64_t m, cudaStream_t stream);
+
+// Resize: each element of y (out_dims) is the weighted sum, over every combination of its
+// axes' taps, of the element of x (in_strides, row-major) they name. Axis d's taps are
+// taps[d] entries per output coordinate, at table_offset[d] in the tables `idx` (int64
+// input coordinates) and `w` (float weights; an unused entry weighs 0). An output
+// coordinate whose first entry's idx is -1 lies outside tf_crop_and_resize's crop: an
+// element with any such coordinate is `extrapolation`.
+struct ResizeIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t in_strides[kMaxRank] = {};
+  int64_t table_offset[kMaxRank] = {};
+  int64_t taps[kMaxRank] = {};
+};
+cudaError_t LaunchResizeF32(const float* x, float* y, const int64_t* idx, const float* w,
+                            const ResizeIndex& index, float extrapolation, int64_t n,
+                            cudaStream_t stream);
 
 // Concat's inputs: x viewed as [outer, axis_in, inner] written into y, viewed as [outer,
 // axis_out, inner], at axis positions [start, start + axis_in).

@@ -39,6 +39,42 @@ __global__ void GatherF32(const float* __restrict__ data, const int64_t* __restr
   }
 }
 
+__global__ void ResizeF32(const float* __restrict__ x, float* __restrict__ y,
+                          const int64_t* __restrict__ idx, const float* __restrict__ w,
+                          ResizeIndex index, float extrapolation, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    // Each axis's first entry for this element's coordinate, and how many combinations.
+    int64_t entry[kMaxRank];
+    int64_t rest = i, combos = 1;
+    bool outside = false;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      const int64_t c = rest % index.out_dims[d];
+      rest /= index.out_dims[d];
+      entry[d] = index.table_offset[d] + c * index.taps[d];
+      outside = outside || idx[entry[d]] < 0;
+      combos *= index.taps[d];
+    }
+    if (outside) {
+      y[i] = extrapolation;
+      continue;
+    }
+    float acc = 0.f;
+    for (int64_t k = 0; k < combos; ++k) {
+      int64_t left = k, from = 0;
+      float weight = 1.f;
+      for (int d = index.rank - 1; d >= 0; --d) {
+        const int64_t e = entry[d] + left % index.taps[d];
+        left /= index.taps[d];
+        weight *= w[e];
+        from += idx[e] * index.in_strides[d];
+      }
+      if (weight != 0.f) acc += weight * x[from];
+    }
+    y[i] = acc;
+  }
+}
+
 __global__ void PadF32(const float* __restrict__ x, float* __restrict__ y, PadIndex index,
                        float value, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -128,6 +164,15 @@ cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* 
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   LayerNormF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, scale, bias, y, cols,
                                                                      epsilon);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchResizeF32(const float* x, float* y, const int64_t* idx, const float* w,
+                            const ResizeIndex& index, float extrapolation, int64_t n,
+                            cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  ResizeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, idx, w, index, extrapolation, n);
   return cudaGetLastError();
 }
 

@@ -51,6 +51,29 @@ __global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x, fl
   }
 }
 
+// One thread per output element, as ReduceMiddleF32; the comparisons are the CPU
+// engine's, so a NaN never replaces the best so far.
+__global__ void ArgExtremeMiddleF32(bool is_max, bool last, const float* __restrict__ x,
+                                    int64_t* __restrict__ y, int64_t r, int64_t inner, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % inner;
+    const int64_t o = i / inner;
+    const float* p = x + o * r * inner + c;
+    float best = p[0];
+    int64_t at = 0;
+    for (int64_t j = 1; j < r; ++j) {
+      const float v = p[j * inner];
+      const bool better = is_max ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
+      if (better) {
+        best = v;
+        at = j;
+      }
+    }
+    y[i] = at;
+  }
+}
+
 template <typename T>
 __global__ void CastToF32(const T* __restrict__ x, float* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -138,6 +161,16 @@ cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t 
   } else {
     F32ToBf16<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgExtremeMiddleF32(bool is_max, bool last, const float* x, int64_t* y,
+                                      int64_t outer, int64_t r, int64_t inner,
+                                      cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  if (n <= 0 || r <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  ArgExtremeMiddleF32<<<BlocksFor(n), kThreads, 0, stream>>>(is_max, last, x, y, r, inner, n);
   return cudaGetLastError();
 }
 

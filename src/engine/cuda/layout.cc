@@ -220,4 +220,54 @@ Status Pad(const float* x, float* y, const PadPlan& plan, float value, cudaStrea
                     "pad kernel launch");
 }
 
+StatusOr<ResizePlan> PlanResize(const std::vector<ResizeAxis>& axes) {
+  if (axes.size() > static_cast<size_t>(internal::kMaxRank)) {
+    return InvalidArgument("Resize of " + std::to_string(axes.size()) +
+                           " axes; the GPU kernel takes at most " +
+                           std::to_string(internal::kMaxRank));
+  }
+  ResizePlan plan;
+  internal::ResizeIndex& index = plan.index;
+  index.rank = static_cast<int>(axes.size());
+  plan.elements = 1;
+  int64_t combos = 1, stride = 1;
+  for (size_t d = axes.size(); d-- > 0;) {
+    const ResizeAxis& a = axes[d];
+    const std::string which = "Resize axis " + std::to_string(d);
+    if (a.in < 0 || a.out < 0 || a.taps < 1)
+      return InvalidArgument(which + ": sizes must be >= 0 and taps >= 1");
+    if (a.idx.size() != static_cast<size_t>(a.out * a.taps) || a.w.size() != a.idx.size())
+      return InvalidArgument(which + ": the tables need out x taps entries");
+    for (size_t e = 0; e < a.idx.size(); ++e) {
+      const bool outside_mark = a.idx[e] == -1 && e % a.taps == 0;
+      if (!outside_mark && (a.idx[e] < 0 || a.idx[e] >= a.in)) {
+        return InvalidArgument(which + ": input coordinate " + std::to_string(a.idx[e]) +
+                               " is outside its " + std::to_string(a.in) + " elements");
+      }
+    }
+    combos *= a.taps;
+    if (combos > 4096) return InvalidArgument("Resize needs more than 4096 taps per element");
+    index.in_strides[d] = stride;
+    stride *= a.in;
+  }
+  for (size_t d = 0; d < axes.size(); ++d) {
+    const ResizeAxis& a = axes[d];
+    index.out_dims[d] = a.out;
+    index.taps[d] = a.taps;
+    index.table_offset[d] = static_cast<int64_t>(plan.idx.size());
+    plan.idx.insert(plan.idx.end(), a.idx.begin(), a.idx.end());
+    plan.w.insert(plan.w.end(), a.w.begin(), a.w.end());
+    plan.out_dims.push_back(a.out);
+    plan.elements *= a.out;
+  }
+  return plan;
+}
+
+Status Resize(const float* x, float* y, const int64_t* idx, const float* w, const ResizePlan& plan,
+              float extrapolation, cudaStream_t stream) {
+  return CudaStatus(
+      internal::LaunchResizeF32(x, y, idx, w, plan.index, extrapolation, plan.elements, stream),
+      "resize kernel launch");
+}
+
 }  // namespace shoal::engine::cuda

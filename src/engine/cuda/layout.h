@@ -1,5 +1,6 @@
-// Data movement on a CUDA stream: Transpose with any permutation, Gather along any axis
-// and one output of Split (a slice along an axis), as ONNX defines them (the CPU engine's
+// Data movement on a CUDA stream: Transpose with any permutation, Gather along any axis,
+// one output of Split (a slice along an axis), Slice, Concat's pieces, Pad and Resize, as
+// ONNX defines them (the CPU engine's
 // ops/data_movement.cc and ops/indexing.cc).
 //
 // Shapes are validated on the host, before anything is queued, with InvalidArgument
@@ -79,5 +80,31 @@ struct PadPlan {
 StatusOr<PadPlan> PlanPad(std::span<const int64_t> dims, std::span<const int64_t> begin,
                           std::span<const int64_t> end);
 Status Pad(const float* x, float* y, const PadPlan& plan, float value, cudaStream_t stream);
+
+// Resize from per-axis taps (the CPU engine's, engine/internal/resize.h): axis d of the
+// input has `in` elements and of the output `out`; output coordinate o reads input
+// coordinates idx[o·taps + t] with weights w[o·taps + t] for t < taps (an unused entry
+// weighs 0), or is `outside` the crop when its first idx is -1.
+struct ResizeAxis {
+  int64_t in = 0, out = 0, taps = 1;
+  std::vector<int64_t> idx;
+  std::vector<float> w;
+};
+struct ResizePlan {
+  std::vector<int64_t> out_dims;
+  int64_t elements = 0;
+  internal::ResizeIndex index;
+  // Every axis's taps, one after the other (index.table_offset): uploaded once, as
+  // constants, and passed to Resize.
+  std::vector<int64_t> idx;
+  std::vector<float> w;
+};
+// InvalidArgument for tables of the wrong length, an index outside its axis (other than an
+// outside mark), more than internal::kMaxRank axes, or more than 4096 tap combinations per
+// element.
+StatusOr<ResizePlan> PlanResize(const std::vector<ResizeAxis>& axes);
+// y = Resize(x) from the plan's tables, uploaded to `idx` and `w`; y must not overlap x.
+Status Resize(const float* x, float* y, const int64_t* idx, const float* w, const ResizePlan& plan,
+              float extrapolation, cudaStream_t stream);
 
 }  // namespace shoal::engine::cuda

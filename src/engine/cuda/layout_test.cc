@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 
 #include "engine/cuda/test_util.h"
@@ -242,6 +243,105 @@ TEST_F(LayoutGpuTest, SliceReadsAStridedViewWithNegativeSteps) {
 }
 
 // The plan on the host: where y[0] reads, and reads outside the tensor refused.
+// Axis 0: 2 -> 3 nearest; axis 1: 3 -> 4 linear, two taps (the last reads the edge twice);
+// axis 2: 2 -> 2 with its second coordinate outside the crop.
+std::vector<ResizeAxis> ResizeAxes() {
+  ResizeAxis nearest{2, 3, 1, {0, 0, 1}, {1.f, 1.f, 1.f}};
+  ResizeAxis linear{
+      3, 4, 2, {0, 1, 0, 1, 1, 2, 2, 2}, {1.f, 0.f, 0.25f, 0.75f, 0.5f, 0.5f, 1.f, 0.f}};
+  ResizeAxis crop{2, 2, 1, {1, -1}, {1.f, 0.f}};
+  return {nearest, linear, crop};
+}
+
+// Resize the plain way: per output element, every combination of its axes' taps.
+std::vector<float> ResizeReference(const std::vector<float>& x, const std::vector<ResizeAxis>& axes,
+                                   float extrapolation) {
+  const size_t rank = axes.size();
+  std::vector<int64_t> in_strides(rank, 1), out(rank);
+  for (size_t d = 0; d < rank; ++d) out[d] = axes[d].out;
+  for (int d = static_cast<int>(rank) - 2; d >= 0; --d)
+    in_strides[d] = in_strides[d + 1] * axes[d + 1].in;
+  std::vector<float> y(Elements(out));
+  std::vector<int64_t> coord(rank, 0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    bool outside = false;
+    for (size_t d = 0; d < rank; ++d) outside = outside || axes[d].idx[coord[d] * axes[d].taps] < 0;
+    double acc = 0;
+    std::vector<int64_t> t(rank, 0);
+    while (!outside) {
+      double w = 1;
+      int64_t from = 0;
+      for (size_t d = 0; d < rank; ++d) {
+        const int64_t e = coord[d] * axes[d].taps + t[d];
+        w *= axes[d].w[e];
+        from += axes[d].idx[e] * in_strides[d];
+      }
+      acc += w * x[from];
+      size_t d = rank;
+      while (d-- > 0 && ++t[d] == axes[d].taps) t[d] = 0;
+      if (d == SIZE_MAX) break;
+    }
+    y[i] = outside ? extrapolation : static_cast<float>(acc);
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      if (++coord[d] < out[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return y;
+}
+
+TEST(PlanResizeTest, LaysTheAxesTablesOutOneAfterTheOther) {
+  auto plan = PlanResize(ResizeAxes());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{3, 4, 2}));
+  EXPECT_EQ(plan->elements, 24);
+  ASSERT_EQ(plan->index.rank, 3);
+  EXPECT_EQ(plan->index.table_offset[0], 0);
+  EXPECT_EQ(plan->index.table_offset[1], 3);
+  EXPECT_EQ(plan->index.table_offset[2], 11);
+  EXPECT_EQ(plan->index.taps[1], 2);
+  EXPECT_EQ(plan->index.in_strides[0], 6);
+  EXPECT_EQ(plan->index.in_strides[1], 2);
+  EXPECT_EQ(plan->index.in_strides[2], 1);
+  EXPECT_EQ(plan->idx.size(), 13u);
+  EXPECT_EQ(plan->w.size(), 13u);
+}
+
+TEST(PlanResizeTest, RefusesBadTablesBeforeTouchingTheDevice) {
+  std::vector<ResizeAxis> axes = ResizeAxes();
+  axes[1].idx[3] = 3;  // past the axis's 3 elements
+  EXPECT_EQ(PlanResize(axes).status().code(), StatusCode::kInvalidArgument);
+  axes = ResizeAxes();
+  axes[1].idx[1] = -1;  // an outside mark only counts in a coordinate's first entry
+  EXPECT_FALSE(PlanResize(axes).ok());
+  axes = ResizeAxes();
+  axes[0].w.pop_back();
+  EXPECT_FALSE(PlanResize(axes).ok());
+  // 8 axes of 3 taps each: 6561 combinations per element.
+  std::vector<ResizeAxis> many(8, ResizeAxis{1, 1, 3, {0, 0, 0}, {1.f, 0.f, 0.f}});
+  auto refused = PlanResize(many);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("4096"), std::string::npos);
+  many.resize(7);
+  EXPECT_TRUE(PlanResize(many).ok());  // 2187
+}
+
+TEST_F(LayoutGpuTest, ResizeSumsEachElementsTapsAndExtrapolatesOutsideTheCrop) {
+  const std::vector<ResizeAxis> axes = ResizeAxes();
+  auto plan = PlanResize(axes);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::vector<float> x = Iota(2 * 3 * 2);
+  DeviceBuffer dx = Upload(x), dw = Upload(plan->w), dy = Floats(plan->elements);
+  DeviceBuffer didx = UploadBytes(plan->idx.data(), plan->idx.size() * sizeof(int64_t));
+  ASSERT_TRUE(Resize(dx.as<float>(), dy.as<float>(), didx.as<int64_t>(), dw.as<float>(), *plan,
+                     -7.f, stream())
+                  .ok());
+  const std::vector<float> want = ResizeReference(x, axes, -7.f);
+  const std::vector<float> got = Download(dy, plan->elements);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << i;
+  EXPECT_EQ(got[1], -7.f);  // the crop's outside coordinate
+}
+
 TEST(SliceShapeTest, GivesTheFirstElementAndRefusesReadsOutsideTheTensor) {
   const std::vector<int64_t> dims3 = {3, 5, 4};
   auto plan = PlanSlice(dims3, std::vector<int64_t>{1, 4, 1}, std::vector<int64_t>{1, -2, 1},

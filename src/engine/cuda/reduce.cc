@@ -26,4 +26,22 @@ Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t
                     "reduce kernel launch");
 }
 
+Status ArgExtreme(bool is_max, bool last, const float* x, int64_t* y, std::span<const int64_t> dims,
+                  int64_t axis, cudaStream_t stream) {
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (axis < 0 || axis >= rank) {
+    return InvalidArgument("arg extreme along axis " + std::to_string(axis) + " of " +
+                           ShapeToString(dims));
+  }
+  int64_t outer = 1, r = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (dims[d] < 0) return InvalidArgument("arg extreme over shape " + ShapeToString(dims));
+    (d < axis ? outer : d == axis ? r : inner) *= dims[d];
+  }
+  if (r == 0) return InvalidArgument("arg extreme over an empty axis of " + ShapeToString(dims));
+  return CudaStatus(
+      internal::LaunchArgExtremeMiddleF32(is_max, last, x, y, outer, r, inner, stream),
+      "arg extreme kernel launch");
+}
+
 }  // namespace shoal::engine::cuda

@@ -21,4 +21,10 @@ enum class ReduceOp { kSum, kMean, kMax };
 Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
                   int64_t first, int64_t count, cudaStream_t stream);
 
+// ArgMax (is_max) or ArgMin along `axis` of x's `dims`: y holds the int64 position of the
+// first extreme (the last with `last`) for every other index, as the CPU engine finds it.
+// InvalidArgument for an axis outside dims or an empty one.
+Status ArgExtreme(bool is_max, bool last, const float* x, int64_t* y, std::span<const int64_t> dims,
+                  int64_t axis, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "engine/cuda/test_util.h"
@@ -56,6 +57,41 @@ TEST_F(ReduceGpuTest, EveryOpOverLeadingMiddleTrailingAndAdjacentAxes) {
   }
 }
 
+// ArgMax and ArgMin along each axis of a [3, 5, 4] tensor with ties (values from a small
+// set), first and last index, against the plain loop.
+TEST_F(ReduceGpuTest, ArgExtremesPickTheFirstOrLastExtremeAlongEachAxis) {
+  const std::vector<int64_t> dims = {3, 5, 4};
+  std::vector<float> host(3 * 5 * 4);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>((i * 7) % 5) - 2.f;
+  DeviceBuffer x = Upload(host);
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    int64_t outer = 1, r = dims[axis], inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+    for (int64_t d = axis + 1; d < 3; ++d) inner *= dims[d];
+    for (bool is_max : {true, false}) {
+      for (bool last : {false, true}) {
+        DeviceBuffer y = UploadBytes(std::vector<int64_t>(outer * inner, -1).data(),
+                                     outer * inner * sizeof(int64_t));
+        ASSERT_TRUE(
+            ArgExtreme(is_max, last, x.as<float>(), y.as<int64_t>(), dims, axis, stream()).ok());
+        std::vector<int64_t> got(outer * inner);
+        DownloadBytes(y, got.data(), got.size() * sizeof(int64_t));
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t c = 0; c < inner; ++c) {
+            int64_t at = 0;
+            for (int64_t j = 1; j < r; ++j) {
+              const float v = host[(o * r + j) * inner + c], b = host[(o * r + at) * inner + c];
+              if (is_max ? (last ? v >= b : v > b) : (last ? v <= b : v < b)) at = j;
+            }
+            EXPECT_EQ(got[o * inner + c], at)
+                << "axis " << axis << (is_max ? " max" : " min") << (last ? " last" : " first");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ReduceShapeTest, RefusesAxesOutsideTheShapeAndEmptyAxesBeforeTouchingTheDevice) {
   const std::vector<int64_t> dims = {3, 5, 4};
   EXPECT_EQ(ReduceAxes(ReduceOp::kSum, nullptr, nullptr, dims, 2, 2, nullptr).code(),
@@ -65,6 +101,12 @@ TEST(ReduceShapeTest, RefusesAxesOutsideTheShapeAndEmptyAxesBeforeTouchingTheDev
   const std::vector<int64_t> empty = {3, 0, 4};
   EXPECT_EQ(ReduceAxes(ReduceOp::kMax, nullptr, nullptr, empty, 1, 1, nullptr).code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ArgExtreme(true, false, nullptr, nullptr, std::vector<int64_t>{2, 3}, 2, nullptr).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ArgExtreme(true, false, nullptr, nullptr, std::vector<int64_t>{2, 0}, 1, nullptr).code(),
+      StatusCode::kInvalidArgument);
 }
 
 }  // namespace

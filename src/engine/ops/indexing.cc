@@ -13,6 +13,7 @@
 
 #include "engine/internal/broadcast.h"
 #include "engine/internal/op_util.h"
+#include "engine/internal/resize.h"
 #include "engine/plan.h"
 
 namespace shoal::engine::internal {
@@ -463,13 +464,8 @@ std::array<double, 4> CubicWeights(double t, double a) {
   return {far(t + 1), near(t), near(1 - t), far(2 - t)};
 }
 
-// Per axis and output coordinate, the general form: input coordinates with weights, or
-// `outside` the crop (tf_crop_and_resize: the element takes extrapolation_value).
-struct Taps {
-  std::vector<int64_t> idx;
-  std::vector<float> w;
-  bool outside = false;
-};
+// Per axis and output coordinate, the general form (resize.h).
+using Taps = ResizeSamples;
 
 // Taps for any mode, with tf_crop_and_resize's region of interest (normalised starts
 // then ends, one per axis; empty otherwise). Neighbours outside the input repeat its
@@ -685,6 +681,21 @@ class RunTimeResizeKernel : public Kernel {
 
 // Whether Resize's output shape or taps depend on data not known now: the sizes or
 // scales it uses, or tf_crop_and_resize's roi.
+bool ResizeNeedsRunTimeData(const PrepareContext& ctx);
+
+// tf_crop_and_resize's region of interest, required as a constant; empty for other modes.
+StatusOr<std::vector<float>> CropRoi(const PrepareContext& ctx) {
+  if (ctx.node().GetString("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize")
+    return std::vector<float>();
+  ASSIGN_OR_RETURN(const auto axes, ResizeAxes(ctx));
+  std::vector<float> roi = ResizeRoi(ctx, axes);
+  if (roi.empty()) {
+    return ctx.Error(
+        "tf_crop_and_resize needs roi as a constant FP32 tensor, a start and an end per axis");
+  }
+  return roi;
+}
+
 bool ResizeNeedsRunTimeData(const PrepareContext& ctx) {
   auto unknown = [&](size_t i) {
     return ctx.has_input(i) && ctx.in_data[i] == nullptr && ctx.in_shapes[i] != Shape{0};
@@ -794,15 +805,7 @@ StatusOr<std::unique_ptr<Kernel>> PrepareResizeLoops(PrepareContext& ctx) {
   if (mode == "cubic" || crop || antialias) {
     if (ctx.in_dtypes[0] != DataType::kFp32)
       return ctx.Error("cubic mode, antialias and tf_crop_and_resize need FP32");
-    std::vector<float> roi;
-    if (crop) {
-      ASSIGN_OR_RETURN(const auto axes, ResizeAxes(ctx));
-      roi = ResizeRoi(ctx, axes);
-      if (roi.empty())
-        return ctx.Error(
-            "tf_crop_and_resize needs roi as a constant FP32 tensor, a start and an "
-            "end per axis");
-    }
+    ASSIGN_OR_RETURN(const std::vector<float> roi, CropRoi(ctx));
     ASSIGN_OR_RETURN(auto general, GeneralTaps(ctx, x, out, scales, mode, roi));
     return GeneralResizeKernel(std::move(out), std::move(general), RowMajorStrides(x),
                                ctx.node().GetFloat("extrapolation_value", 0.f));
@@ -843,6 +846,23 @@ Status CheckResize(const Node& node, const Graph& graph) {
 }
 
 }  // namespace
+
+StatusOr<ResizeGeometry> ComputeResizeGeometry(const PrepareContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.Error("needs X");
+  if (ResizeNeedsRunTimeData(ctx))
+    return FailedPrecondition(ctx.graph->Describe(ctx.node_index) +
+                              ": its sizes, scales or roi are known only at run time");
+  // ResizeOutput reports through the context only; a copy keeps the caller's untouched.
+  PrepareContext local = ctx;
+  ResizeGeometry g;
+  std::vector<double> scales;
+  RETURN_IF_ERROR(ResizeOutput(local, &g.out, &scales));
+  ASSIGN_OR_RETURN(const std::vector<float> roi, CropRoi(ctx));
+  ASSIGN_OR_RETURN(g.taps, GeneralTaps(ctx, ctx.in_shapes[0], g.out, scales,
+                                       ctx.node().GetString("mode", "nearest"), roi));
+  g.extrapolation = ctx.node().GetFloat("extrapolation_value", 0.f);
+  return g;
+}
 
 void RegisterIndexingOps(std::vector<OpDef>* ops) {
   ops->push_back({"", "Slice", {}, nullptr, PrepareSlice});
