@@ -71,7 +71,7 @@ Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, 
 
 // Mod with NumPy broadcasting over fp32 (C's fmod, whatever `fmod` says: ONNX asks 1 for
 // floats) or int64 operands (`fmod`: the dividend's sign, else the divisor's). An int64
-// divisor of 0 writes 0 and sets *error_flag (device memory, zeroed by the caller) to 2.
+// divisor of 0 writes 0 and sets *error_flag (device memory, zeroed by the caller) bit 2.
 // y must not overlap a or b unless it is one with the output's shape.
 Status Mod(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
            const BroadcastPlan& plan, int32_t* error_flag, cudaStream_t stream);

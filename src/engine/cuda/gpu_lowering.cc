@@ -1099,6 +1099,7 @@ Status Lowerer::LowerLayerNorm(int n) {
   step.in = {node.inputs[0], node.inputs[1], node.has_input(2) ? node.inputs[2] : -1};
   step.dims = {Product(xs, 0, axis), row};
   step.epsilon = node.GetFloat("epsilon", 1e-5f);
+  if (!(step.epsilon > 0)) return Fail(n, "an epsilon <= 0 is not on the GPU path");
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
@@ -1281,6 +1282,11 @@ Status Lowerer::LowerResize(int n) {
     ctx.in_shapes.push_back(v >= 0 ? ShapeOf(v) : Shape{});
     ctx.in_data.push_back(v >= 0 ? Known(v) : nullptr);
   }
+  // The CPU's linear loop interpolates only the resized axes; this coordinate mode would
+  // give the others half-pixel taps in the general form the GPU reads.
+  if (node.GetString("mode", "nearest") != "nearest" &&
+      node.GetString("coordinate_transformation_mode", "half_pixel") == "tf_half_pixel_for_nearest")
+    return Fail(n, "tf_half_pixel_for_nearest outside nearest mode is not on the GPU path");
   auto geometry = engine::internal::ComputeResizeGeometry(ctx);
   if (!geometry.ok()) return Fail(n, geometry.status().message());
   const Shape xs = ShapeOf(node.inputs[0]);
@@ -1418,6 +1424,7 @@ Status Lowerer::LowerGroupNorm(int n) {
   norm.weight_slots = {AddBlob("ones" + std::to_string(row), std::move(ones))};
   norm.dims = {batch * groups, row};
   norm.epsilon = node.GetFloat("epsilon", 1e-5f);
+  if (!(norm.epsilon > 0)) return Fail(n, "an epsilon <= 0 is not on the GPU path");
   norm.out = node.outputs[0];
   out_.steps.push_back(std::move(norm));
   // The affine over [N, K, rest] with K the scale's length, one value per row of K.

@@ -274,8 +274,8 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
   }
   int32_t flag = 0;
   std::memcpy(&flag, staging_.data() + staged_flag_, sizeof(flag));
-  if (flag == 2) return InvalidArgument("an integer Mod divided by zero");
-  if (flag != 0) return InvalidArgument("a Gather index was out of range");
+  if (flag & 1) return InvalidArgument("a Gather index was out of range");
+  if (flag & 2) return InvalidArgument("an integer Mod divided by zero");
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -734,6 +735,13 @@ class GpuPlanTest : public GpuTest {
       ASSERT_EQ(gpu.size(), cpu.size());
       for (size_t o = 0; o < cpu.size(); ++o) {
         ASSERT_EQ(gpu[o].shape(), cpu[o].shape());
+        ASSERT_EQ(gpu[o].dtype(), cpu[o].dtype());
+        if (cpu[o].dtype() != DataType::kFp32) {  // int64 (ArgMax, Mod) and bools: exact
+          ASSERT_EQ(gpu[o].byte_size(), cpu[o].byte_size());
+          EXPECT_EQ(std::memcmp(gpu[o].data(), cpu[o].data(), cpu[o].byte_size()), 0)
+              << "output " << o << ", run " << run;
+          continue;
+        }
         const float scale = std::max(1.f, engine::testing::MaxAbs(cpu[o]));
         EXPECT_LE(engine::testing::MaxAbsDiff(gpu[o], cpu[o]), tolerance * scale)
             << "output " << o << ", run " << run;

@@ -151,7 +151,7 @@ __global__ void ModuloI64(bool fmod, const int64_t* a, const int64_t* b, int64_t
     }
     const int64_t x = a[ia], m = b[ib];
     if (m == 0) {
-      *error_flag = 2;
+      atomicOr(error_flag, 2);
       y[i] = 0;
       continue;
     }

@@ -65,7 +65,7 @@ cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, 
 
 // Mod: y[i] = a[ia(i)] mod b[ib(i)] over fp32 (C's fmod; ONNX asks fmod = 1 for floats)
 // or int64 operands: with `fmod` the remainder takes the dividend's sign (C's %), without
-// it the divisor's (Python's %). An int64 divisor of 0 writes 0 and sets *error_flag to 2
+// it the divisor's (Python's %). An int64 divisor of 0 writes 0 and sets bit 2 of *error_flag
 // (only ever set, as Gather's).
 cudaError_t LaunchModulo(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
                          const BroadcastIndex& index, int64_t n, int32_t* error_flag,
@@ -99,7 +99,7 @@ cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& i
 
 // Gather along one axis: data viewed as [outer, axis_dim, inner], indices as num_indices
 // values; y is [outer, num_indices, inner]. Negative indices count from the end (ONNX).
-// An index out of [-axis_dim, axis_dim) writes zeros and sets *error_flag to 1; the flag
+// An index out of [-axis_dim, axis_dim) writes zeros and sets bit 1 of *error_flag; the flag
 // is only ever set, never cleared, so one flag can cover a whole run.
 cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y, int64_t outer,
                             int64_t axis_dim, int64_t inner, int64_t num_indices,

@@ -31,7 +31,7 @@ __global__ void GatherF32(const float* __restrict__ data, const int64_t* __restr
     int64_t k = indices[j];
     if (k < 0) k += axis_dim;
     if (k < 0 || k >= axis_dim) {
-      *error_flag = 1;
+      atomicOr(error_flag, 1);
       y[i] = 0.f;
       continue;
     }
