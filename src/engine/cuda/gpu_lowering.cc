@@ -94,6 +94,8 @@ class Lowerer {
   Status LowerPad(int n);
   Status LowerSlice(int n);
   Status LowerBinary(int n, BinaryOp op);
+  // A step of `kind` reading node n's inputs 0 and 1, broadcast onto its output 0.
+  StatusOr<GpuStep> BroadcastStep(int n, GpuStep::Kind kind) const;
   Status LowerSoftmax(int n);
   Status LowerLayerNorm(int n);
   Status LowerTranspose(int n);
@@ -1042,20 +1044,26 @@ Status Lowerer::LowerUnary(int n, UnaryOp op, float alpha, float beta) {
   return Status::Ok();
 }
 
+StatusOr<GpuStep> Lowerer::BroadcastStep(int n, GpuStep::Kind kind) const {
+  const Node& node = graph_.nodes[n];
+  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  if (plan->out_dims != ShapeOf(node.outputs[0]))
+    return Fail(n, "the broadcast shape differs from the planned output");
+  GpuStep step = NewStep(kind, n);
+  step.in = {node.inputs[0], node.inputs[1]};
+  step.broadcast = std::move(plan).value();
+  step.out = node.outputs[0];
+  return step;
+}
+
 Status Lowerer::LowerBinary(int n, BinaryOp op) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
   if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
     return Fail(n, "only two inputs are on the GPU path");
-  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
-  if (!plan.ok()) return Fail(n, plan.status().message());
-  if (plan->out_dims != ShapeOf(node.outputs[0]))
-    return Fail(n, "the broadcast shape differs from the planned output");
-  GpuStep step = NewStep(GpuStep::Kind::kBinary, n);
+  ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kBinary));
   step.binary = op;
-  step.in = {node.inputs[0], node.inputs[1]};
-  step.broadcast = std::move(plan).value();
-  step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
 }
@@ -1155,16 +1163,9 @@ Status Lowerer::LowerCompare(int n, CompareOp op) {
   if ((dtype != DataType::kFp32 && dtype != DataType::kInt64) || DtypeOf(node.inputs[1]) != dtype)
     return Fail(n, "only comparisons of fp32 or int64 operands are on the GPU path so far");
   if (DtypeOf(node.outputs[0]) != DataType::kBool) return Fail(n, "the output is not bool");
-  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
-  if (!plan.ok()) return Fail(n, plan.status().message());
-  if (plan->out_dims != ShapeOf(node.outputs[0]))
-    return Fail(n, "the broadcast shape differs from the planned output");
-  GpuStep step = NewStep(GpuStep::Kind::kCompare, n);
+  ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kCompare));
   step.compare = op;
   step.int64_operands = dtype == DataType::kInt64;
-  step.in = {node.inputs[0], node.inputs[1]};
-  step.broadcast = std::move(plan).value();
-  step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
 }
@@ -1358,16 +1359,9 @@ Status Lowerer::LowerMod(int n) {
     return Fail(n, "only a Mod of fp32 or int64 values is on the GPU path so far");
   const bool fmod = node.GetInt("fmod", 0) != 0;
   if (dtype == DataType::kFp32 && !fmod) return Fail(n, "floating-point inputs need fmod = 1");
-  auto plan = PlanBroadcast(ShapeOf(node.inputs[0]), ShapeOf(node.inputs[1]));
-  if (!plan.ok()) return Fail(n, plan.status().message());
-  if (plan->out_dims != ShapeOf(node.outputs[0]))
-    return Fail(n, "the broadcast shape differs from the planned output");
-  GpuStep step = NewStep(GpuStep::Kind::kMod, n);
+  ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kMod));
   step.int64_operands = dtype == DataType::kInt64;
   step.fmod = fmod;
-  step.in = {node.inputs[0], node.inputs[1]};
-  step.broadcast = std::move(plan).value();
-  step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
 }

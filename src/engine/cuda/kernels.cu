@@ -67,6 +67,20 @@ __device__ __forceinline__ float ApplyBinary(BinaryKernel op, float a, float b) 
   return a;
 }
 
+// The elements of a and b that output element i reads under `index`.
+__device__ __forceinline__ void BroadcastOffsets(const BroadcastIndex& index, int64_t i,
+                                                 int64_t* ia, int64_t* ib) {
+  int64_t rest = i;
+  *ia = 0;
+  *ib = 0;
+  for (int d = index.rank - 1; d >= 0; --d) {
+    const int64_t coord = rest % index.out_dims[d];
+    rest /= index.out_dims[d];
+    *ia += coord * index.a_strides[d];
+    *ib += coord * index.b_strides[d];
+  }
+}
+
 __global__ void UnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
                          float beta) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -79,13 +93,8 @@ __global__ void BinaryF32(BinaryKernel op, const float* a, const float* b, float
                           BroadcastIndex index, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t rest = i, ia = 0, ib = 0;
-    for (int d = index.rank - 1; d >= 0; --d) {
-      const int64_t coord = rest % index.out_dims[d];
-      rest /= index.out_dims[d];
-      ia += coord * index.a_strides[d];
-      ib += coord * index.b_strides[d];
-    }
+    int64_t ia, ib;
+    BroadcastOffsets(index, i, &ia, &ib);
     y[i] = ApplyBinary(op, a[ia], b[ib]);
   }
 }
@@ -112,13 +121,8 @@ __global__ void CompareKernelT(CompareKernel op, const T* a, const T* b, uint8_t
                                BroadcastIndex index, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t rest = i, ia = 0, ib = 0;
-    for (int d = index.rank - 1; d >= 0; --d) {
-      const int64_t coord = rest % index.out_dims[d];
-      rest /= index.out_dims[d];
-      ia += coord * index.a_strides[d];
-      ib += coord * index.b_strides[d];
-    }
+    int64_t ia, ib;
+    BroadcastOffsets(index, i, &ia, &ib);
     y[i] = ApplyCompare(op, a[ia], b[ib]) ? 1 : 0;
   }
 }
@@ -127,13 +131,8 @@ __global__ void ModuloF32(const float* a, const float* b, float* y, BroadcastInd
                           int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t rest = i, ia = 0, ib = 0;
-    for (int d = index.rank - 1; d >= 0; --d) {
-      const int64_t coord = rest % index.out_dims[d];
-      rest /= index.out_dims[d];
-      ia += coord * index.a_strides[d];
-      ib += coord * index.b_strides[d];
-    }
+    int64_t ia, ib;
+    BroadcastOffsets(index, i, &ia, &ib);
     y[i] = fmodf(a[ia], b[ib]);
   }
 }
@@ -142,13 +141,8 @@ __global__ void ModuloI64(bool fmod, const int64_t* a, const int64_t* b, int64_t
                           BroadcastIndex index, int64_t n, int32_t* error_flag) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t rest = i, ia = 0, ib = 0;
-    for (int d = index.rank - 1; d >= 0; --d) {
-      const int64_t coord = rest % index.out_dims[d];
-      rest /= index.out_dims[d];
-      ia += coord * index.a_strides[d];
-      ib += coord * index.b_strides[d];
-    }
+    int64_t ia, ib;
+    BroadcastOffsets(index, i, &ia, &ib);
     const int64_t x = a[ia], m = b[ib];
     if (m == 0) {
       atomicOr(error_flag, 2);
