@@ -37,6 +37,15 @@ std::string Describe(const DeviceInfo& device) {
          std::to_string(device.multiprocessors) + " SMs, " + memory;
 }
 
+DeviceScope::DeviceScope(int device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
 StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
   DeviceBuffer buffer;
   if (bytes == 0) return buffer;

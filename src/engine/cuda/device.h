@@ -98,6 +98,21 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// Makes `device` current on this thread for the scope, then restores the caller's device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  // cudaSetDevice's outcome.
+  const Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  Status status_;
+};
+
 // Queue copies on `stream`. From or to host memory that is not pinned, CUDA may run them
 // synchronously with respect to the host or not: the caller synchronises the stream
 // before it reads a copy's destination on the host or reuses its source. The serving

@@ -113,6 +113,18 @@ class Lowerer {
   Status LowerArgExtreme(int n);
   Status LowerGroupNorm(int n);
   Status LowerDepthSpace(int n);
+  // Node n's product `step` (its GEMM options, residual and post-activation set; `x` its
+  // operand) split column-wise across the shards (TensorParallelOptions): `w` its fp32 weight
+  // as the product reads it, keyed `w_key`, and its bias of N values (null for none), keyed
+  // `b_key`.
+  Status LowerSplitProduct(int n, GpuStep step, int x, const Tensor& w, const std::string& w_key,
+                           const Tensor* bias, const std::string& b_key);
+  // A new temporary of `shape` in the own arena of shard `shard`, at `offset`.
+  int NewShardTemp(const Shape& shape, DataType dtype, int shard, int64_t offset) {
+    const int v = NewTemp(shape, dtype);
+    shard_values_[v] = {shard, offset};
+    return v;
+  }
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
@@ -152,7 +164,9 @@ class Lowerer {
   int Owner(int v) const { return alias_of_[v] >= 0 ? alias_of_[v] : v; }
   // The blob named `key` holding `data` (a copy when transformed): the index of the one
   // added before under that key, or of a new one.
-  int64_t AddBlob(const std::string& key, Tensor data);
+  // `shard` >= 0: the blob lives on that tensor-parallel shard's device (GpuLowering::Blob);
+  // blobs are shared by key only on one device.
+  int64_t AddBlob(const std::string& key, Tensor data, int shard = -1);
   // The blob of the known value `v`, one whoever reads it.
   // The key of known value `v`'s blob (GpuLowering::Blob).
   std::string KeyOf(int v) const;
@@ -166,7 +180,7 @@ class Lowerer {
   }
   // The blob of a GEMM's constant weight `data` (fp32), keyed `key`: stored as it is, or,
   // in mixed precision, rounded to 16 bits under key + "~fp16" / "~bf16".
-  int64_t AddWeightBlob(const std::string& key, const Tensor& data);
+  int64_t AddWeightBlob(const std::string& key, const Tensor& data, int shard = -1);
   // Value `v` as a GEMM operand for node n: itself, or, in mixed precision, a new 16-bit
   // temporary that a kToHalf step rounds it into.
   int GemmOperand(int n, int v);
@@ -184,6 +198,8 @@ class Lowerer {
   GpuLowering out_;
   std::vector<int> alias_of_;  // per value: the value whose bytes it views, else -1
   std::map<int, int64_t> known_slots_;
+  // Tensor parallelism: the values in a shard's own arena, each {shard, offset}.
+  std::map<int, std::pair<int, int64_t>> shard_values_;
 };
 
 Status Lowerer::CheckFp32(int n) const {
@@ -210,11 +226,11 @@ Status Lowerer::CheckPlain(int n) const {
   return Status::Ok();
 }
 
-int64_t Lowerer::AddBlob(const std::string& key, Tensor data) {
+int64_t Lowerer::AddBlob(const std::string& key, Tensor data, int shard) {
   for (size_t i = 0; i < out_.blobs.size(); ++i)
-    if (out_.blobs[i].key == key) return static_cast<int64_t>(i);
+    if (out_.blobs[i].key == key && out_.blobs[i].shard == shard) return static_cast<int64_t>(i);
   out_.weight_bytes += static_cast<int64_t>(data.byte_size());
-  out_.blobs.push_back({key, std::move(data)});
+  out_.blobs.push_back({key, std::move(data), shard});
   return static_cast<int64_t>(out_.blobs.size()) - 1;
 }
 
@@ -248,12 +264,13 @@ int64_t Lowerer::KnownSlot(int v) {
   return offset;
 }
 
-int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data) {
-  if (!Mixed()) return AddBlob(key, data);
+int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data, int shard) {
+  if (!Mixed()) return AddBlob(key, data, shard);
   const DataType dtype = OperandDtype();
   const std::string half_key = key + (dtype == DataType::kFp16 ? "~fp16" : "~bf16");
   for (size_t i = 0; i < out_.blobs.size(); ++i)
-    if (out_.blobs[i].key == half_key) return static_cast<int64_t>(i);
+    if (out_.blobs[i].key == half_key && out_.blobs[i].shard == shard)
+      return static_cast<int64_t>(i);
   Tensor half = Tensor::Allocate(dtype, data.shape());
   auto src = data.values<float>();
   auto* dst = static_cast<uint16_t*>(half.mutable_data());
@@ -262,7 +279,7 @@ int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data) {
   } else {
     for (size_t i = 0; i < src.size(); ++i) dst[i] = FloatToBf16(src[i]);
   }
-  return AddBlob(half_key, std::move(half));
+  return AddBlob(half_key, std::move(half), shard);
 }
 
 int Lowerer::GemmOperand(int n, int v) {
@@ -315,8 +332,9 @@ Status Lowerer::LowerProduct(int n) {
   if (Product(ys) != g.m * g.n) return Fail(n, "the output's shape does not match the product");
   if (g.m == 0 || g.n == 0 || g.k == 0) return Fail(n, "an empty product");
   step.in = {a, -1, -1, -1};
-  step.weight_slots = {
-      AddWeightBlob(ScaledKey(KeyOf(b), alpha), alpha == 1.f ? *w : Scaled(*w, alpha)), -1};
+  const std::string w_key = ScaledKey(KeyOf(b), alpha);
+  const Tensor w_data = alpha == 1.f ? *w : Scaled(*w, alpha);
+  step.weight_slots = {-1, -1};
   // The bias: Gemm's C (times beta) when it is a constant row; FusedMatMul's bias,
   // which the optimiser divided by alpha (optimizer.h), times alpha.
   const Tensor* bias = nullptr;
@@ -345,13 +363,13 @@ Status Lowerer::LowerProduct(int n) {
     return Fail(n, "the fused activation " + act + " is not on the GPU path yet");
   }
   g.epilogue = *fused;
+  std::optional<Tensor> b_data;
+  std::string b_key;
   if (g.epilogue != GemmEpilogue::kNone) {
     // The epilogues that apply an activation take a bias: zeros when the node has none.
-    Tensor b_data = bias ? (bias_scale == 1.f ? *bias : Scaled(*bias, bias_scale))
-                         : Tensor::Allocate(DataType::kFp32, {g.n});
-    const std::string key =
-        bias ? ScaledKey(KeyOf(node.inputs[2]), bias_scale) : "zeros" + std::to_string(g.n);
-    step.weight_slots[1] = AddBlob(key, std::move(b_data));
+    b_data = bias ? (bias_scale == 1.f ? *bias : Scaled(*bias, bias_scale))
+                  : Tensor::Allocate(DataType::kFp32, {g.n});
+    b_key = bias ? ScaledKey(KeyOf(node.inputs[2]), bias_scale) : "zeros" + std::to_string(g.n);
   }
   if (node.has_input(3)) {
     const int r = node.inputs[3];
@@ -363,9 +381,143 @@ Status Lowerer::LowerProduct(int n) {
     step.residual = std::move(plan).value();
   }
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
+  const TensorParallelOptions& tp = options_.tensor_parallel;
+  if (tp.shards > 1 && g.n >= std::max<int64_t>(tp.min_columns, 2)) {
+    return LowerSplitProduct(n, std::move(step), GemmOperand(n, a), w_data, w_key,
+                             b_data ? &*b_data : nullptr, b_key);
+  }
+  step.weight_slots = {AddWeightBlob(w_key, w_data), b_data ? AddBlob(b_key, *b_data) : -1};
   step.in[0] = GemmOperand(n, a);
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// The column ranges [begin, end) of `n` columns split into at most `shards`: equal, each
+// a multiple of 8 columns when that leaves every shard some, the last taking the rest.
+std::vector<std::pair<int64_t, int64_t>> ColumnShards(int64_t n, int shards) {
+  int64_t chunk = (n + shards - 1) / shards;
+  if (const int64_t rounded = (chunk + 7) / 8 * 8; rounded * (shards - 1) < n) chunk = rounded;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t begin = 0; begin < n; begin += chunk)
+    ranges.emplace_back(begin, std::min(n, begin + chunk));
+  return ranges;
+}
+
+// Columns [begin, end) of a weight stored [k, n], or (transposed) rows [begin, end) of one
+// stored [n, k]: the weight of the product that computes those output columns.
+Tensor WeightColumns(const Tensor& w, bool transposed, int64_t begin, int64_t end) {
+  const Shape& ws = w.shape();
+  const auto src = w.values<float>();
+  const int64_t cols = end - begin;
+  if (transposed) {
+    const int64_t k = ws[1];
+    Tensor out = Tensor::Allocate(DataType::kFp32, {cols, k});
+    std::memcpy(out.mutable_data(), src.data() + begin * k,
+                static_cast<size_t>(cols * k) * sizeof(float));
+    return out;
+  }
+  const int64_t k = ws[0], n = ws[1];
+  Tensor out = Tensor::Allocate(DataType::kFp32, {k, cols});
+  auto dst = out.mutable_values<float>();
+  for (int64_t r = 0; r < k; ++r)
+    std::memcpy(dst.data() + r * cols, src.data() + r * n + begin,
+                static_cast<size_t>(cols) * sizeof(float));
+  return out;
+}
+
+// Values [begin, end) of a bias of n values.
+Tensor BiasColumns(const Tensor& bias, int64_t begin, int64_t end) {
+  Tensor out = Tensor::Allocate(DataType::kFp32, {end - begin});
+  std::memcpy(out.mutable_data(), bias.values<float>().data() + begin,
+              static_cast<size_t>(end - begin) * sizeof(float));
+  return out;
+}
+
+Status Lowerer::LowerSplitProduct(int n, GpuStep step, int x, const Tensor& w,
+                                  const std::string& w_key, const Tensor* bias,
+                                  const std::string& b_key) {
+  const TensorParallelOptions& tp = options_.tensor_parallel;
+  const int y = graph_.nodes[n].outputs[0];
+  const GemmOptions whole = step.gemm;
+  const auto ranges = ColumnShards(whole.n, tp.shards);
+  const Shape xs = ShapeOf(x);
+  const int64_t x_bytes =
+      PadTo(Product(xs) * static_cast<int64_t>(DataTypeSize(DtypeOf(x))), kAlign);
+  out_.shards = std::max(out_.shards, static_cast<int>(ranges.size()));
+  out_.shard_arena_bytes.resize(static_cast<size_t>(out_.shards), 0);
+  ++out_.split_products;
+
+  GpuStep fork = NewStep(GpuStep::Kind::kFork, n);
+  out_.steps.push_back(fork);
+  std::vector<int> columns;  // per shard, its product's columns on the plan's device
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    const auto [begin, end] = ranges[s];
+    const int shard = static_cast<int>(s);
+    const bool own = tp.OwnMemory(shard);
+    const std::string cols = "|cols " + std::to_string(begin) + ":" + std::to_string(end);
+    GpuStep gemm = step;
+    gemm.shard = shard;
+    gemm.gemm.n = end - begin;
+    gemm.post.reset();  // on the whole output, after the join
+    gemm.in = {x, -1, -1, -1};
+    gemm.weight_slots = {
+        AddWeightBlob(w_key + cols, WeightColumns(w, whole.transpose_w, begin, end),
+                      own ? shard : -1),
+        bias ? AddBlob(b_key + cols, BiasColumns(*bias, begin, end), own ? shard : -1) : -1};
+    const Shape part = {whole.m, end - begin};
+    if (own) {
+      // Its own arena holds a copy of the input, then its columns.
+      GpuStep copy_in = NewStep(GpuStep::Kind::kCopy, n);
+      copy_in.shard = shard;
+      copy_in.in = {x};
+      copy_in.out = NewShardTemp(xs, DtypeOf(x), shard, 0);
+      gemm.in[0] = copy_in.out;
+      out_.steps.push_back(copy_in);
+      gemm.out = NewShardTemp(part, DataType::kFp32, shard, x_bytes);
+      int64_t& arena = out_.shard_arena_bytes[s];
+      arena = std::max(arena, x_bytes + PadTo(Product(part) * 4, kAlign));
+      out_.steps.push_back(gemm);
+      GpuStep copy_out = NewStep(GpuStep::Kind::kCopy, n);
+      copy_out.shard = shard;
+      copy_out.in = {gemm.out};
+      copy_out.out = NewTemp(part);
+      columns.push_back(copy_out.out);
+      out_.steps.push_back(copy_out);
+    } else {
+      gemm.out = NewTemp(part);
+      columns.push_back(gemm.out);
+      out_.steps.push_back(gemm);
+    }
+  }
+  GpuStep join = NewStep(GpuStep::Kind::kJoin, n);
+  out_.steps.push_back(join);
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    GpuStep place = NewStep(GpuStep::Kind::kPlace, n);
+    place.in = {columns[s]};
+    place.out = y;
+    place.dims = {whole.m, whole.n};
+    place.axis = 1;
+    place.start = ranges[s].first;
+    out_.steps.push_back(std::move(place));
+  }
+  if (step.post) {
+    GpuStep act = NewStep(GpuStep::Kind::kUnary, n);
+    act.unary = *step.post;
+    act.alpha = step.alpha;
+    act.beta = step.beta;
+    act.in = {y};
+    act.out = y;
+    out_.steps.push_back(std::move(act));
+  }
+  if (step.in[3] >= 0) {
+    GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
+    add.binary = BinaryOp::kAdd;
+    add.in = {y, step.in[3]};
+    add.broadcast = step.residual;
+    add.out = y;
+    out_.steps.push_back(std::move(add));
+  }
   return Status::Ok();
 }
 
@@ -1578,6 +1730,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
     tensors.push_back({PadTo(bytes_of(v), kAlign), first, first});
   };
   auto use = [&](int v, int at) {
+    if (shard_values_.count(v)) return;  // in a shard's own arena
     const int o = Owner(v);
     if (Known(o) || Known(v)) {
       KnownSlot(Known(o) ? o : v);
@@ -1587,11 +1740,25 @@ StatusOr<GpuLowering> Lowerer::Run() {
     tensors[tensor_of[o]].last = std::max(tensors[tensor_of[o]].last, at);
   };
   for (int v : graph_.inputs) define(v, 0);
+  // The steps between a kFork and its kJoin run concurrently on the shards' streams: each
+  // counts as running from the fork to the join, so nothing they touch shares bytes with
+  // anything another of them touches.
+  std::vector<int> from(num_steps), to(num_steps);
+  for (int i = 0, fork = -1; i < num_steps; ++i) {
+    const GpuStep::Kind kind = out_.steps[i].kind;
+    if (kind == GpuStep::Kind::kFork) fork = i;
+    from[i] = to[i] = i;
+    if (fork >= 0) from[i] = fork;
+    if (kind == GpuStep::Kind::kJoin && fork >= 0) {
+      for (int j = fork; j <= i; ++j) to[j] = i;
+      fork = -1;
+    }
+  }
   for (int i = 0; i < num_steps; ++i) {
     const GpuStep& step = out_.steps[i];
     for (int v : step.in)
-      if (v >= 0) use(v, i);
-    define(Owner(step.out), i);
+      if (v >= 0) use(v, to[i]);
+    if (step.out >= 0 && !shard_values_.count(step.out)) define(Owner(step.out), from[i]);
   }
   for (int v : graph_.outputs) use(v, num_steps);
   // Every size is a multiple of the alignment, so the planner's offsets are too.
@@ -1604,6 +1771,8 @@ StatusOr<GpuLowering> Lowerer::Run() {
   }
   for (const auto& [v, blob] : known_slots_)
     out_.values[v] = {GpuValue::Home::kWeights, blob, bytes_of(v)};
+  for (const auto& [v, place] : shard_values_)
+    out_.values[v] = {GpuValue::Home::kShard, place.second, bytes_of(v), place.first};
   for (size_t v = 0; v < total; ++v) {
     const int o = Owner(static_cast<int>(v));
     if (o != static_cast<int>(v) && out_.values[v].home == GpuValue::Home::kNone) {

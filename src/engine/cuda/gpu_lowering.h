@@ -16,6 +16,15 @@
 //   - anything else is refused with UNIMPLEMENTED naming every such node and why, so a
 //     model that cannot run on the GPU fails when it loads, not when it serves.
 //
+// Tensor parallelism (TensorParallelOptions): a product with a constant 2-D weight and
+// enough output columns is split column-wise into one product per shard. Each shard holds
+// its columns of the weight and the bias and runs on a stream of its own (on another
+// device, or on the plan's); a kFork step starts the shard streams after what came before,
+// a kJoin step waits for all of them, and each shard's columns are then placed into the
+// output (kPlace), where any activation the epilogue lacks and the residual follow. A
+// shard with memory of its own (another device) first copies the product's input to its
+// device and its columns back (kCopy).
+//
 // Memory: the constants the steps read are blobs keyed by their content (GpuWeights in
 // gpu_plan.h uploads each once). Graph inputs, intermediates, temporaries and graph
 // outputs share one arena, their offsets from the engine's memory planner
@@ -40,6 +49,22 @@
 
 namespace shoal::engine::cuda {
 
+// Splitting the large products across shards (docs/gpu.md, "Tensor parallelism").
+struct TensorParallelOptions {
+  // The shards a product is split into; 1: no product is split.
+  int shards = 1;
+  // Only products with at least this many output columns (N) are split.
+  int64_t min_columns = 1024;
+  // Per shard, true when its product runs in memory of its own: on another device, where
+  // it reads a copy of the product's input and writes its columns into its own arena,
+  // copied back to the plan's device after. Shards past the end share the plan's memory
+  // (all of them, when empty). Shard 0 is usually the plan's own device.
+  std::vector<bool> own_memory;
+  bool OwnMemory(int shard) const {
+    return shard >= 0 && static_cast<size_t>(shard) < own_memory.size() && own_memory[shard];
+  }
+};
+
 struct GpuPlanOptions {
   // How the products (GEMMs, convolutions) are computed. Every value between them stays
   // fp32 in memory, and so do every other operator and the model's inputs and outputs:
@@ -55,14 +80,18 @@ struct GpuPlanOptions {
   // instead of one per kernel and copy (a plan's pointers, its staging buffer's included,
   // never change). A failed capture falls back to step by step for good.
   bool cuda_graph = true;
+  TensorParallelOptions tensor_parallel;
 };
 
 // Where a value's bytes are on the device.
 struct GpuValue {
-  enum class Home { kNone, kArena, kWeights };
+  enum class Home { kNone, kArena, kWeights, kShard };
   Home home = Home::kNone;  // kNone: no step reads or writes it
-  int64_t offset = 0;       // kArena: its offset; kWeights: the index of its blob
-  int64_t bytes = 0;        // its data, unpadded
+  // kArena: its offset; kWeights: the index of its blob; kShard: its offset in the arena of
+  // shard `shard` (a tensor-parallel shard with memory of its own).
+  int64_t offset = 0;
+  int64_t bytes = 0;  // its data, unpadded
+  int shard = -1;     // kShard
 };
 
 // One kernel launch (or a GEMM with its follow-ups) of a lowered plan.
@@ -89,15 +118,21 @@ struct GpuStep {
     kConvTranspose,
     kResize,
     kMod,
-    kArgExtreme
+    kArgExtreme,
+    kFork,  // tensor parallelism: every shard stream waits for the plan's stream
+    kJoin,  // the plan's stream waits for every shard stream
+    kCopy   // in[0]'s bytes copied to out (between a shard's device and the plan's)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
+  // The tensor-parallel shard whose stream (and device) runs it; -1: the plan's stream.
+  // Steps of different shards between a kFork and its kJoin run concurrently.
+  int shard = -1;
   // Values it reads, by kind: kGemm {x, w or -1, -1, residual or -1}; kUnary, kSoftmax,
   // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
   // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}; kCompare {a, b}; kWhere
   // {cond, a, b}; kConvTranspose {x, w, bias or -1}; kResize {x}, its tap tables the weight
-  // slots {idx, w}; kMod {a, b}; kArgExtreme {x}. A kLayerNorm whose scale is -1 reads it
+  // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1 reads it
   // from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows). kToHalf
   // rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col
   // writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A
@@ -150,14 +185,22 @@ struct GpuLowering {
   // constant by its value ("v12"), a value the CPU plan folded for these shapes by its
   // value, shape and a hash of its bytes ("v40@[8,2]#9f3c..."), then any transformation
   // ("v12*0.5", ":chw", "~fp16" for a weight stored in 16 bits); "zeros64" for a zero bias.
+  // A tensor-parallel shard's columns of a weight or bias are keyed with the columns they
+  // hold ("v12|cols 0:2048"), and live on that shard's device when it has memory of its own.
   struct Blob {
     std::string key;
     Tensor data;
+    int shard = -1;  // >= 0: uploaded to that shard's device (TensorParallelOptions)
   };
   std::vector<Blob> blobs;
   int64_t weight_bytes = 0;  // the blobs' bytes
   int64_t arena_bytes = 0;
-  int64_t workspace_bytes = 0;   // the GEMMs' shared scratch
+  int64_t workspace_bytes = 0;   // the GEMMs' shared scratch (and each shard's own)
+  // Tensor parallelism: the shards the split products use (1: none split), and per shard
+  // the arena it needs on its own device (0 for a shard that shares the plan's memory).
+  int shards = 1;
+  std::vector<int64_t> shard_arena_bytes;
+  int split_products = 0;  // products split across the shards
   bool cuda_graph = true;        // GpuPlanOptions::cuda_graph
   std::vector<int> inputs;       // graph.inputs
   std::vector<int> outputs;      // graph.outputs

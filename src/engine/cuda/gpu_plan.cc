@@ -53,16 +53,57 @@ HalfType HalfOf(DataType dtype) {
 void* GpuPlan::Address(int v) const {
   const GpuValue& value = lowering_.values[v];
   if (value.home == GpuValue::Home::kWeights) return const_cast<char*>(Blob(value.offset));
+  if (value.home == GpuValue::Home::kShard)
+    return shards_[static_cast<size_t>(value.shard)].arena.as<char>() + value.offset;
   return arena_.as<char>() + value.offset;
 }
 
 StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const LtHandle& handle,
                                                    const Stream& stream,
-                                                   std::shared_ptr<GpuWeights> weights) {
+                                                   std::shared_ptr<GpuWeights> weights,
+                                                   std::vector<ShardPlace> shards) {
   std::unique_ptr<GpuPlan> plan(new GpuPlan());
   plan->lowering_ = std::move(lowering);
   plan->weights_ = weights ? std::move(weights) : std::make_shared<GpuWeights>();
   const GpuLowering& l = plan->lowering_;
+  RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&plan->device_), "cudaGetDevice"));
+  if (l.shards > 1) {
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&plan->forked_, cudaEventDisableTiming),
+                               "cudaEventCreate"));
+    plan->shards_.resize(static_cast<size_t>(l.shards));
+  }
+  for (size_t s = 0; s < plan->shards_.size(); ++s) {
+    Shard& shard = plan->shards_[s];
+    const ShardPlace place = s < shards.size() ? shards[s] : ShardPlace{};
+    shard.device = place.device < 0 ? plan->device_ : place.device;
+    const bool here = shard.device == plan->device_;
+    shard.weights = place.weights      ? place.weights
+                    : here             ? plan->weights_
+                                       : std::make_shared<GpuWeights>();
+    const std::string where = "tensor-parallel shard " + std::to_string(s) + " on GPU " +
+                              std::to_string(shard.device);
+    DeviceScope scope(shard.device);
+    RETURN_IF_ERROR(scope.status().WithPrefix(where));
+    if (!here) {
+      ASSIGN_OR_RETURN(shard.handle, LtHandle::Create());
+      // Direct copies between the devices where the hardware has them; without, CUDA
+      // stages them through the host.
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, shard.device, plan->device_) == cudaSuccess && can) {
+        const cudaError_t e = cudaDeviceEnablePeerAccess(plan->device_, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          return CudaStatus(e, "cudaDeviceEnablePeerAccess").WithPrefix(where);
+        (void)cudaGetLastError();
+      }
+    }
+    ASSIGN_OR_RETURN(Stream stream, Stream::Create());
+    shard.stream.emplace(std::move(stream));
+    const int64_t arena = s < l.shard_arena_bytes.size() ? l.shard_arena_bytes[s] : 0;
+    ASSIGN_OR_RETURN(shard.arena, DeviceBuffer::Allocate(static_cast<size_t>(arena)));
+    ASSIGN_OR_RETURN(shard.workspace, DeviceBuffer::Allocate(l.workspace_bytes));
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&shard.joined, cudaEventDisableTiming),
+                               "cudaEventCreate"));
+  }
   ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
   ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
   ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(sizeof(int32_t)));
@@ -83,23 +124,51 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->started_), "cudaEventCreate"));
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->finished_), "cudaEventCreate"));
   for (const GpuLowering::Blob& blob : l.blobs) {
-    ASSIGN_OR_RETURN(const void* device, plan->weights_->Get(blob, stream));
+    const void* device = nullptr;
+    if (blob.shard >= 0 && static_cast<size_t>(blob.shard) < plan->shards_.size()) {
+      // Uploaded on its shard's device and stream.
+      Shard& shard = plan->shards_[static_cast<size_t>(blob.shard)];
+      DeviceScope scope(shard.device);
+      RETURN_IF_ERROR(scope.status());
+      ASSIGN_OR_RETURN(device, shard.weights->Get(blob, *shard.stream));
+      plan->blob_shards_.push_back(blob.shard);
+    } else {
+      ASSIGN_OR_RETURN(device, plan->weights_->Get(blob, stream));
+      plan->blob_shards_.push_back(-1);
+    }
     plan->blobs_.push_back(device);
     plan->blob_keys_.push_back(blob.key);
   }
   plan->gemms_.resize(l.steps.size());
   for (size_t i = 0; i < l.steps.size(); ++i) {
-    if (l.steps[i].kind != GpuStep::Kind::kGemm) continue;
-    ASSIGN_OR_RETURN(plan->gemms_[i], LtGemm::Create(handle, l.steps[i].gemm));
+    const GpuStep& step = l.steps[i];
+    if (step.kind != GpuStep::Kind::kGemm) continue;
+    if (step.shard >= 0) {
+      // Planned on its shard's device, with that device's handle.
+      const Shard& shard = plan->shards_.at(static_cast<size_t>(step.shard));
+      DeviceScope scope(shard.device);
+      RETURN_IF_ERROR(scope.status());
+      ASSIGN_OR_RETURN(plan->gemms_[i],
+                       LtGemm::Create(shard.handle ? *shard.handle : handle, step.gemm));
+    } else {
+      ASSIGN_OR_RETURN(plan->gemms_[i], LtGemm::Create(handle, step.gemm));
+    }
   }
   // The host blobs may go once their copies have run.
   RETURN_IF_ERROR(stream.Synchronize());
+  for (const Shard& shard : plan->shards_) RETURN_IF_ERROR(shard.stream->Synchronize());
   plan->lowering_.blobs.clear();
   return plan;
 }
 
 GpuPlan::~GpuPlan() {
-  for (const std::string& key : blob_keys_) weights_->Release(key);
+  for (size_t b = 0; b < blob_keys_.size(); ++b) {
+    const int s = blob_shards_[b];
+    (s >= 0 ? shards_[static_cast<size_t>(s)].weights : weights_)->Release(blob_keys_[b]);
+  }
+  for (Shard& shard : shards_)
+    if (shard.joined != nullptr) cudaEventDestroy(shard.joined);
+  if (forked_ != nullptr) cudaEventDestroy(forked_);
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
   if (started_ != nullptr) cudaEventDestroy(started_);
   if (finished_ != nullptr) cudaEventDestroy(finished_);
@@ -119,7 +188,9 @@ Status GpuPlan::Queue(cudaStream_t stream) {
     RETURN_IF_ERROR(copy(Address(v), staging_.data() + staged_inputs_[i], l.values[v].bytes,
                          cudaMemcpyHostToDevice));
   }
-  for (size_t i = 0; i < l.steps.size(); ++i) RETURN_IF_ERROR(RunStep(i, stream));
+  for (size_t i = 0; i < l.steps.size(); ++i) {
+    RETURN_IF_ERROR(l.steps[i].shard >= 0 ? RunShardStep(i, stream) : RunStep(i, stream));
+  }
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];
     if (l.values[v].home == GpuValue::Home::kNone || l.values[v].bytes == 0) continue;
@@ -155,8 +226,46 @@ Status GpuPlan::QueueAsGraph(cudaStream_t stream) {
   return CudaStatus(cudaGraphLaunch(graph_, stream), "cudaGraphLaunch");
 }
 
+Status GpuPlan::RunShardStep(size_t i, cudaStream_t stream) {
+  const GpuStep& s = lowering_.steps[i];
+  switch (s.kind) {
+    case GpuStep::Kind::kFork:
+      // Recorded on the plan's stream, waited for on each shard's (each with its device
+      // current: a stream's calls are made on its own device).
+      RETURN_IF_ERROR(CudaStatus(cudaEventRecord(forked_, stream), "cudaEventRecord"));
+      for (const Shard& shard : shards_) {
+        DeviceScope scope(shard.device);
+        RETURN_IF_ERROR(scope.status());
+        RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(shard.stream->get(), forked_, 0),
+                                   "cudaStreamWaitEvent"));
+      }
+      return Status::Ok();
+    case GpuStep::Kind::kJoin:
+      for (const Shard& shard : shards_) {
+        DeviceScope scope(shard.device);
+        RETURN_IF_ERROR(scope.status());
+        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(shard.joined, shard.stream->get()),
+                                   "cudaEventRecord"));
+      }
+      for (const Shard& shard : shards_) {
+        RETURN_IF_ERROR(
+            CudaStatus(cudaStreamWaitEvent(stream, shard.joined, 0), "cudaStreamWaitEvent"));
+      }
+      return Status::Ok();
+    default:
+      break;
+  }
+  const Shard& shard = shards_.at(static_cast<size_t>(s.shard));
+  DeviceScope scope(shard.device);
+  RETURN_IF_ERROR(scope.status());
+  return RunStep(i, shard.stream->get());
+}
+
 Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   const GpuStep& s = lowering_.steps[i];
+  if (s.kind == GpuStep::Kind::kFork || s.kind == GpuStep::Kind::kJoin) {
+    return RunShardStep(i, stream);
+  }
   auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
   float* y = static_cast<float*>(Address(s.out));
   switch (s.kind) {
@@ -164,7 +273,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       const void* bias = s.weight_slots[1] >= 0 ? Blob(s.weight_slots[1]) : nullptr;
       // A constant weight is in its (transformed) blob; a computed B is a value.
       const void* b = s.weight_slots[0] >= 0 ? Blob(s.weight_slots[0]) : Address(s.in[1]);
-      RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace_.data(), stream));
+      // Shards' products run concurrently: each has its own workspace.
+      void* workspace = s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data()
+                                     : workspace_.data();
+      RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
       const int64_t n = Product(lowering_.shapes[s.out]);
       if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream, s.alpha, s.beta));
       if (s.in[3] >= 0) RETURN_IF_ERROR(Binary(BinaryOp::kAdd, y, in(3), y, s.residual, stream));
@@ -229,6 +341,27 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kToHalf:
       return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out),
                              Product(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kCopy: {
+      // Between a shard's device and the plan's (or within one device, where a shard with
+      // memory of its own shares the plan's device): a peer copy names both.
+      auto device_of = [&](int v) {
+        const GpuValue& value = lowering_.values[v];
+        if (value.home == GpuValue::Home::kShard)
+          return shards_[static_cast<size_t>(value.shard)].device;
+        if (value.home == GpuValue::Home::kWeights) {
+          const int shard = blob_shards_[static_cast<size_t>(value.offset)];
+          if (shard >= 0) return shards_[static_cast<size_t>(shard)].device;
+        }
+        return device_;
+      };
+      const auto bytes = static_cast<size_t>(lowering_.values[s.in[0]].bytes);
+      return CudaStatus(cudaMemcpyPeerAsync(Address(s.out), device_of(s.out), Address(s.in[0]),
+                                            device_of(s.in[0]), bytes, stream),
+                        "cudaMemcpyPeerAsync of " + std::to_string(bytes) + " bytes");
+    }
+    case GpuStep::Kind::kFork:
+    case GpuStep::Kind::kJoin:
+      break;  // RunShardStep's
   }
   return Internal("unknown GPU step kind");
 }
@@ -258,7 +391,12 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
   if (queued.ok()) queued = CudaStatus(cudaEventRecord(finished_, stream.get()), "cudaEventRecord");
   // Wait even after an error: what was queued may still read the staging buffer and the
   // arena, which the next run writes.
-  const Status waited = stream.Synchronize();
+  Status waited = stream.Synchronize();
+  // The join made the plan's stream wait for every shard, unless an error came first.
+  for (const Shard& shard : shards_) {
+    DeviceScope scope(shard.device);
+    if (const Status s = shard.stream->Synchronize(); waited.ok()) waited = s;
+  }
   RETURN_IF_ERROR(queued);
   RETURN_IF_ERROR(waited);
   float ms = 0;

@@ -3,6 +3,11 @@
 // its GEMMs; Run copies the inputs in through pinned memory, runs the steps (as a CUDA
 // graph from the second run on) and copies the outputs out. Nothing is allocated per run.
 // One GpuPlan per instance: Run is not thread-safe.
+//
+// A tensor-parallel plan (TensorParallelOptions) also owns, per shard, a stream on the
+// shard's device, a GEMM workspace, the arena of a shard with memory of its own, and the
+// events that fork the shards from the plan's stream and join them back; its CUDA graph
+// spans every shard's stream.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,14 +51,26 @@ class GpuWeights {
   int64_t bytes_ = 0;
 };
 
+// Where one shard of a tensor-parallel plan runs.
+struct ShardPlace {
+  int device = -1;  // its CUDA ordinal; -1: the plan's device
+  // The device copies of the weights on that device, shared by the plans (and instances)
+  // there; null: the plan's own on its device, a new one on another.
+  std::shared_ptr<GpuWeights> weights;
+};
+
 class GpuPlan {
  public:
   // Allocates the arena and the GEMM workspace on the current device, finds or uploads
   // the weights in `weights` (a GpuWeights of its own when null) on `stream`, and plans
-  // every GEMM. `handle` must outlive the plan.
+  // every GEMM. `handle` must outlive the plan. A tensor-parallel lowering's shards run
+  // where `shards` says (the rest, or all when it is shorter, on the plan's device); a shard
+  // the lowering gave memory of its own must be on another device than the plan's only
+  // when `shards` says so (on the same device its copies are plain device copies).
   static StatusOr<std::unique_ptr<GpuPlan>> Create(GpuLowering lowering, const LtHandle& handle,
                                                    const Stream& stream,
-                                                   std::shared_ptr<GpuWeights> weights = nullptr);
+                                                   std::shared_ptr<GpuWeights> weights = nullptr,
+                                                   std::vector<ShardPlace> shards = {});
 
   ~GpuPlan();
   GpuPlan(const GpuPlan&) = delete;
@@ -71,13 +89,26 @@ class GpuPlan {
   // Device time of the last Run's queued work (CUDA events around it), in ms.
   double last_device_ms() const { return last_device_ms_; }
   // Device memory the plan holds besides the shared weights: arena, workspace and flag.
+  // A tensor-parallel plan's shard buffers count here too, on whichever device they are.
   int64_t device_bytes() const {
-    return static_cast<int64_t>(arena_.size_bytes() + workspace_.size_bytes() +
-                                error_flag_.size_bytes());
+    size_t bytes = arena_.size_bytes() + workspace_.size_bytes() + error_flag_.size_bytes();
+    for (const Shard& s : shards_) bytes += s.arena.size_bytes() + s.workspace.size_bytes();
+    return static_cast<int64_t>(bytes);
   }
 
  private:
   GpuPlan() = default;
+  // A tensor-parallel shard: where it runs and what it owns there.
+  struct Shard {
+    int device = 0;
+    std::shared_ptr<GpuWeights> weights;  // where its blobs are
+    std::unique_ptr<LtHandle> handle;     // on another device than the plan's
+    std::optional<Stream> stream;
+    DeviceBuffer arena, workspace;
+    cudaEvent_t joined = nullptr;  // recorded on its stream at each kJoin
+  };
+  // Steps of shard `s` run with its device current and on its stream.
+  Status RunShardStep(size_t i, cudaStream_t stream);
   // The device address of value `v` (its blob, or the arena's base plus its offset).
   void* Address(int v) const;
   const char* Blob(int64_t index) const { return static_cast<const char*>(blobs_[index]); }
@@ -91,6 +122,10 @@ class GpuPlan {
   std::shared_ptr<GpuWeights> weights_;
   std::vector<const void*> blobs_;      // per blob of the lowering, its device copy
   std::vector<std::string> blob_keys_;  // and its key, released with the plan
+  std::vector<int> blob_shards_;        // and its shard (-1: the plan's weights)
+  int device_ = 0;                      // the plan's device
+  std::vector<Shard> shards_;           // a tensor-parallel plan's shards
+  cudaEvent_t forked_ = nullptr;        // recorded on the plan's stream at each kFork
   DeviceBuffer arena_, workspace_, error_flag_;
   // Pinned host memory the copies go through: each input, each output, the error flag.
   PinnedBuffer staging_;

@@ -5,26 +5,10 @@
 #include <cstring>
 
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
 
 namespace shoal::engine::cuda {
 namespace {
-
-// Makes `device` current for the scope, then restores the caller's device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  Status status_;
-};
 
 // The driver's cuMemGetAddressRange (CUDA 12's ABI), reached through the runtime so that
 // nothing links libcuda; null where the driver does not give it.
