@@ -6,8 +6,11 @@
 // CPU's; and the plan's GEMM arithmetic (2·m·n·k summed over its products, convolutions
 // included) as TFLOP/s, to set against the device's GEMM peak (gemm_probe).
 //   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--cpu-runs R] [--json FILE]
-//                  [--lower-only]
+//                  [--tensor-parallel N] [--lower-only]
 // --cpu-runs: timed CPU runs (default R; 0 runs the CPU once, for the differences only).
+// --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
+// 1024 columns or more split into N shards on streams of this one GPU (the split's cost
+// where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
 // --lower-only: needs no device; says whether the model lowers onto the GPU path at the
 // first batch size (steps, weight and arena bytes, GEMM arithmetic) and what the CPU engine's
 // outputs look like (largest value, any not finite), or lists every node it lacks.
@@ -35,25 +38,24 @@ namespace {
 using namespace shoal;
 using namespace shoal::engine;
 
-// The GPU variants timed, in column order: each tier as a CUDA graph, then fp32 step by step.
+// The GPU variants timed, in column order: each tier as a CUDA graph, fp32 step by step,
+// then (--tensor-parallel) fp16 split across shards. Every variant but the steps reports its
+// difference from the CPU (the steps compute what fp32's graph does).
 struct Variant {
-  const char* name;
+  std::string name;
   cuda::GemmMath math;
   bool cuda_graph;
+  int shards = 1;
+  bool diff = true;
 };
-constexpr Variant kVariants[] = {{"fp32", cuda::GemmMath::kFp32, true},
-                                 {"tf32", cuda::GemmMath::kTf32, true},
-                                 {"fp16", cuda::GemmMath::kFp16, true},
-                                 {"bf16", cuda::GemmMath::kBf16, true},
-                                 {"fp32_steps", cuda::GemmMath::kFp32, false}};
-constexpr size_t kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+constexpr size_t kFp16 = 2;  // the variant the TFLOP/s column reads
 
 struct Row {
   int64_t batch = 0;
   double cpu_ms = 0;  // 0: not timed (--cpu-runs 0)
   double gemm_flops = 0;
-  double ms[kNumVariants] = {};
-  float diff[kNumVariants] = {};
+  std::vector<double> ms;
+  std::vector<float> diff;
 };
 
 // 2·m·n·k over every product of a lowered plan.
@@ -143,12 +145,12 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--cpu-runs R] "
-                 "[--json FILE] [--lower-only]\n");
+                 "[--json FILE] [--tensor-parallel N] [--lower-only]\n");
     return 2;
   }
   const std::string path = argv[1];
   std::vector<int64_t> batches = {1, 8, 64};
-  int runs = 50, cpu_runs = -1;
+  int runs = 50, cpu_runs = -1, tensor_parallel = 1;
   const char* json = nullptr;
   bool lower_only = false;
   for (int i = 2; i < argc; ++i) {
@@ -163,6 +165,8 @@ int main(int argc, char** argv) {
       runs = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--cpu-runs")) {
       cpu_runs = std::max(0, std::atoi(argv[i + 1]));
+    } else if (!std::strcmp(argv[i], "--tensor-parallel")) {
+      tensor_parallel = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--json")) {
       json = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--batches")) {
@@ -192,6 +196,14 @@ int main(int argc, char** argv) {
         path.c_str(), lowered->steps.size(), static_cast<long long>(lowered->weight_bytes),
         static_cast<long long>(lowered->arena_bytes), GemmFlops(*lowered) / 1e9,
         static_cast<long long>(batches[0]));
+    if (tensor_parallel > 1) {
+      cuda::GpuPlanOptions options;
+      options.tensor_parallel.shards = tensor_parallel;
+      auto split = cuda::LowerPlan((*model)->graph(), **plan, options);
+      if (!split.ok()) return Fail(split.status(), "lowering with tensor parallelism");
+      std::printf("with --tensor-parallel %d: %d products split (1024 columns or more), %zu steps\n",
+                  tensor_parallel, split->split_products, split->steps.size());
+    }
     // The CPU engine's outputs on these inputs: a model whose weights were filled
     // (gpu_model_weights) should give finite values of a sane size.
     auto session = Session::Create(**model);
@@ -231,11 +243,20 @@ int main(int argc, char** argv) {
   std::printf("model %s on %s; CPU engine with %d threads; median of %d runs (CPU: %d)\n",
               path.c_str(), cuda::Describe((*devices)[0]).c_str(), (*session)->threads(), runs,
               cpu_runs);
+  std::vector<Variant> variants = {{"fp32", cuda::GemmMath::kFp32, true},
+                                   {"tf32", cuda::GemmMath::kTf32, true},
+                                   {"fp16", cuda::GemmMath::kFp16, true},
+                                   {"bf16", cuda::GemmMath::kBf16, true},
+                                   {"fp32_steps", cuda::GemmMath::kFp32, false, 1, false}};
+  if (tensor_parallel > 1) {
+    variants.push_back(
+        {"fp16_tp" + std::to_string(tensor_parallel), cuda::GemmMath::kFp16, true, tensor_parallel});
+  }
   std::printf("%6s %10s", "batch", "cpu_ms");
-  for (const Variant& v : kVariants) std::printf(" %10s", (std::string(v.name) + "_ms").c_str());
+  for (const Variant& v : variants) std::printf(" %10s", (v.name + "_ms").c_str());
   std::printf(" %9s %9s", "gemm_GF", "fp16_TF/s");
-  for (size_t k = 0; k + 1 < kNumVariants; ++k)
-    std::printf(" %10s", (std::string(kVariants[k].name) + "_diff").c_str());
+  for (const Variant& v : variants)
+    if (v.diff) std::printf(" %10s", (v.name + "_diff").c_str());
   std::printf("\n");
   std::vector<Row> rows;
   for (int64_t batch : batches) {
@@ -245,6 +266,8 @@ int main(int argc, char** argv) {
     for (const NamedTensor& t : named) inputs.push_back(&t.tensor);
     Row row;
     row.batch = batch;
+    row.ms.resize(variants.size());
+    row.diff.resize(variants.size());
     std::vector<NamedTensor> cpu_out;
     Status failed = (*session)->Run(named, &cpu_out);
     if (!failed.ok()) return Fail(failed, "CPU run");
@@ -259,10 +282,11 @@ int main(int argc, char** argv) {
     auto plan = Plan::Prepare(graph, shapes, cpu, cpu_stream, (*model)->weight_cache(),
                               cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
-    for (size_t k = 0; k < kNumVariants; ++k) {
+    for (size_t k = 0; k < variants.size(); ++k) {
       cuda::GpuPlanOptions options;
-      options.math = kVariants[k].math;
-      options.cuda_graph = kVariants[k].cuda_graph;
+      options.math = variants[k].math;
+      options.cuda_graph = variants[k].cuda_graph;
+      options.tensor_parallel.shards = variants[k].shards;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
       if (k == 0) row.gemm_flops = GemmFlops(*lowered);
@@ -277,9 +301,10 @@ int main(int argc, char** argv) {
       row.diff[k] = MaxDiff(out, cpu_out);
     }
     std::printf("%6lld %10.4f", static_cast<long long>(batch), row.cpu_ms);
-    for (size_t k = 0; k < kNumVariants; ++k) std::printf(" %10.4f", row.ms[k]);
-    std::printf(" %9.3f %9.2f", row.gemm_flops / 1e9, row.gemm_flops / (row.ms[2] * 1e9));
-    for (size_t k = 0; k + 1 < kNumVariants; ++k) std::printf(" %10.2e", row.diff[k]);
+    for (size_t k = 0; k < variants.size(); ++k) std::printf(" %10.4f", row.ms[k]);
+    std::printf(" %9.3f %9.2f", row.gemm_flops / 1e9, row.gemm_flops / (row.ms[kFp16] * 1e9));
+    for (size_t k = 0; k < variants.size(); ++k)
+      if (variants[k].diff) std::printf(" %10.2e", row.diff[k]);
     std::printf("\n");
     rows.push_back(row);
   }
@@ -295,10 +320,10 @@ int main(int argc, char** argv) {
       const Row& r = rows[i];
       std::fprintf(f, "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g", i ? ", " : "",
                    static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops);
-      for (size_t k = 0; k < kNumVariants; ++k) {
-        std::fprintf(f, ", \"gpu_%s_ms\": %.5f", kVariants[k].name, r.ms[k]);
-        if (k + 1 < kNumVariants)
-          std::fprintf(f, ", \"%s_max_abs_diff\": %s", kVariants[k].name,
+      for (size_t k = 0; k < variants.size(); ++k) {
+        std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
+        if (variants[k].diff)
+          std::fprintf(f, ", \"%s_max_abs_diff\": %s", variants[k].name.c_str(),
                        JsonNumber(r.diff[k]).c_str());
       }
       std::fprintf(f, "}");

@@ -136,7 +136,8 @@ PY
       shift
       "$@" --json "$plans/$name.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
     }
-    plan_bench recommender .gpu/bin/gpu_plan_bench "$rec" --batches 1,8,64,256 --runs 100
+    plan_bench recommender .gpu/bin/gpu_plan_bench "$rec" --batches 1,8,64,256 --runs 100 \
+      --tensor-parallel 2
     plan_bench text_classifier .gpu/bin/gpu_plan_bench examples/models/text_classifier/1/model.onnx \
       --batches 1,8,64 --runs 100
     plan_bench image_classifier .gpu/bin/gpu_plan_bench \

@@ -62,6 +62,10 @@ struct InstanceInfo {
   // A KIND_GPU instance: the CUDA device ordinal it runs on (one of its group's `gpus`);
   // -1 for a KIND_CPU instance. A backend that cannot run on it refuses CreateInstance.
   int gpu = -1;
+  // A KIND_GPU instance: every GPU it spans, `gpu` first. More than one with tensor
+  // parallelism (the model's `gpu_tensor_parallel`), whose shards go on these in turn;
+  // otherwise {gpu}. Empty for a KIND_CPU instance.
+  std::vector<int> gpus{};
 };
 
 // One execution. When the model batches, every input's first dimension is

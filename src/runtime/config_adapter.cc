@@ -333,26 +333,54 @@ StatusOr<ModelVersionOptions> VersionOptionsFromConfig(const inference::ModelCon
   RETURN_IF_ERROR(
       ApplySchedulingParameters(config, &o).WithPrefix("model '" + config.name() + "'"));
 
+  // Tensor parallelism (docs/gpu.md): each GPU instance spans this many of its group's GPUs.
+  auto tensor_parallel = IntegerParameter(config, "gpu_tensor_parallel");
+  if (!tensor_parallel.ok())
+    return tensor_parallel.status().WithPrefix("model '" + config.name() + "'");
+  if (*tensor_parallel && (**tensor_parallel < 1 || **tensor_parallel > 16)) {
+    return InvalidArgument("model '" + config.name() +
+                           "': parameter 'gpu_tensor_parallel' must be from 1 to 16; was " +
+                           std::to_string(**tensor_parallel));
+  }
+  const size_t span = *tensor_parallel ? static_cast<size_t>(**tensor_parallel) : 1;
   int index = 0;
   for (int g = 0; g < config.instance_group_size(); ++g) {
     const auto& group = config.instance_group(g);
     // KIND_GPU: `count` instances on each listed GPU, as Triton places them; no list
     // means GPU 0 (Triton: every GPU; the runtime does not query devices). The backend
-    // says at CreateInstance whether it can run there.
-    std::vector<int> gpus = {-1};
+    // says at CreateInstance whether it can run there. With gpu_tensor_parallel N, the
+    // list is taken N GPUs at a time and `count` instances go on each N; a single GPU
+    // takes every shard itself (on streams of its own).
+    std::vector<std::vector<int>> spans = {{-1}};
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      gpus.assign(group.gpus().begin(), group.gpus().end());
+      std::vector<int> gpus(group.gpus().begin(), group.gpus().end());
       if (gpus.empty()) gpus.push_back(0);
+      spans.clear();
+      if (span > 1 && gpus.size() > 1) {
+        if (gpus.size() % span != 0) {
+          return InvalidArgument("model '" + config.name() + "': instance_group " +
+                                 std::to_string(g) + " lists " + std::to_string(gpus.size()) +
+                                 " GPUs, which gpu_tensor_parallel " + std::to_string(span) +
+                                 " cannot take " + std::to_string(span) +
+                                 " at a time: list a multiple of it, or one GPU");
+        }
+        for (size_t at = 0; at < gpus.size(); at += span)
+          spans.emplace_back(gpus.begin() + static_cast<std::ptrdiff_t>(at),
+                             gpus.begin() + static_cast<std::ptrdiff_t>(at + span));
+      } else {
+        for (int gpu : gpus) spans.push_back({gpu});
+      }
     }
     const int count = repository::InstanceCount(group);
-    for (int gpu : gpus) {
+    for (const std::vector<int>& gpus : spans) {
       for (int i = 0; i < count; ++i, ++index) {
         backends::InstanceInfo info;
         info.name = config.name() + "_" + std::to_string(index);
         info.index = index;
         info.cpu_cores = repository::InstanceCores(config, g, i);
         info.threads = repository::GroupThreads(config, g);
-        info.gpu = gpu;
+        info.gpu = gpus[0];
+        if (info.gpu >= 0) info.gpus = gpus;
         o.instances.push_back(std::move(info));
       }
     }

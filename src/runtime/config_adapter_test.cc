@@ -72,6 +72,57 @@ TEST(ConfigAdapterTest, GpuInstanceGroupsPlaceCountInstancesOnEachListedGpu) {
   EXPECT_EQ(names, (std::vector<std::string>{"m_0", "m_1", "m_2", "m_3", "m_4", "m_5"}));
 }
 
+// gpu_tensor_parallel N takes a group's GPUs N at a time: `count` instances on each N,
+// the first of them its `gpu`; a group of one GPU keeps every shard on it; a list N does
+// not divide, and an N out of range, are refused naming what to change.
+TEST(ConfigAdapterTest, TensorParallelInstancesSpanTheirGroupsGpusNAtATime) {
+  const std::string base = R"(
+    name: "m"
+    backend: "identity"
+    max_batch_size: 1
+    input [ { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    output [ { name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]
+  )";
+  auto o = OptionsFor(base + R"(
+    instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1, 2, 3 ] },
+                     { count: 1 kind: KIND_GPU gpus: [ 5 ] },
+                     { count: 1 kind: KIND_CPU } ]
+    parameters { key: "gpu_tensor_parallel" value { string_value: "2" } }
+  )");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  std::vector<int> gpu;
+  std::vector<std::vector<int>> spans;
+  for (const auto& info : o->instances) {
+    gpu.push_back(info.gpu);
+    spans.push_back(info.gpus);
+  }
+  EXPECT_EQ(gpu, (std::vector<int>{0, 0, 2, 2, 5, -1}));
+  EXPECT_EQ(spans, (std::vector<std::vector<int>>{{0, 1}, {0, 1}, {2, 3}, {2, 3}, {5}, {}}));
+
+  // Without the parameter, each instance spans its own GPU only.
+  auto plain = OptionsFor(base + "instance_group [ { count: 1 kind: KIND_GPU gpus: [ 1, 3 ] } ]");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  ASSERT_EQ(plain->instances.size(), 2u);
+  EXPECT_EQ(plain->instances[1].gpus, (std::vector<int>{3}));
+
+  auto uneven = OptionsFor(base + R"(
+    instance_group [ { count: 1 kind: KIND_GPU gpus: [ 0, 1, 2 ] } ]
+    parameters { key: "gpu_tensor_parallel" value { string_value: "2" } }
+  )");
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_EQ(uneven.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(uneven.status().message().find("lists 3 GPUs"), std::string::npos)
+      << uneven.status().ToString();
+  for (const char* bad : {"0", "17", "two"}) {
+    auto refused = OptionsFor(base + "instance_group [ { count: 1 kind: KIND_GPU } ]\n" +
+                              "parameters { key: \"gpu_tensor_parallel\" value { string_value: \"" +
+                              bad + "\" } }");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("gpu_tensor_parallel"), std::string::npos)
+        << refused.status().ToString();
+  }
+}
+
 // random_data gives FP16 and BF16 inputs values in [0, 1) as for FP32, not bit patterns
 // (which for FP16 would be tiny subnormals).
 TEST(ConfigAdapterTest, RandomWarmupDataForHalfTypesIsBetweenZeroAndOne) {

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <charconv>
 #include <exception>
 #include <list>
 #include <optional>
@@ -24,11 +26,15 @@ using engine::cuda::GemmMath;
 class GpuInstance : public BackendInstance {
  public:
   GpuInstance(const engine::Model& model, int gpu, GemmMath math, std::string tier,
+              engine::cuda::TensorParallelOptions tensor_parallel,
+              std::vector<engine::cuda::ShardPlace> shards,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream)
       : model_(model),
         gpu_(gpu),
         math_(math),
         tier_(std::move(tier)),
+        tensor_parallel_(std::move(tensor_parallel)),
+        shards_(std::move(shards)),
         handle_(std::move(handle)),
         stream_(std::move(stream)),
         cpu_engine_(dnnl::engine::kind::cpu, 0),
@@ -88,6 +94,14 @@ class GpuInstance : public BackendInstance {
     DeviceStats stats = stats_;
     stats.gpu = gpu_;
     stats.memory_bytes = weights_->bytes();
+    // A tensor-parallel instance's shards' weights on other devices count here too.
+    std::vector<const engine::cuda::GpuWeights*> counted = {weights_.get()};
+    for (const engine::cuda::ShardPlace& p : shards_) {
+      if (!p.weights || std::find(counted.begin(), counted.end(), p.weights.get()) != counted.end())
+        continue;
+      counted.push_back(p.weights.get());
+      stats.memory_bytes += p.weights->bytes();
+    }
     for (const Cached& c : plans_) stats.memory_bytes += c.plan->device_bytes();
     return stats;
   }
@@ -107,9 +121,10 @@ class GpuInstance : public BackendInstance {
                                            engine::cuda::GpuLoweringPlanOptions(), load.limits));
     engine::cuda::GpuPlanOptions options;
     options.math = math_;
+    options.tensor_parallel = tensor_parallel_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-    ASSIGN_OR_RETURN(
-        auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_));
+    ASSIGN_OR_RETURN(auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_,
+                                                              stream_, weights_, shards_));
     if (plans_.size() >= kMaxGpuPlans) plans_.pop_back();
     plans_.push_front({shapes, std::move(plan)});
     return plans_.front().plan.get();
@@ -147,6 +162,8 @@ class GpuInstance : public BackendInstance {
   int gpu_;
   GemmMath math_;
   std::string tier_;
+  engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
+  std::vector<engine::cuda::ShardPlace> shards_;         // where each shard runs
   std::unique_ptr<engine::cuda::LtHandle> handle_;
   engine::cuda::Stream stream_;
   // The model's constants on the device, one copy shared by the plans of every shape.
@@ -160,6 +177,26 @@ class GpuInstance : public BackendInstance {
 }  // namespace
 
 bool GpuInstancesBuilt() { return true; }
+
+namespace {
+
+// A positive integer parameter, or `fallback` when the config has none.
+StatusOr<int64_t> PositiveParameter(const std::map<std::string, std::string>& parameters,
+                                    const std::string& key, int64_t fallback, int64_t most) {
+  auto it = parameters.find(key);
+  if (it == parameters.end()) return fallback;
+  int64_t value = 0;
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 1 ||
+      value > most) {
+    return InvalidArgument("parameter " + key + " must be an integer from 1 to " +
+                           std::to_string(most) + "; was '" + text + "'");
+  }
+  return value;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
@@ -184,19 +221,50 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
                              it->second + "'");
     }
   }
+  // Tensor parallelism: the large products split into `shards`, which go on the GPUs the
+  // instance spans in turn (every one on its own GPU when it spans one).
+  engine::cuda::TensorParallelOptions tensor_parallel;
+  ASSIGN_OR_RETURN(const int64_t shards,
+                   PositiveParameter(parameters, "gpu_tensor_parallel", 1, 16));
+  ASSIGN_OR_RETURN(tensor_parallel.min_columns,
+                   PositiveParameter(parameters, "gpu_tensor_parallel_min_columns", 1024,
+                                     int64_t{1} << 40));
+  tensor_parallel.shards = static_cast<int>(shards);
+  const std::vector<int> span = info.gpus.empty() ? std::vector<int>{info.gpu} : info.gpus;
   auto devices = engine::cuda::ListDevices();
   if (!devices.ok()) return devices.status().WithPrefix(where + ": no usable CUDA device");
-  if (info.gpu < 0 || info.gpu >= static_cast<int>(devices->size())) {
-    return InvalidArgument(where + ": this machine has " + std::to_string(devices->size()) +
-                           " GPU" + (devices->size() == 1 ? "" : "s") +
-                           " (ordinals from 0); instance_group's gpus must name one of them");
+  for (int gpu : span) {
+    if (gpu < 0 || gpu >= static_cast<int>(devices->size())) {
+      return InvalidArgument("GPU " + std::to_string(gpu) + ": this machine has " +
+                             std::to_string(devices->size()) + " GPU" +
+                             (devices->size() == 1 ? "" : "s") +
+                             " (ordinals from 0); instance_group's gpus must name one of them");
+    }
+  }
+  std::vector<engine::cuda::ShardPlace> places;
+  if (shards > 1) {
+    // One copy of the weights per device the shards use besides the instance's own.
+    std::map<int, std::shared_ptr<engine::cuda::GpuWeights>> weights;
+    for (int64_t s = 0; s < shards; ++s) {
+      engine::cuda::ShardPlace place;
+      place.device = span[static_cast<size_t>(s) % span.size()];
+      const bool own = place.device != info.gpu;
+      if (own) {
+        auto& w = weights[place.device];
+        if (!w) w = std::make_shared<engine::cuda::GpuWeights>();
+        place.weights = w;
+      }
+      tensor_parallel.own_memory.push_back(own);
+      places.push_back(std::move(place));
+    }
   }
   RETURN_IF_ERROR(
       engine::cuda::CudaStatus(cudaSetDevice(info.gpu), "cudaSetDevice").WithPrefix(where));
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
-  auto instance = std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(handle),
-                                                std::move(stream));
+  auto instance =
+      std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(tensor_parallel),
+                                    std::move(places), std::move(handle), std::move(stream));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first

@@ -549,6 +549,49 @@ TEST(OnnxBackendGpuTest, AGpuInstanceAnswersAsTheCpuInstanceDoes) {
   EXPECT_EQ((*gpu)->Execute(wrong, &out).code(), StatusCode::kInvalidArgument);
 }
 
+// gpu_tensor_parallel 2 on one GPU: the recommender's products of 1024 and 512 columns
+// split in two, each half on a stream of its own; the answers are the CPU instance's.
+TEST(OnnxBackendGpuTest, ATensorParallelGpuInstanceAnswersAsTheCpuInstanceDoes) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo(
+      "recommender", {{"gpu_tensor_parallel", "2"}, {"gpu_tensor_parallel_min_columns", "256"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(InstanceInfo{"m_0", 0, {}, 0, 0, {0}});
+  if (NoGpuHere(gpu.status())) GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  auto cpu = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, -1});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  for (int64_t batch : {1, 7, 7}) {
+    ExecuteRequest request;
+    request.batch_size = batch;
+    request.inputs.push_back({"features", Random({batch, 64}, 300 + static_cast<uint32_t>(batch))});
+    std::vector<NamedTensor> on_gpu, on_cpu;
+    const Status ran = (*gpu)->Execute(request, &on_gpu);
+    ASSERT_TRUE(ran.ok()) << ran.ToString();
+    ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+    ASSERT_EQ(on_gpu.size(), 1u);
+    EXPECT_LE(MaxAbsDiff(on_gpu[0].tensor, on_cpu[0].tensor), 1e-5f) << "batch " << batch;
+  }
+}
+
+// The tensor-parallel parameters are checked for form, with or without a device.
+TEST(OnnxBackendGpuTest, TensorParallelParametersMustBePositiveIntegers) {
+  for (const auto& [key, value] : {std::pair{"gpu_tensor_parallel", "0"},
+                                   std::pair{"gpu_tensor_parallel", "32"},
+                                   std::pair{"gpu_tensor_parallel_min_columns", "many"}}) {
+    SCOPED_TRACE(std::string(key) + " " + value);
+    auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto gpu = (*model)->CreateInstance(OnGpu(0));
+    ASSERT_FALSE(gpu.ok());
+    if (!GpuInstancesBuilt()) {
+      EXPECT_EQ(gpu.status().code(), StatusCode::kFailedPrecondition);
+      continue;
+    }
+    EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(gpu.status().message(), HasSubstr(std::string("parameter ") + key));
+  }
+}
+
 TEST(OnnxBackendGpuTest, GpuPrecisionMustNameAGpuTier) {
   auto model =
       MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_precision", "int8"}}));
