@@ -86,7 +86,9 @@ struct ExecuteRequest {
 // What an instance on a GPU reports about it (BackendInstance::device_stats).
 struct DeviceStats {
   int gpu = -1;                    // the CUDA ordinal; -1: the instance runs on CPUs
-  int64_t memory_bytes = 0;        // device memory the instance holds
+  int64_t memory_bytes = 0;        // device memory the instance holds besides the shared weights
+  // The model's weights on this GPU: one copy, shared by its instances there.
+  int64_t shared_weights_bytes = 0;
   int64_t device_used_bytes = 0;   // the whole device's memory in use, when last seen
   int64_t device_total_bytes = 0;  // the device's memory
   int64_t busy_ns = 0;             // device time of its batches (CUDA events), in total

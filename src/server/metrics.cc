@@ -293,11 +293,24 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
       return static_cast<double>(d.busy_ns) / 1e9;
     });
     w.Family("shoal_gpu_instance_memory_bytes", "gauge",
-             "Device memory a GPU instance holds: its weights, its plans' arenas, workspaces "
-             "and flags.");
+             "Device memory a GPU instance holds besides its model's shared weights: its "
+             "plans' arenas, workspaces and flags.");
     per_instance("shoal_gpu_instance_memory_bytes", [](const backends::DeviceStats& d) {
       return static_cast<double>(d.memory_bytes);
     });
+    w.Family("shoal_gpu_model_weights_bytes", "gauge",
+             "A model's weights on a GPU: one copy, shared by its instances there.");
+    for (const auto& v : views) {
+      std::map<int, int64_t> weights;  // per GPU, as its instances last saw them
+      for (const auto& i : v.instances)
+        if (i.device.gpu >= 0)
+          weights[i.device.gpu] = std::max(weights[i.device.gpu], i.device.shared_weights_bytes);
+      for (const auto& [gpu, bytes] : weights) {
+        Labels l = v.labels();
+        l.emplace_back("gpu", std::to_string(gpu));
+        w.Sample("shoal_gpu_model_weights_bytes", l, static_cast<double>(bytes));
+      }
+    }
     w.Family("shoal_gpu_memory_used_bytes", "gauge",
              "Memory in use on each GPU, by every process, when one of its instances last ran.");
     for (const auto& [gpu, d] : devices)

@@ -101,6 +101,8 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   EXPECT_THAT(page, HasSubstr("shoal_gpu_busy_seconds_total{model=\"on_gpu\""));
   EXPECT_THAT(page, HasSubstr("instance=\"on_gpu_0\",gpu=\"0\"}"));
   EXPECT_THAT(page, HasSubstr("shoal_gpu_instance_memory_bytes{model=\"on_gpu\""));
+  EXPECT_THAT(page, HasSubstr("shoal_gpu_model_weights_bytes{model=\"on_gpu\",version=\"1\","
+                              "gpu=\"0\"}"));
   EXPECT_THAT(page, HasSubstr("shoal_gpu_memory_used_bytes{gpu=\"0\"}"));
   EXPECT_THAT(page, ::testing::Not(HasSubstr("instance=\"on_cpu_0\",gpu=")));
   EXPECT_EQ(p->Terminate(), 0) << p->log();

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/mutex.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemm.h"
@@ -19,6 +20,24 @@
 #include "engine/plan.h"
 
 namespace shoal::backends {
+
+class GpuModelState {
+ public:
+  // The model's weights on `device`, made on first use.
+  std::shared_ptr<engine::cuda::GpuWeights> WeightsOn(int device) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    auto& weights = weights_[device];
+    if (!weights) weights = std::make_shared<engine::cuda::GpuWeights>();
+    return weights;
+  }
+
+ private:
+  Mutex mu_;
+  std::map<int, std::shared_ptr<engine::cuda::GpuWeights>> weights_ GUARDED_BY(mu_);
+};
+
+std::shared_ptr<GpuModelState> NewGpuModelState() { return std::make_shared<GpuModelState>(); }
+
 namespace {
 
 using engine::cuda::GemmMath;
@@ -28,6 +47,7 @@ class GpuInstance : public BackendInstance {
   GpuInstance(const engine::Model& model, int gpu, GemmMath math, std::string tier,
               engine::cuda::TensorParallelOptions tensor_parallel,
               std::vector<engine::cuda::ShardPlace> shards,
+              std::shared_ptr<engine::cuda::GpuWeights> weights,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream)
       : model_(model),
         gpu_(gpu),
@@ -37,6 +57,7 @@ class GpuInstance : public BackendInstance {
         shards_(std::move(shards)),
         handle_(std::move(handle)),
         stream_(std::move(stream)),
+        weights_(std::move(weights)),
         cpu_engine_(dnnl::engine::kind::cpu, 0),
         cpu_stream_(cpu_engine_) {}
 
@@ -93,8 +114,10 @@ class GpuInstance : public BackendInstance {
   DeviceStats device_stats() const override {
     DeviceStats stats = stats_;
     stats.gpu = gpu_;
-    stats.memory_bytes = weights_->bytes();
-    // A tensor-parallel instance's shards' weights on other devices count here too.
+    // The weights on its GPU are the model's there, shared with its other instances; those
+    // a tensor-parallel instance's shards keep on other GPUs count as the instance's.
+    stats.shared_weights_bytes = weights_->bytes();
+    stats.memory_bytes = 0;
     std::vector<const engine::cuda::GpuWeights*> counted = {weights_.get()};
     for (const engine::cuda::ShardPlace& p : shards_) {
       if (!p.weights || std::find(counted.begin(), counted.end(), p.weights.get()) != counted.end())
@@ -166,8 +189,9 @@ class GpuInstance : public BackendInstance {
   std::vector<engine::cuda::ShardPlace> shards_;         // where each shard runs
   std::unique_ptr<engine::cuda::LtHandle> handle_;
   engine::cuda::Stream stream_;
-  // The model's constants on the device, one copy shared by the plans of every shape.
-  std::shared_ptr<engine::cuda::GpuWeights> weights_ = std::make_shared<engine::cuda::GpuWeights>();
+  // The model's constants on the device, one copy shared by the plans of every shape (and
+  // by the model's other instances on this GPU).
+  std::shared_ptr<engine::cuda::GpuWeights> weights_;
   dnnl::engine cpu_engine_;  // prepares the CPU plans that are lowered
   dnnl::stream cpu_stream_;
   std::list<Cached> plans_;  // most recently used first
@@ -200,7 +224,11 @@ StatusOr<int64_t> PositiveParameter(const std::map<std::string, std::string>& pa
 
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
-    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check) {
+    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check,
+    GpuModelState* shared) {
+  auto weights_on = [shared](int device) {
+    return shared ? shared->WeightsOn(device) : std::make_shared<engine::cuda::GpuWeights>();
+  };
   const std::string where = "GPU " + std::to_string(info.gpu);
   GemmMath math = GemmMath::kFp32;
   std::string tier = "fp32";
@@ -251,7 +279,7 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       const bool own = place.device != info.gpu;
       if (own) {
         auto& w = weights[place.device];
-        if (!w) w = std::make_shared<engine::cuda::GpuWeights>();
+        if (!w) w = weights_on(place.device);
         place.weights = w;
       }
       tensor_parallel.own_memory.push_back(own);
@@ -264,7 +292,8 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
   auto instance =
       std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(tensor_parallel),
-                                    std::move(places), std::move(handle), std::move(stream));
+                                    std::move(places), weights_on(info.gpu), std::move(handle),
+                                    std::move(stream));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first

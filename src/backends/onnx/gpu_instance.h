@@ -47,14 +47,22 @@ struct GpuAccuracyCheck {
 // True when this shoal was built with the CUDA path.
 bool GpuInstancesBuilt();
 
+// What the GPU instances of one model share: one device copy of its weights per GPU, so
+// `count: N` instances on a GPU hold the weights once. Made with the model, outlives its
+// instances; thread-safe (instances are created on their own threads).
+class GpuModelState;
+std::shared_ptr<GpuModelState> NewGpuModelState();
+
 // An instance of `model` on GPU info.gpu, created on the instance's thread (which it
-// makes current on that device). `parameters` are the model config's. INVALID_ARGUMENT
+// makes current on that device). `parameters` are the model config's; `shared`, the
+// model's GpuModelState (null: the instance's weights are its own). INVALID_ARGUMENT
 // for a bad `gpu_precision` or a GPU that does not exist, UNAVAILABLE when there is no
 // usable CUDA device, FAILED_PRECONDITION when shoal was built without CUDA (or `check`
 // refused the tier), UNIMPLEMENTED when the GPU path cannot run the model.
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
-    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check = {});
+    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check = {},
+    GpuModelState* shared = nullptr);
 
 // How CUDA shared-memory regions are opened in this build (the server's SharedMemoryManager
 // takes it): CUDA IPC handles (engine/cuda/ipc_memory.h) with the CUDA path, none without.

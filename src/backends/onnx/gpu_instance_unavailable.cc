@@ -6,9 +6,12 @@ namespace shoal::backends {
 
 bool GpuInstancesBuilt() { return false; }
 
+class GpuModelState {};
+std::shared_ptr<GpuModelState> NewGpuModelState() { return nullptr; }
+
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model&, const InstanceInfo& info, const std::map<std::string, std::string>&,
-    const GpuAccuracyCheck&) {
+    const GpuAccuracyCheck&, GpuModelState*) {
   return FailedPrecondition(
       "asks for GPU " + std::to_string(info.gpu) +
       " (KIND_GPU), but this shoal was built without the CUDA path: build it "

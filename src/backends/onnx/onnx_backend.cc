@@ -238,7 +238,7 @@ class OnnxModel : public BackendModel {
               "products in " + tier.substr(tier.size() - 4) + ", every other operator fp32");
         };
       }
-      return CreateGpuInstance(model, info, info_.parameters, check);
+      return CreateGpuInstance(model, info, info_.parameters, check, gpu_state_.get());
     }
     if (stages_) return CreatePipelined(info);
     engine::SessionOptions options = session_;
@@ -273,6 +273,8 @@ class OnnxModel : public BackendModel {
   engine::SessionOptions session_;  // all but cpu_cores (and threads), set per instance
   std::unique_ptr<engine::ModelStages> stages_;  // set when the model runs as a pipeline
   PipelineConfig pipeline_;
+  // Its GPU instances' weights, one copy per GPU (null without the CUDA path).
+  std::shared_ptr<GpuModelState> gpu_state_ = NewGpuModelState();
 };
 
 // Reads pipeline_stages, pipeline_stage_boundaries and pipeline_micro_batches.

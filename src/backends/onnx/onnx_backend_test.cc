@@ -573,6 +573,38 @@ TEST(OnnxBackendGpuTest, ATensorParallelGpuInstanceAnswersAsTheCpuInstanceDoes) 
   }
 }
 
+// Two instances of one model on one GPU hold its weights once: each reports the same shared
+// copy, its own memory (its plans) apart from it, and both answer as the CPU does.
+TEST(OnnxBackendGpuTest, InstancesOnOneGpuShareTheModelsWeights) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto a = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(a.status())) GTEST_SKIP() << "no GPU instance here: " << a.status().ToString();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, 0});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto cpu = (*model)->CreateInstance(InstanceInfo{"m_2", 2, {}, 0, -1});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ExecuteRequest request;
+  request.batch_size = 3;
+  request.inputs.push_back({"features", Random({3, 64}, 400)});
+  std::vector<NamedTensor> on_a, on_b, on_cpu;
+  ASSERT_TRUE((*a)->Execute(request, &on_a).ok());
+  ASSERT_TRUE((*b)->Execute(request, &on_b).ok());
+  ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+  EXPECT_LE(MaxAbsDiff(on_a[0].tensor, on_cpu[0].tensor), 1e-5f);
+  EXPECT_LE(MaxAbsDiff(on_b[0].tensor, on_cpu[0].tensor), 1e-5f);
+  const DeviceStats sa = (*a)->device_stats(), sb = (*b)->device_stats();
+  EXPECT_GT(sa.shared_weights_bytes, 6'000'000);  // four weights and biases, fp32
+  EXPECT_EQ(sb.shared_weights_bytes, sa.shared_weights_bytes);
+  EXPECT_GT(sa.memory_bytes, 0);  // its plans' arenas and workspaces
+  a->reset();  // the survivor's copy stays
+  EXPECT_EQ((*b)->device_stats().shared_weights_bytes, sb.shared_weights_bytes);
+  std::vector<NamedTensor> again;
+  ASSERT_TRUE((*b)->Execute(request, &again).ok());
+  EXPECT_LE(MaxAbsDiff(again[0].tensor, on_cpu[0].tensor), 1e-5f);
+}
+
 // The tensor-parallel parameters are checked for form, with or without a device.
 TEST(OnnxBackendGpuTest, TensorParallelParametersMustBePositiveIntegers) {
   for (const auto& [key, value] : {std::pair{"gpu_tensor_parallel", "0"},

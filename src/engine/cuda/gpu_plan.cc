@@ -15,13 +15,17 @@ namespace shoal::engine::cuda {
 using engine::internal::Product;
 
 StatusOr<const void*> GpuWeights::Get(const GpuLowering::Blob& blob, const Stream& stream) {
+  MutexLock lock(&mu_);
   auto it = buffers_.find(blob.key);
   if (it == buffers_.end()) {
     Entry entry;
     ASSIGN_OR_RETURN(entry.buffer, DeviceBuffer::Allocate(blob.data.byte_size()));
     if (blob.data.byte_size() > 0) {
+      // Complete before anyone gets the pointer: the next to ask may be another
+      // instance, whose stream does not wait for this one.
       RETURN_IF_ERROR(
           CopyToDevice(entry.buffer.data(), blob.data.data(), blob.data.byte_size(), stream));
+      RETURN_IF_ERROR(stream.Synchronize());
     }
     bytes_ += static_cast<int64_t>(blob.data.byte_size());
     it = buffers_.emplace(blob.key, std::move(entry)).first;
@@ -35,6 +39,7 @@ StatusOr<const void*> GpuWeights::Get(const GpuLowering::Blob& blob, const Strea
 }
 
 void GpuWeights::Release(const std::string& key) {
+  MutexLock lock(&mu_);
   auto it = buffers_.find(key);
   if (it == buffers_.end() || --it->second.users > 0) return;
   bytes_ -= static_cast<int64_t>(it->second.buffer.size_bytes());

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/cuda/device.h"
@@ -27,28 +28,37 @@
 
 namespace shoal::engine::cuda {
 
-// Device copies of one model's constants, shared by its GPU plans for every input shape
-// (an instance's plan cache): each blob is uploaded once, by key, and kept for as long as
-// the GpuWeights lives. One thread at a time, as the plans that share it.
+// Device copies of one model's constants on one device, shared by its GPU plans for every
+// input shape and by every instance of the model on that device: each blob is uploaded
+// once, by key, and freed with its last user. Thread-safe: instances create and drop
+// their plans on their own threads.
 class GpuWeights {
  public:
-  // The device copy of `blob`, uploaded on `stream` the first time its key is asked for
-  // (the caller synchronises the stream before `blob`'s host data goes); each Get is one
-  // more user of it. INTERNAL when the key names a copy of another size.
-  StatusOr<const void*> Get(const GpuLowering::Blob& blob, const Stream& stream);
+  // The device copy of `blob`, on the current device, uploaded on `stream` the first time
+  // its key is asked for and complete when Get returns (another instance may read it at
+  // once); each Get is one more user of it. INTERNAL when the key names a copy of another
+  // size.
+  StatusOr<const void*> Get(const GpuLowering::Blob& blob, const Stream& stream) EXCLUDES(mu_);
   // One user fewer of `key`; its device copy is freed with the last (a plan evicted from
   // an instance's cache takes the copies only it used with it).
-  void Release(const std::string& key);
-  size_t count() const { return buffers_.size(); }
-  int64_t bytes() const { return bytes_; }
+  void Release(const std::string& key) EXCLUDES(mu_);
+  size_t count() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return buffers_.size();
+  }
+  int64_t bytes() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return bytes_;
+  }
 
  private:
   struct Entry {
     DeviceBuffer buffer;
     int users = 0;
   };
-  std::map<std::string, Entry> buffers_;
-  int64_t bytes_ = 0;
+  mutable Mutex mu_;
+  std::map<std::string, Entry> buffers_ GUARDED_BY(mu_);
+  int64_t bytes_ GUARDED_BY(mu_) = 0;
 };
 
 // Where one shard of a tensor-parallel plan runs.

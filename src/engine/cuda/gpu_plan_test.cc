@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "core/fp16.h"
 #include "engine/cuda/test_util.h"
@@ -1142,6 +1143,47 @@ TEST_F(GpuPlanTest, PlansOfOneInstanceShareTheirWeights) {
   b.reset();
   EXPECT_EQ(weights->count(), 0u);  // freed with their last user
   EXPECT_EQ(weights->bytes(), 0);
+}
+
+// Two instances' threads, each with its own handle and stream, create and run plans for
+// different batch sizes at once from one GpuWeights: the recommender's eight blobs are
+// uploaded once, and each plan answers as the CPU engine does (an upload another thread
+// read before it was complete would show).
+TEST_F(GpuPlanTest, InstancesOnTwoThreadsShareOneUploadOfTheWeights) {
+  auto weights = std::make_shared<GpuWeights>();
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  auto instance = [&](int64_t batch, uint32_t seed, std::string* error) {
+    if (cudaSetDevice(device) != cudaSuccess) return void(*error = "cudaSetDevice");
+    auto handle = LtHandle::Create();
+    auto stream = Stream::Create();
+    if (!handle.ok() || !stream.ok()) return void(*error = "handle or stream");
+    Prepared p = Prepare(Model::Load(Example("recommender")), {{batch, 64}});
+    if (!p.plan) return void(*error = "CPU plan");
+    auto lowered = LowerPlan(p.model->graph(), *p.plan);
+    if (!lowered.ok()) return void(*error = lowered.status().ToString());
+    auto plan = GpuPlan::Create(std::move(lowered).value(), **handle, *stream, weights);
+    if (!plan.ok()) return void(*error = plan.status().ToString());
+    // The same eight keys at every batch size: never a second copy.
+    if (weights->count() != 8u) return void(*error = std::to_string(weights->count()) + " blobs");
+    for (uint32_t run = 0; run < 20; ++run) {
+      const Tensor x = Random({batch, 64}, seed + run);
+      std::vector<Tensor> gpu, cpu;
+      dnnl::stream cpu_stream(CpuEngine());
+      if (!p.plan->Run({&x}, cpu_stream, &cpu).ok()) return void(*error = "CPU run");
+      const Status ran = (*plan)->Run({&x}, *stream, &gpu);
+      if (!ran.ok()) return void(*error = ran.ToString());
+      if (engine::testing::MaxAbsDiff(gpu[0], cpu[0]) > 1e-5f)
+        return void(*error = "run " + std::to_string(run) + " differs from the CPU engine");
+    }
+  };
+  std::string error_a, error_b;
+  std::thread a(instance, 16, 500u, &error_a), b(instance, 3, 600u, &error_b);
+  a.join();
+  b.join();
+  EXPECT_EQ(error_a, "");
+  EXPECT_EQ(error_b, "");
+  EXPECT_EQ(weights->count(), 0u);  // both plans gone, every copy freed with them
 }
 
 // The same plan run step by step and as a CUDA graph (the first run goes step by step, the
