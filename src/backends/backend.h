@@ -92,6 +92,9 @@ struct DeviceStats {
   int64_t device_used_bytes = 0;   // the whole device's memory in use, when last seen
   int64_t device_total_bytes = 0;  // the device's memory
   int64_t busy_ns = 0;             // device time of its batches (CUDA events), in total
+  // The device's utilisation, 0..100, as NVML last sampled it (every process's kernels);
+  // -1 where NVML is not there.
+  int utilization_percent = -1;
 };
 
 class BackendInstance {

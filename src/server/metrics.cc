@@ -316,6 +316,18 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
     for (const auto& [gpu, d] : devices)
       w.Sample("shoal_gpu_memory_used_bytes", {{"gpu", std::to_string(gpu)}},
                static_cast<double>(d.device_used_bytes));
+    bool nvml = false;
+    for (const auto& [gpu, d] : devices) nvml = nvml || d.utilization_percent >= 0;
+    if (nvml) {
+      w.Family("shoal_gpu_utilization_ratio", "gauge",
+               "Each GPU's utilisation as NVML last sampled it (the share of time a kernel of any "
+               "process ran), when one of its instances last ran; absent without NVML.");
+      for (const auto& [gpu, d] : devices) {
+        if (d.utilization_percent < 0) continue;
+        w.Sample("shoal_gpu_utilization_ratio", {{"gpu", std::to_string(gpu)}},
+                 static_cast<double>(d.utilization_percent) / 100.0);
+      }
+    }
     w.Family("shoal_gpu_memory_total_bytes", "gauge", "Each GPU's memory.");
     for (const auto& [gpu, d] : devices)
       w.Sample("shoal_gpu_memory_total_bytes", {{"gpu", std::to_string(gpu)}},

@@ -21,6 +21,7 @@
 #ifdef SHOAL_E2E_CUDA_BUILD
 #include "engine/cuda/device.h"
 #include "engine/cuda/ipc_memory.h"
+#include "engine/cuda/nvml.h"
 #endif
 
 namespace shoal::e2e {
@@ -105,6 +106,14 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
                               "gpu=\"0\"}"));
   EXPECT_THAT(page, HasSubstr("shoal_gpu_memory_used_bytes{gpu=\"0\"}"));
   EXPECT_THAT(page, ::testing::Not(HasSubstr("instance=\"on_cpu_0\",gpu=")));
+#ifdef SHOAL_E2E_CUDA_BUILD
+  // NVML's utilisation where the driver's library is here (as this process finds it).
+  if (engine::cuda::Nvml::Get().ok()) {
+    EXPECT_THAT(page, HasSubstr("shoal_gpu_utilization_ratio{gpu=\"0\"}"));
+  } else {
+    EXPECT_THAT(page, ::testing::Not(HasSubstr("shoal_gpu_utilization_ratio")));
+  }
+#endif
   EXPECT_EQ(p->Terminate(), 0) << p->log();
 }
 

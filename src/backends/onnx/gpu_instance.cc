@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <exception>
 #include <list>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gpu_plan.h"
 #include "engine/cuda/ipc_memory.h"
+#include "engine/cuda/nvml.h"
 #include "engine/plan.h"
 
 namespace shoal::backends {
@@ -101,6 +103,15 @@ class GpuInstance : public BackendInstance {
     if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
       stats_.device_used_bytes = static_cast<int64_t>(total - free);
       stats_.device_total_bytes = static_cast<int64_t>(total);
+    }
+    // NVML's utilisation, asked at most once a second (NVML samples over about that).
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_nvml_ >= std::chrono::seconds(1)) {
+      last_nvml_ = now;
+      auto nvml = engine::cuda::Nvml::Get();
+      auto u = nvml.ok() ? (*nvml)->Utilization(gpu_) : StatusOr<engine::cuda::GpuUtilization>(
+                                                            nvml.status());
+      stats_.utilization_percent = u.ok() ? u->gpu_percent : -1;
     }
     for (size_t o = 0; o < results.size(); ++o)
       outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
@@ -196,6 +207,7 @@ class GpuInstance : public BackendInstance {
   dnnl::stream cpu_stream_;
   std::list<Cached> plans_;  // most recently used first
   DeviceStats stats_;        // device time and memory, as of the last batch
+  std::chrono::steady_clock::time_point last_nvml_{};  // when NVML was last asked
 };
 
 }  // namespace
