@@ -96,8 +96,8 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
                        cudaStream_t stream);
 
 // y = float(x) over n elements: Cast to fp32 from int64, int32 or bool (one byte each; any
-// value but 0 is 1). x and y must not overlap.
-enum class CastSource { kInt64, kInt32, kBool };
+// value but 0 is 1), or, exactly, from fp16 or bf16. x and y must not overlap.
+enum class CastSource { kInt64, kInt32, kBool, kFp16, kBf16 };
 Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream);
 
 // The 16-bit floating-point types of a mixed-precision plan's GEMM operands.

@@ -8,6 +8,8 @@
 #include <functional>
 #include <random>
 
+#include "core/bf16.h"
+#include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -437,6 +439,36 @@ TEST_F(ElementwiseGpuTest, CastToFloatFromIntegersAndBools) {
   DeviceBuffer c = UploadBytes(bools.data(), bools.size());
   ASSERT_TRUE(CastToFloat(CastSource::kBool, c.data(), y.as<float>(), 5, stream()).ok());
   EXPECT_EQ(Download(y, 5), (std::vector<float>{0, 1, 0, 1, 1}));
+}
+
+// Cast to fp32 from fp16 and bf16 is exact: every value, subnormals, infinities and the
+// largest finite ones included, comes back as the host's conversion says; and fp32 to fp16
+// and back keeps the values fp16 holds.
+TEST_F(ElementwiseGpuTest, CastToFloatFromHalvesIsExact) {
+  const std::vector<uint16_t> fp16 = {0x0000, 0x8000, 0x3c00, 0xc000, 0x0001, 0x03ff,
+                                      0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x3555, 0x1234};
+  const std::vector<uint16_t> bf16 = {0x0000, 0x8000, 0x3f80, 0xc000, 0x0001, 0x007f,
+                                      0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x3eab, 0x1234};
+  const int64_t n = static_cast<int64_t>(fp16.size());
+  DeviceBuffer y = Floats(n);
+  DeviceBuffer a = UploadBytes(fp16.data(), fp16.size() * 2);
+  ASSERT_TRUE(CastToFloat(CastSource::kFp16, a.data(), y.as<float>(), n, stream()).ok());
+  std::vector<float> got = Download(y, n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(got[i], Fp16ToFloat(fp16[i])) << i;
+  DeviceBuffer b = UploadBytes(bf16.data(), bf16.size() * 2);
+  ASSERT_TRUE(CastToFloat(CastSource::kBf16, b.data(), y.as<float>(), n, stream()).ok());
+  got = Download(y, n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(got[i], Bf16ToFloat(bf16[i])) << i;
+  // fp16 -> fp32 -> fp16 round trip.
+  DeviceBuffer back = UploadBytes(fp16.data(), fp16.size() * 2);
+  ASSERT_TRUE(CastToFloat(CastSource::kFp16, a.data(), y.as<float>(), n, stream()).ok());
+  ASSERT_TRUE(CastFloatToHalf(HalfType::kFp16, y.as<float>(), back.data(), n, stream()).ok());
+  std::vector<uint16_t> bits(fp16.size());
+  ASSERT_EQ(cudaMemcpyAsync(bits.data(), back.data(), bits.size() * 2, cudaMemcpyDeviceToHost,
+                            stream()),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  EXPECT_EQ(bits, fp16);
 }
 
 TEST(CastShapeTest, RefusesANegativeCountBeforeTouchingTheDevice) {

@@ -739,8 +739,20 @@ Status Lowerer::LowerReduce(int n, ReduceOp op) {
 Status Lowerer::LowerCast(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0], y = node.outputs[0];
-  if (DtypeOf(y) != DataType::kFp32)
-    return Fail(n, "only a Cast to fp32 is on the GPU path so far");
+  const bool to_half = DtypeOf(y) == DataType::kFp16 || DtypeOf(y) == DataType::kBf16;
+  if (to_half && DtypeOf(x) == DataType::kFp32) {
+    // The kernel that rounds a mixed-precision product's input (an fp16 model's output).
+    GpuStep step = NewStep(GpuStep::Kind::kToHalf, n);
+    step.in = {x};
+    step.out = y;
+    out_.steps.push_back(std::move(step));
+    return Status::Ok();
+  }
+  if (DtypeOf(y) != DataType::kFp32) {
+    return Fail(n, "only a Cast to fp32, or from fp32 to fp16 or bf16, is on the GPU path so "
+                   "far, not " + std::string(DataTypeName(DtypeOf(x))) + " to " +
+                       std::string(DataTypeName(DtypeOf(y))));
+  }
   GpuStep step;
   step.kind = GpuStep::Kind::kCast;
   switch (DtypeOf(x)) {
@@ -752,6 +764,12 @@ Status Lowerer::LowerCast(int n) {
       break;
     case DataType::kBool:
       step.cast = CastSource::kBool;
+      break;
+    case DataType::kFp16:
+      step.cast = CastSource::kFp16;
+      break;
+    case DataType::kBf16:
+      step.cast = CastSource::kBf16;
       break;
     default:
       return Fail(n, "a Cast from " + std::string(DataTypeName(DtypeOf(x))) +

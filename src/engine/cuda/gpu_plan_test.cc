@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "core/bf16.h"
 #include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 #include "engine/model.h"
@@ -680,6 +681,32 @@ TEST(LowerPlanTest, DepthAndSpaceAreTransposesAndGroupNormIsALayerNormAndItsAffi
 
 // The U-Net's per-pixel class is an ArgMax over the channels, writing int64; the norm
 // shuffle model's integer Mods keep their fmod flags.
+// An fp16 model lowers: its input cast from fp16 to fp32 and its output rounded back
+// (a kToHalf step writing the fp16 output); fp32 in between.
+TEST(LowerPlanTest, AnFp16ModelCastsItsInputFromAndItsOutputTo16Bits) {
+  for (const char* name : {"fp16_cnn", "fp16_transformer", "fp16_mixed"}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name);
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    const Graph& g = r.prepared.model->graph();
+    int from_half = 0, to_half = 0;
+    for (const GpuStep& s : l->steps) {
+      if (s.kind == GpuStep::Kind::kCast && s.cast == CastSource::kFp16) ++from_half;
+      if (s.kind == GpuStep::Kind::kToHalf) {
+        ++to_half;
+        EXPECT_EQ(l->dtypes[s.out], DataType::kFp16);
+        EXPECT_EQ(l->dtypes[s.in[0]], DataType::kFp32);
+      }
+    }
+    const bool fp16_io = l->dtypes[g.inputs[0]] == DataType::kFp16;
+    EXPECT_EQ(from_half >= 1, fp16_io || std::string(name) == "fp16_mixed");
+    EXPECT_GE(to_half, 1);
+    ExpectAligned(*l);
+  }
+}
+
 TEST(LowerPlanTest, ArgMaxAndIntegerModLower) {
   WithReference unet = PrepareWithReference("det_unet_op13", ".a.sht");
   ASSERT_TRUE(unet.prepared.plan);
@@ -977,6 +1004,24 @@ class GpuPlanTest : public GpuTest {
       for (size_t o = 0; o < cpu.size(); ++o) {
         ASSERT_EQ(gpu[o].shape(), cpu[o].shape());
         ASSERT_EQ(gpu[o].dtype(), cpu[o].dtype());
+        if (cpu[o].dtype() == DataType::kFp16 || cpu[o].dtype() == DataType::kBf16) {
+          // An fp16 model's output: both sides rounded from fp32 sums in another order,
+          // so one 16-bit step apart at most, within the tolerance beside it.
+          const bool fp16 = cpu[o].dtype() == DataType::kFp16;
+          const auto* g = static_cast<const uint16_t*>(gpu[o].data());
+          const auto* c = static_cast<const uint16_t*>(cpu[o].data());
+          float scale = 1.f, worst = 0.f;
+          const size_t count = cpu[o].byte_size() / 2;
+          for (size_t i = 0; i < count; ++i)
+            scale = std::max(scale, std::fabs(fp16 ? Fp16ToFloat(c[i]) : Bf16ToFloat(c[i])));
+          for (size_t i = 0; i < count; ++i) {
+            const float a = fp16 ? Fp16ToFloat(g[i]) : Bf16ToFloat(g[i]);
+            const float b = fp16 ? Fp16ToFloat(c[i]) : Bf16ToFloat(c[i]);
+            worst = std::max(worst, std::isnan(a - b) ? INFINITY : std::fabs(a - b));
+          }
+          EXPECT_LE(worst, tolerance * scale) << "output " << o << ", run " << run;
+          continue;
+        }
         if (cpu[o].dtype() != DataType::kFp32) {  // int64 (ArgMax, Mod) and bools: exact
           ASSERT_EQ(gpu[o].byte_size(), cpu[o].byte_size());
           EXPECT_EQ(std::memcmp(gpu[o].data(), cpu[o].data(), cpu[o].byte_size()), 0)
@@ -1265,6 +1310,18 @@ TEST_F(GpuPlanTest, TheDecomposedBertTheMlpAndTheVaeMatchTheCpuEngine) {
       }
     }
     ExpectGpuMatchesCpu(r.prepared, {r.inputs, other}, GemmMath::kFp32, 1e-4f);
+  }
+}
+
+// The fp16 models (their inputs, weights and outputs fp16; the engine computes in fp32
+// between a Cast from fp16 and one back) on both reference inputs.
+TEST_F(GpuPlanTest, TheFp16ModelsMatchTheCpuEngine) {
+  for (const char* name : {"fp16_cnn", "fp16_mixed", "fp16_transformer"}) {
+    SCOPED_TRACE(name);
+    for (const char* suffix : {".b1.sht", ".b4.sht"}) {
+      WithReference r = PrepareWithReference(name, suffix);
+      ExpectGpuMatchesCpu(r.prepared, {r.inputs, r.inputs}, GemmMath::kFp32, 2e-3f);
+    }
   }
 }
 

@@ -129,8 +129,9 @@ cudaError_t LaunchArgExtremeMiddleF32(bool is_max, bool last, const float* x, in
                                       int64_t outer, int64_t r, int64_t inner, cudaStream_t stream);
 
 // Source types of a cast to fp32, in the order of elementwise.h's CastSource.
-enum class CastKernel : int { kInt64, kInt32, kBool };
-// y[i] = float(x[i]) for i < n, x of the type `from` names (bool: one byte, 0 or not).
+enum class CastKernel : int { kInt64, kInt32, kBool, kFp16, kBf16 };
+// y[i] = float(x[i]) for i < n, x of the type `from` names (bool: one byte, 0 or not; the
+// 16-bit floats exactly).
 cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
                             cudaStream_t stream);
 

@@ -148,6 +148,13 @@ cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
     case CastKernel::kBool:
       BoolToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), y, n);
       break;
+    case CastKernel::kFp16:
+      CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const __half*>(x), y, n);
+      break;
+    case CastKernel::kBf16:
+      CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), y,
+                                                         n);
+      break;
   }
   return cudaGetLastError();
 }
