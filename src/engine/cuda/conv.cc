@@ -46,6 +46,17 @@ Status ConvTranspose2d(const float* x, const float* w, const float* bias, float*
                     "transposed convolution kernel launch");
 }
 
+Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* y,
+                const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream) {
+  if (g.n < 0 || g.c < 0 || g.h < 0 || g.w < 0 || g.rois < 0 || g.out_h < 1 || g.out_w < 1 ||
+      g.sampling_ratio < 0) {
+    return InvalidArgument("RoiAlign: sizes must not be negative, the output at least 1x1 and "
+                           "the sampling ratio at least 0");
+  }
+  return CudaStatus(internal::LaunchRoiAlignF32(x, rois, batch, y, g, flag, stream),
+                    "RoiAlign kernel launch");
+}
+
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
   Window2d plain = g;
   plain.groups = 1;

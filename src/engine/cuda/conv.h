@@ -31,6 +31,13 @@ Status Im2ColHalf(HalfType to, const float* x, void* cols, const Window2d& g, cu
 Status ConvTranspose2d(const float* x, const float* w, const float* bias, float* y,
                        const Window2d& g, int64_t m, cudaStream_t stream);
 
+using RoiAlignGeometry = internal::RoiAlignGeometry;
+// y [rois, c, out_h, out_w] = RoiAlign(x [n, c, h, w], rois [rois, 4], batch [rois]) as
+// kernels.h says; a batch index outside [0, n) sets bit 4 of *flag. InvalidArgument for a
+// negative size, an output below 1x1 or a negative sampling ratio.
+Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* y,
+                const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream);
+
 // y [n, c, oh, ow] = pool(x [n, c, h, w]); `groups` is ignored.
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);
 

@@ -181,6 +181,11 @@ Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStre
       "cast kernel launch");
 }
 
+Status CastFloatToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream) {
+  if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
+  return CudaStatus(internal::LaunchCastF32ToInt(to64, x, y, n, stream), "cast kernel launch");
+}
+
 Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
   return CudaStatus(

@@ -106,4 +106,8 @@ enum class HalfType { kFp16, kBf16 };
 // elements, 2 bytes each in y. x and y must not overlap.
 Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream);
 
+// y = x truncated toward zero into int64 (`to64`) or int32 over n elements, saturating at
+// the type's bounds, NaN to 0, as the CPU engine casts. x and y must not overlap.
+Status CastFloatToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda

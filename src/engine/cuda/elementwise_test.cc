@@ -471,6 +471,26 @@ TEST_F(ElementwiseGpuTest, CastToFloatFromHalvesIsExact) {
   EXPECT_EQ(bits, fp16);
 }
 
+// fp32 to int64 and int32 truncates toward zero and saturates, NaN to 0, as the CPU does.
+TEST_F(ElementwiseGpuTest, CastFloatToIntTruncatesAndSaturates) {
+  const std::vector<float> x = {0.f, 2.9f, -2.9f, 1e20f, -1e20f, NAN, 16777216.f, 3e9f};
+  const int64_t n = static_cast<int64_t>(x.size());
+  DeviceBuffer in = Upload(x);
+  DeviceBuffer y = Floats(2 * n);  // room for int64
+  ASSERT_TRUE(CastFloatToInt(true, in.as<float>(), y.data(), n, stream()).ok());
+  std::vector<int64_t> i64(x.size());
+  ASSERT_EQ(cudaMemcpyAsync(i64.data(), y.data(), i64.size() * 8, cudaMemcpyDeviceToHost, stream()),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  EXPECT_EQ(i64, (std::vector<int64_t>{0, 2, -2, INT64_MAX, INT64_MIN, 0, 16777216, 3000000000}));
+  ASSERT_TRUE(CastFloatToInt(false, in.as<float>(), y.data(), n, stream()).ok());
+  std::vector<int32_t> i32(x.size());
+  ASSERT_EQ(cudaMemcpyAsync(i32.data(), y.data(), i32.size() * 4, cudaMemcpyDeviceToHost, stream()),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  EXPECT_EQ(i32, (std::vector<int32_t>{0, 2, -2, INT32_MAX, INT32_MIN, 0, 16777216, INT32_MAX}));
+}
+
 TEST(CastShapeTest, RefusesANegativeCountBeforeTouchingTheDevice) {
   EXPECT_EQ(CastToFloat(CastSource::kInt64, nullptr, nullptr, -1, nullptr).code(),
             StatusCode::kInvalidArgument);

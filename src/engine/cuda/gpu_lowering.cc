@@ -113,6 +113,7 @@ class Lowerer {
   Status LowerArgExtreme(int n);
   Status LowerGroupNorm(int n);
   Status LowerDepthSpace(int n);
+  Status LowerRoiAlign(int n);
   // Node n's product `step` (its GEMM options, residual and post-activation set; `x` its
   // operand) split column-wise across the shards (TensorParallelOptions): `w` its fp32 weight
   // as the product reads it, keyed `w_key`, and its bias of N values (null for none), keyed
@@ -748,9 +749,17 @@ Status Lowerer::LowerCast(int n) {
     out_.steps.push_back(std::move(step));
     return Status::Ok();
   }
+  const bool to_int = DtypeOf(y) == DataType::kInt64 || DtypeOf(y) == DataType::kInt32;
+  if (to_int && DtypeOf(x) == DataType::kFp32) {
+    GpuStep step = NewStep(GpuStep::Kind::kFloatToInt, n);
+    step.in = {x};
+    step.out = y;
+    out_.steps.push_back(std::move(step));
+    return Status::Ok();
+  }
   if (DtypeOf(y) != DataType::kFp32) {
-    return Fail(n, "only a Cast to fp32, or from fp32 to fp16 or bf16, is on the GPU path so "
-                   "far, not " + std::string(DataTypeName(DtypeOf(x))) + " to " +
+    return Fail(n, "only a Cast to fp32, or from fp32 to fp16, bf16, int64 or int32, is on the "
+                   "GPU path so far, not " + std::string(DataTypeName(DtypeOf(x))) + " to " +
                        std::string(DataTypeName(DtypeOf(y))));
   }
   GpuStep step;
@@ -1642,6 +1651,48 @@ Status Lowerer::LowerDepthSpace(int n) {
   return Status::Ok();
 }
 
+// RoiAlign as the CPU engine reads it (ops/sampling.cc): opset 16's
+// coordinate_transformation_mode, output_half_pixel before it.
+Status Lowerer::LowerRoiAlign(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 3 || !node.has_input(0) || !node.has_input(1) || !node.has_input(2))
+    return Fail(n, "needs X, rois and batch_indices");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int x = node.inputs[0], rois = node.inputs[1], batch = node.inputs[2];
+  if (!IsFp32(x) || !IsFp32(rois) || !IsFp32(node.outputs[0]))
+    return Fail(n, "X, rois and the output must be fp32");
+  if (DtypeOf(batch) != DataType::kInt64)
+    return Fail(n, "batch_indices must be int64 on the GPU path");
+  const Shape xs = ShapeOf(x), rs = ShapeOf(rois);
+  if (xs.size() != 4 || rs.size() != 2 || rs[1] != 4) return Fail(n, "X must be 4-D, rois [R, 4]");
+  RoiAlignGeometry g;
+  g.n = xs[0];
+  g.c = xs[1];
+  g.h = xs[2];
+  g.w = xs[3];
+  g.rois = rs[0];
+  g.max = node.GetString("mode", "avg") == "max";
+  const std::string coord = node.GetString(
+      "coordinate_transformation_mode", graph_.opset >= 16 ? "half_pixel" : "output_half_pixel");
+  if (coord != "half_pixel" && coord != "output_half_pixel")
+    return Fail(n, "coordinate_transformation_mode '" + coord + "' is not supported");
+  g.half_pixel = coord == "half_pixel";
+  g.out_h = node.GetInt("output_height", 1);
+  g.out_w = node.GetInt("output_width", 1);
+  g.sampling_ratio = node.GetInt("sampling_ratio", 0);
+  g.spatial_scale = node.GetFloat("spatial_scale", 1.f);
+  if (g.out_h < 1 || g.out_w < 1 || g.sampling_ratio < 0)
+    return Fail(n, "output sizes must be at least 1 and sampling_ratio at least 0");
+  if (ShapeOf(node.outputs[0]) != Shape{g.rois, g.c, g.out_h, g.out_w})
+    return Fail(n, "the output's shape differs from the planned one");
+  GpuStep step = NewStep(GpuStep::Kind::kRoiAlign, n);
+  step.in = {x, rois, batch};
+  step.out = node.outputs[0];
+  step.roi = g;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
 Status Lowerer::LowerNode(int n) {
   const Node& node = graph_.nodes[n];
   const std::string& op = node.op_type;
@@ -1681,6 +1732,7 @@ Status Lowerer::LowerNode(int n) {
     if (op == "ArgMax" || op == "ArgMin") return LowerArgExtreme(n);
     if (op == "InstanceNormalization" || op == "GroupNormalization") return LowerGroupNorm(n);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return LowerDepthSpace(n);
+    if (op == "RoiAlign") return LowerRoiAlign(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);

@@ -119,6 +119,8 @@ struct GpuStep {
     kResize,
     kMod,
     kArgExtreme,
+    kRoiAlign,
+    kFloatToInt,  // Cast from fp32 to int64 or int32 (the output's dtype)
     kFork,  // tensor parallelism: every shard stream waits for the plan's stream
     kJoin,  // the plan's stream waits for every shard stream
     kCopy   // in[0]'s bytes copied to out (between a shard's device and the plan's)
@@ -132,7 +134,8 @@ struct GpuStep {
   // kTranspose, kSlice, kReduce, kCast {x}; kBinary {a, b}; kLayerNorm {x, scale, bias or
   // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}; kCompare {a, b}; kWhere
   // {cond, a, b}; kConvTranspose {x, w, bias or -1}; kResize {x}, its tap tables the weight
-  // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1 reads it
+  // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kRoiAlign {x, rois, batch indices};
+  // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1 reads it
   // from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows). kToHalf
   // rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col
   // writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A
@@ -153,6 +156,7 @@ struct GpuStep {
   bool fmod = false;                         // kMod: the remainder takes the dividend's sign
   bool arg_max = true, select_last = false;  // kArgExtreme (ArgMin when !arg_max)
   WherePlan where;                           // kWhere
+  RoiAlignGeometry roi;                      // kRoiAlign
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
   // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce, kArgExtreme: x's shape;
   // kPlace: out's.

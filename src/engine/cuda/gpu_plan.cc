@@ -346,6 +346,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kToHalf:
       return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out),
                              Product(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kRoiAlign:
+      return RoiAlign(in(0), in(1), static_cast<const int64_t*>(Address(s.in[2])), y, s.roi,
+                      error_flag_.as<int32_t>(), stream);
+    case GpuStep::Kind::kFloatToInt:
+      return CastFloatToInt(lowering_.dtypes[s.out] == DataType::kInt64, in(0), Address(s.out),
+                            Product(lowering_.shapes[s.out]), stream);
     case GpuStep::Kind::kCopy: {
       // Between a shard's device and the plan's (or within one device, where a shard with
       // memory of its own shares the plan's device): a peer copy names both.
@@ -419,6 +425,7 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
   std::memcpy(&flag, staging_.data() + staged_flag_, sizeof(flag));
   if (flag & 1) return InvalidArgument("a Gather index was out of range");
   if (flag & 2) return InvalidArgument("an integer Mod divided by zero");
+  if (flag & 4) return InvalidArgument("a RoiAlign batch index was out of range");
   return Status::Ok();
 }
 

@@ -301,19 +301,58 @@ TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
   EXPECT_EQ(slices, 2);
 }
 
-// A detection test model's RoiAlign and its casts of the box indices to int64 have no GPU
-// kernels yet: one line per node.
+// A detection test model's eight GridSamples have no GPU kernel yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
-  WithReference roi = PrepareWithReference("det_roi_align_op13", ".a.sht");
-  ASSERT_TRUE(roi.prepared.plan);
-  auto lowered = LowerPlan(roi.prepared.model->graph(), *roi.prepared.plan);
+  WithReference grid = PrepareWithReference("det_grid_sample_op17", ".a.sht");
+  ASSERT_TRUE(grid.prepared.plan);
+  auto lowered = LowerPlan(grid.prepared.model->graph(), *grid.prepared.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("(RoiAlign): the GPU path has no kernel"));
-  EXPECT_THAT(m, HasSubstr("(Cast): only a Cast to fp32"));
-  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 6) << m;
+  EXPECT_THAT(m, HasSubstr("(GridSample): the GPU path has no kernel"));
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 8) << m;
+}
+
+// The RoiAlign models lower: each RoiAlign one step with its attributes (output size,
+// sampling ratio, scale; output_half_pixel before opset 16, half_pixel from it), reading
+// batch indices a Cast from fp32 to int64 wrote.
+TEST(LowerPlanTest, RoiAlignAndItsBatchIndexCastLower) {
+  for (const auto& [name, half_pixel] :
+       {std::pair{"det_roi_align_op13", false}, std::pair{"det_roi_align_aligned_op17", true}}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name, ".a.sht");
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    std::vector<const GpuStep*> rois;
+    int casts = 0;
+    for (const GpuStep& s : l->steps) {
+      if (s.kind == GpuStep::Kind::kRoiAlign) rois.push_back(&s);
+      if (s.kind == GpuStep::Kind::kFloatToInt) {
+        ++casts;
+        EXPECT_EQ(l->dtypes[s.out], DataType::kInt64);
+      }
+    }
+    EXPECT_EQ(casts, 3);
+    ASSERT_EQ(rois.size(), 3u);
+    const int64_t sizes[3][2] = {{4, 4}, {3, 5}, {2, 3}};
+    const int64_t ratios[3] = {2, 0, 0};
+    const float scales[3] = {0.5f, 0.25f, 1.f};
+    for (size_t i = 0; i < 3; ++i) {
+      const RoiAlignGeometry& g = rois[i]->roi;
+      EXPECT_EQ(g.out_h, sizes[i][0]);
+      EXPECT_EQ(g.out_w, sizes[i][1]);
+      EXPECT_EQ(g.sampling_ratio, ratios[i]);
+      EXPECT_EQ(g.spatial_scale, scales[i]);
+      EXPECT_EQ(g.half_pixel, half_pixel);
+      EXPECT_FALSE(g.max);
+      EXPECT_EQ(g.c, 4);
+      EXPECT_EQ(g.h, 16);
+      EXPECT_EQ(g.w, 20);
+      EXPECT_EQ(l->dtypes[rois[i]->in[2]], DataType::kInt64);
+    }
+  }
 }
 
 // DenseNet: concatenations, batch normalisations outside a convolution (two broadcasting
@@ -1310,6 +1349,34 @@ TEST_F(GpuPlanTest, TheDecomposedBertTheMlpAndTheVaeMatchTheCpuEngine) {
       }
     }
     ExpectGpuMatchesCpu(r.prepared, {r.inputs, other}, GemmMath::kFp32, 1e-4f);
+  }
+}
+
+// Both RoiAlign models (both coordinate modes, a fixed and an adaptive sampling grid) on
+// their two reference inputs; then rois naming an image the batch lacks are an error, as
+// on the CPU, and the next run is fine.
+TEST_F(GpuPlanTest, RoiAlignMatchesTheCpuEngine) {
+  for (const char* name : {"det_roi_align_op13", "det_roi_align_aligned_op17"}) {
+    SCOPED_TRACE(name);
+    WithReference a = PrepareWithReference(name, ".a.sht");
+    WithReference b = PrepareWithReference(name, ".b.sht");
+    ExpectGpuMatchesCpu(a.prepared, {a.inputs}, GemmMath::kFp32, 1e-5f);
+    ExpectGpuMatchesCpu(b.prepared, {b.inputs}, GemmMath::kFp32, 1e-5f);
+    ASSERT_TRUE(a.prepared.plan);
+    auto lowered = LowerPlan(a.prepared.model->graph(), *a.prepared.plan);
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    auto plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    // rois [R, 5], each row's batch index first: the first names image 1000.
+    std::vector<float> rows(a.inputs[1].values<float>().begin(), a.inputs[1].values<float>().end());
+    rows[0] = 1000.f;
+    const Tensor bad = Tensor::FromVector<float>(DataType::kFp32, a.inputs[1].shape(), rows);
+    std::vector<Tensor> out;
+    const Status refused = (*plan)->Run({&a.inputs[0], &bad}, *run_stream_, &out);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.message(), HasSubstr("RoiAlign batch index"));
+    const std::vector<const Tensor*> good = {&a.inputs[0], &a.inputs[1]};
+    EXPECT_TRUE((*plan)->Run(good, *run_stream_, &out).ok());
   }
 }
 

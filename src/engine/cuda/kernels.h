@@ -141,6 +141,10 @@ enum class HalfKernel : int { kFp16, kBf16 };
 // y[i] = x[i] rounded to the nearest `to` value (fp16 overflows to infinity) for i < n.
 cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t n,
                                 cudaStream_t stream);
+// y[i] = x[i] truncated toward zero into int64 (`to64`) or int32, saturating at the type's
+// bounds, NaN to 0, as the CPU engine casts.
+cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n,
+                               cudaStream_t stream);
 
 // The geometry of a 2-D convolution or pooling window over an NCHW input: batch n,
 // channels c in `groups` groups, input h x w, kernel kh x kw, strides, dilations, the
@@ -168,6 +172,20 @@ enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // position inside the input gives 0.
 cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
                             cudaStream_t stream);
+
+// RoiAlign (ONNX, as the CPU engine computes it): x [n, c, h, w], rois [rois, 4] (x1, y1,
+// x2, y2), batch [rois] int64, y [rois, c, out_h, out_w]. Each output is the average (or,
+// with `max`, the largest weighted corner) of grid_h x grid_w bilinear samples of its bin
+// (sampling_ratio, or the bin's size rounded up when 0). A batch index outside [0, n) writes
+// zeros for its roi and sets bit 4 of *flag.
+struct RoiAlignGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0, rois = 0, out_h = 1, out_w = 1, sampling_ratio = 0;
+  float spatial_scale = 1.f;
+  bool max = false;
+  bool half_pixel = true;  // coordinate_transformation_mode; else output_half_pixel
+};
+cudaError_t LaunchRoiAlignF32(const float* x, const float* rois, const int64_t* batch, float* y,
+                              const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream);
 
 // A transposed 2-D convolution (ONNX ConvTranspose): x [n, c, h, w], w [c, m/groups, kh,
 // kw] as ONNX stores it, bias m values or null, y [n, m, oh, ow]. Each output position sums

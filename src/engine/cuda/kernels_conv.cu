@@ -163,4 +163,108 @@ cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Windo
   return cudaGetLastError();
 }
 
+namespace {
+
+// One bilinear sample of a channel plane at (y, x), as the CPU engine's RoiSample: nothing
+// outside [-1, size], the coordinate clamped inside; the four weighted corners.
+__device__ void RoiSample(const float* plane, int64_t h, int64_t w, float y, float x, float v[4]) {
+  v[0] = v[1] = v[2] = v[3] = 0.f;
+  if (y < -1.f || y > static_cast<float>(h) || x < -1.f || x > static_cast<float>(w)) return;
+  y = fmaxf(y, 0.f);
+  x = fmaxf(x, 0.f);
+  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
+  if (y0 >= h - 1) {
+    y0 = y1 = h - 1;
+    y = static_cast<float>(y0);
+  } else {
+    y1 = y0 + 1;
+  }
+  if (x0 >= w - 1) {
+    x0 = x1 = w - 1;
+    x = static_cast<float>(x0);
+  } else {
+    x1 = x0 + 1;
+  }
+  const float ly = __fsub_rn(y, static_cast<float>(y0)), lx = __fsub_rn(x, static_cast<float>(x0));
+  const float hy = __fsub_rn(1.f, ly), hx = __fsub_rn(1.f, lx);
+  v[0] = __fmul_rn(__fmul_rn(hy, hx), plane[y0 * w + x0]);
+  v[1] = __fmul_rn(__fmul_rn(hy, lx), plane[y0 * w + x1]);
+  v[2] = __fmul_rn(__fmul_rn(ly, hx), plane[y1 * w + x0]);
+  v[3] = __fmul_rn(__fmul_rn(ly, lx), plane[y1 * w + x1]);
+}
+
+// One thread per output element. The coordinates are computed with explicitly rounded
+// operations (never fused), in the CPU engine's order, so that a bin's sample count, which
+// rounds its size up, is the same on both.
+__global__ void RoiAlignF32(const float* __restrict__ x, const float* __restrict__ rois,
+                            const int64_t* __restrict__ batch, float* __restrict__ y,
+                            RoiAlignGeometry g, int32_t* flag, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t pw = i % g.out_w;
+    const int64_t ph = (i / g.out_w) % g.out_h;
+    const int64_t ch = (i / (g.out_w * g.out_h)) % g.c;
+    const int64_t r = i / (g.out_w * g.out_h * g.c);
+    const int64_t b = batch[r];
+    if (b < 0 || b >= g.n) {
+      if (pw == 0 && ph == 0 && ch == 0) atomicOr(flag, 4);
+      y[i] = 0.f;
+      continue;
+    }
+    const float* box = rois + r * 4;
+    const float offset = g.half_pixel ? 0.5f : 0.f;
+    const float x1 = __fsub_rn(__fmul_rn(box[0], g.spatial_scale), offset);
+    const float y1 = __fsub_rn(__fmul_rn(box[1], g.spatial_scale), offset);
+    float rw = __fsub_rn(__fsub_rn(__fmul_rn(box[2], g.spatial_scale), offset), x1);
+    float rh = __fsub_rn(__fsub_rn(__fmul_rn(box[3], g.spatial_scale), offset), y1);
+    if (!g.half_pixel) {
+      rw = fmaxf(rw, 1.f);
+      rh = fmaxf(rh, 1.f);
+    }
+    const float bin_h = __fdiv_rn(rh, static_cast<float>(g.out_h));
+    const float bin_w = __fdiv_rn(rw, static_cast<float>(g.out_w));
+    const int64_t grid_h =
+        g.sampling_ratio > 0 ? g.sampling_ratio : static_cast<int64_t>(ceilf(bin_h));
+    const int64_t grid_w =
+        g.sampling_ratio > 0 ? g.sampling_ratio : static_cast<int64_t>(ceilf(bin_w));
+    const float count = static_cast<float>(grid_h * grid_w > 1 ? grid_h * grid_w : 1);
+    const float* plane = x + (b * g.c + ch) * g.h * g.w;
+    float acc = 0.f;
+    bool first = true;
+    for (int64_t iy = 0; iy < grid_h; ++iy) {
+      const float sy = __fadd_rn(
+          __fadd_rn(y1, __fmul_rn(static_cast<float>(ph), bin_h)),
+          __fdiv_rn(__fmul_rn(__fadd_rn(static_cast<float>(iy), 0.5f), bin_h),
+                    static_cast<float>(grid_h)));
+      for (int64_t ix = 0; ix < grid_w; ++ix) {
+        const float sx = __fadd_rn(
+            __fadd_rn(x1, __fmul_rn(static_cast<float>(pw), bin_w)),
+            __fdiv_rn(__fmul_rn(__fadd_rn(static_cast<float>(ix), 0.5f), bin_w),
+                      static_cast<float>(grid_w)));
+        float v[4];
+        RoiSample(plane, g.h, g.w, sy, sx, v);
+        if (g.max) {
+          const float m = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+          acc = first ? m : fmaxf(acc, m);
+          first = false;
+        } else {
+          acc = __fadd_rn(acc, __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), v[2]), v[3]));
+        }
+      }
+    }
+    y[i] = g.max ? acc : __fdiv_rn(acc, count);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchRoiAlignF32(const float* x, const float* rois, const int64_t* batch, float* y,
+                              const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream) {
+  const int64_t total = g.rois * g.c * g.out_h * g.out_w;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  RoiAlignF32<<<BlocksFor(total), kThreads, 0, stream>>>(x, rois, batch, y, g, flag, total);
+  return cudaGetLastError();
+}
+
 }  // namespace shoal::engine::cuda::internal

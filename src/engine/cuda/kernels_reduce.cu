@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/launch.cuh"
@@ -96,6 +97,20 @@ __global__ void F32ToBf16(const float* __restrict__ x, __nv_bfloat16* __restrict
   }
 }
 
+// The CPU engine's CastValue: NaN 0, saturated at the type's bounds `least` and `most`
+// (as floats, lo and hi), else truncated. The bounds come from the host: numeric_limits is
+// not callable in device code.
+template <typename T>
+__global__ void F32ToInt(const float* __restrict__ x, T* __restrict__ y, int64_t n, T least,
+                         T most) {
+  const float lo = static_cast<float>(least), hi = static_cast<float>(most);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    y[i] = !(v == v) ? T(0) : v <= lo ? least : v >= hi ? most : static_cast<T>(v);
+  }
+}
+
 __global__ void BoolToF32(const uint8_t* __restrict__ x, float* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -167,6 +182,22 @@ cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t 
     F32ToFp16<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__half*>(y), n);
   } else {
     F32ToBf16<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();
+  if (to64) {
+    F32ToInt<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<int64_t*>(y), n,
+                                                    std::numeric_limits<int64_t>::min(),
+                                                    std::numeric_limits<int64_t>::max());
+  } else {
+    F32ToInt<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<int32_t*>(y), n,
+                                                    std::numeric_limits<int32_t>::min(),
+                                                    std::numeric_limits<int32_t>::max());
   }
   return cudaGetLastError();
 }
