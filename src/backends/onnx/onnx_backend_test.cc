@@ -652,13 +652,13 @@ TEST(OnnxBackendGpuTest, A16BitGpuTierNeedsCalibrationInputs) {
 }
 
 TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated) {
-  // A detection test model with GridSample, which has no GPU kernel yet.
+  // A recurrent test model with GRUs, which have no GPU kernel yet.
   ModelInfo info;
-  info.name = "det_grid_sample";
+  info.name = "rnn_graph_gru";
   info.version = 1;
   info.model_dir = SourceDir() + "/models";
   info.version_dir = info.model_dir;
-  info.parameters = {{"default_model_filename", "det_grid_sample_op17.onnx"}};
+  info.parameters = {{"default_model_filename", "rnn_graph_gru.onnx"}};
   auto model = MakeOnnxBackend()->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto gpu = (*model)->CreateInstance(OnGpu(0));
@@ -666,7 +666,7 @@ TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated)
   ASSERT_FALSE(gpu.ok());
   EXPECT_EQ(gpu.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(gpu.status().message(), HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(gpu.status().message(), HasSubstr("(GridSample)"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("(GRU)"));
 }
 
 TEST(OnnxBackendGpuTest, AGpuTheMachineLacksIsNamed) {

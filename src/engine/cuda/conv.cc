@@ -57,6 +57,18 @@ Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* 
                     "RoiAlign kernel launch");
 }
 
+Status GridSample(const float* x, const float* grid, float* y, const GridGeometry& g,
+                  cudaStream_t stream) {
+  if (g.n < 0 || g.c < 0 || g.d < 0 || g.h < 0 || g.w < 0 || g.out_d < 0 || g.out_h < 0 ||
+      g.out_w < 0 || g.mode < 0 || g.mode > 2 || g.padding < 0 || g.padding > 2 ||
+      (g.volume && g.mode == 2) || (!g.volume && (g.d != 1 || g.out_d != 1))) {
+    return InvalidArgument("GridSample: negative sizes, an unknown mode or padding, cubic on a "
+                           "volume, or depth on a plane");
+  }
+  return CudaStatus(internal::LaunchGridSampleF32(x, grid, y, g, stream),
+                    "GridSample kernel launch");
+}
+
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
   Window2d plain = g;
   plain.groups = 1;

@@ -38,6 +38,12 @@ using RoiAlignGeometry = internal::RoiAlignGeometry;
 Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* y,
                 const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream);
 
+using GridGeometry = internal::GridGeometry;
+// y = GridSample(x, grid) as kernels.h says. InvalidArgument for a negative size, a mode or
+// padding out of range, or cubic on a volume.
+Status GridSample(const float* x, const float* grid, float* y, const GridGeometry& g,
+                  cudaStream_t stream);
+
 // y [n, c, oh, ow] = pool(x [n, c, h, w]); `groups` is ignored.
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);
 

@@ -114,6 +114,7 @@ class Lowerer {
   Status LowerGroupNorm(int n);
   Status LowerDepthSpace(int n);
   Status LowerRoiAlign(int n);
+  Status LowerGridSample(int n);
   // Node n's product `step` (its GEMM options, residual and post-activation set; `x` its
   // operand) split column-wise across the shards (TensorParallelOptions): `w` its fp32 weight
   // as the product reads it, keyed `w_key`, and its bias of N values (null for none), keyed
@@ -1693,6 +1694,57 @@ Status Lowerer::LowerRoiAlign(int n) {
   return Status::Ok();
 }
 
+// GridSample as the CPU engine reads it (ops/sampling.cc): 4-D in every mode, 5-D (volumes)
+// linear and nearest.
+Status Lowerer::LowerGridSample(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "needs X and grid");
+  RETURN_IF_ERROR(CheckFp32(n));
+  const Shape xs = ShapeOf(node.inputs[0]), gs = ShapeOf(node.inputs[1]);
+  GridGeometry g;
+  const std::string mode = node.GetString("mode", graph_.opset >= 20 ? "linear" : "bilinear");
+  if (mode == "bilinear" || mode == "linear") {
+    g.mode = 0;
+  } else if (mode == "nearest") {
+    g.mode = 1;
+  } else if (mode == "bicubic" || mode == "cubic") {
+    g.mode = 2;
+  } else {
+    return Fail(n, "mode '" + mode + "' is not supported");
+  }
+  const std::string pad = node.GetString("padding_mode", "zeros");
+  g.padding = pad == "zeros" ? 0 : pad == "border" ? 1 : pad == "reflection" ? 2 : -1;
+  if (g.padding < 0) return Fail(n, "padding_mode '" + pad + "' is not supported");
+  g.align_corners = node.GetInt("align_corners", 0) != 0;
+  g.volume = xs.size() == 5;
+  if (g.volume) {
+    if (g.mode == 2) return Fail(n, "cubic sampling of a volume is not defined");
+    if (gs.size() != 5 || gs[0] != xs[0] || gs[4] != 3) return Fail(n, "the grid does not fit X");
+    g.d = xs[2];
+    g.h = xs[3];
+    g.w = xs[4];
+    g.out_d = gs[1];
+    g.out_h = gs[2];
+    g.out_w = gs[3];
+  } else {
+    if (xs.size() != 4 || gs.size() != 4 || gs[0] != xs[0] || gs[3] != 2)
+      return Fail(n, "X must be 4-D with a grid [N, H_out, W_out, 2], or 5-D");
+    g.h = xs[2];
+    g.w = xs[3];
+    g.out_h = gs[1];
+    g.out_w = gs[2];
+  }
+  g.n = xs[0];
+  g.c = xs[1];
+  GpuStep step = NewStep(GpuStep::Kind::kGridSample, n);
+  step.in = {node.inputs[0], node.inputs[1]};
+  step.out = node.outputs[0];
+  step.grid = g;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
 Status Lowerer::LowerNode(int n) {
   const Node& node = graph_.nodes[n];
   const std::string& op = node.op_type;
@@ -1733,6 +1785,7 @@ Status Lowerer::LowerNode(int n) {
     if (op == "InstanceNormalization" || op == "GroupNormalization") return LowerGroupNorm(n);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return LowerDepthSpace(n);
     if (op == "RoiAlign") return LowerRoiAlign(n);
+    if (op == "GridSample") return LowerGridSample(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);

@@ -120,6 +120,7 @@ struct GpuStep {
     kMod,
     kArgExtreme,
     kRoiAlign,
+    kGridSample,
     kFloatToInt,  // Cast from fp32 to int64 or int32 (the output's dtype)
     kFork,  // tensor parallelism: every shard stream waits for the plan's stream
     kJoin,  // the plan's stream waits for every shard stream
@@ -135,6 +136,7 @@ struct GpuStep {
   // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}; kCompare {a, b}; kWhere
   // {cond, a, b}; kConvTranspose {x, w, bias or -1}; kResize {x}, its tap tables the weight
   // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kRoiAlign {x, rois, batch indices};
+  // kGridSample {x, grid};
   // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1 reads it
   // from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows). kToHalf
   // rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col
@@ -157,6 +159,7 @@ struct GpuStep {
   bool arg_max = true, select_last = false;  // kArgExtreme (ArgMin when !arg_max)
   WherePlan where;                           // kWhere
   RoiAlignGeometry roi;                      // kRoiAlign
+  GridGeometry grid;                         // kGridSample
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
   // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce, kArgExtreme: x's shape;
   // kPlace: out's.

@@ -349,6 +349,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kRoiAlign:
       return RoiAlign(in(0), in(1), static_cast<const int64_t*>(Address(s.in[2])), y, s.roi,
                       error_flag_.as<int32_t>(), stream);
+    case GpuStep::Kind::kGridSample:
+      return GridSample(in(0), in(1), y, s.grid, stream);
     case GpuStep::Kind::kFloatToInt:
       return CastFloatToInt(lowering_.dtypes[s.out] == DataType::kInt64, in(0), Address(s.out),
                             Product(lowering_.shapes[s.out]), stream);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <limits>
+#include <set>
 #include <thread>
 
 #include "core/bf16.h"
@@ -301,17 +303,65 @@ TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
   EXPECT_EQ(slices, 2);
 }
 
-// A detection test model's eight GridSamples have no GPU kernel yet: one line per node.
+// A recurrent test model's three GRUs have no GPU kernel yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
-  WithReference grid = PrepareWithReference("det_grid_sample_op17", ".a.sht");
-  ASSERT_TRUE(grid.prepared.plan);
-  auto lowered = LowerPlan(grid.prepared.model->graph(), *grid.prepared.plan);
+  WithReference gru = PrepareWithReference("rnn_graph_gru", ".full.sht");
+  ASSERT_TRUE(gru.prepared.plan);
+  auto lowered = LowerPlan(gru.prepared.model->graph(), *gru.prepared.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("(GridSample): the GPU path has no kernel"));
-  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 8) << m;
+  EXPECT_THAT(m, HasSubstr("node 'gru_lbr0' (GRU): the GPU path has no kernel"));
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 3) << m;
+}
+
+// The GridSample model lowers: each of its eight GridSamples (bilinear, nearest and bicubic,
+// every padding mode, both alignments) one step with its geometry.
+TEST(LowerPlanTest, EveryGridSampleIsOneStep) {
+  WithReference r = PrepareWithReference("det_grid_sample_op17", ".a.sht");
+  ASSERT_TRUE(r.prepared.plan);
+  auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int steps = 0;
+  std::set<int> modes, paddings, alignments;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGridSample) continue;
+    ++steps;
+    modes.insert(s.grid.mode);
+    paddings.insert(s.grid.padding);
+    alignments.insert(s.grid.align_corners ? 1 : 0);
+    EXPECT_FALSE(s.grid.volume);
+    EXPECT_EQ(s.grid.c, 3);
+    EXPECT_EQ(s.grid.h, 7);
+    EXPECT_EQ(s.grid.w, 9);
+    EXPECT_EQ(l->shapes[s.out], (Shape{s.grid.n, 3, s.grid.out_h, s.grid.out_w}));
+  }
+  EXPECT_EQ(steps, 8);
+  // Volumes lower in the linear and nearest modes; cubic is refused there, as on the CPU.
+  const engine::testing::Reference ref = engine::testing::LoadReference("gridsample_3d.sht");
+  ASSERT_EQ(ref.inputs.size(), 2u);
+  for (const char* mode : {"bilinear", "nearest"}) {
+    GraphBuilder b;
+    const int x = b.Input("x", ref.inputs[0].tensor.shape());
+    const int grid = b.Input("grid", ref.inputs[1].tensor.shape());
+    Graph g = b.Finish(b.Op("GridSample", "gs", {x, grid},
+                            {{"mode", engine::testing::AString(mode)},
+                             {"padding_mode", engine::testing::AString("reflection")}}));
+    Prepared p = Prepare(Model::FromGraph(std::move(g)),
+                         {ref.inputs[0].tensor.shape(), ref.inputs[1].tensor.shape()});
+    ASSERT_TRUE(p.plan);
+    auto v = LowerPlan(p.model->graph(), *p.plan);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_EQ(v->steps.size(), 1u);
+    EXPECT_TRUE(v->steps[0].grid.volume);
+    EXPECT_EQ(v->steps[0].grid.d, 4);
+    EXPECT_EQ(v->steps[0].grid.out_d, 3);
+    EXPECT_EQ(v->steps[0].grid.padding, 2);
+  }
+  EXPECT_EQ(modes, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(paddings, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(alignments, (std::set<int>{0, 1}));
 }
 
 // The RoiAlign models lower: each RoiAlign one step with its attributes (output size,
@@ -1377,6 +1427,61 @@ TEST_F(GpuPlanTest, RoiAlignMatchesTheCpuEngine) {
     EXPECT_THAT(refused.message(), HasSubstr("RoiAlign batch index"));
     const std::vector<const Tensor*> good = {&a.inputs[0], &a.inputs[1]};
     EXPECT_TRUE((*plan)->Run(good, *run_stream_, &out).ok());
+  }
+}
+
+// The GridSample model on both reference inputs; then GridSample on volumes in every linear
+// and nearest mode, padding and alignment (PyTorch's reference inputs), and grids with NaN
+// and infinite coordinates on a plane and a volume, against the CPU engine.
+TEST_F(GpuPlanTest, GridSampleMatchesTheCpuEngine) {
+  for (const char* suffix : {".a.sht", ".b.sht"}) {
+    WithReference r = PrepareWithReference("det_grid_sample_op17", suffix);
+    ExpectGpuMatchesCpu(r.prepared, {r.inputs}, GemmMath::kFp32, 1e-5f);
+  }
+  const engine::testing::Reference ref = engine::testing::LoadReference("gridsample_3d.sht");
+  ASSERT_EQ(ref.inputs.size(), 2u);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const char* mode : {"bilinear", "nearest"}) {
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      for (int64_t align : {0, 1}) {
+        SCOPED_TRACE(std::string(mode) + " " + pad + " " + std::to_string(align));
+        GraphBuilder b;
+        const int x = b.Input("x", ref.inputs[0].tensor.shape());
+        const int grid = b.Input("grid", ref.inputs[1].tensor.shape());
+        Graph g = b.Finish(b.Op("GridSample", "gs", {x, grid},
+                                {{"mode", engine::testing::AString(mode)},
+                                 {"padding_mode", engine::testing::AString(pad)},
+                                 {"align_corners", AInt(align)}}));
+        Prepared p = Prepare(Model::FromGraph(std::move(g)),
+                             {ref.inputs[0].tensor.shape(), ref.inputs[1].tensor.shape()});
+        ExpectGpuMatchesCpu(p, {{ref.inputs[0].tensor, ref.inputs[1].tensor}}, GemmMath::kFp32,
+                            1e-5f);
+        // A volume read at non-finite coordinates: outside (zeros), or clamped by border.
+        GraphBuilder vb;
+        const int vx = vb.Input("x", {1, 1, 1, 2, 2});
+        const int vg = vb.Input("grid", {1, 1, 1, 2, 3});
+        Graph vgraph = vb.Finish(vb.Op("GridSample", "gs", {vx, vg},
+                                       {{"mode", engine::testing::AString(mode)},
+                                        {"padding_mode", engine::testing::AString(pad)},
+                                        {"align_corners", AInt(align)}}));
+        Prepared v = Prepare(Model::FromGraph(std::move(vgraph)), {{1, 1, 1, 2, 2}, {1, 1, 1, 2, 3}});
+        ExpectGpuMatchesCpu(v, {{F32({1, 1, 1, 2, 2}, {1, 2, 3, 4}),
+                                 F32({1, 1, 1, 2, 3}, {nan, 0, 0, 0, 0, inf})}},
+                            GemmMath::kFp32, 1e-6f);
+      }
+    }
+  }
+  for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+    SCOPED_TRACE(std::string(mode) + " on a plane at non-finite coordinates");
+    GraphBuilder b;
+    const int x = b.Input("x", {1, 1, 2, 2});
+    const int grid = b.Input("grid", {1, 1, 4, 2});
+    Graph g = b.Finish(b.Op("GridSample", "gs", {x, grid}, {{"mode", engine::testing::AString(mode)}}));
+    Prepared p = Prepare(Model::FromGraph(std::move(g)), {{1, 1, 2, 2}, {1, 1, 4, 2}});
+    ExpectGpuMatchesCpu(p, {{F32({1, 1, 2, 2}, {1, 2, 3, 4}),
+                             F32({1, 1, 4, 2}, {nan, 0, 0, nan, inf, 0, -inf, nan})}},
+                        GemmMath::kFp32, 1e-6f);
   }
 }
 

@@ -187,6 +187,20 @@ struct RoiAlignGeometry {
 cudaError_t LaunchRoiAlignF32(const float* x, const float* rois, const int64_t* batch, float* y,
                               const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream);
 
+// GridSample (ONNX, as the CPU engine computes it, ops/sampling.cc): x [n, c, h, w] read at
+// grid [n, out_h, out_w, 2] (x, y in [-1, 1]), or, with `volume`, x [n, c, d, h, w] at grid
+// [n, out_d, out_h, out_w, 3] (linear and nearest only); y [n, c, (out_d,) out_h, out_w].
+// Coordinates that are not finite, or far outside, read as outside.
+struct GridGeometry {
+  int64_t n = 0, c = 0, d = 1, h = 0, w = 0, out_d = 1, out_h = 0, out_w = 0;
+  int mode = 0;     // 0 linear, 1 nearest, 2 cubic (Keys, a = -0.75; 4-D only)
+  int padding = 0;  // 0 zeros, 1 border, 2 reflection
+  bool align_corners = false;
+  bool volume = false;
+};
+cudaError_t LaunchGridSampleF32(const float* x, const float* grid, float* y,
+                                const GridGeometry& g, cudaStream_t stream);
+
 // A transposed 2-D convolution (ONNX ConvTranspose): x [n, c, h, w], w [c, m/groups, kh,
 // kw] as ONNX stores it, bias m values or null, y [n, m, oh, ow]. Each output position sums
 // the inputs whose strided, dilated kernel footprint covers it: input row iy meets output

@@ -267,4 +267,122 @@ cudaError_t LaunchRoiAlignF32(const float* x, const float* rois, const int64_t* 
   return cudaGetLastError();
 }
 
+namespace {
+
+// GridSample's helpers, as ops/sampling.cc has them; the coordinate arithmetic in explicitly
+// rounded operations in its order, so that a nearest or reflected coordinate lands where the
+// CPU's does.
+__device__ float GsReflect(float x, float lo, float hi) {
+  if (!isfinite(x)) return x;
+  if (hi <= lo) return lo;
+  const float span = __fsub_rn(hi, lo);
+  const float d = fabsf(__fsub_rn(x, lo));
+  const float flips = floorf(__fdiv_rn(d, span));
+  const float extra = __fsub_rn(d, __fmul_rn(flips, span));
+  return fmodf(flips, 2.f) == 0.f ? __fadd_rn(lo, extra) : __fsub_rn(hi, extra);
+}
+
+__device__ float GsInRange(float x) { return fabsf(x) <= 1e9f ? x : -100.f; }
+
+__device__ float GsUnnormalize(const GridGeometry& g, float v, int64_t size) {
+  const float s = static_cast<float>(size);
+  return g.align_corners ? __fmul_rn(__fdiv_rn(__fadd_rn(v, 1.f), 2.f), __fsub_rn(s, 1.f))
+                         : __fdiv_rn(__fsub_rn(__fmul_rn(__fadd_rn(v, 1.f), s), 1.f), 2.f);
+}
+
+// std::clamp's result, NaN passing through.
+__device__ float GsClamp(float x, float lo, float hi) { return x < lo ? lo : hi < x ? hi : x; }
+
+__device__ float GsPad(const GridGeometry& g, float x, int64_t size) {
+  const float s = static_cast<float>(size);
+  if (g.padding == 1) {
+    x = GsClamp(x, 0.f, __fsub_rn(s, 1.f));
+  } else if (g.padding == 2) {
+    x = g.align_corners ? GsReflect(x, 0.f, __fsub_rn(s, 1.f))
+                        : GsReflect(x, -0.5f, __fsub_rn(s, 0.5f));
+    x = GsClamp(x, 0.f, __fsub_rn(s, 1.f));
+  }
+  return GsInRange(x);
+}
+
+// The plane or volume value at (z, y, x); zeros outside.
+__device__ float GsAt(const float* img, const GridGeometry& g, int64_t z, int64_t y, int64_t x) {
+  return z < 0 || z >= g.d || y < 0 || y >= g.h || x < 0 || x >= g.w
+             ? 0.f
+             : img[(z * g.h + y) * g.w + x];
+}
+
+__device__ void GsCubic(float t, float w[4]) {
+  constexpr float a = -0.75f;
+  auto far = [](float d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };
+  auto near = [](float d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };
+  w[0] = far(t + 1);
+  w[1] = near(t);
+  w[2] = near(1 - t);
+  w[3] = far(2 - t);
+}
+
+__global__ void GridSampleF32(const float* __restrict__ x, const float* __restrict__ grid,
+                              float* __restrict__ y, GridGeometry g, int64_t total) {
+  const int64_t volume = g.out_d * g.out_h * g.out_w;
+  const int64_t dims = g.volume ? 3 : 2;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = idx % volume;
+    const int64_t ch = (idx / volume) % g.c;
+    const int64_t b = idx / (volume * g.c);
+    const float* gp = grid + (b * volume + i) * dims;
+    const float* img = x + (b * g.c + ch) * g.d * g.h * g.w;
+    const float ux = GsUnnormalize(g, gp[0], g.w), uy = GsUnnormalize(g, gp[1], g.h);
+    const float uz = g.volume ? GsUnnormalize(g, gp[2], g.d) : 0.f;
+    float v;
+    if (g.mode == 2) {
+      // Bicubic taps are padded one by one, from the unpadded coordinate.
+      const float cx = GsInRange(ux), cy = GsInRange(uy);
+      const float fy = floorf(cy), fx = floorf(cx);
+      float wy[4], wx[4];
+      GsCubic(cy - fy, wy);
+      GsCubic(cx - fx, wx);
+      v = 0.f;
+      for (int a = 0; a < 4; ++a) {
+        const float ty = GsPad(g, __fadd_rn(__fsub_rn(fy, 1.f), static_cast<float>(a)), g.h);
+        for (int k = 0; k < 4; ++k) {
+          const float tx = GsPad(g, __fadd_rn(__fsub_rn(fx, 1.f), static_cast<float>(k)), g.w);
+          v += wy[a] * wx[k] *
+               GsAt(img, g, 0, static_cast<int64_t>(ty), static_cast<int64_t>(tx));
+        }
+      }
+    } else {
+      const float sx = GsPad(g, ux, g.w), sy = GsPad(g, uy, g.h);
+      const float sz = g.volume ? GsPad(g, uz, g.d) : 0.f;
+      if (g.mode == 1) {
+        v = GsAt(img, g, static_cast<int64_t>(rintf(sz)), static_cast<int64_t>(rintf(sy)),
+                 static_cast<int64_t>(rintf(sx)));
+      } else {
+        const float fz = floorf(sz), fy = floorf(sy), fx = floorf(sx);
+        const int64_t z0 = static_cast<int64_t>(fz), y0 = static_cast<int64_t>(fy),
+                      x0 = static_cast<int64_t>(fx);
+        const float lz = sz - fz, ly = sy - fy, lx = sx - fx;
+        auto plane = [&](int64_t z) {
+          return (1 - ly) * ((1 - lx) * GsAt(img, g, z, y0, x0) + lx * GsAt(img, g, z, y0, x0 + 1)) +
+                 ly * ((1 - lx) * GsAt(img, g, z, y0 + 1, x0) + lx * GsAt(img, g, z, y0 + 1, x0 + 1));
+        };
+        v = g.volume ? (1 - lz) * plane(z0) + lz * plane(z0 + 1) : plane(0);
+      }
+    }
+    y[idx] = v;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchGridSampleF32(const float* x, const float* grid, float* y,
+                                const GridGeometry& g, cudaStream_t stream) {
+  const int64_t total = g.n * g.c * g.out_d * g.out_h * g.out_w;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  GridSampleF32<<<BlocksFor(total), kThreads, 0, stream>>>(x, grid, y, g, total);
+  return cudaGetLastError();
+}
+
 }  // namespace shoal::engine::cuda::internal
