@@ -8,6 +8,9 @@
 //   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--cpu-runs R] [--json FILE]
 //                  [--tensor-parallel N] [--lower-only]
 // --cpu-runs: timed CPU runs (default R; 0 runs the CPU once, for the differences only).
+// Each batch's fp32 step-by-step run is also split by CUDA events into its input copies,
+// steps and output copies (copyin_ms, steps_ms, copyout_ms): what a second instance's compute
+// on the same GPU could hide of one batch's copies.
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
@@ -56,6 +59,8 @@ struct Row {
   double gemm_flops = 0;
   std::vector<double> ms;
   std::vector<float> diff;
+  // fp32 step by step, split by CUDA events: input copies, steps, output copies (medians).
+  double copy_in_ms = 0, compute_ms = 0, copy_out_ms = 0;
 };
 
 // 2·m·n·k over every product of a lowered plan.
@@ -254,7 +259,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%6s %10s", "batch", "cpu_ms");
   for (const Variant& v : variants) std::printf(" %10s", (v.name + "_ms").c_str());
-  std::printf(" %9s %9s", "gemm_GF", "fp16_TF/s");
+  std::printf(" %9s %9s %9s %9s %9s", "gemm_GF", "fp16_TF/s", "copyin_ms", "steps_ms",
+              "copyout_ms");
   for (const Variant& v : variants)
     if (v.diff) std::printf(" %10s", (v.name + "_diff").c_str());
   std::printf("\n");
@@ -299,10 +305,30 @@ int main(int argc, char** argv) {
       });
       if (!failed.ok()) return Fail(failed, "GPU run");
       row.diff[k] = MaxDiff(out, cpu_out);
+      if (!variants[k].cuda_graph) {
+        // Where the device time goes: what a second instance's compute could hide.
+        std::vector<double> in, mid, back;
+        for (int r = 0; r < std::max(3, runs / 4); ++r) {
+          auto phases = (*gpu)->RunTimingPhases(inputs, *stream, &out);
+          if (!phases.ok()) return Fail(phases.status(), "GPU run, timing its phases");
+          in.push_back(phases->copy_in);
+          mid.push_back(phases->compute);
+          back.push_back(phases->copy_out);
+        }
+        auto median = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        row.copy_in_ms = median(in);
+        row.compute_ms = median(mid);
+        row.copy_out_ms = median(back);
+      }
     }
     std::printf("%6lld %10.4f", static_cast<long long>(batch), row.cpu_ms);
     for (size_t k = 0; k < variants.size(); ++k) std::printf(" %10.4f", row.ms[k]);
-    std::printf(" %9.3f %9.2f", row.gemm_flops / 1e9, row.gemm_flops / (row.ms[kFp16] * 1e9));
+    std::printf(" %9.3f %9.2f %9.4f %9.4f %9.4f", row.gemm_flops / 1e9,
+                row.gemm_flops / (row.ms[kFp16] * 1e9), row.copy_in_ms, row.compute_ms,
+                row.copy_out_ms);
     for (size_t k = 0; k < variants.size(); ++k)
       if (variants[k].diff) std::printf(" %10.2e", row.diff[k]);
     std::printf("\n");
@@ -318,8 +344,11 @@ int main(int argc, char** argv) {
                  runs, cpu_runs);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::fprintf(f, "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g", i ? ", " : "",
-                   static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops);
+      std::fprintf(f,
+                   "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g, "
+                   "\"fp32_copy_in_ms\": %.5f, \"fp32_steps_ms\": %.5f, \"fp32_copy_out_ms\": %.5f",
+                   i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops,
+                   r.copy_in_ms, r.compute_ms, r.copy_out_ms);
       for (size_t k = 0; k < variants.size(); ++k) {
         std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
         if (variants[k].diff)

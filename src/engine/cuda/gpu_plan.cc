@@ -175,6 +175,8 @@ GpuPlan::~GpuPlan() {
     if (shard.joined != nullptr) cudaEventDestroy(shard.joined);
   if (forked_ != nullptr) cudaEventDestroy(forked_);
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+  if (copied_in_ != nullptr) cudaEventDestroy(copied_in_);
+  if (computed_ != nullptr) cudaEventDestroy(computed_);
   if (started_ != nullptr) cudaEventDestroy(started_);
   if (finished_ != nullptr) cudaEventDestroy(finished_);
 }
@@ -193,9 +195,13 @@ Status GpuPlan::Queue(cudaStream_t stream) {
     RETURN_IF_ERROR(copy(Address(v), staging_.data() + staged_inputs_[i], l.values[v].bytes,
                          cudaMemcpyHostToDevice));
   }
+  if (copied_in_ != nullptr)
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(copied_in_, stream), "cudaEventRecord"));
   for (size_t i = 0; i < l.steps.size(); ++i) {
     RETURN_IF_ERROR(l.steps[i].shard >= 0 ? RunShardStep(i, stream) : RunStep(i, stream));
   }
+  if (computed_ != nullptr)
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(computed_, stream), "cudaEventRecord"));
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];
     if (l.values[v].home == GpuValue::Home::kNone || l.values[v].bytes == 0) continue;
@@ -379,8 +385,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   return Internal("unknown GPU step kind");
 }
 
-Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
-                    std::vector<Tensor>* outputs) {
+Status GpuPlan::CheckInputs(const std::vector<const Tensor*>& inputs) const {
   const GpuLowering& l = lowering_;
   if (inputs.size() != l.inputs.size())
     return InvalidArgument("expected " + std::to_string(l.inputs.size()) + " inputs, got " +
@@ -392,13 +397,56 @@ Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stre
                              std::string(DataTypeName(l.dtypes[v])) + " and shape " +
                              ShapeToString(l.shapes[v]));
   }
+  return Status::Ok();
+}
+
+Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
+                    std::vector<Tensor>* outputs) {
+  RETURN_IF_ERROR(CheckInputs(inputs));
+  const GpuLowering& l = lowering_;
+  // The first run goes step by step (cuBLASLt and the kernels do their first-use set-up
+  // outside any capture); the second captures the graph, which later runs replay.
+  const bool graph = l.cuda_graph && !graph_failed_ && runs_++ > 0;
+  return RunQueued(inputs, stream, outputs, graph);
+}
+
+StatusOr<GpuPlan::PhaseMs> GpuPlan::RunTimingPhases(const std::vector<const Tensor*>& inputs,
+                                                    const Stream& stream,
+                                                    std::vector<Tensor>* outputs) {
+  if (copied_in_ == nullptr) {
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&copied_in_), "cudaEventCreate"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&computed_), "cudaEventCreate"));
+  }
+  // Step by step: the events are recorded between the phases.
+  RETURN_IF_ERROR(CheckInputs(inputs));
+  Status ran = RunQueued(inputs, stream, outputs, /*graph=*/false);
+  PhaseMs phases;
+  float a = 0, b = 0, c = 0;
+  if (ran.ok()) {
+    ran = CudaStatus(cudaEventElapsedTime(&a, started_, copied_in_), "cudaEventElapsedTime");
+    if (ran.ok())
+      ran = CudaStatus(cudaEventElapsedTime(&b, copied_in_, computed_), "cudaEventElapsedTime");
+    if (ran.ok())
+      ran = CudaStatus(cudaEventElapsedTime(&c, computed_, finished_), "cudaEventElapsedTime");
+  }
+  // Later runs (and captures) record nothing between the phases.
+  cudaEventDestroy(copied_in_);
+  cudaEventDestroy(computed_);
+  copied_in_ = computed_ = nullptr;
+  RETURN_IF_ERROR(ran);
+  phases.copy_in = a;
+  phases.compute = b;
+  phases.copy_out = c;
+  return phases;
+}
+
+Status GpuPlan::RunQueued(const std::vector<const Tensor*>& inputs, const Stream& stream,
+                          std::vector<Tensor>* outputs, bool graph) {
+  const GpuLowering& l = lowering_;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i]->byte_size() > 0)
       std::memcpy(staging_.data() + staged_inputs_[i], inputs[i]->data(), inputs[i]->byte_size());
   }
-  // The first run goes step by step (cuBLASLt and the kernels do their first-use set-up
-  // outside any capture); the second captures the graph, which later runs replay.
-  const bool graph = l.cuda_graph && !graph_failed_ && runs_++ > 0;
   Status queued = CudaStatus(cudaEventRecord(started_, stream.get()), "cudaEventRecord");
   if (queued.ok()) queued = graph ? QueueAsGraph(stream.get()) : Queue(stream.get());
   if (queued.ok()) queued = CudaStatus(cudaEventRecord(finished_, stream.get()), "cudaEventRecord");

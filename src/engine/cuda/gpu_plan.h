@@ -96,6 +96,17 @@ class GpuPlan {
   Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
              std::vector<Tensor>* outputs);
 
+  // Where one run's device time goes: its input copies, its steps, its output copies (and
+  // the error flag's), in ms, each timed with CUDA events.
+  struct PhaseMs {
+    double copy_in = 0, compute = 0, copy_out = 0;
+  };
+  // Runs as Run does, but step by step with events between the phases, and returns their
+  // times (a benchmark's breakdown: how much a batch's copies could hide behind another's
+  // compute). The outputs are those of Run.
+  StatusOr<PhaseMs> RunTimingPhases(const std::vector<const Tensor*>& inputs, const Stream& stream,
+                                    std::vector<Tensor>* outputs);
+
   const GpuLowering& lowering() const { return lowering_; }
   // Device time of the last Run's queued work (CUDA events around it), in ms.
   double last_device_ms() const { return last_device_ms_; }
@@ -127,6 +138,12 @@ class GpuPlan {
   // The copies in, every step and the copies out, queued one by one (`Queue`), or as the
   // graph `Queue` was captured into.
   Status Queue(cudaStream_t stream);
+  // INVALID_ARGUMENT unless `inputs` are the planned ones (count, dtype, shape).
+  Status CheckInputs(const std::vector<const Tensor*>& inputs) const;
+  // Run's body: the inputs staged, everything queued (as the graph when `graph`), waited
+  // for, the outputs and the error flag read.
+  Status RunQueued(const std::vector<const Tensor*>& inputs, const Stream& stream,
+                   std::vector<Tensor>* outputs, bool graph);
   Status QueueAsGraph(cudaStream_t stream);
 
   GpuLowering lowering_;
@@ -145,6 +162,8 @@ class GpuPlan {
   std::vector<std::unique_ptr<LtGemm>> gemms_;          // per step; null where no GEMM
   cudaGraphExec_t graph_ = nullptr;                     // the steps, once captured
   cudaEvent_t started_ = nullptr, finished_ = nullptr;  // around each run's queued work
+  // RunTimingPhases: recorded after the input copies and after the steps (else null).
+  cudaEvent_t copied_in_ = nullptr, computed_ = nullptr;
   double last_device_ms_ = 0;
   int64_t runs_ = 0;           // the graph is captured at the second run, after a warm one
   bool graph_failed_ = false;  // capture failed once: the plan runs step by step

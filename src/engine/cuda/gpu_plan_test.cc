@@ -1320,6 +1320,36 @@ TEST_F(GpuPlanTest, InstancesOnTwoThreadsShareOneUploadOfTheWeights) {
   EXPECT_EQ(weights->count(), 0u);  // both plans gone, every copy freed with them
 }
 
+// A run timed phase by phase gives the copies' and the steps' device times and the same
+// outputs as a plain run; plain runs (as a captured graph) go on after it.
+TEST_F(GpuPlanTest, ARunTimedByPhaseSaysWhereItsTimeGoes) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{64, 64}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  auto plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Tensor x = Random({64, 64}, 81);
+  std::vector<Tensor> plain, timed;
+  ASSERT_TRUE((*plan)->Run({&x}, *run_stream_, &plain).ok());
+  auto phases = (*plan)->RunTimingPhases({&x}, *run_stream_, &timed);
+  ASSERT_TRUE(phases.ok()) << phases.status().ToString();
+  EXPECT_GT(phases->copy_in, 0.0);
+  EXPECT_GT(phases->compute, 0.0);
+  EXPECT_GT(phases->copy_out, 0.0);
+  EXPECT_LE(phases->copy_in + phases->compute + phases->copy_out, 1000.0);
+  ASSERT_EQ(timed.size(), 1u);
+  EXPECT_EQ(engine::testing::MaxAbsDiff(timed[0], plain[0]), 0.f);
+  for (int run = 0; run < 3; ++run) {  // captured at the second plain run, then replayed
+    std::vector<Tensor> again;
+    ASSERT_TRUE((*plan)->Run({&x}, *run_stream_, &again).ok());
+    EXPECT_EQ(engine::testing::MaxAbsDiff(again[0], plain[0]), 0.f) << "run " << run;
+  }
+  const Tensor wrong = Random({8, 64}, 82);
+  EXPECT_EQ((*plan)->RunTimingPhases({&wrong}, *run_stream_, &timed).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 // The same plan run step by step and as a CUDA graph (the first run goes step by step, the
 // second captures the graph, the third replays it, each with new inputs in the same
 // arena).
