@@ -14,8 +14,8 @@
 #                              GPU beside CPU, on the recommender, the text and the image
 #                              classifier, and ResNet-50 and BERT-base, whose weights
 #                              gpu_model_weights fills in there from bench/gpu/models) and
-#                              served.json (shoal serve with KIND_GPU instances under
-#                              shoal bench)
+#                              served.json and served_1_instance.json (shoal serve with
+#                              two, then one, KIND_GPU instances under shoal bench)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
 # cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
 # (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's and
@@ -142,34 +142,46 @@ PY
       --batches 1,8,64 --runs 100
     plan_bench image_classifier .gpu/bin/gpu_plan_bench \
       examples/models/image_classifier/1/model.onnx --batches 1,8,64 --runs 100
-    # Served: shoal serve with two KIND_GPU instances of the recommender, shoal bench at 16
-    # requests of 16 rows outstanding over HTTP (batches of up to 64 rows form).
+    # Served: shoal serve with KIND_GPU instances of the recommender, shoal bench at 16
+    # requests of 16 rows outstanding over HTTP (batches of up to 64 rows form): two
+    # instances (one's copies can run under the other's compute, the weights held once),
+    # then one (nothing overlaps), side by side.
     echo "## served (shoal serve, KIND_GPU; shoal bench)" | tee -a "$out/gpu.txt"
-    repo=$(mktemp -d)
-    mkdir -p "$repo/rec/1" && cp "$rec" "$repo/rec/1/model.onnx"
-    cat >"$repo/rec/config.pbtxt" <<'CFG'
+    for count in 2 1; do
+      repo=$(mktemp -d)
+      mkdir -p "$repo/rec/1" && cp "$rec" "$repo/rec/1/model.onnx"
+      cat >"$repo/rec/config.pbtxt" <<CFG
 name: "rec"
 platform: "onnxruntime_onnx"
 max_batch_size: 64
 dynamic_batching { preferred_batch_size: [ 64 ] max_queue_delay_microseconds: 500 }
-instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]
+instance_group [ { count: $count kind: KIND_GPU gpus: [ 0 ] } ]
 CFG
-    .gpu/build/src/cli/shoal serve --model-repository "$repo" --http-port 18000 --grpc-port 18001 \
-      --metrics-port 18002 >>"$out/tests.log" 2>&1 &
-    server=$!
-    # Ready when the model is (curl where the image has it; else give it 10 s).
-    if command -v curl >/dev/null; then
-      for _ in $(seq 150); do
-        curl -sf localhost:18000/v2/models/rec/ready >/dev/null 2>&1 && break
-        sleep 0.2
-      done
-    else
-      sleep 10
-    fi
-    .gpu/build/src/cli/shoal bench -m rec -u localhost:18000 -b 16 --concurrency-range 16 \
-      -p 3000 --max-trials 3 --json "$out/served.json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
+      echo "### $count instance(s)" | tee -a "$out/gpu.txt"
+      .gpu/build/src/cli/shoal serve --model-repository "$repo" --http-port 18000 --grpc-port 18001 \
+        --metrics-port 18002 >>"$out/tests.log" 2>&1 &
+      server=$!
+      # Ready when the model is (curl where the image has it; else give it 10 s).
+      if command -v curl >/dev/null; then
+        for _ in $(seq 150); do
+          curl -sf localhost:18000/v2/models/rec/ready >/dev/null 2>&1 && break
+          sleep 0.2
+        done
+      else
+        sleep 10
+      fi
+      json="$out/served.json"
+      [ "$count" = 1 ] && json="$out/served_1_instance.json"
+      .gpu/build/src/cli/shoal bench -m rec -u localhost:18000 -b 16 --concurrency-range 16 \
+        -p 3000 --max-trials 3 --json "$json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
+      # The GPU figures the server exported (memory, weights held once, NVML).
+      if command -v curl >/dev/null; then
+        curl -sf localhost:18002/metrics 2>/dev/null | grep -E '^shoal_gpu_' | tee -a "$out/gpu.txt" || true
+      fi
+      kill "$server" 2>/dev/null || true
+      wait "$server" 2>/dev/null || true
+      rm -rf "$repo"
+    done
     # ResNet-50 and BERT-base (sequence 128), last and each under a time limit so that a
     # slow run cannot cost the results above: their weights filled in here. The CPU engine
     # runs each batch once, for the differences only.
