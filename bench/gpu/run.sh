@@ -21,7 +21,8 @@
 # (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's and
 # the backend's tests link the CPU engine, and the server that the e2e test and the served
 # benchmark start links gRPC, Boost and more: Debian libraries the GPU machine lacks.
-# prepare packs them into .gpu/lib.tar.gz (about 21 MB) and device unpacks them. glibc,
+# prepare packs them into .gpu/lib.tar.gz (about 21 MB) and the binaries into
+# .gpu/bin.tar.gz, and device unpacks both. glibc,
 # libstdc++ and the CUDA libraries are the machine's own.
 # Exits non-zero when a test fails, or, on the device, when no GPU is found (there the
 # tests must run, not skip).
@@ -66,10 +67,16 @@ case "${1:-}" in
       grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so' |
       while IFS= read -r lib; do cp -L "$lib" "$staging/"; done
     tar -C "$staging" -czf .gpu/lib.tar.gz . && rm -rf "$staging"
+    # The binaries compressed too (about a third of their size): the device tool carries
+    # at most 64 MiB. `device` unpacks them where they were.
+    tar -C .gpu -czf .gpu/bin.tar.gz bin build && rm -rf .gpu/bin .gpu/build
     echo "prepared: $(du -sh .gpu | cut -f1) in .gpu/; on the GPU machine run" \
          "'bench/gpu/run.sh device' with carry [\".gpu\"]"
     ;;
   device)
+    if [ -f .gpu/bin.tar.gz ]; then
+      tar -C .gpu -xzf .gpu/bin.tar.gz
+    fi
     [ -d .gpu/bin ] || { echo "no .gpu/bin: run 'bench/gpu/run.sh prepare' here first, then carry .gpu" >&2; exit 1; }
     out="${OUT:-.gpu/out}"
     mkdir -p "$out"
