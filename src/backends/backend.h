@@ -87,8 +87,9 @@ struct ExecuteRequest {
 struct DeviceStats {
   int gpu = -1;                    // the CUDA ordinal; -1: the instance runs on CPUs
   int64_t memory_bytes = 0;        // device memory the instance holds besides the shared weights
-  // The model's weights on this GPU: one copy, shared by its instances there.
-  int64_t shared_weights_bytes = 0;
+  // Per GPU the instance uses (its own, and with tensor parallelism the others it spans):
+  // the model's weights there, one copy shared by all its instances on that GPU.
+  std::map<int, int64_t> shared_weights_bytes;
   int64_t device_used_bytes = 0;   // the whole device's memory in use, when last seen
   int64_t device_total_bytes = 0;  // the device's memory
   int64_t busy_ns = 0;             // device time of its batches (CUDA events), in total

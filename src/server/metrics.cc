@@ -302,9 +302,11 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
              "A model's weights on a GPU: one copy, shared by its instances there.");
     for (const auto& v : views) {
       std::map<int, int64_t> weights;  // per GPU, as its instances last saw them
-      for (const auto& i : v.instances)
-        if (i.device.gpu >= 0)
-          weights[i.device.gpu] = std::max(weights[i.device.gpu], i.device.shared_weights_bytes);
+      for (const auto& i : v.instances) {
+        if (i.device.gpu < 0) continue;
+        for (const auto& [gpu, bytes] : i.device.shared_weights_bytes)
+          weights[gpu] = std::max(weights[gpu], bytes);
+      }
       for (const auto& [gpu, bytes] : weights) {
         Labels l = v.labels();
         l.emplace_back("gpu", std::to_string(gpu));

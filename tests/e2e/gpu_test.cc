@@ -107,8 +107,10 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   EXPECT_THAT(page, HasSubstr("shoal_gpu_memory_used_bytes{gpu=\"0\"}"));
   EXPECT_THAT(page, ::testing::Not(HasSubstr("instance=\"on_cpu_0\",gpu=")));
 #ifdef SHOAL_E2E_CUDA_BUILD
-  // NVML's utilisation where the driver's library is here (as this process finds it).
-  if (engine::cuda::Nvml::Get().ok()) {
+  // NVML's utilisation where the driver's library is here and gives it for GPU 0 (as this
+  // process finds it; a MIG slice does not).
+  auto nvml = engine::cuda::Nvml::Get();
+  if (nvml.ok() && (*nvml)->Utilization(0).ok()) {
     EXPECT_THAT(page, HasSubstr("shoal_gpu_utilization_ratio{gpu=\"0\"}"));
   } else {
     EXPECT_THAT(page, ::testing::Not(HasSubstr("shoal_gpu_utilization_ratio")));

@@ -125,17 +125,12 @@ class GpuInstance : public BackendInstance {
   DeviceStats device_stats() const override {
     DeviceStats stats = stats_;
     stats.gpu = gpu_;
-    // The weights on its GPU are the model's there, shared with its other instances; those
-    // a tensor-parallel instance's shards keep on other GPUs count as the instance's.
-    stats.shared_weights_bytes = weights_->bytes();
+    // The weights are the model's on each GPU, shared with its other instances there: the
+    // instance's own GPU and, with tensor parallelism, those its shards run on.
+    stats.shared_weights_bytes = {{gpu_, weights_->bytes()}};
+    for (const engine::cuda::ShardPlace& p : shards_)
+      if (p.weights) stats.shared_weights_bytes[p.device] = p.weights->bytes();
     stats.memory_bytes = 0;
-    std::vector<const engine::cuda::GpuWeights*> counted = {weights_.get()};
-    for (const engine::cuda::ShardPlace& p : shards_) {
-      if (!p.weights || std::find(counted.begin(), counted.end(), p.weights.get()) != counted.end())
-        continue;
-      counted.push_back(p.weights.get());
-      stats.memory_bytes += p.weights->bytes();
-    }
     for (const Cached& c : plans_) stats.memory_bytes += c.plan->device_bytes();
     return stats;
   }
@@ -300,6 +295,9 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   }
   RETURN_IF_ERROR(
       engine::cuda::CudaStatus(cudaSetDevice(info.gpu), "cudaSetDevice").WithPrefix(where));
+  // NVML, for the utilisation metric, loaded now: its first initialisation can take a while
+  // (without the driver's persistence mode), which no request should wait for.
+  (void)engine::cuda::Nvml::Get();
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
   auto instance =

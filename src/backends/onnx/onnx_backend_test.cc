@@ -595,11 +595,22 @@ TEST(OnnxBackendGpuTest, InstancesOnOneGpuShareTheModelsWeights) {
   EXPECT_LE(MaxAbsDiff(on_a[0].tensor, on_cpu[0].tensor), 1e-5f);
   EXPECT_LE(MaxAbsDiff(on_b[0].tensor, on_cpu[0].tensor), 1e-5f);
   const DeviceStats sa = (*a)->device_stats(), sb = (*b)->device_stats();
-  EXPECT_GT(sa.shared_weights_bytes, 6'000'000);  // four weights and biases, fp32
+  ASSERT_EQ(sa.shared_weights_bytes.size(), 1u);  // GPU 0 only
+  EXPECT_GT(sa.shared_weights_bytes.at(0), 6'000'000);  // four weights and biases, fp32
   EXPECT_EQ(sb.shared_weights_bytes, sa.shared_weights_bytes);
   EXPECT_GT(sa.memory_bytes, 0);  // its plans' arenas and workspaces
   a->reset();  // the survivor's copy stays
   EXPECT_EQ((*b)->device_stats().shared_weights_bytes, sb.shared_weights_bytes);
+  // A tensor-parallel instance on GPU 0 alone: its shards' columns are the same model's
+  // weights on GPU 0, reported under it once.
+  auto tp = MakeOnnxBackend()->LoadModel(ExampleInfo(
+      "recommender", {{"gpu_tensor_parallel", "2"}, {"gpu_tensor_parallel_min_columns", "256"}}));
+  ASSERT_TRUE(tp.ok()) << tp.status().ToString();
+  auto split = (*tp)->CreateInstance(InstanceInfo{"t_0", 0, {}, 0, 0, {0}});
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  std::vector<NamedTensor> split_out;
+  ASSERT_TRUE((*split)->Execute(request, &split_out).ok());
+  EXPECT_EQ((*split)->device_stats().shared_weights_bytes.size(), 1u);
   std::vector<NamedTensor> again;
   ASSERT_TRUE((*b)->Execute(request, &again).ok());
   EXPECT_LE(MaxAbsDiff(again[0].tensor, on_cpu[0].tensor), 1e-5f);

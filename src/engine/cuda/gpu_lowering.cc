@@ -448,6 +448,8 @@ Status Lowerer::LowerSplitProduct(int n, GpuStep step, int x, const Tensor& w,
       PadTo(Product(xs) * static_cast<int64_t>(DataTypeSize(DtypeOf(x))), kAlign);
   out_.shards = std::max(out_.shards, static_cast<int>(ranges.size()));
   out_.shard_arena_bytes.resize(static_cast<size_t>(out_.shards), 0);
+  out_.shard_own_memory.resize(static_cast<size_t>(out_.shards));
+  for (int s = 0; s < out_.shards; ++s) out_.shard_own_memory[s] = tp.OwnMemory(s);
   ++out_.split_products;
 
   GpuStep fork = NewStep(GpuStep::Kind::kFork, n);

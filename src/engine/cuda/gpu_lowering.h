@@ -207,6 +207,7 @@ struct GpuLowering {
   // the arena it needs on its own device (0 for a shard that shares the plan's memory).
   int shards = 1;
   std::vector<int64_t> shard_arena_bytes;
+  std::vector<bool> shard_own_memory;  // per shard: TensorParallelOptions::OwnMemory
   int split_products = 0;  // products split across the shards
   bool cuda_graph = true;        // GpuPlanOptions::cuda_graph
   std::vector<int> inputs;       // graph.inputs

@@ -87,6 +87,14 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
                                        : std::make_shared<GpuWeights>();
     const std::string where = "tensor-parallel shard " + std::to_string(s) + " on GPU " +
                               std::to_string(shard.device);
+    // A shard on another device reads and writes only its own memory: its product's input
+    // and columns are copied (lowered with own_memory).
+    const bool own = s < l.shard_own_memory.size() && l.shard_own_memory[s];
+    if (!here && !own) {
+      return InvalidArgument(where + ": lowered to share the plan's memory on GPU " +
+                             std::to_string(plan->device_) +
+                             "; a shard on another GPU needs TensorParallelOptions::own_memory");
+    }
     DeviceScope scope(shard.device);
     RETURN_IF_ERROR(scope.status().WithPrefix(where));
     if (!here) {
@@ -362,21 +370,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                             Product(lowering_.shapes[s.out]), stream);
     case GpuStep::Kind::kCopy: {
       // Between a shard's device and the plan's (or within one device, where a shard with
-      // memory of its own shares the plan's device): a peer copy names both.
-      auto device_of = [&](int v) {
-        const GpuValue& value = lowering_.values[v];
-        if (value.home == GpuValue::Home::kShard)
-          return shards_[static_cast<size_t>(value.shard)].device;
-        if (value.home == GpuValue::Home::kWeights) {
-          const int shard = blob_shards_[static_cast<size_t>(value.offset)];
-          if (shard >= 0) return shards_[static_cast<size_t>(shard)].device;
-        }
-        return device_;
-      };
+      // memory of its own shares the plan's device). Unified addressing finds both devices
+      // from the pointers; unlike cudaMemcpyPeerAsync, this is captured into a CUDA graph.
       const auto bytes = static_cast<size_t>(lowering_.values[s.in[0]].bytes);
-      return CudaStatus(cudaMemcpyPeerAsync(Address(s.out), device_of(s.out), Address(s.in[0]),
-                                            device_of(s.in[0]), bytes, stream),
-                        "cudaMemcpyPeerAsync of " + std::to_string(bytes) + " bytes");
+      return CudaStatus(
+          cudaMemcpyAsync(Address(s.out), Address(s.in[0]), bytes, cudaMemcpyDefault, stream),
+          "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes between devices");
     }
     case GpuStep::Kind::kFork:
     case GpuStep::Kind::kJoin:

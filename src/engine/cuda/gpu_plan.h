@@ -108,6 +108,9 @@ class GpuPlan {
                                     std::vector<Tensor>* outputs);
 
   const GpuLowering& lowering() const { return lowering_; }
+  // Whether the plan's CUDA graph has been captured (from its second run on; false for good
+  // when the lowering asked for none or a capture failed and it runs step by step).
+  bool graph_captured() const { return graph_ != nullptr; }
   // Device time of the last Run's queued work (CUDA events around it), in ms.
   double last_device_ms() const { return last_device_ms_; }
   // Device memory the plan holds besides the shared weights: arena, workspace and flag.

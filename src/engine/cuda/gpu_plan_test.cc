@@ -1081,6 +1081,7 @@ class GpuPlanTest : public GpuTest {
     auto gpu_plan =
         GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_, std::move(weights));
     ASSERT_TRUE(gpu_plan.ok()) << gpu_plan.status().ToString();
+    GpuPlan* plan = gpu_plan->get();
     dnnl::stream cpu_stream(CpuEngine());
     for (size_t run = 0; run < runs.size(); ++run) {
       std::vector<const Tensor*> in;
@@ -1120,6 +1121,11 @@ class GpuPlanTest : public GpuTest {
         const float scale = std::max(1.f, engine::testing::MaxAbs(cpu[o]));
         EXPECT_LE(engine::testing::MaxAbsDiff(gpu[o], cpu[o]), tolerance * scale)
             << "output " << o << ", run " << run;
+      }
+      // From the second run on, a plan that asked for a CUDA graph replays one: a capture
+      // that failed (and fell back to step by step) shows here.
+      if (run >= 1) {
+        EXPECT_EQ(plan->graph_captured(), cuda_graph) << "run " << run;
       }
     }
   }

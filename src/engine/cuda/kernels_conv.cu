@@ -165,6 +165,10 @@ cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Windo
 
 namespace {
 
+// std::max's result, (a < b) ? b : a: which NaN passes through depends on the order, as on
+// the CPU (fmaxf would drop it).
+__device__ float StdMax(float a, float b) { return a < b ? b : a; }
+
 // One bilinear sample of a channel plane at (y, x), as the CPU engine's RoiSample: nothing
 // outside [-1, size], the coordinate clamped inside; the four weighted corners.
 __device__ void RoiSample(const float* plane, int64_t h, int64_t w, float y, float x, float v[4]) {
@@ -244,8 +248,8 @@ __global__ void RoiAlignF32(const float* __restrict__ x, const float* __restrict
         float v[4];
         RoiSample(plane, g.h, g.w, sy, sx, v);
         if (g.max) {
-          const float m = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
-          acc = first ? m : fmaxf(acc, m);
+          const float m = StdMax(StdMax(v[0], v[1]), StdMax(v[2], v[3]));
+          acc = first ? m : StdMax(acc, m);
           first = false;
         } else {
           acc = __fadd_rn(acc, __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), v[2]), v[3]));
