@@ -149,6 +149,11 @@ class Lowerer {
     step.node = n;
     return step;
   }
+  // A new error flag slot for node n's step (GpuLowering::flag_nodes).
+  int NewFlag(int n) {
+    out_.flag_nodes.push_back(graph_.Describe(n));
+    return static_cast<int>(out_.flag_nodes.size()) - 1;
+  }
   // A new value of `shape` that only the lowering's steps read and write.
   int NewTemp(const Shape& shape, DataType dtype = DataType::kFp32) {
     out_.shapes.push_back(shape);
@@ -1328,6 +1333,7 @@ Status Lowerer::LowerGather(int n) {
   if (!plan.ok()) return Fail(n, plan.status().message());
   plan->inner *= static_cast<int64_t>(element / 4);
   GpuStep step = NewStep(GpuStep::Kind::kGather, n);
+  step.flag = NewFlag(n);
   step.in = {node.inputs[0], node.inputs[1]};
   step.gather = std::move(plan).value();
   step.out = node.outputs[0];
@@ -1542,6 +1548,7 @@ Status Lowerer::LowerMod(int n) {
   const bool fmod = node.GetInt("fmod", 0) != 0;
   if (dtype == DataType::kFp32 && !fmod) return Fail(n, "floating-point inputs need fmod = 1");
   ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kMod));
+  step.flag = NewFlag(n);
   step.int64_operands = dtype == DataType::kInt64;
   step.fmod = fmod;
   out_.steps.push_back(std::move(step));
@@ -1689,6 +1696,7 @@ Status Lowerer::LowerRoiAlign(int n) {
   if (ShapeOf(node.outputs[0]) != Shape{g.rois, g.c, g.out_h, g.out_w})
     return Fail(n, "the output's shape differs from the planned one");
   GpuStep step = NewStep(GpuStep::Kind::kRoiAlign, n);
+  step.flag = NewFlag(n);
   step.in = {x, rois, batch};
   step.out = node.outputs[0];
   step.roi = g;

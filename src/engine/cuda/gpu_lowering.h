@@ -128,6 +128,9 @@ struct GpuStep {
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
+  // kGather, kMod, kRoiAlign: its slot in the plan's error flags (GpuLowering::flag_nodes),
+  // which its kernel raises for bad data; -1 for the others.
+  int flag = -1;
   // The tensor-parallel shard whose stream (and device) runs it; -1: the plan's stream.
   // Steps of different shards between a kFork and its kJoin run concurrently.
   int shard = -1;
@@ -209,6 +212,9 @@ struct GpuLowering {
   std::vector<int64_t> shard_arena_bytes;
   std::vector<bool> shard_own_memory;  // per shard: TensorParallelOptions::OwnMemory
   int split_products = 0;  // products split across the shards
+  // Per error flag slot (GpuStep::flag), the node whose kernel raises it, described as
+  // errors name nodes ("node 'idx' (Gather)"): a run that finds a slot raised names it.
+  std::vector<std::string> flag_nodes;
   bool cuda_graph = true;        // GpuPlanOptions::cuda_graph
   std::vector<int> inputs;       // graph.inputs
   std::vector<int> outputs;      // graph.outputs

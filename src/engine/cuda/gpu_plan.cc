@@ -1,5 +1,6 @@
 #include "engine/cuda/gpu_plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -119,7 +120,8 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   }
   ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
   ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
-  ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(sizeof(int32_t)));
+  const size_t flags = std::max<size_t>(l.flag_nodes.size(), 1);
+  ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(flags * sizeof(int32_t)));
   // The staging buffer: every input, every output and the flag, each 64-byte aligned.
   size_t staged = 0;
   auto place = [&](int64_t bytes) {
@@ -132,7 +134,7 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   };
   for (int v : l.inputs) plan->staged_inputs_.push_back(place(bytes_of(v)));
   for (int v : l.outputs) plan->staged_outputs_.push_back(place(bytes_of(v)));
-  plan->staged_flag_ = place(sizeof(int32_t));
+  plan->staged_flag_ = place(static_cast<int64_t>(flags * sizeof(int32_t)));
   ASSIGN_OR_RETURN(plan->staging_, PinnedBuffer::Allocate(staged));
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->started_), "cudaEventCreate"));
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->finished_), "cudaEventCreate"));
@@ -195,8 +197,8 @@ Status GpuPlan::Queue(cudaStream_t stream) {
     return CudaStatus(cudaMemcpyAsync(to, from, static_cast<size_t>(bytes), kind, stream),
                       "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
   };
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(error_flag_.data(), 0, sizeof(int32_t), stream),
-                             "cudaMemsetAsync"));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(error_flag_.data(), 0, error_flag_.size_bytes(), stream), "cudaMemsetAsync"));
   for (size_t i = 0; i < l.inputs.size(); ++i) {
     const int v = l.inputs[i];
     if (l.values[v].home != GpuValue::Home::kArena || l.values[v].bytes == 0) continue;
@@ -216,8 +218,8 @@ Status GpuPlan::Queue(cudaStream_t stream) {
     RETURN_IF_ERROR(copy(staging_.data() + staged_outputs_[o], Address(v), l.values[v].bytes,
                          cudaMemcpyDeviceToHost));
   }
-  return copy(staging_.data() + staged_flag_, error_flag_.data(), sizeof(int32_t),
-              cudaMemcpyDeviceToHost);
+  return copy(staging_.data() + staged_flag_, error_flag_.data(),
+              static_cast<int64_t>(error_flag_.size_bytes()), cudaMemcpyDeviceToHost);
 }
 
 Status GpuPlan::QueueAsGraph(cudaStream_t stream) {
@@ -320,7 +322,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Transpose(in(0), y, s.transpose, stream);
     case GpuStep::Kind::kGather:
       return Gather(in(0), static_cast<const int64_t*>(Address(s.in[1])), y, s.gather,
-                    error_flag_.as<int32_t>(), stream);
+                    error_flag_.as<int32_t>() + s.flag, stream);
     case GpuStep::Kind::kSlice:
       return SliceAxis(in(0), y, s.dims, s.axis, s.start, s.length, stream);
     case GpuStep::Kind::kReduce:
@@ -353,7 +355,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                     stream);
     case GpuStep::Kind::kMod:
       return Mod(s.int64_operands, s.fmod, Address(s.in[0]), Address(s.in[1]), Address(s.out),
-                 s.broadcast, error_flag_.as<int32_t>(), stream);
+                 s.broadcast, error_flag_.as<int32_t>() + s.flag, stream);
     case GpuStep::Kind::kArgExtreme:
       return ArgExtreme(s.arg_max, s.select_last, in(0), static_cast<int64_t*>(Address(s.out)),
                         s.dims, s.axis, stream);
@@ -362,7 +364,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                              Product(lowering_.shapes[s.out]), stream);
     case GpuStep::Kind::kRoiAlign:
       return RoiAlign(in(0), in(1), static_cast<const int64_t*>(Address(s.in[2])), y, s.roi,
-                      error_flag_.as<int32_t>(), stream);
+                      error_flag_.as<int32_t>() + s.flag, stream);
     case GpuStep::Kind::kGridSample:
       return GridSample(in(0), in(1), y, s.grid, stream);
     case GpuStep::Kind::kFloatToInt:
@@ -470,11 +472,17 @@ Status GpuPlan::RunQueued(const std::vector<const Tensor*>& inputs, const Stream
     if (t.byte_size() > 0 && l.values[v].home != GpuValue::Home::kNone)
       std::memcpy(t.mutable_data(), staging_.data() + staged_outputs_[o], t.byte_size());
   }
-  int32_t flag = 0;
-  std::memcpy(&flag, staging_.data() + staged_flag_, sizeof(flag));
-  if (flag & 1) return InvalidArgument("a Gather index was out of range");
-  if (flag & 2) return InvalidArgument("an integer Mod divided by zero");
-  if (flag & 4) return InvalidArgument("a RoiAlign batch index was out of range");
+  // Each flagging step's own slot: the first raised names its node.
+  for (size_t slot = 0; slot < l.flag_nodes.size(); ++slot) {
+    int32_t flag = 0;
+    std::memcpy(&flag, staging_.data() + staged_flag_ + slot * sizeof(int32_t), sizeof(flag));
+    if (flag == 0) continue;
+    const std::string& node = l.flag_nodes[slot];
+    if (flag & 1) return InvalidArgument(node + ": an index was out of range");
+    if (flag & 2) return InvalidArgument(node + ": an integer division by zero");
+    if (flag & 4) return InvalidArgument(node + ": a batch index was out of range");
+    return Internal(node + ": its kernel raised error flag " + std::to_string(flag));
+  }
   return Status::Ok();
 }
 

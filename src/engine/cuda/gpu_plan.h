@@ -91,8 +91,8 @@ class GpuPlan {
   // pinned staging buffer, queues their copies to the device, every step and the outputs'
   // copies back (from the second run on as the plan's CUDA graph, when the lowering asked
   // for one), waits, and copies the outputs out of the staging buffer. INVALID_ARGUMENT for
-  // an input of another shape or dtype, or (found after the run) a Gather index or a RoiAlign
-  // batch index out of range, or an integer Mod by zero.
+  // an input of another shape or dtype, or (found after the run, naming the node) a Gather
+  // index or a RoiAlign batch index out of range, or an integer Mod by zero.
   Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
              std::vector<Tensor>* outputs);
 

@@ -401,6 +401,8 @@ TEST(LowerPlanTest, RoiAlignAndItsBatchIndexCastLower) {
       EXPECT_EQ(g.h, 16);
       EXPECT_EQ(g.w, 20);
       EXPECT_EQ(l->dtypes[rois[i]->in[2]], DataType::kInt64);
+      ASSERT_GE(rois[i]->flag, 0);
+      EXPECT_THAT(l->flag_nodes[rois[i]->flag], HasSubstr("(RoiAlign)"));
     }
   }
 }
@@ -713,6 +715,20 @@ TEST(LowerPlanTest, AGatherOfInt64DataMovesPairsOfWords) {
               2 * Elements(l->shapes[s.out]));
   }
   EXPECT_EQ(int64_gathers, 2);
+  // Every gather has an error flag of its own, which names its node.
+  std::set<int> slots;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGather) {
+      EXPECT_EQ(s.flag, -1);
+      continue;
+    }
+    ASSERT_GE(s.flag, 0);
+    ASSERT_LT(static_cast<size_t>(s.flag), l->flag_nodes.size());
+    EXPECT_TRUE(slots.insert(s.flag).second) << "slot " << s.flag << " shared";
+    EXPECT_EQ(l->flag_nodes[s.flag], mlp.prepared.model->graph().Describe(s.node));
+    EXPECT_THAT(l->flag_nodes[s.flag], HasSubstr("(Gather)"));
+  }
+  EXPECT_EQ(slots.size(), l->flag_nodes.size());
 }
 
 // Every Resize of the detection test model (nearest by sizes and scales, linear with
@@ -1460,7 +1476,7 @@ TEST_F(GpuPlanTest, RoiAlignMatchesTheCpuEngine) {
     std::vector<Tensor> out;
     const Status refused = (*plan)->Run({&a.inputs[0], &bad}, *run_stream_, &out);
     EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(refused.message(), HasSubstr("RoiAlign batch index"));
+    EXPECT_THAT(refused.message(), HasSubstr("(RoiAlign): a batch index was out of range"));
     const std::vector<const Tensor*> good = {&a.inputs[0], &a.inputs[1]};
     EXPECT_TRUE((*plan)->Run(good, *run_stream_, &out).ok());
   }
@@ -1582,7 +1598,7 @@ TEST_F(GpuPlanTest, AnIndexOutOfRangeAndAWrongShapeAreErrors) {
   const Tensor bad_index = I64({2, 4}, {0, 1, 2, 10, 0, 0, 0, 0});
   Status ran = (*gpu_plan)->Run({&bad_index}, *run_stream_, &out);
   EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(ran.message(), HasSubstr("Gather index"));
+  EXPECT_THAT(ran.message(), HasSubstr("(Gather): an index was out of range"));
   const Tensor bad_shape = I64({1, 4}, {0, 1, 2, 3});
   ran = (*gpu_plan)->Run({&bad_shape}, *run_stream_, &out);
   EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument);
