@@ -149,6 +149,17 @@ class Lowerer {
     step.node = n;
     return step;
   }
+  // 4-byte words per element of value v for the copying kernels (Split, Concat, Slice): 1
+  // for fp32 and int32, 2 for int64 (moved as pairs of words); 0 for the other types.
+  int64_t WordsOf(int v) const {
+    const size_t size = DataTypeSize(DtypeOf(v));
+    return size == 4 || size == 8 ? static_cast<int64_t>(size / 4) : 0;
+  }
+  // `dims` with a trailing axis of `words` when an element is more than one word.
+  static Shape InWords(Shape dims, int64_t words) {
+    if (words > 1) dims.push_back(words);
+    return dims;
+  }
   // A new error flag slot for node n's step (GpuLowering::flag_nodes).
   int NewFlag(int n) {
     out_.flag_nodes.push_back(graph_.Describe(n));
@@ -674,7 +685,9 @@ Status Lowerer::LowerBatchedProduct(int n) {
 Status Lowerer::LowerSplit(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0];
-  if (!IsFp32(x)) return Fail(n, "only a Split of fp32 data is on the GPU path so far");
+  const int64_t words = WordsOf(x);
+  if (words == 0)
+    return Fail(n, "only a Split of 4- or 8-byte elements is on the GPU path so far");
   const Shape xs = ShapeOf(x);
   const auto rank = static_cast<int64_t>(xs.size());
   int64_t axis = node.GetInt("axis", 0);
@@ -689,7 +702,7 @@ Status Lowerer::LowerSplit(int n) {
     GpuStep step = NewStep(GpuStep::Kind::kSlice, n);
     step.in = {x};
     step.out = o;
-    step.dims = xs;
+    step.dims = InWords(xs, words);
     step.axis = axis;
     step.start = start;
     step.length = os[axis];
@@ -1095,8 +1108,13 @@ Status Lowerer::LowerBatchNorm(int n) {
 // Concat: each input written into the output at its offset along the axis.
 Status Lowerer::LowerConcat(int n) {
   const Node& node = graph_.nodes[n];
-  RETURN_IF_ERROR(CheckFp32(n));
+  RETURN_IF_ERROR(CheckPlain(n));
   const int y = node.outputs[0];
+  const int64_t words = WordsOf(y);
+  if (words == 0)
+    return Fail(n, "only a Concat of 4- or 8-byte elements is on the GPU path so far");
+  for (int x : node.inputs)
+    if (x >= 0 && DtypeOf(x) != DtypeOf(y)) return Fail(n, "an input of another type");
   const Shape ys = ShapeOf(y);
   const auto rank = static_cast<int64_t>(ys.size());
   int64_t axis = node.GetInt("axis", 0);
@@ -1111,7 +1129,8 @@ Status Lowerer::LowerConcat(int n) {
       GpuStep step = NewStep(GpuStep::Kind::kPlace, n);
       step.in = {x};
       step.out = y;
-      step.dims = ys;
+      step.dims = InWords(ys, words);
+      step.words = words;
       step.axis = axis;
       step.start = start;
       out_.steps.push_back(std::move(step));
@@ -1127,8 +1146,9 @@ Status Lowerer::LowerConcat(int n) {
 Status Lowerer::LowerSlice(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0], y = node.outputs[0];
-  if (!IsFp32(x) || !IsFp32(y))
-    return Fail(n, "only a Slice of fp32 data is on the GPU path so far");
+  const int64_t words = WordsOf(x);
+  if (words == 0 || DtypeOf(y) != DtypeOf(x))
+    return Fail(n, "only a Slice of 4- or 8-byte elements is on the GPU path so far");
   const Shape xs = ShapeOf(x);
   const auto rank = static_cast<int64_t>(xs.size());
   std::vector<int64_t> starts, ends, axes, steps;
@@ -1165,7 +1185,11 @@ Status Lowerer::LowerSlice(int n) {
     begin[ax] = b;
     step[ax] = steps[i];
   }
-  auto plan = PlanSlice(xs, begin, step, ShapeOf(y));
+  if (words > 1) {  // each element's words, in order
+    begin.push_back(0);
+    step.push_back(1);
+  }
+  auto plan = PlanSlice(InWords(xs, words), begin, step, InWords(ShapeOf(y), words));
   if (!plan.ok()) return Fail(n, plan.status().message());
   GpuStep s = NewStep(GpuStep::Kind::kStridedSlice, n);
   s.in = {x};

@@ -165,7 +165,9 @@ struct GpuStep {
   GridGeometry grid;                         // kGridSample
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
   // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce, kArgExtreme: x's shape;
-  // kPlace: out's.
+  // kPlace: out's. kSlice, kPlace and kStridedSlice move 4-byte words: an 8-byte element
+  // (int64) is two, its dims (and kPlace's `words`) carry a trailing 2.
+  int64_t words = 1;  // kPlace: 4-byte words per element, for x's dims at run time
   std::vector<int64_t> dims;
   float epsilon = 0;        // kLayerNorm
   TransposePlan transpose;  // kTranspose

@@ -333,8 +333,11 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Im2Col(in(0), y, s.window, stream);
     case GpuStep::Kind::kPool:
       return Pool2d(s.pool, in(0), y, s.window, stream);
-    case GpuStep::Kind::kPlace:
-      return PlaceAxis(in(0), y, lowering_.shapes[s.in[0]], s.dims, s.axis, s.start, stream);
+    case GpuStep::Kind::kPlace: {
+      Shape x_dims = lowering_.shapes[s.in[0]];
+      if (s.words > 1) x_dims.push_back(s.words);  // an 8-byte element's two words
+      return PlaceAxis(in(0), y, x_dims, s.dims, s.axis, s.start, stream);
+    }
     case GpuStep::Kind::kPad:
       return Pad(in(0), y, s.pad, s.alpha, stream);
     case GpuStep::Kind::kStridedSlice:

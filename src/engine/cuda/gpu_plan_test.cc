@@ -303,6 +303,59 @@ TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
   EXPECT_EQ(slices, 2);
 }
 
+// int64 ids [2, 6]: a strided Slice (every other column from 1), concatenated after the ids
+// along the columns, then a Split along the rows (one output: a copy). The copies move
+// int64 elements as pairs of 4-byte words.
+Graph Int64CopiesGraph(DataType dtype = DataType::kInt64) {
+  GraphBuilder b;
+  const int ids = b.Input("ids", {2, 6}, dtype);
+  const int starts = b.Constant("starts", I64({2}, {0, 1}));
+  const int ends = b.Constant("ends", I64({2}, {2, 6}));
+  const int axes = b.Constant("axes", I64({2}, {0, 1}));
+  const int steps = b.Constant("steps", I64({2}, {1, 2}));
+  const int sliced = b.Op("Slice", "sliced", {ids, starts, ends, axes, steps});
+  const int joined = b.Op("Concat", "joined", {ids, sliced}, {{"axis", AInt(1)}});
+  return b.Finish(b.Op("Split", "split", {joined}, {{"axis", AInt(0)}}));
+}
+
+// Slice, Concat and Split of int64 data lower onto the word-moving copies, each 8-byte
+// element two words (a trailing axis of 2).
+TEST(LowerPlanTest, Int64SliceConcatAndSplitMovePairsOfWords) {
+  Prepared p = Prepare(Model::FromGraph(Int64CopiesGraph()), {{2, 6}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int slices = 0, places = 0, splits = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind == GpuStep::Kind::kStridedSlice) {
+      ++slices;
+      EXPECT_EQ(s.slice.out_dims, (std::vector<int64_t>{2, 3, 2}));
+      EXPECT_EQ(s.slice.elements, 12);
+    } else if (s.kind == GpuStep::Kind::kPlace) {
+      ++places;
+      EXPECT_EQ(s.words, 2);
+      EXPECT_EQ(s.dims, (Shape{2, 9, 2}));
+    } else if (s.kind == GpuStep::Kind::kSlice) {
+      ++splits;
+      EXPECT_EQ(s.dims, (Shape{2, 9, 2}));
+      EXPECT_EQ(s.length, 2);
+    }
+  }
+  EXPECT_EQ(slices, 1);
+  EXPECT_EQ(places, 2);
+  EXPECT_EQ(splits, 1);
+  // int32 stays one word per element.
+  Prepared i32 = Prepare(Model::FromGraph(Int64CopiesGraph(DataType::kInt32)), {{2, 6}});
+  ASSERT_TRUE(i32.plan);
+  auto l32 = LowerPlan(i32.model->graph(), *i32.plan);
+  ASSERT_TRUE(l32.ok()) << l32.status().ToString();
+  for (const GpuStep& s : l32->steps) {
+    if (s.kind == GpuStep::Kind::kPlace) {
+      EXPECT_EQ(s.words, 1);
+    }
+  }
+}
+
 // A recurrent test model's three GRUs have no GPU kernel yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
   WithReference gru = PrepareWithReference("rnn_graph_gru", ".full.sht");
@@ -1535,6 +1588,21 @@ TEST_F(GpuPlanTest, GridSampleMatchesTheCpuEngine) {
                              F32({1, 1, 4, 2}, {nan, 0, 0, nan, inf, 0, -inf, nan})}},
                         GemmMath::kFp32, 1e-6f);
   }
+}
+
+// int64 (values past 32 bits, negative ones) and int32 through Slice, Concat and Split:
+// exactly the CPU engine's.
+TEST_F(GpuPlanTest, IntegerSliceConcatAndSplitMatchTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(Int64CopiesGraph()), {{2, 6}});
+  ExpectGpuMatchesCpu(p,
+                      {{I64({2, 6}, {0, 1, -2, int64_t{1} << 40, 5, -(int64_t{1} << 50), 7, 8, 9,
+                                     10, INT64_MAX, INT64_MIN})},
+                       {I64({2, 6}, {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22})}},
+                      GemmMath::kFp32, 0.f);
+  Prepared q = Prepare(Model::FromGraph(Int64CopiesGraph(DataType::kInt32)), {{2, 6}});
+  Tensor ids = Tensor::FromVector<int32_t>(DataType::kInt32, {2, 6},
+                                           {0, 1, -2, 3, 4, -5, 6, 7, 8, 9, 10, INT32_MIN});
+  ExpectGpuMatchesCpu(q, {{ids}, {ids}}, GemmMath::kFp32, 0.f);
 }
 
 // The fp16 models (their inputs, weights and outputs fp16; the engine computes in fp32
