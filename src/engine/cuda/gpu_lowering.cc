@@ -114,6 +114,7 @@ class Lowerer {
   Status LowerGroupNorm(int n);
   Status LowerDepthSpace(int n);
   Status LowerRoiAlign(int n);
+  Status LowerExpand(int n);
   Status LowerGridSample(int n);
   // Node n's product `step` (its GEMM options, residual and post-activation set; `x` its
   // operand) split column-wise across the shards (TensorParallelOptions): `w` its fp32 weight
@@ -1779,6 +1780,25 @@ Status Lowerer::LowerGridSample(int n) {
   return Status::Ok();
 }
 
+// Expand: the planned output shape (the CPU plan read the shape input) filled by a strided
+// copy that reads each broadcast axis with stride 0.
+Status Lowerer::LowerExpand(int n) {
+  const Node& node = graph_.nodes[n];
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int x = node.inputs[0], y = node.outputs[0];
+  const int64_t words = WordsOf(x);
+  if (words == 0 || DtypeOf(y) != DtypeOf(x))
+    return Fail(n, "only an Expand of 4- or 8-byte elements is on the GPU path so far");
+  auto plan = PlanExpand(InWords(ShapeOf(x), words), InWords(ShapeOf(y), words));
+  if (!plan.ok()) return Fail(n, plan.status().message());
+  GpuStep s = NewStep(GpuStep::Kind::kStridedSlice, n);
+  s.in = {x};
+  s.out = y;
+  s.slice = std::move(plan).value();
+  out_.steps.push_back(std::move(s));
+  return Status::Ok();
+}
+
 Status Lowerer::LowerNode(int n) {
   const Node& node = graph_.nodes[n];
   const std::string& op = node.op_type;
@@ -1819,6 +1839,7 @@ Status Lowerer::LowerNode(int n) {
     if (op == "InstanceNormalization" || op == "GroupNormalization") return LowerGroupNorm(n);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return LowerDepthSpace(n);
     if (op == "RoiAlign") return LowerRoiAlign(n);
+    if (op == "Expand") return LowerExpand(n);
     if (op == "GridSample") return LowerGridSample(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")

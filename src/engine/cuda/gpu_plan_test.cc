@@ -356,6 +356,33 @@ TEST(LowerPlanTest, Int64SliceConcatAndSplitMovePairsOfWords) {
   }
 }
 
+// Expand of fp32 [3, 1] and of int64 [1, 4] (by a shape input) to [2, 3, 4]: one strided
+// copy each, int64 in words.
+Graph ExpandGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {3, 1});
+  const int ids = b.Input("ids", {1, 4}, DataType::kInt64);
+  const int shape = b.Constant("shape", I64({3}, {2, 3, 4}));
+  const int ex = b.Op("Expand", "ex", {x, shape});
+  const int ei = b.Op("Expand", "ei", {ids, shape});
+  return b.Finish(std::vector<int>{ex, ei});
+}
+
+TEST(LowerPlanTest, ExpandIsAStridedCopyWithZeroStrides) {
+  Prepared p = Prepare(Model::FromGraph(ExpandGraph()), {{3, 1}, {1, 4}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 2u);
+  EXPECT_EQ(l->steps[0].kind, GpuStep::Kind::kStridedSlice);
+  EXPECT_EQ(l->steps[0].slice.out_dims, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(l->steps[0].slice.index.in_strides[0], 0);
+  EXPECT_EQ(l->steps[0].slice.index.in_strides[2], 0);
+  EXPECT_EQ(l->steps[1].slice.out_dims, (std::vector<int64_t>{2, 3, 4, 2}));  // int64: words
+  EXPECT_EQ(l->steps[1].slice.index.in_strides[3], 1);
+  EXPECT_EQ(l->steps[1].slice.index.in_strides[2], 2);
+}
+
 // A recurrent test model's three GRUs have no GPU kernel yet: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
   WithReference gru = PrepareWithReference("rnn_graph_gru", ".full.sht");
@@ -1588,6 +1615,14 @@ TEST_F(GpuPlanTest, GridSampleMatchesTheCpuEngine) {
                              F32({1, 1, 4, 2}, {nan, 0, 0, nan, inf, 0, -inf, nan})}},
                         GemmMath::kFp32, 1e-6f);
   }
+}
+
+TEST_F(GpuPlanTest, ExpandMatchesTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(ExpandGraph()), {{3, 1}, {1, 4}});
+  ExpectGpuMatchesCpu(p,
+                      {{Random({3, 1}, 121), I64({1, 4}, {1, -(int64_t{1} << 40), INT64_MAX, 7})},
+                       {Random({3, 1}, 122), I64({1, 4}, {4, 3, 2, 1})}},
+                      GemmMath::kFp32, 0.f);
 }
 
 // int64 (values past 32 bits, negative ones) and int32 through Slice, Concat and Split:

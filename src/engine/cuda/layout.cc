@@ -165,6 +165,33 @@ StatusOr<SlicePlan> PlanSlice(std::span<const int64_t> dims, std::span<const int
   return plan;
 }
 
+StatusOr<SlicePlan> PlanExpand(std::span<const int64_t> dims, std::span<const int64_t> out_dims) {
+  const size_t rank = out_dims.size();
+  if (dims.size() > rank || rank > internal::kMaxRank) {
+    return InvalidArgument("expand of " + ShapeToString(dims) + " to " + ShapeToString(out_dims) +
+                           ": at most " + std::to_string(internal::kMaxRank) +
+                           " axes, and no fewer than the input's");
+  }
+  SlicePlan plan;
+  plan.out_dims.assign(out_dims.begin(), out_dims.end());
+  plan.index.rank = static_cast<int>(rank);
+  plan.elements = 1;
+  int64_t stride = 1;
+  for (size_t d = rank; d-- > 0;) {
+    const size_t lead = rank - dims.size();
+    const int64_t in = d >= lead ? dims[d - lead] : 1;
+    if (in != out_dims[d] && in != 1) {
+      return InvalidArgument("expand of " + ShapeToString(dims) + " to " + ShapeToString(out_dims) +
+                             ": axis " + std::to_string(d) + " is neither 1 nor the same");
+    }
+    plan.index.out_dims[d] = out_dims[d];
+    plan.index.in_strides[d] = in == 1 ? 0 : stride;
+    plan.elements *= out_dims[d];
+    stride *= in;
+  }
+  return plan;
+}
+
 Status Slice(const float* x, float* y, const SlicePlan& plan, cudaStream_t stream) {
   return CudaStatus(
       internal::LaunchTransposeF32(x + plan.base, y, plan.index, plan.elements, stream),

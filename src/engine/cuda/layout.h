@@ -62,6 +62,10 @@ struct SlicePlan {
 StatusOr<SlicePlan> PlanSlice(std::span<const int64_t> dims, std::span<const int64_t> begin,
                               std::span<const int64_t> step, std::span<const int64_t> out_dims);
 Status Slice(const float* x, float* y, const SlicePlan& plan, cudaStream_t stream);
+// ONNX Expand as a strided copy (run by Slice): x (dims) broadcast to out_dims by NumPy's
+// rule, dims aligned at the right, an axis of 1 read with stride 0. InvalidArgument when
+// dims does not broadcast to out_dims exactly, or for more than internal::kMaxRank axes.
+StatusOr<SlicePlan> PlanExpand(std::span<const int64_t> dims, std::span<const int64_t> out_dims);
 
 // Writes x (x_dims) into y at positions [start, start + x_dims[axis]) along `axis` of
 // y_dims (one of Concat's inputs); the other dimensions must be equal. InvalidArgument

@@ -362,6 +362,40 @@ TEST(SliceShapeTest, GivesTheFirstElementAndRefusesReadsOutsideTheTensor) {
       StatusCode::kInvalidArgument);  // a zero step
 }
 
+// Expand's plan, walked on the host as the kernel walks it: every element of [2, 3, 4] from
+// x [3, 1] reads x[j] (axes aligned at the right; the 1 and the missing axis read with
+// stride 0); shapes that do not broadcast exactly are refused.
+TEST(ExpandShapeTest, ReadsBroadcastAxesWithStrideZero) {
+  const std::vector<int64_t> dims = {3, 1}, out = {2, 3, 4};
+  auto plan = PlanExpand(dims, out);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->elements, 24);
+  EXPECT_EQ(plan->base, 0);
+  EXPECT_EQ(plan->out_dims, out);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 4; ++k) {
+        const int64_t read = i * plan->index.in_strides[0] + j * plan->index.in_strides[1] +
+                             k * plan->index.in_strides[2];
+        EXPECT_EQ(read, j) << i << "," << j << "," << k;
+      }
+  EXPECT_TRUE(PlanExpand(std::vector<int64_t>{}, std::vector<int64_t>{5}).ok());  // a scalar
+  EXPECT_EQ(PlanExpand(std::vector<int64_t>{3}, std::vector<int64_t>{2, 4}).status().code(),
+            StatusCode::kInvalidArgument);  // 3 into 4
+  EXPECT_EQ(PlanExpand(std::vector<int64_t>{2, 3}, std::vector<int64_t>{3}).status().code(),
+            StatusCode::kInvalidArgument);  // fewer axes than the input
+}
+
+// Expand run on a device: x [3, 1] to [2, 3, 4].
+TEST_F(LayoutGpuTest, ExpandBroadcastsOnTheDevice) {
+  auto plan = PlanExpand(std::vector<int64_t>{3, 1}, std::vector<int64_t>{2, 3, 4});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  DeviceBuffer x = Upload({10.f, 20.f, 30.f}), y = Floats(24);
+  ASSERT_TRUE(Slice(x.as<float>(), y.as<float>(), *plan, stream()).ok());
+  const std::vector<float> got = Download(y, 24);
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(got[i], 10.f * static_cast<float>(1 + (i / 4) % 3)) << i;
+}
+
 TEST(PadShapeTest, RefusesNegativePadsAndMissingOnes) {
   const std::vector<int64_t> dims = {2, 3};
   EXPECT_EQ(PlanPad(dims, std::vector<int64_t>{0, -1}, std::vector<int64_t>{0, 0}).status().code(),
