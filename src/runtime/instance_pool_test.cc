@@ -34,6 +34,15 @@ class InstancePoolTest : public ::testing::Test {
   }
   // Runs a job of `n` items on instance `i` that takes `ns` of fake time.
   void RunJob(InstancePool& pool, int i, int64_t n, int64_t ns) {
+    auto idle_periods = [&] {
+      const InstanceStats s = pool.Stats()[static_cast<size_t>(i)];
+      return s.idle_spins + s.idle_sleeps;
+    };
+    // A new instance's thread reaches its idle loop once before its first job (nothing else
+    // submits here): wait for that, so `before` is not read just ahead of it.
+    while (idle_periods() == 0 && pool.Stats()[static_cast<size_t>(i)].executions == 0)
+      std::this_thread::yield();
+    const int64_t before = idle_periods();
     std::promise<void> done;
     pool.Submit(i, PoolJob{n, [&, n, ns](backends::BackendInstance&, int) {
                              clock_->AdvanceNs(ns);
@@ -41,8 +50,10 @@ class InstancePoolTest : public ::testing::Test {
                              return n;
                            }});
     done.get_future().wait();
-    // Wait until the instance recorded the job and went idle again.
-    while (pool.busy_count() > 0) std::this_thread::yield();
+    // Wait until the instance recorded the job and went idle again: not only no job left
+    // (busy_count), but its thread back in its idle loop (a spin or a sleep begun), so that
+    // the next job finds it idle rather than in the moment between the two.
+    while (pool.busy_count() > 0 || idle_periods() <= before) std::this_thread::yield();
   }
 
   std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
