@@ -7,8 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -117,6 +119,123 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
   }
 #endif
   EXPECT_EQ(p->Terminate(), 0) << p->log();
+}
+
+// Every file of example model `name`, by its path under the model's folder.
+std::vector<std::pair<std::string, std::string>> ExampleFiles(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(SourceDir()) / "examples" / "models" / name;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    files.emplace_back(fs::relative(entry.path(), root).string(), bytes.str());
+  }
+  return files;
+}
+
+// A request for the model whose metadata (GET /v2/models/<name>) is `meta`: one row, every
+// variable dimension 1, fp32 values from a sine, integers small (valid token ids).
+json RequestFor(const json& meta) {
+  json inputs = json::array();
+  for (const json& in : meta["inputs"]) {
+    std::vector<int64_t> shape;
+    int64_t count = 1;
+    for (const json& d : in["shape"]) {
+      shape.push_back(d.get<int64_t>() < 0 ? 1 : d.get<int64_t>());
+      count *= shape.back();
+    }
+    const std::string type = in["datatype"];
+    json data = json::array();
+    for (int64_t i = 0; i < count; ++i) {
+      if (type == "FP32") {
+        data.push_back(std::sin(0.37 * static_cast<double>(i)));
+      } else if (type == "BOOL") {
+        data.push_back(i % 2 == 0);
+      } else {
+        data.push_back(i % 5);
+      }
+    }
+    inputs.push_back({{"name", in["name"]}, {"shape", shape}, {"datatype", type}, {"data", data}});
+  }
+  return {{"inputs", inputs}};
+}
+
+// Every ONNX model of the example repository, served twice by one `shoal serve`: as shipped
+// (KIND_CPU) and renamed `<name>_gpu` on KIND_GPU. Where there is a GPU, each GPU copy
+// answers the request its metadata describes as its CPU twin does. Elsewhere every GPU copy
+// fails its load, the index saying why, and every CPU twin still answers.
+TEST(GpuE2eTest, EveryExampleOnnxModelServesOnKindGpuAsOnKindCpu) {
+  const std::vector<std::string> models = {"decoder",     "digits",      "encoder",
+                                           "image_classifier", "latent_mix", "latent_walk",
+                                           "recommender", "text_classifier"};
+  TempDir repo;
+  for (const std::string& m : models) {
+    for (const auto& [path, bytes] : ExampleFiles(m)) {
+      repo.WriteFile(m + "/" + path, bytes);
+      std::string gpu = bytes;
+      if (path == "config.pbtxt") {
+        const std::string name = "name: \"" + m + "\"";
+        const size_t at = gpu.find(name);
+        ASSERT_NE(at, std::string::npos) << m;
+        gpu.replace(at, name.size(), "name: \"" + m + "_gpu\"");
+        for (size_t k; (k = gpu.find("kind: KIND_CPU")) != std::string::npos;)
+          gpu.replace(k, 14, "kind: KIND_GPU gpus: [ 0 ]");
+        ASSERT_NE(gpu.find("KIND_GPU"), std::string::npos) << m << " has no instance_group";
+      }
+      repo.WriteFile(m + "_gpu/" + path, gpu);
+    }
+  }
+  const int http = FreePort();
+  auto p = ShoalProcess::Start({"serve", "--model-repository", repo.path(), "--http-port",
+                                std::to_string(http), "--grpc-port", std::to_string(FreePort()),
+                                "--metrics-port", std::to_string(FreePort())});
+  ASSERT_TRUE(p->WaitForPort(http, 60000)) << p->log();
+  HttpTestClient client("127.0.0.1", http);
+  const bool gpu_here = client.Get("/v2/models/recommender_gpu/ready").status == 200;
+  for (const std::string& m : models) {
+    SCOPED_TRACE(m);
+    ASSERT_EQ(client.Get("/v2/models/" + m + "/ready").status, 200) << p->log();
+    const auto meta = client.Get("/v2/models/" + m);
+    ASSERT_EQ(meta.status, 200) << meta.body;
+    const std::string body = RequestFor(json::parse(meta.body)).dump();
+    const auto on_cpu = client.Post("/v2/models/" + m + "/infer", body);
+    ASSERT_EQ(on_cpu.status, 200) << on_cpu.body;
+    const json cpu = json::parse(on_cpu.body)["outputs"];
+    ASSERT_FALSE(cpu.empty());
+    if (!gpu_here) {
+      EXPECT_NE(client.Get("/v2/models/" + m + "_gpu/ready").status, 200);
+      continue;
+    }
+    const auto on_gpu = client.Post("/v2/models/" + m + "_gpu/infer", body);
+    ASSERT_EQ(on_gpu.status, 200) << on_gpu.body;
+    const json gpu = json::parse(on_gpu.body)["outputs"];
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t o = 0; o < cpu.size(); ++o) {
+      ASSERT_EQ(gpu[o]["name"], cpu[o]["name"]);
+      ASSERT_EQ(gpu[o]["shape"], cpu[o]["shape"]);
+      const json& a = gpu[o]["data"];
+      const json& b = cpu[o]["data"];
+      ASSERT_EQ(a.size(), b.size());
+      double scale = 1, worst = 0;
+      for (const json& v : b) scale = std::max(scale, std::fabs(v.get<double>()));
+      for (size_t i = 0; i < a.size(); ++i)
+        worst = std::max(worst, std::fabs(a[i].get<double>() - b[i].get<double>()));
+      // (the CPU twin may run its convolutions as Winograd, image_classifier does: 1e-3)
+      EXPECT_LE(worst, 1e-3 * scale) << "output " << cpu[o]["name"];
+    }
+  }
+  if (!gpu_here) {
+    // Every GPU copy failed alone, and the index says why.
+    const auto index = client.Post("/v2/repository/index", "{}");
+    for (const std::string& m : models) EXPECT_THAT(index.body, HasSubstr(m + "_gpu"));
+    EXPECT_THAT(index.body,
+                AnyOf(HasSubstr("built without the CUDA path"), HasSubstr("no usable CUDA device")));
+  }
+  EXPECT_EQ(p->Terminate(), 0) << p->log();
+  if (!gpu_here) GTEST_SKIP() << "no GPU here: every CPU twin answered, every GPU copy refused";
 }
 
 #ifdef SHOAL_E2E_CUDA_BUILD
