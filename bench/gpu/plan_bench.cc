@@ -206,8 +206,9 @@ int main(int argc, char** argv) {
       options.tensor_parallel.shards = tensor_parallel;
       auto split = cuda::LowerPlan((*model)->graph(), **plan, options);
       if (!split.ok()) return Fail(split.status(), "lowering with tensor parallelism");
-      std::printf("with --tensor-parallel %d: %d products split (1024 columns or more), %zu steps\n",
-                  tensor_parallel, split->split_products, split->steps.size());
+      std::printf(
+          "with --tensor-parallel %d: %d products split (1024 columns or more), %zu steps\n",
+          tensor_parallel, split->split_products, split->steps.size());
     }
     // The CPU engine's outputs on these inputs: a model whose weights were filled
     // (gpu_model_weights) should give finite values of a sane size.
@@ -254,8 +255,8 @@ int main(int argc, char** argv) {
                                    {"bf16", cuda::GemmMath::kBf16, true},
                                    {"fp32_steps", cuda::GemmMath::kFp32, false, 1, false}};
   if (tensor_parallel > 1) {
-    variants.push_back(
-        {"fp16_tp" + std::to_string(tensor_parallel), cuda::GemmMath::kFp16, true, tensor_parallel});
+    variants.push_back({"fp16_tp" + std::to_string(tensor_parallel), cuda::GemmMath::kFp16, true,
+                        tensor_parallel});
   }
   std::printf("%6s %10s", "batch", "cpu_ms");
   for (const Variant& v : variants) std::printf(" %10s", (v.name + "_ms").c_str());

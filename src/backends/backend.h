@@ -85,8 +85,8 @@ struct ExecuteRequest {
 
 // What an instance on a GPU reports about it (BackendInstance::device_stats).
 struct DeviceStats {
-  int gpu = -1;                    // the CUDA ordinal; -1: the instance runs on CPUs
-  int64_t memory_bytes = 0;        // device memory the instance holds besides the shared weights
+  int gpu = -1;              // the CUDA ordinal; -1: the instance runs on CPUs
+  int64_t memory_bytes = 0;  // device memory the instance holds besides the shared weights
   // Per GPU the instance uses (its own, and with tensor parallelism the others it spans):
   // the model's weights there, one copy shared by all its instances on that GPU.
   std::map<int, int64_t> shared_weights_bytes;

@@ -168,9 +168,9 @@ json RequestFor(const json& meta) {
 // answers the request its metadata describes as its CPU twin does. Elsewhere every GPU copy
 // fails its load, the index saying why, and every CPU twin still answers.
 TEST(GpuE2eTest, EveryExampleOnnxModelServesOnKindGpuAsOnKindCpu) {
-  const std::vector<std::string> models = {"decoder",     "digits",      "encoder",
-                                           "image_classifier", "latent_mix", "latent_walk",
-                                           "recommender", "text_classifier"};
+  const std::vector<std::string> models = {"decoder",          "digits",         "encoder",
+                                           "image_classifier", "latent_mix",     "latent_walk",
+                                           "recommender",      "text_classifier"};
   TempDir repo;
   for (const std::string& m : models) {
     for (const auto& [path, bytes] : ExampleFiles(m)) {
@@ -231,8 +231,8 @@ TEST(GpuE2eTest, EveryExampleOnnxModelServesOnKindGpuAsOnKindCpu) {
     // Every GPU copy failed alone, and the index says why.
     const auto index = client.Post("/v2/repository/index", "{}");
     for (const std::string& m : models) EXPECT_THAT(index.body, HasSubstr(m + "_gpu"));
-    EXPECT_THAT(index.body,
-                AnyOf(HasSubstr("built without the CUDA path"), HasSubstr("no usable CUDA device")));
+    EXPECT_THAT(index.body, AnyOf(HasSubstr("built without the CUDA path"),
+                                  HasSubstr("no usable CUDA device")));
   }
   EXPECT_EQ(p->Terminate(), 0) << p->log();
   if (!gpu_here) GTEST_SKIP() << "no GPU here: every CPU twin answered, every GPU copy refused";

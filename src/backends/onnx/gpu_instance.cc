@@ -109,8 +109,8 @@ class GpuInstance : public BackendInstance {
     if (now - last_nvml_ >= std::chrono::seconds(1)) {
       last_nvml_ = now;
       auto nvml = engine::cuda::Nvml::Get();
-      auto u = nvml.ok() ? (*nvml)->Utilization(gpu_) : StatusOr<engine::cuda::GpuUtilization>(
-                                                            nvml.status());
+      auto u = nvml.ok() ? (*nvml)->Utilization(gpu_)
+                         : StatusOr<engine::cuda::GpuUtilization>(nvml.status());
       stats_.utilization_percent = u.ok() ? u->gpu_percent : -1;
     }
     for (size_t o = 0; o < results.size(); ++o)
@@ -152,8 +152,8 @@ class GpuInstance : public BackendInstance {
     options.math = math_;
     options.tensor_parallel = tensor_parallel_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-    ASSIGN_OR_RETURN(auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_,
-                                                              stream_, weights_, shards_));
+    ASSIGN_OR_RETURN(auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_,
+                                                              weights_, shards_));
     if (plans_.size() >= kMaxGpuPlans) plans_.pop_back();
     plans_.push_front({shapes, std::move(plan)});
     return plans_.front().plan.get();
@@ -261,9 +261,9 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   engine::cuda::TensorParallelOptions tensor_parallel;
   ASSIGN_OR_RETURN(const int64_t shards,
                    PositiveParameter(parameters, "gpu_tensor_parallel", 1, 16));
-  ASSIGN_OR_RETURN(tensor_parallel.min_columns,
-                   PositiveParameter(parameters, "gpu_tensor_parallel_min_columns", 1024,
-                                     int64_t{1} << 40));
+  ASSIGN_OR_RETURN(
+      tensor_parallel.min_columns,
+      PositiveParameter(parameters, "gpu_tensor_parallel_min_columns", 1024, int64_t{1} << 40));
   tensor_parallel.shards = static_cast<int>(shards);
   const std::vector<int> span = info.gpus.empty() ? std::vector<int>{info.gpu} : info.gpus;
   auto devices = engine::cuda::ListDevices();
@@ -300,10 +300,9 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   (void)engine::cuda::Nvml::Get();
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
-  auto instance =
-      std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(tensor_parallel),
-                                    std::move(places), weights_on(info.gpu), std::move(handle),
-                                    std::move(stream));
+  auto instance = std::make_unique<GpuInstance>(
+      model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
+      weights_on(info.gpu), std::move(handle), std::move(stream));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first

@@ -595,11 +595,11 @@ TEST(OnnxBackendGpuTest, InstancesOnOneGpuShareTheModelsWeights) {
   EXPECT_LE(MaxAbsDiff(on_a[0].tensor, on_cpu[0].tensor), 1e-5f);
   EXPECT_LE(MaxAbsDiff(on_b[0].tensor, on_cpu[0].tensor), 1e-5f);
   const DeviceStats sa = (*a)->device_stats(), sb = (*b)->device_stats();
-  ASSERT_EQ(sa.shared_weights_bytes.size(), 1u);  // GPU 0 only
+  ASSERT_EQ(sa.shared_weights_bytes.size(), 1u);        // GPU 0 only
   EXPECT_GT(sa.shared_weights_bytes.at(0), 6'000'000);  // four weights and biases, fp32
   EXPECT_EQ(sb.shared_weights_bytes, sa.shared_weights_bytes);
   EXPECT_GT(sa.memory_bytes, 0);  // its plans' arenas and workspaces
-  a->reset();  // the survivor's copy stays
+  a->reset();                     // the survivor's copy stays
   EXPECT_EQ((*b)->device_stats().shared_weights_bytes, sb.shared_weights_bytes);
   // A tensor-parallel instance on GPU 0 alone: its shards' columns are the same model's
   // weights on GPU 0, reported under it once.
@@ -618,9 +618,9 @@ TEST(OnnxBackendGpuTest, InstancesOnOneGpuShareTheModelsWeights) {
 
 // The tensor-parallel parameters are checked for form, with or without a device.
 TEST(OnnxBackendGpuTest, TensorParallelParametersMustBePositiveIntegers) {
-  for (const auto& [key, value] : {std::pair{"gpu_tensor_parallel", "0"},
-                                   std::pair{"gpu_tensor_parallel", "32"},
-                                   std::pair{"gpu_tensor_parallel_min_columns", "many"}}) {
+  for (const auto& [key, value] :
+       {std::pair{"gpu_tensor_parallel", "0"}, std::pair{"gpu_tensor_parallel", "32"},
+        std::pair{"gpu_tensor_parallel_min_columns", "many"}}) {
     SCOPED_TRACE(std::string(key) + " " + value);
     auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
     ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -50,8 +50,9 @@ Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* 
                 const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream) {
   if (g.n < 0 || g.c < 0 || g.h < 0 || g.w < 0 || g.rois < 0 || g.out_h < 1 || g.out_w < 1 ||
       g.sampling_ratio < 0) {
-    return InvalidArgument("RoiAlign: sizes must not be negative, the output at least 1x1 and "
-                           "the sampling ratio at least 0");
+    return InvalidArgument(
+        "RoiAlign: sizes must not be negative, the output at least 1x1 and "
+        "the sampling ratio at least 0");
   }
   return CudaStatus(internal::LaunchRoiAlignF32(x, rois, batch, y, g, flag, stream),
                     "RoiAlign kernel launch");
@@ -62,8 +63,9 @@ Status GridSample(const float* x, const float* grid, float* y, const GridGeometr
   if (g.n < 0 || g.c < 0 || g.d < 0 || g.h < 0 || g.w < 0 || g.out_d < 0 || g.out_h < 0 ||
       g.out_w < 0 || g.mode < 0 || g.mode > 2 || g.padding < 0 || g.padding > 2 ||
       (g.volume && g.mode == 2) || (!g.volume && (g.d != 1 || g.out_d != 1))) {
-    return InvalidArgument("GridSample: negative sizes, an unknown mode or padding, cubic on a "
-                           "volume, or depth on a plane");
+    return InvalidArgument(
+        "GridSample: negative sizes, an unknown mode or padding, cubic on a "
+        "volume, or depth on a plane");
   }
   return CudaStatus(internal::LaunchGridSampleF32(x, grid, y, g, stream),
                     "GridSample kernel launch");

@@ -464,9 +464,9 @@ TEST_F(ElementwiseGpuTest, CastToFloatFromHalvesIsExact) {
   ASSERT_TRUE(CastToFloat(CastSource::kFp16, a.data(), y.as<float>(), n, stream()).ok());
   ASSERT_TRUE(CastFloatToHalf(HalfType::kFp16, y.as<float>(), back.data(), n, stream()).ok());
   std::vector<uint16_t> bits(fp16.size());
-  ASSERT_EQ(cudaMemcpyAsync(bits.data(), back.data(), bits.size() * 2, cudaMemcpyDeviceToHost,
-                            stream()),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpyAsync(bits.data(), back.data(), bits.size() * 2, cudaMemcpyDeviceToHost, stream()),
+      cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
   EXPECT_EQ(bits, fp16);
 }

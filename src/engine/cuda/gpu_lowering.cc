@@ -687,8 +687,7 @@ Status Lowerer::LowerSplit(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0];
   const int64_t words = WordsOf(x);
-  if (words == 0)
-    return Fail(n, "only a Split of 4- or 8-byte elements is on the GPU path so far");
+  if (words == 0) return Fail(n, "only a Split of 4- or 8-byte elements is on the GPU path so far");
   const Shape xs = ShapeOf(x);
   const auto rank = static_cast<int64_t>(xs.size());
   int64_t axis = node.GetInt("axis", 0);
@@ -780,9 +779,11 @@ Status Lowerer::LowerCast(int n) {
     return Status::Ok();
   }
   if (DtypeOf(y) != DataType::kFp32) {
-    return Fail(n, "only a Cast to fp32, or from fp32 to fp16, bf16, int64 or int32, is on the "
-                   "GPU path so far, not " + std::string(DataTypeName(DtypeOf(x))) + " to " +
-                       std::string(DataTypeName(DtypeOf(y))));
+    return Fail(n,
+                "only a Cast to fp32, or from fp32 to fp16, bf16, int64 or int32, is on the "
+                "GPU path so far, not " +
+                    std::string(DataTypeName(DtypeOf(x))) + " to " +
+                    std::string(DataTypeName(DtypeOf(y))));
   }
   GpuStep step;
   step.kind = GpuStep::Kind::kCast;
@@ -1707,8 +1708,8 @@ Status Lowerer::LowerRoiAlign(int n) {
   g.w = xs[3];
   g.rois = rs[0];
   g.max = node.GetString("mode", "avg") == "max";
-  const std::string coord = node.GetString(
-      "coordinate_transformation_mode", graph_.opset >= 16 ? "half_pixel" : "output_half_pixel");
+  const std::string coord = node.GetString("coordinate_transformation_mode",
+                                           graph_.opset >= 16 ? "half_pixel" : "output_half_pixel");
   if (coord != "half_pixel" && coord != "output_half_pixel")
     return Fail(n, "coordinate_transformation_mode '" + coord + "' is not supported");
   g.half_pixel = coord == "half_pixel";

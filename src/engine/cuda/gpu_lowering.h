@@ -122,9 +122,9 @@ struct GpuStep {
     kRoiAlign,
     kGridSample,
     kFloatToInt,  // Cast from fp32 to int64 or int32 (the output's dtype)
-    kFork,  // tensor parallelism: every shard stream waits for the plan's stream
-    kJoin,  // the plan's stream waits for every shard stream
-    kCopy   // in[0]'s bytes copied to out (between a shard's device and the plan's)
+    kFork,        // tensor parallelism: every shard stream waits for the plan's stream
+    kJoin,        // the plan's stream waits for every shard stream
+    kCopy         // in[0]'s bytes copied to out (between a shard's device and the plan's)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -140,14 +140,14 @@ struct GpuStep {
   // {cond, a, b}; kConvTranspose {x, w, bias or -1}; kResize {x}, its tap tables the weight
   // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kRoiAlign {x, rois, batch indices};
   // kGridSample {x, grid};
-  // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1 reads it
-  // from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows). kToHalf
-  // rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and kIm2Col
-  // writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM operands. A
-  // constant GEMM weight and the bias are weight slots (`weight_slots`), not values, because they
-  // are stored transformed; so is a kBinary's b when it is -1 (a grouped convolution's bias, shaped
-  // [m, 1, 1]). Values past the graph's are the lowering's own temporaries (a transposed operand, a
-  // product before its output transpose).
+  // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1
+  // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
+  // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
+  // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
+  // operands. A constant GEMM weight and the bias are weight slots (`weight_slots`), not values,
+  // because they are stored transformed; so is a kBinary's b when it is -1 (a grouped convolution's
+  // bias, shaped [m, 1, 1]). Values past the graph's are the lowering's own temporaries (a
+  // transposed operand, a product before its output transpose).
   std::vector<int> in;
   int out = -1;
   GemmOptions gemm;                          // kGemm
@@ -207,13 +207,13 @@ struct GpuLowering {
   std::vector<Blob> blobs;
   int64_t weight_bytes = 0;  // the blobs' bytes
   int64_t arena_bytes = 0;
-  int64_t workspace_bytes = 0;   // the GEMMs' shared scratch (and each shard's own)
+  int64_t workspace_bytes = 0;  // the GEMMs' shared scratch (and each shard's own)
   // Tensor parallelism: the shards the split products use (1: none split), and per shard
   // the arena it needs on its own device (0 for a shard that shares the plan's memory).
   int shards = 1;
   std::vector<int64_t> shard_arena_bytes;
   std::vector<bool> shard_own_memory;  // per shard: TensorParallelOptions::OwnMemory
-  int split_products = 0;  // products split across the shards
+  int split_products = 0;              // products split across the shards
   // Per error flag slot (GpuStep::flag), the node whose kernel raises it, described as
   // errors name nodes ("node 'idx' (Gather)"): a run that finds a slot raised names it.
   std::vector<std::string> flag_nodes;

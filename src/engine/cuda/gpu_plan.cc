@@ -83,11 +83,11 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
     const ShardPlace place = s < shards.size() ? shards[s] : ShardPlace{};
     shard.device = place.device < 0 ? plan->device_ : place.device;
     const bool here = shard.device == plan->device_;
-    shard.weights = place.weights      ? place.weights
-                    : here             ? plan->weights_
-                                       : std::make_shared<GpuWeights>();
-    const std::string where = "tensor-parallel shard " + std::to_string(s) + " on GPU " +
-                              std::to_string(shard.device);
+    shard.weights = place.weights ? place.weights
+                    : here        ? plan->weights_
+                                  : std::make_shared<GpuWeights>();
+    const std::string where =
+        "tensor-parallel shard " + std::to_string(s) + " on GPU " + std::to_string(shard.device);
     // A shard on another device reads and writes only its own memory: its product's input
     // and columns are copied (lowered with own_memory).
     const bool own = s < l.shard_own_memory.size() && l.shard_own_memory[s];
@@ -265,8 +265,8 @@ Status GpuPlan::RunShardStep(size_t i, cudaStream_t stream) {
       for (const Shard& shard : shards_) {
         DeviceScope scope(shard.device);
         RETURN_IF_ERROR(scope.status());
-        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(shard.joined, shard.stream->get()),
-                                   "cudaEventRecord"));
+        RETURN_IF_ERROR(
+            CudaStatus(cudaEventRecord(shard.joined, shard.stream->get()), "cudaEventRecord"));
       }
       for (const Shard& shard : shards_) {
         RETURN_IF_ERROR(
@@ -295,8 +295,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       // A constant weight is in its (transformed) blob; a computed B is a value.
       const void* b = s.weight_slots[0] >= 0 ? Blob(s.weight_slots[0]) : Address(s.in[1]);
       // Shards' products run concurrently: each has its own workspace.
-      void* workspace = s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data()
-                                     : workspace_.data();
+      void* workspace =
+          s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data() : workspace_.data();
       RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
       const int64_t n = Product(lowering_.shapes[s.out]);
       if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream, s.alpha, s.beta));

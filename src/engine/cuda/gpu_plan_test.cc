@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <string>
 #include <limits>
+#include <memory>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "core/bf16.h"
@@ -1483,9 +1483,9 @@ TEST_F(GpuPlanTest, TensorParallelPlansOnOneGpuMatchTheCpuEngine) {
     for (bool graph : {false, true}) {
       SCOPED_TRACE(graph ? "CUDA graph" : "step by step");
       Prepared rec = Prepare(Model::Load(Example("recommender")), {{8, 64}});
-      ExpectGpuMatchesCpu(
-          rec, {{Random({8, 64}, 111)}, {Random({8, 64}, 112)}, {Random({8, 64}, 113)}},
-          GemmMath::kFp32, 1e-5f, nullptr, graph, tp);
+      ExpectGpuMatchesCpu(rec,
+                          {{Random({8, 64}, 111)}, {Random({8, 64}, 112)}, {Random({8, 64}, 113)}},
+                          GemmMath::kFp32, 1e-5f, nullptr, graph, tp);
       Prepared text = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
       ExpectGpuMatchesCpu(text, {{I64({2, 32}, ids)}, {I64({2, 32}, ids)}, {I64({2, 32}, ids)}},
                           GemmMath::kFp32, 1e-4f, nullptr, graph, tp);
@@ -1597,10 +1597,11 @@ TEST_F(GpuPlanTest, GridSampleMatchesTheCpuEngine) {
                                        {{"mode", engine::testing::AString(mode)},
                                         {"padding_mode", engine::testing::AString(pad)},
                                         {"align_corners", AInt(align)}}));
-        Prepared v = Prepare(Model::FromGraph(std::move(vgraph)), {{1, 1, 1, 2, 2}, {1, 1, 1, 2, 3}});
-        ExpectGpuMatchesCpu(v, {{F32({1, 1, 1, 2, 2}, {1, 2, 3, 4}),
-                                 F32({1, 1, 1, 2, 3}, {nan, 0, 0, 0, 0, inf})}},
-                            GemmMath::kFp32, 1e-6f);
+        Prepared v =
+            Prepare(Model::FromGraph(std::move(vgraph)), {{1, 1, 1, 2, 2}, {1, 1, 1, 2, 3}});
+        ExpectGpuMatchesCpu(
+            v, {{F32({1, 1, 1, 2, 2}, {1, 2, 3, 4}), F32({1, 1, 1, 2, 3}, {nan, 0, 0, 0, 0, inf})}},
+            GemmMath::kFp32, 1e-6f);
       }
     }
   }
@@ -1609,11 +1610,13 @@ TEST_F(GpuPlanTest, GridSampleMatchesTheCpuEngine) {
     GraphBuilder b;
     const int x = b.Input("x", {1, 1, 2, 2});
     const int grid = b.Input("grid", {1, 1, 4, 2});
-    Graph g = b.Finish(b.Op("GridSample", "gs", {x, grid}, {{"mode", engine::testing::AString(mode)}}));
+    Graph g =
+        b.Finish(b.Op("GridSample", "gs", {x, grid}, {{"mode", engine::testing::AString(mode)}}));
     Prepared p = Prepare(Model::FromGraph(std::move(g)), {{1, 1, 2, 2}, {1, 1, 4, 2}});
-    ExpectGpuMatchesCpu(p, {{F32({1, 1, 2, 2}, {1, 2, 3, 4}),
-                             F32({1, 1, 4, 2}, {nan, 0, 0, nan, inf, 0, -inf, nan})}},
-                        GemmMath::kFp32, 1e-6f);
+    ExpectGpuMatchesCpu(
+        p,
+        {{F32({1, 1, 2, 2}, {1, 2, 3, 4}), F32({1, 1, 4, 2}, {nan, 0, 0, nan, inf, 0, -inf, nan})}},
+        GemmMath::kFp32, 1e-6f);
   }
 }
 

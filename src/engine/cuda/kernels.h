@@ -143,8 +143,7 @@ cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t 
                                 cudaStream_t stream);
 // y[i] = x[i] truncated toward zero into int64 (`to64`) or int32, saturating at the type's
 // bounds, NaN to 0, as the CPU engine casts.
-cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n,
-                               cudaStream_t stream);
+cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream);
 
 // The geometry of a 2-D convolution or pooling window over an NCHW input: batch n,
 // channels c in `groups` groups, input h x w, kernel kh x kw, strides, dilations, the
@@ -198,8 +197,8 @@ struct GridGeometry {
   bool align_corners = false;
   bool volume = false;
 };
-cudaError_t LaunchGridSampleF32(const float* x, const float* grid, float* y,
-                                const GridGeometry& g, cudaStream_t stream);
+cudaError_t LaunchGridSampleF32(const float* x, const float* grid, float* y, const GridGeometry& g,
+                                cudaStream_t stream);
 
 // A transposed 2-D convolution (ONNX ConvTranspose): x [n, c, h, w], w [c, m/groups, kh,
 // kw] as ONNX stores it, bias m values or null, y [n, m, oh, ow]. Each output position sums

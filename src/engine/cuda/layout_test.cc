@@ -393,7 +393,8 @@ TEST_F(LayoutGpuTest, ExpandBroadcastsOnTheDevice) {
   DeviceBuffer x = Upload({10.f, 20.f, 30.f}), y = Floats(24);
   ASSERT_TRUE(Slice(x.as<float>(), y.as<float>(), *plan, stream()).ok());
   const std::vector<float> got = Download(y, 24);
-  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(got[i], 10.f * static_cast<float>(1 + (i / 4) % 3)) << i;
+  for (int64_t i = 0; i < 24; ++i)
+    EXPECT_EQ(got[i], 10.f * static_cast<float>(1 + (i / 4) % 3)) << i;
 }
 
 TEST(PadShapeTest, RefusesNegativePadsAndMissingOnes) {

@@ -20,10 +20,10 @@ constexpr NvmlReturn kNvmlSuccess = 0;
 }  // namespace
 
 struct Nvml::Api {
-  NvmlReturn (*init)() = nullptr;                                        // nvmlInit_v2
-  NvmlReturn (*by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;       // ..._v2
-  NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;     // GetUtilizationRates
-  const char* (*error_string)(NvmlReturn) = nullptr;                     // nvmlErrorString
+  NvmlReturn (*init)() = nullptr;                                     // nvmlInit_v2
+  NvmlReturn (*by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;    // ..._v2
+  NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;  // GetUtilizationRates
+  const char* (*error_string)(NvmlReturn) = nullptr;                  // nvmlErrorString
 
   std::string Error(NvmlReturn r) const {
     const char* text = error_string ? error_string(r) : nullptr;
@@ -48,8 +48,9 @@ StatusOr<Nvml*> Nvml::Get() {
         reinterpret_cast<decltype(api.utilization)>(find("nvmlDeviceGetUtilizationRates"));
     api.error_string = reinterpret_cast<decltype(api.error_string)>(find("nvmlErrorString"));
     if (!api.init || !api.by_pci_bus_id || !api.utilization)
-      return Unavailable("NVML not loaded: libnvidia-ml.so.1 lacks nvmlInit_v2, "
-                         "nvmlDeviceGetHandleByPciBusId_v2 or nvmlDeviceGetUtilizationRates");
+      return Unavailable(
+          "NVML not loaded: libnvidia-ml.so.1 lacks nvmlInit_v2, "
+          "nvmlDeviceGetHandleByPciBusId_v2 or nvmlDeviceGetUtilizationRates");
     if (const NvmlReturn r = api.init(); r != kNvmlSuccess)
       return Unavailable("NVML not loaded: nvmlInit: " + api.Error(r));
     static Nvml nvml;

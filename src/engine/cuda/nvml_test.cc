@@ -1,7 +1,7 @@
 // NVML loads where the driver installed it and says why not elsewhere; where it loads and a
 // device is here, the device's utilisation is a percentage (or, where NVML keeps it, as on a
-// MIG slice, refused naming the call) and an ordinal CUDA lacks is refused. Never skipped: on a machine without the driver (these build machines) the
-// refusal is what is checked.
+// MIG slice, refused naming the call) and an ordinal CUDA lacks is refused. Never skipped: on a
+// machine without the driver (these build machines) the refusal is what is checked.
 #include "engine/cuda/nvml.h"
 
 #include <gmock/gmock.h>
@@ -22,7 +22,8 @@ TEST(NvmlTest, LoadsOrSaysWhyNot) {
   if (!nvml.ok()) {
     EXPECT_EQ(nvml.status().code(), StatusCode::kUnavailable);
     EXPECT_THAT(nvml.status().message(), HasSubstr("NVML not loaded: "));
-    EXPECT_THAT(nvml.status().message(), AnyOf(HasSubstr("libnvidia-ml.so.1"), HasSubstr("nvmlInit")));
+    EXPECT_THAT(nvml.status().message(),
+                AnyOf(HasSubstr("libnvidia-ml.so.1"), HasSubstr("nvmlInit")));
     EXPECT_EQ(again.status().message(), nvml.status().message());
     std::printf("NVML is not here: %s\n", nvml.status().ToString().c_str());
     return;
