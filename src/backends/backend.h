@@ -21,6 +21,7 @@
 //     INTERNAL errors.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -111,6 +112,30 @@ class BackendInstance {
   // For an instance on a GPU: its device's figures, as of its last execution (gpu -1, the
   // default, for any other instance). Called on the instance's thread between executions.
   virtual DeviceStats device_stats() const { return {}; }
+
+  // Pipelined execution, for an instance whose device runs one batch while its thread
+  // prepares the next and answers the last (a GPU instance: the next batch's input copies
+  // overlap this one's compute, its output copies the next one's). How many batches it
+  // takes launched and not yet finished; 1 (the default): Launch and Finish are never
+  // called, only Execute.
+  virtual int pipeline_depth() const { return 1; }
+  // Queues the batch's work and returns before it has run. `on_done` is called once, from
+  // any thread (a CUDA host callback, say) and without any lock of the runtime's held,
+  // when the batch's work has ended: a wake-up only, Finish waits in any case. When Launch
+  // returns an error nothing was launched and `on_done` is never called. The runtime
+  // keeps at most pipeline_depth() batches launched and not finished, finishes them in the
+  // order it launched them, and may call Execute in between while fewer than
+  // pipeline_depth() are outstanding (it runs after them). Instance thread only.
+  virtual Status Launch(const ExecuteRequest& request, std::function<void()> on_done) {
+    (void)request;
+    (void)on_done;
+    return Unimplemented("this instance does not pipeline");
+  }
+  // Waits for the oldest launched batch and appends its outputs, or returns its error.
+  virtual Status Finish(std::vector<NamedTensor>* outputs) {
+    (void)outputs;
+    return Unimplemented("this instance does not pipeline");
+  }
 };
 
 class BackendModel {

@@ -97,61 +97,106 @@ void InstancePool::Run(size_t index) {
     state.init_status = status;
     state.init_done = true;
     state.stats.created_ns = options_.clock->NowNs();
+    if (backend)
+      state.depth = std::clamp(backend->pipeline_depth(), 1, static_cast<int>(HeldJobs::kMax));
   }
   init_cv_.SignalAll();
   if (!status.ok()) return;
 
   MutexLock lock(&mu_);
+  // Fixed after Create, and only this thread removes jobs: references into `state.jobs`
+  // stay valid while the lock is dropped (a job keeps its place in the ring until popped).
+  InstanceState& state = states_[index];
   while (true) {
-    if (!stopping_ && !states_[index].running.has_value()) {
+    if (!stopping_ && state.jobs.empty()) {
       // Idle. A job submitted from here on sets `wake` (it was cleared under mu_, after
       // the check above, so none is missed).
       inst->wake.store(false, std::memory_order_relaxed);
       const auto idle_since = std::chrono::steady_clock::now();
       if (options_.idle_spin_us > 0 && inst->last_idle_ns < options_.idle_spin_us * 1000 &&
-          states_[index].submit_cpu != sched_getcpu()) {
-        ++states_[index].stats.idle_spins;
+          state.submit_cpu != sched_getcpu()) {
+        ++state.stats.idle_spins;
         lock.Unlock();
         SpinForJob(inst);
         lock.Lock();
       }
-      if (!stopping_ && !states_[index].running.has_value()) {
-        ++states_[index].stats.idle_sleeps;
-        while (!stopping_ && !states_[index].running.has_value()) inst->cv.Wait(&mu_);
+      if (!stopping_ && state.jobs.empty()) {
+        ++state.stats.idle_sleeps;
+        while (!stopping_ && state.jobs.empty()) inst->cv.Wait(&mu_);
       }
       inst->last_idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now() - idle_since)
                                .count();
     }
-    if (!states_[index].running.has_value()) break;  // stopping with nothing left
-    // Stays valid without the lock: only this thread resets `running`, and Submit fills
-    // `pending` while a job runs.
-    PoolJob& job = *states_[index].running;
+    if (state.jobs.empty()) break;  // stopping with nothing left
+    if (state.launched < state.jobs.size() && state.launched < static_cast<size_t>(state.depth)) {
+      // Launch the oldest job not yet launched.
+      Held& held = state.jobs[state.launched++];
+      held.launched = true;
+      const uint64_t id = held.id;
+      PoolJob& job = held.job;
+      lock.Unlock();
+      const int64_t launched_ns = options_.clock->NowNs();
+      PoolJob::Finish finish;
+      bool ran = false;
+      if (job.launch) {
+        // Two words: std::function keeps it without an allocation.
+        finish = job.launch(*backend, inst->info.index, [this, id] { MarkDone(id); });
+      } else {
+        const int64_t items = job.run(*backend, inst->info.index);
+        finish = [items] { return items; };
+        ran = true;
+      }
+      lock.Lock();
+      held.launched_ns = launched_ns;
+      held.finish = std::move(finish);
+      if (ran || state.depth == 1) held.done = true;  // nothing is left on a device
+      continue;
+    }
+    Held& head = state.jobs.front();
+    if (!head.done && !stopping_ && state.launched < static_cast<size_t>(state.depth)) {
+      // Its work is on the device and there is room for another: wait for either.
+      inst->cv.Wait(&mu_);
+      continue;
+    }
+    PoolJob::Finish finish = std::move(head.finish);
+    const int64_t began_ns = std::max(state.started_ns, head.launched_ns);
     lock.Unlock();
-    const int64_t start = options_.clock->NowNs();
-    const int64_t ran = job.run(*backend, inst->info.index);
-    const int64_t elapsed = options_.clock->NowNs() - start;
+    const int64_t ran = finish ? finish() : 0;
+    const int64_t end_ns = options_.clock->NowNs();
     const double bubble = backend->pipeline_bubble_ratio();
     const backends::DeviceStats device = backend->device_stats();
     lock.Lock();
-    InstanceState& state = states_[index];
+    const int64_t elapsed = end_ns - began_ns;
     state.stats.pipeline_bubble_ratio = bubble;
     state.stats.device = device;
     if (ran > 0) state.cost.Observe(ran, elapsed);
     state.stats.executions++;
     state.stats.busy_ns += elapsed;
-    state.running.reset();
-    if (state.pending.has_value()) {
-      state.running = std::move(state.pending);
-      state.pending.reset();
-      state.started_ns = options_.clock->NowNs();
-    }
+    state.jobs.pop_front();
+    --state.launched;
+    // The next job begins now: on the device behind this one if launched, else here.
+    if (!state.jobs.empty()) state.started_ns = options_.clock->NowNs();
     lock.Unlock();
     if (options_.on_idle) options_.on_idle();
     lock.Lock();
   }
   lock.Unlock();
   backend.reset();  // destroyed on its own thread
+}
+
+void InstancePool::MarkDone(uint64_t id) {
+  const size_t index = static_cast<size_t>(id >> 40);
+  {
+    MutexLock lock(&mu_);
+    HeldJobs& jobs = states_[index].jobs;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (jobs[k].id != id) continue;
+      jobs[k].done = true;
+      break;
+    }
+  }
+  instances_[index]->cv.Signal();
 }
 
 void InstancePool::SpinForJob(Instance* inst) const {
@@ -174,7 +219,7 @@ void InstancePool::SpinForJob(Instance* inst) const {
 bool InstancePool::HasIdle() const {
   MutexLock lock(&mu_);
   for (const auto& state : states_) {
-    if (!state.running.has_value()) return true;
+    if (state.jobs.size() < static_cast<size_t>(state.depth)) return true;
   }
   return false;
 }
@@ -187,11 +232,14 @@ int InstancePool::Choose(int64_t batch_size) const {
   for (size_t i = 0; i < states_.size(); ++i) {
     const InstanceState& inst = states_[i];
     int64_t start;
-    if (!inst.running.has_value()) {
+    if (inst.jobs.empty()) {
       start = now;
-    } else if (!inst.pending.has_value()) {
-      // Expected end of the running job, never in the past.
-      start = std::max(now, inst.started_ns + inst.cost.PredictNs(inst.running->batch_size));
+    } else if (inst.jobs.size() < Capacity(inst)) {
+      // Expected end of the running job, never in the past, then of those behind it.
+      start =
+          std::max(now, inst.started_ns + inst.cost.PredictNs(inst.jobs.front().job.batch_size));
+      for (size_t k = 1; k < inst.jobs.size(); ++k)
+        start += inst.cost.PredictNs(inst.jobs[k].job.batch_size);
     } else {
       continue;
     }
@@ -209,16 +257,18 @@ void InstancePool::Submit(int index, PoolJob job) {
   {
     MutexLock lock(&mu_);
     InstanceState& inst = states_[static_cast<size_t>(index)];
-    if (!inst.running.has_value()) {
-      inst.running = std::move(job);
+    if (inst.jobs.empty()) {
       inst.started_ns = options_.clock->NowNs();
       instance.wake.store(true, std::memory_order_release);
       // A job the instance's own thread dispatched (when it went idle) says nothing about
       // where other submitters run.
       if (current_instance != &instance) inst.submit_cpu = sched_getcpu();
-    } else {
-      inst.pending = std::move(job);
     }
+    Held held;
+    held.job = std::move(job);
+    // The instance's index in the high bits: an id names its instance too.
+    held.id = (static_cast<uint64_t>(index) << 40) | (inst.next_id++ & ((uint64_t{1} << 40) - 1));
+    inst.jobs.push_back(std::move(held));
   }
   instance.cv.Signal();
 }
@@ -239,14 +289,16 @@ ServiceEstimate InstancePool::Service() const {
   int64_t backlog = 0;
   e.idle_instances = 0;
   for (const auto& inst : states_) {
-    if (!inst.running.has_value()) ++e.idle_instances;
     e.a_ns += inst.cost.a_ns();
     e.b_ns += inst.cost.b_ns();
-    if (inst.running.has_value()) {
-      const int64_t end = inst.started_ns + inst.cost.PredictNs(inst.running->batch_size);
-      backlog += std::max<int64_t>(0, end - now);
+    if (inst.jobs.empty()) {
+      ++e.idle_instances;
+      continue;
     }
-    if (inst.pending.has_value()) backlog += inst.cost.PredictNs(inst.pending->batch_size);
+    const int64_t end = inst.started_ns + inst.cost.PredictNs(inst.jobs.front().job.batch_size);
+    backlog += std::max<int64_t>(0, end - now);
+    for (size_t k = 1; k < inst.jobs.size(); ++k)
+      backlog += inst.cost.PredictNs(inst.jobs[k].job.batch_size);
   }
   e.a_ns /= e.instances;
   e.b_ns /= e.instances;
@@ -269,7 +321,7 @@ std::vector<InstanceStats> InstancePool::Stats() const {
 int InstancePool::busy_count() const {
   MutexLock lock(&mu_);
   int n = 0;
-  for (const auto& inst : states_) n += inst.running.has_value() + inst.pending.has_value();
+  for (const auto& inst : states_) n += static_cast<int>(inst.jobs.size());
   return n;
 }
 

@@ -12,6 +12,17 @@
 // busy_until_i + t_i(n) for a busy one with a free pending slot, where t_i is the
 // instance's online CostModel. Equal estimates go to the lowest index.
 //
+// Pipelining: an instance whose backend has pipeline_depth() d > 1 (a GPU instance) holds
+// up to d jobs, every one launched as soon as it arrives (PoolJob::launch), so the next
+// batch's input copies run while the device computes the current one. Such an instance
+// counts as idle for HasIdle while it holds fewer than d jobs (the scheduler forms the
+// next batch while one is on the device), and as idle in Service only when it holds none.
+// Its thread finishes the oldest job (waits for it and answers it) when the backend says
+// it is done, or when it has nothing else to launch; jobs finish in the order launched.
+// A job's time for the cost model runs from when it could start on the device (its
+// launch, or its predecessor's finish when that came later) to its finish, so t(n)
+// learns the time each batch adds when batches follow each other, copies hidden.
+//
 // Idle spin: an instance thread that finds no job waits up to Options::idle_spin_us
 // spinning (on an atomic, without the lock) before it sleeps on its condition variable,
 // so that a job submitted within that time starts at once: no futex wake for the
@@ -28,11 +39,12 @@
 // any pool lock held. Lock order: the pool's mu_ only; never held while running a job.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +63,18 @@ struct PoolJob {
   // when requests were cancelled in the meantime; 0 when none ran). Its duration, with
   // that count, feeds the instance's cost model.
   std::function<int64_t(backends::BackendInstance& instance, int instance_index)> run;
+  // The two-phase form, used instead of `run` when set: it runs on the instance thread,
+  // queues the job's work (BackendInstance::Launch on an instance that pipelines) and
+  // returns the second half, which the same thread calls later, possibly after launching
+  // later jobs, and which waits for the work, answers and returns what `run` would.
+  // `on_done` must be called once when the work has ended (the backend's Launch takes it),
+  // or before `launch` returns when it ran everything itself; it may come from any thread,
+  // even after the second half has run. On an instance that does not pipeline the second
+  // half is called at once.
+  using Finish = std::function<int64_t()>;
+  std::function<Finish(backends::BackendInstance& instance, int instance_index,
+                       std::function<void()> on_done)>
+      launch{};
 };
 
 struct InstanceStats {
@@ -115,17 +139,54 @@ class InstancePool {
     backends::InstanceInfo info;
     std::thread thread;
     CondVar cv;
-    // Set under mu_ whenever its `running` is set or stopping_; read without the lock by
+    // Set under mu_ whenever it is handed a job while idle, or stopping_; read without the lock by
     // the thread's idle spin.
     std::atomic<bool> wake{false};
     // Instance thread only: the real ns its last idle period lasted (from finding no job
     // to finding one); it spins only while this stays under the bound.
     int64_t last_idle_ns = 0;
   };
+  // A job handed to an instance and not yet finished.
+  struct Held {
+    PoolJob job;
+    uint64_t id = 0;          // for its on_done, which names it (MarkDone)
+    bool launched = false;    // its run or launch has been called
+    bool done = false;        // its work has ended (on_done, or a run that returned)
+    int64_t launched_ns = 0;  // when it was
+    PoolJob::Finish finish;   // its second half, once launched
+  };
+  // The jobs an instance holds, oldest first, in a fixed ring: no allocation per job, and
+  // a job stays where it is until popped.
+  class HeldJobs {
+   public:
+    static constexpr size_t kMax = 8;  // the most any instance holds (depth is at most 8)
+    size_t size() const { return count_; }
+    bool empty() const { return count_ == 0; }
+    Held& operator[](size_t k) { return slots_[(head_ + k) % kMax]; }
+    const Held& operator[](size_t k) const { return slots_[(head_ + k) % kMax]; }
+    Held& front() { return slots_[head_]; }
+    const Held& front() const { return slots_[head_]; }
+    void push_back(Held held) { slots_[(head_ + count_++) % kMax] = std::move(held); }
+    // Drops the front job and what it captured (its batch, its answers' callbacks).
+    void pop_front() {
+      slots_[head_] = Held{};
+      head_ = (head_ + 1) % kMax;
+      --count_;
+    }
+
+   private:
+    std::array<Held, kMax> slots_;
+    size_t head_ = 0, count_ = 0;
+  };
   struct InstanceState {
-    std::optional<PoolJob> running;
-    std::optional<PoolJob> pending;
-    int64_t started_ns = 0;  // when `running` began
+    // Oldest first; the front is the running job. At most max(2, depth) (a running and a
+    // pending job, or `depth` launched ones); at most `depth` launched.
+    HeldJobs jobs;
+    size_t launched = 0;  // how many of `jobs` (a prefix) have been launched
+    int depth = 1;        // the backend's pipeline_depth(), once created
+    uint64_t next_id = 0;
+    int64_t started_ns = 0;  // when the front job could begin (submitted to an idle
+                             // instance, or its predecessor finished)
     CostModel cost;
     InstanceStats stats;
     Status init_status;
@@ -136,6 +197,13 @@ class InstancePool {
 
   explicit InstancePool(Options options);
   void Run(size_t index) EXCLUDES(mu_);
+  // A job's on_done: marks job `id` done (if it is still held) and wakes its instance's
+  // thread. The id's bits from 40 up are the instance's index.
+  void MarkDone(uint64_t id) EXCLUDES(mu_);
+  // The most jobs instance `state` takes: a running and a pending one, or its depth.
+  static size_t Capacity(const InstanceState& state) {
+    return static_cast<size_t>(std::max(2, state.depth));
+  }
   // Instance thread, without mu_: spins until inst->wake or idle_spin_us have passed.
   void SpinForJob(Instance* inst) const;
   void StopAll() EXCLUDES(mu_);

@@ -7,7 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/testing/fake_backend.h"
 
@@ -248,6 +251,163 @@ TEST_F(InstancePoolTest, DestroyingAPoolWhoseInstanceSpinsReturnsAtOnce) {
   const auto t0 = std::chrono::steady_clock::now();
   pool.reset();  // the spinners see `wake` and stop; a 60 s spin would hang here
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+// Pipelined instances (BackendInstance::pipeline_depth() > 1, as on a GPU).
+
+// Polls `done` (real time, at most 10 s): false if it never came.
+template <typename Pred>
+bool WaitUntil(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+backends::ExecuteRequest OneRow(float value) {
+  backends::ExecuteRequest r;
+  r.inputs.push_back({"INPUT0", Tensor::FromVector<float>(DataType::kFp32, {1, 1}, {value})});
+  return r;
+}
+
+// A two-phase job: launches one row of `value` on the instance and, when finished, appends
+// `value` to `finished` (and its output's first value to `outputs`, if given).
+PoolJob LaunchJob(float value, std::vector<float>* finished, std::mutex* mu,
+                  std::vector<float>* outputs = nullptr) {
+  PoolJob job;
+  job.batch_size = 1;
+  job.launch = [=](backends::BackendInstance& inst, int, std::function<void()> on_done) {
+    const Status launched = inst.Launch(OneRow(value), std::move(on_done));
+    EXPECT_TRUE(launched.ok()) << launched.ToString();
+    return PoolJob::Finish([=, &inst]() -> int64_t {
+      std::vector<NamedTensor> out;
+      const Status s = inst.Finish(&out);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      std::lock_guard<std::mutex> lock(*mu);
+      finished->push_back(value);
+      if (outputs && !out.empty()) outputs->push_back(out[0].tensor.values<float>()[0]);
+      return 1;
+    });
+  };
+  return job;
+}
+
+TEST_F(InstancePoolTest, PipelinedInstanceLaunchesTheNextJobBeforeTheLastFinishes) {
+  state_->set_pipeline_depth(2);
+  auto pool = Make(1);
+  std::mutex mu;
+  std::vector<float> finished, outputs;
+  state_->Block(1);
+  pool->Submit(0, LaunchJob(1, &finished, &mu, &outputs));
+  ASSERT_TRUE(state_->WaitForWaiting(1));  // on the "device", blocked
+  // One of two places held: it still counts as idle for forming a batch, and a job given to
+  // it is expected after the one on its device.
+  EXPECT_TRUE(pool->HasIdle());
+  EXPECT_EQ(pool->Choose(1), 0);
+  pool->Submit(0, LaunchJob(2, &finished, &mu, &outputs));
+  // Launched while the first is still on the device.
+  ASSERT_TRUE(WaitUntil([&] { return state_->max_outstanding() == 2; }))
+      << "the second job was not launched while the first was on the device";
+  EXPECT_FALSE(pool->HasIdle());
+  EXPECT_EQ(pool->Choose(1), -1) << "both places are taken";
+  EXPECT_EQ(pool->busy_count(), 2);
+  EXPECT_EQ(pool->Service().idle_instances, 0);
+  state_->Unblock(1);
+  ASSERT_TRUE(WaitUntil([&] { return pool->busy_count() == 0; }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(finished, (std::vector<float>{1, 2})) << "finished in the order launched";
+    EXPECT_EQ(outputs, (std::vector<float>{2, 4}));
+  }
+  EXPECT_EQ(pool->Stats()[0].executions, 2);
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
+TEST_F(InstancePoolTest, PipelinedInstanceRunsAOnePhaseJobBehindWhatIsLaunched) {
+  state_->set_pipeline_depth(2);
+  auto pool = Make(1);
+  std::mutex mu;
+  std::vector<float> finished;
+  state_->Block(1);
+  pool->Submit(0, LaunchJob(1, &finished, &mu));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  std::atomic<bool> ran{false};
+  pool->Submit(0, PoolJob{1, [&](backends::BackendInstance& inst, int) {
+                            std::vector<NamedTensor> out;
+                            // Allowed with one batch outstanding; it runs after that one.
+                            EXPECT_TRUE(inst.Execute(OneRow(3), &out).ok());
+                            ran = true;
+                            return int64_t{1};
+                          }});
+  state_->Unblock(1);
+  ASSERT_TRUE(WaitUntil([&] { return pool->busy_count() == 0; }));
+  EXPECT_TRUE(ran);
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].row_keys, (std::vector<float>{1}));
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{3}));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(finished, (std::vector<float>{1}));
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
+TEST_F(InstancePoolTest, PipelinedInstanceFinishesEveryLaunchedJobWhenThePoolStops) {
+  state_->set_pipeline_depth(2);
+  auto pool = Make(1);
+  std::mutex mu;
+  std::vector<float> finished;
+  state_->Block(1);
+  pool->Submit(0, LaunchJob(1, &finished, &mu));
+  pool->Submit(0, LaunchJob(2, &finished, &mu));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  std::thread unblock([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    state_->Unblock(1);
+  });
+  pool.reset();  // stops after running every submitted job
+  unblock.join();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(finished, (std::vector<float>{1, 2}));
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
+TEST_F(InstancePoolTest, PipelinedJobsTeachTheCostModelTheTimeEachAdds) {
+  state_->set_pipeline_depth(2);
+  auto pool = Make(1);
+  // Two jobs launched together; the second's time runs from the first's finish (when it
+  // could begin on the device), not from its own launch: 300 ns, not 700.
+  std::promise<void> first_launched, release_first;
+  auto release = release_first.get_future().share();
+  std::promise<void> second_launched;
+  // The first's work ends when the test releases it; the second's is over by its launch
+  // (its on_done comes at once), so its thread finishes it without waiting.
+  auto job = [&](std::promise<void>* launched, std::shared_future<void> wait_for,
+                 int64_t advance_at_finish) {
+    PoolJob j;
+    j.batch_size = 4;
+    j.launch = [=, this](backends::BackendInstance&, int, std::function<void()> on_done) {
+      launched->set_value();
+      if (!wait_for.valid()) on_done();
+      return PoolJob::Finish([=, this]() -> int64_t {
+        if (wait_for.valid()) wait_for.wait();
+        clock_->AdvanceNs(advance_at_finish);
+        if (wait_for.valid()) on_done();
+        return 4;
+      });
+    };
+    return j;
+  };
+  pool->Submit(0, job(&first_launched, release, 400));
+  first_launched.get_future().wait();
+  pool->Submit(0, job(&second_launched, {}, 300));
+  second_launched.get_future().wait();
+  release_first.set_value();
+  ASSERT_TRUE(WaitUntil([&] { return pool->busy_count() == 0; }));
+  const InstanceStats s = pool->Stats()[0];
+  EXPECT_EQ(s.executions, 2);
+  EXPECT_EQ(s.busy_ns, 700) << "400 for the first, 300 for the second";
 }
 
 }  // namespace

@@ -599,27 +599,50 @@ void ModelVersion::Dispatch(Batch batch) {
   }
   const int index = pool_->Choose(items);
   auto shared = std::make_shared<Batch>(std::move(batch));
-  pool_->Submit(index, PoolJob{items, [this, shared, seq](backends::BackendInstance& inst, int) {
-                                 return ExecuteBatch(*shared, inst, seq);
-                               }});
+  PoolJob job;
+  job.batch_size = items;
+  job.launch = [this, shared, seq](backends::BackendInstance& inst, int,
+                                   std::function<void()> on_done) {
+    return StartBatch(shared, inst, seq, std::move(on_done));
+  };
+  pool_->Submit(index, std::move(job));
 }
 
-int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& instance,
-                                   uint64_t seq) {
+struct ModelVersion::BatchJob {
+  // The record against its admission of a member that has one (a predicted finish),
+  // observed once it is answered (the tasks move into their answers).
+  struct Record {
+    size_t index;  // in the batch, once the dropped members are gone
+    int64_t enqueued_ns, predicted_finish_ns, deadline_ns;
+  };
+  std::shared_ptr<Batch> batch;  // the members still to run
+  uint64_t seq = 0;
+  // Members dropped for their deadline before the batch started (answered then), and
+  // the records of those left. Without deadlines nothing is allocated.
+  std::vector<Record> dropped, records;
+  std::vector<const InferRequest*> requests;
+  std::vector<int64_t> sizes;
+  int64_t items = 0;
+  // The batcher grouped the batch by a hash of the shapes; requests whose shapes differ
+  // but hash alike are told apart here and run in groups of their true shape.
+  std::vector<std::vector<size_t>> groups;
+  int64_t t0 = 0;  // when its runs began
+};
+
+PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
+                                         backends::BackendInstance& instance, uint64_t seq,
+                                         std::function<void()> on_done) {
+  // On the stack: it moves to the heap only when a launch leaves it to the second half.
+  BatchJob job;
+  job.batch = std::move(shared);
+  job.seq = seq;
+  Batch& batch = *job.batch;
   // The scheduler removes cancelled requests only while they are queued. A cancel that
   // lands after the batch was formed (or while its flag was set but the scheduler not yet
   // told) still saves the work: such requests leave here, answered, before the merge.
   // Likewise a request whose deadline passed while the batch waited for this instance is
   // answered now, unrun: so one that runs is answered by its deadline plus the batch time.
   const int64_t start_ns = clock_->NowNs();
-  // The record against its admission of each member that has one (a predicted finish),
-  // observed once it is answered (the tasks move into their answers). One dropped below
-  // for its deadline counts as answered then. Without deadlines nothing is allocated.
-  struct Record {
-    size_t index;  // in the batch, once the dropped members are gone
-    int64_t enqueued_ns, predicted_finish_ns, deadline_ns;
-  };
-  std::vector<Record> dropped, records;
   size_t kept = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t deadline = batch[i]->request.deadline_ns;
@@ -629,7 +652,7 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     } else if (deadline > 0 && start_ns > deadline) {
       stats_.RecordDeadlineMissed();
       if (batch[i]->predicted_finish_ns > 0)
-        dropped.push_back({0, batch[i]->enqueued_ns, batch[i]->predicted_finish_ns, deadline});
+        job.dropped.push_back({0, batch[i]->enqueued_ns, batch[i]->predicted_finish_ns, deadline});
       const Status status = MissedDeadline(*batch[i], start_ns, "before its batch started");
       const int64_t queued_ns = start_ns - batch[i]->enqueued_ns;
       Answer(std::move(batch[i]), status, {}, queued_ns, 0, 0, 0);
@@ -640,8 +663,79 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     }
   }
   batch.resize(kept);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const RequestTask& t = *batch[i];
+    if (t.predicted_finish_ns > 0)
+      job.records.push_back({i, t.enqueued_ns, t.predicted_finish_ns, t.request.deadline_ns});
+    job.requests.push_back(&t.request);
+    job.sizes.push_back(t.items);
+    job.items += t.items;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto same =
+        std::find_if(job.groups.begin(), job.groups.end(), [&](const std::vector<size_t>& g) {
+          return SameBatchShape(options_.signature, *job.requests[g[0]], *job.requests[i]);
+        });
+    if (same == job.groups.end()) {
+      job.groups.push_back({i});
+    } else {
+      same->push_back(i);
+    }
+  }
+  job.t0 = clock_->NowNs();
+  if (!batch.empty() && job.groups.size() == 1 && instance.pipeline_depth() > 1) {
+    // Launched now, finished by the half returned: the instance's thread launches the next
+    // batch meanwhile.
+    GroupRun run;
+    run.t0 = job.t0;
+    auto merged = MergeInputs(options_.signature, job.requests, job.sizes);
+    run.t1 = clock_->NowNs();
+    run.status = merged.status();
+    if (run.status.ok()) {
+      try {
+        run.status = instance.Launch(*merged, on_done);
+      } catch (const std::exception& e) {
+        run.status = Internal(std::string("backend threw: ") + e.what());
+      } catch (...) {
+        run.status = Internal("backend threw a non-standard exception");
+      }
+    }
+    if (run.status.ok()) {
+      return [this, job = std::make_shared<BatchJob>(std::move(job)), &instance,
+              run = std::move(run)]() mutable {
+        std::vector<NamedTensor> outputs;
+        try {
+          run.status = instance.Finish(&outputs);
+        } catch (const std::exception& e) {
+          run.status = Internal(std::string("backend threw: ") + e.what());
+        } catch (...) {
+          run.status = Internal("backend threw a non-standard exception");
+        }
+        run.t2 = clock_->NowNs();
+        ScatterRun(run, std::move(outputs), job->requests, job->sizes);
+        return CompleteBatch(*job, instance, std::move(run));
+      };
+    }
+    // Nothing was launched: answered (or split, for bad data) as a failed run is.
+    run.t2 = clock_->NowNs();
+    ScatterRun(run, {}, job.requests, job.sizes);
+    const int64_t items = CompleteBatch(job, instance, std::move(run));
+    on_done();
+    return [items] { return items; };
+  }
+  const int64_t items = CompleteBatch(job, instance, std::nullopt);
+  on_done();
+  return [items] { return items; };
+}
+
+int64_t ModelVersion::CompleteBatch(BatchJob& job, backends::BackendInstance& instance,
+                                    std::optional<GroupRun> launched) {
+  using Record = BatchJob::Record;
+  Batch& batch = *job.batch;
+  const uint64_t seq = job.seq;
   // Records the overruns of `rs` (answered at `answered_ns`) and of the dropped members.
-  const auto observe = [this, dropped](const std::vector<Record>& rs, int64_t answered_ns) {
+  const auto observe = [this, dropped = job.dropped](const std::vector<Record>& rs,
+                                                     int64_t answered_ns) {
     if (rs.empty() && dropped.empty()) return;
     MutexLock lock(&mu_);
     for (const Record& r : dropped)
@@ -653,64 +747,45 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   };
   if (batch.empty()) {
     if (options_.preserve_ordering) Release(seq, {});
-    observe({}, start_ns);
+    observe({}, job.t0);
     return 0;
   }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const RequestTask& t = *batch[i];
-    if (t.predicted_finish_ns > 0)
-      records.push_back({i, t.enqueued_ns, t.predicted_finish_ns, t.request.deadline_ns});
-  }
-  std::vector<const InferRequest*> requests;
-  std::vector<int64_t> sizes;
-  int64_t items = 0;
-  for (const auto& t : batch) {
-    requests.push_back(&t->request);
-    sizes.push_back(t->items);
-    items += t->items;
-  }
-  // The batcher grouped the batch by a hash of the shapes; requests whose shapes differ
-  // but hash alike are told apart here and run in groups of their true shape.
-  std::vector<std::vector<size_t>> groups;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    auto same = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
-      return SameBatchShape(options_.signature, *requests[g[0]], *requests[i]);
-    });
-    if (same == groups.end()) {
-      groups.push_back({i});
-    } else {
-      same->push_back(i);
-    }
-  }
-  const int64_t t0 = clock_->NowNs();
+  const int64_t t0 = job.t0;
   // What the answers below submit to other models leaves after the last answer.
   DeferDispatch defer;
   std::vector<GroupRun> runs;
   // Request i's answer is runs[run_of[i]].per_request[slot_of[i]].
   std::vector<size_t> run_of(batch.size()), slot_of(batch.size());
-  bool split = groups.size() > 1;
-  // Runs `group` as one call. When the backend refuses its data (INVALID_ARGUMENT: an
-  // index out of range, say) the fault may be one request's: each half is run again (each
-  // request, from three down), so that only requests whose own inputs are bad fail, and one
-  // bad request among n costs about 2·log2(n) extra runs rather than n.
+  bool split = job.groups.size() > 1;
+  // Runs `group` as one call (or takes `given`, its run already made). When the backend
+  // refuses its data (INVALID_ARGUMENT: an index out of range, say) the fault may be one
+  // request's: each half is run again (each request, from three down), so that only
+  // requests whose own inputs are bad fail, and one bad request among n costs about
+  // 2·log2(n) extra runs rather than n.
   // A generic lambda that takes itself: recursive without a std::function's allocation.
-  const auto run_group = [&](const auto& self, const std::vector<size_t>& group) -> void {
-    std::vector<const InferRequest*> group_requests;
-    std::vector<int64_t> group_sizes;
-    for (size_t i : group) {
-      group_requests.push_back(requests[i]);
-      group_sizes.push_back(sizes[i]);
+  const auto run_group = [&](const auto& self, const std::vector<size_t>& group,
+                             GroupRun* given) -> void {
+    GroupRun run;
+    if (given != nullptr) {
+      run = std::move(*given);
+    } else {
+      std::vector<const InferRequest*> group_requests;
+      std::vector<int64_t> group_sizes;
+      for (size_t i : group) {
+        group_requests.push_back(job.requests[i]);
+        group_sizes.push_back(job.sizes[i]);
+      }
+      run = RunGroup(group_requests, group_sizes, instance);
     }
-    GroupRun run = RunGroup(group_requests, group_sizes, instance);
     if (run.status.code() == StatusCode::kInvalidArgument && group.size() > 1) {
       split = true;
       if (group.size() <= 3) {
-        for (size_t i : group) self(self, {i});
+        for (size_t i : group) self(self, {i}, nullptr);
         return;
       }
       const auto mid = group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2);
-      self(self, std::vector<size_t>(group.begin(), mid));
-      self(self, std::vector<size_t>(mid, group.end()));
+      self(self, std::vector<size_t>(group.begin(), mid), nullptr);
+      self(self, std::vector<size_t>(mid, group.end()), nullptr);
       return;
     }
     for (size_t k = 0; k < group.size(); ++k) {
@@ -719,11 +794,12 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
     }
     runs.push_back(std::move(run));
   };
-  for (const auto& group : groups) run_group(run_group, group);
+  for (size_t g = 0; g < job.groups.size(); ++g)
+    run_group(run_group, job.groups[g], g == 0 && launched ? &*launched : nullptr);
 
   // What a failed run took says nothing of the model's speed: only answers that ran count.
   std::vector<Record> ran;
-  for (const Record& r : records) {
+  for (const Record& r : job.records) {
     if (runs[run_of[r.index]].status.ok()) ran.push_back(r);
   }
   if (options_.preserve_ordering) {
@@ -741,7 +817,7 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
       });
     }
     // The answers may be held for an earlier batch: observed when they really leave.
-    if (!ran.empty() || !dropped.empty())
+    if (!ran.empty() || !job.dropped.empty())
       answers.push_back([this, observe, ran = std::move(ran)] { observe(ran, clock_->NowNs()); });
     Release(seq, std::move(answers));
   } else {
@@ -757,15 +833,13 @@ int64_t ModelVersion::ExecuteBatch(Batch& batch, backends::BackendInstance& inst
   }
   if (!options_.preserve_ordering) observe(ran, clock_->NowNs());
   // After a split the time covers several calls: the cost model learns nothing from it.
-  return split ? 0 : items;
+  return split ? 0 : job.items;
 }
 
 ModelVersion::GroupRun ModelVersion::RunGroup(const std::vector<const InferRequest*>& requests,
                                               const std::vector<int64_t>& sizes,
                                               backends::BackendInstance& instance) {
   GroupRun run;
-  int64_t items = 0;
-  for (int64_t n : sizes) items += n;
   run.t0 = clock_->NowNs();
   auto merged = MergeInputs(options_.signature, requests, sizes);
   run.t1 = clock_->NowNs();
@@ -781,6 +855,13 @@ ModelVersion::GroupRun ModelVersion::RunGroup(const std::vector<const InferReque
     }
   }
   run.t2 = clock_->NowNs();
+  ScatterRun(run, std::move(outputs), requests, sizes);
+  return run;
+}
+
+void ModelVersion::ScatterRun(GroupRun& run, std::vector<NamedTensor> outputs,
+                              const std::vector<const InferRequest*>& requests,
+                              const std::vector<int64_t>& sizes) {
   if (run.status.ok()) {
     auto scattered = ScatterOutputs(options_.signature, std::move(outputs), requests, sizes);
     if (scattered.ok()) {
@@ -794,9 +875,11 @@ ModelVersion::GroupRun ModelVersion::RunGroup(const std::vector<const InferReque
                                        std::to_string(options_.version));
   }
   run.t3 = clock_->NowNs();
-  if (run.status.ok())
+  if (run.status.ok()) {
+    int64_t items = 0;
+    for (int64_t n : sizes) items += n;
     stats_.RecordExecution(items, run.t1 - run.t0, run.t2 - run.t1, run.t3 - run.t2);
-  return run;
+  }
 }
 
 void ModelVersion::Release(uint64_t seq, std::vector<std::function<void()>> answers) {

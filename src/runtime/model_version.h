@@ -27,6 +27,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -179,11 +180,6 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   // thread; returns true (with poked_ set) if the scheduler must be notified.
   bool DispatchOrWake() REQUIRES(mu_);
   void Dispatch(Batch batch) REQUIRES(mu_);
-  // Runs `batch` on `instance` and answers its requests; returns the items executed
-  // (requests cancelled since the batch was formed are answered without running).
-  // Takes mu_ once, after the answers, to report their overruns to admission.
-  int64_t ExecuteBatch(Batch& batch, backends::BackendInstance& instance, uint64_t seq)
-      EXCLUDES(mu_);
   // One call of the backend on `requests` merged: their outputs, one list per request, and
   // the times of its merge, execution and scatter (clock ns).
   struct GroupRun {
@@ -191,8 +187,30 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
     std::vector<std::vector<NamedTensor>> per_request;
     int64_t t0 = 0, t1 = 0, t2 = 0, t3 = 0;
   };
+  // A batch on its instance, between StartBatch and CompleteBatch.
+  struct BatchJob;
+  // Runs `batch` on `instance` and answers its requests, in two halves (PoolJob::launch).
+  // This one, on the instance's thread, answers at once the requests cancelled or past
+  // their deadline since the batch was formed; then, on an instance that pipelines
+  // (BackendInstance::pipeline_depth() > 1) and a batch of one shape, it merges the inputs
+  // and launches them, and the half it returns finishes the launch, answers and returns
+  // the items executed. Otherwise everything runs here and the half it returns gives the
+  // count. `on_done` goes to the backend's Launch, or is called here when nothing was
+  // left running.
+  PoolJob::Finish StartBatch(std::shared_ptr<Batch> batch, backends::BackendInstance& instance,
+                             uint64_t seq, std::function<void()> on_done) EXCLUDES(mu_);
+  // Runs every group of `job` (`launched`: the first group's run, already made) and
+  // answers; returns the items executed. Takes mu_ once, after the answers, to report
+  // their overruns to admission.
+  int64_t CompleteBatch(BatchJob& job, backends::BackendInstance& instance,
+                        std::optional<GroupRun> launched) EXCLUDES(mu_);
   GroupRun RunGroup(const std::vector<const InferRequest*>& requests,
                     const std::vector<int64_t>& sizes, backends::BackendInstance& instance);
+  // A run's second part: `outputs` (its status ok) split per request, its error named
+  // after the model, t3 set and the execution counted.
+  void ScatterRun(GroupRun& run, std::vector<NamedTensor> outputs,
+                  const std::vector<const InferRequest*>& requests,
+                  const std::vector<int64_t>& sizes);
   // Answers one task; `result` outputs are per request. Handles cache and stats.
   void Answer(TaskPtr task, const Status& status, std::vector<NamedTensor> outputs,
               int64_t queue_ns, int64_t input_ns, int64_t infer_ns, int64_t output_ns);

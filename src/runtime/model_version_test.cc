@@ -914,5 +914,102 @@ TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {
   EXPECT_EQ(s.inference_count, static_cast<uint64_t>(kThreads * kPerThread));
 }
 
+// Pipelined instances (BackendInstance::pipeline_depth() > 1, as on a GPU).
+
+TEST_F(ModelVersionTest, PipelinedInstanceLaunchesTheNextBatchBehindTheOneOnItsDevice) {
+  state_->set_pipeline_depth(2);
+  auto mv = Make(Batching(8));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  // The instance holds one batch of its two: the next leaves at once, launched behind it.
+  mv->Infer(Req("r1", {1}), answers_.For("r1"));
+  ASSERT_TRUE(WaitUntil([&] { return state_->max_outstanding() == 2; }))
+      << "the second batch was not launched while the first was on the device";
+  // Now it holds two: these wait in the queue, and leave as one batch.
+  mv->Infer(Req("r2", {2}), answers_.For("r2"));
+  mv->Infer(Req("r3", {3}), answers_.For("r3"));
+  EXPECT_EQ(mv->queue_depth(), 2u);
+  EXPECT_FALSE(answers_.Has("r1")) << "answered before the batch ahead of it";
+  state_->Unblock(100);
+  for (const char* id : {"first", "r1", "r2", "r3"}) {
+    ASSERT_TRUE(answers_.WaitFor(id)) << id;
+    const InferResponse r = answers_.Get(id);
+    ASSERT_TRUE(r.status.ok()) << id << ": " << r.status.ToString();
+  }
+  EXPECT_EQ(answers_.Get("r3").outputs[0].tensor.values<float>()[0], 6.0f);
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(ex[0].row_keys, (std::vector<float>{100}));
+  EXPECT_EQ(ex[1].row_keys, (std::vector<float>{1}));
+  EXPECT_EQ(ex[2].row_keys, (std::vector<float>{2, 3}));
+  mv->Shutdown();
+  EXPECT_EQ(mv->stats().execution_count, 3u);
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
+TEST_F(ModelVersionTest, BadInputInAPipelinedBatchFailsOnlyItsOwnRequest) {
+  state_->set_pipeline_depth(2);
+  auto mv = Make(Batching(8));
+  ASSERT_TRUE(Occupy(*mv, "first"));
+  mv->Infer(Req("alone", {1}), answers_.For("alone"));  // launched behind "first"
+  ASSERT_TRUE(WaitUntil([&] { return state_->max_outstanding() == 2; }));
+  mv->Infer(Req("left", {5}), answers_.For("left"));
+  mv->Infer(Req("bad", {-1000}), answers_.For("bad"));
+  mv->Infer(Req("right", {6}), answers_.For("right"));
+  state_->Unblock(100);
+  for (const char* id : {"first", "alone", "left", "bad", "right"})
+    ASSERT_TRUE(answers_.WaitFor(id)) << id;
+  EXPECT_EQ(answers_.Get("bad").status.code(), StatusCode::kInvalidArgument);
+  for (const auto& [id, v] : {std::pair<const char*, float>{"left", 5}, {"right", 6}}) {
+    const InferResponse r = answers_.Get(id);
+    ASSERT_TRUE(r.status.ok()) << id << ": " << r.status.ToString();
+    EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 2 * v) << id;
+  }
+  // The launched batch of three failed on the device; each request then ran alone.
+  auto ex = state_->executions();
+  ASSERT_EQ(ex.size(), 6u);
+  EXPECT_EQ(ex[2].row_keys, (std::vector<float>{5, -1000, 6}));
+  EXPECT_EQ(ex[3].row_keys, (std::vector<float>{5}));
+  EXPECT_EQ(ex[4].row_keys, (std::vector<float>{-1000}));
+  EXPECT_EQ(ex[5].row_keys, (std::vector<float>{6}));
+  mv->Shutdown();
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
+TEST_F(ModelVersionTest, PipelinedInstancesAnswerManyConcurrentCallersExactlyOnce) {
+  state_->set_pipeline_depth(2);
+  auto mv = Make(Batching(8), /*instances=*/2);
+  constexpr int kThreads = 4, kPerThread = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string id = std::to_string(t) + "_" + std::to_string(i);
+        // Every 50th request has bad data: the batches it joins are split.
+        const float v = i % 50 == 7 ? -1000.0f : static_cast<float>(i);
+        mv->Infer(Req(id, {v}), answers_.For(id));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  mv->Shutdown();
+  ASSERT_EQ(answers_.size(), static_cast<size_t>(kThreads * kPerThread));
+  int bad = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      const InferResponse r = answers_.Get(std::to_string(t) + "_" + std::to_string(i));
+      if (i % 50 == 7) {
+        EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+        ++bad;
+        continue;
+      }
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      EXPECT_EQ(r.outputs[0].tensor.values<float>()[0], 2.0f * i);
+    }
+  }
+  auto s = mv->stats();
+  EXPECT_EQ(s.success.count, static_cast<uint64_t>(kThreads * kPerThread - bad));
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace shoal::runtime

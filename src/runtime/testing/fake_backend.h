@@ -5,15 +5,26 @@
 // tests can assert which requests ran together and in what order. Rows whose first
 // value is in `block_values` make Execute wait until Unblock(value); a row whose first
 // value is negative makes Execute fail.
+//
+// With set_pipeline_depth(d > 1) its instances pipeline (BackendInstance::Launch and
+// Finish), as a GPU instance does: each has a "device" thread that runs what was launched,
+// and Execute calls, in order (through the same Execute, so blocking and failing values
+// work alike) and calls a launch's on_done after it. The state records the most batches
+// launched and not finished at once, and every call that broke the contract (a launch
+// beyond the depth, an Execute while depth batches are outstanding, a Finish with none).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -112,6 +123,33 @@ class FakeBackendState {
     ++instances_created_;
   }
 
+  // Instances created from now on pipeline `depth` batches (1: they do not).
+  void set_pipeline_depth(int depth) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pipeline_depth_ = depth;
+  }
+  int pipeline_depth() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pipeline_depth_;
+  }
+  // A pipelining instance has `n` batches launched and not finished.
+  void RecordOutstanding(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    max_outstanding_ = std::max(max_outstanding_, n);
+  }
+  int max_outstanding() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_outstanding_;
+  }
+  void RecordContractBroken(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    contract_broken_.push_back(what);
+  }
+  std::vector<std::string> contract_broken() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return contract_broken_;
+  }
+
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -119,19 +157,120 @@ class FakeBackendState {
   std::vector<Execution> executions_;
   int waiting_ = 0;
   int instances_created_ = 0;
+  int pipeline_depth_ = 1;
+  int max_outstanding_ = 0;
+  std::vector<std::string> contract_broken_;
 };
 
 class FakeInstance : public backends::BackendInstance {
  public:
   FakeInstance(std::shared_ptr<FakeBackendState> state, int index)
-      : state_(std::move(state)), index_(index) {}
+      : state_(std::move(state)), index_(index), depth_(state_->pipeline_depth()) {
+    if (depth_ > 1) device_ = std::thread([this] { DeviceLoop(); });
+  }
+  ~FakeInstance() override {
+    if (!device_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    device_.join();
+  }
+
+  int pipeline_depth() const override { return depth_; }
+
   Status Execute(const backends::ExecuteRequest& req, std::vector<NamedTensor>* outputs) override {
-    return state_->Execute(index_, req, outputs);
+    if (depth_ == 1) return state_->Execute(index_, req, outputs);
+    if (launched_.size() >= static_cast<size_t>(depth_)) {
+      state_->RecordContractBroken("Execute with " + std::to_string(launched_.size()) +
+                                   " batches outstanding");
+    }
+    // Behind what is launched, as a GPU instance queues it on its stream.
+    auto work = Queue(req, nullptr);
+    Wait(*work);
+    for (auto& t : work->outputs) outputs->push_back(std::move(t));
+    return work->status;
+  }
+
+  Status Launch(const backends::ExecuteRequest& req, std::function<void()> on_done) override {
+    if (depth_ == 1 || launched_.size() >= static_cast<size_t>(depth_)) {
+      state_->RecordContractBroken("Launch with " + std::to_string(launched_.size()) +
+                                   " batches outstanding");
+      return FailedPrecondition("fake backend: no room to launch");
+    }
+    launched_.push_back(Queue(req, std::move(on_done)));
+    state_->RecordOutstanding(static_cast<int>(launched_.size()));
+    return Status::Ok();
+  }
+
+  Status Finish(std::vector<NamedTensor>* outputs) override {
+    if (launched_.empty()) {
+      state_->RecordContractBroken("Finish with nothing launched");
+      return FailedPrecondition("fake backend: nothing launched");
+    }
+    std::shared_ptr<Work> work = std::move(launched_.front());
+    launched_.pop_front();
+    Wait(*work);
+    for (auto& t : work->outputs) outputs->push_back(std::move(t));
+    return work->status;
   }
 
  private:
+  struct Work {
+    backends::ExecuteRequest request;
+    std::function<void()> on_done;
+    bool finished = false;
+    Status status;
+    std::vector<NamedTensor> outputs;
+  };
+  std::shared_ptr<Work> Queue(const backends::ExecuteRequest& req, std::function<void()> on_done) {
+    auto work = std::make_shared<Work>();
+    work->request = req;
+    work->on_done = std::move(on_done);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(work);
+    }
+    cv_.notify_all();
+    return work;
+  }
+  void Wait(const Work& work) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return work.finished; });
+  }
+  void DeviceLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      std::shared_ptr<Work> work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::vector<NamedTensor> outputs;
+      const Status status = state_->Execute(index_, work->request, &outputs);
+      lock.lock();
+      work->status = status;
+      work->outputs = std::move(outputs);
+      work->finished = true;
+      std::function<void()> on_done = std::move(work->on_done);
+      lock.unlock();
+      cv_.notify_all();
+      if (on_done) on_done();  // after the batch, like a stream's host callback
+      lock.lock();
+    }
+  }
+
   std::shared_ptr<FakeBackendState> state_;
   int index_;
+  const int depth_;
+  // Instance thread only: launched, not yet finished, oldest first.
+  std::deque<std::shared_ptr<Work>> launched_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Work>> queue_;  // for the device thread
+  bool stopping_ = false;
+  std::thread device_;
 };
 
 class FakeBackendModel : public backends::BackendModel {
