@@ -8,9 +8,13 @@
 //   gpu_plan_bench MODEL.onnx [--batches 1,8,64] [--runs R] [--cpu-runs R] [--json FILE]
 //                  [--tensor-parallel N] [--lower-only]
 // --cpu-runs: timed CPU runs (default R; 0 runs the CPU once, for the differences only).
-// Each batch's fp32 step-by-step run is also split by CUDA events into its input copies,
-// steps and output copies (copyin_ms, steps_ms, copyout_ms): what a second instance's compute
-// on the same GPU could hide of one batch's copies.
+// Each batch's fp32 run as a CUDA graph is also split by CUDA events into its input copies,
+// compute and output copies (copyin_ms, steps_ms, copyout_ms), and the plan is timed over R
+// batches back to back, synchronously (seq_ms, each batch's copies and compute in turn) and
+// double buffered with two batches in flight (pipe_ms: launch, launch, then finish the oldest
+// and launch the next). copy_hidden = (seq_ms - pipe_ms) / (copyin_ms + copyout_ms), clamped
+// to [0, 1]: the share of a batch's copies that the other batch's compute hides (issue 20's
+// target: 0.8 or more).
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,8 +64,12 @@ struct Row {
   double gemm_flops = 0;
   std::vector<double> ms;
   std::vector<float> diff;
-  // fp32 step by step, split by CUDA events: input copies, steps, output copies (medians).
+  // fp32 as a CUDA graph, split by CUDA events: input copies, compute, output copies
+  // (medians).
   double copy_in_ms = 0, compute_ms = 0, copy_out_ms = 0;
+  // fp32 as a CUDA graph, R batches back to back: ms per batch, synchronously and with two
+  // in flight (medians of three), and the share of the copies hidden.
+  double sequential_ms = 0, pipelined_ms = 0, copy_hidden = 0;
 };
 
 // 2·m·n·k over every product of a lowered plan.
@@ -86,6 +95,37 @@ double MedianMs(int runs, Fn&& fn) {
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// `n` batches back to back through `plan`, in ms per batch: synchronous Runs into
+// `*sequential_ms`, and pipelined (launch, launch, then finish the oldest and launch the next,
+// so that one batch's copies overlap the other's compute) into `*pipelined_ms`.
+Status TimePipeline(cuda::GpuPlan& plan, const std::vector<const Tensor*>& inputs,
+                    const cuda::Stream& stream, int n, double* sequential_ms,
+                    double* pipelined_ms) {
+  std::vector<Tensor> out;
+  auto since = [n](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           n;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) RETURN_IF_ERROR(plan.Run(inputs, stream, &out));
+  *sequential_ms = since(t0);
+  t0 = std::chrono::steady_clock::now();
+  std::deque<int> in_flight;  // slots, oldest first
+  for (int i = 0; i < n; ++i) {
+    if (in_flight.size() == static_cast<size_t>(cuda::GpuPlan::kSlots)) {
+      RETURN_IF_ERROR(plan.Finish(in_flight.front(), &out));
+      in_flight.pop_front();
+    }
+    ASSIGN_OR_RETURN(const int slot, plan.Launch(inputs, stream));
+    in_flight.push_back(slot);
+  }
+  for (; !in_flight.empty(); in_flight.pop_front())
+    RETURN_IF_ERROR(plan.Finish(in_flight.front(), &out));
+  *pipelined_ms = since(t0);
+  return Status::Ok();
 }
 
 // The largest difference between a GPU run's fp32 outputs and the CPU's; +inf when one
@@ -260,8 +300,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%6s %10s", "batch", "cpu_ms");
   for (const Variant& v : variants) std::printf(" %10s", (v.name + "_ms").c_str());
-  std::printf(" %9s %9s %9s %9s %9s", "gemm_GF", "fp16_TF/s", "copyin_ms", "steps_ms",
-              "copyout_ms");
+  std::printf(" %9s %9s %9s %9s %9s %9s %9s %11s", "gemm_GF", "fp16_TF/s", "copyin_ms", "steps_ms",
+              "copyout_ms", "seq_ms", "pipe_ms", "copy_hidden");
   for (const Variant& v : variants)
     if (v.diff) std::printf(" %10s", (v.name + "_diff").c_str());
   std::printf("\n");
@@ -306,8 +346,8 @@ int main(int argc, char** argv) {
       });
       if (!failed.ok()) return Fail(failed, "GPU run");
       row.diff[k] = MaxDiff(out, cpu_out);
-      if (!variants[k].cuda_graph) {
-        // Where the device time goes: what a second instance's compute could hide.
+      if (k == 0) {
+        // Where the device time goes, and how much of the copies two batches in flight hide.
         std::vector<double> in, mid, back;
         for (int r = 0; r < std::max(3, runs / 4); ++r) {
           auto phases = (*gpu)->RunTimingPhases(inputs, *stream, &out);
@@ -323,13 +363,24 @@ int main(int argc, char** argv) {
         row.copy_in_ms = median(in);
         row.compute_ms = median(mid);
         row.copy_out_ms = median(back);
+        std::vector<double> sequential(3), pipelined(3);
+        double warm = 0;  // both slots' graphs captured
+        failed = TimePipeline(**gpu, inputs, *stream, 4, &warm, &warm);
+        for (size_t r = 0; failed.ok() && r < sequential.size(); ++r)
+          failed = TimePipeline(**gpu, inputs, *stream, runs, &sequential[r], &pipelined[r]);
+        if (!failed.ok()) return Fail(failed, "GPU runs, pipelined");
+        row.sequential_ms = median(sequential);
+        row.pipelined_ms = median(pipelined);
+        const double copies = row.copy_in_ms + row.copy_out_ms;
+        row.copy_hidden =
+            copies > 0 ? std::clamp((row.sequential_ms - row.pipelined_ms) / copies, 0.0, 1.0) : 0;
       }
     }
     std::printf("%6lld %10.4f", static_cast<long long>(batch), row.cpu_ms);
     for (size_t k = 0; k < variants.size(); ++k) std::printf(" %10.4f", row.ms[k]);
-    std::printf(" %9.3f %9.2f %9.4f %9.4f %9.4f", row.gemm_flops / 1e9,
+    std::printf(" %9.3f %9.2f %9.4f %9.4f %9.4f %9.4f %9.4f %11.2f", row.gemm_flops / 1e9,
                 row.gemm_flops / (row.ms[kFp16] * 1e9), row.copy_in_ms, row.compute_ms,
-                row.copy_out_ms);
+                row.copy_out_ms, row.sequential_ms, row.pipelined_ms, row.copy_hidden);
     for (size_t k = 0; k < variants.size(); ++k)
       if (variants[k].diff) std::printf(" %10.2e", row.diff[k]);
     std::printf("\n");
@@ -345,11 +396,14 @@ int main(int argc, char** argv) {
                  runs, cpu_runs);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::fprintf(f,
-                   "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g, "
-                   "\"fp32_copy_in_ms\": %.5f, \"fp32_steps_ms\": %.5f, \"fp32_copy_out_ms\": %.5f",
-                   i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops,
-                   r.copy_in_ms, r.compute_ms, r.copy_out_ms);
+      std::fprintf(
+          f,
+          "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g, "
+          "\"fp32_copy_in_ms\": %.5f, \"fp32_steps_ms\": %.5f, \"fp32_copy_out_ms\": %.5f, "
+          "\"fp32_sequential_ms\": %.5f, \"fp32_pipelined_ms\": %.5f, "
+          "\"copy_hidden\": %.4f",
+          i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops, r.copy_in_ms,
+          r.compute_ms, r.copy_out_ms, r.sequential_ms, r.pipelined_ms, r.copy_hidden);
       for (size_t k = 0; k < variants.size(); ++k) {
         std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
         if (variants[k].diff)

@@ -49,72 +49,67 @@ class GpuInstance : public BackendInstance {
               engine::cuda::TensorParallelOptions tensor_parallel,
               std::vector<engine::cuda::ShardPlace> shards,
               std::shared_ptr<engine::cuda::GpuWeights> weights,
-              std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream)
+              std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
+              int depth)
       : model_(model),
         gpu_(gpu),
         math_(math),
         tier_(std::move(tier)),
         tensor_parallel_(std::move(tensor_parallel)),
+        depth_(depth),
         shards_(std::move(shards)),
         handle_(std::move(handle)),
         stream_(std::move(stream)),
         weights_(std::move(weights)),
         cpu_engine_(dnnl::engine::kind::cpu, 0),
-        cpu_stream_(cpu_engine_) {}
+        cpu_stream_(cpu_engine_) {
+    launched_.reserve(engine::cuda::GpuPlan::kSlots);
+  }
 
   Status Execute(const ExecuteRequest& request, std::vector<NamedTensor>* outputs) override {
-    if (!request.variant.empty() && request.variant != tier_) {
-      return InvalidArgument("precision '" + request.variant +
-                             "' is not loaded for this model's GPU instances (they run " + tier_ +
-                             "; the config parameter gpu_precision picks fp32, tf32, fp16 or "
-                             "bf16)");
-    }
     try {
+      RETURN_IF_ERROR(CheckVariant(request));
       return Run(request.inputs, outputs);
     } catch (const std::exception& e) {
       return Internal(std::string("onnx backend (GPU): ") + e.what());
     }
   }
 
-  // One batch: the plan for its shapes, its inputs copied in, run, its outputs copied out.
+  // The config's gpu_pipeline_depth: 2 (the default) overlaps a batch's copies with the
+  // compute of the one before; 1 runs each batch alone (Execute only).
+  int pipeline_depth() const override { return depth_; }
+
+  Status Launch(const ExecuteRequest& request, std::function<void()> on_done) override {
+    if (launched_.size() >= static_cast<size_t>(pipeline_depth())) {
+      return FailedPrecondition(std::to_string(launched_.size()) +
+                                " batches are launched and not finished; finish one first");
+    }
+    try {
+      RETURN_IF_ERROR(CheckVariant(request));
+      ASSIGN_OR_RETURN(const Launched batch, LaunchBatch(request.inputs, std::move(on_done)));
+      launched_.push_back(batch);  // reserved: does not allocate
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Internal(std::string("onnx backend (GPU): ") + e.what());
+    }
+  }
+
+  Status Finish(std::vector<NamedTensor>* outputs) override {
+    if (launched_.empty()) return FailedPrecondition("no batch is launched");
+    const Launched oldest = launched_.front();
+    launched_.erase(launched_.begin());
+    try {
+      return FinishBatch(oldest, outputs);
+    } catch (const std::exception& e) {
+      return Internal(std::string("onnx backend (GPU): ") + e.what());
+    }
+  }
+
+  // One batch, synchronously: launched, and its own slot finished. A batch launched before
+  // stays launched (its outputs wait in its slot for its Finish); stream order ran it first.
   Status Run(const std::vector<NamedTensor>& named, std::vector<NamedTensor>* outputs) {
-    // The instance's thread made its GPU current when it created the instance; say it
-    // again, in case a runtime ever runs an instance from another thread.
-    RETURN_IF_ERROR(engine::cuda::CudaStatus(cudaSetDevice(gpu_), "cudaSetDevice"));
-    const engine::Graph& graph = model_.graph();
-    std::vector<const Tensor*> inputs;
-    std::vector<Shape> shapes;
-    for (int v : graph.inputs) {
-      const std::string& name = graph.values[v].name;
-      const Tensor* found = nullptr;
-      for (const NamedTensor& t : named)
-        if (t.name == name) found = &t.tensor;
-      if (!found) return InvalidArgument("input '" + name + "' is missing");
-      inputs.push_back(found);
-      shapes.push_back(found->shape());
-    }
-    RETURN_IF_ERROR(CheckInputs(inputs));
-    ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
-    std::vector<Tensor> results;
-    RETURN_IF_ERROR(plan->Run(inputs, stream_, &results));
-    stats_.busy_ns += static_cast<int64_t>(plan->last_device_ms() * 1e6);
-    size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-      stats_.device_used_bytes = static_cast<int64_t>(total - free);
-      stats_.device_total_bytes = static_cast<int64_t>(total);
-    }
-    // NVML's utilisation, asked at most once a second (NVML samples over about that).
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_nvml_ >= std::chrono::seconds(1)) {
-      last_nvml_ = now;
-      auto nvml = engine::cuda::Nvml::Get();
-      auto u = nvml.ok() ? (*nvml)->Utilization(gpu_)
-                         : StatusOr<engine::cuda::GpuUtilization>(nvml.status());
-      stats_.utilization_percent = u.ok() ? u->gpu_percent : -1;
-    }
-    for (size_t o = 0; o < results.size(); ++o)
-      outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
-    return Status::Ok();
+    ASSIGN_OR_RETURN(const Launched batch, LaunchBatch(named, nullptr));
+    return FinishBatch(batch, outputs);
   }
 
   // Forgets the device time measured so far (the load-time accuracy check's); the memory
@@ -153,12 +148,85 @@ class GpuInstance : public BackendInstance {
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
     ASSIGN_OR_RETURN(auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_,
                                                               weights_, shards_));
-    if (plans_.size() >= kMaxGpuPlans) plans_.pop_back();
+    if (plans_.size() >= kMaxGpuPlans) {
+      // The least recently used plan with no batch launched and unfinished (whose work
+      // still reads its buffers). With at most pipeline_depth() launched, there is one.
+      for (auto it = plans_.end(); it != plans_.begin();) {
+        --it;
+        if (it->plan->free_slots() < engine::cuda::GpuPlan::kSlots) continue;
+        plans_.erase(it);
+        break;
+      }
+    }
     plans_.push_front({shapes, std::move(plan)});
     return plans_.front().plan.get();
   }
 
  private:
+  // A batch launched on a plan's slot.
+  struct Launched {
+    engine::cuda::GpuPlan* plan = nullptr;
+    int slot = 0;
+  };
+
+  Status CheckVariant(const ExecuteRequest& request) const {
+    if (request.variant.empty() || request.variant == tier_) return Status::Ok();
+    return InvalidArgument("precision '" + request.variant +
+                           "' is not loaded for this model's GPU instances (they run " + tier_ +
+                           "; the config parameter gpu_precision picks fp32, tf32, fp16 or bf16)");
+  }
+
+  // The plan for the batch's shapes, and the batch launched on it.
+  StatusOr<Launched> LaunchBatch(const std::vector<NamedTensor>& named,
+                                 std::function<void()> on_done) {
+    // The instance's thread made its GPU current when it created the instance; say it
+    // again, in case a runtime ever runs an instance from another thread.
+    RETURN_IF_ERROR(engine::cuda::CudaStatus(cudaSetDevice(gpu_), "cudaSetDevice"));
+    const engine::Graph& graph = model_.graph();
+    std::vector<const Tensor*> inputs;
+    std::vector<Shape> shapes;
+    for (int v : graph.inputs) {
+      const std::string& name = graph.values[v].name;
+      const Tensor* found = nullptr;
+      for (const NamedTensor& t : named)
+        if (t.name == name) found = &t.tensor;
+      if (!found) return InvalidArgument("input '" + name + "' is missing");
+      inputs.push_back(found);
+      shapes.push_back(found->shape());
+    }
+    RETURN_IF_ERROR(CheckInputs(inputs));
+    ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
+    ASSIGN_OR_RETURN(const int slot, plan->Launch(inputs, stream_, std::move(on_done)));
+    return Launched{plan, slot};
+  }
+
+  // Waits for a launched batch, frees its slot, counts it in the stats and appends its
+  // outputs.
+  Status FinishBatch(const Launched& batch, std::vector<NamedTensor>* outputs) {
+    std::vector<Tensor> results;
+    RETURN_IF_ERROR(batch.plan->Finish(batch.slot, &results));
+    // Its compute only: the copies overlap other batches' compute.
+    stats_.busy_ns += static_cast<int64_t>(batch.plan->last_device_ms() * 1e6);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      stats_.device_used_bytes = static_cast<int64_t>(total - free);
+      stats_.device_total_bytes = static_cast<int64_t>(total);
+    }
+    // NVML's utilisation, asked at most once a second (NVML samples over about that).
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_nvml_ >= std::chrono::seconds(1)) {
+      last_nvml_ = now;
+      auto nvml = engine::cuda::Nvml::Get();
+      auto u = nvml.ok() ? (*nvml)->Utilization(gpu_)
+                         : StatusOr<engine::cuda::GpuUtilization>(nvml.status());
+      stats_.utilization_percent = u.ok() ? u->gpu_percent : -1;
+    }
+    const engine::Graph& graph = model_.graph();
+    for (size_t o = 0; o < results.size(); ++o)
+      outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
+    return Status::Ok();
+  }
+
   // The model's dtypes, ranks and fixed dimensions.
   Status CheckInputs(const std::vector<const Tensor*>& inputs) const {
     const auto& infos = model_.inputs();
@@ -191,6 +259,7 @@ class GpuInstance : public BackendInstance {
   GemmMath math_;
   std::string tier_;
   engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
+  int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
   std::vector<engine::cuda::ShardPlace> shards_;         // where each shard runs
   std::unique_ptr<engine::cuda::LtHandle> handle_;
   engine::cuda::Stream stream_;
@@ -200,7 +269,9 @@ class GpuInstance : public BackendInstance {
   dnnl::engine cpu_engine_;  // prepares the CPU plans that are lowered
   dnnl::stream cpu_stream_;
   std::list<Cached> plans_;  // most recently used first
-  DeviceStats stats_;        // device time and memory, as of the last batch
+  // Batches launched and not finished, oldest first; capacity pipeline_depth(), reserved.
+  std::vector<Launched> launched_;
+  DeviceStats stats_;  // device time and memory, as of the last batch
   std::chrono::steady_clock::time_point last_nvml_{};  // when NVML was last asked
 };
 
@@ -264,6 +335,10 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       tensor_parallel.min_columns,
       PositiveParameter(parameters, "gpu_tensor_parallel_min_columns", 1024, int64_t{1} << 40));
   tensor_parallel.shards = static_cast<int>(shards);
+  // Batches in flight per instance: 2 overlaps one's copies with the other's compute.
+  ASSIGN_OR_RETURN(const int64_t depth,
+                   PositiveParameter(parameters, "gpu_pipeline_depth",
+                                     engine::cuda::GpuPlan::kSlots, engine::cuda::GpuPlan::kSlots));
   const std::vector<int> span = info.gpus.empty() ? std::vector<int>{info.gpu} : info.gpus;
   auto devices = engine::cuda::ListDevices();
   if (!devices.ok()) return devices.status().WithPrefix(where + ": no usable CUDA device");
@@ -301,7 +376,7 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
   auto instance = std::make_unique<GpuInstance>(
       model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
-      weights_on(info.gpu), std::move(handle), std::move(stream));
+      weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first

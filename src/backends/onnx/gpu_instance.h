@@ -8,8 +8,19 @@
 // weights, so a new batch size costs an arena and its GEMMs' planning, not the weights.
 // CreateInstance lowers the plan for the inputs' smallest shapes (symbolic dimensions 1) at once,
 // so a model the GPU path cannot run fails its load, naming every node it lacks, instead of its
-// first request. Inputs and outputs stay host tensors: Execute copies the batch in, runs it and
-// copies the outputs back before it returns.
+// first request. Inputs and outputs stay host tensors, copied through each plan's pinned
+// staging buffers.
+//
+// The instance pipelines (pipeline_depth() 2; backend.h's Launch and Finish): Launch stages
+// a batch into a free slot of its plan and queues its input copy, its compute on the
+// instance's stream and its output copy, and returns; Finish waits for the oldest launched
+// batch and copies its outputs out. So while one batch computes, the next one's inputs copy
+// in and the last one's outputs copy out (GpuPlan, double buffered). Batches compute one
+// after another on the instance's stream, in launch order. Execute launches its batch and
+// waits for that batch alone: a batch launched before it stays launched, its outputs kept
+// in its slot for its own Finish. A plan holding a launched batch is never evicted from the
+// cache. The device time in device_stats() is the batches' compute, not their copies
+// (which overlap other batches' compute).
 //
 // The config parameter `gpu_precision` picks how the products (GEMMs, convolutions) run:
 // `fp32` (the default), `tf32` (tensor cores, 10-bit mantissas), or `fp16` / `bf16` (mixed

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -616,11 +617,140 @@ TEST(OnnxBackendGpuTest, InstancesOnOneGpuShareTheModelsWeights) {
   EXPECT_LE(MaxAbsDiff(again[0].tensor, on_cpu[0].tensor), 1e-5f);
 }
 
-// The tensor-parallel parameters are checked for form, with or without a device.
-TEST(OnnxBackendGpuTest, TensorParallelParametersMustBePositiveIntegers) {
+// A GPU instance pipelines two batches (backend.h's Launch and Finish). Each answer is bit
+// for bit what Execute of that batch alone gives: A launched, C executed while A is
+// outstanding (as the runtime may), then A finished; A and B launched, then finished in
+// order; A launched, then a batch of a new shape (a new plan, made while A is in flight)
+// launched; A launched, then batches of nine other shapes executed, evicting every other
+// plan from the cache but A's. Each on_done is called once, before its Finish returns; a
+// third launch, a launch of another precision tier and a Finish with nothing launched are
+// refused, and a refused launch's on_done is never called.
+TEST(OnnxBackendGpuTest, AGpuInstancePipelinesTwoBatches) {
+  auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto created = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(created.status()))
+    GTEST_SKIP() << "no GPU instance here: " << created.status().ToString();
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  BackendInstance& gpu = **created;
+  EXPECT_EQ(gpu.pipeline_depth(), 2);
+  auto request = [](int64_t batch, uint32_t seed) {
+    ExecuteRequest r;
+    r.batch_size = batch;
+    r.inputs.push_back({"features", Random({batch, 64}, seed)});
+    return r;
+  };
+  const ExecuteRequest a = request(4, 500), b = request(4, 501), c = request(4, 502),
+                       d = request(9, 503);
+  // Each alone, the reference (a plan's first batch runs step by step, later ones as CUDA
+  // graphs: the same kernels, the same bits).
+  std::map<const ExecuteRequest*, Tensor> alone;
+  auto execute_alone = [&](const ExecuteRequest& r) {
+    std::vector<NamedTensor> out;
+    const Status ran = gpu.Execute(r, &out);
+    ASSERT_TRUE(ran.ok()) << ran.ToString();
+    ASSERT_EQ(out.size(), 1u);
+    alone[&r] = std::move(out[0].tensor);
+  };
+  for (const ExecuteRequest* r : {&a, &b, &c}) execute_alone(*r);
+  auto expect_answer = [&](const std::vector<NamedTensor>& out, const ExecuteRequest& r,
+                           const char* what) {
+    ASSERT_EQ(out.size(), 1u) << what;
+    EXPECT_EQ(out[0].name, "score") << what;
+    const Tensor& want = alone.at(&r);
+    ASSERT_EQ(out[0].tensor.shape(), want.shape()) << what;
+    EXPECT_EQ(std::memcmp(out[0].tensor.data(), want.data(), want.byte_size()), 0) << what;
+  };
+  std::atomic<int> woken{0}, woken_refused{0};
+  auto wake = [&] { ++woken; };
+  // A launched, C executed beside it, A finished.
+  {
+    ASSERT_TRUE(gpu.Launch(a, wake).ok());
+    std::vector<NamedTensor> out_c, out_a;
+    const Status executed = gpu.Execute(c, &out_c);
+    ASSERT_TRUE(executed.ok()) << executed.ToString();
+    expect_answer(out_c, c, "C executed while A is launched");
+    const Status finished = gpu.Finish(&out_a);
+    ASSERT_TRUE(finished.ok()) << finished.ToString();
+    EXPECT_EQ(woken.load(), 1);
+    expect_answer(out_a, a, "A finished after C");
+  }
+  // A and B launched, a third refused, both finished in order.
+  {
+    ASSERT_TRUE(gpu.Launch(a, wake).ok());
+    ASSERT_TRUE(gpu.Launch(b, wake).ok());
+    EXPECT_EQ(gpu.Launch(c, [&] { ++woken_refused; }).code(), StatusCode::kFailedPrecondition);
+    std::vector<NamedTensor> first, second;
+    Status finished = gpu.Finish(&first);
+    ASSERT_TRUE(finished.ok()) << finished.ToString();
+    EXPECT_GE(woken.load(), 2);
+    finished = gpu.Finish(&second);
+    ASSERT_TRUE(finished.ok()) << finished.ToString();
+    EXPECT_EQ(woken.load(), 3);
+    expect_answer(first, a, "A, finished first");
+    expect_answer(second, b, "B, finished second");
+  }
+  // Two plans in flight: A, and D of a new shape.
+  {
+    ASSERT_TRUE(gpu.Launch(a, wake).ok());
+    ASSERT_TRUE(gpu.Launch(d, wake).ok());
+    std::vector<NamedTensor> first, second;
+    ASSERT_TRUE(gpu.Finish(&first).ok());
+    ASSERT_TRUE(gpu.Finish(&second).ok());
+    EXPECT_EQ(woken.load(), 5);
+    execute_alone(d);
+    expect_answer(first, a, "A beside D");
+    expect_answer(second, d, "D beside A");
+  }
+  // A's plan survives the cache's evictions while A is launched.
+  {
+    ASSERT_TRUE(gpu.Launch(a, wake).ok());
+    for (int64_t batch = 10; batch < 10 + static_cast<int64_t>(kMaxGpuPlans) + 1; ++batch) {
+      std::vector<NamedTensor> out;
+      const Status ran = gpu.Execute(request(batch, 600), &out);
+      ASSERT_TRUE(ran.ok()) << "batch " << batch << ": " << ran.ToString();
+    }
+    std::vector<NamedTensor> out_a;
+    const Status finished = gpu.Finish(&out_a);
+    ASSERT_TRUE(finished.ok()) << finished.ToString();
+    EXPECT_EQ(woken.load(), 6);
+    expect_answer(out_a, a, "A after the evictions");
+  }
+  // Refusals launch nothing.
+  ExecuteRequest int8 = request(4, 504);
+  int8.variant = "int8";
+  EXPECT_EQ(gpu.Launch(int8, [&] { ++woken_refused; }).code(), StatusCode::kInvalidArgument);
+  std::vector<NamedTensor> none;
+  EXPECT_EQ(gpu.Finish(&none).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(woken_refused.load(), 0);
+  EXPECT_EQ(woken.load(), 6);
+}
+
+// gpu_pipeline_depth 1: the instance runs each batch alone, through Execute only.
+TEST(OnnxBackendGpuTest, PipelineDepthOneTurnsPipeliningOff) {
+  auto model =
+      MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_pipeline_depth", "1"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto created = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(created.status()))
+    GTEST_SKIP() << "no GPU instance here: " << created.status().ToString();
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ((*created)->pipeline_depth(), 1);
+  ExecuteRequest r;
+  r.batch_size = 2;
+  r.inputs.push_back({"features", Random({2, 64}, 7)});
+  std::vector<NamedTensor> out;
+  ASSERT_TRUE((*created)->Execute(r, &out).ok());
+  EXPECT_EQ(out.size(), 1u);
+}
+
+// The tensor-parallel and pipelining parameters are checked for form, with or without a
+// device.
+TEST(OnnxBackendGpuTest, GpuIntegerParametersAreCheckedForForm) {
   for (const auto& [key, value] :
        {std::pair{"gpu_tensor_parallel", "0"}, std::pair{"gpu_tensor_parallel", "32"},
-        std::pair{"gpu_tensor_parallel_min_columns", "many"}}) {
+        std::pair{"gpu_tensor_parallel_min_columns", "many"}, std::pair{"gpu_pipeline_depth", "0"},
+        std::pair{"gpu_pipeline_depth", "3"}}) {
     SCOPED_TRACE(std::string(key) + " " + value);
     auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
     ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -122,7 +122,8 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
   const size_t flags = std::max<size_t>(l.flag_nodes.size(), 1);
   ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(flags * sizeof(int32_t)));
-  // The staging buffer: every input, every output and the flag, each 64-byte aligned.
+  // Each slot's staging buffer: every input, every output and the flags, each 64-byte
+  // aligned; its device buffers mirror the inputs' part and the rest.
   size_t staged = 0;
   auto place = [&](int64_t bytes) {
     const size_t at = staged;
@@ -133,11 +134,25 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
     return Product(l.shapes[v]) * static_cast<int64_t>(DataTypeSize(l.dtypes[v]));
   };
   for (int v : l.inputs) plan->staged_inputs_.push_back(place(bytes_of(v)));
+  plan->staged_out_begin_ = staged;
   for (int v : l.outputs) plan->staged_outputs_.push_back(place(bytes_of(v)));
   plan->staged_flag_ = place(static_cast<int64_t>(flags * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(plan->staging_, PinnedBuffer::Allocate(staged));
-  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->started_), "cudaEventCreate"));
-  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&plan->finished_), "cudaEventCreate"));
+  plan->staged_bytes_ = staged;
+  ASSIGN_OR_RETURN(Stream copy_in, Stream::Create());
+  plan->copy_in_.emplace(std::move(copy_in));
+  ASSIGN_OR_RETURN(Stream copy_out, Stream::Create());
+  plan->copy_out_.emplace(std::move(copy_out));
+  for (Slot& slot : plan->slots_) {
+    ASSIGN_OR_RETURN(slot.staging, PinnedBuffer::Allocate(staged));
+    ASSIGN_OR_RETURN(slot.in, DeviceBuffer::Allocate(plan->staged_out_begin_));
+    ASSIGN_OR_RETURN(slot.out, DeviceBuffer::Allocate(staged - plan->staged_out_begin_));
+    for (cudaEvent_t* timed :
+         {&slot.started, &slot.in_ready, &slot.compute_began, &slot.computed, &slot.copied_out}) {
+      RETURN_IF_ERROR(CudaStatus(cudaEventCreate(timed), "cudaEventCreate"));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming),
+                               "cudaEventCreate"));
+  }
   for (const GpuLowering::Blob& blob : l.blobs) {
     const void* device = nullptr;
     if (blob.shard >= 0 && static_cast<size_t>(blob.shard) < plan->shards_.size()) {
@@ -177,6 +192,9 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
 }
 
 GpuPlan::~GpuPlan() {
+  // A batch still launched reads the slot's buffers and may yet call its on_done.
+  for (Slot& slot : slots_)
+    if (slot.busy) (void)cudaEventSynchronize(slot.done);
   for (size_t b = 0; b < blob_keys_.size(); ++b) {
     const int s = blob_shards_[b];
     (s >= 0 ? shards_[static_cast<size_t>(s)].weights : weights_)->Release(blob_keys_[b]);
@@ -184,67 +202,67 @@ GpuPlan::~GpuPlan() {
   for (Shard& shard : shards_)
     if (shard.joined != nullptr) cudaEventDestroy(shard.joined);
   if (forked_ != nullptr) cudaEventDestroy(forked_);
-  if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
-  if (copied_in_ != nullptr) cudaEventDestroy(copied_in_);
-  if (computed_ != nullptr) cudaEventDestroy(computed_);
-  if (started_ != nullptr) cudaEventDestroy(started_);
-  if (finished_ != nullptr) cudaEventDestroy(finished_);
+  for (Slot& slot : slots_) {
+    if (slot.graph != nullptr) cudaGraphExecDestroy(slot.graph);
+    for (cudaEvent_t e : {slot.started, slot.in_ready, slot.compute_began, slot.computed,
+                          slot.copied_out, slot.done}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
 }
 
-Status GpuPlan::Queue(cudaStream_t stream) {
+Status GpuPlan::QueueCompute(const Slot& slot, cudaStream_t stream) {
   const GpuLowering& l = lowering_;
-  auto copy = [&](void* to, const void* from, int64_t bytes, cudaMemcpyKind kind) {
-    return CudaStatus(cudaMemcpyAsync(to, from, static_cast<size_t>(bytes), kind, stream),
-                      "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
+  auto copy = [&](void* to, const void* from, int64_t bytes) {
+    return CudaStatus(
+        cudaMemcpyAsync(to, from, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
   };
+  // Where a staging offset of the outputs' part lies in the slot's output buffer.
+  auto out = [&](size_t staged) { return slot.out.as<char>() + (staged - staged_out_begin_); };
   RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(error_flag_.data(), 0, error_flag_.size_bytes(), stream), "cudaMemsetAsync"));
   for (size_t i = 0; i < l.inputs.size(); ++i) {
     const int v = l.inputs[i];
     if (l.values[v].home != GpuValue::Home::kArena || l.values[v].bytes == 0) continue;
-    RETURN_IF_ERROR(copy(Address(v), staging_.data() + staged_inputs_[i], l.values[v].bytes,
-                         cudaMemcpyHostToDevice));
+    RETURN_IF_ERROR(copy(Address(v), slot.in.as<char>() + staged_inputs_[i], l.values[v].bytes));
   }
-  if (copied_in_ != nullptr)
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(copied_in_, stream), "cudaEventRecord"));
   for (size_t i = 0; i < l.steps.size(); ++i) {
     RETURN_IF_ERROR(l.steps[i].shard >= 0 ? RunShardStep(i, stream) : RunStep(i, stream));
   }
-  if (computed_ != nullptr)
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(computed_, stream), "cudaEventRecord"));
+  // Every output, in the arena or a constant blob.
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];
     if (l.values[v].home == GpuValue::Home::kNone || l.values[v].bytes == 0) continue;
-    RETURN_IF_ERROR(copy(staging_.data() + staged_outputs_[o], Address(v), l.values[v].bytes,
-                         cudaMemcpyDeviceToHost));
+    RETURN_IF_ERROR(copy(out(staged_outputs_[o]), Address(v), l.values[v].bytes));
   }
-  return copy(staging_.data() + staged_flag_, error_flag_.data(),
-              static_cast<int64_t>(error_flag_.size_bytes()), cudaMemcpyDeviceToHost);
+  return copy(out(staged_flag_), error_flag_.data(),
+              static_cast<int64_t>(error_flag_.size_bytes()));
 }
 
-Status GpuPlan::QueueAsGraph(cudaStream_t stream) {
-  if (graph_ == nullptr) {
+Status GpuPlan::QueueComputeAsGraph(Slot& slot, cudaStream_t stream) {
+  if (slot.graph == nullptr) {
     // Capture: the copies and launches are recorded, not run, and become the graph
-    // replayed below.
+    // replayed below. The graph holds this slot's buffers' addresses: one per slot.
     RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                                "cudaStreamBeginCapture"));
-    Status queued = Queue(stream);
+    Status queued = QueueCompute(slot, stream);
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     if (queued.ok()) queued = CudaStatus(ended, "cudaStreamEndCapture");
     if (queued.ok()) {
-      queued = CudaStatus(cudaGraphInstantiate(&graph_, graph, 0), "cudaGraphInstantiate");
+      queued = CudaStatus(cudaGraphInstantiate(&slot.graph, graph, 0), "cudaGraphInstantiate");
     }
     if (graph != nullptr) cudaGraphDestroy(graph);
     if (!queued.ok()) {
-      // Nothing ran while capturing: run this once step by step, and every run after.
-      graph_ = nullptr;
+      // Nothing ran while capturing: run this once step by step, and every batch after.
+      slot.graph = nullptr;
       graph_failed_ = true;
       (void)cudaGetLastError();
-      return Queue(stream);
+      return QueueCompute(slot, stream);
     }
   }
-  return CudaStatus(cudaGraphLaunch(graph_, stream), "cudaGraphLaunch");
+  return CudaStatus(cudaGraphLaunch(slot.graph, stream), "cudaGraphLaunch");
 }
 
 Status GpuPlan::RunShardStep(size_t i, cudaStream_t stream) {
@@ -404,89 +422,184 @@ Status GpuPlan::CheckInputs(const std::vector<const Tensor*>& inputs) const {
   return Status::Ok();
 }
 
-Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
-                    std::vector<Tensor>* outputs) {
-  RETURN_IF_ERROR(CheckInputs(inputs));
-  const GpuLowering& l = lowering_;
-  // The first run goes step by step (cuBLASLt and the kernels do their first-use set-up
-  // outside any capture); the second captures the graph, which later runs replay.
-  const bool graph = l.cuda_graph && !graph_failed_ && runs_++ > 0;
-  return RunQueued(inputs, stream, outputs, graph);
+int GpuPlan::free_slots() const {
+  int free = 0;
+  for (const Slot& slot : slots_) free += slot.busy ? 0 : 1;
+  return free;
 }
 
-StatusOr<GpuPlan::PhaseMs> GpuPlan::RunTimingPhases(const std::vector<const Tensor*>& inputs,
-                                                    const Stream& stream,
-                                                    std::vector<Tensor>* outputs) {
-  if (copied_in_ == nullptr) {
-    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&copied_in_), "cudaEventCreate"));
-    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&computed_), "cudaEventCreate"));
-  }
-  // Step by step: the events are recorded between the phases.
-  RETURN_IF_ERROR(CheckInputs(inputs));
-  Status ran = RunQueued(inputs, stream, outputs, /*graph=*/false);
-  PhaseMs phases;
-  float a = 0, b = 0, c = 0;
-  if (ran.ok()) {
-    ran = CudaStatus(cudaEventElapsedTime(&a, started_, copied_in_), "cudaEventElapsedTime");
-    if (ran.ok())
-      ran = CudaStatus(cudaEventElapsedTime(&b, copied_in_, computed_), "cudaEventElapsedTime");
-    if (ran.ok())
-      ran = CudaStatus(cudaEventElapsedTime(&c, computed_, finished_), "cudaEventElapsedTime");
-  }
-  // Later runs (and captures) record nothing between the phases.
-  cudaEventDestroy(copied_in_);
-  cudaEventDestroy(computed_);
-  copied_in_ = computed_ = nullptr;
-  RETURN_IF_ERROR(ran);
-  phases.copy_in = a;
-  phases.compute = b;
-  phases.copy_out = c;
-  return phases;
+bool GpuPlan::graph_captured() const {
+  if (graph_failed_) return false;
+  for (const Slot& slot : slots_)
+    if (slot.graph != nullptr) return true;
+  return false;
 }
 
-Status GpuPlan::RunQueued(const std::vector<const Tensor*>& inputs, const Stream& stream,
-                          std::vector<Tensor>* outputs, bool graph) {
-  const GpuLowering& l = lowering_;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i]->byte_size() > 0)
-      std::memcpy(staging_.data() + staged_inputs_[i], inputs[i]->data(), inputs[i]->byte_size());
+void CUDART_CB GpuPlan::OnDone(void* slot) {
+  // A wake-up; nothing may unwind into CUDA's thread.
+  try {
+    static_cast<Slot*>(slot)->on_done();
+  } catch (...) {
   }
-  Status queued = CudaStatus(cudaEventRecord(started_, stream.get()), "cudaEventRecord");
-  if (queued.ok()) queued = graph ? QueueAsGraph(stream.get()) : Queue(stream.get());
-  if (queued.ok()) queued = CudaStatus(cudaEventRecord(finished_, stream.get()), "cudaEventRecord");
-  // Wait even after an error: what was queued may still read the staging buffer and the
-  // arena, which the next run writes.
-  Status waited = stream.Synchronize();
-  // The join made the plan's stream wait for every shard, unless an error came first.
+}
+
+Status GpuPlan::QueueSlot(Slot& slot, cudaStream_t compute, bool graph) {
+  auto record = [](cudaEvent_t event, cudaStream_t stream) {
+    return CudaStatus(cudaEventRecord(event, stream), "cudaEventRecord");
+  };
+  auto wait = [](cudaStream_t stream, cudaEvent_t event) {
+    return CudaStatus(cudaStreamWaitEvent(stream, event, 0), "cudaStreamWaitEvent");
+  };
+  const cudaStream_t in = copy_in_->get(), out = copy_out_->get();
+  RETURN_IF_ERROR(record(slot.started, in));
+  if (staged_out_begin_ > 0) {
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(slot.in.data(), slot.staging.data(),
+                                               staged_out_begin_, cudaMemcpyHostToDevice, in),
+                               "cudaMemcpyAsync of the inputs"));
+  }
+  RETURN_IF_ERROR(record(slot.in_ready, in));
+  RETURN_IF_ERROR(wait(compute, slot.in_ready));
+  // The arena is the plan's, not the slot's: after the other batch's compute, even if the
+  // caller queued that on another stream.
+  for (const Slot& other : slots_)
+    if (&other != &slot && other.busy) RETURN_IF_ERROR(wait(compute, other.computed));
+  RETURN_IF_ERROR(record(slot.compute_began, compute));
+  RETURN_IF_ERROR(graph ? QueueComputeAsGraph(slot, compute) : QueueCompute(slot, compute));
+  RETURN_IF_ERROR(record(slot.computed, compute));
+  RETURN_IF_ERROR(wait(out, slot.computed));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(slot.staging.data() + staged_out_begin_, slot.out.data(),
+                                 staged_bytes_ - staged_out_begin_, cudaMemcpyDeviceToHost, out),
+                 "cudaMemcpyAsync of the outputs"));
+  RETURN_IF_ERROR(record(slot.copied_out, out));
+  if (slot.on_done) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaLaunchHostFunc(out, &GpuPlan::OnDone, &slot), "cudaLaunchHostFunc"));
+  }
+  return Status::Ok();
+}
+
+void GpuPlan::WaitForAll(cudaStream_t compute) {
+  (void)cudaStreamSynchronize(compute);
+  (void)copy_in_->Synchronize();
+  (void)copy_out_->Synchronize();
+  // The join made the compute stream wait for every shard, unless an error came first.
   for (const Shard& shard : shards_) {
     DeviceScope scope(shard.device);
-    if (const Status s = shard.stream->Synchronize(); waited.ok()) waited = s;
+    (void)shard.stream->Synchronize();
   }
-  RETURN_IF_ERROR(queued);
+}
+
+StatusOr<int> GpuPlan::Launch(const std::vector<const Tensor*>& inputs, const Stream& compute,
+                              std::function<void()> on_done) {
+  RETURN_IF_ERROR(CheckInputs(inputs));
+  int s = 0;
+  while (s < kSlots && slots_[s].busy) ++s;
+  if (s == kSlots) {
+    return FailedPrecondition("the GPU plan's " + std::to_string(kSlots) +
+                              " slots hold batches launched and not finished; finish one first");
+  }
+  Slot& slot = slots_[s];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i]->byte_size() > 0) {
+      std::memcpy(slot.staging.data() + staged_inputs_[i], inputs[i]->data(),
+                  inputs[i]->byte_size());
+    }
+  }
+  // The first batch goes step by step (cuBLASLt and the kernels do their first-use set-up
+  // outside any capture); each slot captures its graph at its first batch after that.
+  const bool graph = lowering_.cuda_graph && !graph_failed_ && runs_++ > 0;
+  slot.on_done = std::move(on_done);
+  slot.error = Status::Ok();
+  Status queued = QueueSlot(slot, compute.get(), graph);
+  if (!queued.ok()) {
+    // What was queued reads the slot's buffers, which its next batch writes; on_done was
+    // not queued (it comes last).
+    WaitForAll(compute.get());
+    slot.on_done = nullptr;
+    return queued;
+  }
+  slot.busy = true;  // launched: from here on on_done will be called
+  // Finish waits for `done`, which follows on_done too.
+  if (Status recorded = CudaStatus(cudaEventRecord(slot.done, copy_out_->get()), "cudaEventRecord");
+      !recorded.ok()) {
+    WaitForAll(compute.get());
+    slot.error = std::move(recorded);
+  }
+  return s;
+}
+
+Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
+  if (s < 0 || s >= kSlots || !slots_[static_cast<size_t>(s)].busy) {
+    return FailedPrecondition("slot " + std::to_string(s) +
+                              " of the GPU plan holds no launched batch");
+  }
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  Status waited = CudaStatus(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
+  if (!waited.ok()) {
+    for (const Shard& shard : shards_) {
+      DeviceScope scope(shard.device);
+      (void)shard.stream->Synchronize();
+    }
+  }
+  // Its on_done has run (done follows it): the slot is free.
+  slot.busy = false;
+  slot.on_done = nullptr;
+  const Status error = std::move(slot.error);
+  slot.error = Status::Ok();
   RETURN_IF_ERROR(waited);
+  RETURN_IF_ERROR(error);
   float ms = 0;
-  last_device_ms_ = cudaEventElapsedTime(&ms, started_, finished_) == cudaSuccess ? ms : 0;
+  last_device_ms_ =
+      cudaEventElapsedTime(&ms, slot.compute_began, slot.computed) == cudaSuccess ? ms : 0;
+  const GpuLowering& l = lowering_;
+  const char* staging = slot.staging.data();
   outputs->clear();
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];
     outputs->push_back(Tensor::Allocate(l.dtypes[v], l.shapes[v]));
     Tensor& t = outputs->back();
-    // Queue copied every output, in the arena or a constant blob, into the staging buffer.
+    // The compute copied every output, in the arena or a constant blob, out.
     if (t.byte_size() > 0 && l.values[v].home != GpuValue::Home::kNone)
-      std::memcpy(t.mutable_data(), staging_.data() + staged_outputs_[o], t.byte_size());
+      std::memcpy(t.mutable_data(), staging + staged_outputs_[o], t.byte_size());
   }
-  // Each flagging step's own slot: the first raised names its node.
-  for (size_t slot = 0; slot < l.flag_nodes.size(); ++slot) {
+  // Each flagging step's own flag: the first raised names its node.
+  for (size_t f = 0; f < l.flag_nodes.size(); ++f) {
     int32_t flag = 0;
-    std::memcpy(&flag, staging_.data() + staged_flag_ + slot * sizeof(int32_t), sizeof(flag));
+    std::memcpy(&flag, staging + staged_flag_ + f * sizeof(int32_t), sizeof(flag));
     if (flag == 0) continue;
-    const std::string& node = l.flag_nodes[slot];
+    const std::string& node = l.flag_nodes[f];
     if (flag & 1) return InvalidArgument(node + ": an index was out of range");
     if (flag & 2) return InvalidArgument(node + ": an integer division by zero");
     if (flag & 4) return InvalidArgument(node + ": a batch index was out of range");
     return Internal(node + ": its kernel raised error flag " + std::to_string(flag));
   }
   return Status::Ok();
+}
+
+Status GpuPlan::Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
+                    std::vector<Tensor>* outputs) {
+  ASSIGN_OR_RETURN(const int slot, Launch(inputs, stream));
+  return Finish(slot, outputs);
+}
+
+StatusOr<GpuPlan::PhaseMs> GpuPlan::RunTimingPhases(const std::vector<const Tensor*>& inputs,
+                                                    const Stream& stream,
+                                                    std::vector<Tensor>* outputs) {
+  ASSIGN_OR_RETURN(const int s, Launch(inputs, stream));
+  RETURN_IF_ERROR(Finish(s, outputs));
+  // The slot's events keep this batch's times until its next Launch.
+  const Slot& slot = slots_[static_cast<size_t>(s)];
+  auto elapsed = [](cudaEvent_t from, cudaEvent_t to) -> StatusOr<double> {
+    float ms = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, from, to), "cudaEventElapsedTime"));
+    return static_cast<double>(ms);
+  };
+  PhaseMs phases;
+  ASSIGN_OR_RETURN(phases.copy_in, elapsed(slot.started, slot.in_ready));
+  ASSIGN_OR_RETURN(phases.compute, elapsed(slot.compute_began, slot.computed));
+  ASSIGN_OR_RETURN(phases.copy_out, elapsed(slot.computed, slot.copied_out));
+  return phases;
 }
 
 }  // namespace shoal::engine::cuda

@@ -1,18 +1,37 @@
 // A lowered model plan (gpu_lowering.h) on a CUDA device: GpuPlan::Create allocates its
 // arena, finds or uploads its weights (GpuWeights, shared by an instance's plans) and plans
-// its GEMMs; Run copies the inputs in through pinned memory, runs the steps (as a CUDA
-// graph from the second run on) and copies the outputs out. Nothing is allocated per run.
-// One GpuPlan per instance: Run is not thread-safe.
+// its GEMMs. No device or pinned memory is allocated per batch.
+//
+// Batches run double buffered: a plan has kSlots (2) slots, each with its own pinned
+// staging buffer, device input and output buffers, CUDA graph and events, so that one
+// batch's copies overlap another's compute. Launch stages a batch into a free slot and
+// queues it on three streams without waiting:
+//   copy-in (the plan's own)   the inputs, staging -> the slot's device input buffer;
+//   compute (the caller's)     after the copy-in: the inputs into the arena, every step
+//                              (as the slot's CUDA graph from the plan's second batch on),
+//                              the outputs and error flags into the slot's output buffer;
+//   copy-out (the plan's own)  after the compute: the output buffer -> staging, then the
+//                              batch's `on_done`.
+// Finish waits for the slot's batch, copies its outputs out and frees the slot. Run is
+// Launch and Finish of one batch. Only the compute touches the arena, so batches of one
+// plan (and of the plans sharing a compute stream) compute one after another, in launch
+// order, whatever order their slots are finished in; a slot is reused only after its
+// Finish, which waited for all of its batch's work.
+//
+// Threading: one GpuPlan per instance; Launch, Finish and Run are called from one thread at
+// a time. `on_done` runs on a CUDA thread.
 //
 // A tensor-parallel plan (TensorParallelOptions) also owns, per shard, a stream on the
 // shard's device, a GEMM workspace, the arena of a shard with memory of its own, and the
-// events that fork the shards from the plan's stream and join them back; its CUDA graph
-// spans every shard's stream.
+// events that fork the shards from the compute stream and join them back, inside each
+// batch's compute; its CUDA graphs span every shard's stream.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,37 +105,61 @@ class GpuPlan {
   GpuPlan(const GpuPlan&) = delete;
   GpuPlan& operator=(const GpuPlan&) = delete;
 
-  // `inputs` follow graph.inputs with the planned shapes and dtypes; `outputs` are
-  // replaced by host tensors following graph.outputs. Copies the inputs into the plan's
-  // pinned staging buffer, queues their copies to the device, every step and the outputs'
-  // copies back (from the second run on as the plan's CUDA graph, when the lowering asked
-  // for one), waits, and copies the outputs out of the staging buffer. INVALID_ARGUMENT for
-  // an input of another shape or dtype, or (found after the run, naming the node) a Gather
-  // index or a RoiAlign batch index out of range, or an integer Mod by zero.
+  // Batches a plan holds launched and not finished at once.
+  static constexpr int kSlots = 2;
+
+  // Stages `inputs` (following graph.inputs with the planned shapes and dtypes) into a free
+  // slot and queues the batch (see the top of this file) with its compute on `compute`, a
+  // stream of the plan's device (current), normally the same for every batch (a batch's
+  // compute waits for the other slot's in any case). Returns the slot, for Finish.
+  // `on_done`, when given, is called once on a CUDA thread when the batch's work has ended
+  // (its outputs are in the slot's staging buffer); it must not call CUDA and should return
+  // at once: it holds up the plan's later copies out. INVALID_ARGUMENT for an input of
+  // another shape or dtype; FAILED_PRECONDITION when every slot holds a batch not finished
+  // yet. On an error nothing is left queued, no slot is taken and `on_done` is never called.
+  StatusOr<int> Launch(const std::vector<const Tensor*>& inputs, const Stream& compute,
+                       std::function<void()> on_done = nullptr);
+  // Waits for the batch launched into `slot`, replaces `outputs` with host tensors
+  // following graph.outputs, and frees the slot (on an error too). Slots may be finished in
+  // any order; each waits only for its own batch. INVALID_ARGUMENT (naming the node) when
+  // the batch raised a Gather index or a RoiAlign batch index out of range, or an integer
+  // Mod by zero; FAILED_PRECONDITION for a slot that holds no launched batch.
+  Status Finish(int slot, std::vector<Tensor>* outputs);
+  // Slots free for a Launch: kSlots less the batches launched and not finished.
+  int free_slots() const;
+
+  // One batch, synchronously: Launch with compute on `stream`, then Finish. As Launch, it
+  // needs a free slot.
   Status Run(const std::vector<const Tensor*>& inputs, const Stream& stream,
              std::vector<Tensor>* outputs);
 
-  // Where one run's device time goes: its input copies, its steps, its output copies (and
-  // the error flag's), in ms, each timed with CUDA events.
+  // Where one batch's device time goes, in ms, from its slot's CUDA events: its input
+  // copy (copy-in stream), its compute (the arena's copies in and out, every step), its
+  // output copy (from the end of the compute to the end of the copy out).
   struct PhaseMs {
     double copy_in = 0, compute = 0, copy_out = 0;
   };
-  // Runs as Run does, but step by step with events between the phases, and returns their
-  // times (a benchmark's breakdown: how much a batch's copies could hide behind another's
-  // compute). The outputs are those of Run.
+  // Runs as Run does (the same outputs, as a CUDA graph when Run would be) and returns the
+  // batch's phases: a benchmark's breakdown of how much of a batch's copies could hide
+  // behind another batch's compute.
   StatusOr<PhaseMs> RunTimingPhases(const std::vector<const Tensor*>& inputs, const Stream& stream,
                                     std::vector<Tensor>* outputs);
 
   const GpuLowering& lowering() const { return lowering_; }
-  // Whether the plan's CUDA graph has been captured (from its second run on; false for good
-  // when the lowering asked for none or a capture failed and it runs step by step).
-  bool graph_captured() const { return graph_ != nullptr; }
-  // Device time of the last Run's queued work (CUDA events around it), in ms.
+  // Whether the plan replays CUDA graphs: from its second batch on, unless the lowering
+  // asked for none or a capture failed (then it runs step by step for good). Each slot
+  // captures its own graph at its first batch after the plan's first.
+  bool graph_captured() const;
+  // The compute time (compute_began -> computed) of the last finished batch, in ms: its
+  // share of the device's busy time. The copies are left out, since they overlap other
+  // batches' compute and would be counted twice.
   double last_device_ms() const { return last_device_ms_; }
-  // Device memory the plan holds besides the shared weights: arena, workspace and flag.
-  // A tensor-parallel plan's shard buffers count here too, on whichever device they are.
+  // Device memory the plan holds besides the shared weights: arena, workspace, flags and
+  // each slot's input and output buffers. A tensor-parallel plan's shard buffers count here
+  // too, on whichever device they are.
   int64_t device_bytes() const {
     size_t bytes = arena_.size_bytes() + workspace_.size_bytes() + error_flag_.size_bytes();
+    for (const Slot& slot : slots_) bytes += slot.in.size_bytes() + slot.out.size_bytes();
     for (const Shard& s : shards_) bytes += s.arena.size_bytes() + s.workspace.size_bytes();
     return static_cast<int64_t>(bytes);
   }
@@ -138,16 +181,36 @@ class GpuPlan {
   void* Address(int v) const;
   const char* Blob(int64_t index) const { return static_cast<const char*>(blobs_[index]); }
   Status RunStep(size_t i, cudaStream_t stream);
-  // The copies in, every step and the copies out, queued one by one (`Queue`), or as the
-  // graph `Queue` was captured into.
-  Status Queue(cudaStream_t stream);
+  // One batch in flight: its host and device buffers, its graph and the events that order
+  // and time its work. The staging buffer holds each input at staged_inputs_, each output
+  // at staged_outputs_ and the error flags at staged_flag_; `in` mirrors its inputs'
+  // part, `out` its outputs' and flags' part (from staged_out_begin_ on).
+  struct Slot {
+    PinnedBuffer staging;
+    DeviceBuffer in, out;
+    cudaGraphExec_t graph = nullptr;  // the compute of this slot, once captured
+    // started and in_ready around the copy in; compute_began and computed around the
+    // compute; copied_out after the copy out; done after on_done too (what Finish waits for).
+    cudaEvent_t started = nullptr, in_ready = nullptr, compute_began = nullptr, computed = nullptr,
+                copied_out = nullptr, done = nullptr;
+    std::function<void()> on_done;  // kept alive until its host function has run
+    bool busy = false;              // launched and not finished
+    Status error;                   // an error found after the batch was launched
+  };
+  // The host function queued after a slot's copy out: calls its on_done.
+  static void CUDART_CB OnDone(void* slot);
+  // A slot's compute, queued step by step on `stream`: the flags cleared, the inputs from
+  // `in` into the arena, every step, the outputs and flags into `out`.
+  Status QueueCompute(const Slot& slot, cudaStream_t stream);
+  // The same as the slot's CUDA graph, captured at its first use.
+  Status QueueComputeAsGraph(Slot& slot, cudaStream_t stream);
+  // Launch's queueing into `slot`, up to its on_done (not `done`); on an error, what was
+  // queued may still be running, and on_done was not queued.
+  Status QueueSlot(Slot& slot, cudaStream_t compute, bool graph);
+  // Waits for everything queued on the plan's streams, `compute` and the shards'.
+  void WaitForAll(cudaStream_t compute);
   // INVALID_ARGUMENT unless `inputs` are the planned ones (count, dtype, shape).
   Status CheckInputs(const std::vector<const Tensor*>& inputs) const;
-  // Run's body: the inputs staged, everything queued (as the graph when `graph`), waited
-  // for, the outputs and the error flag read.
-  Status RunQueued(const std::vector<const Tensor*>& inputs, const Stream& stream,
-                   std::vector<Tensor>* outputs, bool graph);
-  Status QueueAsGraph(cudaStream_t stream);
 
   GpuLowering lowering_;
   std::shared_ptr<GpuWeights> weights_;
@@ -156,20 +219,18 @@ class GpuPlan {
   std::vector<int> blob_shards_;        // and its shard (-1: the plan's weights)
   int device_ = 0;                      // the plan's device
   std::vector<Shard> shards_;           // a tensor-parallel plan's shards
-  cudaEvent_t forked_ = nullptr;        // recorded on the plan's stream at each kFork
+  cudaEvent_t forked_ = nullptr;        // recorded on the compute stream at each kFork
   DeviceBuffer arena_, workspace_, error_flag_;
-  // Pinned host memory the copies go through: each input, each output, the error flag.
-  PinnedBuffer staging_;
-  std::vector<size_t> staged_inputs_, staged_outputs_;  // offsets in staging_
+  std::vector<size_t> staged_inputs_, staged_outputs_;  // offsets in each slot's staging
   size_t staged_flag_ = 0;
-  std::vector<std::unique_ptr<LtGemm>> gemms_;          // per step; null where no GEMM
-  cudaGraphExec_t graph_ = nullptr;                     // the steps, once captured
-  cudaEvent_t started_ = nullptr, finished_ = nullptr;  // around each run's queued work
-  // RunTimingPhases: recorded after the input copies and after the steps (else null).
-  cudaEvent_t copied_in_ = nullptr, computed_ = nullptr;
+  size_t staged_out_begin_ = 0;                 // where the outputs' part starts; the inputs' ends
+  size_t staged_bytes_ = 0;                     // the whole staging buffer
+  std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
+  std::optional<Stream> copy_in_, copy_out_;    // the plan's copy streams
+  std::array<Slot, kSlots> slots_;
   double last_device_ms_ = 0;
-  int64_t runs_ = 0;           // the graph is captured at the second run, after a warm one
-  bool graph_failed_ = false;  // capture failed once: the plan runs step by step
+  int64_t runs_ = 0;           // graphs are captured from the second batch on, after a warm one
+  bool graph_failed_ = false;  // a capture failed once: the plan runs step by step
 };
 
 }  // namespace shoal::engine::cuda

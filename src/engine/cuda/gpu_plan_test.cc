@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -1226,6 +1227,19 @@ class GpuPlanTest : public GpuTest {
     }
   }
 
+  // `p`'s plan lowered with the default options and created on the device; null, with the
+  // failure recorded, when either fails.
+  std::unique_ptr<GpuPlan> CreatePlan(const Prepared& p) {
+    EXPECT_TRUE(p.plan);
+    if (!p.plan) return nullptr;
+    auto lowered = LowerPlan(p.model->graph(), *p.plan);
+    EXPECT_TRUE(lowered.ok()) << lowered.status().ToString();
+    if (!lowered.ok()) return nullptr;
+    auto plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? std::move(plan).value() : nullptr;
+  }
+
   std::unique_ptr<LtHandle> handle_;
   std::optional<Stream> run_stream_;
 };
@@ -1440,6 +1454,8 @@ TEST_F(GpuPlanTest, ARunTimedByPhaseSaysWhereItsTimeGoes) {
   EXPECT_GT(phases->compute, 0.0);
   EXPECT_GT(phases->copy_out, 0.0);
   EXPECT_LE(phases->copy_in + phases->compute + phases->copy_out, 1000.0);
+  // The device time a batch counts is its compute alone.
+  EXPECT_DOUBLE_EQ((*plan)->last_device_ms(), phases->compute);
   ASSERT_EQ(timed.size(), 1u);
   EXPECT_EQ(engine::testing::MaxAbsDiff(timed[0], plain[0]), 0.f);
   for (int run = 0; run < 3; ++run) {  // captured at the second plain run, then replayed
@@ -1450,6 +1466,132 @@ TEST_F(GpuPlanTest, ARunTimedByPhaseSaysWhereItsTimeGoes) {
   const Tensor wrong = Random({8, 64}, 82);
   EXPECT_EQ((*plan)->RunTimingPhases({&wrong}, *run_stream_, &timed).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Whether two host tensors hold the same bytes.
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.data(), b.data(), a.byte_size()) == 0;
+}
+
+// Double buffering: two batches launched into both slots before either is finished answer as
+// each run alone, bit for bit (the same kernels run), at the plan's first batches (the first
+// step by step, the second capturing its slot's graph), its next (the other slot capturing)
+// and later ones (both replaying), finished in launch order or the other way. A third launch
+// while both slots are busy is refused, and its on_done never called; each on_done is called
+// once, before its Finish returns. A synchronous run goes through the slot left free while
+// a batch is launched.
+TEST_F(GpuPlanTest, TwoBatchesInFlightAnswerAsEachRunAlone) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{64, 64}});
+  std::unique_ptr<GpuPlan> created = CreatePlan(p);
+  ASSERT_TRUE(created);
+  GpuPlan& plan = *created;
+  const Tensor a = Random({64, 64}, 91), b = Random({64, 64}, 92), c = Random({64, 64}, 93);
+  std::atomic<int> done_a{0}, done_b{0}, done_refused{0};
+  std::vector<std::vector<Tensor>> pipelined_a, pipelined_b;
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    EXPECT_EQ(plan.free_slots(), GpuPlan::kSlots);
+    auto slot_a = plan.Launch({&a}, *run_stream_, [&] { ++done_a; });
+    ASSERT_TRUE(slot_a.ok()) << slot_a.status().ToString();
+    auto slot_b = plan.Launch({&b}, *run_stream_, [&] { ++done_b; });
+    ASSERT_TRUE(slot_b.ok()) << slot_b.status().ToString();
+    EXPECT_NE(*slot_a, *slot_b);
+    EXPECT_EQ(plan.free_slots(), 0);
+    const auto refused = plan.Launch({&c}, *run_stream_, [&] { ++done_refused; });
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+    std::vector<Tensor> out_a, out_b;
+    if (round % 2 == 0) {
+      const Status finished = plan.Finish(*slot_a, &out_a);
+      ASSERT_TRUE(finished.ok()) << finished.ToString();
+      EXPECT_EQ(done_a.load(), round + 1);
+    }
+    const Status finished_b = plan.Finish(*slot_b, &out_b);
+    ASSERT_TRUE(finished_b.ok()) << finished_b.ToString();
+    EXPECT_EQ(done_b.load(), round + 1);
+    if (round % 2 == 1) {
+      const Status finished = plan.Finish(*slot_a, &out_a);
+      ASSERT_TRUE(finished.ok()) << finished.ToString();
+    }
+    EXPECT_EQ(done_a.load(), round + 1);
+    // A slot finished is free, and is not finished twice.
+    EXPECT_EQ(plan.Finish(*slot_a, &out_a).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(plan.free_slots(), GpuPlan::kSlots);
+    if (round >= 1) {
+      EXPECT_TRUE(plan.graph_captured());
+    }
+    pipelined_a.push_back(std::move(out_a));
+    pipelined_b.push_back(std::move(out_b));
+  }
+  EXPECT_EQ(done_refused.load(), 0);
+  // One batch launched, a synchronous run beside it, then the launched one finished.
+  auto slot_c = plan.Launch({&c}, *run_stream_);
+  ASSERT_TRUE(slot_c.ok()) << slot_c.status().ToString();
+  EXPECT_EQ(plan.free_slots(), 1);
+  std::vector<Tensor> alone_a, alone_b, alone_c, out_c;
+  Status ran = plan.Run({&a}, *run_stream_, &alone_a);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ran = plan.Finish(*slot_c, &out_c);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ran = plan.Run({&b}, *run_stream_, &alone_b);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ran = plan.Run({&c}, *run_stream_, &alone_c);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ASSERT_EQ(alone_a.size(), 1u);
+  ASSERT_EQ(alone_b.size(), 1u);
+  EXPECT_FALSE(SameBytes(alone_a[0], alone_b[0]));  // a batch mixed up with the other shows
+  ASSERT_EQ(out_c.size(), 1u);
+  EXPECT_TRUE(SameBytes(out_c[0], alone_c[0]));
+  for (size_t round = 0; round < pipelined_a.size(); ++round) {
+    ASSERT_EQ(pipelined_a[round].size(), 1u);
+    ASSERT_EQ(pipelined_b[round].size(), 1u);
+    EXPECT_TRUE(SameBytes(pipelined_a[round][0], alone_a[0])) << "round " << round;
+    EXPECT_TRUE(SameBytes(pipelined_b[round][0], alone_b[0])) << "round " << round;
+  }
+  // And the CPU engine's answer.
+  dnnl::stream cpu_stream(CpuEngine());
+  std::vector<Tensor> cpu;
+  ASSERT_TRUE(p.plan->Run({&b}, cpu_stream, &cpu).ok());
+  EXPECT_LE(engine::testing::MaxAbsDiff(alone_b[0], cpu[0]), 1e-5f);
+}
+
+// An error flag is its slot's: with two batches in flight, a Gather index out of range in
+// one fails that batch's Finish, naming the node, and the other's answers as it does alone,
+// whichever was launched first, step by step and as CUDA graphs. Both slots are free after.
+TEST_F(GpuPlanTest, AnErrorFlagIsReportedByItsOwnSlotOnly) {
+  Prepared p = Prepare(Model::FromGraph(EveryKindGraph()), {{2, 4}});
+  std::unique_ptr<GpuPlan> created = CreatePlan(p);
+  ASSERT_TRUE(created);
+  GpuPlan& plan = *created;
+  const Tensor good = I64({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  const Tensor bad = I64({2, 4}, {0, 1, 2, 10, 0, 0, 0, 0});
+  std::vector<std::vector<Tensor>> answers;
+  for (int round = 0; round < 4; ++round) {
+    const bool bad_first = round % 2 == 0;
+    SCOPED_TRACE("round " + std::to_string(round) + (bad_first ? ", bad first" : ", good first"));
+    auto first = plan.Launch({bad_first ? &bad : &good}, *run_stream_);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    auto second = plan.Launch({bad_first ? &good : &bad}, *run_stream_);
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    std::vector<Tensor> out_first, out_second;
+    const Status finished_first = plan.Finish(*first, &out_first);
+    const Status finished_second = plan.Finish(*second, &out_second);
+    const Status& failed = bad_first ? finished_first : finished_second;
+    const Status& answered = bad_first ? finished_second : finished_first;
+    EXPECT_EQ(failed.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(failed.message(), HasSubstr("(Gather): an index was out of range"));
+    ASSERT_TRUE(answered.ok()) << answered.ToString();
+    answers.push_back(std::move(bad_first ? out_second : out_first));
+    EXPECT_EQ(plan.free_slots(), GpuPlan::kSlots);
+  }
+  std::vector<Tensor> alone;
+  const Status ran = plan.Run({&good}, *run_stream_, &alone);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ASSERT_EQ(alone.size(), 1u);
+  for (size_t round = 0; round < answers.size(); ++round) {
+    ASSERT_EQ(answers[round].size(), 1u);
+    EXPECT_TRUE(SameBytes(answers[round][0], alone[0])) << "round " << round;
+  }
 }
 
 // The same plan run step by step and as a CUDA graph (the first run goes step by step, the
