@@ -110,28 +110,34 @@ class BackendInstance {
   // Called on the instance's thread between executions.
   virtual double pipeline_bubble_ratio() const { return -1; }
   // For an instance on a GPU: its device's figures, as of its last execution (gpu -1, the
-  // default, for any other instance). Called on the instance's thread between executions.
+  // default, for any other instance). Called on the instance's thread between executions
+  // (a pipelining instance's: between its calls, batches may be launched).
   virtual DeviceStats device_stats() const { return {}; }
 
   // Pipelined execution, for an instance whose device runs one batch while its thread
   // prepares the next and answers the last (a GPU instance: the next batch's input copies
   // overlap this one's compute, its output copies the next one's). How many batches it
-  // takes launched and not yet finished; 1 (the default): Launch and Finish are never
-  // called, only Execute.
+  // takes launched and not yet finished, fixed for the instance's life; 1 (the default):
+  // Launch and Finish are never called, only Execute.
   virtual int pipeline_depth() const { return 1; }
-  // Queues the batch's work and returns before it has run. `on_done` is called once, from
-  // any thread (a CUDA host callback, say) and without any lock of the runtime's held,
-  // when the batch's work has ended: a wake-up only, Finish waits in any case. When Launch
-  // returns an error nothing was launched and `on_done` is never called. The runtime
-  // keeps at most pipeline_depth() batches launched and not finished, finishes them in the
-  // order it launched them, and may call Execute in between while fewer than
-  // pipeline_depth() are outstanding (it runs after them). Instance thread only.
+  // Queues the batch's work and returns before it has run, keeping no reference into
+  // `request` (its tensors may be freed once Launch returns). Once Launch has returned OK,
+  // `on_done` is called exactly once, whether the work succeeds or fails, from any thread
+  // (a CUDA stream callback, say) and without any lock of the runtime's held, when the
+  // batch's work has ended, and it has returned before that batch's Finish returns. It is
+  // a wake-up only: Finish waits in any case. When Launch returns an error nothing was
+  // launched and `on_done` is never called. The runtime keeps at most pipeline_depth()
+  // batches launched and not finished, finishes them in the order it launched them, and
+  // may call Execute in between while fewer than pipeline_depth() are outstanding: its
+  // work runs after theirs and it returns without their Finish. device_stats() and
+  // pipeline_bubble_ratio() may be called while batches are launched. Instance thread only.
   virtual Status Launch(const ExecuteRequest& request, std::function<void()> on_done) {
     (void)request;
     (void)on_done;
     return Unimplemented("this instance does not pipeline");
   }
-  // Waits for the oldest launched batch and appends its outputs, or returns its error.
+  // Waits for the oldest launched batch and appends its outputs, or returns its error;
+  // either way the batch is done with.
   virtual Status Finish(std::vector<NamedTensor>* outputs) {
     (void)outputs;
     return Unimplemented("this instance does not pipeline");

@@ -3,6 +3,8 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <limits>
 
@@ -132,16 +134,19 @@ void InstancePool::Run(size_t index) {
     if (state.launched < state.jobs.size() && state.launched < static_cast<size_t>(state.depth)) {
       // Launch the oldest job not yet launched.
       Held& held = state.jobs[state.launched++];
-      held.launched = true;
       const uint64_t id = held.id;
+      const bool pipelined = state.depth > 1;
       PoolJob& job = held.job;
       lock.Unlock();
       const int64_t launched_ns = options_.clock->NowNs();
       PoolJob::Finish finish;
       bool ran = false;
       if (job.launch) {
-        // Two words: std::function keeps it without an allocation.
-        finish = job.launch(*backend, inst->info.index, [this, id] { MarkDone(id); });
+        // Two words: std::function keeps it without an allocation. Without pipelining the
+        // job is over when launch returns, and no wake-up is needed.
+        std::function<void()> on_done;
+        if (pipelined) on_done = [this, id] { MarkDone(id); };
+        finish = job.launch(*backend, inst->info.index, std::move(on_done));
       } else {
         const int64_t items = job.run(*backend, inst->info.index);
         finish = [items] { return items; };
@@ -155,9 +160,15 @@ void InstancePool::Run(size_t index) {
     }
     Held& head = state.jobs.front();
     if (!head.done && !stopping_ && state.launched < static_cast<size_t>(state.depth)) {
-      // Its work is on the device and there is room for another: wait for either.
-      inst->cv.Wait(&mu_);
-      continue;
+      // Its work is on the device and there is room for another: wait for either. But not
+      // for ever: if its on_done never comes (a backend that drops it on an error path),
+      // Finish, which waits for the work or reports its error, answers it after all.
+      if (head.give_up == std::chrono::steady_clock::time_point{}) {
+        const int64_t patience =
+            std::max<int64_t>(1'000'000'000, 4 * state.cost.PredictNs(head.job.batch_size));
+        head.give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(patience);
+      }
+      if (inst->cv.WaitUntil(&mu_, head.give_up) != std::cv_status::timeout) continue;
     }
     PoolJob::Finish finish = std::move(head.finish);
     const int64_t began_ns = std::max(state.started_ns, head.launched_ns);
@@ -263,6 +274,12 @@ void InstancePool::Submit(int index, PoolJob job) {
       // A job the instance's own thread dispatched (when it went idle) says nothing about
       // where other submitters run.
       if (current_instance != &instance) inst.submit_cpu = sched_getcpu();
+    }
+    // Choose never names an instance without room; a caller that did would lose a job.
+    if (inst.jobs.size() >= Capacity(inst)) {
+      std::fprintf(stderr, "InstancePool::Submit: instance %d already holds %zu jobs\n", index,
+                   inst.jobs.size());
+      std::abort();
     }
     Held held;
     held.job = std::move(job);

@@ -17,8 +17,10 @@
 // batch's input copies run while the device computes the current one. Such an instance
 // counts as idle for HasIdle while it holds fewer than d jobs (the scheduler forms the
 // next batch while one is on the device), and as idle in Service only when it holds none.
-// Its thread finishes the oldest job (waits for it and answers it) when the backend says
-// it is done, or when it has nothing else to launch; jobs finish in the order launched.
+// Its thread launches a job as soon as it has one and room for it, and finishes the oldest
+// (waits for it and answers it) when the backend's on_done says its work has ended, when
+// all `d` places are taken (Finish then waits), or, should on_done never come, after four
+// times the job's predicted time and at least a second. Jobs finish in the order launched.
 // A job's time for the cost model runs from when it could start on the device (its
 // launch, or its predecessor's finish when that came later) to its finish, so t(n)
 // learns the time each batch adds when batches follow each other, copies hidden.
@@ -42,6 +44,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -150,10 +153,12 @@ class InstancePool {
   struct Held {
     PoolJob job;
     uint64_t id = 0;          // for its on_done, which names it (MarkDone)
-    bool launched = false;    // its run or launch has been called
     bool done = false;        // its work has ended (on_done, or a run that returned)
     int64_t launched_ns = 0;  // when it was
     PoolJob::Finish finish;   // its second half, once launched
+    // When its thread stops waiting for its on_done and finishes it anyway (real time;
+    // set at the first wait).
+    std::chrono::steady_clock::time_point give_up{};
   };
   // The jobs an instance holds, oldest first, in a fixed ring: no allocation per job, and
   // a job stays where it is until popped.
@@ -166,6 +171,7 @@ class InstancePool {
     const Held& operator[](size_t k) const { return slots_[(head_ + k) % kMax]; }
     Held& front() { return slots_[head_]; }
     const Held& front() const { return slots_[head_]; }
+    // The caller keeps size() below kMax (Submit refuses to go past an instance's capacity).
     void push_back(Held held) { slots_[(head_ + count_++) % kMax] = std::move(held); }
     // Drops the front job and what it captured (its batch, its answers' callbacks).
     void pop_front() {

@@ -373,6 +373,22 @@ TEST_F(InstancePoolTest, PipelinedInstanceFinishesEveryLaunchedJobWhenThePoolSto
   EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
 }
 
+TEST_F(InstancePoolTest, PipelinedJobWhoseWakeUpNeverComesIsFinishedAnyway) {
+  state_->set_pipeline_depth(2);
+  state_->set_drop_on_done(true);
+  auto pool = Make(1);
+  std::mutex mu;
+  std::vector<float> finished;
+  const auto start = std::chrono::steady_clock::now();
+  pool->Submit(0, LaunchJob(1, &finished, &mu));
+  ASSERT_TRUE(WaitUntil([&] { return pool->busy_count() == 0; }))
+      << "a launched job without its on_done was never finished";
+  // It waited for the wake-up first: at least a second (its predicted time is far less).
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(finished, (std::vector<float>{1}));
+}
+
 TEST_F(InstancePoolTest, PipelinedJobsTeachTheCostModelTheTimeEachAdds) {
   state_->set_pipeline_depth(2);
   auto pool = Make(1);

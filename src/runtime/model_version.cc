@@ -632,8 +632,13 @@ struct ModelVersion::BatchJob {
 PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
                                          backends::BackendInstance& instance, uint64_t seq,
                                          std::function<void()> on_done) {
-  // On the stack: it moves to the heap only when a launch leaves it to the second half.
-  BatchJob job;
+  // On an instance that pipelines, everything but the trimming below happens in the half
+  // returned or after the launch: the job lives on the heap, allocated before anything is
+  // launched. Otherwise it stays on the stack.
+  const bool pipelined = instance.pipeline_depth() > 1;
+  std::shared_ptr<BatchJob> held = pipelined ? std::make_shared<BatchJob>() : nullptr;
+  BatchJob local;
+  BatchJob& job = held ? *held : local;
   job.batch = std::move(shared);
   job.seq = seq;
   Batch& batch = *job.batch;
@@ -641,7 +646,9 @@ PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
   // lands after the batch was formed (or while its flag was set but the scheduler not yet
   // told) still saves the work: such requests leave here, answered, before the merge.
   // Likewise a request whose deadline passed while the batch waited for this instance is
-  // answered now, unrun: so one that runs is answered by its deadline plus the batch time.
+  // answered now, unrun: so one that runs is answered by its deadline plus the batch time
+  // (on a pipelining instance, plus what remained of the batch ahead of it on the device,
+  // which Choose counted when it was dispatched).
   const int64_t start_ns = clock_->NowNs();
   size_t kept = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -683,7 +690,12 @@ PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
     }
   }
   job.t0 = clock_->NowNs();
-  if (!batch.empty() && job.groups.size() == 1 && instance.pipeline_depth() > 1) {
+  if (!pipelined) {
+    const int64_t items = CompleteBatch(job, instance, std::nullopt);
+    if (on_done) on_done();
+    return [items] { return items; };
+  }
+  if (!batch.empty() && job.groups.size() == 1) {
     // Launched now, finished by the half returned: the instance's thread launches the next
     // batch meanwhile.
     GroupRun run;
@@ -701,8 +713,7 @@ PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
       }
     }
     if (run.status.ok()) {
-      return [this, job = std::make_shared<BatchJob>(std::move(job)), &instance,
-              run = std::move(run)]() mutable {
+      return [this, held, &instance, run = std::move(run)]() mutable {
         std::vector<NamedTensor> outputs;
         try {
           run.status = instance.Finish(&outputs);
@@ -712,20 +723,23 @@ PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
           run.status = Internal("backend threw a non-standard exception");
         }
         run.t2 = clock_->NowNs();
-        ScatterRun(run, std::move(outputs), job->requests, job->sizes);
-        return CompleteBatch(*job, instance, std::move(run));
+        ScatterRun(run, std::move(outputs), held->requests, held->sizes);
+        return CompleteBatch(*held, instance, std::move(run));
       };
     }
-    // Nothing was launched: answered (or split, for bad data) as a failed run is.
+    // Nothing was launched: answered (or split, for bad data) as a failed run is, in the
+    // half returned, after the batches ahead.
     run.t2 = clock_->NowNs();
-    ScatterRun(run, {}, job.requests, job.sizes);
-    const int64_t items = CompleteBatch(job, instance, std::move(run));
-    on_done();
-    return [items] { return items; };
+    ScatterRun(run, {}, held->requests, held->sizes);
+    if (on_done) on_done();
+    return [this, held, &instance, run = std::move(run)]() mutable {
+      return CompleteBatch(*held, instance, std::move(run));
+    };
   }
-  const int64_t items = CompleteBatch(job, instance, std::nullopt);
-  on_done();
-  return [items] { return items; };
+  // Several shapes, or nothing left to run: through Execute, in the half returned, so the
+  // answers of the batches ahead do not wait for it (Execute runs after their work).
+  if (on_done) on_done();
+  return [this, held, &instance] { return CompleteBatch(*held, instance, std::nullopt); };
 }
 
 int64_t ModelVersion::CompleteBatch(BatchJob& job, backends::BackendInstance& instance,
@@ -832,8 +846,12 @@ int64_t ModelVersion::CompleteBatch(BatchJob& job, backends::BackendInstance& in
     }
   }
   if (!options_.preserve_ordering) observe(ran, clock_->NowNs());
-  // After a split the time covers several calls: the cost model learns nothing from it.
-  return split ? 0 : job.items;
+  // After a split the time covers several calls, and a failed run's says nothing of the
+  // model's speed: the cost model learns from neither.
+  if (split) return 0;
+  for (const GroupRun& run : runs)
+    if (!run.status.ok()) return 0;
+  return job.items;
 }
 
 ModelVersion::GroupRun ModelVersion::RunGroup(const std::vector<const InferRequest*>& requests,

@@ -191,12 +191,14 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   struct BatchJob;
   // Runs `batch` on `instance` and answers its requests, in two halves (PoolJob::launch).
   // This one, on the instance's thread, answers at once the requests cancelled or past
-  // their deadline since the batch was formed; then, on an instance that pipelines
-  // (BackendInstance::pipeline_depth() > 1) and a batch of one shape, it merges the inputs
-  // and launches them, and the half it returns finishes the launch, answers and returns
-  // the items executed. Otherwise everything runs here and the half it returns gives the
-  // count. `on_done` goes to the backend's Launch, or is called here when nothing was
-  // left running.
+  // their deadline since the batch was formed. On an instance that does not pipeline it
+  // then runs and answers the rest, and the half it returns gives the items executed. On
+  // one that pipelines (BackendInstance::pipeline_depth() > 1) it merges and launches a
+  // batch of one shape, and the half it returns finishes the launch, answers and returns
+  // the items executed; a batch of several shapes, or one whose launch failed, is run or
+  // answered by the half returned (after the batches ahead: their answers never wait for
+  // it). `on_done` goes to the backend's Launch, or is called here when nothing was left
+  // running; it may be empty (the pool passes none when the instance does not pipeline).
   PoolJob::Finish StartBatch(std::shared_ptr<Batch> batch, backends::BackendInstance& instance,
                              uint64_t seq, std::function<void()> on_done) EXCLUDES(mu_);
   // Runs every group of `job` (`launched`: the first group's run, already made) and

@@ -975,6 +975,46 @@ TEST_F(ModelVersionTest, BadInputInAPipelinedBatchFailsOnlyItsOwnRequest) {
   EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
 }
 
+TEST_F(ModelVersionTest, PipelinedBatchWhoseLaunchFailsIsAnsweredAfterTheBatchAhead) {
+  state_->set_pipeline_depth(2);
+  ModelVersionOptions o = Batching(8);
+  o.preserve_ordering = true;
+  auto mv = Make(o);
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto in_order = [&](const std::string& id) {
+    InferCallback inner = answers_.For(id);
+    return InferCallback([&mu, &order, inner, id](InferResponse r) mutable {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        order.push_back(id);
+      }
+      inner(std::move(r));
+    });
+  };
+  state_->Block(100);
+  mv->Infer(Req("first", {100}), in_order("first"));
+  ASSERT_TRUE(state_->WaitForWaiting(1));
+  // Its launch is refused (nothing reaches the device): answered with that error, but
+  // after the batch ahead of it, and the one behind it is launched and answered in turn.
+  mv->Infer(Req("refused", {-2000}), in_order("refused"));
+  ASSERT_TRUE(WaitUntil([&] { return mv->queue_depth() == 0; }));
+  mv->Infer(Req("after", {7}), in_order("after"));
+  state_->Unblock(100);
+  for (const char* id : {"first", "refused", "after"}) ASSERT_TRUE(answers_.WaitFor(id)) << id;
+  EXPECT_TRUE(answers_.Get("first").status.ok());
+  EXPECT_EQ(answers_.Get("refused").status.code(), StatusCode::kInternal);
+  EXPECT_NE(answers_.Get("refused").status.message().find("launch refused"), std::string::npos);
+  ASSERT_TRUE(answers_.Get("after").status.ok());
+  EXPECT_EQ(answers_.Get("after").outputs[0].tensor.values<float>()[0], 14.0f);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(order, (std::vector<std::string>{"first", "refused", "after"}));
+  }
+  mv->Shutdown();
+  EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
+}
+
 TEST_F(ModelVersionTest, PipelinedInstancesAnswerManyConcurrentCallersExactlyOnce) {
   state_->set_pipeline_depth(2);
   auto mv = Make(Batching(8), /*instances=*/2);

@@ -435,7 +435,7 @@ bool GpuPlan::graph_captured() const {
   return false;
 }
 
-void CUDART_CB GpuPlan::OnDone(void* slot) {
+void CUDART_CB GpuPlan::OnDone(cudaStream_t, cudaError_t, void* slot) {
   // A wake-up; nothing may unwind into CUDA's thread.
   try {
     static_cast<Slot*>(slot)->on_done();
@@ -473,8 +473,8 @@ Status GpuPlan::QueueSlot(Slot& slot, cudaStream_t compute, bool graph) {
                  "cudaMemcpyAsync of the outputs"));
   RETURN_IF_ERROR(record(slot.copied_out, out));
   if (slot.on_done) {
-    RETURN_IF_ERROR(
-        CudaStatus(cudaLaunchHostFunc(out, &GpuPlan::OnDone, &slot), "cudaLaunchHostFunc"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamAddCallback(out, &GpuPlan::OnDone, &slot, 0),
+                               "cudaStreamAddCallback"));
   }
   return Status::Ok();
 }
@@ -511,6 +511,7 @@ StatusOr<int> GpuPlan::Launch(const std::vector<const Tensor*>& inputs, const St
   const bool graph = lowering_.cuda_graph && !graph_failed_ && runs_++ > 0;
   slot.on_done = std::move(on_done);
   slot.error = Status::Ok();
+  slot.compute = compute.get();
   Status queued = QueueSlot(slot, compute.get(), graph);
   if (!queued.ok()) {
     // What was queued reads the slot's buffers, which its next batch writes; on_done was
@@ -537,10 +538,8 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   Status waited = CudaStatus(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
   if (!waited.ok()) {
-    for (const Shard& shard : shards_) {
-      DeviceScope scope(shard.device);
-      (void)shard.stream->Synchronize();
-    }
+    // Every stream drained (its callback run) before the slot, and its on_done, are let go.
+    WaitForAll(slot.compute);
   }
   // Its on_done has run (done follows it): the slot is free.
   slot.busy = false;

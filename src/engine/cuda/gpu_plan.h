@@ -193,12 +193,15 @@ class GpuPlan {
     // compute; copied_out after the copy out; done after on_done too (what Finish waits for).
     cudaEvent_t started = nullptr, in_ready = nullptr, compute_began = nullptr, computed = nullptr,
                 copied_out = nullptr, done = nullptr;
-    std::function<void()> on_done;  // kept alive until its host function has run
-    bool busy = false;              // launched and not finished
-    Status error;                   // an error found after the batch was launched
+    std::function<void()> on_done;   // kept alive until its stream callback has run
+    bool busy = false;               // launched and not finished
+    cudaStream_t compute = nullptr;  // the compute stream it was launched on
+    Status error;                    // an error found after the batch was launched
   };
-  // The host function queued after a slot's copy out: calls its on_done.
-  static void CUDART_CB OnDone(void* slot);
+  // The stream callback queued after a slot's copy out: calls its on_done. A stream
+  // callback (unlike a host function) runs even after a device error, with the error in
+  // `status`, so the caller is always woken.
+  static void CUDART_CB OnDone(cudaStream_t stream, cudaError_t status, void* slot);
   // A slot's compute, queued step by step on `stream`: the flags cleared, the inputs from
   // `in` into the arena, every step, the outputs and flags into `out`.
   Status QueueCompute(const Slot& slot, cudaStream_t stream);

@@ -12,6 +12,9 @@
 // work alike) and calls a launch's on_done after it. The state records the most batches
 // launched and not finished at once, and every call that broke the contract (a launch
 // beyond the depth, an Execute while depth batches are outstanding, a Finish with none).
+// A row whose first value is -2000 or below makes Launch itself fail (nothing launched);
+// with set_drop_on_done(true) the device thread never calls on_done (a backend that loses
+// its wake-up on an error path).
 #pragma once
 
 #include <algorithm>
@@ -137,6 +140,14 @@ class FakeBackendState {
     std::lock_guard<std::mutex> lock(mu_);
     max_outstanding_ = std::max(max_outstanding_, n);
   }
+  void set_drop_on_done(bool drop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_on_done_ = drop;
+  }
+  bool drop_on_done() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return drop_on_done_;
+  }
   int max_outstanding() const {
     std::lock_guard<std::mutex> lock(mu_);
     return max_outstanding_;
@@ -159,6 +170,7 @@ class FakeBackendState {
   int instances_created_ = 0;
   int pipeline_depth_ = 1;
   int max_outstanding_ = 0;
+  bool drop_on_done_ = false;
   std::vector<std::string> contract_broken_;
 };
 
@@ -198,6 +210,11 @@ class FakeInstance : public backends::BackendInstance {
       state_->RecordContractBroken("Launch with " + std::to_string(launched_.size()) +
                                    " batches outstanding");
       return FailedPrecondition("fake backend: no room to launch");
+    }
+    const Tensor& in = req.inputs.at(0).tensor;
+    const int64_t cols = in.shape().size() > 1 ? in.shape()[1] : 1;
+    for (int64_t r = 0; r < in.shape()[0]; ++r) {
+      if (in.values<float>()[r * cols] <= -2000) return Internal("fake backend: launch refused");
     }
     launched_.push_back(Queue(req, std::move(on_done)));
     state_->RecordOutstanding(static_cast<int>(launched_.size()));
@@ -256,7 +273,8 @@ class FakeInstance : public backends::BackendInstance {
       std::function<void()> on_done = std::move(work->on_done);
       lock.unlock();
       cv_.notify_all();
-      if (on_done) on_done();  // after the batch, like a stream's host callback
+      // After the batch, like a stream's callback.
+      if (on_done && !state_->drop_on_done()) on_done();
       lock.lock();
     }
   }
