@@ -131,22 +131,57 @@ void InstancePool::Run(size_t index) {
                                .count();
     }
     if (state.jobs.empty()) break;  // stopping with nothing left
+    // The front job is finished (its second half called, without the lock, since `began_ns`)
+    // and returned `ran` items at `end_ns`, after which the backend said `bubble` and
+    // `device` (asked without the lock): recorded, dropped, and the next one begins. The
+    // caller then calls on_idle without the lock.
+    const auto finished = [&](int64_t ran, int64_t began_ns, int64_t end_ns, double bubble,
+                              const backends::DeviceStats& device) REQUIRES(mu_) {
+      const int64_t elapsed = end_ns - began_ns;
+      state.stats.pipeline_bubble_ratio = bubble;
+      state.stats.device = device;
+      if (ran > 0) state.cost.Observe(ran, elapsed);
+      state.stats.executions++;
+      state.stats.busy_ns += elapsed;
+      state.jobs.pop_front();
+      --state.launched;
+      // The next job begins now: on the device behind this one if launched, else here.
+      if (!state.jobs.empty()) state.started_ns = options_.clock->NowNs();
+    };
     if (state.launched < state.jobs.size() && state.launched < static_cast<size_t>(state.depth)) {
       // Launch the oldest job not yet launched.
       Held& held = state.jobs[state.launched++];
       const uint64_t id = held.id;
       const bool pipelined = state.depth > 1;
+      const int64_t started_ns = state.started_ns;
       PoolJob& job = held.job;
       lock.Unlock();
       const int64_t launched_ns = options_.clock->NowNs();
+      if (!pipelined) {
+        // Depth 1: this is the front job, and nothing of it stays on a device. Run it (both
+        // halves) and record it with one more taking of the lock, as a plain run.
+        int64_t ran = 0;
+        if (job.launch) {
+          PoolJob::Finish finish = job.launch(*backend, inst->info.index, nullptr);
+          ran = finish ? finish() : 0;
+        } else {
+          ran = job.run(*backend, inst->info.index);
+        }
+        const int64_t end_ns = options_.clock->NowNs();
+        const double bubble = backend->pipeline_bubble_ratio();
+        const backends::DeviceStats device = backend->device_stats();
+        lock.Lock();
+        finished(ran, std::max(started_ns, launched_ns), end_ns, bubble, device);
+        lock.Unlock();
+        if (options_.on_idle) options_.on_idle();
+        lock.Lock();
+        continue;
+      }
       PoolJob::Finish finish;
       bool ran = false;
       if (job.launch) {
-        // Two words: std::function keeps it without an allocation. Without pipelining the
-        // job is over when launch returns, and no wake-up is needed.
-        std::function<void()> on_done;
-        if (pipelined) on_done = [this, id] { MarkDone(id); };
-        finish = job.launch(*backend, inst->info.index, std::move(on_done));
+        // Two words: std::function keeps it without an allocation.
+        finish = job.launch(*backend, inst->info.index, [this, id] { MarkDone(id); });
       } else {
         const int64_t items = job.run(*backend, inst->info.index);
         finish = [items] { return items; };
@@ -155,7 +190,7 @@ void InstancePool::Run(size_t index) {
       lock.Lock();
       held.launched_ns = launched_ns;
       held.finish = std::move(finish);
-      if (ran || state.depth == 1) held.done = true;  // nothing is left on a device
+      if (ran) held.done = true;  // nothing is left on a device
       continue;
     }
     Held& head = state.jobs.front();
@@ -178,16 +213,7 @@ void InstancePool::Run(size_t index) {
     const double bubble = backend->pipeline_bubble_ratio();
     const backends::DeviceStats device = backend->device_stats();
     lock.Lock();
-    const int64_t elapsed = end_ns - began_ns;
-    state.stats.pipeline_bubble_ratio = bubble;
-    state.stats.device = device;
-    if (ran > 0) state.cost.Observe(ran, elapsed);
-    state.stats.executions++;
-    state.stats.busy_ns += elapsed;
-    state.jobs.pop_front();
-    --state.launched;
-    // The next job begins now: on the device behind this one if launched, else here.
-    if (!state.jobs.empty()) state.started_ns = options_.clock->NowNs();
+    finished(ran, began_ns, end_ns, bubble, device);
     lock.Unlock();
     if (options_.on_idle) options_.on_idle();
     lock.Lock();
