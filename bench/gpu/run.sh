@@ -14,8 +14,10 @@
 #                              GPU beside CPU, on the recommender, the text and the image
 #                              classifier, and ResNet-50 and BERT-base, whose weights
 #                              gpu_model_weights fills in there from bench/gpu/models) and
-#                              served.json and served_1_instance.json (shoal serve with
-#                              two, then one, KIND_GPU instances under shoal bench)
+#                              served.json, served_1_instance.json and
+#                              served_1_instance_depth_1.json (shoal serve with two, then
+#                              one, KIND_GPU instances under shoal bench, then one with
+#                              gpu_pipeline_depth 1)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
 # cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
 # (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's and
@@ -152,9 +154,13 @@ PY
     # Served: shoal serve with KIND_GPU instances of the recommender, shoal bench at 16
     # requests of 16 rows outstanding over HTTP (batches of up to 64 rows form): two
     # instances (one's copies can run under the other's compute, the weights held once),
-    # then one (nothing overlaps), side by side.
+    # then one (double buffered: its next batch's copies under its current compute), then
+    # one with gpu_pipeline_depth 1 (nothing overlaps), side by side.
     echo "## served (shoal serve, KIND_GPU; shoal bench)" | tee -a "$out/gpu.txt"
-    for count in 2 1; do
+    for variant in 2 1 1:1; do
+      count=${variant%%:*}
+      depth=2
+      [ "$variant" = 1:1 ] && depth=1
       repo=$(mktemp -d)
       mkdir -p "$repo/rec/1" && cp "$rec" "$repo/rec/1/model.onnx"
       cat >"$repo/rec/config.pbtxt" <<CFG
@@ -163,8 +169,9 @@ platform: "onnxruntime_onnx"
 max_batch_size: 64
 dynamic_batching { preferred_batch_size: [ 64 ] max_queue_delay_microseconds: 500 }
 instance_group [ { count: $count kind: KIND_GPU gpus: [ 0 ] } ]
+parameters { key: "gpu_pipeline_depth" value { string_value: "$depth" } }
 CFG
-      echo "### $count instance(s)" | tee -a "$out/gpu.txt"
+      echo "### $count instance(s), gpu_pipeline_depth $depth" | tee -a "$out/gpu.txt"
       .gpu/build/src/cli/shoal serve --model-repository "$repo" --http-port 18000 --grpc-port 18001 \
         --metrics-port 18002 >>"$out/tests.log" 2>&1 &
       server=$!
@@ -178,7 +185,8 @@ CFG
         sleep 10
       fi
       json="$out/served.json"
-      [ "$count" = 1 ] && json="$out/served_1_instance.json"
+      [ "$variant" = 1 ] && json="$out/served_1_instance.json"
+      [ "$variant" = 1:1 ] && json="$out/served_1_instance_depth_1.json"
       .gpu/build/src/cli/shoal bench -m rec -u localhost:18000 -b 16 --concurrency-range 16 \
         -p 3000 --max-trials 3 --json "$json" 2>&1 | tee -a "$out/gpu.txt" || rc=1
       # The GPU figures the server exported (memory, weights held once, NVML).
