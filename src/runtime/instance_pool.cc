@@ -101,6 +101,7 @@ void InstancePool::Run(size_t index) {
     state.stats.created_ns = options_.clock->NowNs();
     if (backend)
       state.depth = std::clamp(backend->pipeline_depth(), 1, static_cast<int>(HeldJobs::kMax));
+    state.stats.pipeline_depth = state.depth;
   }
   init_cv_.SignalAll();
   if (!status.ok()) return;
@@ -153,6 +154,7 @@ void InstancePool::Run(size_t index) {
       Held& held = state.jobs[state.launched++];
       const uint64_t id = held.id;
       const bool pipelined = state.depth > 1;
+      if (state.launched > 1) ++state.stats.overlapped_executions;
       const int64_t started_ns = state.started_ns;
       PoolJob& job = held.job;
       lock.Unlock();

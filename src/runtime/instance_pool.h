@@ -91,6 +91,11 @@ struct InstanceStats {
   double cost_a_ns = 0, cost_b_ns = 0;
   // BackendInstance::pipeline_bubble_ratio after its last job; -1 when not pipelined.
   double pipeline_bubble_ratio = -1;
+  // BackendInstance::pipeline_depth (1: it does not pipeline), and how many of its jobs
+  // were launched while another of its jobs was still in flight (their copies could
+  // overlap its compute).
+  int pipeline_depth = 1;
+  int64_t overlapped_executions = 0;
   // BackendInstance::device_stats after its last job; gpu -1 on CPUs.
   backends::DeviceStats device;
 };

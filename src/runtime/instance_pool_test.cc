@@ -322,6 +322,8 @@ TEST_F(InstancePoolTest, PipelinedInstanceLaunchesTheNextJobBeforeTheLastFinishe
     EXPECT_EQ(outputs, (std::vector<float>{2, 4}));
   }
   EXPECT_EQ(pool->Stats()[0].executions, 2);
+  EXPECT_EQ(pool->Stats()[0].pipeline_depth, 2);
+  EXPECT_EQ(pool->Stats()[0].overlapped_executions, 1) << "the second, launched behind the first";
   EXPECT_EQ(state_->contract_broken(), std::vector<std::string>{});
 }
 

@@ -267,6 +267,23 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
       }
     }
   }
+  bool overlapping = false;
+  for (const auto& v : views)
+    for (const auto& i : v.instances) overlapping |= i.pipeline_depth > 1;
+  if (overlapping) {
+    w.Family("shoal_instance_overlapped_executions_total", "counter",
+             "Executions an instance that pipelines (a KIND_GPU instance) launched while another "
+             "of its own was still in flight, so that their copies could overlap its compute.");
+    for (const auto& v : views) {
+      for (const auto& i : v.instances) {
+        if (i.pipeline_depth <= 1) continue;
+        Labels l = v.labels();
+        l.emplace_back("instance", i.name);
+        w.Sample("shoal_instance_overlapped_executions_total", l,
+                 static_cast<double>(i.overlapped_executions));
+      }
+    }
+  }
   // GPU instances (docs/gpu.md): device time and memory per instance, memory per device.
   std::map<int, backends::DeviceStats> devices;  // per GPU: the figures last seen
   for (const auto& v : views)
@@ -286,9 +303,9 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
       }
     };
     w.Family("shoal_gpu_busy_seconds_total", "counter",
-             "Device time of a GPU instance's batches (CUDA events from their first copy in to "
-             "their last copy out); its rate, summed over a GPU's instances, is that GPU's "
-             "utilisation by shoal.");
+             "Device time of a GPU instance's batches (CUDA events around each batch's "
+             "compute, its copies left out); its rate, summed over a GPU's instances, is that "
+             "GPU's utilisation by shoal.");
     per_instance("shoal_gpu_busy_seconds_total", [](const backends::DeviceStats& d) {
       return static_cast<double>(d.busy_ns) / 1e9;
     });

@@ -90,6 +90,8 @@ TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
     EXPECT_EQ(types.count(family), 1u) << family;
   }
   EXPECT_EQ(types["shoal_request_duration_seconds"], "histogram");
+  // Only instances that pipeline (KIND_GPU) count overlapped executions.
+  EXPECT_EQ(types.count("shoal_instance_overlapped_executions_total"), 0u);
   EXPECT_THAT(text, HasSubstr("shoal_inference_requests_total{model=\"identity\",version=\"1\","
                               "outcome=\"success\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("shoal_inference_items_total{model=\"identity\",version=\"1\"} 3\n"));

@@ -108,6 +108,11 @@ TEST(GpuE2eTest, AGpuModelServesAsItsCpuTwinOrFailsAloneSayingWhy) {
                               "gpu=\"0\"}"));
   EXPECT_THAT(page, HasSubstr("shoal_gpu_memory_used_bytes{gpu=\"0\"}"));
   EXPECT_THAT(page, ::testing::Not(HasSubstr("instance=\"on_cpu_0\",gpu=")));
+  // The GPU instance pipelines (double buffering); the CPU one does not.
+  EXPECT_THAT(page, HasSubstr("shoal_instance_overlapped_executions_total{model=\"on_gpu\","
+                              "version=\"1\",instance=\"on_gpu_0\"}"));
+  EXPECT_THAT(page, ::testing::Not(
+                        HasSubstr("shoal_instance_overlapped_executions_total{model=\"on_cpu\"")));
 #ifdef SHOAL_E2E_CUDA_BUILD
   // NVML's utilisation where the driver's library is here and gives it for GPU 0 (as this
   // process finds it; a MIG slice does not).
