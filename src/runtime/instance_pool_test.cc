@@ -13,12 +13,14 @@
 #include <vector>
 
 #include "runtime/testing/fake_backend.h"
+#include "runtime/testing/wait_until.h"
 
 namespace shoal::runtime {
 namespace {
 
 using testing::FakeBackendModel;
 using testing::FakeBackendState;
+using testing::WaitUntil;
 
 class InstancePoolTest : public ::testing::Test {
  protected:
@@ -254,17 +256,6 @@ TEST_F(InstancePoolTest, DestroyingAPoolWhoseInstanceSpinsReturnsAtOnce) {
 }
 
 // Pipelined instances (BackendInstance::pipeline_depth() > 1, as on a GPU).
-
-// Polls `done` (real time, at most 10 s): false if it never came.
-template <typename Pred>
-bool WaitUntil(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 backends::ExecuteRequest OneRow(float value) {
   backends::ExecuteRequest r;

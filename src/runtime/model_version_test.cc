@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "runtime/testing/fake_backend.h"
+#include "runtime/testing/wait_until.h"
 
 namespace shoal::runtime {
 namespace {
@@ -50,16 +51,7 @@ class Answers {
   std::map<std::string, InferResponse> got_;
 };
 
-// Polls `done` (real time, at most 10 s) for state that has no event to wait on.
-template <typename Pred>
-bool WaitUntil(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using testing::WaitUntil;
 
 ModelSignature Sig(int64_t max_batch) {
   ModelSignature sig;
@@ -894,19 +886,26 @@ TEST_F(ModelVersionTest, ShapeKeyCollisionIsNotMergedIntoOneBatch) {
   EXPECT_EQ(ex[1].row_keys, (std::vector<float>{10}));
 }
 
-TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {
-  auto mv = Make(Batching(8), /*instances=*/2);
-  constexpr int kThreads = 4, kPerThread = 200;
+// Sends kThreads x kPerThread requests from kThreads threads at once, request i of thread t
+// with id "t_i" and the one value value_of(i), answered into `answers`.
+constexpr int kThreads = 4, kPerThread = 200;
+template <typename ValueOf>
+void SendFromThreads(ModelVersion& mv, Answers& answers, ValueOf value_of) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const std::string id = std::to_string(t) + "_" + std::to_string(i);
-        mv->Infer(Req(id, {float(i)}), answers_.For(id));
+        mv.Infer(Req(id, {value_of(i)}), answers.For(id));
       }
     });
   }
   for (auto& th : threads) th.join();
+}
+
+TEST_F(ModelVersionTest, ManyConcurrentCallersAllAnsweredExactlyOnce) {
+  auto mv = Make(Batching(8), /*instances=*/2);
+  SendFromThreads(*mv, answers_, [](int i) { return static_cast<float>(i); });
   mv->Shutdown();
   EXPECT_EQ(answers_.size(), static_cast<size_t>(kThreads * kPerThread));
   auto s = mv->stats();
@@ -1018,19 +1017,9 @@ TEST_F(ModelVersionTest, PipelinedBatchWhoseLaunchFailsIsAnsweredAfterTheBatchAh
 TEST_F(ModelVersionTest, PipelinedInstancesAnswerManyConcurrentCallersExactlyOnce) {
   state_->set_pipeline_depth(2);
   auto mv = Make(Batching(8), /*instances=*/2);
-  constexpr int kThreads = 4, kPerThread = 200;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerThread; ++i) {
-        const std::string id = std::to_string(t) + "_" + std::to_string(i);
-        // Every 50th request has bad data: the batches it joins are split.
-        const float v = i % 50 == 7 ? -1000.0f : static_cast<float>(i);
-        mv->Infer(Req(id, {v}), answers_.For(id));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  // Every 50th request has bad data: the batches it joins are split.
+  SendFromThreads(*mv, answers_,
+                  [](int i) { return i % 50 == 7 ? -1000.0f : static_cast<float>(i); });
   mv->Shutdown();
   ASSERT_EQ(answers_.size(), static_cast<size_t>(kThreads * kPerThread));
   int bad = 0;
