@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -116,6 +118,24 @@ class Lowerer {
   Status LowerRoiAlign(int n);
   Status LowerExpand(int n);
   Status LowerGridSample(int n);
+  Status LowerGatherElements(int n);
+  // GatherElements' and ScatterElements' axis of node n, made non-negative, once indices of
+  // shape `is` fit data of shape `xs` (one rank, no larger off the axis).
+  StatusOr<int64_t> ElementsAxis(int n, const Shape& xs, const Shape& is) const;
+  Status LowerScatter(int n);
+  Status LowerCumSum(int n);
+  Status LowerTrilu(int n);
+  // The integers of known value `v` (int64 or int32); nullopt when it is computed.
+  std::optional<std::vector<int64_t>> KnownInts(int v) const {
+    const Tensor* t = Known(v);
+    if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32))
+      return std::nullopt;
+    std::vector<int64_t> ints;
+    for (int64_t k = 0; k < t->element_count(); ++k)
+      ints.push_back(t->dtype() == DataType::kInt64 ? t->values<int64_t>()[k]
+                                                    : t->values<int32_t>()[k]);
+    return ints;
+  }
   // Node n's product `step` (its GEMM options, residual and post-activation set; `x` its
   // operand) split column-wise across the shards (TensorParallelOptions): `w` its fp32 weight
   // as the product reads it, keyed `w_key`, and its bias of N values (null for none), keyed
@@ -1800,6 +1820,148 @@ Status Lowerer::LowerExpand(int n) {
   return Status::Ok();
 }
 
+StatusOr<int64_t> Lowerer::ElementsAxis(int n, const Shape& xs, const Shape& is) const {
+  const auto rank = static_cast<int64_t>(xs.size());
+  if (rank == 0 || rank > internal::kMaxRank || static_cast<int64_t>(is.size()) != rank)
+    return Fail(n, "data and indices must have one rank, from 1 to 8");
+  int64_t axis = graph_.nodes[n].GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "the axis is out of range");
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && is[d] > xs[d]) return Fail(n, "the indices do not fit the data");
+  return axis;
+}
+
+// GatherElements of fp32 or int64 data (any 4- or 8-byte elements, moved as bits) by int64
+// indices: one thread per output element.
+Status Lowerer::LowerGatherElements(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "takes data and indices");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int data = node.inputs[0], idx = node.inputs[1], y = node.outputs[0];
+  if (WordsOf(data) == 0 || DtypeOf(y) != DtypeOf(data))
+    return Fail(n, "only a GatherElements of 4- or 8-byte elements is on the GPU path so far");
+  if (DtypeOf(idx) != DataType::kInt64) return Fail(n, "only int64 indices are on the GPU path");
+  const Shape xs = ShapeOf(data), is = ShapeOf(idx);
+  ASSIGN_OR_RETURN(const int64_t axis, ElementsAxis(n, xs, is));
+  if (ShapeOf(y) != is) return Fail(n, "the output's shape is not the indices'");
+  GpuStep step = NewStep(GpuStep::Kind::kGatherElements, n);
+  step.flag = NewFlag(n);
+  step.in = {data, idx};
+  step.out = y;
+  step.dims = xs;
+  step.axis = axis;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// ScatterElements and ScatterND of fp32 data by int64 indices, every reduction the CPU
+// engine has. The output is the data copied, then the updates; with no reduction an int32
+// scratch temporary records the last update naming each element.
+Status Lowerer::LowerScatter(int n) {
+  const Node& node = graph_.nodes[n];
+  const bool nd = node.op_type == "ScatterND";
+  if (node.inputs.size() != 3 || !node.has_input(0) || !node.has_input(1) || !node.has_input(2))
+    return Fail(n, "takes data, indices and updates");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int data = node.inputs[0], idx = node.inputs[1], upd = node.inputs[2], y = node.outputs[0];
+  if (!IsFp32(data) || !IsFp32(upd) || !IsFp32(y))
+    return Fail(n, "only a scatter of fp32 data is on the GPU path so far");
+  if (DtypeOf(idx) != DataType::kInt64) return Fail(n, "only int64 indices are on the GPU path");
+  static constexpr std::pair<std::string_view, ScatterReduction> kReductions[] = {
+      {"none", ScatterReduction::kNone},
+      {"add", ScatterReduction::kAdd},
+      {"mul", ScatterReduction::kMul},
+      {"max", ScatterReduction::kMax},
+      {"min", ScatterReduction::kMin}};
+  const std::string r = node.GetString("reduction", "none");
+  std::optional<ScatterReduction> reduction;
+  for (const auto& [name, value] : kReductions)
+    if (r == name) reduction = value;
+  if (!reduction) return Fail(n, "reduction '" + r + "' is not on the GPU path");
+  const Shape xs = ShapeOf(data), is = ShapeOf(idx), us = ShapeOf(upd);
+  const auto rank = static_cast<int64_t>(xs.size());
+  if (rank == 0 || rank > internal::kMaxRank) return Fail(n, "data must have rank 1 to 8");
+  // Update positions are int32 in the kernels (the scratch's atomicMax).
+  if (Product(us) > INT32_MAX) return Fail(n, "more than 2^31 - 1 updates");
+  GpuStep step = NewStep(nd ? GpuStep::Kind::kScatterNd : GpuStep::Kind::kScatterElements, n);
+  if (nd) {
+    if (is.empty() || is.back() < 1 || is.back() > rank)
+      return Fail(n, "the indices' last dimension must be in [1, rank of data]");
+    Shape want(is.begin(), is.end() - 1);
+    want.insert(want.end(), xs.begin() + is.back(), xs.end());
+    if (us != want) return Fail(n, "the updates' shape does not fit data and indices");
+  } else {
+    if (us != is) return Fail(n, "the updates' shape is not the indices'");
+    ASSIGN_OR_RETURN(step.axis, ElementsAxis(n, xs, is));
+  }
+  if (ShapeOf(y) != xs) return Fail(n, "the output's shape is not the data's");
+  step.flag = NewFlag(n);
+  step.in = {data, idx, upd};
+  step.out = y;
+  step.dims = xs;
+  step.scatter = *reduction;
+  if (*reduction == ScatterReduction::kNone) step.scratch = NewTemp(xs, DataType::kInt32);
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// CumSum of fp32 or int64 data along a constant axis: one thread per line along it.
+Status Lowerer::LowerCumSum(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "takes x and axis");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int x = node.inputs[0], y = node.outputs[0];
+  const DataType dtype = DtypeOf(x);
+  if ((dtype != DataType::kFp32 && dtype != DataType::kInt64) || DtypeOf(y) != dtype)
+    return Fail(n, "only a CumSum of fp32 or int64 values is on the GPU path so far");
+  const auto axes = KnownInts(node.inputs[1]);
+  if (!axes || axes->size() != 1)
+    return Fail(n, "an axis computed at run time is not on the GPU path");
+  const Shape xs = ShapeOf(x);
+  const auto rank = static_cast<int64_t>(xs.size());
+  int64_t axis = (*axes)[0];
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "the axis is out of range");
+  GpuStep step = NewStep(GpuStep::Kind::kCumSum, n);
+  step.in = {x};
+  step.out = y;
+  const auto at = static_cast<size_t>(axis);
+  step.dims = {Product(xs, 0, at), xs[at], Product(xs, at + 1)};
+  step.exclusive = node.GetInt("exclusive", 0) != 0;
+  step.reverse = node.GetInt("reverse", 0) != 0;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+// Trilu of 4- or 8-byte elements (fp32, int64) with a constant k (0 when absent).
+Status Lowerer::LowerTrilu(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.empty() || !node.has_input(0)) return Fail(n, "takes an input");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int x = node.inputs[0], y = node.outputs[0];
+  if (WordsOf(x) == 0 || DtypeOf(y) != DtypeOf(x))
+    return Fail(n, "only a Trilu of 4- or 8-byte elements is on the GPU path so far");
+  int64_t k = 0;
+  if (node.has_input(1)) {
+    const auto ks = KnownInts(node.inputs[1]);
+    if (!ks || ks->size() != 1) return Fail(n, "a k computed at run time is not on the GPU path");
+    k = (*ks)[0];
+  }
+  const Shape xs = ShapeOf(x);
+  if (xs.size() < 2) return Fail(n, "the input must have rank 2 or more");
+  GpuStep step = NewStep(GpuStep::Kind::kTrilu, n);
+  step.in = {x};
+  step.out = y;
+  step.dims = {Product(xs, 0, xs.size() - 2), xs[xs.size() - 2], xs.back()};
+  step.upper = node.GetInt("upper", 1) != 0;
+  step.start = k;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
 Status Lowerer::LowerNode(int n) {
   const Node& node = graph_.nodes[n];
   const std::string& op = node.op_type;
@@ -1842,6 +2004,10 @@ Status Lowerer::LowerNode(int n) {
     if (op == "RoiAlign") return LowerRoiAlign(n);
     if (op == "Expand") return LowerExpand(n);
     if (op == "GridSample") return LowerGridSample(n);
+    if (op == "GatherElements") return LowerGatherElements(n);
+    if (op == "ScatterElements" || op == "ScatterND") return LowerScatter(n);
+    if (op == "CumSum") return LowerCumSum(n);
+    if (op == "Trilu") return LowerTrilu(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);
@@ -1935,6 +2101,10 @@ StatusOr<GpuLowering> Lowerer::Run() {
   }
   for (int i = 0; i < num_steps; ++i) {
     const GpuStep& step = out_.steps[i];
+    if (step.scratch >= 0) {  // the step's own: written and read by it alone
+      define(step.scratch, from[i]);
+      use(step.scratch, to[i]);
+    }
     for (int v : step.in)
       if (v >= 0) use(v, to[i]);
     if (step.out >= 0 && !shard_values_.count(step.out)) define(Owner(step.out), from[i]);

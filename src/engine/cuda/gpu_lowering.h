@@ -94,6 +94,9 @@ struct GpuValue {
   int shard = -1;     // kShard
 };
 
+// ScatterElements' and ScatterND's `reduction`, as the CPU engine's.
+enum class ScatterReduction { kNone, kAdd, kMul, kMax, kMin };
+
 // One kernel launch (or a GEMM with its follow-ups) of a lowered plan.
 struct GpuStep {
   enum class Kind {
@@ -122,14 +125,19 @@ struct GpuStep {
     kRoiAlign,
     kGridSample,
     kFloatToInt,  // Cast from fp32 to int64 or int32 (the output's dtype)
-    kFork,        // tensor parallelism: every shard stream waits for the plan's stream
-    kJoin,        // the plan's stream waits for every shard stream
-    kCopy         // in[0]'s bytes copied to out (between a shard's device and the plan's)
+    kGatherElements,
+    kScatterElements,
+    kScatterNd,
+    kCumSum,
+    kTrilu,
+    kFork,  // tensor parallelism: every shard stream waits for the plan's stream
+    kJoin,  // the plan's stream waits for every shard stream
+    kCopy   // in[0]'s bytes copied to out (between a shard's device and the plan's)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
-  // kGather, kMod, kRoiAlign: its slot in the plan's error flags (GpuLowering::flag_nodes),
-  // which its kernel raises for bad data; -1 for the others.
+  // kGather, kMod, kRoiAlign, kGatherElements, kScatterElements, kScatterNd: its slot in the plan's
+  // error flags (GpuLowering::flag_nodes), which its kernel raises for bad data; -1 for the others.
   int flag = -1;
   // The tensor-parallel shard whose stream (and device) runs it; -1: the plan's stream.
   // Steps of different shards between a kFork and its kJoin run concurrently.
@@ -139,7 +147,8 @@ struct GpuStep {
   // -1}; kGather {data, indices}; kIm2Col, kPool, kToHalf {x}; kCompare {a, b}; kWhere
   // {cond, a, b}; kConvTranspose {x, w, bias or -1}; kResize {x}, its tap tables the weight
   // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kRoiAlign {x, rois, batch indices};
-  // kGridSample {x, grid};
+  // kGridSample {x, grid}; kGatherElements {data, indices}; kScatterElements, kScatterNd
+  // {data, indices, updates}; kCumSum, kTrilu {x};
   // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1
   // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
@@ -163,10 +172,20 @@ struct GpuStep {
   WherePlan where;                           // kWhere
   RoiAlignGeometry roi;                      // kRoiAlign
   GridGeometry grid;                         // kGridSample
+  // kScatterElements, kScatterNd: how an update combines with the element it names.
+  ScatterReduction scatter = ScatterReduction::kNone;
+  // kScatterElements, kScatterNd with ScatterReduction::kNone: an int32 temporary of one
+  // slot per output element, where the first pass records the last update naming each
+  // element (so that one writes, as on the CPU); -1 for the others. Live for the step alone.
+  int scratch = -1;
+  bool exclusive = false, reverse = false;  // kCumSum
+  bool upper = true;                        // kTrilu (its k in `start`)
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
   // kSoftmax, kLayerNorm: [rows, row length]; kSlice, kReduce, kArgExtreme: x's shape;
-  // kPlace: out's. kSlice, kPlace and kStridedSlice move 4-byte words: an 8-byte element
-  // (int64) is two, its dims (and kPlace's `words`) carry a trailing 2.
+  // kPlace: out's; kGatherElements, kScatterElements: data's (the indices' shape is in[1]'s);
+  // kScatterNd: data's (k is the indices' last dimension); kCumSum: [outer, axis, inner];
+  // kTrilu: [matrices, rows, columns]. kSlice, kPlace and kStridedSlice move 4-byte words: an
+  // 8-byte element (int64) is two, its dims (and kPlace's `words`) carry a trailing 2.
   int64_t words = 1;  // kPlace: 4-byte words per element, for x's dims at run time
   std::vector<int64_t> dims;
   float epsilon = 0;        // kLayerNorm
@@ -174,6 +193,7 @@ struct GpuStep {
   GatherPlan gather;        // kGather
   // kGemm: the blobs of w and bias, or -1; kBinary: b's when in[1] is -1.
   std::vector<int64_t> weight_slots;
+  // kGatherElements, kScatterElements: the axis (non-negative); kTrilu: k in `start`.
   // kSlice: x[.., start : start + length, ..] along `axis`; kPlace: x written into out at
   // [start, start + x's length) along `axis` (one of Concat's inputs); kReduce: axes
   // [axis, axis + length).

@@ -307,6 +307,22 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   }
   auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
   float* y = static_cast<float*>(Address(s.out));
+  auto Elements = [&](int v) { return Product(lowering_.shapes[v]); };
+  // GatherElements and ScatterElements: the indices' positions mapped onto data (s.dims).
+  auto ElementsIndexOf = [&](const GpuStep& step) {
+    internal::ElementsIndex index;
+    const Shape& is = lowering_.shapes[step.in[1]];
+    index.rank = static_cast<int>(is.size());
+    index.axis = static_cast<int>(step.axis);
+    index.axis_dim = step.dims[static_cast<size_t>(step.axis)];
+    int64_t stride = 1;
+    for (int d = index.rank - 1; d >= 0; --d) {
+      index.idx_dims[d] = is[static_cast<size_t>(d)];
+      index.data_strides[d] = stride;
+      stride *= step.dims[static_cast<size_t>(d)];
+    }
+    return index;
+  };
   switch (s.kind) {
     case GpuStep::Kind::kGemm: {
       const void* bias = s.weight_slots[1] >= 0 ? Blob(s.weight_slots[1]) : nullptr;
@@ -391,6 +407,55 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kFloatToInt:
       return CastFloatToInt(lowering_.dtypes[s.out] == DataType::kInt64, in(0), Address(s.out),
                             Product(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kGatherElements:
+      return CudaStatus(
+          internal::LaunchGatherElements(
+              DataTypeSize(lowering_.dtypes[s.in[0]]) == 8, Address(s.in[0]),
+              static_cast<const int64_t*>(Address(s.in[1])), Address(s.out), ElementsIndexOf(s),
+              Elements(s.in[1]), error_flag_.as<int32_t>() + s.flag, stream),
+          "GatherElements kernel launch");
+    case GpuStep::Kind::kScatterElements:
+    case GpuStep::Kind::kScatterNd: {
+      // The output starts as the data (unless it is the data's own bytes).
+      if (Address(s.out) != Address(s.in[0])) {
+        const auto bytes = static_cast<size_t>(lowering_.values[s.out].bytes);
+        RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(Address(s.out), Address(s.in[0]), bytes,
+                                                   cudaMemcpyDeviceToDevice, stream),
+                                   "cudaMemcpyAsync of a scatter's data"));
+      }
+      static_assert(static_cast<int>(internal::ScatterKernel::kMin) ==
+                    static_cast<int>(ScatterReduction::kMin));
+      const auto op = static_cast<internal::ScatterKernel>(s.scatter);
+      const auto* indices = static_cast<const int64_t*>(Address(s.in[1]));
+      auto* last = s.scratch >= 0 ? static_cast<int32_t*>(Address(s.scratch)) : nullptr;
+      int32_t* flag = error_flag_.as<int32_t>() + s.flag;
+      if (s.kind == GpuStep::Kind::kScatterElements) {
+        return CudaStatus(
+            internal::LaunchScatterElementsF32(op, indices, in(2), y, last, Elements(s.out),
+                                               ElementsIndexOf(s), Elements(s.in[1]), flag, stream),
+            "ScatterElements kernel launch");
+      }
+      const Shape& is = lowering_.shapes[s.in[1]];
+      internal::ScatterNdIndex index;
+      index.k = static_cast<int>(is.back());
+      for (int d = 0; d < index.k; ++d) index.dims[d] = s.dims[static_cast<size_t>(d)];
+      index.tuples = Product(is, 0, is.size() - 1);
+      index.slice = Product(s.dims, static_cast<size_t>(index.k));
+      return CudaStatus(internal::LaunchScatterNdF32(op, indices, in(2), y, last, Elements(s.out),
+                                                     index, flag, stream),
+                        "ScatterND kernel launch");
+    }
+    case GpuStep::Kind::kCumSum:
+      return CudaStatus(
+          internal::LaunchCumSum(lowering_.dtypes[s.in[0]] == DataType::kInt64, Address(s.in[0]),
+                                 Address(s.out), s.dims[0], s.dims[1], s.dims[2], s.exclusive,
+                                 s.reverse, stream),
+          "CumSum kernel launch");
+    case GpuStep::Kind::kTrilu:
+      return CudaStatus(internal::LaunchTrilu(DataTypeSize(lowering_.dtypes[s.in[0]]) == 8,
+                                              Address(s.in[0]), Address(s.out), s.dims[0],
+                                              s.dims[1], s.dims[2], s.start, s.upper, stream),
+                        "Trilu kernel launch");
     case GpuStep::Kind::kCopy: {
       // Between a shard's device and the plan's (or within one device, where a shard with
       // memory of its own shares the plan's device). Unified addressing finds both devices

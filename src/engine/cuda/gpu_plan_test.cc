@@ -26,6 +26,7 @@ namespace {
 using engine::testing::AFloat;
 using engine::testing::AInt;
 using engine::testing::AInts;
+using engine::testing::AString;
 using engine::testing::F32;
 using engine::testing::GraphBuilder;
 using engine::testing::I64;
@@ -917,6 +918,197 @@ TEST(LowerPlanTest, ArgMaxAndIntegerModLower) {
   }
   EXPECT_EQ(mods, 3);
   EXPECT_EQ(fmods, 1);
+}
+
+// GatherElements of fp32 data [3, 4] along axis 0 by indices [2, 4], and of int64 data
+// [3, 4] along axis -1 by indices [3, 2].
+Graph GatherElementsGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {3, 4});
+  const int idx = b.Input("idx", {2, 4}, DataType::kInt64);
+  const int ids = b.Input("ids", {3, 4}, DataType::kInt64);
+  const int idx2 = b.Input("idx2", {3, 2}, DataType::kInt64);
+  const int g0 = b.Op("GatherElements", "g0", {x, idx}, {{"axis", AInt(0)}});
+  const int g1 = b.Op("GatherElements", "g1", {ids, idx2}, {{"axis", AInt(-1)}});
+  return b.Finish(std::vector<int>{g0, g1});
+}
+const std::vector<Shape> kGatherElementsShapes = {{3, 4}, {2, 4}, {3, 4}, {3, 2}};
+
+// ScatterElements of fp32 data [4, 3] along axis 0 by indices [2, 3], and ScatterND of it
+// by index tuples [3, 1] (whole rows), both under `reduction`.
+Graph ScatterGraph(const std::string& reduction) {
+  GraphBuilder b;
+  const int data = b.Input("data", {4, 3});
+  const int eidx = b.Input("eidx", {2, 3}, DataType::kInt64);
+  const int eupd = b.Input("eupd", {2, 3});
+  const int nidx = b.Input("nidx", {3, 1}, DataType::kInt64);
+  const int nupd = b.Input("nupd", {3, 3});
+  const int se = b.Op("ScatterElements", "se", {data, eidx, eupd},
+                      {{"axis", AInt(0)}, {"reduction", AString(reduction)}});
+  const int sn = b.Op("ScatterND", "sn", {data, nidx, nupd}, {{"reduction", AString(reduction)}});
+  return b.Finish(std::vector<int>{se, sn});
+}
+const std::vector<Shape> kScatterShapes = {{4, 3}, {2, 3}, {2, 3}, {3, 1}, {3, 3}};
+
+// CumSum of fp32 [2, 3, 4] along axis 1 (constant), along -1 exclusive and reversed, and of
+// int64 [2, 5] along axis 1 reversed.
+Graph CumSumGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 4});
+  const int ids = b.Input("ids", {2, 5}, DataType::kInt64);
+  const int one = b.Constant("one", I64({}, {1}));
+  const int last = b.Constant("last", I64({}, {-1}));
+  const int c0 = b.Op("CumSum", "c0", {x, one});
+  const int c1 = b.Op("CumSum", "c1", {x, last}, {{"exclusive", AInt(1)}, {"reverse", AInt(1)}});
+  const int c2 = b.Op("CumSum", "c2", {ids, one}, {{"reverse", AInt(1)}});
+  return b.Finish(std::vector<int>{c0, c1, c2});
+}
+const std::vector<Shape> kCumSumShapes = {{2, 3, 4}, {2, 5}};
+
+// Trilu of fp32 [2, 3, 4] (upper, no k; lower with k = 1) and of int64 [3, 3] (upper, k = -1).
+Graph TriluGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 4});
+  const int ids = b.Input("ids", {3, 3}, DataType::kInt64);
+  const int one = b.Constant("one", I64({}, {1}));
+  const int minus_one = b.Constant("minus_one", I64({}, {-1}));
+  const int t0 = b.Op("Trilu", "t0", {x});
+  const int t1 = b.Op("Trilu", "t1", {x, one}, {{"upper", AInt(0)}});
+  const int t2 = b.Op("Trilu", "t2", {ids, minus_one});
+  return b.Finish(std::vector<int>{t0, t1, t2});
+}
+const std::vector<Shape> kTriluShapes = {{2, 3, 4}, {3, 3}};
+
+TEST(LowerPlanTest, GatherElementsIsOneStepWithAnErrorFlagNamingItsNode) {
+  Prepared p = Prepare(Model::FromGraph(GatherElementsGraph()), kGatherElementsShapes);
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 2u);
+  const Graph& g = p.model->graph();
+  for (const GpuStep& s : l->steps) EXPECT_EQ(s.kind, GpuStep::Kind::kGatherElements);
+  EXPECT_EQ(l->steps[0].axis, 0);
+  EXPECT_EQ(l->steps[0].dims, (Shape{3, 4}));
+  EXPECT_EQ(l->shapes[l->steps[0].out], (Shape{2, 4}));
+  EXPECT_EQ(l->steps[1].axis, 1);  // -1, made non-negative
+  EXPECT_EQ(l->dtypes[l->steps[1].in[0]], DataType::kInt64);
+  EXPECT_EQ(l->dtypes[l->steps[1].out], DataType::kInt64);
+  ASSERT_EQ(l->flag_nodes.size(), 2u);
+  for (const GpuStep& s : l->steps) {
+    ASSERT_GE(s.flag, 0);
+    EXPECT_EQ(l->flag_nodes[s.flag], g.Describe(s.node));
+    EXPECT_THAT(l->flag_nodes[s.flag], HasSubstr("(GatherElements)"));
+  }
+  EXPECT_NE(l->steps[0].flag, l->steps[1].flag);
+  ExpectAligned(*l);
+}
+
+// Each scatter is one step reading data, indices and updates with its reduction and a flag of
+// its own; with no reduction it has an int32 scratch of the data's shape in the arena, clear
+// of every value the step reads and writes.
+TEST(LowerPlanTest, ScattersAreOneStepEachWithScratchOnlyWithoutAReduction) {
+  const std::pair<const char*, ScatterReduction> reductions[] = {{"none", ScatterReduction::kNone},
+                                                                 {"add", ScatterReduction::kAdd},
+                                                                 {"mul", ScatterReduction::kMul},
+                                                                 {"max", ScatterReduction::kMax},
+                                                                 {"min", ScatterReduction::kMin}};
+  for (const auto& [name, reduction] : reductions) {
+    SCOPED_TRACE(name);
+    Prepared p = Prepare(Model::FromGraph(ScatterGraph(name)), kScatterShapes);
+    ASSERT_TRUE(p.plan);
+    auto l = LowerPlan(p.model->graph(), *p.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_EQ(l->steps.size(), 2u);
+    EXPECT_EQ(l->steps[0].kind, GpuStep::Kind::kScatterElements);
+    EXPECT_EQ(l->steps[0].axis, 0);
+    EXPECT_EQ(l->steps[1].kind, GpuStep::Kind::kScatterNd);
+    EXPECT_EQ(l->flag_nodes.size(), 2u);
+    for (const GpuStep& s : l->steps) {
+      EXPECT_EQ(s.scatter, reduction);
+      EXPECT_EQ(s.dims, (Shape{4, 3}));
+      ASSERT_EQ(s.in.size(), 3u);
+      ASSERT_GE(s.flag, 0);
+      EXPECT_EQ(l->flag_nodes[s.flag], p.model->graph().Describe(s.node));
+      if (reduction != ScatterReduction::kNone) {
+        EXPECT_EQ(s.scratch, -1);
+        continue;
+      }
+      ASSERT_GE(s.scratch, 0);
+      EXPECT_EQ(l->dtypes[s.scratch], DataType::kInt32);
+      EXPECT_EQ(l->shapes[s.scratch], (Shape{4, 3}));
+      const GpuValue& scratch = l->values[s.scratch];
+      EXPECT_EQ(scratch.home, GpuValue::Home::kArena);
+      EXPECT_EQ(scratch.bytes, 12 * 4);
+      for (int v : {s.in[0], s.in[1], s.in[2], s.out}) {
+        const GpuValue& other = l->values[v];
+        EXPECT_TRUE(scratch.offset + scratch.bytes <= other.offset ||
+                    other.offset + other.bytes <= scratch.offset)
+            << "the scratch shares bytes with value " << v;
+      }
+    }
+    ExpectAligned(*l);
+  }
+}
+
+TEST(LowerPlanTest, CumSumIsOneStepOverItsConstantAxis) {
+  Prepared p = Prepare(Model::FromGraph(CumSumGraph()), kCumSumShapes);
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 3u);
+  for (const GpuStep& s : l->steps) {
+    EXPECT_EQ(s.kind, GpuStep::Kind::kCumSum);
+    EXPECT_EQ(s.in.size(), 1u);  // the axis is folded into the step, not read
+    EXPECT_EQ(s.flag, -1);
+  }
+  EXPECT_EQ(l->steps[0].dims, (Shape{2, 3, 4}));
+  EXPECT_FALSE(l->steps[0].exclusive);
+  EXPECT_FALSE(l->steps[0].reverse);
+  EXPECT_EQ(l->steps[1].dims, (Shape{6, 4, 1}));
+  EXPECT_TRUE(l->steps[1].exclusive);
+  EXPECT_TRUE(l->steps[1].reverse);
+  EXPECT_EQ(l->steps[2].dims, (Shape{2, 5, 1}));
+  EXPECT_FALSE(l->steps[2].exclusive);
+  EXPECT_TRUE(l->steps[2].reverse);
+  EXPECT_EQ(l->dtypes[l->steps[2].out], DataType::kInt64);
+}
+
+TEST(LowerPlanTest, TriluIsOneStepWithItsConstantK) {
+  Prepared p = Prepare(Model::FromGraph(TriluGraph()), kTriluShapes);
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 3u);
+  for (const GpuStep& s : l->steps) {
+    EXPECT_EQ(s.kind, GpuStep::Kind::kTrilu);
+    EXPECT_EQ(s.in.size(), 1u);
+  }
+  EXPECT_EQ(l->steps[0].dims, (Shape{2, 3, 4}));
+  EXPECT_TRUE(l->steps[0].upper);
+  EXPECT_EQ(l->steps[0].start, 0);
+  EXPECT_FALSE(l->steps[1].upper);
+  EXPECT_EQ(l->steps[1].start, 1);
+  EXPECT_EQ(l->steps[2].dims, (Shape{1, 3, 3}));
+  EXPECT_TRUE(l->steps[2].upper);
+  EXPECT_EQ(l->steps[2].start, -1);
+  EXPECT_EQ(l->dtypes[l->steps[2].out], DataType::kInt64);
+}
+
+// The detection test models' GatherElements, scatters, CumSums and Trilus lower; what is
+// left is their NonZero, Einsum and run-time shapes.
+TEST(LowerPlanTest, TheDetectionModelsLackNoneOfTheIndexingOperators) {
+  for (const char* name : {"det_scatter_gather_op17", "det_tensor_ops_op17"}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name, ".a.sht");
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_FALSE(l.ok());
+    const std::string& m = l.status().message();
+    for (const char* op :
+         {"(GatherElements)", "(ScatterElements)", "(ScatterND)", "(CumSum)", "(Trilu)"})
+      EXPECT_THAT(m, ::testing::Not(HasSubstr(op))) << m;
+    EXPECT_THAT(m, HasSubstr("(NonZero)"));
+  }
 }
 
 // The columns [begin, end) of each row of a [rows, cols] fp32 tensor.
@@ -1854,6 +2046,93 @@ TEST_F(GpuPlanTest, AnIndexOutOfRangeAndAWrongShapeAreErrors) {
   const Tensor good = I64({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
   ran = (*gpu_plan)->Run({&good}, *run_stream_, &out);
   EXPECT_TRUE(ran.ok()) << ran.ToString();
+}
+
+// GatherElements of fp32 and int64 data (values past 32 bits), negative indices included,
+// exactly the CPU engine's; an index out of range fails the run naming the node, and the
+// next run is fine.
+TEST_F(GpuPlanTest, GatherElementsMatchesTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(GatherElementsGraph()), kGatherElementsShapes);
+  const Tensor ids = I64({3, 4}, {0, 1, -2, int64_t{1} << 40, 5, -(int64_t{1} << 50), 7, 8, 9, 10,
+                                  INT64_MAX, INT64_MIN});
+  ExpectGpuMatchesCpu(p,
+                      {{Random({3, 4}, 131), I64({2, 4}, {0, -1, 2, 1, -3, 0, 1, 2}), ids,
+                        I64({3, 2}, {3, -4, 0, 1, 2, -1})},
+                       {Random({3, 4}, 132), I64({2, 4}, {2, 2, 2, 2, 0, -2, -3, -1}), ids,
+                        I64({3, 2}, {-1, -1, 0, 0, 3, 2})}},
+                      GemmMath::kFp32, 0.f);
+  std::unique_ptr<GpuPlan> plan = CreatePlan(p);
+  ASSERT_TRUE(plan);
+  const Tensor x = Random({3, 4}, 133), idx2 = I64({3, 2}, {0, 1, 2, 3, 0, 1});
+  const Tensor bad = I64({2, 4}, {0, 1, 2, 3, 0, 0, 0, 0});  // 3 is past axis 0's 3 rows
+  const Tensor good = I64({2, 4}, {0, 1, 2, -3, 0, 0, 0, 0});
+  std::vector<Tensor> out;
+  Status ran = plan->Run({&x, &bad, &ids, &idx2}, *run_stream_, &out);
+  EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(ran.message(), HasSubstr("node 'g0' (GatherElements): an index was out of range"));
+  ran = plan->Run({&x, &good, &ids, &idx2}, *run_stream_, &out);
+  EXPECT_TRUE(ran.ok()) << ran.ToString();
+}
+
+// ScatterElements and ScatterND under every reduction, with duplicate indices (one given as
+// a negative index): with none, the last update in row-major order wins, exactly as on the
+// CPU, run after run; add and mul may sum in another order, so within a small tolerance;
+// max and min exactly. An index out of range fails the run naming the node.
+TEST_F(GpuPlanTest, ScattersMatchTheCpuEngine) {
+  for (const char* reduction : {"none", "add", "mul", "max", "min"}) {
+    SCOPED_TRACE(reduction);
+    Prepared p = Prepare(Model::FromGraph(ScatterGraph(reduction)), kScatterShapes);
+    const std::string r = reduction;
+    const float tolerance = r == "add" || r == "mul" ? 1e-6f : 0.f;
+    std::vector<std::vector<Tensor>> runs;
+    for (uint32_t seed : {141u, 142u, 143u}) {
+      runs.push_back({Random({4, 3}, seed), I64({2, 3}, {1, 1, -1, 1, 0, 3}),
+                      Random({2, 3}, seed + 10), I64({3, 1}, {2, -2, 0}),
+                      Random({3, 3}, seed + 20)});
+    }
+    // Every update to one element: rows 0 and -4 of the data.
+    runs.push_back({Random({4, 3}, 144), I64({2, 3}, {0, 0, 0, -4, -4, -4}), Random({2, 3}, 154),
+                    I64({3, 1}, {-4, 0, 0}), Random({3, 3}, 164)});
+    ExpectGpuMatchesCpu(p, runs, GemmMath::kFp32, tolerance);
+  }
+  Prepared p = Prepare(Model::FromGraph(ScatterGraph("none")), kScatterShapes);
+  std::unique_ptr<GpuPlan> plan = CreatePlan(p);
+  ASSERT_TRUE(plan);
+  const Tensor data = Random({4, 3}, 145), eupd = Random({2, 3}, 146), nupd = Random({3, 3}, 147);
+  const Tensor eidx = I64({2, 3}, {0, 1, 2, 3, 2, 1}), nidx = I64({3, 1}, {0, 1, 2});
+  const Tensor bad_eidx = I64({2, 3}, {0, 1, 2, 4, 2, 1}), bad_nidx = I64({3, 1}, {0, -5, 2});
+  std::vector<Tensor> out;
+  Status ran = plan->Run({&data, &bad_eidx, &eupd, &nidx, &nupd}, *run_stream_, &out);
+  EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(ran.message(), HasSubstr("(ScatterElements): an index was out of range"));
+  ran = plan->Run({&data, &eidx, &eupd, &bad_nidx, &nupd}, *run_stream_, &out);
+  EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(ran.message(), HasSubstr("(ScatterND): an index was out of range"));
+  ran = plan->Run({&data, &eidx, &eupd, &nidx, &nupd}, *run_stream_, &out);
+  EXPECT_TRUE(ran.ok()) << ran.ToString();
+}
+
+// CumSum inclusive and exclusive, forward and reversed, fp32 (summed in the CPU's order) and
+// int64 (values past 32 bits).
+TEST_F(GpuPlanTest, CumSumMatchesTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(CumSumGraph()), kCumSumShapes);
+  ExpectGpuMatchesCpu(p,
+                      {{Random({2, 3, 4}, 151), I64({2, 5}, {1, -(int64_t{1} << 40), 3,
+                                                             int64_t{1} << 50, 5, 6, 7, 8, 9, 10})},
+                       {Random({2, 3, 4}, 152, -100.f, 100.f),
+                        I64({2, 5}, {-1, -2, -3, -4, -5, 0, 0, 0, 0, int64_t{1} << 33})}},
+                      GemmMath::kFp32, 1e-6f);
+}
+
+// Trilu upper and lower with k 0, 1 and -1, over a batch of fp32 matrices and int64 ones,
+// bit for bit.
+TEST_F(GpuPlanTest, TriluMatchesTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(TriluGraph()), kTriluShapes);
+  ExpectGpuMatchesCpu(
+      p,
+      {{Random({2, 3, 4}, 161), I64({3, 3}, {1, 2, 3, INT64_MAX, 5, 6, 7, 8, INT64_MIN})},
+       {Random({2, 3, 4}, 162), I64({3, 3}, {9, 8, 7, 6, 5, 4, 3, 2, 1})}},
+      GemmMath::kFp32, 0.f);
 }
 
 }  // namespace

@@ -242,4 +242,61 @@ struct PadIndex {
 cudaError_t LaunchPadF32(const float* x, float* y, const PadIndex& index, float value, int64_t n,
                          cudaStream_t stream);
 
+// GatherElements and ScatterElements: one element per position of `indices` (idx_dims,
+// outermost first), which reads (or writes) data at the same coordinates except along
+// `axis`, where the index (negative counts from the end) is the coordinate: data's element
+// offset is the sum of each coordinate times data_strides. axis_dim is data's size along
+// the axis.
+struct ElementsIndex {
+  int rank = 0;
+  int axis = 0;
+  int64_t axis_dim = 0;
+  int64_t idx_dims[kMaxRank] = {};
+  int64_t data_strides[kMaxRank] = {};
+};
+// y[i] = data[offset(i)] for the n elements of indices, elements of 4 bytes, or 8 when
+// `eight_bytes` (moved as bits). An index out of [-axis_dim, axis_dim) writes 0 and sets bit 1
+// of *error_flag (only ever set, as Gather's).
+cudaError_t LaunchGatherElements(bool eight_bytes, const void* data, const int64_t* indices,
+                                 void* y, const ElementsIndex& index, int64_t n,
+                                 int32_t* error_flag, cudaStream_t stream);
+
+// The scatters' reductions, in the order of gpu_lowering.h's ScatterReduction.
+enum class ScatterKernel : int { kNone, kAdd, kMul, kMax, kMin };
+// ScatterND's index tuples: `tuples` tuples of k int64 coordinates into data's first k
+// dims, each naming a slice of `slice` contiguous elements.
+struct ScatterNdIndex {
+  int k = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t tuples = 0;
+  int64_t slice = 0;
+};
+// The scatters, fp32, into y, which already holds the data (the caller copies it in): the
+// update at position e (row-major in `updates`; for ScatterND e = tuple * slice + j) goes to
+// the element its index names, combined under `op`. kNone: where several updates name one
+// element, the last one (the largest e) writes it, as the CPU engine's loop leaves it; this
+// takes `last`, int32 scratch of y_elements, and two passes (the first records each
+// element's largest e with atomicMax). kAdd and kMul are atomic, in no fixed order; kMax
+// and kMin keep y when the update is not larger (smaller), as std::max and std::min. An
+// index out of range skips its update and sets bit 1 of *error_flag. e must fit int32.
+cudaError_t LaunchScatterElementsF32(ScatterKernel op, const int64_t* indices, const float* updates,
+                                     float* y, int32_t* last, int64_t y_elements,
+                                     const ElementsIndex& index, int64_t n, int32_t* error_flag,
+                                     cudaStream_t stream);
+cudaError_t LaunchScatterNdF32(ScatterKernel op, const int64_t* indices, const float* updates,
+                               float* y, int32_t* last, int64_t y_elements,
+                               const ScatterNdIndex& index, int32_t* error_flag,
+                               cudaStream_t stream);
+
+// CumSum of x viewed as [outer, dim, inner] along the middle axis, fp32 or int64 (when
+// `int64_data`), one thread per line summing in the CPU engine's order (so bit for bit):
+// `exclusive` leaves the element itself out, `reverse` sums from the end.
+cudaError_t LaunchCumSum(bool int64_data, const void* x, void* y, int64_t outer, int64_t dim,
+                         int64_t inner, bool exclusive, bool reverse, cudaStream_t stream);
+
+// Trilu of `mats` matrices of rows x cols elements of 4 bytes, or 8 when `eight_bytes`:
+// y keeps x where column - row >= k (upper) or <= k (lower), 0 elsewhere.
+cudaError_t LaunchTrilu(bool eight_bytes, const void* x, void* y, int64_t mats, int64_t rows,
+                        int64_t cols, int64_t k, bool upper, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda::internal
