@@ -1,0 +1,199 @@
+// Implementation details of LowerPlan (gpu_lowering.h), shared by the files that lower a
+// plan: gpu_lowering.cc (the driver: value bookkeeping, arena planning, the dispatch over
+// the plan's steps) and, by operator family, gpu_lowering_products.cc,
+// gpu_lowering_elementwise.cc and gpu_lowering_layout.cc. Not part of the API.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/cuda/elementwise.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/gpu_lowering.h"
+#include "engine/cuda/reduce.h"
+#include "engine/graph.h"
+#include "engine/plan.h"
+
+namespace shoal::engine::cuda::internal {
+
+// `bytes` rounded up to a multiple of `alignment`.
+int64_t PadTo(int64_t bytes, int64_t alignment);
+
+constexpr int64_t kAlign = static_cast<int64_t>(kGemmAlignmentBytes);
+
+// The element-wise operator of the ONNX operator named `op`; nullopt when it has none.
+std::optional<UnaryOp> UnaryByName(std::string_view op);
+
+// Lowers one step at a time; collects what it cannot lower instead of stopping at the
+// first, so the load error lists every node.
+class Lowerer {
+ public:
+  Lowerer(const Graph& graph, const Plan& plan, const GpuPlanOptions& options)
+      : graph_(graph), plan_(plan), options_(options) {}
+
+  StatusOr<GpuLowering> Run();
+
+ private:
+  // Each returns an error naming why the node cannot run on the GPU, or adds its step.
+  Status LowerNode(int n);
+  Status LowerProduct(int n);
+  Status LowerUnary(int n, UnaryOp op, float alpha = 0.f, float beta = 0.f);
+  Status LowerClip(int n);
+  Status LowerBatchNorm(int n);
+  Status LowerConcat(int n);
+  Status LowerPad(int n);
+  Status LowerSlice(int n);
+  Status LowerBinary(int n, BinaryOp op);
+  // A step of `kind` reading node n's inputs 0 and 1, broadcast onto its output 0.
+  StatusOr<GpuStep> BroadcastStep(int n, GpuStep::Kind kind) const;
+  Status LowerSoftmax(int n);
+  Status LowerLayerNorm(int n);
+  Status LowerTranspose(int n);
+  Status LowerGather(int n);
+  Status LowerSplit(int n);
+  Status LowerReduce(int n, ReduceOp op);
+  Status LowerCast(int n);
+  Status LowerConv(int n);
+  Status LowerPool(int n);
+  Status LowerCompare(int n, CompareOp op);
+  Status LowerWhere(int n);
+  Status LowerConvTranspose(int n);
+  Status LowerResize(int n);
+  Status LowerMod(int n);
+  Status LowerArgExtreme(int n);
+  Status LowerGroupNorm(int n);
+  Status LowerDepthSpace(int n);
+  Status LowerRoiAlign(int n);
+  Status LowerExpand(int n);
+  Status LowerGridSample(int n);
+  Status LowerGatherElements(int n);
+  // GatherElements' and ScatterElements' axis of node n, made non-negative, once indices of
+  // shape `is` fit data of shape `xs` (one rank, no larger off the axis).
+  StatusOr<int64_t> ElementsAxis(int n, const Shape& xs, const Shape& is) const;
+  Status LowerScatter(int n);
+  Status LowerCumSum(int n);
+  Status LowerTrilu(int n);
+  // The integers of known value `v` (int64 or int32); nullopt when it is computed.
+  std::optional<std::vector<int64_t>> KnownInts(int v) const {
+    const Tensor* t = Known(v);
+    if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32))
+      return std::nullopt;
+    std::vector<int64_t> ints;
+    for (int64_t k = 0; k < t->element_count(); ++k)
+      ints.push_back(t->dtype() == DataType::kInt64 ? t->values<int64_t>()[k]
+                                                    : t->values<int32_t>()[k]);
+    return ints;
+  }
+  // Node n's product `step` (its GEMM options, residual and post-activation set; `x` its
+  // operand) split column-wise across the shards (TensorParallelOptions): `w` its fp32 weight
+  // as the product reads it, keyed `w_key`, and its bias of N values (null for none), keyed
+  // `b_key`.
+  Status LowerSplitProduct(int n, GpuStep step, int x, const Tensor& w, const std::string& w_key,
+                           const Tensor* bias, const std::string& b_key);
+  // A new temporary of `shape` in the own arena of shard `shard`, at `offset`.
+  int NewShardTemp(const Shape& shape, DataType dtype, int shard, int64_t offset) {
+    const int v = NewTemp(shape, dtype);
+    shard_values_[v] = {shard, offset};
+    return v;
+  }
+  // A product whose B is computed, or that reads or writes through a transposed view:
+  // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
+  Status LowerBatchedProduct(int n);
+
+  Status Fail(int n, std::string_view why) const {
+    return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
+  }
+  // A reference into out_.shapes, which NewTemp may move: copy it before adding a temporary.
+  const Shape& ShapeOf(int v) const { return out_.shapes[v]; }
+  DataType DtypeOf(int v) const { return out_.dtypes[v]; }
+  // The data of a value known when the plan was prepared; null for the others and for
+  // the lowering's temporaries.
+  const Tensor* Known(int v) const {
+    return v < static_cast<int>(graph_.values.size()) ? plan_.KnownData(v) : nullptr;
+  }
+  // A step of `kind` for node n, for the caller to fill and add to out_.steps.
+  static GpuStep NewStep(GpuStep::Kind kind, int n) {
+    GpuStep step;
+    step.kind = kind;
+    step.node = n;
+    return step;
+  }
+  // 4-byte words per element of value v for the copying kernels (Split, Concat, Slice): 1
+  // for fp32 and int32, 2 for int64 (moved as pairs of words); 0 for the other types.
+  int64_t WordsOf(int v) const {
+    const size_t size = DataTypeSize(DtypeOf(v));
+    return size == 4 || size == 8 ? static_cast<int64_t>(size / 4) : 0;
+  }
+  // `dims` with a trailing axis of `words` when an element is more than one word.
+  static Shape InWords(Shape dims, int64_t words) {
+    if (words > 1) dims.push_back(words);
+    return dims;
+  }
+  // A new error flag slot for node n's step (GpuLowering::flag_nodes).
+  int NewFlag(int n) {
+    out_.flag_nodes.push_back(graph_.Describe(n));
+    return static_cast<int>(out_.flag_nodes.size()) - 1;
+  }
+  // A new value of `shape` that only the lowering's steps read and write.
+  int NewTemp(const Shape& shape, DataType dtype = DataType::kFp32) {
+    out_.shapes.push_back(shape);
+    out_.dtypes.push_back(dtype);
+    alias_of_.push_back(-1);
+    return static_cast<int>(out_.shapes.size()) - 1;
+  }
+  // A Transpose step of `x` by `perm` into a new temporary, for node n; the temporary.
+  StatusOr<int> AddTranspose(int n, int x, const std::vector<int64_t>& perm);
+  bool IsFp32(int v) const { return v >= 0 && DtypeOf(v) == DataType::kFp32; }
+  // Every present input and output 0 in fp32, plain layout.
+  Status CheckFp32(int n) const;
+  // Every present input in its plain layout, and only output 0.
+  Status CheckPlain(int n) const;
+  int Owner(int v) const { return alias_of_[v] >= 0 ? alias_of_[v] : v; }
+  // The blob named `key` holding `data` (a copy when transformed): the index of the one
+  // added before under that key, or of a new one.
+  // `shard` >= 0: the blob lives on that tensor-parallel shard's device (GpuLowering::Blob);
+  // blobs are shared by key only on one device.
+  int64_t AddBlob(const std::string& key, Tensor data, int shard = -1);
+  // The blob of the known value `v`, one whoever reads it.
+  // The key of known value `v`'s blob (GpuLowering::Blob).
+  std::string KeyOf(int v) const;
+  int64_t KnownSlot(int v);
+  // Mixed precision (GpuPlanOptions::math kFp16 or kBf16): the products' operand type.
+  bool Mixed() const {
+    return options_.math == GemmMath::kFp16 || options_.math == GemmMath::kBf16;
+  }
+  DataType OperandDtype() const {
+    return options_.math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+  }
+  // The blob of a GEMM's constant weight `data` (fp32), keyed `key`: stored as it is, or,
+  // in mixed precision, rounded to 16 bits under key + "~fp16" / "~bf16".
+  int64_t AddWeightBlob(const std::string& key, const Tensor& data, int shard = -1);
+  // Value `v` as a GEMM operand for node n: itself, or, in mixed precision, a new 16-bit
+  // temporary that a kToHalf step rounds it into.
+  int GemmOperand(int n, int v);
+  // GEMM options of node n's products: the plan's math, fp32 out in mixed precision.
+  GemmOptions ProductOptions() const {
+    GemmOptions g;
+    g.math = options_.math;
+    g.fp32_output = Mixed();
+    return g;
+  }
+
+  const Graph& graph_;
+  const Plan& plan_;
+  const GpuPlanOptions& options_;
+  GpuLowering out_;
+  std::vector<int> alias_of_;  // per value: the value whose bytes it views, else -1
+  std::map<int, int64_t> known_slots_;
+  // Tensor parallelism: the values in a shard's own arena, each {shard, offset}.
+  std::map<int, std::pair<int, int64_t>> shard_values_;
+};
+
+}  // namespace shoal::engine::cuda::internal
