@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -41,10 +43,17 @@ int FreePort() {
     close(fd);
     return ok;
   };
+  // Nor twice to one process: a test that asks for three ports at once once got the same
+  // one for two services (a one-in-a-few-thousand draw), and its server failed to start.
+  static std::mutex mu;
+  static std::set<int> given;
   static std::mt19937 pick(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
   std::uniform_int_distribution<int> below_ephemeral(20000, 32000);
+  auto usable = [&](int port) { return given.count(port) == 0 && bindable(port); };
   int port = below_ephemeral(pick);
-  for (int attempt = 0; attempt < 200 && !bindable(port); ++attempt) port = below_ephemeral(pick);
+  for (int attempt = 0; attempt < 200 && !usable(port); ++attempt) port = below_ephemeral(pick);
+  given.insert(port);
   return port;  // after 200 taken ports, the server's own bind error will say so
 }
 

@@ -18,7 +18,8 @@
 
 namespace shoal::e2e {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, and not returned before in this
+// process.
 int FreePort();
 // $SHOAL_BINARY_DIR or "."; $SHOAL_SOURCE_DIR or ".".
 std::string BinaryDir();
