@@ -1,0 +1,1127 @@
+// The GPU plan's lowering (gpu_lowering.h): host only, runs everywhere. Runs of the lowered
+// plans on a device are in gpu_plan_test.cc.
+#include "engine/cuda/gpu_lowering.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "engine/cuda/gpu_plan_test_util.h"
+#include "engine/cuda/test_util.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+using engine::testing::AInt;
+using engine::testing::AString;
+using engine::testing::F32;
+using engine::testing::GraphBuilder;
+using engine::testing::Random;
+using ::testing::HasSubstr;
+
+// A wide computed input and a narrow product: [4, 512] -> Relu -> MatMul by [512, 96].
+// Once the product's shards have read the Relu's output, its bytes are free for the
+// arena's next values.
+Graph WideIntoNarrowGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 512});
+  const int r = b.Op("Relu", "r", {x});
+  const int w = b.Constant("w", Random({512, 96}, 31));
+  const int y = b.Op("MatMul", "y", {r, w});
+  return b.Finish(b.Op("Sigmoid", "s", {y}));
+}
+
+void ExpectAligned(const GpuLowering& l) {
+  for (size_t v = 0; v < l.values.size(); ++v) {
+    if (l.values[v].home != GpuValue::Home::kArena) continue;  // a weight's offset is its blob
+    EXPECT_EQ(l.values[v].offset % static_cast<int64_t>(kGemmAlignmentBytes), 0) << "value " << v;
+  }
+}
+
+const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
+  for (const GpuStep& s : l.steps)
+    if (s.kind == kind) return &s;
+  return nullptr;
+}
+
+TEST(LowerPlanTest, TheRecommenderBecomesFourGemmsWithTheirActivations) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  ASSERT_EQ(lowered->steps.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const GpuStep& s = lowered->steps[i];
+    EXPECT_EQ(s.kind, GpuStep::Kind::kGemm);
+    EXPECT_EQ(s.gemm.m, 8);
+    if (i + 1 < 4) {
+      EXPECT_EQ(s.gemm.epilogue, GemmEpilogue::kBiasRelu) << "layer " << i;
+      EXPECT_FALSE(s.post.has_value());
+      EXPECT_EQ(s.gemm.n, lowered->steps[i + 1].gemm.k);
+    } else {
+      // Sigmoid has no cuBLASLt epilogue: the bias rides in it, the sigmoid follows.
+      EXPECT_EQ(s.gemm.epilogue, GemmEpilogue::kBias);
+      ASSERT_TRUE(s.post.has_value());
+      EXPECT_EQ(*s.post, UnaryOp::kSigmoid);
+      EXPECT_EQ(s.gemm.n, 1);
+    }
+  }
+  EXPECT_EQ(lowered->steps[0].gemm.k, 64);
+  // Four weights and four biases, uploaded once; input and output in the arena.
+  EXPECT_EQ(lowered->blobs.size(), 8u);
+  EXPECT_GT(lowered->weight_bytes, 0);
+  const Graph& g = p.model->graph();
+  EXPECT_EQ(lowered->values[g.inputs[0]].home, GpuValue::Home::kArena);
+  EXPECT_EQ(lowered->values[g.outputs[0]].home, GpuValue::Home::kArena);
+  EXPECT_EQ(lowered->values[g.outputs[0]].bytes, 8 * 4);
+  ExpectAligned(*lowered);
+}
+
+TEST(LowerPlanTest, OneOfEveryKindInGraphOrder) {
+  Prepared p = Prepare(Model::FromGraph(EveryKindGraph()), {{2, 4}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  using K = GpuStep::Kind;
+  std::vector<K> kinds;
+  for (const GpuStep& s : lowered->steps) kinds.push_back(s.kind);
+  EXPECT_EQ(kinds, (std::vector<K>{K::kGather, K::kLayerNorm, K::kGemm, K::kTranspose, K::kSoftmax,
+                                   K::kBinary}));
+  const GpuStep& gemm = lowered->steps[2];
+  EXPECT_EQ(gemm.gemm.m, 8);  // [2, 4] rows of A folded into M
+  EXPECT_EQ(gemm.gemm.k, 8);
+  EXPECT_EQ(gemm.gemm.n, 6);
+  EXPECT_EQ(gemm.gemm.epilogue, GemmEpilogue::kBiasRelu);
+  EXPECT_EQ(lowered->steps[4].dims, (std::vector<int64_t>{12, 4}));
+  EXPECT_EQ(lowered->steps[1].dims, (std::vector<int64_t>{8, 8}));
+  // The table, scale, shift, weight, bias and the constant 0.5 are weights; the ids
+  // input is an int64 arena value. The reshape's shape is read by no GPU step.
+  EXPECT_EQ(lowered->blobs.size(), 6u);
+  const Graph& g = p.model->graph();
+  EXPECT_EQ(lowered->values[g.inputs[0]].bytes, 2 * 4 * 8);
+  // The Mul reads the reshaped softmax where the softmax wrote it.
+  const int sm = g.FindValue("sm"), flat = g.FindValue("flat");
+  EXPECT_EQ(lowered->values[flat].home, GpuValue::Home::kArena);
+  EXPECT_EQ(lowered->values[flat].offset, lowered->values[sm].offset);
+  EXPECT_EQ(lowered->steps[5].in[0], flat);
+  ExpectAligned(*lowered);
+}
+
+TEST(LowerPlanTest, ValuesWhoseLifetimesDoNotOverlapShareTheArena) {
+  Prepared p = Prepare(Model::FromGraph(ChainGraph()), {{64, 64}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  ASSERT_EQ(lowered->steps.size(), 6u);
+  // At every step one value is read and one written: two slots, not seven.
+  EXPECT_EQ(lowered->arena_bytes, 2 * 64 * 64 * 4);
+  EXPECT_TRUE(lowered->blobs.empty());
+}
+
+// The example text classifier: two attention layers. Their score and context products are
+// batched GEMMs over the heads, reading Q, K and V through Transpose steps into
+// temporaries; the fused QKV projection's Split is three slices; the mean over the
+// sequence is a reduction.
+TEST(LowerPlanTest, AttentionBecomesBatchedGemmsOverTheHeads) {
+  Prepared p = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  const size_t graph_values = p.model->graph().values.size();
+  int batched = 0, slices = 0, reductions = 0, temporaries = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind == GpuStep::Kind::kGemm && s.gemm.batch > 1) {
+      ++batched;
+      EXPECT_EQ(s.weight_slots[0], -1) << "a computed B is read where it is";
+      EXPECT_EQ(s.gemm.y_batch_stride, s.gemm.m * s.gemm.n);
+      EXPECT_EQ(s.gemm.batch % 2, 0) << "batch 2 times the heads";
+    }
+    slices += s.kind == GpuStep::Kind::kSlice;
+    reductions += s.kind == GpuStep::Kind::kReduce;
+    temporaries += s.out >= static_cast<int>(graph_values);
+  }
+  EXPECT_EQ(batched, 4);  // scores and context, two layers
+  EXPECT_EQ(slices, 6);   // Q, K and V, two layers
+  EXPECT_EQ(reductions, 1);
+  EXPECT_GT(temporaries, 0);
+  EXPECT_EQ(lowered->values.size(), lowered->shapes.size());
+  for (size_t v = graph_values; v < lowered->values.size(); ++v)
+    EXPECT_EQ(lowered->values[v].home, GpuValue::Home::kArena) << "temporary " << v;
+  ExpectAligned(*lowered);
+}
+
+// ShuffleNet splits its channels with two Slices per block: strided copies.
+TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("shufflenet_op13.onnx")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int slices = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind != GpuStep::Kind::kStridedSlice) continue;
+    ++slices;
+    EXPECT_EQ(s.slice.out_dims, lowered->shapes[s.out]);
+    EXPECT_EQ(s.slice.elements, Elements(lowered->shapes[s.out]));
+  }
+  EXPECT_EQ(slices, 2);
+}
+
+// Slice, Concat and Split of int64 data lower onto the word-moving copies, each 8-byte
+// element two words (a trailing axis of 2).
+TEST(LowerPlanTest, Int64SliceConcatAndSplitMovePairsOfWords) {
+  Prepared p = Prepare(Model::FromGraph(Int64CopiesGraph()), {{2, 6}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int slices = 0, places = 0, splits = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind == GpuStep::Kind::kStridedSlice) {
+      ++slices;
+      EXPECT_EQ(s.slice.out_dims, (std::vector<int64_t>{2, 3, 2}));
+      EXPECT_EQ(s.slice.elements, 12);
+    } else if (s.kind == GpuStep::Kind::kPlace) {
+      ++places;
+      EXPECT_EQ(s.words, 2);
+      EXPECT_EQ(s.dims, (Shape{2, 9, 2}));
+    } else if (s.kind == GpuStep::Kind::kSlice) {
+      ++splits;
+      EXPECT_EQ(s.dims, (Shape{2, 9, 2}));
+      EXPECT_EQ(s.length, 2);
+    }
+  }
+  EXPECT_EQ(slices, 1);
+  EXPECT_EQ(places, 2);
+  EXPECT_EQ(splits, 1);
+  // int32 stays one word per element.
+  Prepared i32 = Prepare(Model::FromGraph(Int64CopiesGraph(DataType::kInt32)), {{2, 6}});
+  ASSERT_TRUE(i32.plan);
+  auto l32 = LowerPlan(i32.model->graph(), *i32.plan);
+  ASSERT_TRUE(l32.ok()) << l32.status().ToString();
+  for (const GpuStep& s : l32->steps) {
+    if (s.kind == GpuStep::Kind::kPlace) {
+      EXPECT_EQ(s.words, 1);
+    }
+  }
+}
+
+TEST(LowerPlanTest, ExpandIsAStridedCopyWithZeroStrides) {
+  Prepared p = Prepare(Model::FromGraph(ExpandGraph()), {{3, 1}, {1, 4}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 2u);
+  EXPECT_EQ(l->steps[0].kind, GpuStep::Kind::kStridedSlice);
+  EXPECT_EQ(l->steps[0].slice.out_dims, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(l->steps[0].slice.index.in_strides[0], 0);
+  EXPECT_EQ(l->steps[0].slice.index.in_strides[2], 0);
+  EXPECT_EQ(l->steps[1].slice.out_dims, (std::vector<int64_t>{2, 3, 4, 2}));  // int64: words
+  EXPECT_EQ(l->steps[1].slice.index.in_strides[3], 1);
+  EXPECT_EQ(l->steps[1].slice.index.in_strides[2], 2);
+}
+
+// A recurrent test model's three GRUs have no GPU kernel yet: one line per node.
+TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
+  WithReference gru = PrepareWithReference("rnn_graph_gru", ".full.sht");
+  ASSERT_TRUE(gru.prepared.plan);
+  auto lowered = LowerPlan(gru.prepared.model->graph(), *gru.prepared.plan);
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
+  const std::string& m = lowered.status().message();
+  EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
+  EXPECT_THAT(m, HasSubstr("node 'gru_lbr0' (GRU): the GPU path has no kernel"));
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 3) << m;
+}
+
+// The GridSample model lowers: each of its eight GridSamples (bilinear, nearest and bicubic,
+// every padding mode, both alignments) one step with its geometry.
+TEST(LowerPlanTest, EveryGridSampleIsOneStep) {
+  WithReference r = PrepareWithReference("det_grid_sample_op17", ".a.sht");
+  ASSERT_TRUE(r.prepared.plan);
+  auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int steps = 0;
+  std::set<int> modes, paddings, alignments;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGridSample) continue;
+    ++steps;
+    modes.insert(s.grid.mode);
+    paddings.insert(s.grid.padding);
+    alignments.insert(s.grid.align_corners ? 1 : 0);
+    EXPECT_FALSE(s.grid.volume);
+    EXPECT_EQ(s.grid.c, 3);
+    EXPECT_EQ(s.grid.h, 7);
+    EXPECT_EQ(s.grid.w, 9);
+    EXPECT_EQ(l->shapes[s.out], (Shape{s.grid.n, 3, s.grid.out_h, s.grid.out_w}));
+  }
+  EXPECT_EQ(steps, 8);
+  // Volumes lower in the linear and nearest modes; cubic is refused there, as on the CPU.
+  const engine::testing::Reference ref = engine::testing::LoadReference("gridsample_3d.sht");
+  ASSERT_EQ(ref.inputs.size(), 2u);
+  for (const char* mode : {"bilinear", "nearest"}) {
+    GraphBuilder b;
+    const int x = b.Input("x", ref.inputs[0].tensor.shape());
+    const int grid = b.Input("grid", ref.inputs[1].tensor.shape());
+    Graph g = b.Finish(b.Op("GridSample", "gs", {x, grid},
+                            {{"mode", engine::testing::AString(mode)},
+                             {"padding_mode", engine::testing::AString("reflection")}}));
+    Prepared p = Prepare(Model::FromGraph(std::move(g)),
+                         {ref.inputs[0].tensor.shape(), ref.inputs[1].tensor.shape()});
+    ASSERT_TRUE(p.plan);
+    auto v = LowerPlan(p.model->graph(), *p.plan);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_EQ(v->steps.size(), 1u);
+    EXPECT_TRUE(v->steps[0].grid.volume);
+    EXPECT_EQ(v->steps[0].grid.d, 4);
+    EXPECT_EQ(v->steps[0].grid.out_d, 3);
+    EXPECT_EQ(v->steps[0].grid.padding, 2);
+  }
+  EXPECT_EQ(modes, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(paddings, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(alignments, (std::set<int>{0, 1}));
+}
+
+// The RoiAlign models lower: each RoiAlign one step with its attributes (output size,
+// sampling ratio, scale; output_half_pixel before opset 16, half_pixel from it), reading
+// batch indices a Cast from fp32 to int64 wrote.
+TEST(LowerPlanTest, RoiAlignAndItsBatchIndexCastLower) {
+  for (const auto& [name, half_pixel] :
+       {std::pair{"det_roi_align_op13", false}, std::pair{"det_roi_align_aligned_op17", true}}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name, ".a.sht");
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    std::vector<const GpuStep*> rois;
+    int casts = 0;
+    for (const GpuStep& s : l->steps) {
+      if (s.kind == GpuStep::Kind::kRoiAlign) rois.push_back(&s);
+      if (s.kind == GpuStep::Kind::kFloatToInt) {
+        ++casts;
+        EXPECT_EQ(l->dtypes[s.out], DataType::kInt64);
+      }
+    }
+    EXPECT_EQ(casts, 3);
+    ASSERT_EQ(rois.size(), 3u);
+    const int64_t sizes[3][2] = {{4, 4}, {3, 5}, {2, 3}};
+    const int64_t ratios[3] = {2, 0, 0};
+    const float scales[3] = {0.5f, 0.25f, 1.f};
+    for (size_t i = 0; i < 3; ++i) {
+      const RoiAlignGeometry& g = rois[i]->roi;
+      EXPECT_EQ(g.out_h, sizes[i][0]);
+      EXPECT_EQ(g.out_w, sizes[i][1]);
+      EXPECT_EQ(g.sampling_ratio, ratios[i]);
+      EXPECT_EQ(g.spatial_scale, scales[i]);
+      EXPECT_EQ(g.half_pixel, half_pixel);
+      EXPECT_FALSE(g.max);
+      EXPECT_EQ(g.c, 4);
+      EXPECT_EQ(g.h, 16);
+      EXPECT_EQ(g.w, 20);
+      EXPECT_EQ(l->dtypes[rois[i]->in[2]], DataType::kInt64);
+      ASSERT_GE(rois[i]->flag, 0);
+      EXPECT_THAT(l->flag_nodes[rois[i]->flag], HasSubstr("(RoiAlign)"));
+    }
+  }
+}
+
+// DenseNet: concatenations, batch normalisations outside a convolution (two broadcasting
+// steps each) and a constant Pad lower too.
+TEST(LowerPlanTest, ConcatBatchNormAndPadLower) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("densenet_op13.onnx")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int places = 0, pads = 0, blob_binaries = 0;
+  for (const GpuStep& s : lowered->steps) {
+    places += s.kind == GpuStep::Kind::kPlace;
+    pads += s.kind == GpuStep::Kind::kPad;
+    blob_binaries += s.kind == GpuStep::Kind::kBinary && s.in[1] < 0;
+  }
+  EXPECT_GE(places, 12);  // six concatenations of at least two inputs
+  EXPECT_EQ(pads, 1);
+  EXPECT_EQ(blob_binaries, 2 * 6);  // six batch normalisations: a scale and a shift each
+  ExpectAligned(*lowered);
+}
+
+// The example image classifier: four convolutions (im2col and a GEMM each), two max pools
+// and the global average pool as a reduction.
+TEST(LowerPlanTest, ConvolutionsBecomeIm2ColAndGemms) {
+  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int im2col = 0, pools = 0, reductions = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind == GpuStep::Kind::kIm2Col) {
+      ++im2col;
+      EXPECT_EQ(s.window.groups, 1);
+      EXPECT_EQ(s.window.n, 2);
+    }
+    pools += s.kind == GpuStep::Kind::kPool;
+    reductions += s.kind == GpuStep::Kind::kReduce;
+  }
+  EXPECT_EQ(im2col, 4);
+  EXPECT_EQ(pools, 2);
+  EXPECT_EQ(reductions, 1);
+  ExpectAligned(*lowered);
+}
+
+TEST(LowerPlanTest, AGroupedConvolutionIsABatchOfGemmsWithItsBiasAfter) {
+  Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  using K = GpuStep::Kind;
+  std::vector<K> kinds;
+  for (const GpuStep& s : lowered->steps) kinds.push_back(s.kind);
+  EXPECT_EQ(kinds,
+            (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kBinary, K::kUnary, K::kPool}));
+  const GpuStep& gemm = lowered->steps[1];
+  EXPECT_EQ(gemm.gemm.batch, 2);
+  EXPECT_EQ(gemm.gemm.m, 2 * 5 * 5);  // images x output positions
+  EXPECT_EQ(gemm.gemm.n, 3);          // output channels per group
+  EXPECT_EQ(gemm.gemm.k, 2 * 3 * 3);  // input channels per group x kernel
+  EXPECT_EQ(gemm.gemm.epilogue, GemmEpilogue::kNone);
+  EXPECT_TRUE(gemm.gemm.transpose_w);
+  EXPECT_EQ(lowered->steps[5].pool, PoolOp::kAverageIncludePad);
+  EXPECT_EQ(lowered->steps[5].window.oh, 3);  // ceil((5 + 2 - 3) / 2) + 1
+}
+
+// alpha and beta are folded into the uploaded weights and biases, under keys that say so.
+TEST(LowerPlanTest, AlphaAndBetaAreFoldedIntoTheBlobs) {
+  Prepared p = Prepare(Model::FromGraph(ScaledProductsGraph()), {{4, 6}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  ASSERT_EQ(lowered->steps.size(), 2u);
+  const Graph& g = p.model->graph();
+  auto key = [&](int64_t blob) { return lowered->blobs[blob].key; };
+  EXPECT_EQ(key(lowered->steps[0].weight_slots[0]),
+            "v" + std::to_string(g.FindValue("w")) + "*0.5");
+  EXPECT_EQ(lowered->steps[0].gemm.epilogue, GemmEpilogue::kBiasRelu);
+  EXPECT_EQ(key(lowered->steps[1].weight_slots[0]), "v" + std::to_string(g.FindValue("w2")) + "*2");
+  EXPECT_EQ(key(lowered->steps[1].weight_slots[1]),
+            "v" + std::to_string(g.FindValue("c")) + "*0.5");
+  // The scaled copies hold the scaled values.
+  const auto w2 = g.values[g.FindValue("w2")].constant.values<float>();
+  const auto up = lowered->blobs[lowered->steps[1].weight_slots[0]].data.values<float>();
+  ASSERT_EQ(up.size(), w2.size());
+  for (size_t i = 0; i < w2.size(); ++i) EXPECT_EQ(up[i], 2.f * w2[i]);
+}
+
+// A value the CPU plan folds for the input shapes (here Cast(Shape(x)), [batch, 2] as
+// floats) is a blob whose key names its shape and bytes, so a plan for another batch
+// never takes the first plan's copy; a true constant keeps one key.
+TEST(LowerPlanTest, AValueFoldedForTheShapesIsKeyedByItsContent) {
+  GraphBuilder b;
+  const int x = b.Input("x", {-1, 2});
+  const int shape = b.Op("Shape", "shape", {x});
+  const int as_float = b.Op("Cast", "as_float", {shape}, {{"to", AInt(1)}});
+  const int sum = b.Op("Add", "sum", {x, as_float});
+  const int k = b.Constant("k", F32({2}, {3.f, 4.f}));
+  const int out = b.Op("Mul", "out", {sum, k});
+  Graph graph = b.Finish(out);
+  graph.values[x].shape = SymbolicShape{Dim{-1, "batch"}, Dim{2, ""}};
+  auto model = Model::FromGraph(std::move(graph));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<std::string> folded, constant;
+  for (int64_t batch : {1, 8}) {
+    dnnl::stream stream(CpuEngine());
+    auto plan = Plan::Prepare((*model)->graph(), {{batch, 2}}, CpuEngine(), stream,
+                              (*model)->weight_cache(), GpuLoweringPlanOptions(), PlanLimits());
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    auto lowered = LowerPlan((*model)->graph(), **plan);
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    ASSERT_EQ(lowered->blobs.size(), 2u);
+    for (const auto& blob : lowered->blobs)
+      (blob.key.find('@') != std::string::npos ? folded : constant).push_back(blob.key);
+  }
+  ASSERT_EQ(folded.size(), 2u);
+  ASSERT_EQ(constant.size(), 2u);
+  EXPECT_NE(folded[0], folded[1]);
+  EXPECT_EQ(constant[0], constant[1]);
+}
+
+// Two batch sizes lower to the same blobs, so the plans of one instance share one copy
+// of the weights on the device.
+TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
+  Prepared one = Prepare(Model::Load(Example("recommender")), {{1, 64}});
+  ASSERT_TRUE(one.plan);
+  auto a = LowerPlan(one.model->graph(), *one.plan);
+  dnnl::stream stream(CpuEngine());
+  auto plan8 = Plan::Prepare(one.model->graph(), {{8, 64}}, CpuEngine(), stream,
+                             one.model->weight_cache(), GpuLoweringPlanOptions(), PlanLimits());
+  ASSERT_TRUE(plan8.ok());
+  auto b = LowerPlan(one.model->graph(), **plan8);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->blobs.size(), b->blobs.size());
+  for (size_t i = 0; i < a->blobs.size(); ++i) EXPECT_EQ(a->blobs[i].key, b->blobs[i].key);
+}
+
+TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 4});
+  const int y = b.Op("Reciprocal", "inverted", {x});
+  Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{4, 4}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_THAT(
+      lowered.status().message(),
+      HasSubstr("node 'inverted' (Reciprocal): the GPU path has no kernel for this operator"));
+}
+
+// Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a
+// 16-bit temporary, the constant weights are stored in 16 bits under their own keys, the
+// biases stay fp32, and the GEMMs write fp32.
+TEST(LowerPlanTest, MixedPrecisionRoundsEachProductsInputAndStoresWeightsIn16Bits) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+  ASSERT_TRUE(p.plan);
+  auto fp32 = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  GpuPlanOptions options;
+  options.math = GemmMath::kFp16;
+  auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  using K = GpuStep::Kind;
+  ASSERT_EQ(lowered->steps.size(), 8u);
+  for (size_t i = 0; i < 8; i += 2) {
+    const GpuStep& cast = lowered->steps[i];
+    const GpuStep& gemm = lowered->steps[i + 1];
+    ASSERT_EQ(cast.kind, K::kToHalf) << "step " << i;
+    ASSERT_EQ(gemm.kind, K::kGemm) << "step " << i + 1;
+    EXPECT_EQ(lowered->dtypes[cast.out], DataType::kFp16);
+    EXPECT_EQ(lowered->shapes[cast.out], lowered->shapes[cast.in[0]]);
+    EXPECT_EQ(gemm.in[0], cast.out);
+    EXPECT_EQ(gemm.gemm.math, GemmMath::kFp16);
+    EXPECT_TRUE(gemm.gemm.fp32_output);
+    EXPECT_EQ(lowered->dtypes[gemm.out], DataType::kFp32);
+    const GpuLowering::Blob& w = lowered->blobs[gemm.weight_slots[0]];
+    EXPECT_EQ(w.data.dtype(), DataType::kFp16);
+    EXPECT_THAT(w.key, ::testing::EndsWith("~fp16"));
+    EXPECT_EQ(lowered->blobs[gemm.weight_slots[1]].data.dtype(), DataType::kFp32) << "bias";
+  }
+  // The first weight's values, rounded.
+  const Tensor& w16 = lowered->blobs[lowered->steps[1].weight_slots[0]].data;
+  const Tensor& w32 = fp32->blobs[fp32->steps[0].weight_slots[0]].data;
+  ASSERT_EQ(w16.shape(), w32.shape());
+  const auto* bits = static_cast<const uint16_t*>(w16.data());
+  for (int64_t i = 0; i < 16; ++i)
+    EXPECT_EQ(bits[i], FloatToFp16(w32.values<float>()[i])) << "element " << i;
+  // Weights take half the bytes; the four biases are as before.
+  int64_t bias_bytes = 0;
+  for (const GpuStep& s : fp32->steps)
+    bias_bytes += fp32->blobs[s.weight_slots[1]].data.byte_size();
+  EXPECT_EQ(lowered->weight_bytes, (fp32->weight_bytes - bias_bytes) / 2 + bias_bytes);
+  ExpectAligned(*lowered);
+}
+
+// A convolution's im2col writes the 16-bit columns itself; attention's products of two
+// computed tensors round both.
+TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoundBothOperands) {
+  Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(ic.plan);
+  GpuPlanOptions options;
+  options.math = GemmMath::kBf16;
+  auto conv = LowerPlan(ic.model->graph(), *ic.plan, options);
+  ASSERT_TRUE(conv.ok()) << conv.status().ToString();
+  int im2col = 0;
+  for (size_t i = 0; i < conv->steps.size(); ++i) {
+    const GpuStep& s = conv->steps[i];
+    if (s.kind != GpuStep::Kind::kIm2Col) continue;
+    ++im2col;
+    EXPECT_EQ(conv->dtypes[s.out], DataType::kBf16);
+    ASSERT_LT(i + 1, conv->steps.size());
+    EXPECT_EQ(conv->steps[i + 1].kind, GpuStep::Kind::kGemm);
+    EXPECT_EQ(conv->steps[i + 1].in[0], s.out);
+    EXPECT_EQ(conv->blobs[conv->steps[i + 1].weight_slots[0]].data.dtype(), DataType::kBf16);
+  }
+  EXPECT_EQ(im2col, 4);
+  ExpectAligned(*conv);
+
+  Prepared text = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+  ASSERT_TRUE(text.plan);
+  options.math = GemmMath::kFp16;
+  auto attention = LowerPlan(text.model->graph(), *text.plan, options);
+  ASSERT_TRUE(attention.ok()) << attention.status().ToString();
+  std::vector<int> halves;  // values kToHalf wrote
+  int batched = 0;
+  for (const GpuStep& s : attention->steps) {
+    if (s.kind == GpuStep::Kind::kToHalf) halves.push_back(s.out);
+    if (s.kind != GpuStep::Kind::kGemm) continue;
+    for (int k : {0, 1}) {
+      if (s.in[k] < 0) continue;
+      EXPECT_NE(std::find(halves.begin(), halves.end(), s.in[k]), halves.end())
+          << "a GEMM operand not rounded by a kToHalf step before it";
+    }
+    batched += s.gemm.batch > 1;
+  }
+  EXPECT_EQ(batched, 4);
+  ExpectAligned(*attention);
+}
+
+// The decomposed BERT builds its attention mask with Equal on int64 values and applies it
+// with Where: a comparison writing bools, then a Where per layer reading them.
+TEST(LowerPlanTest, TheDecomposedBertsMaskIsAComparisonAndAWherePerLayer) {
+  WithReference bert = PrepareWithReference("bert_decomposed_op13");
+  ASSERT_TRUE(bert.prepared.plan);
+  auto l = LowerPlan(bert.prepared.model->graph(), *bert.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int compares = 0, wheres = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind == GpuStep::Kind::kCompare) {
+      ++compares;
+      EXPECT_EQ(s.compare, CompareOp::kEqual);
+      EXPECT_TRUE(s.int64_operands);
+      EXPECT_EQ(l->dtypes[s.out], DataType::kBool);
+      EXPECT_EQ(s.broadcast.out_dims, l->shapes[s.out]);
+    }
+    if (s.kind == GpuStep::Kind::kWhere) {
+      ++wheres;
+      EXPECT_EQ(l->dtypes[s.in[0]], DataType::kBool);
+      EXPECT_EQ(s.where.out_dims, l->shapes[s.out]);
+      EXPECT_EQ(s.where.elements, Elements(l->shapes[s.out]));
+    }
+  }
+  EXPECT_GE(compares, 1);
+  EXPECT_EQ(wheres, 2);  // one per layer
+  ExpectAligned(*l);
+}
+
+// The decoder's ConvTranspose (kernel 4, stride 2, pads 1) is one step holding its window:
+// each spatial size doubles.
+TEST(LowerPlanTest, ATransposedConvolutionIsOneStepWithItsWindow) {
+  Prepared p = Prepare(Model::Load(Example("decoder")), {{2, 16}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const GpuStep* s = FirstStep(*l, GpuStep::Kind::kConvTranspose);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->window.kh, 4);
+  EXPECT_EQ(s->window.sh, 2);
+  EXPECT_EQ(s->window.ph, 1);
+  EXPECT_EQ(s->window.ph_end, 1);
+  EXPECT_EQ(s->window.oh, 2 * s->window.h);
+  EXPECT_EQ(s->window.ow, 2 * s->window.w);
+  EXPECT_EQ(l->shapes[s->out], (Shape{2, s->length, s->window.oh, s->window.ow}));
+  ASSERT_EQ(s->in.size(), 3u);
+  EXPECT_GE(s->in[2], 0);  // its bias
+  // The VAE's decoder has output_padding 1: its output is one row and column larger.
+  WithReference vae = PrepareWithReference("vae_op13");
+  ASSERT_TRUE(vae.prepared.plan);
+  auto v = LowerPlan(vae.prepared.model->graph(), *vae.prepared.plan);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const GpuStep* t = FirstStep(*v, GpuStep::Kind::kConvTranspose);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->window.oh, 2 * t->window.h);  // 2(h-1) + 3 + 1 - 2
+}
+
+// A Gather of int64 data (the recommender MLP picks its ids' columns) moves pairs of
+// 4-byte words: the same kernel, twice the inner extent.
+TEST(LowerPlanTest, AGatherOfInt64DataMovesPairsOfWords) {
+  WithReference mlp = PrepareWithReference("mlp_op13");
+  ASSERT_TRUE(mlp.prepared.plan);
+  auto l = LowerPlan(mlp.prepared.model->graph(), *mlp.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int int64_gathers = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGather || l->dtypes[s.in[0]] != DataType::kInt64) continue;
+    ++int64_gathers;
+    EXPECT_EQ(s.gather.outer * s.gather.num_indices * s.gather.inner,
+              2 * Elements(l->shapes[s.out]));
+  }
+  EXPECT_EQ(int64_gathers, 2);
+  // Every gather has an error flag of its own, which names its node.
+  std::set<int> slots;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGather) {
+      EXPECT_EQ(s.flag, -1);
+      continue;
+    }
+    ASSERT_GE(s.flag, 0);
+    ASSERT_LT(static_cast<size_t>(s.flag), l->flag_nodes.size());
+    EXPECT_TRUE(slots.insert(s.flag).second) << "slot " << s.flag << " shared";
+    EXPECT_EQ(l->flag_nodes[s.flag], mlp.prepared.model->graph().Describe(s.node));
+    EXPECT_THAT(l->flag_nodes[s.flag], HasSubstr("(Gather)"));
+  }
+  EXPECT_EQ(slots.size(), l->flag_nodes.size());
+}
+
+// Every Resize of the detection test model (nearest by sizes and scales, linear with
+// half_pixel and align_corners, cubic, 1-D, trilinear over a volume) is one step with its
+// tap tables as constants: one tap per axis for nearest, two for linear, four for cubic.
+TEST(LowerPlanTest, EveryResizeIsOneStepReadingItsTapTables) {
+  WithReference det = PrepareWithReference("det_resize_op13", ".a.sht");
+  ASSERT_TRUE(det.prepared.plan);
+  auto l = LowerPlan(det.prepared.model->graph(), *det.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const Graph& graph = det.prepared.model->graph();
+  int resizes = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kResize) continue;
+    ++resizes;
+    const Node& node = graph.nodes[s.node];
+    SCOPED_TRACE(node.name);
+    EXPECT_EQ(s.resize.out_dims, l->shapes[s.out]);
+    ASSERT_EQ(s.weight_slots.size(), 2u);
+    EXPECT_EQ(l->blobs[s.weight_slots[0]].key.rfind("resize-idx#", 0), 0u);
+    EXPECT_EQ(l->blobs[s.weight_slots[0]].data.dtype(), DataType::kInt64);
+    EXPECT_EQ(l->blobs[s.weight_slots[1]].data.dtype(), DataType::kFp32);
+    EXPECT_TRUE(s.resize.idx.empty());  // moved into the blobs
+    const std::string mode = node.GetString("mode", "nearest");
+    const int64_t want_taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+    int64_t most = 0;
+    for (int d = 0; d < s.resize.index.rank; ++d) most = std::max(most, s.resize.index.taps[d]);
+    EXPECT_EQ(most, want_taps);
+  }
+  EXPECT_EQ(resizes, 12);
+}
+
+// DepthToSpace in both modes and SpaceToDepth become one transpose each; GroupNormalization
+// becomes a layer norm over each (item, group) with a scale of ones, then its affine.
+TEST(LowerPlanTest, DepthAndSpaceAreTransposesAndGroupNormIsALayerNormAndItsAffine) {
+  WithReference det = PrepareWithReference("det_graph_layout_norm", ".a.sht");
+  ASSERT_TRUE(det.prepared.plan);
+  auto l = LowerPlan(det.prepared.model->graph(), *det.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  int transposes = 0;
+  for (const GpuStep& s : l->steps) transposes += s.kind == GpuStep::Kind::kTranspose;
+  EXPECT_EQ(transposes, 3);
+  const GpuStep* norm = FirstStep(*l, GpuStep::Kind::kLayerNorm);
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->in[1], -1);
+  ASSERT_EQ(norm->weight_slots.size(), 1u);
+  const Tensor& ones = l->blobs[norm->weight_slots[0]].data;
+  // [batch, 8, 4, 6] in 2 groups: rows of 4·4·6 values.
+  ASSERT_EQ(norm->dims.size(), 2u);
+  EXPECT_EQ(norm->dims[1], 96);
+  EXPECT_EQ(ones.element_count(), 96);
+  EXPECT_EQ(ones.values<float>()[95], 1.f);
+  EXPECT_NEAR(norm->epsilon, 1e-3f, 1e-9f);
+}
+
+// The U-Net's per-pixel class is an ArgMax over the channels, writing int64; the norm
+// shuffle model's integer Mods keep their fmod flags.
+// An fp16 model lowers: its input cast from fp16 to fp32 and its output rounded back
+// (a kToHalf step writing the fp16 output); fp32 in between.
+TEST(LowerPlanTest, AnFp16ModelCastsItsInputFromAndItsOutputTo16Bits) {
+  for (const char* name : {"fp16_cnn", "fp16_transformer", "fp16_mixed"}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name);
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    const Graph& g = r.prepared.model->graph();
+    int from_half = 0, to_half = 0;
+    for (const GpuStep& s : l->steps) {
+      if (s.kind == GpuStep::Kind::kCast && s.cast == CastSource::kFp16) ++from_half;
+      if (s.kind == GpuStep::Kind::kToHalf) {
+        ++to_half;
+        EXPECT_EQ(l->dtypes[s.out], DataType::kFp16);
+        EXPECT_EQ(l->dtypes[s.in[0]], DataType::kFp32);
+      }
+    }
+    const bool fp16_io = l->dtypes[g.inputs[0]] == DataType::kFp16;
+    EXPECT_EQ(from_half >= 1, fp16_io || std::string(name) == "fp16_mixed");
+    EXPECT_GE(to_half, 1);
+    ExpectAligned(*l);
+  }
+}
+
+TEST(LowerPlanTest, ArgMaxAndIntegerModLower) {
+  WithReference unet = PrepareWithReference("det_unet_op13", ".a.sht");
+  ASSERT_TRUE(unet.prepared.plan);
+  auto l = LowerPlan(unet.prepared.model->graph(), *unet.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const GpuStep* arg = FirstStep(*l, GpuStep::Kind::kArgExtreme);
+  ASSERT_NE(arg, nullptr);
+  EXPECT_TRUE(arg->arg_max);
+  EXPECT_FALSE(arg->select_last);
+  EXPECT_EQ(arg->axis, 1);
+  EXPECT_EQ(l->dtypes[arg->out], DataType::kInt64);
+  WithReference shuffle = PrepareWithReference("det_norm_shuffle_op13", ".a.sht");
+  ASSERT_TRUE(shuffle.prepared.plan);
+  auto m = LowerPlan(shuffle.prepared.model->graph(), *shuffle.prepared.plan);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  int mods = 0, fmods = 0;
+  for (const GpuStep& s : m->steps) {
+    if (s.kind != GpuStep::Kind::kMod) continue;
+    ++mods;
+    fmods += s.fmod;
+    EXPECT_TRUE(s.int64_operands);
+  }
+  EXPECT_EQ(mods, 3);
+  EXPECT_EQ(fmods, 1);
+}
+
+TEST(LowerPlanTest, GatherElementsIsOneStepWithAnErrorFlagNamingItsNode) {
+  Prepared p = Prepare(Model::FromGraph(GatherElementsGraph()), kGatherElementsShapes);
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 2u);
+  const Graph& g = p.model->graph();
+  for (const GpuStep& s : l->steps) EXPECT_EQ(s.kind, GpuStep::Kind::kGatherElements);
+  EXPECT_EQ(l->steps[0].axis, 0);
+  EXPECT_EQ(l->steps[0].dims, (Shape{3, 4}));
+  EXPECT_EQ(l->shapes[l->steps[0].out], (Shape{2, 4}));
+  EXPECT_EQ(l->steps[1].axis, 1);  // -1, made non-negative
+  EXPECT_EQ(l->dtypes[l->steps[1].in[0]], DataType::kInt64);
+  EXPECT_EQ(l->dtypes[l->steps[1].out], DataType::kInt64);
+  ASSERT_EQ(l->flag_nodes.size(), 2u);
+  for (const GpuStep& s : l->steps) {
+    ASSERT_GE(s.flag, 0);
+    EXPECT_EQ(l->flag_nodes[s.flag], g.Describe(s.node));
+    EXPECT_THAT(l->flag_nodes[s.flag], HasSubstr("(GatherElements)"));
+  }
+  EXPECT_NE(l->steps[0].flag, l->steps[1].flag);
+  ExpectAligned(*l);
+}
+
+// Each scatter is one step reading data, indices and updates with its reduction and a flag of
+// its own; with no reduction it has an int32 scratch of the data's shape in the arena, clear
+// of every value the step reads and writes.
+TEST(LowerPlanTest, ScattersAreOneStepEachWithScratchOnlyWithoutAReduction) {
+  const std::pair<const char*, ScatterReduction> reductions[] = {{"none", ScatterReduction::kNone},
+                                                                 {"add", ScatterReduction::kAdd},
+                                                                 {"mul", ScatterReduction::kMul},
+                                                                 {"max", ScatterReduction::kMax},
+                                                                 {"min", ScatterReduction::kMin}};
+  for (const auto& [name, reduction] : reductions) {
+    SCOPED_TRACE(name);
+    Prepared p = Prepare(Model::FromGraph(ScatterGraph(name)), kScatterShapes);
+    ASSERT_TRUE(p.plan);
+    auto l = LowerPlan(p.model->graph(), *p.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_EQ(l->steps.size(), 2u);
+    EXPECT_EQ(l->steps[0].kind, GpuStep::Kind::kScatterElements);
+    EXPECT_EQ(l->steps[0].axis, 0);
+    EXPECT_EQ(l->steps[1].kind, GpuStep::Kind::kScatterNd);
+    EXPECT_EQ(l->flag_nodes.size(), 2u);
+    for (const GpuStep& s : l->steps) {
+      EXPECT_EQ(s.scatter, reduction);
+      EXPECT_EQ(s.dims, (Shape{4, 3}));
+      ASSERT_EQ(s.in.size(), 3u);
+      ASSERT_GE(s.flag, 0);
+      EXPECT_EQ(l->flag_nodes[s.flag], p.model->graph().Describe(s.node));
+      if (reduction != ScatterReduction::kNone) {
+        EXPECT_EQ(s.scratch, -1);
+        continue;
+      }
+      ASSERT_GE(s.scratch, 0);
+      EXPECT_EQ(l->dtypes[s.scratch], DataType::kInt32);
+      EXPECT_EQ(l->shapes[s.scratch], (Shape{4, 3}));
+      const GpuValue& scratch = l->values[s.scratch];
+      EXPECT_EQ(scratch.home, GpuValue::Home::kArena);
+      EXPECT_EQ(scratch.bytes, 12 * 4);
+      for (int v : {s.in[0], s.in[1], s.in[2], s.out}) {
+        const GpuValue& other = l->values[v];
+        EXPECT_TRUE(scratch.offset + scratch.bytes <= other.offset ||
+                    other.offset + other.bytes <= scratch.offset)
+            << "the scratch shares bytes with value " << v;
+      }
+    }
+    ExpectAligned(*l);
+  }
+}
+
+TEST(LowerPlanTest, CumSumIsOneStepOverItsConstantAxis) {
+  Prepared p = Prepare(Model::FromGraph(CumSumGraph()), kCumSumShapes);
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 3u);
+  for (const GpuStep& s : l->steps) {
+    EXPECT_EQ(s.kind, GpuStep::Kind::kCumSum);
+    EXPECT_EQ(s.in.size(), 1u);  // the axis is folded into the step, not read
+    EXPECT_EQ(s.flag, -1);
+  }
+  EXPECT_EQ(l->steps[0].dims, (Shape{2, 3, 4}));
+  EXPECT_FALSE(l->steps[0].exclusive);
+  EXPECT_FALSE(l->steps[0].reverse);
+  EXPECT_EQ(l->steps[1].dims, (Shape{6, 4, 1}));
+  EXPECT_TRUE(l->steps[1].exclusive);
+  EXPECT_TRUE(l->steps[1].reverse);
+  EXPECT_EQ(l->steps[2].dims, (Shape{2, 5, 1}));
+  EXPECT_FALSE(l->steps[2].exclusive);
+  EXPECT_TRUE(l->steps[2].reverse);
+  EXPECT_EQ(l->dtypes[l->steps[2].out], DataType::kInt64);
+}
+
+TEST(LowerPlanTest, TriluIsOneStepWithItsConstantK) {
+  Prepared p = Prepare(Model::FromGraph(TriluGraph()), kTriluShapes);
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->steps.size(), 3u);
+  for (const GpuStep& s : l->steps) {
+    EXPECT_EQ(s.kind, GpuStep::Kind::kTrilu);
+    EXPECT_EQ(s.in.size(), 1u);
+  }
+  EXPECT_EQ(l->steps[0].dims, (Shape{2, 3, 4}));
+  EXPECT_TRUE(l->steps[0].upper);
+  EXPECT_EQ(l->steps[0].start, 0);
+  EXPECT_FALSE(l->steps[1].upper);
+  EXPECT_EQ(l->steps[1].start, 1);
+  EXPECT_EQ(l->steps[2].dims, (Shape{1, 3, 3}));
+  EXPECT_TRUE(l->steps[2].upper);
+  EXPECT_EQ(l->steps[2].start, -1);
+  EXPECT_EQ(l->dtypes[l->steps[2].out], DataType::kInt64);
+}
+
+// The detection test models' GatherElements, scatters, CumSums and Trilus lower; what is
+// left is their NonZero, Einsum and run-time shapes.
+TEST(LowerPlanTest, TheDetectionModelsLackNoneOfTheIndexingOperators) {
+  for (const char* name : {"det_scatter_gather_op17", "det_tensor_ops_op17"}) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name, ".a.sht");
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_FALSE(l.ok());
+    const std::string& m = l.status().message();
+    for (const char* op :
+         {"(GatherElements)", "(ScatterElements)", "(ScatterND)", "(CumSum)", "(Trilu)"})
+      EXPECT_THAT(m, ::testing::Not(HasSubstr(op))) << m;
+    EXPECT_THAT(m, HasSubstr("(NonZero)"));
+  }
+}
+
+// The columns [begin, end) of each row of a [rows, cols] fp32 tensor.
+std::vector<float> ColumnsOf(const Tensor& t, int64_t begin, int64_t end) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  std::vector<float> out;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = begin; c < end; ++c) out.push_back(t.values<float>()[r * cols + c]);
+  return out;
+}
+
+// Whether two arena values' bytes overlap.
+bool Overlap(const GpuValue& a, const GpuValue& b) {
+  return a.home == GpuValue::Home::kArena && b.home == GpuValue::Home::kArena &&
+         a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
+// Tensor parallelism over two shards sharing the plan's memory: each product with at least
+// min_columns output columns becomes a fork, one GEMM per shard holding its columns of the
+// weight and the bias (the whole's, cut), a join and the columns placed into the output;
+// the smaller products stay whole. Nothing a shard's step touches shares arena bytes with
+// what another's does.
+TEST(LowerPlanTest, TensorParallelismSplitsTheLargeProductsColumnWise) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+  ASSERT_TRUE(p.plan);
+  auto whole = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  GpuPlanOptions options;
+  options.tensor_parallel.shards = 2;
+  options.tensor_parallel.min_columns = 100;
+  auto split = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  using K = GpuStep::Kind;
+  int expected_splits = 0;
+  size_t at = 0;  // the split lowering's next step
+  for (const GpuStep& w : whole->steps) {
+    ASSERT_EQ(w.kind, K::kGemm);
+    ASSERT_LT(at, split->steps.size());
+    if (w.gemm.n < 100) {
+      const GpuStep& same = split->steps[at++];
+      EXPECT_EQ(same.kind, K::kGemm);
+      EXPECT_EQ(same.shard, -1);
+      EXPECT_EQ(same.gemm.n, w.gemm.n);
+      continue;
+    }
+    SCOPED_TRACE("the product of " + std::to_string(w.gemm.n) + " columns");
+    ++expected_splits;
+    ASSERT_LE(at + 6, split->steps.size());
+    EXPECT_EQ(split->steps[at].kind, K::kFork);
+    const GpuStep& a = split->steps[at + 1];
+    const GpuStep& b = split->steps[at + 2];
+    EXPECT_EQ(split->steps[at + 3].kind, K::kJoin);
+    ASSERT_EQ(a.kind, K::kGemm);
+    ASSERT_EQ(b.kind, K::kGemm);
+    EXPECT_EQ(a.shard, 0);
+    EXPECT_EQ(b.shard, 1);
+    EXPECT_EQ(a.in[0], w.in[0]);  // both read the whole input
+    EXPECT_EQ(b.in[0], w.in[0]);
+    EXPECT_EQ(a.gemm.n + b.gemm.n, w.gemm.n);
+    EXPECT_EQ(a.gemm.n % 8, 0);
+    EXPECT_EQ(a.gemm.epilogue, w.gemm.epilogue);
+    // Each shard's weight and bias are the whole's columns.
+    const Tensor& ww = whole->blobs[w.weight_slots[0]].data;
+    const bool t = w.gemm.transpose_w;
+    const Tensor& wa = split->blobs[a.weight_slots[0]].data;
+    const Tensor& wb = split->blobs[b.weight_slots[0]].data;
+    EXPECT_EQ(split->blobs[a.weight_slots[0]].shard, -1);
+    if (!t) {
+      EXPECT_EQ(ColumnsOf(wa, 0, a.gemm.n), ColumnsOf(ww, 0, a.gemm.n));
+      EXPECT_EQ(ColumnsOf(wb, 0, b.gemm.n), ColumnsOf(ww, a.gemm.n, w.gemm.n));
+    } else {
+      ASSERT_EQ(wa.byte_size() + wb.byte_size(), ww.byte_size());
+      EXPECT_EQ(std::memcmp(wa.data(), ww.data(), wa.byte_size()), 0);
+      EXPECT_EQ(std::memcmp(wb.data(), static_cast<const char*>(ww.data()) + wa.byte_size(),
+                            wb.byte_size()),
+                0);
+    }
+    const Tensor& bias = whole->blobs[w.weight_slots[1]].data;
+    const Tensor& ba = split->blobs[a.weight_slots[1]].data;
+    const Tensor& bb = split->blobs[b.weight_slots[1]].data;
+    ASSERT_EQ(ba.byte_size() + bb.byte_size(), bias.byte_size());
+    EXPECT_EQ(std::memcmp(ba.data(), bias.data(), ba.byte_size()), 0);
+    EXPECT_EQ(std::memcmp(bb.data(), static_cast<const char*>(bias.data()) + ba.byte_size(),
+                          bb.byte_size()),
+              0);
+    EXPECT_THAT(split->blobs[b.weight_slots[0]].key, ::testing::HasSubstr("|cols "));
+    // The columns placed into the output at their offsets.
+    const GpuStep& pa = split->steps[at + 4];
+    const GpuStep& pb = split->steps[at + 5];
+    ASSERT_EQ(pa.kind, K::kPlace);
+    ASSERT_EQ(pb.kind, K::kPlace);
+    EXPECT_EQ(pa.in[0], a.out);
+    EXPECT_EQ(pb.in[0], b.out);
+    EXPECT_EQ(pa.out, w.out);
+    EXPECT_EQ(pb.out, w.out);
+    EXPECT_EQ(pa.start, 0);
+    EXPECT_EQ(pb.start, a.gemm.n);
+    EXPECT_EQ(pa.axis, 1);
+    // Run concurrently: the two outputs, the input and the product's output all apart.
+    const std::vector<int> apart = {a.out, b.out, w.in[0]};
+    for (size_t i = 0; i < apart.size(); ++i)
+      for (size_t j = i + 1; j < apart.size(); ++j)
+        EXPECT_FALSE(Overlap(split->values[apart[i]], split->values[apart[j]]))
+            << "values " << apart[i] << " and " << apart[j];
+    at += 6;
+    if (w.post) {  // the activation the epilogue lacks, on the whole output
+      ASSERT_LT(at, split->steps.size());
+      EXPECT_EQ(split->steps[at].kind, K::kUnary);
+      EXPECT_EQ(split->steps[at].unary, *w.post);
+      ++at;
+    }
+  }
+  EXPECT_EQ(at, split->steps.size());
+  EXPECT_GT(expected_splits, 0);
+  EXPECT_LT(expected_splits, 4);  // the last product, of one column, stays whole
+  EXPECT_EQ(split->split_products, expected_splits);
+  EXPECT_EQ(split->shards, 2);
+  EXPECT_EQ(split->shard_arena_bytes, (std::vector<int64_t>{0, 0}));
+  ExpectAligned(*split);
+}
+
+// A shard with memory of its own (another device) copies the product's input into its
+// arena, computes its columns there from weights kept on its device, and copies them back;
+// in fp16, the input is rounded once, before the fork, and each shard's weight is stored
+// 16-bit.
+TEST(LowerPlanTest, AShardWithMemoryOfItsOwnCopiesItsInputInAndItsColumnsBack) {
+  Prepared p = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+  ASSERT_TRUE(p.plan);
+  for (GemmMath math : {GemmMath::kFp32, GemmMath::kFp16}) {
+    SCOPED_TRACE(math == GemmMath::kFp32 ? "fp32" : "fp16");
+    GpuPlanOptions options;
+    options.math = math;
+    options.tensor_parallel.shards = 3;
+    options.tensor_parallel.min_columns = 100;
+    options.tensor_parallel.own_memory = {false, true, true};
+    auto l = LowerPlan(p.model->graph(), *p.plan, options);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    using K = GpuStep::Kind;
+    const auto fork = std::find_if(l->steps.begin(), l->steps.end(),
+                                   [](const GpuStep& s) { return s.kind == K::kFork; });
+    ASSERT_NE(fork, l->steps.end());
+    const size_t f = static_cast<size_t>(fork - l->steps.begin());
+    if (math == GemmMath::kFp16) {
+      ASSERT_GT(f, 0u);
+      EXPECT_EQ(l->steps[f - 1].kind, K::kToHalf);  // rounded once for every shard
+    }
+    // Shard 0 shares the plan's memory: one GEMM. Shards 1 and 2: copy in, GEMM, copy out.
+    ASSERT_LE(f + 9, l->steps.size());
+    const GpuStep& g0 = l->steps[f + 1];
+    EXPECT_EQ(g0.kind, K::kGemm);
+    EXPECT_EQ(g0.shard, 0);
+    int64_t columns = g0.gemm.n;
+    for (int shard : {1, 2}) {
+      SCOPED_TRACE("shard " + std::to_string(shard));
+      const size_t i = f + 2 + 3 * static_cast<size_t>(shard - 1);
+      const GpuStep& in = l->steps[i];
+      const GpuStep& gemm = l->steps[i + 1];
+      const GpuStep& out = l->steps[i + 2];
+      ASSERT_EQ(in.kind, K::kCopy);
+      ASSERT_EQ(gemm.kind, K::kGemm);
+      ASSERT_EQ(out.kind, K::kCopy);
+      EXPECT_EQ(in.shard, shard);
+      EXPECT_EQ(gemm.shard, shard);
+      EXPECT_EQ(out.shard, shard);
+      EXPECT_EQ(in.in[0], g0.in[0]);
+      EXPECT_EQ(gemm.in[0], in.out);
+      EXPECT_EQ(out.in[0], gemm.out);
+      const GpuValue& x = l->values[in.out];
+      const GpuValue& y = l->values[gemm.out];
+      EXPECT_EQ(x.home, GpuValue::Home::kShard);
+      EXPECT_EQ(x.shard, shard);
+      EXPECT_EQ(x.offset, 0);
+      EXPECT_EQ(y.home, GpuValue::Home::kShard);
+      EXPECT_EQ(y.shard, shard);
+      EXPECT_GE(y.offset, x.bytes);
+      EXPECT_LE(y.offset + y.bytes, l->shard_arena_bytes[static_cast<size_t>(shard)]);
+      EXPECT_EQ(l->dtypes[in.out], l->dtypes[g0.in[0]]);
+      EXPECT_EQ(l->values[out.out].home, GpuValue::Home::kArena);
+      const GpuLowering::Blob& w = l->blobs[gemm.weight_slots[0]];
+      EXPECT_EQ(w.shard, shard);
+      EXPECT_EQ(l->blobs[gemm.weight_slots[1]].shard, shard);
+      if (math == GemmMath::kFp16) {
+        EXPECT_EQ(w.data.dtype(), DataType::kFp16);
+        EXPECT_THAT(w.key, ::testing::EndsWith("~fp16"));
+      }
+      columns += gemm.gemm.n;
+    }
+    EXPECT_EQ(l->steps[f + 8].kind, K::kJoin);
+    // The shards run concurrently: what any of them writes on the plan's device keeps clear
+    // of the input shard 0 may still be reading, and of each other.
+    std::vector<int> written;
+    for (size_t i = f + 1; i < f + 8; ++i)
+      if (l->values[l->steps[i].out].home == GpuValue::Home::kArena)
+        written.push_back(l->steps[i].out);
+    EXPECT_EQ(written.size(), 3u);  // shard 0's columns, and shards 1's and 2's copied back
+    for (size_t i = 0; i < written.size(); ++i) {
+      EXPECT_FALSE(Overlap(l->values[written[i]], l->values[g0.in[0]])) << "value " << written[i];
+      for (size_t j = i + 1; j < written.size(); ++j)
+        EXPECT_FALSE(Overlap(l->values[written[i]], l->values[written[j]]));
+    }
+    EXPECT_EQ(columns, l->steps[f + 9].dims[1]);  // the output's columns, all placed
+    EXPECT_EQ(l->shard_arena_bytes[0], 0);
+    EXPECT_GT(l->shard_arena_bytes[1], 0);
+    EXPECT_GT(l->shard_arena_bytes[2], 0);
+    ExpectAligned(*l);
+  }
+  // Where the input dies before the last shard's columns come back, they still do not take
+  // its bytes: shard 0 may be reading them.
+  Prepared wide = Prepare(Model::FromGraph(WideIntoNarrowGraph()), {{4, 512}});
+  ASSERT_TRUE(wide.plan);
+  GpuPlanOptions options;
+  options.tensor_parallel.shards = 3;
+  options.tensor_parallel.min_columns = 16;
+  options.tensor_parallel.own_memory = {false, true, true};
+  auto l = LowerPlan(wide.model->graph(), *wide.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->split_products, 1);
+  int x = -1, written = 0;
+  for (const GpuStep& step : l->steps) {
+    if (step.kind == GpuStep::Kind::kGemm && step.shard == 0) x = step.in[0];
+    if (step.shard < 0 || step.out < 0 || l->values[step.out].home != GpuValue::Home::kArena)
+      continue;
+    ASSERT_GE(x, 0);
+    EXPECT_FALSE(Overlap(l->values[step.out], l->values[x])) << "value " << step.out;
+    ++written;
+  }
+  EXPECT_EQ(written, 3);
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda

@@ -1,0 +1,203 @@
+#include "engine/cuda/gpu_plan_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/gpu_lowering.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine::cuda {
+
+using engine::testing::AFloat;
+using engine::testing::AInt;
+using engine::testing::AInts;
+using engine::testing::AString;
+using engine::testing::F32;
+using engine::testing::GraphBuilder;
+using engine::testing::I64;
+using engine::testing::Random;
+
+dnnl::engine& CpuEngine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+Prepared Prepare(StatusOr<std::unique_ptr<Model>> model, const std::vector<Shape>& shapes) {
+  Prepared p;
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  if (!model.ok()) return p;
+  p.model = std::move(model).value();
+  dnnl::stream stream(CpuEngine());
+  auto plan = Plan::Prepare(p.model->graph(), shapes, CpuEngine(), stream, p.model->weight_cache(),
+                            GpuLoweringPlanOptions(), PlanLimits());
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (plan.ok()) p.plan = std::move(plan).value();
+  return p;
+}
+
+std::string Example(const std::string& model) {
+  return engine::testing::SourceDir() + "/examples/models/" + model + "/1/model.onnx";
+}
+
+Graph EveryKindGraph() {
+  GraphBuilder b;
+  const int ids = b.Input("ids", {2, 4}, DataType::kInt64);
+  const int table = b.Constant("table", Random({10, 8}, 1));
+  const int emb = b.Op("Gather", "emb", {table, ids}, {{"axis", AInt(0)}});
+  const int scale = b.Constant("scale", Random({8}, 2, 0.5f, 1.5f));
+  const int shift = b.Constant("shift", Random({8}, 3));
+  const int norm = b.Op("LayerNormalization", "norm", {emb, scale, shift},
+                        {{"axis", AInt(-1)}, {"epsilon", AFloat(1e-5f)}});
+  const int w = b.Constant("w", Random({8, 6}, 4));
+  const int prod = b.Op("MatMul", "prod", {norm, w});
+  const int bias = b.Constant("bias", Random({6}, 5));
+  const int biased = b.Op("Add", "biased", {prod, bias});
+  const int act = b.Op("Relu", "act", {biased});
+  const int t = b.Op("Transpose", "t", {act}, {{"perm", AInts({0, 2, 1})}});
+  const int sm = b.Op("Softmax", "sm", {t}, {{"axis", AInt(-1)}});
+  const int flat_shape = b.Constant("flat_shape", I64({2}, {2, 24}));
+  const int flat = b.Op("Reshape", "flat", {sm, flat_shape});  // a view: no step
+  const int half = b.Constant("half", F32({1}, {0.5f}));
+  const int out = b.Op("Mul", "out", {flat, half});
+  return b.Finish(out);
+}
+
+Graph ScaledProductsGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 6});
+  const int w = b.Constant("w", Random({6, 5}, 11));
+  const int prod = b.Op("MatMul", "prod", {x, w});
+  const int half = b.Constant("half", F32({}, {0.5f}));
+  const int scaled = b.Op("Mul", "scaled", {prod, half});
+  const int bias = b.Constant("bias", Random({5}, 12));
+  const int biased = b.Op("Add", "biased", {scaled, bias});
+  const int act = b.Op("Relu", "act", {biased});
+  const int w2 = b.Constant("w2", Random({3, 5}, 13));
+  const int c = b.Constant("c", Random({3}, 14));
+  const int out = b.Op("Gemm", "out", {act, w2, c},
+                       {{"alpha", AFloat(2.f)}, {"beta", AFloat(0.5f)}, {"transB", AInt(1)}});
+  return b.Finish(out);
+}
+
+Graph GroupedConvGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 4, 9, 9});
+  const int w = b.Constant("w", Random({6, 2, 3, 3}, 21));
+  const int bias = b.Constant("b", Random({6}, 22));
+  const int conv = b.Op("Conv", "conv", {x, w, bias},
+                        {{"group", AInt(2)},
+                         {"strides", AInts({2, 2})},
+                         {"pads", AInts({1, 1, 1, 1})},
+                         {"kernel_shape", AInts({3, 3})}});
+  const int act = b.Op("Relu", "act", {conv});
+  const int pool = b.Op("AveragePool", "pool", {act},
+                        {{"kernel_shape", AInts({3, 3})},
+                         {"strides", AInts({2, 2})},
+                         {"pads", AInts({1, 1, 1, 1})},
+                         {"ceil_mode", AInt(1)},
+                         {"count_include_pad", AInt(1)}});
+  return b.Finish(pool);
+}
+
+Graph ChainGraph() {
+  GraphBuilder b;
+  int v = b.Input("x", {64, 64});
+  const char* ops[] = {"Relu", "Tanh", "Sigmoid", "Exp", "Neg", "Abs"};
+  for (int i = 0; i < 6; ++i) v = b.Op(ops[i], "y" + std::to_string(i), {v});
+  return b.Finish(v);
+}
+
+WithReference PrepareWithReference(const std::string& name, const std::string& suffix) {
+  WithReference r;
+  const engine::testing::Reference ref = engine::testing::LoadReference(name + suffix);
+  std::vector<Shape> shapes;
+  for (const NamedTensor& t : ref.inputs) {
+    r.inputs.push_back(t.tensor);
+    shapes.push_back(t.tensor.shape());
+  }
+  r.prepared = Prepare(Model::Load(engine::testing::ModelPath(name + ".onnx")), shapes);
+  return r;
+}
+
+Graph Int64CopiesGraph(DataType dtype) {
+  GraphBuilder b;
+  const int ids = b.Input("ids", {2, 6}, dtype);
+  const int starts = b.Constant("starts", I64({2}, {0, 1}));
+  const int ends = b.Constant("ends", I64({2}, {2, 6}));
+  const int axes = b.Constant("axes", I64({2}, {0, 1}));
+  const int steps = b.Constant("steps", I64({2}, {1, 2}));
+  const int sliced = b.Op("Slice", "sliced", {ids, starts, ends, axes, steps});
+  const int joined = b.Op("Concat", "joined", {ids, sliced}, {{"axis", AInt(1)}});
+  return b.Finish(b.Op("Split", "split", {joined}, {{"axis", AInt(0)}}));
+}
+
+Graph ExpandGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {3, 1});
+  const int ids = b.Input("ids", {1, 4}, DataType::kInt64);
+  const int shape = b.Constant("shape", I64({3}, {2, 3, 4}));
+  const int ex = b.Op("Expand", "ex", {x, shape});
+  const int ei = b.Op("Expand", "ei", {ids, shape});
+  return b.Finish(std::vector<int>{ex, ei});
+}
+
+Graph GatherElementsGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {3, 4});
+  const int idx = b.Input("idx", {2, 4}, DataType::kInt64);
+  const int ids = b.Input("ids", {3, 4}, DataType::kInt64);
+  const int idx2 = b.Input("idx2", {3, 2}, DataType::kInt64);
+  const int g0 = b.Op("GatherElements", "g0", {x, idx}, {{"axis", AInt(0)}});
+  const int g1 = b.Op("GatherElements", "g1", {ids, idx2}, {{"axis", AInt(-1)}});
+  return b.Finish(std::vector<int>{g0, g1});
+}
+
+const std::vector<Shape> kGatherElementsShapes = {{3, 4}, {2, 4}, {3, 4}, {3, 2}};
+
+Graph ScatterGraph(const std::string& reduction) {
+  GraphBuilder b;
+  const int data = b.Input("data", {4, 3});
+  const int eidx = b.Input("eidx", {2, 3}, DataType::kInt64);
+  const int eupd = b.Input("eupd", {2, 3});
+  const int nidx = b.Input("nidx", {3, 1}, DataType::kInt64);
+  const int nupd = b.Input("nupd", {3, 3});
+  const int se = b.Op("ScatterElements", "se", {data, eidx, eupd},
+                      {{"axis", AInt(0)}, {"reduction", AString(reduction)}});
+  const int sn = b.Op("ScatterND", "sn", {data, nidx, nupd}, {{"reduction", AString(reduction)}});
+  return b.Finish(std::vector<int>{se, sn});
+}
+
+const std::vector<Shape> kScatterShapes = {{4, 3}, {2, 3}, {2, 3}, {3, 1}, {3, 3}};
+
+Graph CumSumGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 4});
+  const int ids = b.Input("ids", {2, 5}, DataType::kInt64);
+  const int one = b.Constant("one", I64({}, {1}));
+  const int last = b.Constant("last", I64({}, {-1}));
+  const int c0 = b.Op("CumSum", "c0", {x, one});
+  const int c1 = b.Op("CumSum", "c1", {x, last}, {{"exclusive", AInt(1)}, {"reverse", AInt(1)}});
+  const int c2 = b.Op("CumSum", "c2", {ids, one}, {{"reverse", AInt(1)}});
+  return b.Finish(std::vector<int>{c0, c1, c2});
+}
+
+const std::vector<Shape> kCumSumShapes = {{2, 3, 4}, {2, 5}};
+
+Graph TriluGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 4});
+  const int ids = b.Input("ids", {3, 3}, DataType::kInt64);
+  const int one = b.Constant("one", I64({}, {1}));
+  const int minus_one = b.Constant("minus_one", I64({}, {-1}));
+  const int t0 = b.Op("Trilu", "t0", {x});
+  const int t1 = b.Op("Trilu", "t1", {x, one}, {{"upper", AInt(0)}});
+  const int t2 = b.Op("Trilu", "t2", {ids, minus_one});
+  return b.Finish(std::vector<int>{t0, t1, t2});
+}
+
+const std::vector<Shape> kTriluShapes = {{2, 3, 4}, {3, 3}};
+
+}  // namespace shoal::engine::cuda

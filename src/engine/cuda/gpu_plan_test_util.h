@@ -1,0 +1,85 @@
+// Shared by the GPU plan's tests (gpu_lowering_test.cc, host only, and gpu_plan_test.cc, on
+// a device): models prepared by the CPU engine as lowering takes them, and the small graphs
+// both lower and run. A test helper, not part of any library.
+#pragma once
+
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/graph.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+
+namespace shoal::engine::cuda {
+
+// A model with the CPU engine's plan for one set of input shapes, as lowering takes it.
+struct Prepared {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Plan> plan;
+};
+
+dnnl::engine& CpuEngine();
+
+Prepared Prepare(StatusOr<std::unique_ptr<Model>> model, const std::vector<Shape>& shapes);
+
+std::string Example(const std::string& model);
+
+// Embedding lookup, layer norm, a product with bias and ReLU (fused by the optimiser),
+// a transpose, a softmax over the last axis, a reshape (a view of the softmax's bytes)
+// and a scaling by a constant: one of every kind of GPU step.
+Graph EveryKindGraph();
+
+// Products whose alpha and beta are not 1: MatMul·0.5 + bias, ReLU (the optimiser fuses
+// them into one shoal.FusedMatMul with alpha 0.5 and the bias divided by it), then
+// Gemm(alpha 2, beta 0.5, transB) with a C row.
+Graph ScaledProductsGraph();
+
+// A grouped convolution (2 groups, stride 2, padding 1) with a bias, then ReLU (fused by
+// the optimiser), and a 3x3 average pool that counts the padding, with ceil_mode.
+Graph GroupedConvGraph();
+
+// Six element-wise steps in a row on one [64, 64] input.
+Graph ChainGraph();
+
+// A model's reference inputs (models/<name>.b4.sht) and shapes, prepared for lowering.
+struct WithReference {
+  Prepared prepared;
+  std::vector<Tensor> inputs;
+};
+
+WithReference PrepareWithReference(const std::string& name, const std::string& suffix = ".b4.sht");
+
+// int64 ids [2, 6]: a strided Slice (every other column from 1), concatenated after the ids
+// along the columns, then a Split along the rows (one output: a copy). The copies move
+// int64 elements as pairs of 4-byte words.
+Graph Int64CopiesGraph(DataType dtype = DataType::kInt64);
+
+// Expand of fp32 [3, 1] and of int64 [1, 4] (by a shape input) to [2, 3, 4]: one strided
+// copy each, int64 in words.
+Graph ExpandGraph();
+
+// GatherElements of fp32 data [3, 4] along axis 0 by indices [2, 4], and of int64 data
+// [3, 4] along axis -1 by indices [3, 2].
+Graph GatherElementsGraph();
+extern const std::vector<Shape> kGatherElementsShapes;
+
+// ScatterElements of fp32 data [4, 3] along axis 0 by indices [2, 3], and ScatterND of it
+// by index tuples [3, 1] (whole rows), both under `reduction`.
+Graph ScatterGraph(const std::string& reduction);
+
+extern const std::vector<Shape> kScatterShapes;
+
+// CumSum of fp32 [2, 3, 4] along axis 1 (constant), along -1 exclusive and reversed, and of
+// int64 [2, 5] along axis 1 reversed.
+Graph CumSumGraph();
+extern const std::vector<Shape> kCumSumShapes;
+
+// Trilu of fp32 [2, 3, 4] (upper, no k; lower with k = 1) and of int64 [3, 3] (upper, k = -1).
+Graph TriluGraph();
+extern const std::vector<Shape> kTriluShapes;
+
+}  // namespace shoal::engine::cuda
