@@ -345,8 +345,24 @@ StatusOr<Session::CachedPlan*> Session::PlanFor(const std::vector<Shape>& shapes
     threads = 1;
   }
   plans_.push_front(CachedPlan{shapes, std::move(plan), threads});
+  ++plans_prepared_;
   while (static_cast<int>(plans_.size()) > options_.max_cached_plans) plans_.pop_back();
+  RETURN_IF_ERROR(ShareArena());
   return &plans_.front();
+}
+
+Status Session::ShareArena() {
+  int64_t needed = 0;
+  for (const CachedPlan& c : plans_) needed = std::max(needed, c.plan->arena_bytes());
+  const int64_t have = arena_ ? static_cast<int64_t>(arena_->size()) : -1;
+  if (have >= needed && have <= 2 * needed) return plans_.front().plan->UseArena(arena_);
+  // Every plan lets go of the old arena before the new one is allocated, so the two are
+  // never held at once.
+  arena_.reset();
+  for (CachedPlan& c : plans_) RETURN_IF_ERROR(c.plan->UseArena(nullptr));
+  arena_ = Buffer::Allocate(static_cast<size_t>(needed));
+  for (CachedPlan& c : plans_) RETURN_IF_ERROR(c.plan->UseArena(arena_));
+  return Status::Ok();
 }
 
 Status Session::CheckInputShapes(const std::vector<Shape>& input_shapes) const {

@@ -15,11 +15,13 @@
 //
 // Session: what one model instance owns. Its own oneDNN engine and stream, its thread
 // count and cores, and a cache of plans keyed by the concrete input shapes (the first
-// Run with new shapes prepares a plan; later runs reuse its primitives). One thread at a
-// time: Create and Run must be called from the same thread (the instance's), which Run
-// pins with its OpenMP workers to `cpu_cores`. Two sessions on two threads are
-// independent. Errors from Run: INVALID_ARGUMENT for inputs that do not match the model
-// (name, dtype, rank, fixed dims), otherwise what a kernel returned.
+// Run with new shapes prepares a plan; later runs reuse its primitives). Its plans run
+// one at a time, so they share one arena for their intermediate values, as large as the
+// largest cached plan needs: caching a plan per batch size costs its kernels, not
+// another arena. One thread at a time: Create and Run must be called from the same thread (the
+// instance's), which Run pins with its OpenMP workers to `cpu_cores`. Two sessions on two threads
+// are independent. Errors from Run: INVALID_ARGUMENT for inputs that do not match the model (name,
+// dtype, rank, fixed dims), otherwise what a kernel returned.
 #pragma once
 
 #include <list>
@@ -100,8 +102,11 @@ struct SessionOptions {
   int threads = 0;
   // Logical CPUs to pin to; worker i is pinned to cpu_cores[i % size]. Empty: no pinning.
   std::vector<int> cpu_cores;
-  // Plans kept, least recently used evicted first. Default 16; must be >= 1.
-  int max_cached_plans = 16;
+  // Plans kept, least recently used evicted first; must be >= 1. A batching server sees
+  // every batch size up to its maximum, each a plan: the onnx backend raises this to
+  // cover them (onnx_backend.h), since a plan evicted and prepared again costs
+  // milliseconds on the request path.
+  int max_cached_plans = 64;
   // A plan whose estimated FLOPs (Plan::EstimatedFlops) are below this runs on one thread
   // whatever `threads` says: waking OpenMP workers for every operator costs more than
   // they save on so little work (a small MLP at a small batch). 0 turns this off.
@@ -132,6 +137,10 @@ class Session {
   StatusOr<std::vector<double>> TimeStepsAlone(const std::vector<NamedTensor>& inputs, int reps);
 
   int cached_plans() const { return static_cast<int>(plans_.size()); }
+  // Bytes of the arena the cached plans share (0 before the first plan).
+  int64_t arena_bytes() const { return arena_ ? static_cast<int64_t>(arena_->size()) : 0; }
+  // Plans this session has prepared (evicted ones prepared again count again).
+  int64_t plans_prepared() const { return plans_prepared_; }
   // Plan::dynamic_stats summed over the plans the session holds now: how often
   // data-dependent steps were prepared at run time, and how often a run reused a
   // preparation instead. Same thread rules as Run.
@@ -150,6 +159,9 @@ class Session {
     int threads = 1;  // OpenMP threads its kernels were created for and run on
   };
   StatusOr<CachedPlan*> PlanFor(const std::vector<Shape>& shapes);
+  // Binds a newly cached plan to the shared arena, reallocating it (and rebinding every
+  // cached plan) when the largest plan now needs more, or less than half of it.
+  Status ShareArena();
   // Inputs in the graph's order, checked against the model (Run's INVALID_ARGUMENTs).
   Status OrderInputs(const std::vector<NamedTensor>& inputs, std::vector<const Tensor*>* ordered,
                      std::vector<Shape>* shapes) const;
@@ -167,6 +179,8 @@ class Session {
   dnnl::stream stream_;
   // LRU: most recently used at the front.
   std::list<CachedPlan> plans_;
+  std::shared_ptr<Buffer> arena_;  // shared by plans_ (ShareArena)
+  int64_t plans_prepared_ = 0;
   // RunImpl's per-run vectors, kept to save their allocations.
   std::vector<const Tensor*> run_ordered_;
   std::vector<Shape> run_shapes_;

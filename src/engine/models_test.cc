@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "engine/test_util.h"
@@ -159,6 +160,61 @@ TEST(SessionTest, PlanCacheEvictsLeastRecentlyUsed) {
     EXPECT_EQ(out[0].tensor.shape(), (Shape{b, 1}));
   }
   EXPECT_EQ((*session)->cached_plans(), 2);
+}
+
+// A batching server runs every batch size, each its own plan: the cached plans share
+// one arena, as large as the largest needs, grown and shrunk as plans come and go, and a
+// plan bound to an arena that was replaced computes what a session of its own does.
+TEST(SessionTest, CachedPlansShareOneArenaSizedByTheLargest) {
+  auto model = Model::Load(ModelPath("resnet_op13.onnx"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::string name = (*model)->inputs()[0].name;
+  auto input = [&](int64_t batch) {
+    Shape shape{batch};
+    for (size_t d = 1; d < (*model)->inputs()[0].shape.size(); ++d)
+      shape.push_back((*model)->inputs()[0].shape[d].value);
+    return Random(shape, static_cast<uint32_t>(batch));
+  };
+  // Each batch size alone, on a session of its own: the reference output and arena.
+  std::map<int64_t, Tensor> want;
+  std::map<int64_t, int64_t> own_arena;
+  for (int64_t b : {1, 2, 8}) {
+    auto alone = Session::Create(**model, Opts(1));
+    ASSERT_TRUE(alone.ok());
+    std::vector<NamedTensor> out;
+    ASSERT_TRUE((*alone)->Run({{name, input(b)}}, &out).ok());
+    want[b] = out[0].tensor;
+    own_arena[b] = (*alone)->arena_bytes();
+    auto stats = (*alone)->PlanStats({input(b).shape()});
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(own_arena[b], stats->planned_bytes);
+  }
+  ASSERT_GT(own_arena[8], 2 * std::max(own_arena[1], own_arena[2]))
+      << "the test needs batch 8's arena to dwarf the others'";
+
+  auto session = Session::Create(**model, Opts(1, {}, 2));
+  ASSERT_TRUE(session.ok());
+  // After each run: the batch, what the cached plans need, and the plans prepared so far.
+  struct Step {
+    int64_t batch, arena, prepared;
+  };
+  const std::vector<Step> steps = {
+      {1, own_arena[1], 1},
+      {8, own_arena[8], 2},                          // grown: plan 1 rebound to it
+      {1, own_arena[8], 2},                          // cached, on the grown arena
+      {2, std::max(own_arena[1], own_arena[2]), 3},  // 8 evicted: shrunk
+      {8, own_arena[8], 4},                          // 1 evicted, 8 prepared again
+      {2, own_arena[8], 4},
+  };
+  for (const Step& step : steps) {
+    SCOPED_TRACE("batch " + std::to_string(step.batch));
+    std::vector<NamedTensor> out;
+    ASSERT_TRUE((*session)->Run({{name, input(step.batch)}}, &out).ok());
+    EXPECT_LE(MaxAbsDiff(out[0].tensor, want[step.batch]), 1e-6f);
+    EXPECT_EQ((*session)->arena_bytes(), step.arena);
+    EXPECT_EQ((*session)->plans_prepared(), step.prepared);
+    EXPECT_EQ((*session)->cached_plans(), std::min<int>(2, static_cast<int>(step.prepared)));
+  }
 }
 
 TEST(SessionTest, PlansBelowTheFlopThresholdRunOnOneThreadWithTheSameResults) {

@@ -739,7 +739,6 @@ Status Plan::AssignOffsets() {
   memory_.no_reuse_bytes = planned->no_reuse_bytes;
   memory_.inplace_count = planned->inplace_count;
   arena_bytes_ = planned->arena_bytes;
-  arena_ = Buffer::Allocate(static_cast<size_t>(arena_bytes_));
   return Status::Ok();
 }
 
@@ -752,8 +751,7 @@ void Plan::BindOnce() {
     if (!known_[v].empty()) {
       bindings_[v] = known_[v];
     } else if (offsets_[v] >= 0) {
-      bindings_[v] = Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]),
-                            static_cast<size_t>(ValueBytes(v)));
+      // An arena value: bound by UseArena.
     } else {
       per_run[v] = 1;  // an input, an output, a view: bound by each run
     }
@@ -770,6 +768,25 @@ void Plan::BindOnce() {
     for (int v : step.inputs) step.in_ptrs.push_back(v >= 0 ? &bindings_[v] : nullptr);
     for (int v : step.outputs) step.out_ptrs.push_back(v >= 0 ? &bindings_[v] : nullptr);
   }
+}
+
+Status Plan::UseArena(std::shared_ptr<Buffer> arena) {
+  if (arena && arena->size() < static_cast<size_t>(arena_bytes_)) {
+    return InvalidArgument("an arena of " + std::to_string(arena->size()) +
+                           " bytes is smaller than the plan's " + std::to_string(arena_bytes_));
+  }
+  arena_ = std::move(arena);
+  for (size_t v = 0; v < offsets_.size(); ++v) {
+    if (offsets_[v] < 0 || !known_[v].empty()) continue;
+    bindings_[v] = arena_ ? Tensor(dtypes_[v], shapes_[v], arena_, static_cast<size_t>(offsets_[v]),
+                                   static_cast<size_t>(ValueBytes(v)))
+                          : Tensor();
+  }
+  return Status::Ok();
+}
+
+void Plan::EnsureArena() {
+  if (!arena_) (void)UseArena(Buffer::Allocate(static_cast<size_t>(arena_bytes_)));
 }
 
 void Plan::BindRun(const std::vector<const Tensor*>& inputs) {
@@ -790,6 +807,7 @@ StatusOr<std::vector<double>> Plan::TimeStepsAlone(const std::vector<const Tenso
   const Graph& graph = *graph_;
   if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
   if (reps < 1) return InvalidArgument("reps must be >= 1");
+  EnsureArena();
   BindRun(inputs);
   std::vector<double> out;
   std::vector<double> samples(static_cast<size_t>(reps));
@@ -835,6 +853,7 @@ Status Plan::Run(const std::vector<const Tensor*>& inputs, dnnl::stream& stream,
                  std::vector<Tensor>* outputs, const Observer* observer) {
   const Graph& graph = *graph_;
   if (inputs.size() != graph.inputs.size()) return InvalidArgument("wrong number of inputs");
+  EnsureArena();
   BindRun(inputs);
   // However the run ends, it keeps no reference to the caller's tensors, this run's
   // outputs or its data-dependent values (a cached plan may not run again for long).

@@ -6,14 +6,16 @@
 // (constants, and values computed only from shapes): such values become constants of
 // the plan and their nodes never run again. What remains is a list of steps.
 //
-// Memory: every intermediate value gets a fixed offset in one aligned arena allocated
-// once with the plan; graph outputs are allocated per run (they leave the engine with
+// Memory: every intermediate value gets a fixed offset in one aligned arena of
+// arena_bytes(); graph outputs are allocated per run (they leave the engine with
 // shared ownership), graph inputs are the caller's and plan constants are the plan's.
 // Kernels whose output is a view of an input (Reshape...) take no memory, and a view's
 // uses keep its source alive. Offsets come from the memory planner (memory_planner.h):
 // values whose lifetimes (defining step to last use, in step order) do not overlap share
 // bytes, and an element-wise kernel writes its output over an input
 // (Kernel::inplace_input) when that input is an arena value read for the last time.
+// The plan allocates its arena at its first run, unless its owner hands it one first
+// (UseArena): a Session gives all its plans one arena, since it runs one at a time.
 //
 // Data-dependent shapes: an operator may mark an output whose shape it learns only when
 // it runs (PrepareContext::out_dynamic: NonZero, NonMaxSuppression). Such a value, and
@@ -141,6 +143,11 @@ class Plan {
   const DynamicPrepareStats& dynamic_stats() const { return dynamic_stats_; }
   size_t step_count() const { return steps_.size(); }
   int64_t arena_bytes() const { return arena_bytes_; }
+  // Binds the plan's intermediate values to `arena`, at least arena_bytes() long, for
+  // every run to come (the plan keeps a reference). Plans that never run at the same time
+  // may share one arena. Null unbinds them: the next run allocates the plan's own.
+  Status UseArena(std::shared_ptr<Buffer> arena);
+  const std::shared_ptr<Buffer>& arena() const { return arena_; }
   // Intermediate values kept in a oneDNN-chosen (blocked) layout between the operators
   // that accept it.
   int blocked_values() const { return blocked_values_; }
@@ -227,9 +234,12 @@ class Plan {
   // The cache key of what PrepareDynamic reads now; false when its data is too large.
   bool DynamicKey(const Step& step, std::string* key) const;
   Status AssignOffsets();
-  // Binds constants and arena values for every run to come, and lists the values each
-  // run binds itself (per_run_values_).
+  // Binds constants for every run to come, and lists the values each run binds itself
+  // (per_run_values_). Arena values are bound by UseArena.
   void BindOnce();
+  // A run's first step: binds the arena values to an arena of the plan's own when no
+  // arena was handed over.
+  void EnsureArena();
   // Binds this run's inputs and allocates its outputs.
   void BindRun(const std::vector<const Tensor*>& inputs);
   // Bytes value `v` takes in memory: the one place that says how big a value is (its

@@ -277,23 +277,29 @@ class OnnxModel : public BackendModel {
   std::shared_ptr<GpuModelState> gpu_state_ = NewGpuModelState();
 };
 
+// Parameter `key`, when the config sets it, into *out: a whole number in [min, max].
+Status IntegerParameter(const ModelInfo& info, const std::string& key, int min, int max, int* out) {
+  auto it = info.parameters.find(key);
+  if (it == info.parameters.end()) return Status::Ok();
+  try {
+    size_t used = 0;
+    const long v = std::stol(it->second, &used);
+    if (used == it->second.size() && v >= min && v <= max) {
+      *out = static_cast<int>(v);
+      return Status::Ok();
+    }
+  } catch (const std::exception&) {
+  }
+  return InvalidArgument("parameter " + key + " must be a whole number from " +
+                         std::to_string(min) + " to " + std::to_string(max) + "; was '" +
+                         it->second + "'");
+}
+
 // Reads pipeline_stages, pipeline_stage_boundaries and pipeline_micro_batches.
 StatusOr<PipelineConfig> ReadPipelineConfig(const ModelInfo& info) {
   PipelineConfig c;
-  auto integer = [&](const std::string& key, int min, int* out) -> Status {
-    auto it = info.parameters.find(key);
-    if (it == info.parameters.end()) return Status::Ok();
-    try {
-      size_t used = 0;
-      const long v = std::stol(it->second, &used);
-      if (used == it->second.size() && v >= min && v <= 1024) {
-        *out = static_cast<int>(v);
-        return Status::Ok();
-      }
-    } catch (const std::exception&) {
-    }
-    return InvalidArgument("parameter " + key + " must be a whole number from " +
-                           std::to_string(min) + " to 1024; was '" + it->second + "'");
+  auto integer = [&](const std::string& key, int min, int* out) {
+    return IntegerParameter(info, key, min, 1024, out);
   };
   RETURN_IF_ERROR(integer("pipeline_stages", 1, &c.stages));
   if (auto it = info.parameters.find("pipeline_micro_batches");
@@ -574,6 +580,11 @@ class OnnxBackend : public Backend {
     if (batching && !not_batch_major.empty()) {
       return InvalidArgument(NotBatchMajorMessage(*any, done.max_batch_size, not_batch_major));
     }
+    // Every batch size up to the maximum gets a plan of its own, and one prepared again
+    // after its eviction costs milliseconds on the request path: cache them all.
+    session.max_cached_plans = std::max(kMinCachedPlans, done.max_batch_size + 16);
+    RETURN_IF_ERROR(
+        IntegerParameter(info, "max_cached_plans", 1, 1 << 20, &session.max_cached_plans));
     RETURN_IF_ERROR(Complete("input", any->inputs(), batching, &done.inputs));
     RETURN_IF_ERROR(Complete("output", any->outputs(), batching, &done.outputs));
     ASSIGN_OR_RETURN(PipelineConfig pipeline, ReadPipelineConfig(info));

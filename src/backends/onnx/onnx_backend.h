@@ -31,6 +31,10 @@
 // cut into `pipeline_micro_batches` (a number, or `auto`) micro-batches, and reports
 // BackendInstance::pipeline_bubble_ratio.
 //
+// Each instance caches a plan per input shape (engine::Session), sharing one arena
+// among them: `max_cached_plans` of them (default: max_batch_size + 16, at least
+// kMinCachedPlans), least recently used evicted first.
+//
 // Errors: NOT_FOUND when the model file is missing; INVALID_ARGUMENT for a model the
 // engine cannot load (message names the node, operator and what is missing) or a config
 // that contradicts the model; Execute returns the engine's error (INVALID_ARGUMENT for
@@ -46,6 +50,7 @@ namespace shoal::backends {
 class BackendRegistry;
 
 inline constexpr int kDefaultMaxBatchSize = 4;
+inline constexpr int kMinCachedPlans = 64;
 
 std::shared_ptr<Backend> MakeOnnxBackend();
 // Registers MakeOnnxBackend() as "onnx" and the alias "onnxruntime_onnx".

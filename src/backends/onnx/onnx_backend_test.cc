@@ -128,6 +128,16 @@ TEST_F(OnnxBackendTest, MissingFileAndBadParameters) {
   info.parameters["single_thread_below_flops"] = "-5";
   EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
               HasSubstr("single_thread_below_flops"));
+  for (const char* plans : {"0", "-1", "lots", "2000000"}) {
+    info = Info();
+    info.parameters["max_cached_plans"] = plans;
+    EXPECT_THAT(MakeOnnxBackend()->LoadModel(info).status().message(),
+                HasSubstr("max_cached_plans must be a whole number from 1 to 1048576"))
+        << plans;
+  }
+  info = Info();
+  info.parameters["max_cached_plans"] = "1";
+  EXPECT_TRUE(MakeOnnxBackend()->LoadModel(info).ok());
   info = Info();
   info.parameters["default_model_filename"] = "../x.onnx";
   EXPECT_FALSE(MakeOnnxBackend()->LoadModel(info).ok());
