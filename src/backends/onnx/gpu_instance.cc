@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/onnx/batch_buckets.h"
 #include "core/mutex.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device.h"
@@ -50,7 +51,7 @@ class GpuInstance : public BackendInstance {
               std::vector<engine::cuda::ShardPlace> shards,
               std::shared_ptr<engine::cuda::GpuWeights> weights,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
-              int depth)
+              int depth, std::vector<int64_t> buckets)
       : model_(model),
         gpu_(gpu),
         math_(math),
@@ -62,7 +63,9 @@ class GpuInstance : public BackendInstance {
         stream_(std::move(stream)),
         weights_(std::move(weights)),
         cpu_engine_(dnnl::engine::kind::cpu, 0),
-        cpu_stream_(cpu_engine_) {
+        cpu_stream_(cpu_engine_),
+        buckets_(std::move(buckets)),
+        max_plans_(std::max(kMaxGpuPlans, buckets_.size() + 2)) {
     launched_.reserve(engine::cuda::GpuPlan::kSlots);
   }
 
@@ -148,7 +151,7 @@ class GpuInstance : public BackendInstance {
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
     ASSIGN_OR_RETURN(auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_,
                                                               weights_, shards_));
-    if (plans_.size() >= kMaxGpuPlans) {
+    if (plans_.size() >= max_plans_) {
       // The least recently used plan with no batch launched and unfinished (whose work
       // still reads its buffers). With at most pipeline_depth() launched, there is one.
       for (auto it = plans_.end(); it != plans_.begin();) {
@@ -195,8 +198,19 @@ class GpuInstance : public BackendInstance {
       shapes.push_back(found->shape());
     }
     RETURN_IF_ERROR(CheckInputs(inputs));
+    // A batching model's batch of n rows runs on the plan of its bucket (every input's
+    // first dimension is the batch), and only its n rows come back.
+    int64_t rows = -1;
+    if (!buckets_.empty() && !shapes.empty() && !shapes[0].empty()) {
+      const int64_t n = shapes[0][0];
+      const int64_t bucket = BucketFor(buckets_, n);
+      if (bucket != n) {
+        rows = n;
+        for (Shape& shape : shapes) shape[0] = bucket;
+      }
+    }
     ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
-    ASSIGN_OR_RETURN(const int slot, plan->Launch(inputs, stream_, std::move(on_done)));
+    ASSIGN_OR_RETURN(const int slot, plan->Launch(inputs, stream_, std::move(on_done), rows));
     return Launched{plan, slot};
   }
 
@@ -268,6 +282,9 @@ class GpuInstance : public BackendInstance {
   std::shared_ptr<engine::cuda::GpuWeights> weights_;
   dnnl::engine cpu_engine_;  // prepares the CPU plans that are lowered
   dnnl::stream cpu_stream_;
+  // A batching model's batch buckets (ascending; empty: a plan per batch size).
+  std::vector<int64_t> buckets_;
+  size_t max_plans_;         // plans_ kept at most
   std::list<Cached> plans_;  // most recently used first
   // Batches launched and not finished, oldest first; capacity pipeline_depth(), reserved.
   std::vector<Launched> launched_;
@@ -301,8 +318,8 @@ StatusOr<int64_t> PositiveParameter(const std::map<std::string, std::string>& pa
 
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
-    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check,
-    GpuModelState* shared) {
+    const std::map<std::string, std::string>& parameters, int64_t max_batch_size,
+    const GpuAccuracyCheck& check, GpuModelState* shared) {
   auto weights_on = [shared](int device) {
     return shared ? shared->WeightsOn(device) : std::make_shared<engine::cuda::GpuWeights>();
   };
@@ -339,6 +356,17 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   ASSIGN_OR_RETURN(const int64_t depth,
                    PositiveParameter(parameters, "gpu_pipeline_depth",
                                      engine::cuda::GpuPlan::kSlots, engine::cuda::GpuPlan::kSlots));
+  // A batching model's batches run on the plans of a few batch sizes.
+  std::vector<int64_t> buckets;
+  if (auto it = parameters.find("gpu_batch_buckets"); max_batch_size > 0) {
+    ASSIGN_OR_RETURN(
+        buckets, ParseBatchBuckets(it != parameters.end() ? it->second : "auto", max_batch_size));
+  } else if (it != parameters.end() && it->second != "auto" && it->second != "exact") {
+    return InvalidArgument(
+        "parameter gpu_batch_buckets needs a model that batches "
+        "(max_batch_size > 0); was '" +
+        it->second + "'");
+  }
   const std::vector<int> span = info.gpus.empty() ? std::vector<int>{info.gpu} : info.gpus;
   auto devices = engine::cuda::ListDevices();
   if (!devices.ok()) return devices.status().WithPrefix(where + ": no usable CUDA device");
@@ -374,9 +402,10 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   (void)engine::cuda::Nvml::Get();
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
-  auto instance = std::make_unique<GpuInstance>(
-      model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
-      weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth));
+  auto instance =
+      std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(tensor_parallel),
+                                    std::move(places), weights_on(info.gpu), std::move(handle),
+                                    std::move(stream), static_cast<int>(depth), std::move(buckets));
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first

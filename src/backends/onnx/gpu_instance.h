@@ -3,9 +3,12 @@
 //
 // An instance owns a CUDA stream and a cuBLASLt handle on its GPU, one device copy of the
 // model's constants (engine::cuda::GpuWeights), and a cache of GPU plans keyed by the
-// input shapes (the least recently used of kMaxGpuPlans evicted), each prepared by the
-// CPU engine for those shapes and then lowered; every plan reads the one copy of the
-// weights, so a new batch size costs an arena and its GEMMs' planning, not the weights.
+// input shapes (the least recently used evicted past kMaxGpuPlans, or past the model's
+// batch buckets and two more), each prepared by the CPU engine for those shapes and then
+// lowered; every plan reads the one copy of the weights, so a new batch size costs an
+// arena and its GEMMs' planning, not the weights. A batching model's batch runs on the
+// plan of its batch bucket (batch_buckets.h; config `gpu_batch_buckets`), so a
+// work-conserving batcher's every size from 1 to max_batch_size needs only a few plans.
 // CreateInstance lowers the plan for the inputs' smallest shapes (symbolic dimensions 1) at once,
 // so a model the GPU path cannot run fails its load, naming every node it lacks, instead of its
 // first request. Inputs and outputs stay host tensors, copied through each plan's pinned
@@ -65,15 +68,17 @@ class GpuModelState;
 std::shared_ptr<GpuModelState> NewGpuModelState();
 
 // An instance of `model` on GPU info.gpu, created on the instance's thread (which it
-// makes current on that device). `parameters` are the model config's; `shared`, the
+// makes current on that device). `parameters` are the model config's, `max_batch_size`
+// its (0: the model does not batch, and batches are never padded); `shared`, the
 // model's GpuModelState (null: the instance's weights are its own). INVALID_ARGUMENT
-// for a bad `gpu_precision` or a GPU that does not exist, UNAVAILABLE when there is no
+// for a bad `gpu_precision` or `gpu_batch_buckets` or a GPU that does not exist,
+// UNAVAILABLE when there is no
 // usable CUDA device, FAILED_PRECONDITION when shoal was built without CUDA (or `check`
 // refused the tier), UNIMPLEMENTED when the GPU path cannot run the model.
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
-    const std::map<std::string, std::string>& parameters, const GpuAccuracyCheck& check = {},
-    GpuModelState* shared = nullptr);
+    const std::map<std::string, std::string>& parameters, int64_t max_batch_size = 0,
+    const GpuAccuracyCheck& check = {}, GpuModelState* shared = nullptr);
 
 // How CUDA shared-memory regions are opened in this build (the server's SharedMemoryManager
 // takes it): CUDA IPC handles (engine/cuda/ipc_memory.h) with the CUDA path, none without.

@@ -238,7 +238,8 @@ class OnnxModel : public BackendModel {
               "products in " + tier.substr(tier.size() - 4) + ", every other operator fp32");
         };
       }
-      return CreateGpuInstance(model, info, info_.parameters, check, gpu_state_.get());
+      return CreateGpuInstance(model, info, info_.parameters, info_.max_batch_size, check,
+                               gpu_state_.get());
     }
     if (stages_) return CreatePipelined(info);
     engine::SessionOptions options = session_;

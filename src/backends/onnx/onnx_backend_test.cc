@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/backend_registry.h"
+#include "backends/onnx/batch_buckets.h"
 #include "backends/onnx/gpu_instance.h"
 #include "core/npy.h"
 #include "engine/precision.h"
@@ -754,13 +755,14 @@ TEST(OnnxBackendGpuTest, PipelineDepthOneTurnsPipeliningOff) {
   EXPECT_EQ(out.size(), 1u);
 }
 
-// The tensor-parallel and pipelining parameters are checked for form, with or without a
-// device.
-TEST(OnnxBackendGpuTest, GpuIntegerParametersAreCheckedForForm) {
+// The tensor-parallel, pipelining and batch-bucket parameters are checked for form, with or
+// without a device.
+TEST(OnnxBackendGpuTest, GpuParametersAreCheckedForForm) {
   for (const auto& [key, value] :
        {std::pair{"gpu_tensor_parallel", "0"}, std::pair{"gpu_tensor_parallel", "32"},
         std::pair{"gpu_tensor_parallel_min_columns", "many"}, std::pair{"gpu_pipeline_depth", "0"},
-        std::pair{"gpu_pipeline_depth", "3"}}) {
+        std::pair{"gpu_pipeline_depth", "3"}, std::pair{"gpu_batch_buckets", "4,2"},
+        std::pair{"gpu_batch_buckets", "1,8"}}) {
     SCOPED_TRACE(std::string(key) + " " + value);
     auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
     ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -772,6 +774,50 @@ TEST(OnnxBackendGpuTest, GpuIntegerParametersAreCheckedForForm) {
     }
     EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(gpu.status().message(), HasSubstr(std::string("parameter ") + key));
+  }
+}
+
+// A batching model's batch of n rows runs on the plan of its batch bucket: every size from
+// 1 to max_batch_size answers as the CPU does with n rows, and once the buckets' own sizes
+// have run, no size adds a plan (the instance's device memory stays). With
+// gpu_batch_buckets "exact" a size of its own does.
+TEST(OnnxBackendGpuTest, EveryBatchSizeRunsOnItsBucketsPlan) {
+  for (const char* buckets : {"auto", "exact"}) {
+    SCOPED_TRACE(buckets);
+    ModelInfo info = ExampleInfo("recommender", {{"gpu_batch_buckets", buckets}});
+    info.max_batch_size = 32;
+    auto model = MakeOnnxBackend()->LoadModel(info);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto gpu = (*model)->CreateInstance(OnGpu(0));
+    if (NoGpuHere(gpu.status()))
+      GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto cpu = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, -1});
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    auto run = [&](int64_t batch) {
+      ExecuteRequest request;
+      request.batch_size = batch;
+      request.inputs.push_back(
+          {"features", Random({batch, 64}, 700 + static_cast<uint32_t>(batch))});
+      std::vector<NamedTensor> on_gpu, on_cpu;
+      const Status ran = (*gpu)->Execute(request, &on_gpu);
+      ASSERT_TRUE(ran.ok()) << ran.ToString();
+      ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+      ASSERT_EQ(on_gpu.size(), 1u);
+      EXPECT_EQ(on_gpu[0].tensor.shape(), (Shape{batch, 1}));
+      EXPECT_LE(MaxAbsDiff(on_gpu[0].tensor, on_cpu[0].tensor), 1e-5f) << "batch " << batch;
+    };
+    for (int64_t b : DefaultBatchBuckets(32)) run(b);
+    const int64_t memory = (*gpu)->device_stats().memory_bytes;
+    if (std::string(buckets) == "auto") {
+      // Largest first: each batch finds a larger one's rows in its plan's buffers.
+      for (int64_t b = 32; b >= 1; --b) run(b);
+      EXPECT_EQ((*gpu)->device_stats().memory_bytes, memory);
+    } else {
+      // A plan of its own for 3 rows, in place of the least recently used (batch 1's).
+      run(3);
+      EXPECT_GT((*gpu)->device_stats().memory_bytes, memory) << "batch 3's own plan";
+    }
   }
 }
 

@@ -472,17 +472,26 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   return Internal("unknown GPU step kind");
 }
 
-Status GpuPlan::CheckInputs(const std::vector<const Tensor*>& inputs) const {
+Status GpuPlan::CheckInputs(const std::vector<const Tensor*>& inputs, int64_t rows) const {
   const GpuLowering& l = lowering_;
   if (inputs.size() != l.inputs.size())
     return InvalidArgument("expected " + std::to_string(l.inputs.size()) + " inputs, got " +
                            std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int v = l.inputs[i];
-    if (!inputs[i] || inputs[i]->dtype() != l.dtypes[v] || inputs[i]->shape() != l.shapes[v])
+    Shape want = l.shapes[v];
+    if (rows >= 0) {
+      if (want.empty() || rows > want[0]) {
+        return InvalidArgument("input " + std::to_string(i) + " of planned shape " +
+                               ShapeToString(want) + " cannot take a batch of " +
+                               std::to_string(rows) + " rows");
+      }
+      want[0] = rows;
+    }
+    if (!inputs[i] || inputs[i]->dtype() != l.dtypes[v] || inputs[i]->shape() != want)
       return InvalidArgument("input " + std::to_string(i) + " does not have the planned dtype " +
                              std::string(DataTypeName(l.dtypes[v])) + " and shape " +
-                             ShapeToString(l.shapes[v]));
+                             ShapeToString(want));
   }
   return Status::Ok();
 }
@@ -556,8 +565,8 @@ void GpuPlan::WaitForAll(cudaStream_t compute) {
 }
 
 StatusOr<int> GpuPlan::Launch(const std::vector<const Tensor*>& inputs, const Stream& compute,
-                              std::function<void()> on_done) {
-  RETURN_IF_ERROR(CheckInputs(inputs));
+                              std::function<void()> on_done, int64_t rows) {
+  RETURN_IF_ERROR(CheckInputs(inputs, rows));
   int s = 0;
   while (s < kSlots && slots_[s].busy) ++s;
   if (s == kSlots) {
@@ -566,11 +575,23 @@ StatusOr<int> GpuPlan::Launch(const std::vector<const Tensor*>& inputs, const St
   }
   Slot& slot = slots_[s];
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i]->byte_size() > 0) {
-      std::memcpy(slot.staging.data() + staged_inputs_[i], inputs[i]->data(),
-                  inputs[i]->byte_size());
+    char* staged = slot.staging.data() + staged_inputs_[i];
+    const size_t given = inputs[i]->byte_size();
+    if (given > 0) std::memcpy(staged, inputs[i]->data(), given);
+    // The planned rows past the batch's repeat its last row: they compute what a row of
+    // the batch computes, so they raise no error flag a real row would not.
+    const size_t planned = static_cast<size_t>(lowering_.values[lowering_.inputs[i]].bytes);
+    if (rows >= 0 && planned > given) {
+      const size_t row = rows > 0 ? given / static_cast<size_t>(rows) : 0;
+      if (row == 0) {
+        std::memset(staged + given, 0, planned - given);
+      } else {
+        for (size_t at = given; at + row <= planned; at += row)
+          std::memcpy(staged + at, staged + given - row, row);
+      }
     }
   }
+  slot.rows = rows;
   // The first batch goes step by step (cuBLASLt and the kernels do their first-use set-up
   // outside any capture); each slot captures its graph at its first batch after that.
   const bool graph = lowering_.cuda_graph && !graph_failed_ && runs_++ > 0;
@@ -621,7 +642,10 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
   outputs->clear();
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const int v = l.outputs[o];
-    outputs->push_back(Tensor::Allocate(l.dtypes[v], l.shapes[v]));
+    Shape shape = l.shapes[v];
+    // A batch of fewer rows than planned: the first rows of each (batch-major) output.
+    if (slot.rows >= 0 && !shape.empty()) shape[0] = std::min(shape[0], slot.rows);
+    outputs->push_back(Tensor::Allocate(l.dtypes[v], shape));
     Tensor& t = outputs->back();
     // The compute copied every output, in the arena or a constant blob, out.
     if (t.byte_size() > 0 && l.values[v].home != GpuValue::Home::kNone)

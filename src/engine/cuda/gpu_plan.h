@@ -117,8 +117,14 @@ class GpuPlan {
   // at once: it holds up the plan's later copies out. INVALID_ARGUMENT for an input of
   // another shape or dtype; FAILED_PRECONDITION when every slot holds a batch not finished
   // yet. On an error nothing is left queued, no slot is taken and `on_done` is never called.
+  // `rows` >= 0: a batch of fewer rows than planned (a batching model's plan for a batch
+  // bucket, backends/onnx/batch_buckets.h). Every input then has `rows` in its first
+  // dimension, at most the planned one, and the planned shape otherwise; the plan's other
+  // rows repeat the batch's last row, and Finish gives back the outputs' first `rows` rows
+  // (the other rows raise no error flag that a row of the batch would not). Only for
+  // graphs whose every input and output is batch-major (no row reads another).
   StatusOr<int> Launch(const std::vector<const Tensor*>& inputs, const Stream& compute,
-                       std::function<void()> on_done = nullptr);
+                       std::function<void()> on_done = nullptr, int64_t rows = -1);
   // Waits for the batch launched into `slot`, replaces `outputs` with host tensors
   // following graph.outputs, and frees the slot (on an error too). Slots may be finished in
   // any order; each waits only for its own batch. INVALID_ARGUMENT (naming the node) when
@@ -195,6 +201,7 @@ class GpuPlan {
                 copied_out = nullptr, done = nullptr;
     std::function<void()> on_done;   // kept alive until its stream callback has run
     bool busy = false;               // launched and not finished
+    int64_t rows = -1;               // Launch's `rows`: the outputs' first dimension, or -1
     cudaStream_t compute = nullptr;  // the compute stream it was launched on
     Status error;                    // an error found after the batch was launched
   };
@@ -212,8 +219,9 @@ class GpuPlan {
   Status QueueSlot(Slot& slot, cudaStream_t compute, bool graph);
   // Waits for everything queued on the plan's streams, `compute` and the shards'.
   void WaitForAll(cudaStream_t compute);
-  // INVALID_ARGUMENT unless `inputs` are the planned ones (count, dtype, shape).
-  Status CheckInputs(const std::vector<const Tensor*>& inputs) const;
+  // INVALID_ARGUMENT unless `inputs` are the planned ones (count, dtype, shape; with
+  // `rows` >= 0, that many rows in the first dimension, at most the planned ones).
+  Status CheckInputs(const std::vector<const Tensor*>& inputs, int64_t rows) const;
 
   GpuLowering lowering_;
   std::shared_ptr<GpuWeights> weights_;
