@@ -115,6 +115,9 @@ class GpuInstance : public BackendInstance {
     return FinishBatch(batch, outputs);
   }
 
+  // The batching model's batch buckets (empty: a plan per batch size).
+  const std::vector<int64_t>& buckets() const { return buckets_; }
+
   // Forgets the device time measured so far (the load-time accuracy check's); the memory
   // figures stay.
   void ResetDeviceStats() { stats_.busy_ns = 0; }
@@ -411,17 +414,30 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first
   // batch, or at the calibration inputs' shapes below.)
   std::vector<Shape> shapes;
-  bool ranks_known = true;
+  bool ranks_known = true, rows_fixed = true;  // rows_fixed: every dim but the batch known
   for (const engine::TensorInfo& t : model.inputs()) {
     ranks_known = ranks_known && t.rank_known;
+    rows_fixed = rows_fixed && !t.shape.empty();
     Shape shape;
-    for (const engine::Dim& d : t.shape) shape.push_back(d.known() ? d.value : 1);
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      rows_fixed = rows_fixed && (d == 0 || t.shape[d].known());
+      shape.push_back(t.shape[d].known() ? t.shape[d].value : 1);
+    }
     shapes.push_back(std::move(shape));
   }
   try {
     if (ranks_known) {
       auto plan = instance->PlanFor(shapes);
       if (!plan.ok()) return plan.status().WithPrefix(where);
+    }
+    // A batching model's bucket plans, made now, so that no batch makes one on the request
+    // path (when the inputs' other dimensions are fixed, the buckets are all the shapes).
+    if (ranks_known && rows_fixed && max_batch_size > 0) {
+      for (int64_t bucket : instance->buckets()) {
+        for (Shape& shape : shapes) shape[0] = bucket;
+        auto plan = instance->PlanFor(shapes);
+        if (!plan.ok()) return plan.status().WithPrefix(where);
+      }
     }
     if (!check.batches.empty() && check.judge) {
       // The tier against the CPU engine's fp32 on the calibration inputs. Those batches'

@@ -11,8 +11,9 @@
 // work-conserving batcher's every size from 1 to max_batch_size needs only a few plans.
 // CreateInstance lowers the plan for the inputs' smallest shapes (symbolic dimensions 1) at once,
 // so a model the GPU path cannot run fails its load, naming every node it lacks, instead of its
-// first request. Inputs and outputs stay host tensors, copied through each plan's pinned
-// staging buffers.
+// first request; a batching model whose inputs have no other symbolic dimension gets every
+// bucket's plan then too, so no batch waits for a plan's creation. Inputs and outputs stay host
+// tensors, copied through each plan's pinned staging buffers.
 //
 // The instance pipelines (pipeline_depth() 2; backend.h's Launch and Finish): Launch stages
 // a batch into a free slot of its plan and queues its input copy, its compute on the

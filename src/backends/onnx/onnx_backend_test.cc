@@ -777,10 +777,10 @@ TEST(OnnxBackendGpuTest, GpuParametersAreCheckedForForm) {
   }
 }
 
-// A batching model's batch of n rows runs on the plan of its batch bucket: every size from
-// 1 to max_batch_size answers as the CPU does with n rows, and once the buckets' own sizes
-// have run, no size adds a plan (the instance's device memory stays). With
-// gpu_batch_buckets "exact" a size of its own does.
+// A batching model's batch of n rows runs on the plan of its batch bucket, made when the
+// instance was: every size from 1 to max_batch_size answers as the CPU does with n rows,
+// and none adds a plan (the instance's device memory stays). With gpu_batch_buckets
+// "exact" a size of its own does.
 TEST(OnnxBackendGpuTest, EveryBatchSizeRunsOnItsBucketsPlan) {
   for (const char* buckets : {"auto", "exact"}) {
     SCOPED_TRACE(buckets);
@@ -807,9 +807,11 @@ TEST(OnnxBackendGpuTest, EveryBatchSizeRunsOnItsBucketsPlan) {
       EXPECT_EQ(on_gpu[0].tensor.shape(), (Shape{batch, 1}));
       EXPECT_LE(MaxAbsDiff(on_gpu[0].tensor, on_cpu[0].tensor), 1e-5f) << "batch " << batch;
     };
+    const int64_t created = (*gpu)->device_stats().memory_bytes;
     for (int64_t b : DefaultBatchBuckets(32)) run(b);
     const int64_t memory = (*gpu)->device_stats().memory_bytes;
     if (std::string(buckets) == "auto") {
+      EXPECT_EQ(memory, created) << "every bucket's plan was made with the instance";
       // Largest first: each batch finds a larger one's rows in its plan's buffers.
       for (int64_t b = 32; b >= 1; --b) run(b);
       EXPECT_EQ((*gpu)->device_stats().memory_bytes, memory);
