@@ -113,6 +113,12 @@ class BackendInstance {
   // default, for any other instance). Called on the instance's thread between executions
   // (a pipelining instance's: between its calls, batches may be launched).
   virtual DeviceStats device_stats() const { return {}; }
+  // One-time set-ups this instance has done so far, such as a plan prepared for input
+  // shapes it had not run before (0, the default: none it reports). A batch during which
+  // the count grew ran slow for a reason that will not come again, so the runtime teaches
+  // neither its cost model nor admission's reserve from it. Called on the instance's
+  // thread, as device_stats() is.
+  virtual int64_t setups() const { return 0; }
 
   // Pipelined execution, for an instance whose device runs one batch while its thread
   // prepares the next and answers the last (a GPU instance: the next batch's input copies

@@ -627,6 +627,9 @@ struct ModelVersion::BatchJob {
   // but hash alike are told apart here and run in groups of their true shape.
   std::vector<std::vector<size_t>> groups;
   int64_t t0 = 0;  // when its runs began
+  // The instance's setups() when the batch began: if it grew by the end, the batch paid a
+  // one-time set-up, and neither the cost model nor admission learns from its time.
+  int64_t setups = 0;
 };
 
 PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
@@ -650,6 +653,7 @@ PoolJob::Finish ModelVersion::StartBatch(std::shared_ptr<Batch> shared,
   // (on a pipelining instance, plus what remained of the batch ahead of it on the device,
   // which Choose counted when it was dispatched).
   const int64_t start_ns = clock_->NowNs();
+  job.setups = instance.setups();
   size_t kept = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t deadline = batch[i]->request.deadline_ns;
@@ -812,9 +816,11 @@ int64_t ModelVersion::CompleteBatch(BatchJob& job, backends::BackendInstance& in
     run_group(run_group, job.groups[g], g == 0 && launched ? &*launched : nullptr);
 
   // What a failed run took says nothing of the model's speed: only answers that ran count.
+  // Nor does a batch that paid a one-time set-up (a plan prepared for its shapes).
+  const bool set_up = instance.setups() != job.setups;
   std::vector<Record> ran;
   for (const Record& r : job.records) {
-    if (runs[run_of[r.index]].status.ok()) ran.push_back(r);
+    if (!set_up && runs[run_of[r.index]].status.ok()) ran.push_back(r);
   }
   if (options_.preserve_ordering) {
     std::vector<std::function<void()>> answers;
@@ -846,9 +852,9 @@ int64_t ModelVersion::CompleteBatch(BatchJob& job, backends::BackendInstance& in
     }
   }
   if (!options_.preserve_ordering) observe(ran, clock_->NowNs());
-  // After a split the time covers several calls, and a failed run's says nothing of the
-  // model's speed: the cost model learns from neither.
-  if (split) return 0;
+  // After a split the time covers several calls, and a failed run's or a set-up's says
+  // nothing of the model's speed: the cost model learns from none of them.
+  if (split || set_up) return 0;
   for (const GroupRun& run : runs)
     if (!run.status.ok()) return 0;
   return job.items;

@@ -660,6 +660,36 @@ TEST_F(ModelVersionTest, AdmissionReserveLearnsHowLateAnswersCameAgainstTheirPre
   mv->Shutdown();
 }
 
+// The same runs as above, but every slow one paid a one-time set-up (a plan prepared for
+// a new shape, as the backend's setups() says): neither admission's reserve nor the cost
+// model learns from them, so the reserve stays at its floor and the predicted run short.
+TEST_F(ModelVersionTest, ARunThatPaidAOneTimeSetUpTeachesNeitherAdmissionNorTheCostModel) {
+  auto o = Batching(8);
+  o.latency_slo_us = 10'000;
+  auto mv = Make(std::move(o));
+  state_->MarkSetup(100);  // Occupy's value
+  const int64_t base = mv->instance_stats()[0].executions;
+  for (int i = 0; i < 400; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(Occupy(*mv, id));
+      clock_->AdvanceUs(8000);
+      state_->Unblock(100);
+    } else {
+      mv->Infer(Req(id, {1}), answers_.For(id));
+    }
+    ASSERT_TRUE(answers_.WaitFor(id));
+    ASSERT_TRUE(answers_.Get(id).status.ok()) << answers_.Get(id).status.ToString();
+    ASSERT_TRUE(WaitUntil([&] { return mv->instance_stats()[0].executions == base + i + 1; }));
+  }
+  EXPECT_EQ(state_->setups(), 200);
+  // Nothing learned from the slow runs; 200 quick ones were observed.
+  EXPECT_DOUBLE_EQ(mv->admission_reserve(), 0.25);
+  const auto stats = mv->instance_stats()[0];
+  EXPECT_LT(stats.cost_a_ns + stats.cost_b_ns, 1e6) << "a run of one predicted under 1 ms";
+  mv->Shutdown();
+}
+
 TEST_F(ModelVersionTest, RequestsDroppedForTheirDeadlineTeachAdmissionToo) {
   auto o = Batching(8);
   o.latency_slo_us = 10'000;

@@ -115,6 +115,9 @@ class GpuInstance : public BackendInstance {
     return FinishBatch(batch, outputs);
   }
 
+  // The plans it made (lowered and created on the device), at creation and since.
+  int64_t setups() const override { return plans_made_; }
+
   // The batching model's batch buckets (empty: a plan per batch size).
   const std::vector<int64_t>& buckets() const { return buckets_; }
 
@@ -165,6 +168,7 @@ class GpuInstance : public BackendInstance {
       }
     }
     plans_.push_front({shapes, std::move(plan)});
+    ++plans_made_;
     return plans_.front().plan.get();
   }
 
@@ -289,6 +293,7 @@ class GpuInstance : public BackendInstance {
   std::vector<int64_t> buckets_;
   size_t max_plans_;         // plans_ kept at most
   std::list<Cached> plans_;  // most recently used first
+  int64_t plans_made_ = 0;
   // Batches launched and not finished, oldest first; capacity pipeline_depth(), reserved.
   std::vector<Launched> launched_;
   DeviceStats stats_;  // device time and memory, as of the last batch

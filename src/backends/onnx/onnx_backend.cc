@@ -140,6 +140,13 @@ class OnnxInstance : public BackendInstance {
     }
   }
 
+  // The plans its sessions prepared (a new batch size's, or one evicted and prepared again).
+  int64_t setups() const override {
+    int64_t prepared = 0;
+    for (const auto& [tier, session] : sessions_) prepared += session->plans_prepared();
+    return prepared;
+  }
+
  private:
   std::map<std::string, std::unique_ptr<engine::Session>> sessions_;
   std::string default_tier_;

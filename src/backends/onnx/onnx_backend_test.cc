@@ -94,6 +94,27 @@ TEST_F(OnnxBackendTest, UnbatchedConfigKeepsFullShapes) {
   EXPECT_EQ((*model)->info().inputs[0].dims, (Shape{-1, 3, 32, 32}));
 }
 
+// An instance counts the plans it prepared (setups()): a batch size it had not run adds
+// one, a cached size none, and a size evicted from the cache one again when it comes back.
+TEST_F(OnnxBackendTest, AnInstanceCountsThePlansItPrepared) {
+  ModelInfo info = Info();
+  info.parameters["max_cached_plans"] = "2";
+  auto model = MakeOnnxBackend()->LoadModel(info);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceInfo{"resnet_0", 0, {}, 0, -1});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+  EXPECT_EQ((*instance)->setups(), 0);
+  const std::pair<int64_t, int64_t> steps[] = {{1, 1}, {2, 2}, {1, 2}, {3, 3}, {2, 4}};
+  for (const auto& [batch, setups] : steps) {
+    ExecuteRequest request;
+    request.batch_size = batch;
+    request.inputs.push_back({"input", Random({batch, 3, 32, 32}, 5)});
+    std::vector<NamedTensor> outputs;
+    ASSERT_TRUE((*instance)->Execute(request, &outputs).ok());
+    EXPECT_EQ((*instance)->setups(), setups) << "after batch " << batch;
+  }
+}
+
 TEST_F(OnnxBackendTest, ExecuteMatchesTheReference) {
   auto model = MakeOnnxBackend()->LoadModel(Info());
   ASSERT_TRUE(model.ok());

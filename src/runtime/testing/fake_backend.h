@@ -4,7 +4,9 @@
 // Every execution is recorded (instance, batch size, the first value of each row), so
 // tests can assert which requests ran together and in what order. Rows whose first
 // value is in `block_values` make Execute wait until Unblock(value); a row whose first
-// value is negative makes Execute fail.
+// value is negative makes Execute fail. A row whose first value is in `setup_values`
+// (MarkSetup) counts as a one-time set-up: the instances' setups() grows by one as its
+// execution begins, as an onnx instance's does when it prepares a plan for a new shape.
 //
 // With set_pipeline_depth(d > 1) its instances pipeline (BackendInstance::Launch and
 // Finish), as a GPU instance does: each has a "device" thread that runs what was launched,
@@ -49,6 +51,14 @@ class FakeBackendState {
     std::lock_guard<std::mutex> lock(mu_);
     blocked_values_.insert(value);
   }
+  void MarkSetup(float value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    setup_values_.insert(value);
+  }
+  int64_t setups() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return setups_;
+  }
   void Unblock(float value) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -86,6 +96,12 @@ class FakeBackendState {
       std::unique_lock<std::mutex> lock(mu_);
       index = executions_.size();
       executions_.push_back(e);
+      for (float k : e.row_keys) {
+        if (setup_values_.count(k)) {
+          ++setups_;
+          break;
+        }
+      }
       cv_.notify_all();
       auto blocked = [&] {
         for (float k : e.row_keys) {
@@ -165,6 +181,8 @@ class FakeBackendState {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::set<float> blocked_values_;
+  std::set<float> setup_values_;
+  int64_t setups_ = 0;
   std::vector<Execution> executions_;
   int waiting_ = 0;
   int instances_created_ = 0;
@@ -191,6 +209,7 @@ class FakeInstance : public backends::BackendInstance {
   }
 
   int pipeline_depth() const override { return depth_; }
+  int64_t setups() const override { return state_->setups(); }
 
   Status Execute(const backends::ExecuteRequest& req, std::vector<NamedTensor>* outputs) override {
     if (depth_ == 1) return state_->Execute(index_, req, outputs);
