@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -630,30 +631,39 @@ TEST_F(ModelVersionTest, OverloadIsRefusedAtOnceWithARetryHint) {
   EXPECT_EQ(mv->stats().rejected_overload, 1u);
 }
 
+// 400 requests of one row, one at a time, on a model with a 10 ms SLO: every other run
+// takes 8 ms of the fake clock (Occupy's value, 100) and the rest none. Each finds the
+// instance idle (and so runs at once, predicted its own run).
+void RunSlowAndQuickInTurn(ModelVersion& mv, FakeClock& clock, FakeBackendState& state,
+                           Answers& answers,
+                           const std::function<bool(const std::string&)>& occupy) {
+  const int64_t base = mv.instance_stats()[0].executions;
+  for (int i = 0; i < 400; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(occupy(id));
+      clock.AdvanceUs(8000);
+      state.Unblock(100);
+    } else {
+      mv.Infer(Req(id, {1}), answers.For(id));
+    }
+    ASSERT_TRUE(answers.WaitFor(id));
+    ASSERT_TRUE(answers.Get(id).status.ok()) << answers.Get(id).status.ToString();
+    // Finished, its record observed, before the next arrives.
+    ASSERT_TRUE(WaitUntil([&] { return mv.instance_stats()[0].executions == base + i + 1; }));
+  }
+}
+
 TEST_F(ModelVersionTest, AdmissionReserveLearnsHowLateAnswersCameAgainstTheirPrediction) {
   auto o = Batching(8);
   o.latency_slo_us = 10'000;  // every request has 10 ms
   auto mv = Make(std::move(o));
   EXPECT_DOUBLE_EQ(mv->admission_reserve(), 0.25) << "nothing learned yet: the floor";
-  // Every other run takes 8 ms of the fake clock and the rest none: the cost model predicts
-  // about the mean, 4 ms, so every other answer comes about 40% of its budget after the
-  // finish its admission predicted, more than the 25% floor.
-  const int64_t base = mv->instance_stats()[0].executions;
-  for (int i = 0; i < 400; ++i) {
-    const std::string id = "r" + std::to_string(i);
-    if (i % 2 == 0) {
-      ASSERT_TRUE(Occupy(*mv, id));
-      clock_->AdvanceUs(8000);
-      state_->Unblock(100);
-    } else {
-      mv->Infer(Req(id, {1}), answers_.For(id));
-    }
-    ASSERT_TRUE(answers_.WaitFor(id));
-    ASSERT_TRUE(answers_.Get(id).status.ok()) << answers_.Get(id).status.ToString();
-    // The next request must find the instance idle (and so run at once, predicted its own
-    // run), not still finishing this one.
-    ASSERT_TRUE(WaitUntil([&] { return mv->instance_stats()[0].executions == base + i + 1; }));
-  }
+  // The cost model predicts about the mean run, 4 ms, so every other answer comes about
+  // 40% of its budget after the finish its admission predicted, more than the 25% floor.
+  RunSlowAndQuickInTurn(*mv, *clock_, *state_, answers_,
+                        [&](const std::string& id) { return Occupy(*mv, id); });
+  if (HasFatalFailure()) return;
   // The last answer's record reaches the batcher just after its callback.
   EXPECT_TRUE(WaitUntil([&] { return mv->admission_reserve() > 0.32; })) << mv->admission_reserve();
   EXPECT_LT(mv->admission_reserve(), 0.55);
@@ -668,20 +678,9 @@ TEST_F(ModelVersionTest, ARunThatPaidAOneTimeSetUpTeachesNeitherAdmissionNorTheC
   o.latency_slo_us = 10'000;
   auto mv = Make(std::move(o));
   state_->MarkSetup(100);  // Occupy's value
-  const int64_t base = mv->instance_stats()[0].executions;
-  for (int i = 0; i < 400; ++i) {
-    const std::string id = "r" + std::to_string(i);
-    if (i % 2 == 0) {
-      ASSERT_TRUE(Occupy(*mv, id));
-      clock_->AdvanceUs(8000);
-      state_->Unblock(100);
-    } else {
-      mv->Infer(Req(id, {1}), answers_.For(id));
-    }
-    ASSERT_TRUE(answers_.WaitFor(id));
-    ASSERT_TRUE(answers_.Get(id).status.ok()) << answers_.Get(id).status.ToString();
-    ASSERT_TRUE(WaitUntil([&] { return mv->instance_stats()[0].executions == base + i + 1; }));
-  }
+  RunSlowAndQuickInTurn(*mv, *clock_, *state_, answers_,
+                        [&](const std::string& id) { return Occupy(*mv, id); });
+  if (HasFatalFailure()) return;
   EXPECT_EQ(state_->setups(), 200);
   // Nothing learned from the slow runs; 200 quick ones were observed.
   EXPECT_DOUBLE_EQ(mv->admission_reserve(), 0.25);
