@@ -102,6 +102,7 @@ void InstancePool::Run(size_t index) {
     if (backend)
       state.depth = std::clamp(backend->pipeline_depth(), 1, static_cast<int>(HeldJobs::kMax));
     state.stats.pipeline_depth = state.depth;
+    if (backend) state.stats.setups = backend->setups();  // what its creation did
   }
   init_cv_.SignalAll();
   if (!status.ok()) return;
@@ -137,10 +138,11 @@ void InstancePool::Run(size_t index) {
     // `device` (asked without the lock): recorded, dropped, and the next one begins. The
     // caller then calls on_idle without the lock.
     const auto finished = [&](int64_t ran, int64_t began_ns, int64_t end_ns, double bubble,
-                              const backends::DeviceStats& device) REQUIRES(mu_) {
+                              const backends::DeviceStats& device, int64_t setups) REQUIRES(mu_) {
       const int64_t elapsed = end_ns - began_ns;
       state.stats.pipeline_bubble_ratio = bubble;
       state.stats.device = device;
+      state.stats.setups = setups;
       if (ran > 0) state.cost.Observe(ran, elapsed);
       state.stats.executions++;
       state.stats.busy_ns += elapsed;
@@ -172,8 +174,9 @@ void InstancePool::Run(size_t index) {
         const int64_t end_ns = options_.clock->NowNs();
         const double bubble = backend->pipeline_bubble_ratio();
         const backends::DeviceStats device = backend->device_stats();
+        const int64_t setups = backend->setups();
         lock.Lock();
-        finished(ran, std::max(started_ns, launched_ns), end_ns, bubble, device);
+        finished(ran, std::max(started_ns, launched_ns), end_ns, bubble, device, setups);
         lock.Unlock();
         if (options_.on_idle) options_.on_idle();
         lock.Lock();
@@ -214,8 +217,9 @@ void InstancePool::Run(size_t index) {
     const int64_t end_ns = options_.clock->NowNs();
     const double bubble = backend->pipeline_bubble_ratio();
     const backends::DeviceStats device = backend->device_stats();
+    const int64_t setups = backend->setups();
     lock.Lock();
-    finished(ran, began_ns, end_ns, bubble, device);
+    finished(ran, began_ns, end_ns, bubble, device, setups);
     lock.Unlock();
     if (options_.on_idle) options_.on_idle();
     lock.Lock();

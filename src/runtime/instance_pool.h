@@ -96,6 +96,9 @@ struct InstanceStats {
   // overlap its compute).
   int pipeline_depth = 1;
   int64_t overlapped_executions = 0;
+  // BackendInstance::setups after its last job (or its creation): one-time set-ups, such
+  // as plans prepared for new shapes.
+  int64_t setups = 0;
   // BackendInstance::device_stats after its last job; gpu -1 on CPUs.
   backends::DeviceStats device;
 };

@@ -682,6 +682,7 @@ TEST_F(ModelVersionTest, ARunThatPaidAOneTimeSetUpTeachesNeitherAdmissionNorTheC
                         [&](const std::string& id) { return Occupy(*mv, id); });
   if (HasFatalFailure()) return;
   EXPECT_EQ(state_->setups(), 200);
+  EXPECT_EQ(mv->instance_stats()[0].setups, 200) << "the instance's statistics show them";
   // Nothing learned from the slow runs; 200 quick ones were observed.
   EXPECT_DOUBLE_EQ(mv->admission_reserve(), 0.25);
   const auto stats = mv->instance_stats()[0];

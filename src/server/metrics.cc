@@ -237,6 +237,17 @@ void WriteInstanceMetrics(Writer& w, const std::vector<VersionView>& views, int6
       w.Sample("shoal_instance_busy_seconds_total", l, static_cast<double>(i.busy_ns) * 1e-9);
     }
   }
+  w.Family("shoal_instance_setups_total", "counter",
+           "One-time set-ups each model instance did, such as a plan prepared for input "
+           "shapes it had not run (or prepared again after its eviction from the plan "
+           "cache); batches that paid one teach neither the cost model nor admission.");
+  for (const auto& v : views) {
+    for (const auto& i : v.instances) {
+      Labels l = v.labels();
+      l.emplace_back("instance", i.name);
+      w.Sample("shoal_instance_setups_total", l, static_cast<double>(i.setups));
+    }
+  }
   w.Family("shoal_instance_busy_ratio", "gauge",
            "Busy time of each model instance divided by the time since it became ready (0..1).");
   for (const auto& v : views) {

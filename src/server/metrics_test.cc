@@ -82,6 +82,7 @@ TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
                              "shoal_instance_executions_total",
                              "shoal_instance_busy_seconds_total",
                              "shoal_instance_busy_ratio",
+                             "shoal_instance_setups_total",
                              "shoal_response_cache_hits_total",
                              "shoal_response_cache_joins_total",
                              "process_cpu_seconds_total",
@@ -99,6 +100,9 @@ TEST(MetricsTest, RendersEveryFamilyWithValidHistograms) {
       text,
       HasSubstr(
           "shoal_instance_busy_ratio{model=\"identity\",version=\"1\",instance=\"identity_1\"}"));
+  // The identity plugin prepares nothing.
+  EXPECT_THAT(text, HasSubstr("shoal_instance_setups_total{model=\"identity\",version=\"1\","
+                              "instance=\"identity_1\"} 0\n"));
 
   // Every histogram: buckets non-decreasing, +Inf equals _count.
   for (const char* h : {"shoal_request_duration_seconds", "shoal_queue_duration_seconds",
