@@ -5,6 +5,7 @@
 #include <new>
 
 #include "core/fp16.h"
+#include "engine/einsum_rewrite.h"
 #include "engine/internal/op_util.h"
 #include "engine/kernel.h"
 #include "engine/weight_cache.h"
@@ -779,6 +780,10 @@ StatusOr<Graph> OptimizeGraph(Graph graph, const OptimizeOptions& options, Optim
       for (const auto& [what, count] : sub_report.fusions) report->fusions[what] += count;
       attr.g = std::make_shared<const Graph>(std::move(sub));
     }
+  }
+  if (options.fuse) {
+    // First, so that folding and the product passes below see the products it makes.
+    if (const int n = RewriteEinsumsAsProducts(&graph)) report->fusions["Einsum as MatMul"] += n;
   }
   Rewriter r(graph, report);
   if (options.fold_constants) RETURN_IF_ERROR(r.FoldConstants());

@@ -2,6 +2,8 @@
 // any plan is prepared. Internal to the engine; Model::FromGraph runs it.
 //
 // Passes, in order:
+//   - Einsum as a product: an fp32 Einsum that is a plain (batched) matrix product
+//     becomes Transpose -> MatMul -> Transpose (einsum_rewrite.h), for the passes below;
 //   - constant folding: a node whose inputs are all constants is evaluated once with
 //     its own kernel and its outputs become constants; Shape (and Gather/Slice of a
 //     Shape) of dimensions known at load time folds too. Shape arithmetic that depends

@@ -159,6 +159,21 @@ TEST(LowerPlanTest, AttentionBecomesBatchedGemmsOverTheHeads) {
   ExpectAligned(*lowered);
 }
 
+// Einsums that are products lower, as the products the optimiser made of them: the
+// scores and the weighted sum are batched GEMMs over batch and heads.
+TEST(LowerPlanTest, AttentionWrittenAsEinsumsBecomesBatchedGemms) {
+  Prepared p = Prepare(Model::FromGraph(EinsumAttentionGraph()), {{2, 3, 5, 8}});
+  ASSERT_TRUE(p.plan);
+  for (const Node& n : p.model->graph().nodes) EXPECT_NE(n.op_type, "Einsum");
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  std::vector<int64_t> batches;
+  for (const GpuStep& s : lowered->steps)
+    if (s.kind == GpuStep::Kind::kGemm) batches.push_back(s.gemm.batch);
+  EXPECT_EQ(batches, (std::vector<int64_t>{6, 6}));
+  ExpectAligned(*lowered);
+}
+
 // ShuffleNet splits its channels with two Slices per block: strided copies.
 TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
   Prepared p =

@@ -202,6 +202,12 @@ TEST_F(GpuPlanTest, ScaledProductsMatchTheCpuEngine) {
   ExpectGpuMatchesCpu(p, {{Random({4, 6}, 31)}, {Random({4, 6}, 32)}}, GemmMath::kFp32, 1e-5f);
 }
 
+TEST_F(GpuPlanTest, AttentionWrittenAsEinsumsMatchesTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(EinsumAttentionGraph()), {{2, 3, 5, 8}});
+  ExpectGpuMatchesCpu(p, {{Random({2, 3, 5, 8}, 63)}, {Random({2, 3, 5, 8}, 64)}}, GemmMath::kFp32,
+                      1e-5f);
+}
+
 TEST_F(GpuPlanTest, AGroupedConvolutionAndAPoolMatchTheCpuEngine) {
   Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
   ExpectGpuMatchesCpu(p, {{Random({2, 4, 9, 9}, 41)}, {Random({2, 4, 9, 9}, 42)}}, GemmMath::kFp32,

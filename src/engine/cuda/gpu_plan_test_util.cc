@@ -82,6 +82,17 @@ Graph ScaledProductsGraph() {
   return b.Finish(out);
 }
 
+Graph EinsumAttentionGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 5, 8});
+  const int k = b.Op("Mul", "k", {x, b.Constant("k_scale", Random({8}, 61))});
+  const int v = b.Op("Add", "v", {x, b.Constant("v_shift", Random({8}, 62))});
+  const int scores = b.Op("Einsum", "scores", {x, k}, {{"equation", AString("bhqd,bhkd->bhqk")}});
+  const int weights = b.Op("Softmax", "weights", {scores}, {{"axis", AInt(-1)}});
+  const int out = b.Op("Einsum", "out", {weights, v}, {{"equation", AString("bhqk,bhkd->bhqd")}});
+  return b.Finish(out);
+}
+
 Graph GroupedConvGraph() {
   GraphBuilder b;
   const int x = b.Input("x", {2, 4, 9, 9});

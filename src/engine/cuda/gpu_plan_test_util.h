@@ -42,6 +42,11 @@ Graph ScaledProductsGraph();
 // the optimiser), and a 3x3 average pool that counts the padding, with ceil_mode.
 Graph GroupedConvGraph();
 
+// Attention written with Einsums, as einops-style code exports it: x [2, 3, 5, 8] is Q,
+// x * k_scale K and x + v_shift V; scores "bhqd,bhkd->bhqk", a Softmax, then the
+// weighted sum "bhqk,bhkd->bhqd". The optimiser turns both Einsums into products.
+Graph EinsumAttentionGraph();
+
 // Six element-wise steps in a row on one [64, 64] input.
 Graph ChainGraph();
 
