@@ -72,8 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
         DetectionModel{"det_scatter_gather_op17",
                        {"ScatterND", "ScatterElements", "GatherND", "NonZero", "GatherElements"},
                        true},
-        DetectionModel{
-            "det_tensor_ops_op17", {"CumSum", "Einsum", "Range", "NonZero", "Trilu", "Mod"}, true},
+        DetectionModel{"det_tensor_ops_op17", {"CumSum", "Range", "NonZero", "Trilu", "Mod"}, true},
         DetectionModel{"det_norm_shuffle_op13", {"DepthToSpace", "InstanceNormalization", "Mod"}},
         DetectionModel{"det_norm_shuffle_op17", {"DepthToSpace", "InstanceNormalization", "Mod"}},
         DetectionModel{"det_detector_op13", {"NonMaxSuppression", "TopK", "NonZero", "Conv"}},

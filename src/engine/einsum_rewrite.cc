@@ -55,8 +55,9 @@ std::vector<DataType> KnownTypes(const Graph& g) {
   return type;
 }
 
-// The equation's two input terms and its output, each a string of distinct letters;
-// nullopt for anything else (one or three operands, an ellipsis, a diagonal).
+// The equation's one or two input terms (b empty for one) and its output, each a string
+// of distinct letters; nullopt for anything else (three operands, an ellipsis, a
+// diagonal).
 struct Equation {
   std::string a, b, out;
 };
@@ -67,8 +68,8 @@ std::optional<Equation> ParseProduct(std::string_view eq) {
   const size_t arrow = s.find("->");
   const std::string lhs = s.substr(0, arrow);
   const size_t comma = lhs.find(',');
-  if (comma == std::string::npos || lhs.find(',', comma + 1) != std::string::npos) return {};
-  Equation e{lhs.substr(0, comma), lhs.substr(comma + 1), {}};
+  if (comma != std::string::npos && lhs.find(',', comma + 1) != std::string::npos) return {};
+  Equation e{lhs.substr(0, comma), comma == std::string::npos ? "" : lhs.substr(comma + 1), {}};
   auto distinct_letters = [](const std::string& t) {
     for (size_t i = 0; i < t.size(); ++i) {
       if (!std::isalpha(static_cast<unsigned char>(t[i]))) return false;
@@ -112,102 +113,230 @@ bool Identity(const std::vector<int64_t>& perm) {
   return true;
 }
 
-// The dims of `term`'s labels in `labels`' order, from the value's shape when it has the
-// term's rank; unknown dims otherwise.
-SymbolicShape DimsOf(const Graph& g, int v, const std::string& term, const std::string& labels) {
-  const auto& shape = g.values[v].shape;
-  const bool known = shape && shape->size() == term.size();
-  SymbolicShape out;
-  for (char c : labels) out.push_back(known ? (*shape)[term.find(c)] : Dim{});
-  return out;
+// An operand on its way to the product: its value, a label per axis ('#' for contraction
+// labels merged into one axis, '<' and '>' for unit axes standing in for an absent M or
+// N), and its dims where known.
+struct Operand {
+  int v = -1;
+  std::string labels;
+  SymbolicShape dims;
+};
+
+// The product of `dims`, known when each is.
+Dim Merged(const SymbolicShape& dims) {
+  int64_t p = 1;
+  for (const Dim& d : dims) {
+    if (!d.known()) return Dim{};
+    p *= d.value;
+  }
+  return Dim{p, ""};
 }
 
-// The extent of label `c` in value `v` of term `term`, or -1 when not known.
-int64_t Extent(const Graph& g, int v, const std::string& term, char c) {
-  const auto& shape = g.values[v].shape;
-  if (!shape || shape->size() != term.size()) return -1;
-  const Dim& d = (*shape)[term.find(c)];
-  return d.known() ? d.value : -1;
+// The first `n` dims.
+SymbolicShape Head(const SymbolicShape& dims, size_t n) {
+  return SymbolicShape(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// Emits the nodes of one rewrite, each writing a new fp32 value named after the Einsum.
+class Emitter {
+ public:
+  Emitter(Graph& g, std::string base) : g_(g), base_(std::move(base)) {}
+
+  // ReduceSum over `labels` (keepdims 0), its axes as the graph's opset takes them.
+  Operand Sum(const Operand& x, const std::string& labels, const std::string& suffix) {
+    std::vector<int64_t> axes;
+    Operand out;
+    for (size_t i = 0; i < x.labels.size(); ++i) {
+      if (labels.find(x.labels[i]) != std::string::npos) {
+        axes.push_back(static_cast<int64_t>(i));
+      } else {
+        out.labels += x.labels[i];
+        out.dims.push_back(x.dims[i]);
+      }
+    }
+    Node n = NewNode("ReduceSum", suffix, {x.v});
+    n.attributes["keepdims"] = IntAttr(0);
+    if (g_.opset >= 13) {
+      n.inputs.push_back(IntsConstant(suffix + ":axes", axes));
+    } else {
+      n.attributes["axes"] = IntsAttr(axes);
+    }
+    return Finish(std::move(n), std::move(out));
+  }
+
+  // Transpose into `order` (a permutation of x's labels); x itself when already so.
+  Operand Permute(const Operand& x, const std::string& order, const std::string& suffix) {
+    const std::vector<int64_t> perm = PermOf(x.labels, order);
+    if (Identity(perm)) return x;
+    Operand out{-1, order, {}};
+    for (int64_t p : perm) out.dims.push_back(x.dims[static_cast<size_t>(p)]);
+    Node n = NewNode("Transpose", suffix, {x.v});
+    n.attributes["perm"] = IntsAttr(perm);
+    return Finish(std::move(n), std::move(out));
+  }
+
+  // Reshape to `shape` (0 keeps the input's dim there, -1 takes the rest).
+  Operand Reshape(const Operand& x, const std::vector<int64_t>& shape, Operand out,
+                  const std::string& suffix) {
+    Node n = NewNode("Reshape", suffix, {x.v, IntsConstant(suffix + ":shape", shape)});
+    return Finish(std::move(n), std::move(out));
+  }
+
+  // Keeps x's first `keep` axes, then a unit axis labelled `unit` when `add_unit`, and
+  // merges the rest into one axis, labelled '#' (a Reshape).
+  Operand MergeTail(const Operand& x, size_t keep, bool add_unit, char unit,
+                    const std::string& suffix) {
+    std::vector<int64_t> shape(keep, 0);
+    Operand out{-1, x.labels.substr(0, keep), Head(x.dims, keep)};
+    if (add_unit) {
+      shape.push_back(1);
+      out.labels += unit;
+      out.dims.push_back(Dim{1, ""});
+    }
+    shape.push_back(-1);
+    out.labels += '#';
+    out.dims.push_back(
+        Merged(SymbolicShape(x.dims.begin() + static_cast<std::ptrdiff_t>(keep), x.dims.end())));
+    return Reshape(x, shape, std::move(out), suffix);
+  }
+
+  Operand MatMul(const Operand& a, const Operand& b, Operand out, const std::string& suffix) {
+    return Finish(NewNode("MatMul", suffix, {a.v, b.v}), std::move(out));
+  }
+
+  // The nodes emitted, the last one writing `dst` under the name `name`.
+  std::vector<Node> Take(int dst, const std::string& name) {
+    Node& last = nodes_.back();
+    const int orphan = last.outputs[0];
+    last.outputs[0] = dst;
+    last.name = name;
+    if (orphan == static_cast<int>(g_.values.size()) - 1) g_.values.pop_back();
+    return std::move(nodes_);
+  }
+
+ private:
+  static Attribute IntAttr(int64_t v) {
+    Attribute a;
+    a.kind = Attribute::Kind::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attribute IntsAttr(std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  int IntsConstant(const std::string& suffix, const std::vector<int64_t>& v) {
+    Tensor t = Tensor::Allocate(DataType::kInt64, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.mutable_values<int64_t>().begin());
+    const int id = g_.AddValue(base_ + suffix, DataType::kInt64);
+    g_.values[id].shape = KnownShape(t.shape());
+    g_.values[id].constant = std::move(t);
+    return id;
+  }
+  Node NewNode(const std::string& op, const std::string& suffix, std::vector<int> inputs) const {
+    Node n;
+    n.name = base_ + suffix;
+    n.op_type = op;
+    n.inputs = std::move(inputs);
+    return n;
+  }
+  Operand Finish(Node n, Operand out) {
+    out.v = g_.AddValue(n.name + ":out", DataType::kFp32);
+    g_.values[out.v].shape = out.dims;
+    n.outputs = {out.v};
+    nodes_.push_back(std::move(n));
+    return out;
+  }
+
+  Graph& g_;
+  std::string base_;
+  std::vector<Node> nodes_;
+};
+
+// The operand as the graph has it (its shape has the term's rank).
+Operand Initial(const Graph& g, int v, const std::string& term) {
+  return Operand{v, term, *g.values[v].shape};
 }
 
 // The rewrite of one Einsum node: the nodes that replace it, or none when it does not
 // qualify (see the header).
 std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType>& types) {
-  if (!node.domain.empty() || node.op_type != "Einsum" || node.inputs.size() != 2 ||
-      !node.has_input(0) || !node.has_input(1) || !node.has_output(0) || node.outputs.size() != 1)
+  if (!node.domain.empty() || node.op_type != "Einsum" || node.inputs.empty() ||
+      node.inputs.size() > 2 || !node.has_output(0) || node.outputs.size() != 1)
     return {};
-  const int va = node.inputs[0], vb = node.inputs[1];
-  if (types[va] != DataType::kFp32 || types[vb] != DataType::kFp32) return {};
+  for (int v : node.inputs)
+    if (v < 0 || types[v] != DataType::kFp32) return {};
   const std::optional<Equation> e = ParseProduct(node.GetString("equation", ""));
-  if (!e) return {};
+  if (!e || e->b.empty() != (node.inputs.size() == 1)) return {};
   auto in = [](const std::string& t, char c) { return t.find(c) != std::string::npos; };
   for (char c : e->out)
     if (!in(e->a, c) && !in(e->b, c)) return {};
+  // Each operand's rank is known and its term's: a model whose term does not match its
+  // operand keeps the kernel, which says so.
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const auto& shape = g.values[node.inputs[i]].shape;
+    if (!shape || shape->size() != (i == 0 ? e->a : e->b).size()) return {};
+  }
+  const int va = node.inputs[0];
+  const std::string base = node.name.empty() ? g.values[node.outputs[0]].name : node.name;
+  if (node.inputs.size() == 1) {
+    // One operand: a sum over the labels the output drops, then a transpose.
+    const std::string sum = Pick(e->a, [&](char c) { return !in(e->out, c); });
+    if (sum.empty() && e->a == e->out) return {};  // a copy: nothing to gain
+    Emitter em(g, base);
+    Operand a = Initial(g, va, e->a);
+    if (!sum.empty()) a = em.Sum(a, sum, "/sum");
+    em.Permute(a, e->out, "/transpose");
+    return em.Take(node.outputs[0], node.name);
+  }
+  const int vb = node.inputs[1];
   const std::string batch = Pick(e->out, [&](char c) { return in(e->a, c) && in(e->b, c); });
   const std::string m = Pick(e->out, [&](char c) { return in(e->a, c) && !in(e->b, c); });
   const std::string n = Pick(e->out, [&](char c) { return !in(e->a, c) && in(e->b, c); });
   const std::string k = Pick(e->a, [&](char c) { return in(e->b, c) && !in(e->out, c); });
-  // A label in one operand alone and not in the output is a sum of its own.
-  for (char c : e->a + e->b)
-    if (!in(e->out, c) && !(in(e->a, c) && in(e->b, c))) return {};
-  if (k.size() != 1 || n.size() != 1) return {};
-  if (!(m.size() == 1 || (batch.empty() && !m.empty()))) return {};
-  const int64_t ka = Extent(g, va, e->a, k[0]), kb = Extent(g, vb, e->b, k[0]);
-  if (ka >= 0 && kb >= 0 && ka != kb) return {};
+  const std::string sum_a = Pick(e->a, [&](char c) { return !in(e->b, c) && !in(e->out, c); });
+  const std::string sum_b = Pick(e->b, [&](char c) { return !in(e->a, c) && !in(e->out, c); });
+  if (n.size() > 1 || (m.size() > 1 && !batch.empty())) return {};
+  Operand a = Initial(g, va, e->a), b = Initial(g, vb, e->b);
+  for (char c : k) {
+    const Dim& da = a.dims[e->a.find(c)];
+    const Dim& db = b.dims[e->b.find(c)];
+    if (da.known() && db.known() && da.value != db.value) return {};  // a broadcast sum
+  }
 
-  const std::string base = node.name.empty() ? g.values[node.outputs[0]].name : node.name;
-  auto value = [&](const std::string& suffix, SymbolicShape shape) {
-    const int v = g.AddValue(base + suffix, DataType::kFp32);
-    g.values[v].shape = std::move(shape);
-    return v;
-  };
-  auto transpose = [&](int src, const std::vector<int64_t>& perm, int dst,
-                       const std::string& suffix) {
-    Node t;
-    t.name = base + suffix;
-    t.op_type = "Transpose";
-    t.inputs = {src};
-    t.outputs = {dst};
-    Attribute p;
-    p.kind = Attribute::Kind::kInts;
-    p.ints = perm;
-    t.attributes["perm"] = p;
-    return t;
-  };
-  std::vector<Node> nodes;
-  // A as [batch..., M..., K], B as [batch..., K, N].
-  const std::string a_order = batch + m + k, b_order = batch + k + n;
-  int a = va, b = vb;
-  if (const auto perm = PermOf(e->a, a_order); !Identity(perm)) {
-    a = value("/einsum_a", DimsOf(g, va, e->a, a_order));
-    nodes.push_back(transpose(va, perm, a, "/transpose_a"));
-  }
-  if (const auto perm = PermOf(e->b, b_order); !Identity(perm)) {
-    b = value("/einsum_b", DimsOf(g, vb, e->b, b_order));
-    nodes.push_back(transpose(vb, perm, b, "/transpose_b"));
-  }
-  // The product is [batch..., M..., N]; the output may want another order.
-  const std::string c_order = batch + m + n;
-  const std::vector<int64_t> c_perm = PermOf(c_order, e->out);
-  Node mm;
-  mm.op_type = "MatMul";
-  mm.inputs = {a, b};
-  if (Identity(c_perm)) {
-    mm.name = node.name;
-    mm.outputs = {node.outputs[0]};
-    nodes.push_back(std::move(mm));
+  Emitter em(g, base);
+  if (!sum_a.empty()) a = em.Sum(a, sum_a, "/sum_a");
+  if (!sum_b.empty()) b = em.Sum(b, sum_b, "/sum_b");
+  const size_t nb = batch.size();
+  const std::string m_axes = m.empty() ? "<" : m, n_axes = n.empty() ? ">" : n;
+  // A as [batch..., M..., K]: the contraction labels merged into one axis, and a unit axis
+  // where A has no label of its own.
+  a = em.Permute(a, batch + m + k, "/transpose_a");
+  if (k.size() != 1 || m.empty()) a = em.MergeTail(a, nb + m.size(), m.empty(), '<', "/reshape_a");
+  // B as [batch..., K, N].
+  if (k.size() == 1 && !m.empty() && n.size() == 1) {
+    b = em.Permute(b, batch + k + n, "/transpose_b");
   } else {
-    SymbolicShape c_dims = DimsOf(g, va, e->a, batch + m);
-    for (const Dim& d : DimsOf(g, vb, e->b, n)) c_dims.push_back(d);
-    const int c = value("/einsum_product", c_dims);
-    mm.name = base + "/matmul";
-    mm.outputs = {c};
-    nodes.push_back(std::move(mm));
-    Node out = transpose(c, c_perm, node.outputs[0], "");
-    out.name = node.name;
-    nodes.push_back(std::move(out));
+    // Merge K last ([batch..., N, K]), then swap the last two axes.
+    b = em.Permute(b, batch + n + k, "/transpose_b");
+    b = em.MergeTail(b, nb + n.size(), n.empty(), '>', "/reshape_b");
+    b = em.Permute(b, batch + "#" + n_axes, "/transpose_b2");
   }
-  return nodes;
+  // The product, [batch..., M..., N], with the unit axes standing in for an absent M or N.
+  Operand c{-1, batch + m_axes + n_axes, Head(a.dims, a.dims.size() - 1)};
+  c.dims.push_back(b.dims.back());
+  c = em.MatMul(a, b, std::move(c), "/matmul");
+  if (m.empty() || n.empty()) {
+    std::vector<int64_t> shape(nb + m.size(), 0);
+    if (m.empty() && !n.empty()) shape.push_back(-1);
+    Operand out{-1, batch + m + n, Head(c.dims, nb + m.size())};
+    if (m.empty() && !n.empty()) out.dims.push_back(c.dims.back());
+    c = em.Reshape(c, shape, std::move(out), "/reshape_product");
+  }
+  em.Permute(c, e->out, "/transpose_product");
+  return em.Take(node.outputs[0], node.name);
 }
 
 }  // namespace

@@ -1,26 +1,38 @@
-// Einsum as a matrix product: the optimiser's rewrite of an fp32 Einsum that is a plain
-// (batched) product into Transpose -> MatMul -> Transpose, which the later passes fold and
-// fuse (a constant's Transpose folds, a Transpose beside a batched product becomes its
-// a_perm / b_perm / c_perm strides). Internal to the engine; OptimizeGraph runs it.
+// Einsum as a matrix product: the optimiser's rewrite of an fp32 Einsum of one or two operands
+// into ReduceSum / Transpose / Reshape -> MatMul -> Reshape / Transpose, which the later
+// passes fold and fuse (a constant's Transpose and Reshape fold, a Transpose beside a
+// batched product becomes its a_perm / b_perm / c_perm strides). Internal to the engine;
+// OptimizeGraph runs it.
 //
 // The Einsum kernel (ops/einsum.cc) visits every assignment of the equation's labels one
 // by one: correct for any equation, and for attention written as
 // einsum("bhqd,bhkd->bhqk") hundreds of times slower than oneDNN's matmul. It also has no
 // GPU kernel, while a product lowers onto cuBLASLt.
 //
+// The labels of a two-operand equation are batch labels (in both operands and the
+// output), contraction labels K (in both operands, not the output), M (in A and the
+// output), N (in B and the output), or summed in one operand alone. The rewrite sums the
+// latter first (ReduceSum), lays A out as [batch..., M..., K] and B as [batch..., K, N],
+// merging the contraction labels into one axis (a Reshape) and standing a unit axis in
+// for an absent M or N (so a dot product or an outer product is a product too), runs one
+// MatMul, and drops the unit axes and transposes into the output's order. Layouts
+// already in place cost nothing: attention's scores become one product reading K through
+// strides.
+//
 // An Einsum node is rewritten when all of these hold; any other stays as it is:
-//   - two operands, both known to be fp32 (the value says so, or the nodes that produced
+//   - one operand (a sum over the labels the output drops, then a transpose: "bij->bji",
+//     "ij->i") or two, each known to be fp32 (the value says so, or the nodes that produced
 //     it keep their input's type back to one that does: MatMul is fp32 only here);
 //   - no ellipsis, and no label twice in one term (a diagonal);
-//   - every label is a batch label (in both operands and the output), a contraction
-//     label (in both operands, not the output), or in one operand and the output;
-//   - exactly one contraction label, exactly one label of B's alone (N), and one of
-//     A's alone (M), or, when there are no batch labels, any number of A's own labels
-//     (a matrix applied to the last axis: "bsd,de->bse");
-//   - where both operands' shapes give the contraction label's extent, they agree.
+//   - each operand's rank is known (from the file's shapes or the load's probe plans)
+//     and is its term's length;
+//   - at most one N label, and at most one M label when there are batch labels (any
+//     number without: a matrix applied to the last axis, "bsd,de->bse");
+//   - where both operands' shapes give a contraction label's extent, they agree (the
+//     kernel also broadcasts an extent of 1 there; MatMul does not).
 // The output keeps its value (name, and readers); the new nodes are named after the
-// Einsum's. The batch labels go in the output's order, so an output already laid out as
-// [batch..., M, N] needs no Transpose after the product.
+// Einsum's, and the last one takes its name. The batch labels go in the output's order,
+// so an output laid out as [batch..., M, N] needs no Transpose after the product.
 #pragma once
 
 #include "engine/graph.h"

@@ -191,10 +191,26 @@ std::vector<float> Iota(int n) {
   return v;
 }
 
+// Runs `eq` on the Einsum kernel (the optimiser off) and as loaded (where the optimiser
+// rewrites products, einsum_rewrite.h), expects both to give `want`'s shape and the same
+// values within 1e-5 of their scale, and returns the kernel's values.
 std::vector<float> Einsum(const std::string& eq, const std::vector<In>& in, Shape want) {
-  auto out = Run1("Einsum", in, {{"equation", AString(eq)}});
-  EXPECT_EQ(out[0].shape(), want) << eq;
-  return out[0].empty() ? std::vector<float>{} : Values(out[0]);
+  LoadOptions kernel_only;
+  kernel_only.optimize.enabled = false;
+  auto kernel = RunOp("Einsum", in, {{"equation", AString(eq)}}, 1, 17, kernel_only);
+  auto loaded = RunOp("Einsum", in, {{"equation", AString(eq)}}, 1, 17, LoadOptions());
+  EXPECT_TRUE(kernel.ok()) << eq << ": " << kernel.status().ToString();
+  EXPECT_TRUE(loaded.ok()) << eq << ": " << loaded.status().ToString();
+  if (!kernel.ok() || !loaded.ok()) return {};
+  const Tensor& k = (*kernel)[0];
+  EXPECT_EQ(k.shape(), want) << eq;
+  EXPECT_EQ((*loaded)[0].shape(), want) << eq;
+  if (k.dtype() == DataType::kFp32) {
+    float scale = 1;
+    for (float v : Values(k)) scale = std::max(scale, std::fabs(v));
+    EXPECT_LE(MaxAbsDiff(k, (*loaded)[0]), 1e-5f * scale) << eq;
+  }
+  return Values(k);
 }
 
 // Einsum (ops/einsum.cc) against results worked out by hand.
