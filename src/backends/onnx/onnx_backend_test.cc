@@ -872,13 +872,13 @@ TEST(OnnxBackendGpuTest, A16BitGpuTierNeedsCalibrationInputs) {
 }
 
 TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated) {
-  // A recurrent test model with GRUs, which have no GPU kernel yet.
+  // A control-flow test model with an If, which has no GPU kernel yet.
   ModelInfo info;
-  info.name = "rnn_graph_gru";
+  info.name = "cf_graph_if";
   info.version = 1;
   info.model_dir = SourceDir() + "/models";
   info.version_dir = info.model_dir;
-  info.parameters = {{"default_model_filename", "rnn_graph_gru.onnx"}};
+  info.parameters = {{"default_model_filename", "cf_graph_if.onnx"}};
   auto model = MakeOnnxBackend()->LoadModel(info);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto gpu = (*model)->CreateInstance(OnGpu(0));
@@ -886,7 +886,7 @@ TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated)
   ASSERT_FALSE(gpu.ok());
   EXPECT_EQ(gpu.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(gpu.status().message(), HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(gpu.status().message(), HasSubstr("(GRU)"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("(If)"));
 }
 
 TEST(OnnxBackendGpuTest, AGpuTheMachineLacksIsNamed) {

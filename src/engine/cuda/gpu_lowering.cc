@@ -178,6 +178,7 @@ Status Lowerer::LowerNode(int n) {
     if (op == "ScatterElements" || op == "ScatterND") return LowerScatter(n);
     if (op == "CumSum") return LowerCumSum(n);
     if (op == "Trilu") return LowerTrilu(n);
+    if (op == "RNN" || op == "GRU" || op == "LSTM") return LowerRecurrent(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return LowerPool(n);

@@ -43,6 +43,7 @@
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/layout.h"
+#include "engine/cuda/recurrent.h"
 #include "engine/cuda/reduce.h"
 #include "engine/graph.h"
 #include "engine/plan.h"
@@ -132,12 +133,19 @@ struct GpuStep {
     kTrilu,
     kFork,  // tensor parallelism: every shard stream waits for the plan's stream
     kJoin,  // the plan's stream waits for every shard stream
-    kCopy   // in[0]'s bytes copied to out (between a shard's device and the plan's)
+    kCopy,  // in[0]'s bytes copied to out (between a shard's device and the plan's)
+    // Recurrent operators (recurrent.h), around kGemm steps for their products:
+    kRnnStateIn,   // out [batch, hidden] = direction rnn.dir's initial state in[0], or zeros
+    kRnnStateOut,  // direction rnn.dir's rows of out (Y_h, Y_c) = in[0]
+    kGruReset,     // a GRU without linear-before-reset: z into in[0] (xw), out = r * h
+    kRnnCell,      // one step: h, c updated in place, out (Y, or -1) written at its time
+    kZero          // out's bytes set to zero (Y before a run with sequence_lens)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
-  // kGather, kMod, kRoiAlign, kGatherElements, kScatterElements, kScatterNd: its slot in the plan's
-  // error flags (GpuLowering::flag_nodes), which its kernel raises for bad data; -1 for the others.
+  // kGather, kMod, kRoiAlign, kGatherElements, kScatterElements, kScatterNd, kRnnCell: its slot in
+  // the plan's error flags (GpuLowering::flag_nodes), which its kernel raises for bad data; -1 for
+  // the others.
   int flag = -1;
   // The tensor-parallel shard whose stream (and device) runs it; -1: the plan's stream.
   // Steps of different shards between a kFork and its kJoin run concurrently.
@@ -149,7 +157,11 @@ struct GpuStep {
   // slots {idx, w}; kMod {a, b}; kArgExtreme {x}; kRoiAlign {x, rois, batch indices};
   // kGridSample {x, grid}; kGatherElements {data, indices}; kScatterElements, kScatterNd
   // {data, indices, updates}; kCumSum, kTrilu {x};
-  // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1). A kLayerNorm whose scale is -1
+  // kFloatToInt {x}; kCopy {x}; kFork and kJoin nothing (out -1); kRnnStateIn {initial or -1};
+  // kRnnStateOut {state}; kGruReset {xw, hr, h, sequence_lens or -1}; kRnnCell {xw, hr, hr_h or -1,
+  // h, c or -1, sequence_lens or -1}, with a linear-before-reset GRU's R bias of the h gate and an
+  // LSTM's peepholes as weight slots {rbh or -1, p or -1}, and hr's row length in `length`;
+  // kZero nothing. A kLayerNorm whose scale is -1
   // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
   // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
@@ -207,6 +219,7 @@ struct GpuStep {
   SlicePlan slice;             // kStridedSlice (ONNX Slice)
   Window2d window;             // kIm2Col, kPool, kConvTranspose (its output channels in length)
   PoolOp pool = PoolOp::kMax;  // kPool
+  RnnGeometry rnn;             // kRnnStateIn, kRnnStateOut, kGruReset, kRnnCell
 };
 
 struct GpuLowering {

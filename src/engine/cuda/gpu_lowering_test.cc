@@ -244,17 +244,171 @@ TEST(LowerPlanTest, ExpandIsAStridedCopyWithZeroStrides) {
   EXPECT_EQ(l->steps[1].slice.index.in_strides[2], 2);
 }
 
-// A recurrent test model's three GRUs have no GPU kernel yet: one line per node.
+// A control-flow test model's If has no GPU kernel yet, and the Add after it reads what
+// the If made at run time: one line per node.
 TEST(LowerPlanTest, AModelWithOperatorsItLacksIsRefusedNamingEveryNode) {
-  WithReference gru = PrepareWithReference("rnn_graph_gru", ".full.sht");
-  ASSERT_TRUE(gru.prepared.plan);
-  auto lowered = LowerPlan(gru.prepared.model->graph(), *gru.prepared.plan);
+  WithReference cf = PrepareWithReference("cf_graph_if", ".then.sht");
+  ASSERT_TRUE(cf.prepared.plan);
+  auto lowered = LowerPlan(cf.prepared.model->graph(), *cf.prepared.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), StatusCode::kUnimplemented);
   const std::string& m = lowered.status().message();
   EXPECT_THAT(m, HasSubstr("the GPU path cannot run this model yet"));
-  EXPECT_THAT(m, HasSubstr("node 'gru_lbr0' (GRU): the GPU path has no kernel"));
-  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 3) << m;
+  EXPECT_THAT(m, HasSubstr("(If): the GPU path has no kernel"));
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 2) << m;
+}
+
+// Steps of node `name` in `l`, by kind.
+std::map<GpuStep::Kind, int> StepKinds(const Graph& g, const GpuLowering& l,
+                                       const std::string& name) {
+  std::map<GpuStep::Kind, int> kinds;
+  for (const GpuStep& s : l.steps)
+    if (g.nodes[s.node].name == name) ++kinds[s.kind];
+  return kinds;
+}
+
+// Every recurrent test model lowers (RNN, GRU and LSTM; one and two directions, stacked,
+// batch-first, with and without sequence_lens and initial states), its products fp32 GEMMs.
+TEST(LowerPlanTest, TheRecurrentModelsLower) {
+  const std::pair<const char*, const char*> models[] = {
+      {"rnn_graph_gru", ".full.sht"},          {"rnn_graph_lstm", ".ragged.sht"},
+      {"rnn_graph_layout1", ".full.sht"},      {"rnn_graph_rnn", ".sht"},
+      {"rnn_gru_bi2_op17", ".b4.sht"},         {"rnn_lstm_bi2_op13", ".b4.sht"},
+      {"rnn_lstm_classifier_op17", ".b4.sht"}, {"rnn_lstm_state_op17", ".b4.sht"},
+      {"rnn_rnn_relu_op13", ".b4.sht"},        {"rnn_rnn_tanh_bi_op17", ".b4.sht"}};
+  for (const auto& [name, ref] : models) {
+    SCOPED_TRACE(name);
+    WithReference r = PrepareWithReference(name, ref);
+    ASSERT_TRUE(r.prepared.plan);
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    int cells = 0;
+    for (const GpuStep& s : l->steps) {
+      cells += s.kind == GpuStep::Kind::kRnnCell;
+      if (s.kind == GpuStep::Kind::kGemm) EXPECT_EQ(s.gemm.math, GemmMath::kFp32);
+    }
+    EXPECT_GT(cells, 0);
+    ExpectAligned(*l);
+  }
+}
+
+// The GRU model (5 steps, batch 3, hidden 6). Without linear-before-reset (bidirectional),
+// per step a product of the z and r gates, the reset kernel, a product of r * h and the
+// cell; with it, one product and the cell, backwards for the reverse one, with the R bias of
+// the h gate for the cell, and its own activations and clip for the last. Each direction's
+// input product is one GEMM over every step, with the biases.
+TEST(LowerPlanTest, AGruBecomesProductsAndCellsPerStep) {
+  WithReference r = PrepareWithReference("rnn_graph_gru", ".ragged.sht");
+  ASSERT_TRUE(r.prepared.plan);
+  const Graph& g = r.prepared.model->graph();
+  auto l = LowerPlan(g, *r.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  using K = GpuStep::Kind;
+  auto lbr0 = StepKinds(g, *l, "gru_lbr0");
+  EXPECT_EQ(lbr0[K::kGemm], 2 * (1 + 2 * 5));
+  EXPECT_EQ(lbr0[K::kGruReset], 2 * 5);
+  EXPECT_EQ(lbr0[K::kRnnCell], 2 * 5);
+  EXPECT_EQ(lbr0[K::kRnnStateIn], 2);   // its initial_h, per direction
+  EXPECT_EQ(lbr0[K::kRnnStateOut], 2);  // y_h
+  EXPECT_EQ(lbr0[K::kZero], 1);         // y, with sequence_lens
+  auto lbr1 = StepKinds(g, *l, "gru_lbr1_reverse");
+  EXPECT_EQ(lbr1[K::kGemm], 1 + 5);
+  EXPECT_EQ(lbr1[K::kGruReset], 0);
+  EXPECT_EQ(lbr1[K::kRnnCell], 5);
+  auto acts = StepKinds(g, *l, "gru_lbr1_acts");
+  EXPECT_EQ(acts[K::kZero], 0);  // no y
+  int64_t step = 0;
+  for (const GpuStep& s : l->steps) {
+    const std::string& node = g.nodes[s.node].name;
+    if (s.kind == K::kGemm && s.in[0] == g.FindValue("x")) {
+      EXPECT_EQ(s.gemm.m, 5 * 3);
+      EXPECT_EQ(s.gemm.n, 3 * 6);
+      EXPECT_EQ(s.gemm.k, 4);
+      EXPECT_TRUE(s.gemm.transpose_w);
+      EXPECT_EQ(s.gemm.epilogue, GemmEpilogue::kBias);
+    }
+    if (s.kind != K::kRnnCell) continue;
+    EXPECT_EQ(s.rnn.cell, 1);
+    EXPECT_EQ(s.rnn.seq, 5);
+    EXPECT_EQ(s.rnn.batch, 3);
+    EXPECT_EQ(s.rnn.hidden, 6);
+    EXPECT_GE(s.flag, 0);
+    EXPECT_GE(s.in[5], 0) << "sequence_lens";
+    if (node == "gru_lbr0") {
+      EXPECT_FALSE(s.rnn.linear_before_reset);
+      EXPECT_EQ(s.rnn.dirs, 2);
+      EXPECT_EQ(s.rnn.backwards, s.rnn.dir == 1);
+      EXPECT_EQ(s.rnn.step, step++ % 5);
+      EXPECT_EQ(s.length, 2 * 6);
+      EXPECT_GE(s.in[2], 0) << "its h gate's product";
+      EXPECT_EQ(s.weight_slots[0], -1);
+    } else {
+      EXPECT_TRUE(s.rnn.linear_before_reset);
+      EXPECT_EQ(s.length, 3 * 6);
+      EXPECT_EQ(s.in[2], -1);
+      EXPECT_GE(s.weight_slots[0], 0) << "the R bias of the h gate";
+    }
+    if (node == "gru_lbr1_reverse") EXPECT_TRUE(s.rnn.backwards);
+    if (node == "gru_lbr1_acts") {
+      EXPECT_FALSE(s.rnn.backwards);
+      EXPECT_EQ(s.rnn.act[0].kind, 7);  // HardSigmoid
+      EXPECT_FLOAT_EQ(s.rnn.act[0].alpha, 0.25f);
+      EXPECT_EQ(s.rnn.act[1].kind, 6);  // ScaledTanh
+      EXPECT_FLOAT_EQ(s.rnn.act[1].beta, 0.9f);
+      EXPECT_FLOAT_EQ(s.rnn.clip, 2.f);
+      EXPECT_EQ(s.out, -1);
+    }
+  }
+}
+
+// The LSTM model: a bidirectional LSTM with sequence_lens and initial states (each
+// direction's states in and out, the second direction backwards), and a reverse LSTM with
+// peepholes, clip and input_forget.
+TEST(LowerPlanTest, AnLstmKeepsItsStatesPeepholesAndClip) {
+  WithReference r = PrepareWithReference("rnn_graph_lstm", ".ragged.sht");
+  ASSERT_TRUE(r.prepared.plan);
+  const Graph& g = r.prepared.model->graph();
+  auto l = LowerPlan(g, *r.prepared.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  using K = GpuStep::Kind;
+  auto bi = StepKinds(g, *l, "lstm_bi");
+  EXPECT_EQ(bi[K::kRnnStateIn], 4);   // h and c, two directions
+  EXPECT_EQ(bi[K::kRnnStateOut], 4);  // y_h and y_c
+  EXPECT_EQ(bi[K::kRnnCell], 2 * 6);
+  EXPECT_EQ(bi[K::kGemm], 2 * (1 + 6));
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != K::kRnnCell) continue;
+    EXPECT_EQ(s.rnn.cell, 2);
+    EXPECT_GE(s.in[4], 0) << "c";
+    if (g.nodes[s.node].name == "lstm_bi") {
+      EXPECT_EQ(s.rnn.dirs, 2);
+      EXPECT_EQ(s.rnn.backwards, s.rnn.dir == 1);
+      EXPECT_EQ(s.weight_slots[1], -1);
+    } else {
+      EXPECT_TRUE(s.rnn.backwards);
+      EXPECT_FLOAT_EQ(s.rnn.clip, 1.5f);
+      EXPECT_TRUE(s.rnn.input_forget);
+      ASSERT_GE(s.weight_slots[1], 0) << "peepholes";
+      EXPECT_EQ(l->blobs[s.weight_slots[1]].data.element_count(), 3 * 4);
+    }
+  }
+}
+
+// In a 16-bit plan the recurrent products stay fp32: nothing is rounded before them.
+TEST(LowerPlanTest, RecurrentProductsStayFp32InA16BitPlan) {
+  WithReference r = PrepareWithReference("rnn_graph_rnn", ".sht");
+  ASSERT_TRUE(r.prepared.plan);
+  GpuPlanOptions fp16;
+  fp16.math = GemmMath::kFp16;
+  auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan, fp16);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  for (const GpuStep& s : l->steps) {
+    EXPECT_NE(s.kind, GpuStep::Kind::kToHalf);
+    if (s.kind == GpuStep::Kind::kGemm) {
+      EXPECT_EQ(s.gemm.math, GemmMath::kFp32);
+      EXPECT_FALSE(s.gemm.fp32_output);
+    }
+  }
 }
 
 // The GridSample model lowers: each of its eight GridSamples (bilinear, nearest and bicubic,

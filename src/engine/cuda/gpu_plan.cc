@@ -181,7 +181,22 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
       ASSIGN_OR_RETURN(plan->gemms_[i],
                        LtGemm::Create(shard.handle ? *shard.handle : handle, step.gemm));
     } else {
-      ASSIGN_OR_RETURN(plan->gemms_[i], LtGemm::Create(handle, step.gemm));
+      // One LtGemm for the steps of one shape and options (cuBLASLt's heuristic runs once).
+      auto same = [](const GemmOptions& a, const GemmOptions& b) {
+        return a.m == b.m && a.n == b.n && a.k == b.k && a.transpose_w == b.transpose_w &&
+               a.epilogue == b.epilogue && a.math == b.math &&
+               a.workspace_bytes == b.workspace_bytes && a.alpha == b.alpha &&
+               a.fp32_output == b.fp32_output && a.batch == b.batch &&
+               a.x_batch_stride == b.x_batch_stride && a.w_batch_stride == b.w_batch_stride &&
+               a.y_batch_stride == b.y_batch_stride;
+      };
+      for (size_t j = 0; j < i && !plan->gemms_[i]; ++j) {
+        if (plan->gemms_[j] && l.steps[j].shard < 0 && same(l.steps[j].gemm, step.gemm))
+          plan->gemms_[i] = plan->gemms_[j];
+      }
+      if (!plan->gemms_[i]) {
+        ASSIGN_OR_RETURN(plan->gemms_[i], LtGemm::Create(handle, step.gemm));
+      }
     }
   }
   // The host blobs may go once their copies have run.
@@ -306,7 +321,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     return RunShardStep(i, stream);
   }
   auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
-  float* y = static_cast<float*>(Address(s.out));
+  float* y = s.out >= 0 ? static_cast<float*>(Address(s.out)) : nullptr;
   auto Elements = [&](int v) { return Product(lowering_.shapes[v]); };
   // GatherElements and ScatterElements: the indices' positions mapped onto data (s.dims).
   auto ElementsIndexOf = [&](const GpuStep& step) {
@@ -456,6 +471,30 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                                               Address(s.in[0]), Address(s.out), s.dims[0],
                                               s.dims[1], s.dims[2], s.start, s.upper, stream),
                         "Trilu kernel launch");
+    case GpuStep::Kind::kRnnStateIn:
+      return RnnStateIn(s.in[0] >= 0 ? in(0) : nullptr, y, s.rnn, stream);
+    case GpuStep::Kind::kRnnStateOut:
+      return RnnStateOut(in(0), y, s.rnn, stream);
+    case GpuStep::Kind::kGruReset:
+      return GruReset(s.rnn, static_cast<float*>(Address(s.in[0])), in(1), in(2),
+                      s.in[3] >= 0 ? static_cast<const int32_t*>(Address(s.in[3])) : nullptr, y,
+                      stream);
+    case GpuStep::Kind::kRnnCell: {
+      auto optional = [&](size_t k) { return s.in[k] >= 0 ? in(k) : nullptr; };
+      auto blob = [&](size_t k) {
+        return s.weight_slots[k] >= 0 ? reinterpret_cast<const float*>(Blob(s.weight_slots[k]))
+                                      : nullptr;
+      };
+      return RnnCell(s.rnn, in(0), in(1), s.length, optional(2), blob(0), blob(1),
+                     s.in[5] >= 0 ? static_cast<const int32_t*>(Address(s.in[5])) : nullptr,
+                     static_cast<float*>(Address(s.in[3])),
+                     s.in[4] >= 0 ? static_cast<float*>(Address(s.in[4])) : nullptr,
+                     s.out >= 0 ? y : nullptr, error_flag_.as<int32_t>() + s.flag, stream);
+    }
+    case GpuStep::Kind::kZero:
+      return CudaStatus(cudaMemsetAsync(Address(s.out), 0,
+                                        static_cast<size_t>(lowering_.values[s.out].bytes), stream),
+                        "cudaMemsetAsync");
     case GpuStep::Kind::kCopy: {
       // Between a shard's device and the plan's (or within one device, where a shard with
       // memory of its own shares the plan's device). Unified addressing finds both devices
@@ -660,6 +699,7 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
     if (flag & 1) return InvalidArgument(node + ": an index was out of range");
     if (flag & 2) return InvalidArgument(node + ": an integer division by zero");
     if (flag & 4) return InvalidArgument(node + ": a batch index was out of range");
+    if (flag & 8) return InvalidArgument(node + ": a sequence length was outside [0, seq_length]");
     return Internal(node + ": its kernel raised error flag " + std::to_string(flag));
   }
   return Status::Ok();

@@ -234,10 +234,12 @@ class GpuPlan {
   DeviceBuffer arena_, workspace_, error_flag_;
   std::vector<size_t> staged_inputs_, staged_outputs_;  // offsets in each slot's staging
   size_t staged_flag_ = 0;
-  size_t staged_out_begin_ = 0;                 // where the outputs' part starts; the inputs' ends
-  size_t staged_bytes_ = 0;                     // the whole staging buffer
-  std::vector<std::unique_ptr<LtGemm>> gemms_;  // per step; null where no GEMM
-  std::optional<Stream> copy_in_, copy_out_;    // the plan's copy streams
+  size_t staged_out_begin_ = 0;  // where the outputs' part starts; the inputs' ends
+  size_t staged_bytes_ = 0;      // the whole staging buffer
+  // Per step; null where no GEMM. Steps of one shape and options share one (a recurrent
+  // operator's step-by-step products).
+  std::vector<std::shared_ptr<LtGemm>> gemms_;
+  std::optional<Stream> copy_in_, copy_out_;  // the plan's copy streams
   std::array<Slot, kSlots> slots_;
   double last_device_ms_ = 0;
   int64_t runs_ = 0;           // graphs are captured from the second batch on, after a warm one

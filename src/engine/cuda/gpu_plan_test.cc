@@ -595,6 +595,47 @@ TEST_F(GpuPlanTest, RoiAlignMatchesTheCpuEngine) {
   }
 }
 
+// Every recurrent test model: the graph models on their full and ragged sequence_lens (one
+// plan, both runs), PyTorch's at batch 1 and 4; then a sequence length past the sequence is
+// refused naming the node, and the next run is fine.
+TEST_F(GpuPlanTest, TheRecurrentModelsMatchTheCpuEngine) {
+  for (const char* name : {"rnn_graph_gru", "rnn_graph_lstm", "rnn_graph_layout1"}) {
+    SCOPED_TRACE(name);
+    WithReference full = PrepareWithReference(name, ".full.sht");
+    WithReference ragged = PrepareWithReference(name, ".ragged.sht");
+    ExpectGpuMatchesCpu(full.prepared, {full.inputs, ragged.inputs, full.inputs}, GemmMath::kFp32,
+                        1e-4f);
+  }
+  WithReference rnn = PrepareWithReference("rnn_graph_rnn", ".sht");
+  ExpectGpuMatchesCpu(rnn.prepared, {rnn.inputs, rnn.inputs}, GemmMath::kFp32, 1e-4f);
+  for (const char* name : {"rnn_gru_bi2_op17", "rnn_lstm_bi2_op13", "rnn_lstm_classifier_op17",
+                           "rnn_lstm_state_op17", "rnn_rnn_relu_op13", "rnn_rnn_tanh_bi_op17"}) {
+    SCOPED_TRACE(name);
+    for (const char* suffix : {".b1.sht", ".b4.sht"}) {
+      WithReference r = PrepareWithReference(name, suffix);
+      ExpectGpuMatchesCpu(r.prepared, {r.inputs, r.inputs}, GemmMath::kFp32, 1e-4f);
+    }
+  }
+  WithReference gru = PrepareWithReference("rnn_graph_gru", ".ragged.sht");
+  ASSERT_TRUE(gru.prepared.plan);
+  auto lowered = LowerPlan(gru.prepared.model->graph(), *gru.prepared.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  auto plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // Inputs x, seq_lens (int32), h0.
+  ASSERT_EQ(gru.inputs.size(), 3u);
+  std::vector<int32_t> lens(gru.inputs[1].values<int32_t>().begin(),
+                            gru.inputs[1].values<int32_t>().end());
+  lens[0] = 9;  // of 5 steps
+  const Tensor bad = Tensor::FromVector<int32_t>(DataType::kInt32, gru.inputs[1].shape(), lens);
+  std::vector<Tensor> out;
+  const Status refused = (*plan)->Run({&gru.inputs[0], &bad, &gru.inputs[2]}, *run_stream_, &out);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("(GRU): a sequence length was outside"));
+  EXPECT_TRUE(
+      (*plan)->Run({&gru.inputs[0], &gru.inputs[1], &gru.inputs[2]}, *run_stream_, &out).ok());
+}
+
 // The GridSample model on both reference inputs; then GridSample on volumes in every linear
 // and nearest mode, padding and alignment (PyTorch's reference inputs), and grids with NaN
 // and infinite coordinates on a plane and a volume, against the CPU engine.

@@ -299,4 +299,50 @@ cudaError_t LaunchCumSum(bool int64_data, const void* x, void* y, int64_t outer,
 cudaError_t LaunchTrilu(bool eight_bytes, const void* x, void* y, int64_t mats, int64_t rows,
                         int64_t cols, int64_t k, bool upper, cudaStream_t stream);
 
+// Recurrent operators (ONNX RNN, GRU, LSTM), one step of one direction at a time, as the CPU
+// engine's RecurrentLoop computes it (engine/internal/recurrent.h has the layouts). The
+// products are GEMMs around these: xw, every step's input times W with the biases that add
+// (all but a linear-before-reset GRU's R bias of the h gate, `rbh`), and hr, the state
+// times R before each step. The activations are ONNX's, in RnnActivation::Kind's order:
+// Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu,
+// Softsign, Softplus.
+struct RnnActivationKernel {
+  int kind = 1;  // Tanh
+  float alpha = 0.f, beta = 0.f;
+};
+struct RnnGeometry {
+  int cell = 0;  // 0 RNN (gates 1), 1 GRU (3: z, r, h), 2 LSTM (4: i, o, f, c)
+  int64_t seq = 0, batch = 0, hidden = 0, dirs = 1;
+  int64_t dir = 0;           // the direction this step runs
+  bool backwards = false;    // this direction runs last step first
+  bool batch_first = false;  // ONNX layout 1
+  bool linear_before_reset = false;
+  bool input_forget = false;   // LSTM
+  float clip = 0.f;            // > 0: gate inputs clamped to [-clip, clip]
+  int64_t step = 0;            // the step's place in this direction's order, 0..seq-1
+  RnnActivationKernel act[3];  // RNN f; GRU f, g; LSTM f, g, h
+};
+// state [batch, hidden] = direction g.dir's rows of `initial` (ONNX's [dirs, batch, hidden],
+// or [batch, dirs, hidden] in layout 1), or zeros when initial is null.
+cudaError_t LaunchRnnStateIn(const float* initial, float* state, const RnnGeometry& g,
+                             cudaStream_t stream);
+// Direction g.dir's rows of `out` (as `initial` above) = state [batch, hidden].
+cudaError_t LaunchRnnStateOut(const float* state, float* out, const RnnGeometry& g,
+                              cudaStream_t stream);
+// A GRU without linear-before-reset, before its h gate's product: for each row of the batch
+// that takes this step, z = f(xw_z + hr_z) is kept in xw's z columns and rh = f(xw_r + hr_r)
+// * h is written (zeros for rows past their length). hr is [batch, 2 * hidden].
+cudaError_t LaunchGruReset(const RnnGeometry& g, float* xw, const float* hr, const float* h,
+                           const int32_t* sequence_lens, float* rh, cudaStream_t stream);
+// The step: for each row of the batch whose length (sequence_lens, or seq when null) covers
+// it, h (and an LSTM's c) updated in place and written to y at the step's time (y may be
+// null). hr: [batch, hr_ld], the state's products (a GRU without linear-before-reset: z and r
+// gates, its h gate's in hr_h [batch, hidden]). rbh: a linear-before-reset GRU's R bias of
+// the h gate (hidden values, or null); peepholes: an LSTM's [3 * hidden] (i, o, f), or null.
+// A length outside [0, seq] sets bit 8 of *error_flag and leaves its row alone.
+cudaError_t LaunchRnnCell(const RnnGeometry& g, const float* xw, const float* hr, int64_t hr_ld,
+                          const float* hr_h, const float* rbh, const float* peepholes,
+                          const int32_t* sequence_lens, float* h, float* c, float* y,
+                          int32_t* error_flag, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda::internal

@@ -80,6 +80,8 @@ class Lowerer {
   Status LowerScatter(int n);
   Status LowerCumSum(int n);
   Status LowerTrilu(int n);
+  // RNN, GRU and LSTM (gpu_lowering_recurrent.cc).
+  Status LowerRecurrent(int n);
   // The integers of known value `v` (int64 or int32); nullopt when it is computed.
   std::optional<std::vector<int64_t>> KnownInts(int v) const {
     const Tensor* t = Known(v);
