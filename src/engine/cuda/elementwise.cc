@@ -97,6 +97,15 @@ Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, 
       "comparison kernel launch");
 }
 
+Status Logical(LogicalOp op, const uint8_t* a, const uint8_t* b, uint8_t* y,
+               const BroadcastPlan& plan, cudaStream_t stream) {
+  if ((op == LogicalOp::kNot) != (b == nullptr))
+    return InvalidArgument("logical: Not takes one operand, And, Or and Xor two");
+  return CudaStatus(internal::LaunchLogical(static_cast<internal::LogicalKernel>(op), a, b, y,
+                                            plan.index, plan.elements, stream),
+                    "logical kernel launch");
+}
+
 StatusOr<WherePlan> PlanWhere(std::span<const int64_t> cond_dims, std::span<const int64_t> a_dims,
                               std::span<const int64_t> b_dims) {
   const std::span<const int64_t> operands[3] = {cond_dims, a_dims, b_dims};
@@ -156,8 +165,8 @@ Status Where(const uint8_t* cond, const float* a, const float* b, float* y, cons
                     "where kernel launch");
 }
 
-Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
-                       cudaStream_t stream) {
+Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, cudaStream_t stream,
+                       bool log) {
   if (dims.empty()) return InvalidArgument("softmax needs at least one dimension");
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < dims.size(); ++d) {
@@ -170,7 +179,7 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
     return InvalidArgument("softmax of shape " + ShapeToString(dims) +
                            " has more than 2^31-1 rows");
   }
-  return CudaStatus(internal::LaunchSoftmaxRowsF32(x, y, rows, cols, stream),
+  return CudaStatus(internal::LaunchSoftmaxRowsF32(x, y, rows, cols, log, stream),
                     "softmax kernel launch");
 }
 

@@ -19,9 +19,9 @@
 
 namespace shoal::engine::cuda {
 
-// The last four take parameters: LeakyRelu alpha (x < 0 gives alpha·x), Clip alpha and
-// beta (the lower and upper bounds), HardSigmoid alpha and beta (clamp(alpha·x + beta, 0,
-// 1)); HardSwish none (x·clamp(x/6 + 1/2, 0, 1)). The others ignore them.
+// Some take parameters: LeakyRelu alpha (x < 0 gives alpha·x), Clip alpha and beta (the
+// lower and upper bounds), HardSigmoid alpha and beta (clamp(alpha·x + beta, 0, 1)), Elu
+// alpha; HardSwish none (x·clamp(x/6 + 1/2, 0, 1)). The others ignore them.
 enum class UnaryOp {
   kRelu,
   kSigmoid,
@@ -38,9 +38,13 @@ enum class UnaryOp {
   kHardSigmoid,
   kHardSwish,
   kFloor,
-  kCeil
+  kCeil,
+  kReciprocal,
+  kSoftplus,  // log(1 + e^x)
+  kElu        // alpha the scale of the negative side: x > 0 ? x : alpha·(e^x - 1)
 };
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
+// kPRelu: b is the slope where a is negative (ONNX PRelu), a otherwise.
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu };
 
 // y = op(x) over n elements; x and y may be the same buffer.
 Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream,
@@ -66,6 +70,12 @@ Status Binary(BinaryOp op, const float* a, const float* b, float* y, const Broad
 // Comparisons with NumPy broadcasting (PlanBroadcast), writing ONNX bools (one byte, 1 or
 // 0): a and b are fp32, or int64 when `int64_operands`. y must not overlap a or b.
 enum class CompareOp { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual };
+
+// And, Or, Xor of two bool tensors broadcast by `plan`, or Not of one (b null; `plan` then
+// needs only its element count): bools of one byte, nonzero true, written 0 or 1.
+enum class LogicalOp { kAnd, kOr, kXor, kNot };
+Status Logical(LogicalOp op, const uint8_t* a, const uint8_t* b, uint8_t* y,
+               const BroadcastPlan& plan, cudaStream_t stream);
 Status Compare(CompareOp op, bool int64_operands, const void* a, const void* b, uint8_t* y,
                const BroadcastPlan& plan, cudaStream_t stream);
 
@@ -91,9 +101,10 @@ StatusOr<WherePlan> PlanWhere(std::span<const int64_t> cond_dims, std::span<cons
 Status Where(const uint8_t* cond, const float* a, const float* b, float* y, const WherePlan& plan,
              cudaStream_t stream);
 
-// Softmax along the last of `dims` (ONNX Softmax with axis -1), x and y of that shape.
-Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims,
-                       cudaStream_t stream);
+// Softmax along the last of `dims` (ONNX Softmax with axis -1), x and y of that shape; with
+// `log`, LogSoftmax.
+Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, cudaStream_t stream,
+                       bool log = false);
 
 // y = float(x) over n elements: Cast to fp32 from int64, int32 or bool (one byte each; any
 // value but 0 is 1), or, exactly, from fp16 or bf16. x and y must not overlap.

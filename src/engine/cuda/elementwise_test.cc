@@ -334,6 +334,9 @@ TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
        [](float v) { return v * std::min(std::max(v / 6.f + 0.5f, 0.f), 1.f); }},
       {UnaryOp::kFloor, false, [](float v) { return std::floor(v); }},
       {UnaryOp::kCeil, false, [](float v) { return std::ceil(v); }},
+      {UnaryOp::kReciprocal, true, [](float v) { return 1.f / v; }},
+      {UnaryOp::kSoftplus, false, [](float v) { return std::log1p(std::exp(v)); }},
+      {UnaryOp::kElu, false, [](float v) { return v > 0 ? v : 0.7f * (std::exp(v) - 1.f); }, 0.7f},
   };
   for (const Case& c : cases) {
     const std::vector<float>& in = c.needs_positive ? positive : x;
@@ -388,6 +391,76 @@ TEST_F(ElementwiseGpuTest, BinaryOperatorsBroadcastLikeNumPy) {
             << "op " << static_cast<int>(op) << " element " << i;
       }
     }
+  }
+}
+
+// PRelu: x of both signs, one slope per channel broadcast over [2, 3, 4, 5].
+TEST_F(ElementwiseGpuTest, PReluScalesTheNegativeSideByItsBroadcastSlope) {
+  const std::vector<int64_t> xs = {2, 3, 4, 5}, ss = {3, 1, 1};
+  const std::vector<float> x = Random(Elements(xs), -2.f, 2.f, 41);
+  const std::vector<float> slope = {0.1f, -0.5f, 2.f};
+  auto plan = PlanBroadcast(xs, ss);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  DeviceBuffer dx = Upload(x), ds = Upload(slope), dy = Floats(plan->elements);
+  ASSERT_TRUE(
+      Binary(BinaryOp::kPRelu, dx.as<float>(), ds.as<float>(), dy.as<float>(), *plan, stream())
+          .ok());
+  const std::vector<float> y = Download(dy, plan->elements);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float a = slope[(i / 20) % 3];
+    EXPECT_EQ(y[i], x[i] < 0 ? x[i] * a : x[i]) << i;
+  }
+}
+
+// And, Or, Xor of bools broadcast [3, 4] against [4] (a nonzero byte other than 1 is true),
+// and Not; every output 0 or 1.
+TEST_F(ElementwiseGpuTest, LogicalOperatorsOnBools) {
+  const std::vector<int64_t> as = {3, 4}, bs = {4};
+  const std::vector<uint8_t> a = {0, 1, 2, 0, 1, 1, 0, 7, 0, 0, 1, 1}, b = {0, 1, 0, 5};
+  auto plan = PlanBroadcast(as, bs);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  DeviceBuffer da = UploadBytes(a.data(), a.size()), db = UploadBytes(b.data(), b.size());
+  auto dy = DeviceBuffer::Allocate(12);
+  ASSERT_TRUE(dy.ok());
+  const std::pair<LogicalOp, std::function<bool(bool, bool)>> ops[] = {
+      {LogicalOp::kAnd, [](bool p, bool q) { return p && q; }},
+      {LogicalOp::kOr, [](bool p, bool q) { return p || q; }},
+      {LogicalOp::kXor, [](bool p, bool q) { return p != q; }},
+  };
+  std::vector<uint8_t> y(12);
+  for (const auto& [op, ref] : ops) {
+    ASSERT_TRUE(
+        Logical(op, da.as<uint8_t>(), db.as<uint8_t>(), dy->as<uint8_t>(), *plan, stream()).ok());
+    DownloadBytes(*dy, y.data(), 12);
+    for (size_t i = 0; i < 12; ++i)
+      EXPECT_EQ(y[i], ref(a[i] != 0, b[i % 4] != 0) ? 1 : 0) << static_cast<int>(op) << " " << i;
+  }
+  ASSERT_TRUE(
+      Logical(LogicalOp::kNot, da.as<uint8_t>(), nullptr, dy->as<uint8_t>(), *plan, stream()).ok());
+  DownloadBytes(*dy, y.data(), 12);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(y[i], a[i] == 0 ? 1 : 0) << i;
+  // Not with a second operand, or And without one, is refused before the device is touched.
+  EXPECT_EQ(Logical(LogicalOp::kNot, nullptr, db.as<uint8_t>(), nullptr, *plan, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Logical(LogicalOp::kAnd, nullptr, nullptr, nullptr, *plan, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// LogSoftmax: x - max - log(sum(exp(x - max))), finite with a large value in the row.
+TEST_F(ElementwiseGpuTest, LogSoftmaxRowsAreLogsOfTheSoftmax) {
+  const std::vector<int64_t> dims = {4, 300};
+  std::vector<float> x = Random(1200, -5.f, 5.f, 43);
+  x[0] = 1000.f;
+  DeviceBuffer dx = Upload(x), dy = Floats(1200);
+  ASSERT_TRUE(SoftmaxLastAxis(dx.as<float>(), dy.as<float>(), dims, stream(), /*log=*/true).ok());
+  const std::vector<float> y = Download(dy, 1200);
+  for (int64_t r = 0; r < 4; ++r) {
+    const float* row = x.data() + r * 300;
+    const float m = *std::max_element(row, row + 300);
+    double sum = 0;
+    for (int64_t c = 0; c < 300; ++c) sum += std::exp(static_cast<double>(row[c] - m));
+    for (int64_t c = 0; c < 300; ++c)
+      ASSERT_NEAR(y[r * 300 + c], row[c] - m - std::log(sum), 1e-4) << r << " " << c;
   }
 }
 

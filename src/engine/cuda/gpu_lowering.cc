@@ -29,11 +29,20 @@ int64_t PadTo(int64_t bytes, int64_t alignment) {
 }
 
 std::optional<UnaryOp> UnaryByName(std::string_view op) {
-  static const std::pair<std::string_view, UnaryOp> kOps[] = {
-      {"Relu", UnaryOp::kRelu}, {"Sigmoid", UnaryOp::kSigmoid}, {"Tanh", UnaryOp::kTanh},
-      {"Exp", UnaryOp::kExp},   {"Log", UnaryOp::kLog},         {"Neg", UnaryOp::kNeg},
-      {"Abs", UnaryOp::kAbs},   {"Sqrt", UnaryOp::kSqrt},       {"Erf", UnaryOp::kErf},
-      {"Gelu", UnaryOp::kGelu}, {"Floor", UnaryOp::kFloor},     {"Ceil", UnaryOp::kCeil}};
+  static const std::pair<std::string_view, UnaryOp> kOps[] = {{"Relu", UnaryOp::kRelu},
+                                                              {"Sigmoid", UnaryOp::kSigmoid},
+                                                              {"Tanh", UnaryOp::kTanh},
+                                                              {"Exp", UnaryOp::kExp},
+                                                              {"Log", UnaryOp::kLog},
+                                                              {"Neg", UnaryOp::kNeg},
+                                                              {"Abs", UnaryOp::kAbs},
+                                                              {"Sqrt", UnaryOp::kSqrt},
+                                                              {"Erf", UnaryOp::kErf},
+                                                              {"Gelu", UnaryOp::kGelu},
+                                                              {"Floor", UnaryOp::kFloor},
+                                                              {"Ceil", UnaryOp::kCeil},
+                                                              {"Reciprocal", UnaryOp::kReciprocal},
+                                                              {"Softplus", UnaryOp::kSoftplus}};
   for (const auto& [name, u] : kOps)
     if (name == op) return u;
   return std::nullopt;
@@ -43,9 +52,9 @@ namespace {
 
 std::optional<BinaryOp> BinaryByName(std::string_view op) {
   static const std::pair<std::string_view, BinaryOp> kOps[] = {
-      {"Add", BinaryOp::kAdd}, {"Sub", BinaryOp::kSub}, {"Mul", BinaryOp::kMul},
-      {"Div", BinaryOp::kDiv}, {"Max", BinaryOp::kMax}, {"Min", BinaryOp::kMin},
-      {"Pow", BinaryOp::kPow}};
+      {"Add", BinaryOp::kAdd}, {"Sub", BinaryOp::kSub},    {"Mul", BinaryOp::kMul},
+      {"Div", BinaryOp::kDiv}, {"Max", BinaryOp::kMax},    {"Min", BinaryOp::kMin},
+      {"Pow", BinaryOp::kPow}, {"PRelu", BinaryOp::kPRelu}};
   for (const auto& [name, b] : kOps)
     if (name == op) return b;
   return std::nullopt;
@@ -139,7 +148,8 @@ Status Lowerer::LowerNode(int n) {
     if (op == "MatMul" || op == "Gemm") return LowerProduct(n);
     if (auto u = UnaryByName(op)) return LowerUnary(n, *u);
     if (auto b = BinaryByName(op)) return LowerBinary(n, *b);
-    if (op == "Softmax") return LowerSoftmax(n);
+    if (op == "Softmax" || op == "LogSoftmax") return LowerSoftmax(n);
+    if (op == "Elu") return LowerUnary(n, UnaryOp::kElu, node.GetFloat("alpha", 1.f));
     if (op == "LayerNormalization") return LowerLayerNorm(n);
     if (op == "Transpose") return LowerTranspose(n);
     if (op == "Gather") return LowerGather(n);
@@ -147,6 +157,10 @@ Status Lowerer::LowerNode(int n) {
     if (op == "ReduceSum") return LowerReduce(n, ReduceOp::kSum);
     if (op == "ReduceMean") return LowerReduce(n, ReduceOp::kMean);
     if (op == "ReduceMax") return LowerReduce(n, ReduceOp::kMax);
+    if (op == "ReduceMin") return LowerReduce(n, ReduceOp::kMin);
+    if (op == "ReduceProd") return LowerReduce(n, ReduceOp::kProd);
+    if (op == "ReduceSumSquare") return LowerReduce(n, ReduceOp::kSumSquare);
+    if (op == "ReduceL2") return LowerReduce(n, ReduceOp::kL2);
     if (op == "Cast") return LowerCast(n);
     if (op == "Conv") return LowerConv(n);
     if (op == "LeakyRelu") return LowerUnary(n, UnaryOp::kLeakyRelu, node.GetFloat("alpha", 0.01f));
@@ -165,6 +179,11 @@ Status Lowerer::LowerNode(int n) {
     if (op == "LessOrEqual") return LowerCompare(n, CompareOp::kLessOrEqual);
     if (op == "GreaterOrEqual") return LowerCompare(n, CompareOp::kGreaterOrEqual);
     if (op == "Where") return LowerWhere(n);
+    if (op == "And") return LowerLogical(n, LogicalOp::kAnd);
+    if (op == "Or") return LowerLogical(n, LogicalOp::kOr);
+    if (op == "Xor") return LowerLogical(n, LogicalOp::kXor);
+    if (op == "Not") return LowerLogical(n, LogicalOp::kNot);
+    if (op == "Tile") return LowerTile(n);
     if (op == "ConvTranspose") return LowerConvTranspose(n);
     if (op == "Resize") return LowerResize(n);
     if (op == "Mod") return LowerMod(n);

@@ -139,7 +139,8 @@ struct GpuStep {
     kRnnStateOut,  // direction rnn.dir's rows of out (Y_h, Y_c) = in[0]
     kGruReset,     // a GRU without linear-before-reset: z into in[0] (xw), out = r * h
     kRnnCell,      // one step: h, c updated in place, out (Y, or -1) written at its time
-    kZero          // out's bytes set to zero (Y before a run with sequence_lens)
+    kZero,         // out's bytes set to zero (Y before a run with sequence_lens)
+    kLogical       // And, Or, Xor of bools {a, b}, or Not {a}
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -178,6 +179,7 @@ struct GpuStep {
   BinaryOp binary = BinaryOp::kAdd;          // kBinary
   BroadcastPlan broadcast;                   // kBinary, kCompare
   CompareOp compare = CompareOp::kEqual;     // kCompare
+  LogicalOp logical = LogicalOp::kAnd;       // kLogical
   bool int64_operands = false;               // kCompare, kMod: a and b are int64, not fp32
   bool fmod = false;                         // kMod: the remainder takes the dividend's sign
   bool arg_max = true, select_last = false;  // kArgExtreme (ArgMin when !arg_max)
@@ -219,6 +221,7 @@ struct GpuStep {
   SlicePlan slice;             // kStridedSlice (ONNX Slice)
   Window2d window;             // kIm2Col, kPool, kConvTranspose (its output channels in length)
   PoolOp pool = PoolOp::kMax;  // kPool
+  bool log_softmax = false;    // kSoftmax: LogSoftmax
   RnnGeometry rnn;             // kRnnStateIn, kRnnStateOut, kGruReset, kRnnCell
 };
 

@@ -17,7 +17,8 @@ namespace shoal::engine::cuda::internal {
 
 using engine::internal::Product;
 
-// ReduceSum, ReduceMean, ReduceMax over axes that sit next to each other.
+// ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare and ReduceL2
+// over axes that sit next to each other.
 Status Lowerer::LowerReduce(int n, ReduceOp op) {
   const Node& node = graph_.nodes[n];
   // The data and the result in fp32 (the axes, when an input, are int64).
@@ -50,6 +51,9 @@ Status Lowerer::LowerReduce(int n, ReduceOp op) {
                 "path yet");
   if (Product(xs, axes.front(), axes.back() + 1) == 0)
     return Fail(n, "a reduction over an empty axis");
+  // Before opset 18 ReduceMin, ReduceProd, ReduceSumSquare and ReduceL2 take their axes as
+  // an attribute (read above); keepdims changes only the output's shape, which the plan
+  // has.
   GpuStep step = NewStep(GpuStep::Kind::kReduce, n);
   step.reduce = op;
   step.in = {node.inputs[0]};
@@ -236,6 +240,7 @@ Status Lowerer::LowerSoftmax(int n) {
   if (graph_.opset >= 13 && axis != rank - 1)
     return Fail(n, "softmax over an axis other than the last is not on the GPU path yet");
   GpuStep step = NewStep(GpuStep::Kind::kSoftmax, n);
+  step.log_softmax = node.op_type == "LogSoftmax";
   step.in = {node.inputs[0]};
   step.dims = {Product(xs, 0, axis), Product(xs, axis)};
   step.out = node.outputs[0];
@@ -280,6 +285,29 @@ Status Lowerer::LowerCompare(int n, CompareOp op) {
   ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kCompare));
   step.compare = op;
   step.int64_operands = dtype == DataType::kInt64;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status Lowerer::LowerLogical(int n, LogicalOp op) {
+  const Node& node = graph_.nodes[n];
+  const size_t arity = op == LogicalOp::kNot ? 1 : 2;
+  if (node.inputs.size() != arity) return Fail(n, "takes " + std::to_string(arity) + " input(s)");
+  RETURN_IF_ERROR(CheckPlain(n));
+  for (int v : node.inputs)
+    if (v < 0 || DtypeOf(v) != DataType::kBool) return Fail(n, "its inputs must be bool");
+  if (DtypeOf(node.outputs[0]) != DataType::kBool) return Fail(n, "the output is not bool");
+  if (op == LogicalOp::kNot) {
+    GpuStep step = NewStep(GpuStep::Kind::kLogical, n);
+    step.logical = op;
+    step.in = {node.inputs[0]};
+    step.out = node.outputs[0];
+    step.broadcast.elements = Product(ShapeOf(node.outputs[0]));
+    out_.steps.push_back(std::move(step));
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kLogical));
+  step.logical = op;
   out_.steps.push_back(std::move(step));
   return Status::Ok();
 }

@@ -440,16 +440,18 @@ Status Lowerer::LowerGridSample(int n) {
   return Status::Ok();
 }
 
-// Expand: the planned output shape (the CPU plan read the shape input) filled by a strided
-// copy that reads each broadcast axis with stride 0.
-Status Lowerer::LowerExpand(int n) {
+// x (4- or 8-byte elements) viewed as `in` copied onto `out` by one strided copy that reads
+// each axis where `in` has 1 and `out` more with stride 0 (ONNX Expand's rule); `what`
+// names the operator in the error.
+Status Lowerer::AddBroadcastCopy(int n, const Shape& in, const Shape& out, const char* what) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckPlain(n));
   const int x = node.inputs[0], y = node.outputs[0];
   const int64_t words = WordsOf(x);
   if (words == 0 || DtypeOf(y) != DtypeOf(x))
-    return Fail(n, "only an Expand of 4- or 8-byte elements is on the GPU path so far");
-  auto plan = PlanExpand(InWords(ShapeOf(x), words), InWords(ShapeOf(y), words));
+    return Fail(
+        n, std::string("only ") + what + " of 4- or 8-byte elements is on the GPU path so far");
+  auto plan = PlanExpand(InWords(in, words), InWords(out, words));
   if (!plan.ok()) return Fail(n, plan.status().message());
   GpuStep s = NewStep(GpuStep::Kind::kStridedSlice, n);
   s.in = {x};
@@ -457,6 +459,37 @@ Status Lowerer::LowerExpand(int n) {
   s.slice = std::move(plan).value();
   out_.steps.push_back(std::move(s));
   return Status::Ok();
+}
+
+// Expand: the planned output shape (the CPU plan read the shape input) filled by a strided
+// copy that reads each broadcast axis with stride 0.
+Status Lowerer::LowerExpand(int n) {
+  const Node& node = graph_.nodes[n];
+  return AddBroadcastCopy(n, ShapeOf(node.inputs[0]), ShapeOf(node.outputs[0]), "an Expand");
+}
+
+// Tile: x [d0, d1, ...] repeated r_i times along axis i is x viewed as [1, d0, 1, d1, ...]
+// (a unit axis before each repeated one) expanded onto [r0, d0, r1, d1, ...], whose bytes
+// are the output's: one strided copy with zero strides on the repeats, as Expand.
+Status Lowerer::LowerTile(int n) {
+  const Node& node = graph_.nodes[n];
+  const auto repeats = node.has_input(1) ? KnownInts(node.inputs[1]) : std::nullopt;
+  if (!repeats) return Fail(n, "repeats computed at run time are not on the GPU path");
+  const Shape xs = ShapeOf(node.inputs[0]);
+  if (repeats->size() != xs.size()) return Fail(n, "repeats must have one value per axis");
+  Shape in, out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if ((*repeats)[i] < 0) return Fail(n, "a negative repeat");
+    if ((*repeats)[i] != 1) {
+      in.push_back(1);
+      out.push_back((*repeats)[i]);
+    }
+    in.push_back(xs[i]);
+    out.push_back(xs[i]);
+  }
+  if (Product(out) != Product(ShapeOf(node.outputs[0])))
+    return Fail(n, "the output's shape does not match");
+  return AddBroadcastCopy(n, in, out, "a Tile");
 }
 
 StatusOr<int64_t> Lowerer::ElementsAxis(int n, const Shape& xs, const Shape& is) const {

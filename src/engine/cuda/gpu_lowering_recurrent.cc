@@ -3,7 +3,8 @@
 // input with W and the biases that add; the state copied in; then per step a GEMM of the
 // state with R and the cell's kernel (a GRU without linear-before-reset: a GEMM of its z
 // and r gates, the reset kernel, a GEMM of r * h with its h gate's R, then the cell); the
-// final states copied out. The products are fp32 (TF32 in a TF32 plan) in every tier.
+// final states copied out. The products are fp32 in every tier: rounding (to TF32 or 16
+// bits) compounds over the steps of a sequence.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -18,6 +19,17 @@ namespace shoal::engine::cuda::internal {
 using engine::internal::CellKind;
 using engine::internal::Product;
 using engine::internal::RecurrentAttributes;
+using ActKind = engine::internal::RnnActivation::Kind;
+
+// The kernels number the activations as RnnActivation::Kind does (kernels.h).
+static_assert(static_cast<int>(ActKind::kRelu) == 0 && static_cast<int>(ActKind::kTanh) == 1 &&
+              static_cast<int>(ActKind::kSigmoid) == 2 && static_cast<int>(ActKind::kAffine) == 3 &&
+              static_cast<int>(ActKind::kLeakyRelu) == 4 &&
+              static_cast<int>(ActKind::kThresholdedRelu) == 5 &&
+              static_cast<int>(ActKind::kScaledTanh) == 6 &&
+              static_cast<int>(ActKind::kHardSigmoid) == 7 &&
+              static_cast<int>(ActKind::kElu) == 8 && static_cast<int>(ActKind::kSoftsign) == 9 &&
+              static_cast<int>(ActKind::kSoftplus) == 10);
 
 namespace {
 
@@ -67,12 +79,13 @@ Status Lowerer::LowerRecurrent(int n) {
   const int64_t I = xs[2], H = rs[2], D = a.directions, G = a.gates, GH = G * H;
   if (rs[0] != D || rs[1] != GH || w->shape() != Shape{D, GH, I})
     return Fail(n, "W and R do not match the directions, gates and sizes");
-  if (T == 0 || N == 0) return Fail(n, "an empty sequence or batch is not on the GPU path yet");
+  if (T == 0 || N == 0 || I == 0 || H == 0)
+    return Fail(n, "an empty sequence, batch, input or state is not on the GPU path yet");
   const bool gru = a.cell == CellKind::kGru, lstm = a.cell == CellKind::kLstm;
   const bool split_h = gru && !a.linear_before_reset;
 
   GemmOptions products;
-  products.math = options_.math == GemmMath::kTf32 ? GemmMath::kTf32 : GemmMath::kFp32;
+  products.math = GemmMath::kFp32;
   products.transpose_w = true;  // W and R are stored [gates * hidden, size]
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, products.workspace_bytes);
   auto gemm = [&](int in, int64_t w_slot, int64_t bias_slot, int out, int64_t m, int64_t cols,
@@ -99,8 +112,11 @@ Status Lowerer::LowerRecurrent(int n) {
   geometry.input_forget = a.input_forget;
   geometry.clip = a.clip;
   const size_t per_direction = a.activations.size() / static_cast<size_t>(D);
-  const std::string key = KeyOf(input(1)) + "|" + KeyOf(input(2)) +
-                          (b ? "|" + KeyOf(input(3)) : std::string()) + "|rnn";
+  // The blobs are this node's own (what they hold depends on its attributes too), and
+  // the same for every plan of the model whose W, R, B and P are the same.
+  std::string key = "n" + std::to_string(n) + "|" + KeyOf(input(1)) + "|" + KeyOf(input(2));
+  if (b) key += "|" + KeyOf(input(3));
+  if (p) key += "|" + KeyOf(input(7));
   const int flag = NewFlag(n);
 
   if (y >= 0 && lens >= 0) {  // rows past their length stay zero

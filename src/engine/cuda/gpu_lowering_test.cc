@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -174,6 +175,54 @@ TEST(LowerPlanTest, AttentionWrittenAsEinsumsBecomesBatchedGemms) {
   ExpectAligned(*lowered);
 }
 
+// Softplus, Reciprocal, Elu, PRelu, LogSoftmax, ReduceL2, ReduceSumSquare, ReduceMin and
+// ReduceProd lower onto the element-wise, softmax and reduction kernels; Tile (fp32 and int64)
+// onto one strided copy; And, Or, Xor and Not onto the logical kernel.
+TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
+  Prepared p = Prepare(Model::FromGraph(MoreOperatorsGraph()), {{2, 3, 4, 5}});
+  ASSERT_TRUE(p.plan);
+  const Graph& g = p.model->graph();
+  auto l = LowerPlan(g, *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  std::map<std::string, const GpuStep*> by_node;
+  for (const GpuStep& s : l->steps) by_node[g.nodes[s.node].name] = &s;
+  ASSERT_EQ(by_node.size(), 19u);
+  EXPECT_EQ(by_node["soft"]->unary, UnaryOp::kSoftplus);
+  EXPECT_EQ(by_node["inv"]->unary, UnaryOp::kReciprocal);
+  EXPECT_EQ(by_node["elu"]->unary, UnaryOp::kElu);
+  EXPECT_FLOAT_EQ(by_node["elu"]->alpha, 0.5f);
+  EXPECT_EQ(by_node["prelu"]->kind, GpuStep::Kind::kBinary);
+  EXPECT_EQ(by_node["prelu"]->binary, BinaryOp::kPRelu);
+  EXPECT_EQ(by_node["logp"]->kind, GpuStep::Kind::kSoftmax);
+  EXPECT_TRUE(by_node["logp"]->log_softmax);
+  const std::pair<const char*, ReduceOp> reductions[] = {{"l2", ReduceOp::kL2},
+                                                         {"sq", ReduceOp::kSumSquare},
+                                                         {"lo", ReduceOp::kMin},
+                                                         {"prod", ReduceOp::kProd}};
+  for (const auto& [name, op] : reductions) {
+    ASSERT_EQ(by_node[name]->kind, GpuStep::Kind::kReduce) << name;
+    EXPECT_EQ(by_node[name]->reduce, op) << name;
+  }
+  EXPECT_EQ(by_node["sq"]->axis, 1);
+  EXPECT_EQ(by_node["sq"]->length, 2);
+  // x [2, 3, 4, 5] as [2, 1, 3, 4, 1, 5] read onto [2, 2, 3, 4, 3, 5] (the unit axes stride 0).
+  ASSERT_EQ(by_node["tiled"]->kind, GpuStep::Kind::kStridedSlice);
+  EXPECT_EQ(Elements(by_node["tiled"]->slice.out_dims), 2 * 6 * 4 * 15);
+  ASSERT_EQ(by_node["ids"]->kind, GpuStep::Kind::kStridedSlice);  // int64: pairs of words
+  EXPECT_EQ(Elements(by_node["ids"]->slice.out_dims), 4 * 3 * 4 * 5 * 2);
+  const std::pair<const char*, LogicalOp> logic[] = {{"both", LogicalOp::kAnd},
+                                                     {"either", LogicalOp::kOr},
+                                                     {"one", LogicalOp::kXor},
+                                                     {"not", LogicalOp::kNot}};
+  for (const auto& [name, op] : logic) {
+    ASSERT_EQ(by_node[name]->kind, GpuStep::Kind::kLogical) << name;
+    EXPECT_EQ(by_node[name]->logical, op) << name;
+  }
+  EXPECT_EQ(by_node["not"]->in.size(), 1u);
+  EXPECT_EQ(by_node["not"]->broadcast.elements, 2 * 3 * 4 * 5);
+  EXPECT_EQ(by_node["both"]->broadcast.elements, 2 * 3 * 4 * 5);
+}
+
 // ShuffleNet splits its channels with two Slices per block: strided copies.
 TEST(LowerPlanTest, ShuffleNetsSlicesAreStridedCopies) {
   Prepared p =
@@ -285,7 +334,9 @@ TEST(LowerPlanTest, TheRecurrentModelsLower) {
     int cells = 0;
     for (const GpuStep& s : l->steps) {
       cells += s.kind == GpuStep::Kind::kRnnCell;
-      if (s.kind == GpuStep::Kind::kGemm) EXPECT_EQ(s.gemm.math, GemmMath::kFp32);
+      if (s.kind == GpuStep::Kind::kGemm) {
+        EXPECT_EQ(s.gemm.math, GemmMath::kFp32);
+      }
     }
     EXPECT_GT(cells, 0);
     ExpectAligned(*l);
@@ -348,7 +399,9 @@ TEST(LowerPlanTest, AGruBecomesProductsAndCellsPerStep) {
       EXPECT_EQ(s.in[2], -1);
       EXPECT_GE(s.weight_slots[0], 0) << "the R bias of the h gate";
     }
-    if (node == "gru_lbr1_reverse") EXPECT_TRUE(s.rnn.backwards);
+    if (node == "gru_lbr1_reverse") {
+      EXPECT_TRUE(s.rnn.backwards);
+    }
     if (node == "gru_lbr1_acts") {
       EXPECT_FALSE(s.rnn.backwards);
       EXPECT_EQ(s.rnn.act[0].kind, 7);  // HardSigmoid
@@ -394,21 +447,49 @@ TEST(LowerPlanTest, AnLstmKeepsItsStatesPeepholesAndClip) {
   }
 }
 
-// In a 16-bit plan the recurrent products stay fp32: nothing is rounded before them.
-TEST(LowerPlanTest, RecurrentProductsStayFp32InA16BitPlan) {
+// In a 16-bit or TF32 plan the recurrent products stay fp32: nothing is rounded before them.
+TEST(LowerPlanTest, RecurrentProductsStayFp32InEveryTier) {
   WithReference r = PrepareWithReference("rnn_graph_rnn", ".sht");
   ASSERT_TRUE(r.prepared.plan);
-  GpuPlanOptions fp16;
-  fp16.math = GemmMath::kFp16;
-  auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan, fp16);
-  ASSERT_TRUE(l.ok()) << l.status().ToString();
-  for (const GpuStep& s : l->steps) {
-    EXPECT_NE(s.kind, GpuStep::Kind::kToHalf);
-    if (s.kind == GpuStep::Kind::kGemm) {
-      EXPECT_EQ(s.gemm.math, GemmMath::kFp32);
-      EXPECT_FALSE(s.gemm.fp32_output);
+  for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16, GemmMath::kTf32}) {
+    GpuPlanOptions options;
+    options.math = math;
+    auto l = LowerPlan(r.prepared.model->graph(), *r.prepared.plan, options);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    for (const GpuStep& s : l->steps) {
+      EXPECT_NE(s.kind, GpuStep::Kind::kToHalf);
+      if (s.kind == GpuStep::Kind::kGemm) {
+        EXPECT_EQ(s.gemm.math, GemmMath::kFp32);
+        EXPECT_FALSE(s.gemm.fp32_output);
+      }
     }
   }
+}
+
+// Two GRUs reading the same W, R and B, one with linear_before_reset and one without, each
+// get their own blobs: the state's product reads 2 gates of R without it, 3 with it.
+TEST(LowerPlanTest, RecurrentNodesSharingWeightsKeepBlobsOfTheirOwn) {
+  GraphBuilder b;
+  const int64_t T = 3, N = 2, I = 4, H = 5;
+  const int x = b.Input("x", {T, N, I});
+  const int w = b.Constant("W", Random({1, 3 * H, I}, 81));
+  const int r = b.Constant("R", Random({1, 3 * H, H}, 82));
+  const int bias = b.Constant("B", Random({1, 6 * H}, 83));
+  const int y0 = b.Op("GRU", "gru_a", {x, w, r, bias}, {{"hidden_size", AInt(H)}});
+  const int y1 = b.Op("GRU", "gru_b", {x, w, r, bias},
+                      {{"hidden_size", AInt(H)}, {"linear_before_reset", AInt(1)}});
+  Prepared p = Prepare(Model::FromGraph(b.Finish({y0, y1})), {{T, N, I}});
+  ASSERT_TRUE(p.plan);
+  const Graph& g = p.model->graph();
+  auto l = LowerPlan(g, *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  std::map<std::string, std::set<int64_t>> state_weights;  // per node: R's elements per GEMM
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kGemm || s.gemm.k != H) continue;
+    state_weights[g.nodes[s.node].name].insert(l->blobs[s.weight_slots[0]].data.element_count());
+  }
+  EXPECT_EQ(state_weights["gru_a"], (std::set<int64_t>{2 * H * H, H * H}));
+  EXPECT_EQ(state_weights["gru_b"], (std::set<int64_t>{3 * H * H}));
 }
 
 // The GridSample model lowers: each of its eight GridSamples (bilinear, nearest and bicubic,
@@ -640,14 +721,14 @@ TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
 TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 4});
-  const int y = b.Op("Reciprocal", "inverted", {x});
+  const int y =
+      b.Op("GatherND", "rows", {x, b.Constant("idx", engine::testing::I64({2, 1}, {0, 2}))});
   Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{4, 4}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_FALSE(lowered.ok());
-  EXPECT_THAT(
-      lowered.status().message(),
-      HasSubstr("node 'inverted' (Reciprocal): the GPU path has no kernel for this operator"));
+  EXPECT_THAT(lowered.status().message(),
+              HasSubstr("node 'rows' (GatherND): the GPU path has no kernel for this operator"));
 }
 
 // Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/data_type.h"
@@ -170,6 +173,10 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
     plan->blob_keys_.push_back(blob.key);
   }
   plan->gemms_.resize(l.steps.size());
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, int, int, size_t, float, bool, int64_t,
+                      int64_t, int64_t, int64_t>,
+           std::shared_ptr<LtGemm>>
+      shared_gemms;
   for (size_t i = 0; i < l.steps.size(); ++i) {
     const GpuStep& step = l.steps[i];
     if (step.kind != GpuStep::Kind::kGemm) continue;
@@ -182,21 +189,17 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
                        LtGemm::Create(shard.handle ? *shard.handle : handle, step.gemm));
     } else {
       // One LtGemm for the steps of one shape and options (cuBLASLt's heuristic runs once).
-      auto same = [](const GemmOptions& a, const GemmOptions& b) {
-        return a.m == b.m && a.n == b.n && a.k == b.k && a.transpose_w == b.transpose_w &&
-               a.epilogue == b.epilogue && a.math == b.math &&
-               a.workspace_bytes == b.workspace_bytes && a.alpha == b.alpha &&
-               a.fp32_output == b.fp32_output && a.batch == b.batch &&
-               a.x_batch_stride == b.x_batch_stride && a.w_batch_stride == b.w_batch_stride &&
-               a.y_batch_stride == b.y_batch_stride;
-      };
-      for (size_t j = 0; j < i && !plan->gemms_[i]; ++j) {
-        if (plan->gemms_[j] && l.steps[j].shard < 0 && same(l.steps[j].gemm, step.gemm))
-          plan->gemms_[i] = plan->gemms_[j];
+      const GemmOptions& g = step.gemm;
+      const auto key =
+          std::make_tuple(g.m, g.n, g.k, g.transpose_w, static_cast<int>(g.epilogue),
+                          static_cast<int>(g.math), g.workspace_bytes, g.alpha, g.fp32_output,
+                          g.batch, g.x_batch_stride, g.w_batch_stride, g.y_batch_stride);
+      auto& shared = shared_gemms[key];
+      if (!shared) {
+        ASSIGN_OR_RETURN(std::unique_ptr<LtGemm> created, LtGemm::Create(handle, g));
+        shared = std::move(created);
       }
-      if (!plan->gemms_[i]) {
-        ASSIGN_OR_RETURN(plan->gemms_[i], LtGemm::Create(handle, step.gemm));
-      }
+      plan->gemms_[i] = shared;
     }
   }
   // The host blobs may go once their copies have run.
@@ -360,7 +363,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Binary(s.binary, in(0), b, y, s.broadcast, stream);
     }
     case GpuStep::Kind::kSoftmax:
-      return SoftmaxLastAxis(in(0), y, s.dims, stream);
+      return SoftmaxLastAxis(in(0), y, s.dims, stream, s.log_softmax);
     case GpuStep::Kind::kLayerNorm: {
       const float* scale =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
@@ -395,6 +398,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return CastToFloat(s.cast, Address(s.in[0]), y, Product(lowering_.shapes[s.out]), stream);
     case GpuStep::Kind::kCompare:
       return Compare(s.compare, s.int64_operands, Address(s.in[0]), Address(s.in[1]),
+                     static_cast<uint8_t*>(Address(s.out)), s.broadcast, stream);
+    case GpuStep::Kind::kLogical:
+      return Logical(s.logical, static_cast<const uint8_t*>(Address(s.in[0])),
+                     s.in.size() > 1 ? static_cast<const uint8_t*>(Address(s.in[1])) : nullptr,
                      static_cast<uint8_t*>(Address(s.out)), s.broadcast, stream);
     case GpuStep::Kind::kWhere:
       return Where(static_cast<const uint8_t*>(Address(s.in[0])), in(1), in(2), y, s.where, stream);

@@ -208,6 +208,13 @@ TEST_F(GpuPlanTest, AttentionWrittenAsEinsumsMatchesTheCpuEngine) {
                       1e-5f);
 }
 
+TEST_F(GpuPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsMatchTheCpuEngine) {
+  Prepared p = Prepare(Model::FromGraph(MoreOperatorsGraph()), {{2, 3, 4, 5}});
+  ExpectGpuMatchesCpu(
+      p, {{Random({2, 3, 4, 5}, 71, -3.f, 3.f)}, {Random({2, 3, 4, 5}, 72, -3.f, 3.f)}},
+      GemmMath::kFp32, 1e-5f);
+}
+
 TEST_F(GpuPlanTest, AGroupedConvolutionAndAPoolMatchTheCpuEngine) {
   Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
   ExpectGpuMatchesCpu(p, {{Random({2, 4, 9, 9}, 41)}, {Random({2, 4, 9, 9}, 42)}}, GemmMath::kFp32,

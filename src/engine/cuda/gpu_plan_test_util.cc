@@ -93,6 +93,33 @@ Graph EinsumAttentionGraph() {
   return b.Finish(out);
 }
 
+Graph MoreOperatorsGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 4, 5});
+  const int soft = b.Op("Softplus", "soft", {x});
+  const int inv = b.Op("Reciprocal", "inv", {soft});
+  const int elu = b.Op("Elu", "elu", {x}, {{"alpha", AFloat(0.5f)}});
+  const int prelu =
+      b.Op("PRelu", "prelu", {elu, b.Constant("slope", F32({3, 1, 1}, {0.1f, -0.5f, 2.f}))});
+  const int sum = b.Op("Add", "sum", {inv, prelu});
+  const int logp = b.Op("LogSoftmax", "logp", {sum}, {{"axis", AInt(-1)}});
+  const int l2 = b.Op("ReduceL2", "l2", {logp}, {{"axes", AInts({3})}, {"keepdims", AInt(0)}});
+  const int sq = b.Op("ReduceSumSquare", "sq", {sum}, {{"axes", AInts({1, 2})}});
+  const int lo = b.Op("ReduceMin", "lo", {sum}, {{"axes", AInts({0})}, {"keepdims", AInt(0)}});
+  const int prod = b.Op("ReduceProd", "prod", {inv}, {{"axes", AInts({3})}, {"keepdims", AInt(0)}});
+  const int tiled = b.Op("Tile", "tiled", {x, b.Constant("reps", I64({4}, {1, 2, 1, 3}))});
+  const int cast = b.Op("Cast", "cast", {x}, {{"to", AInt(7)}});
+  const int ids = b.Op("Tile", "ids", {cast, b.Constant("reps2", I64({4}, {2, 1, 1, 1}))});
+  const int pos = b.Op("Greater", "pos", {x, b.Constant("zero", F32({}, {0.f}))});
+  const int low =
+      b.Op("Less", "low", {x, b.Constant("half", F32({5}, {0.5f, 0.f, -0.5f, 1.f, 2.f}))});
+  const int both = b.Op("And", "both", {pos, low});
+  const int either = b.Op("Or", "either", {pos, low});
+  const int one = b.Op("Xor", "one", {pos, low});
+  const int neg = b.Op("Not", "not", {pos});
+  return b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg});
+}
+
 Graph GroupedConvGraph() {
   GraphBuilder b;
   const int x = b.Input("x", {2, 4, 9, 9});

@@ -47,6 +47,14 @@ Graph GroupedConvGraph();
 // weighted sum "bhqk,bhkd->bhqd". The optimiser turns both Einsums into products.
 Graph EinsumAttentionGraph();
 
+// x [2, 3, 4, 5] through Softplus, Reciprocal, Elu (alpha 0.5) and PRelu (a slope per
+// channel), added, then LogSoftmax over the last axis and ReduceL2, ReduceSumSquare,
+// ReduceMin and ReduceProd over one or two adjacent axes: outputs logp [2, 3, 4, 5], l2 [2,
+// 3, 4], sq [2, 1, 1, 5], lo [3, 4, 5] and prod [2, 3, 4]; x tiled [1, 2, 1, 3] (tiled, fp32)
+// and, cast to int64, [2, 1, 1, 1] (ids); and x > 0, x < 0.5 (per last axis) combined by
+// And, Or and Xor, and Not of the first (bools both, either, one, not).
+Graph MoreOperatorsGraph();
+
 // Six element-wise steps in a row on one [64, 64] input.
 Graph ChainGraph();
 

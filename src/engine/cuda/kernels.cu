@@ -43,6 +43,12 @@ __device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x, float alpha
       return floorf(x);
     case UnaryKernel::kCeil:
       return ceilf(x);
+    case UnaryKernel::kReciprocal:
+      return 1.f / x;
+    case UnaryKernel::kSoftplus:  // log(1 + e^x), exact in fp32 past 20
+      return x > 20.f ? x : log1pf(expf(x));
+    case UnaryKernel::kElu:
+      return x > 0.f ? x : alpha * (expf(x) - 1.f);
   }
   return x;
 }
@@ -63,6 +69,8 @@ __device__ __forceinline__ float ApplyBinary(BinaryKernel op, float a, float b) 
       return fminf(a, b);
     case BinaryKernel::kPow:
       return powf(a, b);
+    case BinaryKernel::kPRelu:  // b the slope
+      return a < 0.f ? a * b : a;
   }
   return a;
 }
@@ -127,6 +135,25 @@ __global__ void CompareKernelT(CompareKernel op, const T* a, const T* b, uint8_t
   }
 }
 
+__global__ void LogicalU8(LogicalKernel op, const uint8_t* a, const uint8_t* b, uint8_t* y,
+                          BroadcastIndex index, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (op == LogicalKernel::kNot) {
+      y[i] = a[i] == 0 ? 1 : 0;
+      continue;
+    }
+    int64_t ia, ib;
+    BroadcastOffsets(index, i, &ia, &ib);
+    const bool p = a[ia] != 0, q = b[ib] != 0;
+    y[i] = (op == LogicalKernel::kAnd  ? p && q
+            : op == LogicalKernel::kOr ? p || q
+                                       : p != q)
+               ? 1
+               : 0;
+  }
+}
+
 __global__ void ModuloF32(const float* a, const float* b, float* y, BroadcastIndex index,
                           int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -173,7 +200,7 @@ __global__ void WhereF32(const uint8_t* cond, const float* a, const float* b, fl
 
 // One block per row: the row's maximum, then the sum of exp(x - max), each reduced in
 // shared memory, then the quotients. Subtracting the maximum keeps exp finite.
-__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols) {
+__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log) {
   __shared__ float scratch[kThreads];
   const float* row = x + blockIdx.x * cols;
   float* out = y + blockIdx.x * cols;
@@ -195,6 +222,11 @@ __global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols) {
   for (int s = blockDim.x / 2; s > 0; s /= 2) {
     if (threadIdx.x < s) scratch[threadIdx.x] += scratch[threadIdx.x + s];
     __syncthreads();
+  }
+  if (log) {
+    const float log_sum = logf(scratch[0]);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = row[c] - row_max - log_sum;
+    return;
   }
   const float inv = 1.f / scratch[0];
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = expf(row[c] - row_max) * inv;
@@ -232,6 +264,14 @@ cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, 
   return cudaGetLastError();
 }
 
+cudaError_t LaunchLogical(LogicalKernel op, const uint8_t* a, const uint8_t* b, uint8_t* y,
+                          const BroadcastIndex& index, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  LogicalU8<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchModulo(bool int64_operands, bool fmod, const void* a, const void* b, void* y,
                          const BroadcastIndex& index, int64_t n, int32_t* error_flag,
                          cudaStream_t stream) {
@@ -257,13 +297,13 @@ cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols,
+cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
                                  cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   // Rows beyond the grid's first dimension would need a loop; 2^31-1 rows is far more
   // than any batch the engine plans.
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  SoftmaxRowsF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, cols);
+  SoftmaxRowsF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, cols, log);
   return cudaGetLastError();
 }
 

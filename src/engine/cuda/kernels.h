@@ -34,10 +34,13 @@ enum class UnaryKernel : int {
   kHardSigmoid,
   kHardSwish,
   kFloor,
-  kCeil
+  kCeil,
+  kReciprocal,
+  kSoftplus,
+  kElu
 };
 // Binary operators, in the order of elementwise.h's BinaryOp.
-enum class BinaryKernel : int { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
+enum class BinaryKernel : int { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu };
 
 // How an output element's linear index maps to each input's: the output's dimensions and,
 // per input, the element stride of each output dimension (0 where that input is
@@ -63,6 +66,12 @@ enum class CompareKernel : int { kEqual, kLess, kGreater, kLessOrEqual, kGreater
 cudaError_t LaunchCompare(CompareKernel op, bool int64_operands, const void* a, const void* b,
                           uint8_t* y, const BroadcastIndex& index, int64_t n, cudaStream_t stream);
 
+// Logic on bools (one byte each, nonzero true): y[i] = a[ia(i)] op b[ib(i)], 0 or 1; kNot
+// reads a alone (y[i] = !a[i], b null, the index ignored).
+enum class LogicalKernel : int { kAnd, kOr, kXor, kNot };
+cudaError_t LaunchLogical(LogicalKernel op, const uint8_t* a, const uint8_t* b, uint8_t* y,
+                          const BroadcastIndex& index, int64_t n, cudaStream_t stream);
+
 // Mod: y[i] = a[ia(i)] mod b[ib(i)] over fp32 (C's fmod; ONNX asks fmod = 1 for floats)
 // or int64 operands: with `fmod` the remainder takes the dividend's sign (C's %), without
 // it the divisor's (Python's %). An int64 divisor of 0 writes 0 and sets bit 2 of *error_flag
@@ -83,8 +92,9 @@ struct WhereIndex {
 cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, float* y,
                            const WhereIndex& index, int64_t n, cudaStream_t stream);
 
-// Softmax of each of `rows` contiguous rows of `cols` values; x and y may be the same.
-cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols,
+// Softmax of each of `rows` contiguous rows of `cols` values, or with `log` its logarithm
+// (x - max - log(sum(exp(x - max))), LogSoftmax); x and y may be the same.
+cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
                                  cudaStream_t stream);
 
 // Transpose: y (dims out_dims) is x read through `in_strides`, the element stride in x of
@@ -117,7 +127,7 @@ cudaError_t LaunchSliceAxisF32(const float* x, float* y, int64_t outer, int64_t 
                                int64_t start, int64_t axis_out, int64_t inner, cudaStream_t stream);
 
 // Reductions, in the order of reduce.h's ReduceOp.
-enum class ReduceKernel : int { kSum, kMean, kMax };
+enum class ReduceKernel : int { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
 // x viewed as [outer, r, inner] reduced over r: y is [outer, inner]. r >= 1.
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
                                   int64_t r, int64_t inner, cudaStream_t stream);

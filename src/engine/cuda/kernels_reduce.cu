@@ -43,12 +43,31 @@ __global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x, fl
     const int64_t c = i % inner;
     const int64_t o = i / inner;
     const float* p = x + o * r * inner + c;
-    float acc = p[0];
+    const bool squares = op == ReduceKernel::kSumSquare || op == ReduceKernel::kL2;
+    float acc = squares ? p[0] * p[0] : p[0];
     for (int64_t j = 1; j < r; ++j) {
       const float v = p[j * inner];
-      acc = op == ReduceKernel::kMax ? fmaxf(acc, v) : acc + v;
+      switch (op) {
+        case ReduceKernel::kMax:
+          acc = fmaxf(acc, v);
+          break;
+        case ReduceKernel::kMin:
+          acc = fminf(acc, v);
+          break;
+        case ReduceKernel::kProd:
+          acc *= v;
+          break;
+        case ReduceKernel::kSumSquare:
+        case ReduceKernel::kL2:
+          acc += v * v;
+          break;
+        default:
+          acc += v;
+      }
     }
-    y[i] = op == ReduceKernel::kMean ? acc / static_cast<float>(r) : acc;
+    y[i] = op == ReduceKernel::kMean ? acc / static_cast<float>(r)
+           : op == ReduceKernel::kL2 ? sqrtf(acc)
+                                     : acc;
   }
 }
 
@@ -167,8 +186,7 @@ cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
       CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const __half*>(x), y, n);
       break;
     case CastKernel::kBf16:
-      CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), y,
-                                                         n);
+      CastToF32<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), y, n);
       break;
   }
   return cudaGetLastError();
@@ -186,8 +204,7 @@ cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n,
-                               cudaStream_t stream) {
+cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();
   if (to64) {

@@ -13,7 +13,8 @@
 
 namespace shoal::engine::cuda {
 
-enum class ReduceOp { kSum, kMean, kMax };
+// kSumSquare: the sum of squares; kL2: its square root (ONNX ReduceSumSquare, ReduceL2).
+enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
 
 // y = op over axes [first, first + count) of x's `dims`; y holds the product of the other
 // dimensions. InvalidArgument when the axes fall outside dims, count < 1, or a reduced

@@ -21,12 +21,33 @@ std::vector<float> Reference(ReduceOp op, const std::vector<float>& x,
   std::vector<float> y;
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t c = 0; c < inner; ++c) {
-      double acc = op == ReduceOp::kMax ? -INFINITY : 0.0;
+      double acc = op == ReduceOp::kMax    ? -INFINITY
+                   : op == ReduceOp::kMin  ? INFINITY
+                   : op == ReduceOp::kProd ? 1.0
+                                           : 0.0;
       for (int64_t j = 0; j < r; ++j) {
         const double v = x[(o * r + j) * inner + c];
-        acc = op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+        switch (op) {
+          case ReduceOp::kMax:
+            acc = std::max(acc, v);
+            break;
+          case ReduceOp::kMin:
+            acc = std::min(acc, v);
+            break;
+          case ReduceOp::kProd:
+            acc *= v;
+            break;
+          case ReduceOp::kSumSquare:
+          case ReduceOp::kL2:
+            acc += v * v;
+            break;
+          default:
+            acc += v;
+        }
       }
-      y.push_back(static_cast<float>(op == ReduceOp::kMean ? acc / static_cast<double>(r) : acc));
+      if (op == ReduceOp::kMean) acc /= static_cast<double>(r);
+      if (op == ReduceOp::kL2) acc = std::sqrt(acc);
+      y.push_back(static_cast<float>(acc));
     }
   }
   return y;
@@ -34,18 +55,24 @@ std::vector<float> Reference(ReduceOp op, const std::vector<float>& x,
 
 using ReduceGpuTest = GpuTest;
 
-// Sum, mean and max over the first, a middle, the last and two adjacent axes of a
-// [3, 5, 4, 7] tensor of values with both signs.
+// Every op over the first, a middle, the last and two adjacent axes of a [3, 5, 4, 7]
+// tensor of values with both signs (for the product, values near 1, so that 420 of them
+// stay finite).
 TEST_F(ReduceGpuTest, EveryOpOverLeadingMiddleTrailingAndAdjacentAxes) {
   const std::vector<int64_t> dims = {3, 5, 4, 7};
   std::vector<float> host(3 * 5 * 4 * 7);
   for (size_t i = 0; i < host.size(); ++i)
     host[i] = std::sin(0.7f * static_cast<float>(i)) * static_cast<float>(i % 11);
-  DeviceBuffer x = Upload(host);
+  std::vector<float> near_one(host.size());
+  for (size_t i = 0; i < host.size(); ++i)
+    near_one[i] = 1.f + 0.05f * std::sin(0.7f * static_cast<float>(i));
   const std::pair<int64_t, int64_t> ranges[] = {{0, 1}, {1, 1}, {3, 1}, {1, 2}, {0, 4}};
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin,
+                      ReduceOp::kProd, ReduceOp::kSumSquare, ReduceOp::kL2}) {
+    const std::vector<float>& values = op == ReduceOp::kProd ? near_one : host;
+    DeviceBuffer x = Upload(values);
     for (auto [first, count] : ranges) {
-      const std::vector<float> want = Reference(op, host, dims, first, count);
+      const std::vector<float> want = Reference(op, values, dims, first, count);
       DeviceBuffer y = Floats(want.size());
       ASSERT_TRUE(ReduceAxes(op, x.as<float>(), y.as<float>(), dims, first, count, stream()).ok());
       const std::vector<float> got = Download(y, want.size());

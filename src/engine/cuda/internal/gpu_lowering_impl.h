@@ -63,6 +63,13 @@ class Lowerer {
   Status LowerConv(int n);
   Status LowerPool(int n);
   Status LowerCompare(int n, CompareOp op);
+  // And, Or, Xor and Not of bools.
+  Status LowerLogical(int n, LogicalOp op);
+  // Tile of 4- or 8-byte elements: one strided copy (gpu_lowering_layout.cc).
+  Status LowerTile(int n);
+  // Node n's input 0 viewed as `in`, broadcast onto `out` (its output's bytes) by one strided
+  // copy, as Expand; `what` ("a Tile") names it in the error.
+  Status AddBroadcastCopy(int n, const Shape& in, const Shape& out, const char* what);
   Status LowerWhere(int n);
   Status LowerConvTranspose(int n);
   Status LowerResize(int n);
