@@ -56,8 +56,9 @@ std::vector<DataType> KnownTypes(const Graph& g) {
 }
 
 // The equation's one or two input terms (b empty for one) and its output, each a string
-// of distinct letters; nullopt for anything else (three operands, an ellipsis, a
-// diagonal).
+// of distinct letters with '*' where an ellipsis stands (at most one per term); nullopt for
+// anything else (three operands, a diagonal). Expand() replaces the '*'s once the operands'
+// ranks are known.
 struct Equation {
   std::string a, b, out;
 };
@@ -66,29 +67,67 @@ std::optional<Equation> ParseProduct(std::string_view eq) {
   for (char c : eq)
     if (c != ' ') s += c;
   const size_t arrow = s.find("->");
-  const std::string lhs = s.substr(0, arrow);
+  std::string lhs = s.substr(0, arrow);
+  std::string rhs = arrow == std::string::npos ? "" : s.substr(arrow + 2);
+  for (std::string* t : {&lhs, &rhs}) {
+    for (size_t at; (at = t->find("...")) != std::string::npos;) t->replace(at, 3, "*");
+  }
   const size_t comma = lhs.find(',');
   if (comma != std::string::npos && lhs.find(',', comma + 1) != std::string::npos) return {};
   Equation e{lhs.substr(0, comma), comma == std::string::npos ? "" : lhs.substr(comma + 1), {}};
-  auto distinct_letters = [](const std::string& t) {
+  auto distinct_labels = [](const std::string& t) {
     for (size_t i = 0; i < t.size(); ++i) {
-      if (!std::isalpha(static_cast<unsigned char>(t[i]))) return false;
+      if (!std::isalpha(static_cast<unsigned char>(t[i])) && t[i] != '*') return false;
       if (t.find(t[i], i + 1) != std::string::npos) return false;
     }
     return true;
   };
-  if (!distinct_letters(e.a) || !distinct_letters(e.b)) return {};
+  if (!distinct_labels(e.a) || !distinct_labels(e.b)) return {};
   if (arrow == std::string::npos) {
-    // Implicit output: the letters that occur once, in character order (ops/einsum.cc).
+    // Implicit output: the ellipsis, then the letters that occur once, in character order
+    // (ops/einsum.cc).
     std::map<char, int> count;
     for (char c : e.a + e.b) ++count[c];
+    if (count.count('*')) e.out = "*";
     for (const auto& [c, n] : count)
-      if (n == 1) e.out += c;
+      if (n == 1 && c != '*') e.out += c;
   } else {
-    e.out = s.substr(arrow + 2);
-    if (!distinct_letters(e.out)) return {};
+    e.out = rhs;
+    if (!distinct_labels(e.out)) return {};
   }
   return e;
+}
+
+// Replaces each term's '*' by labels of its own ('0', '1'... for the broadcast ellipsis
+// dimensions, aligned at the right as NumPy aligns them) once the operands' ranks are
+// known; false when a term does not fit its operand's rank, or the output has an ellipsis
+// no operand has.
+bool Expand(Equation* e, size_t rank_a, size_t rank_b) {
+  auto count = [](const std::string& t, size_t rank, size_t* k) {
+    const bool has = t.find('*') != std::string::npos;
+    const size_t letters = t.size() - (has ? 1 : 0);
+    if (has ? rank < letters : rank != letters) return false;
+    *k = has ? rank - letters : 0;
+    return true;
+  };
+  size_t ka = 0, kb = 0;
+  if (!count(e->a, rank_a, &ka) || (!e->b.empty() && !count(e->b, rank_b, &kb))) return false;
+  const size_t k = std::max(ka, kb);
+  if (k > 10) return false;
+  auto expand = [&](std::string* t, size_t n) {
+    const size_t at = t->find('*');
+    if (at == std::string::npos) return;
+    std::string labels;
+    for (size_t j = k - n; j < k; ++j) labels += static_cast<char>('0' + j);
+    t->replace(at, 1, labels);
+  };
+  const bool out_has = e->out.find('*') != std::string::npos;
+  if (out_has && e->a.find('*') == std::string::npos && e->b.find('*') == std::string::npos)
+    return false;
+  expand(&e->a, ka);
+  expand(&e->b, kb);
+  expand(&e->out, k);
+  return true;
 }
 
 // The labels in `order` that `pred` keeps, in that order.
@@ -268,17 +307,20 @@ std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType
     return {};
   for (int v : node.inputs)
     if (v < 0 || types[v] != DataType::kFp32) return {};
-  const std::optional<Equation> e = ParseProduct(node.GetString("equation", ""));
+  std::optional<Equation> e = ParseProduct(node.GetString("equation", ""));
   if (!e || e->b.empty() != (node.inputs.size() == 1)) return {};
   auto in = [](const std::string& t, char c) { return t.find(c) != std::string::npos; };
   for (char c : e->out)
     if (!in(e->a, c) && !in(e->b, c)) return {};
-  // Each operand's rank is known and its term's: a model whose term does not match its
-  // operand keeps the kernel, which says so.
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    const auto& shape = g.values[node.inputs[i]].shape;
-    if (!shape || shape->size() != (i == 0 ? e->a : e->b).size()) return {};
-  }
+  // Each operand's rank is known and fits its term: a model whose term does not match its
+  // operand keeps the kernel, which says so. The ellipses become labels of their own.
+  for (int v : node.inputs)
+    if (!g.values[v].shape) return {};
+  Equation eq = *e;
+  if (!Expand(&eq, g.values[node.inputs[0]].shape->size(),
+              node.inputs.size() > 1 ? g.values[node.inputs[1]].shape->size() : 0))
+    return {};
+  e = eq;
   const int va = node.inputs[0];
   const std::string base = node.name.empty() ? g.values[node.outputs[0]].name : node.name;
   if (node.inputs.size() == 1) {

@@ -23,7 +23,9 @@
 //   - one operand (a sum over the labels the output drops, then a transpose: "bij->bji",
 //     "ij->i") or two, each known to be fp32 (the value says so, or the nodes that produced
 //     it keep their input's type back to one that does: MatMul is fp32 only here);
-//   - no ellipsis, and no label twice in one term (a diagonal);
+//   - no label twice in one term (a diagonal); an ellipsis stands for labels of its own, as
+//     many as its operand's rank leaves, aligned at the right across the operands as NumPy
+//     broadcasts them ("...d,de->...e", "...qd,...kd->...qk");
 //   - each operand's rank is known (from the file's shapes or the load's probe plans)
 //     and is its term's length;
 //   - at most one N label, and at most one M label when there are batch labels (any

@@ -146,21 +146,28 @@ TEST(EinsumRewriteTest, SumsDotAndOuterProductsAndOneOperandAreRewrittenToo) {
     std::vector<Shape> shapes;
   };
   const std::vector<Case> cases = {
-      {"bij,bij->b", {{2, 3, 4}, {2, 3, 4}}},            // a dot product over two labels
-      {"i,i->", {{6}, {6}}},                             // ... to a scalar
-      {"ij,j->i", {{4, 6}, {6}}},                        // no label of B's own
-      {"j,jk->k", {{6}, {6, 5}}},                        // no label of A's own
-      {"i,j->ij", {{4}, {5}}},                           // no contraction: an outer product
-      {"bi,bj->bji", {{3, 4}, {3, 5}}},                  // ... batched, transposed
-      {"ij,jk->i", {{4, 6}, {6, 5}}},                    // k summed in B alone
-      {"ijx,jk->ik", {{4, 6, 3}, {6, 5}}},               // x summed in A alone
-      {"bqd,bkd->qk", {{3, 5, 8}, {3, 7, 8}}},           // the batch summed with d
-      {"bhnd,hde->bne", {{2, 3, 5, 4}, {3, 4, 6}}},      // heads merged into a projection
-      {"bnhd,bhde->bne", {{2, 5, 3, 4}, {2, 3, 4, 6}}},  // ... batched
-      {"bij->bji", {{2, 3, 4}}},                         // one operand: a transpose
-      {"ij->i", {{4, 6}}},                               // ... a sum
-      {"ijk->ki", {{4, 6, 3}}},                          // ... both
-      {"ba", {{4, 6}}},                                  // ... implicit: a transpose
+      {"bij,bij->b", {{2, 3, 4}, {2, 3, 4}}},                // a dot product over two labels
+      {"i,i->", {{6}, {6}}},                                 // ... to a scalar
+      {"ij,j->i", {{4, 6}, {6}}},                            // no label of B's own
+      {"j,jk->k", {{6}, {6, 5}}},                            // no label of A's own
+      {"i,j->ij", {{4}, {5}}},                               // no contraction: an outer product
+      {"bi,bj->bji", {{3, 4}, {3, 5}}},                      // ... batched, transposed
+      {"ij,jk->i", {{4, 6}, {6, 5}}},                        // k summed in B alone
+      {"ijx,jk->ik", {{4, 6, 3}, {6, 5}}},                   // x summed in A alone
+      {"bqd,bkd->qk", {{3, 5, 8}, {3, 7, 8}}},               // the batch summed with d
+      {"bhnd,hde->bne", {{2, 3, 5, 4}, {3, 4, 6}}},          // heads merged into a projection
+      {"bnhd,bhde->bne", {{2, 5, 3, 4}, {2, 3, 4, 6}}},      // ... batched
+      {"bij->bji", {{2, 3, 4}}},                             // one operand: a transpose
+      {"ij->i", {{4, 6}}},                                   // ... a sum
+      {"ijk->ki", {{4, 6, 3}}},                              // ... both
+      {"...ij,jk->...ik", {{2, 4, 6}, {6, 5}}},              // an ellipsis of A's own
+      {"...d,de->...e", {{2, 3, 4}, {4, 6}}},                // ... two dims of it
+      {"...qd,...kd->...qk", {{2, 3, 5, 4}, {2, 3, 7, 4}}},  // ... in both: batch
+      {"...qd,...kd", {{3, 5, 4}, {3, 7, 4}}},               // ... implicit: ellipsis first
+      {"b...d,b...d->b...", {{2, 3, 4}, {2, 3, 4}}},         // ... in the middle, a dot product
+      {"...ij->...ji", {{2, 3, 4, 5}}},                      // ... one operand
+      {"...ij,...jk->...ik", {{2, 4, 6}, {1, 6, 5}}},        // ... a batch of 1 in B broadcast
+      {"ba", {{4, 6}}},                                      // ... implicit: a transpose
   };
   for (const Case& k : cases) {
     Compared c = RunBothWays(k.eq, k.shapes);
@@ -210,13 +217,13 @@ TEST(EinsumRewriteTest, EquationsThatAreNoProductStayOnTheEinsumKernel) {
     std::vector<Shape> shapes;
   };
   const std::vector<Case> cases = {
-      {"ij->ij", {{4, 6}}},                           // one operand, copied
-      {"ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 5}}},     // three
-      {"...ij,jk->...ik", {{2, 4, 6}, {6, 5}}},       // an ellipsis
-      {"iij,jk->ik", {{3, 3, 4}, {4, 2}}},            // a diagonal
-      {"ij,jkl->ikl", {{4, 6}, {6, 2, 3}}},           // two labels of B's own
-      {"bmpk,bkn->bmpn", {{2, 3, 4, 5}, {2, 5, 6}}},  // two of A's own beside a batch
-      {"bqi,bki->bqk", {{3, 5, 8}, {3, 7, 1}}},       // the contraction label broadcast
+      {"ij->ij", {{4, 6}}},                               // one operand, copied
+      {"ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 5}}},         // three
+      {"...ij,...jk->...ik", {{3, 2, 4, 6}, {2, 6, 5}}},  // ellipses of 2 and 1 dims
+      {"iij,jk->ik", {{3, 3, 4}, {4, 2}}},                // a diagonal
+      {"ij,jkl->ikl", {{4, 6}, {6, 2, 3}}},               // two labels of B's own
+      {"bmpk,bkn->bmpn", {{2, 3, 4, 5}, {2, 5, 6}}},      // two of A's own beside a batch
+      {"bqi,bki->bqk", {{3, 5, 8}, {3, 7, 1}}},           // the contraction label broadcast
   };
   for (const Case& k : cases) {
     Compared c = RunBothWays(k.eq, k.shapes);
