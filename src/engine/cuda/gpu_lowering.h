@@ -140,13 +140,14 @@ struct GpuStep {
     kGruReset,     // a GRU without linear-before-reset: z into in[0] (xw), out = r * h
     kRnnCell,      // one step: h, c updated in place, out (Y, or -1) written at its time
     kZero,         // out's bytes set to zero (Y before a run with sequence_lens)
-    kLogical       // And, Or, Xor of bools {a, b}, or Not {a}
+    kLogical,      // And, Or, Xor of bools {a, b}, or Not {a}
+    kGatherNd      // GatherND {data, indices}
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
-  // kGather, kMod, kRoiAlign, kGatherElements, kScatterElements, kScatterNd, kRnnCell: its slot in
-  // the plan's error flags (GpuLowering::flag_nodes), which its kernel raises for bad data; -1 for
-  // the others.
+  // kGather, kMod, kRoiAlign, kGatherElements, kGatherNd, kScatterElements, kScatterNd, kRnnCell:
+  // its slot in the plan's error flags (GpuLowering::flag_nodes), which its kernel raises for bad
+  // data; -1 for the others.
   int flag = -1;
   // The tensor-parallel shard whose stream (and device) runs it; -1: the plan's stream.
   // Steps of different shards between a kFork and its kJoin run concurrently.
@@ -180,6 +181,7 @@ struct GpuStep {
   BroadcastPlan broadcast;                   // kBinary, kCompare
   CompareOp compare = CompareOp::kEqual;     // kCompare
   LogicalOp logical = LogicalOp::kAnd;       // kLogical
+  internal::GatherNdIndex gather_nd;         // kGatherNd
   bool int64_operands = false;               // kCompare, kMod: a and b are int64, not fp32
   bool fmod = false;                         // kMod: the remainder takes the dividend's sign
   bool arg_max = true, select_last = false;  // kArgExtreme (ArgMin when !arg_max)

@@ -528,6 +528,42 @@ Status Lowerer::LowerGatherElements(int n) {
   return Status::Ok();
 }
 
+// GatherND of 4- or 8-byte elements by int64 tuples, batch_dims as the CPU engine takes
+// them: one thread per output element; a tuple out of range raises the node's flag.
+Status Lowerer::LowerGatherNd(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
+    return Fail(n, "takes data and indices");
+  RETURN_IF_ERROR(CheckPlain(n));
+  const int data = node.inputs[0], idx = node.inputs[1], y = node.outputs[0];
+  if (WordsOf(data) == 0 || DtypeOf(y) != DtypeOf(data))
+    return Fail(n, "only a GatherND of 4- or 8-byte elements is on the GPU path so far");
+  if (DtypeOf(idx) != DataType::kInt64) return Fail(n, "only int64 indices are on the GPU path");
+  const Shape xs = ShapeOf(data), is = ShapeOf(idx);
+  const auto r = static_cast<int64_t>(xs.size()), q = static_cast<int64_t>(is.size());
+  const int64_t bd = node.GetInt("batch_dims", 0);
+  if (q < 1 || r < 1) return Fail(n, "data and indices must have rank >= 1");
+  const int64_t k = is.back();
+  if (bd < 0 || bd >= std::min(q, r) || k < 1 || k > r - bd || k > internal::kMaxRank)
+    return Fail(n, "the indices' last dimension and batch_dims do not fit the data");
+  internal::GatherNdIndex index;
+  index.k = static_cast<int>(k);
+  for (int64_t d = 0; d < k; ++d) index.dims[d] = xs[bd + d];
+  index.per_batch = Product(is, bd, q - 1);
+  index.slice = Product(xs, bd + k);
+  index.batch_stride = Product(xs, bd);
+  Shape want(is.begin(), is.end() - 1);
+  want.insert(want.end(), xs.begin() + bd + k, xs.end());
+  if (ShapeOf(y) != want) return Fail(n, "the output's shape does not fit data and indices");
+  GpuStep step = NewStep(GpuStep::Kind::kGatherNd, n);
+  step.flag = NewFlag(n);
+  step.in = {data, idx};
+  step.out = y;
+  step.gather_nd = index;
+  out_.steps.push_back(std::move(step));
+  return Status::Ok();
+}
+
 // ScatterElements and ScatterND of fp32 data by int64 indices, every reduction the CPU
 // engine has. The output is the data copied, then the updates; with no reduction an int32
 // scratch temporary records the last update naming each element.

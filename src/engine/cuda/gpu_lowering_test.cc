@@ -186,7 +186,7 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   std::map<std::string, const GpuStep*> by_node;
   for (const GpuStep& s : l->steps) by_node[g.nodes[s.node].name] = &s;
-  ASSERT_EQ(by_node.size(), 19u);
+  ASSERT_EQ(by_node.size(), 21u);
   EXPECT_EQ(by_node["soft"]->unary, UnaryOp::kSoftplus);
   EXPECT_EQ(by_node["inv"]->unary, UnaryOp::kReciprocal);
   EXPECT_EQ(by_node["elu"]->unary, UnaryOp::kElu);
@@ -221,6 +221,18 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   EXPECT_EQ(by_node["not"]->in.size(), 1u);
   EXPECT_EQ(by_node["not"]->broadcast.elements, 2 * 3 * 4 * 5);
   EXPECT_EQ(by_node["both"]->broadcast.elements, 2 * 3 * 4 * 5);
+  // GatherND: two tuples of two into x's [2, 3] leading axes, slices of 4 x 5; with
+  // batch_dims 1, one tuple per batch row into its 3 rows.
+  ASSERT_EQ(by_node["picked"]->kind, GpuStep::Kind::kGatherNd);
+  EXPECT_EQ(by_node["picked"]->gather_nd.k, 2);
+  EXPECT_EQ(by_node["picked"]->gather_nd.dims[1], 3);
+  EXPECT_EQ(by_node["picked"]->gather_nd.per_batch, 2);
+  EXPECT_EQ(by_node["picked"]->gather_nd.slice, 20);
+  EXPECT_GE(by_node["picked"]->flag, 0);
+  EXPECT_EQ(by_node["rowpick"]->gather_nd.k, 1);
+  EXPECT_EQ(by_node["rowpick"]->gather_nd.dims[0], 3);
+  EXPECT_EQ(by_node["rowpick"]->gather_nd.per_batch, 1);
+  EXPECT_EQ(by_node["rowpick"]->gather_nd.batch_stride, 60);
 }
 
 // ShuffleNet splits its channels with two Slices per block: strided copies.
@@ -721,14 +733,18 @@ TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
 TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 4});
-  const int y =
-      b.Op("GatherND", "rows", {x, b.Constant("idx", engine::testing::I64({2, 1}, {0, 2}))});
-  Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{4, 4}});
+  const int y = b.Op("TopK", "top", {x, b.Constant("k", engine::testing::I64({1}, {2}))});
+  Graph g = b.Finish(y);
+  const int indices = g.AddValue("top_indices");
+  g.values[indices].producer = static_cast<int>(g.nodes.size()) - 1;
+  g.nodes.back().outputs.push_back(indices);
+  g.outputs.push_back(indices);
+  Prepared p = Prepare(Model::FromGraph(std::move(g)), {{4, 4}});
   ASSERT_TRUE(p.plan);
   auto lowered = LowerPlan(p.model->graph(), *p.plan);
   ASSERT_FALSE(lowered.ok());
   EXPECT_THAT(lowered.status().message(),
-              HasSubstr("node 'rows' (GatherND): the GPU path has no kernel for this operator"));
+              HasSubstr("node 'top' (TopK): the GPU path has no kernel for this operator"));
 }
 
 // Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a

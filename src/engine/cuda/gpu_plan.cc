@@ -436,6 +436,13 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
               static_cast<const int64_t*>(Address(s.in[1])), Address(s.out), ElementsIndexOf(s),
               Elements(s.in[1]), error_flag_.as<int32_t>() + s.flag, stream),
           "GatherElements kernel launch");
+    case GpuStep::Kind::kGatherNd:
+      return CudaStatus(
+          internal::LaunchGatherNd(DataTypeSize(lowering_.dtypes[s.in[0]]) == 8, Address(s.in[0]),
+                                   static_cast<const int64_t*>(Address(s.in[1])), Address(s.out),
+                                   s.gather_nd, Elements(s.out), error_flag_.as<int32_t>() + s.flag,
+                                   stream),
+          "GatherND kernel launch");
     case GpuStep::Kind::kScatterElements:
     case GpuStep::Kind::kScatterNd: {
       // The output starts as the data (unless it is the data's own bytes).

@@ -117,7 +117,11 @@ Graph MoreOperatorsGraph() {
   const int either = b.Op("Or", "either", {pos, low});
   const int one = b.Op("Xor", "one", {pos, low});
   const int neg = b.Op("Not", "not", {pos});
-  return b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg});
+  const int picked =
+      b.Op("GatherND", "picked", {x, b.Constant("tuples", I64({2, 2}, {0, 2, 1, -1}))});
+  const int rowpick = b.Op("GatherND", "rowpick", {x, b.Constant("rows", I64({2, 1}, {2, 0}))},
+                           {{"batch_dims", AInt(1)}});
+  return b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick});
 }
 
 Graph GroupedConvGraph() {

@@ -52,7 +52,9 @@ Graph EinsumAttentionGraph();
 // ReduceMin and ReduceProd over one or two adjacent axes: outputs logp [2, 3, 4, 5], l2 [2,
 // 3, 4], sq [2, 1, 1, 5], lo [3, 4, 5] and prod [2, 3, 4]; x tiled [1, 2, 1, 3] (tiled, fp32)
 // and, cast to int64, [2, 1, 1, 1] (ids); and x > 0, x < 0.5 (per last axis) combined by
-// And, Or and Xor, and Not of the first (bools both, either, one, not).
+// And, Or and Xor, and Not of the first (bools both, either, one, not); GatherND of x by
+// the tuples (0, 2), (1, -1) (picked [2, 4, 5]) and, with batch_dims 1, of x by one index
+// per batch row (rowpick [2, 4, 5]).
 Graph MoreOperatorsGraph();
 
 // Six element-wise steps in a row on one [64, 64] input.

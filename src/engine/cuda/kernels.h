@@ -275,6 +275,18 @@ cudaError_t LaunchGatherElements(bool eight_bytes, const void* data, const int64
 enum class ScatterKernel : int { kNone, kAdd, kMul, kMax, kMin };
 // ScatterND's index tuples: `tuples` tuples of k int64 coordinates into data's first k
 // dims, each naming a slice of `slice` contiguous elements.
+// GatherND (ONNX, with batch_dims): data viewed as [batches, d0..d(k-1), slice], indices as
+// [batches, per_batch, k] int64 tuples (negatives count from the end); y[b, t, j] =
+// data[b, tuple(b, t), j]. A tuple out of range writes zeros and sets bit 1 of *error_flag.
+struct GatherNdIndex {
+  int k = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t per_batch = 0, slice = 0, batch_stride = 0;
+};
+cudaError_t LaunchGatherNd(bool eight_bytes, const void* data, const int64_t* indices, void* y,
+                           const GatherNdIndex& index, int64_t n, int32_t* error_flag,
+                           cudaStream_t stream);
+
 struct ScatterNdIndex {
   int k = 0;
   int64_t dims[kMaxRank] = {};

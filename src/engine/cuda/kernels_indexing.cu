@@ -38,6 +38,32 @@ __global__ void GatherElementsKernel(const T* __restrict__ data,
   }
 }
 
+template <typename T>
+__global__ void GatherNdKernel(const T* __restrict__ data, const int64_t* __restrict__ indices,
+                               T* __restrict__ y, GatherNdIndex index, int64_t n,
+                               int32_t* error_flag) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = e % index.slice, row = e / index.slice;  // row: b * per_batch + t
+    const int64_t b = row / index.per_batch;
+    const int64_t* tuple = indices + row * index.k;
+    int64_t off = 0;
+    bool ok = true;
+    for (int d = 0; d < index.k; ++d) {
+      int64_t v = tuple[d];
+      if (v < 0) v += index.dims[d];
+      if (v < 0 || v >= index.dims[d]) ok = false;
+      off = off * index.dims[d] + v;
+    }
+    if (!ok) {
+      atomicOr(error_flag, 1);
+      y[e] = T(0);
+      continue;
+    }
+    y[e] = data[b * index.batch_stride + off * index.slice + j];
+  }
+}
+
 // ScatterND: y's element offset for update position e, or -1 when its tuple's index is out
 // of range.
 __device__ int64_t NdOffset(const ScatterNdIndex& index, const int64_t* indices, int64_t e) {
@@ -182,6 +208,23 @@ __global__ void TriluKernel(const T* __restrict__ x, T* __restrict__ y, int64_t 
 }
 
 }  // namespace
+
+cudaError_t LaunchGatherNd(bool eight_bytes, const void* data, const int64_t* indices, void* y,
+                           const GatherNdIndex& index, int64_t n, int32_t* error_flag,
+                           cudaStream_t stream) {
+  if (n <= 0 || index.slice <= 0 || index.per_batch <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  if (eight_bytes) {
+    GatherNdKernel<<<BlocksFor(n), kThreads, 0, stream>>>(
+        static_cast<const unsigned long long*>(data), indices, static_cast<unsigned long long*>(y),
+        index, n, error_flag);
+  } else {
+    GatherNdKernel<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const unsigned*>(data),
+                                                          indices, static_cast<unsigned*>(y), index,
+                                                          n, error_flag);
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchGatherElements(bool eight_bytes, const void* data, const int64_t* indices,
                                  void* y, const ElementsIndex& index, int64_t n,

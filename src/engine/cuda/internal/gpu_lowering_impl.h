@@ -81,6 +81,7 @@ class Lowerer {
   Status LowerExpand(int n);
   Status LowerGridSample(int n);
   Status LowerGatherElements(int n);
+  Status LowerGatherNd(int n);
   // GatherElements' and ScatterElements' axis of node n, made non-negative, once indices of
   // shape `is` fit data of shape `xs` (one rank, no larger off the axis).
   StatusOr<int64_t> ElementsAxis(int n, const Shape& xs, const Shape& is) const;
