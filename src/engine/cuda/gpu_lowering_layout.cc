@@ -504,17 +504,25 @@ StatusOr<int64_t> Lowerer::ElementsAxis(int n, const Shape& xs, const Shape& is)
   return axis;
 }
 
-// GatherElements of fp32 or int64 data (any 4- or 8-byte elements, moved as bits) by int64
-// indices: one thread per output element.
-Status Lowerer::LowerGatherElements(int n) {
+Status Lowerer::CheckGather(int n, const char* what) const {
   const Node& node = graph_.nodes[n];
   if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
     return Fail(n, "takes data and indices");
   RETURN_IF_ERROR(CheckPlain(n));
   const int data = node.inputs[0], idx = node.inputs[1], y = node.outputs[0];
   if (WordsOf(data) == 0 || DtypeOf(y) != DtypeOf(data))
-    return Fail(n, "only a GatherElements of 4- or 8-byte elements is on the GPU path so far");
+    return Fail(
+        n, std::string("only ") + what + " of 4- or 8-byte elements is on the GPU path so far");
   if (DtypeOf(idx) != DataType::kInt64) return Fail(n, "only int64 indices are on the GPU path");
+  return Status::Ok();
+}
+
+// GatherElements of fp32 or int64 data (any 4- or 8-byte elements, moved as bits) by int64
+// indices: one thread per output element.
+Status Lowerer::LowerGatherElements(int n) {
+  RETURN_IF_ERROR(CheckGather(n, "a GatherElements"));
+  const Node& node = graph_.nodes[n];
+  const int data = node.inputs[0], idx = node.inputs[1], y = node.outputs[0];
   const Shape xs = ShapeOf(data), is = ShapeOf(idx);
   ASSIGN_OR_RETURN(const int64_t axis, ElementsAxis(n, xs, is));
   if (ShapeOf(y) != is) return Fail(n, "the output's shape is not the indices'");
@@ -531,14 +539,9 @@ Status Lowerer::LowerGatherElements(int n) {
 // GatherND of 4- or 8-byte elements by int64 tuples, batch_dims as the CPU engine takes
 // them: one thread per output element; a tuple out of range raises the node's flag.
 Status Lowerer::LowerGatherNd(int n) {
+  RETURN_IF_ERROR(CheckGather(n, "a GatherND"));
   const Node& node = graph_.nodes[n];
-  if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
-    return Fail(n, "takes data and indices");
-  RETURN_IF_ERROR(CheckPlain(n));
   const int data = node.inputs[0], idx = node.inputs[1], y = node.outputs[0];
-  if (WordsOf(data) == 0 || DtypeOf(y) != DtypeOf(data))
-    return Fail(n, "only a GatherND of 4- or 8-byte elements is on the GPU path so far");
-  if (DtypeOf(idx) != DataType::kInt64) return Fail(n, "only int64 indices are on the GPU path");
   const Shape xs = ShapeOf(data), is = ShapeOf(idx);
   const auto r = static_cast<int64_t>(xs.size()), q = static_cast<int64_t>(is.size());
   const int64_t bd = node.GetInt("batch_dims", 0);

@@ -82,6 +82,9 @@ class Lowerer {
   Status LowerGridSample(int n);
   Status LowerGatherElements(int n);
   Status LowerGatherNd(int n);
+  // GatherElements' and GatherND's operands: data and int64 indices, 4- or 8-byte elements
+  // (`what` names the operator in the error).
+  Status CheckGather(int n, const char* what) const;
   // GatherElements' and ScatterElements' axis of node n, made non-negative, once indices of
   // shape `is` fit data of shape `xs` (one rank, no larger off the axis).
   StatusOr<int64_t> ElementsAxis(int n, const Shape& xs, const Shape& is) const;
