@@ -195,6 +195,7 @@ Status Lowerer::LowerNode(int n) {
     if (op == "GridSample") return LowerGridSample(n);
     if (op == "GatherElements") return LowerGatherElements(n);
     if (op == "GatherND") return LowerGatherNd(n);
+    if (op == "TopK") return LowerTopK(n);
     if (op == "ScatterElements" || op == "ScatterND") return LowerScatter(n);
     if (op == "CumSum") return LowerCumSum(n);
     if (op == "Trilu") return LowerTrilu(n);

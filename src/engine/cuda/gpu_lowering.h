@@ -141,7 +141,8 @@ struct GpuStep {
     kRnnCell,      // one step: h, c updated in place, out (Y, or -1) written at its time
     kZero,         // out's bytes set to zero (Y before a run with sequence_lens)
     kLogical,      // And, Or, Xor of bools {a, b}, or Not {a}
-    kGatherNd      // GatherND {data, indices}
+    kGatherNd,     // GatherND {data, indices}
+    kTopK          // TopK {x}: out is its values (fp32) or its indices (int64)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs

@@ -376,6 +376,38 @@ Status Lowerer::LowerArgExtreme(int n) {
   return Status::Ok();
 }
 
+Status Lowerer::LowerTopK(int n) {
+  const Node& node = graph_.nodes[n];
+  if (node.inputs.size() != 2 || !node.has_input(0) || !IsFp32(node.inputs[0]))
+    return Fail(n, "only a TopK of fp32 data is on the GPU path so far");
+  for (int v : node.inputs)
+    if (v >= 0 && plan_.ValueLayout(v).data.ndims != 0)
+      return Fail(n, "reads a value in a blocked CPU layout");
+  const auto k = node.has_input(1) ? KnownInts(node.inputs[1]) : std::nullopt;
+  if (!k || k->size() != 1) return Fail(n, "a K computed at run time is not on the GPU path");
+  const Shape xs = ShapeOf(node.inputs[0]);
+  const auto rank = static_cast<int64_t>(xs.size());
+  int64_t axis = node.GetInt("axis", -1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return Fail(n, "an axis out of range");
+  if ((*k)[0] < 1 || (*k)[0] > xs[axis]) return Fail(n, "K must be in [1, the axis's length]");
+  for (size_t o = 0; o < node.outputs.size() && o < 2; ++o) {
+    const int v = node.outputs[o];
+    if (v < 0) continue;
+    if (DtypeOf(v) != (o == 0 ? DataType::kFp32 : DataType::kInt64))
+      return Fail(n, "its outputs must be fp32 values and int64 indices");
+    GpuStep step = NewStep(GpuStep::Kind::kTopK, n);
+    step.in = {node.inputs[0]};
+    step.out = v;
+    step.dims = xs;
+    step.axis = axis;
+    step.length = (*k)[0];
+    step.arg_max = node.GetInt("largest", 1) != 0;
+    out_.steps.push_back(std::move(step));
+  }
+  return Status::Ok();
+}
+
 // InstanceNormalization and GroupNormalization: the row layer norm over each (item, group)
 // with a scale of ones, then the constant scale and bias per channel or per group as two
 // broadcasting steps, in place.

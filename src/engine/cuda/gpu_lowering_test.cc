@@ -186,7 +186,7 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   std::map<std::string, const GpuStep*> by_node;
   for (const GpuStep& s : l->steps) by_node[g.nodes[s.node].name] = &s;
-  ASSERT_EQ(by_node.size(), 21u);
+  ASSERT_EQ(by_node.size(), 22u);
   EXPECT_EQ(by_node["soft"]->unary, UnaryOp::kSoftplus);
   EXPECT_EQ(by_node["inv"]->unary, UnaryOp::kReciprocal);
   EXPECT_EQ(by_node["elu"]->unary, UnaryOp::kElu);
@@ -233,6 +233,16 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   EXPECT_EQ(by_node["rowpick"]->gather_nd.dims[0], 3);
   EXPECT_EQ(by_node["rowpick"]->gather_nd.per_batch, 1);
   EXPECT_EQ(by_node["rowpick"]->gather_nd.batch_stride, 60);
+  // TopK: one step per output, the values' and the indices'.
+  int topk = 0;
+  for (const GpuStep& s : l->steps) {
+    if (s.kind != GpuStep::Kind::kTopK) continue;
+    ++topk;
+    EXPECT_EQ(s.axis, 1);
+    EXPECT_EQ(s.length, 2);
+    EXPECT_FALSE(s.arg_max);
+  }
+  EXPECT_EQ(topk, 2);
 }
 
 // ShuffleNet splits its channels with two Slices per block: strided copies.
@@ -728,23 +738,6 @@ TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->blobs.size(), b->blobs.size());
   for (size_t i = 0; i < a->blobs.size(); ++i) EXPECT_EQ(a->blobs[i].key, b->blobs[i].key);
-}
-
-TEST(LowerPlanTest, AnOperatorWithoutAKernelIsNamed) {
-  GraphBuilder b;
-  const int x = b.Input("x", {4, 4});
-  const int y = b.Op("TopK", "top", {x, b.Constant("k", engine::testing::I64({1}, {2}))});
-  Graph g = b.Finish(y);
-  const int indices = g.AddValue("top_indices");
-  g.values[indices].producer = static_cast<int>(g.nodes.size()) - 1;
-  g.nodes.back().outputs.push_back(indices);
-  g.outputs.push_back(indices);
-  Prepared p = Prepare(Model::FromGraph(std::move(g)), {{4, 4}});
-  ASSERT_TRUE(p.plan);
-  auto lowered = LowerPlan(p.model->graph(), *p.plan);
-  ASSERT_FALSE(lowered.ok());
-  EXPECT_THAT(lowered.status().message(),
-              HasSubstr("node 'top' (TopK): the GPU path has no kernel for this operator"));
 }
 
 // Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a

@@ -415,6 +415,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kMod:
       return Mod(s.int64_operands, s.fmod, Address(s.in[0]), Address(s.in[1]), Address(s.out),
                  s.broadcast, error_flag_.as<int32_t>() + s.flag, stream);
+    case GpuStep::Kind::kTopK: {
+      const bool indices = lowering_.dtypes[s.out] == DataType::kInt64;
+      return TopK(in(0), indices ? nullptr : y,
+                  indices ? static_cast<int64_t*>(Address(s.out)) : nullptr, s.dims, s.axis,
+                  s.length, s.arg_max, stream);
+    }
     case GpuStep::Kind::kArgExtreme:
       return ArgExtreme(s.arg_max, s.select_last, in(0), static_cast<int64_t*>(Address(s.out)),
                         s.dims, s.axis, stream);

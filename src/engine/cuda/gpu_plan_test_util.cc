@@ -121,7 +121,15 @@ Graph MoreOperatorsGraph() {
       b.Op("GatherND", "picked", {x, b.Constant("tuples", I64({2, 2}, {0, 2, 1, -1}))});
   const int rowpick = b.Op("GatherND", "rowpick", {x, b.Constant("rows", I64({2, 1}, {2, 0}))},
                            {{"batch_dims", AInt(1)}});
-  return b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick});
+  const int low2 = b.Op("TopK", "low2", {x, b.Constant("k", I64({1}, {2}))},
+                        {{"axis", AInt(1)}, {"largest", AInt(0)}});
+  Graph g =
+      b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick, low2});
+  const int low2_at = g.AddValue("low2_at");  // TopK's indices, its second output
+  g.values[low2_at].producer = static_cast<int>(g.nodes.size()) - 1;
+  g.nodes.back().outputs.push_back(low2_at);
+  g.outputs.push_back(low2_at);
+  return g;
 }
 
 Graph GroupedConvGraph() {

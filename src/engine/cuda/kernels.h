@@ -138,6 +138,13 @@ cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int
 cudaError_t LaunchArgExtremeMiddleF32(bool is_max, bool last, const float* x, int64_t* y,
                                       int64_t outer, int64_t r, int64_t inner, cudaStream_t stream);
 
+// TopK: x viewed as [outer, r, inner]; for every (outer, inner) the k first positions along
+// r in the order the CPU engine sorts (largest or smallest value first, equal values by the
+// lower position), their values into `values` and positions into `indices` ([outer, k,
+// inner]; either may be null). One thread per row, k passes over it. 0 < k <= r.
+cudaError_t LaunchTopKF32(const float* x, float* values, int64_t* indices, int64_t outer, int64_t r,
+                          int64_t inner, int64_t k, bool largest, cudaStream_t stream);
+
 // Source types of a cast to fp32, in the order of elementwise.h's CastSource.
 enum class CastKernel : int { kInt64, kInt32, kBool, kFp16, kBf16 };
 // y[i] = float(x[i]) for i < n, x of the type `from` names (bool: one byte, 0 or not; the

@@ -159,6 +159,51 @@ cudaError_t LaunchPlaceAxisF32(const float* x, float* y, int64_t outer, int64_t 
   return cudaGetLastError();
 }
 
+namespace {
+
+// Whether position a comes before position b in TopK's order.
+__device__ __forceinline__ bool TopKBefore(const float* s, int64_t inner, int64_t a, int64_t b,
+                                           bool largest) {
+  const float va = s[a * inner], vb = s[b * inner];
+  if (va != vb) return largest ? va > vb : va < vb;
+  return a < b;
+}
+
+// Pass j picks the first position (in TopK's order) that comes after pass j-1's pick.
+__global__ void TopKF32(const float* __restrict__ x, float* __restrict__ values,
+                        int64_t* __restrict__ indices, int64_t r, int64_t inner, int64_t k,
+                        bool largest, int64_t rows) {
+  for (int64_t row = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; row < rows;
+       row += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = row / inner, i = row % inner;
+    const float* s = x + o * r * inner + i;
+    int64_t prev = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t a = 0; a < r; ++a) {
+        if (prev >= 0 && !TopKBefore(s, inner, prev, a, largest)) continue;
+        if (best < 0 || TopKBefore(s, inner, a, best, largest)) best = a;
+      }
+      if (best < 0) best = 0;  // only NaNs left: the CPU's order is not defined for them
+      const int64_t at = (o * k + j) * inner + i;
+      if (values) values[at] = s[best * inner];
+      if (indices) indices[at] = best;
+      prev = best;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchTopKF32(const float* x, float* values, int64_t* indices, int64_t outer, int64_t r,
+                          int64_t inner, int64_t k, bool largest, cudaStream_t stream) {
+  const int64_t rows = outer * inner;
+  if (rows <= 0 || k <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  TopKF32<<<BlocksFor(rows), kThreads, 0, stream>>>(x, values, indices, r, inner, k, largest, rows);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
                                   int64_t r, int64_t inner, cudaStream_t stream) {
   const int64_t n = outer * inner;

@@ -26,6 +26,25 @@ Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t
                     "reduce kernel launch");
 }
 
+Status TopK(const float* x, float* values, int64_t* indices, std::span<const int64_t> dims,
+            int64_t axis, int64_t k, bool largest, cudaStream_t stream) {
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (axis < 0 || axis >= rank)
+    return InvalidArgument("TopK along axis " + std::to_string(axis) + " of " +
+                           ShapeToString(dims));
+  int64_t outer = 1, r = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (dims[d] < 0) return InvalidArgument("TopK over shape " + ShapeToString(dims));
+    (d < axis ? outer : d == axis ? r : inner) *= dims[d];
+  }
+  if (k < 1 || k > r)
+    return InvalidArgument("TopK: k is " + std::to_string(k) + "; the axis has " +
+                           std::to_string(r));
+  return CudaStatus(
+      internal::LaunchTopKF32(x, values, indices, outer, r, inner, k, largest, stream),
+      "TopK kernel launch");
+}
+
 Status ArgExtreme(bool is_max, bool last, const float* x, int64_t* y, std::span<const int64_t> dims,
                   int64_t axis, cudaStream_t stream) {
   const auto rank = static_cast<int64_t>(dims.size());

@@ -28,4 +28,11 @@ Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t
 Status ArgExtreme(bool is_max, bool last, const float* x, int64_t* y, std::span<const int64_t> dims,
                   int64_t axis, cudaStream_t stream);
 
+// TopK along `axis` of x's `dims`: the k largest (smallest without `largest`) values and
+// their int64 positions, sorted, equal values by the lower position (as the CPU engine
+// sorts; a NaN's place is not defined), into `values` and `indices`, either of which may be
+// null. InvalidArgument for an axis outside dims or k outside [1, the axis's length].
+Status TopK(const float* x, float* values, int64_t* indices, std::span<const int64_t> dims,
+            int64_t axis, int64_t k, bool largest, cudaStream_t stream);
+
 }  // namespace shoal::engine::cuda

@@ -119,6 +119,63 @@ TEST_F(ReduceGpuTest, ArgExtremesPickTheFirstOrLastExtremeAlongEachAxis) {
   }
 }
 
+// TopK along each axis of [3, 6, 4] values with ties (small integers), largest and smallest,
+// k 1 to the axis's length: values and positions as std::partial_sort orders them, equal
+// values by the lower position.
+TEST_F(ReduceGpuTest, TopKMatchesASortWithTiesByPosition) {
+  const std::vector<int64_t> dims = {3, 6, 4};
+  std::vector<float> host(72);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>((i * 7) % 5);
+  DeviceBuffer x = Upload(host);
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    int64_t outer = 1, r = dims[axis], inner = 1;
+    for (int64_t d = 0; d < 3; ++d)
+      (d < axis ? outer : d > axis ? inner : r) *= d == axis ? 1 : dims[d];
+    for (bool largest : {true, false}) {
+      for (int64_t k = 1; k <= r; ++k) {
+        DeviceBuffer values = Floats(outer * k * inner);
+        auto indices = DeviceBuffer::Allocate(outer * k * inner * sizeof(int64_t));
+        ASSERT_TRUE(indices.ok());
+        ASSERT_TRUE(TopK(x.as<float>(), values.as<float>(), indices->as<int64_t>(), dims, axis, k,
+                         largest, stream())
+                        .ok());
+        const std::vector<float> got = Download(values, outer * k * inner);
+        std::vector<int64_t> at(outer * k * inner);
+        DownloadBytes(*indices, at.data(), at.size() * sizeof(int64_t));
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            const float* s = host.data() + o * r * inner + i;
+            std::vector<int64_t> order(r);
+            for (int64_t a = 0; a < r; ++a) order[a] = a;
+            std::partial_sort(
+                order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+                  if (s[a * inner] != s[b * inner])
+                    return largest ? s[a * inner] > s[b * inner] : s[a * inner] < s[b * inner];
+                  return a < b;
+                });
+            for (int64_t j = 0; j < k; ++j) {
+              const int64_t p = (o * k + j) * inner + i;
+              EXPECT_EQ(at[p], order[j]) << axis << " " << largest << " k " << k;
+              EXPECT_EQ(got[p], s[order[j] * inner]);
+            }
+          }
+      }
+    }
+  }
+}
+
+// TopK: k outside [1, 6] along axis 1, and an axis outside, refused before the device is
+// touched.
+TEST(ReduceShapeTest, TopKRefusesAKOrAxisOutOfRange) {
+  const std::vector<int64_t> dims = {3, 6, 4};
+  EXPECT_EQ(TopK(nullptr, nullptr, nullptr, dims, 1, 7, true, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(TopK(nullptr, nullptr, nullptr, dims, 1, 0, true, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(TopK(nullptr, nullptr, nullptr, dims, 3, 1, true, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(ReduceShapeTest, RefusesAxesOutsideTheShapeAndEmptyAxesBeforeTouchingTheDevice) {
   const std::vector<int64_t> dims = {3, 5, 4};
   EXPECT_EQ(ReduceAxes(ReduceOp::kSum, nullptr, nullptr, dims, 2, 2, nullptr).code(),

@@ -82,6 +82,8 @@ class Lowerer {
   Status LowerGridSample(int n);
   Status LowerGatherElements(int n);
   Status LowerGatherNd(int n);
+  // TopK of fp32 with K known: a step per output present (values, indices).
+  Status LowerTopK(int n);
   // GatherElements' and GatherND's operands: data and int64 indices, 4- or 8-byte elements
   // (`what` names the operator in the error).
   Status CheckGather(int n, const char* what) const;
