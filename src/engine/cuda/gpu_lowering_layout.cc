@@ -148,13 +148,12 @@ Status Lowerer::LowerSlice(int n) {
   return Status::Ok();
 }
 
-// Pad, mode "constant", with pads (and the value) known at load.
+// Pad in every mode the CPU engine has (constant, edge, reflect), with pads (and the
+// value) known at load.
 Status Lowerer::LowerPad(int n) {
   const Node& node = graph_.nodes[n];
   if (!IsFp32(node.inputs[0]) || !IsFp32(node.outputs[0]))
     return Fail(n, "only a Pad of fp32 data is on the GPU path so far");
-  if (node.GetString("mode", "constant") != "constant")
-    return Fail(n, "only constant padding is on the GPU path yet");
   const Shape xs = ShapeOf(node.inputs[0]);
   std::vector<int64_t> pads = node.GetInts("pads");
   float value = node.GetFloat("value", 0.f);
@@ -175,7 +174,7 @@ Status Lowerer::LowerPad(int n) {
   if (pads.size() != 2 * xs.size()) return Fail(n, "pads need a begin and an end per axis");
   const std::vector<int64_t> begin(pads.begin(), pads.begin() + xs.size());
   const std::vector<int64_t> end(pads.begin() + xs.size(), pads.end());
-  auto plan = PlanPad(xs, begin, end);
+  auto plan = PlanPad(xs, begin, end, node.GetString("mode", "constant"));
   if (!plan.ok()) return Fail(n, plan.status().message());
   if (plan->out_dims != ShapeOf(node.outputs[0]))
     return Fail(n, "the padded shape differs from the planned output");

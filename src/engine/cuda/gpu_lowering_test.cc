@@ -186,7 +186,11 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   std::map<std::string, const GpuStep*> by_node;
   for (const GpuStep& s : l->steps) by_node[g.nodes[s.node].name] = &s;
-  ASSERT_EQ(by_node.size(), 22u);
+  ASSERT_EQ(by_node.size(), 24u);
+  ASSERT_EQ(by_node["edge"]->kind, GpuStep::Kind::kPad);
+  EXPECT_EQ(by_node["edge"]->pad.index.mode, 1);
+  EXPECT_EQ(by_node["mirror"]->pad.index.mode, 2);
+  EXPECT_EQ(by_node["mirror"]->pad.out_dims, (std::vector<int64_t>{2, 5, 7, 10}));
   EXPECT_EQ(by_node["soft"]->unary, UnaryOp::kSoftplus);
   EXPECT_EQ(by_node["inv"]->unary, UnaryOp::kReciprocal);
   EXPECT_EQ(by_node["elu"]->unary, UnaryOp::kElu);

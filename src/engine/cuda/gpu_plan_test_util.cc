@@ -121,10 +121,16 @@ Graph MoreOperatorsGraph() {
       b.Op("GatherND", "picked", {x, b.Constant("tuples", I64({2, 2}, {0, 2, 1, -1}))});
   const int rowpick = b.Op("GatherND", "rowpick", {x, b.Constant("rows", I64({2, 1}, {2, 0}))},
                            {{"batch_dims", AInt(1)}});
+  const int edge =
+      b.Op("Pad", "edge", {x, b.Constant("pads_e", I64({8}, {0, 1, 2, 0, 0, 0, 1, 3}))},
+           {{"mode", AString("edge")}});
+  const int mirror =
+      b.Op("Pad", "mirror", {x, b.Constant("pads_r", I64({8}, {0, 0, 3, 1, 0, 2, 0, 4}))},
+           {{"mode", AString("reflect")}});
   const int low2 = b.Op("TopK", "low2", {x, b.Constant("k", I64({1}, {2}))},
                         {{"axis", AInt(1)}, {"largest", AInt(0)}});
-  Graph g =
-      b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick, low2});
+  Graph g = b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick,
+                      edge, mirror, low2});
   const int low2_at = g.AddValue("low2_at");  // TopK's indices, its second output
   g.values[low2_at].producer = static_cast<int>(g.nodes.size()) - 1;
   g.nodes.back().outputs.push_back(low2_at);

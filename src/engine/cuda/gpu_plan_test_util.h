@@ -54,7 +54,8 @@ Graph EinsumAttentionGraph();
 // and, cast to int64, [2, 1, 1, 1] (ids); and x > 0, x < 0.5 (per last axis) combined by
 // And, Or and Xor, and Not of the first (bools both, either, one, not); GatherND of x by
 // the tuples (0, 2), (1, -1) (picked [2, 4, 5]) and, with batch_dims 1, of x by one index
-// per batch row (rowpick [2, 4, 5]); the two smallest along axis 1 by TopK, values low2 and
+// per batch row (rowpick [2, 4, 5]); x padded in edge mode (edge [2, 4, 7, 8]) and reflect
+// mode (mirror [2, 5, 7, 10]); the two smallest along axis 1 by TopK, values low2 and
 // indices low2_at [2, 2, 4, 5].
 Graph MoreOperatorsGraph();
 

@@ -248,10 +248,13 @@ cudaError_t LaunchResizeF32(const float* x, float* y, const int64_t* idx, const 
 cudaError_t LaunchPlaceAxisF32(const float* x, float* y, int64_t outer, int64_t axis_in,
                                int64_t start, int64_t axis_out, int64_t inner, cudaStream_t stream);
 
-// Constant padding: y (out_dims) holds x (in_dims, the same rank) shifted by `begin` per
-// dimension (>= 0), `value` everywhere else.
+// Padding: y (out_dims) holds x (in_dims, the same rank) shifted by `begin` per dimension
+// (>= 0); outside it, `value` (mode 0, constant), the nearest edge element (1, edge) or the
+// element mirrored about the edge, the edge itself not repeated (2, reflect; each pad
+// smaller than its axis).
 struct PadIndex {
   int rank = 0;
+  int mode = 0;
   int64_t out_dims[kMaxRank] = {};
   int64_t in_dims[kMaxRank] = {};
   int64_t begin[kMaxRank] = {};

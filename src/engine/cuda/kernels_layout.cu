@@ -82,9 +82,18 @@ __global__ void PadF32(const float* __restrict__ x, float* __restrict__ y, PadIn
     int64_t rest = i, from = 0, stride = 1;
     bool inside = true;
     for (int d = index.rank - 1; d >= 0; --d) {
-      const int64_t c = rest % index.out_dims[d] - index.begin[d];
+      int64_t c = rest % index.out_dims[d] - index.begin[d];
       rest /= index.out_dims[d];
-      if (c < 0 || c >= index.in_dims[d]) inside = false;
+      const int64_t n_d = index.in_dims[d];
+      if (c < 0 || c >= n_d) {
+        if (index.mode == 1) {
+          c = c < 0 ? 0 : n_d - 1;
+        } else if (index.mode == 2) {
+          c = c < 0 ? -c : 2 * (n_d - 1) - c;
+        } else {
+          inside = false;
+        }
+      }
       from += c * stride;
       stride *= index.in_dims[d];
     }

@@ -220,7 +220,7 @@ Status PlaceAxis(const float* x, float* y, std::span<const int64_t> x_dims,
 }
 
 StatusOr<PadPlan> PlanPad(std::span<const int64_t> dims, std::span<const int64_t> begin,
-                          std::span<const int64_t> end) {
+                          std::span<const int64_t> end, std::string_view mode) {
   const size_t rank = dims.size();
   if (begin.size() != rank || end.size() != rank || rank > internal::kMaxRank) {
     return InvalidArgument("pads for " + ShapeToString(dims) + " need one begin and one end per " +
@@ -228,10 +228,24 @@ StatusOr<PadPlan> PlanPad(std::span<const int64_t> dims, std::span<const int64_t
   }
   PadPlan plan;
   plan.index.rank = static_cast<int>(rank);
+  if (mode == "edge") {
+    plan.index.mode = 1;
+  } else if (mode == "reflect") {
+    plan.index.mode = 2;
+  } else if (mode != "constant") {
+    return InvalidArgument("pad mode '" + std::string(mode) + "' is not constant, edge or reflect");
+  }
   plan.elements = 1;
   for (size_t d = 0; d < rank; ++d) {
     if (begin[d] < 0 || end[d] < 0 || dims[d] < 0)
       return InvalidArgument("negative pads (cropping) are not supported; pads of " +
+                             ShapeToString(dims));
+    const bool padded = begin[d] > 0 || end[d] > 0;
+    if (plan.index.mode != 0 && padded && dims[d] == 0)
+      return InvalidArgument(std::string(mode) + " padding of an empty axis of " +
+                             ShapeToString(dims));
+    if (plan.index.mode == 2 && padded && (begin[d] >= dims[d] || end[d] >= dims[d]))
+      return InvalidArgument("reflect pads must be smaller than the axis; pads of " +
                              ShapeToString(dims));
     plan.out_dims.push_back(dims[d] + begin[d] + end[d]);
     plan.index.out_dims[d] = plan.out_dims.back();

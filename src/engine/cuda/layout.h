@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -73,16 +74,18 @@ StatusOr<SlicePlan> PlanExpand(std::span<const int64_t> dims, std::span<const in
 Status PlaceAxis(const float* x, float* y, std::span<const int64_t> x_dims,
                  std::span<const int64_t> y_dims, int64_t axis, int64_t start, cudaStream_t stream);
 
-// Constant padding (ONNX Pad, mode "constant"): y = x with `begin[d]` values of `value`
-// before and `end[d]` after each dimension d. Pads must be >= 0 (a negative pad crops:
-// not supported); at most internal::kMaxRank dimensions.
+// Padding (ONNX Pad): y = x with `begin[d]` elements before and `end[d]` after each
+// dimension d: `value` in mode "constant", the edge's element in "edge", the elements
+// mirrored about the edge in "reflect" (as the CPU engine pads). Pads must be >= 0 (a
+// negative pad crops: not supported), at most internal::kMaxRank dimensions; edge needs a
+// non-empty axis where it pads and reflect pads smaller than the axis.
 struct PadPlan {
   std::vector<int64_t> out_dims;
   int64_t elements = 0;
   internal::PadIndex index;
 };
 StatusOr<PadPlan> PlanPad(std::span<const int64_t> dims, std::span<const int64_t> begin,
-                          std::span<const int64_t> end);
+                          std::span<const int64_t> end, std::string_view mode = "constant");
 Status Pad(const float* x, float* y, const PadPlan& plan, float value, cudaStream_t stream);
 
 // Resize from per-axis taps (the CPU engine's, engine/internal/resize.h): axis d of the

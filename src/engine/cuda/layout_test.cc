@@ -226,6 +226,31 @@ TEST_F(LayoutGpuTest, PadSurroundsTheTensorWithTheValue) {
       }
 }
 
+// Edge and reflect padding of a [3, 4] tensor by (2, 1) before and (1, 3) after: each
+// element as NumPy's np.pad computes it ("edge", "reflect"), the CPU engine's rule.
+TEST_F(LayoutGpuTest, EdgeAndReflectPaddingMirrorOrRepeatTheEdge) {
+  const std::vector<int64_t> dims = {3, 4}, begin = {2, 1}, end = {1, 3};
+  const std::vector<float> host = Iota(12);
+  DeviceBuffer x = Upload(host);
+  for (const char* mode : {"edge", "reflect"}) {
+    auto plan = PlanPad(dims, begin, end, mode);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(plan->out_dims, (std::vector<int64_t>{6, 8}));
+    DeviceBuffer y = Floats(plan->elements);
+    ASSERT_TRUE(Pad(x.as<float>(), y.as<float>(), *plan, -1.5f, stream()).ok());
+    const std::vector<float> got = Download(y, plan->elements);
+    auto source = [&](int64_t c, int64_t n) {
+      if (c >= 0 && c < n) return c;
+      if (std::string_view(mode) == "edge") return c < 0 ? int64_t{0} : n - 1;
+      return c < 0 ? -c : 2 * (n - 1) - c;
+    };
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 8; ++j)
+        EXPECT_EQ(got[i * 8 + j], host[source(i - 2, 3) * 4 + source(j - 1, 4)])
+            << mode << " " << i << "," << j;
+  }
+}
+
 // Slice with steps, one of them negative: x[1:3, ::-2, 1:] of a [3, 5, 4] tensor.
 TEST_F(LayoutGpuTest, SliceReadsAStridedViewWithNegativeSteps) {
   const std::vector<int64_t> dims = {3, 5, 4}, begin = {1, 4, 1}, step = {1, -2, 1},
@@ -403,6 +428,22 @@ TEST(PadShapeTest, RefusesNegativePadsAndMissingOnes) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(PlanPad(dims, std::vector<int64_t>{0}, std::vector<int64_t>{0, 0}).status().code(),
             StatusCode::kInvalidArgument);
+  // Reflect pads must be smaller than the axis; edge needs elements; no other modes.
+  EXPECT_EQ(PlanPad(dims, std::vector<int64_t>{0, 3}, std::vector<int64_t>{0, 0}, "reflect")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      PlanPad(dims, std::vector<int64_t>{0, 2}, std::vector<int64_t>{1, 0}, "reflect").ok());
+  const std::vector<int64_t> empty = {0, 3};
+  EXPECT_EQ(PlanPad(empty, std::vector<int64_t>{1, 0}, std::vector<int64_t>{0, 0}, "edge")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(PlanPad(empty, std::vector<int64_t>{1, 0}, std::vector<int64_t>{0, 0}).ok());
+  EXPECT_EQ(
+      PlanPad(dims, std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 0}, "wrap").status().code(),
+      StatusCode::kInvalidArgument);
   const std::vector<int64_t> x = {2, 3, 3}, y = {2, 5, 3};
   EXPECT_EQ(PlaceAxis(nullptr, nullptr, x, y, 1, 3, nullptr).code(), StatusCode::kInvalidArgument);
   const std::vector<int64_t> other = {2, 3, 4};
