@@ -169,7 +169,24 @@ Status Lowerer::LowerPad(int n) {
         return Fail(n, "a padding value computed at run time is not on the GPU path");
       value = c->values<float>()[0];
     }
-    if (node.has_input(3)) return Fail(n, "Pad's axes input is not on the GPU path yet");
+    if (node.has_input(3)) {
+      // Opset 18's axes: pads speaks of these axes only (starts, then ends).
+      const auto axes = KnownInts(node.inputs[3]);
+      if (!axes) return Fail(n, "axes computed at run time are not on the GPU path");
+      const auto rank = static_cast<int64_t>(xs.size());
+      if (pads.size() != 2 * axes->size()) return Fail(n, "pads need a begin and an end per axis");
+      std::vector<int64_t> full(2 * xs.size(), 0);
+      std::vector<char> seen(xs.size(), 0);
+      for (size_t i = 0; i < axes->size(); ++i) {
+        int64_t a = (*axes)[i];
+        if (a < 0) a += rank;
+        if (a < 0 || a >= rank || seen[static_cast<size_t>(a)]++)
+          return Fail(n, "an axis out of range or repeated");
+        full[static_cast<size_t>(a)] = pads[i];
+        full[static_cast<size_t>(a) + xs.size()] = pads[axes->size() + i];
+      }
+      pads = std::move(full);
+    }
   }
   if (pads.size() != 2 * xs.size()) return Fail(n, "pads need a begin and an end per axis");
   const std::vector<int64_t> begin(pads.begin(), pads.begin() + xs.size());

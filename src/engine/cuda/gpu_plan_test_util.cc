@@ -124,9 +124,11 @@ Graph MoreOperatorsGraph() {
   const int edge =
       b.Op("Pad", "edge", {x, b.Constant("pads_e", I64({8}, {0, 1, 2, 0, 0, 0, 1, 3}))},
            {{"mode", AString("edge")}});
-  const int mirror =
-      b.Op("Pad", "mirror", {x, b.Constant("pads_r", I64({8}, {0, 0, 3, 1, 0, 2, 0, 4}))},
-           {{"mode", AString("reflect")}});
+  // Opset 18's axes: pads for axes 3, 1 and 2 only.
+  const int mirror = b.Op("Pad", "mirror",
+                          {x, b.Constant("pads_r", I64({6}, {1, 0, 3, 4, 2, 0})), -1,
+                           b.Constant("pad_axes", I64({3}, {-1, 1, 2}))},
+                          {{"mode", AString("reflect")}});
   const int low2 = b.Op("TopK", "low2", {x, b.Constant("k", I64({1}, {2}))},
                         {{"axis", AInt(1)}, {"largest", AInt(0)}});
   Graph g = b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick,
