@@ -1,6 +1,7 @@
 #include "engine/cuda/elementwise.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -193,6 +194,31 @@ Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStre
 Status CastFloatToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
   return CudaStatus(internal::LaunchCastF32ToInt(to64, x, y, n, stream), "cast kernel launch");
+}
+
+Status CastIntegral(DataType from, DataType to, const void* x, void* y, int64_t n,
+                    cudaStream_t stream) {
+  auto kind = [](DataType t) -> std::optional<internal::IntCastType> {
+    switch (t) {
+      case DataType::kInt64:
+        return internal::IntCastType::kInt64;
+      case DataType::kInt32:
+        return internal::IntCastType::kInt32;
+      case DataType::kBool:
+        return internal::IntCastType::kBool;
+      case DataType::kFp32:
+        return internal::IntCastType::kFp32;
+      default:
+        return std::nullopt;
+    }
+  };
+  const auto f = kind(from), t = kind(to);
+  if (!f || !t || t == internal::IntCastType::kFp32 ||
+      (f == internal::IntCastType::kFp32 && t != internal::IntCastType::kBool))
+    return InvalidArgument("integral cast from " + std::string(DataTypeName(from)) + " to " +
+                           std::string(DataTypeName(to)) + " is not one this kernel makes");
+  if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
+  return CudaStatus(internal::LaunchCastIntegral(*f, *t, x, y, n, stream), "cast kernel launch");
 }
 
 Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream) {

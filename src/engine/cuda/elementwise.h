@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "core/data_type.h"
 #include "core/status.h"
 #include "engine/cuda/kernels.h"
 
@@ -120,5 +121,11 @@ Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStre
 // y = x truncated toward zero into int64 (`to64`) or int32 over n elements, saturating at
 // the type's bounds, NaN to 0, as the CPU engine casts. x and y must not overlap.
 Status CastFloatToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream);
+
+// y = x cast among int64, int32 and bool, or from fp32 to bool, over n elements, as the CPU
+// engine casts (to bool: nonzero is 1; int64 to int32 keeps the low 32 bits). x and y must
+// not overlap. InvalidArgument for other types.
+Status CastIntegral(DataType from, DataType to, const void* x, void* y, int64_t n,
+                    cudaStream_t stream);
 
 }  // namespace shoal::engine::cuda

@@ -564,6 +564,49 @@ TEST_F(ElementwiseGpuTest, CastFloatToIntTruncatesAndSaturates) {
   EXPECT_EQ(i32, (std::vector<int32_t>{0, 2, -2, INT32_MAX, INT32_MIN, 0, 16777216, INT32_MAX}));
 }
 
+// Casts among int64, int32 and bool, and fp32 to bool, as the CPU engine casts: int64 to
+// int32 keeps the low 32 bits, anything nonzero (a NaN too) is true, bools become 0 or 1.
+TEST_F(ElementwiseGpuTest, IntegralCastsWrapAndTestForNonzero) {
+  const std::vector<int64_t> wide = {0, 1, -1, (int64_t{1} << 32) + 5, INT64_MIN, 3000000000};
+  DeviceBuffer d64 = UploadBytes(wide.data(), wide.size() * 8);
+  auto d32 = DeviceBuffer::Allocate(wide.size() * 4), db = DeviceBuffer::Allocate(wide.size());
+  auto dback = DeviceBuffer::Allocate(wide.size() * 8);
+  ASSERT_TRUE(d32.ok() && db.ok() && dback.ok());
+  ASSERT_TRUE(
+      CastIntegral(DataType::kInt64, DataType::kInt32, d64.data(), d32->data(), 6, stream()).ok());
+  ASSERT_TRUE(
+      CastIntegral(DataType::kInt64, DataType::kBool, d64.data(), db->data(), 6, stream()).ok());
+  std::vector<int32_t> narrow(6);
+  std::vector<uint8_t> truth(6);
+  DownloadBytes(*d32, narrow.data(), 24);
+  DownloadBytes(*db, truth.data(), 6);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(narrow[i], static_cast<int32_t>(wide[i])) << i;
+    EXPECT_EQ(truth[i], wide[i] != 0 ? 1 : 0) << i;
+  }
+  ASSERT_TRUE(
+      CastIntegral(DataType::kBool, DataType::kInt64, db->data(), dback->data(), 6, stream()).ok());
+  std::vector<int64_t> ones(6);
+  DownloadBytes(*dback, ones.data(), 48);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(ones[i], wide[i] != 0 ? 1 : 0) << i;
+  const std::vector<float> f = {0.f, -0.f, 0.5f, NAN, -INFINITY};
+  DeviceBuffer df = Upload(f);
+  ASSERT_TRUE(
+      CastIntegral(DataType::kFp32, DataType::kBool, df.as<float>(), db->data(), 5, stream()).ok());
+  DownloadBytes(*db, truth.data(), 5);
+  EXPECT_EQ(std::vector<uint8_t>(truth.begin(), truth.begin() + 5),
+            (std::vector<uint8_t>{0, 0, 1, 1, 1}));
+}
+
+TEST(CastShapeTest, IntegralCastsRefuseOtherTypesBeforeTouchingTheDevice) {
+  EXPECT_EQ(CastIntegral(DataType::kFp32, DataType::kInt64, nullptr, nullptr, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CastIntegral(DataType::kInt64, DataType::kFp32, nullptr, nullptr, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CastIntegral(DataType::kFp16, DataType::kBool, nullptr, nullptr, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(CastShapeTest, RefusesANegativeCountBeforeTouchingTheDevice) {
   EXPECT_EQ(CastToFloat(CastSource::kInt64, nullptr, nullptr, -1, nullptr).code(),
             StatusCode::kInvalidArgument);

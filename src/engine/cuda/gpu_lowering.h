@@ -142,7 +142,8 @@ struct GpuStep {
     kZero,         // out's bytes set to zero (Y before a run with sequence_lens)
     kLogical,      // And, Or, Xor of bools {a, b}, or Not {a}
     kGatherNd,     // GatherND {data, indices}
-    kTopK          // TopK {x}: out is its values (fp32) or its indices (int64)
+    kTopK,         // TopK {x}: out is its values (fp32) or its indices (int64)
+    kIntCast       // Cast among int64, int32 and bool, or fp32 to bool {x}
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs

@@ -86,10 +86,20 @@ Status Lowerer::LowerCast(int n) {
     out_.steps.push_back(std::move(step));
     return Status::Ok();
   }
+  auto integral = [](DataType t) {
+    return t == DataType::kInt64 || t == DataType::kInt32 || t == DataType::kBool;
+  };
+  if (integral(DtypeOf(y)) && (integral(DtypeOf(x)) || DtypeOf(x) == DataType::kFp32)) {
+    GpuStep step = NewStep(GpuStep::Kind::kIntCast, n);
+    step.in = {x};
+    step.out = y;
+    out_.steps.push_back(std::move(step));
+    return Status::Ok();
+  }
   if (DtypeOf(y) != DataType::kFp32) {
     return Fail(n,
-                "only a Cast to fp32, or from fp32 to fp16, bf16, int64 or int32, is on the "
-                "GPU path so far, not " +
+                "only a Cast to fp32, from fp32 to fp16, bf16, int64, int32 or bool, or among "
+                "int64, int32 and bool is on the GPU path so far, not " +
                     std::string(DataTypeName(DtypeOf(x))) + " to " +
                     std::string(DataTypeName(DtypeOf(y))));
   }

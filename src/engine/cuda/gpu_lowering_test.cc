@@ -186,7 +186,9 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   std::map<std::string, const GpuStep*> by_node;
   for (const GpuStep& s : l->steps) by_node[g.nodes[s.node].name] = &s;
-  ASSERT_EQ(by_node.size(), 24u);
+  ASSERT_EQ(by_node.size(), 29u);
+  for (const char* cast : {"i32", "back", "flag", "nz", "nb"})
+    EXPECT_EQ(by_node[cast]->kind, GpuStep::Kind::kIntCast) << cast;
   ASSERT_EQ(by_node["edge"]->kind, GpuStep::Kind::kPad);
   EXPECT_EQ(by_node["edge"]->pad.index.mode, 1);
   EXPECT_EQ(by_node["mirror"]->pad.index.mode, 2);

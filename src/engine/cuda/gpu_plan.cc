@@ -432,6 +432,9 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                       error_flag_.as<int32_t>() + s.flag, stream);
     case GpuStep::Kind::kGridSample:
       return GridSample(in(0), in(1), y, s.grid, stream);
+    case GpuStep::Kind::kIntCast:
+      return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
+                          Address(s.out), Product(lowering_.shapes[s.out]), stream);
     case GpuStep::Kind::kFloatToInt:
       return CastFloatToInt(lowering_.dtypes[s.out] == DataType::kInt64, in(0), Address(s.out),
                             Product(lowering_.shapes[s.out]), stream);

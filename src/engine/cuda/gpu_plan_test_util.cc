@@ -129,10 +129,15 @@ Graph MoreOperatorsGraph() {
                           {x, b.Constant("pads_r", I64({6}, {1, 0, 3, 4, 2, 0})), -1,
                            b.Constant("pad_axes", I64({3}, {-1, 1, 2}))},
                           {{"mode", AString("reflect")}});
+  const int i32 = b.Op("Cast", "i32", {ids}, {{"to", AInt(6)}});
+  const int back = b.Op("Cast", "back", {i32}, {{"to", AInt(7)}});
+  const int flag = b.Op("Cast", "flag", {pos}, {{"to", AInt(7)}});
+  const int nz = b.Op("Cast", "nz", {x}, {{"to", AInt(9)}});
+  const int nb = b.Op("Cast", "nb", {ids}, {{"to", AInt(9)}});
   const int low2 = b.Op("TopK", "low2", {x, b.Constant("k", I64({1}, {2}))},
                         {{"axis", AInt(1)}, {"largest", AInt(0)}});
-  Graph g = b.Finish({logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked, rowpick,
-                      edge, mirror, low2});
+  Graph g = b.Finish({logp, l2,     sq,      lo,   prod,   tiled, ids,  both, either, one,
+                      neg,  picked, rowpick, edge, mirror, back,  flag, nz,   nb,     low2});
   const int low2_at = g.AddValue("low2_at");  // TopK's indices, its second output
   g.values[low2_at].producer = static_cast<int>(g.nodes.size()) - 1;
   g.nodes.back().outputs.push_back(low2_at);

@@ -161,6 +161,11 @@ cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t 
 // y[i] = x[i] truncated toward zero into int64 (`to64`) or int32, saturating at the type's
 // bounds, NaN to 0, as the CPU engine casts.
 cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream);
+// Casts among int64, int32 and bool (one byte), and fp32 to bool, as the CPU engine casts:
+// to bool, nonzero (a NaN too) is 1; from bool, 0 or 1; int64 to int32 keeps the low 32 bits.
+enum class IntCastType : int { kInt64, kInt32, kBool, kFp32 };
+cudaError_t LaunchCastIntegral(IntCastType from, IntCastType to, const void* x, void* y, int64_t n,
+                               cudaStream_t stream);
 
 // The geometry of a 2-D convolution or pooling window over an NCHW input: batch n,
 // channels c in `groups` groups, input h x w, kernel kh x kw, strides, dilations, the

@@ -204,6 +204,58 @@ cudaError_t LaunchTopKF32(const float* x, float* values, int64_t* indices, int64
   return cudaGetLastError();
 }
 
+namespace {
+
+template <typename F, typename T>
+__global__ void CastIntegralKernel(const F* __restrict__ x, T* __restrict__ y, int64_t n,
+                                   bool to_bool) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = to_bool ? T(x[i] != F(0) ? 1 : 0) : static_cast<T>(x[i]);
+  }
+}
+
+template <typename F>
+cudaError_t CastFrom(IntCastType to, const F* x, void* y, int64_t n, cudaStream_t stream) {
+  switch (to) {
+    case IntCastType::kInt64:
+      CastIntegralKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<int64_t*>(y), n,
+                                                                false);
+      break;
+    case IntCastType::kInt32:
+      CastIntegralKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<int32_t*>(y), n,
+                                                                false);
+      break;
+    case IntCastType::kBool:
+      CastIntegralKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<uint8_t*>(y), n,
+                                                                true);
+      break;
+    case IntCastType::kFp32:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchCastIntegral(IntCastType from, IntCastType to, const void* x, void* y, int64_t n,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  switch (from) {
+    case IntCastType::kInt64:
+      return CastFrom(to, static_cast<const int64_t*>(x), y, n, stream);
+    case IntCastType::kInt32:
+      return CastFrom(to, static_cast<const int32_t*>(x), y, n, stream);
+    case IntCastType::kBool:
+      return CastFrom(to, static_cast<const uint8_t*>(x), y, n, stream);
+    case IntCastType::kFp32:
+      if (to != IntCastType::kBool) return cudaErrorInvalidValue;
+      return CastFrom(to, static_cast<const float*>(x), y, n, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
                                   int64_t r, int64_t inner, cudaStream_t stream) {
   const int64_t n = outer * inner;
