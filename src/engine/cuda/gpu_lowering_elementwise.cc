@@ -228,6 +228,28 @@ StatusOr<GpuStep> Lowerer::BroadcastStep(int n, GpuStep::Kind kind) const {
 Status Lowerer::LowerBinary(int n, BinaryOp op) {
   const Node& node = graph_.nodes[n];
   RETURN_IF_ERROR(CheckFp32(n));
+  const bool variadic = op == BinaryOp::kMax || op == BinaryOp::kMin;
+  if (variadic && node.inputs.size() != 2 && !node.inputs.empty()) {
+    // Max and Min of one or of three and more: input 0 broadcast into the output, then each
+    // further input folded into it in place, as the CPU engine folds them.
+    for (int v : node.inputs)
+      if (v < 0) return Fail(n, "all inputs must be present");
+    const Shape ys = ShapeOf(node.outputs[0]);
+    RETURN_IF_ERROR(AddBroadcastCopy(n, ShapeOf(node.inputs[0]), ys, "a Max or Min"));
+    for (size_t i = 1; i < node.inputs.size(); ++i) {
+      auto plan = PlanBroadcast(ys, ShapeOf(node.inputs[i]));
+      if (!plan.ok()) return Fail(n, plan.status().message());
+      if (plan->out_dims != ys)
+        return Fail(n, "the broadcast shape differs from the planned output");
+      GpuStep step = NewStep(GpuStep::Kind::kBinary, n);
+      step.binary = op;
+      step.in = {node.outputs[0], node.inputs[i]};
+      step.out = node.outputs[0];
+      step.broadcast = std::move(plan).value();
+      out_.steps.push_back(std::move(step));
+    }
+    return Status::Ok();
+  }
   if (node.inputs.size() != 2 || !node.has_input(0) || !node.has_input(1))
     return Fail(n, "only two inputs are on the GPU path");
   ASSIGN_OR_RETURN(GpuStep step, BroadcastStep(n, GpuStep::Kind::kBinary));

@@ -186,7 +186,14 @@ TEST(LowerPlanTest, MoreElementWiseSoftmaxAndReductionOperatorsLower) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   std::map<std::string, const GpuStep*> by_node;
   for (const GpuStep& s : l->steps) by_node[g.nodes[s.node].name] = &s;
-  ASSERT_EQ(by_node.size(), 29u);
+  ASSERT_EQ(by_node.size(), 30u);
+  // Max of three: x copied into the output, then inv and the row folded in, in place.
+  std::vector<GpuStep::Kind> max_steps;
+  for (const GpuStep& s : l->steps)
+    if (g.nodes[s.node].name == "top3") max_steps.push_back(s.kind);
+  EXPECT_EQ(max_steps,
+            (std::vector<GpuStep::Kind>{GpuStep::Kind::kStridedSlice, GpuStep::Kind::kBinary,
+                                        GpuStep::Kind::kBinary}));
   for (const char* cast : {"i32", "back", "flag", "nz", "nb"})
     EXPECT_EQ(by_node[cast]->kind, GpuStep::Kind::kIntCast) << cast;
   ASSERT_EQ(by_node["edge"]->kind, GpuStep::Kind::kPad);

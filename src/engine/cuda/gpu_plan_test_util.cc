@@ -134,10 +134,13 @@ Graph MoreOperatorsGraph() {
   const int flag = b.Op("Cast", "flag", {pos}, {{"to", AInt(7)}});
   const int nz = b.Op("Cast", "nz", {x}, {{"to", AInt(9)}});
   const int nb = b.Op("Cast", "nb", {ids}, {{"to", AInt(9)}});
+  const int top3 =
+      b.Op("Max", "top3", {x, inv, b.Constant("floor", F32({5}, {0.f, 0.5f, 1.f, -1.f, 2.f}))});
   const int low2 = b.Op("TopK", "low2", {x, b.Constant("k", I64({1}, {2}))},
                         {{"axis", AInt(1)}, {"largest", AInt(0)}});
-  Graph g = b.Finish({logp, l2,     sq,      lo,   prod,   tiled, ids,  both, either, one,
-                      neg,  picked, rowpick, edge, mirror, back,  flag, nz,   nb,     low2});
+  std::vector<int> outputs = {logp, l2, sq, lo, prod, tiled, ids, both, either, one, neg, picked};
+  for (int v : {rowpick, edge, mirror, back, flag, nz, nb, top3, low2}) outputs.push_back(v);
+  Graph g = b.Finish(outputs);
   const int low2_at = g.AddValue("low2_at");  // TopK's indices, its second output
   g.values[low2_at].producer = static_cast<int>(g.nodes.size()) - 1;
   g.nodes.back().outputs.push_back(low2_at);

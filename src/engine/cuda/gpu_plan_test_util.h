@@ -56,7 +56,8 @@ Graph EinsumAttentionGraph();
 // the tuples (0, 2), (1, -1) (picked [2, 4, 5]) and, with batch_dims 1, of x by one index
 // per batch row (rowpick [2, 4, 5]); x padded in edge mode (edge [2, 4, 7, 8]) and reflect
 // mode, with opset 18's axes (mirror [2, 5, 7, 10]); ids cast to int32 and back (back), the
-// positive mask to int64 (flag), x and ids to bool (nz, nb); the two smallest along axis 1 by TopK,
+// positive mask to int64 (flag), x and ids to bool (nz, nb); the Max of x, inv and a row of
+// five (top3); the two smallest along axis 1 by TopK,
 // values low2 and indices low2_at [2, 2, 4, 5].
 Graph MoreOperatorsGraph();
 
