@@ -67,6 +67,7 @@ std::optional<Equation> ParseProduct(std::string_view eq) {
   for (char c : eq)
     if (c != ' ') s += c;
   const size_t arrow = s.find("->");
+  if (s.find('*') != std::string::npos) return {};  // not a label (the kernel refuses it)
   std::string lhs = s.substr(0, arrow);
   std::string rhs = arrow == std::string::npos ? "" : s.substr(arrow + 2);
   for (std::string* t : {&lhs, &rhs}) {
@@ -176,10 +177,19 @@ SymbolicShape Head(const SymbolicShape& dims, size_t n) {
   return SymbolicShape(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
-// Emits the nodes of one rewrite, each writing a new fp32 value named after the Einsum.
+// Whether two dims are the same as far as the graph can tell: one known size, or one
+// (non-empty) symbol.
+bool SameDim(const Dim& a, const Dim& b) {
+  return a.known() ? b.known() && a.value == b.value
+                   : !b.known() && !a.symbol.empty() && a.symbol == b.symbol;
+}
+
+// Emits the nodes of one rewrite, each writing a new fp32 value named after the Einsum,
+// under a name no other value has (the int8 tier keys its calibration by value name).
 class Emitter {
  public:
-  Emitter(Graph& g, std::string base) : g_(g), base_(std::move(base)) {}
+  Emitter(Graph& g, std::string base, std::set<std::string>& names)
+      : g_(g), base_(std::move(base)), names_(names) {}
 
   // ReduceSum over `labels` (keepdims 0), its axes as the graph's opset takes them.
   Operand Sum(const Operand& x, const std::string& labels, const std::string& suffix) {
@@ -232,10 +242,12 @@ class Emitter {
       out.labels += unit;
       out.dims.push_back(Dim{1, ""});
     }
-    shape.push_back(-1);
+    const Dim merged =
+        Merged(SymbolicShape(x.dims.begin() + static_cast<std::ptrdiff_t>(keep), x.dims.end()));
+    // Its size where known: -1 cannot be inferred when a dim kept before it is 0.
+    shape.push_back(merged.known() ? merged.value : -1);
     out.labels += '#';
-    out.dims.push_back(
-        Merged(SymbolicShape(x.dims.begin() + static_cast<std::ptrdiff_t>(keep), x.dims.end())));
+    out.dims.push_back(merged);
     return Reshape(x, shape, std::move(out), suffix);
   }
 
@@ -269,7 +281,7 @@ class Emitter {
   int IntsConstant(const std::string& suffix, const std::vector<int64_t>& v) {
     Tensor t = Tensor::Allocate(DataType::kInt64, {static_cast<int64_t>(v.size())});
     std::copy(v.begin(), v.end(), t.mutable_values<int64_t>().begin());
-    const int id = g_.AddValue(base_ + suffix, DataType::kInt64);
+    const int id = g_.AddValue(Unique(base_ + suffix), DataType::kInt64);
     g_.values[id].shape = KnownShape(t.shape());
     g_.values[id].constant = std::move(t);
     return id;
@@ -282,15 +294,24 @@ class Emitter {
     return n;
   }
   Operand Finish(Node n, Operand out) {
-    out.v = g_.AddValue(n.name + ":out", DataType::kFp32);
+    out.v = g_.AddValue(Unique(n.name + ":out"), DataType::kFp32);
     g_.values[out.v].shape = out.dims;
     n.outputs = {out.v};
     nodes_.push_back(std::move(n));
     return out;
   }
 
+  // `name`, or with a number after it when another value has it.
+  std::string Unique(const std::string& name) {
+    std::string candidate = name;
+    for (int k = 2; names_.count(candidate); ++k) candidate = name + "#" + std::to_string(k);
+    names_.insert(candidate);
+    return candidate;
+  }
+
   Graph& g_;
   std::string base_;
+  std::set<std::string>& names_;
   std::vector<Node> nodes_;
 };
 
@@ -301,7 +322,8 @@ Operand Initial(const Graph& g, int v, const std::string& term) {
 
 // The rewrite of one Einsum node: the nodes that replace it, or none when it does not
 // qualify (see the header).
-std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType>& types) {
+std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType>& types,
+                          std::set<std::string>& names) {
   if (!node.domain.empty() || node.op_type != "Einsum" || node.inputs.empty() ||
       node.inputs.size() > 2 || !node.has_output(0) || node.outputs.size() != 1)
     return {};
@@ -327,7 +349,7 @@ std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType
     // One operand: a sum over the labels the output drops, then a transpose.
     const std::string sum = Pick(e->a, [&](char c) { return !in(e->out, c); });
     if (sum.empty() && e->a == e->out) return {};  // a copy: nothing to gain
-    Emitter em(g, base);
+    Emitter em(g, base, names);
     Operand a = Initial(g, va, e->a);
     if (!sum.empty()) a = em.Sum(a, sum, "/sum");
     em.Permute(a, e->out, "/transpose");
@@ -342,13 +364,12 @@ std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType
   const std::string sum_b = Pick(e->b, [&](char c) { return !in(e->a, c) && !in(e->out, c); });
   if (n.size() > 1 || (m.size() > 1 && !batch.empty())) return {};
   Operand a = Initial(g, va, e->a), b = Initial(g, vb, e->b);
-  for (char c : k) {
-    const Dim& da = a.dims[e->a.find(c)];
-    const Dim& db = b.dims[e->b.find(c)];
-    if (da.known() && db.known() && da.value != db.value) return {};  // a broadcast sum
-  }
+  // A contraction label must have one extent in both operands, as far as the graph can
+  // tell: the kernel broadcasts an extent of 1 there, which MatMul does not.
+  for (char c : k)
+    if (!SameDim(a.dims[e->a.find(c)], b.dims[e->b.find(c)])) return {};
 
-  Emitter em(g, base);
+  Emitter em(g, base, names);
   if (!sum_a.empty()) a = em.Sum(a, sum_a, "/sum_a");
   if (!sum_b.empty()) b = em.Sum(b, sum_b, "/sum_b");
   const size_t nb = batch.size();
@@ -367,12 +388,15 @@ std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType
     b = em.Permute(b, batch + "#" + n_axes, "/transpose_b2");
   }
   // The product, [batch..., M..., N], with the unit axes standing in for an absent M or N.
+  // Batch dims the operands do not provably share (MatMul broadcasts a 1) are left unknown.
   Operand c{-1, batch + m_axes + n_axes, Head(a.dims, a.dims.size() - 1)};
+  for (size_t i = 0; i < nb; ++i)
+    if (!SameDim(a.dims[i], b.dims[i])) c.dims[i] = Dim{};
   c.dims.push_back(b.dims.back());
   c = em.MatMul(a, b, std::move(c), "/matmul");
   if (m.empty() || n.empty()) {
     std::vector<int64_t> shape(nb + m.size(), 0);
-    if (m.empty() && !n.empty()) shape.push_back(-1);
+    if (m.empty() && !n.empty()) shape.push_back(c.dims.back().known() ? c.dims.back().value : -1);
     Operand out{-1, batch + m + n, Head(c.dims, nb + m.size())};
     if (m.empty() && !n.empty()) out.dims.push_back(c.dims.back());
     c = em.Reshape(c, shape, std::move(out), "/reshape_product");
@@ -386,11 +410,13 @@ std::vector<Node> Rewrite(Graph& g, const Node& node, const std::vector<DataType
 int RewriteEinsumsAsProducts(Graph* graph) {
   Graph& g = *graph;
   const std::vector<DataType> types = KnownTypes(g);
+  std::set<std::string> names;
+  for (const Value& v : g.values) names.insert(v.name);
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size());
   int rewritten = 0;
   for (Node& node : g.nodes) {
-    std::vector<Node> replacement = Rewrite(g, node, types);
+    std::vector<Node> replacement = Rewrite(g, node, types, names);
     if (replacement.empty()) {
       nodes.push_back(std::move(node));
       continue;

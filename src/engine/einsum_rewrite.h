@@ -30,20 +30,22 @@
 //     and is its term's length;
 //   - at most one N label, and at most one M label when there are batch labels (any
 //     number without: a matrix applied to the last axis, "bsd,de->bse");
-//   - where both operands' shapes give a contraction label's extent, they agree (the
-//     kernel also broadcasts an extent of 1 there; MatMul does not).
+//   - a contraction label's extents are provably the same in both operands (one known
+//     size, or one symbol): the kernel also broadcasts an extent of 1 there, MatMul does
+//     not. (A batch label may differ: MatMul broadcasts it.)
 // The output keeps its value (name, and readers); the new nodes are named after the
-// Einsum's, and the last one takes its name. The batch labels go in the output's order,
-// so an output laid out as [batch..., M, N] needs no Transpose after the product.
+// Einsum's, the last one taking its name, and the new values have names of their own. The batch
+// labels go in the output's order, so an output laid out as [batch..., M, N] needs no Transpose
+// after the product.
 #pragma once
 
 #include "engine/graph.h"
 
 namespace shoal::engine {
 
-// Rewrites the graph's (not its subgraphs') qualifying Einsum nodes in place, keeping the
-// node list in topological order and every value's producer index up to date. Returns
-// how many it rewrote.
+// Rewrites the graph's qualifying Einsum nodes in place (OptimizeGraph calls it for each
+// subgraph as for the graph), keeping the node list in topological order and every
+// value's producer index up to date. Returns how many it rewrote.
 int RewriteEinsumsAsProducts(Graph* graph);
 
 }  // namespace shoal::engine

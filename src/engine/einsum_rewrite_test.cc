@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "engine/model.h"
 #include "engine/optimizer.h"
 #include "engine/test_util.h"
@@ -167,6 +170,8 @@ TEST(EinsumRewriteTest, SumsDotAndOuterProductsAndOneOperandAreRewrittenToo) {
       {"b...d,b...d->b...", {{2, 3, 4}, {2, 3, 4}}},         // ... in the middle, a dot product
       {"...ij->...ji", {{2, 3, 4, 5}}},                      // ... one operand
       {"...ij,...jk->...ik", {{2, 4, 6}, {1, 6, 5}}},        // ... a batch of 1 in B broadcast
+      {"bhqd,bhkd->bhqk", {{2, 3, 5, 8}, {2, 1, 7, 8}}},     // one K head for all (broadcast)
+      {"bij,bjk->bki", {{1, 4, 6}, {3, 6, 5}}},              // a batch of 1 in A, permuted out
       {"ba", {{4, 6}}},                                      // ... implicit: a transpose
   };
   for (const Case& k : cases) {
@@ -270,6 +275,82 @@ TEST(EinsumRewriteTest, OperandsOfUnknownOrOtherRankStayOnTheEinsumKernel) {
   auto model = Model::FromGraph(std::move(g));
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), ::testing::HasSubstr("does not match input rank"));
+}
+
+// A contraction label whose extent one operand does not give (a dim of no symbol) may be a
+// 1 the kernel broadcasts: left on the kernel. With one symbol on both sides it is the same
+// extent, and rewritten.
+TEST(EinsumRewriteTest, AContractionLabelOfUnprovenExtentStaysOnTheKernel) {
+  for (const char* symbol : {"", "d"}) {
+    GraphBuilder b;
+    const int x = b.Input("x", {4, 6});
+    const int w = b.Input("w", {6, 5});
+    const int y = b.Op("Einsum", "y", {x, w}, {{"equation", AString("ij,jk->ik")}});
+    Graph g = b.Finish(y);
+    (*g.values[x].shape)[1] = Dim{-1, symbol};
+    (*g.values[w].shape)[0] = Dim{-1, symbol};
+    EXPECT_EQ(RewriteEinsumsAsProducts(&g), std::string(symbol).empty() ? 0 : 1) << symbol;
+  }
+}
+
+// A batch of 0 rows: the reshapes name their sizes (a -1 cannot be inferred beside a 0), and
+// the output is empty, as the kernel's.
+TEST(EinsumRewriteTest, AnEmptyBatchGivesAnEmptyOutput) {
+  GraphBuilder b;
+  const int x = b.Input("x", {0, 3, 4});
+  const int w = b.Input("w", {0, 4});
+  const int y = b.Op("Einsum", "y", {x, w}, {{"equation", AString("bnd,bd->bn")}});
+  auto model = Model::FromGraph(b.Finish(y));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->optimize_report().fusions.count("Einsum as MatMul"), 1u);
+  auto session = Session::Create(**model, Opts(1));
+  ASSERT_TRUE(session.ok());
+  std::vector<NamedTensor> out;
+  const Status s = (*session)->Run({{"x", Random({0, 3, 4}, 1)}, {"w", Random({0, 4}, 2)}}, &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out[0].tensor.shape(), (Shape{0, 3}));
+}
+
+// With constant folding off, a constant weight's Transpose stays a node; the product pass
+// must not read the constant through strides (the strided product takes computed operands).
+TEST(EinsumRewriteTest, AnUnfoldedWeightTransposeStaysANode) {
+  GraphBuilder b;
+  const int x = b.Input("x", {3, 5, 4});
+  const int w = b.Constant("w", Random({3, 6, 4}, 9));
+  const int y = b.Op("Einsum", "y", {x, w}, {{"equation", AString("hnd,hed->hne")}});
+  const Graph g = b.Finish(y);
+  LoadOptions no_folding;
+  no_folding.optimize.fold_constants = false;
+  LoadOptions plain;
+  plain.optimize.enabled = false;
+  auto rewritten = Model::FromGraph(g, no_folding);
+  auto reference = Model::FromGraph(g, plain);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status().ToString();
+  ASSERT_TRUE(reference.ok());
+  auto sa = Session::Create(**rewritten, Opts(1));
+  auto sb = Session::Create(**reference, Opts(1));
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  std::vector<NamedTensor> oa, ob;
+  const Tensor in = Random({3, 5, 4}, 10);
+  const Status ran = (*sa)->Run({{"x", in}}, &oa);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ASSERT_TRUE((*sb)->Run({{"x", in}}, &ob).ok());
+  EXPECT_LE(MaxAbsDiff(oa[0].tensor, ob[0].tensor), 1e-5f);
+}
+
+// Two Einsums with one node name: every new value still has a name of its own (the int8
+// tier keys its calibration by value name).
+TEST(EinsumRewriteTest, NewValuesHaveNamesOfTheirOwn) {
+  GraphBuilder b;
+  const int q = b.Input("q", {2, 5, 8});
+  const int k = b.Input("k", {2, 7, 8});
+  const int s1 = b.Op("Einsum", "s1", {q, k}, {{"equation", AString("bqd,bkd->bkq")}});
+  const int s2 = b.Op("Einsum", "s2", {q, k}, {{"equation", AString("bqd,bkd->bkq")}});
+  Graph g = b.Finish({s1, s2});
+  for (Node& n : g.nodes) n.name = "same";
+  ASSERT_EQ(RewriteEinsumsAsProducts(&g), 2);
+  std::set<std::string> names;
+  for (const Value& v : g.values) EXPECT_TRUE(names.insert(v.name).second) << v.name;
 }
 
 TEST(EinsumRewriteTest, TheRewrittenGraphKeepsProducersAndOrder) {

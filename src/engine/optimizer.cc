@@ -650,6 +650,17 @@ void Rewriter::AbsorbTransposes() {
     const int r = rank(node.inputs[0]);
     if (r < 3 || rank(node.inputs[1]) != r || Const(node.inputs[0]) || Const(node.inputs[1]))
       continue;
+    // The strided product multiplies batch by batch, without broadcasting: the operands'
+    // batch dimensions must be the same, as far as the graph can tell (a known size, or
+    // one symbol), or MatMul's broadcast of a 1 would be lost.
+    bool same_batch = true;
+    for (int d = 0; d + 2 < r; ++d) {
+      const Dim& x = (*g_.values[node.inputs[0]].shape)[d];
+      const Dim& y = (*g_.values[node.inputs[1]].shape)[d];
+      same_batch &= x.known() ? y.known() && x.value == y.value
+                              : !y.known() && !x.symbol.empty() && x.symbol == y.symbol;
+    }
+    if (!same_batch) continue;
     std::vector<int> absorbed = {mm};
     std::string what = "Transpose into MatMul (";
     for (int i = 0; i < 2; ++i) {
@@ -658,6 +669,9 @@ void Rewriter::AbsorbTransposes() {
       const std::vector<int64_t> perm = perm_of(t, r);
       // A's rows stay contiguous (K innermost): the layout oneDNN's kernels read fast.
       if (perm.empty() || (i == 0 && perm.back() != r - 1)) continue;
+      // A transposed weight (one too large to fold) keeps its Transpose: the strided
+      // product reads computed operands only.
+      if (Const(g_.nodes[t].inputs[0])) continue;
       node.inputs[i] = g_.nodes[t].inputs[0];
       set_ints(&node, i == 0 ? "a_perm" : "b_perm", perm);
       absorbed.push_back(t);
