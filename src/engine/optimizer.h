@@ -22,7 +22,9 @@
 //   - transposes into products: a Transpose that only feeds a batched MatMul's A (keeping
 //     K innermost) or B, or only reads its result, becomes the shoal.FusedMatMul's
 //     a_perm / b_perm / c_perm: oneDNN reads and writes the view through strides, with no
-//     copy (attention's split into heads and merge back);
+//     copy (attention's split into heads and merge back); only where A's and B's batch
+//     dimensions are provably the same (the strided product does not broadcast) and never
+//     a constant's Transpose;
 //   - dead-node removal: nodes nothing reads are dropped, with their constants.
 // Every rewrite keeps the graph's inputs, outputs and their names; a value that a graph
 // output names is never fused away.
