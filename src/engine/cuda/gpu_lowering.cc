@@ -78,7 +78,11 @@ Status Lowerer::CheckPlain(int n) const {
   if (!node.has_output(0)) return Fail(n, "has no output 0");
   for (size_t o = 1; o < node.outputs.size(); ++o)
     if (node.outputs[o] >= 0) return Fail(n, "only its first output is supported");
-  for (int v : node.inputs)
+  return CheckPlainInputs(n);
+}
+
+Status Lowerer::CheckPlainInputs(int n) const {
+  for (int v : graph_.nodes[n].inputs)
     if (v >= 0 && plan_.ValueLayout(v).data.ndims != 0)
       return Fail(n,
                   "reads a value in a blocked CPU layout (prepare the plan with "

@@ -412,9 +412,7 @@ Status Lowerer::LowerTopK(int n) {
   const Node& node = graph_.nodes[n];
   if (node.inputs.size() != 2 || !node.has_input(0) || !IsFp32(node.inputs[0]))
     return Fail(n, "only a TopK of fp32 data is on the GPU path so far");
-  for (int v : node.inputs)
-    if (v >= 0 && plan_.ValueLayout(v).data.ndims != 0)
-      return Fail(n, "reads a value in a blocked CPU layout");
+  RETURN_IF_ERROR(CheckPlainInputs(n));
   const auto k = node.has_input(1) ? KnownInts(node.inputs[1]) : std::nullopt;
   if (!k || k->size() != 1) return Fail(n, "a K computed at run time is not on the GPU path");
   const Shape xs = ShapeOf(node.inputs[0]);

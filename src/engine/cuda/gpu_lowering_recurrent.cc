@@ -59,9 +59,7 @@ Status Lowerer::LowerRecurrent(int n) {
     if (v >= 0 && !IsFp32(v)) return Fail(n, "'" + graph_.values[v].name + "' is not fp32");
   }
   if (lens >= 0 && DtypeOf(lens) != DataType::kInt32) return Fail(n, "sequence_lens must be int32");
-  for (int v : node.inputs)
-    if (v >= 0 && plan_.ValueLayout(v).data.ndims != 0)
-      return Fail(n, "reads a value in a blocked CPU layout");
+  RETURN_IF_ERROR(CheckPlainInputs(n));
   // W, R, B and P are the model's constants (or folded for these shapes).
   const Tensor* w = Known(input(1));
   const Tensor* r = Known(input(2));

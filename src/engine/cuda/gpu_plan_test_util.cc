@@ -42,6 +42,13 @@ std::string Example(const std::string& model) {
   return engine::testing::SourceDir() + "/examples/models/" + model + "/1/model.onnx";
 }
 
+void ExpectAligned(const GpuLowering& l) {
+  for (size_t v = 0; v < l.values.size(); ++v) {
+    if (l.values[v].home != GpuValue::Home::kArena) continue;  // a weight's offset is its blob
+    EXPECT_EQ(l.values[v].offset % static_cast<int64_t>(kGemmAlignmentBytes), 0) << "value " << v;
+  }
+}
+
 Graph EveryKindGraph() {
   GraphBuilder b;
   const int ids = b.Input("ids", {2, 4}, DataType::kInt64);

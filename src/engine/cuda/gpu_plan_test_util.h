@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "engine/cuda/gpu_lowering.h"
 #include "engine/graph.h"
 #include "engine/model.h"
 #include "engine/plan.h"
@@ -27,6 +28,9 @@ dnnl::engine& CpuEngine();
 Prepared Prepare(StatusOr<std::unique_ptr<Model>> model, const std::vector<Shape>& shapes);
 
 std::string Example(const std::string& model);
+
+// Expects every arena value of `l` at an offset GEMMs may read (kGemmAlignmentBytes).
+void ExpectAligned(const GpuLowering& l);
 
 // Embedding lookup, layer norm, a product with bias and ReLU (fused by the optimiser),
 // a transpose, a softmax over the last axis, a reshape (a view of the softmax's bytes)

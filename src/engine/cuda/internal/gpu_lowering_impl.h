@@ -170,6 +170,8 @@ class Lowerer {
   Status CheckFp32(int n) const;
   // Every present input in its plain layout, and only output 0.
   Status CheckPlain(int n) const;
+  // Every present input in its plain layout (nodes with several outputs check those).
+  Status CheckPlainInputs(int n) const;
   int Owner(int v) const { return alias_of_[v] >= 0 ? alias_of_[v] : v; }
   // The blob named `key` holding `data` (a copy when transformed): the index of the one
   // added before under that key, or of a new one.
