@@ -15,6 +15,9 @@
 // and launch the next). copy_hidden = (seq_ms - pipe_ms) / (copyin_ms + copyout_ms), clamped
 // to [0, 1]: the share of a batch's copies that the other batch's compute hides (issue 20's
 // target: 0.8 or more).
+// A model with convolutions, where cuDNN loads (engine/cuda/cudnn.h): fp32, tf32, fp16 and
+// bf16 again with the convolutions on cuDNN (the *_cudnn columns; the others use im2col and
+// a cuBLASLt GEMM), each with its difference from the CPU.
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
@@ -35,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/cudnn.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gpu_plan.h"
@@ -55,6 +59,7 @@ struct Variant {
   bool cuda_graph;
   int shards = 1;
   bool diff = true;
+  cuda::ConvEngine conv = cuda::ConvEngine::kIm2Col;
 };
 constexpr size_t kFp16 = 2;  // the variant the TFLOP/s column reads
 
@@ -298,6 +303,22 @@ int main(int argc, char** argv) {
     variants.push_back({"fp16_tp" + std::to_string(tensor_parallel), cuda::GemmMath::kFp16, true,
                         tensor_parallel});
   }
+  // A model with convolutions: each tier again with them on cuDNN, where it loads.
+  bool has_conv = false;
+  for (const Node& node : graph.nodes)
+    has_conv |= node.op_type == "Conv" || node.op_type == "FusedConv";
+  if (auto cudnn = cuda::Cudnn::Get(); has_conv && cudnn.ok()) {
+    std::printf("convolutions on im2col and, in the *_cudnn columns, on cuDNN %s\n",
+                (*cudnn)->version().c_str());
+    for (size_t k = 0; k < 4; ++k) {
+      Variant v = variants[k];
+      v.name += "_cudnn";
+      v.conv = cuda::ConvEngine::kCudnn;
+      variants.push_back(v);
+    }
+  } else if (has_conv) {
+    std::printf("convolutions on im2col only: %s\n", cudnn.status().ToString().c_str());
+  }
   std::printf("%6s %10s", "batch", "cpu_ms");
   for (const Variant& v : variants) std::printf(" %10s", (v.name + "_ms").c_str());
   std::printf(" %9s %9s %9s %9s %9s %9s %9s %11s", "gemm_GF", "fp16_TF/s", "copyin_ms", "steps_ms",
@@ -334,6 +355,7 @@ int main(int argc, char** argv) {
       options.math = variants[k].math;
       options.cuda_graph = variants[k].cuda_graph;
       options.tensor_parallel.shards = variants[k].shards;
+      options.conv = variants[k].conv;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
       if (k == 0) row.gemm_flops = GemmFlops(*lowered);

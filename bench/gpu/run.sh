@@ -19,8 +19,9 @@
 #                              one, KIND_GPU instances under shoal bench, then one with
 #                              gpu_pipeline_depth 1)
 # The tests link the CUDA runtime statically; on the GPU machine they need its driver and
-# cuBLASLt's shared library (libcublasLt.so.13), which the device's CUDA image carries
-# (in /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's and
+# cuBLASLt's shared library (libcublasLt.so.13) and, for convolutions on cuDNN, cuDNN's
+# (libcudnn.so.9, loaded at run time), which the device's CUDA image carries (in
+# /usr/local/cuda or in pip's nvidia packages; both are searched). The GPU plan's and
 # the backend's tests link the CPU engine, and the server that the e2e test and the served
 # benchmark start links gRPC, Boost and more: Debian libraries the GPU machine lacks.
 # prepare packs them into .gpu/lib.tar.gz (about 21 MB) and the binaries into
@@ -31,9 +32,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
-       engine_cuda_normalization_test engine_cuda_reduce_test engine_cuda_conv_test engine_cuda_recurrent_test
-       engine_cuda_ipc_memory_test engine_cuda_nvml_test engine_cuda_gpu_lowering_test engine_cuda_gpu_lowering_recurrent_test
-       engine_cuda_gpu_plan_test backends_onnx_backend_test e2e_gpu_test)
+       engine_cuda_normalization_test engine_cuda_reduce_test engine_cuda_conv_test engine_cuda_cudnn_test
+       engine_cuda_recurrent_test engine_cuda_ipc_memory_test engine_cuda_nvml_test engine_cuda_gpu_lowering_test
+       engine_cuda_gpu_lowering_recurrent_test engine_cuda_gpu_lowering_conv_test engine_cuda_gpu_plan_test
+       backends_onnx_backend_test e2e_gpu_test)
 # Where each test is built, and the gtest filter it runs with there (the backend test's
 # GPU cases only).
 declare -A TEST_DIR=([backends_onnx_backend_test]=src/backends/onnx [e2e_gpu_test]=tests/e2e)
@@ -82,7 +84,8 @@ case "${1:-}" in
     [ -d .gpu/bin ] || { echo "no .gpu/bin: run 'bench/gpu/run.sh prepare' here first, then carry .gpu" >&2; exit 1; }
     out="${OUT:-.gpu/out}"
     mkdir -p "$out"
-    # cuBLASLt: the CUDA toolkit's, or the one pip's nvidia-cublas package holds.
+    # cuBLASLt and cuDNN: the CUDA toolkit's, or those pip's nvidia packages hold (without a
+    # cuDNN, convolutions run on im2col and engine_cuda_cudnn_test fails, saying so).
     libs=()
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && libs+=("$d"); done
     if command -v python3 >/dev/null; then
@@ -91,8 +94,9 @@ import glob, os
 try:
     import nvidia
     for p in nvidia.__path__:
-        for f in glob.glob(os.path.join(p, "**", "libcublasLt.so*"), recursive=True):
-            print(os.path.dirname(f))
+        for lib in ("libcublasLt.so*", "libcudnn.so*"):
+            for f in glob.glob(os.path.join(p, "**", lib), recursive=True):
+                print(os.path.dirname(f))
 except Exception:
     pass
 PY
@@ -111,6 +115,8 @@ PY
       echo "# shoal GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not found"
       echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+      cudnn=$(for d in ${found//:/ }; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1)
+      echo "cuDNN: ${cudnn:-not found on the library path (convolutions on im2col)}"
     } | tee "$out/gpu.txt"
     if ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU on this machine" | tee -a "$out/gpu.txt"; exit 1; fi
     rc=0

@@ -1,11 +1,13 @@
 #include "backends/onnx/gpu_instance.h"
 
 #include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
 
 #include <charconv>
 #include <chrono>
 #include <exception>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +16,7 @@
 #include "backends/onnx/batch_buckets.h"
 #include "core/mutex.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/cudnn.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gpu_plan.h"
@@ -51,10 +54,13 @@ class GpuInstance : public BackendInstance {
               std::vector<engine::cuda::ShardPlace> shards,
               std::shared_ptr<engine::cuda::GpuWeights> weights,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
-              int depth, std::vector<int64_t> buckets)
+              int depth, std::vector<int64_t> buckets, engine::cuda::ConvEngine conv,
+              bool conv_fallback)
       : model_(model),
         gpu_(gpu),
         math_(math),
+        conv_(conv),
+        conv_fallback_(conv_fallback),
         tier_(std::move(tier)),
         tensor_parallel_(std::move(tensor_parallel)),
         depth_(depth),
@@ -154,9 +160,23 @@ class GpuInstance : public BackendInstance {
     engine::cuda::GpuPlanOptions options;
     options.math = math_;
     options.tensor_parallel = tensor_parallel_;
+    options.conv = conv_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-    ASSIGN_OR_RETURN(auto plan, engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_,
-                                                              weights_, shards_));
+    auto created =
+        engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_, shards_);
+    if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
+        (created.status().code() == StatusCode::kUnimplemented ||
+         created.status().code() == StatusCode::kUnavailable)) {
+      // gpu_convolution "auto": a convolution cuDNN cannot plan on this device keeps the
+      // plan on im2col.
+      spdlog::warn("GPU {}: a plan's convolutions fall back to im2col: {}", gpu_,
+                   created.status().ToString());
+      options.conv = engine::cuda::ConvEngine::kIm2Col;
+      ASSIGN_OR_RETURN(lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+      created =
+          engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_, shards_);
+    }
+    ASSIGN_OR_RETURN(auto plan, std::move(created));
     if (plans_.size() >= max_plans_) {
       // The least recently used plan with no batch launched and unfinished (whose work
       // still reads its buffers). With at most pipeline_depth() launched, there is one.
@@ -278,6 +298,8 @@ class GpuInstance : public BackendInstance {
   const engine::Model& model_;
   int gpu_;
   GemmMath math_;
+  engine::cuda::ConvEngine conv_;
+  bool conv_fallback_;  // gpu_convolution "auto": im2col where cuDNN cannot plan
   std::string tier_;
   engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
   int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
@@ -351,6 +373,30 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
                              it->second + "'");
     }
   }
+  // Convolutions: on cuDNN where it loads ("auto"), or as the config says.
+  engine::cuda::ConvEngine conv = engine::cuda::ConvEngine::kIm2Col;
+  bool conv_fallback = false;
+  {
+    auto it = parameters.find("gpu_convolution");
+    const std::string choice = it == parameters.end() ? "auto" : it->second;
+    if (choice != "auto" && choice != "cudnn" && choice != "im2col") {
+      return InvalidArgument("parameter gpu_convolution must be auto, cudnn or im2col; was '" +
+                             choice + "'");
+    }
+    auto cudnn = engine::cuda::Cudnn::Get();
+    if (choice == "cudnn" && !cudnn.ok())
+      return cudnn.status().WithPrefix("parameter gpu_convolution is cudnn");
+    if (choice != "im2col" && cudnn.ok()) conv = engine::cuda::ConvEngine::kCudnn;
+    conv_fallback = choice == "auto";
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      if (cudnn.ok()) {
+        spdlog::info("cuDNN {} loaded for GPU convolutions", (*cudnn)->version());
+      } else {
+        spdlog::info("GPU convolutions on im2col and cuBLASLt: {}", cudnn.status().ToString());
+      }
+    });
+  }
   // Tensor parallelism: the large products split into `shards`, which go on the GPUs the
   // instance spans in turn (every one on its own GPU when it spans one).
   engine::cuda::TensorParallelOptions tensor_parallel;
@@ -410,10 +456,10 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   (void)engine::cuda::Nvml::Get();
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
-  auto instance =
-      std::make_unique<GpuInstance>(model, info.gpu, math, tier, std::move(tensor_parallel),
-                                    std::move(places), weights_on(info.gpu), std::move(handle),
-                                    std::move(stream), static_cast<int>(depth), std::move(buckets));
+  auto instance = std::make_unique<GpuInstance>(
+      model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
+      weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth),
+      std::move(buckets), conv, conv_fallback);
   // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
   // here, at load.
   // (An input of unknown rank has no smallest shape: such a model is lowered at its first

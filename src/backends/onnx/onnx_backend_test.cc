@@ -582,6 +582,35 @@ TEST(OnnxBackendGpuTest, AGpuInstanceAnswersAsTheCpuInstanceDoes) {
   EXPECT_EQ((*gpu)->Execute(wrong, &out).code(), StatusCode::kInvalidArgument);
 }
 
+// The image classifier's convolutions on cuDNN (the default where it loads, and asked for)
+// and on im2col answer as the CPU instance does.
+TEST(OnnxBackendGpuTest, ConvolutionsOnCudnnAndOnIm2ColAnswerAsTheCpuInstanceDoes) {
+  for (const char* conv : {"auto", "cudnn", "im2col"}) {
+    SCOPED_TRACE(conv);
+    auto model =
+        MakeOnnxBackend()->LoadModel(ExampleInfo("image_classifier", {{"gpu_convolution", conv}}));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto gpu = (*model)->CreateInstance(OnGpu(0));
+    if (NoGpuHere(gpu.status()))
+      GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto cpu = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, -1});
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    for (int64_t batch : {1, 3}) {
+      ExecuteRequest request;
+      request.batch_size = batch;
+      request.inputs.push_back({"image", Random({batch, 3, 32, 32}, 300 + batch, 0.f, 1.f)});
+      std::vector<NamedTensor> on_gpu, on_cpu;
+      const Status ran = (*gpu)->Execute(request, &on_gpu);
+      ASSERT_TRUE(ran.ok()) << ran.ToString();
+      ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+      ASSERT_EQ(on_gpu.size(), on_cpu.size());
+      const float scale = std::max(1.f, MaxAbs(on_cpu[0].tensor));
+      EXPECT_LE(MaxAbsDiff(on_gpu[0].tensor, on_cpu[0].tensor), 1e-4f * scale) << batch;
+    }
+  }
+}
+
 // gpu_tensor_parallel 2 on one GPU: the recommender's products of 1024 and 512 columns
 // split in two, each half on a stream of its own; the answers are the CPU instance's.
 TEST(OnnxBackendGpuTest, ATensorParallelGpuInstanceAnswersAsTheCpuInstanceDoes) {
@@ -783,7 +812,7 @@ TEST(OnnxBackendGpuTest, GpuParametersAreCheckedForForm) {
        {std::pair{"gpu_tensor_parallel", "0"}, std::pair{"gpu_tensor_parallel", "32"},
         std::pair{"gpu_tensor_parallel_min_columns", "many"}, std::pair{"gpu_pipeline_depth", "0"},
         std::pair{"gpu_pipeline_depth", "3"}, std::pair{"gpu_batch_buckets", "4,2"},
-        std::pair{"gpu_batch_buckets", "1,8"}}) {
+        std::pair{"gpu_batch_buckets", "1,8"}, std::pair{"gpu_convolution", "winograd"}}) {
     SCOPED_TRACE(std::string(key) + " " + value);
     auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
     ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -10,7 +10,7 @@
 //     it views, as on the CPU;
 //   - Gemm, MatMul and the optimiser's fused products become cuBLASLt GEMMs (gemm.h), batched
 //     with Transpose steps for attention's transposed views; convolutions become im2col and
-//     one GEMM per group;
+//     one GEMM per group, or cuDNN's convolution (GpuPlanOptions::conv);
 //   - the other operators run shoal's own kernels (elementwise.h, layout.h, reduce.h,
 //     normalization.h, conv.h);
 //   - anything else is refused with UNIMPLEMENTED naming every such node and why, so a
@@ -40,6 +40,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/cuda/conv.h"
+#include "engine/cuda/cudnn.h"
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/layout.h"
@@ -66,6 +67,12 @@ struct TensorParallelOptions {
   }
 };
 
+// How a plan's 2-D convolutions run.
+enum class ConvEngine {
+  kIm2Col,  // im2col into a temporary and one cuBLASLt GEMM per group
+  kCudnn,   // cuDNN's convolution (cudnn.h); the plan then needs cuDNN where it is created
+};
+
 struct GpuPlanOptions {
   // How the products (GEMMs, convolutions) are computed. Every value between them stays
   // fp32 in memory, and so do every other operator and the model's inputs and outputs:
@@ -82,6 +89,11 @@ struct GpuPlanOptions {
   // never change). A failed capture falls back to step by step for good.
   bool cuda_graph = true;
   TensorParallelOptions tensor_parallel;
+  // kCudnn: convolutions on cuDNN, with the bias and ReLU (a Conv's, or ResNet's residual
+  // and ReLU) fused into it in fp32 and TF32; a convolution cuDNN cannot take (pads that
+  // differ at the two ends, a tanh-GELU) keeps to im2col. The backend asks for kCudnn when
+  // cuDNN loads (gpu_convolution in docs/gpu.md).
+  ConvEngine conv = ConvEngine::kIm2Col;
 };
 
 // Where a value's bytes are on the device.
@@ -143,7 +155,8 @@ struct GpuStep {
     kLogical,      // And, Or, Xor of bools {a, b}, or Not {a}
     kGatherNd,     // GatherND {data, indices}
     kTopK,         // TopK {x}: out is its values (fp32) or its indices (int64)
-    kIntCast       // Cast among int64, int32 and bool, or fp32 to bool {x}
+    kIntCast,      // Cast among int64, int32 and bool, or fp32 to bool {x}
+    kConv          // cuDNN's convolution {x, residual or -1} as `conv` says
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -227,6 +240,9 @@ struct GpuStep {
   PoolOp pool = PoolOp::kMax;  // kPool
   bool log_softmax = false;    // kSoftmax: LogSoftmax
   RnnGeometry rnn;             // kRnnStateIn, kRnnStateOut, kGruReset, kRnnCell
+  // kConv: the window, output channels, math and fusion; its weight (16-bit in fp16 and
+  // bf16, as x and y then are) and, fused, its bias are weight slots {w, bias or -1}.
+  CudnnConvOptions conv;
 };
 
 struct GpuLowering {

@@ -478,10 +478,13 @@ StatusOr<Window2d> NodeWindow(const Node& node, const Shape& xs, int64_t kh, int
   return g;
 }
 
-// Conv and shoal.FusedConv (2-D, constant weights): im2col into a temporary, one GEMM per
-// group (batched) into [groups, n, oh, ow, m/groups], a transpose into NCHW, then the
-// bias and activation (in the GEMM's epilogue when there is one group), the residual and
-// the post-activation.
+// Conv and shoal.FusedConv (2-D, constant weights). On cuDNN (GpuPlanOptions::conv): one
+// convolution, with the bias, ReLU and residual fused where cuDNN fuses them (fp32 and
+// TF32), in mixed precision 16-bit in and out with a cast after. Otherwise: im2col into a
+// temporary, one GEMM per group (batched) into [groups, n, oh, ow, m/groups], a transpose
+// into NCHW, the bias and activation in the GEMM's epilogue when there is one group. Then,
+// either way, what the convolution's own step left: the bias, the activation, the
+// residual and the post-activation, in place.
 Status Lowerer::LowerConv(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0], y = node.outputs[0];
@@ -521,61 +524,111 @@ Status Lowerer::LowerConv(int n) {
     if (!bias || Product(ShapeOf(node.inputs[2])) != ws[0])
       return Fail(n, "only a constant bias of one value per output channel is on the GPU path");
   }
-  // im2col.
-  GpuStep cols = NewStep(GpuStep::Kind::kIm2Col, n);
-  cols.in = {x};
-  // In mixed precision the columns are the GEMM's 16-bit operand, rounded as they are made.
-  cols.out = NewTemp({groups, rows, kg}, Mixed() ? OperandDtype() : DataType::kFp32);
-  cols.window = g;
-  out_.steps.push_back(cols);
-  // The GEMMs: [rows, kg] x [mg, kg]^T per group.
-  GpuStep gemm = NewStep(GpuStep::Kind::kGemm, n);
-  gemm.in = {cols.out, -1, -1, -1};
-  GemmOptions& o = gemm.gemm;
-  o = ProductOptions();
-  o.m = rows;
-  o.n = mg;
-  o.k = kg;
-  o.transpose_w = true;
-  o.batch = groups;
-  if (groups > 1) {
-    o.x_batch_stride = rows * kg;
-    o.w_batch_stride = mg * kg;
-    o.y_batch_stride = rows * mg;
-  }
-  gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w), -1};
-  bool act_done = groups == 1 || act.empty();
-  if (groups == 1) {
-    if (act == "Relu") {
-      o.epilogue = GemmEpilogue::kBiasRelu;
-    } else if (act == "GeluTanh") {
-      o.epilogue = GemmEpilogue::kBiasGelu;
-    } else {
-      o.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
-      if (!act.empty()) {
-        gemm.post = act_op;
-        gemm.alpha = act_alpha;
-        gemm.beta = act_beta;
+  const bool residual = node.has_input(3);
+  if (residual && ShapeOf(node.inputs[3]) != ys)
+    return Fail(n, "the residual must have the output's shape");
+  // What the convolution's step does itself; the steps after do the rest.
+  bool bias_done = !bias, act_done = act.empty(), residual_done = !residual,
+       post_done = post_act.empty();
+  bool on_cudnn = false;
+  if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh") {
+    CudnnConvOptions c;
+    c.window = g;
+    c.m = ws[0];
+    c.math = options_.math;
+    c.what = graph_.Describe(n);
+    // cuDNN fuses relu(conv + z + bias): a Conv and its ReLU, or ResNet's residual and ReLU.
+    const bool conv_relu = act == "Relu" && !residual && post_act.empty();
+    const bool resnet = act.empty() && residual && post_act == "Relu";
+    c.fused_bias_relu = !Mixed() && (conv_relu || resnet);
+    c.residual = c.fused_bias_relu && residual;
+    // A window cuDNN cannot take (pads that differ at the two ends) keeps to im2col.
+    on_cudnn = CheckCudnnConv(c).ok();
+    if (on_cudnn) {
+      GpuStep conv = NewStep(GpuStep::Kind::kConv, n);
+      conv.in = {GemmOperand(n, x), c.residual ? node.inputs[3] : -1};
+      conv.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w), -1};
+      if (c.fused_bias_relu) {
+        conv.weight_slots[1] =
+            AddBlob(bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
+                    bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
+        bias_done = act_done = residual_done = post_done = true;
+      }
+      conv.conv = c;
+      if (Mixed()) {
+        // 16 bits out, as in: cast into the fp32 output.
+        conv.out = NewTemp(ys, OperandDtype());
+        GpuStep cast = NewStep(GpuStep::Kind::kCast, n);
+        cast.cast = options_.math == GemmMath::kFp16 ? CastSource::kFp16 : CastSource::kBf16;
+        cast.in = {conv.out};
+        cast.out = y;
+        out_.steps.push_back(std::move(conv));
+        out_.steps.push_back(std::move(cast));
+      } else {
+        conv.out = y;
+        out_.steps.push_back(std::move(conv));
       }
     }
-    if (o.epilogue != GemmEpilogue::kNone) {
-      gemm.weight_slots[1] = AddBlob(bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
-                                     bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
-    }
   }
-  gemm.out = NewTemp({groups, xs[0], g.oh, g.ow, mg});
-  out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, o.workspace_bytes);
-  const int product = gemm.out;
-  out_.steps.push_back(std::move(gemm));
-  // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
-  auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
-  if (!plan.ok()) return Fail(n, plan.status().message());
-  GpuStep t = NewStep(GpuStep::Kind::kTranspose, n);
-  t.in = {product};
-  t.out = y;
-  t.transpose = std::move(plan).value();
-  out_.steps.push_back(std::move(t));
-  // What the epilogue could not do, in place on the output.
+  if (!on_cudnn) {
+    // im2col.
+    GpuStep cols = NewStep(GpuStep::Kind::kIm2Col, n);
+    cols.in = {x};
+    // In mixed precision the columns are the GEMM's 16-bit operand, rounded as they are made.
+    cols.out = NewTemp({groups, rows, kg}, Mixed() ? OperandDtype() : DataType::kFp32);
+    cols.window = g;
+    out_.steps.push_back(cols);
+    // The GEMMs: [rows, kg] x [mg, kg]^T per group.
+    GpuStep gemm = NewStep(GpuStep::Kind::kGemm, n);
+    gemm.in = {cols.out, -1, -1, -1};
+    GemmOptions& o = gemm.gemm;
+    o = ProductOptions();
+    o.m = rows;
+    o.n = mg;
+    o.k = kg;
+    o.transpose_w = true;
+    o.batch = groups;
+    if (groups > 1) {
+      o.x_batch_stride = rows * kg;
+      o.w_batch_stride = mg * kg;
+      o.y_batch_stride = rows * mg;
+    }
+    gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w), -1};
+    act_done = groups == 1 || act.empty();
+    bias_done = groups == 1 || !bias;
+    if (groups == 1) {
+      if (act == "Relu") {
+        o.epilogue = GemmEpilogue::kBiasRelu;
+      } else if (act == "GeluTanh") {
+        o.epilogue = GemmEpilogue::kBiasGelu;
+      } else {
+        o.epilogue = bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+        if (!act.empty()) {
+          gemm.post = act_op;
+          gemm.alpha = act_alpha;
+          gemm.beta = act_beta;
+        }
+      }
+      if (o.epilogue != GemmEpilogue::kNone) {
+        gemm.weight_slots[1] =
+            AddBlob(bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
+                    bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
+      }
+    }
+    gemm.out = NewTemp({groups, xs[0], g.oh, g.ow, mg});
+    out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, o.workspace_bytes);
+    const int product = gemm.out;
+    out_.steps.push_back(std::move(gemm));
+    // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
+    auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
+    if (!plan.ok()) return Fail(n, plan.status().message());
+    GpuStep t = NewStep(GpuStep::Kind::kTranspose, n);
+    t.in = {product};
+    t.out = y;
+    t.transpose = std::move(plan).value();
+    out_.steps.push_back(std::move(t));
+  }
+  // What the convolution's step could not do, in place on the output.
   auto in_place_unary = [&](UnaryOp op, float alpha, float beta) {
     GpuStep u = NewStep(GpuStep::Kind::kUnary, n);
     u.unary = op;
@@ -585,7 +638,7 @@ Status Lowerer::LowerConv(int n) {
     u.out = y;
     out_.steps.push_back(std::move(u));
   };
-  if (groups > 1 && bias) {
+  if (!bias_done) {
     GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
     add.binary = BinaryOp::kAdd;
     Tensor channels = Tensor::Allocate(DataType::kFp32, {ws[0], 1, 1});
@@ -601,9 +654,8 @@ Status Lowerer::LowerConv(int n) {
     out_.steps.push_back(std::move(add));
   }
   if (!act_done) in_place_unary(act_op, act_alpha, act_beta);
-  if (node.has_input(3)) {
+  if (!residual_done) {
     const int r = node.inputs[3];
-    if (ShapeOf(r) != ys) return Fail(n, "the residual must have the output's shape");
     GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
     add.binary = BinaryOp::kAdd;
     auto broadcast = PlanBroadcast(ys, ys);
@@ -613,7 +665,7 @@ Status Lowerer::LowerConv(int n) {
     add.out = y;
     out_.steps.push_back(std::move(add));
   }
-  if (!post_act.empty()) in_place_unary(post_op, post_alpha, post_beta);
+  if (!post_done) in_place_unary(post_op, post_alpha, post_beta);
   return Status::Ok();
 }
 

@@ -52,6 +52,10 @@ void GpuWeights::Release(const std::string& key) {
 
 namespace {
 
+// The most scratch one cuDNN convolution may take: its heuristics' best algorithm within
+// it. Winograd and FFT algorithms want the most; implicit GEMM needs none.
+constexpr size_t kCudnnWorkspaceLimit = size_t{256} << 20;
+
 // The kernels' name for a mixed-precision operand's dtype (kFp16 or kBf16).
 HalfType HalfOf(DataType dtype) {
   return dtype == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
@@ -121,8 +125,37 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
     RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&shard.joined, cudaEventDisableTiming),
                                "cudaEventCreate"));
   }
+  // cuDNN's convolutions, planned before the workspace they share with the GEMMs (steps on
+  // the plan's stream run one at a time).
+  size_t workspace_bytes = static_cast<size_t>(l.workspace_bytes);
+  plan->convs_.resize(l.steps.size());
+  std::map<std::string, std::shared_ptr<CudnnConv>> shared_convs;
+  for (size_t i = 0; i < l.steps.size(); ++i) {
+    const GpuStep& step = l.steps[i];
+    if (step.kind != GpuStep::Kind::kConv) continue;
+    if (!plan->cudnn_) {
+      auto handle = CudnnHandle::Create();
+      if (!handle.ok()) return handle.status().WithPrefix("planning the convolutions on cuDNN");
+      plan->cudnn_ = std::move(handle).value();
+    }
+    const CudnnConvOptions& c = step.conv;
+    const Window2d& g = c.window;
+    std::string key;
+    for (int64_t v : {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, g.oh,
+                      g.ow, g.groups, c.m, static_cast<int64_t>(c.math),
+                      static_cast<int64_t>(c.fused_bias_relu), static_cast<int64_t>(c.residual)})
+      key += std::to_string(v) + ",";
+    auto& shared = shared_convs[key];
+    if (!shared) {
+      auto conv = CudnnConv::Create(*plan->cudnn_, c, kCudnnWorkspaceLimit);
+      if (!conv.ok()) return conv.status().WithPrefix(c.what);
+      shared = std::move(conv).value();
+      workspace_bytes = std::max(workspace_bytes, shared->workspace_bytes());
+    }
+    plan->convs_[i] = shared;
+  }
   ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
-  ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(l.workspace_bytes));
+  ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(workspace_bytes));
   const size_t flags = std::max<size_t>(l.flag_nodes.size(), 1);
   ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(flags * sizeof(int32_t)));
   // Each slot's staging buffer: every input, every output and the flags, each 64-byte
@@ -432,6 +465,14 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                       error_flag_.as<int32_t>() + s.flag, stream);
     case GpuStep::Kind::kGridSample:
       return GridSample(in(0), in(1), y, s.grid, stream);
+    case GpuStep::Kind::kConv: {
+      const float* bias = s.weight_slots[1] >= 0
+                              ? reinterpret_cast<const float*>(Blob(s.weight_slots[1]))
+                              : nullptr;
+      return convs_[i]->Run(*cudnn_, Address(s.in[0]), Blob(s.weight_slots[0]), bias,
+                            s.in[1] >= 0 ? Address(s.in[1]) : nullptr, Address(s.out),
+                            workspace_.data(), stream);
+    }
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

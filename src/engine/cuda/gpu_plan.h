@@ -41,6 +41,7 @@
 #include "core/mutex.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "engine/cuda/cudnn.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gpu_lowering.h"
@@ -92,10 +93,12 @@ class GpuPlan {
  public:
   // Allocates the arena and the GEMM workspace on the current device, finds or uploads
   // the weights in `weights` (a GpuWeights of its own when null) on `stream`, and plans
-  // every GEMM. `handle` must outlive the plan. A tensor-parallel lowering's shards run
-  // where `shards` says (the rest, or all when it is shorter, on the plan's device); a shard
-  // the lowering gave memory of its own must be on another device than the plan's only
-  // when `shards` says so (on the same device its copies are plain device copies).
+  // every GEMM and cuDNN convolution (a handle of its own; UNAVAILABLE without cuDNN,
+  // UNIMPLEMENTED when cuDNN has no algorithm for one, naming its node). `handle` must outlive the
+  // plan. A tensor-parallel lowering's shards run where `shards` says (the rest, or all when it is
+  // shorter, on the plan's device); a shard the lowering gave memory of its own must be on another
+  // device than the plan's only when `shards` says so (on the same device its copies are plain
+  // device copies).
   static StatusOr<std::unique_ptr<GpuPlan>> Create(GpuLowering lowering, const LtHandle& handle,
                                                    const Stream& stream,
                                                    std::shared_ptr<GpuWeights> weights = nullptr,
@@ -239,6 +242,10 @@ class GpuPlan {
   // Per step; null where no GEMM. Steps of one shape and options share one (a recurrent
   // operator's step-by-step products).
   std::vector<std::shared_ptr<LtGemm>> gemms_;
+  // kConv steps: the plan's cuDNN handle, and per step (null for the others) its convolution,
+  // shared by the steps of one shape and options.
+  std::unique_ptr<CudnnHandle> cudnn_;
+  std::vector<std::shared_ptr<CudnnConv>> convs_;
   std::optional<Stream> copy_in_, copy_out_;  // the plan's copy streams
   std::array<Slot, kSlots> slots_;
   double last_device_ms_ = 0;

@@ -58,8 +58,14 @@ class GpuPlanTest : public GpuTest {
     options.math = math;
     options.cuda_graph = cuda_graph;
     options.tensor_parallel = tp;
+    options.conv = conv_;
     auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    if (conv_ == ConvEngine::kCudnn) {
+      // A test of cuDNN's plans that ran none would prove nothing.
+      EXPECT_TRUE(std::any_of(lowered->steps.begin(), lowered->steps.end(),
+                              [](const GpuStep& s) { return s.kind == GpuStep::Kind::kConv; }));
+    }
     auto gpu_plan =
         GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_, std::move(weights));
     ASSERT_TRUE(gpu_plan.ok()) << gpu_plan.status().ToString();
@@ -127,6 +133,7 @@ class GpuPlanTest : public GpuTest {
 
   std::unique_ptr<LtHandle> handle_;
   std::optional<Stream> run_stream_;
+  ConvEngine conv_ = ConvEngine::kIm2Col;  // how ExpectGpuMatchesCpu's plans convolve
 };
 
 TEST_F(GpuPlanTest, TheRecommenderMatchesTheCpuEngine) {
@@ -230,6 +237,43 @@ TEST_F(GpuPlanTest, TheImageClassifierAndResNetMatchTheCpuEngine) {
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
   ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 53)}, {Random({2, 3, 32, 32}, 54)}},
                       GemmMath::kFp32, 1e-4f);
+}
+
+// Convolutions on cuDNN: fused with their bias and ReLU (the image classifier's), with
+// ResNet's residual and ReLU, grouped and depthwise (the grouped graph, the MobileNets),
+// dilated and strided, in every tier, as CUDA graphs and step by step. Where a window has
+// pads that differ at the two ends, the plan keeps im2col for it, alongside.
+TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
+  conv_ = ConvEngine::kCudnn;
+  for (const auto& [math, tolerance] :
+       {std::pair{GemmMath::kFp32, 1e-4f}, std::pair{GemmMath::kTf32, 5e-3f},
+        std::pair{GemmMath::kFp16, 2e-2f}, std::pair{GemmMath::kBf16, 8e-2f}}) {
+    SCOPED_TRACE(static_cast<int>(math));
+    Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{3, 3, 32, 32}});
+    ExpectGpuMatchesCpu(
+        ic, {{Random({3, 3, 32, 32}, 151, 0.f, 1.f)}, {Random({3, 3, 32, 32}, 152, 0.f, 1.f)}},
+        math, tolerance);
+    Prepared resnet =
+        Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+    ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 153)}, {Random({2, 3, 32, 32}, 154)}},
+                        math, tolerance);
+    Prepared grouped = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+    ExpectGpuMatchesCpu(grouped, {{Random({2, 4, 9, 9}, 155)}}, math, tolerance);
+  }
+  Prepared resnet =
+      Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+  ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 156)}, {Random({2, 3, 32, 32}, 157)}},
+                      GemmMath::kFp32, 1e-4f, nullptr, /*cuda_graph=*/false);
+  for (const char* name : {"densenet_op13", "mobilenet_v2_op13", "mobilenet_v3_op13",
+                           "efficientnet_op13", "squeezenet_op13", "shufflenet_op13"}) {
+    SCOPED_TRACE(name);
+    const engine::testing::Reference ref =
+        engine::testing::LoadReference(std::string(name) + ".b4.sht");
+    const Tensor& x = ref.inputs[0].tensor;
+    Prepared p =
+        Prepare(Model::Load(engine::testing::ModelPath(std::string(name) + ".onnx")), {x.shape()});
+    ExpectGpuMatchesCpu(p, {{x}, {Random(x.shape(), 158)}}, GemmMath::kFp32, 1e-4f);
+  }
 }
 
 // Mixed precision against the fp32 CPU engine, within each 16-bit type's rounding: fp16

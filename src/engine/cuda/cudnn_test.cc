@@ -1,0 +1,268 @@
+#include "engine/cuda/cudnn.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/fp16.h"
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+// A window over x [n, c, h, w] with the output its arithmetic gives (symmetric pads).
+Window2d MakeWindow(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride,
+                    int64_t dilation, int64_t pad, int64_t groups) {
+  Window2d g;
+  g.n = n;
+  g.c = c;
+  g.h = h;
+  g.w = w;
+  g.kh = g.kw = k;
+  g.sh = g.sw = stride;
+  g.dh = g.dw = dilation;
+  g.ph = g.ph_end = g.pw = g.pw_end = pad;
+  g.groups = groups;
+  g.oh = (h + 2 * pad - ((k - 1) * dilation + 1)) / stride + 1;
+  g.ow = (w + 2 * pad - ((k - 1) * dilation + 1)) / stride + 1;
+  return g;
+}
+
+CudnnConvOptions Options(const Window2d& g, int64_t m, GemmMath math = GemmMath::kFp32) {
+  CudnnConvOptions o;
+  o.window = g;
+  o.m = m;
+  o.math = math;
+  return o;
+}
+
+TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
+  const Window2d g = MakeWindow(2, 4, 9, 8, 3, 2, 1, 1, 2);
+  EXPECT_TRUE(CheckCudnnConv(Options(g, 6)).ok());
+  // Pads that differ at the two ends (SAME_UPPER with an even kernel, say).
+  Window2d uneven = g;
+  uneven.ph_end = 2;
+  uneven.oh = (9 + 1 + 2 - 3) / 2 + 1;
+  Status s = CheckCudnnConv(Options(uneven, 6));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("pads differ"), std::string::npos) << s.ToString();
+  // An output the window does not give (ceil_mode's, say).
+  Window2d ceil = g;
+  ceil.oh += 1;
+  EXPECT_EQ(CheckCudnnConv(Options(ceil, 6)).code(), StatusCode::kInvalidArgument);
+  // Output channels that the groups do not divide.
+  EXPECT_EQ(CheckCudnnConv(Options(g, 5)).code(), StatusCode::kInvalidArgument);
+  // Fusion in 16 bits, and a residual without it.
+  CudnnConvOptions fused = Options(g, 6, GemmMath::kFp16);
+  fused.fused_bias_relu = true;
+  EXPECT_EQ(CheckCudnnConv(fused).code(), StatusCode::kInvalidArgument);
+  fused.math = GemmMath::kTf32;
+  EXPECT_TRUE(CheckCudnnConv(fused).ok());
+  CudnnConvOptions residual = Options(g, 6);
+  residual.residual = true;
+  EXPECT_EQ(CheckCudnnConv(residual).code(), StatusCode::kInvalidArgument);
+  // Sizes past cuDNN's 32-bit descriptors.
+  Window2d huge = MakeWindow(int64_t{1} << 20, 64, 64, 64, 1, 1, 1, 0, 1);
+  EXPECT_EQ(CheckCudnnConv(Options(huge, 64)).code(), StatusCode::kInvalidArgument);
+}
+
+// cuDNN itself, where its library loads (the build machines have the toolkit's); no device
+// is needed to describe a convolution.
+TEST(CudnnLibraryTest, ComputesTheOutputTheWindowDoes) {
+  auto cudnn = Cudnn::Get();
+  if (!cudnn.ok()) GTEST_SKIP() << cudnn.status().ToString();
+  EXPECT_EQ((*cudnn)->version().substr(0, 2), "9.") << (*cudnn)->version();
+  struct Case {
+    int64_t n, c, h, w, k, stride, dilation, pad, groups, m;
+  };
+  for (const Case& c : std::vector<Case>{{1, 3, 224, 224, 7, 2, 1, 3, 1, 64},
+                                         {8, 64, 56, 56, 3, 1, 1, 1, 1, 64},
+                                         {2, 32, 17, 13, 3, 2, 2, 2, 4, 8},
+                                         {3, 6, 5, 9, 1, 3, 1, 0, 3, 12},
+                                         {1, 16, 10, 10, 5, 1, 3, 6, 16, 16}}) {
+    const Window2d g = MakeWindow(c.n, c.c, c.h, c.w, c.k, c.stride, c.dilation, c.pad, c.groups);
+    auto dims = CudnnConvOutputDims(**cudnn, Options(g, c.m));
+    ASSERT_TRUE(dims.ok()) << dims.status().ToString();
+    EXPECT_EQ(*dims, (std::array<int64_t, 4>{c.n, c.m, g.oh, g.ow}))
+        << c.n << "x" << c.c << "x" << c.h << "x" << c.w << " k" << c.k << " s" << c.stride << " d"
+        << c.dilation << " p" << c.pad << " g" << c.groups;
+  }
+  // What CheckCudnnConv refuses is refused before cuDNN is asked.
+  Window2d uneven = MakeWindow(1, 2, 6, 6, 2, 1, 1, 0, 1);
+  uneven.ph_end = 1;
+  uneven.oh += 1;
+  EXPECT_EQ(CudnnConvOutputDims(**cudnn, Options(uneven, 2)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(CudnnLibraryTest, AHandleNeedsADevice) {
+  if (!Cudnn::Get().ok()) GTEST_SKIP() << Cudnn::Get().status().ToString();
+  if (ListDevices().ok()) GTEST_SKIP() << "a device is here: the GPU tests below cover it";
+  auto handle = CudnnHandle::Create();
+  ASSERT_FALSE(handle.ok());
+  EXPECT_NE(handle.status().message().find("cudnnCreate"), std::string::npos)
+      << handle.status().ToString();
+}
+
+std::vector<float> Wave(int64_t n, float phase) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase);
+  return v;
+}
+
+// y = conv(x, w) [+ bias, + z, relu], on the host in double.
+std::vector<float> Reference(const std::vector<float>& x, const std::vector<float>& w,
+                             const Window2d& g, int64_t m, const std::vector<float>* bias,
+                             const std::vector<float>* z, bool relu) {
+  const int64_t cg = g.c / g.groups, mg = m / g.groups;
+  std::vector<float> y;
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t oc = 0; oc < m; ++oc)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t group = oc / mg;
+          double sum = 0;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                const int64_t c = group * cg + ic;
+                sum += static_cast<double>(x[((b * g.c + c) * g.h + iy) * g.w + ix]) *
+                       w[((oc * cg + ic) * g.kh + ky) * g.kw + kx];
+              }
+          if (bias) sum += (*bias)[oc];
+          if (z) sum += (*z)[y.size()];
+          if (relu) sum = std::max(0.0, sum);
+          y.push_back(static_cast<float>(sum));
+        }
+  return y;
+}
+
+class CudnnGpuTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    auto handle = CudnnHandle::Create();
+    // On a GPU machine cuDNN must be there: bench/gpu/run.sh finds it with cuBLASLt.
+    ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+    handle_ = std::move(handle).value();
+  }
+
+  // Runs `o` on x and w (and bias and z when fused) and returns y as fp32.
+  std::vector<float> Run(const CudnnConvOptions& o, const std::vector<float>& x,
+                         const std::vector<float>& w, const std::vector<float>& bias,
+                         const std::vector<float>* z, size_t max_workspace = size_t{1} << 28) {
+    auto conv = CudnnConv::Create(*handle_, o, max_workspace);
+    EXPECT_TRUE(conv.ok()) << conv.status().ToString();
+    if (!conv.ok()) return {};
+    EXPECT_LE((*conv)->workspace_bytes(), max_workspace);
+    const Window2d& g = o.window;
+    const int64_t ny = g.n * o.m * g.oh * g.ow;
+    const bool half = o.math == GemmMath::kFp16 || o.math == GemmMath::kBf16;
+    // 16-bit operands rounded on the host, as the plan's kToHalf steps and blobs round them.
+    auto to_device = [&](const std::vector<float>& v) {
+      if (!half) return Upload(v);
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        h[i] = o.math == GemmMath::kFp16 ? FloatToFp16(v[i]) : FloatToBf16(v[i]);
+      return UploadBytes(h.data(), h.size() * 2);
+    };
+    DeviceBuffer dx = to_device(x), dw = to_device(w), db = Upload(bias);
+    DeviceBuffer dy = z ? Upload(*z)
+                        : (half ? UploadBytes(std::vector<uint16_t>(ny).data(), ny * 2)
+                                : Floats(static_cast<size_t>(ny)));
+    auto workspace = DeviceBuffer::Allocate(std::max<size_t>((*conv)->workspace_bytes(), 1));
+    EXPECT_TRUE(workspace.ok());
+    const Status ran =
+        (*conv)->Run(*handle_, dx.data(), dw.data(), db.as<float>(), z ? dy.data() : nullptr,
+                     dy.data(), workspace->data(), stream());
+    EXPECT_TRUE(ran.ok()) << ran.ToString();
+    if (!half) return Download(dy, static_cast<size_t>(ny));
+    std::vector<uint16_t> h(static_cast<size_t>(ny));
+    DownloadBytes(dy, h.data(), h.size() * 2);
+    std::vector<float> y(h.size());
+    for (size_t i = 0; i < h.size(); ++i)
+      y[i] = o.math == GemmMath::kFp16 ? Fp16ToFloat(h[i]) : Bf16ToFloat(h[i]);
+    return y;
+  }
+
+  std::unique_ptr<CudnnHandle> handle_;
+};
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, double relative,
+                const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float scale = 1e-6f;
+  for (float v : want) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], relative * scale) << what << " at " << i;
+}
+
+TEST_F(CudnnGpuTest, ConvolvesAsTheReferenceInFp32) {
+  struct Case {
+    Window2d g;
+    int64_t m;
+  };
+  for (const Case& c : std::vector<Case>{{MakeWindow(2, 4, 9, 8, 3, 2, 1, 1, 1), 6},
+                                         {MakeWindow(1, 8, 12, 11, 3, 1, 2, 2, 4), 8},
+                                         {MakeWindow(3, 3, 7, 7, 1, 1, 1, 0, 1), 5},
+                                         {MakeWindow(1, 16, 6, 6, 3, 1, 1, 1, 16), 16}}) {
+    const Window2d& g = c.g;
+    const auto x = Wave(g.n * g.c * g.h * g.w, 0.1f);
+    const auto w = Wave(c.m * (g.c / g.groups) * g.kh * g.kw, 0.7f);
+    const std::vector<float> no_bias(static_cast<size_t>(c.m), 0.f);
+    ExpectNear(Run(Options(g, c.m), x, w, no_bias, nullptr),
+               Reference(x, w, g, c.m, nullptr, nullptr, false), 1e-5, "fp32");
+  }
+}
+
+TEST_F(CudnnGpuTest, FusesBiasReluAndTheResidual) {
+  const Window2d g = MakeWindow(2, 8, 10, 10, 3, 1, 1, 1, 1);
+  const int64_t m = 8;
+  const auto x = Wave(g.n * g.c * g.h * g.w, 0.2f);
+  const auto w = Wave(m * g.c * 9, 1.1f);
+  const auto bias = Wave(m, 2.f);
+  const auto z = Wave(g.n * m * g.oh * g.ow, 0.5f);
+  CudnnConvOptions o = Options(g, m);
+  o.fused_bias_relu = true;
+  ExpectNear(Run(o, x, w, bias, nullptr), Reference(x, w, g, m, &bias, nullptr, true), 1e-5,
+             "bias and relu");
+  o.residual = true;
+  ExpectNear(Run(o, x, w, bias, &z), Reference(x, w, g, m, &bias, &z, true), 1e-5,
+             "bias, residual and relu");
+  // TF32 rounds the operands to 10-bit mantissas.
+  o.math = GemmMath::kTf32;
+  ExpectNear(Run(o, x, w, bias, &z), Reference(x, w, g, m, &bias, &z, true), 5e-3, "tf32");
+}
+
+TEST_F(CudnnGpuTest, SixteenBitTiersRoundTheirOperands) {
+  const Window2d g = MakeWindow(4, 16, 14, 14, 3, 2, 1, 1, 1);
+  const int64_t m = 32;
+  const auto x = Wave(g.n * g.c * g.h * g.w, 0.3f);
+  const auto w = Wave(m * g.c * 9, 0.9f);
+  const std::vector<float> no_bias(static_cast<size_t>(m), 0.f);
+  const auto want = Reference(x, w, g, m, nullptr, nullptr, false);
+  ExpectNear(Run(Options(g, m, GemmMath::kFp16), x, w, no_bias, nullptr), want, 2e-2, "fp16");
+  ExpectNear(Run(Options(g, m, GemmMath::kBf16), x, w, no_bias, nullptr), want, 8e-2, "bf16");
+}
+
+TEST_F(CudnnGpuTest, KeepsWithinTheWorkspaceItIsGiven) {
+  // Implicit GEMM needs no scratch: a limit of 0 still finds an algorithm.
+  const Window2d g = MakeWindow(2, 8, 16, 16, 3, 1, 1, 1, 1);
+  auto conv = CudnnConv::Create(*handle_, Options(g, 8), 0);
+  ASSERT_TRUE(conv.ok()) << conv.status().ToString();
+  EXPECT_EQ((*conv)->workspace_bytes(), 0u);
+  const auto x = Wave(g.n * g.c * g.h * g.w, 0.f);
+  const auto w = Wave(8 * 8 * 9, 0.4f);
+  ExpectNear(Run(Options(g, 8), x, w, std::vector<float>(8, 0.f), nullptr, 0),
+             Reference(x, w, g, 8, nullptr, nullptr, false), 1e-5, "no workspace");
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda

@@ -1,0 +1,205 @@
+// Convolutions lowered onto cuDNN (GpuPlanOptions::conv = kCudnn): host only, runs
+// everywhere, with or without cuDNN (lowering never loads it). Runs on a device are in
+// gpu_plan_test.cc (ConvolutionsOnCudnnMatchTheCpuEngine) and cudnn_test.cc.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/cuda/gpu_lowering.h"
+#include "engine/cuda/gpu_plan_test_util.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "engine/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+using engine::testing::AInts;
+using engine::testing::AString;
+using engine::testing::GraphBuilder;
+using engine::testing::Random;
+using K = GpuStep::Kind;
+
+GpuPlanOptions OnCudnn(GemmMath math = GemmMath::kFp32) {
+  GpuPlanOptions options;
+  options.math = math;
+  options.conv = ConvEngine::kCudnn;
+  return options;
+}
+
+std::vector<K> Kinds(const GpuLowering& l) {
+  std::vector<K> kinds;
+  for (const GpuStep& s : l.steps) kinds.push_back(s.kind);
+  return kinds;
+}
+
+// The image classifier's four convolutions each carry their ReLU (Conv+Relu fused by the
+// optimiser): on cuDNN one fused step each, reading the input and writing the output in
+// place of im2col, a GEMM and a transpose.
+TEST(LowerConvOnCudnnTest, AConvAndItsReluAreOneFusedStep) {
+  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn());
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int convs = 0;
+  for (const GpuStep& s : lowered->steps) {
+    EXPECT_NE(s.kind, K::kIm2Col);
+    if (s.kind != K::kConv) continue;
+    ++convs;
+    const Node& node = p.model->graph().nodes[s.node];
+    EXPECT_EQ(node.op_type, "FusedConv");
+    EXPECT_TRUE(s.conv.fused_bias_relu);
+    EXPECT_FALSE(s.conv.residual);
+    EXPECT_EQ(s.conv.math, GemmMath::kFp32);
+    EXPECT_EQ(s.in[0], node.inputs[0]);
+    EXPECT_EQ(s.in[1], -1);
+    EXPECT_EQ(s.out, node.outputs[0]);
+    EXPECT_EQ(s.conv.window.n, 2);
+    EXPECT_EQ(s.conv.m, lowered->shapes[node.outputs[0]][1]);
+    EXPECT_EQ(lowered->shapes[node.outputs[0]],
+              (Shape{2, s.conv.m, s.conv.window.oh, s.conv.window.ow}));
+    EXPECT_TRUE(CheckCudnnConv(s.conv).ok());
+    EXPECT_NE(s.conv.what.find("FusedConv"), std::string::npos) << s.conv.what;
+    // The weight as stored (fp32, [m, c, kh, kw]) and the bias.
+    const GpuLowering::Blob& w = lowered->blobs[static_cast<size_t>(s.weight_slots[0])];
+    EXPECT_EQ(w.data.dtype(), DataType::kFp32);
+    EXPECT_EQ(w.data.shape()[0], s.conv.m);
+    ASSERT_GE(s.weight_slots[1], 0);
+    EXPECT_EQ(lowered->blobs[static_cast<size_t>(s.weight_slots[1])].data.element_count(),
+              s.conv.m);
+  }
+  EXPECT_EQ(convs, 4);
+  ExpectAligned(*lowered);
+}
+
+// ResNet's convolution, residual and ReLU (Conv+Add+Relu) fuse too, reading the residual as
+// z; its plain convolutions are one unfused step each.
+TEST(LowerConvOnCudnnTest, ResNetsResidualAndReluFuseIntoItsConvolution) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn(GemmMath::kTf32));
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int with_residual = 0, fused = 0, plain = 0;
+  for (const GpuStep& s : lowered->steps) {
+    EXPECT_NE(s.kind, K::kIm2Col);
+    if (s.kind != K::kConv) continue;
+    const Node& node = p.model->graph().nodes[s.node];
+    EXPECT_EQ(s.conv.math, GemmMath::kTf32);
+    if (s.conv.residual) {
+      ++with_residual;
+      EXPECT_TRUE(s.conv.fused_bias_relu);
+      EXPECT_EQ(s.in[1], node.inputs[3]);
+      EXPECT_EQ(node.GetString("post_activation", ""), "Relu");
+    } else if (s.conv.fused_bias_relu) {
+      ++fused;
+      EXPECT_EQ(node.GetString("activation", ""), "Relu");
+    } else {
+      ++plain;
+      EXPECT_EQ(node.op_type, "Conv");
+      EXPECT_EQ(s.weight_slots[1], -1);
+    }
+  }
+  // `shoal inspect`: Conv+Add+Relu x2, Conv+Relu x4, and the shortcut's 1x1 convolution.
+  EXPECT_EQ(with_residual, 2);
+  EXPECT_EQ(fused, 4);
+  EXPECT_EQ(plain, 1);
+  // Nothing after the fused convolutions: no activation and no addition but the shortcut's
+  // bias (its batch normalisation, folded).
+  int additions = 0;
+  for (const GpuStep& s : lowered->steps) {
+    EXPECT_NE(s.kind, K::kUnary);
+    additions += s.kind == K::kBinary;
+  }
+  EXPECT_EQ(additions, 1);
+}
+
+// In fp16 and bf16 cuDNN reads and writes 16 bits: x rounded first, the weight stored in 16
+// bits, the output cast back to fp32, then the bias and ReLU in place (cuDNN fuses them in
+// fp32 alone).
+TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
+  for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+    SCOPED_TRACE(math == GemmMath::kFp16 ? "fp16" : "bf16");
+    const DataType half = math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+    Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+    ASSERT_TRUE(p.plan);
+    auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn(math));
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    const std::vector<K> kinds = Kinds(*lowered);
+    int convs = 0;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      if (kinds[i] != K::kConv) continue;
+      ++convs;
+      const GpuStep& s = lowered->steps[i];
+      EXPECT_FALSE(s.conv.fused_bias_relu);
+      EXPECT_EQ(s.conv.math, math);
+      ASSERT_GE(i, 1u);
+      ASSERT_LT(i + 3, kinds.size());
+      // kToHalf x -> kConv -> kCast into y -> bias (kBinary) -> ReLU (kUnary).
+      const GpuStep& round = lowered->steps[i - 1];
+      EXPECT_EQ(round.kind, K::kToHalf);
+      EXPECT_EQ(round.out, s.in[0]);
+      EXPECT_EQ(lowered->dtypes[s.in[0]], half);
+      EXPECT_EQ(lowered->dtypes[s.out], half);
+      EXPECT_EQ(lowered->blobs[static_cast<size_t>(s.weight_slots[0])].data.dtype(), half);
+      EXPECT_EQ(s.weight_slots[1], -1);
+      const GpuStep& cast = lowered->steps[i + 1];
+      EXPECT_EQ(cast.kind, K::kCast);
+      EXPECT_EQ(cast.cast, math == GemmMath::kFp16 ? CastSource::kFp16 : CastSource::kBf16);
+      EXPECT_EQ(cast.in[0], s.out);
+      const int y = p.model->graph().nodes[s.node].outputs[0];
+      EXPECT_EQ(cast.out, y);
+      EXPECT_EQ(kinds[i + 2], K::kBinary);
+      EXPECT_EQ(lowered->steps[i + 2].out, y);
+      EXPECT_EQ(kinds[i + 3], K::kUnary);
+      EXPECT_EQ(lowered->steps[i + 3].unary, UnaryOp::kRelu);
+    }
+    EXPECT_EQ(convs, 4);
+    ExpectAligned(*lowered);
+  }
+}
+
+// A grouped convolution on cuDNN is one step with its groups (no batch of GEMMs), its bias
+// and ReLU fused.
+TEST(LowerConvOnCudnnTest, AGroupedConvolutionIsOneStepWithItsGroups) {
+  Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn());
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  EXPECT_EQ(Kinds(*lowered), (std::vector<K>{K::kConv, K::kPool}));
+  const GpuStep& conv = lowered->steps[0];
+  EXPECT_EQ(conv.conv.window.groups, 2);
+  EXPECT_EQ(conv.conv.m, 6);
+  EXPECT_EQ(conv.conv.window.sh, 2);
+  EXPECT_EQ(conv.conv.window.ph, 1);
+  EXPECT_TRUE(conv.conv.fused_bias_relu);
+}
+
+// What cuDNN cannot take keeps to im2col, in the same plan as convolutions that go to
+// cuDNN: SAME_UPPER with an even kernel pads one more row and column at the end than at
+// the start.
+TEST(LowerConvOnCudnnTest, PadsThatDifferAtTheEndsKeepToIm2Col) {
+  GraphBuilder b;
+  const int x = b.Input("x", {1, 3, 8, 8});
+  const int w1 = b.Constant("w1", Random({4, 3, 2, 2}, 61));
+  const int w2 = b.Constant("w2", Random({5, 4, 3, 3}, 62));
+  const int even = b.Op("Conv", "even", {x, w1}, {{"auto_pad", AString("SAME_UPPER")}});
+  const int odd = b.Op("Conv", "odd", {even, w2}, {{"pads", AInts({1, 1, 1, 1})}});
+  Prepared p = Prepare(Model::FromGraph(b.Finish(odd)), {{1, 3, 8, 8}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn());
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  EXPECT_EQ(Kinds(*lowered), (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kConv}));
+  EXPECT_EQ(lowered->steps[0].window.ph, 0);
+  EXPECT_EQ(lowered->steps[0].window.ph_end, 1);
+  EXPECT_FALSE(lowered->steps[3].conv.fused_bias_relu);  // no bias, no ReLU
+  // And the default stays im2col throughout.
+  auto im2col = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(im2col.ok()) << im2col.status().ToString();
+  EXPECT_EQ(Kinds(*im2col), (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kIm2Col,
+                                            K::kGemm, K::kTranspose}));
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda
