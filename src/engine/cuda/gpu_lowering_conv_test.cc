@@ -1,6 +1,7 @@
-// Convolutions lowered onto cuDNN (GpuPlanOptions::conv = kCudnn): host only, runs
+// Convolutions in the GPU plan's lowering (gpu_lowering.h): on im2col and cuBLASLt GEMMs
+// (the default), on cuDNN (GpuPlanOptions::conv = kCudnn), and transposed. Host only, runs
 // everywhere, with or without cuDNN (lowering never loads it). Runs on a device are in
-// gpu_plan_test.cc (ConvolutionsOnCudnnMatchTheCpuEngine) and cudnn_test.cc.
+// gpu_plan_test.cc and cudnn_test.cc.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,6 +21,83 @@ using engine::testing::AString;
 using engine::testing::GraphBuilder;
 using engine::testing::Random;
 using K = GpuStep::Kind;
+
+const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
+  for (const GpuStep& s : l.steps)
+    if (s.kind == kind) return &s;
+  return nullptr;
+}
+
+// The example image classifier: four convolutions (im2col and a GEMM each), two max pools
+// and the global average pool as a reduction.
+TEST(LowerConvTest, ConvolutionsBecomeIm2ColAndGemms) {
+  Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int im2col = 0, pools = 0, reductions = 0;
+  for (const GpuStep& s : lowered->steps) {
+    if (s.kind == GpuStep::Kind::kIm2Col) {
+      ++im2col;
+      EXPECT_EQ(s.window.groups, 1);
+      EXPECT_EQ(s.window.n, 2);
+    }
+    pools += s.kind == GpuStep::Kind::kPool;
+    reductions += s.kind == GpuStep::Kind::kReduce;
+  }
+  EXPECT_EQ(im2col, 4);
+  EXPECT_EQ(pools, 2);
+  EXPECT_EQ(reductions, 1);
+  ExpectAligned(*lowered);
+}
+
+TEST(LowerConvTest, AGroupedConvolutionIsABatchOfGemmsWithItsBiasAfter) {
+  Prepared p = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  std::vector<K> kinds;
+  for (const GpuStep& s : lowered->steps) kinds.push_back(s.kind);
+  EXPECT_EQ(kinds,
+            (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kBinary, K::kUnary, K::kPool}));
+  const GpuStep& gemm = lowered->steps[1];
+  EXPECT_EQ(gemm.gemm.batch, 2);
+  EXPECT_EQ(gemm.gemm.m, 2 * 5 * 5);  // images x output positions
+  EXPECT_EQ(gemm.gemm.n, 3);          // output channels per group
+  EXPECT_EQ(gemm.gemm.k, 2 * 3 * 3);  // input channels per group x kernel
+  EXPECT_EQ(gemm.gemm.epilogue, GemmEpilogue::kNone);
+  EXPECT_TRUE(gemm.gemm.transpose_w);
+  EXPECT_EQ(lowered->steps[5].pool, PoolOp::kAverageIncludePad);
+  EXPECT_EQ(lowered->steps[5].window.oh, 3);  // ceil((5 + 2 - 3) / 2) + 1
+}
+
+// The decoder's ConvTranspose (kernel 4, stride 2, pads 1) is one step holding its window:
+// each spatial size doubles.
+TEST(LowerConvTest, ATransposedConvolutionIsOneStepWithItsWindow) {
+  Prepared p = Prepare(Model::Load(Example("decoder")), {{2, 16}});
+  ASSERT_TRUE(p.plan);
+  auto l = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const GpuStep* s = FirstStep(*l, GpuStep::Kind::kConvTranspose);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->window.kh, 4);
+  EXPECT_EQ(s->window.sh, 2);
+  EXPECT_EQ(s->window.ph, 1);
+  EXPECT_EQ(s->window.ph_end, 1);
+  EXPECT_EQ(s->window.oh, 2 * s->window.h);
+  EXPECT_EQ(s->window.ow, 2 * s->window.w);
+  EXPECT_EQ(l->shapes[s->out], (Shape{2, s->length, s->window.oh, s->window.ow}));
+  ASSERT_EQ(s->in.size(), 3u);
+  EXPECT_GE(s->in[2], 0);  // its bias
+  // The VAE's decoder has output_padding 1: its output is one row and column larger.
+  WithReference vae = PrepareWithReference("vae_op13");
+  ASSERT_TRUE(vae.prepared.plan);
+  auto v = LowerPlan(vae.prepared.model->graph(), *vae.prepared.plan);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const GpuStep* t = FirstStep(*v, GpuStep::Kind::kConvTranspose);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->window.oh, 2 * t->window.h);  // 2(h-1) + 3 + 1 - 2
+}
 
 GpuPlanOptions OnCudnn(GemmMath math = GemmMath::kFp32) {
   GpuPlanOptions options;
