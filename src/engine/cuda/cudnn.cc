@@ -24,13 +24,20 @@ Status CheckCudnnConv(const CudnnConvOptions& o) {
     return InvalidArgument(
         "cuDNN convolution: pads differ at the two ends of an axis (cuDNN pads both ends "
         "alike)");
-  // The output the window's arithmetic gives (NodeWindow's, without ceil_mode).
-  const int64_t oh = (g.h + 2 * g.ph - ((g.kh - 1) * g.dh + 1)) / g.sh + 1;
-  const int64_t ow = (g.w + 2 * g.pw - ((g.kw - 1) * g.dw + 1)) / g.sw + 1;
-  if (oh != g.oh || ow != g.ow)
-    return InvalidArgument("cuDNN convolution: an output of " + std::to_string(g.oh) + "x" +
-                           std::to_string(g.ow) + " where the window gives " + std::to_string(oh) +
-                           "x" + std::to_string(ow));
+  // The window's arithmetic (NodeWindow's, without ceil_mode): a convolution maps x's size
+  // onto y's. A transposed one is the convolution of y's size onto x's, run backwards
+  // (cuDNN's backward data), so it must map y's size back onto x's exactly.
+  const int64_t from_h = o.transposed ? g.oh : g.h, from_w = o.transposed ? g.ow : g.w;
+  const int64_t to_h = o.transposed ? g.h : g.oh, to_w = o.transposed ? g.w : g.ow;
+  const int64_t mapped_h = (from_h + 2 * g.ph - ((g.kh - 1) * g.dh + 1)) / g.sh + 1;
+  const int64_t mapped_w = (from_w + 2 * g.pw - ((g.kw - 1) * g.dw + 1)) / g.sw + 1;
+  if (from_h + 2 * g.ph < (g.kh - 1) * g.dh + 1 || from_w + 2 * g.pw < (g.kw - 1) * g.dw + 1 ||
+      mapped_h != to_h || mapped_w != to_w) {
+    return InvalidArgument(
+        std::string("cuDNN convolution: ") + (o.transposed ? "an input of " : "an output of ") +
+        std::to_string(to_h) + "x" + std::to_string(to_w) + " where the window gives " +
+        std::to_string(mapped_h) + "x" + std::to_string(mapped_w));
+  }
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   for (int64_t v : {g.n, g.c, g.h, g.w, o.m, g.oh, g.ow, g.kh, g.kw, g.ph, g.pw})
     if (v > kMax) return InvalidArgument("cuDNN convolution: a size past 32 bits");
@@ -41,6 +48,8 @@ Status CheckCudnnConv(const CudnnConvOptions& o) {
         "cuDNN convolution: bias, ReLU and residual fused only in fp32 and TF32");
   if (o.residual && !o.fused_bias_relu)
     return InvalidArgument("cuDNN convolution: a residual only with the fused bias and ReLU");
+  if (o.transposed && o.fused_bias_relu)
+    return InvalidArgument("cuDNN convolution: nothing fused into a transposed convolution");
   return Status::Ok();
 }
 
@@ -69,24 +78,32 @@ struct Cudnn::Api {
   decltype(&cudnnGetConvolutionForwardAlgorithm_v7) algorithms = nullptr;
   decltype(&cudnnGetConvolutionForwardWorkspaceSize) workspace_size = nullptr;
   decltype(&cudnnConvolutionForward) forward = nullptr;
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithmMaxCount) backward_count = nullptr;
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) backward_algorithms = nullptr;
+  decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) backward_workspace_size = nullptr;
+  decltype(&cudnnConvolutionBackwardData) backward = nullptr;
   decltype(&cudnnConvolutionBiasActivationForward) fused_forward = nullptr;
   decltype(&cudnnCreateActivationDescriptor) create_act = nullptr;
   decltype(&cudnnSetActivationDescriptor) set_act = nullptr;
   decltype(&cudnnDestroyActivationDescriptor) destroy_act = nullptr;
 
-  // "what: CUDNN_STATUS_...", as CudaStatus words its errors.
+  // "what: CUDNN_STATUS_...", as CudaStatus words its errors. cuDNN 9's codes come in
+  // families (CUDNN_STATUS_CATEGORY): 1000 uncategorised (a sub-library that did not load,
+  // a version mismatch), 2000 bad parameters, 3000 not supported (this shape, this
+  // architecture), 4000 internal (allocations among them), 5000 execution failures.
   Status Check(cudnnStatus_t s, const std::string& what) const {
     if (s == CUDNN_STATUS_SUCCESS) return Status::Ok();
     const std::string text = what + ": " + error_string(s);
-    switch (s) {
-      case CUDNN_STATUS_ALLOC_FAILED:
-        return ResourceExhausted(text);
-      case CUDNN_STATUS_NOT_SUPPORTED:
-        return Unimplemented(text);
-      case CUDNN_STATUS_BAD_PARAM:
-        return InvalidArgument(text);
-      case CUDNN_STATUS_NOT_INITIALIZED:
+    if (s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+        s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+      return ResourceExhausted(text);
+    switch (CUDNN_STATUS_CATEGORY(s)) {
+      case 1000:
         return Unavailable(text);
+      case 2000:
+        return InvalidArgument(text);
+      case 3000:
+        return Unimplemented(text);
       default:
         return Internal(text);
     }
@@ -128,6 +145,10 @@ StatusOr<const Cudnn*> Cudnn::Get() {
     find(&api.algorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
     find(&api.workspace_size, "cudnnGetConvolutionForwardWorkspaceSize");
     find(&api.forward, "cudnnConvolutionForward");
+    find(&api.backward_count, "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
+    find(&api.backward_algorithms, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    find(&api.backward_workspace_size, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    find(&api.backward, "cudnnConvolutionBackwardData");
     find(&api.fused_forward, "cudnnConvolutionBiasActivationForward");
     find(&api.create_act, "cudnnCreateActivationDescriptor");
     find(&api.set_act, "cudnnSetActivationDescriptor");
@@ -191,8 +212,12 @@ Status Describe(const Cudnn::Api& api, const CudnnConvOptions& o, const Descript
   RETURN_IF_ERROR(
       api.Check(api.set_tensor(d.x, CUDNN_TENSOR_NCHW, type, i(g.n), i(g.c), i(g.h), i(g.w)),
                 "cudnnSetTensor4dDescriptor (x)"));
+  // A convolution's filter is [m, c/groups, kh, kw]; a transposed one's (ONNX's
+  // ConvTranspose weight) is that of the convolution from y back to x, [c, m/groups, kh, kw].
+  const int64_t filters = o.transposed ? g.c : o.m;
+  const int64_t per_group = (o.transposed ? o.m : g.c) / g.groups;
   RETURN_IF_ERROR(api.Check(
-      api.set_filter(d.w, type, CUDNN_TENSOR_NCHW, i(o.m), i(g.c / g.groups), i(g.kh), i(g.kw)),
+      api.set_filter(d.w, type, CUDNN_TENSOR_NCHW, i(filters), i(per_group), i(g.kh), i(g.kw)),
       "cudnnSetFilter4dDescriptor"));
   // Products and sums in fp32 in every tier (PSEUDO_HALF and PSEUDO_BFLOAT16 in 16 bits).
   RETURN_IF_ERROR(api.Check(api.set_conv(d.conv, i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh),
@@ -229,7 +254,9 @@ StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn& cudnn,
   if (made.ok()) made = Describe(api, o, d);
   int dims[4] = {};
   if (made.ok()) {
-    made = api.Check(api.output_dim(d.conv, d.x, d.w, &dims[0], &dims[1], &dims[2], &dims[3]),
+    // A transposed convolution's: the convolution from y's shape back to x's.
+    made = api.Check(api.output_dim(d.conv, o.transposed ? d.y : d.x, d.w, &dims[0], &dims[1],
+                                    &dims[2], &dims[3]),
                      "cudnnGetConvolution2dForwardOutputDim");
   }
   if (d.x) api.destroy_tensor(d.x);
@@ -240,9 +267,57 @@ StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn& cudnn,
   return std::array<int64_t, 4>{dims[0], dims[1], dims[2], dims[3]};
 }
 
-StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle& handle,
-                                                       const CudnnConvOptions& o,
-                                                       size_t max_workspace) {
+namespace {
+
+// An algorithm the heuristics ranked, with the math it runs in and the scratch it needs.
+struct Candidate {
+  int algorithm = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t bytes = 0;
+};
+
+// The heuristics' ranking (forward, or backward data for a transposed convolution), best
+// first, less what cannot run `o`: a failed status, a tensor-core algorithm in fp32, more
+// than `max_workspace` bytes of scratch (named in `over`).
+template <typename Perf>
+std::vector<Candidate> Candidates(const Cudnn::Api& api, cudnnHandle_t h, const Descriptors& d,
+                                  const CudnnConvOptions& o, const std::vector<Perf>& ranked,
+                                  int returned, size_t max_workspace, std::string* over) {
+  std::vector<Candidate> out;
+  for (int r = 0; r < returned; ++r) {
+    const Perf& p = ranked[static_cast<size_t>(r)];
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    // fp32 keeps the descriptor's FMA math, and no algorithm ranked for tensor cores (they
+    // would round to TF32); the other tiers take the math the ranking names.
+    if (o.math == GemmMath::kFp32) {
+      if (p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
+    } else if (api.set_math(d.conv, p.mathType) != CUDNN_STATUS_SUCCESS) {
+      continue;
+    }
+    size_t bytes = 0;
+    const cudnnStatus_t sized =
+        o.transposed ? api.backward_workspace_size(
+                           h, d.w, d.x, d.conv, d.y,
+                           static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), &bytes)
+                     : api.workspace_size(h, d.x, d.w, d.conv, d.y,
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), &bytes);
+    if (sized != CUDNN_STATUS_SUCCESS) continue;
+    if (bytes > max_workspace) {
+      *over += " " + std::to_string(static_cast<int>(p.algo)) + " (" + std::to_string(bytes) +
+               " bytes of workspace)";
+      continue;
+    }
+    out.push_back(
+        {static_cast<int>(p.algo), o.math == GemmMath::kFp32 ? CUDNN_FMA_MATH : p.mathType, bytes});
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(
+    const CudnnHandle& handle, const CudnnConvOptions& o, size_t max_workspace,
+    const std::function<Status(const CudnnConv&)>& trial) {
   RETURN_IF_ERROR(CheckCudnnConv(o));
   ASSIGN_OR_RETURN(const Cudnn* cudnn, Cudnn::Get());
   const Cudnn::Api& api = cudnn->api();
@@ -269,42 +344,46 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle& handle
                               "cudnnSetActivationDescriptor"));
   }
   RETURN_IF_ERROR(Describe(api, o, d));
-  // The heuristics' ranking, best first; the first that runs within the workspace wins.
   auto h = static_cast<cudnnHandle_t>(handle.get());
-  int count = 0;
-  RETURN_IF_ERROR(
-      api.Check(api.algorithm_count(h, &count), "cudnnGetConvolutionForwardAlgorithmMaxCount"));
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(static_cast<size_t>(std::max(count, 1)));
-  int returned = 0;
-  RETURN_IF_ERROR(
-      api.Check(api.algorithms(h, d.x, d.w, d.conv, d.y, count, &returned, ranked.data()),
-                "cudnnGetConvolutionForwardAlgorithm_v7"));
-  std::string tried;
-  for (int r = 0; r < returned; ++r) {
-    const cudnnConvolutionFwdAlgoPerf_t& p = ranked[static_cast<size_t>(r)];
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
-    // fp32 keeps the descriptor's FMA math, and no algorithm ranked for tensor cores (they
-    // would round to TF32); the other tiers take the math the ranking names.
-    if (o.math == GemmMath::kFp32) {
-      if (p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
-    } else if (api.set_math(d.conv, p.mathType) != CUDNN_STATUS_SUCCESS) {
-      continue;
-    }
-    size_t bytes = 0;
-    if (api.workspace_size(h, d.x, d.w, d.conv, d.y, p.algo, &bytes) != CUDNN_STATUS_SUCCESS)
-      continue;
-    if (bytes > max_workspace) {
-      tried += " " + std::to_string(static_cast<int>(p.algo)) + " (" + std::to_string(bytes) +
-               " bytes of workspace)";
-      continue;
-    }
-    conv->algorithm_ = static_cast<int>(p.algo);
-    conv->workspace_bytes_ = bytes;
-    return conv;
+  std::vector<Candidate> candidates;
+  std::string over;
+  int count = 0, returned = 0;
+  if (o.transposed) {
+    // y = ConvTranspose(x, w) is the backward data of the convolution from y to x: x its dy,
+    // y its dx.
+    RETURN_IF_ERROR(api.Check(api.backward_count(h, &count),
+                              "cudnnGetConvolutionBackwardDataAlgorithmMaxCount"));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(static_cast<size_t>(std::max(count, 1)));
+    RETURN_IF_ERROR(api.Check(
+        api.backward_algorithms(h, d.w, d.x, d.conv, d.y, count, &returned, ranked.data()),
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
+    candidates = Candidates(api, h, d, o, ranked, returned, max_workspace, &over);
+  } else {
+    RETURN_IF_ERROR(
+        api.Check(api.algorithm_count(h, &count), "cudnnGetConvolutionForwardAlgorithmMaxCount"));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(static_cast<size_t>(std::max(count, 1)));
+    RETURN_IF_ERROR(
+        api.Check(api.algorithms(h, d.x, d.w, d.conv, d.y, count, &returned, ranked.data()),
+                  "cudnnGetConvolutionForwardAlgorithm_v7"));
+    candidates = Candidates(api, h, d, o, ranked, returned, max_workspace, &over);
+  }
+  // The first candidate wins, or, with a trial, the first the trial runs: the ranking is
+  // the plain convolution's, and the fused call may refuse an algorithm it ranks.
+  std::string refused;
+  for (const Candidate& c : candidates) {
+    RETURN_IF_ERROR(api.Check(api.set_math(d.conv, c.math), "cudnnSetConvolutionMathType"));
+    conv->algorithm_ = c.algorithm;
+    conv->workspace_bytes_ = c.bytes;
+    if (!trial) return conv;
+    const Status tried = trial(*conv);
+    if (tried.ok()) return conv;
+    if (tried.code() != StatusCode::kUnimplemented) return tried;
+    refused += " " + std::to_string(c.algorithm) + " (" + tried.message() + ")";
   }
   return Unimplemented("cuDNN has no convolution algorithm for this window within " +
                        std::to_string(max_workspace) + " bytes of workspace" +
-                       (tried.empty() ? std::string() : "; over it:" + tried));
+                       (over.empty() ? std::string() : "; over it:" + over) +
+                       (refused.empty() ? std::string() : "; refused when run:" + refused));
 }
 
 CudnnConv::~CudnnConv() {
@@ -328,6 +407,12 @@ Status CudnnConv::Run(const CudnnHandle& handle, const void* x, const void* w, c
   auto cd = static_cast<cudnnConvolutionDescriptor_t>(conv_desc_);
   const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(algorithm_);
   const float one = 1.f, zero = 0.f;
+  if (options_.transposed) {
+    return api.Check(api.backward(h, &one, wd, w, xd, x, cd,
+                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm_), workspace,
+                                  workspace_bytes_, &zero, yd, y),
+                     "cudnnConvolutionBackwardData");
+  }
   if (!options_.fused_bias_relu) {
     return api.Check(
         api.forward(h, &one, xd, x, wd, w, cd, algo, workspace, workspace_bytes_, &zero, yd, y),
@@ -355,8 +440,9 @@ CudnnHandle::~CudnnHandle() = default;
 StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn&, const CudnnConvOptions&) {
   return Cudnn::Get().status();
 }
-StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle&, const CudnnConvOptions&,
-                                                       size_t) {
+StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(
+    const CudnnHandle&, const CudnnConvOptions&, size_t,
+    const std::function<Status(const CudnnConv&)>&) {
   return Cudnn::Get().status();
 }
 CudnnConv::~CudnnConv() = default;

@@ -5,7 +5,8 @@
 // when the toolkit has them (SHOAL_HAVE_CUDNN); without, Cudnn::Get says so.
 //
 // The legacy convolution API (cudnnConvolutionForward and
-// cudnnConvolutionBiasActivationForward), NCHW as ONNX lays tensors out:
+// cudnnConvolutionBiasActivationForward; cudnnConvolutionBackwardData for a transposed
+// convolution), NCHW as ONNX lays tensors out:
 //   fp32 (GemmMath::kFp32)  fp32 in and out, FMA kernels only (no TF32);
 //   kTf32                   fp32 in and out, TF32 tensor cores allowed;
 //   kFp16, kBf16            x, w and y 16-bit, fp32 accumulation on tensor cores.
@@ -22,6 +23,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -69,6 +71,10 @@ class CudnnHandle {
 struct CudnnConvOptions {
   Window2d window;  // its pads symmetric (ph == ph_end, pw == pw_end), as cuDNN takes them
   int64_t m = 0;    // output channels
+  // ConvTranspose: w [c, m/groups, kh, kw], ph and pw the padding taken off y's edges, and
+  // y's size one that the convolution from y back to x maps exactly onto x's (an
+  // output_padding below the stride does). Nothing fused.
+  bool transposed = false;
   GemmMath math = GemmMath::kFp32;
   // y = relu(conv + z + bias), bias one fp32 value per output channel (fp32 and TF32
   // only); otherwise y = conv(x, w).
@@ -83,17 +89,23 @@ struct CudnnConvOptions {
 Status CheckCudnnConv(const CudnnConvOptions& o);
 
 // [n, m, oh, ow] as cuDNN computes the output of `o` (cudnnGetConvolution2dForwardOutputDim);
-// no device needed. For tests: it must be the window's.
+// for a transposed convolution, the output of the convolution from y's shape back to x's,
+// which must be [n, c, h, w]. No device needed. For tests: it must be the window's.
 StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn& cudnn, const CudnnConvOptions& o);
 
 class CudnnConv {
  public:
   // The descriptors of `o` and the algorithm cuDNN's heuristics rank first among those that
-  // run it within `max_workspace` bytes of scratch (cudnnGetConvolutionForwardAlgorithm_v7).
-  // INVALID_ARGUMENT as CheckCudnnConv; UNIMPLEMENTED when no algorithm runs it.
-  static StatusOr<std::unique_ptr<CudnnConv>> Create(const CudnnHandle& handle,
-                                                     const CudnnConvOptions& o,
-                                                     size_t max_workspace);
+  // run it within `max_workspace` bytes of scratch (cudnnGetConvolutionForwardAlgorithm_v7,
+  // or ..BackwardDataAlgorithm_v7 for a transposed convolution). With a `trial`, which runs
+  // the convolution once (synchronously) and says how it went, the first candidate whose
+  // trial succeeds: the heuristics rank algorithms for the plain convolution, and the fused
+  // call may refuse one (UNIMPLEMENTED, cuDNN's NOT_SUPPORTED family: the next is tried;
+  // any other error is returned). INVALID_ARGUMENT as CheckCudnnConv; UNIMPLEMENTED when no
+  // algorithm runs it.
+  static StatusOr<std::unique_ptr<CudnnConv>> Create(
+      const CudnnHandle& handle, const CudnnConvOptions& o, size_t max_workspace,
+      const std::function<Status(const CudnnConv&)>& trial = nullptr);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -104,8 +116,9 @@ class CudnnConv {
   const CudnnConvOptions& options() const { return options_; }
 
   // Queues the convolution on `stream`: y = conv(x, w), or, fused, relu(conv + z + bias)
-  // (z null without a residual). x, w and y in the math's element type (16-bit in fp16 and
-  // bf16); `workspace` at least workspace_bytes(). y must not overlap x or w (it may be z).
+  // (z null without a residual), or y = ConvTranspose(x, w). x, w and y in the math's element type
+  // (16-bit in fp16 and bf16); `workspace` at least workspace_bytes(). y must not overlap x or w
+  // (it may be z).
   Status Run(const CudnnHandle& handle, const void* x, const void* w, const float* bias,
              const void* z, void* y, void* workspace, cudaStream_t stream) const;
 

@@ -143,6 +143,29 @@ std::vector<float> Reference(const std::vector<float>& x, const std::vector<floa
   return y;
 }
 
+// y = ConvTranspose(x, w) on the host: each input scattered through the kernel, w
+// [c, m/groups, kh, kw], ph and pw taken off y's start.
+std::vector<float> TransposedReference(const std::vector<float>& x, const std::vector<float>& w,
+                                       const Window2d& g, int64_t m) {
+  const int64_t cg = g.c / g.groups, mg = m / g.groups;
+  std::vector<double> y(static_cast<size_t>(g.n * m * g.oh * g.ow), 0.0);
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t ic = 0; ic < g.c; ++ic)
+      for (int64_t iy = 0; iy < g.h; ++iy)
+        for (int64_t ix = 0; ix < g.w; ++ix)
+          for (int64_t og = 0; og < mg; ++og)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t oy = iy * g.sh + ky * g.dh - g.ph, ox = ix * g.sw + kx * g.dw - g.pw;
+                if (oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow) continue;
+                const int64_t oc = ic / cg * mg + og;
+                y[((b * m + oc) * g.oh + oy) * g.ow + ox] +=
+                    static_cast<double>(x[((b * g.c + ic) * g.h + iy) * g.w + ix]) *
+                    w[((ic * mg + og) * g.kh + ky) * g.kw + kx];
+              }
+  return std::vector<float>(y.begin(), y.end());
+}
+
 class CudnnGpuTest : public GpuTest {
  protected:
   void SetUp() override {
@@ -174,9 +197,11 @@ class CudnnGpuTest : public GpuTest {
       return UploadBytes(h.data(), h.size() * 2);
     };
     DeviceBuffer dx = to_device(x), dw = to_device(w), db = Upload(bias);
+    // y starts as NaN: a fused call without a residual reads z = y with a weight of 0, and
+    // must not let what y held through; the others overwrite it.
     DeviceBuffer dy = z ? Upload(*z)
-                        : (half ? UploadBytes(std::vector<uint16_t>(ny).data(), ny * 2)
-                                : Floats(static_cast<size_t>(ny)));
+                        : (half ? UploadBytes(std::vector<uint16_t>(ny, 0x7e00).data(), ny * 2)
+                                : Upload(std::vector<float>(ny, std::nanf(""))));
     auto workspace = DeviceBuffer::Allocate(std::max<size_t>((*conv)->workspace_bytes(), 1));
     EXPECT_TRUE(workspace.ok());
     const Status ran =
@@ -250,6 +275,29 @@ TEST_F(CudnnGpuTest, SixteenBitTiersRoundTheirOperands) {
   const auto want = Reference(x, w, g, m, nullptr, nullptr, false);
   ExpectNear(Run(Options(g, m, GemmMath::kFp16), x, w, no_bias, nullptr), want, 2e-2, "fp16");
   ExpectNear(Run(Options(g, m, GemmMath::kBf16), x, w, no_bias, nullptr), want, 8e-2, "bf16");
+}
+
+// ConvTranspose as cuDNN's backward data: the decoders' windows (kernel 4, stride 2, pads
+// 1; kernel 3, stride 2, output_padding 1) and a grouped, dilated one, against the scatter.
+TEST_F(CudnnGpuTest, TransposedConvolutionsScatterAsTheReference) {
+  struct Up {
+    int64_t n, c, h, k, stride, dilation, pad, out_pad, groups, m;
+  };
+  for (const Up& u : std::vector<Up>{{2, 16, 7, 4, 2, 1, 1, 0, 1, 8},
+                                     {1, 8, 5, 3, 2, 1, 1, 1, 1, 3},
+                                     {3, 6, 4, 3, 3, 2, 2, 2, 3, 9}}) {
+    Window2d g = MakeWindow(u.n, u.c, u.h, u.h, u.k, u.stride, u.dilation, u.pad, u.groups);
+    g.oh = g.ow = u.stride * (u.h - 1) + u.out_pad + (u.k - 1) * u.dilation + 1 - 2 * u.pad;
+    CudnnConvOptions o = Options(g, u.m);
+    o.transposed = true;
+    const auto x = Wave(g.n * g.c * g.h * g.w, 0.6f);
+    const auto w = Wave(g.c * (u.m / g.groups) * g.kh * g.kw, 1.3f);
+    ExpectNear(Run(o, x, w, std::vector<float>(static_cast<size_t>(u.m), 0.f), nullptr),
+               TransposedReference(x, w, g, u.m), 1e-5, "transposed");
+    o.math = GemmMath::kTf32;
+    ExpectNear(Run(o, x, w, std::vector<float>(static_cast<size_t>(u.m), 0.f), nullptr),
+               TransposedReference(x, w, g, u.m), 5e-3, "transposed, tf32");
+  }
 }
 
 TEST_F(CudnnGpuTest, KeepsWithinTheWorkspaceItIsGiven) {

@@ -254,6 +254,56 @@ TEST(LowerConvOnCudnnTest, AGroupedConvolutionIsOneStepWithItsGroups) {
   EXPECT_TRUE(conv.conv.fused_bias_relu);
 }
 
+// A ConvTranspose on cuDNN is one transposed step (its weight as stored, [c, m/groups, kh,
+// kw]) and its bias added after; the decoder's (kernel 4, stride 2, pads 1) and the VAE's
+// (output_padding 1) both map back onto their inputs. The 16-bit tiers run it in TF32.
+TEST(LowerConvOnCudnnTest, ATransposedConvolutionIsATransposedStepAndItsBias) {
+  Prepared p = Prepare(Model::Load(Example("decoder")), {{2, 16}});
+  ASSERT_TRUE(p.plan);
+  for (GemmMath math : {GemmMath::kFp32, GemmMath::kFp16}) {
+    auto l = LowerPlan(p.model->graph(), *p.plan, OnCudnn(math));
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(FirstStep(*l, K::kConvTranspose), nullptr);
+    int transposed = 0;
+    for (size_t i = 0; i < l->steps.size(); ++i) {
+      const GpuStep& s = l->steps[i];
+      if (s.kind != K::kConv) continue;
+      const Node& node = p.model->graph().nodes[s.node];
+      // The decoder's last layer is a plain convolution, on cuDNN too.
+      EXPECT_EQ(s.conv.transposed, node.op_type == "ConvTranspose") << node.op_type;
+      if (!s.conv.transposed) continue;
+      ++transposed;
+      EXPECT_FALSE(s.conv.fused_bias_relu);
+      EXPECT_EQ(s.conv.math, math == GemmMath::kFp32 ? GemmMath::kFp32 : GemmMath::kTf32);
+      EXPECT_EQ(s.in[0], node.inputs[0]);
+      EXPECT_EQ(s.out, node.outputs[0]);
+      EXPECT_EQ(s.conv.window.kh, 4);
+      EXPECT_EQ(s.conv.window.oh, 2 * s.conv.window.h);
+      EXPECT_TRUE(CheckCudnnConv(s.conv).ok());
+      const Tensor& w = l->blobs[static_cast<size_t>(s.weight_slots[0])].data;
+      EXPECT_EQ(w.dtype(), DataType::kFp32);
+      EXPECT_EQ(w.shape()[0], s.conv.window.c);
+      EXPECT_EQ(w.shape()[1], s.conv.m / s.conv.window.groups);
+      // Its bias, in place, right after.
+      ASSERT_LT(i + 1, l->steps.size());
+      EXPECT_EQ(l->steps[i + 1].kind, K::kBinary);
+      EXPECT_EQ(l->steps[i + 1].out, s.out);
+      EXPECT_EQ(l->steps[i + 1].in[0], s.out);
+    }
+    EXPECT_GE(transposed, 1);
+  }
+  WithReference vae = PrepareWithReference("vae_op13");
+  ASSERT_TRUE(vae.prepared.plan);
+  auto v = LowerPlan(vae.prepared.model->graph(), *vae.prepared.plan, OnCudnn());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(FirstStep(*v, K::kConvTranspose), nullptr);
+  const GpuStep* t = nullptr;
+  for (const GpuStep& s : v->steps)
+    if (!t && s.kind == K::kConv && s.conv.transposed) t = &s;
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->conv.window.oh, 2 * t->conv.window.h);  // 2(h-1) + 3 + 1 - 2
+}
+
 // What cuDNN cannot take keeps to im2col, in the same plan as convolutions that go to
 // cuDNN: SAME_UPPER with an even kernel pads one more row and column at the end than at
 // the start.

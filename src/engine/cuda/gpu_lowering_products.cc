@@ -638,21 +638,7 @@ Status Lowerer::LowerConv(int n) {
     u.out = y;
     out_.steps.push_back(std::move(u));
   };
-  if (!bias_done) {
-    GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
-    add.binary = BinaryOp::kAdd;
-    Tensor channels = Tensor::Allocate(DataType::kFp32, {ws[0], 1, 1});
-    std::copy(bias->values<float>().begin(), bias->values<float>().end(),
-              channels.mutable_values<float>().begin());
-    const Shape bias_dims = channels.shape();
-    add.weight_slots = {AddBlob(KeyOf(node.inputs[2]) + ":chw", std::move(channels))};
-    auto broadcast = PlanBroadcast(ys, bias_dims);
-    if (!broadcast.ok()) return Fail(n, broadcast.status().message());
-    add.broadcast = std::move(broadcast).value();
-    add.in = {y, -1};
-    add.out = y;
-    out_.steps.push_back(std::move(add));
-  }
+  if (!bias_done) RETURN_IF_ERROR(AddChannelBias(n, y, node.inputs[2]));
   if (!act_done) in_place_unary(act_op, act_alpha, act_beta);
   if (!residual_done) {
     const int r = node.inputs[3];
@@ -666,6 +652,25 @@ Status Lowerer::LowerConv(int n) {
     out_.steps.push_back(std::move(add));
   }
   if (!post_done) in_place_unary(post_op, post_alpha, post_beta);
+  return Status::Ok();
+}
+
+Status Lowerer::AddChannelBias(int n, int y, int bias) {
+  const Tensor& b = *Known(bias);
+  const Shape ys = ShapeOf(y);
+  GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
+  add.binary = BinaryOp::kAdd;
+  Tensor channels = Tensor::Allocate(DataType::kFp32, {b.element_count(), 1, 1});
+  std::copy(b.values<float>().begin(), b.values<float>().end(),
+            channels.mutable_values<float>().begin());
+  const Shape bias_dims = channels.shape();
+  add.weight_slots = {AddBlob(KeyOf(bias) + ":chw", std::move(channels))};
+  auto broadcast = PlanBroadcast(ys, bias_dims);
+  if (!broadcast.ok()) return Fail(n, broadcast.status().message());
+  add.broadcast = std::move(broadcast).value();
+  add.in = {y, -1};
+  add.out = y;
+  out_.steps.push_back(std::move(add));
   return Status::Ok();
 }
 
@@ -707,8 +712,9 @@ Status Lowerer::LowerPool(int n) {
   return Status::Ok();
 }
 
-// A 2-D ConvTranspose: one kernel that gathers, for each output position, the inputs whose
-// kernel footprint covers it. The pads at the output's start follow the CPU engine's rule
+// A 2-D ConvTranspose: on cuDNN where it can (GpuPlanOptions::conv; pads alike at both
+// ends), else one kernel that gathers, for each output position, the inputs whose kernel
+// footprint covers it. The pads at the output's start follow the CPU engine's rule
 // (ops/conv.cc: explicit pads, or output_shape and auto_pad's split of the total); the
 // output's size is the plan's, checked against that rule.
 Status Lowerer::LowerConvTranspose(int n) {
@@ -772,6 +778,29 @@ Status Lowerer::LowerConvTranspose(int n) {
   g.ph_end = end[0];
   g.pw_end = end[1];
   if (!CheckWindow(g).ok()) return Fail(n, CheckWindow(g).message());
+  if (options_.conv == ConvEngine::kCudnn) {
+    // On cuDNN, with constant weights and bias: the backward data of the convolution from y
+    // to x, then the bias. It reads fp32 in every tier; the 16-bit tiers run it on TF32
+    // tensor cores.
+    CudnnConvOptions c;
+    c.window = g;
+    c.m = m;
+    c.transposed = true;
+    c.math = options_.math == GemmMath::kFp32 ? GemmMath::kFp32 : GemmMath::kTf32;
+    c.what = graph_.Describe(n);
+    const Tensor* w = Known(node.inputs[1]);
+    const bool bias_known = !node.has_input(2) || Known(node.inputs[2]) != nullptr;
+    if (w && bias_known && CheckCudnnConv(c).ok()) {
+      GpuStep conv = NewStep(GpuStep::Kind::kConv, n);
+      conv.in = {node.inputs[0], -1};
+      conv.weight_slots = {AddBlob(KeyOf(node.inputs[1]), *w), -1};
+      conv.conv = c;
+      conv.out = node.outputs[0];
+      out_.steps.push_back(std::move(conv));
+      if (node.has_input(2)) return AddChannelBias(n, node.outputs[0], node.inputs[2]);
+      return Status::Ok();
+    }
+  }
   GpuStep step = NewStep(GpuStep::Kind::kConvTranspose, n);
   step.in = {node.inputs[0], node.inputs[1], node.has_input(2) ? node.inputs[2] : -1};
   step.window = g;

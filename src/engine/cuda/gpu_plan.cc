@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -125,37 +126,7 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
     RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&shard.joined, cudaEventDisableTiming),
                                "cudaEventCreate"));
   }
-  // cuDNN's convolutions, planned before the workspace they share with the GEMMs (steps on
-  // the plan's stream run one at a time).
-  size_t workspace_bytes = static_cast<size_t>(l.workspace_bytes);
-  plan->convs_.resize(l.steps.size());
-  std::map<std::string, std::shared_ptr<CudnnConv>> shared_convs;
-  for (size_t i = 0; i < l.steps.size(); ++i) {
-    const GpuStep& step = l.steps[i];
-    if (step.kind != GpuStep::Kind::kConv) continue;
-    if (!plan->cudnn_) {
-      auto handle = CudnnHandle::Create();
-      if (!handle.ok()) return handle.status().WithPrefix("planning the convolutions on cuDNN");
-      plan->cudnn_ = std::move(handle).value();
-    }
-    const CudnnConvOptions& c = step.conv;
-    const Window2d& g = c.window;
-    std::string key;
-    for (int64_t v : {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, g.oh,
-                      g.ow, g.groups, c.m, static_cast<int64_t>(c.math),
-                      static_cast<int64_t>(c.fused_bias_relu), static_cast<int64_t>(c.residual)})
-      key += std::to_string(v) + ",";
-    auto& shared = shared_convs[key];
-    if (!shared) {
-      auto conv = CudnnConv::Create(*plan->cudnn_, c, kCudnnWorkspaceLimit);
-      if (!conv.ok()) return conv.status().WithPrefix(c.what);
-      shared = std::move(conv).value();
-      workspace_bytes = std::max(workspace_bytes, shared->workspace_bytes());
-    }
-    plan->convs_[i] = shared;
-  }
   ASSIGN_OR_RETURN(plan->arena_, DeviceBuffer::Allocate(l.arena_bytes));
-  ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(workspace_bytes));
   const size_t flags = std::max<size_t>(l.flag_nodes.size(), 1);
   ASSIGN_OR_RETURN(plan->error_flag_, DeviceBuffer::Allocate(flags * sizeof(int32_t)));
   // Each slot's staging buffer: every input, every output and the flags, each 64-byte
@@ -205,6 +176,65 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
     plan->blobs_.push_back(device);
     plan->blob_keys_.push_back(blob.key);
   }
+  // cuDNN's convolutions, planned once the arena and the weights are on the device (a fused
+  // convolution's candidates are tried there) and before the workspace they share with the
+  // GEMMs (steps on the plan's stream run one at a time).
+  size_t workspace_bytes = static_cast<size_t>(l.workspace_bytes);
+  plan->convs_.resize(l.steps.size());
+  std::map<std::string, std::shared_ptr<CudnnConv>> shared_convs;
+  for (size_t i = 0; i < l.steps.size(); ++i) {
+    const GpuStep& step = l.steps[i];
+    if (step.kind != GpuStep::Kind::kConv) continue;
+    if (!plan->cudnn_) {
+      auto handle = CudnnHandle::Create();
+      if (!handle.ok()) return handle.status().WithPrefix("planning the convolutions on cuDNN");
+      plan->cudnn_ = std::move(handle).value();
+    }
+    const CudnnConvOptions& c = step.conv;
+    const Window2d& g = c.window;
+    std::string key;
+    for (int64_t v : {g.n,
+                      g.c,
+                      g.h,
+                      g.w,
+                      g.kh,
+                      g.kw,
+                      g.sh,
+                      g.sw,
+                      g.dh,
+                      g.dw,
+                      g.ph,
+                      g.pw,
+                      g.oh,
+                      g.ow,
+                      g.groups,
+                      c.m,
+                      static_cast<int64_t>(c.math),
+                      static_cast<int64_t>(c.fused_bias_relu),
+                      static_cast<int64_t>(c.residual),
+                      static_cast<int64_t>(c.transposed)})
+      key += std::to_string(v) + ",";
+    auto& shared = shared_convs[key];
+    if (!shared) {
+      // A fused convolution's algorithm is run once on this step's own buffers (their
+      // bytes are whatever the arena holds; the first batch overwrites them), with scratch
+      // of its own: cuDNN ranks algorithms for the plain convolution.
+      std::function<Status(const CudnnConv&)> trial;
+      if (c.fused_bias_relu) {
+        trial = [&](const CudnnConv& conv) -> Status {
+          ASSIGN_OR_RETURN(DeviceBuffer scratch, DeviceBuffer::Allocate(conv.workspace_bytes()));
+          RETURN_IF_ERROR(plan->RunConv(i, conv, scratch.data(), stream.get()));
+          return stream.Synchronize();
+        };
+      }
+      auto conv = CudnnConv::Create(*plan->cudnn_, c, kCudnnWorkspaceLimit, trial);
+      if (!conv.ok()) return conv.status().WithPrefix(c.what);
+      shared = std::move(conv).value();
+      workspace_bytes = std::max(workspace_bytes, shared->workspace_bytes());
+    }
+    plan->convs_[i] = shared;
+  }
+  ASSIGN_OR_RETURN(plan->workspace_, DeviceBuffer::Allocate(workspace_bytes));
   plan->gemms_.resize(l.steps.size());
   std::map<std::tuple<int64_t, int64_t, int64_t, bool, int, int, size_t, float, bool, int64_t,
                       int64_t, int64_t, int64_t>,
@@ -351,6 +381,17 @@ Status GpuPlan::RunShardStep(size_t i, cudaStream_t stream) {
   return RunStep(i, shard.stream->get());
 }
 
+Status GpuPlan::RunConv(size_t i, const CudnnConv& conv, void* workspace,
+                        cudaStream_t stream) const {
+  const GpuStep& s = lowering_.steps[i];
+  const float* bias =
+      s.weight_slots[1] >= 0 ? reinterpret_cast<const float*>(Blob(s.weight_slots[1])) : nullptr;
+  return conv
+      .Run(*cudnn_, Address(s.in[0]), Blob(s.weight_slots[0]), bias,
+           s.in[1] >= 0 ? Address(s.in[1]) : nullptr, Address(s.out), workspace, stream)
+      .WithPrefix(s.conv.what);
+}
+
 Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   const GpuStep& s = lowering_.steps[i];
   if (s.kind == GpuStep::Kind::kFork || s.kind == GpuStep::Kind::kJoin) {
@@ -465,14 +506,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                       error_flag_.as<int32_t>() + s.flag, stream);
     case GpuStep::Kind::kGridSample:
       return GridSample(in(0), in(1), y, s.grid, stream);
-    case GpuStep::Kind::kConv: {
-      const float* bias = s.weight_slots[1] >= 0
-                              ? reinterpret_cast<const float*>(Blob(s.weight_slots[1]))
-                              : nullptr;
-      return convs_[i]->Run(*cudnn_, Address(s.in[0]), Blob(s.weight_slots[0]), bias,
-                            s.in[1] >= 0 ? Address(s.in[1]) : nullptr, Address(s.out),
-                            workspace_.data(), stream);
-    }
+    case GpuStep::Kind::kConv:
+      return RunConv(i, *convs_[i], workspace_.data(), stream);
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

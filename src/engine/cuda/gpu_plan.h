@@ -190,6 +190,8 @@ class GpuPlan {
   void* Address(int v) const;
   const char* Blob(int64_t index) const { return static_cast<const char*>(blobs_[index]); }
   Status RunStep(size_t i, cudaStream_t stream);
+  // Step i, a kConv, as `conv` runs it with `workspace` (its node named in an error).
+  Status RunConv(size_t i, const CudnnConv& conv, void* workspace, cudaStream_t stream) const;
   // One batch in flight: its host and device buffers, its graph and the events that order
   // and time its work. The staging buffer holds each input at staged_inputs_, each output
   // at staged_outputs_ and the error flags at staged_flag_; `in` mirrors its inputs'

@@ -241,8 +241,9 @@ TEST_F(GpuPlanTest, TheImageClassifierAndResNetMatchTheCpuEngine) {
 
 // Convolutions on cuDNN: fused with their bias and ReLU (the image classifier's), with
 // ResNet's residual and ReLU, grouped and depthwise (the grouped graph, the MobileNets),
-// dilated and strided, in every tier, as CUDA graphs and step by step. Where a window has
-// pads that differ at the two ends, the plan keeps im2col for it, alongside.
+// dilated and strided, transposed (the decoder's and the VAE's), in every tier, as CUDA
+// graphs and step by step. Where a window has pads that differ at the two ends, the plan
+// keeps im2col for it, alongside.
 TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
   conv_ = ConvEngine::kCudnn;
   for (const auto& [math, tolerance] :
@@ -274,6 +275,15 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
         Prepare(Model::Load(engine::testing::ModelPath(std::string(name) + ".onnx")), {x.shape()});
     ExpectGpuMatchesCpu(p, {{x}, {Random(x.shape(), 158)}}, GemmMath::kFp32, 1e-4f);
   }
+  // Transposed convolutions as cuDNN's backward data: the decoder's (kernel 4, stride 2) in
+  // fp32 and, as the 16-bit tiers run them, TF32; the VAE's with output_padding 1.
+  for (const auto& [math, tolerance] :
+       {std::pair{GemmMath::kFp32, 1e-4f}, std::pair{GemmMath::kFp16, 2e-2f}}) {
+    Prepared decoder = Prepare(Model::Load(Example("decoder")), {{8, 16}});
+    ExpectGpuMatchesCpu(decoder, {{Random({8, 16}, 159)}, {Random({8, 16}, 160)}}, math, tolerance);
+  }
+  WithReference vae = PrepareWithReference("vae_op13");
+  ExpectGpuMatchesCpu(vae.prepared, {vae.inputs}, GemmMath::kFp32, 1e-4f);
 }
 
 // Mixed precision against the fp32 CPU engine, within each 16-bit type's rounding: fp16

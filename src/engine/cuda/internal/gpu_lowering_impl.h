@@ -61,6 +61,9 @@ class Lowerer {
   Status LowerReduce(int n, ReduceOp op);
   Status LowerCast(int n);
   Status LowerConv(int n);
+  // y += bias per channel (NCHW), `bias` a known value of one fp32 value per channel: a
+  // broadcast addition of a [m, 1, 1] blob, in place, for node n.
+  Status AddChannelBias(int n, int y, int bias);
   Status LowerPool(int n);
   Status LowerCompare(int n, CompareOp op);
   // And, Or, Xor and Not of bools.
