@@ -50,8 +50,10 @@ if [ "$QUICK" -eq 0 ]; then
     local corpus log rc=0
     corpus=$(mktemp -d); log=$(mktemp)
     cp -r "$seeds"/. "$corpus"/
+    # Crashes and slow inputs go to build-fuzz/artifacts, not the working tree.
+    mkdir -p build-fuzz/artifacts
     build-fuzz/fuzz/"$name" "$corpus" -max_total_time="${SHOAL_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
-      -print_final_stats=1 "$@" >"$log" 2>&1 || rc=$?
+      -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ "$@" >"$log" 2>&1 || rc=$?
     echo "--- $name: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs, exit $rc"
     if [ "$rc" -ne 0 ]; then tail -40 "$log" >&2; fi
     rm -rf "$corpus" "$log"
