@@ -4,8 +4,8 @@
 #   bench/gpu/run.sh prepare   here: builds the CUDA tests (build folder build-cuda, or
 #                              $SHOAL_BUILD) and copies them into .gpu/ (git-ignored)
 #   bench/gpu/run.sh device    there, from the repository root with .gpu carried: shows
-#                              the device, runs every CUDA test, writes the results under
-#                              $OUT (or .gpu/out): gpu.txt (device, driver, each test's
+#                              the device, runs every CUDA test with device cases,
+#                              writes the results under $OUT (or .gpu/out): gpu.txt (device, driver, each test's
 #                              outcome, the GEMM peak), tests.log (every test's output),
 #                              gtest-xml.tar (one gtest XML per test binary) and
 #                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
@@ -31,11 +31,11 @@
 # tests must run, not skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The tests with device cases. The lowering's tests (engine_cuda_gpu_lowering*_test) are
+# host only: they pass here, and would only take room in the 64 MiB that travels.
 TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
        engine_cuda_normalization_test engine_cuda_reduce_test engine_cuda_conv_test engine_cuda_cudnn_test
-       engine_cuda_recurrent_test engine_cuda_ipc_memory_test engine_cuda_nvml_test engine_cuda_gpu_lowering_test
-       engine_cuda_gpu_lowering_recurrent_test engine_cuda_gpu_lowering_conv_test
-       engine_cuda_gpu_lowering_tensor_parallel_test engine_cuda_gpu_plan_test
+       engine_cuda_recurrent_test engine_cuda_ipc_memory_test engine_cuda_nvml_test engine_cuda_gpu_plan_test
        backends_onnx_backend_test e2e_gpu_test)
 # Where each test is built, and the gtest filter it runs with there (the backend test's
 # GPU cases only).

@@ -288,9 +288,12 @@ std::vector<Candidate> Candidates(const Cudnn::Api& api, cudnnHandle_t h, const 
     const Perf& p = ranked[static_cast<size_t>(r)];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     // fp32 keeps the descriptor's FMA math, and no algorithm ranked for tensor cores (they
-    // would round to TF32); the other tiers take the math the ranking names.
+    // would round to TF32); TF32 refuses conversions to fp16; the other tiers take the math
+    // the ranking names.
     if (o.math == GemmMath::kFp32) {
       if (p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
+    } else if (o.math == GemmMath::kTf32 && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) {
+      continue;  // it would round fp32 data to fp16, not TF32
     } else if (api.set_math(d.conv, p.mathType) != CUDNN_STATUS_SUCCESS) {
       continue;
     }
@@ -377,7 +380,10 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(
     if (!trial) return conv;
     const Status tried = trial(*conv);
     if (tried.ok()) return conv;
-    if (tried.code() != StatusCode::kUnimplemented) return tried;
+    // Refused (NOT_SUPPORTED), or its scratch did not fit: a cheaper one may run.
+    if (tried.code() != StatusCode::kUnimplemented &&
+        tried.code() != StatusCode::kResourceExhausted)
+      return tried;
     refused += " " + std::to_string(c.algorithm) + " (" + tried.message() + ")";
   }
   return Unimplemented("cuDNN has no convolution algorithm for this window within " +

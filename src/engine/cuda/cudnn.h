@@ -100,9 +100,9 @@ class CudnnConv {
   // or ..BackwardDataAlgorithm_v7 for a transposed convolution). With a `trial`, which runs
   // the convolution once (synchronously) and says how it went, the first candidate whose
   // trial succeeds: the heuristics rank algorithms for the plain convolution, and the fused
-  // call may refuse one (UNIMPLEMENTED, cuDNN's NOT_SUPPORTED family: the next is tried;
-  // any other error is returned). INVALID_ARGUMENT as CheckCudnnConv; UNIMPLEMENTED when no
-  // algorithm runs it.
+  // call may refuse one (UNIMPLEMENTED, cuDNN's NOT_SUPPORTED family, or RESOURCE_EXHAUSTED
+  // for scratch that did not fit: the next is tried; any other error is returned). INVALID_ARGUMENT
+  // as CheckCudnnConv; UNIMPLEMENTED when no algorithm runs it.
   static StatusOr<std::unique_ptr<CudnnConv>> Create(
       const CudnnHandle& handle, const CudnnConvOptions& o, size_t max_workspace,
       const std::function<Status(const CudnnConv&)>& trial = nullptr);

@@ -40,6 +40,22 @@ CudnnConvOptions Options(const Window2d& g, int64_t m, GemmMath math = GemmMath:
   return o;
 }
 
+// Transposed windows: x [n, c, h, h] through a k x k kernel into m channels.
+struct Up {
+  int64_t n, c, h, k, stride, dilation, pad, out_pad, groups, m;
+};
+const std::vector<Up> kUps = {{2, 16, 7, 4, 2, 1, 1, 0, 1, 8},  // the decoder's
+                              {1, 8, 5, 3, 2, 1, 1, 1, 1, 3},   // the VAE's, output_padding 1
+                              {3, 6, 4, 3, 3, 2, 2, 2, 3, 9}};  // grouped and dilated
+
+CudnnConvOptions Transposed(const Up& u) {
+  Window2d g = MakeWindow(u.n, u.c, u.h, u.h, u.k, u.stride, u.dilation, u.pad, u.groups);
+  g.oh = g.ow = u.stride * (u.h - 1) + u.out_pad + (u.k - 1) * u.dilation + 1 - 2 * u.pad;
+  CudnnConvOptions o = Options(g, u.m);
+  o.transposed = true;
+  return o;
+}
+
 TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
   const Window2d g = MakeWindow(2, 4, 9, 8, 3, 2, 1, 1, 2);
   EXPECT_TRUE(CheckCudnnConv(Options(g, 6)).ok());
@@ -65,6 +81,26 @@ TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
   CudnnConvOptions residual = Options(g, 6);
   residual.residual = true;
   EXPECT_EQ(CheckCudnnConv(residual).code(), StatusCode::kInvalidArgument);
+  // A transposed convolution: y's size must map back onto x's (an output_padding below the
+  // stride does), its pads alike at both ends, and nothing fuses into it.
+  Window2d up = MakeWindow(2, 4, 5, 5, 4, 2, 1, 1, 2);
+  up.oh = up.ow = 10;  // 2 * (5 - 1) + 4 - 2
+  CudnnConvOptions transposed = Options(up, 6);
+  transposed.transposed = true;
+  EXPECT_TRUE(CheckCudnnConv(transposed).ok()) << CheckCudnnConv(transposed).ToString();
+  transposed.window.oh = 11;  // output_padding 1: still maps back onto 5
+  EXPECT_TRUE(CheckCudnnConv(transposed).ok());
+  transposed.window.oh = 12;  // output_padding 2, the stride
+  s = CheckCudnnConv(transposed);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("an input of 5x5"), std::string::npos) << s.ToString();
+  transposed.window.oh = 10;
+  transposed.window.ph_end = 0;  // pads taken off y's ends unequally
+  transposed.window.oh = 11;
+  EXPECT_EQ(CheckCudnnConv(transposed).code(), StatusCode::kInvalidArgument);
+  transposed.window = up;
+  transposed.fused_bias_relu = true;
+  EXPECT_EQ(CheckCudnnConv(transposed).code(), StatusCode::kInvalidArgument);
   // Sizes past cuDNN's 32-bit descriptors.
   Window2d huge = MakeWindow(int64_t{1} << 20, 64, 64, 64, 1, 1, 1, 0, 1);
   EXPECT_EQ(CheckCudnnConv(Options(huge, 64)).code(), StatusCode::kInvalidArgument);
@@ -75,7 +111,7 @@ TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
 TEST(CudnnLibraryTest, ComputesTheOutputTheWindowDoes) {
   auto cudnn = Cudnn::Get();
   if (!cudnn.ok()) GTEST_SKIP() << cudnn.status().ToString();
-  EXPECT_EQ((*cudnn)->version().substr(0, 2), "9.") << (*cudnn)->version();
+  EXPECT_GE(std::stoi((*cudnn)->version()), 9) << (*cudnn)->version();
   struct Case {
     int64_t n, c, h, w, k, stride, dilation, pad, groups, m;
   };
@@ -90,6 +126,16 @@ TEST(CudnnLibraryTest, ComputesTheOutputTheWindowDoes) {
     EXPECT_EQ(*dims, (std::array<int64_t, 4>{c.n, c.m, g.oh, g.ow}))
         << c.n << "x" << c.c << "x" << c.h << "x" << c.w << " k" << c.k << " s" << c.stride << " d"
         << c.dilation << " p" << c.pad << " g" << c.groups;
+  }
+  // Transposed: the convolution from y's shape back to x's gives x's, for the decoders'
+  // windows (kernel 4, stride 2, pads 1; kernel 3, stride 2, pads 1 and output_padding 1)
+  // and a grouped, dilated one (the device test's three).
+  for (const Up& u : kUps) {
+    CudnnConvOptions o = Transposed(u);
+    auto dims = CudnnConvOutputDims(**cudnn, o);
+    ASSERT_TRUE(dims.ok()) << dims.status().ToString();
+    EXPECT_EQ(*dims, (std::array<int64_t, 4>{u.n, u.c, u.h, u.h}))
+        << "k" << u.k << " s" << u.stride << " op" << u.out_pad;
   }
   // What CheckCudnnConv refuses is refused before cuDNN is asked.
   Window2d uneven = MakeWindow(1, 2, 6, 6, 2, 1, 1, 0, 1);
@@ -280,24 +326,45 @@ TEST_F(CudnnGpuTest, SixteenBitTiersRoundTheirOperands) {
 // ConvTranspose as cuDNN's backward data: the decoders' windows (kernel 4, stride 2, pads
 // 1; kernel 3, stride 2, output_padding 1) and a grouped, dilated one, against the scatter.
 TEST_F(CudnnGpuTest, TransposedConvolutionsScatterAsTheReference) {
-  struct Up {
-    int64_t n, c, h, k, stride, dilation, pad, out_pad, groups, m;
-  };
-  for (const Up& u : std::vector<Up>{{2, 16, 7, 4, 2, 1, 1, 0, 1, 8},
-                                     {1, 8, 5, 3, 2, 1, 1, 1, 1, 3},
-                                     {3, 6, 4, 3, 3, 2, 2, 2, 3, 9}}) {
-    Window2d g = MakeWindow(u.n, u.c, u.h, u.h, u.k, u.stride, u.dilation, u.pad, u.groups);
-    g.oh = g.ow = u.stride * (u.h - 1) + u.out_pad + (u.k - 1) * u.dilation + 1 - 2 * u.pad;
-    CudnnConvOptions o = Options(g, u.m);
-    o.transposed = true;
+  for (const Up& u : kUps) {
+    CudnnConvOptions o = Transposed(u);
+    const Window2d& g = o.window;
     const auto x = Wave(g.n * g.c * g.h * g.w, 0.6f);
     const auto w = Wave(g.c * (u.m / g.groups) * g.kh * g.kw, 1.3f);
-    ExpectNear(Run(o, x, w, std::vector<float>(static_cast<size_t>(u.m), 0.f), nullptr),
-               TransposedReference(x, w, g, u.m), 1e-5, "transposed");
+    const std::vector<float> no_bias(static_cast<size_t>(u.m), 0.f);
+    ExpectNear(Run(o, x, w, no_bias, nullptr), TransposedReference(x, w, g, u.m), 1e-5,
+               "transposed");
     o.math = GemmMath::kTf32;
-    ExpectNear(Run(o, x, w, std::vector<float>(static_cast<size_t>(u.m), 0.f), nullptr),
-               TransposedReference(x, w, g, u.m), 5e-3, "transposed, tf32");
+    ExpectNear(Run(o, x, w, no_bias, nullptr), TransposedReference(x, w, g, u.m), 5e-3,
+               "transposed, tf32");
   }
+}
+
+// A trial (as GpuPlan::Create runs each fused convolution's candidates) that refuses an
+// algorithm passes to the next; another error comes back as it is; refusing every one is
+// UNIMPLEMENTED, saying so.
+TEST_F(CudnnGpuTest, ATrialPassesOverTheAlgorithmsItRefuses) {
+  const Window2d g = MakeWindow(2, 8, 10, 10, 3, 1, 1, 1, 1);
+  CudnnConvOptions o = Options(g, 8);
+  o.fused_bias_relu = true;
+  std::vector<int> seen;
+  auto refuse_first = [&](const CudnnConv& conv) -> Status {
+    seen.push_back(conv.algorithm());
+    return seen.size() == 1 ? Unimplemented("refused") : Status::Ok();
+  };
+  auto conv = CudnnConv::Create(*handle_, o, size_t{1} << 28, refuse_first);
+  ASSERT_TRUE(conv.ok()) << conv.status().ToString();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_EQ((*conv)->algorithm(), seen[1]);
+  auto failed = CudnnConv::Create(*handle_, o, size_t{1} << 28,
+                                  [](const CudnnConv&) { return Internal("broken"); });
+  EXPECT_EQ(failed.status().code(), StatusCode::kInternal);
+  auto none = CudnnConv::Create(*handle_, o, size_t{1} << 28,
+                                [](const CudnnConv&) { return Unimplemented("no"); });
+  EXPECT_EQ(none.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(none.status().message().find("refused when run"), std::string::npos)
+      << none.status().ToString();
 }
 
 TEST_F(CudnnGpuTest, KeepsWithinTheWorkspaceItIsGiven) {

@@ -284,11 +284,15 @@ TEST(LowerConvOnCudnnTest, ATransposedConvolutionIsATransposedStepAndItsBias) {
       EXPECT_EQ(w.dtype(), DataType::kFp32);
       EXPECT_EQ(w.shape()[0], s.conv.window.c);
       EXPECT_EQ(w.shape()[1], s.conv.m / s.conv.window.groups);
-      // Its bias, in place, right after.
+      // Its bias, in place, right after: a [m, 1, 1] blob broadcast over y.
       ASSERT_LT(i + 1, l->steps.size());
-      EXPECT_EQ(l->steps[i + 1].kind, K::kBinary);
-      EXPECT_EQ(l->steps[i + 1].out, s.out);
-      EXPECT_EQ(l->steps[i + 1].in[0], s.out);
+      const GpuStep& bias = l->steps[i + 1];
+      EXPECT_EQ(bias.kind, K::kBinary);
+      EXPECT_EQ(bias.out, s.out);
+      EXPECT_EQ(bias.in[0], s.out);
+      EXPECT_EQ(bias.in[1], -1);
+      EXPECT_EQ(l->blobs[static_cast<size_t>(bias.weight_slots[0])].data.shape(),
+                (Shape{s.conv.m, 1, 1}));
     }
     EXPECT_GE(transposed, 1);
   }
