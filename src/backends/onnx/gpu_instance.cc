@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/onnx/batch_buckets.h"
+#include "core/log_text.h"
 #include "core/mutex.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/cudnn.h"
@@ -55,8 +56,13 @@ class GpuInstance : public BackendInstance {
               std::shared_ptr<engine::cuda::GpuWeights> weights,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
               int depth, std::vector<int64_t> buckets, engine::cuda::ConvEngine conv,
-              bool conv_fallback)
-      : model_(model),
+              bool conv_fallback, engine::cuda::GpuCpuSplit split,
+              std::unique_ptr<engine::Session> tail)
+      : stage_(std::move(split.gpu_stage)),
+        model_(stage_ ? *stage_ : model),
+        whole_(model),
+        tail_model_(std::move(split.cpu_tail)),
+        tail_(std::move(tail)),
         gpu_(gpu),
         math_(math),
         conv_(conv),
@@ -95,8 +101,8 @@ class GpuInstance : public BackendInstance {
     }
     try {
       RETURN_IF_ERROR(CheckVariant(request));
-      ASSIGN_OR_RETURN(const Launched batch, LaunchBatch(request.inputs, std::move(on_done)));
-      launched_.push_back(batch);  // reserved: does not allocate
+      ASSIGN_OR_RETURN(Launched batch, LaunchBatch(request.inputs, std::move(on_done)));
+      launched_.push_back(std::move(batch));  // reserved: does not allocate
       return Status::Ok();
     } catch (const std::exception& e) {
       return Internal(std::string("onnx backend (GPU): ") + e.what());
@@ -105,10 +111,10 @@ class GpuInstance : public BackendInstance {
 
   Status Finish(std::vector<NamedTensor>* outputs) override {
     if (launched_.empty()) return FailedPrecondition("no batch is launched");
-    const Launched oldest = launched_.front();
+    Launched oldest = std::move(launched_.front());
     launched_.erase(launched_.begin());
     try {
-      return FinishBatch(oldest, outputs);
+      return FinishBatch(std::move(oldest), outputs);
     } catch (const std::exception& e) {
       return Internal(std::string("onnx backend (GPU): ") + e.what());
     }
@@ -117,9 +123,12 @@ class GpuInstance : public BackendInstance {
   // One batch, synchronously: launched, and its own slot finished. A batch launched before
   // stays launched (its outputs wait in its slot for its Finish); stream order ran it first.
   Status Run(const std::vector<NamedTensor>& named, std::vector<NamedTensor>* outputs) {
-    ASSIGN_OR_RETURN(const Launched batch, LaunchBatch(named, nullptr));
-    return FinishBatch(batch, outputs);
+    ASSIGN_OR_RETURN(Launched batch, LaunchBatch(named, nullptr));
+    return FinishBatch(std::move(batch), outputs);
   }
+
+  // What its GPU plans run: the model, or with a CPU tail its GPU stage.
+  const engine::Model& gpu_model() const { return model_; }
 
   // The plans it made (lowered and created on the device), at creation and since.
   int64_t setups() const override { return plans_made_; }
@@ -197,6 +206,8 @@ class GpuInstance : public BackendInstance {
   struct Launched {
     engine::cuda::GpuPlan* plan = nullptr;
     int slot = 0;
+    // With a CPU tail: the request's inputs it reads (views, not copies).
+    std::vector<NamedTensor> tail_inputs;
   };
 
   Status CheckVariant(const ExecuteRequest& request) const {
@@ -237,13 +248,21 @@ class GpuInstance : public BackendInstance {
       }
     }
     ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
-    ASSIGN_OR_RETURN(const int slot, plan->Launch(inputs, stream_, std::move(on_done), rows));
-    return Launched{plan, slot};
+    Launched launched{plan, 0, {}};
+    if (tail_) {
+      // The model's inputs the tail reads; the rest of its inputs come from the GPU stage.
+      const engine::Graph& tail = tail_model_->graph();
+      for (int v : tail.inputs)
+        for (const NamedTensor& t : named)
+          if (t.name == tail.values[v].name) launched.tail_inputs.push_back(t);
+    }
+    ASSIGN_OR_RETURN(launched.slot, plan->Launch(inputs, stream_, std::move(on_done), rows));
+    return launched;
   }
 
   // Waits for a launched batch, frees its slot, counts it in the stats and appends its
   // outputs.
-  Status FinishBatch(const Launched& batch, std::vector<NamedTensor>* outputs) {
+  Status FinishBatch(Launched batch, std::vector<NamedTensor>* outputs) {
     std::vector<Tensor> results;
     RETURN_IF_ERROR(batch.plan->Finish(batch.slot, &results));
     // Its compute only: the copies overlap other batches' compute.
@@ -263,8 +282,37 @@ class GpuInstance : public BackendInstance {
       stats_.utilization_percent = u.ok() ? u->gpu_percent : -1;
     }
     const engine::Graph& graph = model_.graph();
+    if (!tail_) {
+      for (size_t o = 0; o < results.size(); ++o)
+        outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
+      return Status::Ok();
+    }
+    // The CPU tail, on the GPU stage's outputs and the request's inputs it reads; then the
+    // model's outputs, in its order, from either stage.
+    std::vector<NamedTensor> staged = std::move(batch.tail_inputs);
     for (size_t o = 0; o < results.size(); ++o)
-      outputs->push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
+      staged.push_back({graph.values[graph.outputs[o]].name, std::move(results[o])});
+    const engine::Graph& tail = tail_model_->graph();
+    std::vector<NamedTensor> tail_in, tail_out;
+    for (int v : tail.inputs) {
+      for (const NamedTensor& t : staged) {
+        if (t.name != tail.values[v].name) continue;
+        tail_in.push_back(t);
+        break;
+      }
+    }
+    RETURN_IF_ERROR(tail_->Run(tail_in, &tail_out).WithPrefix("the model's CPU tail"));
+    const engine::Graph& whole = whole_.graph();
+    for (int v : whole.outputs) {
+      const std::string& name = whole.values[v].name;
+      const NamedTensor* found = nullptr;
+      for (const NamedTensor& t : tail_out)
+        if (t.name == name) found = &t;
+      for (const NamedTensor& t : staged)
+        if (!found && t.name == name) found = &t;
+      if (!found) return Internal("output '" + name + "' came from neither the GPU nor the CPU");
+      outputs->push_back(*found);
+    }
     return Status::Ok();
   }
 
@@ -295,7 +343,12 @@ class GpuInstance : public BackendInstance {
     std::vector<Shape> shapes;
     std::unique_ptr<engine::cuda::GpuPlan> plan;
   };
-  const engine::Model& model_;
+  // gpu_cpu_tail: the model's GPU stage (owned), which model_ then names, and its CPU tail.
+  std::unique_ptr<engine::Model> stage_;
+  const engine::Model& model_;  // what the GPU plans run: the model, or its GPU stage
+  const engine::Model& whole_;  // the model: the outputs an answer gives
+  std::unique_ptr<engine::Model> tail_model_;
+  std::unique_ptr<engine::Session> tail_;  // null without a tail
   int gpu_;
   GemmMath math_;
   engine::cuda::ConvEngine conv_;
@@ -397,6 +450,14 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       }
     });
   }
+  bool cpu_tail = false;
+  if (auto it = parameters.find("gpu_cpu_tail"); it != parameters.end()) {
+    if (it->second != "true" && it->second != "false") {
+      return InvalidArgument("parameter gpu_cpu_tail must be true or false; was '" + it->second +
+                             "'");
+    }
+    cpu_tail = it->second == "true";
+  }
   // Tensor parallelism: the large products split into `shards`, which go on the GPUs the
   // instance spans in turn (every one on its own GPU when it spans one).
   engine::cuda::TensorParallelOptions tensor_parallel;
@@ -456,29 +517,69 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   (void)engine::cuda::Nvml::Get();
   ASSIGN_OR_RETURN(auto handle, engine::cuda::LtHandle::Create());
   ASSIGN_OR_RETURN(auto stream, engine::cuda::Stream::Create());
+  // The smallest shapes of `inputs` (symbolic dimensions 1), whether every rank is known,
+  // and whether every dimension but the batch is.
+  // (An input of unknown rank has no smallest shape: such a model is lowered at its first
+  // batch, or at the calibration inputs' shapes below.)
+  bool ranks_known = true, rows_fixed = true;
+  auto smallest = [&](const std::vector<engine::TensorInfo>& inputs) {
+    std::vector<Shape> shapes;
+    ranks_known = rows_fixed = true;
+    for (const engine::TensorInfo& t : inputs) {
+      ranks_known = ranks_known && t.rank_known;
+      rows_fixed = rows_fixed && !t.shape.empty();
+      Shape shape;
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        rows_fixed = rows_fixed && (d == 0 || t.shape[d].known());
+        shape.push_back(t.shape[d].known() ? t.shape[d].value : 1);
+      }
+      shapes.push_back(std::move(shape));
+    }
+    return shapes;
+  };
+  std::vector<Shape> shapes = smallest(model.inputs());
+  // gpu_cpu_tail: the model from the first node the GPU path cannot run on the CPU engine.
+  engine::cuda::GpuCpuSplit split;
+  std::unique_ptr<engine::Session> tail;
+  if (cpu_tail) {
+    if (!ranks_known) {
+      return InvalidArgument(where + ": parameter gpu_cpu_tail needs every input's rank known");
+    }
+    engine::cuda::GpuPlanOptions options;
+    options.math = math;
+    options.conv = conv;
+    options.tensor_parallel = tensor_parallel;
+    auto cut = engine::cuda::SplitForGpu(model, shapes, options);
+    if (cut.ok()) {
+      split = std::move(cut).value();
+      auto session = engine::Session::Create(*split.cpu_tail);
+      if (!session.ok()) return session.status().WithPrefix(where + ": the CPU tail");
+      tail = std::move(session).value();
+      std::string nodes;
+      for (const std::string& n : split.cpu_nodes) nodes += (nodes.empty() ? "" : "; ") + n;
+      spdlog::info(
+          "{}: the model runs on the GPU up to node {} of {}, then on the CPU (the GPU "
+          "path cannot run: {})",
+          where, split.cut, model.graph().nodes.size(), LogSafe(nodes));
+    } else if (cut.status().code() != StatusCode::kFailedPrecondition) {
+      return cut.status().WithPrefix(where + ": parameter gpu_cpu_tail");
+    }
+  }
   auto instance = std::make_unique<GpuInstance>(
       model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
       weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth),
-      std::move(buckets), conv, conv_fallback);
-  // The smallest shapes (symbolic dimensions 1): a model the GPU path cannot run fails
+      std::move(buckets), conv, conv_fallback, std::move(split), std::move(tail));
+  // The smallest shapes of what runs on the GPU: a model the GPU path cannot run fails
   // here, at load.
-  // (An input of unknown rank has no smallest shape: such a model is lowered at its first
-  // batch, or at the calibration inputs' shapes below.)
-  std::vector<Shape> shapes;
-  bool ranks_known = true, rows_fixed = true;  // rows_fixed: every dim but the batch known
-  for (const engine::TensorInfo& t : model.inputs()) {
-    ranks_known = ranks_known && t.rank_known;
-    rows_fixed = rows_fixed && !t.shape.empty();
-    Shape shape;
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      rows_fixed = rows_fixed && (d == 0 || t.shape[d].known());
-      shape.push_back(t.shape[d].known() ? t.shape[d].value : 1);
-    }
-    shapes.push_back(std::move(shape));
-  }
+  shapes = smallest(instance->gpu_model().inputs());
   try {
     if (ranks_known) {
       auto plan = instance->PlanFor(shapes);
+      if (plan.status().code() == StatusCode::kUnimplemented && !cpu_tail) {
+        return Unimplemented(where + ": " + plan.status().message() +
+                             "\n(the config parameter gpu_cpu_tail: true runs the model from "
+                             "the first of these nodes on the CPU)");
+      }
       if (!plan.ok()) return plan.status().WithPrefix(where);
     }
     // A batching model's bucket plans, made now, so that no batch makes one on the request

@@ -812,7 +812,8 @@ TEST(OnnxBackendGpuTest, GpuParametersAreCheckedForForm) {
        {std::pair{"gpu_tensor_parallel", "0"}, std::pair{"gpu_tensor_parallel", "32"},
         std::pair{"gpu_tensor_parallel_min_columns", "many"}, std::pair{"gpu_pipeline_depth", "0"},
         std::pair{"gpu_pipeline_depth", "3"}, std::pair{"gpu_batch_buckets", "4,2"},
-        std::pair{"gpu_batch_buckets", "1,8"}, std::pair{"gpu_convolution", "winograd"}}) {
+        std::pair{"gpu_batch_buckets", "1,8"}, std::pair{"gpu_convolution", "winograd"},
+        std::pair{"gpu_cpu_tail", "yes"}}) {
     SCOPED_TRACE(std::string(key) + " " + value);
     auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
     ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -916,6 +917,55 @@ TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated)
   EXPECT_EQ(gpu.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(gpu.status().message(), HasSubstr("the GPU path cannot run this model yet"));
   EXPECT_THAT(gpu.status().message(), HasSubstr("(If)"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("gpu_cpu_tail: true"));
+}
+
+// A test model from models/, loaded with `parameters`.
+ModelInfo TestModelInfo(const std::string& name, std::map<std::string, std::string> parameters) {
+  ModelInfo info;
+  info.name = name;
+  info.version = 1;
+  info.model_dir = SourceDir() + "/models";
+  info.version_dir = info.model_dir;
+  info.parameters = std::move(parameters);
+  info.parameters["default_model_filename"] = name + ".onnx";
+  return info;
+}
+
+// gpu_cpu_tail: a detector's backbone on the GPU, its NMS and what follows on the CPU,
+// answering as a CPU instance does on both reference inputs.
+TEST(OnnxBackendGpuTest, ACpuTailRunsWhatTheGpuPathCannot) {
+  auto model =
+      MakeOnnxBackend()->LoadModel(TestModelInfo("det_detector_op13", {{"gpu_cpu_tail", "true"}}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto gpu = (*model)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(gpu.status())) GTEST_SKIP() << "no GPU instance here: " << gpu.status().ToString();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  auto cpu = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, -1});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  for (const char* ref : {".a.sht", ".b.sht"}) {
+    const engine::testing::Reference r =
+        engine::testing::LoadReference(std::string("det_detector_op13") + ref);
+    ExecuteRequest request;
+    request.batch_size = r.inputs.empty() ? 0 : r.inputs[0].tensor.shape()[0];
+    request.inputs = r.inputs;
+    std::vector<NamedTensor> on_gpu, on_cpu;
+    const Status ran = (*gpu)->Execute(request, &on_gpu);
+    ASSERT_TRUE(ran.ok()) << ran.ToString();
+    ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
+    ASSERT_EQ(on_gpu.size(), on_cpu.size());
+    for (size_t o = 0; o < on_cpu.size(); ++o) {
+      EXPECT_EQ(on_gpu[o].name, on_cpu[o].name);
+      ASSERT_EQ(on_gpu[o].tensor.shape(), on_cpu[o].tensor.shape()) << on_cpu[o].name;
+      if (on_cpu[o].tensor.dtype() == DataType::kFp32) {
+        EXPECT_LE(MaxAbsDiff(on_gpu[o].tensor, on_cpu[o].tensor),
+                  1e-4f * std::max(1.f, MaxAbs(on_cpu[o].tensor)))
+            << on_cpu[o].name;
+      } else {
+        EXPECT_EQ(on_gpu[o].tensor.bytes(), on_cpu[o].tensor.bytes()) << on_cpu[o].name;
+      }
+    }
+  }
 }
 
 TEST(OnnxBackendGpuTest, AGpuTheMachineLacksIsNamed) {

@@ -230,6 +230,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
     if (s.dynamic) {
       failures +=
           graph_.Describe(s.node) + ": a shape known only at run time is not on the GPU path yet\n";
+      refused_.push_back(s.node);
       continue;
     }
     if (s.skip) continue;
@@ -239,7 +240,10 @@ StatusOr<GpuLowering> Lowerer::Run() {
       continue;
     }
     const Status lowered = LowerNode(s.node);
-    if (!lowered.ok()) failures += lowered.message() + "\n";
+    if (!lowered.ok()) {
+      failures += lowered.message() + "\n";
+      refused_.push_back(s.node);
+    }
   }
   if (!failures.empty()) {
     failures.pop_back();
@@ -330,15 +334,18 @@ StatusOr<GpuLowering> Lowerer::Run() {
 
 }  // namespace internal
 
-StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
-                                const GpuPlanOptions& options) {
+StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan, const GpuPlanOptions& options,
+                                std::vector<int>* refused) {
   if (plan.blocked_values() != 0) {
     return InvalidArgument(
         "the plan keeps values in oneDNN's blocked layouts; prepare it with "
         "GpuLoweringPlanOptions() to lower it");
   }
-  ASSIGN_OR_RETURN(GpuLowering lowered, internal::Lowerer(graph, plan, options).Run());
-  lowered.cuda_graph = options.cuda_graph;
+  internal::Lowerer lowerer(graph, plan, options);
+  auto lowered = lowerer.Run();
+  if (refused) *refused = lowerer.refused();
+  if (!lowered.ok()) return lowered.status();
+  lowered->cuda_graph = options.cuda_graph;
   return lowered;
 }
 

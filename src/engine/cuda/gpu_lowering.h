@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@
 #include "engine/cuda/recurrent.h"
 #include "engine/cuda/reduce.h"
 #include "engine/graph.h"
+#include "engine/model.h"
 #include "engine/plan.h"
 
 namespace shoal::engine::cuda {
@@ -290,8 +292,29 @@ inline PlanOptions GpuLoweringPlanOptions() {
 // Lowers `plan`, prepared from `graph` with GpuLoweringPlanOptions(), onto the GPU
 // path. Pure host work. UNIMPLEMENTED naming every node the GPU path cannot run yet, one
 // per line ("node 'attn/MatMul' (shoal.FusedMatMul): a product of two computed tensors
-// ..."); INTERNAL when the memory planner fails.
+// ..."); INTERNAL when the memory planner fails. `refused`, when given, receives those
+// nodes' indices in plan order (empty when every node lowered).
 StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan,
-                                const GpuPlanOptions& options = {});
+                                const GpuPlanOptions& options = {},
+                                std::vector<int>* refused = nullptr);
+
+// A model the GPU path runs in part: the nodes before the first it cannot run (a GPU
+// stage), and the rest on the CPU engine (a CPU tail). Cut where pipeline stages are cut
+// (engine/pipeline_split.h): the tail's inputs are the GPU stage's values it reads and the
+// model's inputs it reads; the model's outputs come from either stage.
+struct GpuCpuSplit {
+  int cut = 0;                                 // the tail's first node (Model::graph())
+  std::unique_ptr<Model> gpu_stage, cpu_tail;  // both loaded, as SplitModel loads stages
+  std::vector<std::string> cpu_nodes;          // the nodes the GPU path refused, described
+};
+
+// The split of `model` whose GPU stage lowers with `options` at `shapes` (the model's input
+// shapes, symbolic dimensions chosen): cut at the first node LowerPlan refuses there.
+// FAILED_PRECONDITION when every node lowers (no tail is needed); UNIMPLEMENTED when the
+// first node is refused (nothing would run on the GPU) or the GPU stage still fails to lower
+// (naming its nodes); SplitModel's errors when the cut cannot be made (a value computed from
+// shapes that crosses it).
+StatusOr<GpuCpuSplit> SplitForGpu(const Model& model, const std::vector<Shape>& shapes,
+                                  const GpuPlanOptions& options = {});
 
 }  // namespace shoal::engine::cuda

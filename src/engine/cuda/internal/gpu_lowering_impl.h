@@ -39,6 +39,9 @@ class Lowerer {
       : graph_(graph), plan_(plan), options_(options) {}
 
   StatusOr<GpuLowering> Run();
+  // After Run: the nodes it could not lower (each step's node, in plan order), empty when
+  // it lowered them all.
+  const std::vector<int>& refused() const { return refused_; }
 
  private:
   // Each returns an error naming why the node cannot run on the GPU, or adds its step.
@@ -214,6 +217,7 @@ class Lowerer {
   std::map<int, int64_t> known_slots_;
   // Tensor parallelism: the values in a shard's own arena, each {shard, offset}.
   std::map<int, std::pair<int, int64_t>> shard_values_;
+  std::vector<int> refused_;  // refused()
 };
 
 }  // namespace shoal::engine::cuda::internal
