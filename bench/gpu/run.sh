@@ -116,7 +116,10 @@ PY
       echo "# shoal GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not found"
       echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-      cudnn=$(for d in ${found//:/ }; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1)
+      cudnn=""
+      for d in ${found//:/ }; do
+        if [ -z "$cudnn" ] && [ -e "$d/libcudnn.so.9" ]; then cudnn="$d/libcudnn.so.9"; fi
+      done
       echo "cuDNN: ${cudnn:-not found on the library path (convolutions on im2col)}"
     } | tee "$out/gpu.txt"
     if ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU on this machine" | tee -a "$out/gpu.txt"; exit 1; fi
@@ -129,14 +132,20 @@ PY
       echo "## $t" | tee -a "$out/gpu.txt" >>"$out/tests.log"
       log=$(mktemp)
       # A skipped test here means the device was not usable: counted as a failure.
-      if SHOAL_BINARY_DIR="$PWD/.gpu/build" ".gpu/bin/$t" --gtest_output="xml:$xml/$t.xml" \
-          --gtest_filter="${TEST_FILTER[$t]:-*}" >"$log" 2>&1; then
+      # Each under a time limit, so that a test that hangs cannot cost the rest.
+      limit="${SHOAL_GPU_TEST_SECONDS:-180}"
+      trc=0
+      SHOAL_BINARY_DIR="$PWD/.gpu/build" timeout "$limit" ".gpu/bin/$t" \
+        --gtest_output="xml:$xml/$t.xml" --gtest_filter="${TEST_FILTER[$t]:-*}" >"$log" 2>&1 || trc=$?
+      if [ "$trc" -eq 0 ]; then
         if grep -q "SKIPPED" "$log"; then echo "skipped tests on a GPU machine" >>"$log"; rc=1; fi
       else
+        [ "$trc" -eq 124 ] && echo "timed out after $limit s" >>"$log"
         rc=1
       fi
       cat "$log" >>"$out/tests.log"
-      grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|^device |Failure|skipped tests' "$log" | tee -a "$out/gpu.txt" || true
+      grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|^device |Failure|skipped tests|timed out' "$log" |
+        tee -a "$out/gpu.txt" || true
       rm -f "$log"
     done
     tar -C "$xml" -cf "$out/gtest-xml.tar" . && rm -rf "$xml"
