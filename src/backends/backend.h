@@ -127,9 +127,10 @@ class BackendInstance {
   // Launch and Finish are never called, only Execute.
   virtual int pipeline_depth() const { return 1; }
   // Queues the batch's work and returns before it has run, keeping no reference into
-  // `request` (its tensors may be freed once Launch returns). Once Launch has returned OK,
-  // `on_done` is called exactly once, whether the work succeeds or fails, from any thread
-  // (a CUDA stream callback, say) and without any lock of the runtime's held, when the
+  // `request` (its tensors may be freed once Launch returns; a backend that reads one
+  // later, a GPU instance's CPU tail, keeps its buffer by shared ownership). Once Launch has
+  // returned OK, `on_done` is called exactly once, whether the work succeeds or fails, from any
+  // thread (a CUDA stream callback, say) and without any lock of the runtime's held, when the
   // batch's work has ended, and it has returned before that batch's Finish returns. It is
   // a wake-up only: Finish waits in any case. When Launch returns an error nothing was
   // launched and `on_done` is never called. The runtime keeps at most pipeline_depth()

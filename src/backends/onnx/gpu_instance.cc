@@ -250,11 +250,20 @@ class GpuInstance : public BackendInstance {
     ASSIGN_OR_RETURN(engine::cuda::GpuPlan * plan, PlanFor(shapes));
     Launched launched{plan, 0, {}};
     if (tail_) {
-      // The model's inputs the tail reads; the rest of its inputs come from the GPU stage.
+      // The model's inputs the tail reads (views: their buffers are reference-counted); the
+      // rest of its inputs come from the GPU stage. One missing is refused before the GPU
+      // runs anything.
       const engine::Graph& tail = tail_model_->graph();
-      for (int v : tail.inputs)
+      for (const engine::TensorInfo& info : whole_.inputs()) {
+        bool read = false;
+        for (int v : tail.inputs) read = read || tail.values[v].name == info.name;
+        if (!read) continue;
+        const NamedTensor* found = nullptr;
         for (const NamedTensor& t : named)
-          if (t.name == tail.values[v].name) launched.tail_inputs.push_back(t);
+          if (t.name == info.name) found = &t;
+        if (!found) return InvalidArgument("input '" + info.name + "' is missing");
+        launched.tail_inputs.push_back(*found);
+      }
     }
     ASSIGN_OR_RETURN(launched.slot, plan->Launch(inputs, stream_, std::move(on_done), rows));
     return launched;
@@ -402,7 +411,7 @@ StatusOr<int64_t> PositiveParameter(const std::map<std::string, std::string>& pa
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
     const std::map<std::string, std::string>& parameters, int64_t max_batch_size,
-    const GpuAccuracyCheck& check, GpuModelState* shared) {
+    const GpuAccuracyCheck& check, GpuModelState* shared, const engine::SessionOptions& cpu) {
   auto weights_on = [shared](int device) {
     return shared ? shared->WeightsOn(device) : std::make_shared<engine::cuda::GpuWeights>();
   };
@@ -552,7 +561,7 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     auto cut = engine::cuda::SplitForGpu(model, shapes, options);
     if (cut.ok()) {
       split = std::move(cut).value();
-      auto session = engine::Session::Create(*split.cpu_tail);
+      auto session = engine::Session::Create(*split.cpu_tail, cpu);
       if (!session.ok()) return session.status().WithPrefix(where + ": the CPU tail");
       tail = std::move(session).value();
       std::string nodes;
@@ -561,6 +570,18 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
           "{}: the model runs on the GPU up to node {} of {}, then on the CPU (the GPU "
           "path cannot run: {})",
           where, split.cut, model.graph().nodes.size(), LogSafe(nodes));
+      // Batch buckets trim every output of the GPU part to the batch's rows: only right
+      // when each is one row per request.
+      if (!buckets.empty() && !split.gpu_stage->NonBatchMajorOutputs().empty()) {
+        std::string names;
+        for (const std::string& n : split.gpu_stage->NonBatchMajorOutputs())
+          names += (names.empty() ? "" : ", ") + n;
+        spdlog::info(
+            "{}: a plan per batch size, not batch buckets: the GPU part's outputs {} "
+            "are not batch-major",
+            where, LogSafe(names));
+        buckets.clear();
+      }
     } else if (cut.status().code() != StatusCode::kFailedPrecondition) {
       return cut.status().WithPrefix(where + ": parameter gpu_cpu_tail");
     }
@@ -575,7 +596,8 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   try {
     if (ranks_known) {
       auto plan = instance->PlanFor(shapes);
-      if (plan.status().code() == StatusCode::kUnimplemented && !cpu_tail) {
+      if (plan.status().code() == StatusCode::kUnimplemented && !cpu_tail &&
+          plan.status().message().find("the GPU path cannot run this model") != std::string::npos) {
         return Unimplemented(where + ": " + plan.status().message() +
                              "\n(the config parameter gpu_cpu_tail: true runs the model from "
                              "the first of these nodes on the CPU)");

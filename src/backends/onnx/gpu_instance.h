@@ -26,6 +26,12 @@
 // cache. The device time in device_stats() is the batches' compute, not their copies
 // (which overlap other batches' compute).
 //
+// `gpu_cpu_tail: true`: a model the GPU path cannot run whole is cut before the first node
+// it refuses (engine::cuda::SplitForGpu); the instance runs the part before on the GPU as
+// above and the rest on the CPU engine in Finish (or Execute), after the GPU part. With
+// batch buckets, only when every output of the GPU part is batch-major (else a plan per
+// batch size, so no row is trimmed from a value that is not one row per request).
+//
 // The config parameter `gpu_precision` picks how the products (GEMMs, convolutions) run:
 // `fp32` (the default), `tf32` (tensor cores, 10-bit mantissas), or `fp16` / `bf16` (mixed
 // precision: weights stored in 16 bits, each product's input rounded to 16 bits, fp32
@@ -75,11 +81,14 @@ std::shared_ptr<GpuModelState> NewGpuModelState();
 // for a bad `gpu_precision` or `gpu_batch_buckets` or a GPU that does not exist,
 // UNAVAILABLE when there is no
 // usable CUDA device, FAILED_PRECONDITION when shoal was built without CUDA (or `check`
-// refused the tier), UNIMPLEMENTED when the GPU path cannot run the model.
+// refused the tier), UNIMPLEMENTED when the GPU path cannot run the model (and
+// `gpu_cpu_tail` is not set). `cpu` is how a CPU tail's Session runs (the model's
+// threads, the group's cores), as a CPU instance's would.
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model& model, const InstanceInfo& info,
     const std::map<std::string, std::string>& parameters, int64_t max_batch_size = 0,
-    const GpuAccuracyCheck& check = {}, GpuModelState* shared = nullptr);
+    const GpuAccuracyCheck& check = {}, GpuModelState* shared = nullptr,
+    const engine::SessionOptions& cpu = {});
 
 // How CUDA shared-memory regions are opened in this build (the server's SharedMemoryManager
 // takes it): CUDA IPC handles (engine/cuda/ipc_memory.h) with the CUDA path, none without.

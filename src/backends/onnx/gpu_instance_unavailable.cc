@@ -11,7 +11,7 @@ std::shared_ptr<GpuModelState> NewGpuModelState() { return nullptr; }
 
 StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const engine::Model&, const InstanceInfo& info, const std::map<std::string, std::string>&,
-    int64_t, const GpuAccuracyCheck&, GpuModelState*) {
+    int64_t, const GpuAccuracyCheck&, GpuModelState*, const engine::SessionOptions&) {
   return FailedPrecondition(
       "asks for GPU " + std::to_string(info.gpu) +
       " (KIND_GPU), but this shoal was built without the CUDA path: build it "

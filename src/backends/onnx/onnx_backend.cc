@@ -245,8 +245,12 @@ class OnnxModel : public BackendModel {
               "products in " + tier.substr(tier.size() - 4) + ", every other operator fp32");
         };
       }
+      // A CPU tail (gpu_cpu_tail) runs as a CPU instance of the group would.
+      engine::SessionOptions cpu = session_;
+      cpu.cpu_cores = info.cpu_cores;
+      if (info.threads > 0) cpu.threads = info.threads;
       return CreateGpuInstance(model, info, info_.parameters, info_.max_batch_size, check,
-                               gpu_state_.get());
+                               gpu_state_.get(), cpu);
     }
     if (stages_) return CreatePipelined(info);
     engine::SessionOptions options = session_;

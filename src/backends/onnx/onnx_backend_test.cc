@@ -935,6 +935,14 @@ ModelInfo TestModelInfo(const std::string& name, std::map<std::string, std::stri
 // gpu_cpu_tail: a detector's backbone on the GPU, its NMS and what follows on the CPU,
 // answering as a CPU instance does on both reference inputs.
 TEST(OnnxBackendGpuTest, ACpuTailRunsWhatTheGpuPathCannot) {
+  // Without the parameter the detector is refused, naming its NonMaxSuppression.
+  auto whole = MakeOnnxBackend()->LoadModel(TestModelInfo("det_detector_op13", {}));
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  auto refused = (*whole)->CreateInstance(OnGpu(0));
+  if (NoGpuHere(refused.status()))
+    GTEST_SKIP() << "no GPU instance here: " << refused.status().ToString();
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(refused.status().message(), HasSubstr("NonMaxSuppression"));
   auto model =
       MakeOnnxBackend()->LoadModel(TestModelInfo("det_detector_op13", {{"gpu_cpu_tail", "true"}}));
   ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -40,7 +40,12 @@ StatusOr<GpuCpuSplit> SplitForGpu(const Model& model, const std::vector<Shape>& 
         "would run on the GPU: " +
         lowered.status().message());
   }
-  ASSIGN_OR_RETURN(ModelStages stages, SplitModel(model, {0, cut}));
+  auto cut_model = SplitModel(model, {0, cut});
+  if (!cut_model.ok()) {
+    return cut_model.status().WithPrefix("cutting the model before " + graph.Describe(cut) +
+                                         " for a CPU tail");
+  }
+  ModelStages stages = std::move(cut_model).value();
   // The GPU stage at the same shapes: its inputs are the model's inputs it reads.
   std::map<std::string, Shape> by_name;
   for (size_t i = 0; i < graph.inputs.size() && i < shapes.size(); ++i)

@@ -84,7 +84,8 @@ TEST(SplitForGpuTest, ADetectorsBackboneGoesToTheGpuAndItsNmsToTheCpu) {
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     const Reference ref = LoadReference(std::string(name) + ".a.sht");
     ASSERT_FALSE(ref.inputs.empty());
-    auto split = SplitForGpu(**model, ShapesOf(ref.inputs));
+    // Cut where an instance cuts it, at the smallest shapes; run at the reference's.
+    auto split = SplitForGpu(**model, Smallest(**model));
     ASSERT_TRUE(split.ok()) << split.status().ToString();
     EXPECT_GT(split->cut, 0);
     EXPECT_LT(split->cut, static_cast<int>((*model)->graph().nodes.size()));
@@ -142,6 +143,8 @@ TEST(SplitForGpuTest, NothingForTheGpuOrNoCutIsAnError) {
   const Reference ref = LoadReference("det_nms_topk_op13.a.sht");
   split = SplitForGpu(**nms, ShapesOf(ref.inputs));
   ASSERT_FALSE(split.ok());
+  EXPECT_EQ(split.status().code(), StatusCode::kInvalidArgument) << split.status().ToString();
+  EXPECT_THAT(split.status().message(), HasSubstr("cutting the model before"));
   EXPECT_THAT(split.status().message(), HasSubstr("NonMaxSuppression"));
 }
 
