@@ -582,6 +582,30 @@ TEST(OnnxBackendGpuTest, AGpuInstanceAnswersAsTheCpuInstanceDoes) {
   EXPECT_EQ((*gpu)->Execute(wrong, &out).code(), StatusCode::kInvalidArgument);
 }
 
+// Runs `request` on a GPU instance and on a CPU instance of one model and expects the same
+// answer: the same outputs by name and shape, fp32 within `tolerance` of each output's
+// scale (at least 1), every other type bit for bit.
+void ExpectSameAnswer(BackendInstance& gpu, BackendInstance& cpu, const ExecuteRequest& request,
+                      float tolerance) {
+  std::vector<NamedTensor> on_gpu, on_cpu;
+  const Status ran = gpu.Execute(request, &on_gpu);
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ASSERT_TRUE(cpu.Execute(request, &on_cpu).ok());
+  ASSERT_EQ(on_gpu.size(), on_cpu.size());
+  for (size_t o = 0; o < on_cpu.size(); ++o) {
+    EXPECT_EQ(on_gpu[o].name, on_cpu[o].name);
+    ASSERT_EQ(on_gpu[o].tensor.shape(), on_cpu[o].tensor.shape()) << on_cpu[o].name;
+    ASSERT_EQ(on_gpu[o].tensor.dtype(), on_cpu[o].tensor.dtype()) << on_cpu[o].name;
+    if (on_cpu[o].tensor.dtype() == DataType::kFp32) {
+      EXPECT_LE(MaxAbsDiff(on_gpu[o].tensor, on_cpu[o].tensor),
+                tolerance * std::max(1.f, MaxAbs(on_cpu[o].tensor)))
+          << on_cpu[o].name;
+    } else {
+      EXPECT_EQ(on_gpu[o].tensor.bytes(), on_cpu[o].tensor.bytes()) << on_cpu[o].name;
+    }
+  }
+}
+
 // The image classifier's convolutions on cuDNN (the default where it loads, and asked for)
 // and on im2col answer as the CPU instance does.
 TEST(OnnxBackendGpuTest, ConvolutionsOnCudnnAndOnIm2ColAnswerAsTheCpuInstanceDoes) {
@@ -597,16 +621,11 @@ TEST(OnnxBackendGpuTest, ConvolutionsOnCudnnAndOnIm2ColAnswerAsTheCpuInstanceDoe
     auto cpu = (*model)->CreateInstance(InstanceInfo{"m_1", 1, {}, 0, -1});
     ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
     for (int64_t batch : {1, 3}) {
+      SCOPED_TRACE(batch);
       ExecuteRequest request;
       request.batch_size = batch;
       request.inputs.push_back({"image", Random({batch, 3, 32, 32}, 300 + batch, 0.f, 1.f)});
-      std::vector<NamedTensor> on_gpu, on_cpu;
-      const Status ran = (*gpu)->Execute(request, &on_gpu);
-      ASSERT_TRUE(ran.ok()) << ran.ToString();
-      ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
-      ASSERT_EQ(on_gpu.size(), on_cpu.size());
-      const float scale = std::max(1.f, MaxAbs(on_cpu[0].tensor));
-      EXPECT_LE(MaxAbsDiff(on_gpu[0].tensor, on_cpu[0].tensor), 1e-4f * scale) << batch;
+      ExpectSameAnswer(**gpu, **cpu, request, 1e-4f);
     }
   }
 }
@@ -954,25 +973,11 @@ TEST(OnnxBackendGpuTest, ACpuTailRunsWhatTheGpuPathCannot) {
   for (const char* ref : {".a.sht", ".b.sht"}) {
     const engine::testing::Reference r =
         engine::testing::LoadReference(std::string("det_detector_op13") + ref);
+    SCOPED_TRACE(ref);
     ExecuteRequest request;
     request.batch_size = r.inputs.empty() ? 0 : r.inputs[0].tensor.shape()[0];
     request.inputs = r.inputs;
-    std::vector<NamedTensor> on_gpu, on_cpu;
-    const Status ran = (*gpu)->Execute(request, &on_gpu);
-    ASSERT_TRUE(ran.ok()) << ran.ToString();
-    ASSERT_TRUE((*cpu)->Execute(request, &on_cpu).ok());
-    ASSERT_EQ(on_gpu.size(), on_cpu.size());
-    for (size_t o = 0; o < on_cpu.size(); ++o) {
-      EXPECT_EQ(on_gpu[o].name, on_cpu[o].name);
-      ASSERT_EQ(on_gpu[o].tensor.shape(), on_cpu[o].tensor.shape()) << on_cpu[o].name;
-      if (on_cpu[o].tensor.dtype() == DataType::kFp32) {
-        EXPECT_LE(MaxAbsDiff(on_gpu[o].tensor, on_cpu[o].tensor),
-                  1e-4f * std::max(1.f, MaxAbs(on_cpu[o].tensor)))
-            << on_cpu[o].name;
-      } else {
-        EXPECT_EQ(on_gpu[o].tensor.bytes(), on_cpu[o].tensor.bytes()) << on_cpu[o].name;
-      }
-    }
+    ExpectSameAnswer(**gpu, **cpu, request, 1e-4f);
   }
 }
 
