@@ -7,6 +7,9 @@
 #include "cli/run.h"
 #include "cli/serve.h"
 #include "cli/worker.h"
+#ifdef SHOAL_HAVE_ONNX
+#include "backends/onnx/gpu_instance.h"
+#endif
 #ifdef SHOAL_HAVE_ENGINE
 #include "engine/inspect.h"
 #include "engine/omp_wait_policy.h"
@@ -76,6 +79,13 @@ int main(int argc, char** argv) {
                    "measured times, and its pipeline_stage_boundaries")
       ->check(CLI::PositiveNumber)
       ->needs(profile);
+#ifdef SHOAL_HAVE_ONNX
+  bool inspect_gpu = false;
+  inspect->add_flag("--gpu", inspect_gpu,
+                    "Also say what the GPU path makes of the model at --batch (or 1): whether a "
+                    "KIND_GPU instance runs it whole, the nodes it lacks, where gpu_cpu_tail "
+                    "would cut; needs no GPU");
+#endif
   inspect->callback([&] {
     inspect_options.conv_algorithm = *shoal::engine::ParseConvAlgorithm(conv_algorithm);
     inspect_options.conv_layout = *shoal::engine::ParseConvLayout(conv_layout);
@@ -86,6 +96,14 @@ int main(int argc, char** argv) {
       std::exit(1);
     }
     std::cout << *text;
+#ifdef SHOAL_HAVE_ONNX
+    if (inspect_gpu && summary.loads) {
+      auto model = shoal::engine::Model::Load(model_path);
+      auto gpu = model.ok() ? shoal::backends::DescribeGpuPath(**model, inspect_options.batch)
+                            : shoal::StatusOr<std::string>(model.status());
+      std::cout << (gpu.ok() ? *gpu : "GPU path: " + gpu.status().message() + "\n");
+    }
+#endif
     // The report is printed either way; a model shoal cannot serve exits 2, so scripts
     // that gate on `shoal inspect` stop there.
     std::exit(summary.loads ? 0 : 2);

@@ -27,11 +27,10 @@ TEST(CliE2eTest, UnknownKeyInAConfigFileIsRefusedNamingIt) {
   dir.WriteFile("shoal.toml", "[serve]\nmodel-repository = \"" + repo.path() +
                                   "\"\nhttp-prot = " + std::to_string(FreePort()) + "\n");
   std::string log;
-  const int status = RunToEnd({"--config", dir.path() + "/shoal.toml", "serve", "--grpc-port",
-                               std::to_string(FreePort()), "--metrics-port",
-                               std::to_string(FreePort()), "--http-port",
-                               std::to_string(FreePort())},
-                              &log);
+  const int status = RunToEnd(
+      {"--config", dir.path() + "/shoal.toml", "serve", "--grpc-port", std::to_string(FreePort()),
+       "--metrics-port", std::to_string(FreePort()), "--http-port", std::to_string(FreePort())},
+      &log);
   EXPECT_NE(status, 0) << "started with a misspelled key ignored:\n" << log;
   EXPECT_NE(log.find("unknown key 'serve.http-prot'"), std::string::npos) << log;
 }
@@ -39,11 +38,11 @@ TEST(CliE2eTest, UnknownKeyInAConfigFileIsRefusedNamingIt) {
 TEST(CliE2eTest, LoadModelOutsideExplicitModeIsRefused) {
   TempDir repo;
   std::string log;
-  const int status = RunToEnd({"serve", "--model-repository", repo.path(), "--load-model", "x",
-                               "--http-port", std::to_string(FreePort()), "--grpc-port",
-                               std::to_string(FreePort()), "--metrics-port",
-                               std::to_string(FreePort())},
-                              &log);
+  const int status =
+      RunToEnd({"serve", "--model-repository", repo.path(), "--load-model", "x", "--http-port",
+                std::to_string(FreePort()), "--grpc-port", std::to_string(FreePort()),
+                "--metrics-port", std::to_string(FreePort())},
+               &log);
   EXPECT_NE(status, 0) << log;
   EXPECT_NE(log.find("--load-model applies only with --model-control-mode explicit"),
             std::string::npos)
@@ -67,6 +66,19 @@ TEST(CliE2eTest, InspectExitsNonZeroOnUnsupportedOperators) {
   const int status = RunToEnd({"inspect", dir.path() + "/celu.onnx"}, &log);
   EXPECT_EQ(status, 2) << log;
   EXPECT_NE(log.find("unsupported operators:\n  Celu"), std::string::npos) << log;
+}
+
+// `shoal inspect --gpu` adds what the GPU path makes of the model: in a build with the
+// CUDA path (no GPU needed) whether it lowers whole; without, that the build lacks it.
+TEST(CliE2eTest, InspectGpuSaysWhatTheGpuPathMakesOfTheModel) {
+  std::string log;
+  ASSERT_EQ(RunToEnd({"inspect", "--gpu", SourceDir() + "/models/mlp_op13.onnx"}, &log), 0) << log;
+  EXPECT_TRUE(log.find("GPU path (batch 1") != std::string::npos ||
+              log.find("GPU path: this shoal was built without the CUDA path") != std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("GPU path (batch 1") != std::string::npos,
+            log.find("lowers whole") != std::string::npos)
+      << log;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <exception>
@@ -634,6 +635,70 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     return Internal(where + ": " + e.what());
   }
   return std::unique_ptr<BackendInstance>(std::move(instance));
+}
+
+StatusOr<std::string> DescribeGpuPath(const engine::Model& model, int64_t batch) {
+  std::vector<Shape> shapes;
+  for (const engine::TensorInfo& t : model.inputs()) {
+    if (!t.rank_known) {
+      return std::string(
+          "GPU path: an input of unknown rank; a GPU instance lowers the model at its first "
+          "batch\n");
+    }
+    Shape shape;
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      shape.push_back(t.shape[d].known() ? t.shape[d].value
+                      : d == 0           ? std::max<int64_t>(batch, 1)
+                                         : 1);
+    shapes.push_back(std::move(shape));
+  }
+  dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+  dnnl::stream cpu_stream(cpu);
+  ASSIGN_OR_RETURN(auto plan, engine::Plan::Prepare(
+                                  model.graph(), shapes, cpu, cpu_stream, model.weight_cache(),
+                                  engine::cuda::GpuLoweringPlanOptions(), model.options().limits));
+  auto cudnn = engine::cuda::Cudnn::Get();
+  engine::cuda::GpuPlanOptions options;
+  options.conv = cudnn.ok() ? engine::cuda::ConvEngine::kCudnn : engine::cuda::ConvEngine::kIm2Col;
+  std::vector<int> refused;
+  auto lowered = engine::cuda::LowerPlan(model.graph(), *plan, options, &refused);
+  std::string text = "GPU path (batch " + std::to_string(std::max<int64_t>(batch, 1)) +
+                     ", gpu_precision fp32, gpu_convolution auto):\n";
+  text += cudnn.ok() ? "  cuDNN " + (*cudnn)->version() + " loaded: convolutions on cuDNN\n"
+                     : "  " + cudnn.status().message() + ": convolutions on im2col\n";
+  if (lowered.ok()) {
+    int gemms = 0, on_cudnn = 0, on_im2col = 0;
+    for (const engine::cuda::GpuStep& step : lowered->steps) {
+      gemms += step.kind == engine::cuda::GpuStep::Kind::kGemm;
+      on_cudnn += step.kind == engine::cuda::GpuStep::Kind::kConv;
+      on_im2col += step.kind == engine::cuda::GpuStep::Kind::kIm2Col;
+    }
+    text += "  lowers whole: " + std::to_string(lowered->steps.size()) + " steps (" +
+            std::to_string(gemms) + " GEMMs; convolutions: " + std::to_string(on_cudnn) +
+            " on cuDNN, " + std::to_string(on_im2col) + " on im2col); weights " +
+            std::to_string(lowered->weight_bytes) + " bytes, arena " +
+            std::to_string(lowered->arena_bytes) + " bytes\n";
+    return text;
+  }
+  if (refused.empty()) return lowered.status();
+  text += "  cannot run whole (a KIND_GPU instance is refused); the nodes it lacks:\n";
+  std::sort(refused.begin(), refused.end());
+  refused.erase(std::unique(refused.begin(), refused.end()), refused.end());
+  // The first dozen: after a NonZero, every node that follows is refused too.
+  constexpr size_t kListed = 12;
+  for (size_t i = 0; i < refused.size() && i < kListed; ++i)
+    text += "    " + model.graph().Describe(refused[i]) + "\n";
+  if (refused.size() > kListed)
+    text += "    and " + std::to_string(refused.size() - kListed) + " more\n";
+  auto split = engine::cuda::SplitForGpu(model, shapes, options);
+  if (split.ok()) {
+    text += "  with gpu_cpu_tail: true, nodes 0-" + std::to_string(split->cut - 1) + " of " +
+            std::to_string(model.graph().nodes.size()) + " run on the GPU and the rest, from " +
+            model.graph().Describe(split->cut) + ", on the CPU\n";
+  } else {
+    text += "  gpu_cpu_tail cannot help: " + split.status().message() + "\n";
+  }
+  return text;
 }
 
 DeviceMemoryOpener CudaIpcOpener() { return engine::cuda::IpcMemoryOpener(); }

@@ -90,6 +90,13 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     const GpuAccuracyCheck& check = {}, GpuModelState* shared = nullptr,
     const engine::SessionOptions& cpu = {});
 
+// What the GPU path makes of `model` at batch `batch` (its first symbolic dimension; the
+// others 1), for `shoal inspect --gpu`: whether it lowers whole (its steps, convolutions on
+// cuDNN or im2col, weight and arena bytes), or the nodes it lacks and where gpu_cpu_tail
+// would cut. Host work only: no device needed. FAILED_PRECONDITION in a build without the
+// CUDA path; the model's own errors (a plan that cannot be prepared) otherwise.
+StatusOr<std::string> DescribeGpuPath(const engine::Model& model, int64_t batch = 1);
+
 // How CUDA shared-memory regions are opened in this build (the server's SharedMemoryManager
 // takes it): CUDA IPC handles (engine/cuda/ipc_memory.h) with the CUDA path, none without.
 DeviceMemoryOpener CudaIpcOpener();

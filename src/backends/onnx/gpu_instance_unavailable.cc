@@ -18,6 +18,12 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       "where a CUDA toolkit is installed (docs/gpu.md), or use kind: KIND_CPU");
 }
 
+StatusOr<std::string> DescribeGpuPath(const engine::Model&, int64_t) {
+  return FailedPrecondition(
+      "this shoal was built without the CUDA path: build it where a CUDA toolkit is "
+      "installed (docs/gpu.md)");
+}
+
 DeviceMemoryOpener CudaIpcOpener() { return nullptr; }
 
 }  // namespace shoal::backends

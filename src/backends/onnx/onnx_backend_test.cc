@@ -981,6 +981,29 @@ TEST(OnnxBackendGpuTest, ACpuTailRunsWhatTheGpuPathCannot) {
   }
 }
 
+// `shoal inspect --gpu`: what the GPU path makes of a model, on the host.
+TEST(OnnxBackendGpuTest, DescribeGpuPathSaysWhatRunsOnTheGpu) {
+  auto rec = engine::Model::Load(SourceDir() + "/examples/models/recommender/1/model.onnx");
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  auto text = DescribeGpuPath(**rec, 8);
+  if (!GpuInstancesBuilt()) {
+    EXPECT_EQ(text.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(text.status().message(), HasSubstr("without the CUDA path"));
+    return;
+  }
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_THAT(*text, HasSubstr("GPU path (batch 8"));
+  EXPECT_THAT(*text, HasSubstr("lowers whole: "));
+  EXPECT_THAT(*text, HasSubstr("(4 GEMMs"));
+  auto det = engine::Model::Load(SourceDir() + "/models/det_detector_op13.onnx");
+  ASSERT_TRUE(det.ok()) << det.status().ToString();
+  text = DescribeGpuPath(**det);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_THAT(*text, HasSubstr("cannot run whole"));
+  EXPECT_THAT(*text, HasSubstr("(NonZero)"));
+  EXPECT_THAT(*text, HasSubstr("with gpu_cpu_tail: true, nodes 0-"));
+}
+
 TEST(OnnxBackendGpuTest, AGpuTheMachineLacksIsNamed) {
   auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender"));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
