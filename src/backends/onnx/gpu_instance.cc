@@ -172,8 +172,17 @@ class GpuInstance : public BackendInstance {
     options.tensor_parallel = tensor_parallel_;
     options.conv = conv_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-    auto created =
-        engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_, shards_);
+    // One cuDNN handle for the instance's plans, made with the first that needs it.
+    const bool needs_cudnn =
+        std::any_of(lowered.steps.begin(), lowered.steps.end(), [](const engine::cuda::GpuStep& s) {
+          return s.kind == engine::cuda::GpuStep::Kind::kConv;
+        });
+    if (needs_cudnn && !cudnn_) {
+      auto made = engine::cuda::CudnnHandle::Create();
+      if (made.ok()) cudnn_ = std::move(made).value();
+    }
+    auto created = engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_,
+                                                 shards_, cudnn_);
     if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
         (created.status().code() == StatusCode::kUnimplemented ||
          created.status().code() == StatusCode::kUnavailable)) {
@@ -368,6 +377,9 @@ class GpuInstance : public BackendInstance {
   int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
   std::vector<engine::cuda::ShardPlace> shards_;         // where each shard runs
   std::unique_ptr<engine::cuda::LtHandle> handle_;
+  // The cuDNN handle of the instance's plans, made with the first plan that has a cuDNN
+  // convolution (a plan whose handle cannot be made makes its own, and fails saying why).
+  std::shared_ptr<engine::cuda::CudnnHandle> cudnn_;
   engine::cuda::Stream stream_;
   // The model's constants on the device, one copy shared by the plans of every shape (and
   // by the model's other instances on this GPU).

@@ -75,7 +75,8 @@ void* GpuPlan::Address(int v) const {
 StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const LtHandle& handle,
                                                    const Stream& stream,
                                                    std::shared_ptr<GpuWeights> weights,
-                                                   std::vector<ShardPlace> shards) {
+                                                   std::vector<ShardPlace> shards,
+                                                   std::shared_ptr<CudnnHandle> cudnn) {
   std::unique_ptr<GpuPlan> plan(new GpuPlan());
   plan->lowering_ = std::move(lowering);
   plan->weights_ = weights ? std::move(weights) : std::make_shared<GpuWeights>();
@@ -185,6 +186,7 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
   for (size_t i = 0; i < l.steps.size(); ++i) {
     const GpuStep& step = l.steps[i];
     if (step.kind != GpuStep::Kind::kConv) continue;
+    if (!plan->cudnn_) plan->cudnn_ = cudnn;
     if (!plan->cudnn_) {
       auto handle = CudnnHandle::Create();
       if (!handle.ok()) return handle.status().WithPrefix("planning the convolutions on cuDNN");

@@ -93,16 +93,19 @@ class GpuPlan {
  public:
   // Allocates the arena and the GEMM workspace on the current device, finds or uploads
   // the weights in `weights` (a GpuWeights of its own when null) on `stream`, and plans
-  // every GEMM and cuDNN convolution (a handle of its own; UNAVAILABLE without cuDNN,
+  // every GEMM and cuDNN convolution (on `cudnn`, below; UNAVAILABLE without cuDNN,
   // UNIMPLEMENTED when cuDNN has no algorithm for one, naming its node). `handle` must outlive the
   // plan. A tensor-parallel lowering's shards run where `shards` says (the rest, or all when it is
   // shorter, on the plan's device); a shard the lowering gave memory of its own must be on another
   // device than the plan's only when `shards` says so (on the same device its copies are plain
   // device copies).
+  // `cudnn`: the cuDNN handle its convolutions run with, shared by an instance's plans (they
+  // run on one thread); null: a handle of its own, made when it has a cuDNN convolution.
   static StatusOr<std::unique_ptr<GpuPlan>> Create(GpuLowering lowering, const LtHandle& handle,
                                                    const Stream& stream,
                                                    std::shared_ptr<GpuWeights> weights = nullptr,
-                                                   std::vector<ShardPlace> shards = {});
+                                                   std::vector<ShardPlace> shards = {},
+                                                   std::shared_ptr<CudnnHandle> cudnn = nullptr);
 
   ~GpuPlan();
   GpuPlan(const GpuPlan&) = delete;
@@ -246,7 +249,7 @@ class GpuPlan {
   std::vector<std::shared_ptr<LtGemm>> gemms_;
   // kConv steps: the plan's cuDNN handle, and per step (null for the others) its convolution,
   // shared by the steps of one shape and options.
-  std::unique_ptr<CudnnHandle> cudnn_;
+  std::shared_ptr<CudnnHandle> cudnn_;
   std::vector<std::shared_ptr<CudnnConv>> convs_;
   std::optional<Stream> copy_in_, copy_out_;  // the plan's copy streams
   std::array<Slot, kSlots> slots_;
