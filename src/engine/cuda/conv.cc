@@ -1,5 +1,7 @@
 #include "engine/cuda/conv.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "engine/cuda/cuda_status.h"
@@ -44,6 +46,43 @@ Status ConvTranspose2d(const float* x, const float* w, const float* bias, float*
   }
   return CudaStatus(internal::LaunchConvTransposeF32(x, w, bias, y, g, m, stream),
                     "transposed convolution kernel launch");
+}
+
+Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
+  if (o.n < 0 || o.m < 0 || o.spatial < 0 || (o.m == 0 && o.n > 0 && o.spatial > 0)) {
+    return InvalidArgument("convolution epilogue: y [" + std::to_string(o.n) + "," +
+                           std::to_string(o.m) + "," + std::to_string(o.spatial) +
+                           "]: sizes must be >= 0, with channels when y has values");
+  }
+  return Status::Ok();
+}
+
+Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const float* z,
+                    float* y, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckConvEpilogue(o));
+  const int64_t elements = o.n * o.m * o.spatial;
+  if (o.source && elements > 0) {
+    const auto c0 = reinterpret_cast<uintptr_t>(c), y0 = reinterpret_cast<uintptr_t>(y);
+    const auto c1 = c0 + static_cast<uintptr_t>(elements) * 2,
+               y1 = y0 + static_cast<uintptr_t>(elements) * sizeof(float);
+    if (c0 < y1 && y0 < c1)
+      return InvalidArgument("convolution epilogue: a 16-bit input must not overlap its output");
+  }
+  internal::ConvEpilogueKernel e;
+  e.elements = elements;
+  e.channels = std::max<int64_t>(o.m, 1);
+  e.spatial = std::max<int64_t>(o.spatial, 1);
+  e.source = o.source ? static_cast<int>(*o.source) : -1;
+  e.has_act = o.act.has_value();
+  e.has_post = o.post.has_value();
+  if (o.act) e.act = static_cast<internal::UnaryKernel>(*o.act);
+  if (o.post) e.post = static_cast<internal::UnaryKernel>(*o.post);
+  e.act_alpha = o.act_alpha;
+  e.act_beta = o.act_beta;
+  e.post_alpha = o.post_alpha;
+  e.post_beta = o.post_beta;
+  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, stream),
+                    "convolution epilogue kernel launch");
 }
 
 Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* y,

@@ -1,10 +1,14 @@
 // Convolutions and pooling on a CUDA stream, NCHW fp32 as ONNX lays them out: im2col, which
 // turns a 2-D convolution into one GEMM per group (gpu_lowering.h lowers it onto cuBLASLt),
-// transposed convolutions, and max and average pooling. The shapes are validated on the host first,
+// a convolution's epilogue (bias, activations and residual in one pass), transposed
+// convolutions, and max and average pooling. The shapes are validated on the host first,
 // as everywhere on the GPU path.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <optional>
 
 #include "core/status.h"
 #include "engine/cuda/elementwise.h"
@@ -30,6 +34,26 @@ Status Im2ColHalf(HalfType to, const float* x, void* cols, const Window2d& g, cu
 // size (kernels.h). InvalidArgument as CheckWindow, or when the groups do not divide m.
 Status ConvTranspose2d(const float* x, const float* w, const float* bias, float* y,
                        const Window2d& g, int64_t m, cudaStream_t stream);
+
+// What follows a convolution that its own step leaves (a GPU plan's kConvEpilogue step), in
+// one pass over y [n, m, spatial]: y = post(act(c + bias) + z), bias one value per output
+// channel, z of y's shape, each part optional, as the CPU engine orders a FusedConv's. c is
+// the convolution's output: fp32 (y itself allowed), or, in a mixed-precision plan on cuDNN,
+// 16-bit (`source`), so that its cast back to fp32 is part of the same pass.
+struct ConvEpilogueOptions {
+  int64_t n = 0, m = 0, spatial = 0;
+  std::optional<HalfType> source;  // c's 16-bit type; none: fp32
+  std::optional<UnaryOp> act;      // with act_alpha and act_beta (elementwise.h's parameters)
+  float act_alpha = 0, act_beta = 0;
+  std::optional<UnaryOp> post;
+  float post_alpha = 0, post_beta = 0;
+};
+// InvalidArgument for a negative size, or no channels in a y that has values.
+Status CheckConvEpilogue(const ConvEpilogueOptions& o);
+// y = the epilogue of c. InvalidArgument as CheckConvEpilogue, or for a 16-bit c that
+// overlaps y (its cast cannot run in place).
+Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const float* z,
+                    float* y, cudaStream_t stream);
 
 using RoiAlignGeometry = internal::RoiAlignGeometry;
 // y [rois, c, out_h, out_w] = RoiAlign(x [n, c, h, w], rois [rois, 4], batch [rois]) as

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
+#include "core/bf16.h"
+#include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -187,6 +191,101 @@ TEST_F(ConvGpuTest, ConvTransposeMatchesTheScatteringReference) {
     for (size_t i = 0; i < want.size(); ++i)
       EXPECT_NEAR(got[i], want[i], 1e-4f)
           << "stride " << g.sh << ", groups " << g.groups << " at " << i;
+  }
+}
+
+// The epilogue's reference: post(act(c + bias) + z) per element of [n, m, spatial], the
+// activations LeakyRelu (alpha 0.1) and Clip [-1, 2], as the plan asks for them.
+std::vector<float> EpilogueReference(const std::vector<float>& c, const std::vector<float>* bias,
+                                     const std::vector<float>* z, bool act, bool post, int64_t m,
+                                     int64_t spatial) {
+  std::vector<float> y(c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    float v = c[i];
+    if (bias) v += (*bias)[(static_cast<int64_t>(i) / spatial) % m];
+    if (act) v = v >= 0.f ? v : 0.1f * v;
+    if (z) v += (*z)[i];
+    if (post) v = std::min(std::max(v, -1.f), 2.f);
+    y[i] = v;
+  }
+  return y;
+}
+
+// One pass does what a convolution's step left: from fp32 in place and from fp16 and bf16
+// (a mixed-precision cuDNN output, cast as it is read), with and without each of the bias,
+// the activation, the residual and the post-activation.
+TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
+  const int64_t n = 2, m = 5, spatial = 7 * 3, count = n * m * spatial;
+  std::vector<float> c = Wave(count);
+  std::vector<float> bias(m), z(count);
+  for (int64_t i = 0; i < m; ++i) bias[i] = 0.5f * static_cast<float>(i) - 1.f;
+  for (int64_t i = 0; i < count; ++i) z[i] = std::cos(0.17f * static_cast<float>(i));
+  DeviceBuffer db = Upload(bias), dz = Upload(z);
+  for (int source = 0; source < 3; ++source) {
+    // The 16-bit sources hold c rounded; the reference reads the same rounded values.
+    std::vector<uint16_t> half(count);
+    std::vector<float> rounded = c;
+    for (int64_t i = 0; i < count && source > 0; ++i) {
+      half[i] = source == 1 ? FloatToFp16(c[i]) : FloatToBf16(c[i]);
+      rounded[i] = source == 1 ? Fp16ToFloat(half[i]) : Bf16ToFloat(half[i]);
+    }
+    for (int parts = 0; parts < 16; ++parts) {
+      const bool with_bias = parts & 1, with_act = parts & 2, with_z = parts & 4,
+                 with_post = parts & 8;
+      SCOPED_TRACE("source " + std::to_string(source) + ", parts " + std::to_string(parts));
+      ConvEpilogueOptions o;
+      o.n = n;
+      o.m = m;
+      o.spatial = spatial;
+      if (source > 0) o.source = source == 1 ? HalfType::kFp16 : HalfType::kBf16;
+      if (with_act) {
+        o.act = UnaryOp::kLeakyRelu;
+        o.act_alpha = 0.1f;
+      }
+      if (with_post) {
+        o.post = UnaryOp::kClip;
+        o.post_alpha = -1.f;
+        o.post_beta = 2.f;
+      }
+      const std::vector<float> want =
+          EpilogueReference(rounded, with_bias ? &bias : nullptr, with_z ? &z : nullptr, with_act,
+                            with_post, m, spatial);
+      // fp32 runs in place (y is c); 16 bits into another buffer.
+      DeviceBuffer y = Upload(c);
+      DeviceBuffer dc = source > 0 ? UploadBytes(half.data(), half.size() * 2) : DeviceBuffer();
+      const void* in = source > 0 ? dc.data() : y.data();
+      ASSERT_TRUE(ConvEpilogue(o, in, with_bias ? db.as<float>() : nullptr,
+                               with_z ? dz.as<float>() : nullptr, y.as<float>(), stream())
+                      .ok());
+      const std::vector<float> got = Download(y, want.size());
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "at " << i;
+    }
+  }
+}
+
+TEST(ConvEpilogueTest, RefusesBadSizesAndA16BitInputOverItsOutput) {
+  ConvEpilogueOptions o;
+  o.n = 2;
+  o.m = 3;
+  o.spatial = 4;
+  EXPECT_TRUE(CheckConvEpilogue(o).ok());
+  o.spatial = -1;
+  EXPECT_EQ(ConvEpilogue(o, nullptr, nullptr, nullptr, nullptr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  o.spatial = 4;
+  o.m = 0;
+  EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);
+  o.m = 3;
+  // 24 values: a 16-bit c starting within y's 96 bytes, or y within c's 48, overlaps; the
+  // addresses are never dereferenced, since the refusal comes first.
+  alignas(16) static float buffer[64];
+  float* y = buffer + 16;
+  o.source = HalfType::kFp16;
+  for (const void* c : {static_cast<const void*>(y), static_cast<const void*>(y + 20),
+                        static_cast<const void*>(buffer + 6)}) {  // 40 bytes before y
+    const Status s = ConvEpilogue(o, c, nullptr, nullptr, y, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.ToString();
   }
 }
 

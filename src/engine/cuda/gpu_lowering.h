@@ -158,7 +158,8 @@ struct GpuStep {
     kGatherNd,     // GatherND {data, indices}
     kTopK,         // TopK {x}: out is its values (fp32) or its indices (int64)
     kIntCast,      // Cast among int64, int32 and bool, or fp32 to bool {x}
-    kConv          // cuDNN's convolution {x, residual or -1} as `conv` says
+    kConv,         // cuDNN's convolution {x, residual or -1} as `conv` says
+    kConvEpilogue  // what a convolution's step left {c, residual or -1}, as `conv_epilogue` says
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -245,6 +246,10 @@ struct GpuStep {
   // kConv: the window, output channels, math and fusion; its weight (16-bit in fp16 and
   // bf16, as x and y then are) and, fused, its bias are weight slots {w, bias or -1}.
   CudnnConvOptions conv;
+  // kConvEpilogue: out = post(act(c + bias) + residual) in one pass (conv.h), c the
+  // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
+  // fp32 value per channel) or -1.
+  ConvEpilogueOptions conv_epilogue;
 };
 
 struct GpuLowering {

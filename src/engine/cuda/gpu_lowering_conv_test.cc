@@ -59,7 +59,7 @@ TEST(LowerConvTest, AGroupedConvolutionIsABatchOfGemmsWithItsBiasAfter) {
   std::vector<K> kinds;
   for (const GpuStep& s : lowered->steps) kinds.push_back(s.kind);
   EXPECT_EQ(kinds,
-            (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kBinary, K::kUnary, K::kPool}));
+            (std::vector<K>{K::kIm2Col, K::kGemm, K::kTranspose, K::kConvEpilogue, K::kPool}));
   const GpuStep& gemm = lowered->steps[1];
   EXPECT_EQ(gemm.gemm.batch, 2);
   EXPECT_EQ(gemm.gemm.m, 2 * 5 * 5);  // images x output positions
@@ -67,8 +67,21 @@ TEST(LowerConvTest, AGroupedConvolutionIsABatchOfGemmsWithItsBiasAfter) {
   EXPECT_EQ(gemm.gemm.k, 2 * 3 * 3);  // input channels per group x kernel
   EXPECT_EQ(gemm.gemm.epilogue, GemmEpilogue::kNone);
   EXPECT_TRUE(gemm.gemm.transpose_w);
-  EXPECT_EQ(lowered->steps[5].pool, PoolOp::kAverageIncludePad);
-  EXPECT_EQ(lowered->steps[5].window.oh, 3);  // ceil((5 + 2 - 3) / 2) + 1
+  // The bias and ReLU after the transpose, in one pass in place: y = relu(y + bias).
+  const GpuStep& after = lowered->steps[3];
+  const int y = lowered->steps[2].out;
+  EXPECT_EQ(after.in, (std::vector<int>{y, -1}));
+  EXPECT_EQ(after.out, y);
+  EXPECT_FALSE(after.conv_epilogue.source.has_value());
+  EXPECT_EQ(after.conv_epilogue.act, UnaryOp::kRelu);
+  EXPECT_FALSE(after.conv_epilogue.post.has_value());
+  EXPECT_EQ(after.conv_epilogue.n, 2);
+  EXPECT_EQ(after.conv_epilogue.m, 6);
+  EXPECT_EQ(after.conv_epilogue.spatial, 5 * 5);
+  ASSERT_GE(after.weight_slots[0], 0);
+  EXPECT_EQ(lowered->blobs[static_cast<size_t>(after.weight_slots[0])].data.element_count(), 6);
+  EXPECT_EQ(lowered->steps[4].pool, PoolOp::kAverageIncludePad);
+  EXPECT_EQ(lowered->steps[4].window.oh, 3);  // ceil((5 + 2 - 3) / 2) + 1
 }
 
 // The decoder's ConvTranspose (kernel 4, stride 2, pads 1) is one step holding its window:
@@ -183,19 +196,25 @@ TEST(LowerConvOnCudnnTest, ResNetsResidualAndReluFuseIntoItsConvolution) {
   EXPECT_EQ(with_residual, 2);
   EXPECT_EQ(fused, 4);
   EXPECT_EQ(plain, 1);
-  // Nothing after the fused convolutions: no activation and no addition but the shortcut's
-  // bias (its batch normalisation, folded).
-  int additions = 0;
+  // Nothing after the fused convolutions: no activation and no addition, and one epilogue:
+  // the shortcut's bias (its batch normalisation, folded), alone.
+  int epilogues = 0;
   for (const GpuStep& s : lowered->steps) {
     EXPECT_NE(s.kind, K::kUnary);
-    additions += s.kind == K::kBinary;
+    EXPECT_NE(s.kind, K::kBinary);
+    if (s.kind != K::kConvEpilogue) continue;
+    ++epilogues;
+    EXPECT_EQ(s.in[1], -1);
+    EXPECT_GE(s.weight_slots[0], 0);
+    EXPECT_FALSE(s.conv_epilogue.act.has_value());
+    EXPECT_FALSE(s.conv_epilogue.post.has_value());
   }
-  EXPECT_EQ(additions, 1);
+  EXPECT_EQ(epilogues, 1);
 }
 
 // In fp16 and bf16 cuDNN reads and writes 16 bits: x rounded first, the weight stored in 16
-// bits, the output cast back to fp32, then the bias and ReLU in place (cuDNN fuses them in
-// fp32 alone).
+// bits; one epilogue pass casts the output back to fp32 with the bias and ReLU (cuDNN fuses
+// them in fp32 alone).
 TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
   for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
     SCOPED_TRACE(math == GemmMath::kFp16 ? "fp16" : "bf16");
@@ -213,8 +232,8 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
       EXPECT_FALSE(s.conv.fused_bias_relu);
       EXPECT_EQ(s.conv.math, math);
       ASSERT_GE(i, 1u);
-      ASSERT_LT(i + 3, kinds.size());
-      // kToHalf x -> kConv -> kCast into y -> bias (kBinary) -> ReLU (kUnary).
+      ASSERT_LT(i + 1, kinds.size());
+      // kToHalf x -> kConv -> kConvEpilogue: y = relu(float(16-bit output) + bias).
       const GpuStep& round = lowered->steps[i - 1];
       EXPECT_EQ(round.kind, K::kToHalf);
       EXPECT_EQ(round.out, s.in[0]);
@@ -222,16 +241,23 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
       EXPECT_EQ(lowered->dtypes[s.out], half);
       EXPECT_EQ(lowered->blobs[static_cast<size_t>(s.weight_slots[0])].data.dtype(), half);
       EXPECT_EQ(s.weight_slots[1], -1);
-      const GpuStep& cast = lowered->steps[i + 1];
-      EXPECT_EQ(cast.kind, K::kCast);
-      EXPECT_EQ(cast.cast, math == GemmMath::kFp16 ? CastSource::kFp16 : CastSource::kBf16);
-      EXPECT_EQ(cast.in[0], s.out);
+      const GpuStep& after = lowered->steps[i + 1];
+      EXPECT_EQ(after.kind, K::kConvEpilogue);
+      EXPECT_EQ(after.conv_epilogue.source,
+                math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
+      EXPECT_EQ(after.in, (std::vector<int>{s.out, -1}));
       const int y = p.model->graph().nodes[s.node].outputs[0];
-      EXPECT_EQ(cast.out, y);
-      EXPECT_EQ(kinds[i + 2], K::kBinary);
-      EXPECT_EQ(lowered->steps[i + 2].out, y);
-      EXPECT_EQ(kinds[i + 3], K::kUnary);
-      EXPECT_EQ(lowered->steps[i + 3].unary, UnaryOp::kRelu);
+      EXPECT_EQ(after.out, y);
+      EXPECT_EQ(lowered->dtypes[y], DataType::kFp32);
+      EXPECT_EQ(after.conv_epilogue.act, UnaryOp::kRelu);
+      EXPECT_FALSE(after.conv_epilogue.post.has_value());
+      ASSERT_GE(after.weight_slots[0], 0);
+      EXPECT_EQ(lowered->blobs[static_cast<size_t>(after.weight_slots[0])].data.dtype(),
+                DataType::kFp32);
+      if (i + 2 < kinds.size()) {
+        EXPECT_NE(kinds[i + 2], K::kBinary);
+        EXPECT_NE(kinds[i + 2], K::kUnary);
+      }
     }
     EXPECT_EQ(convs, 4);
     ExpectAligned(*lowered);

@@ -480,11 +480,11 @@ StatusOr<Window2d> NodeWindow(const Node& node, const Shape& xs, int64_t kh, int
 
 // Conv and shoal.FusedConv (2-D, constant weights). On cuDNN (GpuPlanOptions::conv): one
 // convolution, with the bias, ReLU and residual fused where cuDNN fuses them (fp32 and
-// TF32), in mixed precision 16-bit in and out with a cast after. Otherwise: im2col into a
-// temporary, one GEMM per group (batched) into [groups, n, oh, ow, m/groups], a transpose
-// into NCHW, the bias and activation in the GEMM's epilogue when there is one group. Then,
-// either way, what the convolution's own step left: the bias, the activation, the
-// residual and the post-activation, in place.
+// TF32), in mixed precision 16-bit in and out. Otherwise: im2col into a temporary, one GEMM
+// per group (batched) into [groups, n, oh, ow, m/groups], a transpose into NCHW, the bias
+// and activation in the GEMM's epilogue when there is one group. Then, either way, one
+// epilogue step for what the convolution's own step left: the cast from 16 bits, the bias,
+// the activation, the residual and the post-activation.
 Status Lowerer::LowerConv(int n) {
   const Node& node = graph_.nodes[n];
   const int x = node.inputs[0], y = node.outputs[0];
@@ -531,6 +531,7 @@ Status Lowerer::LowerConv(int n) {
   bool bias_done = !bias, act_done = act.empty(), residual_done = !residual,
        post_done = post_act.empty();
   bool on_cudnn = false;
+  int half_out = -1;  // a 16-bit cuDNN output, which the epilogue casts into y
   if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh") {
     CudnnConvOptions c;
     c.window = g;
@@ -555,19 +556,10 @@ Status Lowerer::LowerConv(int n) {
         bias_done = act_done = residual_done = post_done = true;
       }
       conv.conv = c;
-      if (Mixed()) {
-        // 16 bits out, as in: cast into the fp32 output.
-        conv.out = NewTemp(ys, OperandDtype());
-        GpuStep cast = NewStep(GpuStep::Kind::kCast, n);
-        cast.cast = options_.math == GemmMath::kFp16 ? CastSource::kFp16 : CastSource::kBf16;
-        cast.in = {conv.out};
-        cast.out = y;
-        out_.steps.push_back(std::move(conv));
-        out_.steps.push_back(std::move(cast));
-      } else {
-        conv.out = y;
-        out_.steps.push_back(std::move(conv));
-      }
+      // In mixed precision 16 bits out, as in; the epilogue below casts them into y.
+      conv.out = Mixed() ? NewTemp(ys, OperandDtype()) : y;
+      half_out = Mixed() ? conv.out : -1;
+      out_.steps.push_back(std::move(conv));
     }
   }
   if (!on_cudnn) {
@@ -628,30 +620,30 @@ Status Lowerer::LowerConv(int n) {
     t.transpose = std::move(plan).value();
     out_.steps.push_back(std::move(t));
   }
-  // What the convolution's step could not do, in place on the output.
-  auto in_place_unary = [&](UnaryOp op, float alpha, float beta) {
-    GpuStep u = NewStep(GpuStep::Kind::kUnary, n);
-    u.unary = op;
-    u.alpha = alpha;
-    u.beta = beta;
-    u.in = {y};
-    u.out = y;
-    out_.steps.push_back(std::move(u));
-  };
-  if (!bias_done) RETURN_IF_ERROR(AddChannelBias(n, y, node.inputs[2]));
-  if (!act_done) in_place_unary(act_op, act_alpha, act_beta);
-  if (!residual_done) {
-    const int r = node.inputs[3];
-    GpuStep add = NewStep(GpuStep::Kind::kBinary, n);
-    add.binary = BinaryOp::kAdd;
-    auto broadcast = PlanBroadcast(ys, ys);
-    if (!broadcast.ok()) return Fail(n, broadcast.status().message());
-    add.broadcast = std::move(broadcast).value();
-    add.in = {y, r};
-    add.out = y;
-    out_.steps.push_back(std::move(add));
+  // What the convolution's step left (a 16-bit output's cast among it), in one pass: each
+  // part a step of its own would read and write all of y again.
+  if (half_out < 0 && bias_done && act_done && residual_done && post_done) return Status::Ok();
+  GpuStep e = NewStep(GpuStep::Kind::kConvEpilogue, n);
+  ConvEpilogueOptions& o = e.conv_epilogue;
+  o.n = ys[0];
+  o.m = ys[1];
+  o.spatial = ys[2] * ys[3];
+  if (half_out >= 0)
+    o.source = options_.math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+  if (!act_done) {
+    o.act = act_op;
+    o.act_alpha = act_alpha;
+    o.act_beta = act_beta;
   }
-  if (!post_done) in_place_unary(post_op, post_alpha, post_beta);
+  if (!post_done) {
+    o.post = post_op;
+    o.post_alpha = post_alpha;
+    o.post_beta = post_beta;
+  }
+  e.in = {half_out >= 0 ? half_out : y, residual_done ? -1 : node.inputs[3]};
+  e.weight_slots = {bias_done ? -1 : AddBlob(KeyOf(node.inputs[2]), *bias)};
+  e.out = y;
+  out_.steps.push_back(std::move(e));
   return Status::Ok();
 }
 

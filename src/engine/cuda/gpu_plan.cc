@@ -510,6 +510,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return GridSample(in(0), in(1), y, s.grid, stream);
     case GpuStep::Kind::kConv:
       return RunConv(i, *convs_[i], workspace_.data(), stream);
+    case GpuStep::Kind::kConvEpilogue:
+      return ConvEpilogue(s.conv_epilogue, Address(s.in[0]),
+                          s.weight_slots[0] >= 0
+                              ? reinterpret_cast<const float*>(Blob(s.weight_slots[0]))
+                              : nullptr,
+                          s.in[1] >= 0 ? in(1) : nullptr, y, stream);
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

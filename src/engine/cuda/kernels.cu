@@ -1,5 +1,7 @@
-// shoal's own CUDA kernels (see kernels.h for the contract). fp32 for now: the reduced
-// precisions come with the GPU plans that use them.
+// shoal's own CUDA kernels (see kernels.h for the contract). fp32, except the convolution
+// epilogue, which also reads a 16-bit convolution's output.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "engine/cuda/kernels.h"
@@ -232,6 +234,29 @@ __global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log)
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = expf(row[c] - row_max) * inv;
 }
 
+// A convolution's epilogue (kernels.h): c and y may be the same buffer (fp32).
+__device__ __forceinline__ float SourceValue(const float* c, int64_t i) { return c[i]; }
+__device__ __forceinline__ float SourceValue(const __half* c, int64_t i) {
+  return __half2float(c[i]);
+}
+__device__ __forceinline__ float SourceValue(const __nv_bfloat16* c, int64_t i) {
+  return __bfloat162float(c[i]);
+}
+
+template <typename T>
+__global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
+                             const float* __restrict__ z, float* y) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < e.elements;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float v = SourceValue(c, i);
+    if (bias != nullptr) v += bias[(i / e.spatial) % e.channels];
+    if (e.has_act) v = ApplyUnary(e.act, v, e.act_alpha, e.act_beta);
+    if (z != nullptr) v += z[i];
+    if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
+    y[i] = v;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
@@ -239,6 +264,22 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
+                               const float* z, float* y, cudaStream_t stream) {
+  if (e.elements <= 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an earlier call's error is not this launch's
+  const unsigned blocks = BlocksFor(e.elements);
+  if (e.source == static_cast<int>(HalfKernel::kFp16)) {
+    ConvEpilogue<<<blocks, kThreads, 0, stream>>>(e, static_cast<const __half*>(c), bias, z, y);
+  } else if (e.source == static_cast<int>(HalfKernel::kBf16)) {
+    ConvEpilogue<<<blocks, kThreads, 0, stream>>>(e, static_cast<const __nv_bfloat16*>(c), bias,
+                                                  z, y);
+  } else {
+    ConvEpilogue<<<blocks, kThreads, 0, stream>>>(e, static_cast<const float*>(c), bias, z, y);
+  }
   return cudaGetLastError();
 }
 
