@@ -137,11 +137,16 @@ int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data, int s
 
 int Lowerer::GemmOperand(int n, int v) {
   if (!Mixed()) return v;
+  // One rounding per value, whoever reads it: every writer of v runs before its first
+  // reader (the nodes are in topological order), and the 16-bit copy is a temporary that
+  // only this step writes, so a later in-place write to v's bytes cannot change it.
+  if (auto it = rounded_.find(v); it != rounded_.end()) return it->second;
   const Shape shape = ShapeOf(v);  // a copy: NewTemp may move the shapes
   GpuStep step = NewStep(GpuStep::Kind::kToHalf, n);
   step.in = {v};
   step.out = NewTemp(shape, OperandDtype());
   out_.steps.push_back(step);
+  rounded_[v] = step.out;
   return step.out;
 }
 

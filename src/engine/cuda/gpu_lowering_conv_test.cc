@@ -4,6 +4,8 @@
 // gpu_plan_test.cc and cudnn_test.cc.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -260,6 +262,41 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
       }
     }
     EXPECT_EQ(convs, 4);
+    ExpectAligned(*lowered);
+  }
+}
+
+// In mixed precision a value read by several convolutions is rounded to 16 bits once: the
+// block input that ResNet's downsampling block feeds both its first convolution and its
+// shortcut, and every reader after the first takes the same 16-bit temporary.
+TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+    auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn(math));
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    std::map<int, int> rounding_of;  // fp32 value -> its kToHalf's output
+    std::set<int> conv_inputs;
+    int convs = 0;
+    for (const GpuStep& s : lowered->steps) {
+      if (s.kind == K::kToHalf) {
+        EXPECT_TRUE(rounding_of.emplace(s.in[0], s.out).second)
+            << "value " << s.in[0] << " rounded twice";
+      }
+      if (s.kind != K::kConv) continue;
+      ++convs;
+      // Every convolution reads a rounding made before it.
+      const Node& node = p.model->graph().nodes[s.node];
+      conv_inputs.insert(node.inputs[0]);
+      ASSERT_TRUE(rounding_of.count(node.inputs[0])) << node.name;
+      EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]) << node.name;
+    }
+    // Seven convolutions, six inputs (the shortcut shares its block's), and the classifier's
+    // Gemm: seven roundings.
+    EXPECT_EQ(convs, 7);
+    EXPECT_EQ(conv_inputs.size(), 6u);
+    EXPECT_EQ(rounding_of.size(), 7u);
     ExpectAligned(*lowered);
   }
 }

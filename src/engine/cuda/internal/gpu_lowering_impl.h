@@ -198,8 +198,9 @@ class Lowerer {
   // The blob of a GEMM's constant weight `data` (fp32), keyed `key`: stored as it is, or,
   // in mixed precision, rounded to 16 bits under key + "~fp16" / "~bf16".
   int64_t AddWeightBlob(const std::string& key, const Tensor& data, int shard = -1);
-  // Value `v` as a GEMM operand for node n: itself, or, in mixed precision, a new 16-bit
-  // temporary that a kToHalf step rounds it into.
+  // Value `v` as a GEMM operand for node n: itself, or, in mixed precision, a 16-bit
+  // temporary that a kToHalf step rounds it into, made at v's first such read and shared by
+  // the later ones.
   int GemmOperand(int n, int v);
   // GEMM options of node n's products: the plan's math, fp32 out in mixed precision.
   GemmOptions ProductOptions() const {
@@ -215,6 +216,7 @@ class Lowerer {
   GpuLowering out_;
   std::vector<int> alias_of_;  // per value: the value whose bytes it views, else -1
   std::map<int, int64_t> known_slots_;
+  std::map<int, int> rounded_;  // GemmOperand: value -> its 16-bit temporary
   // Tensor parallelism: the values in a shard's own arena, each {shard, offset}.
   std::map<int, std::pair<int, int64_t>> shard_values_;
   std::vector<int> refused_;  // refused()
