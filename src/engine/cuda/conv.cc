@@ -48,11 +48,33 @@ Status ConvTranspose2d(const float* x, const float* w, const float* bias, float*
                     "transposed convolution kernel launch");
 }
 
+namespace {
+
+// The kernels read these enums by their values.
+static_assert(static_cast<int>(internal::HalfKernel::kBf16) == static_cast<int>(HalfType::kBf16));
+static_assert(static_cast<int>(internal::UnaryKernel::kLeakyRelu) ==
+              static_cast<int>(UnaryOp::kLeakyRelu));
+static_assert(static_cast<int>(internal::UnaryKernel::kClip) == static_cast<int>(UnaryOp::kClip));
+static_assert(static_cast<int>(internal::UnaryKernel::kElu) == static_cast<int>(UnaryOp::kElu));
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+}  // namespace
+
 Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
-  if (o.n < 0 || o.m < 0 || o.spatial < 0 || (o.m == 0 && o.n > 0 && o.spatial > 0)) {
+  int64_t elements = 0;
+  const bool sizes =
+      o.n >= 0 && o.m >= 0 && o.spatial >= 0 && !__builtin_mul_overflow(o.n, o.m, &elements) &&
+      !__builtin_mul_overflow(elements, o.spatial, &elements) && elements <= (int64_t{1} << 60);
+  if (!sizes || (o.m == 0 && o.n > 0 && o.spatial > 0)) {
     return InvalidArgument("convolution epilogue: y [" + std::to_string(o.n) + "," +
                            std::to_string(o.m) + "," + std::to_string(o.spatial) +
-                           "]: sizes must be >= 0, with channels when y has values");
+                           "]: sizes must be >= 0, with channels when y has values, and their "
+                           "product must fit 60 bits");
   }
   return Status::Ok();
 }
@@ -61,13 +83,18 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
                     float* y, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckConvEpilogue(o));
   const int64_t elements = o.n * o.m * o.spatial;
-  if (o.source && elements > 0) {
-    const auto c0 = reinterpret_cast<uintptr_t>(c), y0 = reinterpret_cast<uintptr_t>(y);
-    const auto c1 = c0 + static_cast<uintptr_t>(elements) * 2,
-               y1 = y0 + static_cast<uintptr_t>(elements) * sizeof(float);
-    if (c0 < y1 && y0 < c1)
-      return InvalidArgument("convolution epilogue: a 16-bit input must not overlap its output");
+  const uint64_t y_bytes = static_cast<uint64_t>(elements) * sizeof(float);
+  // Each element is read, then written, by one thread: an fp32 input may be y itself, but
+  // nothing may overlap y partly, and the residual not at all.
+  const uint64_t c_bytes = static_cast<uint64_t>(elements) * (o.source ? 2 : sizeof(float));
+  if (Overlap(c, c_bytes, y, y_bytes) && (o.source || c != y)) {
+    return InvalidArgument(o.source
+                               ? "convolution epilogue: a 16-bit input must not overlap its output"
+                               : "convolution epilogue: an fp32 input must be its output or not "
+                                 "overlap it");
   }
+  if (z != nullptr && Overlap(z, y_bytes, y, y_bytes))
+    return InvalidArgument("convolution epilogue: the residual must not overlap the output");
   internal::ConvEpilogueKernel e;
   e.elements = elements;
   e.channels = std::max<int64_t>(o.m, 1);

@@ -263,7 +263,7 @@ TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
   }
 }
 
-TEST(ConvEpilogueTest, RefusesBadSizesAndA16BitInputOverItsOutput) {
+TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   ConvEpilogueOptions o;
   o.n = 2;
   o.m = 3;
@@ -287,6 +287,21 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndA16BitInputOverItsOutput) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.ToString();
   }
+  // fp32: y itself is allowed (checked on a device above); part of it, or a residual over
+  // it, is not.
+  o.source.reset();
+  for (const float* c : {y + 1, buffer + 10}) {
+    const Status s = ConvEpilogue(o, c, nullptr, nullptr, y, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("must be its output or not overlap it"), std::string::npos)
+        << s.ToString();
+  }
+  const Status s = ConvEpilogue(o, y, nullptr, y + 23, y, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the residual must not overlap"), std::string::npos) << s.ToString();
+  // Sizes whose product overflows.
+  o.n = o.m = o.spatial = int64_t{1} << 22;
+  EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {

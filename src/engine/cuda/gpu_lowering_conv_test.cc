@@ -81,9 +81,38 @@ TEST(LowerConvTest, AGroupedConvolutionIsABatchOfGemmsWithItsBiasAfter) {
   EXPECT_EQ(after.conv_epilogue.m, 6);
   EXPECT_EQ(after.conv_epilogue.spatial, 5 * 5);
   ASSERT_GE(after.weight_slots[0], 0);
-  EXPECT_EQ(lowered->blobs[static_cast<size_t>(after.weight_slots[0])].data.element_count(), 6);
+  const Tensor& bias = lowered->blobs[static_cast<size_t>(after.weight_slots[0])].data;
+  ASSERT_EQ(bias.element_count(), 6);
+  const Tensor want = Random({6}, 22);  // GroupedConvGraph's bias
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(bias.values<float>()[i], want.values<float>()[i]);
   EXPECT_EQ(lowered->steps[4].pool, PoolOp::kAverageIncludePad);
   EXPECT_EQ(lowered->steps[4].window.oh, 3);  // ceil((5 + 2 - 3) / 2) + 1
+}
+
+// On im2col, ResNet's Conv+Add+Relu is a GEMM with its bias in the epilogue, then one
+// epilogue step in place for the rest: the residual, then the ReLU after it.
+TEST(LowerConvTest, AResidualAndItsReluFollowTheGemmInOneStep) {
+  Prepared p =
+      Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
+  ASSERT_TRUE(p.plan);
+  auto lowered = LowerPlan(p.model->graph(), *p.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  int with_residual = 0;
+  for (const GpuStep& s : lowered->steps) {
+    EXPECT_NE(s.kind, K::kUnary);
+    EXPECT_NE(s.kind, K::kBinary);
+    if (s.kind != K::kConvEpilogue) continue;
+    const Node& node = p.model->graph().nodes[s.node];
+    ++with_residual;
+    ASSERT_TRUE(node.has_input(3)) << node.name;
+    EXPECT_EQ(s.in, (std::vector<int>{node.outputs[0], node.inputs[3]}));
+    EXPECT_EQ(s.out, node.outputs[0]);
+    EXPECT_FALSE(s.conv_epilogue.source.has_value());
+    EXPECT_FALSE(s.conv_epilogue.act.has_value());
+    EXPECT_EQ(s.conv_epilogue.post, UnaryOp::kRelu);
+    EXPECT_EQ(s.weight_slots[0], -1);  // the GEMM's epilogue added the bias
+  }
+  EXPECT_EQ(with_residual, 2);
 }
 
 // The decoder's ConvTranspose (kernel 4, stride 2, pads 1) is one step holding its window:
@@ -206,6 +235,8 @@ TEST(LowerConvOnCudnnTest, ResNetsResidualAndReluFuseIntoItsConvolution) {
     EXPECT_NE(s.kind, K::kBinary);
     if (s.kind != K::kConvEpilogue) continue;
     ++epilogues;
+    EXPECT_EQ(s.in[0], s.out);  // in place on the convolution's fp32 output
+    EXPECT_FALSE(s.conv_epilogue.source.has_value());
     EXPECT_EQ(s.in[1], -1);
     EXPECT_GE(s.weight_slots[0], 0);
     EXPECT_FALSE(s.conv_epilogue.act.has_value());
@@ -268,7 +299,8 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
 
 // In mixed precision a value read by several convolutions is rounded to 16 bits once: the
 // block input that ResNet's downsampling block feeds both its first convolution and its
-// shortcut, and every reader after the first takes the same 16-bit temporary.
+// shortcut, and every reader after the first takes the same 16-bit temporary. Each
+// convolution's epilogue takes what cuDNN does not fuse in 16 bits, the residual included.
 TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
   Prepared p =
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
@@ -279,7 +311,9 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
     std::map<int, int> rounding_of;  // fp32 value -> its kToHalf's output
     std::set<int> conv_inputs;
     int convs = 0;
-    for (const GpuStep& s : lowered->steps) {
+    const std::vector<GpuStep>& steps = lowered->steps;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const GpuStep& s = steps[i];
       if (s.kind == K::kToHalf) {
         EXPECT_TRUE(rounding_of.emplace(s.in[0], s.out).second)
             << "value " << s.in[0] << " rounded twice";
@@ -288,6 +322,23 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
       ++convs;
       // Every convolution reads a rounding made before it.
       const Node& node = p.model->graph().nodes[s.node];
+      // Its epilogue casts its 16-bit output into y, with the bias, and with the residual
+      // (fp32) and the ReLU after it where there is one.
+      ASSERT_LT(i + 1, steps.size());
+      const GpuStep& after = steps[i + 1];
+      EXPECT_EQ(after.kind, K::kConvEpilogue) << node.name;
+      EXPECT_EQ(after.in[0], s.out);
+      EXPECT_EQ(after.out, node.outputs[0]);
+      EXPECT_TRUE(after.conv_epilogue.source.has_value());
+      EXPECT_GE(after.weight_slots[0], 0) << node.name;
+      if (node.has_input(3)) {
+        EXPECT_EQ(after.in[1], node.inputs[3]);
+        EXPECT_FALSE(after.conv_epilogue.act.has_value());
+        EXPECT_EQ(after.conv_epilogue.post, UnaryOp::kRelu);
+      } else {
+        EXPECT_EQ(after.in[1], -1);
+        EXPECT_FALSE(after.conv_epilogue.post.has_value());
+      }
       conv_inputs.insert(node.inputs[0]);
       ASSERT_TRUE(rounding_of.count(node.inputs[0])) << node.name;
       EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]) << node.name;

@@ -509,7 +509,8 @@ Status Lowerer::LowerConv(int n) {
   if (rows == 0 || kg == 0 || mg == 0) return Fail(n, "an empty convolution");
   const std::string act = node.GetString("activation", "");
   const std::string post_act = node.GetString("post_activation", "");
-  // Each activation as an element-wise step (GeluTanh only in a single group's epilogue).
+  // Each activation's kernel and parameters, for the epilogue step (GeluTanh only in a single
+  // group's GEMM epilogue).
   UnaryOp act_op = UnaryOp::kRelu, post_op = UnaryOp::kRelu;
   float act_alpha = 0, act_beta = 0, post_alpha = 0, post_beta = 0;
   if (!act.empty() && !ActivationStep(node, "activation", &act_op, &act_alpha, &act_beta) &&
@@ -640,6 +641,7 @@ Status Lowerer::LowerConv(int n) {
     o.post_alpha = post_alpha;
     o.post_beta = post_beta;
   }
+  if (Status sizes = CheckConvEpilogue(o); !sizes.ok()) return Fail(n, sizes.message());
   e.in = {half_out >= 0 ? half_out : y, residual_done ? -1 : node.inputs[3]};
   e.weight_slots = {bias_done ? -1 : AddBlob(KeyOf(node.inputs[2]), *bias)};
   e.out = y;

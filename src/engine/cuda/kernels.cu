@@ -4,6 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/launch.cuh"
 
@@ -243,13 +246,17 @@ __device__ __forceinline__ float SourceValue(const __nv_bfloat16* c, int64_t i) 
   return __bfloat162float(c[i]);
 }
 
-template <typename T>
+// Index: uint32_t where every index fits (the channel's division in 32 bits, which the GPU
+// does several times faster than in 64), else int64_t.
+template <typename T, typename Index>
 __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
                              const float* __restrict__ z, float* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < e.elements;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  const auto elements = static_cast<Index>(e.elements);
+  const auto spatial = static_cast<Index>(e.spatial), channels = static_cast<Index>(e.channels);
+  for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < elements;
+       i += Index{gridDim.x} * blockDim.x) {
     float v = SourceValue(c, i);
-    if (bias != nullptr) v += bias[(i / e.spatial) % e.channels];
+    if (bias != nullptr) v += bias[(i / spatial) % channels];
     if (e.has_act) v = ApplyUnary(e.act, v, e.act_alpha, e.act_beta);
     if (z != nullptr) v += z[i];
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
@@ -272,13 +279,22 @@ cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const
   if (e.elements <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
+  // The largest index a thread computes: its last element plus one grid stride.
+  const bool narrow = e.elements + int64_t{blocks} * kThreads < (int64_t{1} << 32);
+  auto launch = [&](const auto* source) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(source)>>;
+    if (narrow) {
+      ConvEpilogue<T, uint32_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y);
+    } else {
+      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y);
+    }
+  };
   if (e.source == static_cast<int>(HalfKernel::kFp16)) {
-    ConvEpilogue<<<blocks, kThreads, 0, stream>>>(e, static_cast<const __half*>(c), bias, z, y);
+    launch(static_cast<const __half*>(c));
   } else if (e.source == static_cast<int>(HalfKernel::kBf16)) {
-    ConvEpilogue<<<blocks, kThreads, 0, stream>>>(e, static_cast<const __nv_bfloat16*>(c), bias,
-                                                  z, y);
+    launch(static_cast<const __nv_bfloat16*>(c));
   } else {
-    ConvEpilogue<<<blocks, kThreads, 0, stream>>>(e, static_cast<const float*>(c), bias, z, y);
+    launch(static_cast<const float*>(c));
   }
   return cudaGetLastError();
 }
