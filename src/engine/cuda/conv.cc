@@ -80,21 +80,28 @@ Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
 }
 
 Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const float* z,
-                    float* y, cudaStream_t stream) {
+                    float* y, cudaStream_t stream, void* half, HalfType half_type) {
   RETURN_IF_ERROR(CheckConvEpilogue(o));
+  if (y == nullptr && half == nullptr)
+    return InvalidArgument("convolution epilogue: no output (neither fp32 nor 16 bits)");
   const int64_t elements = o.n * o.m * o.spatial;
-  const uint64_t y_bytes = static_cast<uint64_t>(elements) * sizeof(float);
+  const uint64_t y_bytes = y ? static_cast<uint64_t>(elements) * sizeof(float) : 0;
+  const uint64_t half_bytes = half ? static_cast<uint64_t>(elements) * 2 : 0;
   // Each element is read, then written, by one thread: an fp32 input may be y itself, but
-  // nothing may overlap y partly, and the residual not at all.
+  // nothing may overlap an output partly, and the residual not at all.
   const uint64_t c_bytes = static_cast<uint64_t>(elements) * (o.source ? 2 : sizeof(float));
-  if (Overlap(c, c_bytes, y, y_bytes) && (o.source || c != y)) {
+  if ((Overlap(c, c_bytes, y, y_bytes) && (o.source || c != y)) ||
+      Overlap(c, c_bytes, half, half_bytes)) {
     return InvalidArgument(o.source
                                ? "convolution epilogue: a 16-bit input must not overlap its output"
                                : "convolution epilogue: an fp32 input must be its output or not "
                                  "overlap it");
   }
-  if (z != nullptr && Overlap(z, y_bytes, y, y_bytes))
+  const uint64_t z_bytes = z ? static_cast<uint64_t>(elements) * sizeof(float) : 0;
+  if (Overlap(z, z_bytes, y, y_bytes) || Overlap(z, z_bytes, half, half_bytes))
     return InvalidArgument("convolution epilogue: the residual must not overlap the output");
+  if (Overlap(y, y_bytes, half, half_bytes))
+    return InvalidArgument("convolution epilogue: its fp32 and 16-bit outputs must not overlap");
   internal::ConvEpilogueKernel e;
   e.elements = elements;
   e.channels = std::max<int64_t>(o.m, 1);
@@ -108,7 +115,8 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   e.act_beta = o.act_beta;
   e.post_alpha = o.post_alpha;
   e.post_beta = o.post_beta;
-  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, stream),
+  e.half = half ? static_cast<int>(half_type) : -1;
+  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, half, stream),
                     "convolution epilogue kernel launch");
 }
 

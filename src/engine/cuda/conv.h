@@ -50,10 +50,14 @@ struct ConvEpilogueOptions {
 };
 // InvalidArgument for a negative size, or no channels in a y that has values.
 Status CheckConvEpilogue(const ConvEpilogueOptions& o);
-// y = the epilogue of c. InvalidArgument as CheckConvEpilogue, or for a 16-bit c that
-// overlaps y (its cast cannot run in place).
+// y = the epilogue of c, and, with `half` (null: none), the same values rounded to
+// `half_type` there. y may be null when half is not. InvalidArgument as CheckConvEpilogue,
+// for neither output, or for buffers that overlap where one thread's read could see
+// another's write: a 16-bit c and y or half, an fp32 c and part of y (all of it is in place),
+// the residual and an output, half and y.
 Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const float* z,
-                    float* y, cudaStream_t stream);
+                    float* y, cudaStream_t stream, void* half = nullptr,
+                    HalfType half_type = HalfType::kFp16);
 
 using RoiAlignGeometry = internal::RoiAlignGeometry;
 // y [rois, c, out_h, out_w] = RoiAlign(x [n, c, h, w], rois [rois, 4], batch [rois]) as

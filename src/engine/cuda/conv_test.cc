@@ -250,15 +250,36 @@ TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
       const std::vector<float> want =
           EpilogueReference(rounded, with_bias ? &bias : nullptr, with_z ? &z : nullptr, with_act,
                             with_post, m, spatial);
-      // fp32 runs in place (y is c); 16 bits into another buffer.
+      // fp32 runs in place (y is c); 16 bits into another buffer. From 16 bits the result is
+      // rounded too, into the source's type (as for the next convolution), and once more
+      // with no fp32 output at all.
       DeviceBuffer y = Upload(c);
       DeviceBuffer dc = source > 0 ? UploadBytes(half.data(), half.size() * 2) : DeviceBuffer();
       const void* in = source > 0 ? dc.data() : y.data();
+      DeviceBuffer rounded = UploadBytes(half.data(), half.size() * 2);  // overwritten
+      const HalfType type = source == 2 ? HalfType::kBf16 : HalfType::kFp16;
+      void* h = source > 0 ? rounded.data() : nullptr;
       ASSERT_TRUE(ConvEpilogue(o, in, with_bias ? db.as<float>() : nullptr,
-                               with_z ? dz.as<float>() : nullptr, y.as<float>(), stream())
+                               with_z ? dz.as<float>() : nullptr, y.as<float>(), stream(), h, type)
                       .ok());
       const std::vector<float> got = Download(y, want.size());
       for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "at " << i;
+      if (source == 0) continue;
+      const std::vector<uint16_t> stale(count, 0x7e00);  // NaN in both types
+      DeviceBuffer alone = UploadBytes(stale.data(), stale.size() * 2);
+      ASSERT_TRUE(ConvEpilogue(o, in, with_bias ? db.as<float>() : nullptr,
+                               with_z ? dz.as<float>() : nullptr, nullptr, stream(), alone.data(),
+                               type)
+                      .ok());
+      for (const DeviceBuffer* out : {&rounded, &alone}) {
+        std::vector<uint16_t> bits(count);
+        DownloadBytes(*out, bits.data(), bits.size() * 2);
+        for (int64_t i = 0; i < count; ++i) {
+          // The fp32 result rounded (to nearest even, as the host rounds): the same bits.
+          const uint16_t expect = source == 1 ? FloatToFp16(got[i]) : FloatToBf16(got[i]);
+          ASSERT_EQ(bits[i], expect) << "at " << i << (out == &alone ? ", 16 bits alone" : "");
+        }
+      }
     }
   }
 }
@@ -299,6 +320,11 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   const Status s = ConvEpilogue(o, y, nullptr, y + 23, y, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("the residual must not overlap"), std::string::npos) << s.ToString();
+  // No output at all, and a 16-bit output over the fp32 one.
+  EXPECT_EQ(ConvEpilogue(o, y, nullptr, nullptr, nullptr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConvEpilogue(o, buffer, nullptr, nullptr, y, nullptr, y + 4).code(),
+            StatusCode::kInvalidArgument);
   // Sizes whose product overflows.
   o.n = o.m = o.spatial = int64_t{1} << 22;
   EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);

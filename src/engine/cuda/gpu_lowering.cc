@@ -135,6 +135,49 @@ int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data, int s
   return AddBlob(half_key, std::move(half), shard);
 }
 
+void Lowerer::FuseRoundingsIntoEpilogues() {
+  std::vector<GpuStep>& steps = out_.steps;
+  const int num_steps = static_cast<int>(steps.size());
+  // The step that last wrote each value's bytes before step i, found walking forward.
+  std::vector<bool> drop(steps.size(), false);
+  for (const auto& [v, half] : rounded_) {
+    int rounding = -1;
+    for (int i = 0; i < num_steps && rounding < 0; ++i)
+      if (steps[i].kind == GpuStep::Kind::kToHalf && steps[i].out == half) rounding = i;
+    if (rounding < 0) continue;
+    int writer = -1;  // the last step before the rounding to write v's bytes
+    for (int i = 0; i < rounding; ++i)
+      if (steps[i].out >= 0 && Owner(steps[i].out) == Owner(v)) writer = i;
+    if (writer < 0) continue;
+    GpuStep& w = steps[writer];
+    // An epilogue that wrote v itself (not a view of it), on the plan's stream.
+    if (w.kind != GpuStep::Kind::kConvEpilogue || w.out != v || w.shard >= 0 || w.half_out >= 0)
+      continue;
+    w.half_out = half;
+    drop[rounding] = true;
+  }
+  // An epilogue from a 16-bit output whose fp32 result nothing reads now writes 16 bits alone.
+  std::vector<bool> read(out_.shapes.size(), false);
+  for (int i = 0; i < num_steps; ++i) {
+    if (drop[i]) continue;
+    for (int u : steps[i].in)
+      if (u >= 0) read[Owner(u)] = true;
+    if (steps[i].scratch >= 0) read[Owner(steps[i].scratch)] = true;
+  }
+  for (int u : graph_.outputs) read[Owner(u)] = true;
+  for (GpuStep& w : steps) {
+    if (w.kind == GpuStep::Kind::kConvEpilogue && w.half_out >= 0 && w.conv_epilogue.source &&
+        Owner(w.out) == w.out && !read[w.out]) {
+      w.out = -1;
+    }
+  }
+  std::vector<GpuStep> kept;
+  kept.reserve(steps.size());
+  for (int i = 0; i < num_steps; ++i)
+    if (!drop[i]) kept.push_back(std::move(steps[i]));
+  steps = std::move(kept);
+}
+
 int Lowerer::GemmOperand(int n, int v) {
   if (!Mixed()) return v;
   // One rounding per value, whoever reads it: every writer of v runs before its first
@@ -254,6 +297,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
     failures.pop_back();
     return Unimplemented("the GPU path cannot run this model yet:\n" + failures);
   }
+  if (Mixed()) FuseRoundingsIntoEpilogues();
   const size_t total = out_.shapes.size();  // the graph's values and the temporaries
   out_.values.assign(total, GpuValue{});
 
@@ -313,6 +357,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
     for (int v : step.in)
       if (v >= 0) use(v, to[i]);
     if (step.out >= 0 && !shard_values_.count(step.out)) define(Owner(step.out), from[i]);
+    if (step.half_out >= 0) define(step.half_out, from[i]);
   }
   for (int v : graph_.outputs) use(v, num_steps);
   // Every size is a multiple of the alignment, so the planner's offsets are too.

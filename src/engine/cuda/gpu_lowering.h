@@ -248,8 +248,11 @@ struct GpuStep {
   CudnnConvOptions conv;
   // kConvEpilogue: out = post(act(c + bias) + residual) in one pass (conv.h), c the
   // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
-  // fp32 value per channel) or -1.
+  // fp32 value per channel) or -1. In mixed precision it may also write the result rounded to
+  // 16 bits into `half_out` (the rounding a later product reads, which would otherwise be a
+  // kToHalf step of its own), and then out is -1 when nothing reads the fp32 result.
   ConvEpilogueOptions conv_epilogue;
+  int half_out = -1;
 };
 
 struct GpuLowering {

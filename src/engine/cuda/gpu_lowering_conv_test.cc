@@ -4,6 +4,7 @@
 // gpu_plan_test.cc and cudnn_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -28,6 +29,52 @@ const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
   for (const GpuStep& s : l.steps)
     if (s.kind == kind) return &s;
   return nullptr;
+}
+
+// What a mixed-precision plan's roundings to 16 bits look like: each value is rounded once,
+// by a kToHalf step or by the epilogue that wrote it (GpuStep::half_out); each cuDNN
+// convolution reads the rounding of its input, made before it; an epilogue that stopped
+// writing fp32 rounds instead, and nothing reads its fp32 result.
+struct Roundings {
+  int steps = 0;    // kToHalf
+  int fused = 0;    // epilogues with half_out
+  int dropped = 0;  // epilogues writing 16 bits alone
+};
+Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
+  Roundings r;
+  std::map<int, int> rounding_of;  // fp32 value -> its 16-bit rounding
+  std::set<int> read;
+  for (const GpuStep& s : l.steps)
+    for (int v : s.in)
+      if (v >= 0) read.insert(v);
+  for (const GpuStep& s : l.steps) {
+    if (s.kind == K::kToHalf) {
+      ++r.steps;
+      EXPECT_TRUE(rounding_of.emplace(s.in[0], s.out).second) << "value " << s.in[0];
+    }
+    if (s.kind == K::kConvEpilogue && s.half_out >= 0) {
+      ++r.fused;
+      const int y = g.nodes[s.node].outputs[0];
+      EXPECT_EQ(l.dtypes[s.half_out], half);
+      EXPECT_TRUE(rounding_of.emplace(y, s.half_out).second) << "value " << y;
+      if (s.out < 0) {
+        ++r.dropped;
+        EXPECT_TRUE(s.conv_epilogue.source.has_value());
+        EXPECT_FALSE(read.count(y)) << g.nodes[s.node].name;
+        EXPECT_EQ(std::count(g.outputs.begin(), g.outputs.end(), y), 0);
+      } else {
+        EXPECT_EQ(s.out, y);
+      }
+    } else if (s.kind == K::kConvEpilogue) {
+      EXPECT_GE(s.out, 0);
+    }
+    if (s.kind == K::kConv) {
+      const Node& node = g.nodes[s.node];
+      EXPECT_TRUE(rounding_of.count(node.inputs[0])) << node.name << " reads no rounding before it";
+      if (rounding_of.count(node.inputs[0])) EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]);
+    }
+  }
+  return r;
 }
 
 // The example image classifier: four convolutions (im2col and a GEMM each), two max pools
@@ -247,7 +294,10 @@ TEST(LowerConvOnCudnnTest, ResNetsResidualAndReluFuseIntoItsConvolution) {
 
 // In fp16 and bf16 cuDNN reads and writes 16 bits: x rounded first, the weight stored in 16
 // bits; one epilogue pass casts the output back to fp32 with the bias and ReLU (cuDNN fuses
-// them in fp32 alone).
+// them in fp32 alone). The image classifier's first convolution feeds the second alone: its
+// epilogue rounds for it and writes no fp32. The others feed a max pool or the global pool,
+// in fp32; kToHalf steps round the image, the pools' outputs for the next convolutions and
+// the Gemm's input.
 TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
   for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
     SCOPED_TRACE(math == GemmMath::kFp16 ? "fp16" : "bf16");
@@ -264,12 +314,8 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
       const GpuStep& s = lowered->steps[i];
       EXPECT_FALSE(s.conv.fused_bias_relu);
       EXPECT_EQ(s.conv.math, math);
-      ASSERT_GE(i, 1u);
       ASSERT_LT(i + 1, kinds.size());
-      // kToHalf x -> kConv -> kConvEpilogue: y = relu(float(16-bit output) + bias).
-      const GpuStep& round = lowered->steps[i - 1];
-      EXPECT_EQ(round.kind, K::kToHalf);
-      EXPECT_EQ(round.out, s.in[0]);
+      // A 16-bit x -> kConv -> kConvEpilogue: y = relu(float(16-bit output) + bias).
       EXPECT_EQ(lowered->dtypes[s.in[0]], half);
       EXPECT_EQ(lowered->dtypes[s.out], half);
       EXPECT_EQ(lowered->blobs[static_cast<size_t>(s.weight_slots[0])].data.dtype(), half);
@@ -280,7 +326,7 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
                 math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
       EXPECT_EQ(after.in, (std::vector<int>{s.out, -1}));
       const int y = p.model->graph().nodes[s.node].outputs[0];
-      EXPECT_EQ(after.out, y);
+      EXPECT_EQ(after.out, after.half_out >= 0 ? -1 : y);
       EXPECT_EQ(lowered->dtypes[y], DataType::kFp32);
       EXPECT_EQ(after.conv_epilogue.act, UnaryOp::kRelu);
       EXPECT_FALSE(after.conv_epilogue.post.has_value());
@@ -293,14 +339,19 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
       }
     }
     EXPECT_EQ(convs, 4);
+    const Roundings r = CheckRoundings(p.model->graph(), *lowered, half);
+    EXPECT_EQ(r.steps, 4);
+    EXPECT_EQ(r.fused, 1);
+    EXPECT_EQ(r.dropped, 1);
     ExpectAligned(*lowered);
   }
 }
 
 // In mixed precision a value read by several convolutions is rounded to 16 bits once: the
 // block input that ResNet's downsampling block feeds both its first convolution and its
-// shortcut, and every reader after the first takes the same 16-bit temporary. Each
-// convolution's epilogue takes what cuDNN does not fuse in 16 bits, the residual included.
+// shortcut, and every reader after the first takes the same 16-bit temporary; where a
+// convolution's epilogue wrote the value, that epilogue rounds it. Each convolution's
+// epilogue takes what cuDNN does not fuse in 16 bits, the residual included.
 TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
   Prepared p =
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
@@ -308,27 +359,22 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
   for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
     auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn(math));
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
-    std::map<int, int> rounding_of;  // fp32 value -> its kToHalf's output
     std::set<int> conv_inputs;
     int convs = 0;
     const std::vector<GpuStep>& steps = lowered->steps;
     for (size_t i = 0; i < steps.size(); ++i) {
       const GpuStep& s = steps[i];
-      if (s.kind == K::kToHalf) {
-        EXPECT_TRUE(rounding_of.emplace(s.in[0], s.out).second)
-            << "value " << s.in[0] << " rounded twice";
-      }
       if (s.kind != K::kConv) continue;
       ++convs;
-      // Every convolution reads a rounding made before it.
       const Node& node = p.model->graph().nodes[s.node];
+      conv_inputs.insert(node.inputs[0]);
       // Its epilogue casts its 16-bit output into y, with the bias, and with the residual
       // (fp32) and the ReLU after it where there is one.
       ASSERT_LT(i + 1, steps.size());
       const GpuStep& after = steps[i + 1];
       EXPECT_EQ(after.kind, K::kConvEpilogue) << node.name;
       EXPECT_EQ(after.in[0], s.out);
-      EXPECT_EQ(after.out, node.outputs[0]);
+      EXPECT_EQ(after.out, after.half_out >= 0 && after.out < 0 ? -1 : node.outputs[0]);
       EXPECT_TRUE(after.conv_epilogue.source.has_value());
       EXPECT_GE(after.weight_slots[0], 0) << node.name;
       if (node.has_input(3)) {
@@ -339,17 +385,57 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
         EXPECT_EQ(after.in[1], -1);
         EXPECT_FALSE(after.conv_epilogue.post.has_value());
       }
-      conv_inputs.insert(node.inputs[0]);
-      ASSERT_TRUE(rounding_of.count(node.inputs[0])) << node.name;
-      EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]) << node.name;
     }
     // Seven convolutions, six inputs (the shortcut shares its block's), and the classifier's
-    // Gemm: seven roundings.
+    // Gemm: seven roundings, each made once (CheckRoundings). kToHalf steps round the image,
+    // the stem's max pool (read in fp32 too, as the first block's residual) and the Gemm's
+    // input; the epilogues of both blocks' first convolutions, of the second layer's middle
+    // one and of the first block's last (read by the next block's first convolution and its
+    // shortcut alone) round their outputs and write no fp32.
     EXPECT_EQ(convs, 7);
     EXPECT_EQ(conv_inputs.size(), 6u);
-    EXPECT_EQ(rounding_of.size(), 7u);
+    const Roundings r = CheckRoundings(p.model->graph(), *lowered,
+                                       math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16);
+    EXPECT_EQ(r.steps, 3);
+    EXPECT_EQ(r.fused, 4);
+    EXPECT_EQ(r.dropped, 4);
     ExpectAligned(*lowered);
   }
+}
+
+// A value that a convolution reads in 16 bits and another reads in fp32 (ResNet's identity
+// block: the block's input is its first convolution's operand and its residual) is rounded
+// by the epilogue that wrote it, which still writes the fp32 result too; the value only the
+// next convolution reads is written in 16 bits alone.
+TEST(LowerConvOnCudnnTest, AnEpilogueKeepsItsFp32ResultWhenAnythingReadsIt) {
+  Prepared p = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
+  ASSERT_TRUE(p.plan);
+  const Graph& g = p.model->graph();
+  auto lowered = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kFp16));
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  std::map<std::string, const GpuStep*> epilogue_of;  // by node name
+  for (const GpuStep& s : lowered->steps)
+    if (s.kind == K::kConvEpilogue) epilogue_of[g.nodes[s.node].name] = &s;
+  ASSERT_EQ(epilogue_of.size(), 3u);
+  // The stem's output: rounded for the block's first convolution, and kept in fp32 for the
+  // residual, which the last convolution's epilogue reads.
+  const GpuStep* stem = nullptr;
+  const GpuStep* last = nullptr;
+  for (const auto& [name, s] : epilogue_of) {
+    if (s->in[1] >= 0)
+      last = s;
+    else if (s->half_out >= 0 && s->out >= 0)
+      stem = s;
+  }
+  ASSERT_TRUE(stem && last);
+  EXPECT_EQ(last->in[1], stem->out);
+  EXPECT_EQ(last->half_out, -1);  // the graph's output, read by nothing after
+  EXPECT_EQ(last->out, g.outputs[0]);
+  const Roundings r = CheckRoundings(g, *lowered, DataType::kFp16);
+  EXPECT_EQ(r.steps, 1);    // the input
+  EXPECT_EQ(r.fused, 2);    // the stem's and the block's first convolution's
+  EXPECT_EQ(r.dropped, 1);  // the block's first: only its second convolution reads it
+  ExpectAligned(*lowered);
 }
 
 // A grouped convolution on cuDNN is one step with its groups (no batch of GEMMs), its bias

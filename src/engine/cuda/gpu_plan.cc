@@ -515,7 +515,9 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                           s.weight_slots[0] >= 0
                               ? reinterpret_cast<const float*>(Blob(s.weight_slots[0]))
                               : nullptr,
-                          s.in[1] >= 0 ? in(1) : nullptr, y, stream);
+                          s.in[1] >= 0 ? in(1) : nullptr, y, stream,
+                          s.half_out >= 0 ? Address(s.half_out) : nullptr,
+                          s.half_out >= 0 ? HalfOf(lowering_.dtypes[s.half_out]) : HalfType::kFp16);
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

@@ -260,6 +260,10 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
                         math, tolerance);
     Prepared grouped = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
     ExpectGpuMatchesCpu(grouped, {{Random({2, 4, 9, 9}, 155)}}, math, tolerance);
+    // A value a convolution reads in 16 bits and the next block reads in fp32.
+    Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
+    ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 161)}, {Random({2, 3, 8, 8}, 162)}}, math,
+                        tolerance);
   }
   Prepared resnet =
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});

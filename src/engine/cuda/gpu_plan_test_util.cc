@@ -175,6 +175,21 @@ Graph GroupedConvGraph() {
   return b.Finish(pool);
 }
 
+Graph IdentityBlockGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 8, 8});
+  auto conv = [&](const std::string& name, int in, int c, int m, uint64_t seed) {
+    const int w = b.Constant(name + ".w", Random({m, c, 3, 3}, seed));
+    const int bias = b.Constant(name + ".b", Random({m}, seed + 1));
+    return b.Op("Conv", name, {in, w, bias},
+                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
+  };
+  const int y = b.Op("Relu", "stem.relu", {conv("stem", x, 3, 4, 31)});
+  const int a = b.Op("Relu", "a.relu", {conv("a", y, 4, 4, 33)});
+  const int sum = b.Op("Add", "add", {conv("b", a, 4, 4, 35), y});
+  return b.Finish(b.Op("Relu", "out", {sum}));
+}
+
 Graph ChainGraph() {
   GraphBuilder b;
   int v = b.Input("x", {64, 64});

@@ -46,6 +46,12 @@ Graph ScaledProductsGraph();
 // the optimiser), and a 3x3 average pool that counts the padding, with ceil_mode.
 Graph GroupedConvGraph();
 
+// A stem convolution with its ReLU, then ResNet's identity block on its output y: two 3x3
+// convolutions, the second's output plus y, then ReLU (the optimiser makes the second a
+// shoal.FusedConv reading y as its residual). y is read twice: by the block's first
+// convolution and, in fp32, as the residual.
+Graph IdentityBlockGraph();
+
 // Attention written with Einsums, as einops-style code exports it: x [2, 3, 5, 8] is Q,
 // x * k_scale K and x + v_shift V; scores "bhqd,bhkd->bhqk", a Softmax, then the
 // weighted sum "bhqk,bhkd->bhqd". The optimiser turns both Einsums into products.

@@ -250,7 +250,7 @@ __device__ __forceinline__ float SourceValue(const __nv_bfloat16* c, int64_t i) 
 // does several times faster than in 64), else int64_t.
 template <typename T, typename Index>
 __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
-                             const float* __restrict__ z, float* y) {
+                             const float* __restrict__ z, float* y, void* h) {
   const auto elements = static_cast<Index>(e.elements);
   const auto spatial = static_cast<Index>(e.spatial), channels = static_cast<Index>(e.channels);
   for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < elements;
@@ -260,7 +260,12 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
     if (e.has_act) v = ApplyUnary(e.act, v, e.act_alpha, e.act_beta);
     if (z != nullptr) v += z[i];
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
-    y[i] = v;
+    if (y != nullptr) y[i] = v;
+    if (e.half == static_cast<int>(HalfKernel::kFp16)) {
+      static_cast<__half*>(h)[i] = __float2half_rn(v);
+    } else if (e.half == static_cast<int>(HalfKernel::kBf16)) {
+      static_cast<__nv_bfloat16*>(h)[i] = __float2bfloat16_rn(v);
+    }
   }
 }
 
@@ -275,7 +280,7 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 }
 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
-                               const float* z, float* y, cudaStream_t stream) {
+                               const float* z, float* y, void* h, cudaStream_t stream) {
   if (e.elements <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
@@ -284,9 +289,9 @@ cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const
   auto launch = [&](const auto* source) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(source)>>;
     if (narrow) {
-      ConvEpilogue<T, uint32_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y);
+      ConvEpilogue<T, uint32_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h);
     } else {
-      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y);
+      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h);
     }
   };
   if (e.source == static_cast<int>(HalfKernel::kFp16)) {
