@@ -307,33 +307,31 @@ def render(results_dir):
             w(f"| {r['batch']} | {cpu} | " +
               " | ".join(fmt(r[f'gpu_{v}_ms'], 3) for v in variants) +
               f" | {r['gemm_flops'] / 1e9:.3g} |")
-        w("")
-        w("Rows per second, and TFLOP/s as a share of the tier's GEMM peak:")
-        w("")
-        w("| batch | " + " | ".join(variants) + " |")
-        w("|---|" + "---|" * len(variants))
-        for r in rows:
-            cells = []
-            for v in variants:
-                ms = r[f"gpu_{v}_ms"]
-                rows_per_s = r["batch"] * 1000.0 / ms if ms > 0 else 0
-                peak = peaks.get(tier_of(v) or "")
-                of_peak = f", {percent(tflops(r, v) / peak)}" if peak else ""
-                cells.append(f"{rows_per_s:,.0f}{of_peak}")
-            w(f"| {r['batch']} | " + " | ".join(cells) + " |")
+        def per_variant(title, names, cell):
+            """A table of `cell(row, variant)` by batch (rows) and variant (columns)."""
+            w("")
+            w(title)
+            w("")
+            w("| batch | " + " | ".join(names) + " |")
+            w("|---|" + "---|" * len(names))
+            for r in rows:
+                w(f"| {r['batch']} | " + " | ".join(cell(r, v) for v in names) + " |")
+
+        def rate(r, v):
+            ms = r[f"gpu_{v}_ms"]
+            rows_per_s = r["batch"] * 1000.0 / ms if ms > 0 else 0
+            peak = peaks.get(tier_of(v) or "")
+            return f"{rows_per_s:,.0f}" + (f", {percent(tflops(r, v) / peak)}" if peak else "")
+
+        def diff(r, v):
+            d = r[f"{v}_max_abs_diff"]
+            return "not finite" if d is None else f"{d:.2e}"
+
+        per_variant("Rows per second, and TFLOP/s as a share of the tier's GEMM peak:", variants,
+                    rate)
         diffs = [v for v in variants if f"{v}_max_abs_diff" in rows[0]]
         if diffs:
-            w("")
-            w("Largest difference from the CPU engine's fp32 outputs:")
-            w("")
-            w("| batch | " + " | ".join(diffs) + " |")
-            w("|---|" + "---|" * len(diffs))
-            for r in rows:
-                cells = []
-                for v in diffs:
-                    d = r[f"{v}_max_abs_diff"]
-                    cells.append("not finite" if d is None else f"{d:.2e}")
-                w(f"| {r['batch']} | " + " | ".join(cells) + " |")
+            per_variant("Largest difference from the CPU engine's fp32 outputs:", diffs, diff)
         w("")
         w("fp32 as a CUDA graph, split by CUDA events, and R batches back to back, synchronously "
           "and with two in flight:")
