@@ -258,25 +258,29 @@ TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
       const void* in = source > 0 ? dc.data() : y.data();
       DeviceBuffer rounded = UploadBytes(half.data(), half.size() * 2);  // overwritten
       const HalfType type = source == 2 ? HalfType::kBf16 : HalfType::kFp16;
-      void* h = source > 0 ? rounded.data() : nullptr;
+      void* h = rounded.data();  // from fp32 (in place) rounded to fp16, as from fp16
       ASSERT_TRUE(ConvEpilogue(o, in, with_bias ? db.as<float>() : nullptr,
                                with_z ? dz.as<float>() : nullptr, y.as<float>(), stream(), h, type)
                       .ok());
       const std::vector<float> got = Download(y, want.size());
       for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "at " << i;
-      if (source == 0) continue;
+      // From 16 bits, once more with no fp32 output (from fp32 the epilogue runs in place,
+      // so always with y).
       const std::vector<uint16_t> stale(count, 0x7e00);  // NaN in both types
       DeviceBuffer alone = UploadBytes(stale.data(), stale.size() * 2);
-      ASSERT_TRUE(ConvEpilogue(o, in, with_bias ? db.as<float>() : nullptr,
-                               with_z ? dz.as<float>() : nullptr, nullptr, stream(), alone.data(),
-                               type)
-                      .ok());
+      if (source > 0) {
+        ASSERT_TRUE(ConvEpilogue(o, in, with_bias ? db.as<float>() : nullptr,
+                                 with_z ? dz.as<float>() : nullptr, nullptr, stream(), alone.data(),
+                                 type)
+                        .ok());
+      }
       for (const DeviceBuffer* out : {&rounded, &alone}) {
+        if (source == 0 && out == &alone) continue;
         std::vector<uint16_t> bits(count);
         DownloadBytes(*out, bits.data(), bits.size() * 2);
         for (int64_t i = 0; i < count; ++i) {
           // The fp32 result rounded (to nearest even, as the host rounds): the same bits.
-          const uint16_t expect = source == 1 ? FloatToFp16(got[i]) : FloatToBf16(got[i]);
+          const uint16_t expect = source == 2 ? FloatToBf16(got[i]) : FloatToFp16(got[i]);
           ASSERT_EQ(bits[i], expect) << "at " << i << (out == &alone ? ", 16 bits alone" : "");
         }
       }
@@ -320,11 +324,26 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   const Status s = ConvEpilogue(o, y, nullptr, y + 23, y, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("the residual must not overlap"), std::string::npos) << s.ToString();
-  // No output at all, and a 16-bit output over the fp32 one.
+  // No output at all; a 16-bit output over the fp32 one, over the input, or under the
+  // residual. In `wide`: y [16, 40), an fp32 c [40, 64), the 16-bit output from 64 (12
+  // floats' bytes), a residual from 70.
   EXPECT_EQ(ConvEpilogue(o, y, nullptr, nullptr, nullptr, nullptr).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(ConvEpilogue(o, buffer, nullptr, nullptr, y, nullptr, y + 4).code(),
-            StatusCode::kInvalidArgument);
+  alignas(16) static float wide[128];
+  float* wy = wide + 16;
+  const float* wc = wide + 40;
+  const struct {
+    const float* z;
+    void* half;
+    const char* says;
+  } bad[] = {{nullptr, wy + 4, "fp32 and 16-bit outputs must not overlap"},
+             {nullptr, wide + 44, "must be its output or not overlap it"},
+             {wide + 70, wide + 64, "the residual must not overlap"}};
+  for (const auto& b : bad) {
+    const Status s = ConvEpilogue(o, wc, nullptr, b.z, wy, nullptr, b.half);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.says;
+    EXPECT_NE(s.message().find(b.says), std::string::npos) << s.ToString();
+  }
   // Sizes whose product overflows.
   o.n = o.m = o.spatial = int64_t{1} << 22;
   EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);

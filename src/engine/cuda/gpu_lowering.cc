@@ -138,16 +138,26 @@ int64_t Lowerer::AddWeightBlob(const std::string& key, const Tensor& data, int s
 void Lowerer::FuseRoundingsIntoEpilogues() {
   std::vector<GpuStep>& steps = out_.steps;
   const int num_steps = static_cast<int>(steps.size());
-  // The step that last wrote each value's bytes before step i, found walking forward.
+  // Each rounding's step, by its 16-bit temporary.
+  std::map<int, int> rounding_at;
+  for (int i = 0; i < num_steps; ++i)
+    if (steps[i].kind == GpuStep::Kind::kToHalf) rounding_at[steps[i].out] = i;
+  // Steps that write values they list as inputs: recurrent states updated in place.
+  auto writes_inputs = [](GpuStep::Kind kind) {
+    return kind == GpuStep::Kind::kGruReset || kind == GpuStep::Kind::kRnnCell;
+  };
   std::vector<bool> drop(steps.size(), false);
   for (const auto& [v, half] : rounded_) {
-    int rounding = -1;
-    for (int i = 0; i < num_steps && rounding < 0; ++i)
-      if (steps[i].kind == GpuStep::Kind::kToHalf && steps[i].out == half) rounding = i;
-    if (rounding < 0) continue;
+    auto at = rounding_at.find(half);
+    if (at == rounding_at.end()) continue;
+    const int rounding = at->second;
     int writer = -1;  // the last step before the rounding to write v's bytes
-    for (int i = 0; i < rounding; ++i)
-      if (steps[i].out >= 0 && Owner(steps[i].out) == Owner(v)) writer = i;
+    for (int i = 0; i < rounding; ++i) {
+      bool writes = steps[i].out >= 0 && Owner(steps[i].out) == Owner(v);
+      if (writes_inputs(steps[i].kind))
+        for (int u : steps[i].in) writes |= u >= 0 && Owner(u) == Owner(v);
+      if (writes) writer = i;
+    }
     if (writer < 0) continue;
     GpuStep& w = steps[writer];
     // An epilogue that wrote v itself (not a view of it), on the plan's stream.

@@ -250,7 +250,8 @@ struct GpuStep {
   // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
   // fp32 value per channel) or -1. In mixed precision it may also write the result rounded to
   // 16 bits into `half_out` (the rounding a later product reads, which would otherwise be a
-  // kToHalf step of its own), and then out is -1 when nothing reads the fp32 result.
+  // kToHalf step of its own); then, when c is a 16-bit cuDNN output and nothing reads the
+  // fp32 result, out is -1.
   ConvEpilogueOptions conv_epilogue;
   int half_out = -1;
 };

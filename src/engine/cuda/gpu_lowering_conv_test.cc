@@ -42,6 +42,12 @@ struct Roundings {
 };
 Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
   Roundings r;
+  // Whatever a step reads, and every graph output, has bytes: a value an epilogue stopped
+  // writing has none, and neither do its views.
+  for (const GpuStep& s : l.steps)
+    for (int v : s.in)
+      if (v >= 0) EXPECT_NE(l.values[v].home, GpuValue::Home::kNone) << "value " << v;
+  for (int v : g.outputs) EXPECT_NE(l.values[v].home, GpuValue::Home::kNone) << "output " << v;
   std::map<int, int> rounding_of;  // fp32 value -> its 16-bit rounding
   std::set<int> read;
   for (const GpuStep& s : l.steps)
@@ -326,7 +332,7 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
                 math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
       EXPECT_EQ(after.in, (std::vector<int>{s.out, -1}));
       const int y = p.model->graph().nodes[s.node].outputs[0];
-      EXPECT_EQ(after.out, after.half_out >= 0 ? -1 : y);
+      if (after.out >= 0) EXPECT_EQ(after.out, y);
       EXPECT_EQ(lowered->dtypes[y], DataType::kFp32);
       EXPECT_EQ(after.conv_epilogue.act, UnaryOp::kRelu);
       EXPECT_FALSE(after.conv_epilogue.post.has_value());
@@ -374,7 +380,6 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
       const GpuStep& after = steps[i + 1];
       EXPECT_EQ(after.kind, K::kConvEpilogue) << node.name;
       EXPECT_EQ(after.in[0], s.out);
-      EXPECT_EQ(after.out, after.half_out >= 0 && after.out < 0 ? -1 : node.outputs[0]);
       EXPECT_TRUE(after.conv_epilogue.source.has_value());
       EXPECT_GE(after.weight_slots[0], 0) << node.name;
       if (node.has_input(3)) {
@@ -436,6 +441,45 @@ TEST(LowerConvOnCudnnTest, AnEpilogueKeepsItsFp32ResultWhenAnythingReadsIt) {
   EXPECT_EQ(r.fused, 2);    // the stem's and the block's first convolution's
   EXPECT_EQ(r.dropped, 1);  // the block's first: only its second convolution reads it
   ExpectAligned(*lowered);
+}
+
+// Two convolutions, the first's output y read by the second and also as `also` says: as a
+// graph output, or through a view (Flatten) by a Sigmoid whose output is the graph's.
+Graph TwoConvsGraph(const std::string& also) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 6, 6});
+  auto conv = [&](const std::string& name, int in, int c, uint64_t seed) {
+    return b.Op("Conv", name,
+                {in, b.Constant(name + ".w", Random({4, c, 3, 3}, seed)),
+                 b.Constant(name + ".b", Random({4}, seed + 1))},
+                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
+  };
+  const int y = b.Op("Relu", "y", {conv("a", x, 3, 71)});
+  const int second = conv("b", y, 4, 73);
+  if (also == "output") return b.Finish(std::vector<int>{second, y});
+  const int flat = b.Op("Flatten", "flat", {y});
+  return b.Finish(std::vector<int>{second, b.Op("Sigmoid", "sig", {flat})});
+}
+
+// The first convolution's epilogue rounds y for the second in the same pass, and keeps
+// writing its fp32 result when the graph returns y or a view of it is read.
+TEST(LowerConvOnCudnnTest, AnEpilogueKeepsItsFp32ResultForAGraphOutputOrAView) {
+  for (const char* also : {"output", "view"}) {
+    SCOPED_TRACE(also);
+    Prepared p = Prepare(Model::FromGraph(TwoConvsGraph(also)), {{2, 3, 6, 6}});
+    ASSERT_TRUE(p.plan);
+    const Graph& g = p.model->graph();
+    auto lowered = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kFp16));
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    const Roundings r = CheckRoundings(g, *lowered, DataType::kFp16);
+    EXPECT_EQ(r.steps, 1);  // the input
+    EXPECT_EQ(r.fused, 1);  // y, for the second convolution
+    EXPECT_EQ(r.dropped, 0);
+    const GpuStep* first = FirstStep(*lowered, K::kConvEpilogue);
+    ASSERT_NE(first, nullptr);
+    EXPECT_GE(first->half_out, 0);
+    EXPECT_EQ(first->out, g.nodes[first->node].outputs[0]);
+  }
 }
 
 // A grouped convolution on cuDNN is one step with its groups (no batch of GEMMs), its bias

@@ -511,6 +511,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kConv:
       return RunConv(i, *convs_[i], workspace_.data(), stream);
     case GpuStep::Kind::kConvEpilogue:
+      if (s.half_out >= 0 && lowering_.dtypes[s.half_out] != DataType::kFp16 &&
+          lowering_.dtypes[s.half_out] != DataType::kBf16) {
+        return Internal("convolution epilogue: its rounding is neither fp16 nor bf16");
+      }
       return ConvEpilogue(s.conv_epilogue, Address(s.in[0]),
                           s.weight_slots[0] >= 0
                               ? reinterpret_cast<const float*>(Blob(s.weight_slots[0]))

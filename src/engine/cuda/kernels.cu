@@ -282,6 +282,7 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
                                const float* z, float* y, void* h, cudaStream_t stream) {
   if (e.elements <= 0) return cudaSuccess;
+  if ((e.half >= 0 && h == nullptr) || (e.half < 0 && y == nullptr)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
   // The largest index a thread computes: its last element plus one grid stride.
