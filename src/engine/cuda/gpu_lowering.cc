@@ -160,9 +160,11 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     }
     if (writer < 0) continue;
     GpuStep& w = steps[writer];
-    // An epilogue that wrote v itself (not a view of it), on the plan's stream.
-    if (w.kind != GpuStep::Kind::kConvEpilogue || w.out != v || w.shard >= 0 || w.half_out >= 0)
-      continue;
+    // A convolution's epilogue or a layer normalisation that wrote v itself (not a view of
+    // it), on the plan's stream.
+    const bool rounds = w.kind == GpuStep::Kind::kConvEpilogue ||
+                        (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty());
+    if (!rounds || w.out != v || w.shard >= 0 || w.half_out >= 0) continue;
     w.half_out = half;
     drop[rounding] = true;
   }

@@ -248,11 +248,12 @@ struct GpuStep {
   CudnnConvOptions conv;
   // kConvEpilogue: out = post(act(c + bias) + residual) in one pass (conv.h), c the
   // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
-  // fp32 value per channel) or -1. In mixed precision it may also write the result rounded to
-  // 16 bits into `half_out` (the rounding a later product reads, which would otherwise be a
-  // kToHalf step of its own); then, when c is a 16-bit cuDNN output and nothing reads the
-  // fp32 result, out is -1.
+  // fp32 value per channel) or -1.
   ConvEpilogueOptions conv_epilogue;
+  // kConvEpilogue and kLayerNorm, in mixed precision: a 16-bit value the step also writes,
+  // its result rounded (the rounding a later product reads, which would otherwise be a
+  // kToHalf step of its own), or -1. Then a kConvEpilogue whose c is a 16-bit cuDNN output
+  // and whose fp32 result nothing reads has out -1.
   int half_out = -1;
 };
 

@@ -46,7 +46,9 @@ Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
   // writing has none, and neither do its views.
   for (const GpuStep& s : l.steps)
     for (int v : s.in)
-      if (v >= 0) EXPECT_NE(l.values[v].home, GpuValue::Home::kNone) << "value " << v;
+      if (v >= 0) {
+        EXPECT_NE(l.values[v].home, GpuValue::Home::kNone) << "value " << v;
+      }
   for (int v : g.outputs) EXPECT_NE(l.values[v].home, GpuValue::Home::kNone) << "output " << v;
   std::map<int, int> rounding_of;  // fp32 value -> its 16-bit rounding
   std::set<int> read;
@@ -77,7 +79,9 @@ Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
     if (s.kind == K::kConv) {
       const Node& node = g.nodes[s.node];
       EXPECT_TRUE(rounding_of.count(node.inputs[0])) << node.name << " reads no rounding before it";
-      if (rounding_of.count(node.inputs[0])) EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]);
+      if (rounding_of.count(node.inputs[0])) {
+        EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]);
+      }
     }
   }
   return r;
@@ -332,7 +336,9 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
                 math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
       EXPECT_EQ(after.in, (std::vector<int>{s.out, -1}));
       const int y = p.model->graph().nodes[s.node].outputs[0];
-      if (after.out >= 0) EXPECT_EQ(after.out, y);
+      if (after.out >= 0) {
+        EXPECT_EQ(after.out, y);
+      }
       EXPECT_EQ(lowered->dtypes[y], DataType::kFp32);
       EXPECT_EQ(after.conv_epilogue.act, UnaryOp::kRelu);
       EXPECT_FALSE(after.conv_epilogue.post.has_value());

@@ -578,19 +578,32 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   options.math = GemmMath::kFp16;
   auto attention = LowerPlan(text.model->graph(), *text.plan, options);
   ASSERT_TRUE(attention.ok()) << attention.status().ToString();
-  std::vector<int> halves;  // values kToHalf wrote
-  int batched = 0;
+  // Every GEMM operand is a rounding made before it: by a kToHalf step, or by the layer
+  // normalisation that wrote the value, in the same pass (its half_out), which then needs no
+  // kToHalf step. Each rounding is read.
+  std::vector<int> halves;  // 16-bit values written so far
+  std::set<int> read;
+  int batched = 0, by_norm = 0;
   for (const GpuStep& s : attention->steps) {
     if (s.kind == GpuStep::Kind::kToHalf) halves.push_back(s.out);
+    if (s.kind == GpuStep::Kind::kLayerNorm && s.half_out >= 0) {
+      ++by_norm;
+      EXPECT_EQ(attention->dtypes[s.half_out], DataType::kFp16);
+      EXPECT_GE(s.out, 0);  // its fp32 result stays: the residual reads it
+      halves.push_back(s.half_out);
+    }
     if (s.kind != GpuStep::Kind::kGemm) continue;
     for (int k : {0, 1}) {
       if (s.in[k] < 0) continue;
+      read.insert(s.in[k]);
       EXPECT_NE(std::find(halves.begin(), halves.end(), s.in[k]), halves.end())
-          << "a GEMM operand not rounded by a kToHalf step before it";
+          << "a GEMM operand not rounded before it";
     }
     batched += s.gemm.batch > 1;
   }
+  for (int h : halves) EXPECT_TRUE(read.count(h)) << "a rounding nothing reads: " << h;
   EXPECT_EQ(batched, 4);
+  EXPECT_EQ(by_norm, 3);  // the three LayerNormalizations, each before a product
   ExpectAligned(*attention);
 }
 

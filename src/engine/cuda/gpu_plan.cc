@@ -443,8 +443,14 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kLayerNorm: {
       const float* scale =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
-      return LayerNormLastAxis(in(0), scale, s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon,
-                               stream);
+      if (s.half_out >= 0 && lowering_.dtypes[s.half_out] != DataType::kFp16 &&
+          lowering_.dtypes[s.half_out] != DataType::kBf16) {
+        return Internal("layer normalisation: its rounding is neither fp16 nor bf16");
+      }
+      return LayerNormLastAxis(
+          in(0), scale, s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon, stream,
+          s.half_out >= 0 ? Address(s.half_out) : nullptr,
+          s.half_out >= 0 ? HalfOf(lowering_.dtypes[s.half_out]) : HalfType::kFp16);
     }
     case GpuStep::Kind::kTranspose:
       return Transpose(in(0), y, s.transpose, stream);

@@ -117,9 +117,11 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
 
 // Layer normalisation of each of `rows` contiguous rows of `cols` values:
 // y = (x - mean) / sqrt(variance + epsilon) * scale + bias, scale and bias `cols` values
-// (bias may be null). Population variance, as ONNX LayerNormalization.
+// (bias may be null). Population variance, as ONNX LayerNormalization. `half` (a HalfKernel,
+// declared below, or -1): each y also written rounded to that type into h.
 cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
-                               int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+                               int64_t rows, int64_t cols, float epsilon, cudaStream_t stream,
+                               void* h = nullptr, int half = -1);
 
 // Slice along one axis: x viewed as [outer, axis_in, inner], y as [outer, axis_out, inner]
 // holding x's axis positions [start, start + axis_out) (Split's outputs).

@@ -1,4 +1,6 @@
 // Transpose, Gather and layer normalisation kernels (see kernels.h for the contracts).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "engine/cuda/kernels.h"
@@ -118,7 +120,7 @@ __device__ float BlockSum(float value, float* scratch) {
 // keeps the precision a one-pass sum of squares loses when the mean is large.
 __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
                              const float* __restrict__ bias, float* y, int64_t cols,
-                             float epsilon) {
+                             float epsilon, void* h, int half) {
   __shared__ float scratch[kThreads];
   const float* row = x + blockIdx.x * cols;
   float* out = y + blockIdx.x * cols;
@@ -132,9 +134,16 @@ __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
   }
   const float variance = BlockSum(squares, scratch) / static_cast<float>(cols);
   const float inv = rsqrtf(variance + epsilon);
+  const int64_t at = blockIdx.x * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float v = (row[c] - mean) * inv * scale[c];
-    out[c] = bias != nullptr ? v + bias[c] : v;
+    float v = (row[c] - mean) * inv * scale[c];
+    if (bias != nullptr) v += bias[c];
+    out[c] = v;
+    if (half == static_cast<int>(HalfKernel::kFp16)) {
+      static_cast<__half*>(h)[at + c] = __float2half_rn(v);
+    } else if (half == static_cast<int>(HalfKernel::kBf16)) {
+      static_cast<__nv_bfloat16*>(h)[at + c] = __float2bfloat16_rn(v);
+    }
   }
 }
 
@@ -168,11 +177,13 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
 }
 
 cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
-                               int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+                               int64_t rows, int64_t cols, float epsilon, cudaStream_t stream,
+                               void* h, int half) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
+  if (half >= 0 && h == nullptr) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   LayerNormF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, scale, bias, y, cols,
-                                                                     epsilon);
+                                                                     epsilon, h, half);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 #include "engine/cuda/normalization.h"
 
+#include <cstdint>
 #include <string>
 
 #include "engine/cuda/cuda_status.h"
@@ -8,7 +9,8 @@
 namespace shoal::engine::cuda {
 
 Status LayerNormLastAxis(const float* x, const float* scale, const float* bias, float* y,
-                         std::span<const int64_t> dims, float epsilon, cudaStream_t stream) {
+                         std::span<const int64_t> dims, float epsilon, cudaStream_t stream,
+                         void* half, HalfType half_type) {
   if (dims.empty()) return InvalidArgument("layer normalisation needs at least one dimension");
   if (!(epsilon > 0.f)) {
     return InvalidArgument("layer normalisation's epsilon must be positive; was " +
@@ -22,8 +24,19 @@ Status LayerNormLastAxis(const float* x, const float* scale, const float* bias, 
   if (rows > 0x7fffffff) {
     return InvalidArgument("layer normalisation of more than 2^31-1 rows");
   }
+  if (half != nullptr) {
+    // Its bytes must not be x's or y's: each thread reads x and writes y and half.
+    const auto elements = static_cast<uintptr_t>(rows * dims.back());
+    const auto h0 = reinterpret_cast<uintptr_t>(half), h1 = h0 + elements * 2;
+    for (const float* f : {x, static_cast<const float*>(y)}) {
+      const auto f0 = reinterpret_cast<uintptr_t>(f), f1 = f0 + elements * sizeof(float);
+      if (elements > 0 && h0 < f1 && f0 < h1)
+        return InvalidArgument("layer normalisation: its 16-bit output overlaps x or y");
+    }
+  }
   return CudaStatus(
-      internal::LaunchLayerNormF32(x, scale, bias, y, rows, dims.back(), epsilon, stream),
+      internal::LaunchLayerNormF32(x, scale, bias, y, rows, dims.back(), epsilon, stream, half,
+                                   half ? static_cast<int>(half_type) : -1),
       "layer normalisation kernel launch");
 }
 

@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "core/bf16.h"
+#include "core/fp16.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -57,7 +62,34 @@ TEST_F(LayerNormGpuTest, MatchesTheReferenceWithAndWithoutBiasAndAFarOffMean) {
           ASSERT_NEAR(y[r * cols + c], want, 2e-3) << "row " << r << " col " << c;
         }
       }
+      // Again with a 16-bit output beside y, in each type: y's values rounded, bit for bit,
+      // and y as before.
+      for (const HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+        DeviceBuffer dh = Floats((x.size() + 1) / 2), dy2 = Floats(x.size());
+        ASSERT_TRUE(LayerNormLastAxis(dx.as<float>(), ds.as<float>(),
+                                      with_bias ? db.as<float>() : nullptr, dy2.as<float>(), dims,
+                                      1e-5f, stream(), dh.data(), type)
+                        .ok());
+        EXPECT_EQ(Download(dy2, x.size()), y);
+        std::vector<uint16_t> bits(x.size());
+        DownloadBytes(dh, bits.data(), bits.size() * 2);
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(bits[i], type == HalfType::kFp16 ? FloatToFp16(y[i]) : FloatToBf16(y[i]))
+              << "at " << i;
+        }
+      }
     }
+  }
+}
+
+TEST(LayerNormShapeTest, RefusesA16BitOutputOverlappingXOrY) {
+  alignas(16) static float buffer[64];
+  const std::vector<int64_t> dims = {2, 8};  // 16 values
+  for (void* half : {static_cast<void*>(buffer + 4), static_cast<void*>(buffer + 40)}) {
+    const Status s = LayerNormLastAxis(buffer, buffer, nullptr, buffer + 32, dims, 1e-5f, nullptr,
+                                       half, HalfType::kFp16);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("overlaps x or y"), std::string::npos) << s.ToString();
   }
 }
 

@@ -203,9 +203,9 @@ class Lowerer {
   // the later ones.
   int GemmOperand(int n, int v);
   // Mixed precision, once every node is lowered: a kToHalf step that rounds the output of a
-  // convolution's epilogue becomes part of that epilogue (GpuStep::half_out), one pass
-  // instead of two, and an epilogue from a 16-bit cuDNN output whose fp32 result nothing
-  // else reads (a graph output counts as read) stops writing it.
+  // convolution's epilogue or of a layer normalisation becomes part of that step
+  // (GpuStep::half_out), one pass instead of two, and an epilogue from a 16-bit cuDNN output whose
+  // fp32 result nothing else reads (a graph output counts as read) stops writing it.
   void FuseRoundingsIntoEpilogues();
   // GEMM options of node n's products: the plan's math, fp32 out in mixed precision.
   GemmOptions ProductOptions() const {
