@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -147,6 +148,9 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     return kind == GpuStep::Kind::kGruReset || kind == GpuStep::Kind::kRnnCell;
   };
   std::vector<bool> drop(steps.size(), false);
+  // Products that could write v in 16 bits themselves, if nothing else reads v: {writer,
+  // rounding, v}.
+  std::vector<std::array<int, 3>> products;
   for (const auto& [v, half] : rounded_) {
     auto at = rounding_at.find(half);
     if (at == rounding_at.end()) continue;
@@ -160,23 +164,49 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     }
     if (writer < 0) continue;
     GpuStep& w = steps[writer];
-    // A convolution's epilogue or a layer normalisation that wrote v itself (not a view of
-    // it), on the plan's stream.
-    const bool rounds = w.kind == GpuStep::Kind::kConvEpilogue ||
-                        (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty());
-    if (!rounds || w.out != v || w.shard >= 0 || w.half_out >= 0) continue;
-    w.half_out = half;
-    drop[rounding] = true;
+    if (w.out != v || w.shard >= 0 || w.half_out >= 0) continue;  // v itself, on the plan's stream
+    // A product writing fp32 whose epilogue does all it does (no activation or residual
+    // after it), one at a time.
+    if (w.kind == GpuStep::Kind::kGemm && w.gemm.fp32_output && w.gemm.batch == 1 && !w.post &&
+        w.in[3] < 0) {
+      products.push_back({writer, rounding, v});
+      continue;
+    }
+    // A convolution's epilogue or a layer normalisation: it writes the rounding beside v.
+    if (w.kind == GpuStep::Kind::kConvEpilogue ||
+        (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty())) {
+      w.half_out = half;
+      drop[rounding] = true;
+    }
   }
-  // An epilogue from a 16-bit output whose fp32 result nothing reads now writes 16 bits alone.
+  // What the steps that stay read, besides the products' candidate roundings.
   std::vector<bool> read(out_.shapes.size(), false);
+  std::vector<bool> candidate(steps.size(), false);
+  for (const auto& [writer, rounding, v] : products) candidate[rounding] = true;
   for (int i = 0; i < num_steps; ++i) {
-    if (drop[i]) continue;
+    if (drop[i] || candidate[i]) continue;
     for (int u : steps[i].in)
       if (u >= 0) read[Owner(u)] = true;
     if (steps[i].scratch >= 0) read[Owner(steps[i].scratch)] = true;
   }
   for (int u : graph_.outputs) read[Owner(u)] = true;
+  // A product whose fp32 result only its rounding reads writes the 16-bit value itself
+  // (cuBLASLt's epilogue in fp32, rounded once at the end), with its bias in 16 bits, as
+  // such a product's output and bias are (GemmOptions::fp32_output false).
+  bool biases_rounded = false;
+  for (const auto& [writer, rounding, v] : products) {
+    if (Owner(v) != v || read[v]) continue;
+    GpuStep& w = steps[writer];
+    w.gemm.fp32_output = false;
+    w.out = steps[rounding].out;
+    if (w.weight_slots[1] >= 0) {
+      const GpuLowering::Blob bias = out_.blobs[static_cast<size_t>(w.weight_slots[1])];
+      w.weight_slots[1] = AddWeightBlob(bias.key, bias.data, bias.shard);
+      biases_rounded = true;
+    }
+    drop[rounding] = true;
+  }
+  // An epilogue from a 16-bit output whose fp32 result nothing reads now writes 16 bits alone.
   for (GpuStep& w : steps) {
     if (w.kind == GpuStep::Kind::kConvEpilogue && w.half_out >= 0 && w.conv_epilogue.source &&
         Owner(w.out) == w.out && !read[w.out]) {
@@ -188,6 +218,30 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
   for (int i = 0; i < num_steps; ++i)
     if (!drop[i]) kept.push_back(std::move(steps[i]));
   steps = std::move(kept);
+  // An fp32 bias whose products all now read its 16-bit copy need not be uploaded.
+  if (biases_rounded) DropUnusedBlobs();
+}
+
+void Lowerer::DropUnusedBlobs() {
+  std::vector<bool> used(out_.blobs.size(), false);
+  for (const GpuStep& s : out_.steps)
+    for (int64_t slot : s.weight_slots)
+      if (slot >= 0) used[static_cast<size_t>(slot)] = true;
+  for (const auto& [v, slot] : known_slots_) used[static_cast<size_t>(slot)] = true;
+  std::vector<int64_t> index(out_.blobs.size(), -1);
+  std::vector<GpuLowering::Blob> kept;
+  out_.weight_bytes = 0;
+  for (size_t i = 0; i < out_.blobs.size(); ++i) {
+    if (!used[i]) continue;
+    index[i] = static_cast<int64_t>(kept.size());
+    out_.weight_bytes += static_cast<int64_t>(out_.blobs[i].data.byte_size());
+    kept.push_back(std::move(out_.blobs[i]));
+  }
+  out_.blobs = std::move(kept);
+  for (GpuStep& s : out_.steps)
+    for (int64_t& slot : s.weight_slots)
+      if (slot >= 0) slot = index[static_cast<size_t>(slot)];
+  for (auto& [v, slot] : known_slots_) slot = index[static_cast<size_t>(slot)];
 }
 
 int Lowerer::GemmOperand(int n, int v) {

@@ -505,9 +505,11 @@ TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
   for (size_t i = 0; i < a->blobs.size(); ++i) EXPECT_EQ(a->blobs[i].key, b->blobs[i].key);
 }
 
-// Mixed precision: each product's input is rounded to 16 bits by a kToHalf step into a
-// 16-bit temporary, the constant weights are stored in 16 bits under their own keys, the
-// biases stay fp32, and the GEMMs write fp32.
+// Mixed precision: the model's input is rounded to 16 bits by a kToHalf step into a 16-bit
+// temporary, the constant weights are stored in 16 bits under their own keys. The
+// recommender's products chain: each of the first three writes its output in 16 bits
+// itself, with a 16-bit bias, for the next to read (no kToHalf between them); the last
+// writes the fp32 output with its fp32 bias. The fp32 biases no product reads are not kept.
 TEST(LowerPlanTest, MixedPrecisionRoundsEachProductsInputAndStoresWeightsIn16Bits) {
   Prepared p = Prepare(Model::Load(Example("recommender")), {{8, 64}});
   ASSERT_TRUE(p.plan);
@@ -518,23 +520,39 @@ TEST(LowerPlanTest, MixedPrecisionRoundsEachProductsInputAndStoresWeightsIn16Bit
   auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
   ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
   using K = GpuStep::Kind;
-  ASSERT_EQ(lowered->steps.size(), 8u);
-  for (size_t i = 0; i < 8; i += 2) {
-    const GpuStep& cast = lowered->steps[i];
-    const GpuStep& gemm = lowered->steps[i + 1];
-    ASSERT_EQ(cast.kind, K::kToHalf) << "step " << i;
-    ASSERT_EQ(gemm.kind, K::kGemm) << "step " << i + 1;
-    EXPECT_EQ(lowered->dtypes[cast.out], DataType::kFp16);
-    EXPECT_EQ(lowered->shapes[cast.out], lowered->shapes[cast.in[0]]);
-    EXPECT_EQ(gemm.in[0], cast.out);
+  ASSERT_EQ(lowered->steps.size(), 5u);
+  const GpuStep& cast = lowered->steps[0];
+  ASSERT_EQ(cast.kind, K::kToHalf);
+  EXPECT_EQ(lowered->dtypes[cast.out], DataType::kFp16);
+  EXPECT_EQ(lowered->shapes[cast.out], lowered->shapes[cast.in[0]]);
+  int operand = cast.out;
+  for (size_t i = 1; i < 5; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    const GpuStep& gemm = lowered->steps[i];
+    ASSERT_EQ(gemm.kind, K::kGemm);
+    EXPECT_EQ(gemm.in[0], operand);
     EXPECT_EQ(gemm.gemm.math, GemmMath::kFp16);
-    EXPECT_TRUE(gemm.gemm.fp32_output);
-    EXPECT_EQ(lowered->dtypes[gemm.out], DataType::kFp32);
     const GpuLowering::Blob& w = lowered->blobs[gemm.weight_slots[0]];
     EXPECT_EQ(w.data.dtype(), DataType::kFp16);
     EXPECT_THAT(w.key, ::testing::EndsWith("~fp16"));
-    EXPECT_EQ(lowered->blobs[gemm.weight_slots[1]].data.dtype(), DataType::kFp32) << "bias";
+    const GpuLowering::Blob& bias = lowered->blobs[gemm.weight_slots[1]];
+    const bool last = i == 4;
+    EXPECT_EQ(gemm.gemm.fp32_output, last);
+    EXPECT_EQ(lowered->dtypes[gemm.out], last ? DataType::kFp32 : DataType::kFp16);
+    EXPECT_EQ(bias.data.dtype(), last ? DataType::kFp32 : DataType::kFp16);
+    // The 16-bit bias is the fp32 one rounded.
+    const Tensor& b32 = fp32->blobs[fp32->steps[i - 1].weight_slots[1]].data;
+    ASSERT_EQ(bias.data.element_count(), b32.element_count());
+    if (!last) {
+      EXPECT_THAT(bias.key, ::testing::EndsWith("~fp16"));
+      const auto* b16 = static_cast<const uint16_t*>(bias.data.data());
+      for (int64_t k = 0; k < b32.element_count(); ++k)
+        EXPECT_EQ(b16[k], FloatToFp16(b32.values<float>()[k])) << "bias element " << k;
+    }
+    EXPECT_EQ(lowered->shapes[gemm.out], fp32->shapes[fp32->steps[i - 1].out]);
+    operand = gemm.out;
   }
+  EXPECT_EQ(lowered->steps[4].out, p.model->graph().outputs[0]);
   // The first weight's values, rounded.
   const Tensor& w16 = lowered->blobs[lowered->steps[1].weight_slots[0]].data;
   const Tensor& w32 = fp32->blobs[fp32->steps[0].weight_slots[0]].data;
@@ -542,11 +560,19 @@ TEST(LowerPlanTest, MixedPrecisionRoundsEachProductsInputAndStoresWeightsIn16Bit
   const auto* bits = static_cast<const uint16_t*>(w16.data());
   for (int64_t i = 0; i < 16; ++i)
     EXPECT_EQ(bits[i], FloatToFp16(w32.values<float>()[i])) << "element " << i;
-  // Weights take half the bytes; the four biases are as before.
-  int64_t bias_bytes = 0;
-  for (const GpuStep& s : fp32->steps)
-    bias_bytes += fp32->blobs[s.weight_slots[1]].data.byte_size();
-  EXPECT_EQ(lowered->weight_bytes, (fp32->weight_bytes - bias_bytes) / 2 + bias_bytes);
+  // Weights and the three rounded biases take half the bytes, the last bias as before;
+  // eight blobs, as in fp32 (no fp32 bias left behind).
+  int64_t bias_bytes = 0, last_bias = 0;
+  for (const GpuStep& s : fp32->steps) {
+    last_bias = fp32->blobs[s.weight_slots[1]].data.byte_size();
+    bias_bytes += last_bias;
+  }
+  EXPECT_EQ(lowered->weight_bytes, (fp32->weight_bytes - last_bias) / 2 + last_bias);
+  EXPECT_EQ(lowered->blobs.size(), fp32->blobs.size());
+  int64_t counted = 0;
+  for (const GpuLowering::Blob& b : lowered->blobs) counted += b.data.byte_size();
+  EXPECT_EQ(counted, lowered->weight_bytes);
+  EXPECT_GT(bias_bytes, last_bias);
   ExpectAligned(*lowered);
 }
 
@@ -596,10 +622,12 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
     for (int k : {0, 1}) {
       if (s.in[k] < 0) continue;
       read.insert(s.in[k]);
+      // (A product that wrote its output in 16 bits made that rounding; see below.)
       EXPECT_NE(std::find(halves.begin(), halves.end(), s.in[k]), halves.end())
           << "a GEMM operand not rounded before it";
     }
     batched += s.gemm.batch > 1;
+    if (!s.gemm.fp32_output) halves.push_back(s.out);
   }
   for (int h : halves) EXPECT_TRUE(read.count(h)) << "a rounding nothing reads: " << h;
   EXPECT_EQ(batched, 4);

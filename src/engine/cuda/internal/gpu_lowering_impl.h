@@ -204,9 +204,13 @@ class Lowerer {
   int GemmOperand(int n, int v);
   // Mixed precision, once every node is lowered: a kToHalf step that rounds the output of a
   // convolution's epilogue or of a layer normalisation becomes part of that step
-  // (GpuStep::half_out), one pass instead of two, and an epilogue from a 16-bit cuDNN output whose
-  // fp32 result nothing else reads (a graph output counts as read) stops writing it.
+  // (GpuStep::half_out), one pass instead of two; a product whose fp32 output only that
+  // rounding reads writes 16 bits itself, with a 16-bit bias; and an epilogue from a 16-bit cuDNN
+  // output whose fp32 result nothing else reads (a graph output counts as read) stops writing it.
   void FuseRoundingsIntoEpilogues();
+  // Removes the blobs no step's weight slot and no known value names, renumbering the
+  // slots and recounting weight_bytes.
+  void DropUnusedBlobs();
   // GEMM options of node n's products: the plan's math, fp32 out in mixed precision.
   GemmOptions ProductOptions() const {
     GemmOptions g;
