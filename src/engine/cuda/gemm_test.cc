@@ -180,10 +180,13 @@ TEST_F(GemmGpuTest, Tf32StaysWithinItsPrecision) {
   Check(o, 2e-3f);
 }
 
+// 16 bits in and out, with a 16-bit bias: a mixed-precision plan's product whose output only
+// the next product reads (gpu_lowering.h), under each epilogue it may carry.
 TEST_F(GemmGpuTest, HalfPrecisionsRunOnTensorCoresWithinTheirPrecision) {
   for (const auto& [math, tolerance] :
        {std::pair{GemmMath::kFp16, 2e-3f}, std::pair{GemmMath::kBf16, 1e-2f}}) {
-    for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBiasRelu}) {
+    for (const GemmEpilogue e : {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kBiasRelu,
+                                 GemmEpilogue::kBiasGelu}) {
       GemmOptions o;
       o.m = 64;
       o.n = 256;
