@@ -68,7 +68,8 @@ struct GemmOptions {
   size_t workspace_bytes = 4 << 20;  // the most scratch the algorithm may use; Run gets it
   float alpha = 1.f;                 // Y = epilogue(alpha · X·W + bias)
   // kFp16 and kBf16 only: Y and the bias in fp32 while X and W stay 16-bit (a mixed-precision
-  // plan's products: the operands rounded, the sums and the output kept fp32).
+  // plan's products: the operands rounded, the sums and the output kept fp32; false for a
+  // product whose output only the next products read, which write it in 16 bits).
   bool fp32_output = false;
   // Batched products (attention's scores and context): `batch` products, product b's
   // operands at the base pointers plus b times their batch stride, in elements. A stride

@@ -167,8 +167,10 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     if (w.out != v || w.shard >= 0 || w.half_out >= 0) continue;  // v itself, on the plan's stream
     // A product writing fp32 whose epilogue does all it does (no activation or residual
     // after it), one at a time.
+    // (A constant weight: a product of computed operands is batched over the model's batch,
+    // and its plans at other batch sizes must name the same blobs.)
     if (w.kind == GpuStep::Kind::kGemm && w.gemm.fp32_output && w.gemm.batch == 1 && !w.post &&
-        w.in[3] < 0) {
+        w.in[3] < 0 && w.weight_slots[0] >= 0) {
       products.push_back({writer, rounding, v});
       continue;
     }

@@ -80,10 +80,13 @@ struct GpuPlanOptions {
   // fp32 in memory, and so do every other operator and the model's inputs and outputs:
   //   kFp32, kTf32  the products read fp32 (TF32 rounds their mantissas to 10 bits);
   //   kFp16, kBf16  mixed precision: the weights are stored 16-bit, each product's input
-  //                 is rounded to 16 bits as it is made (a cast step, or im2col writing
-  //                 16-bit columns), and the tensor cores accumulate and write fp32, bias
-  //                 and activation fused as in fp32. (The CPU's bf16 tier rounds the same
-  //                 way, but only products with a constant weight.)
+  //                 is rounded to 16 bits as it is made (a cast step, im2col writing
+  //                 16-bit columns, or the step that wrote the value writing its rounding
+  //                 beside it), and the tensor cores accumulate and write fp32, bias and
+  //                 activation fused as in fp32; except that a value passed only from one
+  //                 product or cuDNN convolution to the next is written in 16 bits alone
+  //                 (a product then with a 16-bit bias). (The CPU's bf16 tier rounds the
+  //                 same way, but only products with a constant weight.)
   GemmMath math = GemmMath::kFp32;
   // Run the copies and the steps as a CUDA graph: the plan's first run goes step by step,
   // its second captures the graph and later runs replay it, so a run costs one launch

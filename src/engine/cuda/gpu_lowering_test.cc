@@ -492,17 +492,81 @@ TEST(LowerPlanTest, AValueFoldedForTheShapesIsKeyedByItsContent) {
 // Two batch sizes lower to the same blobs, so the plans of one instance share one copy
 // of the weights on the device.
 TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
-  Prepared one = Prepare(Model::Load(Example("recommender")), {{1, 64}});
-  ASSERT_TRUE(one.plan);
-  auto a = LowerPlan(one.model->graph(), *one.plan);
-  dnnl::stream stream(CpuEngine());
-  auto plan8 = Plan::Prepare(one.model->graph(), {{8, 64}}, CpuEngine(), stream,
-                             one.model->weight_cache(), GpuLoweringPlanOptions(), PlanLimits());
-  ASSERT_TRUE(plan8.ok());
-  auto b = LowerPlan(one.model->graph(), **plan8);
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_EQ(a->blobs.size(), b->blobs.size());
-  for (size_t i = 0; i < a->blobs.size(); ++i) EXPECT_EQ(a->blobs[i].key, b->blobs[i].key);
+  // In every tier: mixed precision rounds some biases to 16 bits, the same ones at every size.
+  for (GemmMath math : {GemmMath::kFp32, GemmMath::kFp16, GemmMath::kBf16}) {
+    SCOPED_TRACE(static_cast<int>(math));
+    GpuPlanOptions options;
+    options.math = math;
+    Prepared one = Prepare(Model::Load(Example("recommender")), {{1, 64}});
+    ASSERT_TRUE(one.plan);
+    auto a = LowerPlan(one.model->graph(), *one.plan, options);
+    dnnl::stream stream(CpuEngine());
+    auto plan8 = Plan::Prepare(one.model->graph(), {{8, 64}}, CpuEngine(), stream,
+                               one.model->weight_cache(), GpuLoweringPlanOptions(), PlanLimits());
+    ASSERT_TRUE(plan8.ok());
+    auto b = LowerPlan(one.model->graph(), **plan8, options);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->blobs.size(), b->blobs.size());
+    for (size_t i = 0; i < a->blobs.size(); ++i) EXPECT_EQ(a->blobs[i].key, b->blobs[i].key);
+  }
+}
+
+// A product writes its output in 16 bits itself only when the next product's rounding is
+// all that reads it: not when an activation runs after its epilogue (a Sigmoid), another
+// step reads it too (an Add), it is a graph output, or a residual is added after it. Then
+// it writes fp32 and a kToHalf step rounds what the next product reads.
+Graph ProductThenProductGraph(const std::string& between) {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 8});
+  const int w1 = b.Constant("w1", Random({8, 16}, 81));
+  const int b1 = b.Constant("b1", Random({16}, 82));
+  const int w2 = b.Constant("w2", Random({16, 4}, 83));
+  int y = b.Op("Add", "y", {b.Op("MatMul", "xw", {x, w1}), b1});
+  std::vector<int> outputs;
+  if (between == "sigmoid") y = b.Op("Sigmoid", "act", {y});
+  if (between == "residual") {  // a computed residual, which the optimiser fuses into a product
+    const int w3 = b.Constant("w3", Random({8, 16}, 84));
+    y = b.Op("Add", "res", {y, b.Op("MatMul", "xv", {x, w3})});
+  }
+  if (between == "output") outputs.push_back(y);
+  if (between == "another reader") outputs.push_back(b.Op("Neg", "neg", {y}));
+  outputs.insert(outputs.begin(), b.Op("MatMul", "out", {y, w2}));
+  return b.Finish(outputs);
+}
+
+TEST(LowerPlanTest, AProductKeepsItsFp32OutputUnlessOnlyTheNextProductReadsIt) {
+  for (const char* between : {"nothing", "sigmoid", "residual", "output", "another reader"}) {
+    SCOPED_TRACE(between);
+    Prepared p = Prepare(Model::FromGraph(ProductThenProductGraph(between)), {{4, 8}});
+    ASSERT_TRUE(p.plan);
+    GpuPlanOptions options;
+    options.math = GemmMath::kFp16;
+    auto l = LowerPlan(p.model->graph(), *p.plan, options);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    std::vector<const GpuStep*> gemms;
+    int roundings = 0;
+    for (const GpuStep& s : l->steps) {
+      if (s.kind == GpuStep::Kind::kGemm) gemms.push_back(&s);
+      roundings += s.kind == GpuStep::Kind::kToHalf;
+    }
+    const bool residual = std::string(between) == "residual";
+    ASSERT_EQ(gemms.size(), residual ? 3u : 2u);
+    const GpuStep* first = gemms[gemms.size() - 2];  // the product the last one reads
+    const GpuStep* last = gemms.back();
+    if (residual) {
+      ASSERT_GE(first->in[3], 0) << "the optimiser did not fuse the residual";
+    }
+    const bool fused = std::string(between) == "nothing";
+    EXPECT_EQ(first->gemm.fp32_output, !fused);
+    EXPECT_EQ(l->dtypes[first->out], fused ? DataType::kFp16 : DataType::kFp32);
+    EXPECT_EQ(roundings, fused ? 1 : 2);  // x's, and the first product's output's unless fused
+    EXPECT_EQ(l->dtypes[last->in[0]], DataType::kFp16);
+    EXPECT_TRUE(last->gemm.fp32_output);  // the graph's output
+    for (const GpuStep* g : gemms) {
+      if (g->post || g->in[3] >= 0) EXPECT_TRUE(g->gemm.fp32_output);
+    }
+    ExpectAligned(*l);
+  }
 }
 
 // Mixed precision: the model's input is rounded to 16 bits by a kToHalf step into a 16-bit
@@ -622,7 +686,8 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
     for (int k : {0, 1}) {
       if (s.in[k] < 0) continue;
       read.insert(s.in[k]);
-      // (A product that wrote its output in 16 bits made that rounding; see below.)
+      // (A product that wrote its output in 16 bits made that rounding: none here, whose
+      // first feed-forward product has an exact GELU after its epilogue.)
       EXPECT_NE(std::find(halves.begin(), halves.end(), s.in[k]), halves.end())
           << "a GEMM operand not rounded before it";
     }
@@ -632,6 +697,10 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   for (int h : halves) EXPECT_TRUE(read.count(h)) << "a rounding nothing reads: " << h;
   EXPECT_EQ(batched, 4);
   EXPECT_EQ(by_norm, 3);  // the three LayerNormalizations, each before a product
+  int product_written = 0;
+  for (const GpuStep& s : attention->steps)
+    product_written += s.kind == GpuStep::Kind::kGemm && !s.gemm.fp32_output;
+  EXPECT_EQ(product_written, 0);
   ExpectAligned(*attention);
 }
 
