@@ -563,7 +563,9 @@ TEST(LowerPlanTest, AProductKeepsItsFp32OutputUnlessOnlyTheNextProductReadsIt) {
     EXPECT_EQ(l->dtypes[last->in[0]], DataType::kFp16);
     EXPECT_TRUE(last->gemm.fp32_output);  // the graph's output
     for (const GpuStep* g : gemms) {
-      if (g->post || g->in[3] >= 0) EXPECT_TRUE(g->gemm.fp32_output);
+      if (g->post || g->in[3] >= 0) {
+        EXPECT_TRUE(g->gemm.fp32_output);
+      }
     }
     ExpectAligned(*l);
   }
