@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
 
 namespace shoal::engine::cuda {
 
@@ -57,12 +58,6 @@ static_assert(static_cast<int>(internal::UnaryKernel::kLeakyRelu) ==
 static_assert(static_cast<int>(internal::UnaryKernel::kClip) == static_cast<int>(UnaryOp::kClip));
 static_assert(static_cast<int>(internal::UnaryKernel::kElu) == static_cast<int>(UnaryOp::kElu));
 
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 }  // namespace
 
 Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
@@ -90,17 +85,17 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   // Each element is read, then written, by one thread: an fp32 input may be y itself, but
   // nothing may overlap an output partly, and the residual not at all.
   const uint64_t c_bytes = static_cast<uint64_t>(elements) * (o.source ? 2 : sizeof(float));
-  if ((Overlap(c, c_bytes, y, y_bytes) && (o.source || c != y)) ||
-      Overlap(c, c_bytes, half, half_bytes)) {
+  if ((BytesOverlap(c, c_bytes, y, y_bytes) && (o.source || c != y)) ||
+      BytesOverlap(c, c_bytes, half, half_bytes)) {
     return InvalidArgument(o.source
                                ? "convolution epilogue: a 16-bit input must not overlap its output"
                                : "convolution epilogue: an fp32 input must be its output or not "
                                  "overlap it");
   }
   const uint64_t z_bytes = z ? static_cast<uint64_t>(elements) * sizeof(float) : 0;
-  if (Overlap(z, z_bytes, y, y_bytes) || Overlap(z, z_bytes, half, half_bytes))
+  if (BytesOverlap(z, z_bytes, y, y_bytes) || BytesOverlap(z, z_bytes, half, half_bytes))
     return InvalidArgument("convolution epilogue: the residual must not overlap the output");
-  if (Overlap(y, y_bytes, half, half_bytes))
+  if (BytesOverlap(y, y_bytes, half, half_bytes))
     return InvalidArgument("convolution epilogue: its fp32 and 16-bit outputs must not overlap");
   internal::ConvEpilogueKernel e;
   e.elements = elements;

@@ -117,6 +117,13 @@ class DeviceScope {
 // synchronously with respect to the host or not: the caller synchronises the stream
 // before it reads a copy's destination on the host or reuses its source. The serving
 // path will stage through pinned buffers.
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (never when either is empty):
+// the kernels' wrappers refuse buffers that one thread's read and another's write share.
+inline bool BytesOverlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
 Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes, const Stream& stream);
 Status CopyToHost(void* host_dst, const void* device_src, size_t bytes, const Stream& stream);
 

@@ -401,6 +401,16 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   }
   auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
   float* y = s.out >= 0 ? static_cast<float*>(Address(s.out)) : nullptr;
+  // The rounding a kConvEpilogue or kLayerNorm also writes (GpuStep::half_out), or none.
+  void* half = nullptr;
+  HalfType half_type = HalfType::kFp16;
+  if (s.half_out >= 0) {
+    const DataType dtype = lowering_.dtypes[s.half_out];
+    if (dtype != DataType::kFp16 && dtype != DataType::kBf16)
+      return Internal("step " + std::to_string(i) + ": its rounding is neither fp16 nor bf16");
+    half = Address(s.half_out);
+    half_type = HalfOf(dtype);
+  }
   auto Elements = [&](int v) { return Product(lowering_.shapes[v]); };
   // GatherElements and ScatterElements: the indices' positions mapped onto data (s.dims).
   auto ElementsIndexOf = [&](const GpuStep& step) {
@@ -443,14 +453,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kLayerNorm: {
       const float* scale =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
-      if (s.half_out >= 0 && lowering_.dtypes[s.half_out] != DataType::kFp16 &&
-          lowering_.dtypes[s.half_out] != DataType::kBf16) {
-        return Internal("layer normalisation: its rounding is neither fp16 nor bf16");
-      }
-      return LayerNormLastAxis(
-          in(0), scale, s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon, stream,
-          s.half_out >= 0 ? Address(s.half_out) : nullptr,
-          s.half_out >= 0 ? HalfOf(lowering_.dtypes[s.half_out]) : HalfType::kFp16);
+      return LayerNormLastAxis(in(0), scale, s.in[2] >= 0 ? in(2) : nullptr, y, s.dims, s.epsilon,
+                               stream, half, half_type);
     }
     case GpuStep::Kind::kTranspose:
       return Transpose(in(0), y, s.transpose, stream);
@@ -517,17 +521,11 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kConv:
       return RunConv(i, *convs_[i], workspace_.data(), stream);
     case GpuStep::Kind::kConvEpilogue:
-      if (s.half_out >= 0 && lowering_.dtypes[s.half_out] != DataType::kFp16 &&
-          lowering_.dtypes[s.half_out] != DataType::kBf16) {
-        return Internal("convolution epilogue: its rounding is neither fp16 nor bf16");
-      }
       return ConvEpilogue(s.conv_epilogue, Address(s.in[0]),
                           s.weight_slots[0] >= 0
                               ? reinterpret_cast<const float*>(Blob(s.weight_slots[0]))
                               : nullptr,
-                          s.in[1] >= 0 ? in(1) : nullptr, y, stream,
-                          s.half_out >= 0 ? Address(s.half_out) : nullptr,
-                          s.half_out >= 0 ? HalfOf(lowering_.dtypes[s.half_out]) : HalfType::kFp16);
+                          s.in[1] >= 0 ? in(1) : nullptr, y, stream, half, half_type);
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

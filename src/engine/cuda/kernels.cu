@@ -261,11 +261,7 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
     if (z != nullptr) v += z[i];
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
     if (y != nullptr) y[i] = v;
-    if (e.half == static_cast<int>(HalfKernel::kFp16)) {
-      static_cast<__half*>(h)[i] = __float2half_rn(v);
-    } else if (e.half == static_cast<int>(HalfKernel::kBf16)) {
-      static_cast<__nv_bfloat16*>(h)[i] = __float2bfloat16_rn(v);
-    }
+    StoreRounded(e.half, h, i, v);
   }
 }
 

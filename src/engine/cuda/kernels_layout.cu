@@ -139,11 +139,7 @@ __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
     float v = (row[c] - mean) * inv * scale[c];
     if (bias != nullptr) v += bias[c];
     out[c] = v;
-    if (half == static_cast<int>(HalfKernel::kFp16)) {
-      static_cast<__half*>(h)[at + c] = __float2half_rn(v);
-    } else if (half == static_cast<int>(HalfKernel::kBf16)) {
-      static_cast<__nv_bfloat16*>(h)[at + c] = __float2bfloat16_rn(v);
-    }
+    StoreRounded(half, h, at + c, v);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
 #include "engine/cuda/kernels.h"
 
 namespace shoal::engine::cuda {
@@ -24,15 +25,13 @@ Status LayerNormLastAxis(const float* x, const float* scale, const float* bias, 
   if (rows > 0x7fffffff) {
     return InvalidArgument("layer normalisation of more than 2^31-1 rows");
   }
-  if (half != nullptr) {
-    // Its bytes must not be x's or y's: each thread reads x and writes y and half.
-    const auto elements = static_cast<uintptr_t>(rows * dims.back());
-    const auto h0 = reinterpret_cast<uintptr_t>(half), h1 = h0 + elements * 2;
-    for (const float* f : {x, static_cast<const float*>(y)}) {
-      const auto f0 = reinterpret_cast<uintptr_t>(f), f1 = f0 + elements * sizeof(float);
-      if (elements > 0 && h0 < f1 && f0 < h1)
-        return InvalidArgument("layer normalisation: its 16-bit output overlaps x or y");
-    }
+  // The 16-bit output's bytes must not be x's or y's: each thread reads x and writes y and
+  // half.
+  const auto elements = static_cast<uint64_t>(rows * dims.back());
+  const uint64_t half_bytes = half ? elements * 2 : 0;
+  if (BytesOverlap(half, half_bytes, x, elements * sizeof(float)) ||
+      BytesOverlap(half, half_bytes, y, elements * sizeof(float))) {
+    return InvalidArgument("layer normalisation: its 16-bit output overlaps x or y");
   }
   return CudaStatus(
       internal::LaunchLayerNormF32(x, scale, bias, y, rows, dims.back(), epsilon, stream, half,
