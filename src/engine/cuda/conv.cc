@@ -140,13 +140,31 @@ Status GridSample(const float* x, const float* grid, float* y, const GridGeometr
                     "GridSample kernel launch");
 }
 
-Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
+namespace {
+
+// A pool's window: its groups ignored (a pool keeps every channel apart), the rest checked.
+StatusOr<Window2d> PoolWindow(const Window2d& g) {
   Window2d plain = g;
   plain.groups = 1;
   RETURN_IF_ERROR(CheckWindow(plain));
+  return plain;
+}
+
+}  // namespace
+
+Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
+  ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g));
   return CudaStatus(
       internal::LaunchPool2dF32(static_cast<internal::PoolKernel>(op), x, y, plain, stream),
       "pooling kernel launch");
+}
+
+Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g,
+                     cudaStream_t stream) {
+  ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g));
+  return CudaStatus(
+      internal::LaunchMaxPool2dHalf(static_cast<internal::HalfKernel>(type), x, y, plain, stream),
+      "max pooling kernel launch");
 }
 
 }  // namespace shoal::engine::cuda

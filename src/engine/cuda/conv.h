@@ -74,5 +74,9 @@ Status GridSample(const float* x, const float* grid, float* y, const GridGeometr
 
 // y [n, c, oh, ow] = pool(x [n, c, h, w]); `groups` is ignored.
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);
+// y = MaxPool(x) over 16-bit x and y, both of type `type`: the rounding of what Pool2d's
+// kMax gives for x's fp32 originals (a zero's sign aside), since rounding keeps order. A
+// mixed-precision plan pools a convolution's 16-bit output this way for the next one.
+Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g, cudaStream_t stream);
 
 }  // namespace shoal::engine::cuda

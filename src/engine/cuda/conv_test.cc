@@ -126,6 +126,43 @@ TEST_F(ConvGpuTest, PoolingMatchesTheReferenceForEveryKind) {
   }
 }
 
+// A max pool of 16-bit values gives the rounding of the fp32 pool's result, bit for bit:
+// the plan pools a convolution's 16-bit output this way for the next one. Values far
+// beyond fp16's range and ties of rounding included, and a window with nothing inside.
+TEST_F(ConvGpuTest, MaxPoolingOf16BitValuesIsTheRoundingOfTheFp32Pool) {
+  Window2d past = Strided();
+  past.h = past.w = 6;
+  past.ph = past.pw = past.ph_end = past.pw_end = 0;
+  past.oh = past.ow = 3;
+  Window2d outside = Strided();  // padding as wide as the window: the first row pools none
+  outside.ph = 3;
+  outside.oh = (7 + 3 + 1 - 3) / 2 + 1;
+  for (const Window2d& g : {Strided(), past, outside}) {
+    std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] *= 40000.f;  // past fp16's largest
+    x[3] = 1.f + 1.f / 2048.f;                                 // halfway between two fp16s
+    const int64_t count = g.n * g.c * g.oh * g.ow;
+    DeviceBuffer dx = Upload(x), y = Floats(count);
+    ASSERT_TRUE(Pool2d(PoolOp::kMax, dx.as<float>(), y.as<float>(), g, stream()).ok());
+    const std::vector<float> want = Download(y, count);
+    for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+      SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
+      auto round = [&](float v) {
+        return type == HalfType::kFp16 ? FloatToFp16(v) : FloatToBf16(v);
+      };
+      std::vector<uint16_t> half(x.size());
+      for (size_t i = 0; i < x.size(); ++i) half[i] = round(x[i]);
+      DeviceBuffer dh = UploadBytes(half.data(), half.size() * 2);
+      const std::vector<uint16_t> stale(count, 0x7e00);  // NaN in both types
+      DeviceBuffer out = UploadBytes(stale.data(), stale.size() * 2);
+      ASSERT_TRUE(MaxPool2dHalf(type, dh.data(), out.data(), g, stream()).ok());
+      std::vector<uint16_t> bits(count);
+      DownloadBytes(out, bits.data(), bits.size() * 2);
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(bits[i], round(want[i])) << "at " << i;
+    }
+  }
+}
+
 // A transposed convolution the way its definition reads: every input scatters into the
 // outputs its kernel footprint reaches (the kernel gathers instead).
 std::vector<float> ConvTransposeReference(const std::vector<float>& x, const std::vector<float>& w,
@@ -356,6 +393,8 @@ TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {
   g = Strided();
   g.sh = 0;
   EXPECT_EQ(Pool2d(PoolOp::kMax, nullptr, nullptr, g, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MaxPool2dHalf(HalfType::kBf16, nullptr, nullptr, g, nullptr).code(),
             StatusCode::kInvalidArgument);
   g = Strided();
   g.pw = -1;

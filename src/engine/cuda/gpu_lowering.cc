@@ -143,10 +143,6 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
   std::map<int, int> rounding_at;
   for (int i = 0; i < num_steps; ++i)
     if (steps[i].kind == GpuStep::Kind::kToHalf) rounding_at[steps[i].out] = i;
-  // Steps that write values they list as inputs: recurrent states updated in place.
-  auto writes_inputs = [](GpuStep::Kind kind) {
-    return kind == GpuStep::Kind::kGruReset || kind == GpuStep::Kind::kRnnCell;
-  };
   std::vector<bool> drop(steps.size(), false);
   // Products that could write v in 16 bits themselves, if nothing else reads v: {writer,
   // rounding, v}.
@@ -155,13 +151,7 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     auto at = rounding_at.find(half);
     if (at == rounding_at.end()) continue;
     const int rounding = at->second;
-    int writer = -1;  // the last step before the rounding to write v's bytes
-    for (int i = 0; i < rounding; ++i) {
-      bool writes = steps[i].out >= 0 && Owner(steps[i].out) == Owner(v);
-      if (writes_inputs(steps[i].kind))
-        for (int u : steps[i].in) writes |= u >= 0 && Owner(u) == Owner(v);
-      if (writes) writer = i;
-    }
+    const int writer = LastWriter(v, rounding);
     if (writer < 0) continue;
     GpuStep& w = steps[writer];
     if (w.out != v || w.shard >= 0 || w.half_out >= 0) continue;  // v itself, on the plan's stream
@@ -181,6 +171,7 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
       drop[rounding] = true;
     }
   }
+  PoolIn16Bits(rounding_at, drop);
   // What the steps that stay read, besides the products' candidate roundings.
   std::vector<bool> read(out_.shapes.size(), false);
   std::vector<bool> candidate(steps.size(), false);
@@ -222,6 +213,57 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
   steps = std::move(kept);
   // An fp32 bias whose products all now read its 16-bit copy need not be uploaded.
   if (biases_rounded) DropUnusedBlobs();
+}
+
+int Lowerer::LastWriter(int v, int before) const {
+  const int owner = Owner(v);
+  int writer = -1;
+  for (int i = 0; i < before; ++i) {
+    const GpuStep& s = out_.steps[i];
+    bool writes = s.out >= 0 && Owner(s.out) == owner;
+    // Recurrent states are updated in place: these steps write values they list as inputs.
+    if (s.kind == GpuStep::Kind::kGruReset || s.kind == GpuStep::Kind::kRnnCell)
+      for (int u : s.in) writes |= u >= 0 && Owner(u) == owner;
+    if (writes) writer = i;
+  }
+  return writer;
+}
+
+void Lowerer::PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bool>& drop) {
+  std::vector<GpuStep>& steps = out_.steps;
+  const int num_steps = static_cast<int>(steps.size());
+  for (int p = 0; p < num_steps; ++p) {
+    if (steps[p].kind != GpuStep::Kind::kPool || steps[p].pool != PoolOp::kMax ||
+        steps[p].shard >= 0)
+      continue;
+    const int x = steps[p].in[0], y = steps[p].out;
+    if (Owner(y) != y) continue;
+    auto r = rounded_.find(y);
+    if (r == rounded_.end()) continue;
+    auto at = rounding_at.find(r->second);
+    if (at == rounding_at.end() || drop[at->second]) continue;
+    const int rounding = at->second;
+    // Nothing but its rounding reads the pool's fp32 output (a graph output counts).
+    bool other_reader = false;
+    for (int u : graph_.outputs) other_reader |= Owner(u) == y;
+    for (int i = 0; i < num_steps && !other_reader; ++i) {
+      if (i == rounding || drop[i]) continue;
+      for (int u : steps[i].in) other_reader |= u >= 0 && Owner(u) == y;
+    }
+    if (other_reader) continue;
+    const int writer = LastWriter(x, p);
+    if (writer < 0) continue;
+    GpuStep& w = steps[writer];
+    if (w.kind != GpuStep::Kind::kConvEpilogue || w.out != x || w.shard >= 0) continue;
+    if (w.half_out < 0) {
+      const Shape shape = ShapeOf(x);  // a copy: NewTemp may move the shapes
+      w.half_out = NewTemp(shape, OperandDtype());
+      rounded_[x] = w.half_out;
+    }
+    steps[p].in[0] = w.half_out;
+    steps[p].out = steps[rounding].out;
+    drop[rounding] = true;
+  }
 }
 
 void Lowerer::DropUnusedBlobs() {

@@ -32,13 +32,15 @@ const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
 }
 
 // What a mixed-precision plan's roundings to 16 bits look like: each value is rounded once,
-// by a kToHalf step or by the epilogue that wrote it (GpuStep::half_out); each cuDNN
-// convolution reads the rounding of its input, made before it; an epilogue that stopped
-// writing fp32 rounds instead, and nothing reads its fp32 result.
+// by a kToHalf step, by the epilogue that wrote it (GpuStep::half_out) or by a max pool of
+// 16-bit values; each cuDNN convolution, and each such pool, reads the rounding of its
+// input, made before it; an epilogue that stopped writing fp32 rounds instead, and nothing
+// reads its fp32 result, nor the fp32 output of a pool in 16 bits.
 struct Roundings {
   int steps = 0;    // kToHalf
   int fused = 0;    // epilogues with half_out
   int dropped = 0;  // epilogues writing 16 bits alone
+  int pools = 0;    // max pools of 16-bit values
 };
 Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
   Roundings r;
@@ -75,6 +77,19 @@ Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
       }
     } else if (s.kind == K::kConvEpilogue) {
       EXPECT_GE(s.out, 0);
+    }
+    if (s.kind == K::kPool && l.dtypes[s.out] != DataType::kFp32) {
+      ++r.pools;
+      const Node& node = g.nodes[s.node];
+      EXPECT_EQ(s.pool, PoolOp::kMax) << node.name;
+      EXPECT_EQ(l.dtypes[s.out], half);
+      EXPECT_TRUE(rounding_of.count(node.inputs[0])) << node.name << " reads no rounding before it";
+      if (rounding_of.count(node.inputs[0])) {
+        EXPECT_EQ(s.in[0], rounding_of[node.inputs[0]]);
+      }
+      EXPECT_TRUE(rounding_of.emplace(node.outputs[0], s.out).second) << node.name;
+      EXPECT_FALSE(read.count(node.outputs[0])) << node.name;
+      EXPECT_EQ(std::count(g.outputs.begin(), g.outputs.end(), node.outputs[0]), 0);
     }
     if (s.kind == K::kConv) {
       const Node& node = g.nodes[s.node];
@@ -305,9 +320,9 @@ TEST(LowerConvOnCudnnTest, ResNetsResidualAndReluFuseIntoItsConvolution) {
 // In fp16 and bf16 cuDNN reads and writes 16 bits: x rounded first, the weight stored in 16
 // bits; one epilogue pass casts the output back to fp32 with the bias and ReLU (cuDNN fuses
 // them in fp32 alone). The image classifier's first convolution feeds the second alone: its
-// epilogue rounds for it and writes no fp32. The others feed a max pool or the global pool,
-// in fp32; kToHalf steps round the image, the pools' outputs for the next convolutions and
-// the Gemm's input.
+// epilogue rounds for it and writes no fp32. The next two feed max pools, which pool their
+// 16-bit roundings for the next convolutions, so they write no fp32 either. The last feeds
+// the global pool in fp32; kToHalf steps round the image and the Gemm's input.
 TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
   for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
     SCOPED_TRACE(math == GemmMath::kFp16 ? "fp16" : "bf16");
@@ -352,9 +367,10 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
     }
     EXPECT_EQ(convs, 4);
     const Roundings r = CheckRoundings(p.model->graph(), *lowered, half);
-    EXPECT_EQ(r.steps, 4);
-    EXPECT_EQ(r.fused, 1);
-    EXPECT_EQ(r.dropped, 1);
+    EXPECT_EQ(r.steps, 2);
+    EXPECT_EQ(r.fused, 3);
+    EXPECT_EQ(r.dropped, 3);
+    EXPECT_EQ(r.pools, 2);
     ExpectAligned(*lowered);
   }
 }
@@ -410,6 +426,7 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
     EXPECT_EQ(r.steps, 3);
     EXPECT_EQ(r.fused, 4);
     EXPECT_EQ(r.dropped, 4);
+    EXPECT_EQ(r.pools, 0);  // the stem's pool is read in fp32 too
     ExpectAligned(*lowered);
   }
 }
@@ -485,6 +502,52 @@ TEST(LowerConvOnCudnnTest, AnEpilogueKeepsItsFp32ResultForAGraphOutputOrAView) {
     ASSERT_NE(first, nullptr);
     EXPECT_GE(first->half_out, 0);
     EXPECT_EQ(first->out, g.nodes[first->node].outputs[0]);
+  }
+}
+
+// A max pool between two 16-bit convolutions pools the first one's rounding, which that
+// convolution's epilogue writes, into the rounding the second reads: no kToHalf step is
+// left but the input's. It stays fp32 when its output is also the graph's (then it is
+// rounded by a step of its own), and for an average (the average of 16-bit values is not
+// the rounding of the fp32 average). When y itself is also the graph's, the epilogue keeps
+// writing it and the pool still reads the rounding.
+TEST(LowerConvOnCudnnTest, AMaxPoolBetweenConvolutionsPoolsTheir16BitValues) {
+  struct Case {
+    const char* variant;
+    int steps, fused, dropped, pools;
+  };
+  for (const Case& c : {Case{"plain", 1, 1, 1, 1}, Case{"y_output", 1, 1, 0, 1},
+                        Case{"pooled_output", 2, 0, 0, 0}, Case{"average", 2, 0, 0, 0}}) {
+    SCOPED_TRACE(c.variant);
+    Prepared p = Prepare(Model::FromGraph(PoolBetweenConvsGraph(c.variant)), {{2, 3, 8, 8}});
+    ASSERT_TRUE(p.plan);
+    const Graph& g = p.model->graph();
+    for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+      const DataType half = math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+      auto lowered = LowerPlan(g, *p.plan, OnCudnn(math));
+      ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+      EXPECT_EQ(Kinds(*lowered),
+                c.pools == 1 ? (std::vector<K>{K::kToHalf, K::kConv, K::kConvEpilogue, K::kPool,
+                                               K::kConv, K::kConvEpilogue})
+                             : (std::vector<K>{K::kToHalf, K::kConv, K::kConvEpilogue, K::kPool,
+                                               K::kToHalf, K::kConv, K::kConvEpilogue}));
+      const Roundings r = CheckRoundings(g, *lowered, half);
+      EXPECT_EQ(r.steps, c.steps);
+      EXPECT_EQ(r.fused, c.fused);
+      EXPECT_EQ(r.dropped, c.dropped);
+      EXPECT_EQ(r.pools, c.pools);
+      const GpuStep* pool = FirstStep(*lowered, K::kPool);
+      ASSERT_NE(pool, nullptr);
+      EXPECT_EQ(lowered->dtypes[pool->in[0]], c.pools == 1 ? half : DataType::kFp32);
+      EXPECT_EQ(lowered->dtypes[pool->out], c.pools == 1 ? half : DataType::kFp32);
+      ExpectAligned(*lowered);
+    }
+    // fp32 and TF32 round nothing: the pool stays fp32.
+    auto tf32 = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kTf32));
+    ASSERT_TRUE(tf32.ok()) << tf32.status().ToString();
+    const GpuStep* pool = FirstStep(*tf32, K::kPool);
+    ASSERT_NE(pool, nullptr);
+    EXPECT_EQ(tf32->dtypes[pool->out], DataType::kFp32);
   }
 }
 

@@ -469,8 +469,16 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       if (lowering_.dtypes[s.out] != DataType::kFp32)
         return Im2ColHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out), s.window, stream);
       return Im2Col(in(0), y, s.window, stream);
-    case GpuStep::Kind::kPool:
-      return Pool2d(s.pool, in(0), y, s.window, stream);
+    case GpuStep::Kind::kPool: {
+      const DataType dtype = lowering_.dtypes[s.out];
+      if (dtype == DataType::kFp32) return Pool2d(s.pool, in(0), y, s.window, stream);
+      // A max pool between 16-bit convolutions (Lowerer::FuseRoundingsIntoEpilogues).
+      if ((dtype != DataType::kFp16 && dtype != DataType::kBf16) || s.pool != PoolOp::kMax ||
+          lowering_.dtypes[s.in[0]] != dtype)
+        return Internal("step " + std::to_string(i) + ": a 16-bit pool must be a max pool of " +
+                        "its own type");
+      return MaxPool2dHalf(HalfOf(dtype), Address(s.in[0]), Address(s.out), s.window, stream);
+    }
     case GpuStep::Kind::kPlace: {
       Shape x_dims = lowering_.shapes[s.in[0]];
       if (s.words > 1) x_dims.push_back(s.words);  // an 8-byte element's two words

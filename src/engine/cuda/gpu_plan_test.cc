@@ -264,6 +264,13 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
     Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
     ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 161)}, {Random({2, 3, 8, 8}, 162)}}, math,
                         tolerance);
+    // A max pool between convolutions, of 16-bit values in fp16 and bf16; and of fp32 ones
+    // when the pool's output is the graph's too.
+    for (const char* variant : {"plain", "y_output", "pooled_output"}) {
+      SCOPED_TRACE(variant);
+      Prepared pooled = Prepare(Model::FromGraph(PoolBetweenConvsGraph(variant)), {{2, 3, 8, 8}});
+      ExpectGpuMatchesCpu(pooled, {{Random({2, 3, 8, 8}, 163)}}, math, tolerance);
+    }
   }
   Prepared resnet =
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});

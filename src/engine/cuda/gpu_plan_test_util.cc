@@ -190,6 +190,25 @@ Graph IdentityBlockGraph() {
   return b.Finish(b.Op("Relu", "out", {sum}));
 }
 
+Graph PoolBetweenConvsGraph(const std::string& variant) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3, 8, 8});
+  auto conv = [&](const std::string& name, int in, int c, uint64_t seed) {
+    const int w = b.Constant(name + ".w", Random({4, c, 3, 3}, seed));
+    const int bias = b.Constant(name + ".b", Random({4}, seed + 1));
+    return b.Op("Conv", name, {in, w, bias},
+                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
+  };
+  const int y = b.Op("Relu", "y", {conv("a", x, 3, 41)});
+  const int pooled = b.Op(
+      variant == "average" ? "AveragePool" : "MaxPool", "pool", {y},
+      {{"kernel_shape", AInts({3, 3})}, {"strides", AInts({2, 2})}, {"pads", AInts({1, 1, 1, 1})}});
+  const int out = conv("b", pooled, 4, 43);
+  if (variant == "pooled_output") return b.Finish(std::vector<int>{out, pooled});
+  if (variant == "y_output") return b.Finish(std::vector<int>{out, y});
+  return b.Finish(out);
+}
+
 Graph ChainGraph() {
   GraphBuilder b;
   int v = b.Input("x", {64, 64});

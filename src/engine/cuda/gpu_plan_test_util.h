@@ -52,6 +52,12 @@ Graph GroupedConvGraph();
 // convolution and, in fp32, as the residual.
 Graph IdentityBlockGraph();
 
+// A convolution and its ReLU (y [2, 4, 8, 8]), a 3x3 max pool of stride 2 and padding 1,
+// and a second convolution of the pooled values, its output the graph's. `variant`:
+// "plain"; "pooled_output" and "y_output" also return the pooled values or y; "average"
+// pools by AveragePool instead.
+Graph PoolBetweenConvsGraph(const std::string& variant);
+
 // Attention written with Einsums, as einops-style code exports it: x [2, 3, 5, 8] is Q,
 // x * k_scale K and x + v_shift V; scores "bhqd,bhkd->bhqk", a Softmax, then the
 // weighted sum "bhqk,bhkd->bhqd". The optimiser turns both Einsums into products.

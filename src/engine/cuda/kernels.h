@@ -211,6 +211,11 @@ enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // position inside the input gives 0.
 cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Window2d& g,
                             cudaStream_t stream);
+// Max pooling as LaunchPool2dF32 does it, of 16-bit x into 16-bit y (`type` names both):
+// equal to the rounding of the fp32 pool's result over the unrounded values (a zero's sign
+// aside), since rounding keeps order.
+cudaError_t LaunchMaxPool2dHalf(HalfKernel type, const void* x, void* y, const Window2d& g,
+                                cudaStream_t stream);
 
 // RoiAlign (ONNX, as the CPU engine computes it): x [n, c, h, w], rois [rois, 4] (x1, y1,
 // x2, y2), batch [rois] int64, y [rois, c, out_h, out_w]. Each output is the average (or,

@@ -53,14 +53,22 @@ __global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window
   }
 }
 
-__global__ void Pool2dF32(PoolKernel op, const float* __restrict__ x, float* __restrict__ y,
-                          Window2d g, int64_t total) {
+// A stored element as fp32: exact for every type here.
+__device__ __forceinline__ float AsFloat(float v) { return v; }
+__device__ __forceinline__ float AsFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float AsFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// T is float, or a 16-bit type for max pooling alone: the largest of 16-bit values is one of
+// them, so storing it back rounds nothing.
+template <typename T>
+__global__ void Pool2d(PoolKernel op, const T* __restrict__ x, T* __restrict__ y, Window2d g,
+                       int64_t total) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t ox = i % g.ow;
     const int64_t oy = (i / g.ow) % g.oh;
     const int64_t plane = i / (g.ow * g.oh);  // b * c + channel
-    const float* in = x + plane * g.h * g.w;
+    const T* in = x + plane * g.h * g.w;
     float best = -FLT_MAX, sum = 0.f;
     int64_t inside = 0;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -68,20 +76,21 @@ __global__ void Pool2dF32(PoolKernel op, const float* __restrict__ x, float* __r
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
         if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-        const float v = in[iy * g.w + ix];
+        const float v = AsFloat(in[iy * g.w + ix]);
         best = fmaxf(best, v);
         sum += v;
         ++inside;
       }
     }
     if (inside == 0) {
-      y[i] = 0.f;
+      y[i] = ColumnValue<T>(0.f);
     } else if (op == PoolKernel::kMax) {
-      y[i] = best;
+      y[i] = ColumnValue<T>(best);
     } else {
       // Counting the padding divides by the whole window, as the CPU engine (oneDNN's
       // avg_include_padding) does, also where a ceil_mode window runs past the padding.
-      y[i] = sum / static_cast<float>(op == PoolKernel::kAverage ? inside : g.kh * g.kw);
+      y[i] = ColumnValue<T>(sum /
+                            static_cast<float>(op == PoolKernel::kAverage ? inside : g.kh * g.kw));
     }
   }
 }
@@ -159,7 +168,23 @@ cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Windo
   const int64_t total = g.n * g.c * g.oh * g.ow;
   if (total <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  Pool2dF32<<<BlocksFor(total), kThreads, 0, stream>>>(op, x, y, g, total);
+  Pool2d<float><<<BlocksFor(total), kThreads, 0, stream>>>(op, x, y, g, total);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMaxPool2dHalf(HalfKernel type, const void* x, void* y, const Window2d& g,
+                                cudaStream_t stream) {
+  const int64_t total = g.n * g.c * g.oh * g.ow;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();
+  if (type == HalfKernel::kFp16) {
+    Pool2d<__half><<<BlocksFor(total), kThreads, 0, stream>>>(
+        PoolKernel::kMax, static_cast<const __half*>(x), static_cast<__half*>(y), g, total);
+  } else {
+    Pool2d<__nv_bfloat16><<<BlocksFor(total), kThreads, 0, stream>>>(
+        PoolKernel::kMax, static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), g,
+        total);
+  }
   return cudaGetLastError();
 }
 

@@ -207,7 +207,18 @@ class Lowerer {
   // (GpuStep::half_out), one pass instead of two; a product whose fp32 output only that
   // rounding reads writes 16 bits itself, with a 16-bit bias; and an epilogue from a 16-bit cuDNN
   // output whose fp32 result nothing else reads (a graph output counts as read) stops writing it.
+  // A max pool between such convolutions pools their 16-bit values (PoolIn16Bits).
   void FuseRoundingsIntoEpilogues();
+  // The last step before step `before` to write v's bytes (v's owner, or, for the steps that
+  // update their inputs in place, an input), or -1.
+  int LastWriter(int v, int before) const;
+  // Mixed precision: a max pool whose fp32 output only its rounding reads, of the output of
+  // a convolution's epilogue, reads that epilogue's rounding of its input (made for it if no
+  // product needed one) and writes the rounding of its output itself: the largest of 16-bit
+  // values is the rounding of the largest fp32 one, so the next convolutions read the same
+  // bits, with one pass over the pooled values fewer. `rounding_at` maps each 16-bit
+  // temporary to its kToHalf step; the roundings the pools take over are marked in `drop`.
+  void PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bool>& drop);
   // Removes the blobs no step's weight slot and no known value names, renumbering the
   // slots and recounting weight_bytes.
   void DropUnusedBlobs();
