@@ -6,14 +6,24 @@
 
 #include "core/tensor.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
 
 namespace shoal::engine::cuda {
 Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream, float alpha,
-             float beta) {
+             float beta, void* half, HalfType half_type) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
-  return CudaStatus(internal::LaunchUnaryF32(static_cast<internal::UnaryKernel>(op), x, y, n, alpha,
-                                             beta, stream),
-                    "unary kernel launch");
+  if (y == nullptr && half == nullptr) return InvalidArgument("unary: no output");
+  // Each thread reads x and writes y and half: half's bytes must be neither's.
+  const auto elements = static_cast<uint64_t>(n);
+  const uint64_t half_bytes = half ? elements * 2 : 0;
+  if (BytesOverlap(half, half_bytes, x, elements * sizeof(float)) ||
+      BytesOverlap(half, half_bytes, y, y ? elements * sizeof(float) : 0)) {
+    return InvalidArgument("unary: its 16-bit output overlaps x or y");
+  }
+  return CudaStatus(
+      internal::LaunchUnaryF32(static_cast<internal::UnaryKernel>(op), x, y, n, alpha, beta, stream,
+                               half ? static_cast<int>(half_type) : -1, half),
+      "unary kernel launch");
 }
 
 StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,

@@ -47,9 +47,16 @@ enum class UnaryOp {
 // kPRelu: b is the slope where a is negative (ONNX PRelu), a otherwise.
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu };
 
-// y = op(x) over n elements; x and y may be the same buffer.
+// The 16-bit floating-point types of a mixed-precision plan's GEMM operands.
+enum class HalfType { kFp16, kBf16 };
+
+// y = op(x) over n elements; x and y may be the same buffer. With `half` (null: none), the
+// result is also written rounded to `half_type` there, in the same pass (a mixed-precision
+// plan's next product reads it), and y may be null (16 bits alone). InvalidArgument for a
+// negative n, no output at all, or a half that overlaps x or y.
 Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream,
-             float alpha = 0.f, float beta = 0.f);
+             float alpha = 0.f, float beta = 0.f, void* half = nullptr,
+             HalfType half_type = HalfType::kFp16);
 
 // The output shape and index tables of a broadcast of a_dims against b_dims (NumPy's
 // rule: dimensions aligned from the innermost, each pair equal or one of them 1).
@@ -112,8 +119,6 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, 
 enum class CastSource { kInt64, kInt32, kBool, kFp16, kBf16 };
 Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream);
 
-// The 16-bit floating-point types of a mixed-precision plan's GEMM operands.
-enum class HalfType { kFp16, kBf16 };
 // y = x rounded to `to` (round to nearest even; fp16 overflows to infinity) over n
 // elements, 2 bytes each in y. x and y must not overlap.
 Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 
 #include "core/bf16.h"
 #include "core/fp16.h"
@@ -350,6 +351,52 @@ TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
           << "op " << static_cast<int>(c.op) << " at " << in[i];
     }
   }
+}
+
+// With a 16-bit output, an activation also writes its result rounded, bit for bit what the
+// host's rounding of its fp32 result gives, beside that result or alone; in place too (x is
+// y), as a product's activation runs.
+TEST_F(ElementwiseGpuTest, AnActivationAlsoWritesItsResultRounded) {
+  const std::vector<float> x = Random(10007, -4.f, 4.f, 3);
+  DeviceBuffer dx = Upload(x), dy = Floats(x.size());
+  ASSERT_TRUE(Unary(UnaryOp::kGelu, dx.as<float>(), dy.as<float>(), x.size(), stream()).ok());
+  const std::vector<float> want = Download(dy, x.size());
+  for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+    SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
+    for (const char* how : {"beside", "alone", "in place"}) {
+      SCOPED_TRACE(how);
+      const std::vector<uint16_t> stale(x.size(), 0x7e00);  // NaN in both types
+      DeviceBuffer half = UploadBytes(stale.data(), stale.size() * 2);
+      DeviceBuffer y = how == std::string("in place") ? Upload(x) : Floats(x.size());
+      const float* in = how == std::string("in place") ? y.as<float>() : dx.as<float>();
+      float* out = how == std::string("alone") ? nullptr : y.as<float>();
+      ASSERT_TRUE(
+          Unary(UnaryOp::kGelu, in, out, x.size(), stream(), 0.f, 0.f, half.data(), type).ok());
+      std::vector<uint16_t> bits(x.size());
+      DownloadBytes(half, bits.data(), bits.size() * 2);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint16_t expect =
+            type == HalfType::kFp16 ? FloatToFp16(want[i]) : FloatToBf16(want[i]);
+        ASSERT_EQ(bits[i], expect) << "at " << i;
+      }
+      if (out != nullptr) {
+        EXPECT_EQ(Download(y, x.size()), want);
+      }
+    }
+  }
+}
+
+TEST(UnaryShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
+  alignas(16) float buffer[64] = {};
+  EXPECT_EQ(Unary(UnaryOp::kRelu, buffer, nullptr, 8, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  // The rounding over x, or over y.
+  EXPECT_EQ(Unary(UnaryOp::kRelu, buffer, buffer + 32, 8, nullptr, 0.f, 0.f, buffer + 2).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Unary(UnaryOp::kRelu, buffer, buffer + 32, 8, nullptr, 0.f, 0.f, buffer + 36).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Unary(UnaryOp::kRelu, buffer, nullptr, -1, nullptr, 0.f, 0.f, buffer + 16).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ElementwiseGpuTest, BinaryOperatorsBroadcastLikeNumPy) {

@@ -164,9 +164,12 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
       products.push_back({writer, rounding, v});
       continue;
     }
-    // A convolution's epilogue or a layer normalisation: it writes the rounding beside v.
-    if (w.kind == GpuStep::Kind::kConvEpilogue ||
-        (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty())) {
+    // A convolution's epilogue, a layer normalisation, an element-wise activation, or a
+    // product's activation that its epilogue lacks (an exact GELU, say) when nothing is added
+    // after it: it writes the rounding beside v.
+    if (w.kind == GpuStep::Kind::kConvEpilogue || w.kind == GpuStep::Kind::kUnary ||
+        (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty()) ||
+        (w.kind == GpuStep::Kind::kGemm && w.post && w.in[3] < 0)) {
       w.half_out = half;
       drop[rounding] = true;
     }
@@ -199,12 +202,12 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     }
     drop[rounding] = true;
   }
-  // An epilogue from a 16-bit output whose fp32 result nothing reads now writes 16 bits alone.
+  // An epilogue from a 16-bit output, or an activation, whose fp32 result nothing reads now
+  // writes 16 bits alone.
   for (GpuStep& w : steps) {
-    if (w.kind == GpuStep::Kind::kConvEpilogue && w.half_out >= 0 && w.conv_epilogue.source &&
-        Owner(w.out) == w.out && !read[w.out]) {
-      w.out = -1;
-    }
+    const bool alone = (w.kind == GpuStep::Kind::kConvEpilogue && w.conv_epilogue.source) ||
+                       w.kind == GpuStep::Kind::kUnary;
+    if (alone && w.half_out >= 0 && Owner(w.out) == w.out && !read[w.out]) w.out = -1;
   }
   std::vector<GpuStep> kept;
   kept.reserve(steps.size());

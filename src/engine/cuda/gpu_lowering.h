@@ -253,10 +253,11 @@ struct GpuStep {
   // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
   // fp32 value per channel) or -1.
   ConvEpilogueOptions conv_epilogue;
-  // kConvEpilogue and kLayerNorm, in mixed precision: a 16-bit value the step also writes,
-  // its result rounded (the rounding a later product reads, which would otherwise be a
-  // kToHalf step of its own), or -1. Then a kConvEpilogue whose c is a 16-bit cuDNN output
-  // and whose fp32 result nothing reads has out -1.
+  // kConvEpilogue, kLayerNorm, kUnary, and kGemm with a `post` and no residual, in mixed
+  // precision: a 16-bit value the step also writes, its result rounded (the rounding a later
+  // product reads, which would otherwise be a kToHalf step of its own), or -1. Then a
+  // kConvEpilogue whose c is a 16-bit cuDNN output, or a kUnary, whose fp32 result nothing
+  // reads has out -1.
   int half_out = -1;
 };
 

@@ -514,7 +514,9 @@ TEST(LowerPlanTest, PlansForOtherShapesNameTheSameBlobs) {
 // A product writes its output in 16 bits itself only when the next product's rounding is
 // all that reads it: not when an activation runs after its epilogue (a Sigmoid), another
 // step reads it too (an Add), it is a graph output, or a residual is added after it. Then
-// it writes fp32 and a kToHalf step rounds what the next product reads.
+// it writes fp32 and a kToHalf step rounds what the next product reads, except after an
+// activation, which rounds its own result for the next product in its pass (unless a
+// residual is added after it).
 Graph ProductThenProductGraph(const std::string& between) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 8});
@@ -523,8 +525,9 @@ Graph ProductThenProductGraph(const std::string& between) {
   const int w2 = b.Constant("w2", Random({16, 4}, 83));
   int y = b.Op("Add", "y", {b.Op("MatMul", "xw", {x, w1}), b1});
   std::vector<int> outputs;
-  if (between == "sigmoid") y = b.Op("Sigmoid", "act", {y});
-  if (between == "residual") {  // a computed residual, which the optimiser fuses into a product
+  if (between == "sigmoid" || between == "sigmoid, residual") y = b.Op("Sigmoid", "act", {y});
+  if (between == "residual" || between == "sigmoid, residual") {
+    // A computed residual, which the optimiser fuses into a product.
     const int w3 = b.Constant("w3", Random({8, 16}, 84));
     y = b.Op("Add", "res", {y, b.Op("MatMul", "xv", {x, w3})});
   }
@@ -535,7 +538,8 @@ Graph ProductThenProductGraph(const std::string& between) {
 }
 
 TEST(LowerPlanTest, AProductKeepsItsFp32OutputUnlessOnlyTheNextProductReadsIt) {
-  for (const char* between : {"nothing", "sigmoid", "residual", "output", "another reader"}) {
+  for (const char* between :
+       {"nothing", "sigmoid", "residual", "sigmoid, residual", "output", "another reader"}) {
     SCOPED_TRACE(between);
     Prepared p = Prepare(Model::FromGraph(ProductThenProductGraph(between)), {{4, 8}});
     ASSERT_TRUE(p.plan);
@@ -549,17 +553,28 @@ TEST(LowerPlanTest, AProductKeepsItsFp32OutputUnlessOnlyTheNextProductReadsIt) {
       if (s.kind == GpuStep::Kind::kGemm) gemms.push_back(&s);
       roundings += s.kind == GpuStep::Kind::kToHalf;
     }
-    const bool residual = std::string(between) == "residual";
+    const bool residual = std::string(between).find("residual") != std::string::npos;
     ASSERT_EQ(gemms.size(), residual ? 3u : 2u);
     const GpuStep* first = gemms[gemms.size() - 2];  // the product the last one reads
     const GpuStep* last = gemms.back();
     if (residual) {
       ASSERT_GE(first->in[3], 0) << "the optimiser did not fuse the residual";
     }
+    if (std::string(between) == "sigmoid, residual") {
+      // The residual is added after the activation: what the next product reads is the sum.
+      ASSERT_TRUE(first->post.has_value()) << "the optimiser did not fuse the activation";
+    }
     const bool fused = std::string(between) == "nothing";
+    const bool activation = std::string(between) == "sigmoid";
     EXPECT_EQ(first->gemm.fp32_output, !fused);
     EXPECT_EQ(l->dtypes[first->out], fused ? DataType::kFp16 : DataType::kFp32);
-    EXPECT_EQ(roundings, fused ? 1 : 2);  // x's, and the first product's output's unless fused
+    // x's, and the first product's output's unless it or its activation rounds it.
+    EXPECT_EQ(roundings, fused || activation ? 1 : 2);
+    EXPECT_EQ(first->half_out >= 0, activation);
+    if (activation) {
+      EXPECT_TRUE(first->post.has_value());
+      EXPECT_EQ(last->in[0], first->half_out);
+    }
     EXPECT_EQ(l->dtypes[last->in[0]], DataType::kFp16);
     EXPECT_TRUE(last->gemm.fp32_output);  // the graph's output
     for (const GpuStep* g : gemms) {
@@ -568,6 +583,39 @@ TEST(LowerPlanTest, AProductKeepsItsFp32OutputUnlessOnlyTheNextProductReadsIt) {
       }
     }
     ExpectAligned(*l);
+  }
+}
+
+// An element-wise activation that only a product reads (Tanh of the input, then MatMul)
+// rounds its result for it in its own pass and writes no fp32; when the graph returns the
+// activation too, it writes both. In fp32 and TF32 nothing is rounded.
+TEST(LowerPlanTest, AnActivationRoundsItsResultForTheProductAfterIt) {
+  for (bool also_output : {false, true}) {
+    SCOPED_TRACE(also_output ? "also an output" : "read by the product alone");
+    Prepared p = Prepare(Model::FromGraph(ActivationThenProductGraph(also_output)), {{4, 8}});
+    ASSERT_TRUE(p.plan);
+    for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16, GemmMath::kTf32}) {
+      GpuPlanOptions options;
+      options.math = math;
+      auto l = LowerPlan(p.model->graph(), *p.plan, options);
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      ASSERT_EQ(l->steps.size(), 2u);
+      ASSERT_EQ(l->steps[0].kind, GpuStep::Kind::kUnary);
+      ASSERT_EQ(l->steps[1].kind, GpuStep::Kind::kGemm);
+      const GpuStep& tanh = l->steps[0];
+      const GpuStep& product = l->steps[1];
+      if (math == GemmMath::kTf32) {
+        EXPECT_EQ(tanh.half_out, -1);
+        EXPECT_EQ(product.in[0], tanh.out);
+        continue;
+      }
+      ASSERT_GE(tanh.half_out, 0);
+      EXPECT_EQ(l->dtypes[tanh.half_out],
+                math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16);
+      EXPECT_EQ(product.in[0], tanh.half_out);
+      EXPECT_EQ(tanh.out, also_output ? p.model->graph().outputs[1] : -1);
+      ExpectAligned(*l);
+    }
   }
 }
 
@@ -670,14 +718,18 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   options.math = GemmMath::kFp16;
   auto attention = LowerPlan(text.model->graph(), *text.plan, options);
   ASSERT_TRUE(attention.ok()) << attention.status().ToString();
-  // Every GEMM operand is a rounding made before it: by a kToHalf step, or by the layer
-  // normalisation that wrote the value, in the same pass (its half_out), which then needs no
-  // kToHalf step. Each rounding is read.
+  // Every GEMM operand is a rounding made before it: by a kToHalf step, or by the step that
+  // wrote the value, in the same pass (its half_out), which then needs no kToHalf step: a
+  // layer normalisation, or the feed-forward product whose exact GELU runs after its
+  // epilogue. Each rounding is read.
   std::vector<int> halves;  // 16-bit values written so far
   std::set<int> read;
-  int batched = 0, by_norm = 0;
+  int batched = 0, by_norm = 0, by_activation = 0, roundings = 0;
   for (const GpuStep& s : attention->steps) {
-    if (s.kind == GpuStep::Kind::kToHalf) halves.push_back(s.out);
+    if (s.kind == GpuStep::Kind::kToHalf) {
+      halves.push_back(s.out);
+      ++roundings;
+    }
     if (s.kind == GpuStep::Kind::kLayerNorm && s.half_out >= 0) {
       ++by_norm;
       EXPECT_EQ(attention->dtypes[s.half_out], DataType::kFp16);
@@ -688,17 +740,26 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
     for (int k : {0, 1}) {
       if (s.in[k] < 0) continue;
       read.insert(s.in[k]);
-      // (A product that wrote its output in 16 bits made that rounding: none here, whose
-      // first feed-forward product has an exact GELU after its epilogue.)
       EXPECT_NE(std::find(halves.begin(), halves.end(), s.in[k]), halves.end())
           << "a GEMM operand not rounded before it";
     }
     batched += s.gemm.batch > 1;
     if (!s.gemm.fp32_output) halves.push_back(s.out);
+    if (s.half_out >= 0) {
+      ++by_activation;
+      EXPECT_EQ(s.post, UnaryOp::kGelu);
+      EXPECT_EQ(s.in[3], -1);
+      EXPECT_EQ(attention->dtypes[s.half_out], DataType::kFp16);
+      halves.push_back(s.half_out);
+    }
   }
   for (int h : halves) EXPECT_TRUE(read.count(h)) << "a rounding nothing reads: " << h;
   EXPECT_EQ(batched, 4);
-  EXPECT_EQ(by_norm, 3);  // the three LayerNormalizations, each before a product
+  EXPECT_EQ(by_norm, 3);        // the three LayerNormalizations, each before a product
+  EXPECT_EQ(by_activation, 2);  // each layer's first feed-forward product
+  // The embeddings, per layer Q, K, V, the attention weights and the heads' outputs (each a
+  // transpose or a softmax first), and the pooled features.
+  EXPECT_EQ(roundings, 12);
   int product_written = 0;
   for (const GpuStep& s : attention->steps)
     product_written += s.kind == GpuStep::Kind::kGemm && !s.gemm.fp32_output;

@@ -401,7 +401,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   }
   auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
   float* y = s.out >= 0 ? static_cast<float*>(Address(s.out)) : nullptr;
-  // The rounding a kConvEpilogue or kLayerNorm also writes (GpuStep::half_out), or none.
+  // The rounding a step also writes (GpuStep::half_out), or none.
   void* half = nullptr;
   HalfType half_type = HalfType::kFp16;
   if (s.half_out >= 0) {
@@ -437,12 +437,19 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
           s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data() : workspace_.data();
       RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
       const int64_t n = Product(lowering_.shapes[s.out]);
-      if (s.post) RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream, s.alpha, s.beta));
+      // The rounding, if any, is of the activation's result (the lowering gives a product
+      // with a residual none).
+      if (half && (!s.post || s.in[3] >= 0))
+        return Internal("step " + std::to_string(i) + ": a product rounds only its activation");
+      if (s.post)
+        RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream, s.alpha, s.beta, half, half_type));
       if (s.in[3] >= 0) RETURN_IF_ERROR(Binary(BinaryOp::kAdd, y, in(3), y, s.residual, stream));
       return Status::Ok();
     }
     case GpuStep::Kind::kUnary:
-      return Unary(s.unary, in(0), y, Product(lowering_.shapes[s.out]), stream, s.alpha, s.beta);
+      // With out -1 (16 bits alone), the element count is the rounding's.
+      return Unary(s.unary, in(0), y, Product(lowering_.shapes[s.out >= 0 ? s.out : s.half_out]),
+                   stream, s.alpha, s.beta, half, half_type);
     case GpuStep::Kind::kBinary: {
       const float* b =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));

@@ -209,6 +209,14 @@ Graph PoolBetweenConvsGraph(const std::string& variant) {
   return b.Finish(out);
 }
 
+Graph ActivationThenProductGraph(bool also_output) {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 8});
+  const int act = b.Op("Tanh", "act", {x});
+  const int out = b.Op("MatMul", "out", {act, b.Constant("w", Random({8, 4}, 85))});
+  return also_output ? b.Finish(std::vector<int>{out, act}) : b.Finish(out);
+}
+
 Graph ChainGraph() {
   GraphBuilder b;
   int v = b.Input("x", {64, 64});

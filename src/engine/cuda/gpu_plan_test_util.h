@@ -58,6 +58,10 @@ Graph IdentityBlockGraph();
 // pools by AveragePool instead.
 Graph PoolBetweenConvsGraph(const std::string& variant);
 
+// x [4, 8] through Tanh, then a MatMul by a constant [8, 4]: the product's output the
+// graph's, and, `also_output`, the Tanh's too.
+Graph ActivationThenProductGraph(bool also_output);
+
 // Attention written with Einsums, as einops-style code exports it: x [2, 3, 5, 8] is Q,
 // x * k_scale K and x + v_shift V; scores "bhqd,bhkd->bhqk", a Softmax, then the
 // weighted sum "bhqk,bhkd->bhqd". The optimiser turns both Einsums into products.

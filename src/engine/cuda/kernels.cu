@@ -102,6 +102,17 @@ __global__ void UnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, fl
   }
 }
 
+// The same, also (or only, y null) writing the result rounded into h.
+__global__ void UnaryRounding(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
+                              float beta, int half, void* h) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = ApplyUnary(op, x[i], alpha, beta);
+    if (y != nullptr) y[i] = v;
+    StoreRounded(half, h, i, v);
+  }
+}
+
 __global__ void BinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
                           BroadcastIndex index, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -268,10 +279,15 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
 }  // namespace
 
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
-                           float beta, cudaStream_t stream) {
+                           float beta, cudaStream_t stream, int half, void* h) {
   if (n <= 0) return cudaSuccess;
+  if ((half >= 0 && h == nullptr) || (half < 0 && y == nullptr)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
+  if (half < 0) {
+    UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
+  } else {
+    UnaryRounding<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta, half, h);
+  }
   return cudaGetLastError();
 }
 

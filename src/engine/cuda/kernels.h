@@ -53,9 +53,10 @@ struct BroadcastIndex {
 };
 
 // y[i] = op(x[i]) for i < n; alpha and beta are the parameters of the operators that take
-// them (elementwise.h).
+// them (elementwise.h). `half` (a HalfKernel, or -1) also writes y[i] rounded to that type
+// into h; y may be null then.
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
-                           float beta, cudaStream_t stream);
+                           float beta, cudaStream_t stream, int half = -1, void* h = nullptr);
 // y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`.
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
                             const BroadcastIndex& index, int64_t n, cudaStream_t stream);
