@@ -9,17 +9,23 @@
 #include "engine/cuda/device.h"
 
 namespace shoal::engine::cuda {
-Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream, float alpha,
-             float beta, void* half, HalfType half_type) {
-  if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
-  if (y == nullptr && half == nullptr) return InvalidArgument("unary: no output");
+Status CheckRounding(std::string_view what, const void* half, const float* x, const float* y,
+                     int64_t n) {
   // Each thread reads x and writes y and half: half's bytes must be neither's.
   const auto elements = static_cast<uint64_t>(n);
   const uint64_t half_bytes = half ? elements * 2 : 0;
   if (BytesOverlap(half, half_bytes, x, elements * sizeof(float)) ||
       BytesOverlap(half, half_bytes, y, y ? elements * sizeof(float) : 0)) {
-    return InvalidArgument("unary: its 16-bit output overlaps x or y");
+    return InvalidArgument(std::string(what) + ": its 16-bit output overlaps x or y");
   }
+  return Status::Ok();
+}
+
+Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream, float alpha,
+             float beta, void* half, HalfType half_type) {
+  if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
+  if (y == nullptr && half == nullptr) return InvalidArgument("unary: no output");
+  RETURN_IF_ERROR(CheckRounding("unary", half, x, y, n));
   return CudaStatus(
       internal::LaunchUnaryF32(static_cast<internal::UnaryKernel>(op), x, y, n, alpha, beta, stream,
                                half ? static_cast<int>(half_type) : -1, half),
@@ -177,7 +183,7 @@ Status Where(const uint8_t* cond, const float* a, const float* b, float* y, cons
 }
 
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, cudaStream_t stream,
-                       bool log) {
+                       bool log, void* half, HalfType half_type) {
   if (dims.empty()) return InvalidArgument("softmax needs at least one dimension");
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < dims.size(); ++d) {
@@ -190,7 +196,10 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, 
     return InvalidArgument("softmax of shape " + ShapeToString(dims) +
                            " has more than 2^31-1 rows");
   }
-  return CudaStatus(internal::LaunchSoftmaxRowsF32(x, y, rows, cols, log, stream),
+  if (y == nullptr && half == nullptr) return InvalidArgument("softmax: no output");
+  RETURN_IF_ERROR(CheckRounding("softmax", half, x, y, rows * cols));
+  return CudaStatus(internal::LaunchSoftmaxRowsF32(x, y, rows, cols, log, stream,
+                                                   half ? static_cast<int>(half_type) : -1, half),
                     "softmax kernel launch");
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/data_type.h"
@@ -49,6 +50,12 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu };
 
 // The 16-bit floating-point types of a mixed-precision plan's GEMM operands.
 enum class HalfType { kFp16, kBf16 };
+
+// The kernels that also write their result rounded (`half`, 2 bytes per element, or null)
+// refuse one whose bytes overlap x's or y's (n fp32 elements each; y may be null):
+// InvalidArgument naming `what`.
+Status CheckRounding(std::string_view what, const void* half, const float* x, const float* y,
+                     int64_t n);
 
 // y = op(x) over n elements; x and y may be the same buffer. With `half` (null: none), the
 // result is also written rounded to `half_type` there, in the same pass (a mixed-precision
@@ -110,9 +117,12 @@ Status Where(const uint8_t* cond, const float* a, const float* b, float* y, cons
              cudaStream_t stream);
 
 // Softmax along the last of `dims` (ONNX Softmax with axis -1), x and y of that shape; with
-// `log`, LogSoftmax.
+// `log`, LogSoftmax. With `half` (null: none), the result is also written rounded to
+// `half_type` there, in the same pass, and y may be null (16 bits alone). InvalidArgument
+// for bad dims, no output at all, or a half that overlaps x or y.
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, cudaStream_t stream,
-                       bool log = false);
+                       bool log = false, void* half = nullptr,
+                       HalfType half_type = HalfType::kFp16);
 
 // y = float(x) over n elements: Cast to fp32 from int64, int32 or bool (one byte each; any
 // value but 0 is 1), or, exactly, from fp16 or bf16. x and y must not overlap.

@@ -365,20 +365,13 @@ TEST_F(ElementwiseGpuTest, AnActivationAlsoWritesItsResultRounded) {
     SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
     for (const char* how : {"beside", "alone", "in place"}) {
       SCOPED_TRACE(how);
-      const std::vector<uint16_t> stale(x.size(), 0x7e00);  // NaN in both types
-      DeviceBuffer half = UploadBytes(stale.data(), stale.size() * 2);
+      DeviceBuffer half = StaleHalves(x.size());
       DeviceBuffer y = how == std::string("in place") ? Upload(x) : Floats(x.size());
       const float* in = how == std::string("in place") ? y.as<float>() : dx.as<float>();
       float* out = how == std::string("alone") ? nullptr : y.as<float>();
       ASSERT_TRUE(
           Unary(UnaryOp::kGelu, in, out, x.size(), stream(), 0.f, 0.f, half.data(), type).ok());
-      std::vector<uint16_t> bits(x.size());
-      DownloadBytes(half, bits.data(), bits.size() * 2);
-      for (size_t i = 0; i < x.size(); ++i) {
-        const uint16_t expect =
-            type == HalfType::kFp16 ? FloatToFp16(want[i]) : FloatToBf16(want[i]);
-        ASSERT_EQ(bits[i], expect) << "at " << i;
-      }
+      ExpectRounded(half, want, type);
       if (out != nullptr) {
         EXPECT_EQ(Download(y, x.size()), want);
       }
@@ -490,6 +483,43 @@ TEST_F(ElementwiseGpuTest, LogicalOperatorsOnBools) {
   EXPECT_EQ(Logical(LogicalOp::kNot, nullptr, db.as<uint8_t>(), nullptr, *plan, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Logical(LogicalOp::kAnd, nullptr, nullptr, nullptr, *plan, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// Attention's weights for the product after them: softmax and LogSoftmax rows (300 values,
+// more than a block's threads) also written rounded, bit for bit the host's rounding of the
+// fp32 result, beside it or alone.
+TEST_F(ElementwiseGpuTest, SoftmaxAlsoWritesItsRowsRounded) {
+  const std::vector<int64_t> dims = {4, 300};
+  const std::vector<float> x = Random(1200, -5.f, 5.f, 44);
+  DeviceBuffer dx = Upload(x), dy = Floats(x.size());
+  for (bool log : {false, true}) {
+    SCOPED_TRACE(log ? "LogSoftmax" : "Softmax");
+    ASSERT_TRUE(SoftmaxLastAxis(dx.as<float>(), dy.as<float>(), dims, stream(), log).ok());
+    const std::vector<float> want = Download(dy, x.size());
+    for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+      for (bool alone : {false, true}) {
+        SCOPED_TRACE(alone ? "alone" : "beside");
+        DeviceBuffer half = StaleHalves(x.size()), y = Floats(x.size());
+        ASSERT_TRUE(SoftmaxLastAxis(dx.as<float>(), alone ? nullptr : y.as<float>(), dims, stream(),
+                                    log, half.data(), type)
+                        .ok());
+        ExpectRounded(half, want, type);
+        if (!alone) {
+          EXPECT_EQ(Download(y, x.size()), want);
+        }
+      }
+    }
+  }
+}
+
+TEST(SoftmaxShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
+  alignas(16) float buffer[64] = {};
+  const std::vector<int64_t> dims = {2, 8};
+  EXPECT_EQ(SoftmaxLastAxis(buffer, nullptr, dims, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SoftmaxLastAxis(buffer, nullptr, dims, nullptr, false, buffer + 10).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SoftmaxLastAxis(buffer, buffer + 32, dims, nullptr, false, buffer + 40).code(),
             StatusCode::kInvalidArgument);
 }
 

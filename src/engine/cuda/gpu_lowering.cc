@@ -61,6 +61,14 @@ std::optional<BinaryOp> BinaryByName(std::string_view op) {
   return std::nullopt;
 }
 
+// Steps that can write their result rounded to 16 bits (GpuStep::half_out) in their pass, and
+// that rounding alone when nothing reads the fp32 result: an element-wise activation, a
+// softmax, a transpose (attention's heads, before their products).
+bool RoundsAlone(GpuStep::Kind kind) {
+  return kind == GpuStep::Kind::kUnary || kind == GpuStep::Kind::kSoftmax ||
+         kind == GpuStep::Kind::kTranspose;
+}
+
 }  // namespace
 
 Status Lowerer::CheckFp32(int n) const {
@@ -167,7 +175,7 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     // A convolution's epilogue, a layer normalisation, an element-wise activation, or a
     // product's activation that its epilogue lacks (an exact GELU, say) when nothing is added
     // after it: it writes the rounding beside v.
-    if (w.kind == GpuStep::Kind::kConvEpilogue || w.kind == GpuStep::Kind::kUnary ||
+    if (w.kind == GpuStep::Kind::kConvEpilogue || RoundsAlone(w.kind) ||
         (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty()) ||
         (w.kind == GpuStep::Kind::kGemm && w.post && w.in[3] < 0)) {
       w.half_out = half;
@@ -205,8 +213,8 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
   // An epilogue from a 16-bit output, or an activation, whose fp32 result nothing reads now
   // writes 16 bits alone.
   for (GpuStep& w : steps) {
-    const bool alone = (w.kind == GpuStep::Kind::kConvEpilogue && w.conv_epilogue.source) ||
-                       w.kind == GpuStep::Kind::kUnary;
+    const bool alone =
+        (w.kind == GpuStep::Kind::kConvEpilogue && w.conv_epilogue.source) || RoundsAlone(w.kind);
     if (alone && w.half_out >= 0 && Owner(w.out) == w.out && !read[w.out]) w.out = -1;
   }
   std::vector<GpuStep> kept;

@@ -720,21 +720,32 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   ASSERT_TRUE(attention.ok()) << attention.status().ToString();
   // Every GEMM operand is a rounding made before it: by a kToHalf step, or by the step that
   // wrote the value, in the same pass (its half_out), which then needs no kToHalf step: a
-  // layer normalisation, or the feed-forward product whose exact GELU runs after its
-  // epilogue. Each rounding is read.
+  // layer normalisation, the feed-forward product whose exact GELU runs after its epilogue,
+  // the transposes of Q, K and V into heads, and the softmax of the scores. Each rounding is
+  // read; a step that rounds writes no fp32 unless something else reads it.
   std::vector<int> halves;  // 16-bit values written so far
   std::set<int> read;
-  int batched = 0, by_norm = 0, by_activation = 0, roundings = 0;
+  std::map<GpuStep::Kind, int> by;  // roundings made in a step's own pass, by its kind
+  int batched = 0, roundings = 0;
   for (const GpuStep& s : attention->steps) {
     if (s.kind == GpuStep::Kind::kToHalf) {
       halves.push_back(s.out);
       ++roundings;
     }
-    if (s.kind == GpuStep::Kind::kLayerNorm && s.half_out >= 0) {
-      ++by_norm;
+    if (s.half_out >= 0) {
+      ++by[s.kind];
       EXPECT_EQ(attention->dtypes[s.half_out], DataType::kFp16);
-      EXPECT_GE(s.out, 0);  // its fp32 result stays: the residual reads it
       halves.push_back(s.half_out);
+      if (s.kind == GpuStep::Kind::kLayerNorm) {
+        EXPECT_GE(s.out, 0);  // its fp32 result stays: the residual reads it
+      }
+      if (s.kind == GpuStep::Kind::kTranspose || s.kind == GpuStep::Kind::kSoftmax) {
+        EXPECT_EQ(s.out, -1);  // only the products read them
+      }
+      if (s.kind == GpuStep::Kind::kGemm) {
+        EXPECT_EQ(s.post, UnaryOp::kGelu);
+        EXPECT_EQ(s.in[3], -1);
+      }
     }
     if (s.kind != GpuStep::Kind::kGemm) continue;
     for (int k : {0, 1}) {
@@ -745,21 +756,18 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
     }
     batched += s.gemm.batch > 1;
     if (!s.gemm.fp32_output) halves.push_back(s.out);
-    if (s.half_out >= 0) {
-      ++by_activation;
-      EXPECT_EQ(s.post, UnaryOp::kGelu);
-      EXPECT_EQ(s.in[3], -1);
-      EXPECT_EQ(attention->dtypes[s.half_out], DataType::kFp16);
-      halves.push_back(s.half_out);
-    }
   }
   for (int h : halves) EXPECT_TRUE(read.count(h)) << "a rounding nothing reads: " << h;
   EXPECT_EQ(batched, 4);
-  EXPECT_EQ(by_norm, 3);        // the three LayerNormalizations, each before a product
-  EXPECT_EQ(by_activation, 2);  // each layer's first feed-forward product
-  // The embeddings, per layer Q, K, V, the attention weights and the heads' outputs (each a
-  // transpose or a softmax first), and the pooled features.
-  EXPECT_EQ(roundings, 12);
+  using K = GpuStep::Kind;
+  EXPECT_EQ(by[K::kLayerNorm], 3);  // the three LayerNormalizations, each before a product
+  EXPECT_EQ(by[K::kGemm], 2);       // each layer's first feed-forward product
+  EXPECT_EQ(by[K::kTranspose], 6);  // each layer's Q, K and V
+  EXPECT_EQ(by[K::kSoftmax], 2);    // each layer's attention weights
+  EXPECT_EQ(by.size(), 4u);
+  // The embeddings, each layer's heads' outputs (read through a view, which a step that
+  // rounds does not write) and the pooled features.
+  EXPECT_EQ(roundings, 4);
   int product_written = 0;
   for (const GpuStep& s : attention->steps)
     product_written += s.kind == GpuStep::Kind::kGemm && !s.gemm.fp32_output;

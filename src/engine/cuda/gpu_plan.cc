@@ -456,7 +456,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return Binary(s.binary, in(0), b, y, s.broadcast, stream);
     }
     case GpuStep::Kind::kSoftmax:
-      return SoftmaxLastAxis(in(0), y, s.dims, stream, s.log_softmax);
+      return SoftmaxLastAxis(in(0), y, s.dims, stream, s.log_softmax, half, half_type);
     case GpuStep::Kind::kLayerNorm: {
       const float* scale =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
@@ -464,7 +464,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                                stream, half, half_type);
     }
     case GpuStep::Kind::kTranspose:
-      return Transpose(in(0), y, s.transpose, stream);
+      return Transpose(in(0), y, s.transpose, stream, half, half_type);
     case GpuStep::Kind::kGather:
       return Gather(in(0), static_cast<const int64_t*>(Address(s.in[1])), y, s.gather,
                     error_flag_.as<int32_t>() + s.flag, stream);

@@ -216,10 +216,17 @@ __global__ void WhereF32(const uint8_t* cond, const float* a, const float* b, fl
 
 // One block per row: the row's maximum, then the sum of exp(x - max), each reduced in
 // shared memory, then the quotients. Subtracting the maximum keeps exp finite.
-__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log) {
+__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log, int half,
+                               void* h) {
   __shared__ float scratch[kThreads];
   const float* row = x + blockIdx.x * cols;
-  float* out = y + blockIdx.x * cols;
+  float* out = y != nullptr ? y + blockIdx.x * cols : nullptr;
+  const int64_t first = blockIdx.x * cols;  // the row's first element, in h
+  // Writes column c's result: into y, and rounded into h.
+  auto store = [&](int64_t c, float v) {
+    if (out != nullptr) out[c] = v;
+    StoreRounded(half, h, first + c, v);
+  };
   float m = -INFINITY;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
   scratch[threadIdx.x] = m;
@@ -241,11 +248,11 @@ __global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log)
   }
   if (log) {
     const float log_sum = logf(scratch[0]);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = row[c] - row_max - log_sum;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) store(c, row[c] - row_max - log_sum);
     return;
   }
   const float inv = 1.f / scratch[0];
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[c] = expf(row[c] - row_max) * inv;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) store(c, expf(row[c] - row_max) * inv);
 }
 
 // A convolution's epilogue (kernels.h): c and y may be the same buffer (fp32).
@@ -373,12 +380,13 @@ cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, 
 }
 
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int half, void* h) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
+  if ((half >= 0 && h == nullptr) || (half < 0 && y == nullptr)) return cudaErrorInvalidValue;
   // Rows beyond the grid's first dimension would need a loop; 2^31-1 rows is far more
   // than any batch the engine plans.
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  SoftmaxRowsF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, cols, log);
+  SoftmaxRowsF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, cols, log, half, h);
   return cudaGetLastError();
 }
 

@@ -94,9 +94,10 @@ cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, 
                            const WhereIndex& index, int64_t n, cudaStream_t stream);
 
 // Softmax of each of `rows` contiguous rows of `cols` values, or with `log` its logarithm
-// (x - max - log(sum(exp(x - max))), LogSoftmax); x and y may be the same.
+// (x - max - log(sum(exp(x - max))), LogSoftmax); x and y may be the same. `half` (a
+// HalfKernel, or -1) also writes y rounded to that type into h; y may be null then.
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, int half = -1, void* h = nullptr);
 
 // Transpose: y (dims out_dims) is x read through `in_strides`, the element stride in x of
 // each output dimension (x's strides permuted).
@@ -105,8 +106,9 @@ struct TransposeIndex {
   int64_t out_dims[kMaxRank] = {};
   int64_t in_strides[kMaxRank] = {};
 };
+// `half` (a HalfKernel, or -1) also writes y rounded to that type into h; y may be null then.
 cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int half = -1, void* h = nullptr);
 
 // Gather along one axis: data viewed as [outer, axis_dim, inner], indices as num_indices
 // values; y is [outer, num_indices, inner]. Negative indices count from the end (ONNX).

@@ -10,7 +10,7 @@ namespace shoal::engine::cuda::internal {
 namespace {
 
 __global__ void TransposeF32(const float* __restrict__ x, float* __restrict__ y,
-                             TransposeIndex index, int64_t n) {
+                             TransposeIndex index, int64_t n, int half, void* __restrict__ h) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t rest = i, from = 0;
@@ -18,7 +18,9 @@ __global__ void TransposeF32(const float* __restrict__ x, float* __restrict__ y,
       from += (rest % index.out_dims[d]) * index.in_strides[d];
       rest /= index.out_dims[d];
     }
-    y[i] = x[from];
+    const float v = x[from];
+    if (y != nullptr) y[i] = v;
+    StoreRounded(half, h, i, v);
   }
 }
 
@@ -146,10 +148,11 @@ __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
 }  // namespace
 
 cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, int half, void* h) {
   if (n <= 0) return cudaSuccess;
+  if ((half >= 0 && h == nullptr) || (half < 0 && y == nullptr)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  TransposeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, n);
+  TransposeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, n, half, h);
   return cudaGetLastError();
 }
 

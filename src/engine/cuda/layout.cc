@@ -65,8 +65,12 @@ StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims,
   return plan;
 }
 
-Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream) {
-  return CudaStatus(internal::LaunchTransposeF32(x, y, plan.index, plan.elements, stream),
+Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream,
+                 void* half, HalfType half_type) {
+  if (y == nullptr && half == nullptr) return InvalidArgument("transpose: no output");
+  RETURN_IF_ERROR(CheckRounding("transpose", half, x, y, plan.elements));
+  return CudaStatus(internal::LaunchTransposeF32(x, y, plan.index, plan.elements, stream,
+                                                 half ? static_cast<int>(half_type) : -1, half),
                     "transpose kernel launch");
 }
 

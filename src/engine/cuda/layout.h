@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/cuda/elementwise.h"
 #include "engine/cuda/kernels.h"
 
 namespace shoal::engine::cuda {
@@ -27,8 +28,11 @@ struct TransposePlan {
 };
 // `perm` must hold each of 0..rank-1 once; empty means reversed, as ONNX's default.
 StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims, std::span<const int64_t> perm);
-// x and y must not overlap.
-Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream);
+// x and y must not overlap. With `half` (null: none), the result is also written rounded to
+// `half_type` there, in the same pass, and y may be null (16 bits alone); InvalidArgument for
+// no output at all or a half that overlaps x or y.
+Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream,
+                 void* half = nullptr, HalfType half_type = HalfType::kFp16);
 
 struct GatherPlan {
   std::vector<int64_t> out_dims;  // data.dims[:axis] + indices.dims + data.dims[axis+1:]

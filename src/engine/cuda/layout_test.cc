@@ -115,6 +115,42 @@ TEST_F(LayoutGpuTest, TransposeMatchesTheReferenceForEveryPermutationOfFourAxes)
   }
 }
 
+// BERT's head split, also written rounded for the product after it (values that fp16 and
+// bf16 cannot hold exactly among them), beside the fp32 result or alone.
+TEST_F(LayoutGpuTest, TransposeAlsoWritesItsResultRounded) {
+  const std::vector<int64_t> dims = {2, 16, 4, 8}, perm = {0, 2, 1, 3};
+  std::vector<float> x = Iota(Elements(dims));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 1.0001f + 1.f / 3.f;
+  const std::vector<float> want = TransposeReference(x, dims, perm);
+  auto plan = PlanTranspose(dims, perm);
+  ASSERT_TRUE(plan.ok());
+  DeviceBuffer dx = Upload(x);
+  for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+    for (bool alone : {false, true}) {
+      SCOPED_TRACE(alone ? "alone" : "beside");
+      DeviceBuffer half = StaleHalves(x.size()), y = Floats(x.size());
+      ASSERT_TRUE(Transpose(dx.as<float>(), alone ? nullptr : y.as<float>(), *plan, stream(),
+                            half.data(), type)
+                      .ok());
+      ExpectRounded(half, want, type);
+      if (!alone) {
+        EXPECT_EQ(Download(y, x.size()), want);
+      }
+    }
+  }
+}
+
+TEST(TransposeShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
+  alignas(16) float buffer[64] = {};
+  auto plan = PlanTranspose(std::vector<int64_t>{2, 8}, std::vector<int64_t>{1, 0});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(Transpose(buffer, nullptr, *plan, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Transpose(buffer, buffer + 32, *plan, nullptr, buffer + 8).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Transpose(buffer, buffer + 32, *plan, nullptr, buffer + 40).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(LayoutGpuTest, GatherTakesRowsAndFlagsIndicesOutOfRange) {
   // An embedding table [10, 4] and token ids, negative ones counting from the end.
   const std::vector<float> table = Iota(40);

@@ -9,7 +9,10 @@
 #include <optional>
 #include <vector>
 
+#include "core/bf16.h"
+#include "core/fp16.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/elementwise.h"
 
 namespace shoal::engine::cuda {
 
@@ -64,6 +67,22 @@ class GpuTest : public ::testing::Test {
     std::vector<float> host(n);
     DownloadBytes(device, host.data(), n * sizeof(float));
     return host;
+  }
+  // Device memory for n 16-bit values, each a NaN in both types (so a value never written
+  // shows).
+  DeviceBuffer StaleHalves(size_t n) {
+    const std::vector<uint16_t> stale(n, 0x7e00);
+    return UploadBytes(stale.data(), n * 2);
+  }
+  // Expects `half` to hold each of `want` rounded to `type` as the host rounds it (to
+  // nearest even), bit for bit.
+  void ExpectRounded(const DeviceBuffer& half, const std::vector<float>& want, HalfType type) {
+    std::vector<uint16_t> bits(want.size());
+    DownloadBytes(half, bits.data(), bits.size() * 2);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const uint16_t expect = type == HalfType::kFp16 ? FloatToFp16(want[i]) : FloatToBf16(want[i]);
+      ASSERT_EQ(bits[i], expect) << "at " << i << " (" << want[i] << ")";
+    }
   }
 
  private:
