@@ -162,13 +162,17 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     const int writer = LastWriter(v, rounding);
     if (writer < 0) continue;
     GpuStep& w = steps[writer];
-    if (w.out != v || w.shard >= 0 || w.half_out >= 0) continue;  // v itself, on the plan's stream
+    // v itself, or a view of all of its bytes (a Reshape's: the same values in the same
+    // order, so the rounding of w's output is v's), on the plan's stream.
+    const bool whole_view = Owner(v) != v && w.out == Owner(v) &&
+                            Product(ShapeOf(v)) == Product(ShapeOf(w.out));
+    if ((w.out != v && !whole_view) || w.shard >= 0 || w.half_out >= 0) continue;
     // A product writing fp32 whose epilogue does all it does (no activation or residual
     // after it), one at a time.
     // (A constant weight: a product of computed operands is batched over the model's batch,
     // and its plans at other batch sizes must name the same blobs.)
     if (w.kind == GpuStep::Kind::kGemm && w.gemm.fp32_output && w.gemm.batch == 1 && !w.post &&
-        w.in[3] < 0 && w.weight_slots[0] >= 0) {
+        w.in[3] < 0 && w.weight_slots[0] >= 0 && !whole_view) {
       products.push_back({writer, rounding, v});
       continue;
     }

@@ -209,12 +209,18 @@ Graph PoolBetweenConvsGraph(const std::string& variant) {
   return b.Finish(out);
 }
 
-Graph ActivationThenProductGraph(bool also_output) {
+Graph ActivationThenProductGraph(const std::string& variant) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 8});
   const int act = b.Op("Tanh", "act", {x});
-  const int out = b.Op("MatMul", "out", {act, b.Constant("w", Random({8, 4}, 85))});
-  return also_output ? b.Finish(std::vector<int>{out, act}) : b.Finish(out);
+  int operand = act;
+  if (variant == "view") {  // [4, 8] read as [2, 16], by a [16, 4] weight
+    const int shape = b.Constant("shape", I64({2}, {2, 16}));
+    operand = b.Op("Reshape", "rows", {act, shape});
+  }
+  const int64_t k = variant == "view" ? 16 : 8;
+  const int out = b.Op("MatMul", "out", {operand, b.Constant("w", Random({k, 4}, 85))});
+  return variant == "output" ? b.Finish(std::vector<int>{out, act}) : b.Finish(out);
 }
 
 Graph ChainGraph() {
