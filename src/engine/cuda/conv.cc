@@ -142,18 +142,23 @@ Status GridSample(const float* x, const float* grid, float* y, const GridGeometr
 
 namespace {
 
-// A pool's window: its groups ignored (a pool keeps every channel apart), the rest checked.
-StatusOr<Window2d> PoolWindow(const Window2d& g) {
+// A pool's window: its groups ignored (a pool keeps every channel apart), the rest checked,
+// and x and y (`element_bytes` each element) apart: each thread reads whole windows of x.
+StatusOr<Window2d> PoolWindow(const Window2d& g, const void* x, const void* y,
+                              int64_t element_bytes) {
   Window2d plain = g;
   plain.groups = 1;
   RETURN_IF_ERROR(CheckWindow(plain));
+  const auto x_bytes = static_cast<uint64_t>(g.n * g.c * g.h * g.w * element_bytes);
+  const auto y_bytes = static_cast<uint64_t>(g.n * g.c * g.oh * g.ow * element_bytes);
+  if (BytesOverlap(x, x_bytes, y, y_bytes)) return InvalidArgument("pooling: x and y overlap");
   return plain;
 }
 
 }  // namespace
 
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream) {
-  ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g));
+  ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g, x, y, sizeof(float)));
   return CudaStatus(
       internal::LaunchPool2dF32(static_cast<internal::PoolKernel>(op), x, y, plain, stream),
       "pooling kernel launch");
@@ -161,7 +166,7 @@ Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream
 
 Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g,
                      cudaStream_t stream) {
-  ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g));
+  ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g, x, y, 2));
   return CudaStatus(
       internal::LaunchMaxPool2dHalf(static_cast<internal::HalfKernel>(type), x, y, plain, stream),
       "max pooling kernel launch");

@@ -140,7 +140,10 @@ TEST_F(ConvGpuTest, MaxPoolingOf16BitValuesIsTheRoundingOfTheFp32Pool) {
   for (const Window2d& g : {Strided(), past, outside}) {
     std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
     for (size_t i = 0; i < x.size(); i += 5) x[i] *= 40000.f;  // past fp16's largest
-    x[3] = 1.f + 1.f / 2048.f;                                 // halfway between two fp16s
+    // Each the largest of its window in Strided(): halfway between two fp16 values (rounded
+    // to even), and the least value fp16 rounds to infinity, halfway past its largest.
+    x[1] = 3.f + 1.f / 1024.f;
+    x[3] = 65520.f;
     const int64_t count = g.n * g.c * g.oh * g.ow;
     DeviceBuffer dx = Upload(x), y = Floats(count);
     ASSERT_TRUE(Pool2d(PoolOp::kMax, dx.as<float>(), y.as<float>(), g, stream()).ok());
@@ -395,6 +398,13 @@ TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {
   EXPECT_EQ(Pool2d(PoolOp::kMax, nullptr, nullptr, g, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(MaxPool2dHalf(HalfType::kBf16, nullptr, nullptr, g, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  // A pool's output overlapping its input: [2, 4, 7, 6] in, [2, 4, 4, 3] out.
+  g = Strided();
+  alignas(16) static float pool_buffer[2 * 4 * 7 * 6 + 96];
+  EXPECT_EQ(Pool2d(PoolOp::kMax, pool_buffer, pool_buffer + 300, g, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MaxPool2dHalf(HalfType::kFp16, pool_buffer, pool_buffer + 100, g, nullptr).code(),
             StatusCode::kInvalidArgument);
   g = Strided();
   g.pw = -1;

@@ -164,8 +164,8 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
     GpuStep& w = steps[writer];
     // v itself, or a view of all of its bytes (a Reshape's: the same values in the same
     // order, so the rounding of w's output is v's), on the plan's stream.
-    const bool whole_view = Owner(v) != v && w.out == Owner(v) &&
-                            Product(ShapeOf(v)) == Product(ShapeOf(w.out));
+    const bool whole_view =
+        Owner(v) != v && w.out == Owner(v) && Product(ShapeOf(v)) == Product(ShapeOf(w.out));
     if ((w.out != v && !whole_view) || w.shard >= 0 || w.half_out >= 0) continue;
     // A product writing fp32 whose epilogue does all it does (no activation or residual
     // after it), one at a time.
@@ -258,12 +258,14 @@ void Lowerer::PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bo
     auto at = rounding_at.find(r->second);
     if (at == rounding_at.end() || drop[at->second]) continue;
     const int rounding = at->second;
+    if (LastWriter(y, rounding) != p) continue;  // what the rounding reads is the pool's
     // Nothing but its rounding reads the pool's fp32 output (a graph output counts).
     bool other_reader = false;
     for (int u : graph_.outputs) other_reader |= Owner(u) == y;
     for (int i = 0; i < num_steps && !other_reader; ++i) {
       if (i == rounding || drop[i]) continue;
       for (int u : steps[i].in) other_reader |= u >= 0 && Owner(u) == y;
+      other_reader |= steps[i].scratch >= 0 && Owner(steps[i].scratch) == y;
     }
     if (other_reader) continue;
     const int writer = LastWriter(x, p);

@@ -188,10 +188,11 @@ struct GpuStep {
   // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
   // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
-  // operands. A constant GEMM weight and the bias are weight slots (`weight_slots`), not values,
-  // because they are stored transformed; so is a kBinary's b when it is -1 (a grouped convolution's
-  // bias, shaped [m, 1, 1]). Values past the graph's are the lowering's own temporaries (a
-  // transposed operand, a product before its output transpose).
+  // operands. A kPool whose output is 16-bit is a max pool of 16-bit x of the same type. A constant
+  // GEMM weight and the bias are weight slots (`weight_slots`), not values, because they are stored
+  // transformed; so is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1,
+  // 1]). Values past the graph's are the lowering's own temporaries (a transposed operand, a
+  // product before its output transpose).
   std::vector<int> in;
   int out = -1;
   GemmOptions gemm;                          // kGemm
@@ -253,11 +254,12 @@ struct GpuStep {
   // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
   // fp32 value per channel) or -1.
   ConvEpilogueOptions conv_epilogue;
-  // kConvEpilogue, kLayerNorm, kUnary, and kGemm with a `post` and no residual, in mixed
-  // precision: a 16-bit value the step also writes, its result rounded (the rounding a later
-  // product reads, which would otherwise be a kToHalf step of its own), or -1. Then a
-  // kConvEpilogue whose c is a 16-bit cuDNN output, or a kUnary, whose fp32 result nothing
-  // reads has out -1.
+  // kConvEpilogue, kLayerNorm, kUnary, kSoftmax, kTranspose, and kGemm with a `post` and no
+  // residual, in mixed precision: a 16-bit value the step also writes, its result rounded
+  // (the rounding a later product reads, which would otherwise be a kToHalf step of its own;
+  // with the shape of a view of the result, when the product reads through one), or -1.
+  // Then a kConvEpilogue whose c is a 16-bit cuDNN output, a kUnary, a kSoftmax or a
+  // kTranspose, whose fp32 result nothing reads, has out -1.
   int half_out = -1;
 };
 

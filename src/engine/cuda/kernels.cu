@@ -288,7 +288,7 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
                            float beta, cudaStream_t stream, int half, void* h) {
   if (n <= 0) return cudaSuccess;
-  if ((half >= 0 && h == nullptr) || (half < 0 && y == nullptr)) return cudaErrorInvalidValue;
+  if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   if (half < 0) {
     UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
@@ -301,7 +301,7 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
                                const float* z, float* y, void* h, cudaStream_t stream) {
   if (e.elements <= 0) return cudaSuccess;
-  if ((e.half >= 0 && h == nullptr) || (e.half < 0 && y == nullptr)) return cudaErrorInvalidValue;
+  if (BadRounding(e.half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
   // The largest index a thread computes: its last element plus one grid stride.
@@ -382,7 +382,7 @@ cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, 
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
                                  cudaStream_t stream, int half, void* h) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  if ((half >= 0 && h == nullptr) || (half < 0 && y == nullptr)) return cudaErrorInvalidValue;
+  if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   // Rows beyond the grid's first dimension would need a loop; 2^31-1 rows is far more
   // than any batch the engine plans.
   (void)cudaGetLastError();  // an earlier call's error is not this launch's

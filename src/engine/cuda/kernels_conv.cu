@@ -176,6 +176,7 @@ cudaError_t LaunchMaxPool2dHalf(HalfKernel type, const void* x, void* y, const W
                                 cudaStream_t stream) {
   const int64_t total = g.n * g.c * g.oh * g.ow;
   if (total <= 0) return cudaSuccess;
+  if (type != HalfKernel::kFp16 && type != HalfKernel::kBf16) return cudaErrorInvalidValue;
   (void)cudaGetLastError();
   if (type == HalfKernel::kFp16) {
     Pool2d<__half><<<BlocksFor(total), kThreads, 0, stream>>>(

@@ -150,7 +150,7 @@ __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
 cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
                                cudaStream_t stream, int half, void* h) {
   if (n <= 0) return cudaSuccess;
-  if ((half >= 0 && h == nullptr) || (half < 0 && y == nullptr)) return cudaErrorInvalidValue;
+  if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   TransposeF32<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, index, n, half, h);
   return cudaGetLastError();
@@ -179,7 +179,7 @@ cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* 
                                int64_t rows, int64_t cols, float epsilon, cudaStream_t stream,
                                void* h, int half) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  if (half >= 0 && h == nullptr) return cudaErrorInvalidValue;
+  if (BadRounding(half, h, y) || y == nullptr) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   LayerNormF32<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, scale, bias, y, cols,
                                                                      epsilon, h, half);

@@ -20,6 +20,13 @@ inline unsigned BlocksFor(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
+// Whether a launcher's optional rounding is malformed: `half` neither -1 nor a HalfKernel,
+// a rounding with no buffer, or no output at all (y null without a rounding).
+inline bool BadRounding(int half, const void* h, const void* y) {
+  return half < -1 || half > static_cast<int>(HalfKernel::kBf16) || (half >= 0 && h == nullptr) ||
+         (half < 0 && y == nullptr);
+}
+
 // Writes v rounded to nearest into h[i], as `half` (a HalfKernel) names h's type; nothing
 // for -1. The optional 16-bit output of the convolution epilogue and the layer norm.
 __device__ __forceinline__ void StoreRounded(int half, void* h, int64_t i, float v) {

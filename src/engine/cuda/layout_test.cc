@@ -140,11 +140,12 @@ TEST_F(LayoutGpuTest, TransposeAlsoWritesItsResultRounded) {
   }
 }
 
-TEST(TransposeShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
+TEST(TransposeShapeTest, RefusesNoOutputAndOverlapsBeforeTouchingTheDevice) {
   alignas(16) float buffer[64] = {};
   auto plan = PlanTranspose(std::vector<int64_t>{2, 8}, std::vector<int64_t>{1, 0});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(Transpose(buffer, nullptr, *plan, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Transpose(buffer, buffer + 8, *plan, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Transpose(buffer, buffer + 32, *plan, nullptr, buffer + 8).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Transpose(buffer, buffer + 32, *plan, nullptr, buffer + 40).code(),

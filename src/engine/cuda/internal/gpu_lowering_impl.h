@@ -203,12 +203,13 @@ class Lowerer {
   // the later ones.
   int GemmOperand(int n, int v);
   // Mixed precision, once every node is lowered: a kToHalf step that rounds the output of a
-  // convolution's epilogue, a layer normalisation, an element-wise activation or a product's
-  // activation step (`post`, with no residual after it) becomes part of that step
-  // (GpuStep::half_out), one pass instead of two; a product whose fp32 output only that
-  // rounding reads writes 16 bits itself, with a 16-bit bias; and an epilogue from a 16-bit
-  // cuDNN output, or an activation, whose fp32 result nothing else reads (a graph output
-  // counts as read) stops writing it.
+  // convolution's epilogue, a layer normalisation, an element-wise activation, a product's
+  // activation step (`post`, with no residual after it), a softmax or a transpose (or a view
+  // of all of that output) becomes part of that step (GpuStep::half_out), one pass instead
+  // of two; a product whose fp32 output only that rounding reads writes 16 bits itself, with
+  // a 16-bit bias; and an epilogue from a 16-bit cuDNN output, an activation, a softmax or a
+  // transpose, whose fp32 result nothing else reads (a graph output counts as read), stops
+  // writing it.
   // A max pool between such convolutions pools their 16-bit values (PoolIn16Bits).
   void FuseRoundingsIntoEpilogues();
   // The last step before step `before` to write v's bytes (v's owner, or, for the steps that
