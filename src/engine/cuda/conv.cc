@@ -74,7 +74,7 @@ Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
   return Status::Ok();
 }
 
-Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const float* z,
+Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const void* z,
                     float* y, cudaStream_t stream, void* half, HalfType half_type) {
   RETURN_IF_ERROR(CheckConvEpilogue(o));
   if (y == nullptr && half == nullptr)
@@ -92,7 +92,8 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
                                : "convolution epilogue: an fp32 input must be its output or not "
                                  "overlap it");
   }
-  const uint64_t z_bytes = z ? static_cast<uint64_t>(elements) * sizeof(float) : 0;
+  const uint64_t z_bytes =
+      z ? static_cast<uint64_t>(elements) * (o.residual ? 2 : sizeof(float)) : 0;
   if (BytesOverlap(z, z_bytes, y, y_bytes) || BytesOverlap(z, z_bytes, half, half_bytes))
     return InvalidArgument("convolution epilogue: the residual must not overlap the output");
   if (BytesOverlap(y, y_bytes, half, half_bytes))
@@ -102,6 +103,7 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   e.channels = std::max<int64_t>(o.m, 1);
   e.spatial = std::max<int64_t>(o.spatial, 1);
   e.source = o.source ? static_cast<int>(*o.source) : -1;
+  e.residual = o.residual ? static_cast<int>(*o.residual) : -1;
   e.has_act = o.act.has_value();
   e.has_post = o.post.has_value();
   if (o.act) e.act = static_cast<internal::UnaryKernel>(*o.act);

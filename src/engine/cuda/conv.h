@@ -42,8 +42,9 @@ Status ConvTranspose2d(const float* x, const float* w, const float* bias, float*
 // 16-bit (`source`), so that its cast back to fp32 is part of the same pass.
 struct ConvEpilogueOptions {
   int64_t n = 0, m = 0, spatial = 0;
-  std::optional<HalfType> source;  // c's 16-bit type; none: fp32
-  std::optional<UnaryOp> act;      // with act_alpha and act_beta (elementwise.h's parameters)
+  std::optional<HalfType> source;    // c's 16-bit type; none: fp32
+  std::optional<HalfType> residual;  // z's 16-bit type; none: fp32
+  std::optional<UnaryOp> act;        // with act_alpha and act_beta (elementwise.h's parameters)
   float act_alpha = 0, act_beta = 0;
   std::optional<UnaryOp> post;
   float post_alpha = 0, post_beta = 0;
@@ -55,7 +56,7 @@ Status CheckConvEpilogue(const ConvEpilogueOptions& o);
 // for neither output, or for buffers that overlap where one thread's read could see
 // another's write: a 16-bit c and y or half, an fp32 c and part of y (all of it is in place),
 // the residual and an output, half and y.
-Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const float* z,
+Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const void* z,
                     float* y, cudaStream_t stream, void* half = nullptr,
                     HalfType half_type = HalfType::kFp16);
 

@@ -328,6 +328,56 @@ TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
   }
 }
 
+// A ResNet block's last epilogue in fp16 and bf16: the residual read in 16 bits (the
+// rounding the next convolutions read too), added after the cast and the bias, then the
+// ReLU; its result rounded alone for the next block. The reference reads the same rounded
+// values, so the result is exact to fp32 arithmetic.
+TEST_F(ConvGpuTest, TheEpilogueReadsA16BitResidual) {
+  const int64_t n = 2, m = 5, spatial = 7 * 3, count = n * m * spatial;
+  const std::vector<float> c = Wave(count);
+  std::vector<float> bias(m), z(count);
+  for (int64_t i = 0; i < m; ++i) bias[i] = 0.25f * static_cast<float>(i) - 0.5f;
+  for (int64_t i = 0; i < count; ++i) z[i] = 3.f * std::cos(0.23f * static_cast<float>(i));
+  DeviceBuffer db = Upload(bias);
+  for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+    SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
+    auto round = [&](float v) { return type == HalfType::kFp16 ? FloatToFp16(v) : FloatToBf16(v); };
+    auto widen = [&](uint16_t h) {
+      return type == HalfType::kFp16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
+    };
+    std::vector<uint16_t> c16(count), z16(count);
+    std::vector<float> c_rounded(count), z_rounded(count);
+    for (int64_t i = 0; i < count; ++i) {
+      c16[i] = round(c[i]);
+      z16[i] = round(z[i]);
+      c_rounded[i] = widen(c16[i]);
+      z_rounded[i] = widen(z16[i]);
+    }
+    ConvEpilogueOptions o;
+    o.n = n;
+    o.m = m;
+    o.spatial = spatial;
+    o.source = type;
+    o.residual = type;
+    o.post = UnaryOp::kClip;  // the reference's post-activation
+    o.post_alpha = -1.f;
+    o.post_beta = 2.f;
+    const std::vector<float> want =
+        EpilogueReference(c_rounded, &bias, &z_rounded, false, true, m, spatial);
+    DeviceBuffer dc = UploadBytes(c16.data(), c16.size() * 2);
+    DeviceBuffer dz = UploadBytes(z16.data(), z16.size() * 2);
+    DeviceBuffer y = Floats(count), half = StaleHalves(count);
+    ASSERT_TRUE(
+        ConvEpilogue(o, dc.data(), db.as<float>(), dz.data(), y.as<float>(), stream()).ok());
+    const std::vector<float> got = Download(y, count);
+    for (int64_t i = 0; i < count; ++i) ASSERT_NEAR(got[i], want[i], 1e-6f) << "at " << i;
+    ASSERT_TRUE(
+        ConvEpilogue(o, dc.data(), db.as<float>(), dz.data(), nullptr, stream(), half.data(), type)
+            .ok());
+    ExpectRounded(half, got, type);
+  }
+}
+
 TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   ConvEpilogueOptions o;
   o.n = 2;
@@ -384,6 +434,12 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.says;
     EXPECT_NE(s.message().find(b.says), std::string::npos) << s.ToString();
   }
+  // A 16-bit residual (2 bytes an element, 48 here) reaching into y.
+  o.residual = HalfType::kFp16;
+  const Status over = ConvEpilogue(o, wc, nullptr, wy - 8, wy, nullptr);
+  EXPECT_NE(over.message().find("the residual must not overlap"), std::string::npos)
+      << over.ToString();
+  o.residual.reset();
   // Sizes whose product overflows.
   o.n = o.m = o.spatial = int64_t{1} << 22;
   EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);

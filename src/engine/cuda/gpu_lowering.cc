@@ -186,6 +186,9 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
       drop[rounding] = true;
     }
   }
+  // The residuals first: a pool's output that an epilogue then reads in 16 bits may pool in
+  // 16 bits itself.
+  ResidualsIn16Bits(rounding_at, drop);
   PoolIn16Bits(rounding_at, drop);
   // What the steps that stay read, besides the products' candidate roundings.
   std::vector<bool> read(out_.shapes.size(), false);
@@ -280,6 +283,42 @@ void Lowerer::PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bo
     steps[p].in[0] = w.half_out;
     steps[p].out = steps[rounding].out;
     drop[rounding] = true;
+  }
+}
+
+void Lowerer::ResidualsIn16Bits(const std::map<int, int>& rounding_at,
+                                const std::vector<bool>& drop) {
+  std::vector<GpuStep>& steps = out_.steps;
+  const HalfType type = OperandDtype() == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+  for (int e = 0; e < static_cast<int>(steps.size()); ++e) {
+    if (drop[e] || steps[e].kind != GpuStep::Kind::kConvEpilogue || steps[e].in[1] < 0 ||
+        steps[e].shard >= 0)
+      continue;
+    const int z = steps[e].in[1];
+    const int writer = LastWriter(z, e);  // z as the epilogue reads it
+    if (writer < 0) continue;
+    GpuStep& w = steps[writer];
+    int half = -1;
+    if (auto r = rounded_.find(z); r != rounded_.end()) {
+      // z's rounding: made by its writer in its pass, or by a kToHalf step that stays,
+      // between the writer and the epilogue.
+      if (w.half_out == r->second) {
+        half = r->second;
+      } else if (auto at = rounding_at.find(r->second); at != rounding_at.end() &&
+                                                        !drop[at->second] && at->second > writer &&
+                                                        at->second < e) {
+        half = r->second;
+      }
+    } else if (w.kind == GpuStep::Kind::kConvEpilogue && w.out == z && w.shard < 0 &&
+               w.half_out < 0) {
+      // No product reads z (a downsampling block's shortcut): its epilogue rounds it.
+      const Shape shape = ShapeOf(z);  // a copy: NewTemp may move the shapes
+      w.half_out = NewTemp(shape, OperandDtype());
+      rounded_[z] = half = w.half_out;
+    }
+    if (half < 0) continue;
+    steps[e].in[1] = half;
+    steps[e].conv_epilogue.residual = type;
   }
 }
 

@@ -34,13 +34,15 @@ const GpuStep* FirstStep(const GpuLowering& l, GpuStep::Kind kind) {
 // What a mixed-precision plan's roundings to 16 bits look like: each value is rounded once,
 // by a kToHalf step, by the epilogue that wrote it (GpuStep::half_out) or by a max pool of
 // 16-bit values; each cuDNN convolution, and each such pool, reads the rounding of its
-// input, made before it; an epilogue that stopped writing fp32 rounds instead, and nothing
-// reads its fp32 result, nor the fp32 output of a pool in 16 bits.
+// input, made before it, and so does each epilogue that reads its residual in 16 bits; an
+// epilogue that stopped writing fp32 rounds instead, and nothing reads its fp32 result, nor
+// the fp32 output of a pool in 16 bits.
 struct Roundings {
-  int steps = 0;    // kToHalf
-  int fused = 0;    // epilogues with half_out
-  int dropped = 0;  // epilogues writing 16 bits alone
-  int pools = 0;    // max pools of 16-bit values
+  int steps = 0;      // kToHalf
+  int fused = 0;      // epilogues with half_out
+  int dropped = 0;    // epilogues writing 16 bits alone
+  int pools = 0;      // max pools of 16-bit values
+  int residuals = 0;  // epilogues reading their residual in 16 bits
 };
 Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
   Roundings r;
@@ -77,6 +79,19 @@ Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
       }
     } else if (s.kind == K::kConvEpilogue) {
       EXPECT_GE(s.out, 0);
+    }
+    if (s.kind == K::kConvEpilogue && s.in[1] >= 0) {
+      const Node& node = g.nodes[s.node];
+      EXPECT_EQ(l.dtypes[s.in[1]] != DataType::kFp32, s.conv_epilogue.residual.has_value());
+      if (s.conv_epilogue.residual) {
+        ++r.residuals;
+        EXPECT_EQ(l.dtypes[s.in[1]], half);
+        EXPECT_TRUE(rounding_of.count(node.inputs[3]))
+            << node.name << " reads no rounding of its residual made before it";
+        if (rounding_of.count(node.inputs[3])) {
+          EXPECT_EQ(s.in[1], rounding_of[node.inputs[3]]);
+        }
+      }
     }
     if (s.kind == K::kPool && l.dtypes[s.out] != DataType::kFp32) {
       ++r.pools;
@@ -397,7 +412,7 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
       const Node& node = p.model->graph().nodes[s.node];
       conv_inputs.insert(node.inputs[0]);
       // Its epilogue casts its 16-bit output into y, with the bias, and with the residual
-      // (fp32) and the ReLU after it where there is one.
+      // (in 16 bits: CheckRoundings) and the ReLU after it where there is one.
       ASSERT_LT(i + 1, steps.size());
       const GpuStep& after = steps[i + 1];
       EXPECT_EQ(after.kind, K::kConvEpilogue) << node.name;
@@ -405,7 +420,7 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
       EXPECT_TRUE(after.conv_epilogue.source.has_value());
       EXPECT_GE(after.weight_slots[0], 0) << node.name;
       if (node.has_input(3)) {
-        EXPECT_EQ(after.in[1], node.inputs[3]);
+        EXPECT_GE(after.in[1], 0);
         EXPECT_FALSE(after.conv_epilogue.act.has_value());
         EXPECT_EQ(after.conv_epilogue.post, UnaryOp::kRelu);
       } else {
@@ -413,57 +428,72 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
         EXPECT_FALSE(after.conv_epilogue.post.has_value());
       }
     }
-    // Seven convolutions, six inputs (the shortcut shares its block's), and the classifier's
-    // Gemm: seven roundings, each made once (CheckRoundings). kToHalf steps round the image,
-    // the stem's max pool (read in fp32 too, as the first block's residual) and the Gemm's
-    // input; the epilogues of both blocks' first convolutions, of the second layer's middle
-    // one and of the first block's last (read by the next block's first convolution and its
-    // shortcut alone) round their outputs and write no fp32.
+    // Seven convolutions, six inputs (the shortcut shares its block's), the classifier's Gemm
+    // and two residuals: each rounding made once (CheckRoundings). kToHalf steps round the
+    // image and the Gemm's input alone. The stem's epilogue rounds for its max pool, which
+    // pools 16-bit values for the first block's convolution and, as its residual, for its
+    // last epilogue; the epilogues of both blocks' first convolutions, of the second
+    // layer's middle one, of the first block's last (read by the next block's first
+    // convolution and its shortcut) and of the shortcut (the second block's residual) round
+    // their outputs too, and none of those six writes fp32.
     EXPECT_EQ(convs, 7);
     EXPECT_EQ(conv_inputs.size(), 6u);
     const Roundings r = CheckRoundings(p.model->graph(), *lowered,
                                        math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16);
-    EXPECT_EQ(r.steps, 3);
-    EXPECT_EQ(r.fused, 4);
-    EXPECT_EQ(r.dropped, 4);
-    EXPECT_EQ(r.pools, 0);  // the stem's pool is read in fp32 too
+    EXPECT_EQ(r.steps, 2);
+    EXPECT_EQ(r.fused, 6);
+    EXPECT_EQ(r.dropped, 6);
+    EXPECT_EQ(r.pools, 1);
+    EXPECT_EQ(r.residuals, 2);
     ExpectAligned(*lowered);
   }
 }
 
-// A value that a convolution reads in 16 bits and another reads in fp32 (ResNet's identity
-// block: the block's input is its first convolution's operand and its residual) is rounded
-// by the epilogue that wrote it, which still writes the fp32 result too; the value only the
-// next convolution reads is written in 16 bits alone.
-TEST(LowerConvOnCudnnTest, AnEpilogueKeepsItsFp32ResultWhenAnythingReadsIt) {
+// ResNet's identity block: its input y is its first convolution's operand and its residual.
+// The stem's epilogue rounds y once; the block's first convolution and its last epilogue (the
+// residual, added after the cast) both read that rounding, so no fp32 y is written, and
+// neither is the block's middle value, which only its second convolution reads. The
+// block's output, the graph's, is written in fp32 alone.
+TEST(LowerConvOnCudnnTest, AResidualIsReadInSixteenBitsFromTheRoundingItsWriterMakes) {
   Prepared p = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
   ASSERT_TRUE(p.plan);
   const Graph& g = p.model->graph();
-  auto lowered = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kFp16));
-  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
-  std::map<std::string, const GpuStep*> epilogue_of;  // by node name
-  for (const GpuStep& s : lowered->steps)
-    if (s.kind == K::kConvEpilogue) epilogue_of[g.nodes[s.node].name] = &s;
-  ASSERT_EQ(epilogue_of.size(), 3u);
-  // The stem's output: rounded for the block's first convolution, and kept in fp32 for the
-  // residual, which the last convolution's epilogue reads.
-  const GpuStep* stem = nullptr;
-  const GpuStep* last = nullptr;
-  for (const auto& [name, s] : epilogue_of) {
-    if (s->in[1] >= 0)
-      last = s;
-    else if (s->half_out >= 0 && s->out >= 0)
-      stem = s;
+  for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+    const DataType half = math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+    auto lowered = LowerPlan(g, *p.plan, OnCudnn(math));
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    std::map<std::string, const GpuStep*> epilogue_of;  // by node name
+    for (const GpuStep& s : lowered->steps)
+      if (s.kind == K::kConvEpilogue) epilogue_of[g.nodes[s.node].name] = &s;
+    ASSERT_EQ(epilogue_of.size(), 3u);
+    const GpuStep* stem = epilogue_of["stem"];
+    const GpuStep* last = nullptr;
+    for (const auto& [name, s] : epilogue_of)
+      if (s->in[1] >= 0) last = s;
+    ASSERT_TRUE(stem && last);
+    EXPECT_GE(stem->half_out, 0);
+    EXPECT_EQ(stem->out, -1);
+    EXPECT_EQ(last->in[1], stem->half_out);
+    EXPECT_EQ(last->conv_epilogue.residual,
+              math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
+    EXPECT_EQ(last->half_out, -1);  // the graph's output, read by nothing after
+    EXPECT_EQ(last->out, g.outputs[0]);
+    const Roundings r = CheckRoundings(g, *lowered, half);
+    EXPECT_EQ(r.steps, 1);    // the input
+    EXPECT_EQ(r.fused, 2);    // the stem's and the block's first convolution's
+    EXPECT_EQ(r.dropped, 2);  // both: only 16-bit readers read them
+    EXPECT_EQ(r.residuals, 1);
+    ExpectAligned(*lowered);
   }
-  ASSERT_TRUE(stem && last);
-  EXPECT_EQ(last->in[1], stem->out);
-  EXPECT_EQ(last->half_out, -1);  // the graph's output, read by nothing after
-  EXPECT_EQ(last->out, g.outputs[0]);
-  const Roundings r = CheckRoundings(g, *lowered, DataType::kFp16);
-  EXPECT_EQ(r.steps, 1);    // the input
-  EXPECT_EQ(r.fused, 2);    // the stem's and the block's first convolution's
-  EXPECT_EQ(r.dropped, 1);  // the block's first: only its second convolution reads it
-  ExpectAligned(*lowered);
+  // In TF32 the residual is fp32, fused into the convolution as before.
+  auto tf32 = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kTf32));
+  ASSERT_TRUE(tf32.ok()) << tf32.status().ToString();
+  for (const GpuStep& s : tf32->steps) {
+    EXPECT_EQ(s.half_out, -1);
+    if (s.kind == K::kConvEpilogue) {
+      EXPECT_FALSE(s.conv_epilogue.residual.has_value());
+    }
+  }
 }
 
 // Two convolutions, the first's output y read by the second and also as `also` says: as a

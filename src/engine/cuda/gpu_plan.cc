@@ -536,11 +536,14 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kConv:
       return RunConv(i, *convs_[i], workspace_.data(), stream);
     case GpuStep::Kind::kConvEpilogue:
+      if (s.in[1] >= 0 &&
+          (lowering_.dtypes[s.in[1]] != DataType::kFp32) != s.conv_epilogue.residual.has_value())
+        return Internal("step " + std::to_string(i) + ": its residual's type is not its own");
       return ConvEpilogue(s.conv_epilogue, Address(s.in[0]),
                           s.weight_slots[0] >= 0
                               ? reinterpret_cast<const float*>(Blob(s.weight_slots[0]))
                               : nullptr,
-                          s.in[1] >= 0 ? in(1) : nullptr, y, stream, half, half_type);
+                          s.in[1] >= 0 ? Address(s.in[1]) : nullptr, y, stream, half, half_type);
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

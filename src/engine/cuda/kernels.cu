@@ -264,11 +264,20 @@ __device__ __forceinline__ float SourceValue(const __nv_bfloat16* c, int64_t i) 
   return __bfloat162float(c[i]);
 }
 
+// The residual's element i, as its type (a ConvEpilogueKernel::residual) says.
+__device__ __forceinline__ float ResidualValue(int type, const void* z, int64_t i) {
+  if (type == static_cast<int>(HalfKernel::kFp16))
+    return SourceValue(static_cast<const __half*>(z), i);
+  if (type == static_cast<int>(HalfKernel::kBf16))
+    return SourceValue(static_cast<const __nv_bfloat16*>(z), i);
+  return static_cast<const float*>(z)[i];
+}
+
 // Index: uint32_t where every index fits (the channel's division in 32 bits, which the GPU
 // does several times faster than in 64), else int64_t.
 template <typename T, typename Index>
 __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
-                             const float* __restrict__ z, float* y, void* h) {
+                             const void* __restrict__ z, float* y, void* h) {
   const auto elements = static_cast<Index>(e.elements);
   const auto spatial = static_cast<Index>(e.spatial), channels = static_cast<Index>(e.channels);
   for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < elements;
@@ -276,7 +285,7 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
     float v = SourceValue(c, i);
     if (bias != nullptr) v += bias[(i / spatial) % channels];
     if (e.has_act) v = ApplyUnary(e.act, v, e.act_alpha, e.act_beta);
-    if (z != nullptr) v += z[i];
+    if (z != nullptr) v += ResidualValue(e.residual, z, i);
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
     if (y != nullptr) y[i] = v;
     StoreRounded(e.half, h, i, v);
@@ -299,9 +308,9 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 }
 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
-                               const float* z, float* y, void* h, cudaStream_t stream) {
+                               const void* z, float* y, void* h, cudaStream_t stream) {
   if (e.elements <= 0) return cudaSuccess;
-  if (BadRounding(e.half, h, y)) return cudaErrorInvalidValue;
+  if (BadRounding(e.half, h, y) || e.residual < -1 || e.residual > 1) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
   // The largest index a thread computes: its last element plus one grid stride.

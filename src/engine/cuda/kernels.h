@@ -162,20 +162,22 @@ cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
 enum class HalfKernel : int { kFp16, kBf16 };
 
 // What follows a convolution, in one pass over y [n, m, spatial] (`elements` values):
-// y[i] = post(act(float(c[i]) + bias[(i / spatial) % channels]) + z[i]), c fp32 (`source`
-// -1; y itself allowed) or 16-bit (`source` a HalfKernel), bias (channels values), z (y's
-// shape) and either activation optional (null, or `has_act` / `has_post` false). `half`
-// (a HalfKernel, or -1) also writes y[i] rounded to that type into h; y may be null then.
+// y[i] = post(act(float(c[i]) + bias[(i / spatial) % channels]) + float(z[i])), c fp32
+// (`source` -1; y itself allowed) or 16-bit (`source` a HalfKernel), bias (channels values),
+// z (y's shape, fp32 or, `residual` a HalfKernel, 16-bit) and either activation optional
+// (null, or `has_act` / `has_post` false). `half` (a HalfKernel, or -1) also writes y[i]
+// rounded to that type into h; y may be null then.
 struct ConvEpilogueKernel {
   int64_t elements = 0, channels = 1, spatial = 1;
-  int source = -1;  // -1 fp32, else a HalfKernel
-  int half = -1;    // -1 none, else a HalfKernel
+  int source = -1;    // -1 fp32, else a HalfKernel
+  int residual = -1;  // z's type: -1 fp32, else a HalfKernel
+  int half = -1;      // -1 none, else a HalfKernel
   bool has_act = false, has_post = false;
   UnaryKernel act = UnaryKernel::kRelu, post = UnaryKernel::kRelu;
   float act_alpha = 0, act_beta = 0, post_alpha = 0, post_beta = 0;
 };
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
-                               const float* z, float* y, void* h, cudaStream_t stream);
+                               const void* z, float* y, void* h, cudaStream_t stream);
 // y[i] = x[i] rounded to the nearest `to` value (fp16 overflows to infinity) for i < n.
 cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t n,
                                 cudaStream_t stream);
