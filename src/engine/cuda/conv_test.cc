@@ -434,11 +434,17 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.says;
     EXPECT_NE(s.message().find(b.says), std::string::npos) << s.ToString();
   }
-  // A 16-bit residual (2 bytes an element, 48 here) reaching into y.
+  // A 16-bit residual is 2 bytes an element (48 here). Reaching into y, it is refused; ending
+  // where y begins, it is clear (the refusal then is the outputs' overlap, checked after).
   o.residual = HalfType::kFp16;
   const Status over = ConvEpilogue(o, wc, nullptr, wy - 8, wy, nullptr);
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(over.message().find("the residual must not overlap"), std::string::npos)
       << over.ToString();
+  const Status clear = ConvEpilogue(o, wc, nullptr, wy - 12, wy, nullptr, wy + 4);
+  EXPECT_EQ(clear.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(clear.message().find("fp32 and 16-bit outputs must not overlap"), std::string::npos)
+      << clear.ToString();
   o.residual.reset();
   // Sizes whose product overflows.
   o.n = o.m = o.spatial = int64_t{1} << 22;

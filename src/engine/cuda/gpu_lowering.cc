@@ -289,14 +289,35 @@ void Lowerer::PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bo
 void Lowerer::ResidualsIn16Bits(const std::map<int, int>& rounding_at,
                                 const std::vector<bool>& drop) {
   std::vector<GpuStep>& steps = out_.steps;
+  const int num_steps = static_cast<int>(steps.size());
   const HalfType type = OperandDtype() == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
-  for (int e = 0; e < static_cast<int>(steps.size()); ++e) {
+  // Whether step e alone reads z in fp32 (z's rounding aside): then reading z in 16 bits
+  // lets z's fp32 go; otherwise it would change the result and save nothing.
+  auto only_fp32_reader = [&](int e, int z) {
+    const int owner = Owner(z);
+    for (int u : graph_.outputs)
+      if (Owner(u) == owner) return false;
+    const auto r = rounded_.find(z);
+    for (int i = 0; i < num_steps; ++i) {
+      const GpuStep& s = steps[i];
+      if (i == e || drop[i] ||
+          (s.kind == GpuStep::Kind::kToHalf && r != rounded_.end() && s.out == r->second))
+        continue;
+      for (int u : s.in)
+        if (u >= 0 && Owner(u) == owner) return false;
+      if (s.scratch >= 0 && Owner(s.scratch) == owner) return false;
+    }
+    return true;
+  };
+  for (int e = 0; e < num_steps; ++e) {
+    // A 16-bit cuDNN convolution's epilogue (an im2col one runs in place on fp32, and its
+    // block's next im2col reads fp32 anyway).
     if (drop[e] || steps[e].kind != GpuStep::Kind::kConvEpilogue || steps[e].in[1] < 0 ||
-        steps[e].shard >= 0)
+        steps[e].shard >= 0 || !steps[e].conv_epilogue.source)
       continue;
     const int z = steps[e].in[1];
     const int writer = LastWriter(z, e);  // z as the epilogue reads it
-    if (writer < 0) continue;
+    if (writer < 0 || !only_fp32_reader(e, z)) continue;
     GpuStep& w = steps[writer];
     int half = -1;
     if (auto r = rounded_.find(z); r != rounded_.end()) {
@@ -309,9 +330,10 @@ void Lowerer::ResidualsIn16Bits(const std::map<int, int>& rounding_at,
                                                         at->second < e) {
         half = r->second;
       }
-    } else if (w.kind == GpuStep::Kind::kConvEpilogue && w.out == z && w.shard < 0 &&
-               w.half_out < 0) {
-      // No product reads z (a downsampling block's shortcut): its epilogue rounds it.
+    } else if (w.kind == GpuStep::Kind::kConvEpilogue && w.conv_epilogue.source && w.out == z &&
+               w.shard < 0 && w.half_out < 0) {
+      // Nothing else reads z (a downsampling block's shortcut), which a 16-bit convolution's
+      // epilogue wrote: that epilogue rounds it, and then writes no fp32.
       const Shape shape = ShapeOf(z);  // a copy: NewTemp may move the shapes
       w.half_out = NewTemp(shape, OperandDtype());
       rounded_[z] = half = w.half_out;

@@ -485,6 +485,30 @@ TEST(LowerConvOnCudnnTest, AResidualIsReadInSixteenBitsFromTheRoundingItsWriterM
     EXPECT_EQ(r.residuals, 1);
     ExpectAligned(*lowered);
   }
+  // Where a Sigmoid reads y too, its fp32 stays, and the residual reads it: rounding it would
+  // change the result and save nothing. Likewise on im2col, whose epilogues run in place on
+  // fp32 and whose next im2col reads fp32.
+  Prepared out =
+      Prepare(Model::FromGraph(IdentityBlockGraph(/*y_also_read=*/true)), {{2, 3, 8, 8}});
+  ASSERT_TRUE(out.plan);
+  auto kept = LowerPlan(out.model->graph(), *out.plan, OnCudnn(GemmMath::kFp16));
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  GpuPlanOptions im2col_options;
+  im2col_options.math = GemmMath::kFp16;
+  auto im2col = LowerPlan(g, *p.plan, im2col_options);
+  ASSERT_TRUE(im2col.ok()) << im2col.status().ToString();
+  for (const GpuLowering* l : {&*kept, &*im2col}) {
+    int residuals = 0;  // read by an epilogue, or by the GEMM of an im2col convolution
+    for (const GpuStep& s : l->steps) {
+      const int z = s.kind == K::kConvEpilogue ? s.in[1] : s.kind == K::kGemm ? s.in[3] : -1;
+      if (z < 0) continue;
+      ++residuals;
+      EXPECT_FALSE(s.conv_epilogue.residual.has_value());
+      EXPECT_EQ(l->dtypes[z], DataType::kFp32);
+    }
+    EXPECT_EQ(residuals, 1) << (l == &*kept ? "on cuDNN" : "on im2col");
+  }
+  EXPECT_EQ(CheckRoundings(out.model->graph(), *kept, DataType::kFp16).residuals, 0);
   // In TF32 the residual is fp32, fused into the convolution as before.
   auto tf32 = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kTf32));
   ASSERT_TRUE(tf32.ok()) << tf32.status().ToString();

@@ -536,8 +536,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kConv:
       return RunConv(i, *convs_[i], workspace_.data(), stream);
     case GpuStep::Kind::kConvEpilogue:
-      if (s.in[1] >= 0 &&
-          (lowering_.dtypes[s.in[1]] != DataType::kFp32) != s.conv_epilogue.residual.has_value())
+      if (s.in[1] >= 0 && (lowering_.dtypes[s.in[1]] == DataType::kFp32
+                               ? s.conv_epilogue.residual.has_value()
+                               : !s.conv_epilogue.residual || HalfOf(lowering_.dtypes[s.in[1]]) !=
+                                                                  *s.conv_epilogue.residual))
         return Internal("step " + std::to_string(i) + ": its residual's type is not its own");
       return ConvEpilogue(s.conv_epilogue, Address(s.in[0]),
                           s.weight_slots[0] >= 0

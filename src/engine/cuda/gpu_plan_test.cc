@@ -260,10 +260,13 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
                         math, tolerance);
     Prepared grouped = Prepare(Model::FromGraph(GroupedConvGraph()), {{2, 4, 9, 9}});
     ExpectGpuMatchesCpu(grouped, {{Random({2, 4, 9, 9}, 155)}}, math, tolerance);
-    // A value a convolution reads in 16 bits and the next block reads in fp32.
-    Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
-    ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 161)}, {Random({2, 3, 8, 8}, 162)}}, math,
-                        tolerance);
+    // A value a convolution reads and the block's last epilogue adds as its residual (in 16
+    // bits in fp16 and bf16), and, read by another step too, in fp32.
+    for (bool y_also_read : {false, true}) {
+      Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph(y_also_read)), {{2, 3, 8, 8}});
+      ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 161)}, {Random({2, 3, 8, 8}, 162)}}, math,
+                          tolerance);
+    }
     // A max pool between convolutions, of 16-bit values in fp16 and bf16; and of fp32 ones
     // when the pool's output is the graph's too.
     for (const char* variant : {"plain", "y_output", "pooled_output"}) {

@@ -175,7 +175,7 @@ Graph GroupedConvGraph() {
   return b.Finish(pool);
 }
 
-Graph IdentityBlockGraph() {
+Graph IdentityBlockGraph(bool y_also_read) {
   GraphBuilder b;
   const int x = b.Input("x", {2, 3, 8, 8});
   auto conv = [&](const std::string& name, int in, int c, int m, uint64_t seed) {
@@ -187,7 +187,9 @@ Graph IdentityBlockGraph() {
   const int y = b.Op("Relu", "stem.relu", {conv("stem", x, 3, 4, 31)});
   const int a = b.Op("Relu", "a.relu", {conv("a", y, 4, 4, 33)});
   const int sum = b.Op("Add", "add", {conv("b", a, 4, 4, 35), y});
-  return b.Finish(b.Op("Relu", "out", {sum}));
+  const int out = b.Op("Relu", "out", {sum});
+  if (!y_also_read) return b.Finish(out);
+  return b.Finish(std::vector<int>{out, b.Op("Sigmoid", "sig", {y})});
 }
 
 Graph PoolBetweenConvsGraph(const std::string& variant) {

@@ -49,8 +49,9 @@ Graph GroupedConvGraph();
 // A stem convolution with its ReLU, then ResNet's identity block on its output y: two 3x3
 // convolutions, the second's output plus y, then ReLU (the optimiser makes the second a
 // shoal.FusedConv reading y as its residual). y is read twice: by the block's first
-// convolution and, in fp32, as the residual.
-Graph IdentityBlockGraph();
+// convolution and as the residual (in 16 bits in a mixed-precision plan on cuDNN); with
+// `y_also_read`, a Sigmoid reads y too, its output the graph's second.
+Graph IdentityBlockGraph(bool y_also_read = false);
 
 // A convolution and its ReLU (y [2, 4, 8, 8]), a 3x3 max pool of stride 2 and padding 1,
 // and a second convolution of the pooled values, its output the graph's. `variant`:

@@ -222,12 +222,13 @@ class Lowerer {
   // bits, with one pass over the pooled values fewer. `rounding_at` maps each 16-bit
   // temporary to its kToHalf step; the roundings the pools take over are marked in `drop`.
   void PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bool>& drop);
-  // Mixed precision: a convolution's epilogue reads its residual z in 16 bits, the rounding
-  // the next convolutions read too (made in z's writer's pass, or by a kToHalf step that
-  // stays, before the epilogue), or, when no product reads z and a convolution's epilogue
-  // wrote it, a rounding that epilogue now makes. So a ResNet block's output need not be
-  // written in fp32 at all. Unlike the fusions above this changes results: z is rounded
-  // before it is added, as TensorRT's and PyTorch's fp16 residuals are.
+  // Mixed precision: a 16-bit cuDNN convolution's epilogue that is the only fp32 reader of
+  // its residual z (no graph output, no other step but z's rounding) reads z in 16 bits: the
+  // rounding the next convolutions read too (made in z's writer's pass, or by a kToHalf step
+  // that stays, before the epilogue), or, when nothing else reads z and a 16-bit
+  // convolution's epilogue wrote it, a rounding that epilogue now makes. So a ResNet
+  // block's output need not be written in fp32 at all. Unlike the fusions above this changes
+  // results: z is rounded before it is added, as TensorRT's and PyTorch's fp16 residuals are.
   void ResidualsIn16Bits(const std::map<int, int>& rounding_at, const std::vector<bool>& drop);
   // Removes the blobs no step's weight slot and no known value names, renumbering the
   // slots and recounting weight_bytes.
