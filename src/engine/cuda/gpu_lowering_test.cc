@@ -726,8 +726,9 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   // Every GEMM operand is a rounding made before it: by a kToHalf step, or by the step that
   // wrote the value, in the same pass (its half_out), which then needs no kToHalf step: a
   // layer normalisation, the feed-forward product whose exact GELU runs after its epilogue,
-  // the transposes of Q, K and V into heads, and the softmax of the scores. Each rounding is
-  // read; a step that rounds writes no fp32 unless something else reads it.
+  // the transposes into and out of heads, the softmax of the scores and the pooling
+  // ReduceMean. Each rounding is read; a step that rounds writes no fp32 unless something
+  // else reads it.
   std::vector<int> halves;  // 16-bit values written so far
   std::set<int> read;
   std::map<GpuStep::Kind, int> by;  // roundings made in a step's own pass, by its kind
@@ -744,7 +745,8 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
       if (s.kind == GpuStep::Kind::kLayerNorm) {
         EXPECT_GE(s.out, 0);  // its fp32 result stays: the residual reads it
       }
-      if (s.kind == GpuStep::Kind::kTranspose || s.kind == GpuStep::Kind::kSoftmax) {
+      if (s.kind == GpuStep::Kind::kTranspose || s.kind == GpuStep::Kind::kSoftmax ||
+          s.kind == GpuStep::Kind::kReduce) {
         EXPECT_EQ(s.out, -1);  // only the products read them
       }
       if (s.kind == GpuStep::Kind::kGemm) {
@@ -769,9 +771,10 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   EXPECT_EQ(by[K::kGemm], 2);       // each layer's first feed-forward product
   EXPECT_EQ(by[K::kTranspose], 8);  // each layer's Q, K and V, and its heads' outputs
   EXPECT_EQ(by[K::kSoftmax], 2);    // each layer's attention weights
-  EXPECT_EQ(by.size(), 4u);
-  // The embeddings and the pooled features.
-  EXPECT_EQ(roundings, 2);
+  EXPECT_EQ(by[K::kReduce], 1);     // the pooled features, for the classifier
+  EXPECT_EQ(by.size(), 5u);
+  EXPECT_EQ(roundings, 1);  // the embeddings
+
   int product_written = 0;
   for (const GpuStep& s : attention->steps)
     product_written += s.kind == GpuStep::Kind::kGemm && !s.gemm.fp32_output;

@@ -471,7 +471,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kSlice:
       return SliceAxis(in(0), y, s.dims, s.axis, s.start, s.length, stream);
     case GpuStep::Kind::kReduce:
-      return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream);
+      return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream, half, half_type);
     case GpuStep::Kind::kIm2Col:
       if (lowering_.dtypes[s.out] != DataType::kFp32)
         return Im2ColHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out), s.window, stream);

@@ -133,9 +133,11 @@ cudaError_t LaunchSliceAxisF32(const float* x, float* y, int64_t outer, int64_t 
 
 // Reductions, in the order of reduce.h's ReduceOp.
 enum class ReduceKernel : int { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
-// x viewed as [outer, r, inner] reduced over r: y is [outer, inner]. r >= 1.
+// x viewed as [outer, r, inner] reduced over r: y is [outer, inner]. r >= 1. `half` (a
+// HalfKernel, or -1) also writes y rounded to that type into h; y may be null then.
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
-                                  int64_t r, int64_t inner, cudaStream_t stream);
+                                  int64_t r, int64_t inner, cudaStream_t stream, int half = -1,
+                                  void* h = nullptr);
 
 // ArgMax (is_max) or ArgMin: x viewed as [outer, r, inner], y [outer, inner] the int64
 // position along r of the first extreme (the last with `last`), as the CPU engine compares

@@ -37,7 +37,7 @@ __global__ void PlaceAxisF32(const float* __restrict__ x, float* __restrict__ y,
 // One thread per output element, walking its r inputs (strided by `inner`, so adjacent
 // threads read adjacent addresses).
 __global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x, float* __restrict__ y,
-                                int64_t r, int64_t inner, int64_t n) {
+                                int64_t r, int64_t inner, int64_t n, int half, void* __restrict__ h) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = i % inner;
@@ -65,9 +65,11 @@ __global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x, fl
           acc += v;
       }
     }
-    y[i] = op == ReduceKernel::kMean ? acc / static_cast<float>(r)
-           : op == ReduceKernel::kL2 ? sqrtf(acc)
-                                     : acc;
+    const float v = op == ReduceKernel::kMean ? acc / static_cast<float>(r)
+                    : op == ReduceKernel::kL2   ? sqrtf(acc)
+                                                : acc;
+    if (y != nullptr) y[i] = v;
+    StoreRounded(half, h, i, v);
   }
 }
 
@@ -257,11 +259,13 @@ cudaError_t LaunchCastIntegral(IntCastType from, IntCastType to, const void* x, 
 }
 
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
-                                  int64_t r, int64_t inner, cudaStream_t stream) {
+                                  int64_t r, int64_t inner, cudaStream_t stream, int half,
+                                  void* h) {
   const int64_t n = outer * inner;
   if (n <= 0 || r <= 0) return cudaSuccess;
+  if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  ReduceMiddleF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, r, inner, n);
+  ReduceMiddleF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, r, inner, n, half, h);
   return cudaGetLastError();
 }
 

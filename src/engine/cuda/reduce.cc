@@ -4,12 +4,14 @@
 
 #include "core/tensor.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
 #include "engine/cuda/kernels.h"
 
 namespace shoal::engine::cuda {
 
 Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
-                  int64_t first, int64_t count, cudaStream_t stream) {
+                  int64_t first, int64_t count, cudaStream_t stream, void* half,
+                  HalfType half_type) {
   const auto rank = static_cast<int64_t>(dims.size());
   if (count < 1 || first < 0 || first + count > rank) {
     return InvalidArgument("reduce axes [" + std::to_string(first) + ", " +
@@ -21,9 +23,18 @@ Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t
     (d < first ? outer : d < first + count ? r : inner) *= dims[d];
   }
   if (r == 0) return InvalidArgument("reduce over an empty axis of " + ShapeToString(dims));
-  return CudaStatus(internal::LaunchReduceMiddleF32(static_cast<internal::ReduceKernel>(op), x, y,
-                                                    outer, r, inner, stream),
-                    "reduce kernel launch");
+  if (y == nullptr && half == nullptr) return InvalidArgument("reduce: no output");
+  // Each thread reads x and writes y and half: half's bytes must be neither's.
+  const auto out = static_cast<uint64_t>(outer * inner);
+  const uint64_t half_bytes = half ? out * 2 : 0;
+  if (BytesOverlap(half, half_bytes, x, out * static_cast<uint64_t>(r) * sizeof(float)) ||
+      BytesOverlap(half, half_bytes, y, y ? out * sizeof(float) : 0)) {
+    return InvalidArgument("reduce: its 16-bit output overlaps x or y");
+  }
+  return CudaStatus(
+      internal::LaunchReduceMiddleF32(static_cast<internal::ReduceKernel>(op), x, y, outer, r,
+                                      inner, stream, half ? static_cast<int>(half_type) : -1, half),
+      "reduce kernel launch");
 }
 
 Status TopK(const float* x, float* values, int64_t* indices, std::span<const int64_t> dims,

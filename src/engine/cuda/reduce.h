@@ -10,6 +10,7 @@
 #include <span>
 
 #include "core/status.h"
+#include "engine/cuda/elementwise.h"
 
 namespace shoal::engine::cuda {
 
@@ -17,10 +18,13 @@ namespace shoal::engine::cuda {
 enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
 
 // y = op over axes [first, first + count) of x's `dims`; y holds the product of the other
-// dimensions. InvalidArgument when the axes fall outside dims, count < 1, or a reduced
-// axis is empty (no identity for kMax or kMean).
+// dimensions. With `half` (null: none), y is also written rounded to `half_type` there, in
+// the same pass (a mixed-precision plan's next product reads it), and y may be null (16
+// bits alone). InvalidArgument when the axes fall outside dims, count < 1, a reduced axis is
+// empty (no identity for kMax or kMean), there is no output at all, or half overlaps x or y.
 Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
-                  int64_t first, int64_t count, cudaStream_t stream);
+                  int64_t first, int64_t count, cudaStream_t stream, void* half = nullptr,
+                  HalfType half_type = HalfType::kFp16);
 
 // ArgMax (is_max) or ArgMin along `axis` of x's `dims`: y holds the int64 position of the
 // first extreme (the last with `last`) for every other index, as the CPU engine finds it.

@@ -84,6 +84,37 @@ TEST_F(ReduceGpuTest, EveryOpOverLeadingMiddleTrailingAndAdjacentAxes) {
   }
 }
 
+// A global average pool, and a mean over a middle axis, also written rounded for the product
+// after them, bit for bit the host's rounding of the fp32 result, beside it or alone.
+TEST_F(ReduceGpuTest, AReductionAlsoWritesItsResultRounded) {
+  const std::vector<int64_t> dims = {3, 5, 4, 7};
+  std::vector<float> host(3 * 5 * 4 * 7);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = std::sin(0.7f * static_cast<float>(i)) * static_cast<float>(i % 11) + 1.f / 3.f;
+  DeviceBuffer x = Upload(host);
+  for (auto [first, count] : {std::pair<int64_t, int64_t>{2, 2}, {1, 1}}) {
+    const size_t n = host.size() / static_cast<size_t>(first == 2 ? 28 : 5);
+    DeviceBuffer y = Floats(n);
+    ASSERT_TRUE(
+        ReduceAxes(ReduceOp::kMean, x.as<float>(), y.as<float>(), dims, first, count, stream())
+            .ok());
+    const std::vector<float> want = Download(y, n);
+    for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+      for (bool alone : {false, true}) {
+        SCOPED_TRACE(alone ? "alone" : "beside");
+        DeviceBuffer half = StaleHalves(n), again = Floats(n);
+        ASSERT_TRUE(ReduceAxes(ReduceOp::kMean, x.as<float>(), alone ? nullptr : again.as<float>(),
+                               dims, first, count, stream(), half.data(), type)
+                        .ok());
+        ExpectRounded(half, want, type);
+        if (!alone) {
+          EXPECT_EQ(Download(again, n), want);
+        }
+      }
+    }
+  }
+}
+
 // ArgMax and ArgMin along each axis of a [3, 5, 4] tensor with ties (values from a small
 // set), first and last index, against the plain loop.
 TEST_F(ReduceGpuTest, ArgExtremesPickTheFirstOrLastExtremeAlongEachAxis) {
@@ -185,6 +216,15 @@ TEST(ReduceShapeTest, RefusesAxesOutsideTheShapeAndEmptyAxesBeforeTouchingTheDev
   const std::vector<int64_t> empty = {3, 0, 4};
   EXPECT_EQ(ReduceAxes(ReduceOp::kMax, nullptr, nullptr, empty, 1, 1, nullptr).code(),
             StatusCode::kInvalidArgument);
+  // No output at all, or a rounding over x (60 floats) or y (12).
+  alignas(16) static float buffer[128];
+  EXPECT_EQ(ReduceAxes(ReduceOp::kSum, buffer, nullptr, dims, 1, 1, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReduceAxes(ReduceOp::kSum, buffer, nullptr, dims, 1, 1, nullptr, buffer + 50).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ReduceAxes(ReduceOp::kSum, buffer, buffer + 64, dims, 1, 1, nullptr, buffer + 70).code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(
       ArgExtreme(true, false, nullptr, nullptr, std::vector<int64_t>{2, 3}, 2, nullptr).code(),
       StatusCode::kInvalidArgument);
