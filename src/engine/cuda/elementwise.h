@@ -50,6 +50,10 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu };
 
 // The 16-bit floating-point types of a mixed-precision plan's GEMM operands.
 enum class HalfType { kFp16, kBf16 };
+// The kernels' name for a 16-bit value's dtype (kFp16, else kBf16).
+inline HalfType HalfOf(DataType dtype) {
+  return dtype == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+}
 
 // The kernels that also write their result rounded (`half`, 2 bytes per element, or null)
 // refuse one whose bytes overlap x's or y's (n fp32 elements each; y may be null):

@@ -291,7 +291,7 @@ void Lowerer::ResidualsIn16Bits(const std::map<int, int>& rounding_at,
                                 const std::vector<bool>& drop) {
   std::vector<GpuStep>& steps = out_.steps;
   const int num_steps = static_cast<int>(steps.size());
-  const HalfType type = OperandDtype() == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+  const HalfType type = HalfOf(OperandDtype());
   // Whether step e alone reads z in fp32 (z's rounding aside): then reading z in 16 bits
   // lets z's fp32 go; otherwise it would change the result and save nothing.
   auto only_fp32_reader = [&](int e, int z) {

@@ -341,7 +341,7 @@ TEST(LowerConvOnCudnnTest, ResNetsResidualAndReluFuseIntoItsConvolution) {
 TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
   for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
     SCOPED_TRACE(math == GemmMath::kFp16 ? "fp16" : "bf16");
-    const DataType half = math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+    const DataType half = HalfDtypeOf(math);
     Prepared p = Prepare(Model::Load(Example("image_classifier")), {{2, 3, 32, 32}});
     ASSERT_TRUE(p.plan);
     auto lowered = LowerPlan(p.model->graph(), *p.plan, OnCudnn(math));
@@ -362,8 +362,7 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
       EXPECT_EQ(s.weight_slots[1], -1);
       const GpuStep& after = lowered->steps[i + 1];
       EXPECT_EQ(after.kind, K::kConvEpilogue);
-      EXPECT_EQ(after.conv_epilogue.source,
-                math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
+      EXPECT_EQ(after.conv_epilogue.source, HalfOf(HalfDtypeOf(math)));
       EXPECT_EQ(after.in, (std::vector<int>{s.out, -1}));
       const int y = p.model->graph().nodes[s.node].outputs[0];
       if (after.out >= 0) {
@@ -438,8 +437,7 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
     // their outputs too, and none of those six writes fp32.
     EXPECT_EQ(convs, 7);
     EXPECT_EQ(conv_inputs.size(), 6u);
-    const Roundings r = CheckRoundings(p.model->graph(), *lowered,
-                                       math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16);
+    const Roundings r = CheckRoundings(p.model->graph(), *lowered, HalfDtypeOf(math));
     EXPECT_EQ(r.steps, 1);
     EXPECT_EQ(r.fused, 6);
     EXPECT_EQ(r.dropped, 6);
@@ -459,7 +457,7 @@ TEST(LowerConvOnCudnnTest, AResidualIsReadInSixteenBitsFromTheRoundingItsWriterM
   ASSERT_TRUE(p.plan);
   const Graph& g = p.model->graph();
   for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
-    const DataType half = math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+    const DataType half = HalfDtypeOf(math);
     auto lowered = LowerPlan(g, *p.plan, OnCudnn(math));
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
     std::map<std::string, const GpuStep*> epilogue_of;  // by node name
@@ -474,8 +472,7 @@ TEST(LowerConvOnCudnnTest, AResidualIsReadInSixteenBitsFromTheRoundingItsWriterM
     EXPECT_GE(stem->half_out, 0);
     EXPECT_EQ(stem->out, -1);
     EXPECT_EQ(last->in[1], stem->half_out);
-    EXPECT_EQ(last->conv_epilogue.residual,
-              math == GemmMath::kFp16 ? HalfType::kFp16 : HalfType::kBf16);
+    EXPECT_EQ(last->conv_epilogue.residual, HalfOf(HalfDtypeOf(math)));
     EXPECT_EQ(last->half_out, -1);  // the graph's output, read by nothing after
     EXPECT_EQ(last->out, g.outputs[0]);
     const Roundings r = CheckRoundings(g, *lowered, half);
@@ -577,7 +574,7 @@ TEST(LowerConvOnCudnnTest, AMaxPoolBetweenConvolutionsPoolsTheir16BitValues) {
     ASSERT_TRUE(p.plan);
     const Graph& g = p.model->graph();
     for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
-      const DataType half = math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+      const DataType half = HalfDtypeOf(math);
       auto lowered = LowerPlan(g, *p.plan, OnCudnn(math));
       ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
       EXPECT_EQ(Kinds(*lowered),

@@ -57,11 +57,6 @@ namespace {
 // it. Winograd and FFT algorithms want the most; implicit GEMM needs none.
 constexpr size_t kCudnnWorkspaceLimit = size_t{256} << 20;
 
-// The kernels' name for a mixed-precision operand's dtype (kFp16 or kBf16).
-HalfType HalfOf(DataType dtype) {
-  return dtype == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
-}
-
 }  // namespace
 
 void* GpuPlan::Address(int v) const {

@@ -29,6 +29,11 @@ Prepared Prepare(StatusOr<std::unique_ptr<Model>> model, const std::vector<Shape
 
 std::string Example(const std::string& model);
 
+// The 16-bit dtype a mixed-precision plan in `math` (kFp16, else kBf16) rounds to.
+inline DataType HalfDtypeOf(GemmMath math) {
+  return math == GemmMath::kFp16 ? DataType::kFp16 : DataType::kBf16;
+}
+
 // Expects every arena value of `l` at an offset GEMMs may read (kGemmAlignmentBytes).
 void ExpectAligned(const GpuLowering& l);
 
