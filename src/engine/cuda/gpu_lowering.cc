@@ -234,6 +234,20 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
   if (biases_rounded) DropUnusedBlobs();
 }
 
+bool Lowerer::ReadBesides(int v, int a, int b, const std::vector<bool>& drop) const {
+  const int owner = Owner(v);
+  for (int u : graph_.outputs)
+    if (Owner(u) == owner) return true;
+  for (int i = 0; i < static_cast<int>(out_.steps.size()); ++i) {
+    if (i == a || i == b || drop[i]) continue;
+    const GpuStep& s = out_.steps[i];
+    for (int u : s.in)
+      if (u >= 0 && Owner(u) == owner) return true;
+    if (s.scratch >= 0 && Owner(s.scratch) == owner) return true;
+  }
+  return false;
+}
+
 int Lowerer::LastWriter(int v, int before) const {
   const int owner = Owner(v);
   int writer = -1;
@@ -264,14 +278,7 @@ void Lowerer::PoolIn16Bits(const std::map<int, int>& rounding_at, std::vector<bo
     const int rounding = at->second;
     if (LastWriter(y, rounding) != p) continue;  // what the rounding reads is the pool's
     // Nothing but its rounding reads the pool's fp32 output (a graph output counts).
-    bool other_reader = false;
-    for (int u : graph_.outputs) other_reader |= Owner(u) == y;
-    for (int i = 0; i < num_steps && !other_reader; ++i) {
-      if (i == rounding || drop[i]) continue;
-      for (int u : steps[i].in) other_reader |= u >= 0 && Owner(u) == y;
-      other_reader |= steps[i].scratch >= 0 && Owner(steps[i].scratch) == y;
-    }
-    if (other_reader) continue;
+    if (ReadBesides(y, rounding, -1, drop)) continue;
     const int writer = LastWriter(x, p);
     if (writer < 0) continue;
     GpuStep& w = steps[writer];
@@ -292,23 +299,13 @@ void Lowerer::ResidualsIn16Bits(const std::map<int, int>& rounding_at,
   std::vector<GpuStep>& steps = out_.steps;
   const int num_steps = static_cast<int>(steps.size());
   const HalfType type = HalfOf(OperandDtype());
-  // Whether step e alone reads z in fp32 (z's rounding aside): then reading z in 16 bits
-  // lets z's fp32 go; otherwise it would change the result and save nothing.
+  // Whether step e alone reads z in fp32 (z's rounding step aside): then reading z in 16
+  // bits lets z's fp32 go; otherwise it would change the result and save nothing.
   auto only_fp32_reader = [&](int e, int z) {
-    const int owner = Owner(z);
-    for (int u : graph_.outputs)
-      if (Owner(u) == owner) return false;
-    const auto r = rounded_.find(z);
-    for (int i = 0; i < num_steps; ++i) {
-      const GpuStep& s = steps[i];
-      if (i == e || drop[i] ||
-          (s.kind == GpuStep::Kind::kToHalf && r != rounded_.end() && s.out == r->second))
-        continue;
-      for (int u : s.in)
-        if (u >= 0 && Owner(u) == owner) return false;
-      if (s.scratch >= 0 && Owner(s.scratch) == owner) return false;
-    }
-    return true;
+    int rounding = -1;
+    if (auto r = rounded_.find(z); r != rounded_.end())
+      if (auto at = rounding_at.find(r->second); at != rounding_at.end()) rounding = at->second;
+    return !ReadBesides(z, e, rounding, drop);
   };
   for (int e = 0; e < num_steps; ++e) {
     // A 16-bit cuDNN convolution's epilogue (an im2col one runs in place on fp32, and its

@@ -215,6 +215,9 @@ class Lowerer {
   // The last step before step `before` to write v's bytes (v's owner, or, for the steps that
   // update their inputs in place, an input), or -1.
   int LastWriter(int v, int before) const;
+  // Whether v's bytes are a graph output, or a step other than steps a and b (-1: none) and
+  // not marked in `drop` reads them (through v, a view of them, or as its scratch).
+  bool ReadBesides(int v, int a, int b, const std::vector<bool>& drop) const;
   // Mixed precision: a max pool whose fp32 output only its rounding reads, of the output of
   // a convolution's epilogue, reads that epilogue's rounding of its input (made for it if no
   // product needed one) and writes the rounding of its output itself: the largest of 16-bit
