@@ -17,7 +17,10 @@
 // target: 0.8 or more).
 // A model with convolutions, where cuDNN loads (engine/cuda/cudnn.h): fp32, tf32, fp16 and
 // bf16 again with the convolutions on cuDNN (the *_cudnn columns; the others use im2col and
-// a cuBLASLt GEMM), each with its difference from the CPU.
+// a cuBLASLt GEMM), each with its difference from the CPU; cuDNN's algorithms measured when
+// the plan is made (the default), and in fp16_cudnn_heuristic its heuristics' first. At the
+// last batch size, the algorithm each convolution of the *_cudnn variants chose goes to
+// stderr.
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
@@ -60,6 +63,7 @@ struct Variant {
   int shards = 1;
   bool diff = true;
   cuda::ConvEngine conv = cuda::ConvEngine::kIm2Col;
+  cuda::CudnnAlgorithmSearch search = cuda::CudnnAlgorithmSearch::kMeasured;
 };
 constexpr size_t kFp16 = 2;  // the variant the TFLOP/s column reads
 
@@ -316,6 +320,12 @@ int main(int argc, char** argv) {
       v.conv = cuda::ConvEngine::kCudnn;
       variants.push_back(v);
     }
+    // fp16 on cuDNN once more with the algorithms its heuristics rank first, not measured.
+    Variant heuristic = variants[kFp16];
+    heuristic.name += "_cudnn_heuristic";
+    heuristic.conv = cuda::ConvEngine::kCudnn;
+    heuristic.search = cuda::CudnnAlgorithmSearch::kHeuristic;
+    variants.push_back(heuristic);
   } else if (has_conv) {
     std::printf("convolutions on im2col only: %s\n", cudnn.status().ToString().c_str());
   }
@@ -356,11 +366,18 @@ int main(int argc, char** argv) {
       options.cuda_graph = variants[k].cuda_graph;
       options.tensor_parallel.shards = variants[k].shards;
       options.conv = variants[k].conv;
+      options.conv_search = variants[k].search;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
       if (k == 0) row.gemm_flops = GemmFlops(*lowered);
       auto gpu = cuda::GpuPlan::Create(std::move(lowered).value(), **handle, *stream);
       if (!gpu.ok()) return Fail(gpu.status(), "GPU plan");
+      if (variants[k].conv == cuda::ConvEngine::kCudnn && batch == batches.back()) {
+        // The algorithms each search chose, at the largest batch (stderr: stdout is the table).
+        for (const std::string& line : (*gpu)->DescribeConvs())
+          std::fprintf(stderr, "%s, batch %lld: %s\n", variants[k].name.c_str(),
+                       static_cast<long long>(batch), line.c_str());
+      }
       std::vector<Tensor> out;
       row.ms[k] = MedianMs(runs, [&] {
         Status s = (*gpu)->Run(inputs, *stream, &out);

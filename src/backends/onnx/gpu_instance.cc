@@ -57,8 +57,8 @@ class GpuInstance : public BackendInstance {
               std::shared_ptr<engine::cuda::GpuWeights> weights,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
               int depth, std::vector<int64_t> buckets, engine::cuda::ConvEngine conv,
-              bool conv_fallback, engine::cuda::GpuCpuSplit split,
-              std::unique_ptr<engine::Session> tail)
+              bool conv_fallback, engine::cuda::CudnnAlgorithmSearch conv_search,
+              engine::cuda::GpuCpuSplit split, std::unique_ptr<engine::Session> tail)
       : stage_(std::move(split.gpu_stage)),
         model_(stage_ ? *stage_ : model),
         whole_(model),
@@ -68,6 +68,7 @@ class GpuInstance : public BackendInstance {
         math_(math),
         conv_(conv),
         conv_fallback_(conv_fallback),
+        conv_search_(conv_search),
         tier_(std::move(tier)),
         tensor_parallel_(std::move(tensor_parallel)),
         depth_(depth),
@@ -171,6 +172,7 @@ class GpuInstance : public BackendInstance {
     options.math = math_;
     options.tensor_parallel = tensor_parallel_;
     options.conv = conv_;
+    options.conv_search = conv_search_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
     // One cuDNN handle for the instance's plans, made with the first that needs it.
     const bool needs_cudnn =
@@ -196,6 +198,10 @@ class GpuInstance : public BackendInstance {
           engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_, shards_);
     }
     ASSIGN_OR_RETURN(auto plan, std::move(created));
+    if (spdlog::should_log(spdlog::level::debug)) {
+      for (const std::string& line : plan->DescribeConvs())
+        spdlog::debug("GPU {}: {}", gpu_, LogSafe(line));
+    }
     if (plans_.size() >= max_plans_) {
       // The least recently used plan with no batch launched and unfinished (whose work
       // still reads its buffers). With at most pipeline_depth() launched, there is one.
@@ -372,6 +378,7 @@ class GpuInstance : public BackendInstance {
   GemmMath math_;
   engine::cuda::ConvEngine conv_;
   bool conv_fallback_;  // gpu_convolution "auto": im2col where cuDNN cannot plan
+  engine::cuda::CudnnAlgorithmSearch conv_search_;  // gpu_convolution_algorithm
   std::string tier_;
   engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
   int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
@@ -471,6 +478,16 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
         spdlog::info("GPU convolutions on im2col and cuBLASLt: {}", cudnn.status().ToString());
       }
     });
+  }
+  auto conv_search = engine::cuda::CudnnAlgorithmSearch::kMeasured;
+  if (auto it = parameters.find("gpu_convolution_algorithm"); it != parameters.end()) {
+    if (it->second == "heuristic") {
+      conv_search = engine::cuda::CudnnAlgorithmSearch::kHeuristic;
+    } else if (it->second != "measured") {
+      return InvalidArgument(
+          "parameter gpu_convolution_algorithm must be measured or heuristic; was '" + it->second +
+          "'");
+    }
   }
   bool cpu_tail = false;
   if (auto it = parameters.find("gpu_cpu_tail"); it != parameters.end()) {
@@ -602,7 +619,7 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   auto instance = std::make_unique<GpuInstance>(
       model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
       weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth),
-      std::move(buckets), conv, conv_fallback, std::move(split), std::move(tail));
+      std::move(buckets), conv, conv_fallback, conv_search, std::move(split), std::move(tail));
   // The smallest shapes of what runs on the GPU: a model the GPU path cannot run fails
   // here, at load.
   shapes = smallest(instance->gpu_model().inputs());

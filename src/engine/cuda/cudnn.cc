@@ -53,6 +53,31 @@ Status CheckCudnnConv(const CudnnConvOptions& o) {
   return Status::Ok();
 }
 
+StatusOr<size_t> PickCudnnCandidate(size_t count, CudnnAlgorithmSearch search,
+                                    const std::function<StatusOr<double>(size_t)>& run,
+                                    std::vector<std::pair<size_t, std::string>>* refused) {
+  size_t best = count;
+  double best_ms = 0;
+  for (size_t i = 0; i < count; ++i) {
+    StatusOr<double> ms = run(i);
+    if (!ms.ok()) {
+      // Refused (NOT_SUPPORTED), or its scratch did not fit: another may run.
+      if (ms.status().code() != StatusCode::kUnimplemented &&
+          ms.status().code() != StatusCode::kResourceExhausted)
+        return ms.status();
+      refused->emplace_back(i, ms.status().message());
+      continue;
+    }
+    if (search == CudnnAlgorithmSearch::kHeuristic) return i;
+    if (best == count || *ms < best_ms) {
+      best = i;
+      best_ms = *ms;
+    }
+  }
+  if (best == count) return Unimplemented("no candidate ran");
+  return best;
+}
+
 #if SHOAL_HAVE_CUDNN
 
 // The entry points used, resolved by name from libcudnn.so.9.
@@ -318,9 +343,10 @@ std::vector<Candidate> Candidates(const Cudnn::Api& api, cudnnHandle_t h, const 
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(
-    const CudnnHandle& handle, const CudnnConvOptions& o, size_t max_workspace,
-    const std::function<Status(const CudnnConv&)>& trial) {
+StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle& handle,
+                                                       const CudnnConvOptions& o,
+                                                       size_t max_workspace,
+                                                       const CudnnTrial& trial) {
   RETURN_IF_ERROR(CheckCudnnConv(o));
   ASSIGN_OR_RETURN(const Cudnn* cudnn, Cudnn::Get());
   const Cudnn::Api& api = cudnn->api();
@@ -370,26 +396,46 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(
                   "cudnnGetConvolutionForwardAlgorithm_v7"));
     candidates = Candidates(api, h, d, o, ranked, returned, max_workspace, &over);
   }
-  // The first candidate wins, or, with a trial, the first the trial runs: the ranking is
-  // the plain convolution's, and the fused call may refuse an algorithm it ranks.
-  std::string refused;
-  for (const Candidate& c : candidates) {
+  // The descriptor's math and the algorithm of candidate `c`, held for a trial or kept.
+  auto hold = [&](const Candidate& c) -> Status {
     RETURN_IF_ERROR(api.Check(api.set_math(d.conv, c.math), "cudnnSetConvolutionMathType"));
     conv->algorithm_ = c.algorithm;
     conv->workspace_bytes_ = c.bytes;
-    if (!trial) return conv;
-    const Status tried = trial(*conv);
-    if (tried.ok()) return conv;
-    // Refused (NOT_SUPPORTED), or its scratch did not fit: a cheaper one may run.
-    if (tried.code() != StatusCode::kUnimplemented &&
-        tried.code() != StatusCode::kResourceExhausted)
-      return tried;
-    refused += " " + std::to_string(c.algorithm) + " (" + tried.message() + ")";
+    return Status::Ok();
+  };
+  if (!candidates.empty() && !trial) {
+    RETURN_IF_ERROR(hold(candidates[0]));
+    return conv;
   }
-  return Unimplemented("cuDNN has no convolution algorithm for this window within " +
-                       std::to_string(max_workspace) + " bytes of workspace" +
-                       (over.empty() ? std::string() : "; over it:" + over) +
-                       (refused.empty() ? std::string() : "; refused when run:" + refused));
+  std::vector<std::pair<size_t, std::string>> refused;
+  double best_ms = -1;
+  int ran = 0;
+  auto picked = PickCudnnCandidate(
+      candidates.size(), o.search,
+      [&](size_t i) -> StatusOr<double> {
+        RETURN_IF_ERROR(hold(candidates[i]));
+        ASSIGN_OR_RETURN(const double ms, trial(*conv));
+        ++ran;
+        if (best_ms < 0 || ms < best_ms) best_ms = ms;
+        return ms;
+      },
+      &refused);
+  if (!picked.ok()) {
+    if (picked.status().code() != StatusCode::kUnimplemented) return picked.status();
+    std::string words;
+    for (const auto& [i, why] : refused)
+      words += " " + std::to_string(candidates[i].algorithm) + " (" + why + ")";
+    return Unimplemented("cuDNN has no convolution algorithm for this window within " +
+                         std::to_string(max_workspace) + " bytes of workspace" +
+                         (over.empty() ? std::string() : "; over it:" + over) +
+                         (words.empty() ? std::string() : "; refused when run:" + words));
+  }
+  RETURN_IF_ERROR(hold(candidates[*picked]));
+  if (o.search == CudnnAlgorithmSearch::kMeasured) {
+    conv->measured_ = ran;
+    conv->measured_ms_ = best_ms;
+  }
+  return conv;
 }
 
 CudnnConv::~CudnnConv() {
@@ -446,9 +492,8 @@ CudnnHandle::~CudnnHandle() = default;
 StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn&, const CudnnConvOptions&) {
   return Cudnn::Get().status();
 }
-StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(
-    const CudnnHandle&, const CudnnConvOptions&, size_t,
-    const std::function<Status(const CudnnConv&)>&) {
+StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle&, const CudnnConvOptions&,
+                                                       size_t, const CudnnTrial&) {
   return Cudnn::Get().status();
 }
 CudnnConv::~CudnnConv() = default;

@@ -26,6 +26,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/cuda/conv.h"
@@ -66,6 +68,13 @@ class CudnnHandle {
   void* handle_ = nullptr;
 };
 
+// How a convolution's algorithm is chosen among those cuDNN's heuristics rank
+// (cudnnGetConvolutionForwardAlgorithm_v7) and that fit its workspace.
+enum class CudnnAlgorithmSearch {
+  kHeuristic,  // the first ranked (with a trial, the first its trial runs)
+  kMeasured,   // each run by the trial and timed; the fastest (without a trial, kHeuristic)
+};
+
 // One 2-D convolution: x [n, c, h, w] (window.n .. window.w), w [m, c/groups, kh, kw],
 // y [n, m, oh, ow].
 struct CudnnConvOptions {
@@ -80,8 +89,25 @@ struct CudnnConvOptions {
   // only); otherwise y = conv(x, w).
   bool fused_bias_relu = false;
   bool residual = false;  // fused only: z, the shape of y
-  std::string what;       // names it in a plan's errors ("node 'conv1' (Conv)")
+  CudnnAlgorithmSearch search = CudnnAlgorithmSearch::kHeuristic;
+  std::string what;  // names it in a plan's errors ("node 'conv1' (Conv)")
 };
+
+// Runs a convolution with the algorithm it holds (synchronously) and returns the time one
+// run took, in milliseconds; UNIMPLEMENTED (cuDNN's NOT_SUPPORTED family) or
+// RESOURCE_EXHAUSTED (its scratch did not fit) when that algorithm cannot run it.
+class CudnnConv;
+using CudnnTrial = std::function<StatusOr<double>(const CudnnConv&)>;
+
+// Which of `count` candidates, ranked best first, a convolution keeps, where `run(i)` is
+// candidate i's trial: kHeuristic, the first that runs; kMeasured, the one with the least
+// time (the earlier ranked on a tie), every one run. A candidate refused as a trial refuses
+// (UNIMPLEMENTED, RESOURCE_EXHAUSTED) is passed over, its index and words appended to
+// `refused`; any other error is returned at once. UNIMPLEMENTED when none runs. Pure host
+// work, for CudnnConv::Create and its tests.
+StatusOr<size_t> PickCudnnCandidate(size_t count, CudnnAlgorithmSearch search,
+                                    const std::function<StatusOr<double>(size_t)>& run,
+                                    std::vector<std::pair<size_t, std::string>>* refused);
 
 // OK when cuDNN can run `o`; INVALID_ARGUMENT saying why not: a window CheckWindow
 // refuses, pads that differ at the two ends, an output of another size than the window's,
@@ -95,17 +121,17 @@ StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn& cudnn, const C
 
 class CudnnConv {
  public:
-  // The descriptors of `o` and the algorithm cuDNN's heuristics rank first among those that
-  // run it within `max_workspace` bytes of scratch (cudnnGetConvolutionForwardAlgorithm_v7,
-  // or ..BackwardDataAlgorithm_v7 for a transposed convolution). With a `trial`, which runs
-  // the convolution once (synchronously) and says how it went, the first candidate whose
-  // trial succeeds: the heuristics rank algorithms for the plain convolution, and the fused
-  // call may refuse one (UNIMPLEMENTED, cuDNN's NOT_SUPPORTED family, or RESOURCE_EXHAUSTED
-  // for scratch that did not fit: the next is tried; any other error is returned). INVALID_ARGUMENT
-  // as CheckCudnnConv; UNIMPLEMENTED when no algorithm runs it.
-  static StatusOr<std::unique_ptr<CudnnConv>> Create(
-      const CudnnHandle& handle, const CudnnConvOptions& o, size_t max_workspace,
-      const std::function<Status(const CudnnConv&)>& trial = nullptr);
+  // The descriptors of `o` and an algorithm among those cuDNN's heuristics rank that run it
+  // within `max_workspace` bytes of scratch (cudnnGetConvolutionForwardAlgorithm_v7, or
+  // ..BackwardDataAlgorithm_v7 for a transposed convolution): without a `trial`, the first
+  // ranked; with one, the candidate PickCudnnCandidate picks by o.search. A trial is needed
+  // where the fused call may refuse what the heuristics rank (they rank algorithms for the
+  // plain convolution), and to measure. INVALID_ARGUMENT as CheckCudnnConv; UNIMPLEMENTED
+  // when no algorithm runs it; a trial's other errors as they are.
+  static StatusOr<std::unique_ptr<CudnnConv>> Create(const CudnnHandle& handle,
+                                                     const CudnnConvOptions& o,
+                                                     size_t max_workspace,
+                                                     const CudnnTrial& trial = nullptr);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -114,6 +140,10 @@ class CudnnConv {
   size_t workspace_bytes() const { return workspace_bytes_; }
   int algorithm() const { return algorithm_; }
   const CudnnConvOptions& options() const { return options_; }
+  // With a measured search: how many candidates ran, and the time of the one kept (ms);
+  // otherwise 0 and -1.
+  int measured() const { return measured_; }
+  double measured_ms() const { return measured_ms_; }
 
   // Queues the convolution on `stream`: y = conv(x, w), or, fused, relu(conv + z + bias)
   // (z null without a residual), or y = ConvTranspose(x, w). x, w and y in the math's element type
@@ -136,6 +166,8 @@ class CudnnConv {
   void* act_desc_ = nullptr;
   int algorithm_ = 0;
   size_t workspace_bytes_ = 0;
+  int measured_ = 0;
+  double measured_ms_ = -1;
 };
 
 }  // namespace shoal::engine::cuda

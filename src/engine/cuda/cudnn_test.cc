@@ -108,6 +108,78 @@ TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
 
 // cuDNN itself, where its library loads (the build machines have the toolkit's); no device
 // is needed to describe a convolution.
+// The pick among ranked candidates: the heuristic search keeps the first that runs, the
+// measured one the fastest (the earlier on a tie); refusals are passed over and listed,
+// another error stops the search, and none running is UNIMPLEMENTED.
+TEST(CudnnPickTest, KeepsTheFirstOrTheFastestOfWhatRuns) {
+  const std::vector<double> ms = {3.0, 2.0, 2.0, 5.0};
+  std::vector<size_t> ran;
+  auto times = [&](size_t i) -> StatusOr<double> {
+    ran.push_back(i);
+    if (i == 0) return Unimplemented("not supported");
+    return ms[i];
+  };
+  std::vector<std::pair<size_t, std::string>> refused;
+  auto first = PickCudnnCandidate(ms.size(), CudnnAlgorithmSearch::kHeuristic, times, &refused);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, 1u);
+  EXPECT_EQ(ran, (std::vector<size_t>{0, 1}));
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].first, 0u);
+  EXPECT_EQ(refused[0].second, "not supported");
+
+  ran.clear();
+  refused.clear();
+  auto fastest = PickCudnnCandidate(ms.size(), CudnnAlgorithmSearch::kMeasured, times, &refused);
+  ASSERT_TRUE(fastest.ok()) << fastest.status().ToString();
+  EXPECT_EQ(*fastest, 1u);  // 2.0 ms, ranked before the other 2.0 ms
+  EXPECT_EQ(ran, (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(refused.size(), 1u);
+
+  // Scratch that did not fit is a refusal too; a later candidate is faster.
+  refused.clear();
+  auto later = PickCudnnCandidate(
+      3, CudnnAlgorithmSearch::kMeasured,
+      [](size_t i) -> StatusOr<double> {
+        if (i == 1) return ResourceExhausted("out of memory");
+        return i == 2 ? 0.5 : 1.0;
+      },
+      &refused);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(*later, 2u);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].first, 1u);
+
+  // Any other error is returned at once, whatever ran before it.
+  for (auto search : {CudnnAlgorithmSearch::kHeuristic, CudnnAlgorithmSearch::kMeasured}) {
+    ran.clear();
+    refused.clear();
+    auto broken = PickCudnnCandidate(
+        3, search,
+        [&](size_t i) -> StatusOr<double> {
+          ran.push_back(i);
+          if (i == 0) return Unimplemented("no");
+          return Internal("broken");
+        },
+        &refused);
+    EXPECT_EQ(broken.status().code(), StatusCode::kInternal);
+    EXPECT_EQ(ran, (std::vector<size_t>{0, 1}));
+  }
+
+  // Nothing runs: UNIMPLEMENTED, every candidate listed; no candidates at all, the same.
+  refused.clear();
+  auto none = PickCudnnCandidate(
+      2, CudnnAlgorithmSearch::kMeasured,
+      [](size_t) -> StatusOr<double> { return Unimplemented("no"); }, &refused);
+  EXPECT_EQ(none.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(refused.size(), 2u);
+  refused.clear();
+  auto empty = PickCudnnCandidate(
+      0, CudnnAlgorithmSearch::kHeuristic, [](size_t) -> StatusOr<double> { return 1.0; },
+      &refused);
+  EXPECT_EQ(empty.status().code(), StatusCode::kUnimplemented);
+}
+
 TEST(CudnnLibraryTest, ComputesTheOutputTheWindowDoes) {
   auto cudnn = Cudnn::Get();
   if (!cudnn.ok()) GTEST_SKIP() << cudnn.status().ToString();
@@ -348,23 +420,60 @@ TEST_F(CudnnGpuTest, ATrialPassesOverTheAlgorithmsItRefuses) {
   CudnnConvOptions o = Options(g, 8);
   o.fused_bias_relu = true;
   std::vector<int> seen;
-  auto refuse_first = [&](const CudnnConv& conv) -> Status {
+  auto refuse_first = [&](const CudnnConv& conv) -> StatusOr<double> {
     seen.push_back(conv.algorithm());
-    return seen.size() == 1 ? Unimplemented("refused") : Status::Ok();
+    if (seen.size() == 1) return Unimplemented("refused");
+    return 1.0;
   };
   auto conv = CudnnConv::Create(*handle_, o, size_t{1} << 28, refuse_first);
   ASSERT_TRUE(conv.ok()) << conv.status().ToString();
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_NE(seen[0], seen[1]);
   EXPECT_EQ((*conv)->algorithm(), seen[1]);
-  auto failed = CudnnConv::Create(*handle_, o, size_t{1} << 28,
-                                  [](const CudnnConv&) { return Internal("broken"); });
+  auto failed =
+      CudnnConv::Create(*handle_, o, size_t{1} << 28,
+                        [](const CudnnConv&) -> StatusOr<double> { return Internal("broken"); });
   EXPECT_EQ(failed.status().code(), StatusCode::kInternal);
-  auto none = CudnnConv::Create(*handle_, o, size_t{1} << 28,
-                                [](const CudnnConv&) { return Unimplemented("no"); });
+  auto none =
+      CudnnConv::Create(*handle_, o, size_t{1} << 28,
+                        [](const CudnnConv&) -> StatusOr<double> { return Unimplemented("no"); });
   EXPECT_EQ(none.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(none.status().message().find("refused when run"), std::string::npos)
       << none.status().ToString();
+}
+
+// A measured search runs every candidate through the trial and keeps the one whose time
+// was least; the heuristic search keeps the first that runs. Both convolve as the
+// reference. (The times are the trial's word here; GpuPlan's trial measures them.)
+TEST_F(CudnnGpuTest, AMeasuredSearchKeepsTheFastestCandidate) {
+  const Window2d g = MakeWindow(4, 16, 14, 14, 3, 1, 1, 1, 1);
+  CudnnConvOptions o = Options(g, 16);
+  std::vector<int> seen;
+  // The last candidate run is said to be the fastest.
+  auto last_fastest = [&](const CudnnConv& conv) -> StatusOr<double> {
+    seen.push_back(conv.algorithm());
+    return 10.0 - static_cast<double>(seen.size());
+  };
+  o.search = CudnnAlgorithmSearch::kMeasured;
+  auto measured = CudnnConv::Create(*handle_, o, size_t{1} << 28, last_fastest);
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ((*measured)->algorithm(), seen.back());
+  EXPECT_EQ((*measured)->measured(), static_cast<int>(seen.size()));
+  EXPECT_DOUBLE_EQ((*measured)->measured_ms(), 10.0 - static_cast<double>(seen.size()));
+  const std::vector<int> measured_seen = seen;
+  seen.clear();
+  o.search = CudnnAlgorithmSearch::kHeuristic;
+  auto first = CudnnConv::Create(*handle_, o, size_t{1} << 28, last_fastest);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ((*first)->algorithm(), measured_seen.front());
+  EXPECT_EQ((*first)->measured(), 0);
+  const auto x = Wave(g.n * g.c * g.h * g.w, 0.8f);
+  const auto w = Wave(16 * 16 * 9, 0.3f);
+  o.search = CudnnAlgorithmSearch::kMeasured;
+  ExpectNear(Run(o, x, w, std::vector<float>(16, 0.f), nullptr),
+             Reference(x, w, g, 16, nullptr, nullptr, false), 1e-5, "measured");
 }
 
 TEST_F(CudnnGpuTest, KeepsWithinTheWorkspaceItIsGiven) {

@@ -99,6 +99,10 @@ struct GpuPlanOptions {
   // differ at the two ends, a tanh-GELU) keeps to im2col. The backend asks for kCudnn when
   // cuDNN loads (gpu_convolution in docs/gpu.md).
   ConvEngine conv = ConvEngine::kIm2Col;
+  // How each cuDNN convolution's algorithm is chosen when the plan is created: kMeasured
+  // runs every candidate cuDNN's heuristics rank on the plan's own buffers and keeps the
+  // fastest; kHeuristic keeps the first ranked (config gpu_convolution_algorithm).
+  CudnnAlgorithmSearch conv_search = CudnnAlgorithmSearch::kMeasured;
 };
 
 // Where a value's bytes are on the device.

@@ -538,6 +538,7 @@ Status Lowerer::LowerConv(int n) {
     c.window = g;
     c.m = ws[0];
     c.math = options_.math;
+    c.search = options_.conv_search;
     c.what = graph_.Describe(n);
     // cuDNN fuses relu(conv + z + bias): a Conv and its ReLU, or ResNet's residual and ReLU.
     const bool conv_relu = act == "Relu" && !residual && post_act.empty();
@@ -781,6 +782,7 @@ Status Lowerer::LowerConvTranspose(int n) {
     c.m = m;
     c.transposed = true;
     c.math = options_.math == GemmMath::kFp32 ? GemmMath::kFp32 : GemmMath::kTf32;
+    c.search = options_.conv_search;
     c.what = graph_.Describe(n);
     const Tensor* w = Known(node.inputs[1]);
     const bool bias_known = !node.has_input(2) || Known(node.inputs[2]) != nullptr;

@@ -1,6 +1,7 @@
 #include "engine/cuda/gpu_plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -57,7 +58,55 @@ namespace {
 // it. Winograd and FFT algorithms want the most; implicit GEMM needs none.
 constexpr size_t kCudnnWorkspaceLimit = size_t{256} << 20;
 
+// A measured algorithm search times each candidate this many times after its first run
+// (which warms it up and checks that it runs), and keeps its least time.
+constexpr int kSearchRuns = 3;
+
+// The least time of `runs` runs of `run` on `stream`, each between two events, in ms.
+StatusOr<double> LeastTime(int runs, cudaStream_t stream, const std::function<Status()>& run) {
+  struct Events {
+    cudaEvent_t begin = nullptr, end = nullptr;
+    ~Events() {
+      if (begin != nullptr) cudaEventDestroy(begin);
+      if (end != nullptr) cudaEventDestroy(end);
+    }
+  } e;
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e.begin), "cudaEventCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e.end), "cudaEventCreate"));
+  double least = -1;
+  for (int r = 0; r < runs; ++r) {
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e.begin, stream), "cudaEventRecord"));
+    RETURN_IF_ERROR(run());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e.end, stream), "cudaEventRecord"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(e.end), "cudaEventSynchronize"));
+    float ms = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, e.begin, e.end), "cudaEventElapsedTime"));
+    if (least < 0 || ms < least) least = ms;
+  }
+  return least;
+}
+
 }  // namespace
+
+std::vector<std::string> GpuPlan::DescribeConvs() const {
+  std::vector<std::string> lines;
+  std::vector<const CudnnConv*> said;
+  for (const auto& conv : convs_) {
+    if (!conv || std::find(said.begin(), said.end(), conv.get()) != said.end()) continue;
+    said.push_back(conv.get());
+    std::string line = conv->options().what + ": algorithm " + std::to_string(conv->algorithm());
+    if (conv->measured() > 0) {
+      char ms[32];
+      std::snprintf(ms, sizeof(ms), "%.3f", conv->measured_ms());
+      line += std::string(" (") + ms + " ms, the fastest of " + std::to_string(conv->measured()) +
+              " run)";
+    } else {
+      line += " (chosen by cuDNN's heuristics)";
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
 
 void* GpuPlan::Address(int v) const {
   const GpuValue& value = lowering_.values[v];
@@ -213,15 +262,21 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
       key += std::to_string(v) + ",";
     auto& shared = shared_convs[key];
     if (!shared) {
-      // A fused convolution's algorithm is run once on this step's own buffers (their
-      // bytes are whatever the arena holds; the first batch overwrites them), with scratch
-      // of its own: cuDNN ranks algorithms for the plain convolution.
-      std::function<Status(const CudnnConv&)> trial;
-      if (c.fused_bias_relu) {
-        trial = [&](const CudnnConv& conv) -> Status {
+      // Candidates run on this step's own buffers (their bytes are whatever the arena holds;
+      // the first batch overwrites them), each with scratch of its own. A fused
+      // convolution's are run because cuDNN ranks algorithms for the plain convolution and
+      // the fused call may refuse one; with a measured search, every candidate is run and
+      // timed.
+      const bool measure = c.search == CudnnAlgorithmSearch::kMeasured;
+      CudnnTrial trial;
+      if (c.fused_bias_relu || measure) {
+        trial = [&](const CudnnConv& conv) -> StatusOr<double> {
           ASSIGN_OR_RETURN(DeviceBuffer scratch, DeviceBuffer::Allocate(conv.workspace_bytes()));
           RETURN_IF_ERROR(plan->RunConv(i, conv, scratch.data(), stream.get()));
-          return stream.Synchronize();
+          RETURN_IF_ERROR(stream.Synchronize());
+          if (!measure) return 0.0;
+          return LeastTime(kSearchRuns, stream.get(),
+                           [&] { return plan->RunConv(i, conv, scratch.data(), stream.get()); });
         };
       }
       auto conv = CudnnConv::Create(*plan->cudnn_, c, kCudnnWorkspaceLimit, trial);
