@@ -93,9 +93,26 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
 }
 
 Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
-              cudaStream_t stream) {
+              cudaStream_t stream, void* half, HalfType half_type) {
+  if (y == nullptr && half == nullptr) return InvalidArgument("binary: no output");
+  if (half != nullptr && plan.elements > 0) {
+    // An operand's bytes reach as far as its last element's offset in the broadcast.
+    auto extent = [&](const int64_t* strides) {
+      uint64_t last = 0;
+      for (int d = 0; d < plan.index.rank; ++d)
+        last += static_cast<uint64_t>(plan.index.out_dims[d] - 1) * strides[d];
+      return (last + 1) * sizeof(float);
+    };
+    const uint64_t half_bytes = static_cast<uint64_t>(plan.elements) * 2;
+    if (BytesOverlap(half, half_bytes, a, extent(plan.index.a_strides)) ||
+        BytesOverlap(half, half_bytes, b, extent(plan.index.b_strides)) ||
+        BytesOverlap(half, half_bytes, y, y ? static_cast<uint64_t>(plan.elements) * 4 : 0)) {
+      return InvalidArgument("binary: its 16-bit output overlaps a, b or y");
+    }
+  }
   return CudaStatus(internal::LaunchBinaryF32(static_cast<internal::BinaryKernel>(op), a, b, y,
-                                              plan.index, plan.elements, stream),
+                                              plan.index, plan.elements, stream,
+                                              half ? static_cast<int>(half_type) : -1, half),
                     "binary kernel launch");
 }
 

@@ -82,9 +82,11 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
                                       std::span<const int64_t> b_dims);
 
 // y = a op b, broadcast as PlanBroadcast says; y holds plan.elements values. y may be a
-// or b when that operand has the output's shape; it must not overlap them otherwise.
+// or b when that operand has the output's shape; it must not overlap them otherwise. With
+// `half`, the result is also written rounded there, as Unary writes it (y may be null);
+// InvalidArgument for no output, or a half that overlaps a, b or y.
 Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
-              cudaStream_t stream);
+              cudaStream_t stream, void* half = nullptr, HalfType half_type = HalfType::kFp16);
 
 // Comparisons with NumPy broadcasting (PlanBroadcast), writing ONNX bools (one byte, 1 or
 // 0): a and b are fp32, or int64 when `int64_operands`. y must not overlap a or b.

@@ -360,23 +360,10 @@ TEST_F(ElementwiseGpuTest, AnActivationAlsoWritesItsResultRounded) {
   const std::vector<float> x = Random(10007, -4.f, 4.f, 3);
   DeviceBuffer dx = Upload(x), dy = Floats(x.size());
   ASSERT_TRUE(Unary(UnaryOp::kGelu, dx.as<float>(), dy.as<float>(), x.size(), stream()).ok());
-  const std::vector<float> want = Download(dy, x.size());
-  for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
-    SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
-    for (const char* how : {"beside", "alone", "in place"}) {
-      SCOPED_TRACE(how);
-      DeviceBuffer half = StaleHalves(x.size());
-      DeviceBuffer y = how == std::string("in place") ? Upload(x) : Floats(x.size());
-      const float* in = how == std::string("in place") ? y.as<float>() : dx.as<float>();
-      float* out = how == std::string("alone") ? nullptr : y.as<float>();
-      ASSERT_TRUE(
-          Unary(UnaryOp::kGelu, in, out, x.size(), stream(), 0.f, 0.f, half.data(), type).ok());
-      ExpectRounded(half, want, type);
-      if (out != nullptr) {
-        EXPECT_EQ(Download(y, x.size()), want);
-      }
-    }
-  }
+  ExpectRoundsBesideAloneAndInPlace(
+      x, Download(dy, x.size()), [&](const float* in, float* out, void* half, HalfType type) {
+        return Unary(UnaryOp::kGelu, in, out, x.size(), stream(), 0.f, 0.f, half, type);
+      });
 }
 
 TEST(UnaryShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
@@ -390,6 +377,44 @@ TEST(UnaryShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDev
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Unary(UnaryOp::kRelu, buffer, nullptr, 8, nullptr, 0.f, 0.f, buffer + 4).code(),
             StatusCode::kInvalidArgument);  // alone, over x
+}
+
+// With a 16-bit output, a binary operator also writes its result rounded, bit for bit the
+// host's rounding of its fp32 result: broadcast (a row added to every row, as a model adds
+// its position embeddings), beside that result, alone, and in place (y is a).
+TEST_F(ElementwiseGpuTest, ABinaryOperatorAlsoWritesItsResultRounded) {
+  const std::vector<int64_t> a_dims = {37, 64}, b_dims = {64};
+  const std::vector<float> a = Random(37 * 64, -300.f, 300.f, 5), b = Random(64, -1.f, 1.f, 6);
+  auto plan = PlanBroadcast(a_dims, b_dims);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  DeviceBuffer da = Upload(a), db = Upload(b), dy = Floats(a.size());
+  ASSERT_TRUE(
+      Binary(BinaryOp::kAdd, da.as<float>(), db.as<float>(), dy.as<float>(), *plan, stream()).ok());
+  ExpectRoundsBesideAloneAndInPlace(
+      a, Download(dy, a.size()), [&](const float* in, float* out, void* half, HalfType type) {
+        return Binary(BinaryOp::kAdd, in, db.as<float>(), out, *plan, stream(), half, type);
+      });
+}
+
+TEST(BinaryShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
+  alignas(16) float buffer[256] = {};
+  const std::vector<int64_t> a_dims = {4, 8}, b_dims = {8};
+  auto plan = PlanBroadcast(a_dims, b_dims);
+  ASSERT_TRUE(plan.ok());
+  const float* a = buffer;       // 32 values
+  const float* b = buffer + 64;  // 8 values, broadcast
+  float* y = buffer + 128;       // 32 values
+  EXPECT_EQ(Binary(BinaryOp::kAdd, a, b, nullptr, *plan, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  // The rounding (32 values, 64 bytes) over a's last values, over b, over y.
+  for (float* half : {buffer + 24, buffer + 60, buffer + 150}) {
+    EXPECT_EQ(Binary(BinaryOp::kAdd, a, b, y, *plan, nullptr, half).code(),
+              StatusCode::kInvalidArgument)
+        << half - buffer;
+  }
+  // Alone, over a.
+  EXPECT_EQ(Binary(BinaryOp::kAdd, a, b, nullptr, *plan, nullptr, buffer + 8).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ElementwiseGpuTest, BinaryOperatorsBroadcastLikeNumPy) {

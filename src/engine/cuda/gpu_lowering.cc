@@ -62,12 +62,14 @@ std::optional<BinaryOp> BinaryByName(std::string_view op) {
 }
 
 // Steps that can write their result rounded to 16 bits (GpuStep::half_out) in their pass, and
-// that rounding alone when nothing reads the fp32 result: an element-wise activation, a
-// softmax, a transpose (attention's heads, before their products), a reduction (a global
-// average pool or a ReduceMean before a classifier's product).
+// that rounding alone when nothing reads the fp32 result: an element-wise activation or
+// arithmetic (a transformer's embeddings, summed before the first product), a softmax, a
+// transpose (attention's heads, before their products), a reduction (a global average pool
+// or a ReduceMean before a classifier's product).
 bool RoundsAlone(GpuStep::Kind kind) {
-  return kind == GpuStep::Kind::kUnary || kind == GpuStep::Kind::kSoftmax ||
-         kind == GpuStep::Kind::kTranspose || kind == GpuStep::Kind::kReduce;
+  return kind == GpuStep::Kind::kUnary || kind == GpuStep::Kind::kBinary ||
+         kind == GpuStep::Kind::kSoftmax || kind == GpuStep::Kind::kTranspose ||
+         kind == GpuStep::Kind::kReduce;
 }
 
 }  // namespace

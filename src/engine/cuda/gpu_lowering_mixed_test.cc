@@ -100,23 +100,27 @@ TEST(LowerPlanTest, AProductKeepsItsFp32OutputUnlessOnlyTheNextProductReadsIt) {
   }
 }
 
-// An element-wise activation that only a product reads (Tanh of the input, then MatMul)
-// rounds its result for it in its own pass and writes no fp32, also when the product reads
-// it through a Reshape (the rounding then has the view's shape); when the graph returns the
-// activation too, it writes both. In fp32 and TF32 nothing is rounded.
+// An element-wise activation or sum that only a product reads (Tanh of the input, or the
+// input plus a broadcast constant, then MatMul) rounds its result for it in its own pass and
+// writes no fp32, also when the product reads it through a Reshape (the rounding then has
+// the view's shape); when the graph returns it too, it writes both. In fp32 and TF32 nothing
+// is rounded.
 TEST(LowerPlanTest, AnActivationRoundsItsResultForTheProductAfterIt) {
-  for (const char* variant : {"alone", "output", "view"}) {
-    SCOPED_TRACE(variant);
+  for (const auto& [op, variant] :
+       {std::pair{"Tanh", "alone"}, std::pair{"Tanh", "output"}, std::pair{"Tanh", "view"},
+        std::pair{"Add", "alone"}, std::pair{"Add", "output"}, std::pair{"Add", "view"}}) {
+    SCOPED_TRACE(std::string(op) + ", " + variant);
     const bool also_output = std::string(variant) == "output";
-    Prepared p = Prepare(Model::FromGraph(ActivationThenProductGraph(variant)), {{4, 8}});
+    Prepared p = Prepare(Model::FromGraph(ActivationThenProductGraph(variant, op)), {{4, 8}});
     ASSERT_TRUE(p.plan);
+    const auto kind = std::string(op) == "Add" ? GpuStep::Kind::kBinary : GpuStep::Kind::kUnary;
     for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16, GemmMath::kTf32}) {
       GpuPlanOptions options;
       options.math = math;
       auto l = LowerPlan(p.model->graph(), *p.plan, options);
       ASSERT_TRUE(l.ok()) << l.status().ToString();
       ASSERT_EQ(l->steps.size(), 2u);
-      ASSERT_EQ(l->steps[0].kind, GpuStep::Kind::kUnary);
+      ASSERT_EQ(l->steps[0].kind, kind);
       ASSERT_EQ(l->steps[1].kind, GpuStep::Kind::kGemm);
       const GpuStep& tanh = l->steps[0];
       const GpuStep& product = l->steps[1];
@@ -239,9 +243,9 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   // Every GEMM operand is a rounding made before it: by a kToHalf step, or by the step that
   // wrote the value, in the same pass (its half_out), which then needs no kToHalf step: a
   // layer normalisation, the feed-forward product whose exact GELU runs after its epilogue,
-  // the transposes into and out of heads, the softmax of the scores and the pooling
-  // ReduceMean. Each rounding is read; a step that rounds writes no fp32 unless something
-  // else reads it.
+  // the transposes into and out of heads, the softmax of the scores, the pooling
+  // ReduceMean and the sum of the embeddings. Each rounding is read; a step that rounds writes no
+  // fp32 unless something else reads it.
   std::vector<int> halves;  // 16-bit values written so far
   std::set<int> read;
   std::map<GpuStep::Kind, int> by;  // roundings made in a step's own pass, by its kind
@@ -255,7 +259,7 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
       ++by[s.kind];
       EXPECT_EQ(attention->dtypes[s.half_out], DataType::kFp16);
       halves.push_back(s.half_out);
-      if (s.kind == GpuStep::Kind::kLayerNorm) {
+      if (s.kind == GpuStep::Kind::kLayerNorm || s.kind == GpuStep::Kind::kBinary) {
         EXPECT_GE(s.out, 0);  // its fp32 result stays: the residual reads it
       }
       if (s.kind == GpuStep::Kind::kTranspose || s.kind == GpuStep::Kind::kSoftmax ||
@@ -285,8 +289,9 @@ TEST(LowerPlanTest, MixedPrecisionIm2ColWrites16BitColumnsAndBatchedProductsRoun
   EXPECT_EQ(by[K::kTranspose], 8);  // each layer's Q, K and V, and its heads' outputs
   EXPECT_EQ(by[K::kSoftmax], 2);    // each layer's attention weights
   EXPECT_EQ(by[K::kReduce], 1);     // the pooled features, for the classifier
-  EXPECT_EQ(by.size(), 5u);
-  EXPECT_EQ(roundings, 1);  // the embeddings
+  EXPECT_EQ(by[K::kBinary], 1);     // the embeddings' sum, which a residual reads in fp32 too
+  EXPECT_EQ(by.size(), 6u);
+  EXPECT_EQ(roundings, 0);
 
   int product_written = 0;
   for (const GpuStep& s : attention->steps)

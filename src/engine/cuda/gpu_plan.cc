@@ -503,7 +503,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kBinary: {
       const float* b =
           s.in[1] >= 0 ? in(1) : reinterpret_cast<const float*>(Blob(s.weight_slots[0]));
-      return Binary(s.binary, in(0), b, y, s.broadcast, stream);
+      return Binary(s.binary, in(0), b, y, s.broadcast, stream, half, half_type);
     }
     case GpuStep::Kind::kSoftmax:
       return SoftmaxLastAxis(in(0), y, s.dims, stream, s.log_softmax, half, half_type);

@@ -325,12 +325,14 @@ TEST_F(GpuPlanTest, MixedPrecisionPlansStayWithinTheirTypesRounding) {
     ExpectGpuMatchesCpu(grouped, {{Random({2, 4, 9, 9}, 106)}}, math, tolerance);
     Prepared scaled = Prepare(Model::FromGraph(ScaledProductsGraph()), {{4, 6}});
     ExpectGpuMatchesCpu(scaled, {{Random({4, 6}, 107)}}, math, tolerance);
-    // An activation that rounds its result for the product after it, writing 16 bits alone,
-    // or its fp32 result too when that is also an output, or for a product reading it
-    // through a Reshape.
-    for (const char* variant : {"alone", "output", "view"}) {
-      Prepared act = Prepare(Model::FromGraph(ActivationThenProductGraph(variant)), {{4, 8}});
-      ExpectGpuMatchesCpu(act, {{Random({4, 8}, 108)}}, math, tolerance);
+    // An activation, or a broadcast sum, that rounds its result for the product after it,
+    // writing 16 bits alone, or its fp32 result too when that is also an output, or for a
+    // product reading it through a Reshape.
+    for (const char* op : {"Tanh", "Add"}) {
+      for (const char* variant : {"alone", "output", "view"}) {
+        Prepared act = Prepare(Model::FromGraph(ActivationThenProductGraph(variant, op)), {{4, 8}});
+        ExpectGpuMatchesCpu(act, {{Random({4, 8}, 108)}}, math, tolerance);
+      }
     }
   }
 }

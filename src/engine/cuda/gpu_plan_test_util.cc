@@ -211,10 +211,11 @@ Graph PoolBetweenConvsGraph(const std::string& variant) {
   return b.Finish(out);
 }
 
-Graph ActivationThenProductGraph(const std::string& variant) {
+Graph ActivationThenProductGraph(const std::string& variant, const std::string& op) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 8});
-  const int act = b.Op("Tanh", "act", {x});
+  const int act = op == "Add" ? b.Op("Add", "act", {x, b.Constant("shift", Random({8}, 86))})
+                              : b.Op(op, "act", {x});
   int operand = act;
   if (variant == "view") {  // [4, 8] read as [2, 16], by a [16, 4] weight
     const int shape = b.Constant("shape", I64({2}, {2, 16}));

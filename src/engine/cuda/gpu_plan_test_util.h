@@ -64,10 +64,11 @@ Graph IdentityBlockGraph(bool y_also_read = false);
 // pools by AveragePool instead.
 Graph PoolBetweenConvsGraph(const std::string& variant);
 
-// x [4, 8] through Tanh, then a MatMul by a constant [8, 4]: the product's output the
-// graph's. `variant`: "alone"; "output", the Tanh's output the graph's too; "view", the
-// product reads the Tanh's output through a Reshape to [2, 16] (and its weight is [16, 4]).
-Graph ActivationThenProductGraph(const std::string& variant);
+// x [4, 8] through `op` (Tanh; or Add, of a constant [8] broadcast over x's rows), then a
+// MatMul by a constant [8, 4]: the product's output the graph's. `variant`: "alone";
+// "output", op's output the graph's too; "view", the product reads op's output through a
+// Reshape to [2, 16] (and its weight is [16, 4]).
+Graph ActivationThenProductGraph(const std::string& variant, const std::string& op = "Tanh");
 
 // Attention written with Einsums, as einops-style code exports it: x [2, 3, 5, 8] is Q,
 // x * k_scale K and x + v_shift V; scores "bhqd,bhkd->bhqk", a Softmax, then the

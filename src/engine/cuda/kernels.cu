@@ -123,6 +123,19 @@ __global__ void BinaryF32(BinaryKernel op, const float* a, const float* b, float
   }
 }
 
+// The same, also (or only, y null) writing the result rounded into h.
+__global__ void BinaryRounding(BinaryKernel op, const float* a, const float* b, float* y,
+                               BroadcastIndex index, int64_t n, int half, void* h) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t ia, ib;
+    BroadcastOffsets(index, i, &ia, &ib);
+    const float v = ApplyBinary(op, a[ia], b[ib]);
+    if (y != nullptr) y[i] = v;
+    StoreRounded(half, h, i, v);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ bool ApplyCompare(CompareKernel op, T a, T b) {
   switch (op) {
@@ -334,10 +347,16 @@ cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const
 }
 
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
-                            const BroadcastIndex& index, int64_t n, cudaStream_t stream) {
+                            const BroadcastIndex& index, int64_t n, cudaStream_t stream, int half,
+                            void* h) {
   if (n <= 0) return cudaSuccess;
+  if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  BinaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
+  if (half < 0) {
+    BinaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
+  } else {
+    BinaryRounding<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n, half, h);
+  }
   return cudaGetLastError();
 }
 

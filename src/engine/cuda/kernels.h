@@ -57,9 +57,11 @@ struct BroadcastIndex {
 // into h; y may be null then.
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
                            float beta, cudaStream_t stream, int half = -1, void* h = nullptr);
-// y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`.
+// y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`. `half`, as for
+// LaunchUnaryF32.
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
-                            const BroadcastIndex& index, int64_t n, cudaStream_t stream);
+                            const BroadcastIndex& index, int64_t n, cudaStream_t stream,
+                            int half = -1, void* h = nullptr);
 // Comparisons, in the order of elementwise.h's CompareOp.
 enum class CompareKernel : int { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual };
 // y[i] = a[ia(i)] op b[ib(i)] as one byte, 1 or 0 (ONNX bool), for i < n; a and b are fp32,

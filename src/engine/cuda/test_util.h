@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/bf16.h"
@@ -82,6 +84,31 @@ class GpuTest : public ::testing::Test {
     for (size_t i = 0; i < want.size(); ++i) {
       const uint16_t expect = type == HalfType::kFp16 ? FloatToFp16(want[i]) : FloatToBf16(want[i]);
       ASSERT_EQ(bits[i], expect) << "at " << i << " (" << want[i] << ")";
+    }
+  }
+  // An element-wise step that also writes its result rounded, run by `run(in, out, half,
+  // type)` on x, in each 16-bit type: beside its fp32 result, alone (out null), and in place
+  // (in is out, holding x). Expects the rounding bit for bit `want`'s (the step's fp32 result
+  // on x), and the fp32 result `want` where it writes one.
+  void ExpectRoundsBesideAloneAndInPlace(
+      const std::vector<float>& x, const std::vector<float>& want,
+      const std::function<Status(const float* in, float* out, void* half, HalfType type)>& run) {
+    DeviceBuffer dx = Upload(x);
+    for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+      SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
+      for (const std::string how : {"beside", "alone", "in place"}) {
+        SCOPED_TRACE(how);
+        DeviceBuffer half = StaleHalves(x.size());
+        DeviceBuffer y = how == "in place" ? Upload(x) : Floats(x.size());
+        const float* in = how == "in place" ? y.as<float>() : dx.as<float>();
+        float* out = how == "alone" ? nullptr : y.as<float>();
+        const Status ran = run(in, out, half.data(), type);
+        ASSERT_TRUE(ran.ok()) << ran.ToString();
+        ExpectRounded(half, want, type);
+        if (out != nullptr) {
+          EXPECT_EQ(Download(y, x.size()), want);
+        }
+      }
     }
   }
 
