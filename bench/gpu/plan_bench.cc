@@ -18,9 +18,10 @@
 // A model with convolutions, where cuDNN loads (engine/cuda/cudnn.h): fp32, tf32, fp16 and
 // bf16 again with the convolutions on cuDNN (the *_cudnn columns; the others use im2col and
 // a cuBLASLt GEMM), each with its difference from the CPU; cuDNN's algorithms measured when
-// the plan is made (the default), and in fp16_cudnn_heuristic its heuristics' first. At the
-// last batch size, the algorithm each convolution of the *_cudnn variants chose goes to
-// stderr.
+// the plan is made (the default), and in fp16_cudnn_heuristic its heuristics' first; the
+// 16-bit values between convolutions channels last (the default), and in fp16_cudnn_nchw
+// NCHW. At the last batch size, the algorithm each convolution of the cuDNN variants chose
+// goes to stderr.
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
@@ -64,6 +65,7 @@ struct Variant {
   bool diff = true;
   cuda::ConvEngine conv = cuda::ConvEngine::kIm2Col;
   cuda::CudnnAlgorithmSearch search = cuda::CudnnAlgorithmSearch::kMeasured;
+  bool channels_last = true;
 };
 constexpr size_t kFp16 = 2;  // the variant the TFLOP/s column reads
 
@@ -326,6 +328,12 @@ int main(int argc, char** argv) {
     heuristic.conv = cuda::ConvEngine::kCudnn;
     heuristic.search = cuda::CudnnAlgorithmSearch::kHeuristic;
     variants.push_back(heuristic);
+    // And with its 16-bit values NCHW, not channels last.
+    Variant nchw = variants[kFp16];
+    nchw.name += "_cudnn_nchw";
+    nchw.conv = cuda::ConvEngine::kCudnn;
+    nchw.channels_last = false;
+    variants.push_back(nchw);
   } else if (has_conv) {
     std::printf("convolutions on im2col only: %s\n", cudnn.status().ToString().c_str());
   }
@@ -367,6 +375,7 @@ int main(int argc, char** argv) {
       options.tensor_parallel.shards = variants[k].shards;
       options.conv = variants[k].conv;
       options.conv_search = variants[k].search;
+      options.channels_last = variants[k].channels_last;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
       if (k == 0) row.gemm_flops = GemmFlops(*lowered);

@@ -58,7 +58,8 @@ class GpuInstance : public BackendInstance {
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
               int depth, std::vector<int64_t> buckets, engine::cuda::ConvEngine conv,
               bool conv_fallback, engine::cuda::CudnnAlgorithmSearch conv_search,
-              engine::cuda::GpuCpuSplit split, std::unique_ptr<engine::Session> tail)
+              bool channels_last, engine::cuda::GpuCpuSplit split,
+              std::unique_ptr<engine::Session> tail)
       : stage_(std::move(split.gpu_stage)),
         model_(stage_ ? *stage_ : model),
         whole_(model),
@@ -69,6 +70,7 @@ class GpuInstance : public BackendInstance {
         conv_(conv),
         conv_fallback_(conv_fallback),
         conv_search_(conv_search),
+        channels_last_(channels_last),
         tier_(std::move(tier)),
         tensor_parallel_(std::move(tensor_parallel)),
         depth_(depth),
@@ -173,6 +175,7 @@ class GpuInstance : public BackendInstance {
     options.tensor_parallel = tensor_parallel_;
     options.conv = conv_;
     options.conv_search = conv_search_;
+    options.channels_last = channels_last_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
     // One cuDNN handle for the instance's plans, made with the first that needs it.
     const bool needs_cudnn =
@@ -379,6 +382,7 @@ class GpuInstance : public BackendInstance {
   engine::cuda::ConvEngine conv_;
   bool conv_fallback_;  // gpu_convolution "auto": im2col where cuDNN cannot plan
   engine::cuda::CudnnAlgorithmSearch conv_search_;  // gpu_convolution_algorithm
+  bool channels_last_;                              // gpu_convolution_layout
   std::string tier_;
   engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
   int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
@@ -488,6 +492,15 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
           "parameter gpu_convolution_algorithm must be measured or heuristic; was '" + it->second +
           "'");
     }
+  }
+  bool channels_last = true;
+  if (auto it = parameters.find("gpu_convolution_layout"); it != parameters.end()) {
+    if (it->second != "channels_last" && it->second != "nchw") {
+      return InvalidArgument(
+          "parameter gpu_convolution_layout must be channels_last or nchw; was '" + it->second +
+          "'");
+    }
+    channels_last = it->second == "channels_last";
   }
   bool cpu_tail = false;
   if (auto it = parameters.find("gpu_cpu_tail"); it != parameters.end()) {
@@ -619,7 +632,8 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   auto instance = std::make_unique<GpuInstance>(
       model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
       weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth),
-      std::move(buckets), conv, conv_fallback, conv_search, std::move(split), std::move(tail));
+      std::move(buckets), conv, conv_fallback, conv_search, channels_last, std::move(split),
+      std::move(tail));
   // The smallest shapes of what runs on the GPU: a model the GPU path cannot run fails
   // here, at load.
   shapes = smallest(instance->gpu_model().inputs());

@@ -832,7 +832,8 @@ TEST(OnnxBackendGpuTest, GpuParametersAreCheckedForForm) {
         std::pair{"gpu_tensor_parallel_min_columns", "many"}, std::pair{"gpu_pipeline_depth", "0"},
         std::pair{"gpu_pipeline_depth", "3"}, std::pair{"gpu_batch_buckets", "4,2"},
         std::pair{"gpu_batch_buckets", "1,8"}, std::pair{"gpu_convolution", "winograd"},
-        std::pair{"gpu_convolution_algorithm", "fastest"}, std::pair{"gpu_cpu_tail", "yes"}}) {
+        std::pair{"gpu_convolution_algorithm", "fastest"},
+        std::pair{"gpu_convolution_layout", "nhwc"}, std::pair{"gpu_cpu_tail", "yes"}}) {
     SCOPED_TRACE(std::string(key) + " " + value);
     auto model = MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{key, value}}));
     ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -71,6 +71,10 @@ Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
                            "]: sizes must be >= 0, with channels when y has values, and their "
                            "product must fit 60 bits");
   }
+  if (o.source_channels_last && !o.source)
+    return InvalidArgument("convolution epilogue: an fp32 input cannot be channels last");
+  if (o.residual_channels_last && !o.residual)
+    return InvalidArgument("convolution epilogue: an fp32 residual cannot be channels last");
   return Status::Ok();
 }
 
@@ -113,6 +117,9 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   e.post_alpha = o.post_alpha;
   e.post_beta = o.post_beta;
   e.half = half ? static_cast<int>(half_type) : -1;
+  e.source_channels_last = o.source_channels_last;
+  e.residual_channels_last = o.residual_channels_last && z != nullptr;
+  e.half_channels_last = o.half_channels_last && half != nullptr;
   return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, half, stream),
                     "convolution epilogue kernel launch");
 }
@@ -166,12 +173,12 @@ Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream
       "pooling kernel launch");
 }
 
-Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g,
-                     cudaStream_t stream) {
+Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g, cudaStream_t stream,
+                     bool channels_last) {
   ASSIGN_OR_RETURN(const Window2d plain, PoolWindow(g, x, y, 2));
-  return CudaStatus(
-      internal::LaunchMaxPool2dHalf(static_cast<internal::HalfKernel>(type), x, y, plain, stream),
-      "max pooling kernel launch");
+  return CudaStatus(internal::LaunchMaxPool2dHalf(static_cast<internal::HalfKernel>(type), x, y,
+                                                  plain, stream, channels_last),
+                    "max pooling kernel launch");
 }
 
 }  // namespace shoal::engine::cuda

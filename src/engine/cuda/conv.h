@@ -44,12 +44,16 @@ struct ConvEpilogueOptions {
   int64_t n = 0, m = 0, spatial = 0;
   std::optional<HalfType> source;    // c's 16-bit type; none: fp32
   std::optional<HalfType> residual;  // z's 16-bit type; none: fp32
-  std::optional<UnaryOp> act;        // with act_alpha and act_beta (elementwise.h's parameters)
+  // Channels last (NHWC, [n, spatial, m]) instead of NCHW: a 16-bit c (a cuDNN convolution's
+  // NHWC output), a 16-bit z, the rounding written to `half`. y is always NCHW.
+  bool source_channels_last = false, residual_channels_last = false, half_channels_last = false;
+  std::optional<UnaryOp> act;  // with act_alpha and act_beta (elementwise.h's parameters)
   float act_alpha = 0, act_beta = 0;
   std::optional<UnaryOp> post;
   float post_alpha = 0, post_beta = 0;
 };
-// InvalidArgument for a negative size, or no channels in a y that has values.
+// InvalidArgument for a negative size, no channels in a y that has values, or a layout
+// asked of an fp32 operand (only 16-bit ones may be channels last).
 Status CheckConvEpilogue(const ConvEpilogueOptions& o);
 // y = the epilogue of c, and, with `half` (null: none), the same values rounded to
 // `half_type` there. y may be null when half is not. InvalidArgument as CheckConvEpilogue,
@@ -77,7 +81,9 @@ Status GridSample(const float* x, const float* grid, float* y, const GridGeometr
 Status Pool2d(PoolOp op, const float* x, float* y, const Window2d& g, cudaStream_t stream);
 // y = MaxPool(x) over 16-bit x and y, both of type `type`: the rounding of what Pool2d's
 // kMax gives for x's fp32 originals (a zero's sign aside), since rounding keeps order. A
-// mixed-precision plan pools a convolution's 16-bit output this way for the next one.
-Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g, cudaStream_t stream);
+// mixed-precision plan pools a convolution's 16-bit output this way for the next one. With
+// `channels_last`, x and y are NHWC, as such a plan passes them between cuDNN convolutions.
+Status MaxPool2dHalf(HalfType type, const void* x, void* y, const Window2d& g, cudaStream_t stream,
+                     bool channels_last = false);
 
 }  // namespace shoal::engine::cuda

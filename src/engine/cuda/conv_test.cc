@@ -162,6 +162,18 @@ TEST_F(ConvGpuTest, MaxPoolingOf16BitValuesIsTheRoundingOfTheFp32Pool) {
       std::vector<uint16_t> bits(count);
       DownloadBytes(out, bits.data(), bits.size() * 2);
       for (int64_t i = 0; i < count; ++i) ASSERT_EQ(bits[i], round(want[i])) << "at " << i;
+      // Channels last (NHWC in and out), as a plan passes values between convolutions on
+      // cuDNN: the same bits, laid out so.
+      DeviceBuffer dh_last =
+          UploadBytes(ChannelsLast(half, g.n, g.c, g.h * g.w).data(), half.size() * 2);
+      DeviceBuffer out_last = UploadBytes(stale.data(), stale.size() * 2);
+      ASSERT_TRUE(
+          MaxPool2dHalf(type, dh_last.data(), out_last.data(), g, stream(), /*channels_last=*/true)
+              .ok());
+      DownloadBytes(out_last, bits.data(), bits.size() * 2);
+      bits = ChannelsLast(bits, g.n, g.c, g.oh * g.ow, /*back=*/true);
+      for (int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(bits[i], round(want[i])) << "channels last, at " << i;
     }
   }
 }
@@ -331,8 +343,10 @@ TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
 // A ResNet block's last epilogue in fp16 and bf16: the residual read in 16 bits (the
 // rounding the next convolutions read too), added after the cast and the bias, then the
 // ReLU; its result rounded alone for the next block. The reference reads the same rounded
-// values, so the result is exact to fp32 arithmetic.
-TEST_F(ConvGpuTest, TheEpilogueReadsA16BitResidual) {
+// values, so the result is exact to fp32 arithmetic. The 16-bit c (a cuDNN convolution's
+// output), the residual and the rounding each NHWC (channels last) or NCHW, in all eight
+// combinations, y always NCHW: the same values, in the layouts asked.
+TEST_F(ConvGpuTest, TheEpilogueReadsA16BitResidualInEitherLayout) {
   const int64_t n = 2, m = 5, spatial = 7 * 3, count = n * m * spatial;
   const std::vector<float> c = Wave(count);
   std::vector<float> bias(m), z(count);
@@ -353,28 +367,42 @@ TEST_F(ConvGpuTest, TheEpilogueReadsA16BitResidual) {
       c_rounded[i] = widen(c16[i]);
       z_rounded[i] = widen(z16[i]);
     }
-    ConvEpilogueOptions o;
-    o.n = n;
-    o.m = m;
-    o.spatial = spatial;
-    o.source = type;
-    o.residual = type;
-    o.post = UnaryOp::kClip;  // the reference's post-activation
-    o.post_alpha = -1.f;
-    o.post_beta = 2.f;
     const std::vector<float> want =
         EpilogueReference(c_rounded, &bias, &z_rounded, false, true, m, spatial);
-    DeviceBuffer dc = UploadBytes(c16.data(), c16.size() * 2);
-    DeviceBuffer dz = UploadBytes(z16.data(), z16.size() * 2);
-    DeviceBuffer y = Floats(count), half = StaleHalves(count);
-    ASSERT_TRUE(
-        ConvEpilogue(o, dc.data(), db.as<float>(), dz.data(), y.as<float>(), stream()).ok());
-    const std::vector<float> got = Download(y, count);
-    for (int64_t i = 0; i < count; ++i) ASSERT_NEAR(got[i], want[i], 1e-6f) << "at " << i;
-    ASSERT_TRUE(
-        ConvEpilogue(o, dc.data(), db.as<float>(), dz.data(), nullptr, stream(), half.data(), type)
-            .ok());
-    ExpectRounded(half, got, type);
+    for (int layouts = 0; layouts < 8; ++layouts) {
+      const bool c_last = layouts & 1, z_last = layouts & 2, half_last = layouts & 4;
+      SCOPED_TRACE("channels last: c " + std::to_string(c_last) + ", z " + std::to_string(z_last) +
+                   ", rounding " + std::to_string(half_last));
+      ConvEpilogueOptions o;
+      o.n = n;
+      o.m = m;
+      o.spatial = spatial;
+      o.source = type;
+      o.residual = type;
+      o.post = UnaryOp::kClip;  // the reference's post-activation
+      o.post_alpha = -1.f;
+      o.post_beta = 2.f;
+      o.source_channels_last = c_last;
+      o.residual_channels_last = z_last;
+      o.half_channels_last = half_last;
+      auto laid_out = [&](const std::vector<uint16_t>& v, bool last) {
+        return last ? ChannelsLast(v, n, m, spatial) : v;
+      };
+      DeviceBuffer dc = UploadBytes(laid_out(c16, c_last).data(), c16.size() * 2);
+      DeviceBuffer dz = UploadBytes(laid_out(z16, z_last).data(), z16.size() * 2);
+      DeviceBuffer y = Floats(count), half = StaleHalves(count);
+      ASSERT_TRUE(
+          ConvEpilogue(o, dc.data(), db.as<float>(), dz.data(), y.as<float>(), stream()).ok());
+      const std::vector<float> got = Download(y, count);
+      for (int64_t i = 0; i < count; ++i) ASSERT_NEAR(got[i], want[i], 1e-6f) << "at " << i;
+      ASSERT_TRUE(ConvEpilogue(o, dc.data(), db.as<float>(), dz.data(), nullptr, stream(),
+                               half.data(), type)
+                      .ok());
+      std::vector<uint16_t> bits(count);
+      DownloadBytes(half, bits.data(), bits.size() * 2);
+      if (half_last) bits = ChannelsLast(bits, n, m, spatial, /*back=*/true);
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(bits[i], round(got[i])) << "at " << i;
+    }
   }
 }
 
@@ -391,6 +419,19 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   o.m = 0;
   EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);
   o.m = 3;
+  // Only 16-bit operands may be channels last.
+  o.source_channels_last = true;
+  EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);
+  o.source = HalfType::kBf16;
+  EXPECT_TRUE(CheckConvEpilogue(o).ok());
+  o.residual_channels_last = true;
+  EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);
+  o.residual = HalfType::kBf16;
+  EXPECT_TRUE(CheckConvEpilogue(o).ok());
+  o = ConvEpilogueOptions{};
+  o.n = 2;
+  o.m = 3;
+  o.spatial = 4;
   // 24 values: a 16-bit c starting within y's 96 bytes, or y within c's 48, overlaps; the
   // addresses are never dereferenced, since the refusal comes first.
   alignas(16) static float buffer[64];

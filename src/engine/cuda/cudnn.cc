@@ -50,6 +50,10 @@ Status CheckCudnnConv(const CudnnConvOptions& o) {
     return InvalidArgument("cuDNN convolution: a residual only with the fused bias and ReLU");
   if (o.transposed && o.fused_bias_relu)
     return InvalidArgument("cuDNN convolution: nothing fused into a transposed convolution");
+  if (o.channels_last && ((o.math != GemmMath::kFp16 && o.math != GemmMath::kBf16) ||
+                          o.transposed || o.fused_bias_relu))
+    return InvalidArgument(
+        "cuDNN convolution: channels last only in fp16 and bf16, neither transposed nor fused");
   return Status::Ok();
 }
 
@@ -234,16 +238,18 @@ Status Describe(const Cudnn::Api& api, const CudnnConvOptions& o, const Descript
   const Window2d& g = o.window;
   const cudnnDataType_t type = ElementType(o.math);
   auto i = [](int64_t v) { return static_cast<int>(v); };
-  RETURN_IF_ERROR(
-      api.Check(api.set_tensor(d.x, CUDNN_TENSOR_NCHW, type, i(g.n), i(g.c), i(g.h), i(g.w)),
-                "cudnnSetTensor4dDescriptor (x)"));
+  // The dimensions are given as n, c, h, w in either format; NHWC lays them out channels
+  // last (and a filter [m, kh, kw, c/groups]).
+  const cudnnTensorFormat_t format = o.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  RETURN_IF_ERROR(api.Check(api.set_tensor(d.x, format, type, i(g.n), i(g.c), i(g.h), i(g.w)),
+                            "cudnnSetTensor4dDescriptor (x)"));
   // A convolution's filter is [m, c/groups, kh, kw]; a transposed one's (ONNX's
   // ConvTranspose weight) is that of the convolution from y back to x, [c, m/groups, kh, kw].
   const int64_t filters = o.transposed ? g.c : o.m;
   const int64_t per_group = (o.transposed ? o.m : g.c) / g.groups;
-  RETURN_IF_ERROR(api.Check(
-      api.set_filter(d.w, type, CUDNN_TENSOR_NCHW, i(filters), i(per_group), i(g.kh), i(g.kw)),
-      "cudnnSetFilter4dDescriptor"));
+  RETURN_IF_ERROR(
+      api.Check(api.set_filter(d.w, type, format, i(filters), i(per_group), i(g.kh), i(g.kw)),
+                "cudnnSetFilter4dDescriptor"));
   // Products and sums in fp32 in every tier (PSEUDO_HALF and PSEUDO_BFLOAT16 in 16 bits).
   RETURN_IF_ERROR(api.Check(api.set_conv(d.conv, i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh),
                                          i(g.dw), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
@@ -254,9 +260,8 @@ Status Describe(const Cudnn::Api& api, const CudnnConvOptions& o, const Descript
                                : o.math == GemmMath::kTf32 ? CUDNN_DEFAULT_MATH
                                                            : CUDNN_TENSOR_OP_MATH;
   RETURN_IF_ERROR(api.Check(api.set_math(d.conv, math), "cudnnSetConvolutionMathType"));
-  RETURN_IF_ERROR(
-      api.Check(api.set_tensor(d.y, CUDNN_TENSOR_NCHW, type, i(g.n), i(o.m), i(g.oh), i(g.ow)),
-                "cudnnSetTensor4dDescriptor (y)"));
+  RETURN_IF_ERROR(api.Check(api.set_tensor(d.y, format, type, i(g.n), i(o.m), i(g.oh), i(g.ow)),
+                            "cudnnSetTensor4dDescriptor (y)"));
   if (d.bias) {
     RETURN_IF_ERROR(
         api.Check(api.set_tensor(d.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(o.m), 1, 1),

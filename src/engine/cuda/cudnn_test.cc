@@ -56,6 +56,27 @@ CudnnConvOptions Transposed(const Up& u) {
   return o;
 }
 
+TEST(CudnnCheckTest, ChannelsLastOnlyIn16BitsUnfusedAndForward) {
+  const Window2d g = MakeWindow(2, 8, 10, 10, 3, 1, 1, 1, 1);
+  CudnnConvOptions o = Options(g, 8, GemmMath::kFp16);
+  o.channels_last = true;
+  EXPECT_TRUE(CheckCudnnConv(o).ok());
+  o.math = GemmMath::kBf16;
+  EXPECT_TRUE(CheckCudnnConv(o).ok());
+  for (GemmMath math : {GemmMath::kFp32, GemmMath::kTf32}) {
+    o.math = math;
+    EXPECT_EQ(CheckCudnnConv(o).code(), StatusCode::kInvalidArgument);
+    o.fused_bias_relu = true;  // fused is fine in these tiers, but not channels last
+    EXPECT_EQ(CheckCudnnConv(o).code(), StatusCode::kInvalidArgument);
+    o.fused_bias_relu = false;
+  }
+  CudnnConvOptions t = Transposed(kUps[0]);
+  t.math = GemmMath::kFp16;
+  EXPECT_TRUE(CheckCudnnConv(t).ok());
+  t.channels_last = true;
+  EXPECT_EQ(CheckCudnnConv(t).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
   const Window2d g = MakeWindow(2, 4, 9, 8, 3, 2, 1, 1, 2);
   EXPECT_TRUE(CheckCudnnConv(Options(g, 6)).ok());
@@ -306,15 +327,19 @@ class CudnnGpuTest : public GpuTest {
     const Window2d& g = o.window;
     const int64_t ny = g.n * o.m * g.oh * g.ow;
     const bool half = o.math == GemmMath::kFp16 || o.math == GemmMath::kBf16;
-    // 16-bit operands rounded on the host, as the plan's kToHalf steps and blobs round them.
-    auto to_device = [&](const std::vector<float>& v) {
+    // 16-bit operands rounded on the host, as the plan's kToHalf steps and blobs round them;
+    // channels last, x [n, h, w, c] and w [m, kh, kw, c/groups].
+    auto to_device = [&](const std::vector<float>& v, int64_t n, int64_t c, int64_t spatial) {
       if (!half) return Upload(v);
       std::vector<uint16_t> h(v.size());
       for (size_t i = 0; i < v.size(); ++i)
         h[i] = o.math == GemmMath::kFp16 ? FloatToFp16(v[i]) : FloatToBf16(v[i]);
+      if (o.channels_last) h = ChannelsLast(h, n, c, spatial);
       return UploadBytes(h.data(), h.size() * 2);
     };
-    DeviceBuffer dx = to_device(x), dw = to_device(w), db = Upload(bias);
+    DeviceBuffer dx = to_device(x, g.n, g.c, g.h * g.w);
+    DeviceBuffer dw = to_device(w, o.m, g.c / g.groups, g.kh * g.kw);
+    DeviceBuffer db = Upload(bias);
     // y starts as NaN: a fused call without a residual reads z = y with a weight of 0, and
     // must not let what y held through; the others overwrite it.
     DeviceBuffer dy = z ? Upload(*z)
@@ -329,6 +354,7 @@ class CudnnGpuTest : public GpuTest {
     if (!half) return Download(dy, static_cast<size_t>(ny));
     std::vector<uint16_t> h(static_cast<size_t>(ny));
     DownloadBytes(dy, h.data(), h.size() * 2);
+    if (o.channels_last) h = ChannelsLast(h, g.n, o.m, g.oh * g.ow, /*back=*/true);
     std::vector<float> y(h.size());
     for (size_t i = 0; i < h.size(); ++i)
       y[i] = o.math == GemmMath::kFp16 ? Fp16ToFloat(h[i]) : Bf16ToFloat(h[i]);
@@ -347,15 +373,21 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, d
     ASSERT_NEAR(got[i], want[i], relative * scale) << what << " at " << i;
 }
 
+// Strided, dilated and grouped, 1x1, and depthwise windows, each with its output channels.
+struct ReferenceCase {
+  Window2d g;
+  int64_t m;
+};
+const std::vector<ReferenceCase>& ReferenceCases() {
+  static const std::vector<ReferenceCase> cases = {{MakeWindow(2, 4, 9, 8, 3, 2, 1, 1, 1), 6},
+                                                   {MakeWindow(1, 8, 12, 11, 3, 1, 2, 2, 4), 8},
+                                                   {MakeWindow(3, 3, 7, 7, 1, 1, 1, 0, 1), 5},
+                                                   {MakeWindow(1, 16, 6, 6, 3, 1, 1, 1, 16), 16}};
+  return cases;
+}
+
 TEST_F(CudnnGpuTest, ConvolvesAsTheReferenceInFp32) {
-  struct Case {
-    Window2d g;
-    int64_t m;
-  };
-  for (const Case& c : std::vector<Case>{{MakeWindow(2, 4, 9, 8, 3, 2, 1, 1, 1), 6},
-                                         {MakeWindow(1, 8, 12, 11, 3, 1, 2, 2, 4), 8},
-                                         {MakeWindow(3, 3, 7, 7, 1, 1, 1, 0, 1), 5},
-                                         {MakeWindow(1, 16, 6, 6, 3, 1, 1, 1, 16), 16}}) {
+  for (const ReferenceCase& c : ReferenceCases()) {
     const Window2d& g = c.g;
     const auto x = Wave(g.n * g.c * g.h * g.w, 0.1f);
     const auto w = Wave(c.m * (g.c / g.groups) * g.kh * g.kw, 0.7f);
@@ -393,6 +425,25 @@ TEST_F(CudnnGpuTest, SixteenBitTiersRoundTheirOperands) {
   const auto want = Reference(x, w, g, m, nullptr, nullptr, false);
   ExpectNear(Run(Options(g, m, GemmMath::kFp16), x, w, no_bias, nullptr), want, 2e-2, "fp16");
   ExpectNear(Run(Options(g, m, GemmMath::kBf16), x, w, no_bias, nullptr), want, 8e-2, "bf16");
+}
+
+// Channels last (NHWC x and y, w [m, kh, kw, c/groups]), as a mixed-precision plan runs its
+// convolutions between 16-bit values: the reference's windows, within the tiers' rounding.
+TEST_F(CudnnGpuTest, SixteenBitConvolutionsRunChannelsLast) {
+  for (const ReferenceCase& c : ReferenceCases()) {
+    const Window2d& g = c.g;
+    const auto x = Wave(g.n * g.c * g.h * g.w, 0.4f);
+    const auto w = Wave(c.m * (g.c / g.groups) * g.kh * g.kw, 1.2f);
+    const std::vector<float> no_bias(static_cast<size_t>(c.m), 0.f);
+    const auto want = Reference(x, w, g, c.m, nullptr, nullptr, false);
+    for (const auto& [math, tolerance] :
+         {std::pair{GemmMath::kFp16, 2e-2}, std::pair{GemmMath::kBf16, 8e-2}}) {
+      CudnnConvOptions o = Options(g, c.m, math);
+      o.channels_last = true;
+      ExpectNear(Run(o, x, w, no_bias, nullptr), want, tolerance,
+                 math == GemmMath::kFp16 ? "fp16, channels last" : "bf16, channels last");
+    }
+  }
 }
 
 // ConvTranspose as cuDNN's backward data: the decoders' windows (kernel 4, stride 2, pads

@@ -257,11 +257,17 @@ Status CastIntegral(DataType from, DataType to, const void* x, void* y, int64_t 
   return CudaStatus(internal::LaunchCastIntegral(*f, *t, x, y, n, stream), "cast kernel launch");
 }
 
-Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream) {
+Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream,
+                       int64_t channels, int64_t spatial) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
-  return CudaStatus(
-      internal::LaunchCastF32ToHalf(static_cast<internal::HalfKernel>(to), x, y, n, stream),
-      "cast kernel launch");
+  if (channels < 0 || (channels > 0 && (spatial <= 0 || n % (channels * spatial) != 0))) {
+    return InvalidArgument("cast to channels last: " + std::to_string(channels) + " channels of " +
+                           std::to_string(spatial) + " positions do not divide " +
+                           std::to_string(n) + " elements");
+  }
+  return CudaStatus(internal::LaunchCastF32ToHalf(static_cast<internal::HalfKernel>(to), x, y, n,
+                                                  stream, channels, spatial),
+                    "cast kernel launch");
 }
 
 }  // namespace shoal::engine::cuda

@@ -136,8 +136,11 @@ enum class CastSource { kInt64, kInt32, kBool, kFp16, kBf16 };
 Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream);
 
 // y = x rounded to `to` (round to nearest even; fp16 overflows to infinity) over n
-// elements, 2 bytes each in y. x and y must not overlap.
-Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream);
+// elements, 2 bytes each in y. x and y must not overlap. With `channels` > 0, x is
+// [n / (channels·spatial), channels, spatial] (NCHW) and y gets its values channels last,
+// [.., spatial, channels] (NHWC); InvalidArgument when those do not divide n.
+Status CastFloatToHalf(HalfType to, const float* x, void* y, int64_t n, cudaStream_t stream,
+                       int64_t channels = 0, int64_t spatial = 0);
 
 // y = x truncated toward zero into int64 (`to64`) or int32 over n elements, saturating at
 // the type's bounds, NaN to 0, as the CPU engine casts. x and y must not overlap.

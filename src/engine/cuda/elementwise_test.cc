@@ -396,6 +396,34 @@ TEST_F(ElementwiseGpuTest, ABinaryOperatorAlsoWritesItsResultRounded) {
       });
 }
 
+// Rounded channels last: x [b, c, h·w] (NCHW) into [b, h·w, c] (NHWC), each value bit for
+// bit the host's rounding, for the cuDNN convolutions that read the image this way.
+TEST_F(ElementwiseGpuTest, ACastToHalfCanLayTheValuesOutChannelsLast) {
+  const int64_t b = 3, c = 5, spatial = 7 * 4, n = b * c * spatial;
+  const std::vector<float> x = Random(n, -70000.f, 70000.f, 9);  // past fp16's range too
+  DeviceBuffer dx = Upload(x);
+  for (HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+    SCOPED_TRACE(type == HalfType::kFp16 ? "fp16" : "bf16");
+    DeviceBuffer half = StaleHalves(x.size());
+    ASSERT_TRUE(CastFloatToHalf(type, dx.as<float>(), half.data(), n, stream(), c, spatial).ok());
+    std::vector<uint16_t> bits(x.size());
+    DownloadBytes(half, bits.data(), bits.size() * 2);
+    const std::vector<uint16_t> back = ChannelsLast(bits, b, c, spatial, /*back=*/true);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(back[i], type == HalfType::kFp16 ? FloatToFp16(x[i]) : FloatToBf16(x[i]))
+          << "at " << i;
+  }
+}
+
+TEST(CastShapeTest, RefusesChannelsThatDoNotDivideTheValuesBeforeTouchingTheDevice) {
+  EXPECT_EQ(CastFloatToHalf(HalfType::kFp16, nullptr, nullptr, 30, nullptr, 4, 3).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CastFloatToHalf(HalfType::kFp16, nullptr, nullptr, 30, nullptr, 5, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CastFloatToHalf(HalfType::kFp16, nullptr, nullptr, 30, nullptr, -1, 3).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(BinaryShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {
   alignas(16) float buffer[256] = {};
   const std::vector<int64_t> a_dims = {4, 8}, b_dims = {8};

@@ -344,6 +344,109 @@ void Lowerer::ResidualsIn16Bits(const std::map<int, int>& rounding_at,
   }
 }
 
+void Lowerer::ChannelsLastBetweenConvolutions() {
+  std::vector<GpuStep>& steps = out_.steps;
+  const size_t total = out_.shapes.size();
+  const DataType half = OperandDtype();
+  // written: a step that can write it channels last does; refused: something cannot.
+  std::vector<bool> written(total, false), refused(total, false);
+  auto refuse = [&](int v) {
+    if (v >= 0) refused[Owner(v)] = true;
+  };
+  // Pairs that must share a layout: a convolution's x and y, a pool's x and y.
+  std::vector<std::pair<int, int>> together;
+  auto is_conv = [&](const GpuStep& s) {
+    return s.kind == GpuStep::Kind::kConv && !s.conv.transposed && !s.conv.fused_bias_relu &&
+           (s.conv.math == GemmMath::kFp16 || s.conv.math == GemmMath::kBf16);
+  };
+  auto is_half_pool = [&](const GpuStep& s) {
+    return s.kind == GpuStep::Kind::kPool && s.out >= 0 && out_.dtypes[s.out] == half;
+  };
+  for (const GpuStep& s : steps) {
+    // Readers.
+    for (size_t k = 0; k < s.in.size(); ++k) {
+      const int u = s.in[k];
+      if (u < 0) continue;
+      const bool can =
+          (k == 0 && (is_conv(s) || is_half_pool(s))) ||
+          (s.kind == GpuStep::Kind::kConvEpilogue &&
+           ((k == 0 && s.conv_epilogue.source) || (k == 1 && s.conv_epilogue.residual)));
+      if (!can || s.shard >= 0) refuse(u);
+    }
+    refuse(s.scratch);
+    // Writers.
+    const bool writes =
+        s.shard < 0 && (s.kind == GpuStep::Kind::kToHalf || is_conv(s) || is_half_pool(s));
+    if (s.out >= 0) {
+      if (writes && out_.dtypes[s.out] == half) {
+        written[s.out] = true;
+      } else if (out_.dtypes[s.out] == half) {
+        refuse(s.out);  // a 16-bit value some other step writes
+      }
+    }
+    if (s.half_out >= 0) {
+      if (s.kind == GpuStep::Kind::kConvEpilogue && s.shard < 0) {
+        written[s.half_out] = true;
+      } else {
+        refuse(s.half_out);
+      }
+    }
+    if ((is_conv(s) || is_half_pool(s)) && s.out >= 0) together.emplace_back(s.in[0], s.out);
+  }
+  for (int v : graph_.inputs) refuse(v);
+  for (int v : graph_.outputs) refuse(v);
+  for (size_t v = 0; v < total; ++v) {
+    if (Owner(static_cast<int>(v)) != static_cast<int>(v)) {
+      refuse(static_cast<int>(v));  // a view, and its owner
+      continue;
+    }
+    if (out_.dtypes[v] != half || out_.shapes[v].size() != 4 || Known(static_cast<int>(v)))
+      refused[v] = true;
+  }
+  // A pair is channels last together or not at all.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [x, y] : together) {
+      const bool no =
+          refused[Owner(x)] || !written[Owner(x)] || refused[Owner(y)] || !written[Owner(y)];
+      if (no && !(refused[Owner(x)] && refused[Owner(y)])) {
+        refused[Owner(x)] = refused[Owner(y)] = true;
+        changed = true;
+      }
+    }
+  }
+  out_.channels_last.assign(total, false);
+  for (size_t v = 0; v < total; ++v) out_.channels_last[v] = written[v] && !refused[v];
+  const auto& last = out_.channels_last;
+  bool weights_moved = false;
+  for (GpuStep& s : steps) {
+    if (is_conv(s) && last[s.in[0]]) {
+      s.conv.channels_last = true;
+      // The weight [m, c/groups, kh, kw] stored [m, kh, kw, c/groups].
+      const GpuLowering::Blob w = out_.blobs[static_cast<size_t>(s.weight_slots[0])];
+      const Shape& d = w.data.shape();
+      const int64_t m = d[0], c = d[1], area = d[2] * d[3];
+      Tensor moved = Tensor::Allocate(w.data.dtype(), d);
+      const auto* from = static_cast<const uint16_t*>(w.data.data());
+      auto* to = static_cast<uint16_t*>(moved.mutable_data());
+      for (int64_t o = 0; o < m; ++o)
+        for (int64_t ch = 0; ch < c; ++ch)
+          for (int64_t p = 0; p < area; ++p)
+            to[(o * area + p) * c + ch] = from[(o * c + ch) * area + p];
+      s.weight_slots[0] = AddBlob(w.key + "~nhwc", std::move(moved), w.shard);
+      weights_moved = true;
+    } else if (s.kind == GpuStep::Kind::kConvEpilogue) {
+      ConvEpilogueOptions& o = s.conv_epilogue;
+      o.source_channels_last = o.source && last[s.in[0]];
+      o.residual_channels_last = o.residual && s.in[1] >= 0 && last[s.in[1]];
+      o.half_channels_last = s.half_out >= 0 && last[s.half_out];
+    } else if ((s.kind == GpuStep::Kind::kToHalf || is_half_pool(s)) && s.out >= 0) {
+      s.channels_last = last[s.out];
+    }
+  }
+  if (weights_moved) DropUnusedBlobs();
+}
+
 void Lowerer::DropUnusedBlobs() {
   std::vector<bool> used(out_.blobs.size(), false);
   for (const GpuStep& s : out_.steps)
@@ -486,6 +589,8 @@ StatusOr<GpuLowering> Lowerer::Run() {
     return Unimplemented("the GPU path cannot run this model yet:\n" + failures);
   }
   if (Mixed()) FuseRoundingsIntoEpilogues();
+  if (Mixed() && options_.channels_last && options_.conv == ConvEngine::kCudnn)
+    ChannelsLastBetweenConvolutions();
   const size_t total = out_.shapes.size();  // the graph's values and the temporaries
   out_.values.assign(total, GpuValue{});
 

@@ -103,6 +103,12 @@ struct GpuPlanOptions {
   // runs every candidate cuDNN's heuristics rank on the plan's own buffers and keeps the
   // fastest; kHeuristic keeps the first ranked (config gpu_convolution_algorithm).
   CudnnAlgorithmSearch conv_search = CudnnAlgorithmSearch::kMeasured;
+  // In fp16 and bf16 on cuDNN: the 16-bit values that only cuDNN convolutions, 16-bit max
+  // pools between them and their epilogues' residuals read are stored channels last (NHWC),
+  // the layout cuDNN's tensor-core kernels read and write without transposing; the
+  // convolutions then run NHWC, their weights stored [m, kh, kw, c/groups]. Every fp32 value
+  // stays NCHW. false: all NCHW (config gpu_convolution_layout nchw).
+  bool channels_last = true;
 };
 
 // Where a value's bytes are on the device.
@@ -252,19 +258,23 @@ struct GpuStep {
   bool log_softmax = false;    // kSoftmax: LogSoftmax
   RnnGeometry rnn;             // kRnnStateIn, kRnnStateOut, kGruReset, kRnnCell
   // kConv: the window, output channels, math and fusion; its weight (16-bit in fp16 and
-  // bf16, as x and y then are) and, fused, its bias are weight slots {w, bias or -1}.
+  // bf16, as x and y then are; stored [m, kh, kw, c/groups] when it runs channels last) and,
+  // fused, its bias are weight slots {w, bias or -1}.
   CudnnConvOptions conv;
   // kConvEpilogue: out = post(act(c + bias) + residual) in one pass (conv.h), c the
   // convolution's output (out itself, or a 16-bit cuDNN output), the bias weight slot 0 (one
   // fp32 value per channel) or -1.
   ConvEpilogueOptions conv_epilogue;
-  // kConvEpilogue, kLayerNorm, kUnary, kSoftmax, kTranspose, and kGemm with a `post` and no
-  // residual, in mixed precision: a 16-bit value the step also writes, its result rounded
-  // (the rounding a later product reads, which would otherwise be a kToHalf step of its own;
-  // with the shape of a view of the result, when the product reads through one), or -1.
-  // Then a kConvEpilogue whose c is a 16-bit cuDNN output, a kUnary, a kSoftmax or a
-  // kTranspose, whose fp32 result nothing reads, has out -1.
+  // kConvEpilogue, kLayerNorm, kUnary, kBinary, kSoftmax, kTranspose, kReduce, and kGemm with
+  // a `post` and no residual, in mixed precision: a 16-bit value the step also writes, its
+  // result rounded (the rounding a later product reads, which would otherwise be a kToHalf
+  // step of its own; with the shape of a view of the result, when the product reads through
+  // one), or -1. Then a kConvEpilogue whose c is a 16-bit cuDNN output, a kUnary, kBinary,
+  // kSoftmax, kTranspose or kReduce, whose fp32 result nothing reads, has out -1.
   int half_out = -1;
+  // kToHalf: its 16-bit output channels last (NHWC; x is NCHW, rank 4); kPool (16-bit): x and
+  // out NHWC. (GpuLowering::channels_last.)
+  bool channels_last = false;
 };
 
 struct GpuLowering {
@@ -300,6 +310,12 @@ struct GpuLowering {
   std::vector<int> outputs;      // graph.outputs
   std::vector<DataType> dtypes;  // per value, as `values`
   std::vector<Shape> shapes;
+  // Per value (empty: none): its bytes are channels last, NHWC for its NCHW shape. Only the
+  // 16-bit values passed between cuDNN convolutions (GpuPlanOptions::channels_last).
+  std::vector<bool> channels_last;
+  bool ChannelsLast(int v) const {
+    return v >= 0 && static_cast<size_t>(v) < channels_last.size() && channels_last[v];
+  }
 };
 
 // The options of a CPU plan made to be lowered: fp32, every value in its plain layout.

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
+#include "core/fp16.h"
 #include "engine/cuda/gpu_lowering.h"
 #include "engine/cuda/gpu_plan_test_util.h"
 #include "engine/model.h"
@@ -115,6 +117,71 @@ Roundings CheckRoundings(const Graph& g, const GpuLowering& l, DataType half) {
     }
   }
   return r;
+}
+
+// What a plan's channels-last values look like (GpuLowering::channels_last): each is a 16-bit
+// value of rank 4 that no graph input or output names; every step that reads one reads it
+// channels last (a convolution's x, a 16-bit pool's x, an epilogue's c or 16-bit residual);
+// a convolution's x and y, and a pool's x and y, share a layout; a channels-last
+// convolution's weight is the blob stored [m, kh, kw, c/groups]; every step's flags match
+// its operands' layouts; and no fp32 value is channels last.
+struct ChannelsLastCount {
+  int convs = 0;   // convolutions running NHWC
+  int values = 0;  // values stored channels last
+};
+ChannelsLastCount CheckChannelsLast(const Graph& g, const GpuLowering& l) {
+  ChannelsLastCount c;
+  for (size_t v = 0; v < l.channels_last.size(); ++v) {
+    if (!l.channels_last[v]) continue;
+    ++c.values;
+    EXPECT_EQ(l.shapes[v].size(), 4u) << "value " << v;
+    EXPECT_TRUE(l.dtypes[v] == DataType::kFp16 || l.dtypes[v] == DataType::kBf16) << "value " << v;
+    EXPECT_EQ(std::count(g.inputs.begin(), g.inputs.end(), static_cast<int>(v)), 0);
+    EXPECT_EQ(std::count(g.outputs.begin(), g.outputs.end(), static_cast<int>(v)), 0);
+  }
+  for (const GpuStep& s : l.steps) {
+    const std::string& name = g.nodes[s.node].name;
+    for (size_t k = 0; k < s.in.size(); ++k) {
+      if (!l.ChannelsLast(s.in[k])) continue;
+      const bool reads_it =
+          (s.kind == K::kConv && k == 0 && s.conv.channels_last) ||
+          (s.kind == K::kPool && k == 0 && s.channels_last) ||
+          (s.kind == K::kConvEpilogue && ((k == 0 && s.conv_epilogue.source_channels_last) ||
+                                          (k == 1 && s.conv_epilogue.residual_channels_last)));
+      EXPECT_TRUE(reads_it) << name << " reads a channels-last value as NCHW";
+    }
+    switch (s.kind) {
+      case K::kConv: {
+        EXPECT_EQ(s.conv.channels_last, l.ChannelsLast(s.in[0])) << name;
+        EXPECT_EQ(s.conv.channels_last, l.ChannelsLast(s.out)) << name;
+        const std::string& key = l.blobs[static_cast<size_t>(s.weight_slots[0])].key;
+        EXPECT_EQ(key.size() > 5 && key.compare(key.size() - 5, 5, "~nhwc") == 0,
+                  s.conv.channels_last)
+            << name << ": " << key;
+        c.convs += s.conv.channels_last;
+        break;
+      }
+      case K::kConvEpilogue:
+        EXPECT_EQ(s.conv_epilogue.source_channels_last, l.ChannelsLast(s.in[0])) << name;
+        EXPECT_EQ(s.conv_epilogue.residual_channels_last, l.ChannelsLast(s.in[1])) << name;
+        EXPECT_EQ(s.conv_epilogue.half_channels_last, l.ChannelsLast(s.half_out)) << name;
+        EXPECT_FALSE(l.ChannelsLast(s.out)) << name;
+        break;
+      case K::kPool:
+        EXPECT_EQ(s.channels_last, l.ChannelsLast(s.out)) << name;
+        EXPECT_EQ(l.ChannelsLast(s.in[0]), l.ChannelsLast(s.out)) << name;
+        break;
+      case K::kToHalf:
+        EXPECT_EQ(s.channels_last, l.ChannelsLast(s.out)) << name;
+        EXPECT_FALSE(l.ChannelsLast(s.in[0])) << name;
+        break;
+      default:
+        EXPECT_FALSE(l.ChannelsLast(s.out)) << name;
+        EXPECT_FALSE(l.ChannelsLast(s.half_out)) << name;
+        EXPECT_FALSE(s.channels_last) << name;
+    }
+  }
+  return c;
 }
 
 // The example image classifier: four convolutions (im2col and a GEMM each), two max pools
@@ -385,6 +452,13 @@ TEST(LowerConvOnCudnnTest, MixedPrecisionConvolvesIn16BitsAndAddsTheBiasAfter) {
     EXPECT_EQ(r.fused, 3);
     EXPECT_EQ(r.dropped, 3);
     EXPECT_EQ(r.pools, 2);
+    // Every 16-bit value between the convolutions is channels last, the image's rounding
+    // and the pooled values among them; the last convolution's epilogue writes fp32 NCHW.
+    const ChannelsLastCount cl = CheckChannelsLast(p.model->graph(), *lowered);
+    EXPECT_EQ(cl.convs, 4);
+    // The convolutions' inputs (the image's rounding, the first epilogue's, the two pools'
+    // outputs), their four 16-bit outputs, and the pools' inputs (two epilogues' roundings).
+    EXPECT_EQ(cl.values, 4 + 4 + 2);
     ExpectAligned(*lowered);
   }
 }
@@ -443,6 +517,12 @@ TEST(LowerConvOnCudnnTest, AValueReadByTwoConvolutionsIsRoundedOnce) {
     EXPECT_EQ(r.dropped, 6);
     EXPECT_EQ(r.pools, 1);
     EXPECT_EQ(r.residuals, 2);
+    // All seven convolutions run channels last, their residuals read so too.
+    const ChannelsLastCount cl = CheckChannelsLast(p.model->graph(), *lowered);
+    EXPECT_EQ(cl.convs, 7);
+    int residuals = 0;
+    for (const GpuStep& s : steps) residuals += s.conv_epilogue.residual_channels_last;
+    EXPECT_EQ(residuals, 2);
     ExpectAligned(*lowered);
   }
 }
@@ -599,6 +679,82 @@ TEST(LowerConvOnCudnnTest, AMaxPoolBetweenConvolutionsPoolsTheir16BitValues) {
     const GpuStep* pool = FirstStep(*tf32, K::kPool);
     ASSERT_NE(pool, nullptr);
     EXPECT_EQ(tf32->dtypes[pool->out], DataType::kFp32);
+  }
+}
+
+// In fp16 and bf16 on cuDNN, the 16-bit values passed between convolutions and the max pool
+// between them are channels last, and the convolutions run NHWC with their weights stored
+// [m, kh, kw, c/groups]. A rounding that a product reads too (the input's, in "product")
+// stays NCHW, and so does the convolution reading it, whose epilogue then writes the pool's
+// operand channels last from its NCHW output. gpu_convolution_layout nchw, TF32 and im2col
+// make nothing channels last.
+TEST(LowerConvOnCudnnTest, SixteenBitValuesBetweenConvolutionsAreChannelsLast) {
+  for (const char* variant : {"plain", "product"}) {
+    SCOPED_TRACE(variant);
+    const bool product = std::string(variant) == "product";
+    Prepared p = Prepare(Model::FromGraph(PoolBetweenConvsGraph(variant)), {{2, 3, 8, 8}});
+    ASSERT_TRUE(p.plan);
+    const Graph& g = p.model->graph();
+    for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+      auto lowered = LowerPlan(g, *p.plan, OnCudnn(math));
+      ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+      const ChannelsLastCount cl = CheckChannelsLast(g, *lowered);
+      std::vector<const GpuStep*> convs, epilogues;
+      const GpuStep* cast = nullptr;
+      for (const GpuStep& s : lowered->steps) {
+        if (s.kind == K::kConv) convs.push_back(&s);
+        if (s.kind == K::kConvEpilogue) epilogues.push_back(&s);
+        if (s.kind == K::kToHalf) cast = &s;
+      }
+      ASSERT_EQ(convs.size(), 2u);
+      ASSERT_EQ(epilogues.size(), 2u);
+      ASSERT_NE(cast, nullptr);
+      EXPECT_EQ(cl.convs, product ? 1 : 2);
+      EXPECT_EQ(convs[0]->conv.channels_last, !product);
+      EXPECT_TRUE(convs[1]->conv.channels_last);
+      EXPECT_EQ(cast->channels_last, !product);
+      EXPECT_EQ(epilogues[0]->conv_epilogue.source_channels_last, !product);
+      EXPECT_TRUE(epilogues[0]->conv_epilogue.half_channels_last);
+      const GpuStep* pool = FirstStep(*lowered, K::kPool);
+      ASSERT_NE(pool, nullptr);
+      EXPECT_TRUE(pool->channels_last);
+      // The second convolution's weight, Random({4, 4, 3, 3}, 43) rounded, moved channels
+      // last; its NCHW blob is not kept.
+      const Tensor w = Random({4, 4, 3, 3}, 43);
+      const GpuLowering::Blob& blob =
+          lowered->blobs[static_cast<size_t>(convs[1]->weight_slots[0])];
+      ASSERT_EQ(blob.data.dtype(), HalfDtypeOf(math));
+      const auto* moved = static_cast<const uint16_t*>(blob.data.data());
+      const float* from = w.values<float>().data();
+      for (int64_t o = 0; o < 4; ++o)
+        for (int64_t ch = 0; ch < 4; ++ch)
+          for (int64_t k = 0; k < 9; ++k) {
+            const float v = from[(o * 4 + ch) * 9 + k];
+            ASSERT_EQ(moved[(o * 9 + k) * 4 + ch],
+                      math == GemmMath::kFp16 ? FloatToFp16(v) : FloatToBf16(v))
+                << o << "," << ch << "," << k;
+          }
+      for (const GpuLowering::Blob& b : lowered->blobs)
+        EXPECT_EQ(b.key + "~nhwc" == blob.key, false) << "the NCHW blob is kept: " << b.key;
+      ExpectAligned(*lowered);
+
+      GpuPlanOptions nchw = OnCudnn(math);
+      nchw.channels_last = false;
+      auto plain = LowerPlan(g, *p.plan, nchw);
+      ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+      EXPECT_EQ(CheckChannelsLast(g, *plain).values, 0);
+      auto im2col = LowerPlan(g, *p.plan, [&] {
+        GpuPlanOptions o;
+        o.math = math;
+        return o;
+      }());
+      ASSERT_TRUE(im2col.ok()) << im2col.status().ToString();
+      EXPECT_EQ(CheckChannelsLast(g, *im2col).values, 0);
+    }
+    auto tf32 = LowerPlan(g, *p.plan, OnCudnn(GemmMath::kTf32));
+    ASSERT_TRUE(tf32.ok()) << tf32.status().ToString();
+    EXPECT_EQ(CheckChannelsLast(g, *tf32).convs, 0);
+    EXPECT_TRUE(tf32->channels_last.empty());
   }
 }
 

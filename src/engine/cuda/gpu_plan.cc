@@ -258,7 +258,8 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
                       static_cast<int64_t>(c.math),
                       static_cast<int64_t>(c.fused_bias_relu),
                       static_cast<int64_t>(c.residual),
-                      static_cast<int64_t>(c.transposed)})
+                      static_cast<int64_t>(c.transposed),
+                      static_cast<int64_t>(c.channels_last)})
       key += std::to_string(v) + ",";
     auto& shared = shared_convs[key];
     if (!shared) {
@@ -534,7 +535,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
           lowering_.dtypes[s.in[0]] != dtype)
         return Internal("step " + std::to_string(i) + ": a 16-bit pool must be a max pool of " +
                         "its own type");
-      return MaxPool2dHalf(HalfOf(dtype), Address(s.in[0]), Address(s.out), s.window, stream);
+      return MaxPool2dHalf(HalfOf(dtype), Address(s.in[0]), Address(s.out), s.window, stream,
+                           s.channels_last);
     }
     case GpuStep::Kind::kPlace: {
       Shape x_dims = lowering_.shapes[s.in[0]];
@@ -575,9 +577,15 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kArgExtreme:
       return ArgExtreme(s.arg_max, s.select_last, in(0), static_cast<int64_t*>(Address(s.out)),
                         s.dims, s.axis, stream);
-    case GpuStep::Kind::kToHalf:
-      return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out),
-                             Product(lowering_.shapes[s.out]), stream);
+    case GpuStep::Kind::kToHalf: {
+      // Channels last: x [n, c, h, w] into NHWC.
+      const Shape& shape = lowering_.shapes[s.out];
+      if (s.channels_last && shape.size() != 4)
+        return Internal("step " + std::to_string(i) + ": channels last needs a rank of 4");
+      return CastFloatToHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out), Product(shape),
+                             stream, s.channels_last ? shape[1] : 0,
+                             s.channels_last ? shape[2] * shape[3] : 0);
+    }
     case GpuStep::Kind::kRoiAlign:
       return RoiAlign(in(0), in(1), static_cast<const int64_t*>(Address(s.in[2])), y, s.roi,
                       error_flag_.as<int32_t>() + s.flag, stream);

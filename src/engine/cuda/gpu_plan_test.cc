@@ -59,6 +59,7 @@ class GpuPlanTest : public GpuTest {
     options.cuda_graph = cuda_graph;
     options.tensor_parallel = tp;
     options.conv = conv_;
+    options.channels_last = channels_last_;
     auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
     if (conv_ == ConvEngine::kCudnn) {
@@ -134,6 +135,7 @@ class GpuPlanTest : public GpuTest {
   std::unique_ptr<LtHandle> handle_;
   std::optional<Stream> run_stream_;
   ConvEngine conv_ = ConvEngine::kIm2Col;  // how ExpectGpuMatchesCpu's plans convolve
+  bool channels_last_ = true;              // GpuPlanOptions::channels_last
 };
 
 TEST_F(GpuPlanTest, TheRecommenderMatchesTheCpuEngine) {
@@ -267,9 +269,11 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
       ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 161)}, {Random({2, 3, 8, 8}, 162)}}, math,
                           tolerance);
     }
-    // A max pool between convolutions, of 16-bit values in fp16 and bf16; and of fp32 ones
-    // when the pool's output is the graph's too.
-    for (const char* variant : {"plain", "y_output", "pooled_output"}) {
+    // A max pool between convolutions, of 16-bit values in fp16 and bf16 (channels last); and
+    // of fp32 ones when the pool's output is the graph's too. With a product reading the
+    // input's rounding as well, the first convolution runs NCHW and its epilogue writes the
+    // rounding the pool reads channels last.
+    for (const char* variant : {"plain", "y_output", "pooled_output", "product"}) {
       SCOPED_TRACE(variant);
       Prepared pooled = Prepare(Model::FromGraph(PoolBetweenConvsGraph(variant)), {{2, 3, 8, 8}});
       ExpectGpuMatchesCpu(pooled, {{Random({2, 3, 8, 8}, 163)}}, math, tolerance);
@@ -279,6 +283,16 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});
   ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 156)}, {Random({2, 3, 32, 32}, 157)}},
                       GemmMath::kFp32, 1e-4f, nullptr, /*cuda_graph=*/false);
+  // The 16-bit tiers with every value NCHW (gpu_convolution_layout nchw), as above channels
+  // last.
+  channels_last_ = false;
+  for (const auto& [math, tolerance] :
+       {std::pair{GemmMath::kFp16, 2e-2f}, std::pair{GemmMath::kBf16, 8e-2f}}) {
+    ExpectGpuMatchesCpu(resnet, {{Random({2, 3, 32, 32}, 158)}}, math, tolerance);
+    Prepared pooled = Prepare(Model::FromGraph(PoolBetweenConvsGraph("plain")), {{2, 3, 8, 8}});
+    ExpectGpuMatchesCpu(pooled, {{Random({2, 3, 8, 8}, 159)}}, math, tolerance);
+  }
+  channels_last_ = true;
   for (const char* name : {"densenet_op13", "mobilenet_v2_op13", "mobilenet_v3_op13",
                            "efficientnet_op13", "squeezenet_op13", "shufflenet_op13"}) {
     SCOPED_TRACE(name);

@@ -208,6 +208,9 @@ Graph PoolBetweenConvsGraph(const std::string& variant) {
   const int out = conv("b", pooled, 4, 43);
   if (variant == "pooled_output") return b.Finish(std::vector<int>{out, pooled});
   if (variant == "y_output") return b.Finish(std::vector<int>{out, y});
+  if (variant == "product")
+    return b.Finish(
+        std::vector<int>{out, b.Op("MatMul", "xw", {x, b.Constant("w", Random({8, 5}, 45))})});
   return b.Finish(out);
 }
 

@@ -61,7 +61,8 @@ Graph IdentityBlockGraph(bool y_also_read = false);
 // A convolution and its ReLU (y [2, 4, 8, 8]), a 3x3 max pool of stride 2 and padding 1,
 // and a second convolution of the pooled values, its output the graph's. `variant`:
 // "plain"; "pooled_output" and "y_output" also return the pooled values or y; "average"
-// pools by AveragePool instead.
+// pools by AveragePool instead; "product" also returns x (the input) times a constant [8, 5]
+// (a MatMul over its last axis), so that a product reads x's rounding too.
 Graph PoolBetweenConvsGraph(const std::string& variant);
 
 // x [4, 8] through `op` (Tanh; or Add, of a constant [8] broadcast over x's rows), then a

@@ -288,20 +288,36 @@ __device__ __forceinline__ float ResidualValue(int type, const void* z, int64_t 
 
 // Index: uint32_t where every index fits (the channel's division in 32 bits, which the GPU
 // does several times faster than in 64), else int64_t.
+// The threads walk c's layout (NCHW, or NHWC where c is channels last), so that its reads
+// and the writes in its layout are in order; an operand in the other layout is indexed
+// through the element's batch, channel and position.
 template <typename T, typename Index>
 __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
                              const void* __restrict__ z, float* y, void* h) {
   const auto elements = static_cast<Index>(e.elements);
   const auto spatial = static_cast<Index>(e.spatial), channels = static_cast<Index>(e.channels);
+  const bool mixed = e.source_channels_last || e.residual_channels_last || e.half_channels_last;
   for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < elements;
        i += Index{gridDim.x} * blockDim.x) {
+    Index channel, nchw = i, nhwc = i;
+    if (!mixed) {
+      channel = (i / spatial) % channels;
+    } else if (e.source_channels_last) {
+      channel = i % channels;
+      const Index pixel = i / channels, b = pixel / spatial;  // pixel: b * spatial + s
+      nchw = (b * channels + channel) * spatial + (pixel - b * spatial);
+    } else {
+      const Index plane = i / spatial, b = plane / channels;  // plane: b * channels + channel
+      channel = plane - b * channels;
+      nhwc = (b * spatial + (i - plane * spatial)) * channels + channel;
+    }
     float v = SourceValue(c, i);
-    if (bias != nullptr) v += bias[(i / spatial) % channels];
+    if (bias != nullptr) v += bias[channel];
     if (e.has_act) v = ApplyUnary(e.act, v, e.act_alpha, e.act_beta);
-    if (z != nullptr) v += ResidualValue(e.residual, z, i);
+    if (z != nullptr) v += ResidualValue(e.residual, z, e.residual_channels_last ? nhwc : nchw);
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
-    if (y != nullptr) y[i] = v;
-    StoreRounded(e.half, h, i, v);
+    if (y != nullptr) y[nchw] = v;
+    StoreRounded(e.half, h, e.half_channels_last ? nhwc : nchw, v);
   }
 }
 
@@ -323,7 +339,10 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
                                const void* z, float* y, void* h, cudaStream_t stream) {
   if (e.elements <= 0) return cudaSuccess;
-  if (BadRounding(e.half, h, y) || e.residual < -1 || e.residual > 1) return cudaErrorInvalidValue;
+  if (BadRounding(e.half, h, y) || e.residual < -1 || e.residual > 1 ||
+      (e.source_channels_last && e.source < 0) || (e.residual_channels_last && e.residual < 0) ||
+      (e.half_channels_last && e.half < 0))
+    return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
   // The largest index a thread computes: its last element plus one grid stride.

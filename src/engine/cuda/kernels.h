@@ -176,6 +176,9 @@ struct ConvEpilogueKernel {
   int source = -1;    // -1 fp32, else a HalfKernel
   int residual = -1;  // z's type: -1 fp32, else a HalfKernel
   int half = -1;      // -1 none, else a HalfKernel
+  // NHWC ([n, spatial, channels]) instead of NCHW: c (16-bit only), a 16-bit z, the
+  // rounding. y is NCHW.
+  bool source_channels_last = false, residual_channels_last = false, half_channels_last = false;
   bool has_act = false, has_post = false;
   UnaryKernel act = UnaryKernel::kRelu, post = UnaryKernel::kRelu;
   float act_alpha = 0, act_beta = 0, post_alpha = 0, post_beta = 0;
@@ -183,8 +186,10 @@ struct ConvEpilogueKernel {
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
                                const void* z, float* y, void* h, cudaStream_t stream);
 // y[i] = x[i] rounded to the nearest `to` value (fp16 overflows to infinity) for i < n.
+// With channels > 0: x is [n / (channels·spatial), channels, spatial] and y the same values
+// channels last, [.., spatial, channels] (NHWC for an NCHW x).
 cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t n,
-                                cudaStream_t stream);
+                                cudaStream_t stream, int64_t channels = 0, int64_t spatial = 0);
 // y[i] = x[i] truncated toward zero into int64 (`to64`) or int32, saturating at the type's
 // bounds, NaN to 0, as the CPU engine casts.
 cudaError_t LaunchCastF32ToInt(bool to64, const float* x, void* y, int64_t n, cudaStream_t stream);
@@ -223,8 +228,9 @@ cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Windo
 // Max pooling as LaunchPool2dF32 does it, of 16-bit x into 16-bit y (`type` names both):
 // equal to the rounding of the fp32 pool's result over the unrounded values (a zero's sign
 // aside), since rounding keeps order.
+// With `channels_last`, x and y are NHWC ([n, h, w, c], [n, oh, ow, c]).
 cudaError_t LaunchMaxPool2dHalf(HalfKernel type, const void* x, void* y, const Window2d& g,
-                                cudaStream_t stream);
+                                cudaStream_t stream, bool channels_last = false);
 
 // RoiAlign (ONNX, as the CPU engine computes it): x [n, c, h, w], rois [rois, 4] (x1, y1,
 // x2, y2), batch [rois] int64, y [rois, c, out_h, out_w]. Each output is the average (or,

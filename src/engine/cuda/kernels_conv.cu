@@ -60,15 +60,28 @@ __device__ __forceinline__ float AsFloat(__nv_bfloat16 v) { return __bfloat162fl
 
 // T is float, or a 16-bit type for max pooling alone: the largest of 16-bit values is one of
 // them, so storing it back rounds nothing.
+// With `channels_last` (max pooling in 16 bits only), x and y are NHWC: element i of y is
+// [b, oy, ox, channel], and a window's inputs lie `g.c` elements apart.
 template <typename T>
 __global__ void Pool2d(PoolKernel op, const T* __restrict__ x, T* __restrict__ y, Window2d g,
-                       int64_t total) {
+                       int64_t total, bool channels_last = false) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ox = i % g.ow;
-    const int64_t oy = (i / g.ow) % g.oh;
-    const int64_t plane = i / (g.ow * g.oh);  // b * c + channel
-    const T* in = x + plane * g.h * g.w;
+    int64_t ox, oy, stride;
+    const T* in;
+    if (channels_last) {
+      const int64_t channel = i % g.c, pixel = i / g.c;  // pixel: (b * oh + oy) * ow + ox
+      ox = pixel % g.ow;
+      oy = (pixel / g.ow) % g.oh;
+      in = x + pixel / (g.ow * g.oh) * g.h * g.w * g.c + channel;
+      stride = g.c;
+    } else {
+      ox = i % g.ow;
+      oy = (i / g.ow) % g.oh;
+      const int64_t plane = i / (g.ow * g.oh);  // b * c + channel
+      in = x + plane * g.h * g.w;
+      stride = 1;
+    }
     float best = -FLT_MAX, sum = 0.f;
     int64_t inside = 0;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -76,7 +89,7 @@ __global__ void Pool2d(PoolKernel op, const T* __restrict__ x, T* __restrict__ y
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
         if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-        const float v = AsFloat(in[iy * g.w + ix]);
+        const float v = AsFloat(in[(iy * g.w + ix) * stride]);
         best = fmaxf(best, v);
         sum += v;
         ++inside;
@@ -173,18 +186,19 @@ cudaError_t LaunchPool2dF32(PoolKernel op, const float* x, float* y, const Windo
 }
 
 cudaError_t LaunchMaxPool2dHalf(HalfKernel type, const void* x, void* y, const Window2d& g,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, bool channels_last) {
   const int64_t total = g.n * g.c * g.oh * g.ow;
   if (total <= 0) return cudaSuccess;
   if (type != HalfKernel::kFp16 && type != HalfKernel::kBf16) return cudaErrorInvalidValue;
   (void)cudaGetLastError();
   if (type == HalfKernel::kFp16) {
     Pool2d<__half><<<BlocksFor(total), kThreads, 0, stream>>>(
-        PoolKernel::kMax, static_cast<const __half*>(x), static_cast<__half*>(y), g, total);
+        PoolKernel::kMax, static_cast<const __half*>(x), static_cast<__half*>(y), g, total,
+        channels_last);
   } else {
     Pool2d<__nv_bfloat16><<<BlocksFor(total), kThreads, 0, stream>>>(
         PoolKernel::kMax, static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), g,
-        total);
+        total, channels_last);
   }
   return cudaGetLastError();
 }

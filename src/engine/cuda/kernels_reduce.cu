@@ -118,6 +118,22 @@ __global__ void F32ToBf16(const float* __restrict__ x, __nv_bfloat16* __restrict
   }
 }
 
+__device__ __forceinline__ void Round(float v, __half* y) { *y = __float2half_rn(v); }
+__device__ __forceinline__ void Round(float v, __nv_bfloat16* y) { *y = __float2bfloat16_rn(v); }
+
+// y [b, spatial, channels] = x [b, channels, spatial] rounded: one thread per element of y,
+// so the writes are in order and the reads stride over x's planes.
+template <typename T>
+__global__ void F32ToHalfChannelsLast(const float* __restrict__ x, T* __restrict__ y, int64_t n,
+                                      int64_t channels, int64_t spatial) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ch = i % channels, bs = i / channels;
+    const int64_t b = bs / spatial, s = bs - b * spatial;
+    Round(x[(b * channels + ch) * spatial + s], y + i);
+  }
+}
+
 // The CPU engine's CastValue: NaN 0, saturated at the type's bounds `least` and `most`
 // (as floats, lo and hi), else truncated. The bounds come from the host: numeric_limits is
 // not callable in device code.
@@ -294,9 +310,20 @@ cudaError_t LaunchCastToF32(CastKernel from, const void* x, float* y, int64_t n,
 }
 
 cudaError_t LaunchCastF32ToHalf(HalfKernel to, const float* x, void* y, int64_t n,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, int64_t channels, int64_t spatial) {
   if (n <= 0) return cudaSuccess;
   (void)cudaGetLastError();
+  if (channels > 0) {
+    if (spatial <= 0 || n % (channels * spatial) != 0) return cudaErrorInvalidValue;
+    if (to == HalfKernel::kFp16) {
+      F32ToHalfChannelsLast<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__half*>(y), n,
+                                                                   channels, spatial);
+    } else {
+      F32ToHalfChannelsLast<<<BlocksFor(n), kThreads, 0, stream>>>(
+          x, static_cast<__nv_bfloat16*>(y), n, channels, spatial);
+    }
+    return cudaGetLastError();
+  }
   if (to == HalfKernel::kFp16) {
     F32ToFp16<<<BlocksFor(n), kThreads, 0, stream>>>(x, static_cast<__half*>(y), n);
   } else {

@@ -18,6 +18,26 @@
 
 namespace shoal::engine::cuda {
 
+// `v`, [n, channels, spatial] (NCHW), laid out channels last, [n, spatial, channels] (NHWC);
+// or, with `back`, the other way.
+template <typename T>
+std::vector<T> ChannelsLast(const std::vector<T>& v, int64_t n, int64_t channels, int64_t spatial,
+                            bool back = false) {
+  std::vector<T> out(v.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t s = 0; s < spatial; ++s) {
+        const int64_t nchw = (b * channels + c) * spatial + s,
+                      nhwc = (b * spatial + s) * channels + c;
+        if (back) {
+          out[nchw] = v[nhwc];
+        } else {
+          out[nhwc] = v[nchw];
+        }
+      }
+  return out;
+}
+
 // The number of elements of a tensor of shape `dims`.
 inline int64_t Elements(const std::vector<int64_t>& dims) {
   int64_t n = 1;

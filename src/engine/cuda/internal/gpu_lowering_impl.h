@@ -233,6 +233,16 @@ class Lowerer {
   // block's output need not be written in fp32 at all. Unlike the fusions above this changes
   // results: z is rounded before it is added, as TensorRT's and PyTorch's fp16 residuals are.
   void ResidualsIn16Bits(const std::map<int, int>& rounding_at, const std::vector<bool>& drop);
+  // Mixed precision on cuDNN (GpuPlanOptions::channels_last), after the roundings are fused:
+  // the 16-bit values of rank 4 that a kToHalf step, a convolution's epilogue (as its
+  // rounding), a 16-bit cuDNN convolution or a 16-bit max pool writes, and that only 16-bit
+  // cuDNN convolutions (as x), 16-bit max pools and convolution epilogues (as c, or as a
+  // 16-bit residual) read, with no view, that are no graph input or output, become channels
+  // last (GpuLowering::channels_last), with a convolution's x and y, and a pool's x and out,
+  // in one layout. Each step says so in its own options: a convolution reading x channels
+  // last runs NHWC, its weight stored [m, kh, kw, c/groups] (key + "~nhwc"); an epilogue
+  // reads and writes the layouts of its operands; a kToHalf step or a pool writes NHWC.
+  void ChannelsLastBetweenConvolutions();
   // Removes the blobs no step's weight slot and no known value names, renumbering the
   // slots and recounting weight_bytes.
   void DropUnusedBlobs();
