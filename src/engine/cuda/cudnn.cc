@@ -308,7 +308,8 @@ struct Candidate {
 
 // The heuristics' ranking (forward, or backward data for a transposed convolution), best
 // first, less what cannot run `o`: a failed status, a tensor-core algorithm in fp32, more
-// than `max_workspace` bytes of scratch (named in `over`).
+// than `max_workspace` bytes of scratch (named in `over`); and less a non-deterministic
+// algorithm.
 template <typename Perf>
 std::vector<Candidate> Candidates(const Cudnn::Api& api, cudnnHandle_t h, const Descriptors& d,
                                   const CudnnConvOptions& o, const std::vector<Perf>& ranked,
@@ -317,6 +318,9 @@ std::vector<Candidate> Candidates(const Cudnn::Api& api, cudnnHandle_t h, const 
   for (int r = 0; r < returned; ++r) {
     const Perf& p = ranked[static_cast<size_t>(r)];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    // The same input always gives the same output: no algorithm whose sums' order varies
+    // from run to run (a transposed convolution's BWD_DATA_ALGO_0, with atomics).
+    if (p.determinism == CUDNN_NON_DETERMINISTIC) continue;
     // fp32 keeps the descriptor's FMA math, and no algorithm ranked for tensor cores (they
     // would round to TF32); TF32 refuses conversions to fp16; the other tiers take the math
     // the ranking names.

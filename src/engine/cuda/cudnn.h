@@ -98,8 +98,9 @@ struct CudnnConvOptions {
 };
 
 // Runs a convolution with the algorithm it holds (synchronously) and returns the time one
-// run took, in milliseconds; UNIMPLEMENTED (cuDNN's NOT_SUPPORTED family) or
-// RESOURCE_EXHAUSTED (its scratch did not fit) when that algorithm cannot run it.
+// run took, in milliseconds; UNIMPLEMENTED (cuDNN's NOT_SUPPORTED family, or a failure that
+// left the device sound) or RESOURCE_EXHAUSTED (its scratch did not fit) when that algorithm
+// cannot run it, so that the next is tried; any other error stops the search.
 class CudnnConv;
 using CudnnTrial = std::function<StatusOr<double>(const CudnnConv&)>;
 
@@ -126,8 +127,9 @@ StatusOr<std::array<int64_t, 4>> CudnnConvOutputDims(const Cudnn& cudnn, const C
 
 class CudnnConv {
  public:
-  // The descriptors of `o` and an algorithm among those cuDNN's heuristics rank that run it
-  // within `max_workspace` bytes of scratch (cudnnGetConvolutionForwardAlgorithm_v7, or
+  // The descriptors of `o` and an algorithm among the deterministic ones cuDNN's heuristics
+  // rank that run it within `max_workspace` bytes of scratch
+  // (cudnnGetConvolutionForwardAlgorithm_v7, or
   // ..BackwardDataAlgorithm_v7 for a transposed convolution): without a `trial`, the first
   // ranked; with one, the candidate PickCudnnCandidate picks by o.search. A trial is needed
   // where the fused call may refuse what the heuristics rank (they rank algorithms for the

@@ -127,8 +127,6 @@ TEST(CudnnCheckTest, RefusesWhatCudnnCannotRun) {
   EXPECT_EQ(CheckCudnnConv(Options(huge, 64)).code(), StatusCode::kInvalidArgument);
 }
 
-// cuDNN itself, where its library loads (the build machines have the toolkit's); no device
-// is needed to describe a convolution.
 // The pick among ranked candidates: the heuristic search keeps the first that runs, the
 // measured one the fastest (the earlier on a tie); refusals are passed over and listed,
 // another error stops the search, and none running is UNIMPLEMENTED.
@@ -201,6 +199,8 @@ TEST(CudnnPickTest, KeepsTheFirstOrTheFastestOfWhatRuns) {
   EXPECT_EQ(empty.status().code(), StatusCode::kUnimplemented);
 }
 
+// cuDNN itself, where its library loads (the build machines have the toolkit's); no device
+// is needed to describe a convolution.
 TEST(CudnnLibraryTest, ComputesTheOutputTheWindowDoes) {
   auto cudnn = Cudnn::Get();
   if (!cudnn.ok()) GTEST_SKIP() << cudnn.status().ToString();
@@ -324,6 +324,14 @@ class CudnnGpuTest : public GpuTest {
     EXPECT_TRUE(conv.ok()) << conv.status().ToString();
     if (!conv.ok()) return {};
     EXPECT_LE((*conv)->workspace_bytes(), max_workspace);
+    return RunWith(**conv, x, w, bias, z);
+  }
+
+  // The same with `conv` as it was made (its options, algorithm and workspace).
+  std::vector<float> RunWith(const CudnnConv& conv, const std::vector<float>& x,
+                             const std::vector<float>& w, const std::vector<float>& bias,
+                             const std::vector<float>* z) {
+    const CudnnConvOptions& o = conv.options();
     const Window2d& g = o.window;
     const int64_t ny = g.n * o.m * g.oh * g.ow;
     const bool half = o.math == GemmMath::kFp16 || o.math == GemmMath::kBf16;
@@ -345,11 +353,10 @@ class CudnnGpuTest : public GpuTest {
     DeviceBuffer dy = z ? Upload(*z)
                         : (half ? UploadBytes(std::vector<uint16_t>(ny, 0x7e00).data(), ny * 2)
                                 : Upload(std::vector<float>(ny, std::nanf(""))));
-    auto workspace = DeviceBuffer::Allocate(std::max<size_t>((*conv)->workspace_bytes(), 1));
+    auto workspace = DeviceBuffer::Allocate(std::max<size_t>(conv.workspace_bytes(), 1));
     EXPECT_TRUE(workspace.ok());
-    const Status ran =
-        (*conv)->Run(*handle_, dx.data(), dw.data(), db.as<float>(), z ? dy.data() : nullptr,
-                     dy.data(), workspace->data(), stream());
+    const Status ran = conv.Run(*handle_, dx.data(), dw.data(), db.as<float>(),
+                                z ? dy.data() : nullptr, dy.data(), workspace->data(), stream());
     EXPECT_TRUE(ran.ok()) << ran.ToString();
     if (!half) return Download(dy, static_cast<size_t>(ny));
     std::vector<uint16_t> h(static_cast<size_t>(ny));
@@ -494,36 +501,41 @@ TEST_F(CudnnGpuTest, ATrialPassesOverTheAlgorithmsItRefuses) {
 }
 
 // A measured search runs every candidate through the trial and keeps the one whose time
-// was least; the heuristic search keeps the first that runs. Both convolve as the
+// was least, with its own algorithm, math and workspace held again after the later ones ran;
+// the heuristic search keeps the first that runs. The convolution kept convolves as the
 // reference. (The times are the trial's word here; GpuPlan's trial measures them.)
 TEST_F(CudnnGpuTest, AMeasuredSearchKeepsTheFastestCandidate) {
   const Window2d g = MakeWindow(4, 16, 14, 14, 3, 1, 1, 1, 1);
   CudnnConvOptions o = Options(g, 16);
-  std::vector<int> seen;
-  // The last candidate run is said to be the fastest.
-  auto last_fastest = [&](const CudnnConv& conv) -> StatusOr<double> {
-    seen.push_back(conv.algorithm());
-    return 10.0 - static_cast<double>(seen.size());
+  struct Tried {
+    int algorithm;
+    size_t bytes;
+  };
+  std::vector<Tried> seen;
+  // The second candidate run is said to be the fastest.
+  auto second_fastest = [&](const CudnnConv& conv) -> StatusOr<double> {
+    seen.push_back({conv.algorithm(), conv.workspace_bytes()});
+    return seen.size() == 2 ? 1.0 : 5.0;
   };
   o.search = CudnnAlgorithmSearch::kMeasured;
-  auto measured = CudnnConv::Create(*handle_, o, size_t{1} << 28, last_fastest);
+  auto measured = CudnnConv::Create(*handle_, o, size_t{1} << 28, second_fastest);
   ASSERT_TRUE(measured.ok()) << measured.status().ToString();
-  ASSERT_FALSE(seen.empty());
-  EXPECT_EQ((*measured)->algorithm(), seen.back());
+  ASSERT_GE(seen.size(), 3u) << "too few algorithms for this test to tell anything";
+  EXPECT_EQ((*measured)->algorithm(), seen[1].algorithm);
+  EXPECT_EQ((*measured)->workspace_bytes(), seen[1].bytes);
   EXPECT_EQ((*measured)->measured(), static_cast<int>(seen.size()));
-  EXPECT_DOUBLE_EQ((*measured)->measured_ms(), 10.0 - static_cast<double>(seen.size()));
-  const std::vector<int> measured_seen = seen;
+  EXPECT_DOUBLE_EQ((*measured)->measured_ms(), 1.0);
+  const int first_ranked = seen[0].algorithm;
   seen.clear();
   o.search = CudnnAlgorithmSearch::kHeuristic;
-  auto first = CudnnConv::Create(*handle_, o, size_t{1} << 28, last_fastest);
+  auto first = CudnnConv::Create(*handle_, o, size_t{1} << 28, second_fastest);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ((*first)->algorithm(), measured_seen.front());
+  EXPECT_EQ((*first)->algorithm(), first_ranked);
   EXPECT_EQ((*first)->measured(), 0);
   const auto x = Wave(g.n * g.c * g.h * g.w, 0.8f);
   const auto w = Wave(16 * 16 * 9, 0.3f);
-  o.search = CudnnAlgorithmSearch::kMeasured;
-  ExpectNear(Run(o, x, w, std::vector<float>(16, 0.f), nullptr),
+  ExpectNear(RunWith(**measured, x, w, std::vector<float>(16, 0.f), nullptr),
              Reference(x, w, g, 16, nullptr, nullptr, false), 1e-5, "measured");
 }
 

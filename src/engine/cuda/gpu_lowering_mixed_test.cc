@@ -141,6 +141,35 @@ TEST(LowerPlanTest, AnActivationRoundsItsResultForTheProductAfterIt) {
   }
 }
 
+// A binary step that updates its output in place (Max of three: a copy, then two folds into
+// it) and is the last to write what a product reads rounds it in its pass, and keeps its fp32
+// result, which it reads itself.
+TEST(LowerPlanTest, AnInPlaceBinaryStepRoundsItsResultAndKeepsIt) {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 8}), y = b.Input("y", {4, 8}), z = b.Input("z", {4, 8});
+  const int most = b.Op("Max", "most", {x, y, z});
+  Graph g = b.Finish(b.Op("MatMul", "out", {most, b.Constant("w", Random({8, 4}, 87))}));
+  Prepared p = Prepare(Model::FromGraph(std::move(g)), {{4, 8}, {4, 8}, {4, 8}});
+  ASSERT_TRUE(p.plan);
+  for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+    GpuPlanOptions options;
+    options.math = math;
+    auto l = LowerPlan(p.model->graph(), *p.plan, options);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_GE(l->steps.size(), 2u);
+    const GpuStep& fold = l->steps[l->steps.size() - 2];
+    const GpuStep& product = l->steps.back();
+    ASSERT_EQ(fold.kind, GpuStep::Kind::kBinary);
+    ASSERT_EQ(product.kind, GpuStep::Kind::kGemm);
+    EXPECT_EQ(fold.in[0], fold.out);  // in place
+    EXPECT_GE(fold.out, 0);
+    ASSERT_GE(fold.half_out, 0);
+    EXPECT_EQ(l->dtypes[fold.half_out], HalfDtypeOf(math));
+    EXPECT_EQ(product.in[0], fold.half_out);
+    for (const GpuStep& s : l->steps) EXPECT_NE(s.kind, GpuStep::Kind::kToHalf);
+  }
+}
+
 // Mixed precision: the model's input is rounded to 16 bits by a kToHalf step into a 16-bit
 // temporary, the constant weights are stored in 16 bits under their own keys. The
 // recommender's products chain: each of the first three writes its output in 16 bits

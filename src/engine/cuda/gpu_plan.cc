@@ -58,12 +58,14 @@ namespace {
 // it. Winograd and FFT algorithms want the most; implicit GEMM needs none.
 constexpr size_t kCudnnWorkspaceLimit = size_t{256} << 20;
 
-// A measured algorithm search times each candidate this many times after its first run
-// (which warms it up and checks that it runs), and keeps its least time.
+// A measured algorithm search times this many runs of each candidate back to back, after
+// its first run (which checks that it runs) and one more that keeps the device busy while
+// they are queued, so that the time is the device's and not the host's launches.
 constexpr int kSearchRuns = 3;
 
-// The least time of `runs` runs of `run` on `stream`, each between two events, in ms.
-StatusOr<double> LeastTime(int runs, cudaStream_t stream, const std::function<Status()>& run) {
+// The device time of one of `runs` runs of `run` queued back to back on `stream` behind one
+// untimed run, in ms: the time between two events around them, over `runs`.
+StatusOr<double> TimeOfOneRun(int runs, cudaStream_t stream, const std::function<Status()>& run) {
   struct Events {
     cudaEvent_t begin = nullptr, end = nullptr;
     ~Events() {
@@ -73,17 +75,14 @@ StatusOr<double> LeastTime(int runs, cudaStream_t stream, const std::function<St
   } e;
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e.begin), "cudaEventCreate"));
   RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e.end), "cudaEventCreate"));
-  double least = -1;
-  for (int r = 0; r < runs; ++r) {
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e.begin, stream), "cudaEventRecord"));
-    RETURN_IF_ERROR(run());
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e.end, stream), "cudaEventRecord"));
-    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(e.end), "cudaEventSynchronize"));
-    float ms = 0;
-    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, e.begin, e.end), "cudaEventElapsedTime"));
-    if (least < 0 || ms < least) least = ms;
-  }
-  return least;
+  RETURN_IF_ERROR(run());
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e.begin, stream), "cudaEventRecord"));
+  for (int r = 0; r < runs; ++r) RETURN_IF_ERROR(run());
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e.end, stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(e.end), "cudaEventSynchronize"));
+  float ms = 0;
+  RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, e.begin, e.end), "cudaEventElapsedTime"));
+  return static_cast<double>(ms) / runs;
 }
 
 }  // namespace
@@ -273,11 +272,22 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
       if (c.fused_bias_relu || measure) {
         trial = [&](const CudnnConv& conv) -> StatusOr<double> {
           ASSIGN_OR_RETURN(DeviceBuffer scratch, DeviceBuffer::Allocate(conv.workspace_bytes()));
-          RETURN_IF_ERROR(plan->RunConv(i, conv, scratch.data(), stream.get()));
-          RETURN_IF_ERROR(stream.Synchronize());
+          Status ran = plan->RunConv(i, conv, scratch.data(), stream.get());
+          if (ran.ok()) ran = stream.Synchronize();
+          if (!ran.ok() && ran.code() != StatusCode::kUnimplemented &&
+              ran.code() != StatusCode::kResourceExhausted) {
+            // An algorithm that fails to run (cuDNN's BAD_PARAM or EXECUTION_FAILED, say) is
+            // passed over like one cuDNN refuses, unless the failure broke the device's
+            // context (a sticky error: every later call fails too).
+            if (cudaStreamSynchronize(stream.get()) != cudaSuccess ||
+                cudaGetLastError() != cudaSuccess)
+              return ran;
+            return Unimplemented("failed when run: " + ran.message());
+          }
+          RETURN_IF_ERROR(ran);
           if (!measure) return 0.0;
-          return LeastTime(kSearchRuns, stream.get(),
-                           [&] { return plan->RunConv(i, conv, scratch.data(), stream.get()); });
+          return TimeOfOneRun(kSearchRuns, stream.get(),
+                              [&] { return plan->RunConv(i, conv, scratch.data(), stream.get()); });
         };
       }
       auto conv = CudnnConv::Create(*plan->cudnn_, c, kCudnnWorkspaceLimit, trial);
