@@ -186,11 +186,26 @@ class GpuInstance : public BackendInstance {
       auto made = engine::cuda::CudnnHandle::Create();
       if (made.ok()) cudnn_ = std::move(made).value();
     }
+    const bool channels_last =
+        std::any_of(lowered.steps.begin(), lowered.steps.end(), [](const engine::cuda::GpuStep& s) {
+          return s.kind == engine::cuda::GpuStep::Kind::kConv && s.conv.channels_last;
+        });
     auto created = engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_,
                                                  shards_, cudnn_);
+    auto cannot_plan = [](const Status& s) {
+      return s.code() == StatusCode::kUnimplemented || s.code() == StatusCode::kUnavailable;
+    };
+    if (!created.ok() && channels_last && cannot_plan(created.status())) {
+      // A convolution cuDNN cannot run channels last on this device: the plan NCHW.
+      spdlog::warn("GPU {}: a plan's convolutions run NCHW, not channels last: {}", gpu_,
+                   created.status().ToString());
+      options.channels_last = false;
+      ASSIGN_OR_RETURN(lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+      created = engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_,
+                                              shards_, cudnn_);
+    }
     if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
-        (created.status().code() == StatusCode::kUnimplemented ||
-         created.status().code() == StatusCode::kUnavailable)) {
+        cannot_plan(created.status())) {
       // gpu_convolution "auto": a convolution cuDNN cannot plan on this device keeps the
       // plan on im2col.
       spdlog::warn("GPU {}: a plan's convolutions fall back to im2col: {}", gpu_,

@@ -336,6 +336,23 @@ TEST_F(ConvGpuTest, TheEpilogueMatchesTheReferenceFromEverySource) {
           ASSERT_EQ(bits[i], expect) << "at " << i << (out == &alone ? ", 16 bits alone" : "");
         }
       }
+      if (source == 0) {
+        // From fp32 in place, the rounding laid out channels last (an im2col convolution
+        // feeding a cuDNN one in a mixed-precision plan): the same bits, NHWC.
+        ConvEpilogueOptions last = o;
+        last.half_channels_last = true;
+        DeviceBuffer y_again = Upload(c), rounded_last = StaleHalves(count);
+        ASSERT_TRUE(ConvEpilogue(last, y_again.data(), with_bias ? db.as<float>() : nullptr,
+                                 with_z ? dz.as<float>() : nullptr, y_again.as<float>(), stream(),
+                                 rounded_last.data(), HalfType::kFp16)
+                        .ok());
+        EXPECT_EQ(Download(y_again, count), got);
+        std::vector<uint16_t> bits(count);
+        DownloadBytes(rounded_last, bits.data(), bits.size() * 2);
+        bits = ChannelsLast(bits, n, m, spatial, /*back=*/true);
+        for (int64_t i = 0; i < count; ++i)
+          ASSERT_EQ(bits[i], FloatToFp16(got[i])) << "channels last, at " << i;
+      }
     }
   }
 }

@@ -50,10 +50,10 @@ Status CheckCudnnConv(const CudnnConvOptions& o) {
     return InvalidArgument("cuDNN convolution: a residual only with the fused bias and ReLU");
   if (o.transposed && o.fused_bias_relu)
     return InvalidArgument("cuDNN convolution: nothing fused into a transposed convolution");
-  if (o.channels_last && ((o.math != GemmMath::kFp16 && o.math != GemmMath::kBf16) ||
-                          o.transposed || o.fused_bias_relu))
+  // (Fused convolutions run only in fp32 and TF32, above.)
+  if (o.channels_last && ((o.math != GemmMath::kFp16 && o.math != GemmMath::kBf16) || o.transposed))
     return InvalidArgument(
-        "cuDNN convolution: channels last only in fp16 and bf16, neither transposed nor fused");
+        "cuDNN convolution: channels last only in fp16 and bf16, and not transposed");
   return Status::Ok();
 }
 

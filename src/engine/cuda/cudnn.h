@@ -91,7 +91,7 @@ struct CudnnConvOptions {
   bool residual = false;  // fused only: z, the shape of y
   // x, w and y channels last (NHWC: x [n, h, w, c], w [m, kh, kw, c/groups], y [n, oh, ow,
   // m]), the layout cuDNN's tensor-core kernels read and write without transposing; 16-bit
-  // tiers only, not transposed or fused.
+  // tiers only (so never fused), not transposed.
   bool channels_last = false;
   CudnnAlgorithmSearch search = CudnnAlgorithmSearch::kHeuristic;
   std::string what;  // names it in a plan's errors ("node 'conv1' (Conv)")
@@ -117,7 +117,7 @@ StatusOr<size_t> PickCudnnCandidate(size_t count, CudnnAlgorithmSearch search,
 // OK when cuDNN can run `o`; INVALID_ARGUMENT saying why not: a window CheckWindow
 // refuses, pads that differ at the two ends, an output of another size than the window's,
 // a size past 32 bits, a fused convolution in 16 bits, or channels last in fp32 or TF32, or
-// with a transposed or fused convolution. Pure host work.
+// with a transposed convolution. Pure host work.
 Status CheckCudnnConv(const CudnnConvOptions& o);
 
 // [n, m, oh, ow] as cuDNN computes the output of `o` (cudnnGetConvolution2dForwardOutputDim);

@@ -385,7 +385,10 @@ void Lowerer::ChannelsLastBetweenConvolutions() {
       }
     }
     if (s.half_out >= 0) {
-      if (s.kind == GpuStep::Kind::kConvEpilogue && s.shard < 0) {
+      // An epilogue lays its rounding out by its own [n, m, spatial]: not a rounding of a view
+      // of its output with another shape (a Reshape's), whose NHWC order would differ.
+      if (s.kind == GpuStep::Kind::kConvEpilogue && s.shard < 0 &&
+          out_.shapes[s.half_out] == out_.shapes[s.in[0]]) {
         written[s.half_out] = true;
       } else {
         refuse(s.half_out);
@@ -416,7 +419,9 @@ void Lowerer::ChannelsLastBetweenConvolutions() {
     }
   }
   out_.channels_last.assign(total, false);
-  for (size_t v = 0; v < total; ++v) out_.channels_last[v] = written[v] && !refused[v];
+  for (size_t v = 0; v < total; ++v)
+    out_.channels_last[v] =
+        Owner(static_cast<int>(v)) == static_cast<int>(v) && written[v] && !refused[v];
   const auto& last = out_.channels_last;
   bool weights_moved = false;
   for (GpuStep& s : steps) {

@@ -103,11 +103,12 @@ struct GpuPlanOptions {
   // runs every candidate cuDNN's heuristics rank on the plan's own buffers and keeps the
   // fastest; kHeuristic keeps the first ranked (config gpu_convolution_algorithm).
   CudnnAlgorithmSearch conv_search = CudnnAlgorithmSearch::kMeasured;
-  // In fp16 and bf16 on cuDNN: the 16-bit values that only cuDNN convolutions, 16-bit max
-  // pools between them and their epilogues' residuals read are stored channels last (NHWC),
-  // the layout cuDNN's tensor-core kernels read and write without transposing; the
-  // convolutions then run NHWC, their weights stored [m, kh, kw, c/groups]. Every fp32 value
-  // stays NCHW. false: all NCHW (config gpu_convolution_layout nchw).
+  // In fp16 and bf16 on cuDNN: the 16-bit values that only cuDNN convolutions (as x), 16-bit
+  // max pools between them and convolution epilogues (their 16-bit input, or residual) read
+  // are stored channels last (NHWC), the layout cuDNN's tensor-core kernels read and write
+  // without transposing; the convolutions then run NHWC, their weights stored [m, kh, kw,
+  // c/groups], and their 16-bit outputs are NHWC for the epilogues. Every fp32 value stays
+  // NCHW. false: all NCHW (config gpu_convolution_layout nchw).
   bool channels_last = true;
 };
 

@@ -162,6 +162,10 @@ ChannelsLastCount CheckChannelsLast(const Graph& g, const GpuLowering& l) {
         break;
       }
       case K::kConvEpilogue:
+        if (l.ChannelsLast(s.half_out)) {
+          // Laid out by the epilogue's own [n, m, spatial]: not a view's other shape.
+          EXPECT_EQ(l.shapes[s.half_out], l.shapes[s.in[0]]) << name;
+        }
         EXPECT_EQ(s.conv_epilogue.source_channels_last, l.ChannelsLast(s.in[0])) << name;
         EXPECT_EQ(s.conv_epilogue.residual_channels_last, l.ChannelsLast(s.in[1])) << name;
         EXPECT_EQ(s.conv_epilogue.half_channels_last, l.ChannelsLast(s.half_out)) << name;
@@ -755,6 +759,35 @@ TEST(LowerConvOnCudnnTest, SixteenBitValuesBetweenConvolutionsAreChannelsLast) {
     ASSERT_TRUE(tf32.ok()) << tf32.status().ToString();
     EXPECT_EQ(CheckChannelsLast(g, *tf32).convs, 0);
     EXPECT_TRUE(tf32->channels_last.empty());
+  }
+}
+
+// A convolution reading, through a Reshape to another 4-D shape, the output of one before
+// it: the first epilogue's rounding has the view's shape, so it stays NCHW (its NHWC order
+// would not be the view's), and the second convolution with it; the first convolution still
+// runs channels last, its epilogue reading NHWC and writing that rounding NCHW.
+TEST(LowerConvOnCudnnTest, ARoundingOfAReshapedViewStaysNchw) {
+  Prepared p = Prepare(Model::FromGraph(ReshapeBetweenConvsGraph()), {{1, 4, 8, 8}});
+  ASSERT_TRUE(p.plan);
+  const Graph& g = p.model->graph();
+  for (GemmMath math : {GemmMath::kFp16, GemmMath::kBf16}) {
+    auto lowered = LowerPlan(g, *p.plan, OnCudnn(math));
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    CheckChannelsLast(g, *lowered);
+    std::vector<const GpuStep*> convs;
+    const GpuStep* first_epilogue = nullptr;
+    for (const GpuStep& s : lowered->steps) {
+      if (s.kind == K::kConv) convs.push_back(&s);
+      if (s.kind == K::kConvEpilogue && !first_epilogue) first_epilogue = &s;
+    }
+    ASSERT_EQ(convs.size(), 2u);
+    ASSERT_NE(first_epilogue, nullptr);
+    EXPECT_TRUE(convs[0]->conv.channels_last);
+    EXPECT_FALSE(convs[1]->conv.channels_last);
+    ASSERT_GE(first_epilogue->half_out, 0) << "the rounding is not made in the epilogue's pass";
+    EXPECT_EQ(lowered->shapes[first_epilogue->half_out], Shape({1, 4, 16, 16}));
+    EXPECT_TRUE(first_epilogue->conv_epilogue.source_channels_last);
+    EXPECT_FALSE(first_epilogue->conv_epilogue.half_channels_last);
   }
 }
 

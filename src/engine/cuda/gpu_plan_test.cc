@@ -278,6 +278,10 @@ TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
       Prepared pooled = Prepare(Model::FromGraph(PoolBetweenConvsGraph(variant)), {{2, 3, 8, 8}});
       ExpectGpuMatchesCpu(pooled, {{Random({2, 3, 8, 8}, 163)}}, math, tolerance);
     }
+    // A convolution reading the one before it through a Reshape to another 4-D shape (its
+    // rounding NCHW, the first convolution channels last).
+    Prepared reshaped = Prepare(Model::FromGraph(ReshapeBetweenConvsGraph()), {{1, 4, 8, 8}});
+    ExpectGpuMatchesCpu(reshaped, {{Random({1, 4, 8, 8}, 164)}}, math, tolerance);
   }
   Prepared resnet =
       Prepare(Model::Load(engine::testing::ModelPath("resnet_op13.onnx")), {{2, 3, 32, 32}});

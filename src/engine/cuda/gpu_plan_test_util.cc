@@ -214,6 +214,21 @@ Graph PoolBetweenConvsGraph(const std::string& variant) {
   return b.Finish(out);
 }
 
+Graph ReshapeBetweenConvsGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {1, 4, 8, 8});
+  auto conv = [&](const std::string& name, int in, int64_t c, int64_t m, uint64_t seed) {
+    const int w = b.Constant(name + ".w", Random({m, c, 3, 3}, seed));
+    const int bias = b.Constant(name + ".b", Random({m}, seed + 1));
+    return b.Op("Conv", name, {in, w, bias},
+                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
+  };
+  const int y = b.Op("Relu", "y", {conv("a", x, 4, 16, 47)});
+  const int shape = b.Constant("shape", I64({4}, {1, 4, 16, 16}));
+  const int viewed = b.Op("Reshape", "viewed", {y, shape});
+  return b.Finish(conv("b", viewed, 4, 4, 49));
+}
+
 Graph ActivationThenProductGraph(const std::string& variant, const std::string& op) {
   GraphBuilder b;
   const int x = b.Input("x", {4, 8});

@@ -65,6 +65,11 @@ Graph IdentityBlockGraph(bool y_also_read = false);
 // (a MatMul over its last axis), so that a product reads x's rounding too.
 Graph PoolBetweenConvsGraph(const std::string& variant);
 
+// x [1, 4, 8, 8], a convolution to 16 channels and its ReLU, y [1, 16, 8, 8] read through a
+// Reshape as [1, 4, 16, 16] by a second convolution (4 channels out), whose output is the
+// graph's: the second convolution reads a rounding of a view with another 4-D shape.
+Graph ReshapeBetweenConvsGraph();
+
 // x [4, 8] through `op` (Tanh; or Add, of a constant [8] broadcast over x's rows), then a
 // MatMul by a constant [8, 4]: the product's output the graph's. `variant`: "alone";
 // "output", op's output the graph's too; "view", the product reads op's output through a
