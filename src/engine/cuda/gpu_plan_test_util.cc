@@ -175,18 +175,25 @@ Graph GroupedConvGraph() {
   return b.Finish(pool);
 }
 
+namespace {
+
+// A 3x3 convolution of `in` (c channels) to m, padded by 1, with a bias: its weight
+// Random({m, c, 3, 3}, seed) and bias Random({m}, seed + 1).
+int Conv3x3(GraphBuilder& b, const std::string& name, int in, int64_t c, int64_t m, uint64_t seed) {
+  const int w = b.Constant(name + ".w", Random({m, c, 3, 3}, seed));
+  const int bias = b.Constant(name + ".b", Random({m}, seed + 1));
+  return b.Op("Conv", name, {in, w, bias},
+              {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
+}
+
+}  // namespace
+
 Graph IdentityBlockGraph(bool y_also_read) {
   GraphBuilder b;
   const int x = b.Input("x", {2, 3, 8, 8});
-  auto conv = [&](const std::string& name, int in, int c, int m, uint64_t seed) {
-    const int w = b.Constant(name + ".w", Random({m, c, 3, 3}, seed));
-    const int bias = b.Constant(name + ".b", Random({m}, seed + 1));
-    return b.Op("Conv", name, {in, w, bias},
-                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
-  };
-  const int y = b.Op("Relu", "stem.relu", {conv("stem", x, 3, 4, 31)});
-  const int a = b.Op("Relu", "a.relu", {conv("a", y, 4, 4, 33)});
-  const int sum = b.Op("Add", "add", {conv("b", a, 4, 4, 35), y});
+  const int y = b.Op("Relu", "stem.relu", {Conv3x3(b, "stem", x, 3, 4, 31)});
+  const int a = b.Op("Relu", "a.relu", {Conv3x3(b, "a", y, 4, 4, 33)});
+  const int sum = b.Op("Add", "add", {Conv3x3(b, "b", a, 4, 4, 35), y});
   const int out = b.Op("Relu", "out", {sum});
   if (!y_also_read) return b.Finish(out);
   return b.Finish(std::vector<int>{out, b.Op("Sigmoid", "sig", {y})});
@@ -195,17 +202,11 @@ Graph IdentityBlockGraph(bool y_also_read) {
 Graph PoolBetweenConvsGraph(const std::string& variant) {
   GraphBuilder b;
   const int x = b.Input("x", {2, 3, 8, 8});
-  auto conv = [&](const std::string& name, int in, int c, uint64_t seed) {
-    const int w = b.Constant(name + ".w", Random({4, c, 3, 3}, seed));
-    const int bias = b.Constant(name + ".b", Random({4}, seed + 1));
-    return b.Op("Conv", name, {in, w, bias},
-                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
-  };
-  const int y = b.Op("Relu", "y", {conv("a", x, 3, 41)});
+  const int y = b.Op("Relu", "y", {Conv3x3(b, "a", x, 3, 4, 41)});
   const int pooled = b.Op(
       variant == "average" ? "AveragePool" : "MaxPool", "pool", {y},
       {{"kernel_shape", AInts({3, 3})}, {"strides", AInts({2, 2})}, {"pads", AInts({1, 1, 1, 1})}});
-  const int out = conv("b", pooled, 4, 43);
+  const int out = Conv3x3(b, "b", pooled, 4, 4, 43);
   if (variant == "pooled_output") return b.Finish(std::vector<int>{out, pooled});
   if (variant == "y_output") return b.Finish(std::vector<int>{out, y});
   if (variant == "product")
@@ -217,16 +218,10 @@ Graph PoolBetweenConvsGraph(const std::string& variant) {
 Graph ReshapeBetweenConvsGraph() {
   GraphBuilder b;
   const int x = b.Input("x", {1, 4, 8, 8});
-  auto conv = [&](const std::string& name, int in, int64_t c, int64_t m, uint64_t seed) {
-    const int w = b.Constant(name + ".w", Random({m, c, 3, 3}, seed));
-    const int bias = b.Constant(name + ".b", Random({m}, seed + 1));
-    return b.Op("Conv", name, {in, w, bias},
-                {{"pads", AInts({1, 1, 1, 1})}, {"kernel_shape", AInts({3, 3})}});
-  };
-  const int y = b.Op("Relu", "y", {conv("a", x, 4, 16, 47)});
+  const int y = b.Op("Relu", "y", {Conv3x3(b, "a", x, 4, 16, 47)});
   const int shape = b.Constant("shape", I64({4}, {1, 4, 16, 16}));
   const int viewed = b.Op("Reshape", "viewed", {y, shape});
-  return b.Finish(conv("b", viewed, 4, 4, 49));
+  return b.Finish(Conv3x3(b, "b", viewed, 4, 4, 49));
 }
 
 Graph ActivationThenProductGraph(const std::string& variant, const std::string& op) {
