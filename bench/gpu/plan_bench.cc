@@ -26,7 +26,8 @@
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
 // --lower-only: needs no device; says whether the model lowers onto the GPU path at the
-// first batch size (steps, weight and arena bytes, GEMM arithmetic) and what the CPU engine's
+// first batch size (steps, weight and arena bytes, GEMM arithmetic; in fp16 on cuDNN, the
+// convolutions that run channels last and the kToHalf steps left) and what the CPU engine's
 // outputs look like (largest value, any not finite), or lists every node it lacks.
 // Inputs: random fp32 in [-1, 1) (1 for integer inputs), the first dimension the batch,
 // other symbolic dimensions 1. Each figure is the median of R timed runs after 3 warm-ups.
@@ -260,6 +261,29 @@ int main(int argc, char** argv) {
       std::printf(
           "with --tensor-parallel %d: %d products split (1024 columns or more), %zu steps\n",
           tensor_parallel, split->split_products, split->steps.size());
+    }
+    {
+      // In fp16 on cuDNN (no cuDNN needed to lower): how many convolutions run channels last,
+      // and how many values a kToHalf pass of its own still rounds.
+      cuda::GpuPlanOptions options;
+      options.math = cuda::GemmMath::kFp16;
+      options.conv = cuda::ConvEngine::kCudnn;
+      auto mixed = cuda::LowerPlan((*model)->graph(), **plan, options);
+      if (!mixed.ok()) return Fail(mixed.status(), "lowering in fp16 on cuDNN");
+      int convs = 0, channels_last = 0, roundings = 0;
+      std::string rounded;  // the nodes whose input a kToHalf step rounds
+      for (const cuda::GpuStep& step : mixed->steps) {
+        convs += step.kind == cuda::GpuStep::Kind::kConv;
+        channels_last += step.kind == cuda::GpuStep::Kind::kConv && step.conv.channels_last;
+        if (step.kind != cuda::GpuStep::Kind::kToHalf) continue;
+        ++roundings;
+        rounded += (rounded.empty() ? "" : ", ") + (*model)->graph().Describe(step.node);
+      }
+      std::printf(
+          "in fp16 on cuDNN: %zu steps; %d convolutions on cuDNN, %d of them channels last; %d "
+          "kToHalf steps%s%s\n",
+          mixed->steps.size(), convs, channels_last, roundings, rounded.empty() ? "" : ", for ",
+          rounded.c_str());
     }
     // The CPU engine's outputs on these inputs: a model whose weights were filled
     // (gpu_model_weights) should give finite values of a sane size.
