@@ -46,4 +46,25 @@ inline int64_t InFlight(shoal::testing::HttpTestClient& metrics, const std::stri
       MetricSample(metrics, "shoal_requests_in_flight{model=\"" + model + "\",version=\"1\"}"));
 }
 
+// Executions that the instances of version 1 of `model` have recorded (their
+// shoal_instance_executions_total, summed), or -1 when the metrics endpoint does not say. An
+// instance records a run after the run's answers are sent, and its cost model learns the run's
+// time then: a test that needs the server to know a run's time waits for this.
+inline int64_t InstanceExecutions(shoal::testing::HttpTestClient& metrics,
+                                  const std::string& model) {
+  const shoal::testing::HttpReply r = metrics.Get("/metrics");
+  if (r.status != 200) return -1;
+  const std::string prefix =
+      "\nshoal_instance_executions_total{model=\"" + model + "\",version=\"1\",";
+  double total = 0;
+  bool found = false;
+  for (size_t at = r.body.find(prefix); at != std::string::npos; at = r.body.find(prefix, at + 1)) {
+    const size_t value = r.body.find("} ", at);
+    if (value == std::string::npos) return -1;
+    total += std::strtod(r.body.c_str() + value + 2, nullptr);
+    found = true;
+  }
+  return found ? static_cast<int64_t>(total) : -1;
+}
+
 }  // namespace shoal::e2e

@@ -125,6 +125,10 @@ class HttpE2eTest : public ::testing::Test {
     if (!metrics_) metrics_ = std::make_unique<HttpTestClient>("127.0.0.1", metrics_port_);
     return e2e::InFlight(*metrics_, model);
   }
+  int64_t InstanceExecutions(const std::string& model) {
+    if (!metrics_) metrics_ = std::make_unique<HttpTestClient>("127.0.0.1", metrics_port_);
+    return e2e::InstanceExecutions(*metrics_, model);
+  }
 
   TempDir repo_;
   int http_port_ = 0, metrics_port_ = 0;
@@ -284,6 +288,10 @@ TEST_F(HttpE2eTest, DeadlinesAndOverloadAnswerWithTheirStatuses) {
   HttpReply first_reply = first->ReadReply();
   EXPECT_EQ(first_reply.status, 200) << first_reply.body;
   EXPECT_EQ(Stats("slow")["execution_count"], 1) << "the late request never ran";
+  // Its instance records the run, and learns its time, after its answer is sent: until then
+  // the next request would still be planned on the old prediction.
+  ASSERT_TRUE(WaitUntil([&] { return InstanceExecutions("slow") == 1; }))
+      << InstanceExecutions("slow");
 
   // Now it has learned a run takes 400 ms: behind a running request, a deadline of 100 ms
   // (the parameter, or the Shoal-Timeout-Us header) is refused at once with 429 and the
@@ -296,8 +304,8 @@ TEST_F(HttpE2eTest, DeadlinesAndOverloadAnswerWithTheirStatuses) {
   EXPECT_EQ(*refused.Header("retry-after"), "1");
   ASSERT_NE(refused.Header("shoal-retry-after-ms"), nullptr);
   EXPECT_GT(std::stoll(*refused.Header("shoal-retry-after-ms")), 0);
-  HttpReply by_header = client_->Post("/v2/models/slow/infer", SlowJson(4),
-                                      {{"Shoal-Timeout-Us", "100000"}});
+  HttpReply by_header =
+      client_->Post("/v2/models/slow/infer", SlowJson(4), {{"Shoal-Timeout-Us", "100000"}});
   ExpectError(by_header, 429, "deadline");
   ExpectError(client_->Post("/v2/models/slow/infer", SlowJson(4), {{"Shoal-Timeout-Us", "soon"}}),
               400, "shoal-timeout-us");
