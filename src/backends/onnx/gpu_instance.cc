@@ -10,6 +10,7 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,8 +76,8 @@ class GpuInstance : public BackendInstance {
         tensor_parallel_(std::move(tensor_parallel)),
         depth_(depth),
         shards_(std::move(shards)),
-        handle_(std::move(handle)),
         stream_(std::move(stream)),
+        handle_(std::move(handle)),
         weights_(std::move(weights)),
         cpu_engine_(dnnl::engine::kind::cpu, 0),
         cpu_stream_(cpu_engine_),
@@ -177,6 +178,18 @@ class GpuInstance : public BackendInstance {
     options.conv_search = conv_search_;
     options.channels_last = channels_last_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+    if (plans_.size() >= max_plans_) {
+      // Room first, so that the device never holds the whole cache and the new plan: the
+      // least recently used plan with no batch launched and unfinished (whose work still
+      // reads its buffers). With at most pipeline_depth() launched, there is one.
+      for (auto it = plans_.end(); it != plans_.begin();) {
+        --it;
+        if (it->plan->free_slots() < engine::cuda::GpuPlan::kSlots) continue;
+        said_graph_failure_.erase(it->plan.get());
+        plans_.erase(it);
+        break;
+      }
+    }
     // One cuDNN handle for the instance's plans, made with the first that needs it.
     const bool needs_cudnn =
         std::any_of(lowered.steps.begin(), lowered.steps.end(), [](const engine::cuda::GpuStep& s) {
@@ -219,16 +232,6 @@ class GpuInstance : public BackendInstance {
     if (spdlog::should_log(spdlog::level::debug)) {
       for (const std::string& line : plan->DescribeConvs())
         spdlog::debug("GPU {}: {}", gpu_, LogSafe(line));
-    }
-    if (plans_.size() >= max_plans_) {
-      // The least recently used plan with no batch launched and unfinished (whose work
-      // still reads its buffers). With at most pipeline_depth() launched, there is one.
-      for (auto it = plans_.end(); it != plans_.begin();) {
-        --it;
-        if (it->plan->free_slots() < engine::cuda::GpuPlan::kSlots) continue;
-        plans_.erase(it);
-        break;
-      }
     }
     plans_.push_front({shapes, std::move(plan)});
     ++plans_made_;
@@ -273,7 +276,10 @@ class GpuInstance : public BackendInstance {
     // A batching model's batch of n rows runs on the plan of its bucket (every input's
     // first dimension is the batch), and only its n rows come back.
     int64_t rows = -1;
-    if (!buckets_.empty() && !shapes.empty() && !shapes[0].empty()) {
+    // (Every input batch-major: a rank-0 input has no rows, and keeps to a plan of its own.)
+    const bool batch_major = std::none_of(shapes.begin(), shapes.end(),
+                                          [](const Shape& shape) { return shape.empty(); });
+    if (!buckets_.empty() && !shapes.empty() && batch_major) {
       const int64_t n = shapes[0][0];
       const int64_t bucket = BucketFor(buckets_, n);
       if (bucket != n) {
@@ -307,7 +313,13 @@ class GpuInstance : public BackendInstance {
   // outputs.
   Status FinishBatch(Launched batch, std::vector<NamedTensor>* outputs) {
     std::vector<Tensor> results;
-    RETURN_IF_ERROR(batch.plan->Finish(batch.slot, &results));
+    const Status finished = batch.plan->Finish(batch.slot, &results);
+    if (!batch.plan->graph_failure().ok() && said_graph_failure_.insert(batch.plan).second) {
+      // Once per plan: it runs step by step from now on, and why is worth knowing.
+      spdlog::warn("GPU {}: a plan runs step by step, not as a CUDA graph: {}", gpu_,
+                   LogSafe(batch.plan->graph_failure().ToString()));
+    }
+    RETURN_IF_ERROR(finished);
     // Its compute only: the copies overlap other batches' compute.
     stats_.busy_ns += static_cast<int64_t>(batch.plan->last_device_ms() * 1e6);
     size_t free = 0, total = 0;
@@ -402,11 +414,12 @@ class GpuInstance : public BackendInstance {
   engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
   int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
   std::vector<engine::cuda::ShardPlace> shards_;         // where each shard runs
+  // Declared before the handles bound to it, so destroyed after them.
+  engine::cuda::Stream stream_;
   std::unique_ptr<engine::cuda::LtHandle> handle_;
   // The cuDNN handle of the instance's plans, made with the first plan that has a cuDNN
   // convolution (a plan whose handle cannot be made makes its own, and fails saying why).
   std::shared_ptr<engine::cuda::CudnnHandle> cudnn_;
-  engine::cuda::Stream stream_;
   // The model's constants on the device, one copy shared by the plans of every shape (and
   // by the model's other instances on this GPU).
   std::shared_ptr<engine::cuda::GpuWeights> weights_;
@@ -416,6 +429,8 @@ class GpuInstance : public BackendInstance {
   std::vector<int64_t> buckets_;
   size_t max_plans_;         // plans_ kept at most
   std::list<Cached> plans_;  // most recently used first
+  // The plans whose failed capture the log has told (FinishBatch), forgotten when evicted.
+  std::set<const engine::cuda::GpuPlan*> said_graph_failure_;
   int64_t plans_made_ = 0;
   // Batches launched and not finished, oldest first; capacity pipeline_depth(), reserved.
   std::vector<Launched> launched_;

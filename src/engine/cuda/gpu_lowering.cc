@@ -225,7 +225,7 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
   for (GpuStep& w : steps) {
     const bool alone =
         (w.kind == GpuStep::Kind::kConvEpilogue && w.conv_epilogue.source) || RoundsAlone(w.kind);
-    if (alone && w.half_out >= 0 && Owner(w.out) == w.out && !read[w.out]) w.out = -1;
+    if (alone && w.half_out >= 0 && w.out >= 0 && Owner(w.out) == w.out && !read[w.out]) w.out = -1;
   }
   std::vector<GpuStep> kept;
   kept.reserve(steps.size());

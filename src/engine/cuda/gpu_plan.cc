@@ -1,6 +1,7 @@
 #include "engine/cuda/gpu_plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -279,6 +280,8 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
             // An algorithm that fails to run (cuDNN's BAD_PARAM or EXECUTION_FAILED, say) is
             // passed over like one cuDNN refuses, unless the failure broke the device's
             // context (a sticky error: every later call fails too).
+            // The failed launch's own error is cleared first; a sticky one stays.
+            (void)cudaGetLastError();
             if (cudaStreamSynchronize(stream.get()) != cudaSuccess ||
                 cudaGetLastError() != cudaSuccess)
               return ran;
@@ -336,9 +339,14 @@ StatusOr<std::unique_ptr<GpuPlan>> GpuPlan::Create(GpuLowering lowering, const L
 }
 
 GpuPlan::~GpuPlan() {
+  // Freed on the plan's device, whichever is current on this thread.
+  DeviceScope scope(device_);
   // A batch still launched reads the slot's buffers and may yet call its on_done.
-  for (Slot& slot : slots_)
-    if (slot.busy) (void)cudaEventSynchronize(slot.done);
+  for (Slot& slot : slots_) {
+    if (!slot.busy) continue;
+    (void)cudaEventSynchronize(slot.done);
+    WaitForCallback(slot);
+  }
   for (size_t b = 0; b < blob_keys_.size(); ++b) {
     const int s = blob_shards_[b];
     (s >= 0 ? shards_[static_cast<size_t>(s)].weights : weights_)->Release(blob_keys_[b]);
@@ -390,7 +398,17 @@ Status GpuPlan::QueueComputeAsGraph(Slot& slot, cudaStream_t stream) {
     // replayed below. The graph holds this slot's buffers' addresses: one per slot.
     RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                                "cudaStreamBeginCapture"));
-    Status queued = QueueCompute(slot, stream);
+    // The capture is ended whatever happens, an exception too: a stream left capturing
+    // would fail every later batch.
+    Status queued;
+    try {
+      queued = QueueCompute(slot, stream);
+    } catch (...) {
+      cudaGraph_t abandoned = nullptr;
+      (void)cudaStreamEndCapture(stream, &abandoned);
+      if (abandoned != nullptr) cudaGraphDestroy(abandoned);
+      throw;
+    }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     if (queued.ok()) queued = CudaStatus(ended, "cudaStreamEndCapture");
@@ -399,9 +417,11 @@ Status GpuPlan::QueueComputeAsGraph(Slot& slot, cudaStream_t stream) {
     }
     if (graph != nullptr) cudaGraphDestroy(graph);
     if (!queued.ok()) {
-      // Nothing ran while capturing: run this once step by step, and every batch after.
+      // Nothing ran while capturing: run this once step by step, and every batch after
+      // (graph_failure() says why, for the instance's log).
       slot.graph = nullptr;
       graph_failed_ = true;
+      graph_failure_ = std::move(queued);
       (void)cudaGetLastError();
       return QueueCompute(slot, stream);
     }
@@ -753,11 +773,23 @@ bool GpuPlan::graph_captured() const {
   return false;
 }
 
-void CUDART_CB GpuPlan::OnDone(cudaStream_t, cudaError_t, void* slot) {
+void CUDART_CB GpuPlan::OnDone(cudaStream_t, cudaError_t, void* s) {
+  Slot& slot = *static_cast<Slot*>(s);
   // A wake-up; nothing may unwind into CUDA's thread.
   try {
-    static_cast<Slot*>(slot)->on_done();
+    slot.on_done();
   } catch (...) {
+  }
+  MutexLock lock(&slot.callback_mu);
+  slot.callback_pending = false;
+  slot.callback_cv.Signal();
+}
+
+void GpuPlan::WaitForCallback(Slot& slot) {
+  MutexLock lock(&slot.callback_mu);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (slot.callback_pending) {
+    if (slot.callback_cv.WaitUntil(&slot.callback_mu, deadline) == std::cv_status::timeout) break;
   }
 }
 
@@ -791,8 +823,17 @@ Status GpuPlan::QueueSlot(Slot& slot, cudaStream_t compute, bool graph) {
                  "cudaMemcpyAsync of the outputs"));
   RETURN_IF_ERROR(record(slot.copied_out, out));
   if (slot.on_done) {
-    RETURN_IF_ERROR(CudaStatus(cudaStreamAddCallback(out, &GpuPlan::OnDone, &slot, 0),
-                               "cudaStreamAddCallback"));
+    {
+      MutexLock lock(&slot.callback_mu);
+      slot.callback_pending = true;
+    }
+    const Status added =
+        CudaStatus(cudaStreamAddCallback(out, &GpuPlan::OnDone, &slot, 0), "cudaStreamAddCallback");
+    if (!added.ok()) {
+      MutexLock lock(&slot.callback_mu);
+      slot.callback_pending = false;
+    }
+    RETURN_IF_ERROR(added);
   }
   return Status::Ok();
 }
@@ -868,10 +909,12 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   Status waited = CudaStatus(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
   if (!waited.ok()) {
-    // Every stream drained (its callback run) before the slot, and its on_done, are let go.
+    // Every stream drained before the slot, and its on_done, are let go.
     WaitForAll(slot.compute);
   }
-  // Its on_done has run (done follows it): the slot is free.
+  // Its on_done has returned (done follows it, and after a device fault, the wait): the slot
+  // is free.
+  WaitForCallback(slot);
   slot.busy = false;
   slot.on_done = nullptr;
   const Status error = std::move(slot.error);

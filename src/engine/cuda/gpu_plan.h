@@ -166,6 +166,8 @@ class GpuPlan {
   // asked for none or a capture failed (then it runs step by step for good). Each slot
   // captures its own graph at its first batch after the plan's first.
   bool graph_captured() const;
+  // Why a capture failed (the capture's, the instantiation's or a step's error), or OK.
+  const Status& graph_failure() const { return graph_failure_; }
   // The compute time (compute_began -> computed) of the last finished batch, in ms: its
   // share of the device's busy time. The copies are left out, since they overlap other
   // batches' compute and would be counted twice.
@@ -211,7 +213,13 @@ class GpuPlan {
     // compute; copied_out after the copy out; done after on_done too (what Finish waits for).
     cudaEvent_t started = nullptr, in_ready = nullptr, compute_began = nullptr, computed = nullptr,
                 copied_out = nullptr, done = nullptr;
-    std::function<void()> on_done;   // kept alive until its stream callback has run
+    std::function<void()> on_done;  // kept alive until its stream callback has run
+    // Whether on_done's stream callback is queued and has not returned. After a device
+    // fault CUDA's synchronisation returns at once, while the callback may still be about to
+    // run: Finish, a failed Launch and the destructor wait for this as well.
+    Mutex callback_mu;
+    CondVar callback_cv;
+    bool callback_pending GUARDED_BY(callback_mu) = false;
     bool busy = false;               // launched and not finished
     int64_t rows = -1;               // Launch's `rows`: the outputs' first dimension, or -1
     cudaStream_t compute = nullptr;  // the compute stream it was launched on
@@ -221,6 +229,9 @@ class GpuPlan {
   // callback (unlike a host function) runs even after a device error, with the error in
   // `status`, so the caller is always woken.
   static void CUDART_CB OnDone(cudaStream_t stream, cudaError_t status, void* slot);
+  // Waits until `slot`'s stream callback, if one was queued, has returned (at most a minute:
+  // a device that never runs it is broken past saving).
+  static void WaitForCallback(Slot& slot);
   // A slot's compute, queued step by step on `stream`: the flags cleared, the inputs from
   // `in` into the arena, every step, the outputs and flags into `out`.
   Status QueueCompute(const Slot& slot, cudaStream_t stream);
@@ -260,6 +271,7 @@ class GpuPlan {
   double last_device_ms_ = 0;
   int64_t runs_ = 0;           // graphs are captured from the second batch on, after a warm one
   bool graph_failed_ = false;  // a capture failed once: the plan runs step by step
+  Status graph_failure_;       // why
 };
 
 }  // namespace shoal::engine::cuda
