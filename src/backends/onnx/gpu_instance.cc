@@ -52,28 +52,23 @@ using engine::cuda::GemmMath;
 
 class GpuInstance : public BackendInstance {
  public:
-  GpuInstance(const engine::Model& model, int gpu, GemmMath math, std::string tier,
-              engine::cuda::TensorParallelOptions tensor_parallel,
-              std::vector<engine::cuda::ShardPlace> shards,
+  // `plan_options`: how each plan is lowered (the tier's math, tensor parallelism, and the
+  // convolutions' engine, algorithm search and layout), as the config's parameters say.
+  GpuInstance(const engine::Model& model, int gpu, engine::cuda::GpuPlanOptions plan_options,
+              std::string tier, std::vector<engine::cuda::ShardPlace> shards,
               std::shared_ptr<engine::cuda::GpuWeights> weights,
               std::unique_ptr<engine::cuda::LtHandle> handle, engine::cuda::Stream stream,
-              int depth, std::vector<int64_t> buckets, engine::cuda::ConvEngine conv,
-              bool conv_fallback, engine::cuda::CudnnAlgorithmSearch conv_search,
-              bool channels_last, engine::cuda::GpuCpuSplit split,
-              std::unique_ptr<engine::Session> tail)
+              int depth, std::vector<int64_t> buckets, bool conv_fallback,
+              engine::cuda::GpuCpuSplit split, std::unique_ptr<engine::Session> tail)
       : stage_(std::move(split.gpu_stage)),
         model_(stage_ ? *stage_ : model),
         whole_(model),
         tail_model_(std::move(split.cpu_tail)),
         tail_(std::move(tail)),
         gpu_(gpu),
-        math_(math),
-        conv_(conv),
+        plan_options_(std::move(plan_options)),
         conv_fallback_(conv_fallback),
-        conv_search_(conv_search),
-        channels_last_(channels_last),
         tier_(std::move(tier)),
-        tensor_parallel_(std::move(tensor_parallel)),
         depth_(depth),
         shards_(std::move(shards)),
         stream_(std::move(stream)),
@@ -171,12 +166,7 @@ class GpuInstance : public BackendInstance {
                      engine::Plan::Prepare(model_.graph(), shapes, cpu_engine_, cpu_stream_,
                                            model_.weight_cache(),
                                            engine::cuda::GpuLoweringPlanOptions(), load.limits));
-    engine::cuda::GpuPlanOptions options;
-    options.math = math_;
-    options.tensor_parallel = tensor_parallel_;
-    options.conv = conv_;
-    options.conv_search = conv_search_;
-    options.channels_last = channels_last_;
+    engine::cuda::GpuPlanOptions options = plan_options_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
     if (plans_.size() >= max_plans_) {
       // Room first, so that the device never holds the whole cache and the new plan: the
@@ -405,15 +395,11 @@ class GpuInstance : public BackendInstance {
   std::unique_ptr<engine::Model> tail_model_;
   std::unique_ptr<engine::Session> tail_;  // null without a tail
   int gpu_;
-  GemmMath math_;
-  engine::cuda::ConvEngine conv_;
+  engine::cuda::GpuPlanOptions plan_options_;  // tensor_parallel.shards 1: none split
   bool conv_fallback_;  // gpu_convolution "auto": im2col where cuDNN cannot plan
-  engine::cuda::CudnnAlgorithmSearch conv_search_;  // gpu_convolution_algorithm
-  bool channels_last_;                              // gpu_convolution_layout
   std::string tier_;
-  engine::cuda::TensorParallelOptions tensor_parallel_;  // shards 1: none
-  int depth_;                                            // pipeline_depth(): 1 or GpuPlan::kSlots
-  std::vector<engine::cuda::ShardPlace> shards_;         // where each shard runs
+  int depth_;                                     // pipeline_depth(): 1 or GpuPlan::kSlots
+  std::vector<engine::cuda::ShardPlace> shards_;  // where each shard runs
   // Declared before the handles bound to it, so destroyed after them.
   engine::cuda::Stream stream_;
   std::unique_ptr<engine::cuda::LtHandle> handle_;
@@ -623,15 +609,17 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   // gpu_cpu_tail: the model from the first node the GPU path cannot run on the CPU engine.
   engine::cuda::GpuCpuSplit split;
   std::unique_ptr<engine::Session> tail;
+  engine::cuda::GpuPlanOptions plan_options;
+  plan_options.math = math;
+  plan_options.tensor_parallel = tensor_parallel;
+  plan_options.conv = conv;
+  plan_options.conv_search = conv_search;
+  plan_options.channels_last = channels_last;
   if (cpu_tail) {
     if (!ranks_known) {
       return InvalidArgument(where + ": parameter gpu_cpu_tail needs every input's rank known");
     }
-    engine::cuda::GpuPlanOptions options;
-    options.math = math;
-    options.conv = conv;
-    options.tensor_parallel = tensor_parallel;
-    auto cut = engine::cuda::SplitForGpu(model, shapes, options);
+    auto cut = engine::cuda::SplitForGpu(model, shapes, plan_options);
     if (cut.ok()) {
       split = std::move(cut).value();
       auto session = engine::Session::Create(*split.cpu_tail, cpu);
@@ -660,10 +648,9 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
     }
   }
   auto instance = std::make_unique<GpuInstance>(
-      model, info.gpu, math, tier, std::move(tensor_parallel), std::move(places),
-      weights_on(info.gpu), std::move(handle), std::move(stream), static_cast<int>(depth),
-      std::move(buckets), conv, conv_fallback, conv_search, channels_last, std::move(split),
-      std::move(tail));
+      model, info.gpu, plan_options, tier, std::move(places), weights_on(info.gpu),
+      std::move(handle), std::move(stream), static_cast<int>(depth), std::move(buckets),
+      conv_fallback, std::move(split), std::move(tail));
   // The smallest shapes of what runs on the GPU: a model the GPU path cannot run fails
   // here, at load.
   shapes = smallest(instance->gpu_model().inputs());
