@@ -124,6 +124,23 @@ TEST_F(ConvGpuTest, PoolingMatchesTheReferenceForEveryKind) {
         EXPECT_NEAR(got[i], want[i], 1e-5f) << "op " << static_cast<int>(op) << " at " << i;
     }
   }
+  // A window of -inf values (a masked map, say) pools to -inf, as on the CPU, not to the
+  // lowest finite value.
+  const Window2d g = Strided();
+  std::vector<float> x = Wave(g.n * g.c * g.h * g.w);
+  for (int64_t i = 0; i < g.h * g.w; ++i) x[static_cast<size_t>(i)] = -INFINITY;  // plane 0
+  DeviceBuffer dx = Upload(x), y = Floats(g.n * g.c * g.oh * g.ow);
+  ASSERT_TRUE(Pool2d(PoolOp::kMax, dx.as<float>(), y.as<float>(), g, stream()).ok());
+  const std::vector<float> want = PoolReference(PoolOp::kMax, x, g);
+  const std::vector<float> got = Download(y, want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i])) {
+      EXPECT_EQ(got[i], want[i]) << "at " << i;
+    } else {
+      EXPECT_NEAR(got[i], want[i], 1e-5f) << "at " << i;
+    }
+  }
+  EXPECT_TRUE(std::isinf(want[0])) << "the test's first window holds no -inf";
 }
 
 // A max pool of 16-bit values gives the rounding of the fp32 pool's result, bit for bit:

@@ -353,6 +353,21 @@ TEST_F(ElementwiseGpuTest, UnaryOperatorsMatchTheHost) {
   }
 }
 
+// A NaN passes through ReLU, as through the CPU engine's (oneDNN's): a model's NaN shows in
+// its output on either engine.
+TEST_F(ElementwiseGpuTest, ReluLetsANanThrough) {
+  const std::vector<float> x = {std::nanf(""), -1.f, 2.f, -0.f, -INFINITY, INFINITY};
+  DeviceBuffer dx = Upload(x), dy = Floats(x.size());
+  ASSERT_TRUE(Unary(UnaryOp::kRelu, dx.as<float>(), dy.as<float>(), x.size(), stream()).ok());
+  const std::vector<float> y = Download(dy, x.size());
+  EXPECT_TRUE(std::isnan(y[0])) << y[0];
+  EXPECT_EQ(y[1], 0.f);
+  EXPECT_EQ(y[2], 2.f);
+  EXPECT_EQ(y[3], 0.f);
+  EXPECT_EQ(y[4], 0.f);
+  EXPECT_EQ(y[5], INFINITY);
+}
+
 // With a 16-bit output, an activation also writes its result rounded, bit for bit what the
 // host's rounding of its fp32 result gives, beside that result or alone; in place too (x is
 // y), as a product's activation runs.

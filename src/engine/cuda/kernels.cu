@@ -16,7 +16,8 @@ namespace {
 __device__ __forceinline__ float ApplyUnary(UnaryKernel op, float x, float alpha, float beta) {
   switch (op) {
     case UnaryKernel::kRelu:
-      return x > 0.f ? x : 0.f;
+      // A NaN passes through, as the CPU engine's (oneDNN's) ReLU lets it.
+      return x > 0.f || x != x ? x : 0.f;
     case UnaryKernel::kSigmoid:
       return 1.f / (1.f + expf(-x));
     case UnaryKernel::kTanh:

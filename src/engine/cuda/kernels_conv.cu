@@ -82,7 +82,8 @@ __global__ void Pool2d(PoolKernel op, const T* __restrict__ x, T* __restrict__ y
       in = x + plane * g.h * g.w;
       stride = 1;
     }
-    float best = -FLT_MAX, sum = 0.f;
+    // -inf, not -FLT_MAX: a window of -inf values pools to -inf, as on the CPU.
+    float best = -INFINITY, sum = 0.f;
     int64_t inside = 0;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
