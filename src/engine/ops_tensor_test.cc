@@ -41,6 +41,25 @@ TEST(TopKTest, LargestAndSmallestAlongEitherAxisWithStableTies) {
   EXPECT_THAT(IntValues(out[1]), ElementsAre(1, 0));
 }
 
+// A NaN counts as larger than every number, as NumPy and PyTorch sort it: first among the
+// largest, last among the smallest, ties between NaNs by index; every index once.
+TEST(TopKTest, NanIsLargerThanEveryNumber) {
+  const float nan = std::nanf("");
+  const Tensor x = F32({6}, {nan, 3, 5, nan, 1, -INFINITY});
+  auto out = Run1("TopK", {{x}, Const(I64({1}, {3}))}, {}, 2);
+  EXPECT_TRUE(std::isnan(Values(out[0])[0]) && std::isnan(Values(out[0])[1]));
+  EXPECT_EQ(Values(out[0])[2], 5);
+  EXPECT_THAT(IntValues(out[1]), ElementsAre(0, 3, 2));
+  out = Run1("TopK", {{x}, Const(I64({1}, {6}))}, {{"largest", AInt(0)}}, 2);
+  const std::vector<float> smallest = Values(out[0]);
+  EXPECT_EQ(smallest[0], -INFINITY);
+  EXPECT_EQ(smallest[1], 1);
+  EXPECT_EQ(smallest[2], 3);
+  EXPECT_EQ(smallest[3], 5);
+  EXPECT_TRUE(std::isnan(smallest[4]) && std::isnan(smallest[5]));
+  EXPECT_THAT(IntValues(out[1]), ElementsAre(5, 4, 1, 2, 0, 3));
+}
+
 TEST(TopKTest, KAtPlanTimeOrRunTimeAndInRange) {
   // K fed with the run: the outputs' shape is learned then (a data-dependent shape).
   auto runtime_k = Run1("TopK", {{F32({2, 4}, {1, 4, 3, 2, 8, 5, 6, 7})}, {I64({1}, {3})}}, {}, 2);

@@ -180,10 +180,17 @@ cudaError_t LaunchPlaceAxisF32(const float* x, float* y, int64_t outer, int64_t 
 namespace {
 
 // Whether position a comes before position b in TopK's order.
+// va > vb, a NaN above every number: the CPU engine's TopK order (ops/sort_scan.cc).
+__device__ __forceinline__ bool TopKAbove(float va, float vb) {
+  if (va != va) return vb == vb;
+  return vb == vb && va > vb;
+}
+
 __device__ __forceinline__ bool TopKBefore(const float* s, int64_t inner, int64_t a, int64_t b,
                                            bool largest) {
   const float va = s[a * inner], vb = s[b * inner];
-  if (va != vb) return largest ? va > vb : va < vb;
+  if (TopKAbove(va, vb)) return largest;
+  if (TopKAbove(vb, va)) return !largest;
   return a < b;
 }
 
@@ -202,7 +209,7 @@ __global__ void TopKF32(const float* __restrict__ x, float* __restrict__ values,
         if (prev >= 0 && !TopKBefore(s, inner, prev, a, largest)) continue;
         if (best < 0 || TopKBefore(s, inner, a, best, largest)) best = a;
       }
-      if (best < 0) best = 0;  // only NaNs left: the CPU's order is not defined for them
+      if (best < 0) best = 0;  // not reached: the order is total, and k is at most r
       const int64_t at = (o * k + j) * inner + i;
       if (values) values[at] = s[best * inner];
       if (indices) indices[at] = best;

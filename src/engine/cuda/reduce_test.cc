@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "engine/cuda/test_util.h"
@@ -192,6 +193,27 @@ TEST_F(ReduceGpuTest, TopKMatchesASortWithTiesByPosition) {
           }
       }
     }
+  }
+}
+
+// A NaN counts as larger than every number, as the CPU engine orders it (ops/sort_scan.cc):
+// the same positions, every one once.
+TEST_F(ReduceGpuTest, TopKPutsNanAboveEveryNumber) {
+  const std::vector<float> host = {std::nanf(""), 3, 5, std::nanf(""), 1, -INFINITY};
+  const std::vector<int64_t> dims = {6};
+  DeviceBuffer x = Upload(host);
+  for (const auto& [largest, k, want] :
+       {std::tuple{true, int64_t{3}, std::vector<int64_t>{0, 3, 2}},
+        std::tuple{false, int64_t{6}, std::vector<int64_t>{5, 4, 1, 2, 0, 3}}}) {
+    DeviceBuffer values = Floats(k);
+    auto indices = DeviceBuffer::Allocate(k * sizeof(int64_t));
+    ASSERT_TRUE(indices.ok());
+    ASSERT_TRUE(TopK(x.as<float>(), values.as<float>(), indices->as<int64_t>(), dims, 0, k, largest,
+                     stream())
+                    .ok());
+    std::vector<int64_t> at(k);
+    DownloadBytes(*indices, at.data(), at.size() * sizeof(int64_t));
+    EXPECT_EQ(at, want) << "largest " << largest;
   }
 }
 

@@ -81,10 +81,18 @@ StatusOr<std::unique_ptr<Kernel>> PrepareTopK(PrepareContext& ctx) {
         for (int64_t i = 0; i < inner; ++i) {
           const T* s = src + o * dim * inner + i;
           std::iota(order.begin(), order.end(), 0);
-          // Equal values keep the lower index first, as ONNX asks.
+          // Equal values keep the lower index first, as ONNX asks. A NaN counts as larger
+          // than every number (as NumPy and PyTorch sort it), so the order stays a strict
+          // weak one that partial_sort needs: NaNs come first among the largest, last among
+          // the smallest.
+          auto above = [](T va, T vb) {  // va > vb, a NaN above every number
+            if (va != va) return vb == vb;
+            return vb == vb && va > vb;
+          };
           auto before = [&](int64_t a, int64_t b) {
             const T va = s[a * inner], vb = s[b * inner];
-            if (va != vb) return largest ? va > vb : va < vb;
+            if (above(va, vb)) return largest;
+            if (above(vb, va)) return !largest;
             return a < b;
           };
           std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
