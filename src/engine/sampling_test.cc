@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "engine/model.h"
 #include "engine/test_util.h"
@@ -53,6 +56,31 @@ TEST(GridSampleVolumeTest, BicubicOnAVolumeAndMismatchedGridsAreRefused) {
 // NaN and infinite grid coordinates read as outside (0 with zeros padding), as PyTorch
 // treats them, in every mode on 4-D and 5-D X; border padding clamps an infinity to the
 // edge. (They used to reach int64_t casts of NaN and give NaN.)
+// An adaptive sampling grid (sampling_ratio 0) takes ceil(bin) samples per axis: a box whose
+// bins span more than twice the input, or that is not finite, is refused naming its roi
+// instead of sampled for ever; a box over the whole input, and one twice its size, are
+// sampled.
+TEST(RoiAlignTest, ABoxTooLargeOrNotFiniteForAnAdaptiveGridIsRefused) {
+  const Tensor x = F32({1, 1, 4, 4}, std::vector<float>(16, 1.f));
+  const In batch{I64({1}, {0})};
+  const std::map<std::string, Attribute> attrs = {
+      {"output_height", AInt(1)}, {"output_width", AInt(1)}, {"sampling_ratio", AInt(0)}};
+  for (float edge : {4.f, 9.f}) {
+    auto out = RunOp("RoiAlign", {{x}, {F32({1, 4}, {0, 0, edge, edge})}, batch}, attrs);
+    ASSERT_TRUE(out.ok()) << edge << ": " << out.status().ToString();
+  }
+  for (float edge : {1e9f, std::nanf(""), INFINITY}) {
+    auto out = RunOp("RoiAlign", {{x}, {F32({1, 4}, {0, 0, edge, 2})}, batch}, attrs);
+    ASSERT_FALSE(out.ok()) << edge;
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(out.status().message(), HasSubstr("roi 0 is not finite, or its bins span"));
+  }
+  // A fixed grid samples any box (it reads zeros outside the input).
+  std::map<std::string, Attribute> fixed = attrs;
+  fixed["sampling_ratio"] = AInt(2);
+  EXPECT_TRUE(RunOp("RoiAlign", {{x}, {F32({1, 4}, {0, 0, 1e9f, 2})}, batch}, fixed).ok());
+}
+
 TEST(GridSampleTest, NonFiniteGridIsOutside) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();

@@ -66,7 +66,8 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
 
 using RoiAlignGeometry = internal::RoiAlignGeometry;
 // y [rois, c, out_h, out_w] = RoiAlign(x [n, c, h, w], rois [rois, 4], batch [rois]) as
-// kernels.h says; a batch index outside [0, n) sets bit 4 of *flag. InvalidArgument for a
+// kernels.h says; a batch index outside [0, n) sets bit 4 of *flag, a box an adaptive grid
+// cannot sample bit 16. InvalidArgument for a
 // negative size, an output below 1x1 or a negative sampling ratio.
 Status RoiAlign(const float* x, const float* rois, const int64_t* batch, float* y,
                 const RoiAlignGeometry& g, int32_t* flag, cudaStream_t stream);

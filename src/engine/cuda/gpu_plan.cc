@@ -948,6 +948,10 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
     if (flag & 2) return InvalidArgument(node + ": an integer division by zero");
     if (flag & 4) return InvalidArgument(node + ": a batch index was out of range");
     if (flag & 8) return InvalidArgument(node + ": a sequence length was outside [0, seq_length]");
+    if (flag & 16) {
+      return InvalidArgument(node +
+                             ": a roi is not finite, or its bins span more than twice the input");
+    }
     return Internal(node + ": its kernel raised error flag " + std::to_string(flag));
   }
   return Status::Ok();

@@ -694,6 +694,20 @@ TEST_F(GpuPlanTest, RoiAlignMatchesTheCpuEngine) {
     EXPECT_THAT(refused.message(), HasSubstr("(RoiAlign): a batch index was out of range"));
     const std::vector<const Tensor*> good = {&a.inputs[0], &a.inputs[1]};
     EXPECT_TRUE((*plan)->Run(good, *run_stream_, &out).ok());
+    // A box far past the input: the model with an adaptive sampling grid refuses it, as the
+    // CPU engine does, and the one with a fixed grid samples it; the next run is fine.
+    rows.assign(a.inputs[1].values<float>().begin(), a.inputs[1].values<float>().end());
+    rows[3] = rows[4] = 1e9f;  // row 0's x2 and y2
+    const Tensor huge = Tensor::FromVector<float>(DataType::kFp32, a.inputs[1].shape(), rows);
+    std::vector<Tensor> cpu_out;
+    dnnl::stream cpu_stream(CpuEngine());
+    const Status on_cpu = a.prepared.plan->Run({&a.inputs[0], &huge}, cpu_stream, &cpu_out);
+    const Status on_gpu = (*plan)->Run({&a.inputs[0], &huge}, *run_stream_, &out);
+    EXPECT_EQ(on_gpu.ok(), on_cpu.ok()) << on_gpu.ToString() << " / " << on_cpu.ToString();
+    if (!on_gpu.ok()) {
+      EXPECT_THAT(on_gpu.message(), HasSubstr("(RoiAlign): a roi is not finite"));
+    }
+    EXPECT_TRUE((*plan)->Run(good, *run_stream_, &out).ok());
   }
 }
 

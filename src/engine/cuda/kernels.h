@@ -236,7 +236,8 @@ cudaError_t LaunchMaxPool2dHalf(HalfKernel type, const void* x, void* y, const W
 // x2, y2), batch [rois] int64, y [rois, c, out_h, out_w]. Each output is the average (or,
 // with `max`, the largest weighted corner) of grid_h x grid_w bilinear samples of its bin
 // (sampling_ratio, or the bin's size rounded up when 0). A batch index outside [0, n) writes
-// zeros for its roi and sets bit 4 of *flag.
+// zeros for its roi and sets bit 4 of *flag; with sampling_ratio 0, a box not finite, or
+// whose bins span more than twice the input, does the same with bit 16.
 struct RoiAlignGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0, rois = 0, out_h = 1, out_w = 1, sampling_ratio = 0;
   float spatial_scale = 1.f;

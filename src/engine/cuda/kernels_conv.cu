@@ -268,6 +268,14 @@ __global__ void RoiAlignF32(const float* __restrict__ x, const float* __restrict
     }
     const float bin_h = __fdiv_rn(rh, static_cast<float>(g.out_h));
     const float bin_w = __fdiv_rn(rw, static_cast<float>(g.out_w));
+    // As the CPU engine refuses it: an adaptive grid over a box not finite, or whose bins
+    // span more than twice the input, would take for ever. Bit 16 of the flag.
+    if (g.sampling_ratio == 0 && !(fabsf(bin_h) <= 2.f * static_cast<float>(g.h + 1) &&
+                                   fabsf(bin_w) <= 2.f * static_cast<float>(g.w + 1))) {
+      if (pw == 0 && ph == 0 && ch == 0) atomicOr(flag, 16);
+      y[i] = 0.f;
+      continue;
+    }
     const int64_t grid_h =
         g.sampling_ratio > 0 ? g.sampling_ratio : static_cast<int64_t>(ceilf(bin_h));
     const int64_t grid_w =

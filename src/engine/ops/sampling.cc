@@ -102,6 +102,16 @@ StatusOr<std::unique_ptr<Kernel>> PrepareRoiAlign(PrepareContext& ctx) {
       }
       const float bin_h = rh / static_cast<float>(p.out_h);
       const float bin_w = rw / static_cast<float>(p.out_w);
+      // An adaptive grid takes ceil(bin) samples per axis: a box far larger than the input,
+      // or not finite, would take for ever (a request's rois are the client's). A box's bin
+      // may span at most twice the input (whose samples past it read as zeros anyway).
+      if (p.sampling_ratio == 0 && !(std::fabs(bin_h) <= 2.f * static_cast<float>(p.h + 1) &&
+                                     std::fabs(bin_w) <= 2.f * static_cast<float>(p.w + 1))) {
+        return InvalidArgument(who + ": roi " + std::to_string(r) +
+                               " is not finite, or its bins span more than twice the input (" +
+                               std::to_string(p.h) + "x" + std::to_string(p.w) +
+                               "), which an adaptive sampling grid cannot sample");
+      }
       const int64_t grid_h =
           p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(std::ceil(bin_h));
       const int64_t grid_w =
