@@ -181,20 +181,26 @@ class GpuInstance : public BackendInstance {
       }
     }
     // One cuDNN handle for the instance's plans, made with the first that needs it.
-    const bool needs_cudnn =
-        std::any_of(lowered.steps.begin(), lowered.steps.end(), [](const engine::cuda::GpuStep& s) {
-          return s.kind == engine::cuda::GpuStep::Kind::kConv;
-        });
+    bool needs_cudnn = false, channels_last = false;
+    for (const engine::cuda::GpuStep& s : lowered.steps) {
+      if (s.kind != engine::cuda::GpuStep::Kind::kConv) continue;
+      needs_cudnn = true;
+      channels_last = channels_last || s.conv.channels_last;
+    }
     if (needs_cudnn && !cudnn_) {
       auto made = engine::cuda::CudnnHandle::Create();
       if (made.ok()) cudnn_ = std::move(made).value();
     }
-    const bool channels_last =
-        std::any_of(lowered.steps.begin(), lowered.steps.end(), [](const engine::cuda::GpuStep& s) {
-          return s.kind == engine::cuda::GpuStep::Kind::kConv && s.conv.channels_last;
-        });
-    auto created = engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_,
-                                                 shards_, cudnn_);
+    auto create = [&](engine::cuda::GpuLowering l) {
+      return engine::cuda::GpuPlan::Create(std::move(l), *handle_, stream_, weights_, shards_,
+                                           cudnn_);
+    };
+    // After a plan cuDNN could not make: lowered again with `options` as changed, and made.
+    auto again = [&]() -> StatusOr<std::unique_ptr<engine::cuda::GpuPlan>> {
+      ASSIGN_OR_RETURN(auto relowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+      return create(std::move(relowered));
+    };
+    auto created = create(std::move(lowered));
     auto cannot_plan = [](const Status& s) {
       return s.code() == StatusCode::kUnimplemented || s.code() == StatusCode::kUnavailable;
     };
@@ -203,9 +209,7 @@ class GpuInstance : public BackendInstance {
       spdlog::warn("GPU {}: a plan's convolutions run NCHW, not channels last: {}", gpu_,
                    created.status().ToString());
       options.channels_last = false;
-      ASSIGN_OR_RETURN(lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-      created = engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_,
-                                              shards_, cudnn_);
+      created = again();
     }
     if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
         cannot_plan(created.status())) {
@@ -214,9 +218,7 @@ class GpuInstance : public BackendInstance {
       spdlog::warn("GPU {}: a plan's convolutions fall back to im2col: {}", gpu_,
                    created.status().ToString());
       options.conv = engine::cuda::ConvEngine::kIm2Col;
-      ASSIGN_OR_RETURN(lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-      created =
-          engine::cuda::GpuPlan::Create(std::move(lowered), *handle_, stream_, weights_, shards_);
+      created = again();
     }
     ASSIGN_OR_RETURN(auto plan, std::move(created));
     if (spdlog::should_log(spdlog::level::debug)) {

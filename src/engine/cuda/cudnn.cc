@@ -417,16 +417,13 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle& handle
     return conv;
   }
   std::vector<std::pair<size_t, std::string>> refused;
-  double best_ms = -1;
-  int ran = 0;
+  std::vector<double> times(candidates.size(), -1);  // each candidate's, once run
   auto picked = PickCudnnCandidate(
       candidates.size(), o.search,
       [&](size_t i) -> StatusOr<double> {
         RETURN_IF_ERROR(hold(candidates[i]));
-        ASSIGN_OR_RETURN(const double ms, trial(*conv));
-        ++ran;
-        if (best_ms < 0 || ms < best_ms) best_ms = ms;
-        return ms;
+        ASSIGN_OR_RETURN(times[i], trial(*conv));
+        return times[i];
       },
       &refused);
   if (!picked.ok()) {
@@ -441,8 +438,9 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnHandle& handle
   }
   RETURN_IF_ERROR(hold(candidates[*picked]));
   if (o.search == CudnnAlgorithmSearch::kMeasured) {
-    conv->measured_ = ran;
-    conv->measured_ms_ = best_ms;
+    conv->measured_ = static_cast<int>(
+        std::count_if(times.begin(), times.end(), [](double t) { return t >= 0; }));
+    conv->measured_ms_ = times[*picked];
   }
   return conv;
 }
