@@ -1,5 +1,6 @@
 // The device's measured matrix-product peak: what cuBLASLt reaches on large square GEMMs
-// in fp32, TF32, fp16 and bf16, timed with CUDA events on this machine in this run. The
+// in fp32, TF32, fp16, bf16 and int8 (int32 sums; its "TFLOP/s" are tera integer
+// multiply-adds times 2), timed with CUDA events on this machine in this run. The
 // GPU benchmark quotes the engine's throughput as a fraction of these figures rather than
 // of a datasheet's, which counts boost clocks and sparsity.
 //   gpu_gemm_probe [--size N] [--runs R] [--json FILE]
@@ -45,9 +46,17 @@ const std::vector<float>& RandomFloats(int64_t n) {
   return values;
 }
 
-// RandomFloats(n) as fp16 or bf16 bit patterns; empty for the fp32 types.
+// RandomFloats(n) times 127 as int8.
+std::vector<int8_t> Int8s(int64_t n) {
+  const std::vector<float>& f = RandomFloats(n);
+  std::vector<int8_t> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int8_t>(f[i] * 127.f);
+  return out;
+}
+
+// RandomFloats(n) as fp16 or bf16 bit patterns; empty for the other types.
 std::vector<uint16_t> Encoded(GemmMath math, int64_t n) {
-  if (GemmElementBytes(math) == 4) return {};
+  if (GemmElementBytes(math) != 2) return {};
   const std::vector<float>& f = RandomFloats(n);
   std::vector<uint16_t> out(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -65,19 +74,24 @@ Status Probe(const LtHandle& handle, GemmMath math, int64_t size, int runs, cons
   GemmOptions o;
   o.m = o.n = o.k = size;
   o.math = math;
+  o.transpose_w = math == GemmMath::kInt8;  // int8's kernels take W [n, k]
   auto gemm = LtGemm::Create(handle, o);
   if (!gemm.ok()) return gemm.status();
   const size_t bytes = static_cast<size_t>(size * size) * GemmElementBytes(math);
   auto x = DeviceBuffer::Allocate(bytes), w = DeviceBuffer::Allocate(bytes),
-       y = DeviceBuffer::Allocate(bytes), workspace = DeviceBuffer::Allocate(o.workspace_bytes);
+       y = DeviceBuffer::Allocate(static_cast<size_t>(size * size) * GemmOutputBytes(o)),
+       workspace = DeviceBuffer::Allocate(o.workspace_bytes);
   for (auto* b : {&x, &w, &y, &workspace}) {
     if (!b->ok()) return b->status();
   }
   // Random values in [-1, 1): a matrix of zeros or of one repeated value runs faster than
   // real data (fewer bits toggle, less power), so it would overstate the peak.
   const std::vector<uint16_t> half = Encoded(math, size * size);
-  const void* host = half.empty() ? static_cast<const void*>(RandomFloats(size * size).data())
-                                  : static_cast<const void*>(half.data());
+  const std::vector<int8_t> int8 =
+      math == GemmMath::kInt8 ? Int8s(size * size) : std::vector<int8_t>();
+  const void* host = !int8.empty()  ? static_cast<const void*>(int8.data())
+                     : half.empty() ? static_cast<const void*>(RandomFloats(size * size).data())
+                                    : static_cast<const void*>(half.data());
   RETURN_IF_ERROR(
       CudaStatus(cudaMemcpy(x->data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
   RETURN_IF_ERROR(
@@ -151,7 +165,8 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (const auto& [math, name] :
        {std::pair{GemmMath::kFp32, "fp32"}, std::pair{GemmMath::kTf32, "tf32"},
-        std::pair{GemmMath::kFp16, "fp16"}, std::pair{GemmMath::kBf16, "bf16"}}) {
+        std::pair{GemmMath::kFp16, "fp16"}, std::pair{GemmMath::kBf16, "bf16"},
+        std::pair{GemmMath::kInt8, "int8"}}) {
     Result r{name};
     const Status s = Probe(**handle, math, size, runs, *stream, &r);
     if (!s.ok()) {

@@ -22,12 +22,16 @@
 // 16-bit values between convolutions channels last (the default), and in fp16_cudnn_nchw
 // NCHW. At the last batch size, the algorithm each convolution of the cuDNN variants chose
 // goes to stderr.
+// int8: the products int8 takes as int8 GEMMs (engine/cuda/quantize.h), the rest fp32, its
+// ranges calibrated on the first batch size's inputs; which products stayed fp32 goes to
+// stderr.
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
 // where nothing is gained from more devices; docs/gpu.md, "Tensor parallelism").
 // --lower-only: needs no device; says whether the model lowers onto the GPU path at the
 // first batch size (steps, weight and arena bytes, GEMM arithmetic; in fp16 on cuDNN, the
-// convolutions that run channels last and the kToHalf steps left) and what the CPU engine's
+// convolutions that run channels last and the kToHalf steps left; in int8, the products it
+// takes and why not the others) and what the CPU engine's
 // outputs look like (largest value, any not finite), or lists every node it lacks.
 // Inputs: random fp32 in [-1, 1) (1 for integer inputs), the first dimension the batch,
 // other symbolic dimensions 1. Each figure is the median of R timed runs after 3 warm-ups.
@@ -49,6 +53,7 @@
 #include "engine/cuda/gpu_plan.h"
 #include "engine/model.h"
 #include "engine/plan.h"
+#include "engine/precision.h"
 
 namespace {
 
@@ -67,6 +72,7 @@ struct Variant {
   cuda::ConvEngine conv = cuda::ConvEngine::kIm2Col;
   cuda::CudnnAlgorithmSearch search = cuda::CudnnAlgorithmSearch::kMeasured;
   bool channels_last = true;
+  bool int8 = false;  // GpuPlanOptions::int8_calibration, from the first batch's inputs
 };
 constexpr size_t kFp16 = 2;  // the variant the TFLOP/s column reads
 
@@ -285,6 +291,19 @@ int main(int argc, char** argv) {
           mixed->steps.size(), convs, channels_last, roundings, rounded.empty() ? "" : ", for ",
           rounded.c_str());
     }
+    {
+      // In int8, calibrated on these inputs: which products int8 takes, and why not the rest.
+      auto calibrated = Calibrate(**model, {named});
+      if (!calibrated.ok()) return Fail(calibrated.status(), "int8 calibration");
+      cuda::GpuPlanOptions options;
+      options.int8_calibration = std::make_shared<const Calibration>(std::move(calibrated).value());
+      auto int8 = cuda::LowerPlan((*model)->graph(), **plan, options);
+      if (!int8.ok()) return Fail(int8.status(), "lowering in int8");
+      std::printf("in int8: %zu steps; %d products and convolutions in int8, %zu kept fp32%s\n",
+                  int8->steps.size(), int8->int8_products, int8->fp32_products.size(),
+                  int8->fp32_products.empty() ? "" : ":");
+      for (const std::string& why : int8->fp32_products) std::printf("  %s\n", why.c_str());
+    }
     // The CPU engine's outputs on these inputs: a model whose weights were filled
     // (gpu_model_weights) should give finite values of a sane size.
     auto session = Session::Create(**model);
@@ -329,6 +348,21 @@ int main(int argc, char** argv) {
                                    {"fp16", cuda::GemmMath::kFp16, true},
                                    {"bf16", cuda::GemmMath::kBf16, true},
                                    {"fp32_steps", cuda::GemmMath::kFp32, false, 1, false}};
+  // int8 as an instance runs it: the products int8 takes, the rest fp32 (on cuDNN where it
+  // loads), calibrated on the first batch size's inputs.
+  {
+    Variant int8{"int8", cuda::GemmMath::kFp32, true};
+    int8.int8 = true;
+    if (cuda::Cudnn::Get().ok()) int8.conv = cuda::ConvEngine::kCudnn;
+    variants.push_back(int8);
+  }
+  std::shared_ptr<const Calibration> ranges;
+  {
+    std::vector<Shape> shapes;
+    auto calibrated = Calibrate(**model, {Inputs(**model, batches.front(), &shapes)});
+    if (!calibrated.ok()) return Fail(calibrated.status(), "int8 calibration");
+    ranges = std::make_shared<const Calibration>(std::move(calibrated).value());
+  }
   if (tensor_parallel > 1) {
     variants.push_back({"fp16_tp" + std::to_string(tensor_parallel), cuda::GemmMath::kFp16, true,
                         tensor_parallel});
@@ -400,8 +434,15 @@ int main(int argc, char** argv) {
       options.conv = variants[k].conv;
       options.conv_search = variants[k].search;
       options.channels_last = variants[k].channels_last;
+      if (variants[k].int8) options.int8_calibration = ranges;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return Fail(lowered.status(), "lowering");
+      if (variants[k].int8 && batch == batches.front()) {
+        std::fprintf(stderr, "int8: %d products and convolutions in int8, %zu kept fp32\n",
+                     lowered->int8_products, lowered->fp32_products.size());
+        for (const std::string& why : lowered->fp32_products)
+          std::fprintf(stderr, "int8: kept fp32: %s\n", why.c_str());
+      }
       if (k == 0) row.gemm_flops = GemmFlops(*lowered);
       auto gpu = cuda::GpuPlan::Create(std::move(lowered).value(), **handle, *stream);
       if (!gpu.ok()) return Fail(gpu.status(), "GPU plan");

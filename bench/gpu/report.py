@@ -37,7 +37,7 @@ HIDDEN_TARGET = 0.8
 SERVED_BATCH = 64  # bench/gpu/run.sh serves the recommender with max_batch_size 64
 
 # gpu_plan_bench's variants in column order, and the GEMM peak each is held against.
-TIERS = ["fp32", "tf32", "fp16", "bf16"]
+TIERS = ["fp32", "tf32", "fp16", "bf16", "int8"]
 
 
 def tier_of(variant):

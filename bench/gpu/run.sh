@@ -35,7 +35,8 @@ cd "$(dirname "$0")/../.."
 # host only: they pass here, and would only take room in the 64 MiB that travels.
 TESTS=(engine_cuda_device_test engine_cuda_elementwise_test engine_cuda_gemm_test engine_cuda_layout_test
        engine_cuda_normalization_test engine_cuda_reduce_test engine_cuda_conv_test engine_cuda_cudnn_test
-       engine_cuda_recurrent_test engine_cuda_ipc_memory_test engine_cuda_nvml_test engine_cuda_gpu_plan_test
+       engine_cuda_recurrent_test engine_cuda_ipc_memory_test engine_cuda_nvml_test engine_cuda_quantize_test
+       engine_cuda_gpu_plan_test
        backends_onnx_backend_test e2e_gpu_test)
 # Where each test is built, and the gtest filter it runs with there (the backend test's
 # GPU cases only).

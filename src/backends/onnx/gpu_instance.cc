@@ -168,6 +168,17 @@ class GpuInstance : public BackendInstance {
                                            engine::cuda::GpuLoweringPlanOptions(), load.limits));
     engine::cuda::GpuPlanOptions options = plan_options_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+    if (options.int8_calibration && !said_int8_) {
+      // Which products int8 took, once per instance (every plan of a model takes the same).
+      said_int8_ = true;
+      std::string kept;
+      for (const std::string& why : lowered.fp32_products) kept += "; " + why;
+      spdlog::info(
+          "GPU {}: gpu_precision int8: {} of {} products and convolutions in int8{}{}", gpu_,
+          lowered.int8_products,
+          lowered.int8_products + static_cast<int>(lowered.fp32_products.size()),
+          kept.empty() ? "" : ", kept fp32: ", LogSafe(kept.empty() ? kept : kept.substr(2)));
+    }
     if (plans_.size() >= max_plans_) {
       // Room first, so that the device never holds the whole cache and the new plan: the
       // least recently used plan with no batch launched and unfinished (whose work still
@@ -243,7 +254,8 @@ class GpuInstance : public BackendInstance {
     if (request.variant.empty() || request.variant == tier_) return Status::Ok();
     return InvalidArgument("precision '" + request.variant +
                            "' is not loaded for this model's GPU instances (they run " + tier_ +
-                           "; the config parameter gpu_precision picks fp32, tf32, fp16 or bf16)");
+                           "; the config parameter gpu_precision picks fp32, tf32, fp16, bf16 or "
+                           "int8)");
   }
 
   // The plan for the batch's shapes, and the batch launched on it.
@@ -398,7 +410,8 @@ class GpuInstance : public BackendInstance {
   std::unique_ptr<engine::Session> tail_;  // null without a tail
   int gpu_;
   engine::cuda::GpuPlanOptions plan_options_;  // tensor_parallel.shards 1: none split
-  bool conv_fallback_;  // gpu_convolution "auto": im2col where cuDNN cannot plan
+  bool conv_fallback_;      // gpu_convolution "auto": im2col where cuDNN cannot plan
+  bool said_int8_ = false;  // the int8 products logged (PlanFor)
   std::string tier_;
   int depth_;                                     // pipeline_depth(): 1 or GpuPlan::kSlots
   std::vector<engine::cuda::ShardPlace> shards_;  // where each shard runs
@@ -461,10 +474,12 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   GemmMath math = GemmMath::kFp32;
   std::string tier = "fp32";
   if (auto it = parameters.find("gpu_precision"); it != parameters.end()) {
+    // int8 is fp32's plan with its products quantised where they can be (int8_ranges).
     static const std::pair<const char*, GemmMath> kTiers[] = {{"fp32", GemmMath::kFp32},
                                                               {"tf32", GemmMath::kTf32},
                                                               {"fp16", GemmMath::kFp16},
-                                                              {"bf16", GemmMath::kBf16}};
+                                                              {"bf16", GemmMath::kBf16},
+                                                              {"int8", GemmMath::kFp32}};
     bool known = false;
     for (const auto& [name, m] : kTiers) {
       if (it->second != name) continue;
@@ -473,9 +488,14 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
       known = true;
     }
     if (!known) {
-      return InvalidArgument("parameter gpu_precision must be fp32, tf32, fp16 or bf16; was '" +
-                             it->second + "'");
+      return InvalidArgument(
+          "parameter gpu_precision must be fp32, tf32, fp16, bf16 or int8; was '" + it->second +
+          "'");
     }
+  }
+  if (tier == "int8" && !check.int8_ranges) {
+    return InvalidArgument(where + ": gpu_precision int8 needs the calibration inputs' ranges " +
+                           "(the model's calibration_file)");
   }
   // Convolutions: on cuDNN where it loads ("auto"), or as the config says.
   engine::cuda::ConvEngine conv = engine::cuda::ConvEngine::kIm2Col;
@@ -617,6 +637,7 @@ StatusOr<std::unique_ptr<BackendInstance>> CreateGpuInstance(
   plan_options.conv = conv;
   plan_options.conv_search = conv_search;
   plan_options.channels_last = channels_last;
+  if (tier == "int8") plan_options.int8_calibration = check.int8_ranges;
   if (cpu_tail) {
     if (!ranks_known) {
       return InvalidArgument(where + ": parameter gpu_cpu_tail needs every input's rank known");

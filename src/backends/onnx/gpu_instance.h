@@ -35,7 +35,8 @@
 // The config parameter `gpu_precision` picks how the products (GEMMs, convolutions) run:
 // `fp32` (the default), `tf32` (tensor cores, 10-bit mantissas), or `fp16` / `bf16` (mixed
 // precision: weights stored in 16 bits, each product's input rounded to 16 bits, fp32
-// accumulation and output; every other operator stays fp32). A 16-bit tier is measured at
+// accumulation and output; every other operator stays fp32), or `int8` (the products int8
+// can take quantised, engine/cuda/quantize.h, the rest fp32). A reduced tier is measured at
 // load against the CPU engine's fp32 on the calibration inputs (GpuAccuracyCheck) and
 // refused beyond the config's bounds, as the CPU tiers are. A request whose `precision`
 // parameter names another tier is INVALID_ARGUMENT.
@@ -63,6 +64,9 @@ inline constexpr size_t kMaxGpuPlans = 8;
 struct GpuAccuracyCheck {
   std::vector<std::vector<NamedTensor>> batches;
   std::function<Status(const engine::TierAccuracy&)> judge;
+  // gpu_precision int8: the ranges (engine::Calibrate on the fp32 model, over `batches`)
+  // its products' inputs are quantised with; required for int8, unused by the others.
+  std::shared_ptr<const engine::Calibration> int8_ranges;
 };
 
 // True when this shoal was built with the CUDA path.

@@ -6,6 +6,8 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 
 #include "backends/backend_registry.h"
 #include "backends/onnx/gpu_instance.h"
@@ -229,7 +231,8 @@ class OnnxModel : public BackendModel {
       GpuAccuracyCheck check;
       auto precision = info_.parameters.find("gpu_precision");
       if (precision != info_.parameters.end() &&
-          (precision->second == "fp16" || precision->second == "bf16")) {
+          (precision->second == "fp16" || precision->second == "bf16" ||
+           precision->second == "int8")) {
         const std::string tier = "gpu_precision " + precision->second;
         if (fp32 == tiers_.models.end()) {
           return InvalidArgument(tier +
@@ -239,10 +242,24 @@ class OnnxModel : public BackendModel {
         }
         RETURN_IF_ERROR(CheckTierBounds(info_));
         ASSIGN_OR_RETURN(check.batches, CalibrationBatches(info_, model, tier));
-        check.judge = [this, tier, gpu = info.gpu](const engine::TierAccuracy& acc) {
+        const bool int8 = precision->second == "int8";
+        if (int8) {
+          // The ranges, measured once for the model's GPU instances.
+          std::lock_guard<std::mutex> lock(gpu_int8_mutex_);
+          if (!gpu_int8_ranges_) {
+            auto ranges = engine::Calibrate(model, check.batches);
+            if (!ranges.ok()) return ranges.status().WithPrefix(tier + ": calibrating");
+            gpu_int8_ranges_ =
+                std::make_shared<const engine::Calibration>(std::move(ranges).value());
+          }
+          check.int8_ranges = gpu_int8_ranges_;
+        }
+        check.judge = [this, tier, int8, gpu = info.gpu](const engine::TierAccuracy& acc) {
           return JudgeTier(
               info_, tier + " on GPU " + std::to_string(gpu), acc,
-              "products in " + tier.substr(tier.size() - 4) + ", every other operator fp32");
+              int8 ? "products in int8 where they can be (the log names those "
+                     "kept fp32), every other operator fp32"
+                   : "products in " + tier.substr(tier.size() - 4) + ", every other operator fp32");
         };
       }
       // A CPU tail (gpu_cpu_tail) runs as a CPU instance of the group would.
@@ -287,6 +304,9 @@ class OnnxModel : public BackendModel {
   PipelineConfig pipeline_;
   // Its GPU instances' weights, one copy per GPU (null without the CUDA path).
   std::shared_ptr<GpuModelState> gpu_state_ = NewGpuModelState();
+  // gpu_precision int8: the calibration ranges, measured by the first GPU instance.
+  std::mutex gpu_int8_mutex_;
+  std::shared_ptr<const engine::Calibration> gpu_int8_ranges_;
 };
 
 // Parameter `key`, when the config sets it, into *out: a whole number in [min, max].

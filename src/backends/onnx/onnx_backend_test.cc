@@ -896,7 +896,7 @@ TEST(OnnxBackendGpuTest, EveryBatchSizeRunsOnItsBucketsPlan) {
 
 TEST(OnnxBackendGpuTest, GpuPrecisionMustNameAGpuTier) {
   auto model =
-      MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_precision", "int8"}}));
+      MakeOnnxBackend()->LoadModel(ExampleInfo("recommender", {{"gpu_precision", "int4"}}));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto gpu = (*model)->CreateInstance(OnGpu(0));
   ASSERT_FALSE(gpu.ok());
@@ -905,20 +905,25 @@ TEST(OnnxBackendGpuTest, GpuPrecisionMustNameAGpuTier) {
     return;
   }
   EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(gpu.status().message(), HasSubstr("gpu_precision must be fp32, tf32, fp16 or bf16"));
+  EXPECT_THAT(gpu.status().message(),
+              HasSubstr("gpu_precision must be fp32, tf32, fp16, bf16 or int8; was 'int4'"));
 }
 
-// A 16-bit GPU tier is measured at load, so it needs calibration inputs as the CPU tiers
-// do; asked for without them, the instance is refused naming the file, with or without CUDA.
-TEST(OnnxBackendGpuTest, A16BitGpuTierNeedsCalibrationInputs) {
-  auto model = MakeOnnxBackend()->LoadModel(
-      ExampleInfo("recommender", {{"gpu_precision", "bf16"}, {"calibration_file", "missing.npz"}}));
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto gpu = (*model)->CreateInstance(OnGpu(0));
-  ASSERT_FALSE(gpu.ok());
-  EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(gpu.status().message(),
-              HasSubstr("gpu_precision bf16 needs calibration inputs: put 'missing.npz'"));
+// A 16-bit or int8 GPU tier is measured at load (and int8 calibrated), so it needs
+// calibration inputs as the CPU tiers do; asked for without them, the instance is refused
+// naming the file, with or without CUDA.
+TEST(OnnxBackendGpuTest, AReducedGpuTierNeedsCalibrationInputs) {
+  for (const std::string tier : {"bf16", "int8"}) {
+    SCOPED_TRACE(tier);
+    auto model = MakeOnnxBackend()->LoadModel(
+        ExampleInfo("recommender", {{"gpu_precision", tier}, {"calibration_file", "missing.npz"}}));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto gpu = (*model)->CreateInstance(OnGpu(0));
+    ASSERT_FALSE(gpu.ok());
+    EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(gpu.status().message(), HasSubstr("gpu_precision " + tier +
+                                                  " needs calibration inputs: put 'missing.npz'"));
+  }
 }
 
 TEST(OnnxBackendGpuTest, AModelTheGpuPathCannotRunFailsWhenItsInstanceIsCreated) {
@@ -1051,9 +1056,9 @@ TEST_F(OnnxTierTest, A16BitGpuTierNeedsTheFp32ModelAndWellFormedBounds) {
 
 // The digits classifier's GPU tiers against the CPU engine's fp32 on its calibration
 // images: within the configured top-1 bound they load and answer like fp32; with a bound no
-// 16-bit tier can meet they are refused with their figures.
-TEST_F(OnnxTierTest, GpuHalfTiersAreMeasuredAtLoadAndRefusedBeyondTheirBounds) {
-  for (const char* tier : {"fp16", "bf16"}) {
+// 16-bit or int8 tier can meet they are refused with their figures.
+TEST_F(OnnxTierTest, GpuReducedTiersAreMeasuredAtLoadAndRefusedBeyondTheirBounds) {
+  for (const char* tier : {"fp16", "bf16", "int8"}) {
     SCOPED_TRACE(tier);
     ModelInfo info = Digits("fp32");
     info.parameters["gpu_precision"] = tier;

@@ -43,6 +43,8 @@ Status CheckCudnnConv(const CudnnConvOptions& o) {
     if (v > kMax) return InvalidArgument("cuDNN convolution: a size past 32 bits");
   if (g.n * g.c * g.h * g.w > kMax || g.n * o.m * g.oh * g.ow > kMax)
     return InvalidArgument("cuDNN convolution: a tensor of more than 2^31 elements");
+  if (o.math == GemmMath::kInt8)
+    return InvalidArgument("cuDNN convolution: int8 runs as im2col and int8 GEMMs (quantize.h)");
   if ((o.fused_bias_relu || o.residual) && o.math != GemmMath::kFp32 && o.math != GemmMath::kTf32)
     return InvalidArgument(
         "cuDNN convolution: bias, ReLU and residual fused only in fp32 and TF32");

@@ -43,6 +43,8 @@ cudaDataType_t ElementType(GemmMath math) {
       return CUDA_R_16F;
     case GemmMath::kBf16:
       return CUDA_R_16BF;
+    case GemmMath::kInt8:
+      return CUDA_R_8I;
     case GemmMath::kFp32:
     case GemmMath::kTf32:
       return CUDA_R_32F;
@@ -60,6 +62,8 @@ const char* MathName(GemmMath math) {
       return "fp16";
     case GemmMath::kBf16:
       return "bf16";
+    case GemmMath::kInt8:
+      return "int8";
   }
   return "?";
 }
@@ -71,11 +75,14 @@ bool HasBias(GemmEpilogue e) {
 }  // namespace
 
 size_t GemmElementBytes(GemmMath math) {
+  if (math == GemmMath::kInt8) return 1;
   return math == GemmMath::kFp16 || math == GemmMath::kBf16 ? 2 : 4;
 }
 
 size_t GemmOutputBytes(const GemmOptions& options) {
-  return options.fp32_output ? 4 : GemmElementBytes(options.math);
+  // int8's sums are int32.
+  return options.fp32_output || options.math == GemmMath::kInt8 ? 4
+                                                                : GemmElementBytes(options.math);
 }
 
 StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
@@ -95,14 +102,31 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   }
   if (options.fp32_output && options.math != GemmMath::kFp16 && options.math != GemmMath::kBf16)
     return InvalidArgument("fp32_output is for fp16 or bf16 operands; this GEMM's are fp32");
+  const bool int8 = options.math == GemmMath::kInt8;
+  if (int8) {
+    // cuBLASLt's int8 kernels on the plain (not COL32) layouts: A transposed and B not ("TN",
+    // here W stored [n, k]), leading dimensions multiples of 4, int32 out with no epilogue.
+    if (!options.transpose_w || options.k % 4 != 0 || options.n % 4 != 0 ||
+        options.epilogue != GemmEpilogue::kNone || options.alpha != 1.f) {
+      return InvalidArgument(
+          "an int8 GEMM needs W stored [n, k], k and n multiples of 4, no epilogue and alpha 1; "
+          "was m=" +
+          std::to_string(options.m) + " n=" + std::to_string(options.n) +
+          " k=" + std::to_string(options.k));
+    }
+  }
   std::unique_ptr<LtGemm> gemm(new LtGemm());
   gemm->options_ = options;
   gemm->handle_ = handle.get();
-  const cublasComputeType_t compute =
-      options.math == GemmMath::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  // alpha and beta are fp32 whatever the operands' type (the scale type).
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&gemm->op_, compute, CUDA_R_32F),
-                               "cublasLtMatmulDescCreate"));
+  const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I
+                                      : options.math == GemmMath::kTf32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  // alpha and beta are fp32 whatever the operands' type (the scale type), but int32 for
+  // int8's int32 sums.
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescCreate(&gemm->op_, compute, int8 ? CUDA_R_32I : CUDA_R_32F),
+                   "cublasLtMatmulDescCreate"));
   // Column-major view: D (n x m) = A (n x k) · B (k x m). A is W: row-major [k, n] is
   // column-major n x k as it stands; row-major [n, k] is column-major k x n, transposed.
   const cublasOperation_t trans_a = options.transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -140,7 +164,7 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
   }
   RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->x_layout_, type, k, m, k),
                                "cublasLtMatrixLayoutCreate (X)"));
-  const cudaDataType_t y_type = options.fp32_output ? CUDA_R_32F : type;
+  const cudaDataType_t y_type = int8 ? CUDA_R_32I : options.fp32_output ? CUDA_R_32F : type;
   RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&gemm->y_layout_, y_type, n, m, n),
                                "cublasLtMatrixLayoutCreate (Y)"));
   // The alignment every matrix of the batch keeps: the pointers' 256 bytes, down to what
@@ -229,9 +253,12 @@ Status LtGemm::Run(const void* x, const void* w, const void* bias, void* y, void
         "set BIAS_POINTER"));
   }
   const float alpha = options_.alpha, beta = 0.f;
+  const int32_t int_alpha = 1, int_beta = 0;  // int8's scale type (Create: alpha is 1)
+  const bool int8 = options_.math == GemmMath::kInt8;
   return CublasStatus(
-      cublasLtMatmul(handle_, op_, &alpha, w, w_layout_, x, x_layout_, &beta, y, y_layout_, y,
-                     y_layout_, &algo_, workspace, options_.workspace_bytes, stream),
+      cublasLtMatmul(handle_, op_, int8 ? static_cast<const void*>(&int_alpha) : &alpha, w,
+                     w_layout_, x, x_layout_, int8 ? static_cast<const void*>(&int_beta) : &beta, y,
+                     y_layout_, y, y_layout_, &algo_, workspace, options_.workspace_bytes, stream),
       "cublasLtMatmul");
 }
 

@@ -1,6 +1,6 @@
 // Matrix products on cuBLASLt with the bias and activation fused into its epilogue, in
-// fp32, TF32, fp16 or bf16: the GPU path's MatMul, Gemm and the MatMul+Add(+Relu) chains
-// the optimiser fuses.
+// fp32, TF32, fp16 or bf16 (and int8 with int32 sums, quantize.h): the GPU path's MatMul,
+// Gemm and the MatMul+Add(+Relu) chains the optimiser fuses.
 //
 // Row-major, as the engine stores tensors: Y[m, n] = X[m, k] · W + bias, where W is
 // [k, n], or [n, k] with `transpose_w` (ONNX Gemm's transB, a PyTorch Linear's weight).
@@ -56,8 +56,12 @@ enum class GemmMath {
   kTf32,  // fp32 in and out, products with 10-bit mantissas (CUBLAS_COMPUTE_32F_FAST_TF32)
   kFp16,  // IEEE half in, and out unless fp32_output
   kBf16,  // bfloat16 in, and out unless fp32_output
+  // int8 in (quantize.h), exact int32 sums out (int32 arithmetic on tensor cores): W stored
+  // [n, k] (transpose_w), k and n multiples of 4, no epilogue, alpha 1. The scales, bias and
+  // activation follow in a pass of their own (quantize.h's DequantizeInt8).
+  kInt8,
 };
-// Bytes per element of X and W under `math`: 4 or 2.
+// Bytes per element of X and W under `math`: 4, 2 or 1.
 size_t GemmElementBytes(GemmMath math);
 
 struct GemmOptions {
@@ -79,14 +83,14 @@ struct GemmOptions {
   int64_t x_batch_stride = 0, w_batch_stride = 0, y_batch_stride = 0;
 };
 
-// Bytes per element of Y and the bias: GemmElementBytes, or 4 with fp32_output.
+// Bytes per element of Y and the bias: GemmElementBytes, or 4 with fp32_output or int8.
 size_t GemmOutputBytes(const GemmOptions& options);
 
 class LtGemm {
  public:
-  // InvalidArgument for a non-positive dimension or batch, a negative batch stride, or
-  // batched outputs that overlap; Unimplemented when cuBLASLt has no algorithm for the
-  // combination on this device.
+  // InvalidArgument for a non-positive dimension or batch, a negative batch stride,
+  // batched outputs that overlap, or an int8 GEMM outside kInt8's terms; Unimplemented when
+  // cuBLASLt has no algorithm for the combination on this device.
   static StatusOr<std::unique_ptr<LtGemm>> Create(const LtHandle& handle,
                                                   const GemmOptions& options);
   ~LtGemm();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "core/bf16.h"
 #include "core/fp16.h"
@@ -55,6 +56,13 @@ TEST(GemmBytesTest, HalfOperandsWithAnFp32OutputAreTwoBytesInAndFourOut) {
   EXPECT_EQ(GemmElementBytes(o.math), 2u);
   EXPECT_EQ(GemmOutputBytes(o), 2u);
   o.fp32_output = true;
+  EXPECT_EQ(GemmOutputBytes(o), 4u);
+}
+
+TEST(GemmBytesTest, Int8OperandsAreOneByteInAndTheirSumsFourOut) {
+  GemmOptions o;
+  o.math = GemmMath::kInt8;
+  EXPECT_EQ(GemmElementBytes(o.math), 1u);
   EXPECT_EQ(GemmOutputBytes(o), 4u);
 }
 
@@ -314,6 +322,68 @@ TEST_F(GemmGpuTest, BatchedProductsWithAlphaAndABroadcastWeight) {
   auto refused = LtGemm::Create(*handle_, overlap);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+}
+
+// int8 operands (W stored [n, k]) sum exactly into int32: compared with the host's integer
+// sums, equal, on shapes from one row to many, including sums past 2^24 that fp32 could not
+// hold exactly.
+TEST_F(GemmGpuTest, Int8SumsAreExactInt32) {
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 16},
+                                {7, 12, 20},
+                                {64, 256, 1024},
+                                {3, 4, 4096}}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k);
+    GemmOptions o;
+    o.m = m;
+    o.n = n;
+    o.k = k;
+    o.math = GemmMath::kInt8;
+    o.transpose_w = true;
+    auto gemm = LtGemm::Create(*handle_, o);
+    ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+    std::mt19937 gen(static_cast<unsigned>(m * 131 + k));
+    std::uniform_int_distribution<int> dist(-127, 127);
+    std::vector<int8_t> x(m * k), w(n * k);
+    for (int8_t& v : x) v = static_cast<int8_t>(dist(gen));
+    for (int8_t& v : w) v = static_cast<int8_t>(dist(gen));
+    // The last row of both all 127: a sum of 127^2 * k, past fp32's exact integers at k 4096.
+    for (int64_t i = 0; i < k; ++i) x[(m - 1) * k + i] = w[(n - 1) * k + i] = 127;
+    DeviceBuffer dx = UploadBytes(x.data(), x.size()), dw = UploadBytes(w.data(), w.size()),
+                 dy = Floats(m * n), workspace = Floats(o.workspace_bytes / sizeof(float));
+    const Status run =
+        (*gemm)->Run(dx.data(), dw.data(), nullptr, dy.data(), workspace.data(), stream());
+    ASSERT_TRUE(run.ok()) << run.ToString();
+    std::vector<int32_t> y(m * n);
+    DownloadBytes(dy, y.data(), y.size() * sizeof(int32_t));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        int32_t want = 0;
+        for (int64_t p = 0; p < k; ++p) want += int32_t{x[i * k + p]} * int32_t{w[j * k + p]};
+        ASSERT_EQ(y[i * n + j], want) << "at " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST_F(GemmGpuTest, Int8RefusesWhatItsKernelsCannotTake) {
+  GemmOptions o;
+  o.m = 4;
+  o.n = 8;
+  o.k = 16;
+  o.math = GemmMath::kInt8;
+  o.transpose_w = false;  // W [k, n]: not the "TN" layout
+  EXPECT_EQ(LtGemm::Create(*handle_, o).status().code(), StatusCode::kInvalidArgument);
+  o.transpose_w = true;
+  o.k = 18;  // not a multiple of 4
+  EXPECT_EQ(LtGemm::Create(*handle_, o).status().code(), StatusCode::kInvalidArgument);
+  o.k = 16;
+  o.epilogue = GemmEpilogue::kBiasRelu;  // the scaling pass applies these
+  auto refused = LtGemm::Create(*handle_, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no epilogue"), std::string::npos)
+      << refused.status().message();
+  o.epilogue = GemmEpilogue::kNone;
+  EXPECT_TRUE(LtGemm::Create(*handle_, o).ok());
 }
 
 }  // namespace

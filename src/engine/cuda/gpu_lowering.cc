@@ -689,6 +689,12 @@ StatusOr<GpuLowering> LowerPlan(const Graph& graph, const Plan& plan, const GpuP
         "the plan keeps values in oneDNN's blocked layouts; prepare it with "
         "GpuLoweringPlanOptions() to lower it");
   }
+  if (options.int8_calibration && options.math != GemmMath::kFp32) {
+    return InvalidArgument(
+        "an int8 plan keeps the products int8 cannot take in fp32: its math must be fp32");
+  }
+  if (options.math == GemmMath::kInt8)
+    return InvalidArgument("int8 is asked for by GpuPlanOptions::int8_calibration, not math");
   internal::Lowerer lowerer(graph, plan, options);
   auto lowered = lowerer.Run();
   if (refused) *refused = lowerer.refused();

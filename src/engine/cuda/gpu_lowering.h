@@ -110,6 +110,17 @@ struct GpuPlanOptions {
   // c/groups], and their 16-bit outputs are NHWC for the epilogues. Every fp32 value stays
   // NCHW. false: all NCHW (config gpu_convolution_layout nchw).
   bool channels_last = true;
+  // int8 (config gpu_precision int8; quantize.h has the arithmetic), with `math` kFp32: the
+  // ranges, by value name, that Calibrate measured on the fp32 model. A product with a
+  // constant 2-D weight (MatMul, Gemm, their fused forms) or a convolution with one group
+  // then runs as an int8 GEMM where its input has a range here, its k and n are multiples of
+  // 4 and its activation is not the tanh GELU: the input quantised per tensor (a kQuantize
+  // step, shared by the products reading one value, or im2col quantising as it gathers), the
+  // weight per output column, the int32 sums scaled back to fp32 with the bias and any ReLU
+  // in one pass, the rest as in fp32. Such convolutions leave cuDNN for im2col. Every other
+  // product, and every other operator, stays fp32, the products each named with why in
+  // GpuLowering::fp32_products. Null: no int8.
+  std::shared_ptr<const Calibration> int8_calibration;
 };
 
 // Where a value's bytes are on the device.
@@ -163,17 +174,18 @@ struct GpuStep {
     kJoin,  // the plan's stream waits for every shard stream
     kCopy,  // in[0]'s bytes copied to out (between a shard's device and the plan's)
     // Recurrent operators (recurrent.h), around kGemm steps for their products:
-    kRnnStateIn,   // out [batch, hidden] = direction rnn.dir's initial state in[0], or zeros
-    kRnnStateOut,  // direction rnn.dir's rows of out (Y_h, Y_c) = in[0]
-    kGruReset,     // a GRU without linear-before-reset: z into in[0] (xw), out = r * h
-    kRnnCell,      // one step: h, c updated in place, out (Y, or -1) written at its time
-    kZero,         // out's bytes set to zero (Y before a run with sequence_lens)
-    kLogical,      // And, Or, Xor of bools {a, b}, or Not {a}
-    kGatherNd,     // GatherND {data, indices}
-    kTopK,         // TopK {x}: out is its values (fp32) or its indices (int64)
-    kIntCast,      // Cast among int64, int32 and bool, or fp32 to bool {x}
-    kConv,         // cuDNN's convolution {x, residual or -1} as `conv` says
-    kConvEpilogue  // what a convolution's step left {c, residual or -1}, as `conv_epilogue` says
+    kRnnStateIn,    // out [batch, hidden] = direction rnn.dir's initial state in[0], or zeros
+    kRnnStateOut,   // direction rnn.dir's rows of out (Y_h, Y_c) = in[0]
+    kGruReset,      // a GRU without linear-before-reset: z into in[0] (xw), out = r * h
+    kRnnCell,       // one step: h, c updated in place, out (Y, or -1) written at its time
+    kZero,          // out's bytes set to zero (Y before a run with sequence_lens)
+    kLogical,       // And, Or, Xor of bools {a, b}, or Not {a}
+    kGatherNd,      // GatherND {data, indices}
+    kTopK,          // TopK {x}: out is its values (fp32) or its indices (int64)
+    kIntCast,       // Cast among int64, int32 and bool, or fp32 to bool {x}
+    kConv,          // cuDNN's convolution {x, residual or -1} as `conv` says
+    kConvEpilogue,  // what a convolution's step left {c, residual or -1}, as `conv_epilogue` says
+    kQuantize       // out (int8) = x quantised with the inverse scale in `alpha` (quantize.h)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -199,11 +211,16 @@ struct GpuStep {
   // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
   // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
-  // operands. A kPool whose output is 16-bit is a max pool of 16-bit x of the same type. A constant
-  // GEMM weight and the bias are weight slots (`weight_slots`), not values, because they are stored
-  // transformed; so is a kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1,
-  // 1]). Values past the graph's are the lowering's own temporaries (a transposed operand, a
-  // product before its output transpose).
+  // operands, or int8 columns quantised with the inverse scale in `alpha` when it is int8. A
+  // kGemm whose gemm.math is kInt8 reads int8 x (a kQuantize step's or kIm2Col's), sums into
+  // its int32 `scratch`, then writes out = scales · sums + bias, ReLU'd with `int8_relu`,
+  // its weight slots {w int8 [n, k], bias or -1, scales (fp32, one per column: the input's
+  // scale times the column's)}; its `post` and residual follow as in fp32. A kPool whose output is
+  // 16-bit is a max pool of 16-bit x of the same type. A constant GEMM weight and the bias are
+  // weight slots (`weight_slots`), not values, because they are stored transformed; so is a
+  // kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1, 1]). Values past the
+  // graph's are the lowering's own temporaries (a transposed operand, a product before its output
+  // transpose).
   std::vector<int> in;
   int out = -1;
   GemmOptions gemm;                          // kGemm
@@ -225,8 +242,10 @@ struct GpuStep {
   ScatterReduction scatter = ScatterReduction::kNone;
   // kScatterElements, kScatterNd with ScatterReduction::kNone: an int32 temporary of one
   // slot per output element, where the first pass records the last update naming each
-  // element (so that one writes, as on the CPU); -1 for the others. Live for the step alone.
+  // element (so that one writes, as on the CPU); a kGemm in int8: its int32 sums; -1 for the
+  // others. Live for the step alone.
   int scratch = -1;
+  bool int8_relu = false;                   // kGemm in int8: the scaling pass applies ReLU
   bool exclusive = false, reverse = false;  // kCumSum
   bool upper = true;                        // kTrilu (its k in `start`)
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
@@ -250,7 +269,7 @@ struct GpuStep {
   ReduceOp reduce = ReduceOp::kSum;      // kReduce
   CastSource cast = CastSource::kInt64;  // kCast
   // kUnary, and kGemm's `post`: the activation's parameters (elementwise.h); kPad: the
-  // padding value in alpha.
+  // padding value in alpha; kQuantize and an int8 kIm2Col: the inverse scale in alpha.
   float alpha = 0.f, beta = 0.f;
   PadPlan pad;                 // kPad
   SlicePlan slice;             // kStridedSlice (ONNX Slice)
@@ -303,6 +322,11 @@ struct GpuLowering {
   std::vector<int64_t> shard_arena_bytes;
   std::vector<bool> shard_own_memory;  // per shard: TensorParallelOptions::OwnMemory
   int split_products = 0;              // products split across the shards
+  // int8 (GpuPlanOptions::int8_calibration): the products and convolutions that run in int8,
+  // and those kept fp32, each described with why ("node 'fc' (Gemm): k = 8 and n = 10 must
+  // be multiples of 4 for cuBLASLt's int8 kernels").
+  int int8_products = 0;
+  std::vector<std::string> fp32_products;
   // Per error flag slot (GpuStep::flag), the node whose kernel raises it, described as
   // errors name nodes ("node 'idx' (Gather)"): a run that finds a slot raised names it.
   std::vector<std::string> flag_nodes;

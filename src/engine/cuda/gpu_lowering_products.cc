@@ -12,6 +12,7 @@
 
 #include "core/data_type.h"
 #include "engine/cuda/internal/gpu_lowering_impl.h"
+#include "engine/cuda/quantize.h"
 #include "engine/internal/op_util.h"
 
 namespace shoal::engine::cuda::internal {
@@ -145,7 +146,30 @@ Status Lowerer::LowerProduct(int n) {
   }
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
   const TensorParallelOptions& tp = options_.tensor_parallel;
-  if (tp.shards > 1 && g.n >= std::max<int64_t>(tp.min_columns, 2)) {
+  const bool split = tp.shards > 1 && g.n >= std::max<int64_t>(tp.min_columns, 2);
+  if (options_.int8_calibration) {
+    std::string why;
+    float inv_scale = 0;
+    if (split) {
+      why = "it is split across tensor-parallel shards";
+    } else if (g.epilogue == GemmEpilogue::kBiasGelu) {
+      why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
+    } else if (g.k % 4 != 0 || g.n % 4 != 0) {
+      why = "k = " + std::to_string(g.k) + " and n = " + std::to_string(g.n) +
+            " must be multiples of 4 for cuBLASLt's int8 kernels";
+    } else {
+      inv_scale = Int8InverseScale(a, &why);
+    }
+    if (inv_scale > 0) {
+      step.in[0] = Int8Operand(n, a, inv_scale);
+      // (A ReLU's zeros bias is left out: the scaling pass adds none.)
+      AddInt8Gemm(std::move(step), w_data, g.transpose_w, w_key, bias ? &*b_data : nullptr, b_key,
+                  inv_scale, node.outputs[0]);
+      return Status::Ok();
+    }
+    KeptFp32(n, why);
+  }
+  if (split) {
     return LowerSplitProduct(n, std::move(step), GemmOperand(n, a), w_data, w_key,
                              b_data ? &*b_data : nullptr, b_key);
   }
@@ -406,6 +430,7 @@ Status Lowerer::LowerBatchedProduct(int n) {
   out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, g.workspace_bytes);
   step.in[0] = GemmOperand(n, a);
   step.in[1] = GemmOperand(n, b);
+  KeptFp32(n, "int8 takes a constant 2-D weight, read without a transposed view");
   if (c_perm.empty()) {
     step.out = y;
     out_.steps.push_back(std::move(step));
@@ -528,12 +553,28 @@ Status Lowerer::LowerConv(int n) {
   const bool residual = node.has_input(3);
   if (residual && ShapeOf(node.inputs[3]) != ys)
     return Fail(n, "the residual must have the output's shape");
+  // int8 (GpuPlanOptions::int8_calibration): im2col quantising, an int8 GEMM.
+  float int8_scale = 0;  // the input's inverse scale; 0: not int8
+  if (options_.int8_calibration) {
+    std::string why;
+    if (groups != 1) {
+      why = std::to_string(groups) + " groups (int8 takes one)";
+    } else if (kg % 4 != 0 || mg % 4 != 0) {
+      why = "k = c*kh*kw = " + std::to_string(kg) + " and its " + std::to_string(mg) +
+            " output channels must be multiples of 4 for cuBLASLt's int8 kernels";
+    } else if (act == "GeluTanh") {
+      why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
+    } else {
+      int8_scale = Int8InverseScale(x, &why);
+    }
+    if (int8_scale == 0) KeptFp32(n, why);
+  }
   // What the convolution's step does itself; the steps after do the rest.
   bool bias_done = !bias, act_done = act.empty(), residual_done = !residual,
        post_done = post_act.empty();
   bool on_cudnn = false;
   int half_out = -1;  // a 16-bit cuDNN output, which the epilogue casts into y
-  if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh") {
+  if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh" && int8_scale == 0) {
     CudnnConvOptions c;
     c.window = g;
     c.m = ws[0];
@@ -568,8 +609,12 @@ Status Lowerer::LowerConv(int n) {
     // im2col.
     GpuStep cols = NewStep(GpuStep::Kind::kIm2Col, n);
     cols.in = {x};
-    // In mixed precision the columns are the GEMM's 16-bit operand, rounded as they are made.
-    cols.out = NewTemp({groups, rows, kg}, Mixed() ? OperandDtype() : DataType::kFp32);
+    // In mixed precision the columns are the GEMM's 16-bit operand, rounded as they are made;
+    // in int8, quantised.
+    cols.out = NewTemp({groups, rows, kg}, int8_scale > 0 ? DataType::kInt8
+                                           : Mixed()      ? OperandDtype()
+                                                          : DataType::kFp32);
+    cols.alpha = int8_scale;
     cols.window = g;
     out_.steps.push_back(cols);
     // The GEMMs: [rows, kg] x [mg, kg]^T per group.
@@ -587,7 +632,7 @@ Status Lowerer::LowerConv(int n) {
       o.w_batch_stride = mg * kg;
       o.y_batch_stride = rows * mg;
     }
-    gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w), -1};
+    gemm.weight_slots = {-1, -1};
     act_done = groups == 1 || act.empty();
     bias_done = groups == 1 || !bias;
     if (groups == 1) {
@@ -603,16 +648,21 @@ Status Lowerer::LowerConv(int n) {
           gemm.beta = act_beta;
         }
       }
-      if (o.epilogue != GemmEpilogue::kNone) {
-        gemm.weight_slots[1] =
-            AddBlob(bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]),
-                    bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]}));
-      }
     }
-    gemm.out = NewTemp({groups, xs[0], g.oh, g.ow, mg});
+    const std::string b_key = bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]);
+    const Tensor b_data = bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]});
+    const bool with_bias = o.epilogue != GemmEpilogue::kNone;
+    const int product = NewTemp({groups, xs[0], g.oh, g.ow, mg});
     out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, o.workspace_bytes);
-    const int product = gemm.out;
-    out_.steps.push_back(std::move(gemm));
+    if (int8_scale > 0) {
+      AddInt8Gemm(std::move(gemm), *w, true, KeyOf(node.inputs[1]),
+                  with_bias && bias ? &b_data : nullptr, b_key, int8_scale, product);
+    } else {
+      gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w),
+                           with_bias ? AddBlob(b_key, b_data) : -1};
+      gemm.out = product;
+      out_.steps.push_back(std::move(gemm));
+    }
     // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
     auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
     if (!plan.ok()) return Fail(n, plan.status().message());
@@ -804,6 +854,65 @@ Status Lowerer::LowerConvTranspose(int n) {
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
+}
+
+float Lowerer::Int8InverseScale(int v, std::string* why) const {
+  const Calibration& ranges = *options_.int8_calibration;
+  // The value's own range, or, for a view, its owner's (the same numbers).
+  auto it = ranges.find(graph_.values[v].name);
+  if (it == ranges.end() && Owner(v) != v) it = ranges.find(graph_.values[Owner(v)].name);
+  if (it == ranges.end()) {
+    *why = "its input '" + graph_.values[v].name + "' has no calibrated range";
+    return 0;
+  }
+  const float scale = SymmetricScale(it->second.min, it->second.max);
+  if (scale == 0) {
+    *why = "its input '" + graph_.values[v].name + "' ranged over [" +
+           std::to_string(it->second.min) + ", " + std::to_string(it->second.max) +
+           "] in calibration, which gives no int8 scale";
+    return 0;
+  }
+  return 1.f / scale;
+}
+
+int Lowerer::Int8Operand(int n, int v, float inv_scale) {
+  // As GemmOperand's roundings: every writer of v runs before its first reader, and the
+  // int8 copy is a temporary only this step writes.
+  if (auto it = quantized_.find(v); it != quantized_.end()) return it->second;
+  const Shape shape = ShapeOf(v);  // a copy: NewTemp may move the shapes
+  GpuStep step = NewStep(GpuStep::Kind::kQuantize, n);
+  step.in = {v};
+  step.out = NewTemp(shape, DataType::kInt8);
+  step.alpha = inv_scale;
+  out_.steps.push_back(step);
+  quantized_[v] = step.out;
+  return step.out;
+}
+
+void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
+                          const Tensor* bias, const std::string& b_key, float inv_scale, int out) {
+  GemmOptions& g = step.gemm;
+  step.int8_relu = g.epilogue == GemmEpilogue::kRelu || g.epilogue == GemmEpilogue::kBiasRelu;
+  QuantizedWeight q = QuantizeWeightColumns(w, transposed);
+  // Each column's scale times the input's: one multiplication per output in the pass after.
+  Tensor scales = Tensor::Allocate(DataType::kFp32, {g.n});
+  auto dst = scales.mutable_values<float>();
+  const float sx = 1.f / inv_scale;
+  for (int64_t j = 0; j < g.n; ++j) dst[j] = sx * q.scales[static_cast<size_t>(j)];
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "%a", static_cast<double>(inv_scale));
+  g.math = GemmMath::kInt8;
+  g.transpose_w = true;
+  g.epilogue = GemmEpilogue::kNone;
+  g.fp32_output = false;
+  g.alpha = 1.f;
+  step.weight_slots = {AddBlob(w_key + "~int8", std::move(q.values)),
+                       bias ? AddBlob(b_key, *bias) : -1,
+                       AddBlob(w_key + "~int8 scales/" + hex, std::move(scales))};
+  step.scratch = NewTemp({g.batch * g.m * g.n}, DataType::kInt32);
+  step.out = out;
+  ++out_.int8_products;
+  out_.steps.push_back(std::move(step));
 }
 
 }  // namespace shoal::engine::cuda::internal

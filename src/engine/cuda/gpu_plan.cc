@@ -14,6 +14,7 @@
 #include "core/data_type.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/normalization.h"
+#include "engine/cuda/quantize.h"
 #include "engine/internal/op_util.h"
 #include "engine/memory_planner.h"
 
@@ -516,7 +517,20 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       // Shards' products run concurrently: each has its own workspace.
       void* workspace =
           s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data() : workspace_.data();
-      RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
+      if (s.gemm.math == GemmMath::kInt8) {
+        // int32 sums into the scratch, then scaled back with the bias and any ReLU.
+        if (s.scratch < 0 || s.weight_slots.size() < 3 || s.weight_slots[2] < 0)
+          return Internal("step " + std::to_string(i) + ": an int8 product needs its sums' " +
+                          "scratch and its scales");
+        auto* sums = static_cast<int32_t*>(Address(s.scratch));
+        RETURN_IF_ERROR(gemms_[i]->Run(Address(s.in[0]), b, nullptr, sums, workspace, stream));
+        RETURN_IF_ERROR(DequantizeInt8(sums,
+                                       reinterpret_cast<const float*>(Blob(s.weight_slots[2])),
+                                       static_cast<const float*>(bias), y, s.gemm.batch * s.gemm.m,
+                                       s.gemm.n, s.int8_relu, stream));
+      } else {
+        RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
+      }
       const int64_t n = Product(lowering_.shapes[s.out]);
       // The rounding, if any, is of the activation's result (the lowering gives a product
       // with a residual none).
@@ -554,6 +568,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kReduce:
       return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream, half, half_type);
     case GpuStep::Kind::kIm2Col:
+      if (lowering_.dtypes[s.out] == DataType::kInt8)
+        return Im2ColInt8(in(0), static_cast<int8_t*>(Address(s.out)), s.window, s.alpha, stream);
       if (lowering_.dtypes[s.out] != DataType::kFp32)
         return Im2ColHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out), s.window, stream);
       return Im2Col(in(0), y, s.window, stream);
@@ -616,6 +632,9 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                              stream, s.channels_last ? shape[1] : 0,
                              s.channels_last ? shape[2] * shape[3] : 0);
     }
+    case GpuStep::Kind::kQuantize:
+      return QuantizeInt8(in(0), static_cast<int8_t*>(Address(s.out)), Elements(s.out), s.alpha,
+                          stream);
     case GpuStep::Kind::kRoiAlign:
       return RoiAlign(in(0), in(1), static_cast<const int64_t*>(Address(s.in[2])), y, s.roi,
                       error_flag_.as<int32_t>() + s.flag, stream);

@@ -17,6 +17,7 @@
 #include "core/bf16.h"
 #include "core/fp16.h"
 #include "engine/cuda/gpu_plan_test_util.h"
+#include "engine/cuda/quantize.h"
 #include "engine/cuda/test_util.h"
 #include "engine/model.h"
 #include "engine/plan.h"
@@ -60,8 +61,13 @@ class GpuPlanTest : public GpuTest {
     options.tensor_parallel = tp;
     options.conv = conv_;
     options.channels_last = channels_last_;
+    options.int8_calibration = int8_;
     auto lowered = LowerPlan(p.model->graph(), *p.plan, options);
     ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    if (int8_) {
+      // A test of int8 plans that ran no int8 product would prove nothing.
+      EXPECT_GT(lowered->int8_products, 0);
+    }
     if (conv_ == ConvEngine::kCudnn) {
       // A test of cuDNN's plans that ran none would prove nothing.
       EXPECT_TRUE(std::any_of(lowered->steps.begin(), lowered->steps.end(),
@@ -134,8 +140,9 @@ class GpuPlanTest : public GpuTest {
 
   std::unique_ptr<LtHandle> handle_;
   std::optional<Stream> run_stream_;
-  ConvEngine conv_ = ConvEngine::kIm2Col;  // how ExpectGpuMatchesCpu's plans convolve
-  bool channels_last_ = true;              // GpuPlanOptions::channels_last
+  ConvEngine conv_ = ConvEngine::kIm2Col;    // how ExpectGpuMatchesCpu's plans convolve
+  bool channels_last_ = true;                // GpuPlanOptions::channels_last
+  std::shared_ptr<const Calibration> int8_;  // GpuPlanOptions::int8_calibration
 };
 
 TEST_F(GpuPlanTest, TheRecommenderMatchesTheCpuEngine) {
@@ -352,6 +359,65 @@ TEST_F(GpuPlanTest, MixedPrecisionPlansStayWithinTheirTypesRounding) {
         ExpectGpuMatchesCpu(act, {{Random({4, 8}, 108)}}, math, tolerance);
       }
     }
+  }
+}
+
+// int8 plans: each int8 product is the host reference of quantize.h on the plan's own
+// weights and scales (up to the device's fused multiply-add), and whole models stay within
+// int8's rounding of the CPU engine's fp32, with convolutions on im2col and beside cuDNN.
+TEST_F(GpuPlanTest, Int8PlansMatchTheirHostReferenceAndStayNearFp32) {
+  Prepared two = Prepare(Model::FromGraph(TwoProductsOfOneInputGraph()), {{4, 8}});
+  ASSERT_TRUE(two.plan);
+  GpuPlanOptions options;
+  options.int8_calibration = RandomInputRanges(*two.model, "x", {4, 8}, -2.f, 3.f);
+  auto lowered = LowerPlan(two.model->graph(), *two.plan, options);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  const GpuLowering l = *lowered;
+  auto plan = GpuPlan::Create(std::move(lowered).value(), *handle_, *run_stream_);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Tensor x = Random({4, 8}, 905, -2.5f, 3.5f);  // past the calibrated range: clamps
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*plan)->Run({&x}, *run_stream_, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  const std::vector<float> xv(x.values<float>().begin(), x.values<float>().end());
+  float inv_sx = 0;
+  for (const GpuStep& s : l.steps)
+    if (s.kind == GpuStep::Kind::kQuantize) inv_sx = s.alpha;
+  int checked = 0;
+  for (const GpuStep& g : l.steps) {
+    if (g.kind != GpuStep::Kind::kGemm) continue;
+    ASSERT_EQ(g.gemm.math, GemmMath::kInt8);
+    QuantizedWeight w;
+    w.values = l.blobs[g.weight_slots[0]].data;
+    const auto sv = l.blobs[g.weight_slots[2]].data.values<float>();
+    const float* bias =
+        g.weight_slots[1] >= 0 ? l.blobs[g.weight_slots[1]].data.values<float>().data() : nullptr;
+    const std::vector<float> want =
+        Int8ProductReference(xv, g.gemm.m, g.gemm.k, inv_sx, w,
+                             std::vector<float>(sv.begin(), sv.end()), bias, g.int8_relu);
+    const auto got = out[g.gemm.n == 16 ? 0 : 1].values<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::fabs(want[i]))) << "at " << i;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+
+  Prepared rec = Prepare(Model::Load(Example("recommender")), {{8, 64}});
+  ASSERT_TRUE(rec.plan);
+  int8_ = RandomInputRanges(*rec.model, rec.model->inputs()[0].name, {8, 64}, -1.f, 1.f);
+  ExpectGpuMatchesCpu(rec, {{Random({8, 64}, 901)}, {Random({8, 64}, 106)}}, GemmMath::kFp32, 0.1f);
+  for (ConvEngine conv : {ConvEngine::kIm2Col, ConvEngine::kCudnn}) {
+    SCOPED_TRACE(conv == ConvEngine::kCudnn ? "beside cuDNN" : "im2col");
+    conv_ = conv;
+    Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{3, 3, 32, 32}});
+    ASSERT_TRUE(ic.plan);
+    int8_ = RandomInputRanges(*ic.model, ic.model->inputs()[0].name, {3, 3, 32, 32}, 0.f, 1.f);
+    ExpectGpuMatchesCpu(ic, {{Random({3, 3, 32, 32}, 902, 0.f, 1.f)}}, GemmMath::kFp32, 0.1f);
+    Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
+    ASSERT_TRUE(block.plan);
+    int8_ = RandomInputRanges(*block.model, "x", {2, 3, 8, 8}, -1.f, 1.f);
+    ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 903, -1.f, 1.f)}}, GemmMath::kFp32, 0.1f);
   }
 }
 

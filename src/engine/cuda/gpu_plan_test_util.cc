@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/cuda/gpu_lowering.h"
+#include "engine/precision.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -336,5 +337,26 @@ Graph TriluGraph() {
 }
 
 const std::vector<Shape> kTriluShapes = {{2, 3, 4}, {3, 3}};
+
+Graph TwoProductsOfOneInputGraph() {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 8});
+  const int w1 = b.Constant("w1", Random({8, 16}, 71));
+  const int b1 = b.Constant("b1", Random({16}, 72));
+  const int w2 = b.Constant("w2", Random({12, 8}, 73));
+  const int y1 = b.Op("Relu", "y1", {b.Op("Add", "xw1b", {b.Op("MatMul", "xw1", {x, w1}), b1})});
+  const int y2 = b.Op("Gemm", "y2", {x, w2}, {{"transB", AInt(1)}});
+  return b.Finish(std::vector<int>{y1, y2});
+}
+
+std::shared_ptr<const Calibration> RandomInputRanges(const Model& model, const std::string& name,
+                                                     const Shape& shape, float lo, float hi) {
+  std::vector<std::vector<NamedTensor>> batches;
+  for (uint32_t seed = 901; seed <= 904; ++seed)
+    batches.push_back({{name, Random(shape, seed, lo, hi)}});
+  auto ranges = Calibrate(model, batches);
+  EXPECT_TRUE(ranges.ok()) << ranges.status().ToString();
+  return std::make_shared<const Calibration>(ranges.ok() ? *ranges : Calibration{});
+}
 
 }  // namespace shoal::engine::cuda

@@ -135,4 +135,14 @@ extern const std::vector<Shape> kCumSumShapes;
 Graph TriluGraph();
 extern const std::vector<Shape> kTriluShapes;
 
+// x [4, 8] read by two products: relu(x·w1 + b1) [4, 16] (w1 [8, 16], Random seed 71, b1
+// seed 72) and x·w2ᵀ [4, 12] (Gemm with transB, w2 [12, 8], seed 73): both int8 products
+// reading one quantisation of x.
+Graph TwoProductsOfOneInputGraph();
+
+// The ranges (int8 calibration) of every value of `model` over four batches of its one
+// input, `name` of `shape`, uniform in [lo, hi] (seeds 901 to 904).
+std::shared_ptr<const Calibration> RandomInputRanges(const Model& model, const std::string& name,
+                                                     const Shape& shape, float lo, float hi);
+
 }  // namespace shoal::engine::cuda

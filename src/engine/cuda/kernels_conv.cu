@@ -12,25 +12,29 @@
 namespace shoal::engine::cuda::internal {
 namespace {
 
-// The value stored for v in a column of type T.
+// The value stored for v in a column of type T; inv_scale is int8's alone (quantize.h).
 template <typename T>
-__device__ T ColumnValue(float v);
+__device__ T ColumnValue(float v, float inv_scale = 1.f);
 template <>
-__device__ float ColumnValue<float>(float v) {
+__device__ float ColumnValue<float>(float v, float) {
   return v;
 }
 template <>
-__device__ __half ColumnValue<__half>(float v) {
+__device__ __half ColumnValue<__half>(float v, float) {
   return __float2half_rn(v);
 }
 template <>
-__device__ __nv_bfloat16 ColumnValue<__nv_bfloat16>(float v) {
+__device__ __nv_bfloat16 ColumnValue<__nv_bfloat16>(float v, float) {
   return __float2bfloat16_rn(v);
+}
+template <>
+__device__ int8_t ColumnValue<int8_t>(float v, float inv_scale) {
+  return QuantizeS8(v, inv_scale);
 }
 
 template <typename T>
 __global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window2d g,
-                       int64_t total) {
+                       int64_t total, float inv_scale = 1.f) {
   const int64_t cg = g.c / g.groups;
   const int64_t kg = cg * g.kh * g.kw;
   const int64_t rows = g.n * g.oh * g.ow;
@@ -49,7 +53,8 @@ __global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window
     const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
     cols[i] = ColumnValue<T>(iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
                                  ? x[((b * g.c + c) * g.h + iy) * g.w + ix]
-                                 : 0.f);
+                                 : 0.f,
+                             inv_scale);
   }
 }
 
@@ -174,6 +179,15 @@ cudaError_t LaunchIm2ColHalf(HalfKernel to, const float* x, void* cols, const Wi
     Im2Col<__nv_bfloat16>
         <<<BlocksFor(total), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(cols), g, total);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchIm2ColInt8(const float* x, int8_t* cols, const Window2d& g, float inv_scale,
+                             cudaStream_t stream) {
+  const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();
+  Im2Col<int8_t><<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total, inv_scale);
   return cudaGetLastError();
 }
 

@@ -37,4 +37,10 @@ __device__ __forceinline__ void StoreRounded(int half, void* h, int64_t i, float
   }
 }
 
+// v * inv_scale rounded half to even into [-127, 127]; a NaN becomes -127 (fmaxf first),
+// as quantize.h's QuantizeValue computes it on the host.
+__device__ __forceinline__ int8_t QuantizeS8(float v, float inv_scale) {
+  return static_cast<int8_t>(__float2int_rn(fminf(fmaxf(v * inv_scale, -127.f), 127.f)));
+}
+
 }  // namespace shoal::engine::cuda::internal

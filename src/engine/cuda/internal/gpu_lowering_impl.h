@@ -127,6 +127,22 @@ class Lowerer {
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
+  // int8 (GpuPlanOptions::int8_calibration): the inverse scale value v is quantised with,
+  // or 0 with *why saying why it cannot be (no range, a range of zeros).
+  float Int8InverseScale(int v, std::string* why) const;
+  // Value v quantised to int8 for node n's product: a kQuantize step's temporary, made at
+  // v's first such read and shared by the later ones (v has one scale).
+  int Int8Operand(int n, int v, float inv_scale);
+  // Node n's product, kept fp32 in an int8 plan, and why (GpuLowering::fp32_products).
+  void KeptFp32(int n, const std::string& why) {
+    if (options_.int8_calibration) out_.fp32_products.push_back(graph_.Describe(n) + ": " + why);
+  }
+  // Turns `step`, a node's kGemm (m, n, k and batch set, its epilogue kNone, kBias, kRelu or
+  // kBiasRelu, x already int8 in in[0]), into an int8 product of `w` (fp32, stored [k, n],
+  // or [n, k] with `transposed`; keyed `w_key`) with the bias `bias` (n values, keyed
+  // `b_key`, or null) and the input's inverse scale `inv_scale`, and adds it, writing `out`.
+  void AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
+                   const Tensor* bias, const std::string& b_key, float inv_scale, int out);
 
   Status Fail(int n, std::string_view why) const {
     return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
@@ -260,7 +276,8 @@ class Lowerer {
   GpuLowering out_;
   std::vector<int> alias_of_;  // per value: the value whose bytes it views, else -1
   std::map<int, int64_t> known_slots_;
-  std::map<int, int> rounded_;  // GemmOperand: value -> its 16-bit temporary
+  std::map<int, int> rounded_;    // GemmOperand: value -> its 16-bit temporary
+  std::map<int, int> quantized_;  // Int8Operand: value -> its int8 temporary
   // Tensor parallelism: the values in a shard's own arena, each {shard, offset}.
   std::map<int, std::pair<int, int64_t>> shard_values_;
   std::vector<int> refused_;  // refused()

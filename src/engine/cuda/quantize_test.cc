@@ -1,0 +1,220 @@
+#include "engine/cuda/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/conv.h"
+#include "engine/cuda/test_util.h"
+
+namespace shoal::engine::cuda {
+namespace {
+
+std::vector<float> Random(size_t n, unsigned seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+TEST(QuantizeTest, TheScaleCoversTheLargerEndOfTheRange) {
+  EXPECT_FLOAT_EQ(SymmetricScale(-2.f, 1.f), 2.f / 127.f);
+  EXPECT_FLOAT_EQ(SymmetricScale(0.f, 6.35f), 6.35f / 127.f);
+  // Nothing to quantise with.
+  EXPECT_EQ(SymmetricScale(0.f, 0.f), 0.f);
+  EXPECT_EQ(SymmetricScale(-INFINITY, 1.f), 0.f);
+  EXPECT_EQ(SymmetricScale(std::nanf(""), 1.f), 0.f);
+  // So small its inverse is not finite.
+  EXPECT_EQ(SymmetricScale(0.f, std::numeric_limits<float>::denorm_min()), 0.f);
+}
+
+TEST(QuantizeTest, ValuesRoundHalfToEvenAndClampSymmetrically) {
+  EXPECT_EQ(QuantizeValue(0.5f, 1.f), 0);
+  EXPECT_EQ(QuantizeValue(1.5f, 1.f), 2);
+  EXPECT_EQ(QuantizeValue(-2.5f, 1.f), -2);
+  EXPECT_EQ(QuantizeValue(0.26f, 10.f), 3);
+  EXPECT_EQ(QuantizeValue(1000.f, 1.f), 127);
+  EXPECT_EQ(QuantizeValue(-1000.f, 1.f), -127);  // never -128: the range is symmetric
+  EXPECT_EQ(QuantizeValue(std::nanf(""), 1.f), -127);
+  EXPECT_EQ(QuantizeValue(INFINITY, 1.f), 127);
+}
+
+TEST(QuantizeTest, WeightsQuantisePerOutputColumnInEitherLayout) {
+  // W [k = 3, n = 4]: column 1 all zeros, column 3 with its largest magnitude negative.
+  const std::vector<float> kn = {0.5f,   0.f, -1.f,  2.f,   //
+                                 -0.25f, 0.f, 0.5f,  -4.f,  //
+                                 1.f,    0.f, 0.25f, 1.f};
+  std::vector<float> nk(12);
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < 4; ++j) nk[j * 3 + k] = kn[k * 4 + j];
+  const QuantizedWeight a =
+      QuantizeWeightColumns(Tensor::FromVector(DataType::kFp32, {3, 4}, kn), false);
+  const QuantizedWeight b =
+      QuantizeWeightColumns(Tensor::FromVector(DataType::kFp32, {4, 3}, nk), true);
+  ASSERT_EQ(a.values.shape(), (Shape{4, 3}));
+  ASSERT_EQ(b.values.shape(), (Shape{4, 3}));
+  const auto av = a.values.values<int8_t>(), bv = b.values.values<int8_t>();
+  EXPECT_EQ(std::vector<int8_t>(av.begin(), av.end()), std::vector<int8_t>(bv.begin(), bv.end()));
+  EXPECT_EQ(a.scales, b.scales);
+  EXPECT_FLOAT_EQ(a.scales[0], 1.f / 127.f);
+  EXPECT_EQ(a.scales[1], 1.f);  // a column of zeros
+  EXPECT_FLOAT_EQ(a.scales[3], 4.f / 127.f);
+  // Column 0: 0.5, -0.25, 1 over 1/127; column 3: 2, -4, 1 over 4/127.
+  EXPECT_EQ(av[0], 64);  // 63.5 to even
+  EXPECT_EQ(av[1], -32);
+  EXPECT_EQ(av[2], 127);
+  for (int i = 3; i < 6; ++i) EXPECT_EQ(av[i], 0);
+  EXPECT_EQ(av[9], 64);  // 63.5
+  EXPECT_EQ(av[10], -127);
+  EXPECT_EQ(av[11], 32);  // 31.75
+}
+
+TEST(QuantizeTest, AConvolutionsWeightIsItsOutputChannelsByTheRest) {
+  // [m = 2, c = 2, kh = 1, kw = 2]: each output channel's four values one row.
+  const std::vector<float> w = {1, 2, 3, 4, -8, 0, 0, 2};
+  const QuantizedWeight q =
+      QuantizeWeightColumns(Tensor::FromVector(DataType::kFp32, {2, 2, 1, 2}, w), true);
+  ASSERT_EQ(q.values.shape(), (Shape{2, 4}));
+  const auto v = q.values.values<int8_t>();
+  EXPECT_EQ(std::vector<int8_t>(v.begin(), v.end()),
+            (std::vector<int8_t>{32, 64, 95, 127, -127, 0, 0, 32}));
+}
+
+// The int8 product stays within the error its roundings allow of the fp32 product: each
+// term x·w is off by at most |x|·(sw/2) + |w|·(sx/2) + (sx/2)·(sw/2).
+TEST(QuantizeTest, TheProductStaysWithinItsRoundingOfFp32) {
+  const int64_t m = 5, n = 8, k = 64;
+  const std::vector<float> x = Random(m * k, 1, -3.f, 3.f), w = Random(k * n, 2),
+                           bias = Random(n, 3);
+  const float sx = SymmetricScale(-3.f, 3.f);
+  const QuantizedWeight q =
+      QuantizeWeightColumns(Tensor::FromVector(DataType::kFp32, {k, n}, w), false);
+  std::vector<float> scale(n);
+  for (int64_t j = 0; j < n; ++j) scale[j] = sx * q.scales[j];
+  for (bool relu : {false, true}) {
+    const std::vector<float> y =
+        Int8ProductReference(x, m, k, 1.f / sx, q, scale, bias.data(), relu);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = bias[j], bound = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double xv = x[i * k + p], wv = w[p * n + j];
+          exact += xv * wv;
+          bound += std::fabs(xv) * q.scales[j] / 2 + std::fabs(wv) * sx / 2 + sx * q.scales[j] / 4;
+        }
+        if (relu) exact = std::max(exact, 0.0);
+        EXPECT_NEAR(y[i * n + j], exact, bound * 1.001 + 1e-5) << i << "," << j;
+      }
+    }
+  }
+  // Rounding shows: some element differs from fp32's by more than fp32's own error.
+  const std::vector<float> y = Int8ProductReference(x, m, k, 1.f / sx, q, scale, nullptr, false);
+  double largest = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0;
+      for (int64_t p = 0; p < k; ++p) exact += double{x[i * k + p]} * w[p * n + j];
+      largest = std::max(largest, std::fabs(y[i * n + j] - exact));
+    }
+  EXPECT_GT(largest, 1e-4);
+}
+
+TEST(QuantizeTest, LaunchersRefuseBadScalesAndSizesBeforeTouchingTheDevice) {
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, 0.f, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, INFINITY, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, -1, 1.f, nullptr).code(), StatusCode::kInvalidArgument);
+  Window2d g;
+  g.n = 1;
+  g.c = 3;
+  g.h = g.w = 4;
+  g.oh = g.ow = 4;
+  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, std::nanf(""), nullptr).code(),
+            StatusCode::kInvalidArgument);
+  g.groups = 2;  // does not divide 3 channels
+  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, 1.f, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DequantizeInt8(nullptr, nullptr, nullptr, nullptr, 2, 3, false, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(DequantizeInt8(nullptr, nullptr, nullptr, nullptr, -1, 3, false, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+class QuantizeGpuTest : public GpuTest {};
+
+TEST_F(QuantizeGpuTest, QuantisingMatchesTheHostBitForBit) {
+  std::vector<float> x = Random(10000, 4, -2.f, 2.f);
+  // Halves, the clamp, NaN and infinities among them.
+  for (float v : {0.5f, 1.5f, -2.5f, 126.5f, -127.5f, 1e9f, -1e9f, std::nanf(""), INFINITY})
+    x.push_back(v / 50.f);  // the inverse scale below is 50
+  DeviceBuffer dx = Upload(x);
+  auto dq = DeviceBuffer::Allocate(x.size());
+  ASSERT_TRUE(dq.ok());
+  ASSERT_TRUE(
+      QuantizeInt8(dx.as<float>(), dq->as<int8_t>(), static_cast<int64_t>(x.size()), 50.f, stream())
+          .ok());
+  std::vector<int8_t> q(x.size());
+  DownloadBytes(*dq, q.data(), q.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(q[i], QuantizeValue(x[i], 50.f)) << "at " << i;
+}
+
+TEST_F(QuantizeGpuTest, Im2ColQuantisesTheColumnsItGathers) {
+  Window2d g;
+  g.n = 2;
+  g.c = 4;
+  g.h = 5;
+  g.w = 6;
+  g.kh = g.kw = 3;
+  g.sh = 2;
+  g.ph = g.pw = g.ph_end = g.pw_end = 1;
+  g.oh = (g.h + 2 - 3) / 2 + 1;
+  g.ow = g.w;
+  const std::vector<float> x = Random(g.n * g.c * g.h * g.w, 5, -4.f, 4.f);
+  const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
+  DeviceBuffer dx = Upload(x), fp32 = Floats(total);
+  auto dq = DeviceBuffer::Allocate(total);
+  ASSERT_TRUE(dq.ok());
+  // The fp32 columns (conv_test checks them against the reference), each quantised.
+  ASSERT_TRUE(Im2Col(dx.as<float>(), fp32.as<float>(), g, stream()).ok());
+  ASSERT_TRUE(Im2ColInt8(dx.as<float>(), dq->as<int8_t>(), g, 127.f / 4.f, stream()).ok());
+  const std::vector<float> cols = Download(fp32, total);
+  std::vector<int8_t> q(total);
+  DownloadBytes(*dq, q.data(), q.size());
+  for (int64_t i = 0; i < total; ++i)
+    ASSERT_EQ(q[i], QuantizeValue(cols[i], 127.f / 4.f)) << "at " << i;
+}
+
+TEST_F(QuantizeGpuTest, DequantisingScalesEachColumnAddsItsBiasAndAppliesReLU) {
+  const int64_t rows = 33, n = 12;
+  std::vector<int32_t> acc(rows * n);
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = static_cast<int32_t>(i * 7919 % 20001) - 10000;
+  const std::vector<float> scale = Random(n, 6, 0.001f, 0.01f), bias = Random(n, 7);
+  DeviceBuffer da = UploadBytes(acc.data(), acc.size() * 4), ds = Upload(scale), db = Upload(bias),
+               dy = Floats(rows * n);
+  for (bool with_bias : {false, true}) {
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "bias " << with_bias << " relu " << relu);
+      ASSERT_TRUE(DequantizeInt8(da.as<int32_t>(), ds.as<float>(),
+                                 with_bias ? db.as<float>() : nullptr, dy.as<float>(), rows, n,
+                                 relu, stream())
+                      .ok());
+      const std::vector<float> y = Download(dy, rows * n);
+      for (int64_t i = 0; i < rows * n; ++i) {
+        const double product = double{static_cast<float>(acc[i])} * scale[i % n];
+        double want = product + (with_bias ? bias[i % n] : 0.f);
+        if (relu && want < 0) want = 0;
+        // The device may fuse the multiply and the add: within fp32's rounding of each.
+        ASSERT_NEAR(y[i], want, 1e-6 * (std::fabs(product) + std::fabs(bias[i % n])) + 1e-12)
+            << "at " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shoal::engine::cuda
