@@ -222,6 +222,15 @@ class GpuInstance : public BackendInstance {
       options.channels_last = false;
       created = again();
     }
+    if (!created.ok() && options.int8_calibration && cannot_plan(created.status()) &&
+        created.status().message().find(" int8 GEMM") != std::string::npos) {
+      // An int8 product cuBLASLt has no kernel for on this device: the plan in fp32 (the
+      // lowering's int8_min_rows keeps the shapes known to lack one out already).
+      spdlog::warn("GPU {}: a plan's products run fp32, not int8: {}", gpu_,
+                   created.status().ToString());
+      options.int8_calibration = nullptr;
+      created = again();
+    }
     if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
         cannot_plan(created.status())) {
       // gpu_convolution "auto": a convolution cuDNN cannot plan on this device keeps the

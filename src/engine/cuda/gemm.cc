@@ -100,19 +100,28 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
                            std::to_string(options.m * options.n) + "); was " +
                            std::to_string(options.y_batch_stride));
   }
-  if (options.fp32_output && options.math != GemmMath::kFp16 && options.math != GemmMath::kBf16)
-    return InvalidArgument("fp32_output is for fp16 or bf16 operands; this GEMM's are fp32");
+  if (options.fp32_output && options.math != GemmMath::kFp16 && options.math != GemmMath::kBf16) {
+    return InvalidArgument(
+        std::string("fp32_output is for fp16 or bf16 operands; this GEMM's are ") +
+        MathName(options.math));
+  }
   const bool int8 = options.math == GemmMath::kInt8;
   if (int8) {
     // cuBLASLt's int8 kernels on the plain (not COL32) layouts: A transposed and B not ("TN",
     // here W stored [n, k]), leading dimensions multiples of 4, int32 out with no epilogue.
-    if (!options.transpose_w || options.k % 4 != 0 || options.n % 4 != 0 ||
-        options.epilogue != GemmEpilogue::kNone || options.alpha != 1.f) {
+    std::string wrong;
+    if (!options.transpose_w) wrong += ", W stored [k, n]";
+    if (options.k % 4 != 0 || options.n % 4 != 0) wrong += ", k or n not a multiple of 4";
+    if (options.batch > 1 && (options.x_batch_stride % 4 != 0 || options.w_batch_stride % 4 != 0))
+      wrong += ", a batch stride not a multiple of 4";
+    if (options.epilogue != GemmEpilogue::kNone) wrong += ", an epilogue";
+    if (options.alpha != 1.f) wrong += ", alpha not 1";
+    if (!wrong.empty()) {
       return InvalidArgument(
-          "an int8 GEMM needs W stored [n, k], k and n multiples of 4, no epilogue and alpha 1; "
-          "was m=" +
+          "an int8 GEMM needs W stored [n, k], k, n and batch strides multiples of 4, no "
+          "epilogue and alpha 1; m=" +
           std::to_string(options.m) + " n=" + std::to_string(options.n) +
-          " k=" + std::to_string(options.k));
+          " k=" + std::to_string(options.k) + " has" + wrong.substr(1));
     }
   }
   std::unique_ptr<LtGemm> gemm(new LtGemm());

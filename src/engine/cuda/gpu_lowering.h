@@ -114,13 +114,18 @@ struct GpuPlanOptions {
   // ranges, by value name, that Calibrate measured on the fp32 model. A product with a
   // constant 2-D weight (MatMul, Gemm, their fused forms) or a convolution with one group
   // then runs as an int8 GEMM where its input has a range here, its k and n are multiples of
-  // 4 and its activation is not the tanh GELU: the input quantised per tensor (a kQuantize
-  // step, shared by the products reading one value, or im2col quantising as it gathers), the
-  // weight per output column, the int32 sums scaled back to fp32 with the bias and any ReLU
-  // in one pass, the rest as in fp32. Such convolutions leave cuDNN for im2col. Every other
-  // product, and every other operator, stays fp32, the products each named with why in
-  // GpuLowering::fp32_products. Null: no int8.
+  // 4, it has int8_min_rows rows or more and its activation is not the tanh GELU: the input
+  // quantised per tensor (a kQuantize step, shared by the products reading one value, or
+  // im2col quantising as it gathers), the weight per output column, the int32 sums scaled
+  // back to fp32 with the bias and any ReLU in one pass, the rest as in fp32. Such
+  // convolutions leave cuDNN for im2col. Every other product, and every other operator,
+  // stays fp32, the products each named with why in GpuLowering::fp32_products. Null: no
+  // int8.
   std::shared_ptr<const Calibration> int8_calibration;
+  // int8: products of fewer rows (m: a MatMul's batch rows, a convolution's n·oh·ow) stay
+  // fp32. cuBLASLt's int8 kernels are known to lack some shapes of few rows (PyTorch's
+  // _int_mm refuses 16 or fewer), and a product that small gains little from int8.
+  int64_t int8_min_rows = 17;
 };
 
 // Where a value's bytes are on the device.

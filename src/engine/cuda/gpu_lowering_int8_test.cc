@@ -33,11 +33,20 @@ std::vector<const GpuStep*> StepsOf(const GpuLowering& l, GpuStep::Kind kind) {
   return found;
 }
 
-TEST(LowerPlanInt8Test, ProductsQuantiseTheirInputOnceAndTheirWeightsPerColumn) {
-  Prepared p = Prepare(Model::FromGraph(TwoProductsOfOneInputGraph()), {{4, 8}});
-  ASSERT_TRUE(p.plan);
+// Two products of one input (TwoProductsOfOneInputGraph) prepared, and int8 options
+// calibrated on four random batches in [-2, 3).
+class LowerPlanInt8Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p = Prepare(Model::FromGraph(TwoProductsOfOneInputGraph()), {{32, 8}});
+    ASSERT_TRUE(p.plan);
+    options.int8_calibration = RandomInputRanges(*p.model, "x", {32, 8}, -2.f, 3.f);
+  }
+  Prepared p;
   GpuPlanOptions options;
-  options.int8_calibration = RandomInputRanges(*p.model, "x", {4, 8}, -2.f, 3.f);
+};
+
+TEST_F(LowerPlanInt8Test, ProductsQuantiseTheirInputOnceAndTheirWeightsPerColumn) {
   auto l = LowerPlan(p.model->graph(), *p.plan, options);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->int8_products, 2);
@@ -91,14 +100,10 @@ TEST(LowerPlanInt8Test, ProductsQuantiseTheirInputOnceAndTheirWeightsPerColumn) 
 // What the lowering stores, run by the host reference of the device's arithmetic, is the fp32
 // model's result within int8's rounding: the weights' layout, the scales' composition and
 // the bias all right.
-TEST(LowerPlanInt8Test, TheStoredProductIsTheFp32ProductWithinInt8Rounding) {
-  Prepared p = Prepare(Model::FromGraph(TwoProductsOfOneInputGraph()), {{4, 8}});
-  ASSERT_TRUE(p.plan);
-  GpuPlanOptions options;
-  options.int8_calibration = RandomInputRanges(*p.model, "x", {4, 8}, -2.f, 3.f);
+TEST_F(LowerPlanInt8Test, TheStoredProductIsTheFp32ProductWithinInt8Rounding) {
   auto l = LowerPlan(p.model->graph(), *p.plan, options);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  const Tensor x = Random({4, 8}, 901, -2.f, 3.f);  // one of RandomInputRanges' batches
+  const Tensor x = Random({32, 8}, 901, -2.f, 3.f);  // one of RandomInputRanges' batches
   auto session = Session::Create(*p.model, engine::testing::Opts(1));
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   std::vector<NamedTensor> out;
@@ -129,9 +134,9 @@ TEST(LowerPlanInt8Test, TheStoredProductIsTheFp32ProductWithinInt8Rounding) {
   }
 }
 
-TEST(LowerPlanInt8Test, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
+TEST(LowerPlanInt8GraphsTest, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
   GraphBuilder b;
-  const int x = b.Input("x", {4, 8});
+  const int x = b.Input("x", {32, 8});
   // n = 10: not a multiple of 4.
   const int narrow = b.Op("MatMul", "narrow", {x, b.Constant("w10", Random({8, 10}, 74))});
   // Both operands computed: attention's kind of product.
@@ -140,9 +145,10 @@ TEST(LowerPlanInt8Test, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
   const int t = b.Op("Tanh", "t", {x});
   const int unranged = b.Op("MatMul", "unranged", {t, b.Constant("w8", Random({8, 8}, 75))});
   Prepared p =
-      Prepare(Model::FromGraph(b.Finish(std::vector<int>{narrow, square, unranged})), {{4, 8}});
+      Prepare(Model::FromGraph(b.Finish(std::vector<int>{narrow, square, unranged})), {{32, 8}});
   ASSERT_TRUE(p.plan);
-  auto ranges = std::make_shared<Calibration>(*RandomInputRanges(*p.model, "x", {4, 8}, -2.f, 3.f));
+  auto ranges =
+      std::make_shared<Calibration>(*RandomInputRanges(*p.model, "x", {32, 8}, -2.f, 3.f));
   ranges->erase("t");
   GpuPlanOptions options;
   options.int8_calibration = ranges;
@@ -161,7 +167,7 @@ TEST(LowerPlanInt8Test, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
 // In an identity block on cuDNN: the stem's 3 input channels (k = 27) keep it fp32 on cuDNN;
 // the two 4-channel convolutions leave cuDNN for im2col quantising as it gathers and an
 // int8 GEMM, the second's residual and ReLU after, as in fp32.
-TEST(LowerPlanInt8Test, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
+TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
   Prepared p = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
   ASSERT_TRUE(p.plan);
   GpuPlanOptions options;
@@ -196,11 +202,68 @@ TEST(LowerPlanInt8Test, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
   EXPECT_FLOAT_EQ(cols[1]->alpha, 1.f / SymmetricScale(a.min, a.max));
 }
 
-TEST(LowerPlanInt8Test, Int8KeepsTheOtherProductsFp32AndIsNotAMath) {
-  Prepared p = Prepare(Model::FromGraph(TwoProductsOfOneInputGraph()), {{4, 8}});
+// A product of fewer rows than int8_min_rows (17 by default) stays fp32, saying so; one
+// whose k could overflow the int32 sums too.
+TEST(LowerPlanInt8GraphsTest, FewRowsOrAHugeKStayFp32) {
+  GraphBuilder b;
+  const int x = b.Input("x", {4, 8});
+  const int y = b.Op("MatMul", "y", {x, b.Constant("w", Random({8, 8}, 76))});
+  Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{4, 8}});
   ASSERT_TRUE(p.plan);
   GpuPlanOptions options;
   options.int8_calibration = RandomInputRanges(*p.model, "x", {4, 8}, -2.f, 3.f);
+  auto l = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->int8_products, 0);
+  ASSERT_EQ(l->fp32_products.size(), 1u);
+  EXPECT_THAT(l->fp32_products[0], HasSubstr("4 rows, fewer than the 17 an int8 product takes"));
+  options.int8_min_rows = 4;
+  l = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->int8_products, 1);
+
+  GraphBuilder huge;
+  const int hx = huge.Input("x", {32, 133200});
+  const int hy = huge.Op("MatMul", "y", {hx, huge.Constant("w", Random({133200, 4}, 77))});
+  Prepared hp = Prepare(Model::FromGraph(huge.Finish(hy)), {{32, 133200}});
+  ASSERT_TRUE(hp.plan);
+  options.int8_calibration =
+      std::make_shared<const Calibration>(Calibration{{"x", ValueRange{-1.f, 1.f}}});
+  auto hl = LowerPlan(hp.model->graph(), *hp.plan, options);
+  ASSERT_TRUE(hl.ok()) << hl.status().ToString();
+  ASSERT_EQ(hl->fp32_products.size(), 1u);
+  EXPECT_THAT(hl->fp32_products[0], HasSubstr("k = 133200 could overflow int8's int32 sums"));
+}
+
+// One constant read by a MatMul as [k, n] and by a Gemm with transB as [n, k]: each product
+// gets the constant quantised along its own output columns, under keys of their own.
+TEST(LowerPlanInt8GraphsTest, OneWeightReadInBothLayoutsIsQuantisedForEach) {
+  GraphBuilder b;
+  const int x = b.Input("x", {32, 8});
+  const int w = b.Constant("w", Random({8, 8}, 78));
+  const int a = b.Op("MatMul", "a", {x, w});
+  const int t = b.Op("Gemm", "t", {x, w}, {{"transB", engine::testing::AInt(1)}});
+  Prepared p = Prepare(Model::FromGraph(b.Finish(std::vector<int>{a, t})), {{32, 8}});
+  ASSERT_TRUE(p.plan);
+  GpuPlanOptions options;
+  options.int8_calibration = RandomInputRanges(*p.model, "x", {32, 8}, -2.f, 3.f);
+  auto l = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
+  ASSERT_EQ(gemms.size(), 2u);
+  ASSERT_NE(gemms[0]->weight_slots[0], gemms[1]->weight_slots[0]);
+  ASSERT_NE(gemms[0]->weight_slots[2], gemms[1]->weight_slots[2]);
+  const Tensor wt = Random({8, 8}, 78);
+  for (const GpuStep* g : gemms) {
+    const bool matmul = p.model->graph().nodes[g->node].op_type.find("MatMul") != std::string::npos;
+    const QuantizedWeight want = QuantizeWeightColumns(wt, !matmul);
+    const auto stored = l->blobs[g->weight_slots[0]].data.values<int8_t>();
+    EXPECT_TRUE(std::equal(stored.begin(), stored.end(), want.values.values<int8_t>().begin()))
+        << (matmul ? "the MatMul's" : "the Gemm's");
+  }
+}
+
+TEST_F(LowerPlanInt8Test, Int8KeepsTheOtherProductsFp32AndIsNotAMath) {
   options.math = GemmMath::kFp16;
   auto mixed = LowerPlan(p.model->graph(), *p.plan, options);
   ASSERT_FALSE(mixed.ok());

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -158,7 +159,8 @@ Status Lowerer::LowerProduct(int n) {
       why = "k = " + std::to_string(g.k) + " and n = " + std::to_string(g.n) +
             " must be multiples of 4 for cuBLASLt's int8 kernels";
     } else {
-      inv_scale = Int8InverseScale(a, &why);
+      why = Int8Shape(g.m, g.k);
+      if (why.empty()) inv_scale = Int8InverseScale(a, &why);
     }
     if (inv_scale > 0) {
       step.in[0] = Int8Operand(n, a, inv_scale);
@@ -565,7 +567,8 @@ Status Lowerer::LowerConv(int n) {
     } else if (act == "GeluTanh") {
       why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
     } else {
-      int8_scale = Int8InverseScale(x, &why);
+      why = Int8Shape(rows, kg);
+      if (why.empty()) int8_scale = Int8InverseScale(x, &why);
     }
     if (int8_scale == 0) KeptFp32(n, why);
   }
@@ -856,6 +859,20 @@ Status Lowerer::LowerConvTranspose(int n) {
   return Status::Ok();
 }
 
+std::string Lowerer::Int8Shape(int64_t rows, int64_t k) const {
+  if (rows < options_.int8_min_rows) {
+    return std::to_string(rows) + (rows == 1 ? " row" : " rows") + ", fewer than the " +
+           std::to_string(options_.int8_min_rows) + " an int8 product takes (int8_min_rows)";
+  }
+  // 127 * 127 * k must fit the int32 sums.
+  constexpr int64_t kMostK = std::numeric_limits<int32_t>::max() / (127 * 127);
+  if (k > kMostK) {
+    return "k = " + std::to_string(k) + " could overflow int8's int32 sums (at most " +
+           std::to_string(kMostK) + ")";
+  }
+  return "";
+}
+
 float Lowerer::Int8InverseScale(int v, std::string* why) const {
   const Calibration& ranges = *options_.int8_calibration;
   // The value's own range, or, for a view, its owner's (the same numbers).
@@ -906,9 +923,11 @@ void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const 
   g.epilogue = GemmEpilogue::kNone;
   g.fp32_output = false;
   g.alpha = 1.f;
-  step.weight_slots = {AddBlob(w_key + "~int8", std::move(q.values)),
-                       bias ? AddBlob(b_key, *bias) : -1,
-                       AddBlob(w_key + "~int8 scales/" + hex, std::move(scales))};
+  // The layout read is in the keys: one constant may feed a product that reads it [k, n] and
+  // another that reads it [n, k] (Gemm's transB), each quantised along its own columns.
+  const std::string int8_key = w_key + (transposed ? "~int8" : "~int8 of [k,n]");
+  step.weight_slots = {AddBlob(int8_key, std::move(q.values)), bias ? AddBlob(b_key, *bias) : -1,
+                       AddBlob(int8_key + " scales/" + hex, std::move(scales))};
   step.scratch = NewTemp({g.batch * g.m * g.n}, DataType::kInt32);
   step.out = out;
   ++out_.int8_products;

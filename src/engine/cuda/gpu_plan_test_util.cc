@@ -340,7 +340,7 @@ const std::vector<Shape> kTriluShapes = {{2, 3, 4}, {3, 3}};
 
 Graph TwoProductsOfOneInputGraph() {
   GraphBuilder b;
-  const int x = b.Input("x", {4, 8});
+  const int x = b.Input("x", {32, 8});
   const int w1 = b.Constant("w1", Random({8, 16}, 71));
   const int b1 = b.Constant("b1", Random({16}, 72));
   const int w2 = b.Constant("w2", Random({12, 8}, 73));

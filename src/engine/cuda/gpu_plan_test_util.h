@@ -135,9 +135,9 @@ extern const std::vector<Shape> kCumSumShapes;
 Graph TriluGraph();
 extern const std::vector<Shape> kTriluShapes;
 
-// x [4, 8] read by two products: relu(x·w1 + b1) [4, 16] (w1 [8, 16], Random seed 71, b1
-// seed 72) and x·w2ᵀ [4, 12] (Gemm with transB, w2 [12, 8], seed 73): both int8 products
-// reading one quantisation of x.
+// x [32, 8] read by two products: relu(x·w1 + b1) [32, 16] (w1 [8, 16], Random seed 71, b1
+// seed 72) and x·w2ᵀ [32, 12] (Gemm with transB, w2 [12, 8], seed 73): both int8 products
+// reading one quantisation of x (32 rows: more than GpuPlanOptions::int8_min_rows).
 Graph TwoProductsOfOneInputGraph();
 
 // The ranges (int8 calibration) of every value of `model` over four batches of its one

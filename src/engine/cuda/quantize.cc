@@ -35,7 +35,10 @@ QuantizedWeight QuantizeWeightColumns(const Tensor& w, bool transposed) {
   for (int64_t j = 0; j < n; ++j) {
     float largest = 0.f;
     for (int64_t i = 0; i < k; ++i) largest = std::max(largest, std::fabs(at(j, i)));
-    const float scale = largest > 0.f && std::isfinite(largest) ? largest / 127.f : 1.f;
+    // 1 for a column of zeros, or one whose scale has no finite inverse (values near
+    // FLT_MIN, or an infinity): nothing to quantise with, and its products are ~0 anyway.
+    const float symmetric = SymmetricScale(-largest, largest);
+    const float scale = symmetric > 0.f ? symmetric : 1.f;
     out.scales[static_cast<size_t>(j)] = scale;
     for (int64_t i = 0; i < k; ++i) dst[j * k + i] = QuantizeValue(at(j, i), 1.f / scale);
   }

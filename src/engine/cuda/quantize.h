@@ -37,7 +37,7 @@ int8_t QuantizeValue(float v, float inv_scale);
 // A constant product weight in int8, one scale per output column (row of the stored [n, k]).
 struct QuantizedWeight {
   Tensor values;              // int8 [n, k]
-  std::vector<float> scales;  // n: max |W[j, :]| / 127, 1 for a row of zeros
+  std::vector<float> scales;  // n: SymmetricScale of W[j, :], 1 where that is 0 (zeros)
 };
 // `w` (fp32) stored [k, n], or [n, k] with `transposed` (or [n, ...], its trailing
 // dimensions k: a convolution's [m, c/groups, kh, kw]), quantised per output column and

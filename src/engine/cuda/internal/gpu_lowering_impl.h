@@ -127,6 +127,9 @@ class Lowerer {
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
+  // int8: why a product of `rows` rows and inner dimension k cannot run in int8 (too few
+  // rows, GpuPlanOptions::int8_min_rows; a k whose sums could overflow int32), or "".
+  std::string Int8Shape(int64_t rows, int64_t k) const;
   // int8 (GpuPlanOptions::int8_calibration): the inverse scale value v is quantised with,
   // or 0 with *why saying why it cannot be (no range, a range of zeros).
   float Int8InverseScale(int v, std::string* why) const;
