@@ -190,7 +190,7 @@ struct GpuStep {
     kIntCast,       // Cast among int64, int32 and bool, or fp32 to bool {x}
     kConv,          // cuDNN's convolution {x, residual or -1} as `conv` says
     kConvEpilogue,  // what a convolution's step left {c, residual or -1}, as `conv_epilogue` says
-    kQuantize       // out (int8) = x quantised with the inverse scale in `alpha` (quantize.h)
+    kQuantize       // out (int8) = x quantised: inverse scale `alpha`, `zero_point` (quantize.h)
   };
   Kind kind = Kind::kUnary;
   int node = -1;  // the graph node it runs
@@ -216,11 +216,12 @@ struct GpuStep {
   // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
   // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
-  // operands, or int8 columns quantised with the inverse scale in `alpha` when it is int8. A
+  // operands, or int8 columns quantised (`alpha`, `zero_point`) when it is int8. A
   // kGemm whose gemm.math is kInt8 reads int8 x (a kQuantize step's or kIm2Col's), sums into
   // its int32 `scratch`, then writes out = scales · sums + bias, ReLU'd with `int8_relu`,
-  // its weight slots {w int8 [n, k], bias or -1, scales (fp32, one per column: the input's
-  // scale times the column's)}; its `post` and residual follow as in fp32. A kPool whose output is
+  // its weight slots {w int8 [n, k], bias (less the zero point's share, quantize.h's
+  // Int8Bias) or -1, scales (fp32, one per column: the input's scale times the column's)};
+  // its `post` and residual follow as in fp32. A kPool whose output is
   // 16-bit is a max pool of 16-bit x of the same type. A constant GEMM weight and the bias are
   // weight slots (`weight_slots`), not values, because they are stored transformed; so is a
   // kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1, 1]). Values past the
@@ -250,7 +251,8 @@ struct GpuStep {
   // element (so that one writes, as on the CPU); a kGemm in int8: its int32 sums; -1 for the
   // others. Live for the step alone.
   int scratch = -1;
-  bool int8_relu = false;                   // kGemm in int8: the scaling pass applies ReLU
+  bool int8_relu = false;  // kGemm in int8: the scaling pass applies ReLU
+  int zero_point = 0;      // kQuantize, an int8 kIm2Col: 0 or -128 (quantize.h's Int8Input)
   bool exclusive = false, reverse = false;  // kCumSum
   bool upper = true;                        // kTrilu (its k in `start`)
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha

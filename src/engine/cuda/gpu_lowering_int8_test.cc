@@ -26,6 +26,15 @@ using engine::testing::GraphBuilder;
 using engine::testing::Random;
 using ::testing::HasSubstr;
 
+// How a kQuantize step quantises (the parts Int8ProductReference reads).
+Int8Input InputOf(const GpuStep& quantize) {
+  Int8Input in;
+  in.inv_scale = quantize.alpha;
+  in.scale = 1.f / quantize.alpha;
+  in.zero_point = quantize.zero_point;
+  return in;
+}
+
 std::vector<const GpuStep*> StepsOf(const GpuLowering& l, GpuStep::Kind kind) {
   std::vector<const GpuStep*> found;
   for (const GpuStep& s : l.steps)
@@ -119,9 +128,9 @@ TEST_F(LowerPlanInt8Test, TheStoredProductIsTheFp32ProductWithinInt8Rounding) {
     const float* bias = g->weight_slots[1] >= 0
                             ? l->blobs[g->weight_slots[1]].data.values<float>().data()
                             : nullptr;
-    const float inv_sx = StepsOf(*l, GpuStep::Kind::kQuantize)[0]->alpha;
-    const std::vector<float> y =
-        Int8ProductReference(xv, g->gemm.m, g->gemm.k, inv_sx, w, scale, bias, g->int8_relu);
+    const std::vector<float> y = Int8ProductReference(
+        xv, g->gemm.m, g->gemm.k, InputOf(*StepsOf(*l, GpuStep::Kind::kQuantize)[0]), w, scale,
+        bias, g->int8_relu);
     const Tensor& want = out[g->gemm.n == 16 ? 0 : 1].tensor;
     ASSERT_EQ(static_cast<int64_t>(y.size()), want.element_count());
     // Each term is off by at most |x|·sw/2 + |w|·sx/2 + sx·sw/4; over k = 8 terms of |x| <= 3
@@ -197,9 +206,72 @@ TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
   const auto epilogues = StepsOf(*l, GpuStep::Kind::kConvEpilogue);
   ASSERT_EQ(epilogues.size(), 1u);
   EXPECT_GE(epilogues[0]->in[1], 0) << "the residual";
-  // The second reads the first's fp32 output: its range gives the columns' scale.
+  // Each reads a ReLU's output, never negative: 256 levels, zero point -128, the scale from
+  // its range.
   const ValueRange& a = options.int8_calibration->at("a.relu");
-  EXPECT_FLOAT_EQ(cols[1]->alpha, 1.f / SymmetricScale(a.min, a.max));
+  EXPECT_EQ(a.min, 0.f);
+  EXPECT_FLOAT_EQ(cols[1]->alpha, 255.f / a.max);
+  EXPECT_EQ(cols[0]->zero_point, -128);
+  EXPECT_EQ(cols[1]->zero_point, -128);
+  // So each has a bias blob, its own bias (or none) less the zero point's share.
+  EXPECT_GE(gemms[0]->weight_slots[1], 0);
+  EXPECT_GE(gemms[1]->weight_slots[1], 0);
+}
+
+// A ReLU's output read by a product: quantised with zero point -128 over [0, max], its 256
+// levels shifted into s8, the shift's share of the sums taken out of the stored bias; what
+// the lowering stores, run by the host reference, is the fp32 product within the rounding
+// of 256 levels.
+TEST(LowerPlanInt8GraphsTest, AReluOutputIsQuantisedWithAllEightBits) {
+  GraphBuilder b;
+  const int x = b.Input("x", {32, 8});
+  const int r = b.Op("Relu", "r", {x});
+  const int y = b.Op("Add", "y",
+                     {b.Op("MatMul", "rw", {r, b.Constant("w", Random({8, 16}, 79))}),
+                      b.Constant("b", Random({16}, 80))});
+  Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{32, 8}});
+  ASSERT_TRUE(p.plan);
+  GpuPlanOptions options;
+  options.int8_calibration = RandomInputRanges(*p.model, "x", {32, 8}, -2.f, 3.f);
+  auto l = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const auto quantize = StepsOf(*l, GpuStep::Kind::kQuantize);
+  ASSERT_EQ(quantize.size(), 1u);
+  const ValueRange& range = options.int8_calibration->at("r");
+  EXPECT_EQ(range.min, 0.f);
+  EXPECT_EQ(quantize[0]->zero_point, -128);
+  EXPECT_FLOAT_EQ(quantize[0]->alpha, 255.f / range.max);
+  const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
+  ASSERT_EQ(gemms.size(), 1u);
+  const GpuStep& g = *gemms[0];
+  QuantizedWeight w;
+  w.values = l->blobs[g.weight_slots[0]].data;
+  const auto sv = l->blobs[g.weight_slots[2]].data.values<float>();
+  const std::vector<float> scale(sv.begin(), sv.end());
+  const Tensor bias = Random({16}, 80);
+  const std::vector<float> want_bias = Int8Bias(w, scale, -128, bias.values<float>().data());
+  ASSERT_GE(g.weight_slots[1], 0);
+  const auto stored = l->blobs[g.weight_slots[1]].data.values<float>();
+  ASSERT_EQ(stored.size(), want_bias.size());
+  for (size_t j = 0; j < want_bias.size(); ++j) EXPECT_FLOAT_EQ(stored[j], want_bias[j]);
+  EXPECT_NE(stored[0], bias.values<float>()[0]) << "the zero point's share was taken out";
+
+  const Tensor xt = Random({32, 8}, 902, -2.f, 3.f);  // one of RandomInputRanges' batches
+  auto session = Session::Create(*p.model, engine::testing::Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> out;
+  ASSERT_TRUE((*session)->Run({{"x", xt}}, &out).ok());
+  // The reference quantises the product's input, the ReLU's output.
+  std::vector<float> rv;
+  for (float v : xt.values<float>()) rv.push_back(std::max(v, 0.f));
+  const std::vector<float> got = Int8ProductReference(rv, g.gemm.m, g.gemm.k, InputOf(*quantize[0]),
+                                                      w, scale, stored.data(), g.int8_relu);
+  float largest = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    largest = std::max(largest, std::fabs(got[i] - out[0].tensor.values<float>()[i]));
+  // Over k = 8 terms of |x| <= 3, sx = 3/255 and |w| <= 1: under 0.05.
+  EXPECT_LT(largest, 0.05f);
+  EXPECT_GT(largest, 0.f);
 }
 
 // A product of fewer rows than int8_min_rows (17 by default) stays fp32, saying so; one

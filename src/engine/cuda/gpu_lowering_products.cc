@@ -150,7 +150,7 @@ Status Lowerer::LowerProduct(int n) {
   const bool split = tp.shards > 1 && g.n >= std::max<int64_t>(tp.min_columns, 2);
   if (options_.int8_calibration) {
     std::string why;
-    float inv_scale = 0;
+    Int8Input in;
     if (split) {
       why = "it is split across tensor-parallel shards";
     } else if (g.epilogue == GemmEpilogue::kBiasGelu) {
@@ -160,13 +160,13 @@ Status Lowerer::LowerProduct(int n) {
             " must be multiples of 4 for cuBLASLt's int8 kernels";
     } else {
       why = Int8Shape(g.m, g.k);
-      if (why.empty()) inv_scale = Int8InverseScale(a, &why);
+      if (why.empty()) in = Int8InputOf(a, &why);
     }
-    if (inv_scale > 0) {
-      step.in[0] = Int8Operand(n, a, inv_scale);
+    if (in.scale > 0) {
+      step.in[0] = Int8Operand(n, a, in);
       // (A ReLU's zeros bias is left out: the scaling pass adds none.)
       AddInt8Gemm(std::move(step), w_data, g.transpose_w, w_key, bias ? &*b_data : nullptr, b_key,
-                  inv_scale, node.outputs[0]);
+                  in, node.outputs[0]);
       return Status::Ok();
     }
     KeptFp32(n, why);
@@ -556,7 +556,7 @@ Status Lowerer::LowerConv(int n) {
   if (residual && ShapeOf(node.inputs[3]) != ys)
     return Fail(n, "the residual must have the output's shape");
   // int8 (GpuPlanOptions::int8_calibration): im2col quantising, an int8 GEMM.
-  float int8_scale = 0;  // the input's inverse scale; 0: not int8
+  Int8Input int8;  // how x is quantised; no scale: not int8
   if (options_.int8_calibration) {
     std::string why;
     if (groups != 1) {
@@ -568,16 +568,16 @@ Status Lowerer::LowerConv(int n) {
       why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
     } else {
       why = Int8Shape(rows, kg);
-      if (why.empty()) int8_scale = Int8InverseScale(x, &why);
+      if (why.empty()) int8 = Int8InputOf(x, &why);
     }
-    if (int8_scale == 0) KeptFp32(n, why);
+    if (int8.scale == 0) KeptFp32(n, why);
   }
   // What the convolution's step does itself; the steps after do the rest.
   bool bias_done = !bias, act_done = act.empty(), residual_done = !residual,
        post_done = post_act.empty();
   bool on_cudnn = false;
   int half_out = -1;  // a 16-bit cuDNN output, which the epilogue casts into y
-  if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh" && int8_scale == 0) {
+  if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh" && int8.scale == 0) {
     CudnnConvOptions c;
     c.window = g;
     c.m = ws[0];
@@ -614,10 +614,11 @@ Status Lowerer::LowerConv(int n) {
     cols.in = {x};
     // In mixed precision the columns are the GEMM's 16-bit operand, rounded as they are made;
     // in int8, quantised.
-    cols.out = NewTemp({groups, rows, kg}, int8_scale > 0 ? DataType::kInt8
+    cols.out = NewTemp({groups, rows, kg}, int8.scale > 0 ? DataType::kInt8
                                            : Mixed()      ? OperandDtype()
                                                           : DataType::kFp32);
-    cols.alpha = int8_scale;
+    cols.alpha = int8.inv_scale;
+    cols.zero_point = int8.zero_point;
     cols.window = g;
     out_.steps.push_back(cols);
     // The GEMMs: [rows, kg] x [mg, kg]^T per group.
@@ -657,9 +658,9 @@ Status Lowerer::LowerConv(int n) {
     const bool with_bias = o.epilogue != GemmEpilogue::kNone;
     const int product = NewTemp({groups, xs[0], g.oh, g.ow, mg});
     out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, o.workspace_bytes);
-    if (int8_scale > 0) {
+    if (int8.scale > 0) {
       AddInt8Gemm(std::move(gemm), *w, true, KeyOf(node.inputs[1]),
-                  with_bias && bias ? &b_data : nullptr, b_key, int8_scale, product);
+                  with_bias && bias ? &b_data : nullptr, b_key, int8, product);
     } else {
       gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w),
                            with_bias ? AddBlob(b_key, b_data) : -1};
@@ -864,8 +865,8 @@ std::string Lowerer::Int8Shape(int64_t rows, int64_t k) const {
     return std::to_string(rows) + (rows == 1 ? " row" : " rows") + ", fewer than the " +
            std::to_string(options_.int8_min_rows) + " an int8 product takes (int8_min_rows)";
   }
-  // 127 * 127 * k must fit the int32 sums.
-  constexpr int64_t kMostK = std::numeric_limits<int32_t>::max() / (127 * 127);
+  // 128 * 127 * k must fit the int32 sums (an input's -128, a weight's ±127).
+  constexpr int64_t kMostK = std::numeric_limits<int32_t>::max() / (128 * 127);
   if (k > kMostK) {
     return "k = " + std::to_string(k) + " could overflow int8's int32 sums (at most " +
            std::to_string(kMostK) + ")";
@@ -873,26 +874,25 @@ std::string Lowerer::Int8Shape(int64_t rows, int64_t k) const {
   return "";
 }
 
-float Lowerer::Int8InverseScale(int v, std::string* why) const {
+Int8Input Lowerer::Int8InputOf(int v, std::string* why) const {
   const Calibration& ranges = *options_.int8_calibration;
   // The value's own range, or, for a view, its owner's (the same numbers).
   auto it = ranges.find(graph_.values[v].name);
   if (it == ranges.end() && Owner(v) != v) it = ranges.find(graph_.values[Owner(v)].name);
   if (it == ranges.end()) {
     *why = "its input '" + graph_.values[v].name + "' has no calibrated range";
-    return 0;
+    return {};
   }
-  const float scale = SymmetricScale(it->second.min, it->second.max);
-  if (scale == 0) {
+  const Int8Input in = Int8InputFor(it->second.min, it->second.max);
+  if (in.scale == 0) {
     *why = "its input '" + graph_.values[v].name + "' ranged over [" +
            std::to_string(it->second.min) + ", " + std::to_string(it->second.max) +
            "] in calibration, which gives no int8 scale";
-    return 0;
   }
-  return 1.f / scale;
+  return in;
 }
 
-int Lowerer::Int8Operand(int n, int v, float inv_scale) {
+int Lowerer::Int8Operand(int n, int v, const Int8Input& in) {
   // As GemmOperand's roundings: every writer of v runs before its first reader, and the
   // int8 copy is a temporary only this step writes.
   if (auto it = quantized_.find(v); it != quantized_.end()) return it->second;
@@ -900,24 +900,27 @@ int Lowerer::Int8Operand(int n, int v, float inv_scale) {
   GpuStep step = NewStep(GpuStep::Kind::kQuantize, n);
   step.in = {v};
   step.out = NewTemp(shape, DataType::kInt8);
-  step.alpha = inv_scale;
+  step.alpha = in.inv_scale;
+  step.zero_point = in.zero_point;
   out_.steps.push_back(step);
   quantized_[v] = step.out;
   return step.out;
 }
 
 void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
-                          const Tensor* bias, const std::string& b_key, float inv_scale, int out) {
+                          const Tensor* bias, const std::string& b_key, const Int8Input& in,
+                          int out) {
   GemmOptions& g = step.gemm;
   step.int8_relu = g.epilogue == GemmEpilogue::kRelu || g.epilogue == GemmEpilogue::kBiasRelu;
   QuantizedWeight q = QuantizeWeightColumns(w, transposed);
   // Each column's scale times the input's: one multiplication per output in the pass after.
-  Tensor scales = Tensor::Allocate(DataType::kFp32, {g.n});
-  auto dst = scales.mutable_values<float>();
-  const float sx = 1.f / inv_scale;
-  for (int64_t j = 0; j < g.n; ++j) dst[j] = sx * q.scales[static_cast<size_t>(j)];
+  std::vector<float> scale(static_cast<size_t>(g.n));
+  for (int64_t j = 0; j < g.n; ++j) scale[j] = in.scale * q.scales[static_cast<size_t>(j)];
+  // The bias, less the zero point's share of the sums (quantize.h's Int8Bias).
+  const std::vector<float> shifted =
+      Int8Bias(q, scale, in.zero_point, bias ? bias->values<float>().data() : nullptr);
   char hex[32];
-  std::snprintf(hex, sizeof(hex), "%a", static_cast<double>(inv_scale));
+  std::snprintf(hex, sizeof(hex), "%a", static_cast<double>(in.inv_scale));
   g.math = GemmMath::kInt8;
   g.transpose_w = true;
   g.epilogue = GemmEpilogue::kNone;
@@ -926,8 +929,17 @@ void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const 
   // The layout read is in the keys: one constant may feed a product that reads it [k, n] and
   // another that reads it [n, k] (Gemm's transB), each quantised along its own columns.
   const std::string int8_key = w_key + (transposed ? "~int8" : "~int8 of [k,n]");
-  step.weight_slots = {AddBlob(int8_key, std::move(q.values)), bias ? AddBlob(b_key, *bias) : -1,
-                       AddBlob(int8_key + " scales/" + hex, std::move(scales))};
+  int64_t bias_slot = -1;
+  if (in.zero_point != 0) {
+    // Depends on the weight, the input's scale and the bias.
+    bias_slot = AddBlob(int8_key + " bias/" + hex + "/" + (bias ? b_key : std::string("none")),
+                        Tensor::FromVector(DataType::kFp32, {g.n}, shifted));
+  } else if (bias) {
+    bias_slot = AddBlob(b_key, *bias);
+  }
+  step.weight_slots = {
+      AddBlob(int8_key, std::move(q.values)), bias_slot,
+      AddBlob(int8_key + " scales/" + hex, Tensor::FromVector(DataType::kFp32, {g.n}, scale))};
   step.scratch = NewTemp({g.batch * g.m * g.n}, DataType::kInt32);
   step.out = out;
   ++out_.int8_products;

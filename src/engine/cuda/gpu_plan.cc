@@ -569,7 +569,8 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream, half, half_type);
     case GpuStep::Kind::kIm2Col:
       if (lowering_.dtypes[s.out] == DataType::kInt8)
-        return Im2ColInt8(in(0), static_cast<int8_t*>(Address(s.out)), s.window, s.alpha, stream);
+        return Im2ColInt8(in(0), static_cast<int8_t*>(Address(s.out)), s.window, s.alpha,
+                          s.zero_point, stream);
       if (lowering_.dtypes[s.out] != DataType::kFp32)
         return Im2ColHalf(HalfOf(lowering_.dtypes[s.out]), in(0), Address(s.out), s.window, stream);
       return Im2Col(in(0), y, s.window, stream);
@@ -634,7 +635,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     }
     case GpuStep::Kind::kQuantize:
       return QuantizeInt8(in(0), static_cast<int8_t*>(Address(s.out)), Elements(s.out), s.alpha,
-                          stream);
+                          s.zero_point, stream);
     case GpuStep::Kind::kRoiAlign:
       return RoiAlign(in(0), in(1), static_cast<const int64_t*>(Address(s.in[2])), y, s.roi,
                       error_flag_.as<int32_t>() + s.flag, stream);

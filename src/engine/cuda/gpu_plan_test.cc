@@ -380,11 +380,13 @@ TEST_F(GpuPlanTest, Int8PlansMatchTheirHostReferenceAndStayNearFp32) {
   ASSERT_TRUE((*plan)->Run({&x}, *run_stream_, &out).ok());
   ASSERT_EQ(out.size(), 2u);
   const std::vector<float> xv(x.values<float>().begin(), x.values<float>().end());
-  float inv_sx = 0;
+  Int8Input input;  // how x is quantised
   int quantisations = 0;
   for (const GpuStep& s : l.steps) {
     if (s.kind != GpuStep::Kind::kQuantize) continue;
-    inv_sx = s.alpha;
+    input.inv_scale = s.alpha;
+    input.scale = 1.f / s.alpha;
+    input.zero_point = s.zero_point;
     ++quantisations;
   }
   ASSERT_EQ(quantisations, 1);
@@ -398,7 +400,7 @@ TEST_F(GpuPlanTest, Int8PlansMatchTheirHostReferenceAndStayNearFp32) {
     const float* bias =
         g.weight_slots[1] >= 0 ? l.blobs[g.weight_slots[1]].data.values<float>().data() : nullptr;
     const std::vector<float> want =
-        Int8ProductReference(xv, g.gemm.m, g.gemm.k, inv_sx, w,
+        Int8ProductReference(xv, g.gemm.m, g.gemm.k, input, w,
                              std::vector<float>(sv.begin(), sv.end()), bias, g.int8_relu);
     const auto got = out[g.gemm.n == 16 ? 0 : 1].values<float>();
     ASSERT_EQ(got.size(), want.size());

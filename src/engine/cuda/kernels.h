@@ -216,13 +216,15 @@ cudaError_t LaunchIm2ColF32(const float* x, float* cols, const Window2d& g, cuda
 // The same columns rounded to `to` (a mixed-precision plan's GEMM input), in one pass.
 cudaError_t LaunchIm2ColHalf(HalfKernel to, const float* x, void* cols, const Window2d& g,
                              cudaStream_t stream);
-// The same columns quantised to int8 (quantize.h's q(v) with v * inv_scale), in one pass.
+// The same columns quantised to int8 (quantize.h's q(v, s, zero_point), v * inv_scale), in
+// one pass.
 cudaError_t LaunchIm2ColInt8(const float* x, int8_t* cols, const Window2d& g, float inv_scale,
-                             cudaStream_t stream);
-// q[i] = clamp(round-half-even(fmax(x[i] * inv_scale, -127)), .., 127) for count elements
-// (quantize.h).
+                             int zero_point, cudaStream_t stream);
+// q[i] = quantize.h's q(x[i], 1 / inv_scale, zero_point) for count elements: x[i] * inv_scale
+// clamped (fmax, then fmin) to [-127, 127] or, with zero_point -128, [0, 255], rounded half
+// to even, plus zero_point.
 cudaError_t LaunchQuantizeInt8(const float* x, int8_t* q, int64_t count, float inv_scale,
-                               cudaStream_t stream);
+                               int zero_point, cudaStream_t stream);
 // y [rows, n] = acc * scale[j] + bias[j] (bias may be null), negatives then 0 with relu.
 cudaError_t LaunchDequantizeInt8(const int32_t* acc, const float* scale, const float* bias,
                                  float* y, int64_t rows, int64_t n, bool relu, cudaStream_t stream);

@@ -12,29 +12,30 @@
 namespace shoal::engine::cuda::internal {
 namespace {
 
-// The value stored for v in a column of type T; inv_scale is int8's alone (quantize.h).
+// The value stored for v in a column of type T; inv_scale and zero_point are int8's alone
+// (quantize.h).
 template <typename T>
-__device__ T ColumnValue(float v, float inv_scale = 1.f);
+__device__ T ColumnValue(float v, float inv_scale = 1.f, int zero_point = 0);
 template <>
-__device__ float ColumnValue<float>(float v, float) {
+__device__ float ColumnValue<float>(float v, float, int) {
   return v;
 }
 template <>
-__device__ __half ColumnValue<__half>(float v, float) {
+__device__ __half ColumnValue<__half>(float v, float, int) {
   return __float2half_rn(v);
 }
 template <>
-__device__ __nv_bfloat16 ColumnValue<__nv_bfloat16>(float v, float) {
+__device__ __nv_bfloat16 ColumnValue<__nv_bfloat16>(float v, float, int) {
   return __float2bfloat16_rn(v);
 }
 template <>
-__device__ int8_t ColumnValue<int8_t>(float v, float inv_scale) {
-  return QuantizeS8(v, inv_scale);
+__device__ int8_t ColumnValue<int8_t>(float v, float inv_scale, int zero_point) {
+  return QuantizeS8(v, inv_scale, zero_point);
 }
 
 template <typename T>
 __global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window2d g,
-                       int64_t total, float inv_scale = 1.f) {
+                       int64_t total, float inv_scale = 1.f, int zero_point = 0) {
   const int64_t cg = g.c / g.groups;
   const int64_t kg = cg * g.kh * g.kw;
   const int64_t rows = g.n * g.oh * g.ow;
@@ -54,7 +55,7 @@ __global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window
     cols[i] = ColumnValue<T>(iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
                                  ? x[((b * g.c + c) * g.h + iy) * g.w + ix]
                                  : 0.f,
-                             inv_scale);
+                             inv_scale, zero_point);
   }
 }
 
@@ -183,11 +184,11 @@ cudaError_t LaunchIm2ColHalf(HalfKernel to, const float* x, void* cols, const Wi
 }
 
 cudaError_t LaunchIm2ColInt8(const float* x, int8_t* cols, const Window2d& g, float inv_scale,
-                             cudaStream_t stream) {
+                             int zero_point, cudaStream_t stream) {
   const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
   if (total <= 0) return cudaSuccess;
   (void)cudaGetLastError();
-  Im2Col<int8_t><<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total, inv_scale);
+  Im2Col<int8_t><<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total, inv_scale, zero_point);
   return cudaGetLastError();
 }
 

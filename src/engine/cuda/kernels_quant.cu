@@ -10,10 +10,10 @@ namespace shoal::engine::cuda::internal {
 namespace {
 
 __global__ void QuantizeInt8(const float* __restrict__ x, int8_t* __restrict__ q, int64_t count,
-                             float inv_scale) {
+                             float inv_scale, int zero_point) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    q[i] = QuantizeS8(x[i], inv_scale);
+    q[i] = QuantizeS8(x[i], inv_scale, zero_point);
   }
 }
 
@@ -31,10 +31,10 @@ __global__ void DequantizeInt8(const int32_t* __restrict__ acc, const float* __r
 }  // namespace
 
 cudaError_t LaunchQuantizeInt8(const float* x, int8_t* q, int64_t count, float inv_scale,
-                               cudaStream_t stream) {
+                               int zero_point, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  QuantizeInt8<<<BlocksFor(count), kThreads, 0, stream>>>(x, q, count, inv_scale);
+  QuantizeInt8<<<BlocksFor(count), kThreads, 0, stream>>>(x, q, count, inv_scale, zero_point);
   return cudaGetLastError();
 }
 

@@ -37,10 +37,12 @@ __device__ __forceinline__ void StoreRounded(int half, void* h, int64_t i, float
   }
 }
 
-// v * inv_scale rounded half to even into [-127, 127]; a NaN becomes -127 (fmaxf first),
-// as quantize.h's QuantizeValue computes it on the host.
-__device__ __forceinline__ int8_t QuantizeS8(float v, float inv_scale) {
-  return static_cast<int8_t>(__float2int_rn(fminf(fmaxf(v * inv_scale, -127.f), 127.f)));
+// v * inv_scale clamped to [-127, 127] (zero_point 0) or [0, 255] (zero_point -128), rounded
+// half to even, plus zero_point; a NaN becomes the low end (fmaxf first), as quantize.h's
+// QuantizeValue computes it on the host.
+__device__ __forceinline__ int8_t QuantizeS8(float v, float inv_scale, int zero_point) {
+  const float lo = zero_point == 0 ? -127.f : 0.f, hi = zero_point == 0 ? 127.f : 255.f;
+  return static_cast<int8_t>(__float2int_rn(fminf(fmaxf(v * inv_scale, lo), hi)) + zero_point);
 }
 
 }  // namespace shoal::engine::cuda::internal

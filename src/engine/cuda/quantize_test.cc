@@ -43,6 +43,41 @@ TEST(QuantizeTest, ValuesRoundHalfToEvenAndClampSymmetrically) {
   EXPECT_EQ(QuantizeValue(-1000.f, 1.f), -127);  // never -128: the range is symmetric
   EXPECT_EQ(QuantizeValue(std::nanf(""), 1.f), -127);
   EXPECT_EQ(QuantizeValue(INFINITY, 1.f), 127);
+  // With zero point -128 (a range that never went negative): [0, 255] shifted into s8.
+  EXPECT_EQ(QuantizeValue(0.f, 1.f, -128), -128);
+  EXPECT_EQ(QuantizeValue(127.5f, 1.f, -128), 0);  // 128 (to even), less 128
+  EXPECT_EQ(QuantizeValue(255.f, 1.f, -128), 127);
+  EXPECT_EQ(QuantizeValue(1000.f, 1.f, -128), 127);
+  EXPECT_EQ(QuantizeValue(-3.f, 1.f, -128), -128);  // below the range: its 0
+  EXPECT_EQ(QuantizeValue(std::nanf(""), 1.f, -128), -128);
+}
+
+TEST(QuantizeTest, AnInputThatNeverWentNegativeGetsAllEightBits) {
+  const Int8Input relu = Int8InputFor(0.f, 5.1f);
+  EXPECT_EQ(relu.zero_point, -128);
+  EXPECT_FLOAT_EQ(relu.scale, 5.1f / 255.f);
+  EXPECT_FLOAT_EQ(relu.inv_scale, 255.f / 5.1f);
+  const Int8Input both = Int8InputFor(-0.1f, 5.1f);
+  EXPECT_EQ(both.zero_point, 0);
+  EXPECT_FLOAT_EQ(both.scale, 5.1f / 127.f);
+  // Nothing to quantise with.
+  EXPECT_EQ(Int8InputFor(0.f, 0.f).scale, 0.f);
+  EXPECT_EQ(Int8InputFor(0.f, INFINITY).scale, 0.f);
+  EXPECT_EQ(Int8InputFor(-1.f, std::nanf("")).scale, 0.f);
+}
+
+TEST(QuantizeTest, TheBiasTakesOutTheZeroPointsShareOfTheSums) {
+  // Two columns of k = 3: sums 6 and -2.
+  QuantizedWeight w;
+  w.values = Tensor::FromVector(DataType::kInt8, {2, 3}, std::vector<int8_t>{1, 2, 3, -4, 0, 2});
+  const std::vector<float> scale = {0.5f, 0.25f}, bias = {1.f, -1.f};
+  EXPECT_TRUE(Int8Bias(w, scale, 0, nullptr).empty());
+  EXPECT_EQ(Int8Bias(w, scale, 0, bias.data()), bias);
+  // bias - scale * (-128) * sum.
+  EXPECT_EQ(Int8Bias(w, scale, -128, bias.data()),
+            (std::vector<float>{1.f + 0.5f * 128 * 6, -1.f + 0.25f * 128 * -2}));
+  EXPECT_EQ(Int8Bias(w, scale, -128, nullptr),
+            (std::vector<float>{0.5f * 128 * 6, 0.25f * 128 * -2}));
 }
 
 TEST(QuantizeTest, WeightsQuantisePerOutputColumnInEitherLayout) {
@@ -87,19 +122,23 @@ TEST(QuantizeTest, AConvolutionsWeightIsItsOutputChannelsByTheRest) {
 }
 
 // The int8 product stays within the error its roundings allow of the fp32 product: each
-// term x·w is off by at most |x|·(sw/2) + |w|·(sx/2) + (sx/2)·(sw/2).
-TEST(QuantizeTest, TheProductStaysWithinItsRoundingOfFp32) {
+// term x·w is off by at most |x|·(sw/2) + |w|·(sx/2) + (sx/2)·(sw/2). On an input that went
+// negative (symmetric), and on one that never did (zero point -128), whose sx is half: x
+// uniform in [lo, hi), quantised for a calibrated range [range_lo, hi]. Returns the largest
+// error of the product without bias or ReLU.
+double ExpectProductWithinRounding(float lo, float hi, float range_lo) {
+  SCOPED_TRACE(testing::Message() << "x in [" << lo << ", " << hi << "), range from " << range_lo);
   const int64_t m = 5, n = 8, k = 64;
-  const std::vector<float> x = Random(m * k, 1, -3.f, 3.f), w = Random(k * n, 2),
-                           bias = Random(n, 3);
-  const float sx = SymmetricScale(-3.f, 3.f);
+  const std::vector<float> x = Random(m * k, 1, lo, hi), w = Random(k * n, 2), bias = Random(n, 3);
+  const Int8Input in = Int8InputFor(range_lo, hi);
+  const float sx = in.scale;
   const QuantizedWeight q =
       QuantizeWeightColumns(Tensor::FromVector(DataType::kFp32, {k, n}, w), false);
   std::vector<float> scale(n);
   for (int64_t j = 0; j < n; ++j) scale[j] = sx * q.scales[j];
+  const std::vector<float> shifted = Int8Bias(q, scale, in.zero_point, bias.data());
   for (bool relu : {false, true}) {
-    const std::vector<float> y =
-        Int8ProductReference(x, m, k, 1.f / sx, q, scale, bias.data(), relu);
+    const std::vector<float> y = Int8ProductReference(x, m, k, in, q, scale, shifted.data(), relu);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         double exact = bias[j], bound = 0;
@@ -114,7 +153,9 @@ TEST(QuantizeTest, TheProductStaysWithinItsRoundingOfFp32) {
     }
   }
   // Rounding shows: some element differs from fp32's by more than fp32's own error.
-  const std::vector<float> y = Int8ProductReference(x, m, k, 1.f / sx, q, scale, nullptr, false);
+  const std::vector<float> unbiased = Int8Bias(q, scale, in.zero_point, nullptr);
+  const std::vector<float> y = Int8ProductReference(
+      x, m, k, in, q, scale, unbiased.empty() ? nullptr : unbiased.data(), false);
   double largest = 0;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -123,22 +164,37 @@ TEST(QuantizeTest, TheProductStaysWithinItsRoundingOfFp32) {
       largest = std::max(largest, std::fabs(y[i * n + j] - exact));
     }
   EXPECT_GT(largest, 1e-4);
+  return largest;
+}
+
+TEST(QuantizeTest, TheProductStaysWithinItsRoundingOfFp32) {
+  ExpectProductWithinRounding(-3.f, 3.f, -3.f);
+  // A ReLU's output: the zero point's 256 levels halve the input's rounding. The same values
+  // with a range reaching -3 are quantised symmetrically, for comparison.
+  const double unsigned_error = ExpectProductWithinRounding(0.f, 3.f, 0.f);
+  EXPECT_LT(unsigned_error, ExpectProductWithinRounding(0.f, 3.f, -3.f));
 }
 
 TEST(QuantizeTest, LaunchersRefuseBadScalesAndSizesBeforeTouchingTheDevice) {
-  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, 0.f, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, INFINITY, nullptr).code(),
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, 0.f, 0, nullptr).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, -1, 1.f, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, INFINITY, 0, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, -1, 1.f, 0, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeInt8(nullptr, nullptr, 4, 1.f, -127, nullptr).code(),
+            StatusCode::kInvalidArgument);
   Window2d g;
   g.n = 1;
   g.c = 3;
   g.h = g.w = 4;
   g.oh = g.ow = 4;
-  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, std::nanf(""), nullptr).code(),
+  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, std::nanf(""), 0, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, 1.f, 128, nullptr).code(),
             StatusCode::kInvalidArgument);
   g.groups = 2;  // does not divide 3 channels
-  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, 1.f, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Im2ColInt8(nullptr, nullptr, g, 1.f, 0, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(DequantizeInt8(nullptr, nullptr, nullptr, nullptr, 2, 3, false, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(DequantizeInt8(nullptr, nullptr, nullptr, nullptr, -1, 3, false, nullptr).code(),
@@ -151,16 +207,21 @@ TEST_F(QuantizeGpuTest, QuantisingMatchesTheHostBitForBit) {
   std::vector<float> x = Random(10000, 4, -2.f, 2.f);
   // Halves, the clamp, NaN and infinities among them.
   for (float v : {0.5f, 1.5f, -2.5f, 126.5f, -127.5f, 1e9f, -1e9f, std::nanf(""), INFINITY})
-    x.push_back(v / 50.f);  // the inverse scale below is 50
+    x.push_back(v / 50.f);                                       // the inverse scale below is 50
+  for (float v : {254.5f, 255.5f, 0.5f}) x.push_back(v / 50.f);  // zero point -128's ends
   DeviceBuffer dx = Upload(x);
   auto dq = DeviceBuffer::Allocate(x.size());
   ASSERT_TRUE(dq.ok());
-  ASSERT_TRUE(
-      QuantizeInt8(dx.as<float>(), dq->as<int8_t>(), static_cast<int64_t>(x.size()), 50.f, stream())
-          .ok());
-  std::vector<int8_t> q(x.size());
-  DownloadBytes(*dq, q.data(), q.size());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(q[i], QuantizeValue(x[i], 50.f)) << "at " << i;
+  for (int zero_point : {0, -128}) {
+    SCOPED_TRACE(zero_point);
+    ASSERT_TRUE(QuantizeInt8(dx.as<float>(), dq->as<int8_t>(), static_cast<int64_t>(x.size()), 50.f,
+                             zero_point, stream())
+                    .ok());
+    std::vector<int8_t> q(x.size());
+    DownloadBytes(*dq, q.data(), q.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(q[i], QuantizeValue(x[i], 50.f, zero_point)) << "at " << i;
+  }
 }
 
 TEST_F(QuantizeGpuTest, Im2ColQuantisesTheColumnsItGathers) {
@@ -181,12 +242,17 @@ TEST_F(QuantizeGpuTest, Im2ColQuantisesTheColumnsItGathers) {
   ASSERT_TRUE(dq.ok());
   // The fp32 columns (conv_test checks them against the reference), each quantised.
   ASSERT_TRUE(Im2Col(dx.as<float>(), fp32.as<float>(), g, stream()).ok());
-  ASSERT_TRUE(Im2ColInt8(dx.as<float>(), dq->as<int8_t>(), g, 127.f / 4.f, stream()).ok());
   const std::vector<float> cols = Download(fp32, total);
-  std::vector<int8_t> q(total);
-  DownloadBytes(*dq, q.data(), q.size());
-  for (int64_t i = 0; i < total; ++i)
-    ASSERT_EQ(q[i], QuantizeValue(cols[i], 127.f / 4.f)) << "at " << i;
+  // Symmetric, and with zero point -128, whose padding is -128 (its 0).
+  for (int zero_point : {0, -128}) {
+    SCOPED_TRACE(zero_point);
+    ASSERT_TRUE(
+        Im2ColInt8(dx.as<float>(), dq->as<int8_t>(), g, 127.f / 4.f, zero_point, stream()).ok());
+    std::vector<int8_t> q(total);
+    DownloadBytes(*dq, q.data(), q.size());
+    for (int64_t i = 0; i < total; ++i)
+      ASSERT_EQ(q[i], QuantizeValue(cols[i], 127.f / 4.f, zero_point)) << "at " << i;
+  }
 }
 
 TEST_F(QuantizeGpuTest, DequantisingScalesEachColumnAddsItsBiasAndAppliesReLU) {

@@ -17,6 +17,7 @@
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gpu_lowering.h"
+#include "engine/cuda/quantize.h"
 #include "engine/cuda/reduce.h"
 #include "engine/graph.h"
 #include "engine/plan.h"
@@ -130,12 +131,13 @@ class Lowerer {
   // int8: why a product of `rows` rows and inner dimension k cannot run in int8 (too few
   // rows, GpuPlanOptions::int8_min_rows; a k whose sums could overflow int32), or "".
   std::string Int8Shape(int64_t rows, int64_t k) const;
-  // int8 (GpuPlanOptions::int8_calibration): the inverse scale value v is quantised with,
-  // or 0 with *why saying why it cannot be (no range, a range of zeros).
-  float Int8InverseScale(int v, std::string* why) const;
-  // Value v quantised to int8 for node n's product: a kQuantize step's temporary, made at
-  // v's first such read and shared by the later ones (v has one scale).
-  int Int8Operand(int n, int v, float inv_scale);
+  // int8 (GpuPlanOptions::int8_calibration): how value v is quantised (quantize.h's
+  // Int8InputFor its calibrated range), or no scale with *why saying why it cannot be (no
+  // range, a range of zeros).
+  Int8Input Int8InputOf(int v, std::string* why) const;
+  // Value v quantised to int8 as `in` says for node n's product: a kQuantize step's
+  // temporary, made at v's first such read and shared by the later ones (v has one range).
+  int Int8Operand(int n, int v, const Int8Input& in);
   // Node n's product, kept fp32 in an int8 plan, and why (GpuLowering::fp32_products).
   void KeptFp32(int n, const std::string& why) {
     if (options_.int8_calibration) out_.fp32_products.push_back(graph_.Describe(n) + ": " + why);
@@ -143,9 +145,9 @@ class Lowerer {
   // Turns `step`, a node's kGemm (m, n, k and batch set, its epilogue kNone, kBias, kRelu or
   // kBiasRelu, x already int8 in in[0]), into an int8 product of `w` (fp32, stored [k, n],
   // or [n, k] with `transposed`; keyed `w_key`) with the bias `bias` (n values, keyed
-  // `b_key`, or null) and the input's inverse scale `inv_scale`, and adds it, writing `out`.
+  // `b_key`, or null) and its input quantised as `in` says, and adds it, writing `out`.
   void AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
-                   const Tensor* bias, const std::string& b_key, float inv_scale, int out);
+                   const Tensor* bias, const std::string& b_key, const Int8Input& in, int out);
 
   Status Fail(int n, std::string_view why) const {
     return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
