@@ -23,7 +23,7 @@
 // NCHW. At the last batch size, the algorithm each convolution of the cuDNN variants chose
 // goes to stderr.
 // int8: the products int8 takes as int8 GEMMs (engine/cuda/quantize.h), the rest fp32, its
-// ranges calibrated on the first batch size's inputs; which products stayed fp32 goes to
+// ranges calibrated on the smallest batch size's inputs; which products stayed fp32 goes to
 // stderr.
 // --tensor-parallel N: one more variant, fp16_tpN: fp16 as a CUDA graph with the products of
 // 1024 columns or more split into N shards on streams of this one GPU (the split's cost
@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
                                    {"bf16", cuda::GemmMath::kBf16, true},
                                    {"fp32_steps", cuda::GemmMath::kFp32, false, 1, false}};
   // int8 as an instance runs it: the products int8 takes, the rest fp32 (on cuDNN where it
-  // loads), calibrated on the first batch size's inputs.
+  // loads), calibrated on the smallest batch size's inputs.
   {
     Variant int8{"int8", cuda::GemmMath::kFp32, true};
     int8.int8 = true;
@@ -359,7 +359,8 @@ int main(int argc, char** argv) {
   std::shared_ptr<const Calibration> ranges;
   {
     std::vector<Shape> shapes;
-    auto calibrated = Calibrate(**model, {Inputs(**model, batches.front(), &shapes)});
+    const int64_t smallest = *std::min_element(batches.begin(), batches.end());
+    auto calibrated = Calibrate(**model, {Inputs(**model, smallest, &shapes)});
     if (!calibrated.ok()) return Fail(calibrated.status(), "int8 calibration");
     ranges = std::make_shared<const Calibration>(std::move(calibrated).value());
   }
@@ -403,6 +404,39 @@ int main(int argc, char** argv) {
     if (v.diff) std::printf(" %10s", (v.name + "_diff").c_str());
   std::printf("\n");
   std::vector<Row> rows;
+  // The rows so far into --json's file, rewritten after every batch size, so that a run cut
+  // short (bench/gpu/run.sh's time limits) keeps the batches it finished.
+  auto write_json = [&]() -> bool {
+    if (!json) return true;
+    FILE* f = std::fopen(json, "w");
+    if (!f) {
+      std::fprintf(stderr, "gpu_plan_bench: cannot write %s\n", json);
+      return false;
+    }
+    std::fprintf(f, "{\"model\": \"%s\", \"runs\": %d, \"cpu_runs\": %d, \"rows\": [", path.c_str(),
+                 runs, cpu_runs);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::fprintf(
+          f,
+          "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g, "
+          "\"fp32_copy_in_ms\": %.5f, \"fp32_steps_ms\": %.5f, \"fp32_copy_out_ms\": %.5f, "
+          "\"fp32_sequential_ms\": %.5f, \"fp32_pipelined_ms\": %.5f, "
+          "\"copy_hidden\": %.4f",
+          i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops, r.copy_in_ms,
+          r.compute_ms, r.copy_out_ms, r.sequential_ms, r.pipelined_ms, r.copy_hidden);
+      for (size_t k = 0; k < variants.size(); ++k) {
+        std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
+        if (variants[k].diff)
+          std::fprintf(f, ", \"%s_max_abs_diff\": %s", variants[k].name.c_str(),
+                       JsonNumber(r.diff[k]).c_str());
+      }
+      std::fprintf(f, "}");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+    return true;
+  };
   for (int64_t batch : batches) {
     std::vector<Shape> shapes;
     std::vector<NamedTensor> named = Inputs(**model, batch, &shapes);
@@ -498,35 +532,7 @@ int main(int argc, char** argv) {
       if (variants[k].diff) std::printf(" %10.2e", row.diff[k]);
     std::printf("\n");
     rows.push_back(row);
-  }
-  if (json) {
-    FILE* f = std::fopen(json, "w");
-    if (!f) {
-      std::fprintf(stderr, "gpu_plan_bench: cannot write %s\n", json);
-      return 1;
-    }
-    std::fprintf(f, "{\"model\": \"%s\", \"runs\": %d, \"cpu_runs\": %d, \"rows\": [", path.c_str(),
-                 runs, cpu_runs);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      std::fprintf(
-          f,
-          "%s{\"batch\": %lld, \"cpu_ms\": %.5f, \"gemm_flops\": %.6g, "
-          "\"fp32_copy_in_ms\": %.5f, \"fp32_steps_ms\": %.5f, \"fp32_copy_out_ms\": %.5f, "
-          "\"fp32_sequential_ms\": %.5f, \"fp32_pipelined_ms\": %.5f, "
-          "\"copy_hidden\": %.4f",
-          i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops, r.copy_in_ms,
-          r.compute_ms, r.copy_out_ms, r.sequential_ms, r.pipelined_ms, r.copy_hidden);
-      for (size_t k = 0; k < variants.size(); ++k) {
-        std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
-        if (variants[k].diff)
-          std::fprintf(f, ", \"%s_max_abs_diff\": %s", variants[k].name.c_str(),
-                       JsonNumber(r.diff[k]).c_str());
-      }
-      std::fprintf(f, "}");
-    }
-    std::fprintf(f, "]}\n");
-    std::fclose(f);
+    if (!write_json()) return 1;
   }
   return 0;
 }

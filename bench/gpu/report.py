@@ -46,12 +46,21 @@ def tier_of(variant):
     return base if base in TIERS else None
 
 
+def parse_json(text, name, missing):
+    """The document, or None (named as unreadable) when a run cut short left it truncated."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        missing.append(f"{name} (unreadable)")
+        return None
+
+
 def read_json(path, missing):
     if not os.path.exists(path):
         missing.append(os.path.basename(path))
         return None
     with open(path) as f:
-        return json.load(f)
+        return parse_json(f.read(), os.path.basename(path), missing)
 
 
 def read_tar_members(path, missing):
@@ -186,8 +195,12 @@ def build(results_dir):
         doc = read_json(os.path.join(results_dir, name), missing)
         if doc is not None:
             served[label] = doc
-    plans = {re.sub(r"\.json$", "", k): json.loads(v) for k, v in plan_files.items()
-             if k.endswith(".json")}
+    plans = {}
+    for k, v in plan_files.items():
+        if k.endswith(".json"):
+            doc = parse_json(v.decode(), k, missing)
+            if doc is not None:
+                plans[re.sub(r"\.json$", "", k)] = doc
     peaks = {t: v["median"] for t, v in (probe or {}).get("tflops", {}).items()}
     found = bool(gpu_txt or probe or plans or xml_files or served)
     return found, missing, gpu_txt, probe, plans, xml_files, served, peaks
@@ -251,13 +264,21 @@ def render(results_dir):
     w("")
     w("## Tests")
     w("")
-    if xml_files:
+    # Binaries that left no XML: crashed, timed out, lacked a library, or were not run.
+    no_result = {}
+    for line in gpu_txt.splitlines():
+        m = re.match(r"(\w+): (exit status \d+|not run, .*)$", line)
+        if m and m.group(1) + ".xml" not in xml_files:
+            no_result[m.group(1)] = m.group(2)
+    if xml_files or no_result:
         w("| test | passed | failed | skipped |")
         w("|---|---|---|---|")
         failures = []
         for binary, passed, failed, skipped, names in test_outcomes(xml_files):
             w(f"| `{binary}` | {passed} | {failed} | {skipped} |")
             failures += names
+        for binary, why in sorted(no_result.items()):
+            w(f"| `{binary}` | no result: {why} | | |")
         if failures:
             w("")
             w("Failed: " + ", ".join(f"`{n}`" for n in failures) + ". Their output is in "
@@ -353,19 +374,20 @@ def render(results_dir):
     if served:
         w("Requests of 16 rows, 16 outstanding over HTTP; batches of up to 64 rows form.")
         w("")
-        w("| instances | rows/s | vs the engine alone | p50 ms | p99 ms | server batch | "
-          "queue us | compute us |")
-        w("|---|---|---|---|---|---|---|---|")
+        w("| instances | rows/s | vs the engine alone | p50 ms | p99 ms | errors | stable | "
+          "server batch | queue us | compute us |")
+        w("|---|---|---|---|---|---|---|---|---|---|")
         for label, doc in served.items():
             s = served_step(doc)
             if s is None:
-                w(f"| {label} | no step measured | | | | | | |")
+                w(f"| {label} | no step measured | | | | | | | | |")
                 continue
             server = s.get("server") or {}
             vs = f"{s['inferences_per_s'] / engine:.2f}x" if engine else "-"
             lat = s.get("latency_us", {})
             w(f"| {label} | {s['inferences_per_s']:.0f} | {vs} | {lat.get('p50', 0) / 1000:.2f} | "
-              f"{lat.get('p99', 0) / 1000:.2f} | {fmt(server.get('batch_size'), 1)} | "
+              f"{lat.get('p99', 0) / 1000:.2f} | {s.get('errors_total', '-')} | "
+              f"{s.get('stable', '-')} | {fmt(server.get('batch_size'), 1)} | "
               f"{fmt(server.get('queue_us'), 0)} | {fmt(server.get('compute_infer_us'), 0)} |")
     else:
         w("Not measured.")

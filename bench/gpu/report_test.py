@@ -199,6 +199,30 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("depth 1", r.stdout)
         self.assertIn("0.95x", line_with(r.stdout, "served (1 instance, depth 2)"))
 
+    def test_a_run_cut_short_reports_what_it_left(self):
+        # A test binary that crashed (no XML) and one never run, a plan JSON truncated by a
+        # time limit, and a served run with errors.
+        write_results(self.folder, skip=("gpu.txt", "plan_bench.tar", "served.json"))
+        with open(os.path.join(self.folder, "gpu.txt"), "w") as f:
+            f.write(GPU_TXT + "engine_cuda_conv_test: exit status 139\n"
+                    "e2e_gpu_test: not run, the run's 3 s were spent\n")
+        resnet = json.dumps({"model": "resnet50.onnx", "runs": 20, "cpu_runs": 0,
+                             "rows": [plan_row(64, 1e12, {"fp32": 1.0})]})
+        add_tar(os.path.join(self.folder, "plan_bench.tar"),
+                {"resnet50.json": resnet.encode(), "bert_base.json": b'{"model": "bert", "ro'})
+        doc = bench_doc(1000.0)
+        doc["steps"][0].update({"errors_total": 7, "stable": False})
+        with open(os.path.join(self.folder, "served.json"), "w") as f:
+            json.dump(doc, f)
+        r = run_report(self.folder)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| `engine_cuda_conv_test` | no result: exit status 139 | | |", r.stdout)
+        self.assertIn("| `e2e_gpu_test` | no result: not run, the run's 3 s were spent | | |",
+                      r.stdout)
+        self.assertIn("`bert_base.json (unreadable)`", r.stdout)
+        self.assertIn("resnet50", r.stdout)
+        self.assertIn("| 7 | False |", line_with(r.stdout, "| 2 instances, depth 2 |"))
+
     def test_a_folder_without_results_is_an_error(self):
         r = run_report(self.folder)
         self.assertEqual(r.returncode, 1)
