@@ -68,6 +68,11 @@ class GpuPlanTest : public GpuTest {
       // A test of int8 plans that ran no int8 product would prove nothing.
       EXPECT_GT(lowered->int8_products, 0);
     }
+    if (tp.shards > 1) {
+      // Nor would a test of tensor parallelism that split nothing.
+      EXPECT_GT(lowered->split_products, 0);
+      EXPECT_EQ(lowered->shards, tp.shards);
+    }
     if (conv_ == ConvEngine::kCudnn) {
       // A test of cuDNN's plans that ran none would prove nothing.
       EXPECT_TRUE(std::any_of(lowered->steps.begin(), lowered->steps.end(),
@@ -681,8 +686,11 @@ TEST_F(GpuPlanTest, StepByStepAndAsACudaGraphBothMatchTheCpuEngine) {
 // fp16, answer as the CPU engine does. The recommender's products carry a bias and ReLU or
 // a following sigmoid; the text classifier's a residual.
 TEST_F(GpuPlanTest, TensorParallelPlansOnOneGpuMatchTheCpuEngine) {
-  std::vector<int64_t> ids(2 * 32);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 50);
+  // Three different inputs in a row, so that a shard reading the run before's input shows.
+  std::vector<std::vector<int64_t>> ids(3, std::vector<int64_t>(2 * 32));
+  for (size_t r = 0; r < ids.size(); ++r)
+    for (size_t i = 0; i < ids[r].size(); ++i)
+      ids[r][i] = static_cast<int64_t>((i * 37 + r * 11) % 50);
   for (const std::vector<bool>& own : {std::vector<bool>{}, std::vector<bool>{false, true, true}}) {
     SCOPED_TRACE(own.empty() ? "shared memory" : "memory of their own");
     TensorParallelOptions tp;
@@ -696,7 +704,8 @@ TEST_F(GpuPlanTest, TensorParallelPlansOnOneGpuMatchTheCpuEngine) {
                           {{Random({8, 64}, 111)}, {Random({8, 64}, 112)}, {Random({8, 64}, 113)}},
                           GemmMath::kFp32, 1e-5f, nullptr, graph, tp);
       Prepared text = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
-      ExpectGpuMatchesCpu(text, {{I64({2, 32}, ids)}, {I64({2, 32}, ids)}, {I64({2, 32}, ids)}},
+      ExpectGpuMatchesCpu(text,
+                          {{I64({2, 32}, ids[0])}, {I64({2, 32}, ids[1])}, {I64({2, 32}, ids[2])}},
                           GemmMath::kFp32, 1e-4f, nullptr, graph, tp);
     }
     Prepared rec = Prepare(Model::Load(Example("recommender")), {{8, 64}});
