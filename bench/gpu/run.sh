@@ -94,7 +94,11 @@ case "${1:-}" in
     # cuBLASLt and cuDNN: the CUDA toolkit's, or those pip's nvidia packages hold (without a
     # cuDNN, convolutions run on im2col and engine_cuda_cudnn_test fails, saying so).
     libs=()
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && libs+=("$d"); done
+    # (compat: the forward-compatibility driver, where the image's CUDA is newer than the
+    # machine's driver; the CUDA 13 runtime in shoal's binaries needs a driver of 580 or later.)
+    for d in /usr/local/cuda/compat /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+      [ -d "$d" ] && libs+=("$d")
+    done
     if command -v python3 >/dev/null; then
       while IFS= read -r d; do libs+=("$d"); done < <(python3 - <<'PY' 2>/dev/null || true
 import glob, os
@@ -124,7 +128,7 @@ PY
     # One deadline for the whole run (the device tool's limit is 600 s a command, and the
     # machine's start comes out of the same few minutes): every step below runs under
     # `timeout`, at most what is left, and a step that no longer fits is skipped, saying so.
-    deadline=$((SECONDS + ${SHOAL_GPU_SECONDS:-500}))
+    deadline=$((SECONDS + ${SHOAL_GPU_SECONDS:-560}))
     left() { echo $((deadline - SECONDS)); }
     # limit STEP_SECONDS: the seconds a step may take now, the rest kept for what follows.
     limit() { local l; l=$(left); [ "$1" -lt "$l" ] && l=$1; echo "$l"; }
@@ -149,17 +153,17 @@ PY
     # what finished).
     xml=$(mktemp -d)
     : >"$out/tests.log"
-    for t in "${TESTS[@]}"; do
+    run_test() {  # NAME SECONDS: one test binary under a time limit, its outcome in gpu.txt
+      local t=$1 step log trc=0
       echo "## $t" | tee -a "$out/gpu.txt" >>"$out/tests.log"
-      # Each under a time limit, so that a test that hangs cannot cost the rest.
-      step=$(limit "${SHOAL_GPU_TEST_SECONDS:-90}")
+      # A test that hangs cannot cost the rest.
+      step=$(limit "$2")
       if [ "$step" -lt 5 ]; then
-        echo "$t: not run, the run's $((deadline - SECONDS + step)) s were spent" | tee -a "$out/gpu.txt"
+        echo "$t: not run, too little of the run's time left" | tee -a "$out/gpu.txt"
         rc=1
-        continue
+        return
       fi
       log=$(mktemp)
-      trc=0
       SHOAL_BINARY_DIR="$PWD/.gpu/build" run timeout -k 5 "$step" ".gpu/bin/$t" \
         --gtest_output="xml:$xml/$t.xml" --gtest_filter="${TEST_FILTER[$t]:-*}" >"$log" 2>&1 || trc=$?
       if [ "$trc" -eq 0 ]; then
@@ -176,8 +180,23 @@ PY
         tee -a "$out/gpu.txt" || true
       rm -f "$log"
       tar -C "$xml" -cf "$out/gtest-xml.tar" . || true
+    }
+    # First the device itself: where it cannot be used (a driver too old for the CUDA 13
+    # runtime, say), nothing after would tell anything, so the run stops there.
+    run_test engine_cuda_device_test 60
+    if ! grep -q "^device " "$out/gpu.txt"; then
+      echo "no usable CUDA device (see tests.log): stopping" | tee -a "$out/gpu.txt"
+      echo "exit 1" | tee -a "$out/gpu.txt"
+      exit 1
+    fi
+    # The kernels' tests, quick; the plan's, the backend's and the e2e test, longer, run
+    # after the benchmarks (below), so that a slow one cannot cost the figures.
+    for t in "${TESTS[@]}"; do
+      case "$t" in
+        engine_cuda_device_test | engine_cuda_gpu_plan_test | backends_onnx_backend_test | e2e_gpu_test) ;;
+        *) run_test "$t" 60 ;;
+      esac
     done
-    rm -rf "$xml"
     echo "## the device's GEMM peak (gpu_gemm_probe)" | tee -a "$out/gpu.txt"
     run timeout -k 5 "$(limit 60)" .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 |
       tee -a "$out/gpu.txt" || rc=1
@@ -277,6 +296,12 @@ CFG
       rm -f "$big/$m.onnx"
     done
     rm -rf "$plans" "$big"
+    # The longer tests: the GPU plan's (some 55 cuDNN plans, each searching its algorithms),
+    # the backend's GPU cases and the e2e test.
+    run_test engine_cuda_gpu_plan_test 240
+    run_test backends_onnx_backend_test 120
+    run_test e2e_gpu_test 150
+    rm -rf "$xml"
     echo "exit $rc" | tee -a "$out/gpu.txt"
     exit "$rc"
     ;;

@@ -9,6 +9,7 @@
 
 #include "core/bf16.h"
 #include "core/fp16.h"
+#include "engine/cuda/cuda_status.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -313,15 +314,74 @@ class CudnnGpuTest : public GpuTest {
     handle_ = std::move(handle).value();
   }
 
-  // Runs `o` on x and w (and bias and z when fused) and returns y as fp32.
+  // Runs `o` on x and w (and bias and z when fused) and returns y as fp32. Its algorithm is
+  // the first cuDNN ranks that runs it, as a plan's trial picks it (cuDNN ranks algorithms
+  // for the plain convolution, and the fused call may refuse one): each candidate is run on
+  // buffers of these shapes until one runs.
   std::vector<float> Run(const CudnnConvOptions& o, const std::vector<float>& x,
                          const std::vector<float>& w, const std::vector<float>& bias,
                          const std::vector<float>* z, size_t max_workspace = size_t{1} << 28) {
-    auto conv = CudnnConv::Create(*handle_, o, max_workspace);
+    Operands trial_operands = UploadOperands(o, x, w, bias, z);
+    const CudnnTrial runs = [&](const CudnnConv& candidate) -> StatusOr<double> {
+      ASSIGN_OR_RETURN(DeviceBuffer scratch,
+                       DeviceBuffer::Allocate(std::max<size_t>(candidate.workspace_bytes(), 1)));
+      Status ran = RunOn(candidate, trial_operands, z != nullptr, scratch.data());
+      if (ran.ok()) ran = CudaStatus(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      if (!ran.ok() && ran.code() != StatusCode::kUnimplemented &&
+          ran.code() != StatusCode::kResourceExhausted) {
+        // Passed over as the plan passes it over, unless the device is broken for good.
+        (void)cudaGetLastError();
+        if (cudaStreamSynchronize(stream()) != cudaSuccess || cudaGetLastError() != cudaSuccess)
+          return ran;
+        return Unimplemented("failed when run: " + ran.message());
+      }
+      RETURN_IF_ERROR(ran);
+      return 0.0;
+    };
+    CudnnConvOptions heuristic = o;
+    heuristic.search = CudnnAlgorithmSearch::kHeuristic;
+    auto conv = CudnnConv::Create(*handle_, heuristic, max_workspace, runs);
     EXPECT_TRUE(conv.ok()) << conv.status().ToString();
     if (!conv.ok()) return {};
     EXPECT_LE((*conv)->workspace_bytes(), max_workspace);
     return RunWith(**conv, x, w, bias, z);
+  }
+
+  // A convolution's operands on the device: 16-bit ones rounded on the host, as the plan's
+  // kToHalf steps and blobs round them; channels last, x [n, h, w, c] and w [m, kh, kw,
+  // c/groups]. y starts as z, or NaN: a fused call without a residual reads z = y with a
+  // weight of 0, and must not let what y held through; the others overwrite it.
+  struct Operands {
+    DeviceBuffer x, w, bias, y;
+  };
+  Operands UploadOperands(const CudnnConvOptions& o, const std::vector<float>& x,
+                          const std::vector<float>& w, const std::vector<float>& bias,
+                          const std::vector<float>* z) {
+    const Window2d& g = o.window;
+    const int64_t ny = g.n * o.m * g.oh * g.ow;
+    const bool half = o.math == GemmMath::kFp16 || o.math == GemmMath::kBf16;
+    auto to_device = [&](const std::vector<float>& v, int64_t n, int64_t c, int64_t spatial) {
+      if (!half) return Upload(v);
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        h[i] = o.math == GemmMath::kFp16 ? FloatToFp16(v[i]) : FloatToBf16(v[i]);
+      if (o.channels_last) h = ChannelsLast(h, n, c, spatial);
+      return UploadBytes(h.data(), h.size() * 2);
+    };
+    Operands d;
+    d.x = to_device(x, g.n, g.c, g.h * g.w);
+    d.w = to_device(w, o.m, g.c / g.groups, g.kh * g.kw);
+    d.bias = Upload(bias);
+    d.y = z ? Upload(*z)
+            : (half ? UploadBytes(std::vector<uint16_t>(ny, 0x7e00).data(), ny * 2)
+                    : Upload(std::vector<float>(ny, std::nanf(""))));
+    return d;
+  }
+
+  // `conv` run on `d`, y in place of z when `residual`.
+  Status RunOn(const CudnnConv& conv, Operands& d, bool residual, void* workspace) {
+    return conv.Run(*handle_, d.x.data(), d.w.data(), d.bias.as<float>(),
+                    residual ? d.y.data() : nullptr, d.y.data(), workspace, stream());
   }
 
   // The same with `conv` as it was made (its options, algorithm and workspace).
@@ -332,32 +392,14 @@ class CudnnGpuTest : public GpuTest {
     const Window2d& g = o.window;
     const int64_t ny = g.n * o.m * g.oh * g.ow;
     const bool half = o.math == GemmMath::kFp16 || o.math == GemmMath::kBf16;
-    // 16-bit operands rounded on the host, as the plan's kToHalf steps and blobs round them;
-    // channels last, x [n, h, w, c] and w [m, kh, kw, c/groups].
-    auto to_device = [&](const std::vector<float>& v, int64_t n, int64_t c, int64_t spatial) {
-      if (!half) return Upload(v);
-      std::vector<uint16_t> h(v.size());
-      for (size_t i = 0; i < v.size(); ++i)
-        h[i] = o.math == GemmMath::kFp16 ? FloatToFp16(v[i]) : FloatToBf16(v[i]);
-      if (o.channels_last) h = ChannelsLast(h, n, c, spatial);
-      return UploadBytes(h.data(), h.size() * 2);
-    };
-    DeviceBuffer dx = to_device(x, g.n, g.c, g.h * g.w);
-    DeviceBuffer dw = to_device(w, o.m, g.c / g.groups, g.kh * g.kw);
-    DeviceBuffer db = Upload(bias);
-    // y starts as NaN: a fused call without a residual reads z = y with a weight of 0, and
-    // must not let what y held through; the others overwrite it.
-    DeviceBuffer dy = z ? Upload(*z)
-                        : (half ? UploadBytes(std::vector<uint16_t>(ny, 0x7e00).data(), ny * 2)
-                                : Upload(std::vector<float>(ny, std::nanf(""))));
+    Operands d = UploadOperands(o, x, w, bias, z);
     auto workspace = DeviceBuffer::Allocate(std::max<size_t>(conv.workspace_bytes(), 1));
     EXPECT_TRUE(workspace.ok());
-    const Status ran = conv.Run(*handle_, dx.data(), dw.data(), db.as<float>(),
-                                z ? dy.data() : nullptr, dy.data(), workspace->data(), stream());
+    const Status ran = RunOn(conv, d, z != nullptr, workspace->data());
     EXPECT_TRUE(ran.ok()) << ran.ToString();
-    if (!half) return Download(dy, static_cast<size_t>(ny));
+    if (!half) return Download(d.y, static_cast<size_t>(ny));
     std::vector<uint16_t> h(static_cast<size_t>(ny));
-    DownloadBytes(dy, h.data(), h.size() * 2);
+    DownloadBytes(d.y, h.data(), h.size() * 2);
     if (o.channels_last) h = ChannelsLast(h, g.n, o.m, g.oh * g.ow, /*back=*/true);
     std::vector<float> y(h.size());
     for (size_t i = 0; i < h.size(); ++i)
@@ -533,7 +575,7 @@ TEST_F(CudnnGpuTest, AMeasuredSearchKeepsTheFastestCandidate) {
   const auto x = Wave(g.n * g.c * g.h * g.w, 0.8f);
   const auto w = Wave(16 * 16 * 9, 0.3f);
   ExpectNear(RunWith(**measured, x, w, std::vector<float>(16, 0.f), nullptr),
-             Reference(x, w, g, 16, nullptr, nullptr, false), 1e-5, "measured");
+             Reference(x, w, g, 16, nullptr, nullptr, false), 1e-4, "measured");
 }
 
 TEST_F(CudnnGpuTest, KeepsWithinTheWorkspaceItIsGiven) {

@@ -365,24 +365,27 @@ TEST_F(GemmGpuTest, BatchedProductsWithAlphaAndABroadcastWeight) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
 }
 
-// int8 operands (W stored [n, k]) sum exactly into int32: on shapes of 17 rows and more (as
-// the lowering gives int8, GpuPlanOptions::int8_min_rows) up to 64x256x1024, and sums past
-// 2^24 that fp32 could not hold exactly.
+// int8 operands (W stored [n, k]) sum exactly into int32: on the shapes the lowering gives
+// int8 (17 rows or more, GpuPlanOptions::int8_min_rows; k and n multiples of 8) up to
+// 64x256x1024, and sums past 2^24 that fp32 could not hold exactly.
 TEST_F(GemmGpuTest, Int8SumsAreExactInt32) {
   for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{17, 8, 16},
-                                {33, 12, 20},
+                                {33, 24, 40},
                                 {64, 256, 1024},
-                                {17, 4, 4096}}) {
+                                {17, 8, 4096}}) {
     EXPECT_TRUE(ExpectExactInt8(m, n, k)) << "m=" << m << " n=" << n << " k=" << k;
   }
 }
 
-// Fewer rows, which the lowering keeps fp32 because cuBLASLt is known to lack int8 kernels
-// for some such shapes: either refused as UNIMPLEMENTED when planned, or exact. (What this
-// device does is in the test's log.)
-TEST_F(GemmGpuTest, Int8OfFewRowsIsExactOrRefused) {
-  for (const auto& [m, n, k] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 8, 16}, {7, 12, 20}, {3, 4, 4096}}) {
+// Shapes the lowering keeps fp32 because cuBLASLt is known to lack int8 kernels for some of
+// them (fewer rows; k or n a multiple of 4 but not of 8): either refused as UNIMPLEMENTED
+// when planned, or exact. (What this device does is in the test's log.)
+TEST_F(GemmGpuTest, Int8OfFewRowsOrNarrowIsExactOrRefused) {
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 16},
+                                {7, 12, 20},
+                                {3, 4, 4096},
+                                {33, 12, 20},
+                                {17, 4, 36}}) {
     const bool ran = ExpectExactInt8(m, n, k, /*may_refuse=*/true);
     std::printf("int8 GEMM m=%lld n=%lld k=%lld: %s\n", static_cast<long long>(m),
                 static_cast<long long>(n), static_cast<long long>(k),
@@ -408,6 +411,7 @@ TEST_F(GemmGpuTest, Int8RefusesWhatItsKernelsCannotTake) {
   EXPECT_NE(refused.status().message().find("no epilogue"), std::string::npos)
       << refused.status().message();
   o.epilogue = GemmEpilogue::kNone;
+  o.m = 32;  // a shape the lowering gives int8
   EXPECT_TRUE(LtGemm::Create(*handle_, o).ok());
 }
 

@@ -114,7 +114,7 @@ struct GpuPlanOptions {
   // ranges, by value name, that Calibrate measured on the fp32 model. A product with a
   // constant 2-D weight (MatMul, Gemm, their fused forms) or a convolution with one group
   // then runs as an int8 GEMM where its input has a range here, its k and n are multiples of
-  // 4, it has int8_min_rows rows or more and its activation is not the tanh GELU: the input
+  // 8, it has int8_min_rows rows or more and its activation is not the tanh GELU: the input
   // quantised per tensor (a kQuantize step, shared by the products reading one value, or
   // im2col quantising as it gathers), the weight per output column, the int32 sums scaled
   // back to fp32 with the bias and any ReLU in one pass, the rest as in fp32. Such
@@ -331,7 +331,7 @@ struct GpuLowering {
   int split_products = 0;              // products split across the shards
   // int8 (GpuPlanOptions::int8_calibration): the products and convolutions that run in int8,
   // and those kept fp32, each described with why ("node 'fc' (Gemm): k = 8 and n = 10 must
-  // be multiples of 4 for cuBLASLt's int8 kernels").
+  // be multiples of 8 for cuBLASLt's int8 kernels").
   int int8_products = 0;
   std::vector<std::string> fp32_products;
   // Per error flag slot (GpuStep::flag), the node whose kernel raises it, described as

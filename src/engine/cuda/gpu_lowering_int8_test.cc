@@ -72,7 +72,7 @@ TEST_F(LowerPlanInt8Test, ProductsQuantiseTheirInputOnceAndTheirWeightsPerColumn
 
   const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
   ASSERT_EQ(gemms.size(), 2u);
-  const Tensor w1 = Random({8, 16}, 71), b1 = Random({16}, 72), w2 = Random({12, 8}, 73);
+  const Tensor w1 = Random({8, 24}, 71), b1 = Random({24}, 72), w2 = Random({16, 8}, 73);
   for (const GpuStep* g : gemms) {
     EXPECT_EQ(g->gemm.math, GemmMath::kInt8);
     EXPECT_TRUE(g->gemm.transpose_w);
@@ -85,7 +85,7 @@ TEST_F(LowerPlanInt8Test, ProductsQuantiseTheirInputOnceAndTheirWeightsPerColumn
     EXPECT_EQ(sums, g->gemm.m * g->gemm.n);
     ASSERT_EQ(g->weight_slots.size(), 3u);
     // The weight as QuantizeWeightColumns stores it, [n, k], whichever way the node holds it.
-    const bool first = g->gemm.n == 16;
+    const bool first = g->gemm.n == 24;
     const QuantizedWeight want = QuantizeWeightColumns(first ? w1 : w2, !first);
     const Tensor& stored = l->blobs[g->weight_slots[0]].data;
     ASSERT_EQ(stored.dtype(), DataType::kInt8);
@@ -131,7 +131,7 @@ TEST_F(LowerPlanInt8Test, TheStoredProductIsTheFp32ProductWithinInt8Rounding) {
     const std::vector<float> y = Int8ProductReference(
         xv, g->gemm.m, g->gemm.k, InputOf(*StepsOf(*l, GpuStep::Kind::kQuantize)[0]), w, scale,
         bias, g->int8_relu);
-    const Tensor& want = out[g->gemm.n == 16 ? 0 : 1].tensor;
+    const Tensor& want = out[g->gemm.n == 24 ? 0 : 1].tensor;
     ASSERT_EQ(static_cast<int64_t>(y.size()), want.element_count());
     // Each term is off by at most |x|·sw/2 + |w|·sx/2 + sx·sw/4; over k = 8 terms of |x| <= 3
     // and |w| <= 1, well under 0.1.
@@ -165,7 +165,7 @@ TEST(LowerPlanInt8GraphsTest, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->int8_products, 0);
   ASSERT_EQ(l->fp32_products.size(), 3u);
-  EXPECT_THAT(l->fp32_products[0], HasSubstr("k = 8 and n = 10 must be multiples of 4"));
+  EXPECT_THAT(l->fp32_products[0], HasSubstr("k = 8 and n = 10 must be multiples of 8"));
   EXPECT_THAT(l->fp32_products[1], HasSubstr("int8 takes a constant 2-D weight"));
   EXPECT_THAT(l->fp32_products[2], HasSubstr("its input 't' has no calibrated range"));
   for (const GpuStep* g : StepsOf(*l, GpuStep::Kind::kGemm))
@@ -174,10 +174,10 @@ TEST(LowerPlanInt8GraphsTest, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
 }
 
 // In an identity block on cuDNN: the stem's 3 input channels (k = 27) keep it fp32 on cuDNN;
-// the two 4-channel convolutions leave cuDNN for im2col quantising as it gathers and an
+// the two 8-channel convolutions leave cuDNN for im2col quantising as it gathers and an
 // int8 GEMM, the second's residual and ReLU after, as in fp32.
 TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
-  Prepared p = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
+  Prepared p = Prepare(Model::FromGraph(IdentityBlockGraph(false, 8)), {{2, 3, 8, 8}});
   ASSERT_TRUE(p.plan);
   GpuPlanOptions options;
   options.conv = ConvEngine::kCudnn;
@@ -197,8 +197,8 @@ TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
     EXPECT_GT(cols[i]->alpha, 0.f);
     EXPECT_EQ(gemms[i]->in[0], cols[i]->out);
     EXPECT_EQ(gemms[i]->gemm.math, GemmMath::kInt8);
-    EXPECT_EQ(gemms[i]->gemm.k, 36);
-    EXPECT_EQ(l->blobs[gemms[i]->weight_slots[0]].data.shape(), (Shape{4, 36}));
+    EXPECT_EQ(gemms[i]->gemm.k, 72);
+    EXPECT_EQ(l->blobs[gemms[i]->weight_slots[0]].data.shape(), (Shape{8, 72}));
   }
   // The first's ReLU is in its scaling pass; the second's residual and ReLU in an epilogue.
   EXPECT_TRUE(gemms[0]->int8_relu);
@@ -296,7 +296,7 @@ TEST(LowerPlanInt8GraphsTest, FewRowsOrAHugeKStayFp32) {
 
   GraphBuilder huge;
   const int hx = huge.Input("x", {32, 133200});
-  const int hy = huge.Op("MatMul", "y", {hx, huge.Constant("w", Random({133200, 4}, 77))});
+  const int hy = huge.Op("MatMul", "y", {hx, huge.Constant("w", Random({133200, 8}, 77))});
   Prepared hp = Prepare(Model::FromGraph(huge.Finish(hy)), {{32, 133200}});
   ASSERT_TRUE(hp.plan);
   options.int8_calibration =

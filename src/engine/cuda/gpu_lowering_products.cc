@@ -22,6 +22,12 @@ using engine::internal::Product;
 
 namespace {
 
+// What an int8 product's k and n must be multiples of. cuBLASLt documents 4 for its int8
+// kernels on plain layouts (gemm.h checks that); 8, as PyTorch's _int_mm asks of the same
+// cuBLASLt calls, keeps off shapes it is known to lack kernels for. Real layers' widths are
+// multiples of 8 anyway.
+constexpr int64_t kInt8Multiple = 8;
+
 // A fused activation (`prefix`: "activation" or "post_activation") as an element-wise
 // step: its operator and parameters, or false when the GPU path has none for it (GeluTanh
 // has one only in a GEMM's epilogue).
@@ -155,9 +161,9 @@ Status Lowerer::LowerProduct(int n) {
       why = "it is split across tensor-parallel shards";
     } else if (g.epilogue == GemmEpilogue::kBiasGelu) {
       why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
-    } else if (g.k % 4 != 0 || g.n % 4 != 0) {
+    } else if (g.k % kInt8Multiple != 0 || g.n % kInt8Multiple != 0) {
       why = "k = " + std::to_string(g.k) + " and n = " + std::to_string(g.n) +
-            " must be multiples of 4 for cuBLASLt's int8 kernels";
+            " must be multiples of 8 for cuBLASLt's int8 kernels";
     } else {
       why = Int8Shape(g.m, g.k);
       if (why.empty()) in = Int8InputOf(a, &why);
@@ -561,9 +567,9 @@ Status Lowerer::LowerConv(int n) {
     std::string why;
     if (groups != 1) {
       why = std::to_string(groups) + " groups (int8 takes one)";
-    } else if (kg % 4 != 0 || mg % 4 != 0) {
+    } else if (kg % kInt8Multiple != 0 || mg % kInt8Multiple != 0) {
       why = "k = c*kh*kw = " + std::to_string(kg) + " and its " + std::to_string(mg) +
-            " output channels must be multiples of 4 for cuBLASLt's int8 kernels";
+            " output channels must be multiples of 8 for cuBLASLt's int8 kernels";
     } else if (act == "GeluTanh") {
       why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
     } else {

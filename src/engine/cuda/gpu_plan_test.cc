@@ -261,7 +261,7 @@ TEST_F(GpuPlanTest, TheImageClassifierAndResNetMatchTheCpuEngine) {
 TEST_F(GpuPlanTest, ConvolutionsOnCudnnMatchTheCpuEngine) {
   conv_ = ConvEngine::kCudnn;
   for (const auto& [math, tolerance] :
-       {std::pair{GemmMath::kFp32, 1e-4f}, std::pair{GemmMath::kTf32, 5e-3f},
+       {std::pair{GemmMath::kFp32, 1e-4f}, std::pair{GemmMath::kTf32, 1e-2f},
         std::pair{GemmMath::kFp16, 2e-2f}, std::pair{GemmMath::kBf16, 8e-2f}}) {
     SCOPED_TRACE(static_cast<int>(math));
     Prepared ic = Prepare(Model::Load(Example("image_classifier")), {{3, 3, 32, 32}});
@@ -407,7 +407,7 @@ TEST_F(GpuPlanTest, Int8PlansMatchTheirHostReferenceAndStayNearFp32) {
     const std::vector<float> want =
         Int8ProductReference(xv, g.gemm.m, g.gemm.k, input, w,
                              std::vector<float>(sv.begin(), sv.end()), bias, g.int8_relu);
-    const auto got = out[g.gemm.n == 16 ? 0 : 1].values<float>();
+    const auto got = out[g.gemm.n == 24 ? 0 : 1].values<float>();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::fabs(want[i]))) << "at " << i;
@@ -427,7 +427,7 @@ TEST_F(GpuPlanTest, Int8PlansMatchTheirHostReferenceAndStayNearFp32) {
     ASSERT_TRUE(ic.plan);
     int8_ = RandomInputRanges(*ic.model, ic.model->inputs()[0].name, {3, 3, 32, 32}, 0.f, 1.f);
     ExpectGpuMatchesCpu(ic, {{Random({3, 3, 32, 32}, 902, 0.f, 1.f)}}, GemmMath::kFp32, 0.1f);
-    Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph()), {{2, 3, 8, 8}});
+    Prepared block = Prepare(Model::FromGraph(IdentityBlockGraph(false, 8)), {{2, 3, 8, 8}});
     ASSERT_TRUE(block.plan);
     int8_ = RandomInputRanges(*block.model, "x", {2, 3, 8, 8}, -1.f, 1.f);
     ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 903, -1.f, 1.f)}}, GemmMath::kFp32, 0.1f);

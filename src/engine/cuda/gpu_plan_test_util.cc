@@ -189,12 +189,12 @@ int Conv3x3(GraphBuilder& b, const std::string& name, int in, int64_t c, int64_t
 
 }  // namespace
 
-Graph IdentityBlockGraph(bool y_also_read) {
+Graph IdentityBlockGraph(bool y_also_read, int64_t channels) {
   GraphBuilder b;
   const int x = b.Input("x", {2, 3, 8, 8});
-  const int y = b.Op("Relu", "stem.relu", {Conv3x3(b, "stem", x, 3, 4, 31)});
-  const int a = b.Op("Relu", "a.relu", {Conv3x3(b, "a", y, 4, 4, 33)});
-  const int sum = b.Op("Add", "add", {Conv3x3(b, "b", a, 4, 4, 35), y});
+  const int y = b.Op("Relu", "stem.relu", {Conv3x3(b, "stem", x, 3, channels, 31)});
+  const int a = b.Op("Relu", "a.relu", {Conv3x3(b, "a", y, channels, channels, 33)});
+  const int sum = b.Op("Add", "add", {Conv3x3(b, "b", a, channels, channels, 35), y});
   const int out = b.Op("Relu", "out", {sum});
   if (!y_also_read) return b.Finish(out);
   return b.Finish(std::vector<int>{out, b.Op("Sigmoid", "sig", {y})});
@@ -341,9 +341,9 @@ const std::vector<Shape> kTriluShapes = {{2, 3, 4}, {3, 3}};
 Graph TwoProductsOfOneInputGraph() {
   GraphBuilder b;
   const int x = b.Input("x", {32, 8});
-  const int w1 = b.Constant("w1", Random({8, 16}, 71));
-  const int b1 = b.Constant("b1", Random({16}, 72));
-  const int w2 = b.Constant("w2", Random({12, 8}, 73));
+  const int w1 = b.Constant("w1", Random({8, 24}, 71));
+  const int b1 = b.Constant("b1", Random({24}, 72));
+  const int w2 = b.Constant("w2", Random({16, 8}, 73));
   const int y1 = b.Op("Relu", "y1", {b.Op("Add", "xw1b", {b.Op("MatMul", "xw1", {x, w1}), b1})});
   const int y2 = b.Op("Gemm", "y2", {x, w2}, {{"transB", AInt(1)}});
   return b.Finish(std::vector<int>{y1, y2});

@@ -55,8 +55,9 @@ Graph GroupedConvGraph();
 // convolutions, the second's output plus y, then ReLU (the optimiser makes the second a
 // shoal.FusedConv reading y as its residual). y is read twice: by the block's first
 // convolution and as the residual (in 16 bits in a mixed-precision plan on cuDNN); with
-// `y_also_read`, a Sigmoid reads y too, its output the graph's second.
-Graph IdentityBlockGraph(bool y_also_read = false);
+// `y_also_read`, a Sigmoid reads y too, its output the graph's second. `channels`: the
+// block's width (8 gives int8 convolutions: GpuPlanOptions::int8_calibration).
+Graph IdentityBlockGraph(bool y_also_read = false, int64_t channels = 4);
 
 // A convolution and its ReLU (y [2, 4, 8, 8]), a 3x3 max pool of stride 2 and padding 1,
 // and a second convolution of the pooled values, its output the graph's. `variant`:
@@ -135,8 +136,8 @@ extern const std::vector<Shape> kCumSumShapes;
 Graph TriluGraph();
 extern const std::vector<Shape> kTriluShapes;
 
-// x [32, 8] read by two products: relu(x·w1 + b1) [32, 16] (w1 [8, 16], Random seed 71, b1
-// seed 72) and x·w2ᵀ [32, 12] (Gemm with transB, w2 [12, 8], seed 73): both int8 products
+// x [32, 8] read by two products: relu(x·w1 + b1) [32, 24] (w1 [8, 24], Random seed 71, b1
+// seed 72) and x·w2ᵀ [32, 16] (Gemm with transB, w2 [16, 8], seed 73): both int8 products
 // reading one quantisation of x (32 rows: more than GpuPlanOptions::int8_min_rows).
 Graph TwoProductsOfOneInputGraph();
 
