@@ -205,6 +205,7 @@ class ReportTest(unittest.TestCase):
         write_results(self.folder, skip=("gpu.txt", "plan_bench.tar", "served.json"))
         with open(os.path.join(self.folder, "gpu.txt"), "w") as f:
             f.write(GPU_TXT + "engine_cuda_conv_test: exit status 139\n"
+                    "engine_cuda_gpu_plan_test.cudnn: exit status 124\n"
                     "e2e_gpu_test: not run, the run's 3 s were spent\n")
         resnet = json.dumps({"model": "resnet50.onnx", "runs": 20, "cpu_runs": 0,
                              "rows": [plan_row(64, 1e12, {"fp32": 1.0})]})
@@ -217,6 +218,8 @@ class ReportTest(unittest.TestCase):
         r = run_report(self.folder)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| `engine_cuda_conv_test` | no result: exit status 139 | | |", r.stdout)
+        self.assertIn("| `engine_cuda_gpu_plan_test.cudnn` | no result: exit status 124 | | |",
+                      r.stdout)
         self.assertIn("| `e2e_gpu_test` | no result: not run, the run's 3 s were spent | | |",
                       r.stdout)
         self.assertIn("`bert_base.json (unreadable)`", r.stdout)

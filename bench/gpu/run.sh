@@ -153,26 +153,33 @@ PY
     # what finished).
     xml=$(mktemp -d)
     : >"$out/tests.log"
-    run_test() {  # NAME SECONDS: one test binary under a time limit, its outcome in gpu.txt
-      local t=$1 step log trc=0
-      echo "## $t" | tee -a "$out/gpu.txt" >>"$out/tests.log"
+    # NAME SECONDS [PART FILTER]: one test binary under a time limit, its outcome in gpu.txt;
+    # with PART, only the tests FILTER names, as NAME.PART (its own XML: gtest writes one at
+    # the end, so a part that times out or crashes loses only its own results).
+    run_test() {
+      local t=$1 step log trc=0 label=$1 filter="${TEST_FILTER[$1]:-*}"
+      if [ $# -ge 4 ]; then
+        label="$1.$3"
+        filter=$4
+      fi
+      echo "## $label" | tee -a "$out/gpu.txt" >>"$out/tests.log"
       # A test that hangs cannot cost the rest.
       step=$(limit "$2")
       if [ "$step" -lt 5 ]; then
-        echo "$t: not run, too little of the run's time left" | tee -a "$out/gpu.txt"
+        echo "$label: not run, too little of the run's time left" | tee -a "$out/gpu.txt"
         rc=1
         return
       fi
       log=$(mktemp)
       SHOAL_BINARY_DIR="$PWD/.gpu/build" run timeout -k 5 "$step" ".gpu/bin/$t" \
-        --gtest_output="xml:$xml/$t.xml" --gtest_filter="${TEST_FILTER[$t]:-*}" >"$log" 2>&1 || trc=$?
+        --gtest_output="xml:$xml/$label.xml" --gtest_filter="$filter" >"$log" 2>&1 || trc=$?
       if [ "$trc" -eq 0 ]; then
         # A skipped test here means the device was not usable: counted as a failure.
         if grep -q "SKIPPED" "$log"; then echo "skipped tests on a GPU machine" >>"$log"; rc=1; fi
       else
         [ "$trc" -eq 124 ] && echo "timed out after $step s" >>"$log"
         # A crash, a missing library or a timeout leaves no XML: say so in gpu.txt.
-        echo "$t: exit status $trc" >>"$log"
+        echo "$label: exit status $trc" >>"$log"
         rc=1
       fi
       cat "$log" >>"$out/tests.log"
@@ -298,7 +305,11 @@ CFG
     rm -rf "$plans" "$big"
     # The longer tests: the GPU plan's (some 55 cuDNN plans, each searching its algorithms),
     # the backend's GPU cases and the e2e test.
-    run_test engine_cuda_gpu_plan_test 240
+    cudnn_plans='GpuPlanTest.ConvolutionsOnCudnn*:GpuPlanTest.DenseNet*'
+    reduced='GpuPlanTest.MixedPrecision*:GpuPlanTest.Int8*:GpuPlanTest.TensorParallel*'
+    run_test engine_cuda_gpu_plan_test 150 cudnn "$cudnn_plans"
+    run_test engine_cuda_gpu_plan_test 90 reduced "$reduced"
+    run_test engine_cuda_gpu_plan_test 150 rest "-$cudnn_plans:$reduced"
     run_test backends_onnx_backend_test 120
     run_test e2e_gpu_test 150
     rm -rf "$xml"
