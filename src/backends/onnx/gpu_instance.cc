@@ -168,17 +168,6 @@ class GpuInstance : public BackendInstance {
                                            engine::cuda::GpuLoweringPlanOptions(), load.limits));
     engine::cuda::GpuPlanOptions options = plan_options_;
     ASSIGN_OR_RETURN(auto lowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
-    if (options.int8_calibration && !said_int8_) {
-      // Which products int8 took, once per instance (every plan of a model takes the same).
-      said_int8_ = true;
-      std::string kept;
-      for (const std::string& why : lowered.fp32_products) kept += "; " + why;
-      spdlog::info(
-          "GPU {}: gpu_precision int8: {} of {} products and convolutions in int8{}{}", gpu_,
-          lowered.int8_products,
-          lowered.int8_products + static_cast<int>(lowered.fp32_products.size()),
-          kept.empty() ? "" : ", kept fp32: ", LogSafe(kept.empty() ? kept : kept.substr(2)));
-    }
     if (plans_.size() >= max_plans_) {
       // Room first, so that the device never holds the whole cache and the new plan: the
       // least recently used plan with no batch launched and unfinished (whose work still
@@ -191,44 +180,60 @@ class GpuInstance : public BackendInstance {
         break;
       }
     }
-    // One cuDNN handle for the instance's plans, made with the first that needs it.
-    bool needs_cudnn = false, channels_last = false;
-    for (const engine::cuda::GpuStep& s : lowered.steps) {
-      if (s.kind != engine::cuda::GpuStep::Kind::kConv) continue;
-      needs_cudnn = true;
-      channels_last = channels_last || s.conv.channels_last;
-    }
-    if (needs_cudnn && !cudnn_) {
-      auto made = engine::cuda::CudnnHandle::Create();
-      if (made.ok()) cudnn_ = std::move(made).value();
-    }
+    // Which products int8 took in a lowering (GpuPlanOptions::int8_calibration).
+    auto int8_summary = [](const engine::cuda::GpuLowering& l) {
+      std::string kept;
+      for (const std::string& why : l.fp32_products) kept += (kept.empty() ? "" : "; ") + why;
+      return std::to_string(l.int8_products) + " of " +
+             std::to_string(l.int8_products + static_cast<int>(l.fp32_products.size())) +
+             " products and convolutions in int8" + (kept.empty() ? "" : ", kept fp32: " + kept);
+    };
+    // Whether a lowering runs convolutions on cuDNN channels last; and the instance's one
+    // cuDNN handle, made with the first plan that needs it.
+    bool channels_last = false;
     auto create = [&](engine::cuda::GpuLowering l) {
+      bool needs_cudnn = false;
+      channels_last = false;
+      for (const engine::cuda::GpuStep& s : l.steps) {
+        if (s.kind != engine::cuda::GpuStep::Kind::kConv) continue;
+        needs_cudnn = true;
+        channels_last = channels_last || s.conv.channels_last;
+      }
+      if (needs_cudnn && !cudnn_) {
+        auto made = engine::cuda::CudnnHandle::Create();
+        if (made.ok()) cudnn_ = std::move(made).value();
+      }
       return engine::cuda::GpuPlan::Create(std::move(l), *handle_, stream_, weights_, shards_,
                                            cudnn_);
     };
-    // After a plan cuDNN could not make: lowered again with `options` as changed, and made.
+    std::string int8_used = options.int8_calibration ? int8_summary(lowered) : "";
+    // After a plan the device could not make: lowered again with `options` as changed, and
+    // made.
     auto again = [&]() -> StatusOr<std::unique_ptr<engine::cuda::GpuPlan>> {
       ASSIGN_OR_RETURN(auto relowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
+      if (options.int8_calibration) int8_used = int8_summary(relowered);
       return create(std::move(relowered));
     };
     auto created = create(std::move(lowered));
     auto cannot_plan = [](const Status& s) {
       return s.code() == StatusCode::kUnimplemented || s.code() == StatusCode::kUnavailable;
     };
+    // First an int8 product cuBLASLt has no kernel for on this device (gemm.cc names such a
+    // GEMM's math in its error): the plan with every product fp32, and then the convolution
+    // retries below for the plan as it is now (int8's convolutions back on cuDNN).
+    if (!created.ok() && options.int8_calibration && cannot_plan(created.status()) &&
+        created.status().message().find(" int8 GEMM") != std::string::npos) {
+      spdlog::warn("GPU {}: a plan's products run fp32, not int8: {}", gpu_,
+                   created.status().ToString());
+      options.int8_calibration = nullptr;
+      int8_used.clear();
+      created = again();
+    }
     if (!created.ok() && channels_last && cannot_plan(created.status())) {
       // A convolution cuDNN cannot run channels last on this device: the plan NCHW.
       spdlog::warn("GPU {}: a plan's convolutions run NCHW, not channels last: {}", gpu_,
                    created.status().ToString());
       options.channels_last = false;
-      created = again();
-    }
-    if (!created.ok() && options.int8_calibration && cannot_plan(created.status()) &&
-        created.status().message().find(" int8 GEMM") != std::string::npos) {
-      // An int8 product cuBLASLt has no kernel for on this device: the plan in fp32 (the
-      // lowering's int8_min_rows keeps the shapes known to lack one out already).
-      spdlog::warn("GPU {}: a plan's products run fp32, not int8: {}", gpu_,
-                   created.status().ToString());
-      options.int8_calibration = nullptr;
       created = again();
     }
     if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
@@ -241,6 +246,15 @@ class GpuInstance : public BackendInstance {
       created = again();
     }
     ASSIGN_OR_RETURN(auto plan, std::move(created));
+    if (!int8_used.empty() && int8_used != said_int8_) {
+      // What int8 took in the plan made, when it differs from the last plan's (a batch of
+      // few rows keeps more products fp32 than a large one).
+      std::string at;
+      for (const Shape& shape : shapes) at += (at.empty() ? "" : ", ") + ShapeToString(shape);
+      spdlog::info("GPU {}: gpu_precision int8 at input shapes {}: {}", gpu_, at,
+                   LogSafe(int8_used));
+      said_int8_ = int8_used;
+    }
     if (spdlog::should_log(spdlog::level::debug)) {
       for (const std::string& line : plan->DescribeConvs())
         spdlog::debug("GPU {}: {}", gpu_, LogSafe(line));
@@ -419,8 +433,8 @@ class GpuInstance : public BackendInstance {
   std::unique_ptr<engine::Session> tail_;  // null without a tail
   int gpu_;
   engine::cuda::GpuPlanOptions plan_options_;  // tensor_parallel.shards 1: none split
-  bool conv_fallback_;      // gpu_convolution "auto": im2col where cuDNN cannot plan
-  bool said_int8_ = false;  // the int8 products logged (PlanFor)
+  bool conv_fallback_;     // gpu_convolution "auto": im2col where cuDNN cannot plan
+  std::string said_int8_;  // the int8 products of the last plan that logged them (PlanFor)
   std::string tier_;
   int depth_;                                     // pipeline_depth(): 1 or GpuPlan::kSlots
   std::vector<engine::cuda::ShardPlace> shards_;  // where each shard runs

@@ -315,9 +315,9 @@ class CudnnGpuTest : public GpuTest {
   }
 
   // Runs `o` on x and w (and bias and z when fused) and returns y as fp32. Its algorithm is
-  // the first cuDNN ranks that runs it, as a plan's trial picks it (cuDNN ranks algorithms
-  // for the plain convolution, and the fused call may refuse one): each candidate is run on
-  // buffers of these shapes until one runs.
+  // the first cuDNN ranks; fused, the first of those that runs it, as a plan's trial picks
+  // it (cuDNN ranks algorithms for the plain convolution, and the fused call may refuse
+  // one): each candidate is run on buffers of these shapes until one runs.
   std::vector<float> Run(const CudnnConvOptions& o, const std::vector<float>& x,
                          const std::vector<float>& w, const std::vector<float>& bias,
                          const std::vector<float>* z, size_t max_workspace = size_t{1} << 28) {
@@ -338,9 +338,11 @@ class CudnnGpuTest : public GpuTest {
       RETURN_IF_ERROR(ran);
       return 0.0;
     };
+    // Tried only where a plan tries them: a fused convolution (the trial here never measures).
     CudnnConvOptions heuristic = o;
     heuristic.search = CudnnAlgorithmSearch::kHeuristic;
-    auto conv = CudnnConv::Create(*handle_, heuristic, max_workspace, runs);
+    auto conv = CudnnConv::Create(*handle_, heuristic, max_workspace,
+                                  o.fused_bias_relu ? runs : CudnnTrial());
     EXPECT_TRUE(conv.ok()) << conv.status().ToString();
     if (!conv.ok()) return {};
     EXPECT_LE((*conv)->workspace_bytes(), max_workspace);

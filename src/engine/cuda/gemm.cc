@@ -224,7 +224,13 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(const LtHandle& handle,
                                             preference, 1, &result, &found);
   }
   cublasLtMatmulPreferenceDestroy(preference);
-  RETURN_IF_ERROR(CublasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
+  // Named with the GEMM's shape and math: a GPU instance falls back from an int8 GEMM the
+  // device has no kernel for (" int8 GEMM" in the message), which cuBLASLt may refuse here
+  // as NOT_SUPPORTED rather than by finding no algorithm below.
+  RETURN_IF_ERROR(CublasStatus(status, "cublasLtMatmulAlgoGetHeuristic")
+                      .WithPrefix("a " + std::to_string(options.m) + "x" +
+                                  std::to_string(options.n) + "x" + std::to_string(options.k) +
+                                  " " + MathName(options.math) + " GEMM"));
   if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
     return Unimplemented("cuBLASLt has no algorithm for a " + std::to_string(options.m) + "x" +
                          std::to_string(options.n) + "x" + std::to_string(options.k) + " " +

@@ -146,7 +146,7 @@ TEST_F(LowerPlanInt8Test, TheStoredProductIsTheFp32ProductWithinInt8Rounding) {
 TEST(LowerPlanInt8GraphsTest, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
   GraphBuilder b;
   const int x = b.Input("x", {32, 8});
-  // n = 10: not a multiple of 4.
+  // n = 10: not a multiple of 8.
   const int narrow = b.Op("MatMul", "narrow", {x, b.Constant("w10", Random({8, 10}, 74))});
   // Both operands computed: attention's kind of product.
   const int square = b.Op("MatMul", "square", {x, b.Op("Transpose", "xt", {x})});

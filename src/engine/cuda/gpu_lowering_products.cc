@@ -926,7 +926,8 @@ void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const 
   const std::vector<float> shifted =
       Int8Bias(q, scale, in.zero_point, bias ? bias->values<float>().data() : nullptr);
   char hex[32];
-  std::snprintf(hex, sizeof(hex), "%a", static_cast<double>(in.inv_scale));
+  // (The scale, which the blobs depend on; two scales may share one rounded inverse.)
+  std::snprintf(hex, sizeof(hex), "%a", static_cast<double>(in.scale));
   g.math = GemmMath::kInt8;
   g.transpose_w = true;
   g.epilogue = GemmEpilogue::kNone;
