@@ -991,16 +991,19 @@ TEST(OnnxBackendGpuTest, ACpuTailRunsWhatTheGpuPathCannot) {
 TEST(OnnxBackendGpuTest, DescribeGpuPathSaysWhatRunsOnTheGpu) {
   auto rec = engine::Model::Load(SourceDir() + "/examples/models/recommender/1/model.onnx");
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
-  auto text = DescribeGpuPath(**rec, 8);
+  auto text = DescribeGpuPath(**rec, 32);
   if (!GpuInstancesBuilt()) {
     EXPECT_EQ(text.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_THAT(text.status().message(), HasSubstr("without the CUDA path"));
     return;
   }
   ASSERT_TRUE(text.ok()) << text.status().ToString();
-  EXPECT_THAT(*text, HasSubstr("GPU path (batch 8"));
+  EXPECT_THAT(*text, HasSubstr("GPU path (batch 32"));
   EXPECT_THAT(*text, HasSubstr("lowers whole: "));
   EXPECT_THAT(*text, HasSubstr("(4 GEMMs"));
+  // Three of the four products in int8; the last, of one output column, fp32.
+  EXPECT_THAT(*text, HasSubstr("in int8 (gpu_precision int8): 3 of 4 products and convolutions"));
+  EXPECT_THAT(*text, HasSubstr("n = 1 must be multiples of 8"));
   auto det = engine::Model::Load(SourceDir() + "/models/det_detector_op13.onnx");
   ASSERT_TRUE(det.ok()) << det.status().ToString();
   text = DescribeGpuPath(**det);
