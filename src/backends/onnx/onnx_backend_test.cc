@@ -1065,7 +1065,10 @@ TEST_F(OnnxTierTest, GpuReducedTiersAreMeasuredAtLoadAndRefusedBeyondTheirBounds
     SCOPED_TRACE(tier);
     ModelInfo info = Digits("fp32");
     info.parameters["gpu_precision"] = tier;
-    info.parameters["min_top1_agreement"] = "0.97";
+    // int8 to the CPU int8 tier's bound (Int8LoadsWithinItsBoundAndKeepsAccuracy), the
+    // 16-bit tiers to a tighter one.
+    const bool int8 = std::string(tier) == "int8";
+    info.parameters["min_top1_agreement"] = int8 ? "0.95" : "0.97";
     auto model = MakeOnnxBackend()->LoadModel(info);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     auto gpu = (*model)->CreateInstance(OnGpu(0));
@@ -1091,7 +1094,7 @@ TEST_F(OnnxTierTest, GpuReducedTiersAreMeasuredAtLoadAndRefusedBeyondTheirBounds
       agree += std::max_element(a.begin(), a.end()) - a.begin() ==
                std::max_element(b.begin(), b.end()) - b.begin();
     }
-    EXPECT_GE(agree, request.batch_size * 97 / 100);
+    EXPECT_GE(agree, request.batch_size * (int8 ? 95 : 97) / 100);
 
     info.parameters["max_abs_diff"] = "1e-9";
     auto strict = MakeOnnxBackend()->LoadModel(info);
