@@ -35,7 +35,8 @@
 // outputs look like (largest value, any not finite), or lists every node it lacks.
 // Inputs: random fp32 in [-1, 1) (1 for integer inputs), the first dimension the batch,
 // other symbolic dimensions 1. Each figure is the median of R timed runs after 3 warm-ups.
-// Exits 1 when there is no device, or the model does not load or lower.
+// Exits 1 when there is no device, or the model does not load or lower, or a variant fails
+// (said on stderr; the other variants are still measured, its figures null in the JSON).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -72,7 +73,7 @@ struct Variant {
   cuda::ConvEngine conv = cuda::ConvEngine::kIm2Col;
   cuda::CudnnAlgorithmSearch search = cuda::CudnnAlgorithmSearch::kMeasured;
   bool channels_last = true;
-  bool int8 = false;  // GpuPlanOptions::int8_calibration, from the first batch's inputs
+  bool int8 = false;  // GpuPlanOptions::int8_calibration, from the smallest batch's inputs
 };
 constexpr size_t kFp16 = 2;  // the variant the TFLOP/s column reads
 
@@ -408,7 +409,10 @@ int main(int argc, char** argv) {
   // short (bench/gpu/run.sh's time limits) keeps the batches it finished.
   auto write_json = [&]() -> bool {
     if (!json) return true;
-    FILE* f = std::fopen(json, "w");
+    // Written beside, then renamed over the last: a run killed while writing leaves the
+    // last whole file.
+    const std::string partial = std::string(json) + ".partial";
+    FILE* f = std::fopen(partial.c_str(), "w");
     if (!f) {
       std::fprintf(stderr, "gpu_plan_bench: cannot write %s\n", json);
       return false;
@@ -426,7 +430,12 @@ int main(int argc, char** argv) {
           i ? ", " : "", static_cast<long long>(r.batch), r.cpu_ms, r.gemm_flops, r.copy_in_ms,
           r.compute_ms, r.copy_out_ms, r.sequential_ms, r.pipelined_ms, r.copy_hidden);
       for (size_t k = 0; k < variants.size(); ++k) {
-        std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
+        // (null for a variant that failed)
+        if (std::isfinite(r.ms[k])) {
+          std::fprintf(f, ", \"gpu_%s_ms\": %.5f", variants[k].name.c_str(), r.ms[k]);
+        } else {
+          std::fprintf(f, ", \"gpu_%s_ms\": null", variants[k].name.c_str());
+        }
         if (variants[k].diff)
           std::fprintf(f, ", \"%s_max_abs_diff\": %s", variants[k].name.c_str(),
                        JsonNumber(r.diff[k]).c_str());
@@ -434,9 +443,13 @@ int main(int argc, char** argv) {
       std::fprintf(f, "}");
     }
     std::fprintf(f, "]}\n");
-    std::fclose(f);
+    if (std::fclose(f) != 0 || std::rename(partial.c_str(), json) != 0) {
+      std::fprintf(stderr, "gpu_plan_bench: cannot write %s\n", json);
+      return false;
+    }
     return true;
   };
+  bool any_failed = false;
   for (int64_t batch : batches) {
     std::vector<Shape> shapes;
     std::vector<NamedTensor> named = Inputs(**model, batch, &shapes);
@@ -460,7 +473,8 @@ int main(int argc, char** argv) {
     auto plan = Plan::Prepare(graph, shapes, cpu, cpu_stream, (*model)->weight_cache(),
                               cuda::GpuLoweringPlanOptions(), PlanLimits());
     if (!plan.ok()) return Fail(plan.status(), "CPU plan");
-    for (size_t k = 0; k < variants.size(); ++k) {
+    // One variant at this batch size: its figures into `row`, or the error that stopped it.
+    auto measure = [&](size_t k) -> Status {
       cuda::GpuPlanOptions options;
       options.math = variants[k].math;
       options.cuda_graph = variants[k].cuda_graph;
@@ -470,16 +484,16 @@ int main(int argc, char** argv) {
       options.channels_last = variants[k].channels_last;
       if (variants[k].int8) options.int8_calibration = ranges;
       auto lowered = cuda::LowerPlan(graph, **plan, options);
-      if (!lowered.ok()) return Fail(lowered.status(), "lowering");
+      if (!lowered.ok()) return lowered.status().WithPrefix("lowering");
       if (variants[k].int8 && batch == batches.front()) {
         std::fprintf(stderr, "int8: %d products and convolutions in int8, %zu kept fp32\n",
                      lowered->int8_products, lowered->fp32_products.size());
         for (const std::string& why : lowered->fp32_products)
           std::fprintf(stderr, "int8: kept fp32: %s\n", why.c_str());
       }
-      if (k == 0) row.gemm_flops = GemmFlops(*lowered);
+      if (row.gemm_flops == 0) row.gemm_flops = GemmFlops(*lowered);
       auto gpu = cuda::GpuPlan::Create(std::move(lowered).value(), **handle, *stream);
-      if (!gpu.ok()) return Fail(gpu.status(), "GPU plan");
+      if (!gpu.ok()) return gpu.status().WithPrefix("GPU plan");
       if (variants[k].conv == cuda::ConvEngine::kCudnn && batch == batches.back()) {
         // The algorithms each search chose, at the largest batch (stderr: stdout is the table).
         for (const std::string& line : (*gpu)->DescribeConvs())
@@ -487,18 +501,19 @@ int main(int argc, char** argv) {
                        static_cast<long long>(batch), line.c_str());
       }
       std::vector<Tensor> out;
+      Status failed;
       row.ms[k] = MedianMs(runs, [&] {
         Status s = (*gpu)->Run(inputs, *stream, &out);
         if (!s.ok()) failed = s;
       });
-      if (!failed.ok()) return Fail(failed, "GPU run");
+      if (!failed.ok()) return failed.WithPrefix("GPU run");
       row.diff[k] = MaxDiff(out, cpu_out);
       if (k == 0) {
         // Where the device time goes, and how much of the copies two batches in flight hide.
         std::vector<double> in, mid, back;
         for (int r = 0; r < std::max(3, runs / 4); ++r) {
           auto phases = (*gpu)->RunTimingPhases(inputs, *stream, &out);
-          if (!phases.ok()) return Fail(phases.status(), "GPU run, timing its phases");
+          if (!phases.ok()) return phases.status().WithPrefix("GPU run, timing its phases");
           in.push_back(phases->copy_in);
           mid.push_back(phases->compute);
           back.push_back(phases->copy_out);
@@ -515,13 +530,25 @@ int main(int argc, char** argv) {
         failed = TimePipeline(**gpu, inputs, *stream, 4, &warm, &warm);
         for (size_t r = 0; failed.ok() && r < sequential.size(); ++r)
           failed = TimePipeline(**gpu, inputs, *stream, runs, &sequential[r], &pipelined[r]);
-        if (!failed.ok()) return Fail(failed, "GPU runs, pipelined");
+        if (!failed.ok()) return failed.WithPrefix("GPU runs, pipelined");
         row.sequential_ms = median(sequential);
         row.pipelined_ms = median(pipelined);
         const double copies = row.copy_in_ms + row.copy_out_ms;
         row.copy_hidden =
             copies > 0 ? std::clamp((row.sequential_ms - row.pipelined_ms) / copies, 0.0, 1.0) : 0;
       }
+      return Status::Ok();
+    };
+    for (size_t k = 0; k < variants.size(); ++k) {
+      const Status measured = measure(k);
+      if (measured.ok()) continue;
+      // Said, and the rest measured: one variant that fails (int8, say, where cuBLASLt has no
+      // kernel) must not cost the others' figures. Its time and difference are left out.
+      std::fprintf(stderr, "gpu_plan_bench: %s at batch %lld failed: %s\n",
+                   variants[k].name.c_str(), static_cast<long long>(batch),
+                   measured.ToString().c_str());
+      row.ms[k] = row.diff[k] = std::nanf("");
+      any_failed = true;
     }
     std::printf("%6lld %10.4f", static_cast<long long>(batch), row.cpu_ms);
     for (size_t k = 0; k < variants.size(); ++k) std::printf(" %10.4f", row.ms[k]);
@@ -534,5 +561,5 @@ int main(int argc, char** argv) {
     rows.push_back(row);
     if (!write_json()) return 1;
   }
-  return 0;
+  return any_failed ? 1 : 0;
 }

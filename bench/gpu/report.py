@@ -121,7 +121,7 @@ def variants_of(row):
 
 
 def tflops(row, variant):
-    ms = row.get(f"gpu_{variant}_ms", 0)
+    ms = row.get(f"gpu_{variant}_ms") or 0  # null: the variant failed
     return row["gemm_flops"] / (ms * 1e9) if ms > 0 else 0.0
 
 
@@ -153,7 +153,7 @@ def peak_figures(plans, peaks):
         if row["batch"] != 64:
             continue
         for v in ("fp16", "fp16_cudnn"):
-            if f"gpu_{v}_ms" in row:
+            if row.get(f"gpu_{v}_ms"):  # absent, or null where the variant failed
                 t = tflops(row, v)
                 out[v] = (t, t / peak)
     return out
@@ -340,6 +340,8 @@ def render(results_dir):
 
         def rate(r, v):
             ms = r[f"gpu_{v}_ms"]
+            if not ms:
+                return "failed"
             rows_per_s = r["batch"] * 1000.0 / ms if ms > 0 else 0
             peak = peaks.get(tier_of(v) or "")
             return f"{rows_per_s:,.0f}" + (f", {percent(tflops(r, v) / peak)}" if peak else "")

@@ -207,8 +207,11 @@ class ReportTest(unittest.TestCase):
             f.write(GPU_TXT + "engine_cuda_conv_test: exit status 139\n"
                     "engine_cuda_gpu_plan_test.cudnn: exit status 124\n"
                     "e2e_gpu_test: not run, the run's 3 s were spent\n")
-        resnet = json.dumps({"model": "resnet50.onnx", "runs": 20, "cpu_runs": 0,
-                             "rows": [plan_row(64, 1e12, {"fp32": 1.0})]})
+        # Its int8 variant failed: null time and difference.
+        row = plan_row(64, 1e12, {"fp32": 1.0, "int8": 2.0})
+        row["gpu_int8_ms"] = None
+        row["int8_max_abs_diff"] = None
+        resnet = json.dumps({"model": "resnet50.onnx", "runs": 20, "cpu_runs": 0, "rows": [row]})
         add_tar(os.path.join(self.folder, "plan_bench.tar"),
                 {"resnet50.json": resnet.encode(), "bert_base.json": b'{"model": "bert", "ro'})
         doc = bench_doc(1000.0)
@@ -224,6 +227,8 @@ class ReportTest(unittest.TestCase):
                       r.stdout)
         self.assertIn("`bert_base.json (unreadable)`", r.stdout)
         self.assertIn("resnet50", r.stdout)
+        self.assertTrue(line_with(r.stdout, "| 64 | 64,000").endswith("| failed |"))
+        self.assertIn("| 64 | 2.000 | 1.000 | - |", r.stdout)
         self.assertIn("| 7 | False |", line_with(r.stdout, "| 2 instances, depth 2 |"))
 
     def test_a_folder_without_results_is_an_error(self):

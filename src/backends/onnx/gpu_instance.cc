@@ -211,6 +211,7 @@ class GpuInstance : public BackendInstance {
     // After a plan the device could not make: lowered again with `options` as changed, and
     // made.
     auto again = [&]() -> StatusOr<std::unique_ptr<engine::cuda::GpuPlan>> {
+      channels_last = false;  // until a lowering says otherwise
       ASSIGN_OR_RETURN(auto relowered, engine::cuda::LowerPlan(model_.graph(), *cpu_plan, options));
       if (options.int8_calibration) int8_used = int8_summary(relowered);
       return create(std::move(relowered));
@@ -219,32 +220,32 @@ class GpuInstance : public BackendInstance {
     auto cannot_plan = [](const Status& s) {
       return s.code() == StatusCode::kUnimplemented || s.code() == StatusCode::kUnavailable;
     };
-    // First an int8 product cuBLASLt has no kernel for on this device (gemm.cc names such a
-    // GEMM's math in its error): the plan with every product fp32, and then the convolution
-    // retries below for the plan as it is now (int8's convolutions back on cuDNN).
-    if (!created.ok() && options.int8_calibration && cannot_plan(created.status()) &&
-        created.status().message().find(" int8 GEMM") != std::string::npos) {
-      spdlog::warn("GPU {}: a plan's products run fp32, not int8: {}", gpu_,
-                   created.status().ToString());
-      options.int8_calibration = nullptr;
-      int8_used.clear();
-      created = again();
-    }
-    if (!created.ok() && channels_last && cannot_plan(created.status())) {
-      // A convolution cuDNN cannot run channels last on this device: the plan NCHW.
-      spdlog::warn("GPU {}: a plan's convolutions run NCHW, not channels last: {}", gpu_,
-                   created.status().ToString());
-      options.channels_last = false;
-      created = again();
-    }
-    if (!created.ok() && conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn &&
-        cannot_plan(created.status())) {
-      // gpu_convolution "auto": a convolution cuDNN cannot plan on this device keeps the
-      // plan on im2col.
-      spdlog::warn("GPU {}: a plan's convolutions fall back to im2col: {}", gpu_,
-                   created.status().ToString());
-      options.conv = engine::cuda::ConvEngine::kIm2Col;
-      created = again();
+    // The fallbacks for what this device cannot plan, each taken once, in this order, and
+    // looked at again after every re-lowering: one refusal can hide another (GpuPlan::Create
+    // plans the cuDNN convolutions before the GEMMs).
+    for (bool changed = true; changed && !created.ok() && cannot_plan(created.status());) {
+      changed = false;
+      const std::string why = created.status().ToString();
+      if (options.int8_calibration && why.find(" int8 GEMM") != std::string::npos) {
+        // An int8 product cuBLASLt has no kernel for (gemm.cc names such a GEMM's math in its
+        // error): every product fp32 (int8's convolutions back on cuDNN).
+        spdlog::warn("GPU {}: a plan's products run fp32, not int8: {}", gpu_, why);
+        options.int8_calibration = nullptr;
+        int8_used.clear();
+        changed = true;
+      } else if (channels_last && options.channels_last) {
+        // A convolution cuDNN cannot run channels last on this device: the plan NCHW.
+        spdlog::warn("GPU {}: a plan's convolutions run NCHW, not channels last: {}", gpu_, why);
+        options.channels_last = false;
+        changed = true;
+      } else if (conv_fallback_ && options.conv == engine::cuda::ConvEngine::kCudnn) {
+        // gpu_convolution "auto": a convolution cuDNN cannot plan on this device keeps the
+        // plan on im2col.
+        spdlog::warn("GPU {}: a plan's convolutions fall back to im2col: {}", gpu_, why);
+        options.conv = engine::cuda::ConvEngine::kIm2Col;
+        changed = true;
+      }
+      if (changed) created = again();
     }
     ASSIGN_OR_RETURN(auto plan, std::move(created));
     if (!int8_used.empty() && int8_used != said_int8_) {
