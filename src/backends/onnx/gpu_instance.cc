@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "backends/onnx/batch_buckets.h"
+#include "core/bf16.h"
+#include "core/fp16.h"
 #include "core/log_text.h"
 #include "core/mutex.h"
 #include "engine/cuda/cuda_status.h"
@@ -786,20 +788,24 @@ StatusOr<std::string> DescribeGpuPath(const engine::Model& model, int64_t batch)
             " on cuDNN, " + std::to_string(on_im2col) + " on im2col); weights " +
             std::to_string(lowered->weight_bytes) + " bytes, arena " +
             std::to_string(lowered->arena_bytes) + " bytes\n";
-    // What gpu_precision int8 would take, its ranges from inputs made up here (random fp32
-    // in [-1, 1), integers 1): which products are int8 depends on their shapes, and on a
-    // range only where a value is always 0.
+    // What gpu_precision int8 would take, its ranges from inputs made up here (random
+    // floating-point values in [-1, 1), integers 1): which products are int8 depends on their
+    // shapes, and on a range only where a value is always 0.
     std::vector<NamedTensor> inputs;
     uint64_t state = 0x9e3779b97f4a7c15ull;
+    auto next = [&state] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) /
+             static_cast<float>(int64_t{1} << 23);
+    };
     for (size_t i = 0; i < shapes.size(); ++i) {
       const engine::TensorInfo& info = model.inputs()[i];
       Tensor t = Tensor::Allocate(info.dtype, shapes[i]);
       if (info.dtype == DataType::kFp32) {
-        for (float& v : t.mutable_values<float>()) {
-          state = state * 6364136223846793005ull + 1442695040888963407ull;
-          v = static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) /
-              static_cast<float>(int64_t{1} << 23);
-        }
+        for (float& v : t.mutable_values<float>()) v = next();
+      } else if (info.dtype == DataType::kFp16 || info.dtype == DataType::kBf16) {
+        for (uint16_t& v : t.mutable_values<uint16_t>())
+          v = info.dtype == DataType::kFp16 ? FloatToFp16(next()) : FloatToBf16(next());
       } else if (info.dtype == DataType::kInt64) {
         for (int64_t& v : t.mutable_values<int64_t>()) v = 1;
       } else if (info.dtype == DataType::kInt32) {
@@ -809,20 +815,24 @@ StatusOr<std::string> DescribeGpuPath(const engine::Model& model, int64_t batch)
     }
     auto ranges = engine::Calibrate(model, {inputs});
     if (!ranges.ok()) {
-      text += "  in int8: not said (" + ranges.status().message() + ")\n";
+      text += "  in int8: not said, calibrating failed: " + ranges.status().message() + "\n";
       return text;
     }
     options.int8_calibration =
         std::make_shared<const engine::Calibration>(std::move(ranges).value());
     auto int8 = engine::cuda::LowerPlan(model.graph(), *plan, options);
     if (!int8.ok()) {
-      text += "  in int8: " + int8.status().message() + "\n";
+      text += "  in int8: not said, lowering failed: " + int8.status().message() + "\n";
       return text;
     }
     text += "  in int8 (gpu_precision int8): " + std::to_string(int8->int8_products) + " of " +
             std::to_string(int8->int8_products + static_cast<int>(int8->fp32_products.size())) +
             " products and convolutions" + (int8->fp32_products.empty() ? "\n" : "; kept fp32:\n");
     for (const std::string& why : int8->fp32_products) text += "    " + why + "\n";
+    if (int8->fp32_products.size() > 0 && shapes.size() > 0 && !shapes[0].empty() &&
+        shapes[0][0] < engine::cuda::GpuPlanOptions().int8_min_rows) {
+      text += "    (products of few rows stay fp32: --batch N says what a batch of N takes)\n";
+    }
     return text;
   }
   if (refused.empty()) return lowered.status();

@@ -1004,6 +1004,13 @@ TEST(OnnxBackendGpuTest, DescribeGpuPathSaysWhatRunsOnTheGpu) {
   // Three of the four products in int8; the last, of one output column, fp32.
   EXPECT_THAT(*text, HasSubstr("in int8 (gpu_precision int8): 3 of 4 products and convolutions"));
   EXPECT_THAT(*text, HasSubstr("n = 1 must be multiples of 8"));
+  EXPECT_THAT(*text, ::testing::Not(HasSubstr("--batch N")));
+  // At batch 1 every product has too few rows, and the text says how to ask about more.
+  text = DescribeGpuPath(**rec, 1);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_THAT(*text, HasSubstr("0 of 4 products and convolutions"));
+  EXPECT_THAT(*text, HasSubstr("1 row, fewer than the 17"));
+  EXPECT_THAT(*text, HasSubstr("--batch N says what a batch of N takes"));
   auto det = engine::Model::Load(SourceDir() + "/models/det_detector_op13.onnx");
   ASSERT_TRUE(det.ok()) << det.status().ToString();
   text = DescribeGpuPath(**det);
