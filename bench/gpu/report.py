@@ -267,7 +267,8 @@ def render(results_dir):
     # Binaries that left no XML: crashed, timed out, lacked a library, or were not run.
     no_result = {}
     for line in gpu_txt.splitlines():
-        m = re.match(r"([\w.]+): (exit status \d+|not run, .*)$", line)
+        # (Test binaries only: a benchmark skipped for time says so in the same words.)
+        m = re.match(r"((?:engine|backends|e2e)_[\w.]+): (exit status \d+|not run, .*)$", line)
         if m and m.group(1) + ".xml" not in xml_files:
             no_result[m.group(1)] = m.group(2)
     if xml_files or no_result:

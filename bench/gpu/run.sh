@@ -8,7 +8,7 @@
 #                              writes the results under $OUT (or .gpu/out): gpu.txt (device, driver, each test's
 #                              outcome, the GEMM peak), tests.log (every test's output),
 #                              gtest-xml.tar (one gtest XML per test binary) and
-#                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16
+#                              gemm_probe.json (the device's measured fp32/TF32/fp16/bf16/int8
 #                              GEMM peak, bench/gpu/gemm_probe.cc), plan_bench.tar (one
 #                              gpu_plan_bench JSON per model: the engine alone in every tier,
 #                              GPU beside CPU, on the recommender, the text and the image
@@ -132,6 +132,9 @@ PY
     left() { echo $((deadline - SECONDS)); }
     # limit STEP_SECONDS: the seconds a step may take now, the rest kept for what follows.
     limit() { local l; l=$(left); [ "$1" -lt "$l" ] && l=$1; echo "$l"; }
+    # fits SECONDS: whether a step of at least that long still fits (else it is skipped:
+    # `timeout 0` would mean no limit at all).
+    fits() { [ "$(left)" -ge "$1" ]; }
     {
       commit=$(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
       echo "# shoal GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
@@ -205,8 +208,13 @@ PY
       esac
     done
     echo "## the device's GEMM peak (gpu_gemm_probe)" | tee -a "$out/gpu.txt"
-    run timeout -k 5 "$(limit 60)" .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 |
-      tee -a "$out/gpu.txt" || rc=1
+    if fits 15; then
+      run timeout -k 5 "$(limit 60)" .gpu/bin/gpu_gemm_probe --json "$out/gemm_probe.json" 2>&1 |
+        tee -a "$out/gpu.txt" || rc=1
+    else
+      echo "gpu_gemm_probe: not run, too little of the run's time left" | tee -a "$out/gpu.txt"
+      rc=1
+    fi
     # The engine alone: each model's GPU plans in every tier beside the CPU engine, one
     # JSON per model (each rewritten after every batch size), brought back as one tar that
     # is remade after every model.
@@ -289,11 +297,16 @@ CFG
       wait "$server" 2>/dev/null || true
       rm -rf "$repo"
     done
-    # ResNet-50 and BERT-base (sequence 128), last and each under a time limit so that a
-    # slow run cannot cost the results above: their weights filled in here. The CPU engine
+    # ResNet-50 and BERT-base (sequence 128), after the other benchmarks and each under a
+    # time limit so that a slow run cannot cost the results above: their weights filled in here. The CPU engine
     # runs each batch once, for the differences only. Batch 64 first: issue 20's target.
     big=$(mktemp -d)
     for m in resnet50 bert_base; do
+      if ! fits 40; then
+        echo "$m: not run, too little of the run's time left" | tee -a "$out/gpu.txt"
+        rc=1
+        continue
+      fi
       if run timeout -k 5 "$(limit 60)" .gpu/bin/gpu_model_weights fill \
           "bench/gpu/models/$m.onnx.stripped" "$big/$m.onnx" 2>&1 | tee -a "$out/gpu.txt"; then
         plan_bench "$m" 150 "$big/$m.onnx" --batches 64,8,1 --runs 20 --cpu-runs 0
