@@ -300,9 +300,9 @@ int main(int argc, char** argv) {
       options.int8_calibration = std::make_shared<const Calibration>(std::move(calibrated).value());
       auto int8 = cuda::LowerPlan((*model)->graph(), **plan, options);
       if (!int8.ok()) return Fail(int8.status(), "lowering in int8");
-      std::printf("in int8: %zu steps; %d products and convolutions in int8, %zu kept fp32%s\n",
-                  int8->steps.size(), int8->int8_products, int8->fp32_products.size(),
-                  int8->fp32_products.empty() ? "" : ":");
+      std::printf("in int8: %zu steps; %s%s\n", int8->steps.size(),
+                  cuda::Int8Summary(*int8).c_str(),
+                  int8->fp32_products.empty() ? "" : "; kept fp32:");
       for (const std::string& why : int8->fp32_products) std::printf("  %s\n", why.c_str());
     }
     // The CPU engine's outputs on these inputs: a model whose weights were filled
@@ -486,8 +486,7 @@ int main(int argc, char** argv) {
       auto lowered = cuda::LowerPlan(graph, **plan, options);
       if (!lowered.ok()) return lowered.status().WithPrefix("lowering");
       if (variants[k].int8 && batch == batches.front()) {
-        std::fprintf(stderr, "int8: %d products and convolutions in int8, %zu kept fp32\n",
-                     lowered->int8_products, lowered->fp32_products.size());
+        std::fprintf(stderr, "int8: %s\n", cuda::Int8Summary(*lowered).c_str());
         for (const std::string& why : lowered->fp32_products)
           std::fprintf(stderr, "int8: kept fp32: %s\n", why.c_str());
       }

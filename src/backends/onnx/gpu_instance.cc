@@ -187,9 +187,7 @@ class GpuInstance : public BackendInstance {
     auto int8_summary = [](const engine::cuda::GpuLowering& l) {
       std::string kept;
       for (const std::string& why : l.fp32_products) kept += (kept.empty() ? "" : "; ") + why;
-      return std::to_string(l.int8_products) + " of " +
-             std::to_string(l.int8_products + static_cast<int>(l.fp32_products.size())) +
-             " products and convolutions in int8" + (kept.empty() ? "" : ", kept fp32: " + kept);
+      return engine::cuda::Int8Summary(l) + (kept.empty() ? "" : ", kept fp32: " + kept);
     };
     // Whether a lowering runs convolutions on cuDNN channels last; and the instance's one
     // cuDNN handle, made with the first plan that needs it.
@@ -825,9 +823,8 @@ StatusOr<std::string> DescribeGpuPath(const engine::Model& model, int64_t batch)
       text += "  in int8: not said, lowering failed: " + int8.status().message() + "\n";
       return text;
     }
-    text += "  in int8 (gpu_precision int8): " + std::to_string(int8->int8_products) + " of " +
-            std::to_string(int8->int8_products + static_cast<int>(int8->fp32_products.size())) +
-            " products and convolutions" + (int8->fp32_products.empty() ? "\n" : "; kept fp32:\n");
+    text += "  in int8 (gpu_precision int8): " + engine::cuda::Int8Summary(*int8) +
+            (int8->fp32_products.empty() ? "\n" : "; kept fp32:\n");
     for (const std::string& why : int8->fp32_products) text += "    " + why + "\n";
     if (int8->fp32_products.size() > 0 && shapes.size() > 0 && !shapes[0].empty() &&
         shapes[0][0] < engine::cuda::GpuPlanOptions().int8_min_rows) {

@@ -350,6 +350,10 @@ struct GpuLowering {
   }
 };
 
+// int8 (GpuPlanOptions::int8_calibration): "3 of 4 products and convolutions in int8", the
+// rest being l.fp32_products.
+std::string Int8Summary(const GpuLowering& l);
+
 // The options of a CPU plan made to be lowered: fp32, every value in its plain layout.
 inline PlanOptions GpuLoweringPlanOptions() {
   PlanOptions options;

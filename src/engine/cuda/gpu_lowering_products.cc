@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,7 +12,6 @@
 
 #include "core/data_type.h"
 #include "engine/cuda/internal/gpu_lowering_impl.h"
-#include "engine/cuda/quantize.h"
 #include "engine/internal/op_util.h"
 
 namespace shoal::engine::cuda::internal {
@@ -21,12 +19,6 @@ namespace shoal::engine::cuda::internal {
 using engine::internal::Product;
 
 namespace {
-
-// What an int8 product's k and n must be multiples of. cuBLASLt documents 4 for its int8
-// kernels on plain layouts (gemm.h checks that); 8, as PyTorch's _int_mm asks of the same
-// cuBLASLt calls, keeps off shapes it is known to lack kernels for. Real layers' widths are
-// multiples of 8 anyway.
-constexpr int64_t kInt8Multiple = 8;
 
 // A fused activation (`prefix`: "activation" or "post_activation") as an element-wise
 // step: its operator and parameters, or false when the GPU path has none for it (GeluTanh
@@ -155,19 +147,12 @@ Status Lowerer::LowerProduct(int n) {
   const TensorParallelOptions& tp = options_.tensor_parallel;
   const bool split = tp.shards > 1 && g.n >= std::max<int64_t>(tp.min_columns, 2);
   if (options_.int8_calibration) {
-    std::string why;
-    Int8Input in;
-    if (split) {
-      why = "it is split across tensor-parallel shards";
-    } else if (g.epilogue == GemmEpilogue::kBiasGelu) {
-      why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
-    } else if (g.k % kInt8Multiple != 0 || g.n % kInt8Multiple != 0) {
-      why = "k = " + std::to_string(g.k) + " and n = " + std::to_string(g.n) +
-            " must be multiples of 8 for cuBLASLt's int8 kernels";
-    } else {
-      why = Int8Shape(g.m, g.k);
-      if (why.empty()) in = Int8InputOf(a, &why);
-    }
+    const Int8Input in = Int8ProductInput(n, a, g.m, g.k, g.n, false,
+                                          split ? "it is split across tensor-parallel shards"
+                                          : g.epilogue == GemmEpilogue::kBiasGelu
+                                              ? "its tanh GELU is fused only into fp32 and "
+                                                "16-bit GEMMs"
+                                              : "");
     if (in.scale > 0) {
       step.in[0] = Int8Operand(n, a, in);
       // (A ReLU's zeros bias is left out: the scaling pass adds none.)
@@ -175,7 +160,6 @@ Status Lowerer::LowerProduct(int n) {
                   in, node.outputs[0]);
       return Status::Ok();
     }
-    KeptFp32(n, why);
   }
   if (split) {
     return LowerSplitProduct(n, std::move(step), GemmOperand(n, a), w_data, w_key,
@@ -564,19 +548,11 @@ Status Lowerer::LowerConv(int n) {
   // int8 (GpuPlanOptions::int8_calibration): im2col quantising, an int8 GEMM.
   Int8Input int8;  // how x is quantised; no scale: not int8
   if (options_.int8_calibration) {
-    std::string why;
-    if (groups != 1) {
-      why = std::to_string(groups) + " groups (int8 takes one)";
-    } else if (kg % kInt8Multiple != 0 || mg % kInt8Multiple != 0) {
-      why = "k = c*kh*kw = " + std::to_string(kg) + " and its " + std::to_string(mg) +
-            " output channels must be multiples of 8 for cuBLASLt's int8 kernels";
-    } else if (act == "GeluTanh") {
-      why = "its tanh GELU is fused only into fp32 and 16-bit GEMMs";
-    } else {
-      why = Int8Shape(rows, kg);
-      if (why.empty()) int8 = Int8InputOf(x, &why);
-    }
-    if (int8.scale == 0) KeptFp32(n, why);
+    int8 = Int8ProductInput(n, x, rows, kg, mg, true,
+                            groups != 1 ? std::to_string(groups) + " groups (int8 takes one)"
+                            : act == "GeluTanh" ? "its tanh GELU is fused only into fp32 and "
+                                                  "16-bit GEMMs"
+                                                : "");
   }
   // What the convolution's step does itself; the steps after do the rest.
   bool bias_done = !bias, act_done = act.empty(), residual_done = !residual,
@@ -864,93 +840,6 @@ Status Lowerer::LowerConvTranspose(int n) {
   step.out = node.outputs[0];
   out_.steps.push_back(std::move(step));
   return Status::Ok();
-}
-
-std::string Lowerer::Int8Shape(int64_t rows, int64_t k) const {
-  if (rows < options_.int8_min_rows) {
-    return std::to_string(rows) + (rows == 1 ? " row" : " rows") + ", fewer than the " +
-           std::to_string(options_.int8_min_rows) + " an int8 product takes (int8_min_rows)";
-  }
-  // 128 * 127 * k must fit the int32 sums (an input's -128, a weight's ±127).
-  constexpr int64_t kMostK = std::numeric_limits<int32_t>::max() / (128 * 127);
-  if (k > kMostK) {
-    return "k = " + std::to_string(k) + " could overflow int8's int32 sums (at most " +
-           std::to_string(kMostK) + ")";
-  }
-  return "";
-}
-
-Int8Input Lowerer::Int8InputOf(int v, std::string* why) const {
-  const Calibration& ranges = *options_.int8_calibration;
-  // The value's own range, or, for a view, its owner's (the same numbers).
-  auto it = ranges.find(graph_.values[v].name);
-  if (it == ranges.end() && Owner(v) != v) it = ranges.find(graph_.values[Owner(v)].name);
-  if (it == ranges.end()) {
-    *why = "its input '" + graph_.values[v].name + "' has no calibrated range";
-    return {};
-  }
-  const Int8Input in = Int8InputFor(it->second.min, it->second.max);
-  if (in.scale == 0) {
-    *why = "its input '" + graph_.values[v].name + "' ranged over [" +
-           std::to_string(it->second.min) + ", " + std::to_string(it->second.max) +
-           "] in calibration, which gives no int8 scale";
-  }
-  return in;
-}
-
-int Lowerer::Int8Operand(int n, int v, const Int8Input& in) {
-  // As GemmOperand's roundings: every writer of v runs before its first reader, and the
-  // int8 copy is a temporary only this step writes.
-  if (auto it = quantized_.find(v); it != quantized_.end()) return it->second;
-  const Shape shape = ShapeOf(v);  // a copy: NewTemp may move the shapes
-  GpuStep step = NewStep(GpuStep::Kind::kQuantize, n);
-  step.in = {v};
-  step.out = NewTemp(shape, DataType::kInt8);
-  step.alpha = in.inv_scale;
-  step.zero_point = in.zero_point;
-  out_.steps.push_back(step);
-  quantized_[v] = step.out;
-  return step.out;
-}
-
-void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
-                          const Tensor* bias, const std::string& b_key, const Int8Input& in,
-                          int out) {
-  GemmOptions& g = step.gemm;
-  step.int8_relu = g.epilogue == GemmEpilogue::kRelu || g.epilogue == GemmEpilogue::kBiasRelu;
-  QuantizedWeight q = QuantizeWeightColumns(w, transposed);
-  // Each column's scale times the input's: one multiplication per output in the pass after.
-  std::vector<float> scale(static_cast<size_t>(g.n));
-  for (int64_t j = 0; j < g.n; ++j) scale[j] = in.scale * q.scales[static_cast<size_t>(j)];
-  // The bias, less the zero point's share of the sums (quantize.h's Int8Bias).
-  const std::vector<float> shifted =
-      Int8Bias(q, scale, in.zero_point, bias ? bias->values<float>().data() : nullptr);
-  char hex[32];
-  // (The scale, which the blobs depend on; two scales may share one rounded inverse.)
-  std::snprintf(hex, sizeof(hex), "%a", static_cast<double>(in.scale));
-  g.math = GemmMath::kInt8;
-  g.transpose_w = true;
-  g.epilogue = GemmEpilogue::kNone;
-  g.fp32_output = false;
-  g.alpha = 1.f;
-  // The layout read is in the keys: one constant may feed a product that reads it [k, n] and
-  // another that reads it [n, k] (Gemm's transB), each quantised along its own columns.
-  const std::string int8_key = w_key + (transposed ? "~int8" : "~int8 of [k,n]");
-  int64_t bias_slot = -1;
-  if (in.zero_point != 0) {
-    // Depends on the weight, the input's scale and the bias.
-    bias_slot = AddBlob(int8_key + " bias/" + hex + "/" + (bias ? b_key : std::string("none")),
-                        Tensor::FromVector(DataType::kFp32, {g.n}, shifted));
-  } else if (bias) {
-    bias_slot = AddBlob(b_key, *bias);
-  }
-  step.weight_slots = {
-      AddBlob(int8_key, std::move(q.values)), bias_slot,
-      AddBlob(int8_key + " scales/" + hex, Tensor::FromVector(DataType::kFp32, {g.n}, scale))};
-  step.scratch = NewTemp({g.batch * g.m * g.n}, DataType::kInt32);
-  step.out = out;
-  ++out_.int8_products;
-  out_.steps.push_back(std::move(step));
 }
 
 }  // namespace shoal::engine::cuda::internal

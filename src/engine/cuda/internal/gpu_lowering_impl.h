@@ -1,7 +1,8 @@
 // Implementation details of LowerPlan (gpu_lowering.h), shared by the files that lower a
 // plan: gpu_lowering.cc (the driver: value bookkeeping, arena planning, the dispatch over
 // the plan's steps) and, by operator family, gpu_lowering_products.cc,
-// gpu_lowering_elementwise.cc and gpu_lowering_layout.cc. Not part of the API.
+// gpu_lowering_elementwise.cc, gpu_lowering_layout.cc, gpu_lowering_recurrent.cc and
+// gpu_lowering_int8.cc. Not part of the API.
 #pragma once
 
 #include <cstdint>
@@ -128,9 +129,13 @@ class Lowerer {
   // A product whose B is computed, or that reads or writes through a transposed view:
   // cuBLASLt's strided batched GEMM, with Transpose steps for the views.
   Status LowerBatchedProduct(int n);
-  // int8: why a product of `rows` rows and inner dimension k cannot run in int8 (too few
-  // rows, GpuPlanOptions::int8_min_rows; a k whose sums could overflow int32), or "".
-  std::string Int8Shape(int64_t rows, int64_t k) const;
+  // int8 (gpu_lowering_int8.cc): how node n's product (or convolution) of `rows` rows, inner
+  // dimension k and `cols` output columns reads x in int8; or no scale when it stays fp32,
+  // KeptFp32 then saying why: `refused` when not empty (what the caller found: a split, a
+  // tanh GELU, groups), else k or cols not multiples of 8, too few rows
+  // (GpuPlanOptions::int8_min_rows), a k whose sums could overflow int32, or x's range.
+  Int8Input Int8ProductInput(int n, int x, int64_t rows, int64_t k, int64_t cols, bool convolution,
+                             const std::string& refused);
   // int8 (GpuPlanOptions::int8_calibration): how value v is quantised (quantize.h's
   // Int8InputFor its calibrated range), or no scale with *why saying why it cannot be (no
   // range, a range of zeros).
