@@ -171,31 +171,16 @@ std::string JsonNumber(double v) {
   return buf;
 }
 
-// The inputs of one batch: fp32 uniform in [-1, 1), integer inputs 1 (a valid token id, an
-// attention mask that keeps every position); the first dimension `batch`, other symbolic
-// dimensions 1.
+// The inputs of one batch (MadeUpInputs: fp32 uniform in [-1, 1), integer inputs 1); the
+// first dimension `batch`, other symbolic dimensions 1.
 std::vector<NamedTensor> Inputs(const Model& model, int64_t batch, std::vector<Shape>* shapes) {
-  std::vector<NamedTensor> named;
   for (const TensorInfo& t : model.inputs()) {
     Shape shape;
     for (size_t d = 0; d < t.shape.size(); ++d)
       shape.push_back(t.shape[d].known() ? t.shape[d].value : (d == 0 ? batch : 1));
-    Tensor data = Tensor::Allocate(t.dtype, shape);
-    if (t.dtype == DataType::kFp32) {
-      uint32_t state = 12345;
-      for (float& v : data.mutable_values<float>()) {
-        state = state * 1664525u + 1013904223u;
-        v = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.f;
-      }
-    } else if (t.dtype == DataType::kInt64) {
-      for (int64_t& v : data.mutable_values<int64_t>()) v = 1;
-    } else if (t.dtype == DataType::kInt32) {
-      for (int32_t& v : data.mutable_values<int32_t>()) v = 1;
-    }
     shapes->push_back(shape);
-    named.push_back({t.name, std::move(data)});
   }
-  return named;
+  return MadeUpInputs(model, *shapes);
 }
 
 int Fail(const Status& s, const char* what) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/bf16.h"
 #include "core/fp16.h"
 #include "core/npy.h"
 #include "engine/profile.h"
@@ -473,6 +474,32 @@ StatusOr<std::vector<std::vector<NamedTensor>>> ReadCalibrationInputs(const Mode
     out.push_back(std::move(inputs));
   }
   return out;
+}
+
+std::vector<NamedTensor> MadeUpInputs(const Model& model, const std::vector<Shape>& shapes) {
+  std::vector<NamedTensor> inputs;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state] {  // uniform in [-1, 1), 24 bits of PCG's LCG
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) /
+           static_cast<float>(int64_t{1} << 23);
+  };
+  for (size_t i = 0; i < shapes.size() && i < model.inputs().size(); ++i) {
+    const TensorInfo& info = model.inputs()[i];
+    Tensor t = Tensor::Allocate(info.dtype, shapes[i]);
+    if (info.dtype == DataType::kFp32) {
+      for (float& v : t.mutable_values<float>()) v = next();
+    } else if (info.dtype == DataType::kFp16 || info.dtype == DataType::kBf16) {
+      for (uint16_t& v : t.mutable_values<uint16_t>())
+        v = info.dtype == DataType::kFp16 ? FloatToFp16(next()) : FloatToBf16(next());
+    } else if (info.dtype == DataType::kInt64) {
+      for (int64_t& v : t.mutable_values<int64_t>()) v = 1;
+    } else if (info.dtype == DataType::kInt32) {
+      for (int32_t& v : t.mutable_values<int32_t>()) v = 1;
+    }
+    inputs.push_back({info.name, std::move(t)});
+  }
+  return inputs;
 }
 
 }  // namespace shoal::engine

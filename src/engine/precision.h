@@ -45,10 +45,11 @@ StatusOr<Calibration> Calibrate(const Model& fp32,
                                 const std::vector<std::vector<NamedTensor>>& batches);
 
 struct TierAccuracy {
-  int samples = 0;               // rows compared (batch items)
-  double max_abs_diff = 0;       // over every output element; +inf when one is not finite
-  int64_t non_finite = 0;  // output elements NaN or infinite in the variant, finite in the reference
-  double top1_agreement = -1;    // fraction of rows whose argmax agrees; -1: not a classifier
+  int samples = 0;          // rows compared (batch items)
+  double max_abs_diff = 0;  // over every output element; +inf when one is not finite
+  int64_t non_finite =
+      0;  // output elements NaN or infinite in the variant, finite in the reference
+  double top1_agreement = -1;  // fraction of rows whose argmax agrees; -1: not a classifier
   // "max |diff| 0.0123, top-1 agreement 99.2% over 64 samples", and how many outputs were
   // not finite when any were.
   std::string ToString() const;
@@ -135,6 +136,12 @@ StatusOr<TierSelection> LoadServedTier(const Model& fp32, const std::string& pat
 // than one row.
 StatusOr<std::vector<std::vector<NamedTensor>>> ServedTierTimingInputs(
     const Model& fp32, const std::vector<std::vector<NamedTensor>>& batches);
+
+// Inputs of `shapes` (one per model input) made up where no real ones are at hand (a
+// description without calibration inputs, a benchmark): floating-point values uniform in
+// [-1, 1), the same every call; integers 1 (a valid token id, a mask keeping every
+// position); other types zeros.
+std::vector<NamedTensor> MadeUpInputs(const Model& model, const std::vector<Shape>& shapes);
 
 // Reads calibration inputs from a NumPy .npz file holding one array per model input,
 // named as the input, whose first dimension counts samples; splits them into batches

@@ -278,6 +278,31 @@ TEST(PrecisionTest, TiersOfAnFp16ModelAreComparedOnItsFp16Outputs) {
   }
 }
 
+TEST(PrecisionTest, MadeUpInputsHaveTheShapesAskedAndTheSameValuesEveryCall) {
+  GraphBuilder b;
+  const int x = b.Input("x", {2, 3});
+  const int ids = b.Input("ids", {2, 4}, DataType::kInt64);
+  auto model = Model::FromGraph(
+      b.Finish(std::vector<int>{b.Op("Relu", "y", {x}), b.Op("Identity", "i", {ids})}));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<Shape> shapes = {{5, 3}, {5, 4}};
+  const std::vector<NamedTensor> a = MadeUpInputs(**model, shapes);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].name, "x");
+  EXPECT_EQ(a[0].tensor.shape(), (Shape{5, 3}));
+  EXPECT_EQ(a[1].tensor.shape(), (Shape{5, 4}));
+  float lo = 1, hi = -1;
+  for (float v : a[0].tensor.values<float>()) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  EXPECT_GE(lo, -1.f);
+  EXPECT_LT(hi, 1.f);
+  EXPECT_LT(lo, hi) << "not all one value";
+  for (int64_t v : a[1].tensor.values<int64_t>()) EXPECT_EQ(v, 1);
+  EXPECT_EQ(Values(MadeUpInputs(**model, shapes)[0].tensor), Values(a[0].tensor));
+}
+
 TEST(PrecisionTest, CalibrationInputsComeFromAnNpzFile) {
   auto fp32 = Model::Load(ModelPath("digits.onnx"));
   ASSERT_TRUE(fp32.ok());

@@ -16,8 +16,6 @@
 #include <vector>
 
 #include "backends/onnx/batch_buckets.h"
-#include "core/bf16.h"
-#include "core/fp16.h"
 #include "core/log_text.h"
 #include "core/mutex.h"
 #include "engine/cuda/cuda_status.h"
@@ -789,28 +787,7 @@ StatusOr<std::string> DescribeGpuPath(const engine::Model& model, int64_t batch)
     // What gpu_precision int8 would take, its ranges from inputs made up here (random
     // floating-point values in [-1, 1), integers 1): which products are int8 depends on their
     // shapes, and on a range only where a value is always 0.
-    std::vector<NamedTensor> inputs;
-    uint64_t state = 0x9e3779b97f4a7c15ull;
-    auto next = [&state] {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) /
-             static_cast<float>(int64_t{1} << 23);
-    };
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const engine::TensorInfo& info = model.inputs()[i];
-      Tensor t = Tensor::Allocate(info.dtype, shapes[i]);
-      if (info.dtype == DataType::kFp32) {
-        for (float& v : t.mutable_values<float>()) v = next();
-      } else if (info.dtype == DataType::kFp16 || info.dtype == DataType::kBf16) {
-        for (uint16_t& v : t.mutable_values<uint16_t>())
-          v = info.dtype == DataType::kFp16 ? FloatToFp16(next()) : FloatToBf16(next());
-      } else if (info.dtype == DataType::kInt64) {
-        for (int64_t& v : t.mutable_values<int64_t>()) v = 1;
-      } else if (info.dtype == DataType::kInt32) {
-        for (int32_t& v : t.mutable_values<int32_t>()) v = 1;
-      }
-      inputs.push_back({info.name, std::move(t)});
-    }
+    const std::vector<NamedTensor> inputs = engine::MadeUpInputs(model, shapes);
     auto ranges = engine::Calibrate(model, {inputs});
     if (!ranges.ok()) {
       text += "  in int8: not said, calibrating failed: " + ranges.status().message() + "\n";
