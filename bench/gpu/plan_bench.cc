@@ -285,9 +285,19 @@ int main(int argc, char** argv) {
       options.int8_calibration = std::make_shared<const Calibration>(std::move(calibrated).value());
       auto int8 = cuda::LowerPlan((*model)->graph(), **plan, options);
       if (!int8.ok()) return Fail(int8.status(), "lowering in int8");
-      std::printf("in int8: %zu steps; %s%s\n", int8->steps.size(),
-                  cuda::Int8Summary(*int8).c_str(),
-                  int8->fp32_products.empty() ? "" : "; kept fp32:");
+      // Values written in int8 by the step that computes them (GpuStep::int8_out), and of
+      // those, how many in int8 alone.
+      int kept = 0, alone = 0;
+      for (const cuda::GpuStep& s : int8->steps) {
+        kept += s.int8_out >= 0;
+        alone += s.int8_out >= 0 && s.out < 0;
+      }
+      std::printf(
+          "in int8: %zu steps, arena %lld bytes; %s; %d values written in int8 by the step "
+          "computing them (%d in int8 alone)%s\n",
+          int8->steps.size(), static_cast<long long>(int8->arena_bytes),
+          cuda::Int8Summary(*int8).c_str(), kept, alone,
+          int8->fp32_products.empty() ? "" : "; kept fp32:");
       for (const std::string& why : int8->fp32_products) std::printf("  %s\n", why.c_str());
     }
     // The CPU engine's outputs on these inputs: a model whose weights were filled

@@ -1,6 +1,7 @@
 #include "engine/cuda/conv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -71,42 +72,68 @@ Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
                            "]: sizes must be >= 0, with channels when y has values, and their "
                            "product must fit 60 bits");
   }
-  if (o.source_channels_last && !o.source)
+  if (o.source && o.int32_sums)
+    return InvalidArgument("convolution epilogue: its input is 16-bit or int32 sums, not both");
+  if (o.source_channels_last && !o.source && !o.int32_sums)
     return InvalidArgument("convolution epilogue: an fp32 input cannot be channels last");
   if (o.residual_channels_last && !o.residual)
     return InvalidArgument("convolution epilogue: an fp32 residual cannot be channels last");
+  if (o.int32_sums && !o.source_channels_last)
+    return InvalidArgument("convolution epilogue: int32 sums are channels last (the GEMM's rows)");
+  if (o.quantize && (!std::isfinite(o.quant_inv_scale) || o.quant_inv_scale <= 0.f ||
+                     (o.quant_zero_point != 0 && o.quant_zero_point != -128))) {
+    return InvalidArgument(
+        "convolution epilogue: its int8 output needs a finite positive inverse scale and a "
+        "zero point of 0 or -128; was " +
+        std::to_string(o.quant_inv_scale) + " and " + std::to_string(o.quant_zero_point));
+  }
   return Status::Ok();
 }
 
 Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const void* z,
-                    float* y, cudaStream_t stream, void* half, HalfType half_type) {
+                    float* y, cudaStream_t stream, void* half, HalfType half_type,
+                    const float* scale, int8_t* q) {
   RETURN_IF_ERROR(CheckConvEpilogue(o));
-  if (y == nullptr && half == nullptr)
-    return InvalidArgument("convolution epilogue: no output (neither fp32 nor 16 bits)");
+  if (y == nullptr && half == nullptr && q == nullptr)
+    return InvalidArgument("convolution epilogue: no output (neither fp32, 16 bits nor int8)");
+  if (o.quantize != (q != nullptr))
+    return InvalidArgument(
+        "convolution epilogue: an int8 output needs both its buffer and its "
+        "quantisation");
+  if (o.int32_sums && scale == nullptr)
+    return InvalidArgument("convolution epilogue: int32 sums need their scales");
   const int64_t elements = o.n * o.m * o.spatial;
   const uint64_t y_bytes = y ? static_cast<uint64_t>(elements) * sizeof(float) : 0;
   const uint64_t half_bytes = half ? static_cast<uint64_t>(elements) * 2 : 0;
+  const uint64_t q_bytes = q ? static_cast<uint64_t>(elements) : 0;
   // Each element is read, then written, by one thread: an fp32 input may be y itself, but
   // nothing may overlap an output partly, and the residual not at all.
-  const uint64_t c_bytes = static_cast<uint64_t>(elements) * (o.source ? 2 : sizeof(float));
-  if ((BytesOverlap(c, c_bytes, y, y_bytes) && (o.source || c != y)) ||
-      BytesOverlap(c, c_bytes, half, half_bytes)) {
-    return InvalidArgument(o.source
-                               ? "convolution epilogue: a 16-bit input must not overlap its output"
+  const bool converted = o.source || o.int32_sums;  // read in another type (and layout)
+  const uint64_t c_bytes = static_cast<uint64_t>(elements) * (o.source       ? 2
+                                                              : o.int32_sums ? 4
+                                                                             : sizeof(float));
+  if ((BytesOverlap(c, c_bytes, y, y_bytes) && (converted || c != y)) ||
+      BytesOverlap(c, c_bytes, half, half_bytes) || BytesOverlap(c, c_bytes, q, q_bytes)) {
+    return InvalidArgument(converted
+                               ? "convolution epilogue: a 16-bit or int32 input must not overlap "
+                                 "its output"
                                : "convolution epilogue: an fp32 input must be its output or not "
                                  "overlap it");
   }
   const uint64_t z_bytes =
       z ? static_cast<uint64_t>(elements) * (o.residual ? 2 : sizeof(float)) : 0;
-  if (BytesOverlap(z, z_bytes, y, y_bytes) || BytesOverlap(z, z_bytes, half, half_bytes))
+  if (BytesOverlap(z, z_bytes, y, y_bytes) || BytesOverlap(z, z_bytes, half, half_bytes) ||
+      BytesOverlap(z, z_bytes, q, q_bytes))
     return InvalidArgument("convolution epilogue: the residual must not overlap the output");
   if (BytesOverlap(y, y_bytes, half, half_bytes))
     return InvalidArgument("convolution epilogue: its fp32 and 16-bit outputs must not overlap");
+  if (BytesOverlap(y, y_bytes, q, q_bytes) || BytesOverlap(half, half_bytes, q, q_bytes))
+    return InvalidArgument("convolution epilogue: its int8 output must not overlap another");
   internal::ConvEpilogueKernel e;
   e.elements = elements;
   e.channels = std::max<int64_t>(o.m, 1);
   e.spatial = std::max<int64_t>(o.spatial, 1);
-  e.source = o.source ? static_cast<int>(*o.source) : -1;
+  e.source = o.source ? static_cast<int>(*o.source) : o.int32_sums ? internal::kInt32Sums : -1;
   e.residual = o.residual ? static_cast<int>(*o.residual) : -1;
   e.has_act = o.act.has_value();
   e.has_post = o.post.has_value();
@@ -120,7 +147,10 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   e.source_channels_last = o.source_channels_last;
   e.residual_channels_last = o.residual_channels_last && z != nullptr;
   e.half_channels_last = o.half_channels_last && half != nullptr;
-  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, half, stream),
+  e.quantize = o.quantize;
+  e.q_inv_scale = o.quant_inv_scale;
+  e.q_zero_point = o.quant_zero_point;
+  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, half, stream, scale, q),
                     "convolution epilogue kernel launch");
 }
 

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
 #include "core/fp16.h"
+#include "engine/cuda/quantize.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -440,6 +442,64 @@ TEST_F(ConvGpuTest, TheEpilogueReadsA16BitResidualInEitherLayout) {
   }
 }
 
+// An int8 convolution's epilogue: int32 sums [n, spatial, m] scaled per channel, the bias,
+// the ReLU, an fp32 residual and the ReLU after it, into y NCHW; and y quantised into q in the
+// same pass, bit for bit the quantisation of the y it writes, with y or without it.
+TEST_F(ConvGpuTest, TheEpilogueOfInt32SumsMatchesTheReferenceAndQuantisesItsResult) {
+  const int64_t n = 2, m = 8, spatial = 15, total = n * m * spatial;
+  std::vector<int32_t> sums(total);
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] = static_cast<int32_t>(i * 7919 % 40001) - 20000;
+  // Scales of 1e-4 to 1e-3, biases and a residual of either sign.
+  std::vector<float> scale = Wave(m), bias = Wave(m + 3), z = Wave(total + 5);
+  for (float& v : scale) v = 1e-4f + 3e-4f * std::fabs(v);
+  bias.erase(bias.begin(), bias.begin() + 3);
+  z.erase(z.begin(), z.begin() + 5);
+  DeviceBuffer dsums = UploadBytes(sums.data(), sums.size() * 4), dscale = Upload(scale),
+               dbias = Upload(bias), dz = Upload(z), dy = Floats(total);
+  auto dq = DeviceBuffer::Allocate(total);
+  ASSERT_TRUE(dq.ok());
+  ConvEpilogueOptions o;
+  o.n = n;
+  o.m = m;
+  o.spatial = spatial;
+  o.int32_sums = o.source_channels_last = true;
+  o.act = o.post = UnaryOp::kRelu;
+  for (int zero_point : {0, -128}) {
+    SCOPED_TRACE(zero_point);
+    o.quantize = true;
+    o.quant_inv_scale = 127.f / 8.f;
+    o.quant_zero_point = zero_point;
+    ASSERT_TRUE(ConvEpilogue(o, dsums.data(), dbias.as<float>(), dz.data(), dy.as<float>(),
+                             stream(), nullptr, HalfType::kFp16, dscale.as<float>(),
+                             dq->as<int8_t>())
+                    .ok());
+    const std::vector<float> y = Download(dy, total);
+    std::vector<int8_t> q(total);
+    DownloadBytes(*dq, q.data(), q.size());
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t c = 0; c < m; ++c)
+        for (int64_t s = 0; s < spatial; ++s) {
+          const int64_t nchw = (b * m + c) * spatial + s, nhwc = (b * spatial + s) * m + c;
+          const double product = double{static_cast<float>(sums[nhwc])} * scale[c];
+          const double want = std::max(std::max(product + bias[c], 0.0) + z[nchw], 0.0);
+          // The device may fuse the multiply and the add: within fp32's rounding of each.
+          ASSERT_NEAR(y[nchw], want, 1e-6 * (std::fabs(product) + std::fabs(bias[c]) + 1))
+              << "at " << nchw;
+          ASSERT_EQ(q[nchw], QuantizeValue(y[nchw], o.quant_inv_scale, zero_point))
+              << "at " << nchw;
+        }
+    // The int8 copy alone (the fp32 result read by nothing else), the same bits.
+    auto alone = DeviceBuffer::Allocate(total);
+    ASSERT_TRUE(alone.ok());
+    ASSERT_TRUE(ConvEpilogue(o, dsums.data(), dbias.as<float>(), dz.data(), nullptr, stream(),
+                             nullptr, HalfType::kFp16, dscale.as<float>(), alone->as<int8_t>())
+                    .ok());
+    std::vector<int8_t> q_alone(total);
+    DownloadBytes(*alone, q_alone.data(), q_alone.size());
+    EXPECT_EQ(q_alone, q);
+  }
+}
+
 TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   ConvEpilogueOptions o;
   o.n = 2;
@@ -524,6 +584,63 @@ TEST(ConvEpilogueTest, RefusesBadSizesAndInputsOverlappingItsOutput) {
   // Sizes whose product overflows.
   o.n = o.m = o.spatial = int64_t{1} << 22;
   EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument);
+}
+
+// An int8 convolution's epilogue: int32 sums are channels last and need their scales; an
+// int8 output needs its buffer, a usable quantisation, and memory of its own.
+TEST(ConvEpilogueTest, RefusesInt32SumsAndInt8OutputsItCannotTake) {
+  ConvEpilogueOptions o;
+  o.n = 2;
+  o.m = 3;
+  o.spatial = 4;
+  o.int32_sums = true;
+  EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument) << "not channels last";
+  o.source_channels_last = true;
+  EXPECT_TRUE(CheckConvEpilogue(o).ok());
+  o.source = HalfType::kFp16;
+  EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument) << "16-bit and int32";
+  o.source.reset();
+  // In `mem` (bytes): the sums [0, 96), y [128, 224), q [256, 280).
+  alignas(16) static char mem[512];
+  const auto* sums = reinterpret_cast<const int32_t*>(mem);
+  auto* y = reinterpret_cast<float*>(mem + 128);
+  auto* q = reinterpret_cast<int8_t*>(mem + 256);
+  const auto* scale = reinterpret_cast<const float*>(mem + 384);
+  const Status no_scale = ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr);
+  EXPECT_EQ(no_scale.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_scale.message().find("need their scales"), std::string::npos) << no_scale.ToString();
+  // int32 sums are read in another layout: not even y itself may be them.
+  const Status in_place =
+      ConvEpilogue(o, y, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale);
+  EXPECT_EQ(in_place.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(in_place.message().find("must not overlap its output"), std::string::npos)
+      << in_place.ToString();
+  // q without its quantisation, and the reverse.
+  EXPECT_EQ(ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale, q)
+                .code(),
+            StatusCode::kInvalidArgument);
+  o.quantize = true;
+  o.quant_inv_scale = 10.f;
+  EXPECT_EQ(
+      ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale).code(),
+      StatusCode::kInvalidArgument);
+  for (const auto& [inv_scale, zero_point] :
+       {std::pair{0.f, 0}, std::pair{INFINITY, 0}, std::pair{10.f, 128}}) {
+    o.quant_inv_scale = inv_scale;
+    o.quant_zero_point = zero_point;
+    EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument)
+        << inv_scale << " " << zero_point;
+  }
+  o.quant_inv_scale = 10.f;
+  o.quant_zero_point = -128;
+  EXPECT_TRUE(CheckConvEpilogue(o).ok());
+  // q over y, or over the sums.
+  for (int8_t* bad : {reinterpret_cast<int8_t*>(mem + 200), reinterpret_cast<int8_t*>(mem + 80)}) {
+    const Status s =
+        ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale, bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.ToString();
+  }
 }
 
 TEST(ConvWindowTest, RefusesBadWindowsBeforeTouchingTheDevice) {

@@ -596,6 +596,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
   if (Mixed()) FuseRoundingsIntoEpilogues();
   if (Mixed() && options_.channels_last && options_.conv == ConvEngine::kCudnn)
     ChannelsLastBetweenConvolutions();
+  if (options_.int8_calibration) KeepValuesInt8();
   const size_t total = out_.shapes.size();  // the graph's values and the temporaries
   out_.values.assign(total, GpuValue{});
 
@@ -656,6 +657,7 @@ StatusOr<GpuLowering> Lowerer::Run() {
       if (v >= 0) use(v, to[i]);
     if (step.out >= 0 && !shard_values_.count(step.out)) define(Owner(step.out), from[i]);
     if (step.half_out >= 0) define(step.half_out, from[i]);
+    if (step.int8_out >= 0) define(step.int8_out, from[i]);
   }
   for (int v : graph_.outputs) use(v, num_steps);
   // Every size is a multiple of the alignment, so the planner's offsets are too.

@@ -216,12 +216,16 @@ struct GpuStep {
   // reads it from weight slot 0 (ones, for Instance- and GroupNormalization, whose affine follows).
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
   // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
-  // operands, or int8 columns quantised (`alpha`, `zero_point`) when it is int8. A
+  // operands, or int8 columns quantised (`alpha`, `zero_point`) when it is int8 (gathered
+  // from int8 x, x's zero point in the padding, when x is int8: an int8_out). A
   // kGemm whose gemm.math is kInt8 reads int8 x (a kQuantize step's or kIm2Col's), sums into
   // its int32 `scratch`, then writes out = scales · sums + bias, ReLU'd with `int8_relu`,
   // its weight slots {w int8 [n, k], bias (less the zero point's share, quantize.h's
   // Int8Bias) or -1, scales (fp32, one per column: the input's scale times the column's)};
-  // its `post` and residual follow as in fp32. A kPool whose output is
+  // its `post` and residual follow as in fp32. An int8 convolution's kGemm instead writes
+  // its int32 sums as out ([rows, n], no scratch; weight slots {w, -1, -1}), and a
+  // kConvEpilogue reading them (ConvEpilogueOptions::int32_sums) does the rest, its weight
+  // slots {bias' or -1, scales}. A kPool whose output is
   // 16-bit is a max pool of 16-bit x of the same type. A constant GEMM weight and the bias are
   // weight slots (`weight_slots`), not values, because they are stored transformed; so is a
   // kBinary's b when it is -1 (a grouped convolution's bias, shaped [m, 1, 1]). Values past the
@@ -253,6 +257,16 @@ struct GpuStep {
   int scratch = -1;
   bool int8_relu = false;  // kGemm in int8: the scaling pass applies ReLU
   int zero_point = 0;      // kQuantize, an int8 kIm2Col: 0 or -128 (quantize.h's Int8Input)
+  // int8 values kept between products (docs/gpu.md, "int8"). A kGemm in int8 that scales its
+  // sums into fp32 out, or a kConvEpilogue with an fp32 result: the value's int8 copy, which
+  // it also writes in the same pass, quantised with `int8_out_inv_scale` and
+  // `int8_out_zero_point` (the range of the value its int8 readers read); -1: none. Its
+  // readers (a kGemm in int8, or an int8 kIm2Col gathering from int8 x) then read it instead
+  // of quantising the fp32 value themselves, and where nothing else reads that value, out
+  // is -1 and the step writes the int8 copy alone.
+  int int8_out = -1;
+  float int8_out_inv_scale = 0;
+  int int8_out_zero_point = 0;
   bool exclusive = false, reverse = false;  // kCumSum
   bool upper = true;                        // kTrilu (its k in `start`)
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha

@@ -4,14 +4,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/cuda/internal/gpu_lowering_impl.h"
 #include "engine/cuda/quantize.h"
+#include "engine/internal/op_util.h"
 
 namespace shoal::engine::cuda::internal {
+
+using engine::internal::Product;
+
 namespace {
 
 // What an int8 product's k and n must be multiples of. cuBLASLt documents 4 for its int8
@@ -80,11 +85,13 @@ int Lowerer::Int8Operand(int n, int v, const Int8Input& in) {
   return step.out;
 }
 
-void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
-                          const Tensor* bias, const std::string& b_key, const Int8Input& in,
-                          int out) {
+Lowerer::Int8Scaling Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed,
+                                          const std::string& w_key, const Tensor* bias,
+                                          const std::string& b_key, const Int8Input& in, int out) {
   GemmOptions& g = step.gemm;
-  step.int8_relu = g.epilogue == GemmEpilogue::kRelu || g.epilogue == GemmEpilogue::kBiasRelu;
+  const bool sums_only = out_.dtypes[out] == DataType::kInt32;
+  step.int8_relu =
+      !sums_only && (g.epilogue == GemmEpilogue::kRelu || g.epilogue == GemmEpilogue::kBiasRelu);
   QuantizedWeight q = QuantizeWeightColumns(w, transposed);
   // Each column's scale times the input's: one multiplication per output in the pass after.
   std::vector<float> scale(static_cast<size_t>(g.n));
@@ -111,13 +118,77 @@ void Lowerer::AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const 
   } else if (bias) {
     bias_slot = AddBlob(b_key, *bias);
   }
-  step.weight_slots = {
-      AddBlob(int8_key, std::move(q.values)), bias_slot,
-      AddBlob(int8_key + " scales/" + hex, Tensor::FromVector(DataType::kFp32, {g.n}, scale))};
-  step.scratch = NewTemp({g.batch * g.m * g.n}, DataType::kInt32);
+  const Int8Scaling scaling{bias_slot, AddBlob(int8_key + " scales/" + hex,
+                                               Tensor::FromVector(DataType::kFp32, {g.n}, scale))};
+  step.weight_slots = {AddBlob(int8_key, std::move(q.values)), -1, -1};
+  if (!sums_only) {
+    step.weight_slots[1] = scaling.bias;
+    step.weight_slots[2] = scaling.scales;
+    step.scratch = NewTemp({g.batch * g.m * g.n}, DataType::kInt32);
+  }
   step.out = out;
   ++out_.int8_products;
   out_.steps.push_back(std::move(step));
+  return scaling;
+}
+
+void Lowerer::KeepValuesInt8() {
+  std::vector<GpuStep>& steps = out_.steps;
+  const int num_steps = static_cast<int>(steps.size());
+  std::vector<bool> drop(steps.size(), false);
+  std::map<int, int> renamed;  // a dropped kQuantize's output -> the int8 copy read instead
+  std::vector<int> writers;    // the steps given an int8 copy
+  for (int c = 0; c < num_steps; ++c) {
+    GpuStep& s = steps[c];
+    const bool quantize = s.kind == GpuStep::Kind::kQuantize;
+    const bool cols = s.kind == GpuStep::Kind::kIm2Col && out_.dtypes[s.out] == DataType::kInt8 &&
+                      out_.dtypes[s.in[0]] == DataType::kFp32;
+    if ((!quantize && !cols) || s.shard >= 0) continue;
+    const int x = s.in[0];
+    const int at = LastWriter(x, c);
+    if (at < 0) continue;
+    GpuStep& w = steps[at];
+    // w writes all of x's bytes in one pass: x, or a view of all of them (a Flatten's: the
+    // same values in the same order, so quantising them in w's order is quantising x).
+    if (w.shard >= 0 || w.out < 0 || Owner(w.out) != w.out || Owner(x) != w.out ||
+        Product(ShapeOf(x)) != Product(ShapeOf(w.out)) || out_.dtypes[w.out] != DataType::kFp32)
+      continue;
+    const bool epilogue =
+        w.kind == GpuStep::Kind::kConvEpilogue && !w.conv_epilogue.source && w.half_out < 0;
+    const bool scaled = w.kind == GpuStep::Kind::kGemm && w.gemm.math == GemmMath::kInt8 &&
+                        w.scratch >= 0 && !w.post && w.in[3] < 0;
+    if (!epilogue && !scaled) continue;
+    if (w.int8_out >= 0) {
+      // One copy per value: x has one range, so its readers quantise it alike.
+      if (w.int8_out_inv_scale != s.alpha || w.int8_out_zero_point != s.zero_point) continue;
+    } else {
+      const Shape shape = ShapeOf(w.out);  // a copy: NewTemp may move the shapes
+      w.int8_out = quantize ? s.out : NewTemp(shape, DataType::kInt8);
+      w.int8_out_inv_scale = s.alpha;
+      w.int8_out_zero_point = s.zero_point;
+      writers.push_back(at);
+    }
+    if (quantize) {
+      if (w.int8_out != s.out) renamed[s.out] = w.int8_out;
+      drop[c] = true;
+    } else {
+      s.in[0] = w.int8_out;
+    }
+  }
+  for (GpuStep& s : steps)
+    for (int& u : s.in)
+      if (auto it = renamed.find(u); it != renamed.end()) u = it->second;
+  // A writer whose fp32 result nothing reads now (its own in-place read counts: an fp32
+  // epilogue reads what it rewrites) writes the int8 copy alone.
+  for (int at : writers) {
+    GpuStep& w = steps[at];
+    if (!ReadBesides(w.out, -1, -1, drop)) w.out = -1;
+  }
+  std::vector<GpuStep> kept;
+  kept.reserve(steps.size());
+  for (int i = 0; i < num_steps; ++i)
+    if (!drop[i]) kept.push_back(std::move(steps[i]));
+  steps = std::move(kept);
 }
 
 }  // namespace shoal::engine::cuda::internal

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,8 +176,10 @@ TEST(LowerPlanInt8GraphsTest, AProductInt8CannotTakeStaysFp32AndSaysWhy) {
 
 // In an identity block on cuDNN: the stem's 3 input channels (k = 27) keep it fp32 on cuDNN;
 // the two 8-channel convolutions leave cuDNN for im2col quantising as it gathers and an
-// int8 GEMM, the second's residual and ReLU after, as in fp32.
-TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
+// int8 GEMM writing its int32 sums, and one epilogue each scales the sums, adds the bias,
+// the activations and the residual and writes NCHW: no transpose, no other pass. The first's
+// output, which only the second reads, is written in int8 alone, and the second gathers it.
+TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsIm2ColInt8GemmsAndOneEpilogue) {
   Prepared p = Prepare(Model::FromGraph(IdentityBlockGraph(false, 8)), {{2, 3, 8, 8}});
   ASSERT_TRUE(p.plan);
   GpuPlanOptions options;
@@ -188,10 +191,14 @@ TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
   ASSERT_EQ(l->fp32_products.size(), 1u);
   EXPECT_THAT(l->fp32_products[0], HasSubstr("k = c*kh*kw = 27"));
   ASSERT_EQ(StepsOf(*l, GpuStep::Kind::kConv).size(), 1u);  // the stem
+  EXPECT_TRUE(StepsOf(*l, GpuStep::Kind::kTranspose).empty());
+  EXPECT_TRUE(StepsOf(*l, GpuStep::Kind::kQuantize).empty());
   const auto cols = StepsOf(*l, GpuStep::Kind::kIm2Col);
-  ASSERT_EQ(cols.size(), 2u);
   const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
+  const auto epilogues = StepsOf(*l, GpuStep::Kind::kConvEpilogue);
+  ASSERT_EQ(cols.size(), 2u);
   ASSERT_EQ(gemms.size(), 2u);
+  ASSERT_EQ(epilogues.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(l->dtypes[cols[i]->out], DataType::kInt8);
     EXPECT_GT(cols[i]->alpha, 0.f);
@@ -199,23 +206,256 @@ TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsQuantisingIm2ColAndInt8Gemms) {
     EXPECT_EQ(gemms[i]->gemm.math, GemmMath::kInt8);
     EXPECT_EQ(gemms[i]->gemm.k, 72);
     EXPECT_EQ(l->blobs[gemms[i]->weight_slots[0]].data.shape(), (Shape{8, 72}));
+    // Its sums, [n*oh*ow, m], are its output; the epilogue holds the scaling's blobs.
+    EXPECT_EQ(l->dtypes[gemms[i]->out], DataType::kInt32);
+    EXPECT_EQ(l->shapes[gemms[i]->out], (Shape{2 * 8 * 8, 8}));
+    EXPECT_LT(gemms[i]->scratch, 0);
+    EXPECT_EQ(gemms[i]->weight_slots[1], -1);
+    EXPECT_EQ(gemms[i]->weight_slots[2], -1);
+    const GpuStep& e = *epilogues[i];
+    EXPECT_EQ(e.in[0], gemms[i]->out);
+    EXPECT_TRUE(e.conv_epilogue.int32_sums);
+    EXPECT_TRUE(e.conv_epilogue.source_channels_last);
+    // Each reads a ReLU's output, never negative: zero point -128, so each has a bias blob
+    // (its own bias less the zero point's share), and the scales.
+    ASSERT_EQ(e.weight_slots.size(), 2u);
+    EXPECT_GE(e.weight_slots[0], 0);
+    ASSERT_GE(e.weight_slots[1], 0);
+    EXPECT_EQ(l->blobs[e.weight_slots[1]].data.element_count(), 8);
+    EXPECT_EQ(cols[i]->zero_point, -128);
   }
-  // The first's ReLU is in its scaling pass; the second's residual and ReLU in an epilogue.
-  EXPECT_TRUE(gemms[0]->int8_relu);
-  EXPECT_FALSE(gemms[1]->int8_relu);
-  const auto epilogues = StepsOf(*l, GpuStep::Kind::kConvEpilogue);
-  ASSERT_EQ(epilogues.size(), 1u);
-  EXPECT_GE(epilogues[0]->in[1], 0) << "the residual";
-  // Each reads a ReLU's output, never negative: 256 levels, zero point -128, the scale from
-  // its range.
+  // The first: its ReLU, and its output in int8 alone, which the second gathers.
+  EXPECT_TRUE(epilogues[0]->conv_epilogue.act.has_value());
+  EXPECT_EQ(epilogues[0]->in[1], -1);
+  EXPECT_EQ(epilogues[0]->out, -1) << "nothing reads the first convolution's fp32 output";
+  ASSERT_GE(epilogues[0]->int8_out, 0);
+  EXPECT_EQ(l->dtypes[epilogues[0]->int8_out], DataType::kInt8);
+  EXPECT_EQ(cols[1]->in[0], epilogues[0]->int8_out);
   const ValueRange& a = options.int8_calibration->at("a.relu");
   EXPECT_EQ(a.min, 0.f);
   EXPECT_FLOAT_EQ(cols[1]->alpha, 255.f / a.max);
-  EXPECT_EQ(cols[0]->zero_point, -128);
-  EXPECT_EQ(cols[1]->zero_point, -128);
-  // So each has a bias blob, its own bias (or none) less the zero point's share.
-  EXPECT_GE(gemms[0]->weight_slots[1], 0);
-  EXPECT_GE(gemms[1]->weight_slots[1], 0);
+  EXPECT_EQ(epilogues[0]->int8_out_inv_scale, cols[1]->alpha);
+  EXPECT_EQ(epilogues[0]->int8_out_zero_point, -128);
+  // The second: the residual and the ReLU after it, fp32 into the graph's output.
+  EXPECT_GE(epilogues[1]->in[1], 0) << "the residual";
+  EXPECT_TRUE(epilogues[1]->conv_epilogue.post.has_value());
+  EXPECT_EQ(epilogues[1]->out, p.model->graph().outputs[0]);
+  EXPECT_EQ(epilogues[1]->int8_out, -1);
+  // The stem's output, which cuDNN writes, is quantised as the first convolution gathers it.
+  EXPECT_EQ(l->dtypes[cols[0]->in[0]], DataType::kFp32);
+  ExpectAligned(*l);
+}
+
+// Runs an int8 lowering's steps on the host as the device computes them (quantize.h's
+// arithmetic; the epilogue's order, conv.h), for the step kinds an int8 chain of
+// convolutions and products has: a ReLU, kQuantize, kIm2Col, kGemm in int8 and an epilogue of
+// int32 sums. Returns the fp32 values of `output`.
+std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& x, int output) {
+  std::map<int, std::vector<float>> f;
+  std::map<int, std::vector<int8_t>> q;
+  std::map<int, std::vector<int32_t>> sums;
+  auto count = [&](int v) {
+    int64_t c = 1;
+    for (int64_t d : l.shapes[v]) c *= d;
+    return static_cast<size_t>(c);
+  };
+  auto blob = [&](int64_t slot) {
+    return slot >= 0 ? l.blobs[static_cast<size_t>(slot)].data.values<float>().data() : nullptr;
+  };
+  f[input].assign(x.values<float>().begin(), x.values<float>().end());
+  for (const GpuStep& s : l.steps) {
+    switch (s.kind) {
+      case GpuStep::Kind::kUnary: {
+        EXPECT_EQ(s.unary, UnaryOp::kRelu);
+        auto& y = f[s.out];
+        y = f.at(s.in[0]);
+        for (float& v : y) v = std::max(v, 0.f);
+        break;
+      }
+      case GpuStep::Kind::kQuantize:
+        for (float v : f.at(s.in[0])) q[s.out].push_back(QuantizeValue(v, s.alpha, s.zero_point));
+        break;
+      case GpuStep::Kind::kIm2Col: {
+        EXPECT_EQ(l.dtypes[s.out], DataType::kInt8);
+        const Window2d& g = s.window;
+        const bool from_int8 = l.dtypes[s.in[0]] == DataType::kInt8;
+        auto& cols = q[s.out];
+        for (int64_t row = 0; row < g.n * g.oh * g.ow; ++row) {
+          const int64_t b = row / (g.oh * g.ow), oy = row / g.ow % g.oh, ox = row % g.ow;
+          for (int64_t c = 0; c < g.c; ++c)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+                const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+                const size_t at = static_cast<size_t>(((b * g.c + c) * g.h + iy) * g.w + ix);
+                if (from_int8) {
+                  cols.push_back(inside ? q.at(s.in[0])[at] : static_cast<int8_t>(s.zero_point));
+                } else {
+                  cols.push_back(
+                      QuantizeValue(inside ? f.at(s.in[0])[at] : 0.f, s.alpha, s.zero_point));
+                }
+              }
+        }
+        break;
+      }
+      case GpuStep::Kind::kGemm: {
+        EXPECT_EQ(s.gemm.math, GemmMath::kInt8);
+        const auto w = l.blobs[static_cast<size_t>(s.weight_slots[0])].data.values<int8_t>();
+        const std::vector<int8_t>& a = q.at(s.in[0]);
+        const int64_t m = s.gemm.m, n = s.gemm.n, k = s.gemm.k;
+        std::vector<int32_t> acc(static_cast<size_t>(m * n));
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            int32_t sum = 0;
+            for (int64_t t = 0; t < k; ++t) sum += int32_t{a[i * k + t]} * int32_t{w[j * k + t]};
+            acc[static_cast<size_t>(i * n + j)] = sum;
+          }
+        if (l.dtypes[s.out] == DataType::kInt32) {
+          sums[s.out] = std::move(acc);
+          break;
+        }
+        const float* scale = blob(s.weight_slots[2]);
+        const float* bias = blob(s.weight_slots[1]);
+        for (size_t i = 0; i < acc.size(); ++i) {
+          const size_t j = i % static_cast<size_t>(n);
+          float v = static_cast<float>(acc[i]) * scale[j] + (bias ? bias[j] : 0.f);
+          if (s.int8_relu) v = std::max(v, 0.f);
+          if (s.out >= 0) f[s.out].push_back(v);
+          if (s.int8_out >= 0)
+            q[s.int8_out].push_back(QuantizeValue(v, s.int8_out_inv_scale, s.int8_out_zero_point));
+        }
+        break;
+      }
+      case GpuStep::Kind::kConvEpilogue: {
+        const ConvEpilogueOptions& o = s.conv_epilogue;
+        EXPECT_TRUE(o.int32_sums && o.source_channels_last);
+        EXPECT_TRUE(!o.act || *o.act == UnaryOp::kRelu);
+        EXPECT_TRUE(!o.post || *o.post == UnaryOp::kRelu);
+        const std::vector<int32_t>& c = sums.at(s.in[0]);
+        const float* bias = blob(s.weight_slots[0]);
+        const float* scale = blob(s.weight_slots[1]);
+        const size_t total = static_cast<size_t>(o.n * o.m * o.spatial);
+        if (s.out >= 0) f[s.out].assign(total, 0.f);
+        if (s.int8_out >= 0) q[s.int8_out].assign(total, 0);
+        for (int64_t b = 0; b < o.n; ++b)
+          for (int64_t ch = 0; ch < o.m; ++ch)
+            for (int64_t sp = 0; sp < o.spatial; ++sp) {
+              const size_t nhwc = static_cast<size_t>((b * o.spatial + sp) * o.m + ch);
+              const size_t nchw = static_cast<size_t>((b * o.m + ch) * o.spatial + sp);
+              float v = static_cast<float>(c[nhwc]) * scale[ch];
+              if (bias) v += bias[ch];
+              if (o.act) v = std::max(v, 0.f);
+              if (s.in[1] >= 0) v += f.at(s.in[1])[nchw];
+              if (o.post) v = std::max(v, 0.f);
+              if (s.out >= 0) f[s.out][nchw] = v;
+              if (s.int8_out >= 0)
+                q[s.int8_out][nchw] = QuantizeValue(v, s.int8_out_inv_scale, s.int8_out_zero_point);
+            }
+        break;
+      }
+      default:
+        ADD_FAILURE() << "the host run has no step of kind " << static_cast<int>(s.kind);
+        return {};
+    }
+    if (s.out >= 0 && l.dtypes[s.out] == DataType::kFp32) {
+      EXPECT_EQ(f[s.out].size(), count(s.out)) << "step of kind " << static_cast<int>(s.kind);
+    }
+  }
+  return f.at(output);
+}
+
+// A chain of int8 convolutions on im2col, its first's output passed in int8 alone: what the
+// lowering stores, run on the host as the device computes it, is the CPU engine's fp32
+// result within int8's rounding (and not equal to it). So the sums' layout, the scales, the
+// zero point in the padding of both gathers, the bias and the residual are all right.
+TEST(LowerPlanInt8GraphsTest, AnInt8ChainOfConvolutionsIsTheFp32ModelWithinInt8Rounding) {
+  Prepared p = Prepare(Model::FromGraph(Int8ConvChainGraph()), {{2, 8, 8, 8}});
+  ASSERT_TRUE(p.plan);
+  GpuPlanOptions options;
+  options.conv = ConvEngine::kIm2Col;
+  options.int8_calibration = RandomInputRanges(*p.model, "x", {2, 8, 8, 8}, -1.f, 1.f);
+  auto l = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->int8_products, 2);
+  const auto cols = StepsOf(*l, GpuStep::Kind::kIm2Col);
+  ASSERT_EQ(cols.size(), 2u);
+  EXPECT_EQ(l->dtypes[cols[0]->in[0]], DataType::kFp32) << "r, which a ReLU step writes";
+  EXPECT_EQ(l->dtypes[cols[1]->in[0]], DataType::kInt8);
+
+  const Tensor x = Random({2, 8, 8, 8}, 902, -1.f, 1.f);  // one of the calibration batches
+  auto session = Session::Create(*p.model, engine::testing::Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> want;
+  ASSERT_TRUE((*session)->Run({{"x", x}}, &want).ok());
+  const Graph& graph = p.model->graph();
+  const std::vector<float> got = RunInt8OnHost(*l, graph.inputs[0], x, graph.outputs[0]);
+  ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
+  float largest = 0, magnitude = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
+    magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
+  }
+  // Two layers of 72 terms, each within int8's rounding: a few percent of the outputs' scale.
+  EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
+  EXPECT_GT(largest, 0.f) << "int8 rounds; an exact match means fp32 ran";
+}
+
+// An MLP: a product with its ReLU whose output another int8 product alone reads writes that
+// output in int8 alone, in its scaling pass (no kQuantize of it); one whose output is also
+// the graph's writes both. Either way the host run is the fp32 model within int8 rounding.
+TEST(LowerPlanInt8GraphsTest, AProductReadOnlyByAnInt8ProductWritesItInInt8) {
+  for (const bool hidden_is_output : {false, true}) {
+    SCOPED_TRACE(hidden_is_output ? "the hidden layer is an output too" : "hidden layer alone");
+    GraphBuilder b;
+    const int x = b.Input("x", {32, 8});
+    const int h = b.Op("Relu", "h",
+                       {b.Op("Add", "h.add",
+                             {b.Op("MatMul", "h.mm", {x, b.Constant("w1", Random({8, 16}, 81))}),
+                              b.Constant("b1", Random({16}, 82))})});
+    const int y = b.Op("MatMul", "y", {h, b.Constant("w2", Random({16, 8}, 83))});
+    Graph graph = hidden_is_output ? b.Finish(std::vector<int>{y, h}) : b.Finish(y);
+    Prepared p = Prepare(Model::FromGraph(std::move(graph)), {{32, 8}});
+    ASSERT_TRUE(p.plan);
+    GpuPlanOptions options;
+    options.int8_calibration = RandomInputRanges(*p.model, "x", {32, 8}, -2.f, 3.f);
+    auto l = LowerPlan(p.model->graph(), *p.plan, options);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(l->int8_products, 2);
+    const auto quantize = StepsOf(*l, GpuStep::Kind::kQuantize);
+    ASSERT_EQ(quantize.size(), 1u) << "x's alone";
+    EXPECT_EQ(quantize[0]->in[0], p.model->graph().inputs[0]);
+    const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
+    ASSERT_EQ(gemms.size(), 2u);
+    const GpuStep& first = *gemms[0];
+    EXPECT_TRUE(first.int8_relu);
+    ASSERT_GE(first.int8_out, 0);
+    EXPECT_EQ(gemms[1]->in[0], first.int8_out);
+    const ValueRange& range = options.int8_calibration->at("h");
+    EXPECT_FLOAT_EQ(first.int8_out_inv_scale, 255.f / range.max);
+    EXPECT_EQ(first.int8_out_zero_point, -128);
+    if (hidden_is_output) {
+      EXPECT_GE(first.out, 0) << "h is the graph's second output";
+    } else {
+      EXPECT_EQ(first.out, -1);
+    }
+    EXPECT_EQ(gemms[1]->int8_out, -1);
+
+    const Tensor xt = Random({32, 8}, 903, -2.f, 3.f);  // one of the calibration batches
+    auto session = Session::Create(*p.model, engine::testing::Opts(1));
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::vector<NamedTensor> want;
+    ASSERT_TRUE((*session)->Run({{"x", xt}}, &want).ok());
+    const Graph& g = p.model->graph();
+    const std::vector<float> got = RunInt8OnHost(*l, g.inputs[0], xt, g.outputs[0]);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
+    float largest = 0, magnitude = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
+      magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
+    }
+    EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
+    EXPECT_GT(largest, 0.f);
+  }
 }
 
 // A ReLU's output read by a product: quantised with zero point -128 over [0, max], its 256

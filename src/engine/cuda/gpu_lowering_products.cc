@@ -559,6 +559,8 @@ Status Lowerer::LowerConv(int n) {
        post_done = post_act.empty();
   bool on_cudnn = false;
   int half_out = -1;  // a 16-bit cuDNN output, which the epilogue casts into y
+  int sums = -1;      // an int8 GEMM's int32 sums, which the epilogue scales into y
+  Int8Scaling scaling;
   if (options_.conv == ConvEngine::kCudnn && act != "GeluTanh" && int8.scale == 0) {
     CudnnConvOptions c;
     c.window = g;
@@ -638,29 +640,37 @@ Status Lowerer::LowerConv(int n) {
     const std::string b_key = bias ? KeyOf(node.inputs[2]) : "zeros" + std::to_string(ws[0]);
     const Tensor b_data = bias ? *bias : Tensor::Allocate(DataType::kFp32, {ws[0]});
     const bool with_bias = o.epilogue != GemmEpilogue::kNone;
-    const int product = NewTemp({groups, xs[0], g.oh, g.ow, mg});
     out_.workspace_bytes = std::max<int64_t>(out_.workspace_bytes, o.workspace_bytes);
     if (int8.scale > 0) {
-      AddInt8Gemm(std::move(gemm), *w, true, KeyOf(node.inputs[1]),
-                  with_bias && bias ? &b_data : nullptr, b_key, int8, product);
+      // int8 (one group): the GEMM writes its int32 sums, [n*oh*ow, m] (NHWC), and the
+      // epilogue below scales them, adds the bias (its own, less the zero point's share),
+      // applies the activations and the residual and writes y NCHW, in one pass.
+      sums = NewTemp({rows, mg}, DataType::kInt32);
+      gemm.post.reset();
+      scaling = AddInt8Gemm(std::move(gemm), *w, true, KeyOf(node.inputs[1]),
+                            bias ? &b_data : nullptr, b_key, int8, sums);
+      act_done = act.empty();
+      bias_done = true;  // in the scaling's bias
     } else {
+      const int product = NewTemp({groups, xs[0], g.oh, g.ow, mg});
       gemm.weight_slots = {AddWeightBlob(KeyOf(node.inputs[1]), *w),
                            with_bias ? AddBlob(b_key, b_data) : -1};
       gemm.out = product;
       out_.steps.push_back(std::move(gemm));
+      // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
+      auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
+      if (!plan.ok()) return Fail(n, plan.status().message());
+      GpuStep t = NewStep(GpuStep::Kind::kTranspose, n);
+      t.in = {product};
+      t.out = y;
+      t.transpose = std::move(plan).value();
+      out_.steps.push_back(std::move(t));
     }
-    // Into NCHW: [groups, n, oh, ow, mg] -> [n, groups, mg, oh, ow].
-    auto plan = PlanTranspose(ShapeOf(product), std::vector<int64_t>{1, 0, 4, 2, 3});
-    if (!plan.ok()) return Fail(n, plan.status().message());
-    GpuStep t = NewStep(GpuStep::Kind::kTranspose, n);
-    t.in = {product};
-    t.out = y;
-    t.transpose = std::move(plan).value();
-    out_.steps.push_back(std::move(t));
   }
-  // What the convolution's step left (a 16-bit output's cast among it), in one pass: each
-  // part a step of its own would read and write all of y again.
-  if (half_out < 0 && bias_done && act_done && residual_done && post_done) return Status::Ok();
+  // What the convolution's step left (a 16-bit output's cast among it, an int8 GEMM's
+  // scaling), in one pass: each part a step of its own would read and write all of y again.
+  if (half_out < 0 && sums < 0 && bias_done && act_done && residual_done && post_done)
+    return Status::Ok();
   GpuStep e = NewStep(GpuStep::Kind::kConvEpilogue, n);
   ConvEpilogueOptions& o = e.conv_epilogue;
   o.n = ys[0];
@@ -678,9 +688,11 @@ Status Lowerer::LowerConv(int n) {
     o.post_alpha = post_alpha;
     o.post_beta = post_beta;
   }
+  o.int32_sums = o.source_channels_last = sums >= 0;
   if (Status sizes = CheckConvEpilogue(o); !sizes.ok()) return Fail(n, sizes.message());
-  e.in = {half_out >= 0 ? half_out : y, residual_done ? -1 : node.inputs[3]};
+  e.in = {half_out >= 0 ? half_out : sums >= 0 ? sums : y, residual_done ? -1 : node.inputs[3]};
   e.weight_slots = {bias_done ? -1 : AddBlob(KeyOf(node.inputs[2]), *bias)};
+  if (sums >= 0) e.weight_slots = {scaling.bias, scaling.scales};
   e.out = y;
   out_.steps.push_back(std::move(e));
   return Status::Ok();

@@ -518,26 +518,37 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       void* workspace =
           s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data() : workspace_.data();
       if (s.gemm.math == GemmMath::kInt8) {
+        // An int8 convolution's sums, which its epilogue step scales.
+        if (s.out >= 0 && lowering_.dtypes[s.out] == DataType::kInt32)
+          return gemms_[i]->Run(Address(s.in[0]), b, nullptr, Address(s.out), workspace, stream);
         // int32 sums into the scratch, then scaled back with the bias and any ReLU.
         if (s.scratch < 0 || s.weight_slots.size() < 3 || s.weight_slots[2] < 0)
           return Internal("step " + std::to_string(i) + ": an int8 product needs its sums' " +
                           "scratch and its scales");
+        if ((s.out < 0 && s.int8_out < 0) || (s.out < 0 && (s.post || s.in[3] >= 0)))
+          return Internal("step " + std::to_string(i) + ": an int8 product with no output");
         auto* sums = static_cast<int32_t*>(Address(s.scratch));
         RETURN_IF_ERROR(gemms_[i]->Run(Address(s.in[0]), b, nullptr, sums, workspace, stream));
+        Int8Output q;
+        if (s.int8_out >= 0) {
+          q.values = static_cast<int8_t*>(Address(s.int8_out));
+          q.inv_scale = s.int8_out_inv_scale;
+          q.zero_point = s.int8_out_zero_point;
+        }
         RETURN_IF_ERROR(DequantizeInt8(sums,
                                        reinterpret_cast<const float*>(Blob(s.weight_slots[2])),
                                        static_cast<const float*>(bias), y, s.gemm.batch * s.gemm.m,
-                                       s.gemm.n, s.int8_relu, stream));
+                                       s.gemm.n, s.int8_relu, stream, q));
       } else {
         RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
       }
-      const int64_t n = Product(lowering_.shapes[s.out]);
       // The rounding, if any, is of the activation's result (the lowering gives a product
       // with a residual none).
       if (half && (!s.post || s.in[3] >= 0))
         return Internal("step " + std::to_string(i) + ": a product rounds only its activation");
       if (s.post)
-        RETURN_IF_ERROR(Unary(*s.post, y, y, n, stream, s.alpha, s.beta, half, half_type));
+        RETURN_IF_ERROR(Unary(*s.post, y, y, Product(lowering_.shapes[s.out]), stream, s.alpha,
+                              s.beta, half, half_type));
       if (s.in[3] >= 0) RETURN_IF_ERROR(Binary(BinaryOp::kAdd, y, in(3), y, s.residual, stream));
       return Status::Ok();
     }
@@ -568,6 +579,12 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kReduce:
       return ReduceAxes(s.reduce, in(0), y, s.dims, s.axis, s.length, stream, half, half_type);
     case GpuStep::Kind::kIm2Col:
+      if (lowering_.dtypes[s.out] == DataType::kInt8 &&
+          lowering_.dtypes[s.in[0]] == DataType::kInt8) {
+        // From an int8 copy its writer made (GpuStep::int8_out).
+        return Im2ColFromInt8(static_cast<const int8_t*>(Address(s.in[0])),
+                              static_cast<int8_t*>(Address(s.out)), s.window, s.zero_point, stream);
+      }
       if (lowering_.dtypes[s.out] == DataType::kInt8)
         return Im2ColInt8(in(0), static_cast<int8_t*>(Address(s.out)), s.window, s.alpha,
                           s.zero_point, stream);
@@ -643,17 +660,32 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       return GridSample(in(0), in(1), y, s.grid, stream);
     case GpuStep::Kind::kConv:
       return RunConv(i, *convs_[i], workspace_.data(), stream);
-    case GpuStep::Kind::kConvEpilogue:
+    case GpuStep::Kind::kConvEpilogue: {
       if (s.in[1] >= 0 && (lowering_.dtypes[s.in[1]] == DataType::kFp32
                                ? s.conv_epilogue.residual.has_value()
                                : !s.conv_epilogue.residual || HalfOf(lowering_.dtypes[s.in[1]]) !=
                                                                   *s.conv_epilogue.residual))
         return Internal("step " + std::to_string(i) + ": its residual's type is not its own");
-      return ConvEpilogue(s.conv_epilogue, Address(s.in[0]),
-                          s.weight_slots[0] >= 0
-                              ? reinterpret_cast<const float*>(Blob(s.weight_slots[0]))
-                              : nullptr,
-                          s.in[1] >= 0 ? Address(s.in[1]) : nullptr, y, stream, half, half_type);
+      if (s.conv_epilogue.int32_sums != (lowering_.dtypes[s.in[0]] == DataType::kInt32))
+        return Internal("step " + std::to_string(i) + ": its input's type is not its own");
+      auto slot = [&](size_t k) {
+        return k < s.weight_slots.size() && s.weight_slots[k] >= 0
+                   ? reinterpret_cast<const float*>(Blob(s.weight_slots[k]))
+                   : nullptr;
+      };
+      if (s.int8_out < 0) {
+        return ConvEpilogue(s.conv_epilogue, Address(s.in[0]), slot(0),
+                            s.in[1] >= 0 ? Address(s.in[1]) : nullptr, y, stream, half, half_type,
+                            slot(1));
+      }
+      ConvEpilogueOptions o = s.conv_epilogue;
+      o.quantize = true;
+      o.quant_inv_scale = s.int8_out_inv_scale;
+      o.quant_zero_point = s.int8_out_zero_point;
+      return ConvEpilogue(o, Address(s.in[0]), slot(0), s.in[1] >= 0 ? Address(s.in[1]) : nullptr,
+                          y, stream, half, half_type, slot(1),
+                          static_cast<int8_t*>(Address(s.int8_out)));
+    }
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),
                           Address(s.out), Product(lowering_.shapes[s.out]), stream);

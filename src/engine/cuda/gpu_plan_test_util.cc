@@ -200,6 +200,14 @@ Graph IdentityBlockGraph(bool y_also_read, int64_t channels) {
   return b.Finish(std::vector<int>{out, b.Op("Sigmoid", "sig", {y})});
 }
 
+Graph Int8ConvChainGraph() {
+  GraphBuilder b;
+  const int r = b.Op("Relu", "r", {b.Input("x", {2, 8, 8, 8})});
+  const int a = b.Op("Relu", "a.relu", {Conv3x3(b, "a", r, 8, 8, 37)});
+  const int sum = b.Op("Add", "add", {Conv3x3(b, "b", a, 8, 8, 39), r});
+  return b.Finish(b.Op("Relu", "out", {sum}));
+}
+
 Graph PoolBetweenConvsGraph(const std::string& variant) {
   GraphBuilder b;
   const int x = b.Input("x", {2, 3, 8, 8});

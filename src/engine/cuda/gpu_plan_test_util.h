@@ -59,6 +59,12 @@ Graph GroupedConvGraph();
 // block's width (8 gives int8 convolutions: GpuPlanOptions::int8_calibration).
 Graph IdentityBlockGraph(bool y_also_read = false, int64_t channels = 4);
 
+// int8 values kept between convolutions: x [2, 8, 8, 8], its ReLU r, then a block of two
+// 3x3 convolutions of 8 channels (int8 with GpuPlanOptions::int8_calibration): a ReLU after
+// the first, r added to the second and a ReLU after the sum. r is read twice (by the first
+// convolution and as the residual); the first's output only by the second.
+Graph Int8ConvChainGraph();
+
 // A convolution and its ReLU (y [2, 4, 8, 8]), a 3x3 max pool of stride 2 and padding 1,
 // and a second convolution of the pooled values, its output the graph's. `variant`:
 // "plain"; "pooled_output" and "y_output" also return the pooled values or y; "average"

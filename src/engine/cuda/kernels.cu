@@ -277,6 +277,10 @@ __device__ __forceinline__ float SourceValue(const __half* c, int64_t i) {
 __device__ __forceinline__ float SourceValue(const __nv_bfloat16* c, int64_t i) {
   return __bfloat162float(c[i]);
 }
+// An int8 GEMM's sums, scaled by the caller.
+__device__ __forceinline__ float SourceValue(const int32_t* c, int64_t i) {
+  return static_cast<float>(c[i]);
+}
 
 // The residual's element i, as its type (a ConvEpilogueKernel::residual) says.
 __device__ __forceinline__ float ResidualValue(int type, const void* z, int64_t i) {
@@ -294,7 +298,8 @@ __device__ __forceinline__ float ResidualValue(int type, const void* z, int64_t 
 // through the element's batch, channel and position.
 template <typename T, typename Index>
 __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
-                             const void* __restrict__ z, float* y, void* h) {
+                             const void* __restrict__ z, float* y, void* h,
+                             const float* __restrict__ scale, int8_t* __restrict__ q) {
   const auto elements = static_cast<Index>(e.elements);
   const auto spatial = static_cast<Index>(e.spatial), channels = static_cast<Index>(e.channels);
   const bool mixed = e.source_channels_last || e.residual_channels_last || e.half_channels_last;
@@ -313,12 +318,16 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
       nhwc = (b * spatial + (i - plane * spatial)) * channels + channel;
     }
     float v = SourceValue(c, i);
+    // int8 sums: scaled as DequantizeInt8 scales them, then the bias (the zero point's share
+    // already taken out of it).
+    if constexpr (std::is_same_v<T, int32_t>) v *= scale[channel];
     if (bias != nullptr) v += bias[channel];
     if (e.has_act) v = ApplyUnary(e.act, v, e.act_alpha, e.act_beta);
     if (z != nullptr) v += ResidualValue(e.residual, z, e.residual_channels_last ? nhwc : nchw);
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
     if (y != nullptr) y[nchw] = v;
     StoreRounded(e.half, h, e.half_channels_last ? nhwc : nchw, v);
+    if (e.quantize) q[nchw] = QuantizeS8(v, e.q_inv_scale, e.q_zero_point);
   }
 }
 
@@ -338,11 +347,15 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 }
 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
-                               const void* z, float* y, void* h, cudaStream_t stream) {
+                               const void* z, float* y, void* h, cudaStream_t stream,
+                               const float* scale, int8_t* q) {
   if (e.elements <= 0) return cudaSuccess;
-  if (BadRounding(e.half, h, y) || e.residual < -1 || e.residual > 1 ||
-      (e.source_channels_last && e.source < 0) || (e.residual_channels_last && e.residual < 0) ||
-      (e.half_channels_last && e.half < 0))
+  // y may be null where the int8 copy is all that is written.
+  if (BadRounding(e.half, h, e.quantize ? static_cast<const void*>(q) : y) ||
+      e.residual < -1 || e.residual > 1 || (e.source_channels_last && e.source < 0) ||
+      (e.residual_channels_last && e.residual < 0) || (e.half_channels_last && e.half < 0) ||
+      (e.quantize && q == nullptr) || (e.source == kInt32Sums && scale == nullptr) ||
+      e.source < -1 || e.source > kInt32Sums)
     return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
   const unsigned blocks = BlocksFor(e.elements);
@@ -351,12 +364,15 @@ cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const
   auto launch = [&](const auto* source) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(source)>>;
     if (narrow) {
-      ConvEpilogue<T, uint32_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h);
+      ConvEpilogue<T, uint32_t>
+          <<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h, scale, q);
     } else {
-      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h);
+      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h, scale, q);
     }
   };
-  if (e.source == static_cast<int>(HalfKernel::kFp16)) {
+  if (e.source == kInt32Sums) {
+    launch(static_cast<const int32_t*>(c));
+  } else if (e.source == static_cast<int>(HalfKernel::kFp16)) {
     launch(static_cast<const __half*>(c));
   } else if (e.source == static_cast<int>(HalfKernel::kBf16)) {
     launch(static_cast<const __nv_bfloat16*>(c));

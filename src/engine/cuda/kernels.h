@@ -171,9 +171,15 @@ enum class HalfKernel : int { kFp16, kBf16 };
 // z (y's shape, fp32 or, `residual` a HalfKernel, 16-bit) and either activation optional
 // (null, or `has_act` / `has_post` false). `half` (a HalfKernel, or -1) also writes y[i]
 // rounded to that type into h; y may be null then.
+// An int8 convolution's epilogue (quantize.h): `source` kInt32Sums reads c as the int32
+// sums of its GEMM, [n, spatial, channels] (the GEMM's rows; `source_channels_last` set),
+// each multiplied by scale[channel] before the bias. `quantize` also writes y[i] quantised
+// into q (int8, y's NCHW layout): x * q_inv_scale clamped, rounded half to even, plus
+// q_zero_point, as LaunchQuantizeInt8 does; y may be null then.
+inline constexpr int kInt32Sums = 2;
 struct ConvEpilogueKernel {
   int64_t elements = 0, channels = 1, spatial = 1;
-  int source = -1;    // -1 fp32, else a HalfKernel
+  int source = -1;    // -1 fp32, a HalfKernel, or kInt32Sums
   int residual = -1;  // z's type: -1 fp32, else a HalfKernel
   int half = -1;      // -1 none, else a HalfKernel
   // NHWC ([n, spatial, channels]) instead of NCHW: c (16-bit only), a 16-bit z, the
@@ -182,9 +188,13 @@ struct ConvEpilogueKernel {
   bool has_act = false, has_post = false;
   UnaryKernel act = UnaryKernel::kRelu, post = UnaryKernel::kRelu;
   float act_alpha = 0, act_beta = 0, post_alpha = 0, post_beta = 0;
+  bool quantize = false;
+  float q_inv_scale = 0;
+  int q_zero_point = 0;
 };
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
-                               const void* z, float* y, void* h, cudaStream_t stream);
+                               const void* z, float* y, void* h, cudaStream_t stream,
+                               const float* scale = nullptr, int8_t* q = nullptr);
 // y[i] = x[i] rounded to the nearest `to` value (fp16 overflows to infinity) for i < n.
 // With channels > 0: x is [n / (channels·spatial), channels, spatial] and y the same values
 // channels last, [.., spatial, channels] (NHWC for an NCHW x).
@@ -220,14 +230,21 @@ cudaError_t LaunchIm2ColHalf(HalfKernel to, const float* x, void* cols, const Wi
 // one pass.
 cudaError_t LaunchIm2ColInt8(const float* x, int8_t* cols, const Window2d& g, float inv_scale,
                              int zero_point, cudaStream_t stream);
+// The same int8 columns gathered from x already quantised (int8 [n, c, h, w]); positions in
+// the padding are `pad` (the quantisation of 0: its zero point).
+cudaError_t LaunchIm2ColFromInt8(const int8_t* x, int8_t* cols, const Window2d& g, int8_t pad,
+                                 cudaStream_t stream);
 // q[i] = quantize.h's q(x[i], 1 / inv_scale, zero_point) for count elements: x[i] * inv_scale
 // clamped (fmax, then fmin) to [-127, 127] or, with zero_point -128, [0, 255], rounded half
 // to even, plus zero_point.
 cudaError_t LaunchQuantizeInt8(const float* x, int8_t* q, int64_t count, float inv_scale,
                                int zero_point, cudaStream_t stream);
-// y [rows, n] = acc * scale[j] + bias[j] (bias may be null), negatives then 0 with relu.
+// y [rows, n] = acc * scale[j] + bias[j] (bias may be null), negatives then 0 with relu;
+// with q, also y quantised into q as LaunchQuantizeInt8 does (q_inv_scale, q_zero_point),
+// and y may be null then.
 cudaError_t LaunchDequantizeInt8(const int32_t* acc, const float* scale, const float* bias,
-                                 float* y, int64_t rows, int64_t n, bool relu, cudaStream_t stream);
+                                 float* y, int64_t rows, int64_t n, bool relu, cudaStream_t stream,
+                                 int8_t* q = nullptr, float q_inv_scale = 0, int q_zero_point = 0);
 // Pooling kinds, in the order of conv.h's PoolOp.
 enum class PoolKernel : int { kMax, kAverage, kAverageIncludePad };
 // y [n, c, oh, ow] pooled from x [n, c, h, w] over each window: the largest value inside

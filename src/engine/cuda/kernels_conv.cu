@@ -33,9 +33,23 @@ __device__ int8_t ColumnValue<int8_t>(float v, float inv_scale, int zero_point) 
   return QuantizeS8(v, inv_scale, zero_point);
 }
 
+// Column i's value of type T: x[at] where `inside` the input, else the padding's 0, from fp32
+// x (converted as ColumnValue says) or from x already quantised (int8 to int8, the padding
+// its zero point, the quantisation of 0).
 template <typename T>
-__global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window2d g,
-                       int64_t total, float inv_scale = 1.f, int zero_point = 0) {
+__device__ __forceinline__ T ColumnOf(const float* x, int64_t at, bool inside, float inv_scale,
+                                      int zero_point) {
+  return ColumnValue<T>(inside ? x[at] : 0.f, inv_scale, zero_point);
+}
+template <typename T>
+__device__ __forceinline__ T ColumnOf(const int8_t* x, int64_t at, bool inside, float,
+                                      int zero_point) {
+  return inside ? x[at] : static_cast<int8_t>(zero_point);
+}
+
+template <typename T, typename S = float>
+__global__ void Im2Col(const S* __restrict__ x, T* __restrict__ cols, Window2d g, int64_t total,
+                       float inv_scale = 1.f, int zero_point = 0) {
   const int64_t cg = g.c / g.groups;
   const int64_t kg = cg * g.kh * g.kw;
   const int64_t rows = g.n * g.oh * g.ow;
@@ -52,10 +66,8 @@ __global__ void Im2Col(const float* __restrict__ x, T* __restrict__ cols, Window
     const int64_t b = row / (g.ow * g.oh);
     const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
     const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-    cols[i] = ColumnValue<T>(iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
-                                 ? x[((b * g.c + c) * g.h + iy) * g.w + ix]
-                                 : 0.f,
-                             inv_scale, zero_point);
+    cols[i] = ColumnOf<T>(x, ((b * g.c + c) * g.h + iy) * g.w + ix,
+                          iy >= 0 && iy < g.h && ix >= 0 && ix < g.w, inv_scale, zero_point);
   }
 }
 
@@ -189,6 +201,15 @@ cudaError_t LaunchIm2ColInt8(const float* x, int8_t* cols, const Window2d& g, fl
   if (total <= 0) return cudaSuccess;
   (void)cudaGetLastError();
   Im2Col<int8_t><<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total, inv_scale, zero_point);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchIm2ColFromInt8(const int8_t* x, int8_t* cols, const Window2d& g, int8_t pad,
+                                 cudaStream_t stream) {
+  const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
+  if (total <= 0) return cudaSuccess;
+  (void)cudaGetLastError();
+  Im2Col<int8_t, int8_t><<<BlocksFor(total), kThreads, 0, stream>>>(x, cols, g, total, 1.f, pad);
   return cudaGetLastError();
 }
 

@@ -17,14 +17,20 @@ __global__ void QuantizeInt8(const float* __restrict__ x, int8_t* __restrict__ q
   }
 }
 
+// Index as the convolution epilogue's: uint32_t where every index fits (a division in 32
+// bits is several times faster than in 64), else int64_t.
+template <typename Index>
 __global__ void DequantizeInt8(const int32_t* __restrict__ acc, const float* __restrict__ scale,
-                               const float* __restrict__ bias, float* __restrict__ y,
-                               int64_t n, int64_t total, bool relu) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t j = i % n;
+                               const float* __restrict__ bias, float* __restrict__ y, Index n,
+                               Index total, bool relu, int8_t* __restrict__ q, float q_inv_scale,
+                               int q_zero_point) {
+  for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < total;
+       i += Index{gridDim.x} * blockDim.x) {
+    const Index j = i % n;
     float v = static_cast<float>(acc[i]) * scale[j] + (bias != nullptr ? bias[j] : 0.f);
-    y[i] = relu && v < 0.f ? 0.f : v;  // ReLU keeps a NaN, as the others do
+    if (relu && v < 0.f) v = 0.f;  // ReLU keeps a NaN, as the others do
+    if (y != nullptr) y[i] = v;
+    if (q != nullptr) q[i] = QuantizeS8(v, q_inv_scale, q_zero_point);
   }
 }
 
@@ -39,12 +45,22 @@ cudaError_t LaunchQuantizeInt8(const float* x, int8_t* q, int64_t count, float i
 }
 
 cudaError_t LaunchDequantizeInt8(const int32_t* acc, const float* scale, const float* bias,
-                                 float* y, int64_t rows, int64_t n, bool relu,
-                                 cudaStream_t stream) {
+                                 float* y, int64_t rows, int64_t n, bool relu, cudaStream_t stream,
+                                 int8_t* q, float q_inv_scale, int q_zero_point) {
   const int64_t total = rows * n;
   if (total <= 0) return cudaSuccess;
+  if (y == nullptr && q == nullptr) return cudaErrorInvalidValue;
   (void)cudaGetLastError();
-  DequantizeInt8<<<BlocksFor(total), kThreads, 0, stream>>>(acc, scale, bias, y, n, total, relu);
+  const unsigned blocks = BlocksFor(total);
+  // The largest index a thread computes: its last element plus one grid stride.
+  if (total + int64_t{blocks} * kThreads < (int64_t{1} << 32)) {
+    DequantizeInt8<uint32_t><<<blocks, kThreads, 0, stream>>>(
+        acc, scale, bias, y, static_cast<uint32_t>(n), static_cast<uint32_t>(total), relu, q,
+        q_inv_scale, q_zero_point);
+  } else {
+    DequantizeInt8<int64_t><<<blocks, kThreads, 0, stream>>>(acc, scale, bias, y, n, total, relu,
+                                                             q, q_inv_scale, q_zero_point);
+  }
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device.h"
 #include "engine/cuda/kernels.h"
 
 namespace shoal::engine::cuda {
@@ -134,13 +135,34 @@ Status Im2ColInt8(const float* x, int8_t* cols, const Window2d& g, float inv_sca
 }
 
 Status DequantizeInt8(const int32_t* acc, const float* scale, const float* bias, float* y,
-                      int64_t rows, int64_t n, bool relu, cudaStream_t stream) {
+                      int64_t rows, int64_t n, bool relu, cudaStream_t stream,
+                      const Int8Output& q) {
   if (rows < 0 || n < 0 || (rows > 0 && n > 0 && rows > (int64_t{1} << 60) / n))
     return InvalidArgument("int8 dequantisation: sizes must be >= 0 and their product fit 60 bits");
-  if (scale == nullptr && rows > 0 && n > 0)
-    return InvalidArgument("int8 dequantisation: no scales");
-  return CudaStatus(internal::LaunchDequantizeInt8(acc, scale, bias, y, rows, n, relu, stream),
+  if (rows == 0 || n == 0) return Status::Ok();
+  if (scale == nullptr) return InvalidArgument("int8 dequantisation: no scales");
+  if (y == nullptr && q.values == nullptr) return InvalidArgument("int8 dequantisation: no output");
+  if (q.values != nullptr) RETURN_IF_ERROR(CheckScale(q.inv_scale, q.zero_point, "int8 output"));
+  const uint64_t count = static_cast<uint64_t>(rows * n);
+  if (BytesOverlap(acc, count * 4, y, y ? count * 4 : 0) ||
+      BytesOverlap(acc, count * 4, q.values, q.values ? count : 0) ||
+      BytesOverlap(y, y ? count * 4 : 0, q.values, q.values ? count : 0))
+    return InvalidArgument("int8 dequantisation: its sums and outputs must not overlap");
+  return CudaStatus(internal::LaunchDequantizeInt8(acc, scale, bias, y, rows, n, relu, stream,
+                                                   q.values, q.inv_scale, q.zero_point),
                     "int8 dequantisation kernel launch");
+}
+
+Status Im2ColFromInt8(const int8_t* x, int8_t* cols, const Window2d& g, int zero_point,
+                      cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckWindow(g));
+  if (zero_point != 0 && zero_point != -128) {
+    return InvalidArgument("int8 im2col: the zero point must be 0 or -128; was " +
+                           std::to_string(zero_point));
+  }
+  return CudaStatus(
+      internal::LaunchIm2ColFromInt8(x, cols, g, static_cast<int8_t>(zero_point), stream),
+      "int8 im2col kernel launch");
 }
 
 }  // namespace shoal::engine::cuda

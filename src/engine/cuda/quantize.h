@@ -86,9 +86,27 @@ Status QuantizeInt8(const float* x, int8_t* q, int64_t count, float inv_scale, i
 Status Im2ColInt8(const float* x, int8_t* cols, const Window2d& g, float inv_scale, int zero_point,
                   cudaStream_t stream);
 
+// An int8 copy of a result that a step writes in the same pass, for the int8 products that
+// read it: q(v, 1 / inv_scale, zero_point) into `values` (none: null).
+struct Int8Output {
+  int8_t* values = nullptr;
+  float inv_scale = 0;
+  int zero_point = 0;
+};
+
 // y [rows, n] = act(acc · scale[j] + bias[j]) for column j, act ReLU or none; bias may be
-// null. y must not overlap acc. InvalidArgument for a negative size or no scale.
+// null; with `q`, y quantised too, and y may then be null. No output may overlap acc or
+// another. InvalidArgument for a negative size, no scale, no output, or q's quantisation
+// as QuantizeInt8's.
 Status DequantizeInt8(const int32_t* acc, const float* scale, const float* bias, float* y,
-                      int64_t rows, int64_t n, bool relu, cudaStream_t stream);
+                      int64_t rows, int64_t n, bool relu, cudaStream_t stream,
+                      const Int8Output& q = {});
+
+// Im2ColInt8's columns from x already quantised (int8, as an int8 convolution's epilogue
+// writes it for the next: ConvEpilogueOptions::quantize) with zero point `zero_point`: a
+// gather, the padding's positions the quantisation of 0 (the zero point). InvalidArgument as
+// CheckWindow, or for a zero point other than 0 and -128.
+Status Im2ColFromInt8(const int8_t* x, int8_t* cols, const Window2d& g, int zero_point,
+                      cudaStream_t stream);
 
 }  // namespace shoal::engine::cuda

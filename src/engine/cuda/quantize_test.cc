@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/cuda/conv.h"
@@ -199,6 +200,33 @@ TEST(QuantizeTest, LaunchersRefuseBadScalesAndSizesBeforeTouchingTheDevice) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(DequantizeInt8(nullptr, nullptr, nullptr, nullptr, -1, 3, false, nullptr).code(),
             StatusCode::kInvalidArgument);
+  // With scales: no output at all, an int8 output's bad quantisation, outputs over the sums
+  // or each other (in `mem`, bytes: sums [0, 24), y [64, 88), q [128, 134)).
+  alignas(16) static char mem[256];
+  const auto* acc = reinterpret_cast<const int32_t*>(mem);
+  const auto* scale = reinterpret_cast<const float*>(mem + 192);
+  auto* y = reinterpret_cast<float*>(mem + 64);
+  EXPECT_EQ(DequantizeInt8(acc, scale, nullptr, nullptr, 2, 3, false, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  Int8Output q{reinterpret_cast<int8_t*>(mem + 128), 0.f, 0};
+  EXPECT_EQ(DequantizeInt8(acc, scale, nullptr, y, 2, 3, false, nullptr, q).code(),
+            StatusCode::kInvalidArgument);
+  q.inv_scale = 2.f;
+  q.zero_point = 5;
+  EXPECT_EQ(DequantizeInt8(acc, scale, nullptr, y, 2, 3, false, nullptr, q).code(),
+            StatusCode::kInvalidArgument);
+  q.zero_point = -128;
+  for (char* at : {mem + 8, mem + 80}) {
+    Int8Output over = q;
+    over.values = reinterpret_cast<int8_t*>(at);
+    const Status s = DequantizeInt8(acc, scale, nullptr, y, 2, 3, false, nullptr, over);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.ToString();
+  }
+  g.groups = 1;
+  EXPECT_EQ(Im2ColFromInt8(nullptr, nullptr, g, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  g.groups = 2;
+  EXPECT_EQ(Im2ColFromInt8(nullptr, nullptr, g, 0, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 class QuantizeGpuTest : public GpuTest {};
@@ -254,6 +282,77 @@ TEST_F(QuantizeGpuTest, Im2ColQuantisesTheColumnsItGathers) {
     for (int64_t i = 0; i < total; ++i)
       ASSERT_EQ(q[i], QuantizeValue(cols[i], 127.f / 4.f, zero_point)) << "at " << i;
   }
+}
+
+// An int8 convolution reading another's int8 output gathers it: the same columns, bit for
+// bit, as quantising while gathering from the fp32 values, the padding's zero point
+// included.
+TEST_F(QuantizeGpuTest, Im2ColFromInt8GathersWhatQuantisingWhileGatheringWouldMake) {
+  Window2d g;
+  g.n = 2;
+  g.c = 4;
+  g.h = 5;
+  g.w = 6;
+  g.kh = g.kw = 3;
+  g.sw = 2;
+  g.dh = 2;
+  g.ph = g.pw = g.ph_end = g.pw_end = 2;
+  g.oh = (g.h + 4 - 5) / 1 + 1;
+  g.ow = (g.w + 4 - 3) / 2 + 1;
+  const std::vector<float> x = Random(g.n * g.c * g.h * g.w, 8, 0.f, 4.f);
+  const int64_t total = g.n * g.oh * g.ow * g.c * g.kh * g.kw;
+  DeviceBuffer dx = Upload(x);
+  auto xq = DeviceBuffer::Allocate(x.size());
+  auto gathered = DeviceBuffer::Allocate(total);
+  auto quantised = DeviceBuffer::Allocate(total);
+  ASSERT_TRUE(xq.ok() && gathered.ok() && quantised.ok());
+  for (int zero_point : {0, -128}) {
+    SCOPED_TRACE(zero_point);
+    const float inv_scale = zero_point == 0 ? 127.f / 4.f : 255.f / 4.f;
+    ASSERT_TRUE(QuantizeInt8(dx.as<float>(), xq->as<int8_t>(), static_cast<int64_t>(x.size()),
+                             inv_scale, zero_point, stream())
+                    .ok());
+    ASSERT_TRUE(
+        Im2ColFromInt8(xq->as<int8_t>(), gathered->as<int8_t>(), g, zero_point, stream()).ok());
+    ASSERT_TRUE(
+        Im2ColInt8(dx.as<float>(), quantised->as<int8_t>(), g, inv_scale, zero_point, stream())
+            .ok());
+    std::vector<int8_t> a(total), b(total);
+    DownloadBytes(*gathered, a.data(), a.size());
+    DownloadBytes(*quantised, b.data(), b.size());
+    EXPECT_EQ(a, b);
+    EXPECT_NE(std::count(a.begin(), a.end(), static_cast<int8_t>(zero_point)), 0)
+        << "the padding is in the columns";
+  }
+}
+
+// Scaling into fp32 and writing the int8 copy the next product reads, in one pass: the copy
+// is the quantisation of the fp32 values written, with them or alone.
+TEST_F(QuantizeGpuTest, DequantisingWritesItsInt8CopyWithOrWithoutFp32) {
+  const int64_t rows = 33, n = 12;
+  std::vector<int32_t> acc(rows * n);
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = static_cast<int32_t>(i * 7919 % 20001) - 10000;
+  const std::vector<float> scale = Random(n, 6, 0.001f, 0.01f), bias = Random(n, 7);
+  DeviceBuffer da = UploadBytes(acc.data(), acc.size() * 4), ds = Upload(scale), db = Upload(bias),
+               dy = Floats(rows * n);
+  auto dq = DeviceBuffer::Allocate(rows * n), alone = DeviceBuffer::Allocate(rows * n);
+  ASSERT_TRUE(dq.ok() && alone.ok());
+  const Int8Output q{dq->as<int8_t>(), 127.f / 100.f, -128};
+  ASSERT_TRUE(DequantizeInt8(da.as<int32_t>(), ds.as<float>(), db.as<float>(), dy.as<float>(), rows,
+                             n, true, stream(), q)
+                  .ok());
+  Int8Output only = q;
+  only.values = alone->as<int8_t>();
+  ASSERT_TRUE(DequantizeInt8(da.as<int32_t>(), ds.as<float>(), db.as<float>(), nullptr, rows, n,
+                             true, stream(), only)
+                  .ok());
+  const std::vector<float> y = Download(dy, rows * n);
+  std::vector<int8_t> with(rows * n), without(rows * n);
+  DownloadBytes(*dq, with.data(), with.size());
+  DownloadBytes(*alone, without.data(), without.size());
+  for (int64_t i = 0; i < rows * n; ++i)
+    ASSERT_EQ(with[i], QuantizeValue(y[i], q.inv_scale, q.zero_point)) << "at " << i;
+  EXPECT_EQ(without, with);
 }
 
 TEST_F(QuantizeGpuTest, DequantisingScalesEachColumnAddsItsBiasAndAppliesReLU) {

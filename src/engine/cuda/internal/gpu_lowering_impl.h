@@ -150,9 +150,25 @@ class Lowerer {
   // Turns `step`, a node's kGemm (m, n, k and batch set, its epilogue kNone, kBias, kRelu or
   // kBiasRelu, x already int8 in in[0]), into an int8 product of `w` (fp32, stored [k, n],
   // or [n, k] with `transposed`; keyed `w_key`) with the bias `bias` (n values, keyed
-  // `b_key`, or null) and its input quantised as `in` says, and adds it, writing `out`.
-  void AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
-                   const Tensor* bias, const std::string& b_key, const Int8Input& in, int out);
+  // `b_key`, or null) and its input quantised as `in` says, and adds it, writing `out`:
+  // scaled into fp32, or, when `out` is int32 (a convolution's), its sums alone, the scaling
+  // left to the step that reads them. Returns the blobs of the bias the scaling adds (less
+  // the zero point's share; -1 for none) and of the scales.
+  struct Int8Scaling {
+    int64_t bias = -1, scales = -1;
+  };
+  Int8Scaling AddInt8Gemm(GpuStep step, const Tensor& w, bool transposed, const std::string& w_key,
+                          const Tensor* bias, const std::string& b_key, const Int8Input& in,
+                          int out);
+  // int8, once every node is lowered: a step that quantises an fp32 value for an int8
+  // product (a kQuantize, an int8 kIm2Col) whose writer can write it quantised in its own
+  // pass (a kConvEpilogue, or a kGemm in int8 scaling into fp32 with nothing after it) reads
+  // that writer's int8 copy (GpuStep::int8_out) instead: a kQuantize step goes, a kIm2Col
+  // gathers int8. The copy is what the step would have quantised, bit for bit. A writer
+  // whose fp32 result nothing else reads (a graph output counts as read) stops writing it,
+  // so values passed only between int8 convolutions are written once, in int8, as the CPU's
+  // int8 tier keeps them.
+  void KeepValuesInt8();
 
   Status Fail(int n, std::string_view why) const {
     return Unimplemented(graph_.Describe(n) + ": " + std::string(why));
