@@ -301,6 +301,18 @@ TEST(RoiAlignTest, AverageAndMaxInBothCoordinateModes) {
   auto bad = RunOp("RoiAlign", {{x}, {F32({1, 4}, {0, 0, 1, 1})}, {I64({1}, {2})}});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("batch index 2 is out of range"));
+  // An image of no rows, or no columns, has nothing to sample: every bin is 0 (a sample
+  // near the edge once read before the plane).
+  for (const Shape& empty : {Shape{1, 1, 0, 4}, Shape{1, 1, 4, 0}}) {
+    const Tensor none = F32(empty, {});
+    for (const char* mode : {"avg", "max"}) {
+      auto out =
+          Run1("RoiAlign", {{none}, {F32({1, 4}, {-0.5f, -0.5f, 0.5f, 0.5f})}, {I64({1}, {0})}},
+               {{"output_height", AInt(2)}, {"output_width", AInt(2)}, {"mode", AString(mode)}});
+      ASSERT_FALSE(out[0].empty()) << ShapeToString(empty);
+      EXPECT_THAT(Values(out[0]), ElementsAre(0, 0, 0, 0)) << ShapeToString(empty) << " " << mode;
+    }
+  }
 }
 
 TEST(GridSampleTest, BilinearAndNearestWithEachPaddingMode) {

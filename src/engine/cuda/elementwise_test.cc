@@ -741,6 +741,15 @@ TEST_F(ElementwiseGpuTest, IntegralCastsWrapAndTestForNonzero) {
   std::vector<int64_t> ones(6);
   DownloadBytes(*dback, ones.data(), 48);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(ones[i], wide[i] != 0 ? 1 : 0) << i;
+  // A bool byte other than 0 and 1 (from outside the engine) is still true: 1.
+  const std::vector<uint8_t> bytes = {0, 1, 2, 255};
+  DeviceBuffer dbytes = UploadBytes(bytes.data(), bytes.size());
+  ASSERT_TRUE(
+      CastIntegral(DataType::kBool, DataType::kInt32, dbytes.data(), d32->data(), 4, stream())
+          .ok());
+  DownloadBytes(*d32, narrow.data(), 16);
+  EXPECT_EQ(std::vector<int32_t>(narrow.begin(), narrow.begin() + 4),
+            (std::vector<int32_t>{0, 1, 1, 1}));
   const std::vector<float> f = {0.f, -0.f, 0.5f, NAN, -INFINITY};
   DeviceBuffer df = Upload(f);
   ASSERT_TRUE(

@@ -442,7 +442,8 @@ void Lowerer::ChannelsLastBetweenConvolutions() {
       weights_moved = true;
     } else if (s.kind == GpuStep::Kind::kConvEpilogue) {
       ConvEpilogueOptions& o = s.conv_epilogue;
-      o.source_channels_last = o.source && last[s.in[0]];
+      // (An int8 convolution's int32 sums are its GEMM's rows: always channels last.)
+      o.source_channels_last = o.int32_sums || (o.source && last[s.in[0]]);
       o.residual_channels_last = o.residual && s.in[1] >= 0 && last[s.in[1]];
       o.half_channels_last = s.half_out >= 0 && last[s.half_out];
     } else if ((s.kind == GpuStep::Kind::kToHalf || is_half_pool(s)) && s.out >= 0) {
@@ -622,6 +623,9 @@ StatusOr<GpuLowering> Lowerer::Run() {
     value_of.push_back(v);
     tensors.push_back({PadTo(bytes_of(v), kAlign), first, first});
   };
+  // The first value read before any step writes it (nor a graph input): a lowering bug,
+  // which would read whatever the arena held.
+  int unwritten = -1, unwritten_at = -1;
   auto use = [&](int v, int at) {
     if (shard_values_.count(v)) return;  // in a shard's own arena
     const int o = Owner(v);
@@ -629,7 +633,11 @@ StatusOr<GpuLowering> Lowerer::Run() {
       KnownSlot(Known(o) ? o : v);
       return;
     }
-    define(o, 0);  // a graph input: live from the start
+    if (tensor_of[o] < 0 && unwritten < 0) {
+      unwritten = v;
+      unwritten_at = at;
+    }
+    define(o, 0);
     tensors[tensor_of[o]].last = std::max(tensors[tensor_of[o]].last, at);
   };
   for (int v : graph_.inputs) define(v, 0);
@@ -660,6 +668,16 @@ StatusOr<GpuLowering> Lowerer::Run() {
     if (step.int8_out >= 0) define(step.int8_out, from[i]);
   }
   for (int v : graph_.outputs) use(v, num_steps);
+  if (unwritten >= 0) {
+    return Internal("GPU lowering: " +
+                    (unwritten_at < num_steps ? "step " + std::to_string(unwritten_at)
+                                              : std::string("the graph's outputs")) +
+                    " read value " + std::to_string(unwritten) +
+                    (unwritten < static_cast<int>(graph_.values.size())
+                         ? " ('" + graph_.values[unwritten].name + "')"
+                         : std::string(" (a temporary)")) +
+                    " before any step writes it");
+  }
   // Every size is a multiple of the alignment, so the planner's offsets are too.
   ASSIGN_OR_RETURN(MemoryPlan memory, PlanMemory(tensors));
   out_.arena_bytes = memory.arena_bytes;

@@ -156,7 +156,7 @@ void Lowerer::KeepValuesInt8() {
     const bool epilogue =
         w.kind == GpuStep::Kind::kConvEpilogue && !w.conv_epilogue.source && w.half_out < 0;
     const bool scaled = w.kind == GpuStep::Kind::kGemm && w.gemm.math == GemmMath::kInt8 &&
-                        w.scratch >= 0 && !w.post && w.in[3] < 0;
+                        w.scratch >= 0 && !w.post && w.in[3] < 0 && w.half_out < 0;
     if (!epilogue && !scaled) continue;
     if (w.int8_out >= 0) {
       // One copy per value: x has one range, so its readers quantise it alike.

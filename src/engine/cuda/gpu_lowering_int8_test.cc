@@ -300,6 +300,8 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
       }
       case GpuStep::Kind::kGemm: {
         EXPECT_EQ(s.gemm.math, GemmMath::kInt8);
+        EXPECT_FALSE(s.post) << "the host run has no activation after a product's scaling";
+        EXPECT_LT(s.in[3], 0) << "the host run has no product's residual";
         const auto w = l.blobs[static_cast<size_t>(s.weight_slots[0])].data.values<int8_t>();
         const std::vector<int8_t>& a = q.at(s.in[0]);
         const int64_t m = s.gemm.m, n = s.gemm.n, k = s.gemm.k;

@@ -182,8 +182,8 @@ struct ConvEpilogueKernel {
   int source = -1;    // -1 fp32, a HalfKernel, or kInt32Sums
   int residual = -1;  // z's type: -1 fp32, else a HalfKernel
   int half = -1;      // -1 none, else a HalfKernel
-  // NHWC ([n, spatial, channels]) instead of NCHW: c (16-bit only), a 16-bit z, the
-  // rounding. y is NCHW.
+  // NHWC ([n, spatial, channels]) instead of NCHW: c (16-bit, or int32 sums, which always
+  // are), a 16-bit z, the rounding. y (and q) are NCHW.
   bool source_channels_last = false, residual_channels_last = false, half_channels_last = false;
   bool has_act = false, has_post = false;
   UnaryKernel act = UnaryKernel::kRelu, post = UnaryKernel::kRelu;

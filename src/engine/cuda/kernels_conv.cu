@@ -250,6 +250,7 @@ __device__ float StdMax(float a, float b) { return a < b ? b : a; }
 // outside [-1, size], the coordinate clamped inside; the four weighted corners.
 __device__ void RoiSample(const float* plane, int64_t h, int64_t w, float y, float x, float v[4]) {
   v[0] = v[1] = v[2] = v[3] = 0.f;
+  if (h <= 0 || w <= 0) return;  // an empty plane has nothing to sample
   if (y < -1.f || y > static_cast<float>(h) || x < -1.f || x > static_cast<float>(w)) return;
   y = fmaxf(y, 0.f);
   x = fmaxf(x, 0.f);

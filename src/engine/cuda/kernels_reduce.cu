@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/launch.cuh"
@@ -236,7 +237,12 @@ __global__ void CastIntegralKernel(const F* __restrict__ x, T* __restrict__ y, i
                                    bool to_bool) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = to_bool ? T(x[i] != F(0) ? 1 : 0) : static_cast<T>(x[i]);
+    // A bool (uint8_t here) is 0 or 1 whatever nonzero byte holds it.
+    if constexpr (std::is_same_v<F, uint8_t>) {
+      y[i] = T(x[i] != 0 ? 1 : 0);
+    } else {
+      y[i] = to_bool ? T(x[i] != F(0) ? 1 : 0) : static_cast<T>(x[i]);
+    }
   }
 }
 

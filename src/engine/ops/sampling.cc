@@ -26,6 +26,7 @@ struct RoiAlignParams {
 // weighted corner values.
 void RoiSample(const float* plane, int64_t h, int64_t w, float y, float x, float out[4]) {
   out[0] = out[1] = out[2] = out[3] = 0.f;
+  if (h <= 0 || w <= 0) return;  // an empty plane has nothing to sample
   if (y < -1.f || y > static_cast<float>(h) || x < -1.f || x > static_cast<float>(w)) return;
   y = std::max(y, 0.f);
   x = std::max(x, 0.f);
