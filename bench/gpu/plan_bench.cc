@@ -285,12 +285,13 @@ int main(int argc, char** argv) {
       options.int8_calibration = std::make_shared<const Calibration>(std::move(calibrated).value());
       auto int8 = cuda::LowerPlan((*model)->graph(), **plan, options);
       if (!int8.ok()) return Fail(int8.status(), "lowering in int8");
-      // Values written in int8 by the step that computes them (GpuStep::int8_out), and of
+      // Values written in int8 by the step that computes them (an int8 GpuStep::half_out), and of
       // those, how many in int8 alone.
       int kept = 0, alone = 0;
       for (const cuda::GpuStep& s : int8->steps) {
-        kept += s.int8_out >= 0;
-        alone += s.int8_out >= 0 && s.out < 0;
+        const bool copy = s.half_out >= 0 && int8->dtypes[s.half_out] == DataType::kInt8;
+        kept += copy;
+        alone += copy && s.out < 0;
       }
       std::printf(
           "in int8: %zu steps, arena %lld bytes; %s; %d values written in int8 by the step "

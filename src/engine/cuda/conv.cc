@@ -80,32 +80,23 @@ Status CheckConvEpilogue(const ConvEpilogueOptions& o) {
     return InvalidArgument("convolution epilogue: an fp32 residual cannot be channels last");
   if (o.int32_sums && !o.source_channels_last)
     return InvalidArgument("convolution epilogue: int32 sums are channels last (the GEMM's rows)");
-  if (o.quantize && (!std::isfinite(o.quant_inv_scale) || o.quant_inv_scale <= 0.f ||
-                     (o.quant_zero_point != 0 && o.quant_zero_point != -128))) {
-    return InvalidArgument(
-        "convolution epilogue: its int8 output needs a finite positive inverse scale and a "
-        "zero point of 0 or -128; was " +
-        std::to_string(o.quant_inv_scale) + " and " + std::to_string(o.quant_zero_point));
-  }
   return Status::Ok();
 }
 
 Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const void* z,
-                    float* y, cudaStream_t stream, void* half, HalfType half_type,
-                    const float* scale, int8_t* q) {
+                    float* y, cudaStream_t stream, void* half, RoundTo half_type,
+                    const float* scale) {
   RETURN_IF_ERROR(CheckConvEpilogue(o));
-  if (y == nullptr && half == nullptr && q == nullptr)
+  if (y == nullptr && half == nullptr)
     return InvalidArgument("convolution epilogue: no output (neither fp32, 16 bits nor int8)");
-  if (o.quantize != (q != nullptr))
-    return InvalidArgument(
-        "convolution epilogue: an int8 output needs both its buffer and its "
-        "quantisation");
   if (o.int32_sums && scale == nullptr)
     return InvalidArgument("convolution epilogue: int32 sums need their scales");
+  RETURN_IF_ERROR(CheckInt8Copy("convolution epilogue", half, half_type));
+  if (half && !half_type.half && o.half_channels_last)
+    return InvalidArgument("convolution epilogue: its int8 copy is NCHW, as y is");
   const int64_t elements = o.n * o.m * o.spatial;
   const uint64_t y_bytes = y ? static_cast<uint64_t>(elements) * sizeof(float) : 0;
-  const uint64_t half_bytes = half ? static_cast<uint64_t>(elements) * 2 : 0;
-  const uint64_t q_bytes = q ? static_cast<uint64_t>(elements) : 0;
+  const uint64_t half_bytes = half ? static_cast<uint64_t>(elements) * half_type.bytes() : 0;
   // Each element is read, then written, by one thread: an fp32 input may be y itself, but
   // nothing may overlap an output partly, and the residual not at all.
   const bool converted = o.source || o.int32_sums;  // read in another type (and layout)
@@ -113,7 +104,7 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
                                                               : o.int32_sums ? 4
                                                                              : sizeof(float));
   if ((BytesOverlap(c, c_bytes, y, y_bytes) && (converted || c != y)) ||
-      BytesOverlap(c, c_bytes, half, half_bytes) || BytesOverlap(c, c_bytes, q, q_bytes)) {
+      BytesOverlap(c, c_bytes, half, half_bytes)) {
     return InvalidArgument(converted
                                ? "convolution epilogue: a 16-bit or int32 input must not overlap "
                                  "its output"
@@ -122,13 +113,13 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   }
   const uint64_t z_bytes =
       z ? static_cast<uint64_t>(elements) * (o.residual ? 2 : sizeof(float)) : 0;
-  if (BytesOverlap(z, z_bytes, y, y_bytes) || BytesOverlap(z, z_bytes, half, half_bytes) ||
-      BytesOverlap(z, z_bytes, q, q_bytes))
+  if (BytesOverlap(z, z_bytes, y, y_bytes) || BytesOverlap(z, z_bytes, half, half_bytes))
     return InvalidArgument("convolution epilogue: the residual must not overlap the output");
-  if (BytesOverlap(y, y_bytes, half, half_bytes))
-    return InvalidArgument("convolution epilogue: its fp32 and 16-bit outputs must not overlap");
-  if (BytesOverlap(y, y_bytes, q, q_bytes) || BytesOverlap(half, half_bytes, q, q_bytes))
-    return InvalidArgument("convolution epilogue: its int8 output must not overlap another");
+  if (BytesOverlap(y, y_bytes, half, half_bytes)) {
+    return InvalidArgument(
+        half_type.half ? "convolution epilogue: its fp32 and 16-bit outputs must not overlap"
+                       : "convolution epilogue: its fp32 and int8 outputs must not overlap");
+  }
   internal::ConvEpilogueKernel e;
   e.elements = elements;
   e.channels = std::max<int64_t>(o.m, 1);
@@ -143,14 +134,11 @@ Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bi
   e.act_beta = o.act_beta;
   e.post_alpha = o.post_alpha;
   e.post_beta = o.post_beta;
-  e.half = half ? static_cast<int>(half_type) : -1;
+  e.half = half ? half_type.kernel() : internal::Rounding();
   e.source_channels_last = o.source_channels_last;
   e.residual_channels_last = o.residual_channels_last && z != nullptr;
   e.half_channels_last = o.half_channels_last && half != nullptr;
-  e.quantize = o.quantize;
-  e.q_inv_scale = o.quant_inv_scale;
-  e.q_zero_point = o.quant_zero_point;
-  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, half, stream, scale, q),
+  return CudaStatus(internal::LaunchConvEpilogue(e, c, bias, z, y, half, stream, scale),
                     "convolution epilogue kernel launch");
 }
 

@@ -51,32 +51,27 @@ struct ConvEpilogueOptions {
   float act_alpha = 0, act_beta = 0;
   std::optional<UnaryOp> post;
   float post_alpha = 0, post_beta = 0;
-  // int8 (quantize.h). `int32_sums`: c is an int8 convolution's GEMM sums, int32 [n, spatial,
-  // m] (channels last, its rows), each multiplied by its channel's `scale` before the bias
+  // int8 (quantize.h): c is an int8 convolution's GEMM sums, int32 [n, spatial, m]
+  // (channels last, its rows), each multiplied by its channel's `scale` before the bias
   // (less the zero point's share, Int8Bias), so that the GEMM's scaling, the bias, the
-  // activations, the residual and the transpose into NCHW are one pass. `quantize`: y is
-  // also written quantised, int8 NCHW at `q`, q(y, 1 / quant_inv_scale, quant_zero_point):
-  // the operand of the int8 convolutions and products that read y.
+  // activations, the residual and the transpose into NCHW are one pass.
   bool int32_sums = false;
-  bool quantize = false;
-  float quant_inv_scale = 0;
-  int quant_zero_point = 0;
 };
 // InvalidArgument for a negative size, no channels in a y that has values, a layout asked
 // of an fp32 operand (only 16-bit ones and int32 sums may be channels last, and int32 sums
-// must be), 16-bit and int32 sources at once, or a quantisation quantize.h refuses.
+// must be), or 16-bit and int32 sources at once.
 Status CheckConvEpilogue(const ConvEpilogueOptions& o);
-// y = the epilogue of c, and, with `half` (null: none), the same values rounded to
-// `half_type` there, and with `q` (o.quantize), quantised there. y may be null when half or
-// q is not. `scale`: int32 sums' per-channel scales. InvalidArgument as CheckConvEpilogue,
-// for no output, for int32 sums without scales, q without o.quantize or the reverse, or for
-// buffers that overlap where one thread's read could see another's write: a 16-bit or int32
-// c and any output, an fp32 c and part of y (all of it is in place), the residual and an
-// output, two outputs.
+// y = the epilogue of c, and, with `half` (null: none), the same values rounded as
+// `half_type` says there: to a 16-bit type, or quantised to int8 (RoundTo::Int8, NCHW: the
+// operand of the int8 convolutions and products that read y). y may be null when half is
+// not. `scale`: int32 sums' per-channel scales. InvalidArgument as CheckConvEpilogue, for no
+// output, int32 sums without scales, an int8 copy as CheckInt8Copy refuses or channels last,
+// or for buffers that overlap where one thread's read could see another's write: a 16-bit or
+// int32 c and any output, an fp32 c and part of y (all of it is in place), the residual and
+// an output, half and y.
 Status ConvEpilogue(const ConvEpilogueOptions& o, const void* c, const float* bias, const void* z,
                     float* y, cudaStream_t stream, void* half = nullptr,
-                    HalfType half_type = HalfType::kFp16, const float* scale = nullptr,
-                    int8_t* q = nullptr);
+                    RoundTo half_type = HalfType::kFp16, const float* scale = nullptr);
 
 using RoiAlignGeometry = internal::RoiAlignGeometry;
 // y [rois, c, out_h, out_w] = RoiAlign(x [n, c, h, w], rois [rois, 4], batch [rois]) as

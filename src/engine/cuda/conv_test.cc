@@ -466,12 +466,9 @@ TEST_F(ConvGpuTest, TheEpilogueOfInt32SumsMatchesTheReferenceAndQuantisesItsResu
   o.act = o.post = UnaryOp::kRelu;
   for (int zero_point : {0, -128}) {
     SCOPED_TRACE(zero_point);
-    o.quantize = true;
-    o.quant_inv_scale = 127.f / 8.f;
-    o.quant_zero_point = zero_point;
+    const RoundTo to = RoundTo::Int8(127.f / 8.f, zero_point);
     ASSERT_TRUE(ConvEpilogue(o, dsums.data(), dbias.as<float>(), dz.data(), dy.as<float>(),
-                             stream(), nullptr, HalfType::kFp16, dscale.as<float>(),
-                             dq->as<int8_t>())
+                             stream(), dq->data(), to, dscale.as<float>())
                     .ok());
     const std::vector<float> y = Download(dy, total);
     std::vector<int8_t> q(total);
@@ -485,14 +482,13 @@ TEST_F(ConvGpuTest, TheEpilogueOfInt32SumsMatchesTheReferenceAndQuantisesItsResu
           // The device may fuse the multiply and the add: within fp32's rounding of each.
           ASSERT_NEAR(y[nchw], want, 1e-6 * (std::fabs(product) + std::fabs(bias[c]) + 1))
               << "at " << nchw;
-          ASSERT_EQ(q[nchw], QuantizeValue(y[nchw], o.quant_inv_scale, zero_point))
-              << "at " << nchw;
+          ASSERT_EQ(q[nchw], QuantizeValue(y[nchw], to.inv_scale, zero_point)) << "at " << nchw;
         }
     // The int8 copy alone (the fp32 result read by nothing else), the same bits.
     auto alone = DeviceBuffer::Allocate(total);
     ASSERT_TRUE(alone.ok());
     ASSERT_TRUE(ConvEpilogue(o, dsums.data(), dbias.as<float>(), dz.data(), nullptr, stream(),
-                             nullptr, HalfType::kFp16, dscale.as<float>(), alone->as<int8_t>())
+                             alone->data(), to, dscale.as<float>())
                     .ok());
     std::vector<int8_t> q_alone(total);
     DownloadBytes(*alone, q_alone.data(), q_alone.size());
@@ -615,29 +611,21 @@ TEST(ConvEpilogueTest, RefusesInt32SumsAndInt8OutputsItCannotTake) {
   EXPECT_EQ(in_place.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(in_place.message().find("must not overlap its output"), std::string::npos)
       << in_place.ToString();
-  // q without its quantisation, and the reverse.
-  EXPECT_EQ(ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale, q)
-                .code(),
-            StatusCode::kInvalidArgument);
-  o.quantize = true;
-  o.quant_inv_scale = 10.f;
-  EXPECT_EQ(
-      ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale).code(),
-      StatusCode::kInvalidArgument);
+  // An int8 copy with a bad quantisation, channels last, or over y or the sums.
   for (const auto& [inv_scale, zero_point] :
        {std::pair{0.f, 0}, std::pair{INFINITY, 0}, std::pair{10.f, 128}}) {
-    o.quant_inv_scale = inv_scale;
-    o.quant_zero_point = zero_point;
-    EXPECT_EQ(CheckConvEpilogue(o).code(), StatusCode::kInvalidArgument)
-        << inv_scale << " " << zero_point;
+    const Status s = ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, q,
+                                  RoundTo::Int8(inv_scale, zero_point), scale);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << inv_scale << " " << zero_point;
+    EXPECT_NE(s.message().find("int8 copy"), std::string::npos) << s.ToString();
   }
-  o.quant_inv_scale = 10.f;
-  o.quant_zero_point = -128;
-  EXPECT_TRUE(CheckConvEpilogue(o).ok());
-  // q over y, or over the sums.
+  const RoundTo to = RoundTo::Int8(10.f, -128);
+  ConvEpilogueOptions nhwc = o;
+  nhwc.half_channels_last = true;
+  EXPECT_EQ(ConvEpilogue(nhwc, sums, nullptr, nullptr, y, nullptr, q, to, scale).code(),
+            StatusCode::kInvalidArgument);
   for (int8_t* bad : {reinterpret_cast<int8_t*>(mem + 200), reinterpret_cast<int8_t*>(mem + 80)}) {
-    const Status s =
-        ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, nullptr, HalfType::kFp16, scale, bad);
+    const Status s = ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, bad, to, scale);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.ToString();
   }

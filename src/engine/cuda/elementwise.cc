@@ -1,6 +1,7 @@
 #include "engine/cuda/elementwise.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -9,26 +10,40 @@
 #include "engine/cuda/device.h"
 
 namespace shoal::engine::cuda {
+Status CheckInt8Copy(std::string_view what, const void* half, const RoundTo& to) {
+  if (half && !to.half &&
+      (!std::isfinite(to.inv_scale) || !(to.inv_scale > 0.f) ||
+       (to.zero_point != 0 && to.zero_point != -128))) {
+    return InvalidArgument(std::string(what) +
+                           ": its int8 copy needs a finite positive inverse scale and a zero "
+                           "point of 0 or -128; was " +
+                           std::to_string(to.inv_scale) + " and " + std::to_string(to.zero_point));
+  }
+  return Status::Ok();
+}
+
 Status CheckRounding(std::string_view what, const void* half, const float* x, const float* y,
-                     int64_t n) {
+                     int64_t n, const RoundTo& to) {
+  RETURN_IF_ERROR(CheckInt8Copy(what, half, to));
   // Each thread reads x and writes y and half: half's bytes must be neither's.
   const auto elements = static_cast<uint64_t>(n);
-  const uint64_t half_bytes = half ? elements * 2 : 0;
+  const uint64_t half_bytes = half ? elements * to.bytes() : 0;
   if (BytesOverlap(half, half_bytes, x, elements * sizeof(float)) ||
       BytesOverlap(half, half_bytes, y, y ? elements * sizeof(float) : 0)) {
-    return InvalidArgument(std::string(what) + ": its 16-bit output overlaps x or y");
+    return InvalidArgument(std::string(what) + ": its " + (to.half ? "16-bit" : "int8") +
+                           " output overlaps x or y");
   }
   return Status::Ok();
 }
 
 Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream, float alpha,
-             float beta, void* half, HalfType half_type) {
+             float beta, void* half, RoundTo half_type) {
   if (n < 0) return InvalidArgument("element count must not be negative; was " + std::to_string(n));
   if (y == nullptr && half == nullptr) return InvalidArgument("unary: no output");
-  RETURN_IF_ERROR(CheckRounding("unary", half, x, y, n));
+  RETURN_IF_ERROR(CheckRounding("unary", half, x, y, n, half_type));
   return CudaStatus(
       internal::LaunchUnaryF32(static_cast<internal::UnaryKernel>(op), x, y, n, alpha, beta, stream,
-                               half ? static_cast<int>(half_type) : -1, half),
+                               half ? half_type.kernel() : internal::Rounding(), half),
       "unary kernel launch");
 }
 
@@ -93,8 +108,9 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
 }
 
 Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
-              cudaStream_t stream, void* half, HalfType half_type) {
+              cudaStream_t stream, void* half, RoundTo half_type) {
   if (y == nullptr && half == nullptr) return InvalidArgument("binary: no output");
+  RETURN_IF_ERROR(CheckInt8Copy("binary", half, half_type));
   if (half != nullptr && plan.elements > 0) {
     // An operand's bytes reach as far as its last element's offset in the broadcast.
     auto extent = [&](const int64_t* strides) {
@@ -103,16 +119,16 @@ Status Binary(BinaryOp op, const float* a, const float* b, float* y, const Broad
         last += static_cast<uint64_t>(plan.index.out_dims[d] - 1) * strides[d];
       return (last + 1) * sizeof(float);
     };
-    const uint64_t half_bytes = static_cast<uint64_t>(plan.elements) * 2;
+    const uint64_t half_bytes = static_cast<uint64_t>(plan.elements) * half_type.bytes();
     if (BytesOverlap(half, half_bytes, a, extent(plan.index.a_strides)) ||
         BytesOverlap(half, half_bytes, b, extent(plan.index.b_strides)) ||
         BytesOverlap(half, half_bytes, y, y ? static_cast<uint64_t>(plan.elements) * 4 : 0)) {
-      return InvalidArgument("binary: its 16-bit output overlaps a, b or y");
+      return InvalidArgument("binary: its 16-bit or int8 output overlaps a, b or y");
     }
   }
-  return CudaStatus(internal::LaunchBinaryF32(static_cast<internal::BinaryKernel>(op), a, b, y,
-                                              plan.index, plan.elements, stream,
-                                              half ? static_cast<int>(half_type) : -1, half),
+  return CudaStatus(internal::LaunchBinaryF32(
+                        static_cast<internal::BinaryKernel>(op), a, b, y, plan.index, plan.elements,
+                        stream, half ? half_type.kernel() : internal::Rounding(), half),
                     "binary kernel launch");
 }
 
@@ -200,7 +216,7 @@ Status Where(const uint8_t* cond, const float* a, const float* b, float* y, cons
 }
 
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, cudaStream_t stream,
-                       bool log, void* half, HalfType half_type) {
+                       bool log, void* half, RoundTo half_type) {
   if (dims.empty()) return InvalidArgument("softmax needs at least one dimension");
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < dims.size(); ++d) {
@@ -214,10 +230,11 @@ Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, 
                            " has more than 2^31-1 rows");
   }
   if (y == nullptr && half == nullptr) return InvalidArgument("softmax: no output");
-  RETURN_IF_ERROR(CheckRounding("softmax", half, x, y, rows * cols));
-  return CudaStatus(internal::LaunchSoftmaxRowsF32(x, y, rows, cols, log, stream,
-                                                   half ? static_cast<int>(half_type) : -1, half),
-                    "softmax kernel launch");
+  RETURN_IF_ERROR(CheckRounding("softmax", half, x, y, rows * cols, half_type));
+  return CudaStatus(
+      internal::LaunchSoftmaxRowsF32(x, y, rows, cols, log, stream,
+                                     half ? half_type.kernel() : internal::Rounding(), half),
+      "softmax kernel launch");
 }
 
 Status CastToFloat(CastSource from, const void* x, float* y, int64_t n, cudaStream_t stream) {

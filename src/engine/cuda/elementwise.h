@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -55,11 +56,39 @@ inline HalfType HalfOf(DataType dtype) {
   return dtype == DataType::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
 }
 
-// The kernels that also write their result rounded (`half`, 2 bytes per element, or null)
-// refuse one whose bytes overlap x's or y's (n fp32 elements each; y may be null):
-// InvalidArgument naming `what`.
+// What a step also writes beside (or instead of) its fp32 result, in the same pass
+// (GpuStep::half_out): the result rounded to a 16-bit type, which a mixed-precision plan's
+// next product reads, or quantised to int8, the int8 copy an int8 plan's products read
+// (quantize.h's q(v, 1 / inv_scale, zero_point)). A HalfType converts to its rounding.
+struct RoundTo {
+  RoundTo(HalfType t) : half(t) {}  // NOLINT(google-explicit-constructor)
+  static RoundTo Int8(float inv_scale, int zero_point) {
+    RoundTo r(HalfType::kFp16);
+    r.half.reset();
+    r.inv_scale = inv_scale;
+    r.zero_point = zero_point;
+    return r;
+  }
+  std::optional<HalfType> half;  // none: int8
+  float inv_scale = 0;
+  int zero_point = 0;
+  uint64_t bytes() const { return half ? 2 : 1; }  // per element
+  internal::Rounding kernel() const {
+    return half ? internal::Rounding(static_cast<int>(*half))
+                : internal::Rounding(inv_scale, zero_point);
+  }
+};
+
+// With `half` an int8 copy (`to` not 16-bit): InvalidArgument naming `what` unless its
+// inverse scale is a finite positive number and its zero point 0 or -128.
+Status CheckInt8Copy(std::string_view what, const void* half, const RoundTo& to);
+
+// The kernels that also write their result rounded (`half`, rounded as `to` says, or null)
+// refuse one whose bytes overlap x's or y's (n fp32 elements each; y may be null), and an
+// int8 copy whose inverse scale is not a finite positive number or whose zero point is
+// neither 0 nor -128: InvalidArgument naming `what`.
 Status CheckRounding(std::string_view what, const void* half, const float* x, const float* y,
-                     int64_t n);
+                     int64_t n, const RoundTo& to = HalfType::kFp16);
 
 // y = op(x) over n elements; x and y may be the same buffer. With `half` (null: none), the
 // result is also written rounded to `half_type` there, in the same pass (a mixed-precision
@@ -67,7 +96,7 @@ Status CheckRounding(std::string_view what, const void* half, const float* x, co
 // negative n, no output at all, or a half that overlaps x or y.
 Status Unary(UnaryOp op, const float* x, float* y, int64_t n, cudaStream_t stream,
              float alpha = 0.f, float beta = 0.f, void* half = nullptr,
-             HalfType half_type = HalfType::kFp16);
+             RoundTo half_type = HalfType::kFp16);
 
 // The output shape and index tables of a broadcast of a_dims against b_dims (NumPy's
 // rule: dimensions aligned from the innermost, each pair equal or one of them 1).
@@ -86,7 +115,7 @@ StatusOr<BroadcastPlan> PlanBroadcast(std::span<const int64_t> a_dims,
 // `half`, the result is also written rounded there, as Unary writes it (y may be null);
 // InvalidArgument for no output, or a half that overlaps a, b or y.
 Status Binary(BinaryOp op, const float* a, const float* b, float* y, const BroadcastPlan& plan,
-              cudaStream_t stream, void* half = nullptr, HalfType half_type = HalfType::kFp16);
+              cudaStream_t stream, void* half = nullptr, RoundTo half_type = HalfType::kFp16);
 
 // Comparisons with NumPy broadcasting (PlanBroadcast), writing ONNX bools (one byte, 1 or
 // 0): a and b are fp32, or int64 when `int64_operands`. y must not overlap a or b.
@@ -127,8 +156,7 @@ Status Where(const uint8_t* cond, const float* a, const float* b, float* y, cons
 // `half_type` there, in the same pass, and y may be null (16 bits alone). InvalidArgument
 // for bad dims, no output at all, or a half that overlaps x or y.
 Status SoftmaxLastAxis(const float* x, float* y, std::span<const int64_t> dims, cudaStream_t stream,
-                       bool log = false, void* half = nullptr,
-                       HalfType half_type = HalfType::kFp16);
+                       bool log = false, void* half = nullptr, RoundTo half_type = HalfType::kFp16);
 
 // y = float(x) over n elements: Cast to fp32 from int64, int32 or bool (one byte each; any
 // value but 0 is 1), or, exactly, from fp16 or bf16. x and y must not overlap.

@@ -11,6 +11,7 @@
 
 #include "core/bf16.h"
 #include "core/fp16.h"
+#include "engine/cuda/quantize.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -379,6 +380,49 @@ TEST_F(ElementwiseGpuTest, AnActivationAlsoWritesItsResultRounded) {
       x, Download(dy, x.size()), [&](const float* in, float* out, void* half, HalfType type) {
         return Unary(UnaryOp::kGelu, in, out, x.size(), stream(), 0.f, 0.f, half, type);
       });
+}
+
+// An int8 plan's activation writes its result's int8 copy for the product after it: bit for
+// bit the host's quantisation of the fp32 result it writes, with either zero point, and the
+// same bits alone (the fp32 read by nothing else).
+TEST_F(ElementwiseGpuTest, AnActivationAlsoWritesItsResultsInt8Copy) {
+  const std::vector<float> x = Random(10007, -4.f, 4.f, 5);
+  DeviceBuffer dx = Upload(x), dy = Floats(x.size());
+  auto dq = DeviceBuffer::Allocate(x.size()), alone = DeviceBuffer::Allocate(x.size());
+  ASSERT_TRUE(dq.ok() && alone.ok());
+  for (int zero_point : {0, -128}) {
+    SCOPED_TRACE(zero_point);
+    const RoundTo to = RoundTo::Int8(zero_point == 0 ? 127.f : 255.f, zero_point);
+    ASSERT_TRUE(Unary(UnaryOp::kSigmoid, dx.as<float>(), dy.as<float>(), x.size(), stream(), 0.f,
+                      0.f, dq->data(), to)
+                    .ok());
+    ASSERT_TRUE(Unary(UnaryOp::kSigmoid, dx.as<float>(), nullptr, x.size(), stream(), 0.f, 0.f,
+                      alone->data(), to)
+                    .ok());
+    const std::vector<float> y = Download(dy, x.size());
+    std::vector<int8_t> q(x.size()), q_alone(x.size());
+    DownloadBytes(*dq, q.data(), q.size());
+    DownloadBytes(*alone, q_alone.data(), q_alone.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(q[i], QuantizeValue(y[i], to.inv_scale, zero_point)) << "at " << i;
+    EXPECT_EQ(q_alone, q);
+  }
+}
+
+TEST(UnaryShapeTest, RefusesAnInt8CopyItCannotWriteBeforeTouchingTheDevice) {
+  alignas(16) float buffer[64] = {};
+  for (const RoundTo& to : {RoundTo::Int8(0.f, 0), RoundTo::Int8(NAN, 0), RoundTo::Int8(2.f, 7)}) {
+    const Status s =
+        Unary(UnaryOp::kRelu, buffer, buffer + 32, 8, nullptr, 0.f, 0.f, buffer + 48, to);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("int8 copy"), std::string::npos) << s.ToString();
+  }
+  // One byte an element: eight of them from 4 bytes before y reach into it.
+  const Status over = Unary(UnaryOp::kRelu, buffer, buffer + 32, 8, nullptr, 0.f, 0.f,
+                            reinterpret_cast<char*>(buffer + 32) - 4, RoundTo::Int8(2.f, 0));
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("int8 output overlaps x or y"), std::string::npos)
+      << over.ToString();
 }
 
 TEST(UnaryShapeTest, RefusesNoOutputAndAnOverlappingRoundingBeforeTouchingTheDevice) {

@@ -61,17 +61,6 @@ std::optional<BinaryOp> BinaryByName(std::string_view op) {
   return std::nullopt;
 }
 
-// Steps that can write their result rounded to 16 bits (GpuStep::half_out) in their pass, and
-// that rounding alone when nothing reads the fp32 result: an element-wise activation or
-// arithmetic (a transformer's embeddings, summed before the first product), a softmax, a
-// transpose (attention's heads, before their products), a reduction (a global average pool
-// or a ReduceMean before a classifier's product).
-bool RoundsAlone(GpuStep::Kind kind) {
-  return kind == GpuStep::Kind::kUnary || kind == GpuStep::Kind::kBinary ||
-         kind == GpuStep::Kind::kSoftmax || kind == GpuStep::Kind::kTranspose ||
-         kind == GpuStep::Kind::kReduce;
-}
-
 }  // namespace
 
 Status Lowerer::CheckFp32(int n) const {
@@ -665,7 +654,6 @@ StatusOr<GpuLowering> Lowerer::Run() {
       if (v >= 0) use(v, to[i]);
     if (step.out >= 0 && !shard_values_.count(step.out)) define(Owner(step.out), from[i]);
     if (step.half_out >= 0) define(step.half_out, from[i]);
-    if (step.int8_out >= 0) define(step.int8_out, from[i]);
   }
   for (int v : graph_.outputs) use(v, num_steps);
   if (unwritten >= 0) {

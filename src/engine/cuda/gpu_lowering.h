@@ -257,16 +257,9 @@ struct GpuStep {
   int scratch = -1;
   bool int8_relu = false;  // kGemm in int8: the scaling pass applies ReLU
   int zero_point = 0;      // kQuantize, an int8 kIm2Col: 0 or -128 (quantize.h's Int8Input)
-  // int8 values kept between products (docs/gpu.md, "int8"). A kGemm in int8 that scales its
-  // sums into fp32 out, or a kConvEpilogue with an fp32 result: the value's int8 copy, which
-  // it also writes in the same pass, quantised with `int8_out_inv_scale` and
-  // `int8_out_zero_point` (the range of the value its int8 readers read); -1: none. Its
-  // readers (a kGemm in int8, or an int8 kIm2Col gathering from int8 x) then read it instead
-  // of quantising the fp32 value themselves, and where nothing else reads that value, out
-  // is -1 and the step writes the int8 copy alone.
-  int int8_out = -1;
-  float int8_out_inv_scale = 0;
-  int int8_out_zero_point = 0;
+  // An int8 half_out (below): quantised with this inverse scale and zero point (quantize.h).
+  float int8_inv_scale = 0;
+  int int8_zero_point = 0;
   bool exclusive = false, reverse = false;  // kCumSum
   bool upper = true;                        // kTrilu (its k in `start`)
   ResizePlan resize;  // kResize (its tables moved into blobs); the extrapolation in alpha
@@ -312,6 +305,12 @@ struct GpuStep {
   // step of its own; with the shape of a view of the result, when the product reads through
   // one), or -1. Then a kConvEpilogue whose c is a 16-bit cuDNN output, a kUnary, kBinary,
   // kSoftmax, kTranspose or kReduce, whose fp32 result nothing reads, has out -1.
+  // In int8 (Lowerer::KeepValuesInt8), the same steps and a kGemm in int8 that scales its
+  // sums with nothing after: an int8 value, the result quantised (int8_inv_scale,
+  // int8_zero_point) for the int8 products that read it (a kGemm in int8, or an int8 kIm2Col
+  // gathering from int8 x), instead of their own kQuantize; out is -1 where nothing else
+  // reads the fp32 result and the step can write the int8 copy alone (a kConvEpilogue
+  // reading int32 sums, a kGemm scaling its sums, and the kinds above that can).
   int half_out = -1;
   // kToHalf: its 16-bit output channels last (NHWC; x is NCHW, rank 4); kPool (16-bit): x and
   // out NHWC. (GpuLowering::channels_last.)

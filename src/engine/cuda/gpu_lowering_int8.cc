@@ -153,36 +153,47 @@ void Lowerer::KeepValuesInt8() {
     if (w.shard >= 0 || w.out < 0 || Owner(w.out) != w.out || Owner(x) != w.out ||
         Product(ShapeOf(x)) != Product(ShapeOf(w.out)) || out_.dtypes[w.out] != DataType::kFp32)
       continue;
-    const bool epilogue =
-        w.kind == GpuStep::Kind::kConvEpilogue && !w.conv_epilogue.source && w.half_out < 0;
-    const bool scaled = w.kind == GpuStep::Kind::kGemm && w.gemm.math == GemmMath::kInt8 &&
-                        w.scratch >= 0 && !w.post && w.in[3] < 0 && w.half_out < 0;
-    if (!epilogue && !scaled) continue;
-    if (w.int8_out >= 0) {
+    // The steps whose kernels can write their result's int8 copy in the same pass, at the
+    // result's own index: as for the 16-bit roundings (FuseRoundingsIntoEpilogues), and an
+    // int8 product scaling its sums. A product's activation step writes it after the GEMM.
+    const bool can = (w.kind == GpuStep::Kind::kConvEpilogue && !w.conv_epilogue.source) ||
+                     (w.kind == GpuStep::Kind::kGemm && w.in[3] < 0 &&
+                      (w.post || (w.gemm.math == GemmMath::kInt8 && w.scratch >= 0))) ||
+                     (w.kind == GpuStep::Kind::kLayerNorm && w.weight_slots.empty()) ||
+                     w.kind == GpuStep::Kind::kUnary || w.kind == GpuStep::Kind::kBinary ||
+                     w.kind == GpuStep::Kind::kSoftmax || w.kind == GpuStep::Kind::kTranspose ||
+                     w.kind == GpuStep::Kind::kReduce;
+    if (!can) continue;
+    if (w.half_out >= 0) {
       // One copy per value: x has one range, so its readers quantise it alike.
-      if (w.int8_out_inv_scale != s.alpha || w.int8_out_zero_point != s.zero_point) continue;
+      if (out_.dtypes[w.half_out] != DataType::kInt8 || w.int8_inv_scale != s.alpha ||
+          w.int8_zero_point != s.zero_point)
+        continue;
     } else {
       const Shape shape = ShapeOf(w.out);  // a copy: NewTemp may move the shapes
-      w.int8_out = quantize ? s.out : NewTemp(shape, DataType::kInt8);
-      w.int8_out_inv_scale = s.alpha;
-      w.int8_out_zero_point = s.zero_point;
+      w.half_out = quantize ? s.out : NewTemp(shape, DataType::kInt8);
+      w.int8_inv_scale = s.alpha;
+      w.int8_zero_point = s.zero_point;
       writers.push_back(at);
     }
     if (quantize) {
-      if (w.int8_out != s.out) renamed[s.out] = w.int8_out;
+      if (w.half_out != s.out) renamed[s.out] = w.half_out;
       drop[c] = true;
     } else {
-      s.in[0] = w.int8_out;
+      s.in[0] = w.half_out;
     }
   }
   for (GpuStep& s : steps)
     for (int& u : s.in)
       if (auto it = renamed.find(u); it != renamed.end()) u = it->second;
   // A writer whose fp32 result nothing reads now (its own in-place read counts: an fp32
-  // epilogue reads what it rewrites) writes the int8 copy alone.
+  // epilogue reads what it rewrites) writes the int8 copy alone, where its kernel can: not
+  // a product with an activation step (which rewrites the GEMM's output), nor a layer norm.
   for (int at : writers) {
     GpuStep& w = steps[at];
-    if (!ReadBesides(w.out, -1, -1, drop)) w.out = -1;
+    const bool alone = w.kind == GpuStep::Kind::kConvEpilogue ||
+                       (w.kind == GpuStep::Kind::kGemm && !w.post) || RoundsAlone(w.kind);
+    if (alone && !ReadBesides(w.out, -1, -1, drop)) w.out = -1;
   }
   std::vector<GpuStep> kept;
   kept.reserve(steps.size());

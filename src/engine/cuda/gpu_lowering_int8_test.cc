@@ -228,19 +228,19 @@ TEST(LowerPlanInt8GraphsTest, ConvolutionsRunAsIm2ColInt8GemmsAndOneEpilogue) {
   EXPECT_TRUE(epilogues[0]->conv_epilogue.act.has_value());
   EXPECT_EQ(epilogues[0]->in[1], -1);
   EXPECT_EQ(epilogues[0]->out, -1) << "nothing reads the first convolution's fp32 output";
-  ASSERT_GE(epilogues[0]->int8_out, 0);
-  EXPECT_EQ(l->dtypes[epilogues[0]->int8_out], DataType::kInt8);
-  EXPECT_EQ(cols[1]->in[0], epilogues[0]->int8_out);
+  ASSERT_GE(epilogues[0]->half_out, 0);
+  EXPECT_EQ(l->dtypes[epilogues[0]->half_out], DataType::kInt8);
+  EXPECT_EQ(cols[1]->in[0], epilogues[0]->half_out);
   const ValueRange& a = options.int8_calibration->at("a.relu");
   EXPECT_EQ(a.min, 0.f);
   EXPECT_FLOAT_EQ(cols[1]->alpha, 255.f / a.max);
-  EXPECT_EQ(epilogues[0]->int8_out_inv_scale, cols[1]->alpha);
-  EXPECT_EQ(epilogues[0]->int8_out_zero_point, -128);
+  EXPECT_EQ(epilogues[0]->int8_inv_scale, cols[1]->alpha);
+  EXPECT_EQ(epilogues[0]->int8_zero_point, -128);
   // The second: the residual and the ReLU after it, fp32 into the graph's output.
   EXPECT_GE(epilogues[1]->in[1], 0) << "the residual";
   EXPECT_TRUE(epilogues[1]->conv_epilogue.post.has_value());
   EXPECT_EQ(epilogues[1]->out, p.model->graph().outputs[0]);
-  EXPECT_EQ(epilogues[1]->int8_out, -1);
+  EXPECT_EQ(epilogues[1]->half_out, -1);
   // The stem's output, which cuDNN writes, is quantised as the first convolution gathers it.
   EXPECT_EQ(l->dtypes[cols[0]->in[0]], DataType::kFp32);
   ExpectAligned(*l);
@@ -263,22 +263,62 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
     return slot >= 0 ? l.blobs[static_cast<size_t>(slot)].data.values<float>().data() : nullptr;
   };
   f[input].assign(x.values<float>().begin(), x.values<float>().end());
+  // A value computed here, or a constant the lowering keeps in its blobs.
+  auto value = [&](int v) -> std::vector<float> {
+    if (auto it = f.find(v); it != f.end()) return it->second;
+    EXPECT_EQ(l.values[v].home, GpuValue::Home::kWeights) << "value " << v << " never written";
+    const auto w = l.blobs[static_cast<size_t>(l.values[v].offset)].data.values<float>();
+    return {w.begin(), w.end()};
+  };
+  auto apply = [](UnaryOp op, float v) {
+    EXPECT_TRUE(op == UnaryOp::kRelu || op == UnaryOp::kSigmoid);
+    return op == UnaryOp::kRelu ? std::max(v, 0.f) : 1.f / (1.f + std::exp(-v));
+  };
+  // A step's results: into its fp32 output (unless -1), and quantised into its int8 copy.
+  auto store = [&](const GpuStep& s, const std::vector<float>& y) {
+    if (s.out >= 0) f[s.out] = y;
+    if (s.half_out < 0) return;
+    EXPECT_EQ(l.dtypes[s.half_out], DataType::kInt8);
+    auto& copy = q[s.half_out];
+    copy.clear();
+    for (float v : y) copy.push_back(QuantizeValue(v, s.int8_inv_scale, s.int8_zero_point));
+  };
   for (const GpuStep& s : l.steps) {
     switch (s.kind) {
       case GpuStep::Kind::kUnary: {
-        EXPECT_EQ(s.unary, UnaryOp::kRelu);
-        auto& y = f[s.out];
-        y = f.at(s.in[0]);
-        for (float& v : y) v = std::max(v, 0.f);
+        std::vector<float> y = value(s.in[0]);
+        for (float& v : y) v = apply(s.unary, v);
+        store(s, y);
+        break;
+      }
+      case GpuStep::Kind::kLayerNorm: {
+        const std::vector<float> xv = value(s.in[0]), scale = value(s.in[1]),
+                                 bias = s.in[2] >= 0 ? value(s.in[2]) : std::vector<float>();
+        const size_t cols = static_cast<size_t>(s.dims.back());
+        std::vector<float> y(xv.size());
+        for (size_t r = 0; r < xv.size() / cols; ++r) {
+          double mean = 0, var = 0;
+          for (size_t c = 0; c < cols; ++c) mean += xv[r * cols + c];
+          mean /= static_cast<double>(cols);
+          for (size_t c = 0; c < cols; ++c)
+            var += (xv[r * cols + c] - mean) * (xv[r * cols + c] - mean);
+          var /= static_cast<double>(cols);
+          for (size_t c = 0; c < cols; ++c)
+            y[r * cols + c] = static_cast<float>((xv[r * cols + c] - mean) /
+                                                     std::sqrt(var + s.epsilon) * scale[c] +
+                                                 (bias.empty() ? 0.f : bias[c]));
+        }
+        store(s, y);
         break;
       }
       case GpuStep::Kind::kQuantize:
-        for (float v : f.at(s.in[0])) q[s.out].push_back(QuantizeValue(v, s.alpha, s.zero_point));
+        for (float v : value(s.in[0])) q[s.out].push_back(QuantizeValue(v, s.alpha, s.zero_point));
         break;
       case GpuStep::Kind::kIm2Col: {
         EXPECT_EQ(l.dtypes[s.out], DataType::kInt8);
         const Window2d& g = s.window;
         const bool from_int8 = l.dtypes[s.in[0]] == DataType::kInt8;
+        const std::vector<float> src = from_int8 ? std::vector<float>() : value(s.in[0]);
         auto& cols = q[s.out];
         for (int64_t row = 0; row < g.n * g.oh * g.ow; ++row) {
           const int64_t b = row / (g.oh * g.ow), oy = row / g.ow % g.oh, ox = row % g.ow;
@@ -291,8 +331,7 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
                 if (from_int8) {
                   cols.push_back(inside ? q.at(s.in[0])[at] : static_cast<int8_t>(s.zero_point));
                 } else {
-                  cols.push_back(
-                      QuantizeValue(inside ? f.at(s.in[0])[at] : 0.f, s.alpha, s.zero_point));
+                  cols.push_back(QuantizeValue(inside ? src[at] : 0.f, s.alpha, s.zero_point));
                 }
               }
         }
@@ -300,7 +339,6 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
       }
       case GpuStep::Kind::kGemm: {
         EXPECT_EQ(s.gemm.math, GemmMath::kInt8);
-        EXPECT_FALSE(s.post) << "the host run has no activation after a product's scaling";
         EXPECT_LT(s.in[3], 0) << "the host run has no product's residual";
         const auto w = l.blobs[static_cast<size_t>(s.weight_slots[0])].data.values<int8_t>();
         const std::vector<int8_t>& a = q.at(s.in[0]);
@@ -318,14 +356,15 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
         }
         const float* scale = blob(s.weight_slots[2]);
         const float* bias = blob(s.weight_slots[1]);
+        std::vector<float> y(acc.size());
         for (size_t i = 0; i < acc.size(); ++i) {
           const size_t j = i % static_cast<size_t>(n);
           float v = static_cast<float>(acc[i]) * scale[j] + (bias ? bias[j] : 0.f);
           if (s.int8_relu) v = std::max(v, 0.f);
-          if (s.out >= 0) f[s.out].push_back(v);
-          if (s.int8_out >= 0)
-            q[s.int8_out].push_back(QuantizeValue(v, s.int8_out_inv_scale, s.int8_out_zero_point));
+          if (s.post) v = apply(*s.post, v);  // its activation step, after the scaling
+          y[i] = v;
         }
+        store(s, y);
         break;
       }
       case GpuStep::Kind::kConvEpilogue: {
@@ -334,11 +373,12 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
         EXPECT_TRUE(!o.act || *o.act == UnaryOp::kRelu);
         EXPECT_TRUE(!o.post || *o.post == UnaryOp::kRelu);
         const std::vector<int32_t>& c = sums.at(s.in[0]);
+        const std::vector<float> z = s.in[1] >= 0 ? value(s.in[1]) : std::vector<float>();
         const float* bias = blob(s.weight_slots[0]);
         const float* scale = blob(s.weight_slots[1]);
         const size_t total = static_cast<size_t>(o.n * o.m * o.spatial);
         if (s.out >= 0) f[s.out].assign(total, 0.f);
-        if (s.int8_out >= 0) q[s.int8_out].assign(total, 0);
+        if (s.half_out >= 0) q[s.half_out].assign(total, 0);
         for (int64_t b = 0; b < o.n; ++b)
           for (int64_t ch = 0; ch < o.m; ++ch)
             for (int64_t sp = 0; sp < o.spatial; ++sp) {
@@ -347,11 +387,11 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
               float v = static_cast<float>(c[nhwc]) * scale[ch];
               if (bias) v += bias[ch];
               if (o.act) v = std::max(v, 0.f);
-              if (s.in[1] >= 0) v += f.at(s.in[1])[nchw];
+              if (s.in[1] >= 0) v += z[nchw];
               if (o.post) v = std::max(v, 0.f);
               if (s.out >= 0) f[s.out][nchw] = v;
-              if (s.int8_out >= 0)
-                q[s.int8_out][nchw] = QuantizeValue(v, s.int8_out_inv_scale, s.int8_out_zero_point);
+              if (s.half_out >= 0)
+                q[s.half_out][nchw] = QuantizeValue(v, s.int8_inv_scale, s.int8_zero_point);
             }
         break;
       }
@@ -381,8 +421,15 @@ TEST(LowerPlanInt8GraphsTest, AnInt8ChainOfConvolutionsIsTheFp32ModelWithinInt8R
   EXPECT_EQ(l->int8_products, 2);
   const auto cols = StepsOf(*l, GpuStep::Kind::kIm2Col);
   ASSERT_EQ(cols.size(), 2u);
-  EXPECT_EQ(l->dtypes[cols[0]->in[0]], DataType::kFp32) << "r, which a ReLU step writes";
+  // r's ReLU step writes r in fp32 (the residual) and its int8 copy, which the first gathers;
+  // the second gathers the first's epilogue's copy.
+  const auto relu = StepsOf(*l, GpuStep::Kind::kUnary);
+  ASSERT_EQ(relu.size(), 1u);
+  EXPECT_GE(relu[0]->out, 0);
+  ASSERT_GE(relu[0]->half_out, 0);
+  EXPECT_EQ(cols[0]->in[0], relu[0]->half_out);
   EXPECT_EQ(l->dtypes[cols[1]->in[0]], DataType::kInt8);
+  EXPECT_TRUE(StepsOf(*l, GpuStep::Kind::kQuantize).empty());
 
   const Tensor x = Random({2, 8, 8, 8}, 902, -1.f, 1.f);  // one of the calibration batches
   auto session = Session::Create(*p.model, engine::testing::Opts(1));
@@ -430,17 +477,17 @@ TEST(LowerPlanInt8GraphsTest, AProductReadOnlyByAnInt8ProductWritesItInInt8) {
     ASSERT_EQ(gemms.size(), 2u);
     const GpuStep& first = *gemms[0];
     EXPECT_TRUE(first.int8_relu);
-    ASSERT_GE(first.int8_out, 0);
-    EXPECT_EQ(gemms[1]->in[0], first.int8_out);
+    ASSERT_GE(first.half_out, 0);
+    EXPECT_EQ(gemms[1]->in[0], first.half_out);
     const ValueRange& range = options.int8_calibration->at("h");
-    EXPECT_FLOAT_EQ(first.int8_out_inv_scale, 255.f / range.max);
-    EXPECT_EQ(first.int8_out_zero_point, -128);
+    EXPECT_FLOAT_EQ(first.int8_inv_scale, 255.f / range.max);
+    EXPECT_EQ(first.int8_zero_point, -128);
     if (hidden_is_output) {
       EXPECT_GE(first.out, 0) << "h is the graph's second output";
     } else {
       EXPECT_EQ(first.out, -1);
     }
-    EXPECT_EQ(gemms[1]->int8_out, -1);
+    EXPECT_EQ(gemms[1]->half_out, -1);
 
     const Tensor xt = Random({32, 8}, 903, -2.f, 3.f);  // one of the calibration batches
     auto session = Session::Create(*p.model, engine::testing::Opts(1));
@@ -460,6 +507,67 @@ TEST(LowerPlanInt8GraphsTest, AProductReadOnlyByAnInt8ProductWritesItInInt8) {
   }
 }
 
+// A product's activation step after its scaling (a Sigmoid) and a layer normalisation
+// each write their result's int8 copy for the int8 product after them, beside the fp32
+// (neither can write the copy alone); only the graph's input has a kQuantize. The host run
+// is the fp32 model within int8's rounding.
+TEST(LowerPlanInt8GraphsTest, AnActivationAndALayerNormWriteTheInt8CopyTheirProductReads) {
+  GraphBuilder b;
+  const int x = b.Input("x", {32, 16});
+  const int s = b.Op("Sigmoid", "s",
+                     {b.Op("Add", "s.add",
+                           {b.Op("MatMul", "s.mm", {x, b.Constant("w1", Random({16, 32}, 91))}),
+                            b.Constant("b1", Random({32}, 92))})});
+  const int h = b.Op("MatMul", "h", {s, b.Constant("w2", Random({32, 16}, 93))});
+  const int n = b.Op(
+      "LayerNormalization", "n",
+      {h, b.Constant("gamma", Random({16}, 94, 0.5f, 1.5f)), b.Constant("beta", Random({16}, 95))},
+      {{"axis", engine::testing::AInt(-1)}});
+  const int y = b.Op("MatMul", "y", {n, b.Constant("w3", Random({16, 8}, 96))});
+  Prepared p = Prepare(Model::FromGraph(b.Finish(y)), {{32, 16}});
+  ASSERT_TRUE(p.plan);
+  GpuPlanOptions options;
+  options.int8_calibration = RandomInputRanges(*p.model, "x", {32, 16}, -2.f, 2.f);
+  auto l = LowerPlan(p.model->graph(), *p.plan, options);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->int8_products, 3);
+  const auto quantize = StepsOf(*l, GpuStep::Kind::kQuantize);
+  ASSERT_EQ(quantize.size(), 1u) << "x's alone";
+  EXPECT_EQ(quantize[0]->in[0], p.model->graph().inputs[0]);
+  const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
+  const auto norms = StepsOf(*l, GpuStep::Kind::kLayerNorm);
+  ASSERT_EQ(gemms.size(), 3u);
+  ASSERT_EQ(norms.size(), 1u);
+  // The Sigmoid follows the first product's scaling; its copy is what the second reads.
+  ASSERT_TRUE(gemms[0]->post.has_value());
+  EXPECT_EQ(*gemms[0]->post, UnaryOp::kSigmoid);
+  ASSERT_GE(gemms[0]->half_out, 0);
+  EXPECT_GE(gemms[0]->out, 0) << "the activation rewrites the product's fp32 output";
+  EXPECT_EQ(gemms[1]->in[0], gemms[0]->half_out);
+  // The layer norm reads the second's fp32 and writes the copy the third reads.
+  ASSERT_GE(norms[0]->half_out, 0);
+  EXPECT_GE(norms[0]->out, 0);
+  EXPECT_EQ(gemms[2]->in[0], norms[0]->half_out);
+  const ValueRange& range = options.int8_calibration->at("n");
+  EXPECT_EQ(norms[0]->int8_zero_point, range.min >= 0 ? -128 : 0);
+
+  const Tensor xt = Random({32, 16}, 901, -2.f, 2.f);  // one of the calibration batches
+  auto session = Session::Create(*p.model, engine::testing::Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> want;
+  ASSERT_TRUE((*session)->Run({{"x", xt}}, &want).ok());
+  const Graph& g = p.model->graph();
+  const std::vector<float> got = RunInt8OnHost(*l, g.inputs[0], xt, g.outputs[0]);
+  ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
+  float largest = 0, magnitude = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
+    magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
+  }
+  EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
+  EXPECT_GT(largest, 0.f);
+}
+
 // A ReLU's output read by a product: quantised with zero point -128 over [0, max], its 256
 // levels shifted into s8, the shift's share of the sums taken out of the stored bias; what
 // the lowering stores, run by the host reference, is the fp32 product within the rounding
@@ -477,12 +585,20 @@ TEST(LowerPlanInt8GraphsTest, AReluOutputIsQuantisedWithAllEightBits) {
   options.int8_calibration = RandomInputRanges(*p.model, "x", {32, 8}, -2.f, 3.f);
   auto l = LowerPlan(p.model->graph(), *p.plan, options);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  const auto quantize = StepsOf(*l, GpuStep::Kind::kQuantize);
-  ASSERT_EQ(quantize.size(), 1u);
+  // The ReLU's step writes r's int8 copy alone (only the product reads r), no kQuantize.
+  EXPECT_TRUE(StepsOf(*l, GpuStep::Kind::kQuantize).empty());
+  const auto relu = StepsOf(*l, GpuStep::Kind::kUnary);
+  ASSERT_EQ(relu.size(), 1u);
+  EXPECT_EQ(relu[0]->out, -1);
+  ASSERT_GE(relu[0]->half_out, 0);
   const ValueRange& range = options.int8_calibration->at("r");
   EXPECT_EQ(range.min, 0.f);
-  EXPECT_EQ(quantize[0]->zero_point, -128);
-  EXPECT_FLOAT_EQ(quantize[0]->alpha, 255.f / range.max);
+  EXPECT_EQ(relu[0]->int8_zero_point, -128);
+  EXPECT_FLOAT_EQ(relu[0]->int8_inv_scale, 255.f / range.max);
+  Int8Input copy;  // how r is quantised
+  copy.inv_scale = relu[0]->int8_inv_scale;
+  copy.scale = 1.f / copy.inv_scale;
+  copy.zero_point = relu[0]->int8_zero_point;
   const auto gemms = StepsOf(*l, GpuStep::Kind::kGemm);
   ASSERT_EQ(gemms.size(), 1u);
   const GpuStep& g = *gemms[0];
@@ -506,8 +622,8 @@ TEST(LowerPlanInt8GraphsTest, AReluOutputIsQuantisedWithAllEightBits) {
   // The reference quantises the product's input, the ReLU's output.
   std::vector<float> rv;
   for (float v : xt.values<float>()) rv.push_back(std::max(v, 0.f));
-  const std::vector<float> got = Int8ProductReference(rv, g.gemm.m, g.gemm.k, InputOf(*quantize[0]),
-                                                      w, scale, stored.data(), g.int8_relu);
+  const std::vector<float> got =
+      Int8ProductReference(rv, g.gemm.m, g.gemm.k, copy, w, scale, stored.data(), g.int8_relu);
   float largest = 0;
   for (size_t i = 0; i < got.size(); ++i)
     largest = std::max(largest, std::fabs(got[i] - out[0].tensor.values<float>()[i]));

@@ -483,15 +483,19 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
   }
   auto in = [&](size_t k) { return static_cast<const float*>(Address(s.in[k])); };
   float* y = s.out >= 0 ? static_cast<float*>(Address(s.out)) : nullptr;
-  // The rounding a step also writes (GpuStep::half_out), or none.
+  // The rounding a step also writes (GpuStep::half_out), or none: 16-bit, or an int8 copy.
   void* half = nullptr;
-  HalfType half_type = HalfType::kFp16;
+  RoundTo half_type = HalfType::kFp16;
   if (s.half_out >= 0) {
     const DataType dtype = lowering_.dtypes[s.half_out];
-    if (dtype != DataType::kFp16 && dtype != DataType::kBf16)
-      return Internal("step " + std::to_string(i) + ": its rounding is neither fp16 nor bf16");
+    if (dtype == DataType::kInt8) {
+      half_type = RoundTo::Int8(s.int8_inv_scale, s.int8_zero_point);
+    } else if (dtype == DataType::kFp16 || dtype == DataType::kBf16) {
+      half_type = HalfOf(dtype);
+    } else {
+      return Internal("step " + std::to_string(i) + ": its rounding is neither 16-bit nor int8");
+    }
     half = Address(s.half_out);
-    half_type = HalfOf(dtype);
   }
   auto Elements = [&](int v) { return Product(lowering_.shapes[v]); };
   // GatherElements and ScatterElements: the indices' positions mapped onto data (s.dims).
@@ -525,15 +529,18 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
         if (s.scratch < 0 || s.weight_slots.size() < 3 || s.weight_slots[2] < 0)
           return Internal("step " + std::to_string(i) + ": an int8 product needs its sums' " +
                           "scratch and its scales");
-        if ((s.out < 0 && s.int8_out < 0) || (s.out < 0 && (s.post || s.in[3] >= 0)))
+        if ((s.out < 0 && !half) || (s.out < 0 && (s.post || s.in[3] >= 0)))
           return Internal("step " + std::to_string(i) + ": an int8 product with no output");
         auto* sums = static_cast<int32_t*>(Address(s.scratch));
         RETURN_IF_ERROR(gemms_[i]->Run(Address(s.in[0]), b, nullptr, sums, workspace, stream));
+        // Its int8 copy, in this pass unless an activation follows (which then writes it).
         Int8Output q;
-        if (s.int8_out >= 0) {
-          q.values = static_cast<int8_t*>(Address(s.int8_out));
-          q.inv_scale = s.int8_out_inv_scale;
-          q.zero_point = s.int8_out_zero_point;
+        if (half && !s.post) {
+          if (half_type.half)
+            return Internal("step " + std::to_string(i) + ": an int8 product rounds to int8 only");
+          q.values = static_cast<int8_t*>(half);
+          q.inv_scale = half_type.inv_scale;
+          q.zero_point = half_type.zero_point;
         }
         RETURN_IF_ERROR(DequantizeInt8(sums,
                                        reinterpret_cast<const float*>(Blob(s.weight_slots[2])),
@@ -544,8 +551,10 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       }
       // The rounding, if any, is of the activation's result (the lowering gives a product
       // with a residual none).
-      if (half && (!s.post || s.in[3] >= 0))
+      if (half && s.gemm.math != GemmMath::kInt8 && (!s.post || s.in[3] >= 0))
         return Internal("step " + std::to_string(i) + ": a product rounds only its activation");
+      if (half && s.in[3] >= 0)
+        return Internal("step " + std::to_string(i) + ": a product with a residual rounds nothing");
       if (s.post)
         RETURN_IF_ERROR(Unary(*s.post, y, y, Product(lowering_.shapes[s.out]), stream, s.alpha,
                               s.beta, half, half_type));
@@ -581,7 +590,7 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
     case GpuStep::Kind::kIm2Col:
       if (lowering_.dtypes[s.out] == DataType::kInt8 &&
           lowering_.dtypes[s.in[0]] == DataType::kInt8) {
-        // From an int8 copy its writer made (GpuStep::int8_out).
+        // From the int8 copy its writer made (GpuStep::half_out).
         return Im2ColFromInt8(static_cast<const int8_t*>(Address(s.in[0])),
                               static_cast<int8_t*>(Address(s.out)), s.window, s.zero_point, stream);
       }
@@ -673,18 +682,9 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
                    ? reinterpret_cast<const float*>(Blob(s.weight_slots[k]))
                    : nullptr;
       };
-      if (s.int8_out < 0) {
-        return ConvEpilogue(s.conv_epilogue, Address(s.in[0]), slot(0),
-                            s.in[1] >= 0 ? Address(s.in[1]) : nullptr, y, stream, half, half_type,
-                            slot(1));
-      }
-      ConvEpilogueOptions o = s.conv_epilogue;
-      o.quantize = true;
-      o.quant_inv_scale = s.int8_out_inv_scale;
-      o.quant_zero_point = s.int8_out_zero_point;
-      return ConvEpilogue(o, Address(s.in[0]), slot(0), s.in[1] >= 0 ? Address(s.in[1]) : nullptr,
-                          y, stream, half, half_type, slot(1),
-                          static_cast<int8_t*>(Address(s.int8_out)));
+      return ConvEpilogue(s.conv_epilogue, Address(s.in[0]), slot(0),
+                          s.in[1] >= 0 ? Address(s.in[1]) : nullptr, y, stream, half, half_type,
+                          slot(1));
     }
     case GpuStep::Kind::kIntCast:
       return CastIntegral(lowering_.dtypes[s.in[0]], lowering_.dtypes[s.out], Address(s.in[0]),

@@ -105,7 +105,7 @@ __global__ void UnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, fl
 
 // The same, also (or only, y null) writing the result rounded into h.
 __global__ void UnaryRounding(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
-                              float beta, int half, void* h) {
+                              float beta, Rounding half, void* h) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = ApplyUnary(op, x[i], alpha, beta);
@@ -126,7 +126,7 @@ __global__ void BinaryF32(BinaryKernel op, const float* a, const float* b, float
 
 // The same, also (or only, y null) writing the result rounded into h.
 __global__ void BinaryRounding(BinaryKernel op, const float* a, const float* b, float* y,
-                               BroadcastIndex index, int64_t n, int half, void* h) {
+                               BroadcastIndex index, int64_t n, Rounding half, void* h) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t ia, ib;
@@ -230,7 +230,7 @@ __global__ void WhereF32(const uint8_t* cond, const float* a, const float* b, fl
 
 // One block per row: the row's maximum, then the sum of exp(x - max), each reduced in
 // shared memory, then the quotients. Subtracting the maximum keeps exp finite.
-__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log, int half,
+__global__ void SoftmaxRowsF32(const float* x, float* y, int64_t cols, bool log, Rounding half,
                                void* h) {
   __shared__ float scratch[kThreads];
   const float* row = x + blockIdx.x * cols;
@@ -299,7 +299,7 @@ __device__ __forceinline__ float ResidualValue(int type, const void* z, int64_t 
 template <typename T, typename Index>
 __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __restrict__ bias,
                              const void* __restrict__ z, float* y, void* h,
-                             const float* __restrict__ scale, int8_t* __restrict__ q) {
+                             const float* __restrict__ scale) {
   const auto elements = static_cast<Index>(e.elements);
   const auto spatial = static_cast<Index>(e.spatial), channels = static_cast<Index>(e.channels);
   const bool mixed = e.source_channels_last || e.residual_channels_last || e.half_channels_last;
@@ -327,18 +327,17 @@ __global__ void ConvEpilogue(ConvEpilogueKernel e, const T* c, const float* __re
     if (e.has_post) v = ApplyUnary(e.post, v, e.post_alpha, e.post_beta);
     if (y != nullptr) y[nchw] = v;
     StoreRounded(e.half, h, e.half_channels_last ? nhwc : nchw, v);
-    if (e.quantize) q[nchw] = QuantizeS8(v, e.q_inv_scale, e.q_zero_point);
   }
 }
 
 }  // namespace
 
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
-                           float beta, cudaStream_t stream, int half, void* h) {
+                           float beta, cudaStream_t stream, Rounding half, void* h) {
   if (n <= 0) return cudaSuccess;
   if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  if (half < 0) {
+  if (half.kind < 0) {
     UnaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
   } else {
     UnaryRounding<<<BlocksFor(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta, half, h);
@@ -348,13 +347,11 @@ cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, 
 
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
                                const void* z, float* y, void* h, cudaStream_t stream,
-                               const float* scale, int8_t* q) {
+                               const float* scale) {
   if (e.elements <= 0) return cudaSuccess;
-  // y may be null where the int8 copy is all that is written.
-  if (BadRounding(e.half, h, e.quantize ? static_cast<const void*>(q) : y) ||
-      e.residual < -1 || e.residual > 1 || (e.source_channels_last && e.source < 0) ||
-      (e.residual_channels_last && e.residual < 0) || (e.half_channels_last && e.half < 0) ||
-      (e.quantize && q == nullptr) || (e.source == kInt32Sums && scale == nullptr) ||
+  if (BadRounding(e.half, h, y) || e.residual < -1 || e.residual > 1 ||
+      (e.source_channels_last && e.source < 0) || (e.residual_channels_last && e.residual < 0) ||
+      (e.half_channels_last && e.half.kind < 0) || (e.source == kInt32Sums && scale == nullptr) ||
       e.source < -1 || e.source > kInt32Sums)
     return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
@@ -364,10 +361,9 @@ cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const
   auto launch = [&](const auto* source) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(source)>>;
     if (narrow) {
-      ConvEpilogue<T, uint32_t>
-          <<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h, scale, q);
+      ConvEpilogue<T, uint32_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h, scale);
     } else {
-      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h, scale, q);
+      ConvEpilogue<T, int64_t><<<blocks, kThreads, 0, stream>>>(e, source, bias, z, y, h, scale);
     }
   };
   if (e.source == kInt32Sums) {
@@ -383,12 +379,12 @@ cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const
 }
 
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
-                            const BroadcastIndex& index, int64_t n, cudaStream_t stream, int half,
+                            const BroadcastIndex& index, int64_t n, cudaStream_t stream, Rounding half,
                             void* h) {
   if (n <= 0) return cudaSuccess;
   if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
-  if (half < 0) {
+  if (half.kind < 0) {
     BinaryF32<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n);
   } else {
     BinaryRounding<<<BlocksFor(n), kThreads, 0, stream>>>(op, a, b, y, index, n, half, h);
@@ -444,7 +440,7 @@ cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, 
 }
 
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
-                                 cudaStream_t stream, int half, void* h) {
+                                 cudaStream_t stream, Rounding half, void* h) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   // Rows beyond the grid's first dimension would need a loop; 2^31-1 rows is far more

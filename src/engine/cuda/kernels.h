@@ -17,6 +17,23 @@ namespace shoal::engine::cuda::internal {
 // The most dimensions a broadcast operand may have.
 inline constexpr int kMaxRank = 8;
 
+// What a kernel that writes an fp32 result may also write in the same pass, into its `h`:
+// that result rounded to a HalfKernel type (`kind` 0 or 1, declared below), or quantised to
+// int8 (`kind` kInt8Copy: v * inv_scale clamped to [-127, 127], or to [0, 255] with
+// zero_point -128, rounded half to even, plus zero_point, as LaunchQuantizeInt8 does: the
+// int8 copy of a value that int8 products read); -1: nothing. A HalfKernel's int (or -1)
+// converts to it.
+inline constexpr int kInt8Copy = 2;
+struct Rounding {
+  int kind = -1;
+  float inv_scale = 0;
+  int zero_point = 0;
+  constexpr Rounding() = default;
+  constexpr Rounding(int k) : kind(k) {}  // NOLINT(google-explicit-constructor)
+  constexpr Rounding(float q_inv_scale, int q_zero_point)
+      : kind(kInt8Copy), inv_scale(q_inv_scale), zero_point(q_zero_point) {}
+};
+
 // Unary operators, in the order of elementwise.h's UnaryOp.
 enum class UnaryKernel : int {
   kRelu,
@@ -56,12 +73,12 @@ struct BroadcastIndex {
 // them (elementwise.h). `half` (a HalfKernel, or -1) also writes y[i] rounded to that type
 // into h; y may be null then.
 cudaError_t LaunchUnaryF32(UnaryKernel op, const float* x, float* y, int64_t n, float alpha,
-                           float beta, cudaStream_t stream, int half = -1, void* h = nullptr);
+                           float beta, cudaStream_t stream, Rounding half = {}, void* h = nullptr);
 // y[i] = a[ia(i)] op b[ib(i)] for i < n, the indices from `index`. `half`, as for
 // LaunchUnaryF32.
 cudaError_t LaunchBinaryF32(BinaryKernel op, const float* a, const float* b, float* y,
                             const BroadcastIndex& index, int64_t n, cudaStream_t stream,
-                            int half = -1, void* h = nullptr);
+                            Rounding half = {}, void* h = nullptr);
 // Comparisons, in the order of elementwise.h's CompareOp.
 enum class CompareKernel : int { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual };
 // y[i] = a[ia(i)] op b[ib(i)] as one byte, 1 or 0 (ONNX bool), for i < n; a and b are fp32,
@@ -99,7 +116,7 @@ cudaError_t LaunchWhereF32(const uint8_t* cond, const float* a, const float* b, 
 // (x - max - log(sum(exp(x - max))), LogSoftmax); x and y may be the same. `half` (a
 // HalfKernel, or -1) also writes y rounded to that type into h; y may be null then.
 cudaError_t LaunchSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t cols, bool log,
-                                 cudaStream_t stream, int half = -1, void* h = nullptr);
+                                 cudaStream_t stream, Rounding half = {}, void* h = nullptr);
 
 // Transpose: y (dims out_dims) is x read through `in_strides`, the element stride in x of
 // each output dimension (x's strides permuted).
@@ -110,7 +127,7 @@ struct TransposeIndex {
 };
 // `half` (a HalfKernel, or -1) also writes y rounded to that type into h; y may be null then.
 cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
-                               cudaStream_t stream, int half = -1, void* h = nullptr);
+                               cudaStream_t stream, Rounding half = {}, void* h = nullptr);
 
 // Gather along one axis: data viewed as [outer, axis_dim, inner], indices as num_indices
 // values; y is [outer, num_indices, inner]. Negative indices count from the end (ONNX).
@@ -126,7 +143,7 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
 // declared below, or -1): each y also written rounded to that type into h.
 cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
                                int64_t rows, int64_t cols, float epsilon, cudaStream_t stream,
-                               void* h = nullptr, int half = -1);
+                               void* h = nullptr, Rounding half = {});
 
 // Slice along one axis: x viewed as [outer, axis_in, inner], y as [outer, axis_out, inner]
 // holding x's axis positions [start, start + axis_out) (Split's outputs).
@@ -138,7 +155,7 @@ enum class ReduceKernel : int { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 
 // x viewed as [outer, r, inner] reduced over r: y is [outer, inner]. r >= 1. `half` (a
 // HalfKernel, or -1) also writes y rounded to that type into h; y may be null then.
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
-                                  int64_t r, int64_t inner, cudaStream_t stream, int half = -1,
+                                  int64_t r, int64_t inner, cudaStream_t stream, Rounding half = {},
                                   void* h = nullptr);
 
 // ArgMax (is_max) or ArgMin: x viewed as [outer, r, inner], y [outer, inner] the int64
@@ -173,28 +190,24 @@ enum class HalfKernel : int { kFp16, kBf16 };
 // rounded to that type into h; y may be null then.
 // An int8 convolution's epilogue (quantize.h): `source` kInt32Sums reads c as the int32
 // sums of its GEMM, [n, spatial, channels] (the GEMM's rows; `source_channels_last` set),
-// each multiplied by scale[channel] before the bias. `quantize` also writes y[i] quantised
-// into q (int8, y's NCHW layout): x * q_inv_scale clamped, rounded half to even, plus
-// q_zero_point, as LaunchQuantizeInt8 does; y may be null then.
+// each multiplied by scale[channel] before the bias; its int8 copy for the next is `half`
+// (a Rounding of kind kInt8Copy).
 inline constexpr int kInt32Sums = 2;
 struct ConvEpilogueKernel {
   int64_t elements = 0, channels = 1, spatial = 1;
   int source = -1;    // -1 fp32, a HalfKernel, or kInt32Sums
   int residual = -1;  // z's type: -1 fp32, else a HalfKernel
-  int half = -1;      // -1 none, else a HalfKernel
+  Rounding half;      // none, a HalfKernel's rounding, or an int8 copy
   // NHWC ([n, spatial, channels]) instead of NCHW: c (16-bit, or int32 sums, which always
   // are), a 16-bit z, the rounding. y (and q) are NCHW.
   bool source_channels_last = false, residual_channels_last = false, half_channels_last = false;
   bool has_act = false, has_post = false;
   UnaryKernel act = UnaryKernel::kRelu, post = UnaryKernel::kRelu;
   float act_alpha = 0, act_beta = 0, post_alpha = 0, post_beta = 0;
-  bool quantize = false;
-  float q_inv_scale = 0;
-  int q_zero_point = 0;
 };
 cudaError_t LaunchConvEpilogue(const ConvEpilogueKernel& e, const void* c, const float* bias,
                                const void* z, float* y, void* h, cudaStream_t stream,
-                               const float* scale = nullptr, int8_t* q = nullptr);
+                               const float* scale = nullptr);
 // y[i] = x[i] rounded to the nearest `to` value (fp16 overflows to infinity) for i < n.
 // With channels > 0: x is [n / (channels·spatial), channels, spatial] and y the same values
 // channels last, [.., spatial, channels] (NHWC for an NCHW x).

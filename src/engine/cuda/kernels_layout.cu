@@ -10,7 +10,7 @@ namespace shoal::engine::cuda::internal {
 namespace {
 
 __global__ void TransposeF32(const float* __restrict__ x, float* __restrict__ y,
-                             TransposeIndex index, int64_t n, int half, void* __restrict__ h) {
+                             TransposeIndex index, int64_t n, Rounding half, void* __restrict__ h) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t rest = i, from = 0;
@@ -122,7 +122,7 @@ __device__ float BlockSum(float value, float* scratch) {
 // keeps the precision a one-pass sum of squares loses when the mean is large.
 __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
                              const float* __restrict__ bias, float* y, int64_t cols,
-                             float epsilon, void* h, int half) {
+                             float epsilon, void* h, Rounding half) {
   __shared__ float scratch[kThreads];
   const float* row = x + blockIdx.x * cols;
   float* out = y + blockIdx.x * cols;
@@ -148,7 +148,7 @@ __global__ void LayerNormF32(const float* x, const float* __restrict__ scale,
 }  // namespace
 
 cudaError_t LaunchTransposeF32(const float* x, float* y, const TransposeIndex& index, int64_t n,
-                               cudaStream_t stream, int half, void* h) {
+                               cudaStream_t stream, Rounding half, void* h) {
   if (n <= 0) return cudaSuccess;
   if (BadRounding(half, h, y)) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's
@@ -177,7 +177,7 @@ cudaError_t LaunchGatherF32(const float* data, const int64_t* indices, float* y,
 
 cudaError_t LaunchLayerNormF32(const float* x, const float* scale, const float* bias, float* y,
                                int64_t rows, int64_t cols, float epsilon, cudaStream_t stream,
-                               void* h, int half) {
+                               void* h, Rounding half) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   if (BadRounding(half, h, y) || y == nullptr) return cudaErrorInvalidValue;
   (void)cudaGetLastError();  // an earlier call's error is not this launch's

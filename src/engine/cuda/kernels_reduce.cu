@@ -38,7 +38,7 @@ __global__ void PlaceAxisF32(const float* __restrict__ x, float* __restrict__ y,
 // One thread per output element, walking its r inputs (strided by `inner`, so adjacent
 // threads read adjacent addresses).
 __global__ void ReduceMiddleF32(ReduceKernel op, const float* __restrict__ x, float* __restrict__ y,
-                                int64_t r, int64_t inner, int64_t n, int half, void* __restrict__ h) {
+                                int64_t r, int64_t inner, int64_t n, Rounding half, void* __restrict__ h) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = i % inner;
@@ -288,7 +288,7 @@ cudaError_t LaunchCastIntegral(IntCastType from, IntCastType to, const void* x, 
 }
 
 cudaError_t LaunchReduceMiddleF32(ReduceKernel op, const float* x, float* y, int64_t outer,
-                                  int64_t r, int64_t inner, cudaStream_t stream, int half,
+                                  int64_t r, int64_t inner, cudaStream_t stream, Rounding half,
                                   void* h) {
   const int64_t n = outer * inner;
   if (n <= 0 || r <= 0) return cudaSuccess;

@@ -67,15 +67,16 @@ StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims,
 }
 
 Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream,
-                 void* half, HalfType half_type) {
+                 void* half, RoundTo half_type) {
   if (y == nullptr && half == nullptr) return InvalidArgument("transpose: no output");
   const auto bytes = static_cast<uint64_t>(plan.elements) * sizeof(float);
   if (BytesOverlap(x, bytes, y, y ? bytes : 0))
     return InvalidArgument("transpose: x and y overlap");
-  RETURN_IF_ERROR(CheckRounding("transpose", half, x, y, plan.elements));
-  return CudaStatus(internal::LaunchTransposeF32(x, y, plan.index, plan.elements, stream,
-                                                 half ? static_cast<int>(half_type) : -1, half),
-                    "transpose kernel launch");
+  RETURN_IF_ERROR(CheckRounding("transpose", half, x, y, plan.elements, half_type));
+  return CudaStatus(
+      internal::LaunchTransposeF32(x, y, plan.index, plan.elements, stream,
+                                   half ? half_type.kernel() : internal::Rounding(), half),
+      "transpose kernel launch");
 }
 
 StatusOr<GatherPlan> PlanGather(std::span<const int64_t> data_dims,

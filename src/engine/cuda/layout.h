@@ -32,7 +32,7 @@ StatusOr<TransposePlan> PlanTranspose(std::span<const int64_t> dims, std::span<c
 // `half_type` there, in the same pass, and y may be null (16 bits alone); InvalidArgument for
 // no output at all or a half that overlaps x or y.
 Status Transpose(const float* x, float* y, const TransposePlan& plan, cudaStream_t stream,
-                 void* half = nullptr, HalfType half_type = HalfType::kFp16);
+                 void* half = nullptr, RoundTo half_type = HalfType::kFp16);
 
 struct GatherPlan {
   std::vector<int64_t> out_dims;  // data.dims[:axis] + indices.dims + data.dims[axis+1:]

@@ -11,7 +11,7 @@ namespace shoal::engine::cuda {
 
 Status LayerNormLastAxis(const float* x, const float* scale, const float* bias, float* y,
                          std::span<const int64_t> dims, float epsilon, cudaStream_t stream,
-                         void* half, HalfType half_type) {
+                         void* half, RoundTo half_type) {
   if (dims.empty()) return InvalidArgument("layer normalisation needs at least one dimension");
   if (!(epsilon > 0.f)) {
     return InvalidArgument("layer normalisation's epsilon must be positive; was " +
@@ -25,17 +25,11 @@ Status LayerNormLastAxis(const float* x, const float* scale, const float* bias, 
   if (rows > 0x7fffffff) {
     return InvalidArgument("layer normalisation of more than 2^31-1 rows");
   }
-  // The 16-bit output's bytes must not be x's or y's: each thread reads x and writes y and
-  // half.
-  const auto elements = static_cast<uint64_t>(rows * dims.back());
-  const uint64_t half_bytes = half ? elements * 2 : 0;
-  if (BytesOverlap(half, half_bytes, x, elements * sizeof(float)) ||
-      BytesOverlap(half, half_bytes, y, elements * sizeof(float))) {
-    return InvalidArgument("layer normalisation: its 16-bit output overlaps x or y");
-  }
+  // The rounding's bytes must not be x's or y's: each thread reads x and writes y and half.
+  RETURN_IF_ERROR(CheckRounding("layer normalisation", half, x, y, rows * dims.back(), half_type));
   return CudaStatus(
       internal::LaunchLayerNormF32(x, scale, bias, y, rows, dims.back(), epsilon, stream, half,
-                                   half ? static_cast<int>(half_type) : -1),
+                                   half ? half_type.kernel() : internal::Rounding()),
       "layer normalisation kernel launch");
 }
 

@@ -20,6 +20,6 @@ namespace shoal::engine::cuda {
 // negative one, epsilon <= 0, or a half that overlaps x or y.
 Status LayerNormLastAxis(const float* x, const float* scale, const float* bias, float* y,
                          std::span<const int64_t> dims, float epsilon, cudaStream_t stream,
-                         void* half = nullptr, HalfType half_type = HalfType::kFp16);
+                         void* half = nullptr, RoundTo half_type = HalfType::kFp16);
 
 }  // namespace shoal::engine::cuda

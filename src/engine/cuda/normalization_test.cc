@@ -10,6 +10,7 @@
 
 #include "core/bf16.h"
 #include "core/fp16.h"
+#include "engine/cuda/quantize.h"
 #include "engine/cuda/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -80,6 +81,31 @@ TEST_F(LayerNormGpuTest, MatchesTheReferenceWithAndWithoutBiasAndAFarOffMean) {
       }
     }
   }
+}
+
+// An int8 plan's layer normalisation writes its result's int8 copy for the products after
+// it (BERT's query, key and value read one): bit for bit the host's quantisation of the
+// fp32 it writes.
+TEST_F(LayerNormGpuTest, AlsoWritesItsResultsInt8Copy) {
+  const int64_t rows = 128, cols = 768;
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> x(rows * cols), scale(cols), bias(cols);
+  for (float& v : x) v = dist(gen) * 3.f;
+  for (float& v : scale) v = 1.f + 0.5f * dist(gen);
+  for (float& v : bias) v = dist(gen);
+  DeviceBuffer dx = Upload(x), ds = Upload(scale), db = Upload(bias), dy = Floats(rows * cols);
+  auto dq = DeviceBuffer::Allocate(rows * cols);
+  ASSERT_TRUE(dq.ok());
+  const RoundTo to = RoundTo::Int8(127.f / 4.f, 0);
+  ASSERT_TRUE(LayerNormLastAxis(dx.as<float>(), ds.as<float>(), db.as<float>(), dy.as<float>(),
+                                std::vector<int64_t>{rows, cols}, 1e-5f, stream(), dq->data(), to)
+                  .ok());
+  const std::vector<float> y = Download(dy, rows * cols);
+  std::vector<int8_t> q(rows * cols);
+  DownloadBytes(*dq, q.data(), q.size());
+  for (int64_t i = 0; i < rows * cols; ++i)
+    ASSERT_EQ(q[i], QuantizeValue(y[i], to.inv_scale, 0)) << "at " << i;
 }
 
 TEST(LayerNormShapeTest, RefusesA16BitOutputOverlappingXOrY) {

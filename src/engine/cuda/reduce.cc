@@ -11,7 +11,7 @@ namespace shoal::engine::cuda {
 
 Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
                   int64_t first, int64_t count, cudaStream_t stream, void* half,
-                  HalfType half_type) {
+                  RoundTo half_type) {
   const auto rank = static_cast<int64_t>(dims.size());
   if (count < 1 || first < 0 || first + count > rank) {
     return InvalidArgument("reduce axes [" + std::to_string(first) + ", " +
@@ -26,15 +26,16 @@ Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t
   if (y == nullptr && half == nullptr) return InvalidArgument("reduce: no output");
   // Each thread reads x and writes y and half: half's bytes must be neither's.
   const auto out = static_cast<uint64_t>(outer * inner);
-  const uint64_t half_bytes = half ? out * 2 : 0;
+  RETURN_IF_ERROR(CheckInt8Copy("reduce", half, half_type));
+  const uint64_t half_bytes = half ? out * half_type.bytes() : 0;
   if (BytesOverlap(half, half_bytes, x, out * static_cast<uint64_t>(r) * sizeof(float)) ||
       BytesOverlap(half, half_bytes, y, y ? out * sizeof(float) : 0)) {
-    return InvalidArgument("reduce: its 16-bit output overlaps x or y");
+    return InvalidArgument("reduce: its 16-bit or int8 output overlaps x or y");
   }
-  return CudaStatus(
-      internal::LaunchReduceMiddleF32(static_cast<internal::ReduceKernel>(op), x, y, outer, r,
-                                      inner, stream, half ? static_cast<int>(half_type) : -1, half),
-      "reduce kernel launch");
+  return CudaStatus(internal::LaunchReduceMiddleF32(
+                        static_cast<internal::ReduceKernel>(op), x, y, outer, r, inner, stream,
+                        half ? half_type.kernel() : internal::Rounding(), half),
+                    "reduce kernel launch");
 }
 
 Status TopK(const float* x, float* values, int64_t* indices, std::span<const int64_t> dims,

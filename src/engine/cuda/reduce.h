@@ -24,7 +24,7 @@ enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
 // empty (no identity for kMax or kMean), there is no output at all, or half overlaps x or y.
 Status ReduceAxes(ReduceOp op, const float* x, float* y, std::span<const int64_t> dims,
                   int64_t first, int64_t count, cudaStream_t stream, void* half = nullptr,
-                  HalfType half_type = HalfType::kFp16);
+                  RoundTo half_type = HalfType::kFp16);
 
 // ArgMax (is_max) or ArgMin along `axis` of x's `dims`: y holds the int64 position of the
 // first extreme (the last with `last`) for every other index, as the CPU engine finds it.

@@ -35,6 +35,17 @@ std::optional<UnaryOp> UnaryByName(std::string_view op);
 
 // Lowers one step at a time; collects what it cannot lower instead of stopping at the
 // first, so the load error lists every node.
+// Steps that can write their result rounded (GpuStep::half_out: 16 bits, or an int8 copy) in their
+// pass, and that rounding alone when nothing reads the fp32 result: an element-wise activation or
+// arithmetic (a transformer's embeddings, summed before the first product), a softmax, a
+// transpose (attention's heads, before their products), a reduction (a global average pool
+// or a ReduceMean before a classifier's product).
+inline bool RoundsAlone(GpuStep::Kind kind) {
+  return kind == GpuStep::Kind::kUnary || kind == GpuStep::Kind::kBinary ||
+         kind == GpuStep::Kind::kSoftmax || kind == GpuStep::Kind::kTranspose ||
+         kind == GpuStep::Kind::kReduce;
+}
+
 class Lowerer {
  public:
   Lowerer(const Graph& graph, const Plan& plan, const GpuPlanOptions& options)
