@@ -4,10 +4,32 @@
 
 namespace shoal::engine::cuda {
 
+bool ContextLost(cudaError_t error) {
+  switch (error) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Status CudaStatus(cudaError_t error, std::string_view what) {
   if (error == cudaSuccess) return Status();
   std::string message =
       std::string(what) + ": " + cudaGetErrorName(error) + ": " + cudaGetErrorString(error);
+  if (ContextLost(error)) {
+    message +=
+        " (this process's context on the GPU is lost: every later call on it fails; restart "
+        "the server)";
+  }
   switch (error) {
     case cudaErrorMemoryAllocation:
       return ResourceExhausted(std::move(message));

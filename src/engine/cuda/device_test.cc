@@ -20,6 +20,14 @@ TEST(CudaStatusTest, MapsCudaErrorsToCodesAndSaysWhatFailed) {
   EXPECT_EQ(CudaStatus(cudaErrorNoDevice, "x").code(), StatusCode::kUnavailable);
   EXPECT_EQ(CudaStatus(cudaErrorInsufficientDriver, "x").code(), StatusCode::kUnavailable);
   EXPECT_EQ(CudaStatus(cudaErrorIllegalAddress, "x").code(), StatusCode::kInternal);
+  // A sticky error says the context is gone and what to do; an ordinary one does not.
+  EXPECT_TRUE(ContextLost(cudaErrorIllegalAddress));
+  EXPECT_TRUE(ContextLost(cudaErrorLaunchFailure));
+  EXPECT_FALSE(ContextLost(cudaErrorInvalidValue));
+  EXPECT_FALSE(ContextLost(cudaErrorMemoryAllocation));
+  EXPECT_NE(CudaStatus(cudaErrorIllegalAddress, "kernel").message().find("restart the server"),
+            std::string::npos);
+  EXPECT_EQ(CudaStatus(cudaErrorInvalidValue, "x").message().find("restart"), std::string::npos);
 }
 
 TEST(CudaStatusTest, MapsCublasStatusesToCodes) {

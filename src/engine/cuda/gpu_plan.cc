@@ -346,7 +346,7 @@ GpuPlan::~GpuPlan() {
   for (Slot& slot : slots_) {
     if (!slot.busy) continue;
     (void)cudaEventSynchronize(slot.done);
-    WaitForCallback(slot);
+    (void)WaitForCallback(slot);
   }
   for (size_t b = 0; b < blob_keys_.size(); ++b) {
     const int s = blob_shards_[b];
@@ -418,13 +418,18 @@ Status GpuPlan::QueueComputeAsGraph(Slot& slot, cudaStream_t stream) {
     }
     if (graph != nullptr) cudaGraphDestroy(graph);
     if (!queued.ok()) {
-      // Nothing ran while capturing: run this once step by step, and every batch after
-      // (graph_failure() says why, for the instance's log).
+      // Nothing ran while capturing: run this step by step. Where that works, the capture
+      // was at fault, and every batch after runs step by step too (graph_failure() says why,
+      // for the instance's log); a step that fails either way is the batch's error alone,
+      // and the next batch captures again.
       slot.graph = nullptr;
-      graph_failed_ = true;
-      graph_failure_ = std::move(queued);
       (void)cudaGetLastError();
-      return QueueCompute(slot, stream);
+      Status direct = QueueCompute(slot, stream);
+      if (direct.ok()) {
+        graph_failed_ = true;
+        graph_failure_ = std::move(queued);
+      }
+      return direct;
     }
   }
   return CudaStatus(cudaGraphLaunch(slot.graph, stream), "cudaGraphLaunch");
@@ -837,12 +842,14 @@ void CUDART_CB GpuPlan::OnDone(cudaStream_t, cudaError_t, void* s) {
   slot.callback_cv.Signal();
 }
 
-void GpuPlan::WaitForCallback(Slot& slot) {
+bool GpuPlan::WaitForCallback(Slot& slot) {
   MutexLock lock(&slot.callback_mu);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   while (slot.callback_pending) {
-    if (slot.callback_cv.WaitUntil(&slot.callback_mu, deadline) == std::cv_status::timeout) break;
+    if (slot.callback_cv.WaitUntil(&slot.callback_mu, deadline) == std::cv_status::timeout)
+      return !slot.callback_pending;
   }
+  return true;
 }
 
 Status GpuPlan::QueueSlot(Slot& slot, cudaStream_t compute, bool graph) {
@@ -935,12 +942,25 @@ StatusOr<int> GpuPlan::Launch(const std::vector<const Tensor*>& inputs, const St
   slot.on_done = std::move(on_done);
   slot.error = Status::Ok();
   slot.compute = compute.get();
-  Status queued = QueueSlot(slot, compute.get(), graph);
+  Status queued;
+  try {
+    queued = QueueSlot(slot, compute.get(), graph);
+  } catch (...) {
+    // As for an error, below: nothing queued may still read the slot once it is free.
+    WaitForAll(compute.get());
+    slot.on_done = nullptr;
+    throw;
+  }
   if (!queued.ok()) {
     // What was queued reads the slot's buffers, which its next batch writes; on_done was
     // not queued (it comes last).
     WaitForAll(compute.get());
     slot.on_done = nullptr;
+    // The inputs were checked above: a step that cannot be queued is the plan's fault, not
+    // the request's, and must not read as a bad request (which the runtime answers by
+    // retrying the batch's requests apart).
+    if (queued.code() == StatusCode::kInvalidArgument)
+      return Internal("a GPU plan step could not be queued: " + queued.message());
     return queued;
   }
   slot.busy = true;  // launched: from here on on_done will be called
@@ -965,8 +985,13 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
     WaitForAll(slot.compute);
   }
   // Its on_done has returned (done follows it, and after a device fault, the wait): the slot
-  // is free.
-  WaitForCallback(slot);
+  // is free. Unless the device never ran the callback: then the slot stays busy for good
+  // (the callback may still come and read it), and so the plan is never evicted.
+  if (!WaitForCallback(slot)) {
+    return Internal(
+        "the GPU never ran a batch's completion callback within a minute; its slot is "
+        "abandoned (the device is likely lost: restart the server)");
+  }
   slot.busy = false;
   slot.on_done = nullptr;
   const Status error = std::move(slot.error);

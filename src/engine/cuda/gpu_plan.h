@@ -229,9 +229,10 @@ class GpuPlan {
   // callback (unlike a host function) runs even after a device error, with the error in
   // `status`, so the caller is always woken.
   static void CUDART_CB OnDone(cudaStream_t stream, cudaError_t status, void* slot);
-  // Waits until `slot`'s stream callback, if one was queued, has returned (at most a minute:
-  // a device that never runs it is broken past saving).
-  static void WaitForCallback(Slot& slot);
+  // Waits until `slot`'s stream callback, if one was queued, has returned: true, or false
+  // after a minute without it (a device that never runs it is broken past saving; the slot
+  // must then stay busy, since the callback may still run and read it).
+  static bool WaitForCallback(Slot& slot);
   // A slot's compute, queued step by step on `stream`: the flags cleared, the inputs from
   // `in` into the arena, every step, the outputs and flags into `out`.
   Status QueueCompute(const Slot& slot, cudaStream_t stream);

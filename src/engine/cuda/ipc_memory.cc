@@ -103,7 +103,9 @@ Status IpcMemory::Copy(uint64_t offset, void* host, size_t n, bool to_host) cons
   const cudaError_t failed = queued != cudaSuccess ? queued : waited;
   if (failed == cudaSuccess) return Status::Ok();
   (void)cudaGetLastError();
-  if (failed == cudaErrorInvalidValue || failed == cudaErrorIllegalAddress) {
+  // (An illegal address is not the client's alone to answer for: it loses the context,
+  // which CudaStatus says.)
+  if (failed == cudaErrorInvalidValue) {
     return InvalidArgument(std::string("copying the region's memory failed (has the client freed "
                                        "it?): ") +
                            cudaGetErrorName(failed) + ": " + cudaGetErrorString(failed));
