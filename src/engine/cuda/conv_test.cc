@@ -622,8 +622,9 @@ TEST(ConvEpilogueTest, RefusesInt32SumsAndInt8OutputsItCannotTake) {
   const RoundTo to = RoundTo::Int8(10.f, -128);
   ConvEpilogueOptions nhwc = o;
   nhwc.half_channels_last = true;
-  EXPECT_EQ(ConvEpilogue(nhwc, sums, nullptr, nullptr, y, nullptr, q, to, scale).code(),
-            StatusCode::kInvalidArgument);
+  const Status last = ConvEpilogue(nhwc, sums, nullptr, nullptr, y, nullptr, q, to, scale);
+  EXPECT_EQ(last.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(last.message().find("int8 copy is NCHW"), std::string::npos) << last.ToString();
   for (int8_t* bad : {reinterpret_cast<int8_t*>(mem + 200), reinterpret_cast<int8_t*>(mem + 80)}) {
     const Status s = ConvEpilogue(o, sums, nullptr, nullptr, y, nullptr, bad, to, scale);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

@@ -15,6 +15,11 @@ bool ContextLost(cudaError_t error) {
     case cudaErrorHardwareStackError:
     case cudaErrorAssert:
     case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorContained:
+    case cudaErrorExternalDevice:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorTensorMemoryLeak:
       return true;
     default:
       return false;

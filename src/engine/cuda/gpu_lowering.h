@@ -217,7 +217,7 @@ struct GpuStep {
   // kToHalf rounds an fp32 value into its 16-bit output (the type of `out`, kFp16 or kBf16), and
   // kIm2Col writes 16-bit columns when its output is 16-bit: a mixed-precision plan's GEMM
   // operands, or int8 columns quantised (`alpha`, `zero_point`) when it is int8 (gathered
-  // from int8 x, x's zero point in the padding, when x is int8: an int8_out). A
+  // from int8 x, x's zero point in the padding, when x is int8: a writer's half_out). A
   // kGemm whose gemm.math is kInt8 reads int8 x (a kQuantize step's or kIm2Col's), sums into
   // its int32 `scratch`, then writes out = scales · sums + bias, ReLU'd with `int8_relu`,
   // its weight slots {w int8 [n, k], bias (less the zero point's share, quantize.h's

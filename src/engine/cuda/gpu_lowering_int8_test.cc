@@ -406,6 +406,27 @@ std::vector<float> RunInt8OnHost(const GpuLowering& l, int input, const Tensor& 
   return f.at(output);
 }
 
+// Runs `p`'s model on the CPU engine in fp32 and `l` (its int8 lowering) on the host as the
+// device computes it, both on x (fed to the graph's one input), and expects the first
+// output within int8's rounding of the fp32 result (5% of its largest value) and not equal
+// to it (int8 rounds: an exact match means fp32 ran).
+void ExpectHostRunNearFp32(const Prepared& p, const GpuLowering& l, const Tensor& x) {
+  auto session = Session::Create(*p.model, engine::testing::Opts(1));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<NamedTensor> want;
+  const Graph& graph = p.model->graph();
+  ASSERT_TRUE((*session)->Run({{graph.values[graph.inputs[0]].name, x}}, &want).ok());
+  const std::vector<float> got = RunInt8OnHost(l, graph.inputs[0], x, graph.outputs[0]);
+  ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
+  float largest = 0, magnitude = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
+    magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
+  }
+  EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
+  EXPECT_GT(largest, 0.f) << "int8 rounds; an exact match means fp32 ran";
+}
+
 // A chain of int8 convolutions on im2col, its first's output passed in int8 alone: what the
 // lowering stores, run on the host as the device computes it, is the CPU engine's fp32
 // result within int8's rounding (and not equal to it). So the sums' layout, the scales, the
@@ -432,21 +453,7 @@ TEST(LowerPlanInt8GraphsTest, AnInt8ChainOfConvolutionsIsTheFp32ModelWithinInt8R
   EXPECT_TRUE(StepsOf(*l, GpuStep::Kind::kQuantize).empty());
 
   const Tensor x = Random({2, 8, 8, 8}, 902, -1.f, 1.f);  // one of the calibration batches
-  auto session = Session::Create(*p.model, engine::testing::Opts(1));
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  std::vector<NamedTensor> want;
-  ASSERT_TRUE((*session)->Run({{"x", x}}, &want).ok());
-  const Graph& graph = p.model->graph();
-  const std::vector<float> got = RunInt8OnHost(*l, graph.inputs[0], x, graph.outputs[0]);
-  ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
-  float largest = 0, magnitude = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
-    magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
-  }
-  // Two layers of 72 terms, each within int8's rounding: a few percent of the outputs' scale.
-  EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
-  EXPECT_GT(largest, 0.f) << "int8 rounds; an exact match means fp32 ran";
+  ExpectHostRunNearFp32(p, *l, x);
 }
 
 // An MLP: a product with its ReLU whose output another int8 product alone reads writes that
@@ -490,20 +497,7 @@ TEST(LowerPlanInt8GraphsTest, AProductReadOnlyByAnInt8ProductWritesItInInt8) {
     EXPECT_EQ(gemms[1]->half_out, -1);
 
     const Tensor xt = Random({32, 8}, 903, -2.f, 3.f);  // one of the calibration batches
-    auto session = Session::Create(*p.model, engine::testing::Opts(1));
-    ASSERT_TRUE(session.ok()) << session.status().ToString();
-    std::vector<NamedTensor> want;
-    ASSERT_TRUE((*session)->Run({{"x", xt}}, &want).ok());
-    const Graph& g = p.model->graph();
-    const std::vector<float> got = RunInt8OnHost(*l, g.inputs[0], xt, g.outputs[0]);
-    ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
-    float largest = 0, magnitude = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
-      magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
-    }
-    EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
-    EXPECT_GT(largest, 0.f);
+    ExpectHostRunNearFp32(p, *l, xt);
   }
 }
 
@@ -552,20 +546,7 @@ TEST(LowerPlanInt8GraphsTest, AnActivationAndALayerNormWriteTheInt8CopyTheirProd
   EXPECT_EQ(norms[0]->int8_zero_point, range.min >= 0 ? -128 : 0);
 
   const Tensor xt = Random({32, 16}, 901, -2.f, 2.f);  // one of the calibration batches
-  auto session = Session::Create(*p.model, engine::testing::Opts(1));
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  std::vector<NamedTensor> want;
-  ASSERT_TRUE((*session)->Run({{"x", xt}}, &want).ok());
-  const Graph& g = p.model->graph();
-  const std::vector<float> got = RunInt8OnHost(*l, g.inputs[0], xt, g.outputs[0]);
-  ASSERT_EQ(static_cast<int64_t>(got.size()), want[0].tensor.element_count());
-  float largest = 0, magnitude = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    largest = std::max(largest, std::fabs(got[i] - want[0].tensor.values<float>()[i]));
-    magnitude = std::max(magnitude, std::fabs(want[0].tensor.values<float>()[i]));
-  }
-  EXPECT_LT(largest, 0.05f * magnitude) << "largest output " << magnitude;
-  EXPECT_GT(largest, 0.f);
+  ExpectHostRunNearFp32(p, *l, xt);
 }
 
 // A ReLU's output read by a product: quantised with zero point -128 over [0, max], its 256

@@ -526,6 +526,14 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       // Shards' products run concurrently: each has its own workspace.
       void* workspace =
           s.shard >= 0 ? shards_[static_cast<size_t>(s.shard)].workspace.data() : workspace_.data();
+      // The rounding, if any, is of the activation's result, or an int8 product's copy (the
+      // lowering gives a product with a residual none).
+      if (half && s.gemm.math != GemmMath::kInt8 && (!s.post || s.in[3] >= 0))
+        return Internal("step " + std::to_string(i) + ": a product rounds only its activation");
+      if (half && s.in[3] >= 0)
+        return Internal("step " + std::to_string(i) + ": a product with a residual rounds nothing");
+      if (half && s.gemm.math == GemmMath::kInt8 && half_type.half)
+        return Internal("step " + std::to_string(i) + ": an int8 product rounds to int8 only");
       if (s.gemm.math == GemmMath::kInt8) {
         // An int8 convolution's sums, which its epilogue step scales.
         if (s.out >= 0 && lowering_.dtypes[s.out] == DataType::kInt32)
@@ -541,8 +549,6 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
         // Its int8 copy, in this pass unless an activation follows (which then writes it).
         Int8Output q;
         if (half && !s.post) {
-          if (half_type.half)
-            return Internal("step " + std::to_string(i) + ": an int8 product rounds to int8 only");
           q.values = static_cast<int8_t*>(half);
           q.inv_scale = half_type.inv_scale;
           q.zero_point = half_type.zero_point;
@@ -554,12 +560,6 @@ Status GpuPlan::RunStep(size_t i, cudaStream_t stream) {
       } else {
         RETURN_IF_ERROR(gemms_[i]->Run(in(0), b, bias, y, workspace, stream));
       }
-      // The rounding, if any, is of the activation's result (the lowering gives a product
-      // with a residual none).
-      if (half && s.gemm.math != GemmMath::kInt8 && (!s.post || s.in[3] >= 0))
-        return Internal("step " + std::to_string(i) + ": a product rounds only its activation");
-      if (half && s.in[3] >= 0)
-        return Internal("step " + std::to_string(i) + ": a product with a residual rounds nothing");
       if (s.post)
         RETURN_IF_ERROR(Unary(*s.post, y, y, Product(lowering_.shapes[s.out]), stream, s.alpha,
                               s.beta, half, half_type));
@@ -830,26 +830,35 @@ bool GpuPlan::graph_captured() const {
   return false;
 }
 
-void CUDART_CB GpuPlan::OnDone(cudaStream_t, cudaError_t, void* s) {
-  Slot& slot = *static_cast<Slot*>(s);
-  // A wake-up; nothing may unwind into CUDA's thread.
-  try {
-    slot.on_done();
-  } catch (...) {
+void CUDART_CB GpuPlan::OnDone(cudaStream_t, cudaError_t, void* c) {
+  Slot::Callback& callback = *static_cast<Slot::Callback*>(c);
+  MutexLock lock(&callback.mu);
+  // A wake-up (the pool's lock only, never this one); nothing may unwind into CUDA's thread.
+  if (!callback.abandoned) {
+    try {
+      callback.on_done();
+    } catch (...) {
+    }
   }
-  MutexLock lock(&slot.callback_mu);
-  slot.callback_pending = false;
-  slot.callback_cv.Signal();
+  callback.pending = false;
+  callback.cv.Signal();
 }
 
 bool GpuPlan::WaitForCallback(Slot& slot) {
-  MutexLock lock(&slot.callback_mu);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-  while (slot.callback_pending) {
-    if (slot.callback_cv.WaitUntil(&slot.callback_mu, deadline) == std::cv_status::timeout)
-      return !slot.callback_pending;
+  if (!slot.callback) return false;  // abandoned before
+  Slot::Callback& callback = *slot.callback;
+  {
+    MutexLock lock(&callback.mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (callback.pending) {
+      if (callback.cv.WaitUntil(&callback.mu, deadline) == std::cv_status::timeout) break;
+    }
+    if (!callback.pending) return true;
+    callback.abandoned = true;
   }
-  return true;
+  // The device may still run the callback, which reads this state: it is never freed.
+  (void)slot.callback.release();
+  return false;
 }
 
 Status GpuPlan::QueueSlot(Slot& slot, cudaStream_t compute, bool graph) {
@@ -882,15 +891,19 @@ Status GpuPlan::QueueSlot(Slot& slot, cudaStream_t compute, bool graph) {
                  "cudaMemcpyAsync of the outputs"));
   RETURN_IF_ERROR(record(slot.copied_out, out));
   if (slot.on_done) {
+    if (!slot.callback) return Internal("a slot whose callback was abandoned was launched");
+    Slot::Callback* callback = slot.callback.get();
     {
-      MutexLock lock(&slot.callback_mu);
-      slot.callback_pending = true;
+      MutexLock lock(&callback->mu);
+      callback->pending = true;
+      callback->on_done = slot.on_done;
     }
-    const Status added =
-        CudaStatus(cudaStreamAddCallback(out, &GpuPlan::OnDone, &slot, 0), "cudaStreamAddCallback");
+    const Status added = CudaStatus(cudaStreamAddCallback(out, &GpuPlan::OnDone, callback, 0),
+                                    "cudaStreamAddCallback");
     if (!added.ok()) {
-      MutexLock lock(&slot.callback_mu);
-      slot.callback_pending = false;
+      MutexLock lock(&callback->mu);
+      callback->pending = false;
+      callback->on_done = nullptr;
     }
     RETURN_IF_ERROR(added);
   }
@@ -990,10 +1003,15 @@ Status GpuPlan::Finish(int s, std::vector<Tensor>* outputs) {
   if (!WaitForCallback(slot)) {
     return Internal(
         "the GPU never ran a batch's completion callback within a minute; its slot is "
-        "abandoned (the device is likely lost: restart the server)");
+        "abandoned (the device is likely lost: restart the server)" +
+        (waited.ok() ? std::string() : ": " + waited.message()));
   }
   slot.busy = false;
   slot.on_done = nullptr;
+  {
+    MutexLock lock(&slot.callback->mu);
+    slot.callback->on_done = nullptr;
+  }
   const Status error = std::move(slot.error);
   slot.error = Status::Ok();
   RETURN_IF_ERROR(waited);

@@ -214,12 +214,20 @@ class GpuPlan {
     cudaEvent_t started = nullptr, in_ready = nullptr, compute_began = nullptr, computed = nullptr,
                 copied_out = nullptr, done = nullptr;
     std::function<void()> on_done;  // kept alive until its stream callback has run
-    // Whether on_done's stream callback is queued and has not returned. After a device
-    // fault CUDA's synchronisation returns at once, while the callback may still be about to
-    // run: Finish, a failed Launch and the destructor wait for this as well.
-    Mutex callback_mu;
-    CondVar callback_cv;
-    bool callback_pending GUARDED_BY(callback_mu) = false;
+    // What the stream callback reads: its own allocation, so that a callback the device never
+    // ran can be abandoned, and leaked, rather than freed under it (WaitForCallback).
+    struct Callback {
+      // Whether on_done's stream callback is queued and has not returned. After a device
+      // fault CUDA's synchronisation returns at once, while the callback may still be about
+      // to run: Finish, a failed Launch and the destructor wait for this as well.
+      Mutex mu;
+      CondVar cv;
+      bool pending GUARDED_BY(mu) = false;
+      // Given up on: a late callback calls no on_done (its batch has been answered).
+      bool abandoned GUARDED_BY(mu) = false;
+      std::function<void()> on_done GUARDED_BY(mu);
+    };
+    std::unique_ptr<Callback> callback = std::make_unique<Callback>();
     bool busy = false;               // launched and not finished
     int64_t rows = -1;               // Launch's `rows`: the outputs' first dimension, or -1
     cudaStream_t compute = nullptr;  // the compute stream it was launched on
@@ -230,8 +238,9 @@ class GpuPlan {
   // `status`, so the caller is always woken.
   static void CUDART_CB OnDone(cudaStream_t stream, cudaError_t status, void* slot);
   // Waits until `slot`'s stream callback, if one was queued, has returned: true, or false
-  // after a minute without it (a device that never runs it is broken past saving; the slot
-  // must then stay busy, since the callback may still run and read it).
+  // after a minute without it (a device that never runs it is broken past saving). Then the
+  // callback's state is abandoned (a late callback calls nothing) and leaked, since the
+  // callback may still come and read it, and the slot must stay busy.
   static bool WaitForCallback(Slot& slot);
   // A slot's compute, queued step by step on `stream`: the flags cleared, the inputs from
   // `in` into the arena, every step, the outputs and flags into `out`.

@@ -21,6 +21,7 @@
 #include "engine/cuda/test_util.h"
 #include "engine/model.h"
 #include "engine/plan.h"
+#include "engine/precision.h"
 #include "engine/test_util.h"
 
 namespace shoal::engine::cuda {
@@ -431,6 +432,23 @@ TEST_F(GpuPlanTest, Int8PlansMatchTheirHostReferenceAndStayNearFp32) {
     ASSERT_TRUE(block.plan);
     int8_ = RandomInputRanges(*block.model, "x", {2, 3, 8, 8}, -1.f, 1.f);
     ExpectGpuMatchesCpu(block, {{Random({2, 3, 8, 8}, 903, -1.f, 1.f)}}, GemmMath::kFp32, 0.1f);
+  }
+  // A transformer: its layer norms, activations and attention outputs write the int8 copies
+  // its products read (Lowerer::KeepValuesInt8), calibrated on its two token batches.
+  {
+    std::vector<int64_t> ids(2 * 32), other(2 * 32);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int64_t>((i * 37) % 50);
+      other[i] = static_cast<int64_t>((i * 11 + 5) % 997);
+    }
+    Prepared text = Prepare(Model::Load(Example("text_classifier")), {{2, 32}});
+    ASSERT_TRUE(text.plan);
+    const std::string name = text.model->inputs()[0].name;
+    auto ranges =
+        Calibrate(*text.model, {{{name, I64({2, 32}, ids)}}, {{name, I64({2, 32}, other)}}});
+    ASSERT_TRUE(ranges.ok()) << ranges.status().ToString();
+    int8_ = std::make_shared<const Calibration>(std::move(ranges).value());
+    ExpectGpuMatchesCpu(text, {{I64({2, 32}, ids)}, {I64({2, 32}, other)}}, GemmMath::kFp32, 0.1f);
   }
   // Values passed between int8 convolutions in int8 alone (Lowerer::KeepValuesInt8). Both of
   // its convolutions are int8, so on im2col whatever the engine: none is left for cuDNN.

@@ -199,7 +199,7 @@ struct ConvEpilogueKernel {
   int residual = -1;  // z's type: -1 fp32, else a HalfKernel
   Rounding half;      // none, a HalfKernel's rounding, or an int8 copy
   // NHWC ([n, spatial, channels]) instead of NCHW: c (16-bit, or int32 sums, which always
-  // are), a 16-bit z, the rounding. y (and q) are NCHW.
+  // are), a 16-bit z, the rounding (16-bit only). y is NCHW.
   bool source_channels_last = false, residual_channels_last = false, half_channels_last = false;
   bool has_act = false, has_post = false;
   UnaryKernel act = UnaryKernel::kRelu, post = UnaryKernel::kRelu;

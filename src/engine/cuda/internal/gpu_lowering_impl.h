@@ -33,8 +33,6 @@ constexpr int64_t kAlign = static_cast<int64_t>(kGemmAlignmentBytes);
 // The element-wise operator of the ONNX operator named `op`; nullopt when it has none.
 std::optional<UnaryOp> UnaryByName(std::string_view op);
 
-// Lowers one step at a time; collects what it cannot lower instead of stopping at the
-// first, so the load error lists every node.
 // Steps that can write their result rounded (GpuStep::half_out: 16 bits, or an int8 copy) in their
 // pass, and that rounding alone when nothing reads the fp32 result: an element-wise activation or
 // arithmetic (a transformer's embeddings, summed before the first product), a softmax, a
@@ -46,6 +44,8 @@ inline bool RoundsAlone(GpuStep::Kind kind) {
          kind == GpuStep::Kind::kReduce;
 }
 
+// Lowers one step at a time; collects what it cannot lower instead of stopping at the
+// first, so the load error lists every node.
 class Lowerer {
  public:
   Lowerer(const Graph& graph, const Plan& plan, const GpuPlanOptions& options)
@@ -173,12 +173,13 @@ class Lowerer {
                           int out);
   // int8, once every node is lowered: a step that quantises an fp32 value for an int8
   // product (a kQuantize, an int8 kIm2Col) whose writer can write it quantised in its own
-  // pass (a kConvEpilogue, or a kGemm in int8 scaling into fp32 with nothing after it) reads
-  // that writer's int8 copy (GpuStep::int8_out) instead: a kQuantize step goes, a kIm2Col
-  // gathers int8. The copy is what the step would have quantised, bit for bit. A writer
-  // whose fp32 result nothing else reads (a graph output counts as read) stops writing it,
-  // so values passed only between int8 convolutions are written once, in int8, as the CPU's
-  // int8 tier keeps them.
+  // pass (a kConvEpilogue, a layer norm, an element-wise step, a softmax, a transpose, a
+  // reduction, a product's activation step, or a kGemm in int8 scaling into fp32 with
+  // nothing after it) reads that writer's int8 copy (an int8 GpuStep::half_out) instead: a
+  // kQuantize step goes, a kIm2Col gathers int8. The copy is what the step would have
+  // quantised, bit for bit. A writer whose fp32 result nothing else reads (a graph output
+  // counts as read) stops writing it where its kernel can, so values passed only between
+  // int8 convolutions are written once, in int8, as the CPU's int8 tier keeps them.
   void KeepValuesInt8();
 
   Status Fail(int n, std::string_view why) const {
