@@ -97,6 +97,11 @@ struct DeviceStats {
   // The device's utilisation, 0..100, as NVML last sampled it (every process's kernels);
   // -1 where NVML is not there.
   int utilization_percent = -1;
+  // The process's context on the device is lost (a sticky CUDA error: an illegal address, a
+  // kernel that faulted): the instance can never run again, nor can any other on that
+  // device, until the process restarts. The runtime then reports the model unavailable and
+  // the server not live (runtime/server.h).
+  bool context_lost = false;
 };
 
 class BackendInstance {

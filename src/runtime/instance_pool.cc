@@ -1,6 +1,7 @@
 #include "runtime/instance_pool.h"
 
 #include <sched.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <exception>
 #include <limits>
 
+#include "core/log_text.h"
 #include "core/thread_util.h"
 
 namespace shoal::runtime {
@@ -142,6 +144,12 @@ void InstancePool::Run(size_t index) {
       const int64_t elapsed = end_ns - began_ns;
       state.stats.pipeline_bubble_ratio = bubble;
       state.stats.device = device;
+      if (device.context_lost && !device_lost_.exchange(true, std::memory_order_acq_rel)) {
+        spdlog::error(
+            "instance {}: its GPU's context is lost (a sticky CUDA error); the model answers "
+            "UNAVAILABLE and the server reports itself not live until it is restarted",
+            LogSafe(inst->info.name));
+      }
       state.stats.setups = setups;
       if (ran > 0) state.cost.Observe(ran, elapsed);
       state.stats.executions++;

@@ -142,6 +142,9 @@ class InstancePool {
   std::vector<InstanceStats> Stats() const;
   // Jobs running or pending across instances.
   int busy_count() const;
+  // Whether an instance's device has lost its context (backends::DeviceStats::context_lost,
+  // as reported after a job): it stays so. Any thread; no lock.
+  bool device_lost() const { return device_lost_.load(std::memory_order_acquire); }
 
  private:
   // What an instance's thread owns. Its state under mu_ is the InstanceState of the same
@@ -224,6 +227,7 @@ class InstancePool {
   bool AllInitDoneLocked() const REQUIRES(mu_);
 
   Options options_;
+  std::atomic<bool> device_lost_{false};
   mutable Mutex mu_;
   CondVar init_cv_;
   bool stopping_ GUARDED_BY(mu_) = false;

@@ -126,6 +126,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<InstanceStats> instance_stats() const {
     return pool_ ? pool_->Stats() : std::vector<InstanceStats>{};
   }
+  // Whether one of its instances' device has lost its context (InstancePool::device_lost):
+  // the server then answers for it UNAVAILABLE and reports itself not live. No lock.
+  bool device_lost() const { return pool_ && pool_->device_lost(); }
   // Requests waiting in the batcher.
   size_t queue_depth() const;
   // The share of a request's time budget that admission keeps in reserve now: the

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -495,10 +496,14 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string
                        (r.reason.empty() ? "" : ": " + r.reason));
   }
   if (IsEnsemble(r.config)) RETURN_IF_ERROR(EnsembleStepsReadyLocked(r.config, 0));
-  if (version < 0) return r.versions.rbegin()->second;
-  auto v = r.versions.find(version);
+  auto v = version < 0 ? std::prev(r.versions.end()) : r.versions.find(version);
   if (v == r.versions.end()) {
     return NotFound("model '" + name + "' has no loaded version " + std::to_string(version));
+  }
+  if (!draining && v->second->device_lost()) {
+    return Unavailable("model '" + name + "' version " + std::to_string(v->first) +
+                       " is not available: its GPU's context is lost (a sticky CUDA error); "
+                       "restart the server");
   }
   return v->second;
 }
@@ -556,9 +561,21 @@ std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
   return out;
 }
 
+bool Server::live() const {
+  MutexLock lock(&mu_);
+  return !AnyDeviceLostLocked();
+}
+
+bool Server::AnyDeviceLostLocked() const {
+  for (const auto& [name, r] : models_)
+    for (const auto& [version, mv] : r.versions)
+      if (mv->device_lost()) return true;
+  return false;
+}
+
 bool Server::ready() const {
   MutexLock lock(&mu_);
-  if (shutting_down_ || !startup_finished()) return false;
+  if (shutting_down_ || !startup_finished() || AnyDeviceLostLocked()) return false;
   if (!options_.strict_readiness) return true;
   for (const auto& [name, r] : models_) {
     // A model unloaded on request is not a failure (Triton stays ready too).

@@ -128,9 +128,12 @@ class Server {
   std::vector<ModelStatus> RepositoryIndex() const;
   std::vector<std::shared_ptr<ModelVersion>> ReadyVersions() const;
 
-  bool live() const { return true; }
-  // Not shutting down, the start-up loading finished, and (with strict_readiness) every
-  // model that should be loaded is READY.
+  // True unless a loaded model's GPU has lost its context (a sticky CUDA error, which
+  // only a new process clears: ModelVersion::device_lost), so that an orchestrator's
+  // liveness probe restarts the server.
+  bool live() const;
+  // Not shutting down, the start-up loading finished, live(), and (with strict_readiness)
+  // every model that should be loaded is READY.
   bool ready() const;
 
   // Stops accepting (requests get UNAVAILABLE), answers everything queued, unloads
@@ -167,7 +170,9 @@ class Server {
   // ready version; else UNAVAILABLE naming the first that has none.
   Status EnsembleStepsReadyLocked(const inference::ModelConfig& config, int depth) const
       REQUIRES(mu_);
-  // GetModel's lookup.
+  // Whether a loaded version's GPU has lost its context (live()).
+  bool AnyDeviceLostLocked() const REQUIRES(mu_);
+  // GetModel's lookup: UNAVAILABLE for a version whose GPU has lost its context.
   // `draining`: also while shutting down (ensemble steps of requests being drained).
   StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name, int64_t version,
                                                          bool draining = false) const REQUIRES(mu_);

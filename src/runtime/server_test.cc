@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/testing/fake_backend.h"
 #include "runtime/testing/test_repository.h"
+#include "runtime/testing/wait_until.h"
 
 namespace shoal::runtime {
 namespace {
@@ -74,6 +76,47 @@ TEST(ServerTest, LoadsRepositoryAndServesPlugins) {
   ASSERT_EQ(r2.outputs.size(), 1u);
   EXPECT_EQ(r2.outputs[0].name, "OUTPUT1");
   EXPECT_EQ(r2.outputs[0].tensor.values<int32_t>()[3], -36);
+}
+
+// A model whose GPU lost its context (a sticky CUDA error: its instance reports
+// context_lost) can never run again in this process: it is answered UNAVAILABLE saying so,
+// and the server stops being live (so an orchestrator restarts it) and ready.
+TEST(ServerTest, AModelWhoseDeviceIsLostIsUnavailableAndTheServerNotLive) {
+  TempRepository repo("shoal_server_test");
+  repo.AddModel("lost", R"(
+name: "lost"
+backend: "fake"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+)");
+  auto state = std::make_shared<testing::FakeBackendState>();
+  ServerOptions options = RepositoryOptions(repo);
+  options.registry = std::make_shared<backends::BackendRegistry>();
+  options.registry->Register(std::make_shared<testing::FakeBackend>(state));
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE((*server)->live());
+  EXPECT_TRUE((*server)->ready());
+  auto r = InferSync(**server, FloatRequest("lost", {1, 2}));
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_TRUE((*server)->live()) << "a device that answers is not lost";
+
+  state->LoseDevice();
+  // The batch that finds the device lost (its stats, after it) still answers.
+  r = InferSync(**server, FloatRequest("lost", {3}));
+  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  ASSERT_TRUE(testing::WaitUntil([&] { return !(*server)->live(); }));
+  EXPECT_FALSE((*server)->ready());
+  auto model = (*server)->GetModel("lost");
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(model.status().message().find("context is lost"), std::string::npos)
+      << model.status().ToString();
+  const size_t ran = state->executions().size();
+  r = InferSync(**server, FloatRequest("lost", {4}));
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+  EXPECT_EQ(state->executions().size(), ran) << "nothing runs on a lost device";
 }
 
 TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {

@@ -151,6 +151,9 @@ class GpuInstance : public BackendInstance {
       if (p.weights) stats.shared_weights_bytes[p.device] = p.weights->bytes();
     stats.memory_bytes = 0;
     for (const Cached& c : plans_) stats.memory_bytes += c.plan->device_bytes();
+    // A sticky error is what every call on the context returns now (a busy stream is only
+    // not ready).
+    stats.context_lost = engine::cuda::ContextLost(cudaStreamQuery(stream_.get()));
     return stats;
   }
 

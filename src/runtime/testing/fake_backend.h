@@ -168,6 +168,16 @@ class FakeBackendState {
     std::lock_guard<std::mutex> lock(mu_);
     return max_outstanding_;
   }
+  // Its instances' device is lost from now on: device_stats() says so (context_lost), as a
+  // GPU instance's does after a sticky CUDA error.
+  void LoseDevice() {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_lost_ = true;
+  }
+  bool device_lost() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return device_lost_;
+  }
   void RecordContractBroken(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     contract_broken_.push_back(what);
@@ -189,6 +199,7 @@ class FakeBackendState {
   int pipeline_depth_ = 1;
   int max_outstanding_ = 0;
   bool drop_on_done_ = false;
+  bool device_lost_ = false;
   std::vector<std::string> contract_broken_;
 };
 
@@ -210,6 +221,11 @@ class FakeInstance : public backends::BackendInstance {
 
   int pipeline_depth() const override { return depth_; }
   int64_t setups() const override { return state_->setups(); }
+  backends::DeviceStats device_stats() const override {
+    backends::DeviceStats stats;
+    stats.context_lost = state_->device_lost();
+    return stats;
+  }
 
   Status Execute(const backends::ExecuteRequest& req, std::vector<NamedTensor>* outputs) override {
     if (depth_ == 1) return state_->Execute(index_, req, outputs);
@@ -312,13 +328,30 @@ class FakeInstance : public backends::BackendInstance {
 
 class FakeBackendModel : public backends::BackendModel {
  public:
-  explicit FakeBackendModel(std::shared_ptr<FakeBackendState> state) : state_(std::move(state)) {}
+  explicit FakeBackendModel(std::shared_ptr<FakeBackendState> state, backends::ModelInfo info = {})
+      : state_(std::move(state)), info_(std::move(info)) {}
   StatusOr<std::unique_ptr<backends::BackendInstance>> CreateInstance(
       const backends::InstanceInfo& info) override {
     state_->CountInstance();
     return std::unique_ptr<backends::BackendInstance>(new FakeInstance(state_, info.index));
   }
-  backends::ModelInfo info() const override { return {}; }
+  backends::ModelInfo info() const override { return info_; }
+
+ private:
+  std::shared_ptr<FakeBackendState> state_;
+  backends::ModelInfo info_;
+};
+
+// The fake as a backend a Server loads models with (config `backend: "fake"`), through a
+// BackendRegistry the test gives it (ServerOptions::registry); every model shares `state`.
+class FakeBackend : public backends::Backend {
+ public:
+  explicit FakeBackend(std::shared_ptr<FakeBackendState> state) : state_(std::move(state)) {}
+  std::string name() const override { return "fake"; }
+  StatusOr<std::unique_ptr<backends::BackendModel>> LoadModel(
+      const backends::ModelInfo& info) override {
+    return std::unique_ptr<backends::BackendModel>(new FakeBackendModel(state_, info));
+  }
 
  private:
   std::shared_ptr<FakeBackendState> state_;
