@@ -144,12 +144,6 @@ void InstancePool::Run(size_t index) {
       const int64_t elapsed = end_ns - began_ns;
       state.stats.pipeline_bubble_ratio = bubble;
       state.stats.device = device;
-      if (device.context_lost && !device_lost_.exchange(true, std::memory_order_acq_rel)) {
-        spdlog::error(
-            "instance {}: its GPU's context is lost (a sticky CUDA error); the model answers "
-            "UNAVAILABLE and the server reports itself not live until it is restarted",
-            LogSafe(inst->info.name));
-      }
       state.stats.setups = setups;
       if (ran > 0) state.cost.Observe(ran, elapsed);
       state.stats.executions++;
@@ -186,6 +180,7 @@ void InstancePool::Run(size_t index) {
         lock.Lock();
         finished(ran, std::max(started_ns, launched_ns), end_ns, bubble, device, setups);
         lock.Unlock();
+        if (device.context_lost) ReportDeviceLost(*inst);
         if (options_.on_idle) options_.on_idle();
         lock.Lock();
         continue;
@@ -229,6 +224,7 @@ void InstancePool::Run(size_t index) {
     lock.Lock();
     finished(ran, began_ns, end_ns, bubble, device, setups);
     lock.Unlock();
+    if (device.context_lost) ReportDeviceLost(*inst);
     if (options_.on_idle) options_.on_idle();
     lock.Lock();
   }
@@ -248,6 +244,15 @@ void InstancePool::MarkDone(uint64_t id) {
     }
   }
   instances_[index]->cv.Signal();
+}
+
+void InstancePool::ReportDeviceLost(const Instance& inst) {
+  if (device_lost_.exchange(true, std::memory_order_acq_rel)) return;  // said already
+  spdlog::error(
+      "instance {}: its GPU's context is lost (a sticky CUDA error); the model answers "
+      "UNAVAILABLE and the server reports itself not live until it is restarted",
+      LogSafe(inst.info.name));
+  if (options_.on_device_lost) options_.on_device_lost();
 }
 
 void InstancePool::SpinForJob(Instance* inst) const {

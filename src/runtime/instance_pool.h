@@ -113,6 +113,9 @@ class InstancePool {
     std::function<Status(backends::BackendInstance&, const backends::InstanceInfo&)> on_ready;
     // Called on an instance thread whenever an instance finishes a job.
     std::function<void()> on_idle;
+    // Called once, on an instance thread and without the pool's lock, when an instance first
+    // reports its device's context lost (backends::DeviceStats::context_lost).
+    std::function<void()> on_device_lost;
     // Cost model prior per instance.
     double prior_a_ns = 100'000, prior_b_ns = 10'000;
     // The longest an idle instance thread spins for its next job before it sleeps, in
@@ -143,7 +146,7 @@ class InstancePool {
   // Jobs running or pending across instances.
   int busy_count() const;
   // Whether an instance's device has lost its context (backends::DeviceStats::context_lost,
-  // as reported after a job): it stays so. Any thread; no lock.
+  // as reported after a job): it stays so. Any thread (while the pool lives); no lock.
   bool device_lost() const { return device_lost_.load(std::memory_order_acquire); }
 
  private:
@@ -227,6 +230,9 @@ class InstancePool {
   bool AllInitDoneLocked() const REQUIRES(mu_);
 
   Options options_;
+  // An instance reported its device's context lost: logs it and calls on_device_lost, the
+  // first time. Instance thread, without mu_.
+  void ReportDeviceLost(const Instance& inst);
   std::atomic<bool> device_lost_{false};
   mutable Mutex mu_;
   CondVar init_cv_;

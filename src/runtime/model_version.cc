@@ -117,6 +117,7 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(
     return raw->RunWarmup(inst, info);
   };
   pool.on_idle = [raw] { raw->OnInstanceIdle(); };
+  pool.on_device_lost = mv->options_.on_device_lost;
   ASSIGN_OR_RETURN(mv->pool_, InstancePool::Create(std::move(pool)));
 
   if (mv->clock_->is_fake())

@@ -89,6 +89,9 @@ struct ModelVersionOptions {
   // Class labels of the outputs whose config names a label_filename, read at load
   // (classification extension, runtime/classification.h).
   std::map<std::string, OutputLabels> output_labels;
+  // Called once when one of its instances first reports its device's context lost
+  // (InstancePool::Options::on_device_lost): the server's, which then stays not live.
+  std::function<void()> on_device_lost;
   // Tests only: replaces each request's batch key (ValidatedRequest::shape_key, the
   // argument), so that a test can make requests of different shapes collide.
   std::function<uint64_t(const InferRequest&, uint64_t)> shape_key_for_testing;
@@ -127,7 +130,7 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
     return pool_ ? pool_->Stats() : std::vector<InstanceStats>{};
   }
   // Whether one of its instances' device has lost its context (InstancePool::device_lost):
-  // the server then answers for it UNAVAILABLE and reports itself not live. No lock.
+  // the server then answers its requests UNAVAILABLE. No lock; not after Shutdown began.
   bool device_lost() const { return pool_ && pool_->device_lost(); }
   // Requests waiting in the batcher.
   size_t queue_depth() const;

@@ -17,6 +17,17 @@
 namespace shoal::runtime {
 
 namespace {
+
+// What a request to a version whose GPU has lost its context is answered.
+Status DeviceLostStatus(const ModelVersion& mv) {
+  return Unavailable("model '" + mv.name() + "' version " + std::to_string(mv.version()) +
+                     " is not available: its GPU's context is lost (a sticky CUDA error); "
+                     "restart the server");
+}
+
+}  // namespace
+
+namespace {
 // Ensembles of ensembles nest at most this deep (a deeper chain is most likely a cycle
 // across configs, which no one config's validation can see).
 constexpr int kMaxEnsembleDepth = 8;
@@ -200,6 +211,7 @@ Status Server::LoadModelLocked(const std::string& name,
     auto options = VersionOptionsFromConfig(completed, entry.dir.string(), version, cache_, clock_,
                                             options_.limits);
     if (!options.ok()) return fail(options.status());
+    options->on_device_lost = [lost = device_lost_] { lost->store(true); };
     auto mv = ModelVersion::Create(std::move(options).value(), std::move(model).value());
     if (!mv.ok())
       return fail(
@@ -272,6 +284,7 @@ std::shared_ptr<RequestHandle> Server::InferStep(InferRequest request, InferCall
     MutexLock lock(&mu_);
     mv = GetModelLocked(request.model_name, request.model_version, /*draining=*/true);
   }
+  if (mv.ok() && (*mv)->device_lost()) mv = DeviceLostStatus(**mv);
   if (!mv.ok()) {
     InferResponse response;
     response.model_name = request.model_name;
@@ -295,6 +308,12 @@ Status Server::EnsembleStepsReadyLocked(const inference::ModelConfig& config, in
     if (!ready) {
       return Unavailable("ensemble '" + config.name() + "' is not ready: its step model '" +
                          step.model_name() + "' is not loaded");
+    }
+    for (const auto& [version, mv] : it->second.versions) {
+      if (mv->device_lost()) {
+        return Unavailable("ensemble '" + config.name() + "' is not ready: its step model '" +
+                           step.model_name() + "' lost its GPU's context");
+      }
     }
     if (IsEnsemble(it->second.config))
       RETURN_IF_ERROR(EnsembleStepsReadyLocked(it->second.config, depth + 1));
@@ -454,6 +473,7 @@ std::shared_ptr<RequestHandle> Server::Infer(InferRequest request, InferCallback
   };
   auto mv = GetModel(request.model_name, request.model_version);
   if (!mv.ok()) return answer_now(mv.status());
+  if ((*mv)->device_lost()) return answer_now(DeviceLostStatus(**mv));
   if (!request.classification.empty()) {
     if (Status s = WrapForClassification(**mv, request, callback); !s.ok()) return answer_now(s);
   }
@@ -500,12 +520,13 @@ StatusOr<std::shared_ptr<ModelVersion>> Server::GetModelLocked(const std::string
   if (v == r.versions.end()) {
     return NotFound("model '" + name + "' has no loaded version " + std::to_string(version));
   }
-  if (!draining && v->second->device_lost()) {
-    return Unavailable("model '" + name + "' version " + std::to_string(v->first) +
-                       " is not available: its GPU's context is lost (a sticky CUDA error); "
-                       "restart the server");
-  }
   return v->second;
+}
+
+Status Server::ModelReady(const std::string& name, int64_t version) const {
+  auto mv = GetModel(name, version);
+  if (!mv.ok()) return mv.status();
+  return (*mv)->device_lost() ? DeviceLostStatus(**mv) : Status::Ok();
 }
 
 StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name,
@@ -561,21 +582,9 @@ std::vector<std::shared_ptr<ModelVersion>> Server::ReadyVersions() const {
   return out;
 }
 
-bool Server::live() const {
-  MutexLock lock(&mu_);
-  return !AnyDeviceLostLocked();
-}
-
-bool Server::AnyDeviceLostLocked() const {
-  for (const auto& [name, r] : models_)
-    for (const auto& [version, mv] : r.versions)
-      if (mv->device_lost()) return true;
-  return false;
-}
-
 bool Server::ready() const {
   MutexLock lock(&mu_);
-  if (shutting_down_ || !startup_finished() || AnyDeviceLostLocked()) return false;
+  if (shutting_down_ || !startup_finished() || !live()) return false;
   if (!options_.strict_readiness) return true;
   for (const auto& [name, r] : models_) {
     // A model unloaded on request is not a failure (Triton stays ready too).

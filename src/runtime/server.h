@@ -128,10 +128,13 @@ class Server {
   std::vector<ModelStatus> RepositoryIndex() const;
   std::vector<std::shared_ptr<ModelVersion>> ReadyVersions() const;
 
-  // True unless a loaded model's GPU has lost its context (a sticky CUDA error, which
-  // only a new process clears: ModelVersion::device_lost), so that an orchestrator's
-  // liveness probe restarts the server.
-  bool live() const;
+  // True until a model's GPU lost its context (a sticky CUDA error, which only a new
+  // process clears: ModelVersion::device_lost), and never again after, whatever is
+  // unloaded or reloaded since: an orchestrator's liveness probe then restarts the server.
+  bool live() const { return !device_lost_->load(std::memory_order_acquire); }
+  // A model version's readiness (`version` -1: the highest ready): GetModel's answer, and
+  // UNAVAILABLE for one whose GPU has lost its context.
+  Status ModelReady(const std::string& name, int64_t version = -1) const;
   // Not shutting down, the start-up loading finished, live(), and (with strict_readiness)
   // every model that should be loaded is READY.
   bool ready() const;
@@ -170,9 +173,7 @@ class Server {
   // ready version; else UNAVAILABLE naming the first that has none.
   Status EnsembleStepsReadyLocked(const inference::ModelConfig& config, int depth) const
       REQUIRES(mu_);
-  // Whether a loaded version's GPU has lost its context (live()).
-  bool AnyDeviceLostLocked() const REQUIRES(mu_);
-  // GetModel's lookup: UNAVAILABLE for a version whose GPU has lost its context.
+  // GetModel's lookup.
   // `draining`: also while shutting down (ensemble steps of requests being drained).
   StatusOr<std::shared_ptr<ModelVersion>> GetModelLocked(const std::string& name, int64_t version,
                                                          bool draining = false) const REQUIRES(mu_);
@@ -189,6 +190,9 @@ class Server {
   bool shutting_down_ GUARDED_BY(mu_) = false;
   std::vector<std::string> startup_models_;  // set by Open, read by LoadStartupModels
   std::atomic<bool> startup_finished_{false};
+  // Set by any model version whose GPU lost its context (ModelVersionOptions::on_device_lost),
+  // never cleared; shared with the versions, which may drain after an unload.
+  std::shared_ptr<std::atomic<bool>> device_lost_ = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> startup_cancelled_{false};
   // Inference requests accepted and not yet answered (max_inflight_requests).
   std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -79,44 +79,58 @@ TEST(ServerTest, LoadsRepositoryAndServesPlugins) {
 }
 
 // A model whose GPU lost its context (a sticky CUDA error: its instance reports
-// context_lost) can never run again in this process: it is answered UNAVAILABLE saying so,
-// and the server stops being live (so an orchestrator restarts it) and ready.
+// context_lost) can never run again in this process: its requests are answered
+// UNAVAILABLE saying so, without running, it is not ready (its metadata still answers),
+// and the server stops being live and ready, so that an orchestrator restarts it; an
+// unload does not make it live again. With instances that run one batch at a time, and
+// with pipelining ones (a GPU instance's default).
 TEST(ServerTest, AModelWhoseDeviceIsLostIsUnavailableAndTheServerNotLive) {
-  TempRepository repo("shoal_server_test");
-  repo.AddModel("lost", R"(
+  for (const int depth : {1, 2}) {
+    SCOPED_TRACE(depth);
+    TempRepository repo("shoal_server_test");
+    repo.AddModel("lost", R"(
 name: "lost"
 backend: "fake"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 )");
-  auto state = std::make_shared<testing::FakeBackendState>();
-  ServerOptions options = RepositoryOptions(repo);
-  options.registry = std::make_shared<backends::BackendRegistry>();
-  options.registry->Register(std::make_shared<testing::FakeBackend>(state));
-  auto server = Server::Create(options);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  EXPECT_TRUE((*server)->live());
-  EXPECT_TRUE((*server)->ready());
-  auto r = InferSync(**server, FloatRequest("lost", {1, 2}));
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_TRUE((*server)->live()) << "a device that answers is not lost";
+    auto state = std::make_shared<testing::FakeBackendState>();
+    state->set_pipeline_depth(depth);
+    ServerOptions options = RepositoryOptions(repo, ModelControlMode::kExplicit);
+    options.registry = std::make_shared<backends::BackendRegistry>();
+    options.registry->Register(std::make_shared<testing::FakeBackend>(state));
+    auto server = Server::Create(options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE((*server)->LoadModel("lost").ok());
+    EXPECT_TRUE((*server)->live());
+    EXPECT_TRUE((*server)->ready());
+    auto r = InferSync(**server, FloatRequest("lost", {1, 2}));
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_TRUE((*server)->live()) << "a device that answers is not lost";
+    EXPECT_TRUE((*server)->ModelReady("lost").ok());
 
-  state->LoseDevice();
-  // The batch that finds the device lost (its stats, after it) still answers.
-  r = InferSync(**server, FloatRequest("lost", {3}));
-  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
-  ASSERT_TRUE(testing::WaitUntil([&] { return !(*server)->live(); }));
-  EXPECT_FALSE((*server)->ready());
-  auto model = (*server)->GetModel("lost");
-  ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(model.status().message().find("context is lost"), std::string::npos)
-      << model.status().ToString();
-  const size_t ran = state->executions().size();
-  r = InferSync(**server, FloatRequest("lost", {4}));
-  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
-  EXPECT_EQ(state->executions().size(), ran) << "nothing runs on a lost device";
+    state->LoseDevice();
+    // The batch that finds the device lost (its stats, after it) still answers.
+    r = InferSync(**server, FloatRequest("lost", {3}));
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    ASSERT_TRUE(testing::WaitUntil([&] { return !(*server)->live(); }));
+    EXPECT_FALSE((*server)->ready());
+    const Status ready = (*server)->ModelReady("lost");
+    EXPECT_EQ(ready.code(), StatusCode::kUnavailable);
+    EXPECT_NE(ready.message().find("context is lost"), std::string::npos) << ready.ToString();
+    EXPECT_TRUE((*server)->GetModel("lost").ok()) << "its metadata and config still answer";
+    const size_t ran = state->executions().size();
+    r = InferSync(**server, FloatRequest("lost", {4}));
+    EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+    EXPECT_NE(r.status.message().find("restart the server"), std::string::npos)
+        << r.status.ToString();
+    EXPECT_EQ(state->executions().size(), ran) << "nothing runs on a lost device";
+    // Only a new process clears it: unloading the model does not.
+    ASSERT_TRUE((*server)->UnloadModel("lost").ok());
+    EXPECT_FALSE((*server)->live());
+    EXPECT_FALSE((*server)->ready());
+  }
 }
 
 TEST(ServerTest, BrokenModelIsUnavailableWithReasonOthersServe) {

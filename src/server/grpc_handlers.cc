@@ -65,7 +65,7 @@ grpc::Status GrpcHandlers::ModelReady(const inference::ModelReadyRequest& reques
                                       inference::ModelReadyResponse* response) {
   auto version = ParseModelVersion(request.version());
   if (!version.ok()) return ToGrpcStatus(version.status());
-  response->set_ready(server_->GetModel(request.name(), *version).ok());
+  response->set_ready(server_->ModelReady(request.name(), *version).ok());
   return grpc::Status::OK;
 }
 

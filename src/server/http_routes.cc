@@ -513,8 +513,8 @@ std::function<void()> HttpRoutes::Handle(HttpRequest request, HttpResponder resp
       }
       break;
     case Route::kModelReady: {
-      auto mv = server_->GetModel(match.model, match.version);
-      responder.Send(mv.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(mv.status()));
+      const Status ready = server_->ModelReady(match.model, match.version);
+      responder.Send(ready.ok() ? proto::HttpResponse::Empty(200) : ErrorResponse(ready));
       break;
     }
     case Route::kModelMetadata:
