@@ -145,9 +145,6 @@ class InstancePool {
   std::vector<InstanceStats> Stats() const;
   // Jobs running or pending across instances.
   int busy_count() const;
-  // Whether an instance's device has lost its context (backends::DeviceStats::context_lost,
-  // as reported after a job): it stays so. Any thread (while the pool lives); no lock.
-  bool device_lost() const { return device_lost_.load(std::memory_order_acquire); }
 
  private:
   // What an instance's thread owns. Its state under mu_ is the InstanceState of the same
@@ -230,10 +227,11 @@ class InstancePool {
   bool AllInitDoneLocked() const REQUIRES(mu_);
 
   Options options_;
-  // An instance reported its device's context lost: logs it and calls on_device_lost, the
-  // first time. Instance thread, without mu_.
+  // An instance reported its device's context lost (backends::DeviceStats::context_lost,
+  // after a job): logs it and calls on_device_lost, the first time. Instance thread,
+  // without mu_.
   void ReportDeviceLost(const Instance& inst);
-  std::atomic<bool> device_lost_{false};
+  std::atomic<bool> device_lost_{false};  // reported already
   mutable Mutex mu_;
   CondVar init_cv_;
   bool stopping_ GUARDED_BY(mu_) = false;

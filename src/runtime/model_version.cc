@@ -117,7 +117,12 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(
     return raw->RunWarmup(inst, info);
   };
   pool.on_idle = [raw] { raw->OnInstanceIdle(); };
-  pool.on_device_lost = mv->options_.on_device_lost;
+  // Its own flag first (read by the server without a lock, even while this version shuts
+  // down), then the server's. The pool is destroyed before *raw.
+  pool.on_device_lost = [raw, server = mv->options_.on_device_lost] {
+    raw->device_lost_.store(true, std::memory_order_release);
+    if (server) server();
+  };
   ASSIGN_OR_RETURN(mv->pool_, InstancePool::Create(std::move(pool)));
 
   if (mv->clock_->is_fake())

@@ -129,9 +129,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<InstanceStats> instance_stats() const {
     return pool_ ? pool_->Stats() : std::vector<InstanceStats>{};
   }
-  // Whether one of its instances' device has lost its context (InstancePool::device_lost):
-  // the server then answers its requests UNAVAILABLE. No lock; not after Shutdown began.
-  bool device_lost() const { return pool_ && pool_->device_lost(); }
+  // Whether one of its instances' device has lost its context (its pool's
+  // on_device_lost): the server then answers its requests UNAVAILABLE. Any thread, at any
+  // time (its own flag, which Shutdown leaves).
+  bool device_lost() const { return device_lost_.load(std::memory_order_acquire); }
   // Requests waiting in the batcher.
   size_t queue_depth() const;
   // The share of a request's time budget that admission keeps in reserve now: the
@@ -237,8 +238,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   const uint64_t cache_owner_id_ = ResponseCache::NewOwnerId();
   std::shared_ptr<Clock> clock_;
   std::unique_ptr<backends::BackendModel> model_;
-  std::unique_ptr<InstancePool> pool_;  // null for an ensemble
-  std::unique_ptr<Ensemble> ensemble_;  // null but for an ensemble
+  std::unique_ptr<InstancePool> pool_;    // null for an ensemble
+  std::atomic<bool> device_lost_{false};  // device_lost()
+  std::unique_ptr<Ensemble> ensemble_;    // null but for an ensemble
   ModelStats stats_;
   int clock_subscription_ = -1;
 
