@@ -945,7 +945,12 @@ void ModelVersion::Shutdown() {
   }
   cv_.Signal();
   scheduler_.join();
-  pool_.reset();
+  std::unique_ptr<InstancePool> pool;
+  {
+    MutexLock lock(&pool_mu_);  // not while a reader of instance_stats() holds it
+    pool = std::move(pool_);
+  }
+  pool.reset();  // joins the instance threads, outside the lock
   if (clock_subscription_ >= 0) clock_->Unsubscribe(clock_subscription_);
   clock_subscription_ = -1;
 }

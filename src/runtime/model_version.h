@@ -126,7 +126,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   const ModelSignature& signature() const { return options_.signature; }
   const ModelVersionOptions& options() const { return options_; }
   ModelStatsSnapshot stats() const { return stats_.Snapshot(); }
+  // Its instances' figures; none once Shutdown has let the pool go. Any thread, at any time
+  // (metrics and the dashboard read versions an unload may be shutting down).
   std::vector<InstanceStats> instance_stats() const {
+    MutexLock lock(&pool_mu_);
     return pool_ ? pool_->Stats() : std::vector<InstanceStats>{};
   }
   // Whether one of its instances' device has lost its context (its pool's
@@ -238,7 +241,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   const uint64_t cache_owner_id_ = ResponseCache::NewOwnerId();
   std::shared_ptr<Clock> clock_;
   std::unique_ptr<backends::BackendModel> model_;
-  std::unique_ptr<InstancePool> pool_;    // null for an ensemble
+  // Null for an ensemble. The scheduler thread uses it without a lock (Shutdown joins that
+  // thread before letting it go); pool_mu_ orders instance_stats() with its release.
+  std::unique_ptr<InstancePool> pool_;
+  mutable Mutex pool_mu_;
   std::atomic<bool> device_lost_{false};  // device_lost()
   std::unique_ptr<Ensemble> ensemble_;    // null but for an ensemble
   ModelStats stats_;
