@@ -216,11 +216,7 @@ void Lowerer::FuseRoundingsIntoEpilogues() {
         (w.kind == GpuStep::Kind::kConvEpilogue && w.conv_epilogue.source) || RoundsAlone(w.kind);
     if (alone && w.half_out >= 0 && w.out >= 0 && Owner(w.out) == w.out && !read[w.out]) w.out = -1;
   }
-  std::vector<GpuStep> kept;
-  kept.reserve(steps.size());
-  for (int i = 0; i < num_steps; ++i)
-    if (!drop[i]) kept.push_back(std::move(steps[i]));
-  steps = std::move(kept);
+  DropSteps(drop);
   // An fp32 bias whose products all now read its 16-bit copy need not be uploaded.
   if (biases_rounded) DropUnusedBlobs();
 }
@@ -440,6 +436,14 @@ void Lowerer::ChannelsLastBetweenConvolutions() {
     }
   }
   if (weights_moved) DropUnusedBlobs();
+}
+
+void Lowerer::DropSteps(const std::vector<bool>& drop) {
+  std::vector<GpuStep> kept;
+  kept.reserve(out_.steps.size());
+  for (size_t i = 0; i < out_.steps.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(out_.steps[i]));
+  out_.steps = std::move(kept);
 }
 
 void Lowerer::DropUnusedBlobs() {

@@ -195,11 +195,7 @@ void Lowerer::KeepValuesInt8() {
                        (w.kind == GpuStep::Kind::kGemm && !w.post) || RoundsAlone(w.kind);
     if (alone && !ReadBesides(w.out, -1, -1, drop)) w.out = -1;
   }
-  std::vector<GpuStep> kept;
-  kept.reserve(steps.size());
-  for (int i = 0; i < num_steps; ++i)
-    if (!drop[i]) kept.push_back(std::move(steps[i]));
-  steps = std::move(kept);
+  DropSteps(drop);
 }
 
 }  // namespace shoal::engine::cuda::internal

@@ -297,6 +297,8 @@ class Lowerer {
   // last runs NHWC, its weight stored [m, kh, kw, c/groups] (key + "~nhwc"); an epilogue
   // reads and writes the layouts of its operands; a kToHalf step or a pool writes NHWC.
   void ChannelsLastBetweenConvolutions();
+  // Removes the steps marked in `drop` (one flag per step), keeping the others' order.
+  void DropSteps(const std::vector<bool>& drop);
   // Removes the blobs no step's weight slot and no known value names, renumbering the
   // slots and recounting weight_bytes.
   void DropUnusedBlobs();
